@@ -1,0 +1,153 @@
+/* fr/http.h - HTTP/1.1 server on libuv, shared by kubesim and the router.
+ *
+ * One listener, many connections. Requests are parsed with http-parser;
+ * each connection serves one request at a time (pipelined requests wait in
+ * the input buffer until the current response is finished). Plain TCP or TLS
+ * (OpenSSL with memory BIOs, so libuv still owns the socket).
+ *
+ * A handler gets a struct fr_http_req and must eventually finish it in one of
+ * four ways:
+ *   - fr_http_respond()                     a whole response;
+ *   - fr_http_stream_begin()/_write()/_end() a chunked stream (watches);
+ *   - fr_http_ws_accept()                   switch to WebSocket (upgrades only);
+ *   - fr_http_abort()                       drop the connection.
+ * It may do so inside the handler callback or later from any loop callback.
+ * If the peer goes away first, the server calls req->abort_cb (if set) once;
+ * after that, or after the request is finished, <req> must not be touched.
+ *
+ * Limits produce the right status without reaching the handler: a head larger
+ * than max_header_bytes gets 431, a body larger than max_body_bytes gets 413,
+ * malformed requests get 400, and a head or body that trickles in slower than
+ * the timeouts allow gets 408; each then closes the connection.
+ */
+#ifndef FR_HTTP_H
+#define FR_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+struct fr_http_server;
+struct fr_http_req;
+typedef struct ssl_ctx_st SSL_CTX;
+
+struct fr_http_server_opts {
+  size_t max_header_bytes;    /* request line + headers; default 16 KiB */
+  size_t max_body_bytes;      /* default 1 MiB */
+  uint64_t header_timeout_ms; /* first byte to end of head; default 10 s */
+  uint64_t body_timeout_ms;   /* end of head to end of body; default 30 s */
+  uint64_t idle_timeout_ms;   /* keep-alive between requests; default 60 s */
+  size_t max_ws_message;      /* largest WebSocket message accepted; default 16 MiB */
+  SSL_CTX *ssl_ctx;           /* borrowed, must outlive the server; NULL = plain */
+  const char *name;           /* for logs; default "http" */
+};
+
+struct fr_http_header {
+  char *name;   /* as received; compare case-insensitively */
+  char *value;
+};
+
+typedef void (*fr_http_handler_cb)(struct fr_http_req *req, void *arg);
+typedef void (*fr_http_abort_cb)(struct fr_http_req *req);
+/* A WebSocket message (reassembled from fragments; pings are answered by
+ * the server itself and never reach the callback). */
+typedef void (*fr_http_ws_message_cb)(struct fr_http_req *req, int opcode,
+                                      const unsigned char *data, size_t len);
+/* The WebSocket is gone: peer close (code from its close frame, or 1006 for
+ * an abrupt end), protocol error or fr_http_abort(). <req> is freed when this
+ * returns. */
+typedef void (*fr_http_ws_close_cb)(struct fr_http_req *req, int code);
+typedef void (*fr_http_server_close_cb)(struct fr_http_server *srv, void *arg);
+
+struct fr_http_req {
+  /* Filled by the server; read-only for handlers. */
+  const char *method;       /* "GET", "POST", ... */
+  const char *url;          /* raw request-target */
+  const char *path;         /* percent-decoded path, no query */
+  const char *query;        /* raw query string without '?', "" when none */
+  struct fr_http_header *headers;
+  size_t nheaders;
+  const char *body;         /* NUL-terminated; "" when none */
+  size_t body_len;
+  int websocket;            /* a valid WebSocket upgrade request */
+  const char *peer_ip;      /* client address as text */
+  int peer_port;
+  uint64_t start_ms;        /* uv_now() when the head was complete */
+  uv_loop_t *loop;
+
+  /* Owned by the handler. */
+  void *data;
+  fr_http_abort_cb abort_cb;
+};
+
+/* Allocates a server on <loop>; <opts> may be NULL for the defaults.
+ * <handler> is called with <arg> for every complete request. */
+int fr_http_server_new(uv_loop_t *loop, const struct fr_http_server_opts *opts,
+                       fr_http_handler_cb handler, void *arg,
+                       struct fr_http_server **out);
+/* Binds and listens on <host>:<port> (port 0 picks one; see _port()).
+ * May be called again after fr_http_server_unlisten(). */
+int fr_http_server_listen(struct fr_http_server *srv, const char *host, int port);
+int fr_http_server_port(const struct fr_http_server *srv);
+/* Stops accepting (new connections are refused by the kernel) and, if
+ * <drop_conns>, closes every open connection (their requests are aborted). */
+void fr_http_server_unlisten(struct fr_http_server *srv, int drop_conns);
+/* Number of open connections. */
+size_t fr_http_server_nconns(const struct fr_http_server *srv);
+/* Closes the listener and every connection; <cb> runs once everything is
+ * closed, after which the server memory is gone. Accepts NULL srv. */
+void fr_http_server_free(struct fr_http_server *srv, fr_http_server_close_cb cb,
+                         void *arg);
+
+/* Case-insensitive header lookup; NULL when absent. */
+const char *fr_http_req_header(const struct fr_http_req *req, const char *name);
+/* Looks <key> up in a raw query string and percent-decodes its first value
+ * into <out> (NUL-terminated). Returns the decoded length, -ENOENT when
+ * absent, -ENOSPC when it does not fit. */
+long fr_http_query_get(const char *query, const char *key, char *out, size_t outlen);
+/* Calls <cb> for every key=value pair of <query> in order, both decoded.
+ * Stops and returns the first non-zero value <cb> returns. */
+int fr_http_query_each(const char *query,
+                       int (*cb)(const char *key, const char *value, void *arg),
+                       void *arg);
+/* Reason phrase of a status code ("OK", "Not Found", ...). */
+const char *fr_http_status_text(int status);
+
+/* Sends a whole response and finishes <req>. <extra_headers> is NULL or a
+ * block of "Name: value\r\n" lines. Content-Length and keep-alive handling are
+ * added by the server. Returns 0, or a negative error if the connection is
+ * already gone (then <req> is finished anyway). */
+int fr_http_respond(struct fr_http_req *req, int status, const char *content_type,
+                    const char *extra_headers, const void *body, size_t len);
+
+/* Chunked streaming. Begin sends the head; each write sends one chunk
+ * (empty writes are ignored); end sends the last chunk and finishes <req>. */
+int fr_http_stream_begin(struct fr_http_req *req, int status,
+                         const char *content_type, const char *extra_headers);
+int fr_http_stream_write(struct fr_http_req *req, const void *data, size_t len);
+int fr_http_stream_end(struct fr_http_req *req);
+/* Bytes accepted but not yet handed to the kernel (for backpressure). */
+size_t fr_http_pending_bytes(const struct fr_http_req *req);
+
+/* Drops the connection without (more of) a response; <req> is finished and
+ * abort_cb is NOT called (the caller knows). For WebSockets the close_cb is
+ * not called either. */
+void fr_http_abort(struct fr_http_req *req);
+
+/* Completes a WebSocket upgrade (req->websocket must be set): sends 101 with
+ * Sec-WebSocket-Accept and, if <protocol> is non-NULL, Sec-WebSocket-Protocol.
+ * From then on messages arrive on <on_message> and the end on <on_close>;
+ * abort_cb is no longer used. */
+int fr_http_ws_accept(struct fr_http_req *req, const char *protocol,
+                      fr_http_ws_message_cb on_message,
+                      fr_http_ws_close_cb on_close);
+/* Sends one unfragmented, unmasked frame whose payload is <prefix> (if
+ * <prefix_len> > 0) followed by <data>. The prefix form exists for channel
+ * protocols that put one byte in front of every message. */
+int fr_http_ws_send(struct fr_http_req *req, int opcode, const void *prefix,
+                    size_t prefix_len, const void *data, size_t len);
+/* Sends a close frame with <code> and closes the connection once everything
+ * queued has been written; on_close then runs with <code>. */
+int fr_http_ws_close(struct fr_http_req *req, int code, const char *reason);
+
+#endif

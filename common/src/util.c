@@ -1,0 +1,147 @@
+/* util.c - small shared helpers. */
+#include "fr/util.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+
+int64_t fr_wall_ms(void) {
+  struct timeval tv;
+
+  gettimeofday(&tv, NULL);
+  return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+void fr_time_rfc3339(int64_t unix_s, char out[21]) {
+  time_t t = (time_t)unix_s;
+  struct tm tm;
+
+  gmtime_r(&t, &tm);
+  strftime(out, 21, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+int fr_time_parse_rfc3339(const char *s, int64_t *unix_s) {
+  struct tm tm;
+  const char *end;
+
+  memset(&tm, 0, sizeof(tm));
+  end = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+  if (end == NULL)
+    return -EINVAL;
+  if (*end == '.') { /* fractional seconds are allowed and ignored */
+    end++;
+    while (*end >= '0' && *end <= '9')
+      end++;
+  }
+  if (strcmp(end, "Z") != 0)
+    return -EINVAL;
+  *unix_s = (int64_t)timegm(&tm);
+  return 0;
+}
+
+size_t fr_base64_len(size_t n) {
+  return (n + 2) / 3 * 4 + 1;
+}
+
+size_t fr_base64_encode(const void *in, size_t n, char *out) {
+  return (size_t)EVP_EncodeBlock((unsigned char *)out, in, (int)n);
+}
+
+long fr_base64_decode(const char *in, size_t n, unsigned char *out) {
+  static signed char map[256];
+  static int init;
+  uint32_t acc = 0;
+  size_t i;
+  long o = 0;
+  int bits = 0;
+
+  if (!init) {
+    const char *a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    memset(map, -1, sizeof(map));
+    for (i = 0; i < 64; i++)
+      map[(unsigned char)a[i]] = (signed char)i;
+    map['-'] = 62;
+    map['_'] = 63;
+    init = 1;
+  }
+  while (n > 0 && in[n - 1] == '=')
+    n--;
+  if (n % 4 == 1)
+    return -EINVAL;
+  for (i = 0; i < n; i++) {
+    int v = map[(unsigned char)in[i]];
+    if (v < 0)
+      return -EINVAL;
+    acc = (acc << 6) | (uint32_t)v;
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out[o++] = (unsigned char)(acc >> bits);
+    }
+  }
+  return o;
+}
+
+int fr_random_bytes(void *out, size_t n) {
+  return RAND_bytes(out, (int)n) == 1 ? 0 : -EIO;
+}
+
+void fr_random_name_suffix(char *out, size_t n) {
+  /* Kubernetes' utilrand alphabet: no vowels, no ambiguous characters. */
+  static const char alphabet[] = "bcdfghjklmnpqrstvwxz2456789";
+  unsigned char r[64];
+  size_t i;
+
+  if (n > sizeof(r))
+    n = sizeof(r);
+  if (fr_random_bytes(r, n) != 0)
+    memset(r, 0, n);
+  for (i = 0; i < n; i++)
+    out[i] = alphabet[r[i] % (sizeof(alphabet) - 1)];
+  out[n] = '\0';
+}
+
+void fr_sha256_hex(const void *data, size_t n, char out[65]) {
+  static const char hex[] = "0123456789abcdef";
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  size_t i;
+
+  SHA256(data, n, md);
+  for (i = 0; i < SHA256_DIGEST_LENGTH; i++) {
+    out[2 * i] = hex[md[i] >> 4];
+    out[2 * i + 1] = hex[md[i] & 15];
+  }
+  out[64] = '\0';
+}
+
+int fr_parse_int64(const char *s, int64_t min, int64_t max, int64_t *out) {
+  char *end;
+  long long v;
+
+  if (s == NULL || *s == '\0' || (*s != '-' && (*s < '0' || *s > '9')))
+    return -EINVAL;
+  errno = 0;
+  v = strtoll(s, &end, 10);
+  if (*end != '\0')
+    return -EINVAL;
+  if (errno == ERANGE || v < min || v > max)
+    return -ERANGE;
+  *out = (int64_t)v;
+  return 0;
+}
+
+int fr_secret_equal(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b), i;
+  unsigned char diff = (unsigned char)(la != lb);
+
+  for (i = 0; i < la && i < lb; i++)
+    diff |= (unsigned char)(a[i] ^ b[i]);
+  return diff == 0;
+}

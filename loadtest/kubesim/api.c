@@ -1,0 +1,1348 @@
+/* api.c - the Kubernetes REST surface of kubesim: auth, injected faults,
+ * discovery, OpenAPI stubs for kubectl, and generic list / get / watch /
+ * create / patch / update / delete over the store. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "fr/buf.h"
+#include "fr/log.h"
+#include "fr/quantity.h"
+#include "fr/util.h"
+#include "patch.h"
+#include "sim.h"
+
+/* ---------------------------------------------------------------------- */
+/* responses                                                               */
+
+void api_raw(struct fr_http_req *req, int code, const char *json, size_t len) {
+  fr_http_respond(req, code, "application/json", NULL, json, len);
+}
+
+void api_json(struct fr_http_req *req, int code, json_t *j) {
+  char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+
+  if (s == NULL) {
+    fr_http_respond(req, 500, "application/json", NULL, "{}", 2);
+  } else {
+    api_raw(req, code, s, strlen(s));
+    free(s);
+  }
+  json_decref(j);
+}
+
+void api_status(struct fr_http_req *req, int code, const char *reason, const char *message,
+                const char *kind, const char *name, json_t *causes) {
+  json_t *st = json_pack("{s:s,s:s,s:{},s:s,s:s,s:s,s:i}", "kind", "Status", "apiVersion", "v1",
+                         "metadata", "status", "Failure", "message", message, "reason", reason,
+                         "code", code);
+
+  if (st != NULL && (kind != NULL || name != NULL || causes != NULL)) {
+    json_t *d = json_object();
+    if (name)
+      json_object_set_new(d, "name", json_string(name));
+    if (kind)
+      json_object_set_new(d, "kind", json_string(kind));
+    if (causes)
+      json_object_set(d, "causes", causes);
+    json_object_set_new(st, "details", d);
+  }
+  api_json(req, code, st);
+}
+
+static void status_err(struct fr_http_req *req, const struct sim_err *e, const char *kind,
+                       const char *name) {
+  api_status(req, e->code, e->reason, e->msg, kind, name, e->causes);
+  json_decref(e->causes);
+}
+
+static void not_found(struct fr_http_req *req, enum sim_kind k, const char *name) {
+  char msg[512];
+
+  snprintf(msg, sizeof(msg), "%s \"%s\" not found", kind_resource(k), name);
+  api_status(req, 404, "NotFound", msg, kind_resource(k), name, NULL);
+}
+
+/* ---------------------------------------------------------------------- */
+/* discovery                                                               */
+
+static const char *const api_resources_v1 =
+    "{\"kind\":\"APIResourceList\",\"groupVersion\":\"v1\",\"resources\":["
+    "{\"name\":\"namespaces\",\"singularName\":\"namespace\",\"namespaced\":false,\"kind\":\"Namespace\","
+    "\"verbs\":[\"create\",\"delete\",\"get\",\"list\",\"patch\",\"update\",\"watch\"],\"shortNames\":[\"ns\"]},"
+    "{\"name\":\"namespaces/status\",\"singularName\":\"\",\"namespaced\":false,\"kind\":\"Namespace\",\"verbs\":[\"get\",\"patch\",\"update\"]},"
+    "{\"name\":\"nodes\",\"singularName\":\"node\",\"namespaced\":false,\"kind\":\"Node\","
+    "\"verbs\":[\"get\",\"list\",\"patch\",\"update\",\"watch\"],\"shortNames\":[\"no\"]},"
+    "{\"name\":\"nodes/status\",\"singularName\":\"\",\"namespaced\":false,\"kind\":\"Node\",\"verbs\":[\"get\",\"patch\",\"update\"]},"
+    "{\"name\":\"pods\",\"singularName\":\"pod\",\"namespaced\":true,\"kind\":\"Pod\","
+    "\"verbs\":[\"create\",\"delete\",\"deletecollection\",\"get\",\"list\",\"patch\",\"update\",\"watch\"],"
+    "\"shortNames\":[\"po\"],\"categories\":[\"all\"]},"
+    "{\"name\":\"pods/exec\",\"singularName\":\"\",\"namespaced\":true,\"kind\":\"PodExecOptions\",\"verbs\":[\"create\",\"get\"]},"
+    "{\"name\":\"pods/status\",\"singularName\":\"\",\"namespaced\":true,\"kind\":\"Pod\",\"verbs\":[\"get\",\"patch\",\"update\"]},"
+    "{\"name\":\"resourcequotas\",\"singularName\":\"resourcequota\",\"namespaced\":true,\"kind\":\"ResourceQuota\","
+    "\"verbs\":[\"create\",\"delete\",\"deletecollection\",\"get\",\"list\",\"patch\",\"update\",\"watch\"],\"shortNames\":[\"quota\"]},"
+    "{\"name\":\"resourcequotas/status\",\"singularName\":\"\",\"namespaced\":true,\"kind\":\"ResourceQuota\",\"verbs\":[\"get\",\"patch\",\"update\"]}"
+    "]}";
+
+static const char *const api_resources_apps =
+    "{\"kind\":\"APIResourceList\",\"apiVersion\":\"v1\",\"groupVersion\":\"apps/v1\",\"resources\":["
+    "{\"name\":\"replicasets\",\"singularName\":\"replicaset\",\"namespaced\":true,\"kind\":\"ReplicaSet\","
+    "\"verbs\":[\"create\",\"delete\",\"deletecollection\",\"get\",\"list\",\"patch\",\"update\",\"watch\"],"
+    "\"shortNames\":[\"rs\"],\"categories\":[\"all\"]},"
+    "{\"name\":\"replicasets/scale\",\"singularName\":\"\",\"namespaced\":true,\"group\":\"autoscaling\",\"version\":\"v1\",\"kind\":\"Scale\",\"verbs\":[\"get\",\"patch\",\"update\"]},"
+    "{\"name\":\"replicasets/status\",\"singularName\":\"\",\"namespaced\":true,\"kind\":\"ReplicaSet\",\"verbs\":[\"get\",\"patch\",\"update\"]}"
+    "]}";
+
+static const char *const apps_group =
+    "{\"name\":\"apps\",\"versions\":[{\"groupVersion\":\"apps/v1\",\"version\":\"v1\"}],"
+    "\"preferredVersion\":{\"groupVersion\":\"apps/v1\",\"version\":\"v1\"}}";
+
+/* kubectl create -f (default validation) looks for the object's GVK on a
+ * PATCH operation that accepts fieldValidation; that tells it the server
+ * validates fields itself. */
+static void openapi_doc(struct fr_http_req *req, int apps) {
+  static const struct {
+    const char *path, *group, *version, *kind;
+    int apps;
+  } ops[] = {
+      {"/api/v1/namespaces/{namespace}/pods/{name}", "", "v1", "Pod", 0},
+      {"/api/v1/namespaces/{name}", "", "v1", "Namespace", 0},
+      {"/api/v1/nodes/{name}", "", "v1", "Node", 0},
+      {"/api/v1/namespaces/{namespace}/resourcequotas/{name}", "", "v1", "ResourceQuota", 0},
+      {"/apis/apps/v1/namespaces/{namespace}/replicasets/{name}", "apps", "v1", "ReplicaSet", 1},
+  };
+  json_t *doc = json_pack("{s:s,s:{s:s,s:s},s:{}}", "openapi", "3.0.0", "info", "title",
+                          "Kubernetes", "version", "v1.32.0", "paths");
+  json_t *paths = json_object_get(doc, "paths");
+  size_t i;
+
+  for (i = 0; i < FR_ARRAY_SIZE(ops); i++) {
+    if (ops[i].apps != apps)
+      continue;
+    json_object_set_new(
+        paths, ops[i].path,
+        json_pack("{s:{s:s,s:[{s:s,s:s,s:{s:s},s:s}],s:{s:s,s:s,s:s},s:{s:{s:s}}}}", "patch",
+                  "x-kubernetes-action", "patch", "parameters", "name", "fieldValidation", "in",
+                  "query", "schema", "type", "string", "description",
+                  "fieldValidation instructs the server on how to handle objects in the "
+                  "request containing unknown or duplicate fields.",
+                  "x-kubernetes-group-version-kind", "group", ops[i].group, "version",
+                  ops[i].version, "kind", ops[i].kind, "responses", "200", "description", "OK"));
+  }
+  api_json(req, 200, doc);
+}
+
+static int discovery(struct sim *s, struct fr_http_req *req) {
+  const char *p = req->path;
+  char buf[1024];
+
+  if (strcmp(p, "/version") == 0) {
+    snprintf(buf, sizeof(buf),
+             "{\"major\":\"1\",\"minor\":\"32\",\"gitVersion\":\"v1.32.0\",\"gitCommit\":\"kubesim\","
+             "\"gitTreeState\":\"clean\",\"buildDate\":\"2026-01-01T00:00:00Z\",\"goVersion\":\"go1.23\","
+             "\"compiler\":\"gc\",\"platform\":\"linux/amd64\"}");
+  } else if (strcmp(p, "/api") == 0) {
+    snprintf(buf, sizeof(buf),
+             "{\"kind\":\"APIVersions\",\"versions\":[\"v1\"],\"serverAddressByClientCIDRs\":"
+             "[{\"clientCIDR\":\"0.0.0.0/0\",\"serverAddress\":\"127.0.0.1:%d\"}]}",
+             fr_http_server_port(s->api));
+  } else if (strcmp(p, "/apis") == 0) {
+    snprintf(buf, sizeof(buf), "{\"kind\":\"APIGroupList\",\"apiVersion\":\"v1\",\"groups\":[%s]}",
+             apps_group);
+  } else if (strcmp(p, "/apis/apps") == 0) {
+    snprintf(buf, sizeof(buf), "{\"kind\":\"APIGroup\",\"apiVersion\":\"v1\",%s", apps_group + 1);
+  } else if (strcmp(p, "/api/v1") == 0) {
+    api_raw(req, 200, api_resources_v1, strlen(api_resources_v1));
+    return 1;
+  } else if (strcmp(p, "/apis/apps/v1") == 0) {
+    api_raw(req, 200, api_resources_apps, strlen(api_resources_apps));
+    return 1;
+  } else if (strcmp(p, "/openapi/v3") == 0) {
+    snprintf(buf, sizeof(buf),
+             "{\"paths\":{\"api/v1\":{\"serverRelativeURL\":\"/openapi/v3/api/v1?hash=kubesim1\"},"
+             "\"apis/apps/v1\":{\"serverRelativeURL\":\"/openapi/v3/apis/apps/v1?hash=kubesim1\"}}}");
+  } else if (strcmp(p, "/openapi/v3/api/v1") == 0) {
+    openapi_doc(req, 0);
+    return 1;
+  } else if (strcmp(p, "/openapi/v3/apis/apps/v1") == 0) {
+    openapi_doc(req, 1);
+    return 1;
+  } else if (strcmp(p, "/healthz") == 0 || strcmp(p, "/readyz") == 0 || strcmp(p, "/livez") == 0) {
+    fr_http_respond(req, 200, "text/plain", NULL, "ok", 2);
+    return 1;
+  } else {
+    return 0;
+  }
+  api_raw(req, 200, buf, strlen(buf));
+  return 1;
+}
+
+/* ---------------------------------------------------------------------- */
+/* request parsing                                                         */
+
+struct route {
+  enum sim_kind kind;
+  const char *ns;     /* NULL: all namespaces / cluster-scoped */
+  const char *name;   /* NULL: the collection */
+  const char *sub;    /* "status", "exec", "scale" or NULL */
+};
+
+/* Splits <path> into at most <max> segments (in place in <buf>). */
+static size_t split_path(const char *path, char *buf, size_t cap, char **seg, size_t max) {
+  size_t n = 0, len = strlen(path);
+  char *p;
+
+  if (len + 1 > cap)
+    return 0;
+  memcpy(buf, path, len + 1);
+  p = buf;
+  while (*p == '/')
+    p++;
+  while (*p != '\0' && n < max) {
+    char *slash = strchr(p, '/');
+    seg[n++] = p;
+    if (slash == NULL)
+      break;
+    *slash = '\0';
+    p = slash + 1;
+  }
+  return n;
+}
+
+static int kind_from_resource(const char *r, int apps, enum sim_kind *k) {
+  int i;
+
+  for (i = 0; i < K_COUNT; i++) {
+    if (strcmp(kind_resource((enum sim_kind)i), r) == 0 &&
+        (strcmp(kind_api_version((enum sim_kind)i), "apps/v1") == 0) == apps) {
+      *k = (enum sim_kind)i;
+      return 0;
+    }
+  }
+  return -ENOENT;
+}
+
+/* /api/v1/[namespaces/NS/]RES[/NAME[/SUB]] and /apis/apps/v1/... */
+static int parse_route(const char *path, char *buf, size_t cap, struct route *r) {
+  char *seg[12];
+  size_t n = split_path(path, buf, cap, seg, FR_ARRAY_SIZE(seg)), i;
+  int apps;
+
+  memset(r, 0, sizeof(*r));
+  if (n >= 2 && strcmp(seg[0], "api") == 0 && strcmp(seg[1], "v1") == 0) {
+    apps = 0;
+    i = 2;
+  } else if (n >= 3 && strcmp(seg[0], "apis") == 0 && strcmp(seg[1], "apps") == 0 &&
+             strcmp(seg[2], "v1") == 0) {
+    apps = 1;
+    i = 3;
+  } else {
+    return -ENOENT;
+  }
+  if (i >= n)
+    return -ENOENT;
+  if (strcmp(seg[i], "namespaces") == 0 && n >= i + 3) {
+    r->ns = seg[i + 1];
+    i += 2;
+  } else if (strcmp(seg[i], "namespaces") == 0 && !apps) {
+    /* the namespace objects themselves */
+    r->kind = K_NAMESPACE;
+    r->name = n > i + 1 ? seg[i + 1] : NULL;
+    r->sub = n > i + 2 ? seg[i + 2] : NULL;
+    return n > i + 3 ? -ENOENT : 0;
+  }
+  if (kind_from_resource(seg[i], apps, &r->kind) != 0)
+    return -ENOENT;
+  if (r->ns != NULL && !kind_namespaced(r->kind))
+    return -ENOENT;
+  r->name = n > i + 1 ? seg[i + 1] : NULL;
+  r->sub = n > i + 2 ? seg[i + 2] : NULL;
+  if (n > i + 3 || (r->name != NULL && *r->name == '\0'))
+    return -ENOENT;
+  return 0;
+}
+
+static int qflag(const char *query, const char *key) {
+  char v[16];
+
+  if (fr_http_query_get(query, key, v, sizeof(v)) < 0)
+    return 0;
+  return strcmp(v, "true") == 0 || strcmp(v, "1") == 0;
+}
+
+static long qstr(const char *query, const char *key, char *out, size_t cap) {
+  long n = fr_http_query_get(query, key, out, cap);
+
+  if (n < 0)
+    out[0] = '\0';
+  return n;
+}
+
+static int wants_table(const struct fr_http_req *req) {
+  const char *a = fr_http_req_header(req, "Accept");
+
+  return a != NULL && strstr(a, "as=Table") != NULL;
+}
+
+static struct sim_obj *lookup(struct sim *s, const struct route *r) {
+  return store_get(s, r->kind, r->ns ? r->ns : "", r->name);
+}
+
+/* ---------------------------------------------------------------------- */
+/* list / watch / get                                                      */
+
+static int parse_selectors(struct fr_http_req *req, enum sim_kind k, struct fr_selector **ls,
+                           struct fr_selector **fs) {
+  char text[4096], err[512], msg[700];
+
+  *ls = *fs = NULL;
+  qstr(req->query, "labelSelector", text, sizeof(text));
+  if (fr_selector_parse_labels(text, ls, err, sizeof(err)) != 0) {
+    snprintf(msg, sizeof(msg), "unable to parse requirement: %s", err);
+    api_status(req, 400, "BadRequest", err, NULL, NULL, NULL);
+    return -1;
+  }
+  qstr(req->query, "fieldSelector", text, sizeof(text));
+  if (fr_selector_parse_fields(text, kind_field_names(k), fs, err, sizeof(err)) != 0) {
+    fr_selector_free(*ls);
+    *ls = NULL;
+    api_status(req, 400, "BadRequest", err, NULL, NULL, NULL);
+    return -1;
+  }
+  return 0;
+}
+
+static void handle_list(struct sim *s, struct fr_http_req *req, const struct route *r) {
+  struct fr_selector *ls, *fs;
+  char tmp[512], rvs[24], *cont_ns = NULL, *cont_name = NULL;
+  int64_t limit = 0;
+  uint64_t list_rv = s->rv;
+  struct sim_obj *o;
+  struct objver **vs = NULL;
+  size_t n = 0, cap = 0;
+  struct fr_buf b, next;
+  int table = wants_table(req);
+  const char *exact;
+
+  if (parse_selectors(req, r->kind, &ls, &fs) != 0)
+    return;
+  if (qstr(req->query, "limit", tmp, sizeof(tmp)) > 0 &&
+      (fr_parse_int64(tmp, 0, INT64_MAX, &limit) != 0)) {
+    api_status(req, 400, "BadRequest", "limit must be a non-negative integer", NULL, NULL, NULL);
+    goto done;
+  }
+  fr_buf_init(&b);
+  fr_buf_init(&next);
+  if (qstr(req->query, "continue", tmp, sizeof(tmp)) > 0) {
+    unsigned char raw[512];
+    long len = fr_base64_decode(tmp, strlen(tmp), raw);
+    char *p1, *p2;
+    if (len <= 0 || (size_t)len >= sizeof(raw)) {
+      api_status(req, 400, "BadRequest", "continue key is not valid", NULL, NULL, NULL);
+      goto done;
+    }
+    raw[len] = '\0';
+    p1 = strchr((char *)raw, '/');
+    p2 = p1 ? strchr(p1 + 1, '/') : NULL;
+    if (p2 == NULL) {
+      api_status(req, 400, "BadRequest", "continue key is not valid", NULL, NULL, NULL);
+      goto done;
+    }
+    *p1 = *p2 = '\0';
+    list_rv = strtoull((char *)raw, NULL, 10);
+    /* The list RV must still be inside the history window, as etcd's
+     * compaction would make the snapshot unreadable. */
+    if (store_oldest_rv(s) != 0 && list_rv + 1 < store_oldest_rv(s)) {
+      api_status(req, 410, "Expired",
+                 "The provided continue parameter is too old to display a consistent list "
+                 "result. You can start a new list without the continue parameter, or use the "
+                 "continue token in this response to retrieve the remainder of the results.",
+                 NULL, NULL, NULL);
+      goto done;
+    }
+    cont_ns = strdup(p1 + 1);
+    cont_name = strdup(p2 + 1);
+    if (cont_ns == NULL || cont_name == NULL) {
+      api_status(req, 503, "ServiceUnavailable", "out of memory", NULL, NULL, NULL);
+      goto done;
+    }
+  }
+  exact = fr_selector_exact(fs, "metadata.name");
+  if (exact != NULL && cont_ns == NULL) {
+    /* Index lookup for fieldSelector=metadata.name=X (kubectl wait/delete). */
+    o = NULL;
+    if (r->ns != NULL || !kind_namespaced(r->kind)) {
+      o = store_get(s, r->kind, r->ns ? r->ns : "", exact);
+    } else {
+      for (o = store_first(s, r->kind, NULL); o != NULL; o = store_next(s, o))
+        if (strcmp(o->name, exact) == 0)
+          break;
+    }
+    if (o != NULL && fr_selector_matches(ls, objver_label, o->cur) &&
+        fr_selector_matches(fs, objver_field, o->cur)) {
+      vs = malloc(sizeof(*vs));
+      if (vs)
+        vs[n++] = o->cur;
+    }
+  } else {
+    o = cont_ns ? store_after(s, r->kind, cont_ns, cont_name) : store_first(s, r->kind, r->ns);
+    for (; o != NULL; o = store_next(s, o)) {
+      if (r->ns != NULL && strcmp(o->ns, r->ns) != 0)
+        break;
+      if (!fr_selector_matches(ls, objver_label, o->cur) ||
+          !fr_selector_matches(fs, objver_field, o->cur))
+        continue;
+      if (limit > 0 && (int64_t)n == limit) {
+        /* More remain: hand out a token naming the last key returned. */
+        struct fr_buf tok;
+        char *enc;
+        fr_buf_init(&tok);
+        fr_buf_printf(&tok, "%" PRIu64 "/%s/%s", list_rv, vs[n - 1]->fields[F_NAMESPACE]
+                      ? vs[n - 1]->fields[F_NAMESPACE] : "", vs[n - 1]->fields[F_NAME]);
+        enc = malloc(fr_base64_len(tok.len));
+        if (enc) {
+          fr_base64_encode(tok.data, tok.len, enc);
+          fr_buf_puts(&next, enc);
+        }
+        free(enc);
+        fr_buf_free(&tok);
+        break;
+      }
+      if (n == cap) {
+        size_t ncap = cap ? cap * 2 : 64;
+        struct objver **nv = realloc(vs, ncap * sizeof(*vs));
+        if (nv == NULL) {
+          api_status(req, 503, "ServiceUnavailable", "out of memory", NULL, NULL, NULL);
+          goto done;
+        }
+        vs = nv;
+        cap = ncap;
+      }
+      vs[n++] = o->cur;
+    }
+  }
+  snprintf(rvs, sizeof(rvs), "%" PRIu64, list_rv);
+  if (table) {
+    char inc[32];
+    qstr(req->query, "includeObject", inc, sizeof(inc));
+    table_render(s, r->kind, vs, n, rvs, next.data, strcmp(inc, "None") != 0, &b);
+  } else {
+    size_t i;
+    fr_buf_printf(&b, "{\"kind\":\"%s\",\"apiVersion\":\"%s\",\"metadata\":{\"resourceVersion\":\"%s\"",
+                  kind_list_name(r->kind), kind_api_version(r->kind), rvs);
+    if (next.len)
+      fr_buf_printf(&b, ",\"continue\":\"%s\"", next.data);
+    fr_buf_puts(&b, "},\"items\":[");
+    for (i = 0; i < n; i++) {
+      if (i)
+        fr_buf_putc(&b, ',');
+      fr_buf_append(&b, vs[i]->json, vs[i]->json_len);
+    }
+    fr_buf_puts(&b, "]}");
+  }
+  if (b.data == NULL)
+    api_status(req, 503, "ServiceUnavailable", "out of memory", NULL, NULL, NULL);
+  else
+    api_raw(req, 200, b.data, b.len);
+done:
+  fr_buf_free(&b);
+  fr_buf_free(&next);
+  free(vs);
+  free(cont_ns);
+  free(cont_name);
+  fr_selector_free(ls);
+  fr_selector_free(fs);
+}
+
+static void handle_watch(struct sim *s, struct fr_http_req *req, const struct route *r) {
+  struct fr_selector *ls, *fs;
+  char tmp[64];
+  int64_t timeout = 0, rv = 0;
+  int have_rv = 0;
+
+  if (qstr(req->query, "resourceVersion", tmp, sizeof(tmp)) > 0) {
+    if (fr_parse_int64(tmp, 0, INT64_MAX, &rv) != 0) {
+      api_status(req, 400, "BadRequest", "resourceVersion must be an integer", NULL, NULL, NULL);
+      return;
+    }
+    have_rv = 1;
+  }
+  if (qstr(req->query, "timeoutSeconds", tmp, sizeof(tmp)) > 0 &&
+      fr_parse_int64(tmp, 0, 86400, &timeout) != 0) {
+    api_status(req, 400, "BadRequest", "timeoutSeconds must be an integer", NULL, NULL, NULL);
+    return;
+  }
+  if (r->name != NULL) {
+    /* GET .../pods/NAME?watch=true is a watch with metadata.name. */
+    char sel[300];
+    snprintf(sel, sizeof(sel), "metadata.name=%s", r->name);
+    if (fr_selector_parse_fields(sel, kind_field_names(r->kind), &fs, NULL, 0) != 0) {
+      api_status(req, 400, "BadRequest", "invalid name", NULL, NULL, NULL);
+      return;
+    }
+    ls = NULL;
+  } else if (parse_selectors(req, r->kind, &ls, &fs) != 0) {
+    return;
+  }
+  watch_start(s, req, r->kind, r->ns, ls, fs, wants_table(req), (uint64_t)rv, have_rv,
+              qflag(req->query, "allowWatchBookmarks"), (int)timeout);
+}
+
+static void handle_get(struct sim *s, struct fr_http_req *req, const struct route *r) {
+  struct sim_obj *o = lookup(s, r);
+
+  if (o == NULL) {
+    not_found(req, r->kind, r->name);
+    return;
+  }
+  if (wants_table(req)) {
+    struct fr_buf b;
+    char rvs[24];
+    fr_buf_init(&b);
+    snprintf(rvs, sizeof(rvs), "%" PRIu64, o->cur->rv);
+    table_render(s, r->kind, &o->cur, 1, rvs, NULL, 1, &b);
+    api_raw(req, 200, b.data ? b.data : "{}", b.len);
+    fr_buf_free(&b);
+    return;
+  }
+  api_raw(req, 200, o->cur->json, o->cur->json_len);
+}
+
+/* ---------------------------------------------------------------------- */
+/* create                                                                  */
+
+static json_t *parse_body(struct fr_http_req *req) {
+  json_error_t e;
+  json_t *j;
+  char msg[300];
+
+  j = json_loadb(req->body, req->body_len, 0, &e);
+  if (j == NULL || !json_is_object(j)) {
+    snprintf(msg, sizeof(msg), "the body of the request was in an unknown format - accepted "
+             "media types include: application/json (%s)", j ? "not an object" : e.text);
+    json_decref(j);
+    api_status(req, 400, "BadRequest", msg, NULL, NULL, NULL);
+    return NULL;
+  }
+  return j;
+}
+
+static int dns_subdomain_valid(const char *n, size_t max) {
+  size_t i, len = strlen(n);
+
+  if (len == 0 || len > max)
+    return 0;
+  for (i = 0; i < len; i++) {
+    char c = n[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || (c == '.' && max > 63)))
+      return 0;
+  }
+  return n[0] != '-' && n[0] != '.' && n[len - 1] != '-' && n[len - 1] != '.';
+}
+
+/* Fills metadata common to every kind and checks names and labels. */
+int obj_prepare(struct sim *s, enum sim_kind k, const char *ns, json_t *j,
+                        struct sim_err *e) {
+  json_t *meta = json_obj(j, "metadata"), *labels;
+  const char *name = json_get_str(meta, "name"), *gen = json_get_str(meta, "generateName");
+  const char *jns = json_get_str(meta, "namespace"), *key;
+  const char *kind = json_get_str(j, "kind"), *apiv = json_get_str(j, "apiVersion");
+  char buf[300], uid[40], ts[21];
+  json_t *v;
+
+  memset(e, 0, sizeof(*e));
+  if ((kind && strcmp(kind, kind_name(k)) != 0) || (apiv && strcmp(apiv, kind_api_version(k)) != 0)) {
+    e->code = 400;
+    snprintf(e->reason, sizeof(e->reason), "BadRequest");
+    snprintf(e->msg, sizeof(e->msg), "the API version in the data (%s) does not match the "
+             "expected API version (%s)", apiv ? apiv : "", kind_api_version(k));
+    return -1;
+  }
+  if (kind_namespaced(k)) {
+    if (jns != NULL && strcmp(jns, ns) != 0) {
+      e->code = 400;
+      snprintf(e->reason, sizeof(e->reason), "BadRequest");
+      snprintf(e->msg, sizeof(e->msg), "the namespace of the provided object does not match "
+               "the namespace sent on the request");
+      return -1;
+    }
+    if (store_get(s, K_NAMESPACE, "", ns) == NULL) {
+      e->code = 404;
+      snprintf(e->reason, sizeof(e->reason), "NotFound");
+      snprintf(e->msg, sizeof(e->msg), "namespaces \"%s\" not found", ns);
+      return -1;
+    }
+    json_object_set_new(meta, "namespace", json_string(ns));
+  } else {
+    json_object_del(meta, "namespace");
+  }
+  if ((name == NULL || *name == '\0') && gen != NULL && *gen != '\0') {
+    char suffix[6];
+    fr_random_name_suffix(suffix, 5);
+    snprintf(buf, sizeof(buf), "%s%s", gen, suffix);
+    json_object_set_new(meta, "name", json_string(buf));
+    name = json_get_str(meta, "name");
+  }
+  if (name == NULL || !dns_subdomain_valid(name, k == K_NAMESPACE ? 63 : 253)) {
+    e->code = 422;
+    snprintf(e->reason, sizeof(e->reason), "Invalid");
+    snprintf(e->msg, sizeof(e->msg), "%s \"%s\" is invalid: metadata.name: %s", kind_name(k),
+             name ? name : "", name ? "Invalid value: a lowercase RFC 1123 subdomain must consist "
+             "of lower case alphanumeric characters, '-' or '.', and must start and end with an "
+             "alphanumeric character" : "Required value: name or generateName is required");
+    e->causes = json_pack("[{s:s,s:s,s:s}]", "reason", name ? "FieldValueInvalid" : "FieldValueRequired",
+                          "message", name ? "Invalid value" : "Required value", "field", "metadata.name");
+    return -1;
+  }
+  labels = json_object_get(meta, "labels");
+  json_object_foreach(labels, key, v) {
+    if (!fr_label_key_valid(key) || !json_is_string(v) || !fr_label_value_valid(json_string_value(v))) {
+      e->code = 422;
+      snprintf(e->reason, sizeof(e->reason), "Invalid");
+      snprintf(e->msg, sizeof(e->msg), "%s \"%s\" is invalid: metadata.labels: Invalid value: \"%s\"",
+               kind_name(k), name, json_is_string(v) && fr_label_key_valid(key) ? json_string_value(v) : key);
+      e->causes = json_pack("[{s:s,s:s,s:s}]", "reason", "FieldValueInvalid", "message",
+                            "Invalid value", "field", "metadata.labels");
+      return -1;
+    }
+  }
+  if (store_get(s, k, kind_namespaced(k) ? ns : "", name) != NULL) {
+    e->code = 409;
+    snprintf(e->reason, sizeof(e->reason), "AlreadyExists");
+    snprintf(e->msg, sizeof(e->msg), "%s \"%s\" already exists", kind_resource(k), name);
+    return -1;
+  }
+  uid_new(uid);
+  now_rfc3339(ts);
+  json_object_set_new(meta, "uid", json_string(uid));
+  json_object_set_new(meta, "creationTimestamp", json_string(ts));
+  json_object_del(meta, "deletionTimestamp");
+  json_object_del(meta, "resourceVersion");
+  json_object_set_new(j, "kind", json_string(kind_name(k)));
+  json_object_set_new(j, "apiVersion", json_string(kind_api_version(k)));
+  return 0;
+}
+
+static int quota_spec_valid(json_t *j, struct sim_err *e) {
+  json_t *hard = json_path(j, "spec.hard");
+  const char *k;
+  json_t *v;
+  int64_t m;
+
+  json_object_foreach(hard, k, v) {
+    if (!json_is_string(v) || fr_quantity_parse_milli(json_string_value(v), &m) != 0 || m < 0) {
+      e->code = 422;
+      snprintf(e->reason, sizeof(e->reason), "Invalid");
+      snprintf(e->msg, sizeof(e->msg), "ResourceQuota is invalid: spec.hard[%s]: Invalid value", k);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static void handle_create(struct sim *s, struct fr_http_req *req, const struct route *r) {
+  json_t *j = parse_body(req);
+  struct sim_err e;
+  struct sim_obj *o = NULL;
+  const char *ns = r->ns ? r->ns : "";
+  char dry[16];
+
+  if (j == NULL)
+    return;
+  if (obj_prepare(s, r->kind, ns, j, &e) != 0) {
+    status_err(req, &e, kind_resource(r->kind), json_get_str(json_object_get(j, "metadata"), "name"));
+    json_decref(j);
+    return;
+  }
+  qstr(req->query, "dryRun", dry, sizeof(dry));
+  switch (r->kind) {
+  case K_POD:
+    if (pod_create(s, ns, j, &o, &e) != 0) {
+      status_err(req, &e, "pods", NULL);
+      return;
+    }
+    break;
+  case K_NAMESPACE:
+    json_object_set_new(j, "spec", json_pack("{s:[s]}", "finalizers", "kubernetes"));
+    json_object_set_new(j, "status", json_pack("{s:s}", "phase", "Active"));
+    o = store_commit(s, K_NAMESPACE, NULL, j, EV_ADDED);
+    if (o != NULL) {
+      o->u.nsstate = calloc(1, sizeof(struct sim_ns));
+      quota_init_ns(s, o->name);
+    }
+    break;
+  case K_RS:
+    json_object_set_new(json_obj(j, "metadata"), "generation", json_integer(1));
+    json_object_set_new(j, "status", json_pack("{s:i,s:i}", "replicas", 0, "observedGeneration", 0));
+    if (json_path(j, "spec.replicas") == NULL)
+      json_object_set_new(json_obj(j, "spec"), "replicas", json_integer(1));
+    if (rs_validate(j, &e) != 0) {
+      status_err(req, &e, "replicasets", json_get_str(json_object_get(j, "metadata"), "name"));
+      json_decref(j);
+      return;
+    }
+    o = store_commit(s, K_RS, NULL, j, EV_ADDED);
+    if (o != NULL && rs_setup(s, o) != 0)
+      o = NULL;
+    break;
+  case K_QUOTA:
+    if (quota_spec_valid(j, &e) != 0) {
+      status_err(req, &e, "resourcequotas", NULL);
+      json_decref(j);
+      return;
+    }
+    json_object_set(json_obj(j, "status"), "hard", json_path(j, "spec.hard"));
+    json_object_set_new(json_obj(j, "status"), "used", json_object());
+    o = store_commit(s, K_QUOTA, NULL, j, EV_ADDED);
+    if (o != NULL) {
+      struct sim_obj *nso = store_get(s, K_NAMESPACE, "", ns);
+      if (nso && nso->u.nsstate) {
+        nso->u.nsstate->quota_dirty = 1;
+        sync_arm(s);
+      }
+    }
+    break;
+  default:
+    json_decref(j);
+    api_status(req, 405, "MethodNotAllowed", "the server does not allow this method on the "
+               "requested resource", kind_resource(r->kind), NULL, NULL);
+    return;
+  }
+  if (o == NULL) {
+    api_status(req, 503, "ServiceUnavailable", "out of memory", NULL, NULL, NULL);
+    return;
+  }
+  api_raw(req, 201, o->cur->json, o->cur->json_len);
+}
+
+/* ---------------------------------------------------------------------- */
+/* patch / update                                                          */
+
+static void restore(json_t *to, json_t *from, const char *path) {
+  char parent[64];
+  const char *dot = strrchr(path, '.');
+  json_t *src = json_path(from, path), *dst;
+
+  if (dot == NULL) {
+    if (src)
+      json_object_set(to, path, src);
+    else
+      json_object_del(to, path);
+    return;
+  }
+  snprintf(parent, sizeof(parent), "%.*s", (int)(dot - path), path);
+  dst = json_path(to, parent);
+  if (dst == NULL) {
+    if (src == NULL)
+      return;
+    dst = json_obj(to, parent);
+  }
+  if (src)
+    json_object_set(dst, dot + 1, src);
+  else
+    json_object_del(dst, dot + 1);
+}
+
+static int pod_spec_update_ok(json_t *old, json_t *nw) {
+  json_t *a = json_deep_copy(json_object_get(old, "spec"));
+  json_t *b = json_deep_copy(json_object_get(nw, "spec"));
+  size_t i;
+  json_t *c;
+  int ok;
+
+  /* Mutable pod spec fields: activeDeadlineSeconds and container images. */
+  json_object_del(a, "activeDeadlineSeconds");
+  json_object_del(b, "activeDeadlineSeconds");
+  json_array_foreach(json_object_get(a, "containers"), i, c) json_object_del(c, "image");
+  json_array_foreach(json_object_get(b, "containers"), i, c) json_object_del(c, "image");
+  ok = json_equal(a, b);
+  json_decref(a);
+  json_decref(b);
+  return ok;
+}
+
+static void handle_update(struct sim *s, struct fr_http_req *req, const struct route *r,
+                          int is_patch) {
+  struct sim_obj *o = lookup(s, r);
+  const char *ctype = fr_http_req_header(req, "Content-Type");
+  json_t *old, *nw, *patch;
+  char err[300], msg[600];
+  const char *prv;
+  const char *status_sub = r->sub && strcmp(r->sub, "status") == 0 ? "status" : NULL;
+  json_t *meta_labels;
+  const char *key;
+  json_t *v;
+
+  if (o == NULL) {
+    not_found(req, r->kind, r->name);
+    return;
+  }
+  patch = json_loadb(req->body, req->body_len, 0, NULL);
+  if (patch == NULL) {
+    api_status(req, 400, "BadRequest", "the body of the request was in an unknown format - "
+               "accepted media types include: application/json-patch+json, "
+               "application/merge-patch+json, application/strategic-merge-patch+json",
+               NULL, NULL, NULL);
+    return;
+  }
+  old = obj_json(o);
+  if (old == NULL) {
+    json_decref(patch);
+    api_status(req, 500, "InternalError", "stored object is unreadable", NULL, NULL, NULL);
+    return;
+  }
+  if (is_patch) {
+    if (ctype != NULL && strncasecmp(ctype, "application/json-patch+json", 27) == 0) {
+      nw = json_deep_copy(old);
+      if (json_patch_apply(nw, patch, err, sizeof(err)) != 0) {
+        api_status(req, 422, "Invalid", err, kind_resource(r->kind), r->name, NULL);
+        goto out;
+      }
+    } else if (ctype != NULL && (strncasecmp(ctype, "application/merge-patch+json", 28) == 0 ||
+                                 strncasecmp(ctype, "application/strategic-merge-patch+json", 38) == 0)) {
+      nw = merge_patch(json_deep_copy(old), patch);
+    } else {
+      json_decref(patch);
+      json_decref(old);
+      snprintf(msg, sizeof(msg), "the server does not support the content type %s for PATCH "
+               "(server-side apply is not simulated)", ctype ? ctype : "(none)");
+      api_status(req, 415, "UnsupportedMediaType", msg, NULL, NULL, NULL);
+      return;
+    }
+  } else {
+    if (!json_is_object(patch)) {
+      api_status(req, 400, "BadRequest", "body must be an object", NULL, NULL, NULL);
+      json_decref(patch);
+      json_decref(old);
+      return;
+    }
+    nw = json_incref(patch);
+  }
+  /* resourceVersion in the submitted object is an optimistic-concurrency
+   * precondition (kubectl label --resource-version, or any PUT). */
+  prv = json_string_value(json_path(is_patch ? patch : nw, "metadata.resourceVersion"));
+  if (prv != NULL && *prv != '\0' && strcmp(prv, json_string_value(json_path(old, "metadata.resourceVersion"))) != 0) {
+    snprintf(msg, sizeof(msg), "Operation cannot be fulfilled on %s \"%s\": the object has been "
+             "modified; please apply your changes to the latest version and try again",
+             kind_resource(r->kind), r->name);
+    api_status(req, 409, "Conflict", msg, kind_resource(r->kind), r->name, NULL);
+    goto out_nw;
+  }
+  if (!json_is_object(nw)) {
+    api_status(req, 422, "Invalid", "patched object is not an object", NULL, NULL, NULL);
+    goto out_nw;
+  }
+  restore(nw, old, "kind");
+  restore(nw, old, "apiVersion");
+  restore(nw, old, "metadata.name");
+  restore(nw, old, "metadata.namespace");
+  restore(nw, old, "metadata.uid");
+  restore(nw, old, "metadata.creationTimestamp");
+  restore(nw, old, "metadata.deletionTimestamp");
+  restore(nw, old, "metadata.deletionGracePeriodSeconds");
+  restore(nw, old, "metadata.generation");
+  if (status_sub) {
+    /* The status subresource changes status only. */
+    json_t *st = json_incref(json_object_get(nw, "status"));
+    json_decref(nw);
+    nw = json_deep_copy(old);
+    if (st)
+      json_object_set_new(nw, "status", st);
+  } else {
+    restore(nw, old, "status");
+  }
+  meta_labels = json_path(nw, "metadata.labels");
+  json_object_foreach(meta_labels, key, v) {
+    if (!fr_label_key_valid(key) || !json_is_string(v) || !fr_label_value_valid(json_string_value(v))) {
+      snprintf(msg, sizeof(msg), "%s \"%s\" is invalid: metadata.labels: Invalid value: \"%s\"",
+               kind_name(r->kind), r->name, key);
+      api_status(req, 422, "Invalid", msg, kind_resource(r->kind), r->name, NULL);
+      goto out_nw;
+    }
+  }
+  if (r->kind == K_POD && !status_sub && !pod_spec_update_ok(old, nw)) {
+    snprintf(msg, sizeof(msg), "Pod \"%s\" is invalid: spec: Forbidden: pod updates may not "
+             "change fields other than `spec.containers[*].image`, `spec.activeDeadlineSeconds`",
+             r->name);
+    api_status(req, 422, "Invalid", msg, "pods", r->name, NULL);
+    goto out_nw;
+  }
+  if (r->kind == K_RS && !status_sub) {
+    int64_t reps = json_get_int(json_object_get(nw, "spec"), "replicas", 1);
+    if (!json_equal(json_path(old, "spec.selector"), json_path(nw, "spec.selector")) || reps < 0) {
+      snprintf(msg, sizeof(msg), "ReplicaSet.apps \"%s\" is invalid: %s", r->name,
+               reps < 0 ? "spec.replicas: Invalid value: must be greater than or equal to 0"
+                        : "spec.selector: Invalid value: field is immutable");
+      api_status(req, 422, "Invalid", msg, "replicasets", r->name, NULL);
+      goto out_nw;
+    }
+    if (!json_equal(json_object_get(old, "spec"), json_object_get(nw, "spec")))
+      json_object_set_new(json_obj(nw, "metadata"), "generation",
+                          json_integer(json_get_int(json_object_get(old, "metadata"), "generation", 1) + 1));
+  }
+  if (r->kind == K_QUOTA) {
+    struct sim_err e;
+    memset(&e, 0, sizeof(e));
+    if (quota_spec_valid(nw, &e) != 0) {
+      status_err(req, &e, "resourcequotas", r->name);
+      goto out_nw;
+    }
+    json_object_set(json_obj(nw, "status"), "hard", json_path(nw, "spec.hard"));
+  }
+  if (json_equal(old, nw)) {
+    /* No-op updates do not bump resourceVersion. */
+    api_raw(req, 200, o->cur->json, o->cur->json_len);
+    goto out_nw;
+  }
+  o = store_commit(s, r->kind, o, nw, EV_MODIFIED);
+  nw = NULL;
+  if (o == NULL) {
+    api_status(req, 503, "ServiceUnavailable", "out of memory", NULL, NULL, NULL);
+    goto out;
+  }
+  switch (r->kind) {
+  case K_POD: pod_changed(s, o); break;
+  case K_RS: rs_mark_dirty(s, o); break;
+  case K_QUOTA: {
+    struct sim_obj *nso = store_get(s, K_NAMESPACE, "", o->ns);
+    if (nso && nso->u.nsstate) {
+      nso->u.nsstate->quota_dirty = 1;
+      sync_arm(s);
+    }
+    break;
+  }
+  case K_NODE:
+    {
+      json_t *cur = obj_json(o);
+      o->u.node->unschedulable = json_is_true(json_path(cur, "spec.unschedulable"));
+      json_decref(cur);
+    }
+    sched_room_freed(s);
+    break;
+  default: break;
+  }
+  api_raw(req, 200, o->cur->json, o->cur->json_len);
+out_nw:
+  json_decref(nw);
+out:
+  json_decref(patch);
+  json_decref(old);
+}
+
+/* ---------------------------------------------------------------------- */
+/* delete                                                                  */
+
+static void delete_ns_contents(struct sim *s, const char *ns) {
+  int k;
+
+  for (k = 0; k < K_COUNT; k++) {
+    struct sim_obj *o, *nx;
+    if (!kind_namespaced((enum sim_kind)k))
+      continue;
+    for (o = store_first(s, (enum sim_kind)k, ns); o != NULL && strcmp(o->ns, ns) == 0; o = nx) {
+      nx = store_next(s, o);
+      if (k == K_POD) {
+        pod_delete(s, o, 0);
+      } else {
+        json_t *j = obj_json(o);
+        if (k == K_RS)
+          rs_deleted(s, o, 1);
+        if (j)
+          store_commit(s, (enum sim_kind)k, o, j, EV_DELETED);
+      }
+    }
+  }
+}
+
+/* Deletes one object; returns the JSON to answer with (caller frees) or
+ * NULL after answering an error itself. */
+static char *delete_one(struct sim *s, struct fr_http_req *req, struct sim_obj *o,
+                        json_t *opts) {
+  int64_t grace = -1;
+  const char *prop = json_get_str(opts, "propagationPolicy");
+  json_t *pre = json_object_get(opts, "preconditions");
+  char tmp[64], msg[300], *out;
+  struct objver *last = o->cur;
+  enum sim_kind k = o->kind;
+  const char *ns = o->ns;
+  char name[256];
+
+  if (json_get_str(pre, "uid") && strcmp(json_get_str(pre, "uid"), o->uid) != 0) {
+    snprintf(msg, sizeof(msg), "Precondition failed: UID in precondition: %s, UID in object meta: %s",
+             json_get_str(pre, "uid"), o->uid);
+    api_status(req, 409, "Conflict", msg, kind_resource(k), o->name, NULL);
+    return NULL;
+  }
+  if (json_get_str(pre, "resourceVersion")) {
+    snprintf(tmp, sizeof(tmp), "%" PRIu64, o->cur->rv);
+    if (strcmp(json_get_str(pre, "resourceVersion"), tmp) != 0) {
+      snprintf(msg, sizeof(msg), "Precondition failed: ResourceVersion in precondition: %s, "
+               "ResourceVersion in object meta: %s", json_get_str(pre, "resourceVersion"), tmp);
+      api_status(req, 409, "Conflict", msg, kind_resource(k), o->name, NULL);
+      return NULL;
+    }
+  }
+  if (json_is_integer(json_object_get(opts, "gracePeriodSeconds")))
+    grace = json_get_int(opts, "gracePeriodSeconds", -1);
+  if (qstr(req->query, "gracePeriodSeconds", tmp, sizeof(tmp)) > 0)
+    fr_parse_int64(tmp, 0, INT64_MAX, &grace);
+  if (prop == NULL && qstr(req->query, "propagationPolicy", tmp, sizeof(tmp)) > 0)
+    prop = tmp;
+  snprintf(name, sizeof(name), "%s", o->name);
+  last->refs++;
+  switch (k) {
+  case K_POD:
+    pod_delete(s, o, grace);
+    break;
+  case K_NAMESPACE:
+    if (strcmp(o->name, "default") == 0 || strncmp(o->name, "kube-", 5) == 0) {
+      snprintf(msg, sizeof(msg), "namespaces \"%s\" is forbidden: this namespace may not be deleted", o->name);
+      api_status(req, 403, "Forbidden", msg, "namespaces", o->name, NULL);
+      objver_unref(last);
+      return NULL;
+    }
+    delete_ns_contents(s, o->name);
+    free(o->u.nsstate);
+    o->u.nsstate = NULL;
+    store_commit(s, k, o, obj_json(o), EV_DELETED);
+    break;
+  case K_NODE:
+    api_status(req, 405, "MethodNotAllowed", "kubesim does not delete nodes", "nodes", o->name, NULL);
+    objver_unref(last);
+    return NULL;
+  case K_RS:
+    rs_deleted(s, o, prop != NULL && strcmp(prop, "Orphan") == 0);
+    store_commit(s, k, o, obj_json(o), EV_DELETED);
+    break;
+  default:
+    store_commit(s, k, o, obj_json(o), EV_DELETED);
+    {
+      struct sim_obj *nso = store_get(s, K_NAMESPACE, "", ns);
+      if (nso && nso->u.nsstate) {
+        nso->u.nsstate->quota_dirty = 1;
+        sync_arm(s);
+      }
+    }
+    break;
+  }
+  /* Answer with the object as it is now: still there while terminating,
+   * else its last state. */
+  o = store_get(s, k, kind_namespaced(k) ? ns : "", name);
+  out = strdup(o ? o->cur->json : last->json);
+  objver_unref(last);
+  return out;
+}
+
+static void handle_delete(struct sim *s, struct fr_http_req *req, const struct route *r) {
+  struct sim_obj *o = lookup(s, r);
+  json_t *opts = req->body_len ? json_loadb(req->body, req->body_len, 0, NULL) : json_object();
+  char *out;
+
+  if (opts == NULL) {
+    api_status(req, 400, "BadRequest", "DeleteOptions body is not valid JSON", NULL, NULL, NULL);
+    return;
+  }
+  if (o == NULL) {
+    not_found(req, r->kind, r->name);
+    json_decref(opts);
+    return;
+  }
+  out = delete_one(s, req, o, opts);
+  json_decref(opts);
+  if (out != NULL) {
+    api_raw(req, 200, out, strlen(out));
+    free(out);
+  }
+}
+
+static void handle_delete_collection(struct sim *s, struct fr_http_req *req, const struct route *r) {
+  struct fr_selector *ls, *fs;
+  struct sim_obj *o, *nx;
+  json_t *opts = req->body_len ? json_loadb(req->body, req->body_len, 0, NULL) : json_object();
+  struct fr_buf b;
+  size_t n = 0;
+  char **names = NULL;
+  size_t i;
+
+  if (opts == NULL) {
+    api_status(req, 400, "BadRequest", "DeleteOptions body is not valid JSON", NULL, NULL, NULL);
+    return;
+  }
+  if (parse_selectors(req, r->kind, &ls, &fs) != 0) {
+    json_decref(opts);
+    return;
+  }
+  /* Collect first: deleting may remove objects from the tree. */
+  for (o = store_first(s, r->kind, r->ns); o != NULL; o = nx) {
+    nx = store_next(s, o);
+    if (r->ns != NULL && strcmp(o->ns, r->ns) != 0)
+      break;
+    if (fr_selector_matches(ls, objver_label, o->cur) && fr_selector_matches(fs, objver_field, o->cur)) {
+      char **nn = realloc(names, (n + 1) * sizeof(*names));
+      if (nn == NULL)
+        break;
+      names = nn;
+      names[n++] = strdup(o->name);
+    }
+  }
+  fr_buf_init(&b);
+  fr_buf_printf(&b, "{\"kind\":\"%s\",\"apiVersion\":\"%s\",\"metadata\":{},\"items\":[",
+                kind_list_name(r->kind), kind_api_version(r->kind));
+  for (i = 0; i < n; i++) {
+    char *out;
+    o = names[i] ? store_get(s, r->kind, r->ns ? r->ns : "", names[i]) : NULL;
+    free(names[i]);
+    if (o == NULL)
+      continue;
+    out = delete_one(s, req, o, opts);
+    if (out == NULL)
+      continue; /* cannot happen for namespaced kinds without preconditions */
+    if (b.data[b.len - 1] != '[')
+      fr_buf_putc(&b, ',');
+    fr_buf_puts(&b, out);
+    free(out);
+  }
+  free(names);
+  fr_buf_puts(&b, "]}");
+  api_raw(req, 200, b.data, b.len);
+  fr_buf_free(&b);
+  fr_selector_free(ls);
+  fr_selector_free(fs);
+  json_decref(opts);
+}
+
+/* ---------------------------------------------------------------------- */
+/* scale subresource (kubectl scale rs)                                    */
+
+static void handle_scale(struct sim *s, struct fr_http_req *req, const struct route *r) {
+  struct sim_obj *o = lookup(s, r);
+  json_t *cur, *sc, *in;
+  int64_t replicas;
+  char *sel = NULL;
+
+  if (o == NULL) {
+    not_found(req, r->kind, r->name);
+    return;
+  }
+  if (strcmp(req->method, "PATCH") == 0 || strcmp(req->method, "PUT") == 0) {
+    in = json_loadb(req->body, req->body_len, 0, NULL);
+    replicas = json_get_int(json_object_get(in, "spec"), "replicas", -1);
+    json_decref(in);
+    if (replicas < 0) {
+      api_status(req, 422, "Invalid", "Scale.autoscaling \"\" is invalid: spec.replicas: "
+                 "Invalid value: must be greater than or equal to 0", "replicasets", r->name, NULL);
+      return;
+    }
+    cur = obj_json(o);
+    if (json_get_int(json_object_get(cur, "spec"), "replicas", 1) != replicas) {
+      json_object_set_new(json_obj(cur, "spec"), "replicas", json_integer(replicas));
+      json_object_set_new(json_obj(cur, "metadata"), "generation",
+                          json_integer(json_get_int(json_object_get(cur, "metadata"), "generation", 1) + 1));
+      o = store_commit(s, K_RS, o, cur, EV_MODIFIED);
+      if (o)
+        rs_mark_dirty(s, o);
+    } else {
+      json_decref(cur);
+    }
+    if (o == NULL) {
+      api_status(req, 503, "ServiceUnavailable", "out of memory", NULL, NULL, NULL);
+      return;
+    }
+  } else if (strcmp(req->method, "GET") != 0) {
+    api_status(req, 405, "MethodNotAllowed", "method not allowed", NULL, NULL, NULL);
+    return;
+  }
+  cur = obj_json(o);
+  {
+    json_t *ml = json_path(cur, "spec.selector.matchLabels");
+    struct fr_buf b;
+    const char *k;
+    json_t *v;
+    fr_buf_init(&b);
+    json_object_foreach(ml, k, v) fr_buf_printf(&b, "%s%s=%s", b.len ? "," : "", k, json_string_value(v));
+    sel = fr_buf_detach(&b, NULL);
+  }
+  sc = json_pack("{s:s,s:s,s:O,s:{s:I},s:{s:I,s:s}}", "kind", "Scale", "apiVersion", "autoscaling/v1",
+                 "metadata", json_object_get(cur, "metadata"), "spec", "replicas",
+                 (json_int_t)json_get_int(json_object_get(cur, "spec"), "replicas", 1), "status",
+                 "replicas", (json_int_t)json_get_int(json_object_get(cur, "status"), "replicas", 0),
+                 "selector", sel ? sel : "");
+  free(sel);
+  json_decref(cur);
+  api_json(req, 200, sc);
+}
+
+/* ---------------------------------------------------------------------- */
+/* dispatch                                                                */
+
+static void route_request(struct sim *s, struct fr_http_req *req) {
+  char buf[2048];
+  struct route r;
+  const char *m = req->method;
+
+  if (strcmp(m, "GET") == 0 && discovery(s, req))
+    return;
+  if (parse_route(req->path, buf, sizeof(buf), &r) != 0) {
+    api_status(req, 404, "NotFound", "the server could not find the requested resource", NULL,
+               NULL, NULL);
+    return;
+  }
+  if (r.sub != NULL) {
+    if (r.kind == K_POD && strcmp(r.sub, "exec") == 0 && (strcmp(m, "GET") == 0 || strcmp(m, "POST") == 0)) {
+      struct sim_obj *o = lookup(s, &r);
+      if (o == NULL)
+        not_found(req, K_POD, r.name);
+      else
+        pod_exec(s, req, o);
+      return;
+    }
+    if (r.kind == K_RS && strcmp(r.sub, "scale") == 0) {
+      handle_scale(s, req, &r);
+      return;
+    }
+    if (strcmp(r.sub, "status") != 0) {
+      api_status(req, 404, "NotFound", "the server could not find the requested resource", NULL,
+                 NULL, NULL);
+      return;
+    }
+    if (strcmp(m, "GET") == 0)
+      handle_get(s, req, &r);
+    else if (strcmp(m, "PATCH") == 0 || strcmp(m, "PUT") == 0)
+      handle_update(s, req, &r, strcmp(m, "PATCH") == 0);
+    else
+      api_status(req, 405, "MethodNotAllowed", "method not allowed", NULL, NULL, NULL);
+    return;
+  }
+  if (r.name == NULL) {
+    if (strcmp(m, "GET") == 0) {
+      if (qflag(req->query, "watch"))
+        handle_watch(s, req, &r);
+      else
+        handle_list(s, req, &r);
+    } else if (strcmp(m, "POST") == 0) {
+      handle_create(s, req, &r);
+    } else if (strcmp(m, "DELETE") == 0) {
+      handle_delete_collection(s, req, &r);
+    } else {
+      api_status(req, 405, "MethodNotAllowed", "method not allowed", NULL, NULL, NULL);
+    }
+    return;
+  }
+  if (strcmp(m, "GET") == 0) {
+    if (qflag(req->query, "watch"))
+      handle_watch(s, req, &r);
+    else
+      handle_get(s, req, &r);
+  } else if (strcmp(m, "PATCH") == 0 || strcmp(m, "PUT") == 0) {
+    handle_update(s, req, &r, strcmp(m, "PATCH") == 0);
+  } else if (strcmp(m, "DELETE") == 0) {
+    handle_delete(s, req, &r);
+  } else {
+    api_status(req, 405, "MethodNotAllowed", "method not allowed", NULL, NULL, NULL);
+  }
+}
+
+/* ---------------------------------------------------------------------- */
+/* auth and faults                                                         */
+
+struct delayed {
+  uv_timer_t timer;
+  struct sim *sim;
+  struct fr_http_req *req;
+};
+
+static void delayed_closed(uv_handle_t *h) {
+  free(h->data);
+}
+
+static void on_delay(uv_timer_t *t) {
+  struct delayed *d = t->data;
+  struct fr_http_req *req = d->req;
+
+  req->abort_cb = NULL;
+  req->data = NULL;
+  uv_close((uv_handle_t *)&d->timer, delayed_closed);
+  route_request(d->sim, req);
+}
+
+static void on_delay_abort(struct fr_http_req *req) {
+  struct delayed *d = req->data;
+
+  uv_close((uv_handle_t *)&d->timer, delayed_closed);
+}
+
+static int client_latency(const struct sim *s, const char *ip) {
+  int i, ms = s->faults.latency_ms;
+
+  for (i = 0; i < s->faults.nclient_latency; i++)
+    if (strcmp(s->faults.client_latency[i].ip, ip) == 0)
+      ms += s->faults.client_latency[i].ms;
+  return ms;
+}
+
+static double rand01(void) {
+  uint32_t r;
+
+  if (fr_random_bytes(&r, sizeof(r)) != 0)
+    return 1.0;
+  return (double)r / 4294967296.0;
+}
+
+static int authorized(struct sim *s, struct fr_http_req *req) {
+  const char *h;
+
+  if (s->opts.token == NULL)
+    return 1;
+  h = fr_http_req_header(req, "Authorization");
+  return h != NULL && strncasecmp(h, "Bearer ", 7) == 0 && fr_secret_equal(h + 7, s->opts.token);
+}
+
+void api_handle(struct fr_http_req *req, void *arg) {
+  struct sim *s = arg;
+  int ms, is_exec;
+
+  if (strncmp(req->path, "/_sim/", 6) == 0) {
+    admin_handle(req, arg);
+    return;
+  }
+  if (!authorized(s, req)) {
+    api_status(req, 401, "Unauthorized", "Unauthorized", NULL, NULL, NULL);
+    return;
+  }
+  is_exec = strstr(req->path, "/exec") != NULL;
+  if (s->faults.error_rate > 0 && rand01() < s->faults.error_rate) {
+    int code = s->faults.error_code ? s->faults.error_code : 500;
+    api_status(req, code, code == 503 ? "ServiceUnavailable" : "InternalError",
+               "injected fault (kubesim)", NULL, NULL, NULL);
+    return;
+  }
+  /* Priority-and-fairness rejections: plain text with Retry-After; exec is
+   * exempt, watches are not (KUBE_PROTOCOL.md section 5). */
+  if (!is_exec && s->faults.throttle_rate > 0 && rand01() < s->faults.throttle_rate) {
+    char hdr[64];
+    const char *body = "Too many requests, please try again later.\n";
+    snprintf(hdr, sizeof(hdr), "Retry-After: %d\r\n", s->faults.retry_after_s > 0 ? s->faults.retry_after_s : 1);
+    fr_http_respond(req, 429, "text/plain; charset=utf-8", hdr, body, strlen(body));
+    return;
+  }
+  ms = client_latency(s, req->peer_ip);
+  if (ms > 0) {
+    struct delayed *d = calloc(1, sizeof(*d));
+    if (d == NULL) {
+      api_status(req, 503, "ServiceUnavailable", "out of memory", NULL, NULL, NULL);
+      return;
+    }
+    d->sim = s;
+    d->req = req;
+    uv_timer_init(s->loop, &d->timer);
+    d->timer.data = d;
+    req->data = d;
+    req->abort_cb = on_delay_abort;
+    uv_timer_start(&d->timer, on_delay, (uint64_t)ms, 0);
+    return;
+  }
+  route_request(s, req);
+}

@@ -1,0 +1,73 @@
+/* exec.h - pods/exec for kubesim: the Kubernetes exec WebSocket protocol
+ * (v5.channel.k8s.io and v4.channel.k8s.io) on top of fr/http.h, running argv
+ * as a real local process, or through a no-fork fast path for trivial
+ * commands.
+ *
+ * Channel protocol (KUBE_PROTOCOL.md section 1): every message is a binary
+ * frame whose first byte is the channel: 0 stdin, 1 stdout, 2 stderr,
+ * 3 status (JSON Status), 4 resize, 255 close (v5 only: "FF <ch>" half-closes
+ * that stream; "FF 00" is stdin EOF). At the end the server sends remaining
+ * output, then the channel-3 Status, then a close frame 1000, then closes.
+ *
+ * Processes belong to a pod's exec set. Closing the WebSocket does NOT kill a
+ * process (as on a real node, non-tty); deleting the pod does
+ * (sim_exec_set_kill()).
+ */
+#ifndef KUBESIM_EXEC_H
+#define KUBESIM_EXEC_H
+
+#include <stddef.h>
+#include <uv.h>
+
+struct fr_http_req;
+struct sim_exec;
+
+/* The processes of one pod; embedded in the pod, zero-initialised is valid. */
+struct sim_exec_set {
+  struct sim_exec *head;   /* intrusive list of live execs */
+  size_t nprocs;           /* processes still running */
+};
+
+struct sim_exec_params {
+  char **argv;            /* NULL-terminated, borrowed for the call */
+  char **env;             /* NULL-terminated "K=V", borrowed for the call */
+  const char *cwd;        /* per-pod working directory; must exist */
+  int in, out, err, tty;  /* the stdin/stdout/stderr/tty query flags */
+  int fast_path;          /* allow the no-fork path for trivial commands */
+  const char *protocol;   /* negotiated subprotocol, "v5.channel.k8s.io" or "v4..." */
+};
+
+/* Takes over <req> (a WebSocket upgrade already validated by the caller: pod
+ * exists and is running): accepts the upgrade with p->protocol, starts the
+ * command (or runs the fast path), and streams until the command ends.
+ * A command that cannot be started (not found, not executable) is reported
+ * the way a kubelet does: Status Failure on channel 3, message
+ * "... executable file not found in $PATH", then close.
+ * Returns 0 or a negative error, in which case the caller still owns <req>
+ * and should answer it. */
+int sim_exec_start(uv_loop_t *loop, struct fr_http_req *req,
+                   const struct sim_exec_params *p, struct sim_exec_set *set);
+
+/* Sends <signum> to every process of the set (their whole process groups)
+ * and detaches them from the set: their WebSockets finish as the processes
+ * die, and the memory is released when they are reaped. Safe with an empty
+ * set. After this the set may be discarded. */
+void sim_exec_set_kill(struct sim_exec_set *set, int signum);
+
+/* Returns 1 if argv is handled by the fast path (echo, true, false,
+ * sh -c 'exit N', sh -c 'echo ...'), producing exactly what the real command
+ * would. Exposed for tests. */
+int sim_exec_is_fast(char *const *argv);
+
+struct fr_buf;
+
+/* The fast path's model of a command, without running anything: appends to
+ * <out> what <argv> would write on stdout and stores its exit code in
+ * <*exit_code> (these commands never write on stderr). Pure: no I/O, no loop,
+ * no logging, so tests can compare it with the real programs.
+ * Returns 0, -EINVAL if <argv> is not a fast-path command (exactly when
+ * sim_exec_is_fast() returns 0), or -ENOMEM (<out> may then hold part of the
+ * output). <out> is borrowed. */
+int sim_exec_fast_output(char *const *argv, struct fr_buf *out, int *exit_code);
+
+#endif

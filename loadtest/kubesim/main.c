@@ -1,0 +1,711 @@
+/* main.c - kubesim: one process simulates one Kubernetes cluster.
+ *
+ * Flags, TLS material, the kubeconfig it writes for itself, the /_sim/
+ * admin surface (faults and latency at run time) and orderly shutdown.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <openssl/ec.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "fr/buf.h"
+#include "fr/log.h"
+#include "fr/quantity.h"
+#include "fr/util.h"
+#include "sim.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: kubesim [options]\n"
+          "  --listen HOST:PORT        API address (default 127.0.0.1:0)\n"
+          "  --port-file FILE          write the bound API port here\n"
+          "  --admin-listen HOST:PORT  separate admin (/_sim/) address, survives 'down'\n"
+          "  --admin-port-file FILE    write the admin port here\n"
+          "  --name NAME               cluster and kubeconfig context name (default kubesim)\n"
+          "  --region REGION           topology.kubernetes.io/region label on nodes\n"
+          "  --nodes N                 nodes (default 4)\n"
+          "  --node-cpu QTY            allocatable cpu per node (default 8)\n"
+          "  --node-memory QTY         allocatable memory per node (default 32Gi)\n"
+          "  --node-pods N             pods per node (default 110)\n"
+          "  --tls                     serve HTTPS with a generated self-signed certificate\n"
+          "  --token TOKEN             require Authorization: Bearer TOKEN\n"
+          "  --write-kubeconfig FILE   write a kubeconfig for this cluster\n"
+          "  --namespace-quota SPEC    ResourceQuota in every namespace: pods=N,requests.cpu=Q,requests.memory=Q\n"
+          "  --schedule-ms MS          delay before a new pod is scheduled (default 0)\n"
+          "  --image-pull-ms MS        image pull time, cached per node and image (default 0)\n"
+          "  --start-ms MS             container start time (default 0)\n"
+          "  --terminate-ms MS         time a deleted pod stays Terminating (default 0)\n"
+          "  --api-latency-ms MS       latency added to every API request (default 0)\n"
+          "  --scheduler-qps N         pods scheduled per second, 0 = unlimited (default 0)\n"
+          "  --fast-exec               run trivial exec commands without forking\n"
+          "  --workdir DIR             per-pod exec directories (default $TMPDIR/kubesim-PID)\n"
+          "  --history N               watch history window in events (default 20000)\n"
+          "  --bookmark-ms MS          watch bookmark interval (default 5000)\n"
+          "  --log-level LEVEL         debug, info, warn, error (default info)\n");
+}
+
+/* ---------------------------------------------------------------------- */
+/* TLS                                                                     */
+
+/* A self-signed P-256 certificate that is its own CA (basicConstraints
+ * CA:TRUE), valid for 127.0.0.1, ::1, localhost and <host>; kubectl and
+ * libcurl trust it through the kubeconfig's certificate-authority-data. */
+static int tls_setup(struct sim *s, const char *host) {
+  EVP_PKEY *key = EVP_EC_gen("P-256");
+  X509 *x = X509_new();
+  X509_NAME *nm;
+  X509V3_CTX ctx;
+  X509_EXTENSION *ext;
+  BIO *bio = NULL;
+  char san[512], cn[128];
+  unsigned char serial[16];
+  BIGNUM *bn = NULL;
+  long len;
+  char *pem;
+  int rc = -1;
+  size_t i;
+  static const char *const exts[][2] = {
+      {"basicConstraints", "critical,CA:TRUE"},
+      {"keyUsage", "critical,digitalSignature,keyEncipherment,keyCertSign"},
+      {"extendedKeyUsage", "serverAuth"},
+      {"subjectKeyIdentifier", "hash"},
+  };
+
+  if (key == NULL || x == NULL)
+    goto out;
+  X509_set_version(x, 2);
+  fr_random_bytes(serial, sizeof(serial));
+  serial[0] &= 0x7f;
+  bn = BN_bin2bn(serial, sizeof(serial), NULL);
+  BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(x));
+  X509_gmtime_adj(X509_getm_notBefore(x), -3600);
+  X509_gmtime_adj(X509_getm_notAfter(x), 365L * 86400);
+  X509_set_pubkey(x, key);
+  nm = X509_get_subject_name(x);
+  snprintf(cn, sizeof(cn), "kubesim-%s", s->opts.name);
+  X509_NAME_add_entry_by_txt(nm, "CN", MBSTRING_ASC, (unsigned char *)cn, -1, -1, 0);
+  X509_set_issuer_name(x, nm);
+  X509V3_set_ctx(&ctx, x, x, NULL, NULL, 0);
+  for (i = 0; i < FR_ARRAY_SIZE(exts); i++) {
+    ext = X509V3_EXT_conf(NULL, &ctx, exts[i][0], exts[i][1]);
+    if (ext == NULL)
+      goto out;
+    X509_add_ext(x, ext, -1);
+    X509_EXTENSION_free(ext);
+  }
+  if (strcmp(host, "127.0.0.1") == 0 || strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0 ||
+      strcmp(host, "localhost") == 0)
+    snprintf(san, sizeof(san), "IP:127.0.0.1,IP:::1,DNS:localhost");
+  else
+    snprintf(san, sizeof(san), "IP:127.0.0.1,IP:::1,DNS:localhost,%s:%s",
+             strchr(host, ':') || strspn(host, "0123456789.") == strlen(host) ? "IP" : "DNS", host);
+  ext = X509V3_EXT_conf(NULL, &ctx, "subjectAltName", san);
+  if (ext == NULL)
+    goto out;
+  X509_add_ext(x, ext, -1);
+  X509_EXTENSION_free(ext);
+  if (X509_sign(x, key, EVP_sha256()) == 0)
+    goto out;
+  s->ssl_ctx = SSL_CTX_new(TLS_server_method());
+  if (s->ssl_ctx == NULL || SSL_CTX_use_certificate(s->ssl_ctx, x) != 1 ||
+      SSL_CTX_use_PrivateKey(s->ssl_ctx, key) != 1)
+    goto out;
+  SSL_CTX_set_min_proto_version(s->ssl_ctx, TLS1_2_VERSION);
+  bio = BIO_new(BIO_s_mem());
+  if (bio == NULL || PEM_write_bio_X509(bio, x) != 1)
+    goto out;
+  len = BIO_get_mem_data(bio, &pem);
+  s->ca_pem = malloc((size_t)len + 1);
+  if (s->ca_pem == NULL)
+    goto out;
+  memcpy(s->ca_pem, pem, (size_t)len);
+  s->ca_pem[len] = '\0';
+  rc = 0;
+out:
+  if (rc != 0)
+    ERR_print_errors_fp(stderr);
+  BIO_free(bio);
+  BN_free(bn);
+  X509_free(x);
+  EVP_PKEY_free(key);
+  return rc;
+}
+
+static int write_file(const char *path, const char *data, size_t len, int mode) {
+  char tmp[4096];
+  FILE *f;
+  int fd;
+
+  /* Write then rename, so a reader polling for the file never sees half. */
+  if (snprintf(tmp, sizeof(tmp), "%s.tmp%d", path, (int)getpid()) >= (int)sizeof(tmp))
+    return -ENAMETOOLONG;
+  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, mode);
+  if (fd < 0)
+    return -errno;
+  f = fdopen(fd, "w");
+  if (f == NULL) {
+    close(fd);
+    return -errno;
+  }
+  if (fwrite(data, 1, len, f) != len || fclose(f) != 0) {
+    unlink(tmp);
+    return -EIO;
+  }
+  if (rename(tmp, path) != 0) {
+    unlink(tmp);
+    return -errno;
+  }
+  return 0;
+}
+
+static int write_kubeconfig(struct sim *s, const char *host) {
+  struct fr_buf b;
+  char *ca = NULL;
+  int rc;
+  const char *h = strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0 ? "127.0.0.1" : host;
+
+  fr_buf_init(&b);
+  if (s->ca_pem != NULL) {
+    ca = malloc(fr_base64_len(strlen(s->ca_pem)));
+    if (ca == NULL)
+      return -ENOMEM;
+    fr_base64_encode(s->ca_pem, strlen(s->ca_pem), ca);
+  }
+  fr_buf_printf(&b,
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: %s\n  cluster:\n"
+                "    server: %s://%s%s%s:%d\n",
+                s->opts.name, s->ssl_ctx ? "https" : "http", strchr(h, ':') ? "[" : "", h,
+                strchr(h, ':') ? "]" : "", fr_http_server_port(s->api));
+  if (ca != NULL)
+    fr_buf_printf(&b, "    certificate-authority-data: %s\n", ca);
+  fr_buf_printf(&b,
+                "contexts:\n- name: %s\n  context:\n    cluster: %s\n    user: %s\n"
+                "    namespace: default\ncurrent-context: %s\nusers:\n- name: %s\n  user:\n",
+                s->opts.name, s->opts.name, s->opts.name, s->opts.name, s->opts.name);
+  if (s->opts.token != NULL)
+    fr_buf_printf(&b, "    token: %s\n", s->opts.token);
+  else
+    fr_buf_puts(&b, "    {}\n");
+  fr_buf_puts(&b, "preferences: {}\n");
+  free(ca);
+  rc = b.data ? write_file(s->opts.kubeconfig, b.data, b.len, 0600) : -ENOMEM;
+  fr_buf_free(&b);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+/* admin                                                                   */
+
+static json_t *faults_json(const struct sim *s) {
+  json_t *cl = json_object();
+  int i;
+
+  for (i = 0; i < s->faults.nclient_latency; i++)
+    json_object_set_new(cl, s->faults.client_latency[i].ip, json_integer(s->faults.client_latency[i].ms));
+  return json_pack("{s:b,s:i,s:o,s:f,s:i,s:f,s:i}", "down", s->faults.down, "latency_ms",
+                   s->faults.latency_ms, "client_latency_ms", cl, "error_rate", s->faults.error_rate,
+                   "error_code", s->faults.error_code ? s->faults.error_code : 500, "throttle_rate",
+                   s->faults.throttle_rate, "retry_after_s",
+                   s->faults.retry_after_s ? s->faults.retry_after_s : 1);
+}
+
+static void admin_error(struct fr_http_req *req, int status, const char *code, const char *msg) {
+  json_t *j = json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg);
+
+  api_json(req, status, j);
+}
+
+static int set_down(struct sim *s, int down) {
+  if (down == s->faults.down)
+    return 0;
+  s->faults.down = down;
+  if (down) {
+    FR_WARN("kubesim", "%s: going down (fault injected)", s->opts.name);
+    watch_drop_all(s);
+    fr_http_server_unlisten(s->api, 1);
+    return 0;
+  }
+  FR_WARN("kubesim", "%s: coming back up", s->opts.name);
+  return fr_http_server_listen(s->api, NULL, 0);
+}
+
+static void admin_faults(struct sim *s, struct fr_http_req *req) {
+  json_t *in, *v;
+  json_error_t e;
+  const char *key;
+  struct sim_faults f;
+
+  if (strcmp(req->method, "GET") == 0) {
+    api_json(req, 200, faults_json(s));
+    return;
+  }
+  in = json_loadb(req->body, req->body_len, 0, &e);
+  if (!json_is_object(in)) {
+    json_decref(in);
+    admin_error(req, 400, "invalid_json", "body must be a JSON object");
+    return;
+  }
+  f = s->faults;
+  json_object_foreach(in, key, v) {
+    if (strcmp(key, "down") == 0 && json_is_boolean(v)) {
+      f.down = json_is_true(v);
+    } else if (strcmp(key, "latency_ms") == 0 && json_is_integer(v) && json_integer_value(v) >= 0 &&
+               json_integer_value(v) <= 600000) {
+      f.latency_ms = (int)json_integer_value(v);
+    } else if (strcmp(key, "error_rate") == 0 && json_is_number(v) && json_number_value(v) >= 0 &&
+               json_number_value(v) <= 1) {
+      f.error_rate = json_number_value(v);
+    } else if (strcmp(key, "error_code") == 0 && json_is_integer(v) && json_integer_value(v) >= 500 &&
+               json_integer_value(v) <= 599) {
+      f.error_code = (int)json_integer_value(v);
+    } else if (strcmp(key, "throttle_rate") == 0 && json_is_number(v) && json_number_value(v) >= 0 &&
+               json_number_value(v) <= 1) {
+      f.throttle_rate = json_number_value(v);
+    } else if (strcmp(key, "retry_after_s") == 0 && json_is_integer(v) && json_integer_value(v) >= 1 &&
+               json_integer_value(v) <= 3600) {
+      f.retry_after_s = (int)json_integer_value(v);
+    } else if (strcmp(key, "client_latency_ms") == 0 && json_is_object(v)) {
+      const char *ip;
+      json_t *ms;
+      f.nclient_latency = 0;
+      json_object_foreach(v, ip, ms) {
+        if (!json_is_integer(ms) || json_integer_value(ms) < 0 || strlen(ip) >= sizeof(f.client_latency[0].ip) ||
+            f.nclient_latency == (int)FR_ARRAY_SIZE(f.client_latency)) {
+          json_decref(in);
+          admin_error(req, 400, "invalid_field", "client_latency_ms maps at most 16 IPs to milliseconds");
+          return;
+        }
+        snprintf(f.client_latency[f.nclient_latency].ip, sizeof(f.client_latency[0].ip), "%s", ip);
+        f.client_latency[f.nclient_latency++].ms = (int)json_integer_value(ms);
+      }
+    } else if (strcmp(key, "drop_watches") == 0 && json_is_boolean(v)) {
+      /* an action, not a state */
+    } else {
+      char msg[200];
+      snprintf(msg, sizeof(msg), "unknown or invalid field \"%s\"", key);
+      json_decref(in);
+      admin_error(req, 400, "invalid_field", msg);
+      return;
+    }
+  }
+  {
+    int down = f.down;
+    f.down = s->faults.down;
+    s->faults = f;
+    if (json_is_true(json_object_get(in, "drop_watches")))
+      watch_drop_all(s);
+    if (set_down(s, down) != 0) {
+      json_decref(in);
+      admin_error(req, 500, "listen_failed", "could not listen again on the API address");
+      return;
+    }
+  }
+  json_decref(in);
+  api_json(req, 200, faults_json(s));
+}
+
+static void admin_state(struct sim *s, struct fr_http_req *req) {
+  json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:o}", "name", s->opts.name,
+                        "resource_version", (json_int_t)s->rv, "pods", (json_int_t)s->counts[K_POD],
+                        "nodes", (json_int_t)s->counts[K_NODE], "replicasets",
+                        (json_int_t)s->counts[K_RS], "watchers", (json_int_t)s->nwatchers,
+                        "unschedulable", (json_int_t)s->nunsched, "execs_started",
+                        (json_int_t)s->execs_started, "connections",
+                        (json_int_t)fr_http_server_nconns(s->api), "port",
+                        fr_http_server_port(s->api), "faults", faults_json(s));
+  api_json(req, 200, j);
+}
+
+void admin_handle(struct fr_http_req *req, void *arg) {
+  struct sim *s = arg;
+  const char *h;
+
+  if (s->opts.token != NULL) {
+    h = fr_http_req_header(req, "Authorization");
+    if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0 || !fr_secret_equal(h + 7, s->opts.token)) {
+      admin_error(req, 401, "unauthorized", "missing or wrong bearer token");
+      return;
+    }
+  }
+  if (strcmp(req->path, "/_sim/state") == 0 && strcmp(req->method, "GET") == 0)
+    admin_state(s, req);
+  else if (strcmp(req->path, "/_sim/faults") == 0 &&
+           (strcmp(req->method, "GET") == 0 || strcmp(req->method, "POST") == 0 ||
+            strcmp(req->method, "PUT") == 0))
+    admin_faults(s, req);
+  else if (strcmp(req->path, "/_sim/healthz") == 0)
+    fr_http_respond(req, 200, "text/plain", NULL, "ok", 2);
+  else
+    admin_error(req, 404, "not_found", "admin endpoints: GET /_sim/state, GET|POST /_sim/faults");
+}
+
+/* ---------------------------------------------------------------------- */
+/* start-up                                                                */
+
+static int split_hostport(const char *s, char *host, size_t cap, int *port) {
+  const char *colon = strrchr(s, ':');
+  int64_t p;
+  size_t hl;
+
+  if (colon == NULL)
+    return -EINVAL;
+  hl = (size_t)(colon - s);
+  if (hl >= cap)
+    return -EINVAL;
+  if (hl >= 2 && s[0] == '[' && s[hl - 1] == ']') {
+    memcpy(host, s + 1, hl - 2);
+    host[hl - 2] = '\0';
+  } else {
+    memcpy(host, s, hl);
+    host[hl] = '\0';
+  }
+  if (fr_parse_int64(colon + 1, 0, 65535, &p) != 0)
+    return -EINVAL;
+  *port = (int)p;
+  return 0;
+}
+
+static int parse_quota(struct sim *s, const char *spec) {
+  char buf[512], *p, *save = NULL;
+
+  s->quota_pods = s->quota_cpu_m = s->quota_mem_m = -1;
+  if (spec == NULL)
+    return 0;
+  if (strlen(spec) >= sizeof(buf))
+    return -EINVAL;
+  memcpy(buf, spec, strlen(spec) + 1);
+  for (p = strtok_r(buf, ",", &save); p != NULL; p = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(p, '=');
+    int64_t v;
+    if (eq == NULL)
+      return -EINVAL;
+    *eq = '\0';
+    if (strcmp(p, "pods") == 0 && fr_parse_int64(eq + 1, 0, INT64_MAX, &v) == 0)
+      s->quota_pods = v;
+    else if ((strcmp(p, "requests.cpu") == 0 || strcmp(p, "cpu") == 0) &&
+             fr_quantity_parse_milli(eq + 1, &v) == 0 && v >= 0)
+      s->quota_cpu_m = v;
+    else if ((strcmp(p, "requests.memory") == 0 || strcmp(p, "memory") == 0) &&
+             fr_quantity_parse_value(eq + 1, &v) == 0 && v >= 0)
+      s->quota_mem_m = v;
+    else
+      return -EINVAL;
+  }
+  return 0;
+}
+
+static int write_port_file(const char *path, int port) {
+  char buf[16];
+  int n = snprintf(buf, sizeof(buf), "%d\n", port);
+
+  return write_file(path, buf, (size_t)n, 0644);
+}
+
+static int create_namespace(struct sim *s, const char *name) {
+  json_t *j = json_pack("{s:s,s:s,s:{s:s,s:{s:s}},s:{s:[s]},s:{s:s}}", "kind", "Namespace",
+                        "apiVersion", "v1", "metadata", "name", name, "labels",
+                        "kubernetes.io/metadata.name", name, "spec", "finalizers", "kubernetes",
+                        "status", "phase", "Active");
+  struct sim_err e;
+  struct sim_obj *o;
+
+  if (j == NULL || obj_prepare(s, K_NAMESPACE, "", j, &e) != 0) {
+    json_decref(j);
+    return -EINVAL;
+  }
+  o = store_commit(s, K_NAMESPACE, NULL, j, EV_ADDED);
+  if (o == NULL)
+    return -ENOMEM;
+  o->u.nsstate = calloc(1, sizeof(struct sim_ns));
+  if (o->u.nsstate == NULL)
+    return -ENOMEM;
+  quota_init_ns(s, name);
+  return 0;
+}
+
+struct shutdown {
+  uv_signal_t sigint, sigterm;
+  uv_timer_t force;
+  struct sim *sim;
+};
+
+static void walk_close(uv_handle_t *h, void *arg) {
+  (void)arg;
+  if (!uv_is_closing(h))
+    uv_close(h, NULL);
+}
+
+static void on_force(uv_timer_t *t) {
+  FR_WARN("kubesim", "shutdown did not finish in time; closing what is left");
+  uv_walk(t->loop, walk_close, NULL);
+}
+
+/* Frees simulation state and closes every handle so the loop ends by
+ * itself: killed processes are reaped, their exec streams finish, and pod
+ * directories are removed by the thread pool before uv_run() returns. */
+static void sim_teardown(struct sim *s) {
+  struct sim_obj *o, *nx;
+
+  s->stopping = 1;
+  watch_drop_all(s);
+  for (o = store_first(s, K_POD, NULL); o != NULL; o = nx) {
+    nx = store_next(s, o);
+    pod_free_state(s, o); /* kills its processes */
+  }
+  for (o = store_first(s, K_RS, NULL); o != NULL; o = store_next(s, o)) {
+    if (o->u.rs) {
+      fr_selector_free(o->u.rs->selector);
+      free(o->u.rs);
+      o->u.rs = NULL;
+    }
+  }
+  for (o = store_first(s, K_NODE, NULL); o != NULL; o = store_next(s, o)) {
+    size_t k;
+    if (o->u.node == NULL)
+      continue;
+    for (k = 0; k < o->u.node->nimages; k++)
+      free(o->u.node->images[k]);
+    free(o->u.node->images);
+    free(o->u.node);
+    o->u.node = NULL;
+  }
+  for (o = store_first(s, K_NAMESPACE, NULL); o != NULL; o = store_next(s, o)) {
+    free(o->u.nsstate);
+    o->u.nsstate = NULL;
+  }
+  fr_http_server_free(s->api, NULL, NULL);
+  s->api = NULL;
+  fr_http_server_free(s->admin, NULL, NULL);
+  s->admin = NULL;
+  uv_close((uv_handle_t *)&s->sched_timer, NULL);
+  uv_close((uv_handle_t *)&s->sync_timer, NULL);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  struct shutdown *sd = h->data;
+
+  FR_INFO("kubesim", "%s: signal %d, shutting down", sd->sim->opts.name, signum);
+  sim_teardown(sd->sim);
+  uv_close((uv_handle_t *)&sd->sigint, NULL);
+  uv_close((uv_handle_t *)&sd->sigterm, NULL);
+  uv_timer_start(&sd->force, on_force, 5000, 0);
+  uv_unref((uv_handle_t *)&sd->force);
+}
+
+int main(int argc, char **argv) {
+  static const struct option longopts[] = {
+      {"listen", required_argument, NULL, 'l'},
+      {"port-file", required_argument, NULL, 'p'},
+      {"admin-listen", required_argument, NULL, 'L'},
+      {"admin-port-file", required_argument, NULL, 'P'},
+      {"name", required_argument, NULL, 'n'},
+      {"region", required_argument, NULL, 'r'},
+      {"nodes", required_argument, NULL, 'N'},
+      {"node-cpu", required_argument, NULL, 'c'},
+      {"node-memory", required_argument, NULL, 'm'},
+      {"node-pods", required_argument, NULL, 'x'},
+      {"tls", no_argument, NULL, 't'},
+      {"token", required_argument, NULL, 'T'},
+      {"write-kubeconfig", required_argument, NULL, 'k'},
+      {"namespace-quota", required_argument, NULL, 'q'},
+      {"schedule-ms", required_argument, NULL, 1},
+      {"image-pull-ms", required_argument, NULL, 2},
+      {"start-ms", required_argument, NULL, 3},
+      {"terminate-ms", required_argument, NULL, 4},
+      {"api-latency-ms", required_argument, NULL, 5},
+      {"scheduler-qps", required_argument, NULL, 6},
+      {"fast-exec", no_argument, NULL, 7},
+      {"workdir", required_argument, NULL, 8},
+      {"history", required_argument, NULL, 9},
+      {"bookmark-ms", required_argument, NULL, 10},
+      {"log-level", required_argument, NULL, 11},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  struct sim s;
+  struct shutdown sd;
+  char host[256], ahost[256], defdir[512];
+  int port = 0, aport = 0, opt, i, rc;
+  int64_t v;
+  struct fr_http_server_opts hopts;
+  enum fr_log_level lvl;
+
+  memset(&s, 0, sizeof(s));
+  s.opts.listen = "127.0.0.1:0";
+  s.opts.name = "kubesim";
+  s.opts.nodes = 4;
+  s.opts.node_cpu = "8";
+  s.opts.node_memory = "32Gi";
+  s.opts.node_pods = 110;
+  s.opts.history = 20000;
+  s.opts.bookmark_ms = 5000;
+  while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    int *num = NULL;
+    int64_t lo = 0, hi = 3600000;
+    switch (opt) {
+    case 'l': s.opts.listen = optarg; break;
+    case 'p': s.opts.port_file = optarg; break;
+    case 'L': s.opts.admin_listen = optarg; break;
+    case 'P': s.opts.admin_port_file = optarg; break;
+    case 'n': s.opts.name = optarg; break;
+    case 'r': s.opts.region = optarg; break;
+    case 'N': num = &s.opts.nodes; lo = 0; hi = 100000; break;
+    case 'c': s.opts.node_cpu = optarg; break;
+    case 'm': s.opts.node_memory = optarg; break;
+    case 'x': num = &s.opts.node_pods; lo = 1; hi = 100000; break;
+    case 't': s.opts.tls = 1; break;
+    case 'T': s.opts.token = optarg; break;
+    case 'k': s.opts.kubeconfig = optarg; break;
+    case 'q': s.opts.quota = optarg; break;
+    case 1: num = &s.opts.schedule_ms; break;
+    case 2: num = &s.opts.image_pull_ms; break;
+    case 3: num = &s.opts.start_ms; break;
+    case 4: num = &s.opts.terminate_ms; break;
+    case 5: num = &s.opts.api_latency_ms; break;
+    case 6: num = &s.opts.scheduler_qps; hi = 1000000; break;
+    case 7: s.opts.fast_exec = 1; break;
+    case 8: s.opts.workdir = optarg; break;
+    case 9: num = &s.opts.history; lo = 100; hi = 10000000; break;
+    case 10: num = &s.opts.bookmark_ms; break;
+    case 11: s.opts.log_level = optarg; break;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+    if (num != NULL) {
+      if (fr_parse_int64(optarg, lo, hi, &v) != 0) {
+        fprintf(stderr, "kubesim: %s: expected an integer in [%" PRId64 ", %" PRId64 "], got \"%s\"\n",
+                longopts[0].name ? argv[optind - 1] : "", lo, hi, optarg);
+        return 2;
+      }
+      *num = (int)v;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "kubesim: unexpected argument \"%s\"\n", argv[optind]);
+    return 2;
+  }
+  if (s.opts.log_level != NULL) {
+    if (fr_log_parse_level(s.opts.log_level, &lvl) != 0) {
+      fprintf(stderr, "kubesim: --log-level must be debug, info, warn or error\n");
+      return 2;
+    }
+    fr_log_set_level(lvl);
+  }
+  if (split_hostport(s.opts.listen, host, sizeof(host), &port) != 0) {
+    fprintf(stderr, "kubesim: --listen must be HOST:PORT, got \"%s\"\n", s.opts.listen);
+    return 2;
+  }
+  if (s.opts.admin_listen && split_hostport(s.opts.admin_listen, ahost, sizeof(ahost), &aport) != 0) {
+    fprintf(stderr, "kubesim: --admin-listen must be HOST:PORT\n");
+    return 2;
+  }
+  if (parse_quota(&s, s.opts.quota) != 0) {
+    fprintf(stderr, "kubesim: --namespace-quota: expected pods=N,requests.cpu=Q,requests.memory=Q, got \"%s\"\n",
+            s.opts.quota);
+    return 2;
+  }
+  if (fr_quantity_parse_milli(s.opts.node_cpu, &v) != 0 || v <= 0 ||
+      fr_quantity_parse_value(s.opts.node_memory, &v) != 0 || v <= 0) {
+    fprintf(stderr, "kubesim: --node-cpu and --node-memory must be positive Kubernetes quantities\n");
+    return 2;
+  }
+  if (s.opts.workdir == NULL) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(defdir, sizeof(defdir), "%s/kubesim-%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+    s.opts.workdir = defdir;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  s.loop = uv_default_loop();
+  if (s.opts.tls && tls_setup(&s, host) != 0) {
+    fprintf(stderr, "kubesim: cannot create the TLS certificate\n");
+    return 1;
+  }
+  store_init(&s);
+  sched_init(&s);
+  sync_init(&s);
+  s.faults.latency_ms = s.opts.api_latency_ms;
+  memset(&hopts, 0, sizeof(hopts));
+  hopts.ssl_ctx = s.ssl_ctx;
+  hopts.name = "kubesim";
+  /* Pod manifests and patches are small, but kubectl create -f of a List can
+   * be large; the apiserver's own limit is 3 MiB. */
+  hopts.max_body_bytes = 3 * 1024 * 1024;
+  hopts.idle_timeout_ms = 90000;
+  if (fr_http_server_new(s.loop, &hopts, api_handle, &s, &s.api) != 0)
+    return 1;
+  rc = fr_http_server_listen(s.api, host, port);
+  if (rc != 0) {
+    fprintf(stderr, "kubesim: cannot listen on %s: %s\n", s.opts.listen, uv_strerror(rc));
+    return 1;
+  }
+  if (s.opts.admin_listen) {
+    hopts.ssl_ctx = NULL;
+    hopts.name = "kubesim-admin";
+    if (fr_http_server_new(s.loop, &hopts, admin_handle, &s, &s.admin) != 0 ||
+        (rc = fr_http_server_listen(s.admin, ahost, aport)) != 0) {
+      fprintf(stderr, "kubesim: cannot listen on %s\n", s.opts.admin_listen);
+      return 1;
+    }
+  }
+  if (create_namespace(&s, "default") != 0 || create_namespace(&s, "kube-system") != 0 ||
+      create_namespace(&s, "kube-public") != 0 || create_namespace(&s, "kube-node-lease") != 0) {
+    fprintf(stderr, "kubesim: cannot create namespaces\n");
+    return 1;
+  }
+  for (i = 1; i <= s.opts.nodes; i++) {
+    if (node_create(&s, i) != 0) {
+      fprintf(stderr, "kubesim: cannot create node %d\n", i);
+      return 1;
+    }
+  }
+  if (s.opts.kubeconfig && (rc = write_kubeconfig(&s, host)) != 0) {
+    fprintf(stderr, "kubesim: cannot write %s: %s\n", s.opts.kubeconfig, strerror(-rc));
+    return 1;
+  }
+  if (s.opts.admin_port_file && write_port_file(s.opts.admin_port_file, fr_http_server_port(s.admin)) != 0) {
+    fprintf(stderr, "kubesim: cannot write %s\n", s.opts.admin_port_file);
+    return 1;
+  }
+  /* The port file comes last: once it exists the cluster is fully up. */
+  if (s.opts.port_file && write_port_file(s.opts.port_file, fr_http_server_port(s.api)) != 0) {
+    fprintf(stderr, "kubesim: cannot write %s\n", s.opts.port_file);
+    return 1;
+  }
+  FR_INFO("kubesim", "%s: serving the Kubernetes API on %s://%s:%d (%d nodes, %s cpu, %s memory, %d pods each)",
+          s.opts.name, s.ssl_ctx ? "https" : "http", host, fr_http_server_port(s.api), s.opts.nodes,
+          s.opts.node_cpu, s.opts.node_memory, s.opts.node_pods);
+
+  sd.sim = &s;
+  uv_signal_init(s.loop, &sd.sigint);
+  uv_signal_init(s.loop, &sd.sigterm);
+  sd.sigint.data = sd.sigterm.data = &sd;
+  uv_signal_start(&sd.sigint, on_signal, SIGINT);
+  uv_signal_start(&sd.sigterm, on_signal, SIGTERM);
+  uv_timer_init(s.loop, &sd.force);
+  uv_run(s.loop, UV_RUN_DEFAULT);
+  uv_close((uv_handle_t *)&sd.force, NULL);
+  uv_run(s.loop, UV_RUN_DEFAULT);
+  sched_free(&s);
+  store_free(&s);
+  if (uv_loop_close(s.loop) != 0)
+    FR_WARN("kubesim", "loop did not close cleanly");
+  SSL_CTX_free(s.ssl_ctx);
+  free(s.ca_pem);
+  {
+    /* Remove the per-pod working directories' root if we created it. */
+    if (s.opts.workdir == defdir)
+      rmdir(defdir);
+  }
+  return 0;
+}

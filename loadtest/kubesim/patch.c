@@ -1,0 +1,160 @@
+/* patch.c - JSON merge patch (RFC 7386), the map subset of strategic merge
+ * patch, and JSON patch (RFC 6902). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "patch.h"
+#include "sim.h"
+
+json_t *merge_patch(json_t *target, json_t *patch) {
+  const char *key;
+  json_t *v;
+
+  if (!json_is_object(patch)) {
+    json_decref(target);
+    return json_deep_copy(patch);
+  }
+  if (!json_is_object(target)) {
+    json_decref(target);
+    target = json_object();
+  }
+  json_object_foreach(patch, key, v) {
+    /* Strategic-merge directives ($patch, $retainKeys, ...) are not
+     * supported; they are ignored rather than stored. */
+    if (key[0] == '$')
+      continue;
+    if (json_is_null(v)) {
+      json_object_del(target, key);
+    } else {
+      json_t *cur = json_object_get(target, key);
+      json_t *merged = merge_patch(cur ? json_incref(cur) : NULL, v);
+      json_object_set_new(target, key, merged);
+    }
+  }
+  return target;
+}
+
+/* Unescapes one JSON pointer token (~1 -> /, ~0 -> ~) in place. */
+static void ptr_unescape(char *t) {
+  char *r = t, *w = t;
+
+  while (*r) {
+    if (r[0] == '~' && r[1] == '1') {
+      *w++ = '/';
+      r += 2;
+    } else if (r[0] == '~' && r[1] == '0') {
+      *w++ = '~';
+      r += 2;
+    } else {
+      *w++ = *r++;
+    }
+  }
+  *w = '\0';
+}
+
+/* Resolves all but the last token of <path>; returns the parent and puts the
+ * last token in <last> (caller frees). */
+static json_t *ptr_parent(json_t *root, const char *path, char **last) {
+  char *copy, *p, *slash;
+  json_t *cur = root;
+
+  if (path[0] != '/')
+    return NULL;
+  copy = strdup(path + 1);
+  if (copy == NULL)
+    return NULL;
+  p = copy;
+  while ((slash = strchr(p, '/')) != NULL) {
+    *slash = '\0';
+    ptr_unescape(p);
+    if (json_is_object(cur)) {
+      cur = json_object_get(cur, p);
+    } else if (json_is_array(cur)) {
+      char *end;
+      long i = strtol(p, &end, 10);
+      cur = (*end == '\0' && i >= 0) ? json_array_get(cur, (size_t)i) : NULL;
+    } else {
+      cur = NULL;
+    }
+    if (cur == NULL) {
+      free(copy);
+      return NULL;
+    }
+    p = slash + 1;
+  }
+  ptr_unescape(p);
+  *last = strdup(p);
+  free(copy);
+  return *last ? cur : NULL;
+}
+
+int json_patch_apply(json_t *doc, json_t *ops, char *err, size_t errlen) {
+  size_t i;
+  json_t *op;
+
+  if (!json_is_array(ops)) {
+    snprintf(err, errlen, "json patch must be an array of operations");
+    return -EINVAL;
+  }
+  json_array_foreach(ops, i, op) {
+    const char *name = json_get_str(op, "op"), *path = json_get_str(op, "path");
+    json_t *value = json_object_get(op, "value"), *parent;
+    char *last = NULL;
+    int rc = 0;
+
+    if (name == NULL || path == NULL) {
+      snprintf(err, errlen, "operation %zu lacks op or path", i);
+      return -EINVAL;
+    }
+    parent = ptr_parent(doc, path, &last);
+    if (parent == NULL) {
+      snprintf(err, errlen, "path %s does not exist", path);
+      free(last);
+      return -EINVAL;
+    }
+    if (strcmp(name, "test") == 0) {
+      json_t *cur = json_is_object(parent) ? json_object_get(parent, last)
+                                           : json_array_get(parent, (size_t)atol(last));
+      if (cur == NULL || !json_equal(cur, value)) {
+        snprintf(err, errlen, "testing value %s failed", path);
+        rc = -EINVAL;
+      }
+    } else if (strcmp(name, "remove") == 0) {
+      if (json_is_object(parent))
+        rc = json_object_del(parent, last) == 0 ? 0 : -EINVAL;
+      else
+        rc = json_array_remove(parent, (size_t)atol(last)) == 0 ? 0 : -EINVAL;
+      if (rc)
+        snprintf(err, errlen, "unable to remove nonexistent key: %s", path);
+    } else if ((strcmp(name, "add") == 0 || strcmp(name, "replace") == 0) && value != NULL) {
+      if (json_is_object(parent)) {
+        if (strcmp(name, "replace") == 0 && json_object_get(parent, last) == NULL) {
+          snprintf(err, errlen, "replace operation does not apply: doc is missing key: %s", path);
+          rc = -EINVAL;
+        } else {
+          json_object_set(parent, last, value);
+        }
+      } else if (json_is_array(parent)) {
+        if (strcmp(last, "-") == 0)
+          json_array_append(parent, value);
+        else if (strcmp(name, "add") == 0)
+          rc = json_array_insert(parent, (size_t)atol(last), value) == 0 ? 0 : -EINVAL;
+        else
+          rc = json_array_set(parent, (size_t)atol(last), value) == 0 ? 0 : -EINVAL;
+        if (rc)
+          snprintf(err, errlen, "array index out of range: %s", path);
+      } else {
+        snprintf(err, errlen, "path %s does not name an object or array member", path);
+        rc = -EINVAL;
+      }
+    } else {
+      snprintf(err, errlen, "unsupported json patch operation %s", name);
+      rc = -EINVAL;
+    }
+    free(last);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}

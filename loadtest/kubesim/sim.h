@@ -1,0 +1,332 @@
+/* sim.h - kubesim internals: one process simulates one Kubernetes cluster.
+ *
+ * Objects are stored as immutable, reference-counted versions (struct
+ * objver) holding the compact JSON the API serves plus the few fields that
+ * selectors and the controllers need. A list concatenates stored JSON, a
+ * watch event shares the version the store holds, and a mutation parses the
+ * current JSON, edits it with jansson and commits a new version with the
+ * next resourceVersion (store_commit()). That keeps a pod at about 2 KiB.
+ *
+ * Simulation state that never goes on the wire (scheduler queues, timers,
+ * processes) lives in per-kind structs hanging off struct sim_obj.
+ */
+#ifndef KUBESIM_SIM_H
+#define KUBESIM_SIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* libbsd's tree.h marks generated static functions __unused, which only its
+ * own cdefs.h (the "overlay") defines. */
+#ifndef __unused
+#define __unused __attribute__((__unused__))
+#endif
+#include <bsd/sys/tree.h>
+#include <jansson.h>
+#include <uv.h>
+
+#include "exec.h"
+#include "fr/http.h"
+#include "fr/labels.h"
+
+enum sim_kind { K_NAMESPACE, K_NODE, K_POD, K_QUOTA, K_RS, K_COUNT };
+
+/* Fields usable in field selectors (pods use all, others the first two). */
+enum sim_field {
+  F_NAME,
+  F_NAMESPACE,
+  F_NODE_NAME,
+  F_PHASE,
+  F_POD_IP,
+  F_RESTART_POLICY,
+  F_SCHEDULER_NAME,
+  F_SERVICE_ACCOUNT,
+  F_NOMINATED_NODE,
+  F_COUNT
+};
+
+struct objver {
+  int refs;
+  enum sim_kind kind;
+  uint64_t rv;
+  struct fr_label *labels;
+  size_t nlabels;
+  char *fields[F_COUNT];      /* NULL when the object has no such field */
+  size_t json_len;
+  char *json;                 /* compact JSON, NUL-terminated */
+};
+
+struct sim;
+struct sim_obj;
+
+struct sim_node {
+  int index;
+  int64_t alloc_cpu_m, alloc_mem_m, alloc_pods;  /* allocatable */
+  int64_t used_cpu_m, used_mem_m, used_pods;     /* requests of bound, non-terminal pods */
+  char **images;                                 /* pulled images (cache) */
+  size_t nimages;
+  int unschedulable;
+};
+
+enum pod_stage {
+  PS_PENDING,       /* waiting for the scheduler */
+  PS_UNSCHEDULABLE, /* parked until room frees */
+  PS_BOUND,         /* on a node, pulling / creating */
+  PS_RUNNING,
+  PS_TERMINAL,      /* Succeeded or Failed */
+  PS_TERMINATING,   /* deletionTimestamp set, waiting to be removed */
+};
+
+struct sim_pod {
+  struct sim_obj *obj;         /* NULL once the object is gone */
+  struct sim *sim;
+  uv_timer_t timer;            /* lifecycle step / deadline */
+  int timer_open;
+  enum pod_stage stage;
+  struct sim_obj *node;        /* bound node */
+  int64_t req_cpu_m, req_mem_m, lim_cpu_m, lim_mem_m;
+  int64_t deadline_s;          /* activeDeadlineSeconds, 0 = none */
+  int64_t start_ms;            /* when Running (wall clock) */
+  char *workdir;               /* per-pod exec directory, created lazily */
+  struct sim_exec_set execs;
+  char owner_uid[40];          /* controller ReplicaSet uid, "" = none */
+  struct sim_pod *q_prev, *q_next; /* scheduler FIFO links */
+  int queued;
+  long unsched_idx;            /* index in sim->unsched, -1 when not parked */
+  int unsched_reported;        /* Unschedulable condition already written */
+  struct sim_obj *owner;       /* controlling ReplicaSet object, NULL = none */
+  struct sim_pod *own_prev, *own_next; /* owner's list of pods */
+  int counted;                 /* usage counted in node and namespace */
+};
+
+struct sim_rs {
+  int dirty;
+  struct sim_pod *pods;        /* owned pods (intrusive list) */
+  size_t npods;
+  struct fr_selector *selector;
+  int64_t next_create_ms;      /* backoff after a failed create */
+};
+
+struct sim_ns {
+  int64_t pods, cpu_m, mem_m, lim_cpu_m, lim_mem_m; /* non-terminal pods' usage */
+  int quota_dirty;
+};
+
+struct sim_obj {
+  RB_ENTRY(sim_obj) link;
+  enum sim_kind kind;
+  char *ns;                    /* "" for cluster-scoped kinds */
+  char *name;
+  char uid[40];
+  struct objver *cur;
+  union {
+    struct sim_node *node;
+    struct sim_pod *pod;
+    struct sim_rs *rs;
+    struct sim_ns *nsstate;
+    void *any;
+  } u;
+};
+
+RB_HEAD(obj_tree, sim_obj);
+
+/* One event in the watch history. */
+struct sim_event {
+  int type;                    /* EV_ADDED, ... */
+  struct objver *obj;          /* the new version (for DELETED: the last one, new rv) */
+  struct objver *prev;         /* the version before, NULL for ADDED */
+};
+
+enum { EV_ADDED, EV_MODIFIED, EV_DELETED };
+
+struct sim_watcher;
+
+struct sim_faults {
+  int down;
+  int latency_ms;
+  struct {
+    char ip[64];
+    int ms;
+  } client_latency[16];
+  int nclient_latency;
+  double error_rate;
+  int error_code;
+  double throttle_rate;
+  int retry_after_s;
+};
+
+struct sim_opts {
+  const char *listen;
+  const char *port_file;
+  const char *admin_listen;
+  const char *admin_port_file;
+  const char *name;
+  const char *region;
+  int nodes;
+  const char *node_cpu;
+  const char *node_memory;
+  int node_pods;
+  int tls;
+  const char *token;
+  const char *kubeconfig;
+  const char *quota;
+  int schedule_ms, image_pull_ms, start_ms, terminate_ms, api_latency_ms;
+  int scheduler_qps;
+  int fast_exec;
+  const char *workdir;
+  int history;
+  int bookmark_ms;
+  const char *log_level;
+};
+
+struct sim {
+  uv_loop_t *loop;
+  struct sim_opts opts;
+  struct fr_http_server *api;
+  struct fr_http_server *admin;
+  SSL_CTX *ssl_ctx;
+  char *ca_pem;
+  uint64_t rv;
+  struct obj_tree objs[K_COUNT];
+  size_t counts[K_COUNT];
+  int node_seq;
+
+  /* watch history ring */
+  struct sim_event *hist;
+  size_t hist_cap, hist_start, hist_len;
+
+  struct sim_watcher *watchers;
+  size_t nwatchers;
+
+  /* scheduler */
+  struct sim_pod *q_head, *q_tail;  /* ready to schedule, FIFO */
+  struct sim_pod **unsched;         /* parked */
+  size_t nunsched, unsched_cap;
+  uv_timer_t sched_timer;
+  int sched_armed;
+  double sched_tokens;
+  uint64_t sched_last_ms;
+
+  /* controllers: ReplicaSets and quota status, synced a loop turn after a change */
+  uv_timer_t sync_timer;
+  int sync_armed;
+
+  uint32_t ip_seq;
+  int64_t quota_pods, quota_cpu_m, quota_mem_m; /* --namespace-quota, -1 = none */
+  struct sim_faults faults;
+  size_t execs_started;
+  int stopping;
+};
+
+struct sim_err {
+  int code;
+  char reason[32];
+  char msg[512];
+  json_t *causes;
+};
+
+/* ---- store.c ---- */
+void store_init(struct sim *s);
+void store_free(struct sim *s);
+struct sim_obj *store_get(struct sim *s, enum sim_kind k, const char *ns, const char *name);
+struct sim_obj *store_first(struct sim *s, enum sim_kind k, const char *ns);
+struct sim_obj *store_next(struct sim *s, struct sim_obj *o);
+/* Finds the first object with key > (ns, name) (for continue tokens). */
+struct sim_obj *store_after(struct sim *s, enum sim_kind k, const char *ns, const char *name);
+/* Commits <j> (taken) as the new version of <o> (NULL = create, returns the
+ * new object): assigns the next resourceVersion, fills metadata, records the
+ * event and notifies watchers. For EV_DELETED the object is unlinked and
+ * freed (its per-kind state must already be detached). Returns the object or
+ * NULL on out-of-memory. */
+struct sim_obj *store_commit(struct sim *s, enum sim_kind k, struct sim_obj *o, json_t *j,
+                             int event);
+/* Parses the current version into a new json_t (caller owns). */
+json_t *obj_json(const struct sim_obj *o);
+void objver_unref(struct objver *v);
+/* Label/field lookup for selectors over a version. */
+const char *objver_label(const void *v, const char *key);
+const char *objver_field(const void *v, const char *key);
+const char *const *kind_field_names(enum sim_kind k);
+/* Oldest resourceVersion still answerable from history. */
+uint64_t store_oldest_rv(const struct sim *s);
+
+/* ---- watch.c ---- */
+void watch_start(struct sim *s, struct fr_http_req *req, enum sim_kind k, const char *ns,
+                 struct fr_selector *lsel, struct fr_selector *fsel, int table,
+                 uint64_t from_rv, int have_rv, int bookmarks, int timeout_s);
+void watch_notify(struct sim *s, const struct sim_event *ev);
+void watch_drop_all(struct sim *s);
+
+/* ---- kinds.c: names, API paths, tables ---- */
+const char *kind_name(enum sim_kind k);          /* "Pod" */
+const char *kind_list_name(enum sim_kind k);     /* "PodList" */
+const char *kind_resource(enum sim_kind k);      /* "pods" */
+const char *kind_api_version(enum sim_kind k);   /* "v1" / "apps/v1" */
+int kind_namespaced(enum sim_kind k);
+/* Appends a meta.k8s.io Table with one row per version (NULL-terminated
+ * array or a single one) to <b>. */
+struct fr_buf;
+int table_render(struct sim *s, enum sim_kind k, struct objver **vs, size_t n,
+                 const char *rv, const char *cont, int include_object, struct fr_buf *b);
+
+/* ---- api.c ---- */
+void api_handle(struct fr_http_req *req, void *arg);
+void admin_handle(struct fr_http_req *req, void *arg);
+/* Sends a Kubernetes Status error. */
+void api_status(struct fr_http_req *req, int code, const char *reason, const char *message,
+                const char *kind, const char *name, json_t *causes);
+void api_json(struct fr_http_req *req, int code, json_t *j);
+/* Validates and fills the metadata of a new object of kind <k> in <ns>
+ * (names, generateName, labels, uid, timestamps); 0 or -1 with <e> set. */
+int obj_prepare(struct sim *s, enum sim_kind k, const char *ns, json_t *j, struct sim_err *e);
+void api_raw(struct fr_http_req *req, int code, const char *json, size_t len);
+
+/* ---- pods.c ---- */
+/* Validates and defaults a new pod; on success commits it and returns 0.
+ * On failure returns the HTTP status and fills <reason>/<msg>. Takes <j>. */
+int pod_create(struct sim *s, const char *ns, json_t *j, struct sim_obj **out,
+               struct sim_err *err);
+/* Starts deletion of a pod: graceful (deletionTimestamp, then removal after
+ * --terminate-ms) unless <grace_s> is 0 or the pod never started. */
+void pod_delete(struct sim *s, struct sim_obj *o, int64_t grace_s);
+/* Called after a committed pod update changed labels/owner/phase. */
+void pod_changed(struct sim *s, struct sim_obj *o);
+void sched_init(struct sim *s);
+void sched_free(struct sim *s);
+void sched_room_freed(struct sim *s);
+void pod_exec(struct sim *s, struct fr_http_req *req, struct sim_obj *o);
+int node_create(struct sim *s, int index);
+void quota_init_ns(struct sim *s, const char *ns);
+int quota_check(struct sim *s, const char *ns, const char *pod_name,
+                int64_t cpu_m, int64_t mem_m, int64_t lim_cpu_m, int64_t lim_mem_m,
+                struct sim_err *err);
+void ns_usage_add(struct sim *s, const char *ns, struct sim_pod *p, int sign);
+void pod_free_state(struct sim *s, struct sim_obj *o);
+
+/* ---- rs.c ---- */
+/* Checks a new ReplicaSet (selector present and valid, template labels
+ * match it, replicas >= 0) before it is stored. */
+int rs_validate(json_t *j, struct sim_err *err);
+/* Attaches controller state to a stored ReplicaSet; 0 or -ENOMEM. */
+int rs_setup(struct sim *s, struct sim_obj *o);
+void rs_mark_dirty(struct sim *s, struct sim_obj *rs);
+/* A pod was created or changed (labels, owner, stage): keep ownership and
+ * the owner's counts right, adopting orphans that match a selector. */
+void rs_pod_event(struct sim *s, struct sim_obj *pod);
+/* A pod's state is going away: unlink it from its owner. */
+void rs_pod_gone(struct sim *s, struct sim_pod *p);
+void rs_deleted(struct sim *s, struct sim_obj *rs, int orphan);
+void sync_arm(struct sim *s);
+void sync_init(struct sim *s);
+
+/* ---- misc ---- */
+void uid_new(char out[40]);
+void now_rfc3339(char out[21]);
+int64_t json_get_int(json_t *o, const char *key, int64_t dflt);
+const char *json_get_str(json_t *o, const char *key);
+/* Walks a dotted path of objects ("metadata.labels"); NULL if missing. */
+json_t *json_path(json_t *root, const char *path);
+/* Gets or creates an object member. */
+json_t *json_obj(json_t *parent, const char *key);
+
+#endif

@@ -1,0 +1,138 @@
+/* test_buf.c - fr_buf and fr/util.h helpers. */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fr/buf.h"
+#include "fr/util.h"
+
+START_TEST(buf_append_grows_keeps_terminator) {
+  struct fr_buf b;
+  int i;
+
+  fr_buf_init(&b);
+  for (i = 0; i < 1000; i++)
+    ck_assert_int_eq(fr_buf_puts(&b, "ab"), 0);
+  ck_assert_uint_eq(b.len, 2000);
+  ck_assert_int_eq(b.data[2000], '\0');
+  ck_assert_int_eq(strncmp(b.data + 1998, "ab", 2), 0);
+  fr_buf_free(&b);
+  ck_assert_ptr_null(b.data);
+}
+END_TEST
+
+START_TEST(buf_printf_consume_detach_roundtrip) {
+  struct fr_buf b;
+  size_t len;
+  char *p;
+
+  fr_buf_init(&b);
+  ck_assert_int_eq(fr_buf_printf(&b, "%d-%s", 42, "x"), 0);
+  ck_assert_str_eq(b.data, "42-x");
+  fr_buf_consume(&b, 3);
+  ck_assert_str_eq(b.data, "x");
+  p = fr_buf_detach(&b, &len);
+  ck_assert_str_eq(p, "x");
+  ck_assert_uint_eq(len, 1);
+  ck_assert_ptr_null(b.data);
+  free(p);
+  p = fr_buf_detach(&b, &len);
+  ck_assert_str_eq(p, "");
+  free(p);
+}
+END_TEST
+
+START_TEST(buf_json_str_escapes_and_replaces_invalid_utf8) {
+  struct fr_buf b;
+  const char in[] = "a\"b\\c\n\x01\xc3\xa9\xff";
+
+  fr_buf_init(&b);
+  ck_assert_int_eq(fr_buf_put_json_str(&b, in, sizeof(in) - 1), 0);
+  ck_assert_str_eq(b.data, "\"a\\\"b\\\\c\\n\\u0001\xc3\xa9\xef\xbf\xbd\"");
+  fr_buf_free(&b);
+}
+END_TEST
+
+START_TEST(base64_roundtrip_and_urlsafe_decode) {
+  char enc[64];
+  unsigned char dec[64];
+  long n;
+
+  fr_base64_encode("hello world", 11, enc);
+  ck_assert_str_eq(enc, "aGVsbG8gd29ybGQ=");
+  n = fr_base64_decode(enc, strlen(enc), dec);
+  ck_assert_int_eq(n, 11);
+  ck_assert_int_eq(memcmp(dec, "hello world", 11), 0);
+  n = fr_base64_decode("-_8", 3, dec);
+  ck_assert_int_eq(n, 2);
+  ck_assert_int_eq(dec[0], 0xfb);
+  ck_assert_int_eq(dec[1], 0xff);
+  ck_assert_int_eq(fr_base64_decode("a$bc", 4, dec), -EINVAL);
+}
+END_TEST
+
+START_TEST(parse_int64_rejects_junk_and_range) {
+  int64_t v;
+
+  ck_assert_int_eq(fr_parse_int64("123", 0, 1000, &v), 0);
+  ck_assert_int_eq(v, 123);
+  ck_assert_int_eq(fr_parse_int64("12x", 0, 1000, &v), -EINVAL);
+  ck_assert_int_eq(fr_parse_int64("", 0, 1000, &v), -EINVAL);
+  ck_assert_int_eq(fr_parse_int64(" 1", 0, 1000, &v), -EINVAL);
+  ck_assert_int_eq(fr_parse_int64("1001", 0, 1000, &v), -ERANGE);
+  ck_assert_int_eq(fr_parse_int64("99999999999999999999", 0, INT64_MAX, &v), -ERANGE);
+}
+END_TEST
+
+START_TEST(time_rfc3339_roundtrip) {
+  char out[21];
+  int64_t t;
+
+  fr_time_rfc3339(1795303276, out);
+  ck_assert_str_eq(out, "2026-11-21T23:21:16Z");
+  ck_assert_int_eq(fr_time_parse_rfc3339(out, &t), 0);
+  ck_assert_int_eq(t, 1795303276);
+  ck_assert_int_eq(fr_time_parse_rfc3339("2026-11-21T23:21:16.123Z", &t), 0);
+  ck_assert_int_eq(t, 1795303276);
+  ck_assert_int_eq(fr_time_parse_rfc3339("2026-11-21 23:21:16", &t), -EINVAL);
+}
+END_TEST
+
+START_TEST(sha256_hex_known_vector) {
+  char out[65];
+
+  fr_sha256_hex("abc", 3, out);
+  ck_assert_str_eq(out, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+END_TEST
+
+START_TEST(secret_equal_compares_whole_strings) {
+  ck_assert_int_eq(fr_secret_equal("abc", "abc"), 1);
+  ck_assert_int_eq(fr_secret_equal("abc", "abd"), 0);
+  ck_assert_int_eq(fr_secret_equal("abc", "abcd"), 0);
+  ck_assert_int_eq(fr_secret_equal("", ""), 1);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("buf");
+  TCase *tc = tcase_create("core");
+  SRunner *sr;
+  int failed;
+
+  tcase_add_test(tc, buf_append_grows_keeps_terminator);
+  tcase_add_test(tc, buf_printf_consume_detach_roundtrip);
+  tcase_add_test(tc, buf_json_str_escapes_and_replaces_invalid_utf8);
+  tcase_add_test(tc, base64_roundtrip_and_urlsafe_decode);
+  tcase_add_test(tc, parse_int64_rejects_junk_and_range);
+  tcase_add_test(tc, time_rfc3339_roundtrip);
+  tcase_add_test(tc, sha256_hex_known_vector);
+  tcase_add_test(tc, secret_equal_compares_whole_strings);
+  suite_add_tcase(s, tc);
+  sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,222 @@
+# tests/kubesim/lib.sh — shared helpers for the kubesim black-box scripts.
+# Sourced (not executed) by kubectl_fidelity.sh and kubesim_api.sh.
+#
+# Provides: a temp dir $T removed on every exit path, start_kubesim (own
+# session, killed with its children by the EXIT trap), named steps that keep
+# going after a failure, fail() that shows the last command's output and the
+# kubesim log tail, and finish() that prints the summary and sets the exit code.
+# shellcheck shell=bash
+
+T="$(mktemp -d "${TMPDIR:-/tmp}/kubesim-blackbox.XXXXXX")"
+LOG="$T/kubesim.log"
+KCFG="$T/kubeconfig"
+KS_PID=""
+KS_SID=""          # kubesim's session id (= its pid); kept after it exits
+BG_PIDS=()
+
+# shellcheck disable=SC2317  # invoked by the EXIT trap
+lib_cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  local p _
+  for p in "${BG_PIDS[@]}"; do
+    kill -TERM "$p" 2>/dev/null
+  done
+  if [ -n "$KS_PID" ]; then
+    # kubesim runs in its own session (setsid): its exec children go too.
+    kill -TERM -- "-$KS_PID" 2>/dev/null || kill -TERM "$KS_PID" 2>/dev/null
+    for _ in $(seq 1 50); do
+      kill -0 "$KS_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$KS_PID" 2>/dev/null; then
+      echo "warning: kubesim did not exit within 5s of SIGTERM; sending SIGKILL" >&2
+      kill -KILL -- "-$KS_PID" 2>/dev/null || kill -KILL "$KS_PID" 2>/dev/null
+    fi
+    wait "$KS_PID" 2>/dev/null
+  fi
+  # Whatever kubesim left in its session (exec'd commands) goes too.
+  # (They may sit in process groups of their own, so go by session id.)
+  if [ -n "$KS_SID" ]; then
+    pkill -KILL -s "$KS_SID" 2>/dev/null
+  fi
+  for p in "${BG_PIDS[@]}"; do
+    wait "$p" 2>/dev/null
+  done
+  if [ "${KEEP_TMP:-0}" = "1" ]; then
+    echo "kept $T (KEEP_TMP=1)"
+  else
+    rm -rf "$T"
+  fi
+  exit "$rc"
+}
+trap lib_cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ------------------------------------------------------------------ steps
+STEP=""
+STEPS_RUN=0
+STEP_FAILED=0
+FAILED_STEPS=()
+OUT="$T/out"       # stdout / response body of the last command
+ERR="$T/err"       # stderr / response headers of the last command
+RC=0               # exit code (or HTTP status) of the last command
+LAST_CMD=""
+OUT_LABEL="stdout"
+ERR_LABEL="stderr"
+
+step() {
+  end_step
+  STEP="$*"
+  STEPS_RUN=$((STEPS_RUN + 1))
+  STEP_FAILED=0
+  printf '\n--- step %d: %s\n' "$STEPS_RUN" "$STEP"
+}
+
+end_step() {
+  [ -n "$STEP" ] || return 0
+  if [ "$STEP_FAILED" -eq 0 ]; then
+    echo "ok: $STEP"
+  fi
+  STEP=""
+}
+
+# fail MESSAGE — mark the current step failed; show what the last command said.
+fail() {
+  if [ "$STEP_FAILED" -eq 0 ]; then
+    FAILED_STEPS+=("$STEP")
+  fi
+  STEP_FAILED=1
+  {
+    echo "FAIL [$STEP]: $*"
+    [ -n "$LAST_CMD" ] && echo "  last command: $LAST_CMD (exit/status $RC)"
+    echo "  ---- $OUT_LABEL ----"
+    head -c 4000 "$OUT" 2>/dev/null | sed 's/^/  | /'
+    echo
+    echo "  ---- $ERR_LABEL ----"
+    head -c 2000 "$ERR" 2>/dev/null | sed 's/^/  | /'
+    echo
+    echo "  ---- kubesim log (last 25 lines) ----"
+    tail -n 25 "$LOG" 2>/dev/null | sed 's/^/  | /'
+  } >&2
+  # A dead simulator would make every later step fail the same way: stop here.
+  if [ -n "$KS_PID" ] && ! kill -0 "$KS_PID" 2>/dev/null; then
+    local rc
+    wait "$KS_PID" 2>/dev/null
+    rc=$?
+    KS_PID=""
+    FAILED_STEPS+=("kubesim died during the run (exit status $rc)")
+    echo "FATAL: kubesim is no longer running (exit status $rc); stopping" >&2
+    finish
+  fi
+}
+
+# fatal MESSAGE — fail and stop (for when nothing after this can work).
+fatal() {
+  fail "$@"
+  echo "FATAL: cannot continue" >&2
+  finish
+}
+
+# stop_kubesim_step — SIGTERM kubesim and require a clean exit: status 0
+# within 10 s and no sanitizer report in its log (this is what catches leaks
+# and UB in the ASan build, where kubesim runs the whole test).
+stop_kubesim_step() {
+  [ -n "$KS_PID" ] || return 0
+  local pid="$KS_PID" _ rc
+  step "kubesim exits cleanly on SIGTERM (status 0, no sanitizer reports)"
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 1 100); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  LAST_CMD="kill -TERM kubesim"
+  : >"$OUT"
+  : >"$ERR"
+  if kill -0 "$pid" 2>/dev/null; then
+    RC=-1
+    fail "kubesim still running 10s after SIGTERM"
+    return
+  fi
+  wait "$pid" 2>/dev/null
+  rc=$?
+  RC=$rc
+  KS_PID=""
+  # Its exec children (same session) must not outlive it.
+  if pgrep -s "$pid" >"$OUT" 2>/dev/null; then
+    fail "processes left in kubesim's session after it exited: $(tr '\n' ' ' <"$OUT")"
+  fi
+  [ "$rc" -eq 0 ] || fail "kubesim exit status $rc after SIGTERM, want 0"
+  if grep -Eq 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$LOG"; then
+    grep -E -A 15 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$LOG" | head -n 60 >"$OUT"
+    fail "sanitizer report in the kubesim log"
+  fi
+}
+
+# finish — stop kubesim (checking it exits cleanly), print the summary, and
+# exit 0 if every step passed, else 1.
+finish() {
+  stop_kubesim_step
+  end_step
+  local name="${0##*/}" s
+  echo
+  if [ "${#FAILED_STEPS[@]}" -eq 0 ]; then
+    echo "$name: all $STEPS_RUN steps passed"
+    exit 0
+  fi
+  echo "$name: ${#FAILED_STEPS[@]} of $STEPS_RUN steps FAILED:"
+  for s in "${FAILED_STEPS[@]}"; do
+    echo "  - $s"
+  done
+  exit 1
+}
+
+# ------------------------------------------------------------------ kubesim
+# start_kubesim BINARY ARGS... — start kubesim on loopback with a port file
+# and a kubeconfig in $T, wait (20 s max) until both exist. Sets KS_PID.
+start_kubesim() {
+  local bin="$1"
+  shift
+  mkdir -p "$T/work"
+  echo "kubesim: $bin $*"
+  setsid "$bin" --listen 127.0.0.1:0 --port-file "$T/port" \
+    --write-kubeconfig "$KCFG" --workdir "$T/work" "$@" \
+    </dev/null >"$LOG" 2>&1 &
+  KS_PID=$!
+  KS_SID=$KS_PID
+  step "kubesim starts and writes its port file and kubeconfig"
+  local _
+  for _ in $(seq 1 200); do
+    [ -s "$T/port" ] && [ -s "$KCFG" ] && break
+    kill -0 "$KS_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! kill -0 "$KS_PID" 2>/dev/null; then
+    wait "$KS_PID" 2>/dev/null
+    local rc=$?
+    KS_PID=""
+    fatal "kubesim exited during startup (exit $rc)"
+  fi
+  if ! [ -s "$T/port" ] || ! [ -s "$KCFG" ]; then
+    fatal "no port file ($T/port) or kubeconfig ($KCFG) after 20s"
+  fi
+  echo "kubesim pid $KS_PID, port file: $(head -c 100 "$T/port")"
+}
+
+# kubeconfig_server — the server URL written into $KCFG.
+kubeconfig_server() {
+  awk '$1 == "server:" { gsub(/["\047]/, "", $2); print $2; exit }' "$KCFG"
+}
+
+# wait_until SECONDS CMD... — run CMD every 0.2 s until it succeeds; 1 on timeout.
+wait_until() {
+  local limit="$1"
+  shift
+  local end=$((SECONDS + limit))
+  while [ "$SECONDS" -lt "$end" ]; do
+    "$@" && return 0
+    sleep 0.2
+  done
+  "$@"
+}
