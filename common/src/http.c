@@ -89,6 +89,7 @@ struct conn {
   int close_after_flush;
   int abort_notify;        /* call abort_cb / ws close_cb when closing */
   size_t pending_bytes;
+  size_t idle_pending_mark;  /* pending_bytes when the idle timer last fired */
   char peer_ip[64];
   int peer_port;
 
@@ -877,6 +878,15 @@ static void on_timer(uv_timer_t *t) {
   c->timer_kind = TK_NONE;
   switch (k) {
   case TK_IDLE:
+    /* A client still downloading a large response is not idle as long as
+     * the queue keeps shrinking; one that stopped reading is. */
+    if (c->pending_bytes > 0 && c->pending_bytes != c->idle_pending_mark) {
+      c->idle_pending_mark = c->pending_bytes;
+      conn_timer(c, TK_IDLE, c->srv->opts.idle_timeout_ms);
+      break;
+    }
+    conn_close(c, 1);
+    break;
   case TK_LINGER:
     conn_close(c, 1);
     break;

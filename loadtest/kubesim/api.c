@@ -392,6 +392,10 @@ static void handle_list(struct sim *s, struct fr_http_req *req, const struct rou
     for (; o != NULL; o = store_next(s, o)) {
       if (r->ns != NULL && strcmp(o->ns, r->ns) != 0)
         break;
+      /* Later pages show the list's snapshot: objects created after it
+       * are left out (they arrive through a watch from the list RV). */
+      if (o->create_rv > list_rv)
+        continue;
       if (!fr_selector_matches(ls, objver_label, o->cur) ||
           !fr_selector_matches(fs, objver_field, o->cur))
         continue;
@@ -628,10 +632,16 @@ int obj_prepare(struct sim *s, enum sim_kind k, const char *ns, json_t *j,
 
 static int quota_spec_valid(json_t *j, struct sim_err *e) {
   json_t *hard = json_path(j, "spec.hard");
-  const char *k;
+  const char *k, *bad = NULL;
   json_t *v;
   int64_t m;
 
+  if (quantities_normalize(hard, &bad) != 0) {
+    e->code = 422;
+    snprintf(e->reason, sizeof(e->reason), "Invalid");
+    snprintf(e->msg, sizeof(e->msg), "ResourceQuota is invalid: spec.hard[%s]: Invalid value", bad);
+    return -1;
+  }
   json_object_foreach(hard, k, v) {
     if (!json_is_string(v) || fr_quantity_parse_milli(json_string_value(v), &m) != 0 || m < 0) {
       e->code = 422;

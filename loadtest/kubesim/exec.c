@@ -47,13 +47,14 @@ enum {
   CH_CLOSE = 255,
 };
 
-/* One read from a child pipe becomes one frame; a Linux pipe holds 64 KiB, so
- * a full pipe drains in one read. The buffer is allocated per read so that
- * thousands of idle execs (sleep in a sandbox) hold no read memory. */
+/* One read from the child's stdout/stderr (socketpairs, as libuv creates
+ * them) becomes one frame of at most this size. The buffer is allocated per
+ * read so that thousands of idle execs (sleep in a sandbox) hold no read
+ * memory. */
 #define READ_CHUNK ((size_t)64 * 1024)
 /* Backpressure towards a slow client: stop reading the child's output above
  * PAUSE_HIGH bytes queued on the connection, resume below PAUSE_LOW. The
- * child then blocks on its full pipe, as it would behind a slow kubelet. */
+ * child then blocks on its full output, as it would behind a slow kubelet. */
 #define PAUSE_HIGH ((size_t)4 << 20)
 #define PAUSE_LOW ((size_t)1 << 20)
 /* fr/http.h has no "drained" callback, so while paused we poll

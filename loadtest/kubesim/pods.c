@@ -878,10 +878,18 @@ static int sum_resources(json_t *containers, const char *name, int64_t *cpu, int
   *cpu = *mem = *lcpu = *lmem = 0;
   json_array_foreach(containers, i, c) {
     json_t *req = json_path(c, "resources.requests"), *lim = json_path(c, "resources.limits");
-    const char *rc = json_get_str(req, "cpu"), *rm = json_get_str(req, "memory");
-    const char *lc = json_get_str(lim, "cpu"), *lm = json_get_str(lim, "memory");
+    const char *rc, *rm, *lc, *lm, *bad = NULL;
     int64_t v;
     char field[96];
+
+    if (quantities_normalize(req, &bad) != 0 || quantities_normalize(lim, &bad) != 0) {
+      snprintf(field, sizeof(field), "spec.containers[%zu].resources[%s]", i, bad);
+      return invalid(e, name, field, "Invalid value: must be a quantity");
+    }
+    rc = json_get_str(req, "cpu");
+    rm = json_get_str(req, "memory");
+    lc = json_get_str(lim, "cpu");
+    lm = json_get_str(lim, "memory");
 
     /* Requests default to limits (Kubernetes defaulting). */
     if (rc == NULL)

@@ -118,6 +118,7 @@ struct sim_obj {
   char *ns;                    /* "" for cluster-scoped kinds */
   char *name;
   char uid[40];
+  uint64_t create_rv;          /* resourceVersion of the ADDED event */
   struct objver *cur;
   union {
     struct sim_node *node;
@@ -320,6 +321,11 @@ void sync_arm(struct sim *s);
 void sync_init(struct sim *s);
 
 /* ---- misc ---- */
+/* Quantities may arrive as JSON numbers (YAML "cpu: 2"); Kubernetes
+ * serialises them back as strings. Rewrites every value of the object
+ * <map> (e.g. resources.requests) as a canonical string; returns -1 and
+ * names the bad key in <bad> if a value is not a valid quantity. */
+int quantities_normalize(json_t *map, const char **bad);
 void uid_new(char out[40]);
 void now_rfc3339(char out[21]);
 int64_t json_get_int(json_t *o, const char *key, int64_t dflt);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "fr/log.h"
+#include "fr/quantity.h"
 #include "fr/util.h"
 #include "sim.h"
 
@@ -261,6 +262,7 @@ struct sim_obj *store_commit(struct sim *s, enum sim_kind k, struct sim_obj *o, 
   }
   s->rv = rv;
   if (prev == NULL) {
+    o->create_rv = rv;
     RB_INSERT(obj_tree, &s->objs[k], o);
     s->counts[k]++;
   }
@@ -339,6 +341,33 @@ json_t *json_obj(json_t *parent, const char *key) {
   if (v == NULL || json_object_set_new(parent, key, v) != 0)
     return NULL;
   return v;
+}
+
+int quantities_normalize(json_t *map, const char **bad) {
+  const char *key;
+  json_t *v;
+  char buf[64];
+
+  json_object_foreach(map, key, v) {
+    if (json_is_integer(v)) {
+      snprintf(buf, sizeof(buf), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+      json_object_set_new(map, key, json_string(buf));
+    } else if (json_is_real(v)) {
+      snprintf(buf, sizeof(buf), "%.17g", json_real_value(v));
+      json_object_set_new(map, key, json_string(buf));
+    } else if (!json_is_string(v)) {
+      *bad = key;
+      return -1;
+    }
+    {
+      int64_t m;
+      if (fr_quantity_parse_milli(json_string_value(json_object_get(map, key)), &m) != 0) {
+        *bad = key;
+        return -1;
+      }
+    }
+  }
+  return 0;
 }
 
 void uid_new(char out[40]) {

@@ -1924,6 +1924,45 @@ START_TEST(unlisten_refuses_then_relisten_same_port_serves) {
 }
 END_TEST
 
+static void unlisten_listen(struct fx *f) {
+  fr_http_server_unlisten(f->srv, 0);
+  f->listen_rc = fr_http_server_listen(f->srv, NULL, 0);
+  f->port_after = fr_http_server_port(f->srv);
+}
+
+static void client_relisten_at_once(struct fx *f) {
+  /* The open keep-alive connection survives unlisten(srv, 0). */
+  if (cl_exchange(f, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n") != 0)
+    return;
+  if (loop_call(f, unlisten_listen) != 0 || f->listen_rc != 0)
+    return;
+  /* Listening again as soon as listen() returned, not a loop turn later. */
+  f->connect_rc = cl_connect_port(f, &f->cl[1], f->port);
+  if (f->connect_rc != 0 ||
+      cl_sends(f, &f->cl[1], "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n") != 0 ||
+      cl_response(f, &f->cl[1], 0, &f->r[2]) != 0)
+    return;
+  if (cl_sends(f, &f->cl[0], "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n") != 0)
+    return;
+  cl_response(f, &f->cl[0], 0, &f->r[1]);
+}
+
+START_TEST(unlisten_then_listen_in_one_callback_serves_at_once) {
+  int port;
+
+  fx_start(NULL);
+  port = fx.port;
+  fx_run(client_relisten_at_once);
+  ck_assert_int_eq(fx.listen_rc, 0);
+  ck_assert_int_eq(fx.connect_rc, 0);
+  ck_assert_int_eq(fx.port_after, port);
+  ck_assert_int_eq(fx.r[1].status, 200);
+  ck_assert_int_eq(fx.r[2].status, 200);
+  ck_assert_str_eq(fx.r[2].body, "hello world");
+  ck_assert_uint_eq(fx.nconns, 2);
+}
+END_TEST
+
 static int four_conns_one_held(struct fx *f) {
   return fr_http_server_nconns(f->srv) == 4 && f->held != NULL;
 }
@@ -2176,6 +2215,7 @@ static Suite *http_suite(void) {
   tc = tcase_create("lifecycle");
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, unlisten_refuses_then_relisten_same_port_serves);
+  tcase_add_test(tc, unlisten_then_listen_in_one_callback_serves_at_once);
   tcase_add_test(tc, server_free_with_open_conns_closes_everything);
   tcase_add_test(tc, server_free_without_connections_calls_back_once);
   tcase_add_test(tc, listen_on_busy_port_fails_eaddrinuse);

@@ -306,6 +306,8 @@ else
 fi
 
 # --------------------------------------------------------------- unschedulable
+# `cpu: 64` is a YAML integer, so kubectl sends a JSON number: the API server
+# must accept it as a Quantity and hand it back as the string "64".
 step "a pod requesting cpu 64 stays Pending/Unschedulable"
 pod_yaml big 64 64Mi >"$T/big.yaml"
 k create -f "$T/big.yaml"
@@ -323,6 +325,11 @@ if expect_rc 0 "kubectl create -f big.yaml"; then
   expect_rc 0 "get big phase" && out_is "Pending" "big status.phase"
   k get pod big -o 'jsonpath={.spec.nodeName}'
   [ -z "$(cat "$OUT")" ] || fail "unschedulable pod has spec.nodeName '$(cat "$OUT")'"
+  k get pod big -o json
+  if expect_rc 0 "get pod big -o json"; then
+    python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["spec"]["containers"][0]["resources"]["requests"]; sys.exit(0 if r.get("cpu") == "64" else 1)' "$OUT" \
+      || fail "requests.cpu should read back as the string \"64\" (a Quantity), got: $(grep -o '"cpu": *[^,}]*' "$OUT" | head -n1)"
+  fi
 fi
 
 # --------------------------------------------------------------- quota

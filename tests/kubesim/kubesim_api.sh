@@ -138,7 +138,7 @@ status_check() {
 # ------------------------------------------------------------------ start
 start_kubesim "$KUBESIM" --tls --token "$TOKEN" --name api \
   --nodes 2 --node-cpu 8 --node-memory 16Gi --node-pods 50 \
-  --schedule-ms 10 --image-pull-ms 10 --start-ms 10 --history 50
+  --schedule-ms 10 --image-pull-ms 10 --start-ms 10 --history 100
 BASE="$(kubeconfig_server)"
 case "$BASE" in
   https://127.0.0.1:*) ;;
@@ -341,9 +341,9 @@ then
 fi
 
 step "watch from an expired resourceVersion: 410 Expired"
-# --history 50: push more than 50 events past the oldest RV we know.
+# --history 100: push more than 100 events past the oldest RV we know.
 old_rv="$rv1"
-for i in $(seq 1 60); do
+for i in $(seq 1 130); do
   req PATCH "$NS/pods/dup" "{\"metadata\":{\"labels\":{\"n\":\"$i\"}}}" application/merge-patch+json
   [ "$RC" = 200 ] || { fail "patch $i: HTTP $RC"; break; }
 done

@@ -63,6 +63,7 @@ OUT="$T/out"       # stdout / response body of the last command
 ERR="$T/err"       # stderr / response headers of the last command
 RC=0               # exit code (or HTTP status) of the last command
 LAST_CMD=""
+SAN_RE='ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:'
 OUT_LABEL="stdout"
 ERR_LABEL="stderr"
 
@@ -97,8 +98,13 @@ fail() {
     echo "  ---- $ERR_LABEL ----"
     head -c 2000 "$ERR" 2>/dev/null | sed 's/^/  | /'
     echo
-    echo "  ---- kubesim log (last 25 lines) ----"
-    tail -n 25 "$LOG" 2>/dev/null | sed 's/^/  | /'
+    if grep -Eq "$SAN_RE" "$LOG" 2>/dev/null; then
+      echo "  ---- kubesim log: sanitizer report ----"
+      grep -E -m 1 -A 45 "$SAN_RE" "$LOG" | sed 's/^/  | /'
+    else
+      echo "  ---- kubesim log (last 25 lines) ----"
+      tail -n 25 "$LOG" 2>/dev/null | sed 's/^/  | /'
+    fi
   } >&2
   # A dead simulator would make every later step fail the same way: stop here.
   if [ -n "$KS_PID" ] && ! kill -0 "$KS_PID" 2>/dev/null; then
@@ -148,8 +154,7 @@ stop_kubesim_step() {
     fail "processes left in kubesim's session after it exited: $(tr '\n' ' ' <"$OUT")"
   fi
   [ "$rc" -eq 0 ] || fail "kubesim exit status $rc after SIGTERM, want 0"
-  if grep -Eq 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$LOG"; then
-    grep -E -A 15 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$LOG" | head -n 60 >"$OUT"
+  if grep -Eq "$SAN_RE" "$LOG"; then
     fail "sanitizer report in the kubesim log"
   fi
 }

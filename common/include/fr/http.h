@@ -57,6 +57,8 @@ typedef void (*fr_http_ws_message_cb)(struct fr_http_req *req, int opcode,
  * an abrupt end), protocol error or fr_http_abort(). <req> is freed when this
  * returns. */
 typedef void (*fr_http_ws_close_cb)(struct fr_http_req *req, int code);
+/* The server is gone; <srv> is always NULL (the memory is already freed),
+ * only <arg> identifies it. */
 typedef void (*fr_http_server_close_cb)(struct fr_http_server *srv, void *arg);
 
 struct fr_http_req {
