@@ -977,8 +977,7 @@ static char *delete_one(struct sim *s, struct fr_http_req *req, struct sim_obj *
   char tmp[64], msg[300], *out;
   struct objver *last = o->cur;
   enum sim_kind k = o->kind;
-  const char *ns = o->ns;
-  char name[256];
+  char name[256], ns[256];
 
   if (json_get_str(pre, "uid") && strcmp(json_get_str(pre, "uid"), o->uid) != 0) {
     snprintf(msg, sizeof(msg), "Precondition failed: UID in precondition: %s, UID in object meta: %s",
@@ -1001,7 +1000,9 @@ static char *delete_one(struct sim *s, struct fr_http_req *req, struct sim_obj *
     fr_parse_int64(tmp, 0, INT64_MAX, &grace);
   if (prop == NULL && qstr(req->query, "propagationPolicy", tmp, sizeof(tmp)) > 0)
     prop = tmp;
+  /* <o> may be freed by the deletion below: keep its key. */
   snprintf(name, sizeof(name), "%s", o->name);
+  snprintf(ns, sizeof(ns), "%s", o->ns);
   last->refs++;
   switch (k) {
   case K_POD:
