@@ -89,6 +89,21 @@ static json_t *ptr_parent(json_t *root, const char *path, char **last) {
   return *last ? cur : NULL;
 }
 
+/* A JSON pointer array index: decimal digits only, no sign or leading
+ * zero (RFC 6901 section 4). Returns -1 when <t> is not one. */
+static long array_index(const char *t) {
+  long v = 0;
+
+  if (*t == '\0' || (t[0] == '0' && t[1] != '\0'))
+    return -1;
+  for (; *t; t++) {
+    if (*t < '0' || *t > '9' || v > 100000000)
+      return -1;
+    v = v * 10 + (*t - '0');
+  }
+  return v;
+}
+
 int json_patch_apply(json_t *doc, json_t *ops, char *err, size_t errlen) {
   size_t i;
   json_t *op;
@@ -101,6 +116,7 @@ int json_patch_apply(json_t *doc, json_t *ops, char *err, size_t errlen) {
     const char *name = json_get_str(op, "op"), *path = json_get_str(op, "path");
     json_t *value = json_object_get(op, "value"), *parent;
     char *last = NULL;
+    long idx;
     int rc = 0;
 
     if (name == NULL || path == NULL) {
@@ -113,9 +129,15 @@ int json_patch_apply(json_t *doc, json_t *ops, char *err, size_t errlen) {
       free(last);
       return -EINVAL;
     }
+    idx = json_is_array(parent) ? array_index(last) : 0;
+    if (idx < 0 && !(strcmp(last, "-") == 0 && strcmp(name, "add") == 0)) {
+      snprintf(err, errlen, "invalid array index in %s", path);
+      free(last);
+      return -EINVAL;
+    }
     if (strcmp(name, "test") == 0) {
       json_t *cur = json_is_object(parent) ? json_object_get(parent, last)
-                                           : json_array_get(parent, (size_t)atol(last));
+                                           : json_array_get(parent, (size_t)idx);
       if (cur == NULL || !json_equal(cur, value)) {
         snprintf(err, errlen, "testing value %s failed", path);
         rc = -EINVAL;
@@ -124,7 +146,7 @@ int json_patch_apply(json_t *doc, json_t *ops, char *err, size_t errlen) {
       if (json_is_object(parent))
         rc = json_object_del(parent, last) == 0 ? 0 : -EINVAL;
       else
-        rc = json_array_remove(parent, (size_t)atol(last)) == 0 ? 0 : -EINVAL;
+        rc = json_array_remove(parent, (size_t)idx) == 0 ? 0 : -EINVAL;
       if (rc)
         snprintf(err, errlen, "unable to remove nonexistent key: %s", path);
     } else if ((strcmp(name, "add") == 0 || strcmp(name, "replace") == 0) && value != NULL) {
@@ -139,9 +161,9 @@ int json_patch_apply(json_t *doc, json_t *ops, char *err, size_t errlen) {
         if (strcmp(last, "-") == 0)
           json_array_append(parent, value);
         else if (strcmp(name, "add") == 0)
-          rc = json_array_insert(parent, (size_t)atol(last), value) == 0 ? 0 : -EINVAL;
+          rc = json_array_insert(parent, (size_t)idx, value) == 0 ? 0 : -EINVAL;
         else
-          rc = json_array_set(parent, (size_t)atol(last), value) == 0 ? 0 : -EINVAL;
+          rc = json_array_set(parent, (size_t)idx, value) == 0 ? 0 : -EINVAL;
         if (rc)
           snprintf(err, errlen, "array index out of range: %s", path);
       } else {

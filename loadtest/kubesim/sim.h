@@ -248,6 +248,11 @@ void objver_unref(struct objver *v);
 const char *objver_label(const void *v, const char *key);
 const char *objver_field(const void *v, const char *key);
 const char *const *kind_field_names(enum sim_kind k);
+/* Calls <cb> for every history event after <rv>, oldest first. Returns
+ * -ESTALE (nothing delivered) when events after <rv> have already left the
+ * window, which a watch answers with 410 Expired. */
+int store_replay(struct sim *s, uint64_t rv, void (*cb)(const struct sim_event *, void *),
+                 void *arg);
 /* Oldest resourceVersion still answerable from history. */
 uint64_t store_oldest_rv(const struct sim *s);
 

@@ -286,9 +286,6 @@ struct sim_obj *store_commit(struct sim *s, enum sim_kind k, struct sim_obj *o, 
   return o;
 }
 
-/* Replays history after <rv> to <cb>; returns -ESTALE if <rv> is too old. */
-int store_replay(struct sim *s, uint64_t rv, void (*cb)(const struct sim_event *, void *),
-                 void *arg);
 int store_replay(struct sim *s, uint64_t rv, void (*cb)(const struct sim_event *, void *),
                  void *arg) {
   size_t i;

@@ -20,9 +20,6 @@
  * for the synthetic ADDED burst of 50k pods. */
 #define WATCH_MAX_PENDING (256u * 1024 * 1024)
 
-int store_replay(struct sim *s, uint64_t rv, void (*cb)(const struct sim_event *, void *),
-                 void *arg);
-
 struct sim_watcher {
   struct sim_watcher *prev, *next;
   struct sim *sim;

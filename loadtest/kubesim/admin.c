@@ -1,0 +1,154 @@
+/* admin.c - the /_sim/ admin surface: inspect the simulated cluster and
+ * switch faults (down, latency, 5xx, 429, dropped watches) at run time. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "fr/log.h"
+#include "fr/util.h"
+#include "sim.h"
+
+static json_t *faults_json(const struct sim *s) {
+  json_t *cl = json_object();
+  int i;
+
+  for (i = 0; i < s->faults.nclient_latency; i++)
+    json_object_set_new(cl, s->faults.client_latency[i].ip, json_integer(s->faults.client_latency[i].ms));
+  return json_pack("{s:b,s:i,s:o,s:f,s:i,s:f,s:i}", "down", s->faults.down, "latency_ms",
+                   s->faults.latency_ms, "client_latency_ms", cl, "error_rate", s->faults.error_rate,
+                   "error_code", s->faults.error_code ? s->faults.error_code : 500, "throttle_rate",
+                   s->faults.throttle_rate, "retry_after_s",
+                   s->faults.retry_after_s ? s->faults.retry_after_s : 1);
+}
+
+static void admin_error(struct fr_http_req *req, int status, const char *code, const char *msg) {
+  json_t *j = json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg);
+
+  api_json(req, status, j);
+}
+
+static int set_down(struct sim *s, int down) {
+  if (down == s->faults.down)
+    return 0;
+  s->faults.down = down;
+  if (down) {
+    FR_WARN("kubesim", "%s: going down (fault injected)", s->opts.name);
+    watch_drop_all(s);
+    fr_http_server_unlisten(s->api, 1);
+    return 0;
+  }
+  FR_WARN("kubesim", "%s: coming back up", s->opts.name);
+  return fr_http_server_listen(s->api, NULL, 0);
+}
+
+static void admin_faults(struct sim *s, struct fr_http_req *req) {
+  json_t *in, *v;
+  json_error_t e;
+  const char *key;
+  struct sim_faults f;
+
+  if (strcmp(req->method, "GET") == 0) {
+    api_json(req, 200, faults_json(s));
+    return;
+  }
+  in = json_loadb(req->body, req->body_len, 0, &e);
+  if (!json_is_object(in)) {
+    json_decref(in);
+    admin_error(req, 400, "invalid_json", "body must be a JSON object");
+    return;
+  }
+  f = s->faults;
+  json_object_foreach(in, key, v) {
+    if (strcmp(key, "down") == 0 && json_is_boolean(v)) {
+      f.down = json_is_true(v);
+    } else if (strcmp(key, "latency_ms") == 0 && json_is_integer(v) && json_integer_value(v) >= 0 &&
+               json_integer_value(v) <= 600000) {
+      f.latency_ms = (int)json_integer_value(v);
+    } else if (strcmp(key, "error_rate") == 0 && json_is_number(v) && json_number_value(v) >= 0 &&
+               json_number_value(v) <= 1) {
+      f.error_rate = json_number_value(v);
+    } else if (strcmp(key, "error_code") == 0 && json_is_integer(v) && json_integer_value(v) >= 500 &&
+               json_integer_value(v) <= 599) {
+      f.error_code = (int)json_integer_value(v);
+    } else if (strcmp(key, "throttle_rate") == 0 && json_is_number(v) && json_number_value(v) >= 0 &&
+               json_number_value(v) <= 1) {
+      f.throttle_rate = json_number_value(v);
+    } else if (strcmp(key, "retry_after_s") == 0 && json_is_integer(v) && json_integer_value(v) >= 1 &&
+               json_integer_value(v) <= 3600) {
+      f.retry_after_s = (int)json_integer_value(v);
+    } else if (strcmp(key, "client_latency_ms") == 0 && json_is_object(v)) {
+      const char *ip;
+      json_t *ms;
+      f.nclient_latency = 0;
+      json_object_foreach(v, ip, ms) {
+        if (!json_is_integer(ms) || json_integer_value(ms) < 0 || strlen(ip) >= sizeof(f.client_latency[0].ip) ||
+            f.nclient_latency == (int)FR_ARRAY_SIZE(f.client_latency)) {
+          json_decref(in);
+          admin_error(req, 400, "invalid_field", "client_latency_ms maps at most 16 IPs to milliseconds");
+          return;
+        }
+        snprintf(f.client_latency[f.nclient_latency].ip, sizeof(f.client_latency[0].ip), "%s", ip);
+        f.client_latency[f.nclient_latency++].ms = (int)json_integer_value(ms);
+      }
+    } else if (strcmp(key, "drop_watches") == 0 && json_is_boolean(v)) {
+      /* an action, not a state */
+    } else {
+      char msg[200];
+      snprintf(msg, sizeof(msg), "unknown or invalid field \"%s\"", key);
+      json_decref(in);
+      admin_error(req, 400, "invalid_field", msg);
+      return;
+    }
+  }
+  {
+    int down = f.down;
+    f.down = s->faults.down;
+    s->faults = f;
+    if (json_is_true(json_object_get(in, "drop_watches")))
+      watch_drop_all(s);
+    if (set_down(s, down) != 0) {
+      json_decref(in);
+      admin_error(req, 500, "listen_failed", "could not listen again on the API address");
+      return;
+    }
+  }
+  json_decref(in);
+  api_json(req, 200, faults_json(s));
+}
+
+static void admin_state(struct sim *s, struct fr_http_req *req) {
+  json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:o}", "name", s->opts.name,
+                        "resource_version", (json_int_t)s->rv, "pods", (json_int_t)s->counts[K_POD],
+                        "nodes", (json_int_t)s->counts[K_NODE], "replicasets",
+                        (json_int_t)s->counts[K_RS], "watchers", (json_int_t)s->nwatchers,
+                        "unschedulable", (json_int_t)s->nunsched, "execs_started",
+                        (json_int_t)s->execs_started, "connections",
+                        (json_int_t)fr_http_server_nconns(s->api), "port",
+                        fr_http_server_port(s->api), "faults", faults_json(s));
+  api_json(req, 200, j);
+}
+
+void admin_handle(struct fr_http_req *req, void *arg) {
+  struct sim *s = arg;
+  const char *h;
+
+  if (s->opts.token != NULL) {
+    h = fr_http_req_header(req, "Authorization");
+    if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0 || !fr_secret_equal(h + 7, s->opts.token)) {
+      admin_error(req, 401, "unauthorized", "missing or wrong bearer token");
+      return;
+    }
+  }
+  if (strcmp(req->path, "/_sim/state") == 0 && strcmp(req->method, "GET") == 0)
+    admin_state(s, req);
+  else if (strcmp(req->path, "/_sim/faults") == 0 &&
+           (strcmp(req->method, "GET") == 0 || strcmp(req->method, "POST") == 0 ||
+            strcmp(req->method, "PUT") == 0))
+    admin_faults(s, req);
+  else if (strcmp(req->path, "/_sim/healthz") == 0)
+    fr_http_respond(req, 200, "text/plain", NULL, "ok", 2);
+  else
+    admin_error(req, 404, "not_found", "admin endpoints: GET /_sim/state, GET|POST /_sim/faults");
+}
+

@@ -1,0 +1,213 @@
+/* test_store.c - kubesim's versioned store: resourceVersion, history
+ * window and replay, selector fields, and the patch formats. */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "patch.h"
+#include "sim.h"
+
+static struct sim sim;
+
+static void setup(void) {
+  memset(&sim, 0, sizeof(sim));
+  sim.loop = uv_default_loop();
+  sim.opts.history = 100; /* the minimum the flag allows */
+  store_init(&sim);
+}
+
+static void teardown(void) {
+  store_free(&sim);
+}
+
+static struct sim_obj *put_pod(const char *name, const char *labels_json) {
+  json_t *j = json_pack("{s:s,s:s,s:{s:s,s:s,s:o},s:{s:s},s:{s:s}}", "kind", "Pod", "apiVersion",
+                        "v1", "metadata", "name", name, "namespace", "default", "labels",
+                        json_loads(labels_json, 0, NULL), "spec", "nodeName", "n1", "status",
+                        "phase", "Running");
+  return store_commit(&sim, K_POD, NULL, j, EV_ADDED);
+}
+
+START_TEST(commit_assigns_increasing_resource_versions) {
+  struct sim_obj *a = put_pod("a", "{}"), *b = put_pod("b", "{}");
+  json_t *j;
+
+  ck_assert_ptr_nonnull(a);
+  ck_assert_uint_eq(a->cur->rv, 1);
+  ck_assert_uint_eq(b->cur->rv, 2);
+  ck_assert_uint_eq(a->create_rv, 1);
+  j = obj_json(a);
+  ck_assert_str_eq(json_string_value(json_path(j, "metadata.resourceVersion")), "1");
+  json_object_set_new(json_obj(j, "metadata"), "labels", json_pack("{s:s}", "x", "y"));
+  a = store_commit(&sim, K_POD, a, j, EV_MODIFIED);
+  ck_assert_uint_eq(a->cur->rv, 3);
+  ck_assert_uint_eq(a->create_rv, 1);
+  ck_assert_uint_eq(sim.rv, 3);
+  ck_assert_str_eq(objver_label(a->cur, "x"), "y");
+  ck_assert_uint_eq(sim.counts[K_POD], 2);
+}
+END_TEST
+
+START_TEST(store_get_and_ordered_iteration) {
+  struct sim_obj *o;
+  const char *want[] = {"a", "b", "c"};
+  int i = 0;
+
+  put_pod("c", "{}");
+  put_pod("a", "{}");
+  put_pod("b", "{}");
+  ck_assert_ptr_nonnull(store_get(&sim, K_POD, "default", "b"));
+  ck_assert_ptr_null(store_get(&sim, K_POD, "default", "zz"));
+  ck_assert_ptr_null(store_get(&sim, K_POD, "other", "b"));
+  for (o = store_first(&sim, K_POD, "default"); o != NULL; o = store_next(&sim, o))
+    ck_assert_str_eq(o->name, want[i++]);
+  ck_assert_int_eq(i, 3);
+  o = store_after(&sim, K_POD, "default", "a");
+  ck_assert_str_eq(o->name, "b");
+  o = store_after(&sim, K_POD, "default", "aa"); /* key need not exist */
+  ck_assert_str_eq(o->name, "b");
+}
+END_TEST
+
+struct seen {
+  int n;
+  uint64_t rvs[256];
+  int types[256];
+};
+
+static void collect(const struct sim_event *ev, void *arg) {
+  struct seen *s = arg;
+
+  s->rvs[s->n] = ev->obj->rv;
+  s->types[s->n++] = ev->type;
+}
+
+START_TEST(replay_delivers_events_after_rv_in_order) {
+  struct sim_obj *a = put_pod("a", "{}");
+  struct seen seen = {0};
+
+  put_pod("b", "{}");
+  store_commit(&sim, K_POD, a, obj_json(a), EV_DELETED);
+  ck_assert_uint_eq(sim.counts[K_POD], 1);
+  ck_assert_ptr_null(store_get(&sim, K_POD, "default", "a"));
+  ck_assert_int_eq(store_replay(&sim, 1, collect, &seen), 0);
+  ck_assert_int_eq(seen.n, 2);
+  ck_assert_uint_eq(seen.rvs[0], 2);
+  ck_assert_int_eq(seen.types[0], EV_ADDED);
+  ck_assert_uint_eq(seen.rvs[1], 3); /* a deletion gets its own RV */
+  ck_assert_int_eq(seen.types[1], EV_DELETED);
+}
+END_TEST
+
+START_TEST(replay_of_expired_rv_is_estale) {
+  struct seen seen = {0};
+  char name[16];
+  int i;
+
+  for (i = 0; i < 150; i++) {
+    snprintf(name, sizeof(name), "p%03d", i);
+    put_pod(name, "{}");
+  }
+  /* 150 events in a 100-event window: 51..150 remain. */
+  ck_assert_uint_eq(store_oldest_rv(&sim), 51);
+  ck_assert_int_eq(store_replay(&sim, 10, collect, &seen), -ESTALE);
+  ck_assert_int_eq(seen.n, 0);
+  ck_assert_int_eq(store_replay(&sim, 50, collect, &seen), 0);
+  ck_assert_int_eq(seen.n, 100);
+  ck_assert_uint_eq(seen.rvs[0], 51);
+  seen.n = 0;
+  ck_assert_int_eq(store_replay(&sim, 149, collect, &seen), 0);
+  ck_assert_int_eq(seen.n, 1);
+}
+END_TEST
+
+START_TEST(objver_exposes_selector_fields) {
+  struct sim_obj *a = put_pod("a", "{\"pool\":\"warm\"}");
+  struct fr_selector *ls, *fs;
+
+  ck_assert_str_eq(objver_field(a->cur, "metadata.name"), "a");
+  ck_assert_str_eq(objver_field(a->cur, "spec.nodeName"), "n1");
+  ck_assert_str_eq(objver_field(a->cur, "status.phase"), "Running");
+  ck_assert_str_eq(objver_field(a->cur, "status.podIP"), ""); /* absent reads as empty */
+  ck_assert_int_eq(fr_selector_parse_labels("pool in (warm,hot)", &ls, NULL, 0), 0);
+  ck_assert_int_eq(fr_selector_parse_fields("status.phase=Running,spec.nodeName!=n2",
+                                            kind_field_names(K_POD), &fs, NULL, 0), 0);
+  ck_assert_int_eq(fr_selector_matches(ls, objver_label, a->cur), 1);
+  ck_assert_int_eq(fr_selector_matches(fs, objver_field, a->cur), 1);
+  fr_selector_free(ls);
+  fr_selector_free(fs);
+  ck_assert_int_ne(fr_selector_parse_fields("spec.image=x", kind_field_names(K_POD), &fs, NULL, 0), 0);
+}
+END_TEST
+
+START_TEST(merge_patch_sets_and_removes_keys) {
+  json_t *doc = json_loads("{\"metadata\":{\"labels\":{\"a\":\"1\",\"b\":\"2\"}},\"spec\":{\"x\":1}}", 0, NULL);
+  json_t *patch = json_loads("{\"metadata\":{\"labels\":{\"a\":null,\"c\":\"3\"}},\"$patch\":\"merge\"}", 0, NULL);
+  json_t *want = json_loads("{\"metadata\":{\"labels\":{\"b\":\"2\",\"c\":\"3\"}},\"spec\":{\"x\":1}}", 0, NULL);
+
+  doc = merge_patch(doc, patch);
+  ck_assert_int_eq(json_equal(doc, want), 1);
+  json_decref(doc);
+  json_decref(patch);
+  json_decref(want);
+}
+END_TEST
+
+START_TEST(json_patch_ops_and_failed_test) {
+  json_t *doc = json_loads("{\"metadata\":{\"labels\":{\"a/b\":\"1\"}},\"l\":[1,2]}", 0, NULL);
+  json_t *ops = json_loads("[{\"op\":\"test\",\"path\":\"/metadata/labels/a~1b\",\"value\":\"1\"},"
+                           "{\"op\":\"replace\",\"path\":\"/metadata/labels/a~1b\",\"value\":\"2\"},"
+                           "{\"op\":\"add\",\"path\":\"/l/-\",\"value\":3},"
+                           "{\"op\":\"remove\",\"path\":\"/l/0\"}]", 0, NULL);
+  json_t *bad = json_loads("[{\"op\":\"test\",\"path\":\"/l/0\",\"value\":99}]", 0, NULL);
+  char err[128];
+
+  ck_assert_int_eq(json_patch_apply(doc, ops, err, sizeof(err)), 0);
+  ck_assert_str_eq(json_string_value(json_object_get(json_path(doc, "metadata.labels"), "a/b")), "2");
+  ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(doc, "l"), 0)), 2);
+  ck_assert_int_eq(json_array_size(json_object_get(doc, "l")), 2);
+  ck_assert_int_eq(json_patch_apply(doc, bad, err, sizeof(err)), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "testing value"));
+  json_decref(doc);
+  json_decref(ops);
+  json_decref(bad);
+}
+END_TEST
+
+START_TEST(quantities_normalize_numbers_to_strings) {
+  json_t *m = json_loads("{\"cpu\":64,\"memory\":\"1Gi\",\"x\":0.5}", 0, NULL);
+  const char *bad = NULL;
+
+  ck_assert_int_eq(quantities_normalize(m, &bad), 0);
+  ck_assert_str_eq(json_string_value(json_object_get(m, "cpu")), "64");
+  ck_assert_str_eq(json_string_value(json_object_get(m, "x")), "0.5");
+  json_object_set_new(m, "memory", json_string("lots"));
+  ck_assert_int_eq(quantities_normalize(m, &bad), -1);
+  ck_assert_str_eq(bad, "memory");
+  json_decref(m);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("kubesim_store");
+  TCase *tc = tcase_create("store");
+  SRunner *sr;
+  int failed;
+
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, commit_assigns_increasing_resource_versions);
+  tcase_add_test(tc, store_get_and_ordered_iteration);
+  tcase_add_test(tc, replay_delivers_events_after_rv_in_order);
+  tcase_add_test(tc, replay_of_expired_rv_is_estale);
+  tcase_add_test(tc, objver_exposes_selector_fields);
+  tcase_add_test(tc, merge_patch_sets_and_removes_keys);
+  tcase_add_test(tc, json_patch_ops_and_failed_test);
+  tcase_add_test(tc, quantities_normalize_numbers_to_strings);
+  suite_add_tcase(s, tc);
+  sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}
