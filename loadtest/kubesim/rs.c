@@ -350,18 +350,27 @@ static void rs_sync(struct sim *s, struct sim_obj *rs) {
       json_object_set_new(meta, "ownerReferences", refs);
       json_object_set_new(pod, "metadata", meta);
       json_object_set_new(pod, "spec", json_deep_copy(json_object_get(tmpl, "spec")));
-      if (obj_prepare(s, K_POD, rs->ns, pod, &e) != 0 || pod_create(s, rs->ns, pod, &po, &e) != 0) {
-        if (e.code == 409) /* generated name collided: try again next sync */
+      /* obj_prepare() borrows <pod>; pod_create() takes it, even on failure. */
+      if (obj_prepare(s, K_POD, rs->ns, pod, &e) == 0) {
+        if (pod_create(s, rs->ns, pod, &po, &e) == 0) {
+          created++;
           continue;
-        snprintf(fail_buf, sizeof(fail_buf), "%s", e.msg);
-        fail_msg = fail_buf;
-        json_decref(e.causes);
-        /* back off like the controller's rate-limited queue */
-        r->next_create_ms = fr_wall_ms() + RS_RETRY_MS;
-        sync_arm_in(s, RS_RETRY_MS);
-        break;
+        }
+      } else {
+        json_decref(pod);
+        if (e.code == 409) { /* generated name collided: the next sync retries */
+          json_decref(e.causes);
+          rs_mark_dirty(s, rs);
+          continue;
+        }
       }
-      created++;
+      snprintf(fail_buf, sizeof(fail_buf), "%s", e.msg);
+      fail_msg = fail_buf;
+      json_decref(e.causes);
+      /* back off like the controller's rate-limited queue */
+      r->next_create_ms = fr_wall_ms() + RS_RETRY_MS;
+      sync_arm_in(s, RS_RETRY_MS);
+      break;
     }
     if (active + created < want && fail_msg == NULL)
       rs_mark_dirty(s, rs); /* more than one burst to go */
