@@ -559,24 +559,18 @@ int obj_prepare(struct sim *s, enum sim_kind k, const char *ns, json_t *j,
 
   memset(e, 0, sizeof(*e));
   if ((kind && strcmp(kind, kind_name(k)) != 0) || (apiv && strcmp(apiv, kind_api_version(k)) != 0)) {
-    e->code = 400;
-    snprintf(e->reason, sizeof(e->reason), "BadRequest");
-    snprintf(e->msg, sizeof(e->msg), "the API version in the data (%s) does not match the "
+    sim_err_set(e, 400, "BadRequest", "the API version in the data (%s) does not match the "
              "expected API version (%s)", apiv ? apiv : "", kind_api_version(k));
     return -1;
   }
   if (kind_namespaced(k)) {
     if (jns != NULL && strcmp(jns, ns) != 0) {
-      e->code = 400;
-      snprintf(e->reason, sizeof(e->reason), "BadRequest");
-      snprintf(e->msg, sizeof(e->msg), "the namespace of the provided object does not match "
+      sim_err_set(e, 400, "BadRequest", "the namespace of the provided object does not match "
                "the namespace sent on the request");
       return -1;
     }
     if (store_get(s, K_NAMESPACE, "", ns) == NULL) {
-      e->code = 404;
-      snprintf(e->reason, sizeof(e->reason), "NotFound");
-      snprintf(e->msg, sizeof(e->msg), "namespaces \"%s\" not found", ns);
+      sim_err_set(e, 404, "NotFound", "namespaces \"%s\" not found", ns);
       return -1;
     }
     json_object_set_new(meta, "namespace", json_string(ns));
@@ -591,9 +585,7 @@ int obj_prepare(struct sim *s, enum sim_kind k, const char *ns, json_t *j,
     name = json_get_str(meta, "name");
   }
   if (name == NULL || !dns_subdomain_valid(name, k == K_NAMESPACE ? 63 : 253)) {
-    e->code = 422;
-    snprintf(e->reason, sizeof(e->reason), "Invalid");
-    snprintf(e->msg, sizeof(e->msg), "%s \"%s\" is invalid: metadata.name: %s", kind_name(k),
+    sim_err_set(e, 422, "Invalid", "%s \"%s\" is invalid: metadata.name: %s", kind_name(k),
              name ? name : "", name ? "Invalid value: a lowercase RFC 1123 subdomain must consist "
              "of lower case alphanumeric characters, '-' or '.', and must start and end with an "
              "alphanumeric character" : "Required value: name or generateName is required");
@@ -604,9 +596,7 @@ int obj_prepare(struct sim *s, enum sim_kind k, const char *ns, json_t *j,
   labels = json_object_get(meta, "labels");
   json_object_foreach(labels, key, v) {
     if (!fr_label_key_valid(key) || !json_is_string(v) || !fr_label_value_valid(json_string_value(v))) {
-      e->code = 422;
-      snprintf(e->reason, sizeof(e->reason), "Invalid");
-      snprintf(e->msg, sizeof(e->msg), "%s \"%s\" is invalid: metadata.labels: Invalid value: \"%s\"",
+      sim_err_set(e, 422, "Invalid", "%s \"%s\" is invalid: metadata.labels: Invalid value: \"%s\"",
                kind_name(k), name, json_is_string(v) && fr_label_key_valid(key) ? json_string_value(v) : key);
       e->causes = json_pack("[{s:s,s:s,s:s}]", "reason", "FieldValueInvalid", "message",
                             "Invalid value", "field", "metadata.labels");
@@ -614,9 +604,7 @@ int obj_prepare(struct sim *s, enum sim_kind k, const char *ns, json_t *j,
     }
   }
   if (store_get(s, k, kind_namespaced(k) ? ns : "", name) != NULL) {
-    e->code = 409;
-    snprintf(e->reason, sizeof(e->reason), "AlreadyExists");
-    snprintf(e->msg, sizeof(e->msg), "%s \"%s\" already exists", kind_resource(k), name);
+    sim_err_set(e, 409, "AlreadyExists", "%s \"%s\" already exists", kind_resource(k), name);
     return -1;
   }
   uid_new(uid);
@@ -637,16 +625,12 @@ static int quota_spec_valid(json_t *j, struct sim_err *e) {
   int64_t m;
 
   if (quantities_normalize(hard, &bad) != 0) {
-    e->code = 422;
-    snprintf(e->reason, sizeof(e->reason), "Invalid");
-    snprintf(e->msg, sizeof(e->msg), "ResourceQuota is invalid: spec.hard[%s]: Invalid value", bad);
+    sim_err_set(e, 422, "Invalid", "ResourceQuota is invalid: spec.hard[%s]: Invalid value", bad);
     return -1;
   }
   json_object_foreach(hard, k, v) {
     if (!json_is_string(v) || fr_quantity_parse_milli(json_string_value(v), &m) != 0 || m < 0) {
-      e->code = 422;
-      snprintf(e->reason, sizeof(e->reason), "Invalid");
-      snprintf(e->msg, sizeof(e->msg), "ResourceQuota is invalid: spec.hard[%s]: Invalid value", k);
+      sim_err_set(e, 422, "Invalid", "ResourceQuota is invalid: spec.hard[%s]: Invalid value", k);
       return -1;
     }
   }

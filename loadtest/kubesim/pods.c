@@ -242,10 +242,7 @@ int quota_check(struct sim *s, const char *ns, const char *pod_name, int64_t cpu
       fr_buf_printf(&lim, "%s%s=%s", lim.len ? "," : "", key, c);
     }
     if (exceeded) {
-      err->code = 403;
-      snprintf(err->reason, sizeof(err->reason), "Forbidden");
-      snprintf(err->msg, sizeof(err->msg),
-               "pods \"%s\" is forbidden: exceeded quota: %s, requested: %s, used: %s, limited: %s",
+      sim_err_set(err, 403, "Forbidden", "pods \"%s\" is forbidden: exceeded quota: %s, requested: %s, used: %s, limited: %s",
                pod_name, q->name, rq.data, us.data, lim.data);
     }
     fr_buf_free(&rq);
@@ -863,9 +860,7 @@ static void on_schedule_due(uv_timer_t *t) {
 /* create                                                                  */
 
 static int invalid(struct sim_err *e, const char *name, const char *field, const char *what) {
-  e->code = 422;
-  snprintf(e->reason, sizeof(e->reason), "Invalid");
-  snprintf(e->msg, sizeof(e->msg), "Pod \"%s\" is invalid: %s: %s", name, field, what);
+  sim_err_set(e, 422, "Invalid", "Pod \"%s\" is invalid: %s: %s", name, field, what);
   e->causes = json_pack("[{s:s,s:s,s:s}]", "reason", "FieldValueInvalid", "message", what, "field", field);
   return -1;
 }
@@ -1015,9 +1010,7 @@ int pod_create(struct sim *s, const char *ns, json_t *j, struct sim_obj **out,
   default_pod(j, cpu, mem, lcpu, lmem);
   p = calloc(1, sizeof(*p));
   if (p == NULL) {
-    e->code = 503;
-    snprintf(e->reason, sizeof(e->reason), "ServiceUnavailable");
-    snprintf(e->msg, sizeof(e->msg), "out of memory");
+    sim_err_set(e, 503, "ServiceUnavailable", "out of memory");
     goto fail;
   }
   owner = controller_uid(j);
@@ -1026,9 +1019,7 @@ int pod_create(struct sim *s, const char *ns, json_t *j, struct sim_obj **out,
   o = store_commit(s, K_POD, NULL, j, EV_ADDED);
   if (o == NULL) {
     free(p);
-    e->code = 503;
-    snprintf(e->reason, sizeof(e->reason), "ServiceUnavailable");
-    snprintf(e->msg, sizeof(e->msg), "out of memory");
+    sim_err_set(e, 503, "ServiceUnavailable", "out of memory");
     return -1;
   }
   p->obj = o;

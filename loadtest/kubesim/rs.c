@@ -57,9 +57,7 @@ static char *selector_text(json_t *sel) {
 }
 
 static int rs_invalid(struct sim_err *e, const char *name, const char *msg) {
-  e->code = 422;
-  snprintf(e->reason, sizeof(e->reason), "Invalid");
-  snprintf(e->msg, sizeof(e->msg), "ReplicaSet.apps \"%s\" is invalid: %s", name ? name : "", msg);
+  sim_err_set(e, 422, "Invalid", "ReplicaSet.apps \"%s\" is invalid: %s", name ? name : "", msg);
   return -1;
 }
 

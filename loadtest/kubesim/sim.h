@@ -226,6 +226,11 @@ struct sim_err {
   json_t *causes;
 };
 
+/* Fills <e> with an HTTP status, a Status reason and a formatted message;
+ * returns -1 so callers can "return sim_err_set(...)". */
+int sim_err_set(struct sim_err *e, int code, const char *reason, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* ---- store.c ---- */
 void store_init(struct sim *s);
 void store_free(struct sim *s);

@@ -1,5 +1,6 @@
 /* store.c - versioned object store, resourceVersion and watch history. */
 #include <errno.h>
+#include <stdarg.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -365,6 +366,17 @@ int quantities_normalize(json_t *map, const char **bad) {
     }
   }
   return 0;
+}
+
+int sim_err_set(struct sim_err *e, int code, const char *reason, const char *fmt, ...) {
+  va_list ap;
+
+  e->code = code;
+  snprintf(e->reason, sizeof(e->reason), "%s", reason);
+  va_start(ap, fmt);
+  vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+  va_end(ap);
+  return -1;
 }
 
 void uid_new(char out[40]) {
