@@ -146,9 +146,12 @@ void admin_handle(struct fr_http_req *req, void *arg) {
            (strcmp(req->method, "GET") == 0 || strcmp(req->method, "POST") == 0 ||
             strcmp(req->method, "PUT") == 0))
     admin_faults(s, req);
-  else if (strcmp(req->path, "/_sim/healthz") == 0)
+  else if (strcmp(req->path, "/_sim/compact") == 0 && strcmp(req->method, "POST") == 0) {
+    store_compact(s);
+    api_json(req, 200, json_pack("{s:I}", "compacted_to", (json_int_t)s->rv));
+  } else if (strcmp(req->path, "/_sim/healthz") == 0)
     fr_http_respond(req, 200, "text/plain", NULL, "ok", 2);
   else
-    admin_error(req, 404, "not_found", "admin endpoints: GET /_sim/state, GET|POST /_sim/faults");
+    admin_error(req, 404, "not_found", "admin endpoints: GET /_sim/state, GET|POST /_sim/faults, POST /_sim/compact");
 }
 

@@ -195,6 +195,7 @@ struct sim {
   /* watch history ring */
   struct sim_event *hist;
   size_t hist_cap, hist_start, hist_len;
+  uint64_t compact_rv;         /* history before this was compacted away */
 
   struct sim_watcher *watchers;
   size_t nwatchers;
@@ -260,6 +261,9 @@ int store_replay(struct sim *s, uint64_t rv, void (*cb)(const struct sim_event *
                  void *arg);
 /* Oldest resourceVersion still answerable from history. */
 uint64_t store_oldest_rv(const struct sim *s);
+/* Drops the whole history, as an etcd compaction at the current revision
+ * does: watches and continue tokens from older versions get 410. */
+void store_compact(struct sim *s);
 
 /* ---- watch.c ---- */
 void watch_start(struct sim *s, struct fr_http_req *req, enum sim_kind k, const char *ns,

@@ -119,9 +119,18 @@ struct sim_obj *store_after(struct sim *s, enum sim_kind k, const char *ns, cons
 }
 
 uint64_t store_oldest_rv(const struct sim *s) {
-  if (s->hist_len < s->hist_cap)
-    return 0; /* everything since start-up is still there */
-  return s->hist[s->hist_start].obj->rv;
+  uint64_t oldest = s->compact_rv ? s->compact_rv + 1 : 0;
+
+  /* A full ring has dropped everything before its first event. */
+  if (s->hist_len == s->hist_cap && s->hist[s->hist_start].obj->rv > oldest)
+    oldest = s->hist[s->hist_start].obj->rv;
+  return oldest;
+}
+
+void store_compact(struct sim *s) {
+  hist_clear(s);
+  s->hist_start = 0;
+  s->compact_rv = s->rv;
 }
 
 json_t *obj_json(const struct sim_obj *o) {
@@ -291,7 +300,7 @@ int store_replay(struct sim *s, uint64_t rv, void (*cb)(const struct sim_event *
                  void *arg) {
   size_t i;
 
-  if (s->hist_len == s->hist_cap && rv + 1 < s->hist[s->hist_start].obj->rv)
+  if (rv + 1 < store_oldest_rv(s))
     return -ESTALE;
   for (i = 0; i < s->hist_len; i++) {
     struct sim_event *e = &s->hist[(s->hist_start + i) % s->hist_cap];

@@ -122,6 +122,21 @@ START_TEST(replay_of_expired_rv_is_estale) {
 }
 END_TEST
 
+START_TEST(compaction_expires_older_versions_only) {
+  struct seen seen = {0};
+
+  put_pod("a", "{}");
+  put_pod("b", "{}");
+  store_compact(&sim); /* at rv 2 */
+  put_pod("c", "{}");
+  ck_assert_uint_eq(store_oldest_rv(&sim), 3);
+  ck_assert_int_eq(store_replay(&sim, 1, collect, &seen), -ESTALE);
+  ck_assert_int_eq(store_replay(&sim, 2, collect, &seen), 0);
+  ck_assert_int_eq(seen.n, 1);
+  ck_assert_uint_eq(seen.rvs[0], 3);
+}
+END_TEST
+
 START_TEST(objver_exposes_selector_fields) {
   struct sim_obj *a = put_pod("a", "{\"pool\":\"warm\"}");
   struct fr_selector *ls, *fs;
@@ -200,6 +215,7 @@ int main(void) {
   tcase_add_test(tc, store_get_and_ordered_iteration);
   tcase_add_test(tc, replay_delivers_events_after_rv_in_order);
   tcase_add_test(tc, replay_of_expired_rv_is_estale);
+  tcase_add_test(tc, compaction_expires_older_versions_only);
   tcase_add_test(tc, objver_exposes_selector_fields);
   tcase_add_test(tc, merge_patch_sets_and_removes_keys);
   tcase_add_test(tc, json_patch_ops_and_failed_test);
