@@ -54,29 +54,34 @@ size_t fr_base64_encode(const void *in, size_t n, char *out) {
   return (size_t)EVP_EncodeBlock((unsigned char *)out, in, (int)n);
 }
 
+/* Standard and URL-safe alphabets; pure function, so the decoder is safe
+ * from any thread (it may run on a worker thread). */
+static int b64_value(unsigned char ch) {
+  if (ch >= 'A' && ch <= 'Z')
+    return ch - 'A';
+  if (ch >= 'a' && ch <= 'z')
+    return ch - 'a' + 26;
+  if (ch >= '0' && ch <= '9')
+    return ch - '0' + 52;
+  if (ch == '+' || ch == '-')
+    return 62;
+  if (ch == '/' || ch == '_')
+    return 63;
+  return -1;
+}
+
 long fr_base64_decode(const char *in, size_t n, unsigned char *out) {
-  static signed char map[256];
-  static int init;
   uint32_t acc = 0;
   size_t i;
   long o = 0;
   int bits = 0;
 
-  if (!init) {
-    const char *a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    memset(map, -1, sizeof(map));
-    for (i = 0; i < 64; i++)
-      map[(unsigned char)a[i]] = (signed char)i;
-    map['-'] = 62;
-    map['_'] = 63;
-    init = 1;
-  }
   while (n > 0 && in[n - 1] == '=')
     n--;
   if (n % 4 == 1)
     return -EINVAL;
   for (i = 0; i < n; i++) {
-    int v = map[(unsigned char)in[i]];
+    int v = b64_value((unsigned char)in[i]);
     if (v < 0)
       return -EINVAL;
     acc = (acc << 6) | (uint32_t)v;

@@ -15,7 +15,8 @@ static json_t *faults_json(const struct sim *s) {
 
   for (i = 0; i < s->faults.nclient_latency; i++)
     json_object_set_new(cl, s->faults.client_latency[i].ip, json_integer(s->faults.client_latency[i].ms));
-  return json_pack("{s:b,s:i,s:o,s:f,s:i,s:f,s:i}", "down", s->faults.down, "latency_ms",
+  return json_pack("{s:b,s:b,s:i,s:o,s:f,s:i,s:f,s:i}", "down", s->faults.down,
+                   "reject_watches", s->faults.reject_watches, "latency_ms",
                    s->faults.latency_ms, "client_latency_ms", cl, "error_rate", s->faults.error_rate,
                    "error_code", s->faults.error_code ? s->faults.error_code : 500, "throttle_rate",
                    s->faults.throttle_rate, "retry_after_s",
@@ -91,6 +92,8 @@ static void admin_faults(struct sim *s, struct fr_http_req *req) {
         snprintf(f.client_latency[f.nclient_latency].ip, sizeof(f.client_latency[0].ip), "%s", ip);
         f.client_latency[f.nclient_latency++].ms = (int)json_integer_value(ms);
       }
+    } else if (strcmp(key, "reject_watches") == 0 && json_is_boolean(v)) {
+      f.reject_watches = json_is_true(v);
     } else if (strcmp(key, "drop_watches") == 0 && json_is_boolean(v)) {
       /* an action, not a state */
     } else {

@@ -1316,7 +1316,8 @@ void api_handle(struct fr_http_req *req, void *arg) {
   }
   /* Priority-and-fairness rejections: plain text with Retry-After; exec is
    * exempt, watches are not (KUBE_PROTOCOL.md section 5). */
-  if (!is_exec && s->faults.throttle_rate > 0 && rand01() < s->faults.throttle_rate) {
+  if (!is_exec && ((s->faults.throttle_rate > 0 && rand01() < s->faults.throttle_rate) ||
+                   (s->faults.reject_watches && qflag(req->query, "watch")))) {
     char hdr[64];
     const char *body = "Too many requests, please try again later.\n";
     snprintf(hdr, sizeof(hdr), "Retry-After: %d\r\n", s->faults.retry_after_s > 0 ? s->faults.retry_after_s : 1);

@@ -154,6 +154,7 @@ struct sim_faults {
   int error_code;
   double throttle_rate;
   int retry_after_s;
+  int reject_watches;          /* new watches get 429 (other requests pass) */
 };
 
 struct sim_opts {

@@ -29,7 +29,8 @@ int fr_buf_puts(struct fr_buf *b, const char *s);
 int fr_buf_putc(struct fr_buf *b, char c);
 int fr_buf_printf(struct fr_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-int fr_buf_vprintf(struct fr_buf *b, const char *fmt, va_list ap);
+int fr_buf_vprintf(struct fr_buf *b, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 /* Appends <s> as a JSON string literal, quotes included. Bytes that are not
  * valid UTF-8 are replaced by U+FFFD so the output is always valid JSON. */
 int fr_buf_put_json_str(struct fr_buf *b, const char *s, size_t len);
