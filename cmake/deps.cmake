@@ -5,6 +5,8 @@ pkg_check_modules(LIBUV REQUIRED IMPORTED_TARGET libuv>=1.40)
 pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson>=2.13)
 pkg_check_modules(OPENSSL REQUIRED IMPORTED_TARGET openssl>=1.1.1)
 pkg_check_modules(LIBBSD REQUIRED IMPORTED_TARGET libbsd)
+pkg_check_modules(YAML REQUIRED IMPORTED_TARGET yaml-0.1)
+pkg_check_modules(LIBCONFIG REQUIRED IMPORTED_TARGET libconfig)
 pkg_check_modules(CHECK IMPORTED_TARGET check>=0.13)
 
 find_path(HTTP_PARSER_INCLUDE_DIR http_parser.h REQUIRED)

@@ -1,0 +1,96 @@
+/* fr/config.h - the router configuration: a libconfig file parsed into a
+ * validated, immutable, reference-counted snapshot.
+ *
+ * A reload builds a new snapshot and swaps it in; requests in flight keep
+ * the one they started with (fr_config_ref/unref). Every error names the
+ * file and line and says what is wrong (and, for misspelled keys, what was
+ * probably meant).
+ *
+ * File format (see config/examples/fedrouter.conf for a commented example):
+ *
+ *   listen = "127.0.0.1:8080";            # HOST:PORT, required
+ *   tls = { cert = "x.pem"; key = "x.key"; };   # optional
+ *   region = "us";                        # the router's own region, required
+ *   policy = "policy.conf";               # optional, relative to this file
+ *   sandbox = { default_lifetime_s = 3600; max_lifetime_s = 86400; };
+ *   limits = { max_batch = 5000; max_body_bytes = 1048576;
+ *              max_exec_output_bytes = 16777216; max_exec_timeout_s = 3600; };
+ *   tenants = ( { name = "rl"; token_sha256 = "<64 hex>"; max_sandboxes = 20000; } );
+ *   clusters = ( { name = "us-east"; region = "us";
+ *                  kubeconfig = "us-east.kubeconfig"; context = "us-east";
+ *                  namespace = "default";
+ *                  cost = { per_core_hour = 0.0316; per_gib_hour = 0.0042; }; } );
+ *
+ * Relative paths are resolved against the directory of the config file.
+ */
+#ifndef FR_CONFIG_H
+#define FR_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct fr_config_error {
+  char file[512];
+  int line;             /* 0 when the error is not tied to a line */
+  char msg[512];        /* "clusters.[1].region: missing (every cluster needs a region)" */
+};
+
+struct fr_config_tenant {
+  char *name;
+  char token_sha256[65];   /* lowercase hex */
+  int64_t max_sandboxes;   /* 0 = unlimited */
+};
+
+struct fr_config_cost {
+  double per_core_hour;    /* $ per vCPU-hour of requested cpu */
+  double per_gib_hour;     /* $ per GiB-hour of requested memory */
+  double node_hour;        /* alternative: $ per node-hour ... */
+  int64_t sandboxes_per_node; /* ... shared by this many sandboxes */
+};
+
+struct fr_config_cluster {
+  char *name;              /* [a-z0-9-], unique, <= 32 chars: it is part of sandbox ids */
+  char *region;
+  char *kubeconfig;        /* absolute path */
+  char *context;           /* NULL = the kubeconfig's current-context */
+  char *ns;                /* namespace for sandboxes, default "default" */
+  struct fr_config_cost cost;
+};
+
+struct fr_config {
+  /* private */
+  int refs;
+  /* public, read-only */
+  char *source;            /* absolute path of the file */
+  char *listen_host;
+  int listen_port;
+  char *tls_cert, *tls_key; /* absolute paths or NULL */
+  char *region;
+  char *policy;            /* absolute path or NULL */
+  int64_t default_lifetime_s, max_lifetime_s;
+  int64_t max_batch;
+  size_t max_body_bytes;
+  int64_t max_exec_output_bytes;
+  int64_t max_exec_timeout_s;
+  struct fr_config_tenant *tenants;
+  size_t ntenants;
+  struct fr_config_cluster *clusters;
+  size_t nclusters;
+};
+
+/* Parses and validates <path>. Returns 0 and a snapshot with one reference
+ * in <out>, or -EINVAL / -ENOENT / -ENOMEM with <err> filled. Blocking file
+ * I/O: call at start-up or from a worker thread, never on the loop. */
+int fr_config_load(const char *path, struct fr_config **out, struct fr_config_error *err);
+struct fr_config *fr_config_ref(struct fr_config *c);
+/* Accepts NULL. */
+void fr_config_unref(struct fr_config *c);
+
+/* The tenant whose token hashes to <token>'s SHA-256, or NULL. Compares in
+ * constant time. */
+const struct fr_config_tenant *fr_config_tenant_by_token(const struct fr_config *c,
+                                                         const char *token);
+const struct fr_config_cluster *fr_config_cluster_by_name(const struct fr_config *c,
+                                                          const char *name);
+
+#endif

@@ -1,0 +1,1034 @@
+/* config.c - the router configuration: libconfig text -> validated,
+ * immutable, reference-counted snapshot (see fr/config.h for the format).
+ *
+ * Loading is one pass over the libconfig tree. Each group first has its keys
+ * checked against the keys known at that level (so a misspelled key is
+ * reported as "did you mean" rather than as a missing key), then each value
+ * is type- and range-checked and copied into the snapshot. The first error
+ * stops the load; it carries the file and line of the offending setting, or
+ * of the enclosing group when a key is missing (0 for the top level, which
+ * has no line of its own).
+ *
+ * Known limitation: libconfig 1.5 silently wraps integers that do not fit in
+ * 32 bits unless they carry an `L` suffix. Every integer we accept is below
+ * 2^31, so this only matters for absurd values, which may wrap into range.
+ */
+#include "fr/config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <libconfig.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fr/util.h"
+
+/* Defaults (documented in config/examples/fedrouter.conf). */
+#define DEFAULT_LIFETIME_S 3600
+#define DEFAULT_MAX_LIFETIME_S 86400
+#define DEFAULT_MAX_BATCH 5000
+#define DEFAULT_MAX_BODY_BYTES (1024 * 1024)
+#define DEFAULT_MAX_EXEC_OUTPUT_BYTES (16 * 1024 * 1024)
+#define DEFAULT_MAX_EXEC_TIMEOUT_S 3600
+#define DEFAULT_NAMESPACE "default"
+
+/* Bounds. Lifetimes and timeouts are capped at ten years so that
+ * now + lifetime can never overflow anywhere downstream; the byte limits at
+ * 1 GiB because bodies and exec output are held in memory. A body limit
+ * below 1 KiB could not hold an ordinary create request. */
+#define MAX_SECONDS INT64_C(315360000)
+#define MAX_BATCH_LIMIT 100000
+#define MIN_BODY_BYTES 1024
+#define MAX_BYTES (INT64_C(1) << 30)
+#define MAX_TENANT_SANDBOXES INT64_C(1000000000)
+#define MAX_SANDBOXES_PER_NODE 1000000
+
+#define CLUSTER_NAME_MAX 32 /* cluster names are embedded in sandbox ids */
+#define LABEL_VALUE_MAX 63  /* tenant names end up in Kubernetes labels */
+#define SUGGEST_MAX_DISTANCE 2
+
+/* State of one load. */
+struct loader {
+  const char *path;            /* as given by the caller: used in messages */
+  char *dir;                   /* realpath of the directory of <path> */
+  struct fr_config_error *err;
+};
+
+/* ---- errors ---- */
+
+static const char *type_name(int type) {
+  switch (type) {
+  case CONFIG_TYPE_GROUP: return "a group { ... }";
+  case CONFIG_TYPE_INT:
+  case CONFIG_TYPE_INT64: return "an integer";
+  case CONFIG_TYPE_FLOAT: return "a float";
+  case CONFIG_TYPE_STRING: return "a string";
+  case CONFIG_TYPE_BOOL: return "a boolean";
+  case CONFIG_TYPE_ARRAY: return "an array [ ... ]";
+  case CONFIG_TYPE_LIST: return "a list ( ... )";
+  default: return "nothing";
+  }
+}
+
+/* Appends the dotted path of <s> ("clusters.[1].cost") to <buf> at <*len>;
+ * libconfig's own path syntax, so it can be pasted into config_lookup(). */
+static void path_append(const config_setting_t *s, char *buf, size_t size, size_t *len) {
+  const config_setting_t *parent;
+  int n;
+
+  if (s == NULL || config_setting_is_root(s))
+    return;
+  parent = config_setting_parent(s);
+  path_append(parent, buf, size, len);
+  if (*len >= size)
+    return;
+  if (parent != NULL && !config_setting_is_root(parent))
+    buf[(*len)++] = '.';
+  if (*len >= size) {
+    *len = size;
+    return;
+  }
+  if (config_setting_name(s) != NULL)
+    n = snprintf(buf + *len, size - *len, "%s", config_setting_name(s));
+  else
+    n = snprintf(buf + *len, size - *len, "[%d]", config_setting_index(s));
+  *len = n < 0 ? size : (*len + (size_t)n > size ? size : *len + (size_t)n);
+}
+
+static void setting_path(const config_setting_t *s, const char *key, char *buf, size_t size) {
+  size_t len = 0;
+
+  buf[0] = '\0';
+  path_append(s, buf, size - 1, &len);
+  if (len >= size)
+    len = size - 1;
+  buf[len] = '\0';
+  if (key != NULL)
+    snprintf(buf + len, size - len, "%s%s", len > 0 ? "." : "", key);
+}
+
+/* Sets err->file to <file> (libconfig's name for a source file; NULL for
+ * the main one). libconfig names @include'd files as written in the
+ * directive, relative to the include directory, which is the config's. */
+static void set_error_file(struct loader *l, const char *file) {
+  if (file == NULL || strcmp(file, l->path) == 0 || file[0] == '/' || l->dir == NULL)
+    snprintf(l->err->file, sizeof(l->err->file), "%s", file != NULL ? file : l->path);
+  else
+    snprintf(l->err->file, sizeof(l->err->file), "%s/%s", l->dir, file);
+}
+
+/* Records an error about setting <s> (or, with <key>, about the member <key>
+ * missing from group <s>) and returns -EINVAL. The message reads
+ * "<path>: <fmt...>". */
+__attribute__((format(printf, 4, 0)))
+static int vfail(struct loader *l, const config_setting_t *s, const char *key,
+                 const char *fmt, va_list ap) {
+  char path[256];
+  const char *file = NULL;
+  size_t n = 0;
+
+  if (s != NULL)
+    file = config_setting_source_file(s);
+  set_error_file(l, file);
+  l->err->line = s != NULL ? (int)config_setting_source_line(s) : 0;
+  setting_path(s, key, path, sizeof(path));
+  if (path[0] != '\0') {
+    int w = snprintf(l->err->msg, sizeof(l->err->msg), "%s: ", path);
+    n = w > 0 ? (size_t)w : 0; /* < sizeof(msg): path is at most 255 bytes */
+  }
+  vsnprintf(l->err->msg + n, sizeof(l->err->msg) - n, fmt, ap);
+  return -EINVAL;
+}
+
+__attribute__((format(printf, 3, 4)))
+static int bad(struct loader *l, const config_setting_t *s, const char *fmt, ...) {
+  va_list ap;
+  int rc;
+
+  va_start(ap, fmt);
+  rc = vfail(l, s, NULL, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+__attribute__((format(printf, 4, 5)))
+static int missing(struct loader *l, const config_setting_t *group, const char *key,
+                   const char *fmt, ...) {
+  va_list ap;
+  int rc;
+
+  va_start(ap, fmt);
+  rc = vfail(l, group, key, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+static int oom(struct loader *l) {
+  snprintf(l->err->file, sizeof(l->err->file), "%s", l->path);
+  l->err->line = 0;
+  snprintf(l->err->msg, sizeof(l->err->msg), "out of memory");
+  return -ENOMEM;
+}
+
+/* ---- unknown keys ---- */
+
+/* Levenshtein distance, capped: strings longer than 63 bytes count as far. */
+static size_t edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b), i, j;
+  size_t prev[64], cur[64];
+
+  if (la >= 64 || lb >= 64)
+    return SIZE_MAX;
+  for (j = 0; j <= lb; j++)
+    prev[j] = j;
+  for (i = 1; i <= la; i++) {
+    cur[0] = i;
+    for (j = 1; j <= lb; j++) {
+      size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+      size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+      size_t m = del < ins ? del : ins;
+      cur[j] = m < sub ? m : sub;
+    }
+    memcpy(prev, cur, (lb + 1) * sizeof(prev[0]));
+  }
+  return prev[lb];
+}
+
+/* Rejects any member of <group> not in <known> (NULL-terminated), suggesting
+ * the closest known key when it is within SUGGEST_MAX_DISTANCE edits, as
+ * HAProxy does for its keywords. */
+static int check_keys(struct loader *l, const config_setting_t *group, const char *const *known) {
+  int i, n = config_setting_length(group);
+
+  for (i = 0; i < n; i++) {
+    const config_setting_t *m = config_setting_get_elem(group, (unsigned)i);
+    const char *name = config_setting_name(m);
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX, k;
+    char list[256];
+    size_t len = 0;
+
+    for (k = 0; known[k] != NULL; k++) {
+      size_t d;
+
+      if (strcmp(name, known[k]) == 0)
+        break;
+      d = edit_distance(name, known[k]);
+      if (d < best_d) {
+        best_d = d;
+        best = known[k];
+      }
+    }
+    if (known[k] != NULL)
+      continue;
+    if (best != NULL && best_d <= SUGGEST_MAX_DISTANCE)
+      return bad(l, m, "unknown key (did you mean \"%s\"?)", best);
+    list[0] = '\0';
+    for (k = 0; known[k] != NULL && len < sizeof(list); k++) {
+      int w = snprintf(list + len, sizeof(list) - len, "%s%s", k > 0 ? ", " : "", known[k]);
+      if (w < 0)
+        break;
+      len += (size_t)w;
+    }
+    return bad(l, m, "unknown key (known keys here: %s)", list);
+  }
+  return 0;
+}
+
+/* ---- typed getters ---- */
+
+/* The group <key> of <parent>, or NULL in <*out> when absent. */
+static int get_group(struct loader *l, const config_setting_t *parent, const char *key,
+                     const config_setting_t **out) {
+  config_setting_t *s = config_setting_get_member(parent, key);
+
+  *out = NULL;
+  if (s == NULL)
+    return 0;
+  if (!config_setting_is_group(s))
+    return bad(l, s, "expected a group { ... }, got %s", type_name(config_setting_type(s)));
+  *out = s;
+  return 0;
+}
+
+/* The list of groups <key> of <parent>, or NULL in <*out> when absent.
+ * An empty array "[]" is taken as an empty list. */
+static int get_list(struct loader *l, const config_setting_t *parent, const char *key,
+                    const config_setting_t **out) {
+  config_setting_t *s = config_setting_get_member(parent, key);
+  int i, n;
+
+  *out = NULL;
+  if (s == NULL)
+    return 0;
+  if (!(config_setting_is_list(s) || (config_setting_is_array(s) && config_setting_length(s) == 0)))
+    return bad(l, s, "expected a list of groups ( { ... }, { ... } ), got %s",
+               type_name(config_setting_type(s)));
+  n = config_setting_length(s);
+  for (i = 0; i < n; i++) {
+    const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+    if (!config_setting_is_group(e))
+      return bad(l, e, "expected a group { ... }, got %s", type_name(config_setting_type(e)));
+  }
+  *out = s;
+  return 0;
+}
+
+/* The non-empty string <key> of <group>, borrowed from the libconfig tree;
+ * NULL in <*out> when absent and not <required>. <what> completes the
+ * "missing" message. */
+static int get_string(struct loader *l, const config_setting_t *group, const char *key,
+                      int required, const char *what, const char **out,
+                      const config_setting_t **setting) {
+  config_setting_t *s = config_setting_get_member(group, key);
+  const char *v;
+
+  *out = NULL;
+  if (setting != NULL)
+    *setting = s;
+  if (s == NULL) {
+    if (required)
+      return missing(l, group, key, "missing (%s)", what);
+    return 0;
+  }
+  if (config_setting_type(s) != CONFIG_TYPE_STRING)
+    return bad(l, s, "expected a string, got %s (put the value in double quotes)",
+               type_name(config_setting_type(s)));
+  v = config_setting_get_string(s);
+  if (v == NULL || v[0] == '\0')
+    return bad(l, s, "must not be empty (%s)", what);
+  *out = v;
+  return 0;
+}
+
+/* The integer <key> of <group> in [min, max]; <*out> keeps its value (the
+ * default) when the key is absent. <*present> (optional) tells which. */
+static int get_int(struct loader *l, const config_setting_t *group, const char *key,
+                   int64_t min, int64_t max, int64_t *out, int *present) {
+  config_setting_t *s = config_setting_get_member(group, key);
+  int64_t v;
+
+  if (present != NULL)
+    *present = s != NULL;
+  if (s == NULL)
+    return 0;
+  switch (config_setting_type(s)) {
+  case CONFIG_TYPE_INT:
+  case CONFIG_TYPE_INT64:
+    break;
+  case CONFIG_TYPE_STRING:
+    return bad(l, s, "expected an integer, got a string (\"%s\"); write numbers without quotes",
+               config_setting_get_string(s));
+  default:
+    return bad(l, s, "expected an integer, got %s", type_name(config_setting_type(s)));
+  }
+  v = (int64_t)config_setting_get_int64(s);
+  if (v < min || v > max)
+    return bad(l, s, "%lld is out of range (%lld-%lld)", (long long)v, (long long)min,
+               (long long)max);
+  *out = v;
+  return 0;
+}
+
+/* The non-negative number <key> of <group> (an integer is fine); <*out>
+ * keeps its value when absent. */
+static int get_amount(struct loader *l, const config_setting_t *group, const char *key,
+                      double *out, int *present) {
+  config_setting_t *s = config_setting_get_member(group, key);
+  double v;
+
+  *present = s != NULL;
+  if (s == NULL)
+    return 0;
+  switch (config_setting_type(s)) {
+  case CONFIG_TYPE_INT:
+  case CONFIG_TYPE_INT64:
+    v = (double)config_setting_get_int64(s);
+    break;
+  case CONFIG_TYPE_FLOAT:
+    v = config_setting_get_float(s);
+    break;
+  case CONFIG_TYPE_STRING:
+    return bad(l, s, "expected a number, got a string (\"%s\"); write numbers without quotes",
+               config_setting_get_string(s));
+  default:
+    return bad(l, s, "expected a number, got %s", type_name(config_setting_type(s)));
+  }
+  if (!isfinite(v) || v < 0)
+    return bad(l, s, "must be a number >= 0, got %g", v);
+  *out = v;
+  return 0;
+}
+
+/* ---- paths ---- */
+
+/* <rel> resolved against the directory <dir> (already a realpath), as a new
+ * string. "." segments and repeated slashes go; ".." segments are folded
+ * only while they lead the path, where they can only climb <dir> (which has
+ * no symlinks left); a ".." after a named segment stays, since that segment
+ * may be a symlink. */
+static char *resolve_path(const char *dir, const char *rel) {
+  size_t cap = strlen(dir) + strlen(rel) + 3, len = 0;
+  char *out = malloc(cap);
+  const char *p = rel;
+  int leading = 1;
+
+  if (out == NULL)
+    return NULL;
+  if (rel[0] != '/') {
+    len = strlen(dir);
+    memcpy(out, dir, len);
+  }
+  if (len == 1 && out[0] == '/')
+    len = 0; /* dir is "/": segments add their own slash */
+  while (*p != '\0') {
+    const char *seg;
+    size_t n;
+
+    while (*p == '/')
+      p++;
+    seg = p;
+    while (*p != '\0' && *p != '/')
+      p++;
+    n = (size_t)(p - seg);
+    if (n == 0 || (n == 1 && seg[0] == '.'))
+      continue;
+    if (n == 2 && seg[0] == '.' && seg[1] == '.' && leading) {
+      while (len > 0 && out[len - 1] != '/')
+        len--;
+      if (len > 0)
+        len--; /* the slash itself */
+      continue;
+    }
+    leading = 0;
+    out[len++] = '/';
+    memcpy(out + len, seg, n);
+    len += n;
+  }
+  if (len == 0)
+    out[len++] = '/';
+  out[len] = '\0';
+  return out;
+}
+
+/* Resolves the path string <key> of <group> into <*out> (a new string). */
+static int get_path(struct loader *l, const config_setting_t *group, const char *key,
+                    int required, const char *what, char **out,
+                    const config_setting_t **setting) {
+  const char *v;
+  int rc = get_string(l, group, key, required, what, &v, setting);
+
+  *out = NULL;
+  if (rc < 0 || v == NULL)
+    return rc;
+  *out = resolve_path(l->dir, v);
+  return *out == NULL ? oom(l) : 0;
+}
+
+/* ---- value checks ---- */
+
+static int is_lower_alnum(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+static int is_alnum(char c) {
+  return is_lower_alnum(c) || (c >= 'A' && c <= 'Z');
+}
+
+/* Regions (a router's, a cluster's) are short tokens clients also send in
+ * X-Client-Region: [A-Za-z0-9._-]{1,63}. */
+static int check_region(struct loader *l, const config_setting_t *s, const char *v) {
+  size_t i, n = strlen(v);
+
+  for (i = 0; i < n; i++)
+    if (!is_alnum(v[i]) && v[i] != '-' && v[i] != '_' && v[i] != '.')
+      return bad(l, s, "\"%s\" is not a valid region (letters, digits, '-', '_', '.')", v);
+  if (n > LABEL_VALUE_MAX)
+    return bad(l, s, "region is %zu characters long (at most %d)", n, LABEL_VALUE_MAX);
+  return 0;
+}
+
+/* The listen address: "HOST:PORT" with an IPv4 address or host name, or
+ * "[IPV6]:PORT". The host is stored without brackets. Port 0 (an ephemeral
+ * port, for tests) is allowed. */
+static int parse_listen(struct loader *l, const config_setting_t *s, const char *v,
+                        char **host_out, int *port_out) {
+  const char *host, *port, *colon;
+  size_t hlen, i;
+  int64_t p;
+  int rc;
+  char buf[INET6_ADDRSTRLEN + 64];
+
+  if (v[0] == '[') {
+    const char *close = strchr(v, ']');
+    if (close == NULL)
+      return bad(l, s, "\"%s\": missing ']' after the IPv6 address", v);
+    host = v + 1;
+    hlen = (size_t)(close - host);
+    if (close[1] != ':')
+      return bad(l, s, "\"%s\": expected \":PORT\" after ']' (e.g. \"[::1]:8080\")", v);
+    port = close + 2;
+    if (hlen == 0 || hlen >= sizeof(buf))
+      return bad(l, s, "\"%s\": not a valid IPv6 address", v);
+    memcpy(buf, host, hlen);
+    buf[hlen] = '\0';
+    {
+      struct in6_addr a6;
+      char *zone = strchr(buf, '%'); /* link-local zone, "fe80::1%eth0" */
+      if (zone != NULL)
+        *zone = '\0';
+      if (inet_pton(AF_INET6, buf, &a6) != 1 || (zone != NULL && zone[1] == '\0'))
+        return bad(l, s, "\"%s\": not a valid IPv6 address", v);
+    }
+  } else {
+    colon = strrchr(v, ':');
+    if (colon == NULL)
+      return bad(l, s, "\"%s\": missing \":PORT\" (expected HOST:PORT, e.g. \"127.0.0.1:8080\")", v);
+    host = v;
+    hlen = (size_t)(colon - v);
+    port = colon + 1;
+    if (memchr(host, ':', hlen) != NULL)
+      return bad(l, s, "\"%s\": put an IPv6 address in brackets, e.g. \"[::1]:8080\"", v);
+    if (hlen == 0)
+      return bad(l, s, "\"%s\": missing host (use \"0.0.0.0:PORT\" for every IPv4 interface, "
+                 "\"[::]:PORT\" for IPv6)", v);
+    if (hlen > 253)
+      return bad(l, s, "host name is longer than 253 characters");
+    {
+      int numeric = 1;
+      for (i = 0; i < hlen; i++) {
+        char c = host[i];
+        if (!is_alnum(c) && c != '-' && c != '.')
+          return bad(l, s, "\"%s\": \"%.*s\" is not a valid IPv4 address or host name", v,
+                     (int)hlen, host);
+        if (!(c == '.' || (c >= '0' && c <= '9')))
+          numeric = 0;
+      }
+      if (numeric) {
+        struct in_addr a4;
+        memcpy(buf, host, hlen);
+        buf[hlen] = '\0';
+        if (inet_pton(AF_INET, buf, &a4) != 1)
+          return bad(l, s, "\"%s\": \"%s\" is not a valid IPv4 address", v, buf);
+      }
+    }
+  }
+  rc = fr_parse_int64(port, 0, 65535, &p);
+  if (rc == -ERANGE)
+    return bad(l, s, "\"%s\": port %s is out of range (0-65535)", v, port);
+  if (rc < 0)
+    return bad(l, s, "\"%s\": port \"%s\" is not a number (expected HOST:PORT)", v, port);
+  *host_out = strndup(host, hlen);
+  if (*host_out == NULL)
+    return oom(l);
+  *port_out = (int)p;
+  return 0;
+}
+
+/* ---- sections ---- */
+
+static const char *const root_keys[] = {"listen", "tls", "region", "policy", "sandbox",
+                                        "limits", "tenants", "clusters", NULL};
+static const char *const tls_keys[] = {"cert", "key", NULL};
+static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s", NULL};
+static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_exec_output_bytes",
+                                          "max_exec_timeout_s", NULL};
+static const char *const tenant_keys[] = {"name", "token_sha256", "max_sandboxes", NULL};
+static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context",
+                                           "namespace", "cost", NULL};
+static const char *const cost_keys[] = {"per_core_hour", "per_gib_hour", "node_hour",
+                                        "sandboxes_per_node", NULL};
+
+static int check_readable(struct loader *l, const config_setting_t *s, const char *path) {
+  struct stat st;
+
+  if (stat(path, &st) != 0 || access(path, R_OK) != 0)
+    return bad(l, s, "cannot read \"%s\": %s", path, strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return bad(l, s, "\"%s\" is not a regular file", path);
+  return 0;
+}
+
+static int load_tls(struct loader *l, const config_setting_t *root, struct fr_config *c) {
+  const config_setting_t *g, *s;
+  int rc;
+
+  if ((rc = get_group(l, root, "tls", &g)) < 0 || g == NULL)
+    return rc;
+  if ((rc = check_keys(l, g, tls_keys)) < 0)
+    return rc;
+  if ((rc = get_path(l, g, "cert", 1, "the PEM certificate chain to serve", &c->tls_cert, &s)) < 0)
+    return rc;
+  if ((rc = check_readable(l, s, c->tls_cert)) < 0)
+    return rc;
+  if ((rc = get_path(l, g, "key", 1, "the PEM private key of the certificate", &c->tls_key, &s)) < 0)
+    return rc;
+  return check_readable(l, s, c->tls_key);
+}
+
+static int load_sandbox(struct loader *l, const config_setting_t *root, struct fr_config *c) {
+  const config_setting_t *g;
+  int rc, has_default, has_max;
+
+  if ((rc = get_group(l, root, "sandbox", &g)) < 0 || g == NULL)
+    return rc;
+  if ((rc = check_keys(l, g, sandbox_keys)) < 0)
+    return rc;
+  if ((rc = get_int(l, g, "default_lifetime_s", 1, MAX_SECONDS, &c->default_lifetime_s,
+                    &has_default)) < 0)
+    return rc;
+  if ((rc = get_int(l, g, "max_lifetime_s", 1, MAX_SECONDS, &c->max_lifetime_s, &has_max)) < 0)
+    return rc;
+  if (c->default_lifetime_s > c->max_lifetime_s) {
+    if (has_default)
+      return bad(l, config_setting_get_member(g, "default_lifetime_s"),
+                 "%lld is above max_lifetime_s (%lld%s)", (long long)c->default_lifetime_s,
+                 (long long)c->max_lifetime_s, has_max ? "" : ", the default");
+    return bad(l, config_setting_get_member(g, "max_lifetime_s"),
+               "%lld is below default_lifetime_s (%lld, the default); lower default_lifetime_s too",
+               (long long)c->max_lifetime_s, (long long)c->default_lifetime_s);
+  }
+  return 0;
+}
+
+static int load_limits(struct loader *l, const config_setting_t *root, struct fr_config *c) {
+  const config_setting_t *g;
+  int64_t body = (int64_t)c->max_body_bytes;
+  int rc;
+
+  if ((rc = get_group(l, root, "limits", &g)) < 0 || g == NULL)
+    return rc;
+  if ((rc = check_keys(l, g, limits_keys)) < 0 ||
+      (rc = get_int(l, g, "max_batch", 1, MAX_BATCH_LIMIT, &c->max_batch, NULL)) < 0 ||
+      (rc = get_int(l, g, "max_body_bytes", MIN_BODY_BYTES, MAX_BYTES, &body, NULL)) < 0 ||
+      (rc = get_int(l, g, "max_exec_output_bytes", 1, MAX_BYTES, &c->max_exec_output_bytes,
+                    NULL)) < 0 ||
+      (rc = get_int(l, g, "max_exec_timeout_s", 1, MAX_SECONDS, &c->max_exec_timeout_s, NULL)) < 0)
+    return rc;
+  c->max_body_bytes = (size_t)body;
+  return 0;
+}
+
+/* Tenant names are stored as Kubernetes label values on the sandboxes:
+ * [A-Za-z0-9._-]{1,63}, beginning and ending with a letter or digit. */
+static int check_tenant_name(struct loader *l, const config_setting_t *s, const char *v) {
+  size_t i, n = strlen(v);
+
+  if (n > LABEL_VALUE_MAX)
+    return bad(l, s, "\"%s\" is %zu characters long (at most %d: it becomes a Kubernetes label "
+               "value)", v, n, LABEL_VALUE_MAX);
+  for (i = 0; i < n; i++)
+    if (!is_alnum(v[i]) && v[i] != '-' && v[i] != '_' && v[i] != '.')
+      return bad(l, s, "\"%s\" may only hold letters, digits, '-', '_' and '.' (it becomes a "
+                 "Kubernetes label value)", v);
+  if (!is_alnum(v[0]) || !is_alnum(v[n - 1]))
+    return bad(l, s, "\"%s\" must begin and end with a letter or digit (it becomes a Kubernetes "
+               "label value)", v);
+  return 0;
+}
+
+static int check_token_hash(struct loader *l, const config_setting_t *s, const char *v) {
+  size_t i, n = strlen(v);
+  int upper = 0;
+
+  for (i = 0; i < n; i++) {
+    char ch = v[i];
+    if (ch >= 'A' && ch <= 'F')
+      upper = 1;
+    else if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f')))
+      break;
+  }
+  if (n != 64 || i != n)
+    return bad(l, s, "expected the SHA-256 of the token as 64 hex characters, got %zu characters%s "
+               "(make one with: printf %%s \"$TOKEN\" | sha256sum)", n,
+               i != n ? " with non-hex ones" : "");
+  if (upper)
+    return bad(l, s, "write the hex digits in lowercase");
+  return 0;
+}
+
+static int load_tenants(struct loader *l, const config_setting_t *root, struct fr_config *c) {
+  const config_setting_t *list;
+  int rc, i, n;
+
+  if ((rc = get_list(l, root, "tenants", &list)) < 0 || list == NULL)
+    return rc;
+  n = config_setting_length(list);
+  if (n == 0)
+    return 0;
+  c->tenants = calloc((size_t)n, sizeof(*c->tenants));
+  if (c->tenants == NULL)
+    return oom(l);
+  c->ntenants = (size_t)n; /* zeroed entries free cleanly on any error below */
+  for (i = 0; i < n; i++) {
+    const config_setting_t *g = config_setting_get_elem(list, (unsigned)i);
+    const config_setting_t *name_s, *tok_s;
+    struct fr_config_tenant *t = &c->tenants[i];
+    const char *name, *tok;
+    int j;
+
+    if ((rc = check_keys(l, g, tenant_keys)) < 0 ||
+        (rc = get_string(l, g, "name", 1, "every tenant needs a name", &name, &name_s)) < 0 ||
+        (rc = check_tenant_name(l, name_s, name)) < 0 ||
+        (rc = get_string(l, g, "token_sha256", 1,
+                         "every tenant needs the SHA-256 hex of its bearer token", &tok,
+                         &tok_s)) < 0 ||
+        (rc = check_token_hash(l, tok_s, tok)) < 0 ||
+        (rc = get_int(l, g, "max_sandboxes", 0, MAX_TENANT_SANDBOXES, &t->max_sandboxes,
+                      NULL)) < 0)
+      return rc;
+    for (j = 0; j < i; j++) {
+      const config_setting_t *prev = config_setting_get_elem(list, (unsigned)j);
+      if (strcmp(c->tenants[j].name, name) == 0)
+        return bad(l, name_s, "duplicate tenant name \"%s\" (first defined at line %u)", name,
+                   config_setting_source_line(config_setting_get_member(prev, "name")));
+      if (strcmp(c->tenants[j].token_sha256, tok) == 0)
+        return bad(l, tok_s, "same token as tenant \"%s\" (line %u); every tenant needs its own "
+                   "token", c->tenants[j].name,
+                   config_setting_source_line(config_setting_get_member(prev, "token_sha256")));
+    }
+    t->name = strdup(name);
+    if (t->name == NULL)
+      return oom(l);
+    memcpy(t->token_sha256, tok, 65);
+  }
+  return 0;
+}
+
+static int load_cost(struct loader *l, const config_setting_t *cluster,
+                     struct fr_config_cost *cost) {
+  const config_setting_t *g;
+  int64_t per_node = 0;
+  int rc, has_core, has_gib, has_node, has_per_node;
+
+  if ((rc = get_group(l, cluster, "cost", &g)) < 0 || g == NULL)
+    return rc;
+  if ((rc = check_keys(l, g, cost_keys)) < 0 ||
+      (rc = get_amount(l, g, "per_core_hour", &cost->per_core_hour, &has_core)) < 0 ||
+      (rc = get_amount(l, g, "per_gib_hour", &cost->per_gib_hour, &has_gib)) < 0 ||
+      (rc = get_amount(l, g, "node_hour", &cost->node_hour, &has_node)) < 0 ||
+      (rc = get_int(l, g, "sandboxes_per_node", 1, MAX_SANDBOXES_PER_NODE, &per_node,
+                    &has_per_node)) < 0)
+    return rc;
+  if ((has_core || has_gib) && (has_node || has_per_node))
+    return bad(l, config_setting_get_member(g, has_node ? "node_hour" : "sandboxes_per_node"),
+               "give either per_core_hour/per_gib_hour or node_hour + sandboxes_per_node, "
+               "not both");
+  if (has_node && !has_per_node)
+    return missing(l, g, "sandboxes_per_node",
+                   "missing (node_hour is shared by this many sandboxes)");
+  if (has_per_node && !has_node)
+    return missing(l, g, "node_hour", "missing (sandboxes_per_node divides this cost)");
+  cost->sandboxes_per_node = per_node;
+  return 0;
+}
+
+/* Cluster names are part of sandbox ids: [a-z0-9-]{1,32}. */
+static int check_cluster_name(struct loader *l, const config_setting_t *s, const char *v) {
+  size_t i, n = strlen(v);
+
+  if (n > CLUSTER_NAME_MAX)
+    return bad(l, s, "\"%s\" is %zu characters long (at most %d: it is part of sandbox ids)", v,
+               n, CLUSTER_NAME_MAX);
+  for (i = 0; i < n; i++)
+    if (!is_lower_alnum(v[i]) && v[i] != '-')
+      return bad(l, s, "\"%s\" may only hold lowercase letters, digits and '-' (it is part of "
+                 "sandbox ids)", v);
+  return 0;
+}
+
+/* Namespaces are DNS-1123 labels: [a-z0-9-]{1,63}, alphanumeric at both ends. */
+static int check_namespace(struct loader *l, const config_setting_t *s, const char *v) {
+  size_t i, n = strlen(v);
+
+  for (i = 0; i < n; i++)
+    if (!is_lower_alnum(v[i]) && v[i] != '-')
+      break;
+  if (i != n || n > 63 || !is_lower_alnum(v[0]) || !is_lower_alnum(v[n - 1]))
+    return bad(l, s, "\"%s\" is not a valid Kubernetes namespace (lowercase letters, digits and "
+               "'-', at most 63, alphanumeric at both ends)", v);
+  return 0;
+}
+
+static int load_clusters(struct loader *l, const config_setting_t *root, struct fr_config *c) {
+  const config_setting_t *list;
+  int rc, i, n;
+
+  if ((rc = get_list(l, root, "clusters", &list)) < 0)
+    return rc;
+  if (list == NULL)
+    return missing(l, root, "clusters", "missing (at least one cluster is required)");
+  n = config_setting_length(list);
+  if (n == 0)
+    return bad(l, list, "empty (at least one cluster is required)");
+  c->clusters = calloc((size_t)n, sizeof(*c->clusters));
+  if (c->clusters == NULL)
+    return oom(l);
+  c->nclusters = (size_t)n;
+  for (i = 0; i < n; i++) {
+    const config_setting_t *g = config_setting_get_elem(list, (unsigned)i);
+    const config_setting_t *name_s, *region_s, *ns_s;
+    struct fr_config_cluster *cl = &c->clusters[i];
+    const char *name, *region, *context, *ns;
+    int j;
+
+    if ((rc = check_keys(l, g, cluster_keys)) < 0 ||
+        (rc = get_string(l, g, "name", 1, "every cluster needs a name", &name, &name_s)) < 0 ||
+        (rc = check_cluster_name(l, name_s, name)) < 0)
+      return rc;
+    for (j = 0; j < i; j++)
+      if (strcmp(c->clusters[j].name, name) == 0)
+        return bad(l, name_s, "duplicate cluster name \"%s\" (first defined at line %u)", name,
+                   config_setting_source_line(config_setting_get_member(
+                       config_setting_get_elem(list, (unsigned)j), "name")));
+    if ((cl->name = strdup(name)) == NULL)
+      return oom(l);
+    if ((rc = get_string(l, g, "region", 1, "every cluster needs a region", &region,
+                         &region_s)) < 0 ||
+        (rc = check_region(l, region_s, region)) < 0)
+      return rc;
+    if ((cl->region = strdup(region)) == NULL)
+      return oom(l);
+    if ((rc = get_path(l, g, "kubeconfig", 1, "the kubeconfig file to reach this cluster with",
+                       &cl->kubeconfig, NULL)) < 0 ||
+        (rc = get_string(l, g, "context", 0, "a context of the kubeconfig", &context, NULL)) < 0)
+      return rc;
+    if (context != NULL && (cl->context = strdup(context)) == NULL)
+      return oom(l);
+    if ((rc = get_string(l, g, "namespace", 0, "the namespace for sandboxes", &ns, &ns_s)) < 0 ||
+        (ns != NULL && (rc = check_namespace(l, ns_s, ns)) < 0))
+      return rc;
+    if ((cl->ns = strdup(ns != NULL ? ns : DEFAULT_NAMESPACE)) == NULL)
+      return oom(l);
+    if ((rc = load_cost(l, g, &cl->cost)) < 0)
+      return rc;
+  }
+  return 0;
+}
+
+static int load_root(struct loader *l, const config_setting_t *root, struct fr_config *c) {
+  const config_setting_t *s;
+  const char *v;
+  int rc;
+
+  if ((rc = check_keys(l, root, root_keys)) < 0)
+    return rc;
+  if ((rc = get_string(l, root, "listen", 1, "HOST:PORT to serve on, e.g. \"127.0.0.1:8080\"",
+                       &v, &s)) < 0 ||
+      (rc = parse_listen(l, s, v, &c->listen_host, &c->listen_port)) < 0)
+    return rc;
+  if ((rc = load_tls(l, root, c)) < 0)
+    return rc;
+  if ((rc = get_string(l, root, "region", 1, "the region this router runs in, e.g. \"us\"", &v,
+                       &s)) < 0 ||
+      (rc = check_region(l, s, v)) < 0)
+    return rc;
+  if ((c->region = strdup(v)) == NULL)
+    return oom(l);
+  if ((rc = get_path(l, root, "policy", 0, "the placement policy file", &c->policy, NULL)) < 0 ||
+      (rc = load_sandbox(l, root, c)) < 0 || (rc = load_limits(l, root, c)) < 0 ||
+      (rc = load_tenants(l, root, c)) < 0 || (rc = load_clusters(l, root, c)) < 0)
+    return rc;
+  return 0;
+}
+
+/* ---- the file ---- */
+
+/* Checks that <path> is a readable regular file, and fills <l->dir> (the
+ * realpath of its directory) and <*source> (that + the file's name). */
+static int locate(struct loader *l, const char *path, char **source) {
+  const char *slash = strrchr(path, '/');
+  const char *base = slash != NULL ? slash + 1 : path;
+  char *dir = NULL;
+  struct stat st;
+  FILE *f;
+  size_t dlen, blen;
+  int rc;
+
+  f = fopen(path, "r");
+  if (f == NULL) {
+    if (errno == ENOMEM)
+      return oom(l);
+    rc = errno != 0 ? -errno : -EIO;
+    snprintf(l->err->msg, sizeof(l->err->msg), "cannot open the config file: %s", strerror(-rc));
+    return rc;
+  }
+  rc = fstat(fileno(f), &st);
+  fclose(f);
+  if (rc != 0 || !S_ISREG(st.st_mode)) {
+    snprintf(l->err->msg, sizeof(l->err->msg), "not a regular file");
+    return -EINVAL;
+  }
+  if (slash == NULL)
+    dir = strdup(".");
+  else if (slash == path)
+    dir = strdup("/");
+  else
+    dir = strndup(path, (size_t)(slash - path));
+  if (dir == NULL)
+    return oom(l);
+  l->dir = realpath(dir, NULL);
+  if (l->dir == NULL) {
+    rc = errno == ENOMEM || errno == 0 ? oom(l) : -errno;
+    if (rc != -ENOMEM)
+      snprintf(l->err->msg, sizeof(l->err->msg), "cannot resolve the directory \"%s\": %s", dir,
+               strerror(-rc));
+    free(dir);
+    return rc;
+  }
+  free(dir);
+  dlen = strlen(l->dir);
+  blen = strlen(base);
+  *source = malloc(dlen + blen + 2);
+  if (*source == NULL)
+    return oom(l);
+  memcpy(*source, l->dir, dlen);
+  if (dlen > 0 && l->dir[dlen - 1] == '/')
+    dlen--;
+  (*source)[dlen] = '/';
+  memcpy(*source + dlen + 1, base, blen + 1);
+  return 0;
+}
+
+static void config_free(struct fr_config *c) {
+  size_t i;
+
+  if (c == NULL)
+    return;
+  for (i = 0; i < c->ntenants; i++)
+    free(c->tenants[i].name);
+  free(c->tenants);
+  for (i = 0; i < c->nclusters; i++) {
+    free(c->clusters[i].name);
+    free(c->clusters[i].region);
+    free(c->clusters[i].kubeconfig);
+    free(c->clusters[i].context);
+    free(c->clusters[i].ns);
+  }
+  free(c->clusters);
+  free(c->source);
+  free(c->listen_host);
+  free(c->tls_cert);
+  free(c->tls_key);
+  free(c->region);
+  free(c->policy);
+  free(c);
+}
+
+int fr_config_load(const char *path, struct fr_config **out, struct fr_config_error *err) {
+  struct fr_config_error scratch;
+  struct loader l = {0};
+  struct fr_config *c = NULL;
+  config_t cf;
+  int cf_inited = 0;
+  int rc;
+
+  if (err == NULL)
+    err = &scratch;
+  memset(err, 0, sizeof(*err));
+  l.err = err;
+  l.path = path != NULL ? path : "";
+  snprintf(err->file, sizeof(err->file), "%s", l.path);
+  if (out == NULL || path == NULL || path[0] == '\0') {
+    snprintf(err->msg, sizeof(err->msg), "no config file given");
+    return -EINVAL;
+  }
+  *out = NULL;
+
+  c = calloc(1, sizeof(*c));
+  if (c == NULL) {
+    rc = oom(&l);
+    goto fail;
+  }
+  c->refs = 1;
+  c->default_lifetime_s = DEFAULT_LIFETIME_S;
+  c->max_lifetime_s = DEFAULT_MAX_LIFETIME_S;
+  c->max_batch = DEFAULT_MAX_BATCH;
+  c->max_body_bytes = DEFAULT_MAX_BODY_BYTES;
+  c->max_exec_output_bytes = DEFAULT_MAX_EXEC_OUTPUT_BYTES;
+  c->max_exec_timeout_s = DEFAULT_MAX_EXEC_TIMEOUT_S;
+
+  if ((rc = locate(&l, path, &c->source)) < 0)
+    goto fail;
+
+  config_init(&cf);
+  cf_inited = 1;
+  /* "@include" directives resolve against the config's directory too. */
+  config_set_include_dir(&cf, l.dir);
+  if (config_read_file(&cf, path) != CONFIG_TRUE) {
+    set_error_file(&l, config_error_file(&cf));
+    err->line = config_error_line(&cf);
+    snprintf(err->msg, sizeof(err->msg), "%s%s",
+             config_error_type(&cf) == CONFIG_ERR_FILE_IO ? "cannot read: " : "parse error: ",
+             config_error_text(&cf) != NULL ? config_error_text(&cf) : "unknown");
+    rc = config_error_type(&cf) == CONFIG_ERR_FILE_IO ? -EIO : -EINVAL;
+    goto fail;
+  }
+  if ((rc = load_root(&l, config_root_setting(&cf), c)) < 0)
+    goto fail;
+
+  config_destroy(&cf);
+  free(l.dir);
+  *out = c;
+  return 0;
+
+fail:
+  if (cf_inited)
+    config_destroy(&cf);
+  free(l.dir);
+  config_free(c);
+  return rc;
+}
+
+/* The count may be dropped from a worker thread (a reload) while the loop
+ * holds its own reference, so it is atomic; the snapshot itself is
+ * immutable and needs no lock. */
+struct fr_config *fr_config_ref(struct fr_config *c) {
+  if (c != NULL)
+    __atomic_add_fetch(&c->refs, 1, __ATOMIC_RELAXED);
+  return c;
+}
+
+void fr_config_unref(struct fr_config *c) {
+  if (c != NULL && __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0)
+    config_free(c);
+}
+
+const struct fr_config_tenant *fr_config_tenant_by_token(const struct fr_config *c,
+                                                         const char *token) {
+  const struct fr_config_tenant *found = NULL;
+  char hash[65];
+  size_t i;
+
+  /* An empty bearer token never authenticates, whatever the config says. */
+  if (c == NULL || token == NULL || token[0] == '\0')
+    return NULL;
+  fr_sha256_hex(token, strlen(token), hash);
+  /* Compare against every tenant, not stopping at a match, so the time
+   * taken does not tell which position (if any) matched. Tokens are unique,
+   * so at most one tenant matches. */
+  for (i = 0; i < c->ntenants; i++) {
+    uintptr_t mask = (uintptr_t)0 - (uintptr_t)fr_secret_equal(hash, c->tenants[i].token_sha256);
+    found = (const struct fr_config_tenant *)(((uintptr_t)&c->tenants[i] & mask) |
+                                              ((uintptr_t)found & ~mask));
+  }
+  return found;
+}
+
+const struct fr_config_cluster *fr_config_cluster_by_name(const struct fr_config *c,
+                                                          const char *name) {
+  size_t i;
+
+  if (c == NULL || name == NULL)
+    return NULL;
+  for (i = 0; i < c->nclusters; i++)
+    if (strcmp(c->clusters[i].name, name) == 0)
+      return &c->clusters[i];
+  return NULL;
+}

@@ -1,0 +1,786 @@
+/* test_config.c - the router configuration: the shipped examples load with
+ * the values they document, every class of mistake is rejected with its
+ * message and the right file:line, relative paths resolve against the
+ * config's directory, snapshots are refcounted, tokens find their tenant. */
+#include "fr/config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fr/util.h"
+
+#ifndef FR_CONFIG_EXAMPLES_DIR
+#error "FR_CONFIG_EXAMPLES_DIR must point at config/examples"
+#endif
+
+/* snprintf into an array, asserting nothing was cut off. */
+#define PATHF(buf, ...) ck_assert_int_lt(snprintf(buf, sizeof(buf), __VA_ARGS__), (int)sizeof(buf))
+
+/* ---- fixture: a fresh temporary directory per test ---- */
+
+static char tmpdir[PATH_MAX];  /* as created */
+static char realtmp[PATH_MAX]; /* its realpath (TMPDIR may be a symlink) */
+
+static void setup(void) {
+  const char *base = getenv("TMPDIR");
+  PATHF(tmpdir, "%s/fr-config-XXXXXX", base != NULL && base[0] != '\0' ? base : "/tmp");
+  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+  ck_assert_ptr_nonnull(realpath(tmpdir, realtmp));
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+static void teardown(void) {
+  nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Writes <text> to <tmpdir>/<name>; the full path goes to <path>. */
+static void write_file(const char *name, const char *text, char *path, size_t size) {
+  FILE *f;
+
+  ck_assert_int_lt(snprintf(path, size, "%s/%s", tmpdir, name), (int)size);
+  f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(fputs(text, f) >= 0, 1);
+  ck_assert_int_eq(fclose(f), 0);
+}
+
+static void make_dir(const char *name) {
+  char path[PATH_MAX];
+  PATHF(path, "%s/%s", tmpdir, name);
+  ck_assert_int_eq(mkdir(path, 0755), 0);
+}
+
+/* Writes <text> as <tmpdir>/t.conf and loads it. */
+static int load_text(const char *text, struct fr_config **c, struct fr_config_error *err) {
+  char path[PATH_MAX];
+  write_file("t.conf", text, path, sizeof(path));
+  return fr_config_load(path, c, err);
+}
+
+static struct fr_config *load_ok(const char *text) {
+  struct fr_config *c = NULL;
+  struct fr_config_error err;
+  int rc = load_text(text, &c, &err);
+  ck_assert_msg(rc == 0, "load failed (%d): %s:%d: %s", rc, err.file, err.line, err.msg);
+  ck_assert_ptr_nonnull(c);
+  return c;
+}
+
+#define LISTEN "listen = \"127.0.0.1:8080\";\n"
+#define REGION "region = \"us\";\n"
+#define CLUSTER "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"a.kc\"; } );\n"
+#define MINIMAL LISTEN REGION CLUSTER
+#define HASH_A "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb" /* "a" */
+#define HASH_B "3e23e8160039594a33894f6564e1b1348bbd7a0088d42c4acb73eeaed59c009d" /* "b" */
+
+/* ---- the shipped examples ---- */
+
+START_TEST(example_fedrouter_conf_loads_with_documented_values) {
+  struct fr_config *c = NULL;
+  struct fr_config_error err;
+  const struct fr_config_cluster *cl;
+  char want[PATH_MAX], dir[PATH_MAX];
+  int rc = fr_config_load(FR_CONFIG_EXAMPLES_DIR "/fedrouter.conf", &c, &err);
+
+  ck_assert_msg(rc == 0, "%s:%d: %s", err.file, err.line, err.msg);
+  ck_assert_ptr_nonnull(realpath(FR_CONFIG_EXAMPLES_DIR, dir));
+  PATHF(want, "%s/fedrouter.conf", dir);
+  ck_assert_str_eq(c->source, want);
+  ck_assert_str_eq(c->listen_host, "127.0.0.1");
+  ck_assert_int_eq(c->listen_port, 8080);
+  ck_assert_ptr_null(c->tls_cert);
+  ck_assert_ptr_null(c->tls_key);
+  ck_assert_str_eq(c->region, "us");
+  PATHF(want, "%s/policy.conf", dir);
+  ck_assert_str_eq(c->policy, want);
+  ck_assert_int_eq(c->default_lifetime_s, 3600);
+  ck_assert_int_eq(c->max_lifetime_s, 86400);
+  ck_assert_int_eq(c->max_batch, 5000);
+  ck_assert_uint_eq(c->max_body_bytes, 1048576);
+  ck_assert_int_eq(c->max_exec_output_bytes, 16777216);
+  ck_assert_int_eq(c->max_exec_timeout_s, 3600);
+
+  ck_assert_uint_eq(c->ntenants, 2);
+  ck_assert_str_eq(c->tenants[0].name, "rl");
+  ck_assert_int_eq(c->tenants[0].max_sandboxes, 20000);
+  ck_assert_str_eq(c->tenants[1].name, "eval");
+  ck_assert_int_eq(c->tenants[1].max_sandboxes, 0);
+  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "rl-team-token"), &c->tenants[0]);
+  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "eval-token"), &c->tenants[1]);
+
+  ck_assert_uint_eq(c->nclusters, 2);
+  cl = &c->clusters[0];
+  ck_assert_str_eq(cl->name, "us-east");
+  ck_assert_str_eq(cl->region, "us");
+  PATHF(want, "%s/kube/us-east.kubeconfig", dir);
+  ck_assert_str_eq(cl->kubeconfig, want);
+  ck_assert_str_eq(cl->context, "us-east");
+  ck_assert_str_eq(cl->ns, "sandboxes");
+  ck_assert_double_eq_tol(cl->cost.per_core_hour, 0.0316, 1e-12);
+  ck_assert_double_eq_tol(cl->cost.per_gib_hour, 0.0042, 1e-12);
+  ck_assert_double_eq(cl->cost.node_hour, 0);
+  ck_assert_int_eq(cl->cost.sandboxes_per_node, 0);
+  cl = &c->clusters[1];
+  ck_assert_str_eq(cl->name, "ap-tokyo");
+  ck_assert_str_eq(cl->region, "apac");
+  ck_assert_str_eq(cl->kubeconfig, "/etc/fedrouter/ap-tokyo.kubeconfig");
+  ck_assert_ptr_null(cl->context);
+  ck_assert_str_eq(cl->ns, "default");
+  ck_assert_double_eq(cl->cost.per_core_hour, 0);
+  ck_assert_double_eq_tol(cl->cost.node_hour, 1.52, 1e-12);
+  ck_assert_int_eq(cl->cost.sandboxes_per_node, 32);
+  fr_config_unref(c);
+}
+END_TEST
+
+START_TEST(example_demo_conf_loads_with_three_clusters_and_demo_tenant) {
+  struct fr_config *c = NULL;
+  struct fr_config_error err;
+  static const char *const names[] = {"us-east", "us-west", "ap-tokyo"};
+  static const char *const regions[] = {"us", "us", "apac"};
+  size_t i;
+  int rc = fr_config_load(FR_CONFIG_EXAMPLES_DIR "/demo.conf", &c, &err);
+
+  ck_assert_msg(rc == 0, "%s:%d: %s", err.file, err.line, err.msg);
+  ck_assert_str_eq(c->listen_host, "127.0.0.1");
+  ck_assert_int_eq(c->listen_port, 8080);
+  ck_assert_str_eq(c->region, "us");
+  ck_assert_ptr_null(c->policy);
+  ck_assert_uint_eq(c->ntenants, 1);
+  ck_assert_str_eq(c->tenants[0].name, "demo");
+  ck_assert_str_eq(c->tenants[0].token_sha256,
+                   "7c43ef5ae21d43ce2743f770c68e24def1a43ee2f416d2438410c8af7af2ff2c");
+  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "demo-token"), &c->tenants[0]);
+  ck_assert_ptr_null(fr_config_tenant_by_token(c, "demo-token "));
+  ck_assert_uint_eq(c->nclusters, 3);
+  for (i = 0; i < 3; i++) {
+    char kc[128];
+    PATHF(kc, "/tmp/fedrouter-demo/%s.kubeconfig", names[i]);
+    ck_assert_str_eq(c->clusters[i].name, names[i]);
+    ck_assert_str_eq(c->clusters[i].region, regions[i]);
+    ck_assert_str_eq(c->clusters[i].kubeconfig, kc);
+    ck_assert_str_eq(c->clusters[i].context, names[i]);
+    ck_assert_str_eq(c->clusters[i].ns, "default");
+    ck_assert(c->clusters[i].cost.per_core_hour > 0);
+    ck_assert_ptr_eq(fr_config_cluster_by_name(c, names[i]), &c->clusters[i]);
+  }
+  fr_config_unref(c);
+}
+END_TEST
+
+/* ---- values and defaults ---- */
+
+START_TEST(config_minimal_gets_defaults) {
+  struct fr_config *c = load_ok(MINIMAL);
+
+  ck_assert_int_eq(c->refs, 1);
+  ck_assert_int_eq(c->default_lifetime_s, 3600);
+  ck_assert_int_eq(c->max_lifetime_s, 86400);
+  ck_assert_int_eq(c->max_batch, 5000);
+  ck_assert_uint_eq(c->max_body_bytes, 1024 * 1024);
+  ck_assert_int_eq(c->max_exec_output_bytes, 16 * 1024 * 1024);
+  ck_assert_int_eq(c->max_exec_timeout_s, 3600);
+  ck_assert_ptr_null(c->tls_cert);
+  ck_assert_ptr_null(c->policy);
+  ck_assert_uint_eq(c->ntenants, 0);
+  ck_assert_ptr_null(c->tenants);
+  ck_assert_uint_eq(c->nclusters, 1);
+  ck_assert_str_eq(c->clusters[0].ns, "default");
+  ck_assert_ptr_null(c->clusters[0].context);
+  ck_assert_double_eq(c->clusters[0].cost.per_core_hour, 0);
+  ck_assert_int_eq(c->clusters[0].cost.sandboxes_per_node, 0);
+  fr_config_unref(c);
+}
+END_TEST
+
+START_TEST(config_all_limits_set_are_kept) {
+  struct fr_config *c = load_ok(MINIMAL
+                                "sandbox = { default_lifetime_s = 60; max_lifetime_s = 600; };\n"
+                                "limits = { max_batch = 100000; max_body_bytes = 1024;\n"
+                                "  max_exec_output_bytes = 1; max_exec_timeout_s = 5L; };\n"
+                                "tenants = ( { name = \"t\"; token_sha256 = \"" HASH_A "\";\n"
+                                "  max_sandboxes = 7; } );\n");
+
+  ck_assert_int_eq(c->default_lifetime_s, 60);
+  ck_assert_int_eq(c->max_lifetime_s, 600);
+  ck_assert_int_eq(c->max_batch, 100000);
+  ck_assert_uint_eq(c->max_body_bytes, 1024);
+  ck_assert_int_eq(c->max_exec_output_bytes, 1);
+  ck_assert_int_eq(c->max_exec_timeout_s, 5);
+  ck_assert_int_eq(c->tenants[0].max_sandboxes, 7);
+  fr_config_unref(c);
+}
+END_TEST
+
+START_TEST(config_empty_tenant_list_is_allowed) {
+  struct fr_config *c = load_ok(MINIMAL "tenants = ();\n");
+
+  ck_assert_uint_eq(c->ntenants, 0);
+  ck_assert_ptr_null(fr_config_tenant_by_token(c, "a"));
+  fr_config_unref(c);
+}
+END_TEST
+
+START_TEST(cluster_name_of_32_chars_is_accepted) {
+  struct fr_config *c =
+      load_ok(LISTEN REGION "clusters = ( { name = \"abcdefghijklmnopqrstuvwxyz-01234\";\n"
+                            "  region = \"us\"; kubeconfig = \"k\"; } );\n");
+
+  ck_assert_uint_eq(strlen(c->clusters[0].name), 32);
+  fr_config_unref(c);
+}
+END_TEST
+
+START_TEST(cost_integers_are_accepted_as_amounts) {
+  struct fr_config *c =
+      load_ok(LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\";\n"
+                            "  cost = { node_hour = 2; sandboxes_per_node = 8; }; } );\n");
+
+  ck_assert_double_eq(c->clusters[0].cost.node_hour, 2.0);
+  ck_assert_int_eq(c->clusters[0].cost.sandboxes_per_node, 8);
+  fr_config_unref(c);
+}
+END_TEST
+
+/* ---- listen addresses ---- */
+
+struct listen_case {
+  const char *in;
+  const char *host;
+  int port;
+};
+
+static const struct listen_case listen_ok_cases[] = {
+    {"127.0.0.1:8080", "127.0.0.1", 8080},
+    {"[::1]:8080", "::1", 8080},
+    {"[::]:443", "::", 443},
+    {"[fe80::1%eth0]:9000", "fe80::1%eth0", 9000},
+    {"0.0.0.0:65535", "0.0.0.0", 65535},
+    {"localhost:0", "localhost", 0},
+    {"router.internal.example:80", "router.internal.example", 80},
+};
+
+START_TEST(listen_valid_address_is_split_into_host_and_port) {
+  const struct listen_case *t = &listen_ok_cases[_i];
+  char text[512];
+  struct fr_config *c;
+
+  snprintf(text, sizeof(text), "listen = \"%s\";\n" REGION CLUSTER, t->in);
+  c = load_ok(text);
+  ck_assert_str_eq(c->listen_host, t->host);
+  ck_assert_int_eq(c->listen_port, t->port);
+  fr_config_unref(c);
+}
+END_TEST
+
+/* ---- every class of error: message and line ---- */
+
+struct err_case {
+  const char *name; /* <subject>_<condition>, the result is always "rejected" */
+  const char *text;
+  int line;         /* 0: the top level (no line of its own) */
+  const char *msg;  /* a substring of the message */
+};
+
+#define T(s) "    token_sha256 = \"" s "\";\n"
+
+static const struct err_case err_cases[] = {
+    /* required keys: reported at the enclosing group, here the top level */
+    {"listen_missing", REGION CLUSTER, 0, "listen: missing (HOST:PORT"},
+    {"region_missing", LISTEN CLUSTER, 0, "region: missing"},
+    {"clusters_missing", LISTEN REGION, 0, "clusters: missing (at least one cluster is required)"},
+    {"clusters_empty", LISTEN REGION "clusters = ();\n", 3, "clusters: empty"},
+    {"clusters_not_a_list", LISTEN REGION "clusters = { name = \"a\"; };\n", 3,
+     "clusters: expected a list of groups ( { ... }, { ... } ), got a group"},
+    {"clusters_element_not_a_group", LISTEN REGION "clusters = ( \"a\" );\n", 3,
+     "clusters.[0]: expected a group { ... }, got a string"},
+    {"cluster_region_missing",
+     LISTEN REGION "clusters = (\n  { name = \"a\"; region = \"us\"; kubeconfig = \"k\"; },\n  {\n"
+                   "    name = \"b\";\n    kubeconfig = \"k\";\n  }\n);\n",
+     5, "clusters.[1].region: missing (every cluster needs a region)"},
+    {"cluster_kubeconfig_missing", LISTEN REGION "clusters = (\n  { name = \"a\"; region = \"us\"; }\n);\n",
+     4, "clusters.[0].kubeconfig: missing"},
+    {"cluster_name_missing", LISTEN REGION "clusters = (\n  { region = \"us\"; kubeconfig = \"k\"; }\n);\n",
+     4, "clusters.[0].name: missing"},
+    {"tenant_name_missing", MINIMAL "tenants = (\n  {\n" T(HASH_A) "  }\n);\n", 5,
+     "tenants.[0].name: missing"},
+    {"tenant_token_missing", MINIMAL "tenants = (\n  {\n    name = \"t\";\n  }\n);\n", 5,
+     "tenants.[0].token_sha256: missing"},
+    {"tls_key_missing", MINIMAL "tls = {\n  cert = \"t.conf\";\n};\n", 4, "tls.key: missing"},
+    {"cost_node_hour_without_sandboxes_per_node",
+     LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\";\n"
+                   "  cost = {\n    node_hour = 1.5;\n  }; } );\n",
+     4, "clusters.[0].cost.sandboxes_per_node: missing"},
+    {"cost_sandboxes_per_node_without_node_hour",
+     LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\";\n"
+                   "  cost = {\n    sandboxes_per_node = 4;\n  }; } );\n",
+     4, "clusters.[0].cost.node_hour: missing"},
+
+    /* types: name what was expected and what was given */
+    {"listen_number", "listen = 8080;\n" REGION CLUSTER, 1,
+     "listen: expected a string, got an integer"},
+    {"max_batch_string", MINIMAL "limits = {\n  max_batch = \"5000\";\n};\n", 5,
+     "limits.max_batch: expected an integer, got a string (\"5000\")"},
+    {"max_body_bytes_float", MINIMAL "limits = {\n  max_body_bytes = 1.5;\n};\n", 5,
+     "limits.max_body_bytes: expected an integer, got a float"},
+    {"default_lifetime_bool", MINIMAL "sandbox = { default_lifetime_s = true; };\n", 4,
+     "expected an integer, got a boolean"},
+    {"region_list", LISTEN "region = ( \"us\" );\n" CLUSTER, 2,
+     "region: expected a string, got a list"},
+    {"sandbox_not_a_group", MINIMAL "sandbox = 5;\n", 4, "sandbox: expected a group { ... }, got an integer"},
+    {"tenants_group", MINIMAL "tenants = { name = \"a\"; };\n", 4,
+     "tenants: expected a list of groups"},
+    {"cost_string", LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\";\n"
+                                  "  cost = { per_core_hour = \"0.03\"; }; } );\n",
+     4, "clusters.[0].cost.per_core_hour: expected a number, got a string (\"0.03\")"},
+    {"tenant_max_sandboxes_string",
+     MINIMAL "tenants = (\n  { name = \"t\"; token_sha256 = \"" HASH_A "\";\n"
+             "    max_sandboxes = \"10\"; }\n);\n",
+     6, "tenants.[0].max_sandboxes: expected an integer, got a string"},
+
+    /* listen addresses */
+    {"listen_port_above_65535", "listen = \"127.0.0.1:70000\";\n" REGION CLUSTER, 1,
+     "port 70000 is out of range (0-65535)"},
+    {"listen_port_negative", "listen = \"127.0.0.1:-1\";\n" REGION CLUSTER, 1, "out of range (0-65535)"},
+    {"listen_port_missing", REGION "\nlisten = \"127.0.0.1\";\n" CLUSTER, 3, "missing \":PORT\""},
+    {"listen_port_empty", "listen = \"127.0.0.1:\";\n" REGION CLUSTER, 1, "port \"\" is not a number"},
+    {"listen_port_not_a_number", "listen = \"127.0.0.1:http\";\n" REGION CLUSTER, 1,
+     "port \"http\" is not a number"},
+    {"listen_host_empty", "listen = \":8080\";\n" REGION CLUSTER, 1, "missing host"},
+    {"listen_ipv6_without_brackets", "listen = \"::1:8080\";\n" REGION CLUSTER, 1,
+     "put an IPv6 address in brackets, e.g. \"[::1]:8080\""},
+    {"listen_ipv6_invalid", "listen = \"[::g]:8080\";\n" REGION CLUSTER, 1, "not a valid IPv6 address"},
+    {"listen_ipv6_unclosed", "listen = \"[::1:8080\";\n" REGION CLUSTER, 1, "missing ']'"},
+    {"listen_ipv6_no_port", "listen = \"[::1]8080\";\n" REGION CLUSTER, 1, "expected \":PORT\" after ']'"},
+    {"listen_ipv4_invalid", "listen = \"300.1.1.1:80\";\n" REGION CLUSTER, 1,
+     "\"300.1.1.1\" is not a valid IPv4 address"},
+    {"listen_host_bad_chars", "listen = \"my_host!:80\";\n" REGION CLUSTER, 1,
+     "is not a valid IPv4 address or host name"},
+
+    /* ranges */
+    {"default_lifetime_zero", MINIMAL "sandbox = {\n  default_lifetime_s = 0;\n};\n", 5,
+     "sandbox.default_lifetime_s: 0 is out of range (1-"},
+    {"max_lifetime_negative", MINIMAL "sandbox = {\n  max_lifetime_s = -5;\n};\n", 5,
+     "sandbox.max_lifetime_s: -5 is out of range (1-"},
+    {"default_lifetime_above_max",
+     MINIMAL "sandbox = {\n  default_lifetime_s = 7200;\n  max_lifetime_s = 3600;\n};\n", 5,
+     "sandbox.default_lifetime_s: 7200 is above max_lifetime_s (3600)"},
+    {"max_lifetime_below_default_default", MINIMAL "sandbox = {\n  max_lifetime_s = 600;\n};\n", 5,
+     "sandbox.max_lifetime_s: 600 is below default_lifetime_s (3600, the default)"},
+    {"max_batch_zero", MINIMAL "limits = { max_batch = 0; };\n", 4,
+     "limits.max_batch: 0 is out of range (1-100000)"},
+    {"max_batch_above_100000", MINIMAL "limits = { max_batch = 100001; };\n", 4,
+     "limits.max_batch: 100001 is out of range (1-100000)"},
+    {"max_body_bytes_tiny", MINIMAL "limits = { max_body_bytes = 10; };\n", 4,
+     "limits.max_body_bytes: 10 is out of range (1024-1073741824)"},
+    {"max_body_bytes_huge", MINIMAL "limits = { max_body_bytes = 2147483647; };\n", 4,
+     "out of range (1024-1073741824)"},
+    {"max_exec_output_bytes_zero", MINIMAL "limits = { max_exec_output_bytes = 0; };\n", 4,
+     "limits.max_exec_output_bytes: 0 is out of range (1-1073741824)"},
+    {"max_exec_timeout_zero", MINIMAL "limits = { max_exec_timeout_s = 0; };\n", 4,
+     "limits.max_exec_timeout_s: 0 is out of range"},
+    {"tenant_max_sandboxes_negative",
+     MINIMAL "tenants = ( { name = \"t\"; token_sha256 = \"" HASH_A "\"; max_sandboxes = -1; } );\n",
+     4, "tenants.[0].max_sandboxes: -1 is out of range (0-"},
+    {"cost_negative",
+     LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\";\n"
+                   "  cost = { per_core_hour = 0.1;\n    per_gib_hour = -0.5; }; } );\n",
+     5, "clusters.[0].cost.per_gib_hour: must be a number >= 0, got -0.5"},
+    {"cost_both_forms",
+     LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\";\n"
+                   "  cost = { per_core_hour = 0.1;\n    node_hour = 1.0; sandboxes_per_node = 4; }; } );\n",
+     5, "give either per_core_hour/per_gib_hour or node_hour + sandboxes_per_node, not both"},
+    {"cost_sandboxes_per_node_zero",
+     LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\";\n"
+                   "  cost = { node_hour = 1.0; sandboxes_per_node = 0; }; } );\n",
+     4, "sandboxes_per_node: 0 is out of range (1-"},
+
+    /* unknown keys, with and without a suggestion */
+    {"top_key_misspelled", LISTEN "regoin = \"us\";\n" CLUSTER, 2,
+     "regoin: unknown key (did you mean \"region\"?)"},
+    {"nested_key_misspelled",
+     MINIMAL "tenants = (\n  { name = \"t\"; token_sha256 = \"" HASH_A "\"; },\n"
+             "  { name = \"u\";\n    token_sha265 = \"" HASH_B "\"; }\n);\n",
+     7, "tenants.[1].token_sha265: unknown key (did you mean \"token_sha256\"?)"},
+    {"cluster_key_misspelled",
+     LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\";\n"
+                   "  namespce = \"x\"; } );\n",
+     4, "clusters.[0].namespce: unknown key (did you mean \"namespace\"?)"},
+    {"tls_key_misspelled", MINIMAL "tls = {\n  crt = \"x\";\n};\n", 5,
+     "tls.crt: unknown key (did you mean \"cert\"?)"},
+    {"limits_key_misspelled", MINIMAL "limits = { max_bach = 10; };\n", 4,
+     "limits.max_bach: unknown key (did you mean \"max_batch\"?)"},
+    {"top_key_unknown", MINIMAL "colour = \"blue\";\n", 4,
+     "colour: unknown key (known keys here: listen, tls, region, policy, sandbox, limits, "
+     "tenants, clusters)"},
+
+    /* names */
+    {"cluster_name_uppercase", LISTEN REGION "clusters = (\n  { name = \"US_East\"; region = \"us\"; kubeconfig = \"k\"; }\n);\n",
+     4, "clusters.[0].name: \"US_East\" may only hold lowercase letters, digits and '-'"},
+    {"cluster_name_33_chars",
+     LISTEN REGION "clusters = ( { name = \"abcdefghijklmnopqrstuvwxyz-012345\"; region = \"us\"; kubeconfig = \"k\"; } );\n",
+     3, "is 33 characters long (at most 32"},
+    {"cluster_name_duplicate",
+     LISTEN REGION "clusters = (\n  { name = \"a\"; region = \"us\"; kubeconfig = \"k\"; },\n"
+                   "  { name = \"b\"; region = \"us\"; kubeconfig = \"k\"; },\n"
+                   "  { name = \"a\"; region = \"apac\"; kubeconfig = \"k\"; }\n);\n",
+     6, "clusters.[2].name: duplicate cluster name \"a\" (first defined at line 4)"},
+    {"cluster_name_empty", LISTEN REGION "clusters = ( { name = \"\"; region = \"us\"; kubeconfig = \"k\"; } );\n",
+     3, "clusters.[0].name: must not be empty"},
+    {"cluster_namespace_invalid",
+     LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\"; namespace = \"Sand_boxes\"; } );\n",
+     3, "\"Sand_boxes\" is not a valid Kubernetes namespace"},
+    {"region_with_space", LISTEN "region = \"us east\";\n" CLUSTER, 2, "\"us east\" is not a valid region"},
+    {"cluster_region_invalid",
+     LISTEN REGION "clusters = ( { name = \"a\"; region = \"us/east\"; kubeconfig = \"k\"; } );\n",
+     3, "clusters.[0].region: \"us/east\" is not a valid region"},
+    {"policy_empty", MINIMAL "policy = \"\";\n", 4, "policy: must not be empty"},
+    {"tenant_name_duplicate",
+     MINIMAL "tenants = (\n  { name = \"t\";" T(HASH_A) "  },\n  { name = \"t\";" T(HASH_B) "  }\n);\n",
+     7, "tenants.[1].name: duplicate tenant name \"t\" (first defined at line 5)"},
+    {"tenant_name_invalid", MINIMAL "tenants = ( { name = \"-team a\";" T(HASH_A) "} );\n", 4,
+     "tenants.[0].name: \"-team a\" may only hold letters, digits"},
+    {"tenant_token_duplicate",
+     MINIMAL "tenants = (\n  { name = \"t\";\n" T(HASH_A) "  },\n  { name = \"u\";\n" T(HASH_A) "  }\n);\n",
+     9, "tenants.[1].token_sha256: same token as tenant \"t\" (line 6)"},
+    {"tenant_token_short", MINIMAL "tenants = (\n  { name = \"t\";\n" T("abc123") "  }\n);\n", 6,
+     "tenants.[0].token_sha256: expected the SHA-256 of the token as 64 hex characters, got 6"},
+    {"tenant_token_uppercase",
+     MINIMAL "tenants = (\n  { name = \"t\";\n"
+             T("CA978112CA1BBDCAFAC231B39A23DC4DA786EFF8147C4E72B9807785AFEE48BB") "  }\n);\n",
+     6, "write the hex digits in lowercase"},
+    {"tenant_token_not_hex",
+     MINIMAL "tenants = (\n  { name = \"t\";\n"
+             T("ga978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb") "  }\n);\n",
+     6, "64 hex characters, got 64 characters with non-hex ones"},
+
+    /* files */
+    {"tls_cert_absent", MINIMAL "tls = {\n  cert = \"no-such.crt\";\n  key = \"t.conf\";\n};\n", 5,
+     "tls.cert: cannot read \""},
+    {"tls_key_absent", MINIMAL "tls = {\n  cert = \"t.conf\";\n  key = \"no-such.key\";\n};\n", 6,
+     "no-such.key\": No such file or directory"},
+    {"tls_cert_directory", MINIMAL "tls = { cert = \".\"; key = \"t.conf\"; };\n", 4,
+     "is not a regular file"},
+
+    /* libconfig's own errors keep their line */
+    {"syntax_missing_value", LISTEN "region = ;\n" CLUSTER, 2, "parse error: syntax error"},
+    {"syntax_duplicate_key", LISTEN REGION "region = \"apac\";\n" CLUSTER, 3,
+     "parse error: duplicate setting name"},
+};
+
+START_TEST(config_error_is_rejected_with_message_and_line) {
+  const struct err_case *t = &err_cases[_i];
+  struct fr_config *c = (struct fr_config *)&c; /* must be reset to NULL */
+  struct fr_config_error err;
+  int rc = load_text(t->text, &c, &err);
+
+  ck_assert_msg(rc == -EINVAL, "%s: rc %d, want -EINVAL", t->name, rc);
+  ck_assert_msg(c == NULL, "%s: *out not NULL on error", t->name);
+  ck_assert_msg(strstr(err.msg, t->msg) != NULL, "%s: message \"%s\" lacks \"%s\"", t->name,
+                err.msg, t->msg);
+  ck_assert_msg(err.line == t->line, "%s: line %d, want %d (%s)", t->name, err.line, t->line,
+                err.msg);
+  ck_assert_msg(strstr(err.file, "/t.conf") != NULL, "%s: file \"%s\"", t->name, err.file);
+}
+END_TEST
+
+START_TEST(config_unknown_key_is_reported_before_missing_key) {
+  struct fr_config *c = NULL;
+  struct fr_config_error err;
+  /* "regoin" would otherwise surface as "region: missing" */
+  int rc = load_text(LISTEN CLUSTER "\n\nregoin = \"us\";\n", &c, &err);
+
+  ck_assert_int_eq(rc, -EINVAL);
+  ck_assert_str_eq(err.msg, "regoin: unknown key (did you mean \"region\"?)");
+  ck_assert_int_eq(err.line, 5);
+}
+END_TEST
+
+START_TEST(config_missing_file_returns_enoent) {
+  struct fr_config *c = NULL;
+  struct fr_config_error err;
+  char path[PATH_MAX];
+  int rc;
+
+  PATHF(path, "%s/absent.conf", tmpdir);
+  rc = fr_config_load(path, &c, &err);
+  ck_assert_int_eq(rc, -ENOENT);
+  ck_assert_ptr_null(c);
+  ck_assert_str_eq(err.file, path);
+  ck_assert_int_eq(err.line, 0);
+  ck_assert_ptr_nonnull(strstr(err.msg, "No such file or directory"));
+}
+END_TEST
+
+START_TEST(config_directory_path_returns_einval) {
+  struct fr_config *c = NULL;
+  struct fr_config_error err;
+
+  ck_assert_int_eq(fr_config_load(tmpdir, &c, &err), -EINVAL);
+  ck_assert_ptr_null(c);
+  ck_assert_str_eq(err.msg, "not a regular file");
+}
+END_TEST
+
+START_TEST(config_null_error_struct_is_accepted) {
+  struct fr_config *c = NULL;
+  char path[PATH_MAX];
+
+  write_file("t.conf", REGION CLUSTER, path, sizeof(path));
+  ck_assert_int_eq(fr_config_load(path, &c, NULL), -EINVAL);
+  ck_assert_ptr_null(c);
+  write_file("t.conf", MINIMAL, path, sizeof(path));
+  ck_assert_int_eq(fr_config_load(path, &c, NULL), 0);
+  ck_assert_ptr_nonnull(c);
+  fr_config_unref(c);
+}
+END_TEST
+
+START_TEST(config_error_in_included_file_names_that_file) {
+  struct fr_config *c = NULL;
+  struct fr_config_error err;
+  char path[PATH_MAX], inc[PATH_MAX];
+  int rc;
+
+  /* @include resolves against the config's directory, not the cwd */
+  write_file("clusters.inc", "\nclusters = ( { name = \"Bad\"; region = \"us\"; kubeconfig = \"k\"; } );\n",
+             inc, sizeof(inc));
+  write_file("t.conf", LISTEN REGION "@include \"clusters.inc\"\n", path, sizeof(path));
+  rc = fr_config_load(path, &c, &err);
+  ck_assert_int_eq(rc, -EINVAL);
+  PATHF(path, "%s/clusters.inc", realtmp);
+  ck_assert_str_eq(err.file, path);
+  ck_assert_int_eq(err.line, 2);
+  ck_assert_ptr_nonnull(strstr(err.msg, "clusters.[0].name: \"Bad\""));
+}
+END_TEST
+
+/* ---- paths ---- */
+
+START_TEST(config_relative_paths_resolve_against_config_dir_realpath) {
+  struct fr_config *c = NULL;
+  struct fr_config_error err;
+  char path[PATH_MAX], link[PATH_MAX], want[PATH_MAX + 64];
+  int rc;
+
+  /* <tmp>/real/conf/t.conf, loaded through the symlink <tmp>/link -> real */
+  make_dir("real");
+  make_dir("real/conf");
+  make_dir("real/conf/tls");
+  write_file("real/conf/tls/r.crt", "cert", path, sizeof(path));
+  write_file("real/conf/tls/r.key", "key", path, sizeof(path));
+  write_file("real/conf/t.conf",
+             LISTEN REGION "policy = \"policy.conf\";\n"
+             "tls = { cert = \"tls/r.crt\"; key = \"./tls//r.key\"; };\n"
+             "clusters = (\n"
+             "  { name = \"a\"; region = \"us\"; kubeconfig = \"kube/a.kc\"; },\n"
+             "  { name = \"b\"; region = \"us\"; kubeconfig = \"../b.kc\"; },\n"
+             "  { name = \"c\"; region = \"us\"; kubeconfig = \"/etc/k/c.kc\"; },\n"
+             "  { name = \"d\"; region = \"us\"; kubeconfig = \"./x/../y.kc\"; }\n"
+             ");\n",
+             path, sizeof(path));
+  PATHF(link, "%s/link", tmpdir);
+  ck_assert_int_eq(symlink("real", link), 0);
+  PATHF(path, "%s/link/conf/t.conf", tmpdir);
+
+  rc = fr_config_load(path, &c, &err);
+  ck_assert_msg(rc == 0, "%s:%d: %s", err.file, err.line, err.msg);
+  PATHF(want, "%s/real/conf/t.conf", realtmp);
+  ck_assert_str_eq(c->source, want);
+  PATHF(want, "%s/real/conf/policy.conf", realtmp);
+  ck_assert_str_eq(c->policy, want);
+  PATHF(want, "%s/real/conf/tls/r.crt", realtmp);
+  ck_assert_str_eq(c->tls_cert, want);
+  PATHF(want, "%s/real/conf/tls/r.key", realtmp);
+  ck_assert_str_eq(c->tls_key, want);
+  PATHF(want, "%s/real/conf/kube/a.kc", realtmp);
+  ck_assert_str_eq(c->clusters[0].kubeconfig, want);
+  PATHF(want, "%s/real/b.kc", realtmp);
+  ck_assert_str_eq(c->clusters[1].kubeconfig, want);
+  ck_assert_str_eq(c->clusters[2].kubeconfig, "/etc/k/c.kc");
+  /* ".." after a named segment is left to the kernel (x may be a symlink) */
+  PATHF(want, "%s/real/conf/x/../y.kc", realtmp);
+  ck_assert_str_eq(c->clusters[3].kubeconfig, want);
+  fr_config_unref(c);
+}
+END_TEST
+
+START_TEST(config_relative_config_path_resolves_against_cwd) {
+  struct fr_config *c = NULL;
+  struct fr_config_error err;
+  char path[PATH_MAX], cwd[PATH_MAX], want[PATH_MAX + 64];
+  int rc;
+
+  make_dir("d");
+  write_file("d/t.conf", MINIMAL, path, sizeof(path));
+  ck_assert_ptr_nonnull(getcwd(cwd, sizeof(cwd)));
+  ck_assert_int_eq(chdir(tmpdir), 0);
+  rc = fr_config_load("d/t.conf", &c, &err);
+  ck_assert_int_eq(chdir(cwd), 0);
+  ck_assert_msg(rc == 0, "%s:%d: %s", err.file, err.line, err.msg);
+  PATHF(want, "%s/d/t.conf", realtmp);
+  ck_assert_str_eq(c->source, want);
+  PATHF(want, "%s/d/a.kc", realtmp);
+  ck_assert_str_eq(c->clusters[0].kubeconfig, want);
+  fr_config_unref(c);
+}
+END_TEST
+
+START_TEST(config_kubeconfig_need_not_exist_at_load) {
+  struct fr_config *c = load_ok(MINIMAL);
+  char want[PATH_MAX + 16];
+
+  PATHF(want, "%s/a.kc", realtmp);
+  ck_assert_str_eq(c->clusters[0].kubeconfig, want);
+  ck_assert_int_eq(access(want, F_OK), -1);
+  fr_config_unref(c);
+}
+END_TEST
+
+/* ---- refcount ---- */
+
+START_TEST(config_ref_and_unref_free_at_zero) {
+  struct fr_config *c = load_ok(MINIMAL);
+
+  ck_assert_int_eq(c->refs, 1);
+  ck_assert_ptr_eq(fr_config_ref(c), c);
+  ck_assert_ptr_eq(fr_config_ref(c), c);
+  ck_assert_int_eq(c->refs, 3);
+  fr_config_unref(c);
+  fr_config_unref(c);
+  ck_assert_int_eq(c->refs, 1);
+  ck_assert_str_eq(c->region, "us"); /* still alive */
+  fr_config_unref(c);                /* freed: ASan reports a leak otherwise */
+  fr_config_unref(NULL);
+  ck_assert_ptr_null(fr_config_ref(NULL));
+}
+END_TEST
+
+/* ---- lookups ---- */
+
+START_TEST(tenant_by_token_finds_the_matching_tenant_only) {
+  char h[3][65], text[2048];
+  struct fr_config *c;
+  static const char *const tokens[] = {"alpha-token", "beta-token", "gamma-token"};
+  size_t i;
+
+  for (i = 0; i < 3; i++)
+    fr_sha256_hex(tokens[i], strlen(tokens[i]), h[i]);
+  snprintf(text, sizeof(text),
+           MINIMAL "tenants = (\n"
+                   "  { name = \"alpha\"; token_sha256 = \"%s\"; },\n"
+                   "  { name = \"beta\"; token_sha256 = \"%s\"; max_sandboxes = 5; },\n"
+                   "  { name = \"gamma\"; token_sha256 = \"%s\"; }\n);\n",
+           h[0], h[1], h[2]);
+  c = load_ok(text);
+  ck_assert_uint_eq(c->ntenants, 3);
+  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "alpha-token"), &c->tenants[0]);
+  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "beta-token"), &c->tenants[1]);
+  ck_assert_str_eq(fr_config_tenant_by_token(c, "beta-token")->name, "beta");
+  ck_assert_int_eq(fr_config_tenant_by_token(c, "beta-token")->max_sandboxes, 5);
+  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "gamma-token"), &c->tenants[2]);
+  ck_assert_ptr_null(fr_config_tenant_by_token(c, "delta-token"));
+  ck_assert_ptr_null(fr_config_tenant_by_token(c, "alpha-toke"));
+  ck_assert_ptr_null(fr_config_tenant_by_token(c, h[0])); /* the hash is not the token */
+  ck_assert_ptr_null(fr_config_tenant_by_token(c, ""));
+  ck_assert_ptr_null(fr_config_tenant_by_token(c, NULL));
+  ck_assert_ptr_null(fr_config_tenant_by_token(NULL, "alpha-token"));
+  fr_config_unref(c);
+}
+END_TEST
+
+START_TEST(tenant_by_token_without_tenants_returns_null) {
+  struct fr_config *c = load_ok(MINIMAL);
+
+  ck_assert_ptr_null(fr_config_tenant_by_token(c, "a"));
+  fr_config_unref(c);
+}
+END_TEST
+
+START_TEST(cluster_by_name_finds_exact_name_only) {
+  struct fr_config *c =
+      load_ok(LISTEN REGION "clusters = (\n"
+                            "  { name = \"us-east\"; region = \"us\"; kubeconfig = \"k\"; },\n"
+                            "  { name = \"ap-tokyo\"; region = \"apac\"; kubeconfig = \"k\"; }\n);\n");
+
+  ck_assert_ptr_eq(fr_config_cluster_by_name(c, "us-east"), &c->clusters[0]);
+  ck_assert_ptr_eq(fr_config_cluster_by_name(c, "ap-tokyo"), &c->clusters[1]);
+  ck_assert_str_eq(fr_config_cluster_by_name(c, "ap-tokyo")->region, "apac");
+  ck_assert_ptr_null(fr_config_cluster_by_name(c, "us-eas"));
+  ck_assert_ptr_null(fr_config_cluster_by_name(c, "US-EAST"));
+  ck_assert_ptr_null(fr_config_cluster_by_name(c, NULL));
+  ck_assert_ptr_null(fr_config_cluster_by_name(NULL, "us-east"));
+  fr_config_unref(c);
+}
+END_TEST
+
+static Suite *config_suite(void) {
+  Suite *s = suite_create("config");
+  TCase *tc;
+
+  tc = tcase_create("examples");
+  tcase_add_test(tc, example_fedrouter_conf_loads_with_documented_values);
+  tcase_add_test(tc, example_demo_conf_loads_with_three_clusters_and_demo_tenant);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("values");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, config_minimal_gets_defaults);
+  tcase_add_test(tc, config_all_limits_set_are_kept);
+  tcase_add_test(tc, config_empty_tenant_list_is_allowed);
+  tcase_add_test(tc, cluster_name_of_32_chars_is_accepted);
+  tcase_add_test(tc, cost_integers_are_accepted_as_amounts);
+  tcase_add_loop_test(tc, listen_valid_address_is_split_into_host_and_port, 0,
+                      (int)FR_ARRAY_SIZE(listen_ok_cases));
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("errors");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_loop_test(tc, config_error_is_rejected_with_message_and_line, 0,
+                      (int)FR_ARRAY_SIZE(err_cases));
+  tcase_add_test(tc, config_unknown_key_is_reported_before_missing_key);
+  tcase_add_test(tc, config_missing_file_returns_enoent);
+  tcase_add_test(tc, config_directory_path_returns_einval);
+  tcase_add_test(tc, config_null_error_struct_is_accepted);
+  tcase_add_test(tc, config_error_in_included_file_names_that_file);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("paths");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, config_relative_paths_resolve_against_config_dir_realpath);
+  tcase_add_test(tc, config_relative_config_path_resolves_against_cwd);
+  tcase_add_test(tc, config_kubeconfig_need_not_exist_at_load);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("snapshot");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, config_ref_and_unref_free_at_zero);
+  tcase_add_test(tc, tenant_by_token_finds_the_matching_tenant_only);
+  tcase_add_test(tc, tenant_by_token_without_tenants_returns_null);
+  tcase_add_test(tc, cluster_by_name_finds_exact_name_only);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(config_suite());
+  int failed;
+
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
