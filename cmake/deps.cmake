@@ -6,6 +6,7 @@ pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson>=2.13)
 pkg_check_modules(OPENSSL REQUIRED IMPORTED_TARGET openssl>=1.1.1)
 pkg_check_modules(LIBBSD REQUIRED IMPORTED_TARGET libbsd)
 pkg_check_modules(YAML REQUIRED IMPORTED_TARGET yaml-0.1)
+pkg_check_modules(CURL REQUIRED IMPORTED_TARGET libcurl>=7.85)
 pkg_check_modules(LIBCONFIG REQUIRED IMPORTED_TARGET libconfig)
 pkg_check_modules(CHECK IMPORTED_TARGET check>=0.13)
 

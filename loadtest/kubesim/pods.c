@@ -505,7 +505,7 @@ static void report_unschedulable(struct sim *s, struct sim_obj *o, int why) {
 static void sched_run(struct sim *s) {
   uint64_t now = uv_now(s->loop);
   int64_t fail_cpu = INT64_MAX, fail_mem = INT64_MAX;
-  int fail_known = 0;
+  int fail_known = 0, fail_why = 16;
 
   if (s->opts.scheduler_qps > 0) {
     s->sched_tokens += (double)(now - s->sched_last_ms) * s->opts.scheduler_qps / 1000.0;
@@ -530,6 +530,7 @@ static void sched_run(struct sim *s) {
      * either until room frees; skip the node scan for it. */
     if (fail_known && p->req_cpu_m >= fail_cpu && p->req_mem_m >= fail_mem) {
       p->unsched_idx = -1;
+      report_unschedulable(s, o, fail_why);
       goto park;
     }
     if (s->opts.scheduler_qps > 0)
@@ -547,6 +548,7 @@ static void sched_run(struct sim *s) {
     json_decref(j);
     if (!(why & 8)) {
       fail_known = 1;
+      fail_why = why ? why : 16;
       if (p->req_cpu_m < fail_cpu || p->req_mem_m < fail_mem) {
         fail_cpu = p->req_cpu_m;
         fail_mem = p->req_mem_m;

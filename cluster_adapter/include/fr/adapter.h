@@ -1,0 +1,159 @@
+/* fr/adapter.h - one Kubernetes cluster as the router sees it.
+ *
+ * An adapter owns the cluster's API client and three informers (list+watch
+ * caches): the sandbox pods (label fedrouter.io/sandbox=true) in the
+ * configured namespace, the warm-pool ReplicaSets (label fedrouter.io/pool)
+ * and the nodes. From them it keeps a live view: health, API latency,
+ * node capacity, sandbox count and pool depth. The cluster stays the source
+ * of truth; the view is rebuilt from a relist after any restart.
+ *
+ * Labels and annotations fedrouter puts on cluster objects:
+ *   fedrouter.io/sandbox=true     every sandbox pod and pool pod
+ *   fedrouter.io/pool=<name>      pool pods and the pool's ReplicaSet
+ *   fedrouter.io/state=warm|claimed
+ *   fedrouter.io/tenant=<tenant>  claimed or created sandboxes
+ */
+#ifndef FR_ADAPTER_H
+#define FR_ADAPTER_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+struct fr_kube_client;
+struct fr_adapter;
+
+/* What an adapter needs to know about its cluster. Every string is
+ * borrowed and must outlive the adapter (the router passes its config
+ * snapshot's strings). */
+struct fr_adapter_opts {
+  const char *name;
+  const char *region;
+  const char *kubeconfig;   /* path */
+  const char *context;      /* NULL = current-context */
+  const char *ns;           /* namespace for sandboxes; NULL = "default" */
+};
+
+#define FR_LABEL_SANDBOX "fedrouter.io/sandbox"
+#define FR_LABEL_POOL "fedrouter.io/pool"
+#define FR_LABEL_STATE "fedrouter.io/state"
+#define FR_LABEL_TENANT "fedrouter.io/tenant"
+#define FR_LABEL_NAME "fedrouter.io/name"
+#define FR_ANN_CREATED "fedrouter.io/created-at"
+#define FR_ANN_EXPIRES "fedrouter.io/expires-at"
+#define FR_ANN_WARM "fedrouter.io/warm"
+#define FR_ANN_ENV "fedrouter.io/env"
+#define FR_ANN_POOL_SPEC "fedrouter.io/pool-spec"
+/* Label keys under this prefix belong to fedrouter; user labels may not use it. */
+#define FR_LABEL_PREFIX "fedrouter.io/"
+
+struct fr_adapter_pool_view {
+  const char *name;
+  int64_t target;           /* spec.replicas */
+  int64_t ready;            /* ready, unclaimed pool pods */
+};
+
+struct fr_adapter_view {
+  const char *name;
+  const char *region;
+  const char *server;
+  int synced;               /* every informer has completed its first list */
+  int healthy;              /* the last contact with the API worked */
+  double api_latency_ms;    /* EWMA of list/watch round trips; 0 before the first */
+  uint64_t last_contact_age_ms; /* since the last successful contact (UINT64_MAX: never) */
+  int64_t nodes, nodes_ready;
+  int64_t alloc_cpu_m, alloc_mem_b, alloc_pods;   /* ready, schedulable nodes */
+  int64_t used_cpu_m, used_mem_b, used_pods;      /* requests of sandbox pods on nodes */
+  int64_t sandboxes;        /* claimed or created sandbox pods */
+  int64_t warm_pods;        /* ready pool pods */
+  struct fr_adapter_pool_view *pools;
+  size_t npools;
+};
+
+/* Loads the cluster's kubeconfig (blocking file I/O: call at start-up) and
+ * creates its client and informers; nothing starts yet. <opts> is copied
+ * (its strings are borrowed, see above). On failure <err> says why. */
+int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *opts,
+                   struct fr_adapter **out, char *err, size_t errlen);
+int fr_adapter_start(struct fr_adapter *a);
+/* Stops the informers and the client; <cb> runs once every handle has
+ * closed. Accepts NULL. */
+void fr_adapter_free(struct fr_adapter *a, void (*cb)(void *arg), void *arg);
+
+/* Fills <v> with the current view. Strings and the pools array stay valid
+ * until the next call to fr_adapter_view() on this adapter or its free. */
+void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v);
+struct fr_kube_client *fr_adapter_client(struct fr_adapter *a);
+const char *fr_adapter_namespace(const struct fr_adapter *a);
+const char *fr_adapter_name(const struct fr_adapter *a);
+const char *fr_adapter_region(const struct fr_adapter *a);
+
+/* The live caches, "namespace/name" -> object (borrowed; valid until the
+ * loop runs again). */
+json_t *fr_adapter_pods(struct fr_adapter *a);
+json_t *fr_adapter_pool_sets(struct fr_adapter *a);
+json_t *fr_adapter_pod(struct fr_adapter *a, const char *pod);
+
+/* ---- sandboxes (sandbox.c) ---- */
+
+struct fr_sandbox_spec {
+  const char *tenant;
+  const char *name;         /* the sandbox's name (label fedrouter.io/name) */
+  const char *pool;         /* claim from this pool first; NULL = cold only */
+  const char *image;        /* for cold starts */
+  int64_t cpu_m, mem_b;     /* requests = limits */
+  json_t *env;              /* object of strings or NULL (borrowed) */
+  json_t *labels;           /* user labels or NULL (borrowed) */
+  int64_t lifetime_s;
+  uint64_t ready_timeout_ms;/* give up on a cold start after this; 0 = 120 s */
+  const char *request_id;
+};
+
+enum fr_sandbox_err {
+  FR_SB_OK = 0,
+  FR_SB_NO_ROOM,            /* quota exceeded or Unschedulable: try elsewhere */
+  FR_SB_UNAVAILABLE,        /* the cluster did not answer usefully */
+  FR_SB_TIMEOUT,            /* not exec-ready in time */
+  FR_SB_FAILED,             /* anything else (message says) */
+};
+
+struct fr_sandbox_result {
+  enum fr_sandbox_err err;
+  const char *message;      /* why, for errors */
+  json_t *pod;              /* on success, the pod (borrowed during the callback) */
+  int warm;
+};
+
+typedef void (*fr_sandbox_cb)(const struct fr_sandbox_result *res, void *arg);
+
+/* Gets an exec-ready sandbox: claims a ready warm pod of spec->pool (label
+ * patch with a resourceVersion precondition; on conflict the next ready pod;
+ * after 3 conflicts or with none ready, a cold create) or creates one and
+ * waits until it is Running and Ready. <spec> is copied. <cb> runs once,
+ * from a later loop turn. */
+int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec *spec,
+                              fr_sandbox_cb cb, void *arg);
+/* Deletes pod <pod>. <cb> (may be NULL) gets the API response. */
+int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod,
+                              void (*cb)(int status, const char *message, void *arg), void *arg);
+/* Creates in flight on this adapter (reserved against its capacity). */
+int64_t fr_adapter_inflight(const struct fr_adapter *a);
+
+/* ---- pools (sandbox.c) ---- */
+struct fr_pool_spec {
+  const char *name;
+  const char *image;
+  int64_t cpu_m, mem_b;
+  int64_t replicas;
+};
+/* Creates the pool's ReplicaSet; <cb> gets the HTTP status (201 created,
+ * 409 exists, 0 unreachable) and the API's message. */
+int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec,
+                           void (*cb)(int status, const char *message, void *arg), void *arg);
+int fr_adapter_pool_resize(struct fr_adapter *a, const char *pool, int64_t replicas,
+                           void (*cb)(int status, const char *message, void *arg), void *arg);
+int fr_adapter_pool_delete(struct fr_adapter *a, const char *pool,
+                           void (*cb)(int status, const char *message, void *arg), void *arg);
+
+#endif

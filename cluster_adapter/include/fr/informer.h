@@ -1,0 +1,68 @@
+/* fr/informer.h - a list+watch cache of one kind of Kubernetes object, like
+ * client-go's reflector + store.
+ *
+ * Start-up lists in pages (limit=500, continue) and then watches from the
+ * list's resourceVersion with bookmarks. A watch that ends is resumed from
+ * the last resourceVersion seen; a 410 Expired (HTTP or ERROR event)
+ * relists, and the difference between the old cache and the new list is
+ * delivered as ADDED / MODIFIED / DELETED, so the owner never misses a
+ * change. Failures back off exponentially (100 ms doubling to 10 s, with
+ * jitter) and are retried forever; fr_informer_healthy() says whether the
+ * last attempt worked.
+ *
+ * The cache holds each object as a jansson object, keyed "namespace/name".
+ */
+#ifndef FR_INFORMER_H
+#define FR_INFORMER_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+struct fr_kube_client;
+struct fr_informer;
+
+enum fr_informer_event {
+  FR_INF_ADDED,
+  FR_INF_MODIFIED,
+  FR_INF_DELETED,
+  FR_INF_SYNCED,      /* the first complete list is in the cache (obj NULL) */
+};
+
+/* <obj> is borrowed: valid during the call (for DELETED, the last state);
+ * take a reference to keep it. For MODIFIED, <old> is the previous state. */
+typedef void (*fr_informer_cb)(struct fr_informer *inf, enum fr_informer_event ev,
+                               json_t *obj, json_t *old, void *arg);
+
+/* <path> is the collection ("/api/v1/namespaces/sandboxes/pods");
+ * <label_selector> may be NULL. Does not start anything. */
+int fr_informer_new(struct fr_kube_client *client, const char *path,
+                    const char *label_selector, fr_informer_cb cb, void *arg,
+                    struct fr_informer **out);
+/* Begins listing. Callbacks arrive from later loop turns. */
+int fr_informer_start(struct fr_informer *inf);
+/* Stops everything and frees; no callback after this returns. Accepts NULL.
+ * Must not be called from inside this informer's own callback. */
+void fr_informer_free(struct fr_informer *inf);
+
+int fr_informer_synced(const struct fr_informer *inf);
+/* 1 while the last list or watch attempt succeeded. */
+int fr_informer_healthy(const struct fr_informer *inf);
+/* Milliseconds (uv_now) of the last successful contact: a list page, a
+ * watch event or bookmark, or a clean watch end. 0 if never. */
+uint64_t fr_informer_last_contact_ms(const struct fr_informer *inf);
+/* Latest resourceVersion seen ("" before the first list). */
+const char *fr_informer_rv(const struct fr_informer *inf);
+/* The cache: "namespace/name" -> object. Borrowed; do not modify. */
+json_t *fr_informer_items(const struct fr_informer *inf);
+json_t *fr_informer_get(const struct fr_informer *inf, const char *ns, const char *name);
+
+struct fr_informer_stats {
+  uint64_t lists;       /* complete lists (1 + relists) */
+  uint64_t watches;     /* watch requests started */
+  uint64_t events;      /* watch events applied */
+  uint64_t expired;     /* 410s that forced a relist */
+  uint64_t failures;    /* failed list/watch attempts */
+};
+void fr_informer_stats(const struct fr_informer *inf, struct fr_informer_stats *out);
+
+#endif

@@ -1,0 +1,55 @@
+/* adapter_internal.h - the adapter's state, shared by adapter.c (caches,
+ * health, view) and sandbox.c (claims, creates, pools, reaper). */
+#ifndef FR_ADAPTER_INTERNAL_H
+#define FR_ADAPTER_INTERNAL_H
+
+#include <jansson.h>
+#include <uv.h>
+
+#include "fr/adapter.h"
+#include "fr/informer.h"
+#include "fr/kube.h"
+
+enum { INF_PODS, INF_POOLS, INF_NODES, INF_COUNT };
+
+struct create_op;
+
+struct fr_adapter {
+  uv_loop_t *loop;
+  struct fr_adapter_opts cc;
+  char *ns;
+  char *server;
+  struct fr_kube_client *client;
+  struct fr_informer *inf[INF_COUNT];
+  uv_timer_t *probe;
+  struct fr_kube_call *probe_call;
+  int probe_ok;
+  uint64_t last_probe_ok_ms;
+  double latency_ewma;
+  struct fr_adapter_pool_view *pools;
+  size_t pools_cap;
+  void (*free_cb)(void *arg);
+  void *free_arg;
+
+  /* sandbox.c */
+  struct create_op *creates;     /* in flight */
+  int64_t inflight;
+  json_t *claiming;              /* pod name -> true while a claim is out */
+  json_t *reaping;               /* pod name -> true once a reap delete was sent */
+  uv_timer_t *reaper;
+  int stopping;
+};
+
+/* sandbox.c hooks, called by adapter.c */
+void sandbox_on_pod(struct fr_adapter *a, enum fr_informer_event ev, json_t *obj);
+int sandbox_init(struct fr_adapter *a);
+void sandbox_start(struct fr_adapter *a);
+/* Fails every create in flight (adapter going away) and closes the reaper. */
+void sandbox_stop(struct fr_adapter *a);
+
+/* Small JSON accessors shared by the adapter sources. */
+const char *pod_label(json_t *pod, const char *key);
+const char *pod_annotation(json_t *pod, const char *key);
+int pod_condition_true(json_t *pod, const char *type);
+
+#endif

@@ -1,0 +1,1935 @@
+/* kube.c - the Kubernetes API client core: libcurl multi driven by libuv,
+ * REST calls with retries, streaming watches, and the credentials they
+ * carry (static token, token file, exec plugin).
+ *
+ * Shape (curl docs/examples/multi-uv.c, without its globals): one CURLM per
+ * client; curl's socket callback keeps one uv_poll per socket (allocated
+ * here, freed in its close callback), its timer callback drives one
+ * uv_timer; after every curl_multi_socket_action the finished transfers are
+ * drained with curl_multi_info_read. Connections stay in the multi handle's
+ * pool and are reused.
+ *
+ * Re-entrancy rules this file keeps:
+ *   - libcurl forbids curl_multi_remove_handle() from inside its own
+ *     callbacks. A watch's on_line runs inside the write callback, so a call
+ *     cancelled there (or the whole client freed there) becomes a "zombie":
+ *     its easy handle is removed right after curl_multi_socket_action
+ *     returns (reap_zombies()).
+ *   - A user callback run while the finished transfers are drained may free
+ *     the client; the multi handle is then torn down after the drain loop
+ *     (c->dispatching), never under it.
+ *   - Memory is freed only in uv close callbacks; fr_kube_client_free's
+ *     callback runs once every handle (and the token file read, if any) is
+ *     gone.
+ *   - No user callback runs inside the call that started the operation:
+ *     every call begins by waiting for credentials, which always answers on
+ *     a later loop turn (the "kick" timer).
+ */
+#include "kube_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "fr/buf.h"
+#include "fr/kubeconfig.h"
+#include "fr/log.h"
+#include "fr/util.h"
+
+#ifndef FR_VERSION
+#define FR_VERSION "0.1.0"
+#endif
+
+extern char **environ;
+
+/* A response body bigger than this fails the call. An unpaginated list of
+ * 50,000 sandbox-shaped pods is ~95 MB (docs/kubesim.md), so this leaves
+ * room for that and stops a runaway body from eating the router's memory. */
+#define KUBE_MAX_BODY ((size_t)256 << 20)
+/* One watch event: a single object, whose etcd limit is 1.5 MiB; 16 MiB is
+ * far past anything legitimate. */
+#define KUBE_MAX_LINE ((size_t)16 << 20)
+/* ExecCredential output is a few KiB (a token or a cert + key). */
+#define KUBE_PLUGIN_MAX_OUT ((size_t)1 << 20)
+/* How much of a plugin's stderr is kept for the error text. */
+#define KUBE_PLUGIN_MAX_ERR 1024
+/* kubectl has no limit; a hung plugin would otherwise hold every request of
+ * this cluster forever. gcloud/aws cold starts take a few seconds. */
+#define KUBE_PLUGIN_TIMEOUT_MS 60000
+/* Plugin credentials are refreshed this long before they expire (client-go
+ * refreshes on expiry; early refresh avoids a 401 round trip). */
+#define KUBE_REFRESH_EARLY_MS 30000
+/* A bearer token file (projected service-account tokens are ~1 KiB). */
+#define KUBE_TOKEN_MAX ((size_t)64 << 10)
+
+#define LOGC "kube"
+
+/* ------------------------------------------------------------------ types */
+
+enum creds_state {
+  CREDS_NONE,     /* must be (re)loaded before use */
+  CREDS_LOADING,  /* token file read or plugin running; waiters queued */
+  CREDS_READY,
+  CREDS_FAILED,   /* a load failed synchronously; waiters get the error */
+};
+
+struct creds_waiter {
+  struct creds_waiter *prev, *next;
+  kube_creds_cb cb;
+  void *arg;
+  uint64_t seq;
+};
+
+/* One socket curl asked us to watch. */
+struct kube_sock {
+  uv_poll_t poll;
+  struct fr_kube_client *c;
+  curl_socket_t fd;
+  struct kube_sock *prev, *next;
+};
+
+/* An exec credential plugin run. */
+struct kube_plugin {
+  struct fr_kube_client *c;
+  uv_process_t proc;
+  uv_pipe_t out, err;
+  uv_timer_t timer;
+  int nopen;                 /* handles of this run not yet closed */
+  int spawned, exited, out_eof, err_eof, finished, closing;
+  int64_t exit_status;
+  int term_signal;
+  int fail;                  /* -ETIMEDOUT, -E2BIG, -ENOMEM: set by us */
+  struct fr_buf obuf, ebuf;
+  char oscratch[16384], escratch[4096];
+};
+
+/* An asynchronous read of the token file (open, read..., close). */
+struct token_read {
+  uv_fs_t req;
+  struct fr_kube_client *c;
+  uv_file fd;
+  int err;
+  struct fr_buf buf;
+  char chunk[4096];
+};
+
+struct fr_kube_client {
+  uv_loop_t *loop;
+  struct fr_kube_creds *creds;        /* our copy */
+  struct fr_kube_client_opts opts;    /* defaults filled in; strings below */
+  char *name, *user_agent;
+  CURLM *multi;
+  uv_timer_t curl_timer;              /* curl's timer callback */
+  uv_timer_t kick;                    /* delivers credential waits a turn later */
+  struct kube_sock *socks;
+  struct fr_kube_call *calls;         /* live calls, for free */
+  struct rest_call *zombies;          /* cancelled inside a curl callback */
+  unsigned nopen;                     /* open uv handles + pending fs requests */
+  int dispatching;                    /* inside socket_action + drain */
+  int in_curl;                        /* inside curl_multi_socket_action */
+  int multi_dying;                    /* inside curl_multi_cleanup */
+  int closing, torn_down, finalized;
+  void (*free_cb)(void *arg);
+  void *free_arg;
+
+  /* credentials */
+  enum creds_state cstate;
+  struct creds_waiter *whead, *wtail;
+  uint64_t wseq;
+  uint64_t creds_gen;                 /* bumped on every successful load */
+  int fail_status;
+  char creds_err[1024];
+  char *token;                        /* bearer token in use, or NULL */
+  char *cert_pem, *key_pem;           /* from a plugin, else NULL */
+  size_t cert_len, key_len;
+  int64_t expiry_ms;                  /* plugin credential expiry; 0 = none */
+  struct kube_plugin *plugin;
+  struct token_read *tread;
+};
+
+enum call_state {
+  CALL_NEW,
+  CALL_WAIT_CREDS,   /* queued behind the credentials */
+  CALL_RUNNING,      /* easy handle in the multi */
+  CALL_BACKOFF,      /* waiting to retry */
+  CALL_DONE,         /* callback called (or being called) */
+  CALL_CANCELLED,
+};
+
+/* A REST call or a watch. */
+struct rest_call {
+  struct fr_kube_call base;
+  struct fr_kube_client *c;
+  enum call_state state;
+  int watch;
+  uv_timer_t timer;                   /* backoff */
+  CURL *easy;
+  struct curl_slist *headers;
+  char *method, *url, *content_type, *request_id;
+  char *body;
+  size_t body_len;
+  int idempotent;
+  fr_kube_response_cb cb;
+  fr_kube_line_cb on_line;
+  void *arg;
+  struct fr_buf resp;                 /* REST body, or a watch's non-2xx body */
+  struct fr_buf line;                 /* a watch's partial line */
+  size_t scan_from;                   /* bytes of <line> known to hold no '\n' */
+  long code;                          /* status of the running attempt, 0 until known */
+  int attempts, retries, refreshed, waiting, zombie;
+  uint64_t gen;                       /* creds_gen the attempt used */
+  int retry_after_s;
+  double elapsed_ms;
+  const char *abort_why;              /* we aborted the transfer ourselves */
+  struct rest_call *zombie_next;
+  char errbuf[CURL_ERROR_SIZE];
+  char errtext[1536];
+};
+
+static void maybe_finalize(struct fr_kube_client *c);
+static void teardown(struct fr_kube_client *c);
+static void creds_kick(struct fr_kube_client *c);
+static void creds_loaded(struct fr_kube_client *c, int status);
+static void plugin_close(struct kube_plugin *p);
+static void on_creds(struct fr_kube_client *c, int status, void *arg);
+
+/* ------------------------------------------------------------ small helpers */
+
+static char *xstrdup(const char *s) {
+  return s != NULL ? strdup(s) : NULL;
+}
+
+/* Header values must not smuggle a second header. */
+static int header_safe(const char *s) {
+  for (; s != NULL && *s != '\0'; s++)
+    if (*s == '\r' || *s == '\n')
+      return 0;
+  return 1;
+}
+
+/* Trims trailing whitespace in place. */
+static void rtrim(char *s) {
+  size_t n = strlen(s);
+
+  while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ' || s[n - 1] == '\t'))
+    s[--n] = '\0';
+}
+
+static int creds_refreshable(const struct fr_kube_client *c) {
+  return c->creds->exec != NULL || c->creds->token_file != NULL;
+}
+
+/* ------------------------------------------------------------ calls list */
+
+void kube_call_track(struct fr_kube_client *c, struct fr_kube_call *call) {
+  call->client = c;
+  call->prev = NULL;
+  call->next = c->calls;
+  if (c->calls != NULL)
+    c->calls->prev = call;
+  c->calls = call;
+}
+
+/* Idempotent: an untracked call is left alone. */
+void kube_call_untrack(struct fr_kube_call *call) {
+  struct fr_kube_client *c = call->client;
+
+  if (c == NULL)
+    return;
+  if (call->prev != NULL)
+    call->prev->next = call->next;
+  else if (c->calls == call)
+    c->calls = call->next;
+  else
+    return;
+  if (call->next != NULL)
+    call->next->prev = call->prev;
+  call->prev = call->next = NULL;
+}
+
+static void cancel_all(struct fr_kube_client *c) {
+  struct fr_kube_call *call;
+
+  while ((call = c->calls) != NULL) {
+    kube_call_untrack(call);
+    if (call->cancel != NULL)
+      call->cancel(call);
+  }
+}
+
+uv_loop_t *kube_loop(const struct fr_kube_client *c) {
+  return c->loop;
+}
+
+const char *kube_name(const struct fr_kube_client *c) {
+  return c->name;
+}
+
+const char *kube_server(const struct fr_kube_client *c) {
+  return c->creds->server;
+}
+
+const struct fr_kube_client_opts *kube_opts(const struct fr_kube_client *c) {
+  return &c->opts;
+}
+
+/* ------------------------------------------------------------ credentials */
+
+const char *kube_creds_error(const struct fr_kube_client *c) {
+  return c->creds_err[0] != '\0' ? c->creds_err : "credentials unavailable";
+}
+
+static void creds_set_error(struct fr_kube_client *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void creds_set_error(struct fr_kube_client *c, const char *fmt, ...) {
+  va_list ap;
+
+  va_start(ap, fmt);
+  vsnprintf(c->creds_err, sizeof(c->creds_err), fmt, ap);
+  va_end(ap);
+}
+
+static int creds_expired(const struct fr_kube_client *c) {
+  return c->expiry_ms > 0 && fr_wall_ms() >= c->expiry_ms - KUBE_REFRESH_EARLY_MS;
+}
+
+static void waiter_unlink(struct fr_kube_client *c, struct creds_waiter *w) {
+  if (w->prev != NULL)
+    w->prev->next = w->next;
+  else
+    c->whead = w->next;
+  if (w->next != NULL)
+    w->next->prev = w->prev;
+  else
+    c->wtail = w->prev;
+}
+
+int kube_creds_wait(struct fr_kube_client *c, kube_creds_cb cb, void *arg) {
+  struct creds_waiter *w;
+
+  if (c == NULL || cb == NULL)
+    return -EINVAL;
+  if (c->closing)
+    return -ECANCELED;
+  w = calloc(1, sizeof(*w));
+  if (w == NULL)
+    return -ENOMEM;
+  w->cb = cb;
+  w->arg = arg;
+  w->seq = ++c->wseq;
+  w->prev = c->wtail;
+  if (c->wtail != NULL)
+    c->wtail->next = w;
+  else
+    c->whead = w;
+  c->wtail = w;
+  creds_kick(c);
+  return 0;
+}
+
+void kube_creds_unwait(struct fr_kube_client *c, kube_creds_cb cb, void *arg) {
+  struct creds_waiter *w, *next;
+
+  for (w = c->whead; w != NULL; w = next) {
+    next = w->next;
+    if (w->cb == cb && w->arg == arg) {
+      waiter_unlink(c, w);
+      free(w);
+    }
+  }
+}
+
+void kube_creds_invalidate(struct fr_kube_client *c) {
+  if (creds_refreshable(c) && c->cstate == CREDS_READY) {
+    FR_DEBUG(LOGC, "%s: credentials rejected, will reload", c->name);
+    c->cstate = CREDS_NONE;
+  }
+}
+
+/* Answers the waiters queued so far (not those queued by the callbacks it
+ * runs: they wait for the next kick). With <status> 0, stops as soon as the
+ * credentials are no longer ready (a callback invalidated them). */
+static void creds_flush(struct fr_kube_client *c, int status) {
+  uint64_t upto = c->wseq;
+  struct creds_waiter *w;
+  kube_creds_cb cb;
+  void *arg;
+
+  while (!c->closing && (w = c->whead) != NULL && w->seq <= upto) {
+    if (status == 0 && c->cstate != CREDS_READY)
+      break;
+    cb = w->cb;
+    arg = w->arg;
+    waiter_unlink(c, w);
+    free(w);
+    cb(c, status, arg);
+  }
+  if (!c->closing && c->whead != NULL)
+    creds_kick(c);
+}
+
+static void on_kick(uv_timer_t *t) {
+  struct fr_kube_client *c = fr_container_of(t, struct fr_kube_client, kick);
+  int st;
+
+  if (c->closing)
+    return;
+  switch (c->cstate) {
+  case CREDS_READY:
+    creds_flush(c, 0);
+    break;
+  case CREDS_FAILED:
+    st = c->fail_status;
+    c->cstate = CREDS_NONE;
+    creds_flush(c, st);
+    break;
+  case CREDS_NONE:
+    creds_kick(c);
+    break;
+  case CREDS_LOADING:
+    break;
+  }
+}
+
+/* -- token file, read asynchronously (uv_fs on the thread pool) -- */
+
+static void tr_done(struct token_read *tr) {
+  struct fr_kube_client *c = tr->c;
+  int err = tr->err;
+  char *tok = NULL;
+
+  c->tread = NULL;
+  c->nopen--;
+  if (!c->closing && err == 0) {
+    if (tr->buf.len == 0) {
+      err = -EINVAL;
+      creds_set_error(c, "token file %s is empty", c->creds->token_file);
+    } else if (memchr(tr->buf.data, '\0', tr->buf.len) != NULL) {
+      err = -EINVAL;
+      creds_set_error(c, "token file %s holds binary data", c->creds->token_file);
+    } else {
+      rtrim(tr->buf.data);
+      tok = fr_buf_detach(&tr->buf, NULL);
+      if (tok == NULL) {
+        err = -ENOMEM;
+        creds_set_error(c, "token file %s: out of memory", c->creds->token_file);
+      } else if (tok[0] == '\0' || !header_safe(tok)) {
+        err = -EINVAL;
+        creds_set_error(c, "token file %s does not hold a single-line token",
+                        c->creds->token_file);
+        free(tok);
+        tok = NULL;
+      }
+    }
+  } else if (!c->closing) {
+    creds_set_error(c, "token file %s: %s", c->creds->token_file,
+                    err == -EFBIG ? "larger than 64 KiB" : uv_strerror(err));
+  }
+  fr_buf_free(&tr->buf);
+  free(tr);
+  if (c->closing) {
+    free(tok);
+    maybe_finalize(c);
+    return;
+  }
+  if (err == 0) {
+    free(c->token);
+    c->token = tok;
+  }
+  creds_loaded(c, err);
+}
+
+static void on_tr_closed(uv_fs_t *req) {
+  struct token_read *tr = fr_container_of(req, struct token_read, req);
+
+  uv_fs_req_cleanup(req);
+  tr_done(tr);
+}
+
+static void tr_close(struct token_read *tr) {
+  if (uv_fs_close(tr->c->loop, &tr->req, tr->fd, on_tr_closed) != 0)
+    tr_done(tr);   /* leaks nothing: the fd is only lost on a failed close */
+}
+
+static void tr_read(struct token_read *tr);
+
+static void on_tr_read(uv_fs_t *req) {
+  struct token_read *tr = fr_container_of(req, struct token_read, req);
+  ssize_t n = req->result;
+
+  uv_fs_req_cleanup(req);
+  if (tr->c->closing) {
+    tr->err = -ECANCELED;
+  } else if (n < 0) {
+    tr->err = (int)n;
+  } else if (n > 0) {
+    if (tr->buf.len + (size_t)n > KUBE_TOKEN_MAX)
+      tr->err = -EFBIG;
+    else if (fr_buf_append(&tr->buf, tr->chunk, (size_t)n) != 0)
+      tr->err = -ENOMEM;
+    else {
+      tr_read(tr);
+      return;
+    }
+  }
+  tr_close(tr);
+}
+
+static void tr_read(struct token_read *tr) {
+  uv_buf_t b = uv_buf_init(tr->chunk, sizeof(tr->chunk));
+  int r = uv_fs_read(tr->c->loop, &tr->req, tr->fd, &b, 1, -1, on_tr_read);
+
+  if (r != 0) {
+    tr->err = r;
+    tr_close(tr);
+  }
+}
+
+static void on_tr_open(uv_fs_t *req) {
+  struct token_read *tr = fr_container_of(req, struct token_read, req);
+  ssize_t r = req->result;
+
+  uv_fs_req_cleanup(req);
+  if (r < 0) {
+    tr->err = (int)r;
+    tr_done(tr);
+    return;
+  }
+  tr->fd = (uv_file)r;
+  if (tr->c->closing) {
+    tr->err = -ECANCELED;
+    tr_close(tr);
+    return;
+  }
+  tr_read(tr);
+}
+
+static int token_read_start(struct fr_kube_client *c) {
+  struct token_read *tr = calloc(1, sizeof(*tr));
+  int r;
+
+  if (tr == NULL) {
+    creds_set_error(c, "token file %s: out of memory", c->creds->token_file);
+    return -ENOMEM;
+  }
+  tr->c = c;
+  tr->fd = -1;
+  fr_buf_init(&tr->buf);
+  r = uv_fs_open(c->loop, &tr->req, c->creds->token_file, O_RDONLY | O_CLOEXEC, 0, on_tr_open);
+  if (r != 0) {
+    creds_set_error(c, "token file %s: %s", c->creds->token_file, uv_strerror(r));
+    free(tr);
+    return r;
+  }
+  c->nopen++;
+  c->tread = tr;
+  return 0;
+}
+
+/* -- exec credential plugin (client.authentication.k8s.io), via uv_spawn -- */
+
+/* Copies a plugin's stderr into <out> for an error text: at most
+ * KUBE_PLUGIN_MAX_ERR bytes (the capture is capped there too), one line. */
+static void plugin_stderr_text(const struct kube_plugin *p, char *out, size_t outlen) {
+  size_t i, j = 0;
+  const char *s = p->ebuf.data;
+
+  if (outlen == 0)
+    return;
+  for (i = 0; s != NULL && i < p->ebuf.len && j + 1 < outlen; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    out[j++] = (ch == '\n' || ch == '\r' || ch == '\t') ? ' ' : (ch < 0x20 || ch == 0x7f) ? '?' : (char)ch;
+  }
+  out[j] = '\0';
+  rtrim(out);
+  if (p->ebuf.len >= KUBE_PLUGIN_MAX_ERR && j + 4 < outlen) {
+    out[j] = '\0';
+    memcpy(out + strlen(out), "...", 4);
+  }
+}
+
+/* Parses an RFC 3339 time, with fractional seconds and a Z or +hh:mm
+ * offset (Go's time.Time marshals either), into milliseconds. */
+static int parse_expiry(const char *s, int64_t *ms) {
+  char base[32];
+  int64_t t;
+  size_t n = strlen(s), k;
+  int sign, hh, mm;
+
+  if (fr_time_parse_rfc3339(s, &t) == 0) {
+    *ms = t * 1000;
+    return 0;
+  }
+  /* "...[.frac]+hh:mm" */
+  if (n < 6 || n - 6 >= sizeof(base) - 1)
+    return -EINVAL;
+  k = n - 6;
+  if ((s[k] != '+' && s[k] != '-') || s[k + 3] != ':')
+    return -EINVAL;
+  if (s[k + 1] < '0' || s[k + 1] > '9' || s[k + 2] < '0' || s[k + 2] > '9' ||
+      s[k + 4] < '0' || s[k + 4] > '9' || s[k + 5] < '0' || s[k + 5] > '9')
+    return -EINVAL;
+  sign = s[k] == '-' ? -1 : 1;
+  hh = (s[k + 1] - '0') * 10 + (s[k + 2] - '0');
+  mm = (s[k + 4] - '0') * 10 + (s[k + 5] - '0');
+  memcpy(base, s, k);
+  base[k] = 'Z';
+  base[k + 1] = '\0';
+  if (fr_time_parse_rfc3339(base, &t) != 0)
+    return -EINVAL;
+  *ms = (t - sign * (int64_t)(hh * 3600 + mm * 60)) * 1000;
+  return 0;
+}
+
+/* Reads the finished plugin's output into the client's credentials.
+ * Returns 0 or a negative error with c->creds_err set. */
+static int plugin_result(struct kube_plugin *p) {
+  struct fr_kube_client *c = p->c;
+  const char *cmd = c->creds->exec->command;
+  char etext[KUBE_PLUGIN_MAX_ERR + 8];
+  json_error_t jerr;
+  json_t *root = NULL, *status;
+  const char *kind, *token, *cert, *key, *exp;
+  int64_t expiry = 0;
+  int r = -EIO;
+
+  plugin_stderr_text(p, etext, sizeof(etext));
+  if (p->fail == -ETIMEDOUT) {
+    creds_set_error(c, "exec plugin \"%s\" timed out after %d s%s%s", cmd,
+                    KUBE_PLUGIN_TIMEOUT_MS / 1000, etext[0] ? "; stderr: " : "", etext);
+    return -ETIMEDOUT;
+  }
+  if (p->fail != 0) {
+    creds_set_error(c, "exec plugin \"%s\": %s", cmd,
+                    p->fail == -E2BIG ? "output larger than 1 MiB" : "out of memory");
+    return p->fail;
+  }
+  if (p->term_signal != 0 || p->exit_status != 0) {
+    if (p->term_signal != 0)
+      creds_set_error(c, "exec plugin \"%s\" killed by signal %d%s%s", cmd, p->term_signal,
+                      etext[0] ? "; stderr: " : "", etext);
+    else
+      creds_set_error(c, "exec plugin \"%s\" failed with exit status %" PRId64 "%s%s", cmd,
+                      p->exit_status, etext[0] ? "; stderr: " : "", etext);
+    return -EIO;
+  }
+  root = json_loadb(p->obuf.data != NULL ? p->obuf.data : "", p->obuf.len, 0, &jerr);
+  if (root == NULL) {
+    creds_set_error(c, "exec plugin \"%s\" did not print an ExecCredential (invalid JSON: %s)%s%s",
+                    cmd, jerr.text, etext[0] ? "; stderr: " : "", etext);
+    return -EIO;
+  }
+  kind = json_string_value(json_object_get(root, "kind"));
+  status = json_object_get(root, "status");
+  if (kind == NULL || strcmp(kind, "ExecCredential") != 0 || !json_is_object(status)) {
+    creds_set_error(c, "exec plugin \"%s\" did not print an ExecCredential (%s)%s%s", cmd,
+                    kind == NULL || strcmp(kind, "ExecCredential") != 0
+                        ? "kind is not \"ExecCredential\"" : "no status object",
+                    etext[0] ? "; stderr: " : "", etext);
+    goto out;
+  }
+  token = json_string_value(json_object_get(status, "token"));
+  cert = json_string_value(json_object_get(status, "clientCertificateData"));
+  key = json_string_value(json_object_get(status, "clientKeyData"));
+  exp = json_string_value(json_object_get(status, "expirationTimestamp"));
+  if (token != NULL && token[0] == '\0')
+    token = NULL;
+  if (token == NULL && (cert == NULL || key == NULL || !cert[0] || !key[0])) {
+    creds_set_error(c, "exec plugin \"%s\": ExecCredential has neither status.token nor "
+                       "status.clientCertificateData and status.clientKeyData", cmd);
+    goto out;
+  }
+  if (token != NULL && !header_safe(token)) {
+    creds_set_error(c, "exec plugin \"%s\": status.token spans several lines", cmd);
+    goto out;
+  }
+  if (exp != NULL && parse_expiry(exp, &expiry) != 0) {
+    creds_set_error(c, "exec plugin \"%s\": status.expirationTimestamp \"%.40s\" is not RFC 3339",
+                    cmd, exp);
+    goto out;
+  }
+  {
+    char *nt = xstrdup(token), *nc = NULL, *nk = NULL;
+
+    if (cert != NULL && key != NULL && cert[0] && key[0]) {
+      nc = strdup(cert);
+      nk = strdup(key);
+    }
+    if ((token != NULL && nt == NULL) || (cert != NULL && key != NULL && cert[0] && key[0] &&
+                                          (nc == NULL || nk == NULL))) {
+      free(nt);
+      free(nc);
+      free(nk);
+      creds_set_error(c, "exec plugin \"%s\": out of memory", cmd);
+      r = -ENOMEM;
+      goto out;
+    }
+    free(c->token);
+    free(c->cert_pem);
+    free(c->key_pem);
+    c->token = nt;
+    c->cert_pem = nc;
+    c->key_pem = nk;
+    c->cert_len = nc != NULL ? strlen(nc) : 0;
+    c->key_len = nk != NULL ? strlen(nk) : 0;
+    c->expiry_ms = exp != NULL ? expiry : 0;
+  }
+  r = 0;
+out:
+  json_decref(root);
+  return r;
+}
+
+static void on_plugin_handle_closed(uv_handle_t *h) {
+  struct kube_plugin *p = h->data;
+  struct fr_kube_client *c = p->c;
+
+  c->nopen--;
+  if (--p->nopen == 0) {
+    fr_buf_free(&p->obuf);
+    fr_buf_free(&p->ebuf);
+    free(p);
+  }
+  maybe_finalize(c);
+}
+
+static void close_if_open(uv_handle_t *h) {
+  if (!uv_is_closing(h))
+    uv_close(h, on_plugin_handle_closed);
+}
+
+/* Closes the run's handles. The process handle stays open until the child
+ * has been reaped (killed first if still running), so no zombie is left. */
+static void plugin_close(struct kube_plugin *p) {
+  p->closing = 1;
+  close_if_open((uv_handle_t *)&p->out);
+  close_if_open((uv_handle_t *)&p->err);
+  close_if_open((uv_handle_t *)&p->timer);
+  if (!p->spawned || p->exited)
+    close_if_open((uv_handle_t *)&p->proc);
+  else
+    uv_process_kill(&p->proc, SIGKILL);
+}
+
+static void plugin_finish(struct kube_plugin *p) {
+  struct fr_kube_client *c = p->c;
+  int r;
+
+  if (p->finished)
+    return;
+  p->finished = 1;
+  c->plugin = NULL;
+  r = plugin_result(p);
+  plugin_close(p);
+  if (r == 0)
+    FR_DEBUG(LOGC, "%s: exec plugin gave credentials%s", c->name, c->expiry_ms ? " (expiring)" : "");
+  creds_loaded(c, r);
+}
+
+static void plugin_maybe_finish(struct kube_plugin *p) {
+  if (p->exited && p->out_eof && p->err_eof)
+    plugin_finish(p);
+}
+
+static void on_plugin_exit(uv_process_t *proc, int64_t status, int sig) {
+  struct kube_plugin *p = proc->data;
+
+  p->exited = 1;
+  p->exit_status = status;
+  p->term_signal = sig;
+  if (p->closing) {
+    close_if_open((uv_handle_t *)&p->proc);
+    return;
+  }
+  plugin_maybe_finish(p);
+}
+
+static void on_plugin_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  struct kube_plugin *p = h->data;
+
+  if (h == (uv_handle_t *)&p->out)
+    *buf = uv_buf_init(p->oscratch, sizeof(p->oscratch));
+  else
+    *buf = uv_buf_init(p->escratch, sizeof(p->escratch));
+}
+
+static void on_plugin_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  struct kube_plugin *p = s->data;
+  int is_out = s == (uv_stream_t *)&p->out;
+
+  if (n < 0) {
+    uv_read_stop(s);
+    if (is_out)
+      p->out_eof = 1;
+    else
+      p->err_eof = 1;
+    plugin_maybe_finish(p);
+    return;
+  }
+  if (n == 0 || p->finished)
+    return;
+  if (is_out) {
+    if (p->obuf.len + (size_t)n > KUBE_PLUGIN_MAX_OUT)
+      p->fail = -E2BIG;
+    else if (fr_buf_append(&p->obuf, buf->base, (size_t)n) != 0)
+      p->fail = -ENOMEM;
+    if (p->fail != 0) {
+      uv_process_kill(&p->proc, SIGKILL);
+      plugin_finish(p);
+    }
+  } else if (p->ebuf.len < KUBE_PLUGIN_MAX_ERR) {
+    size_t take = (size_t)n;
+
+    if (take > KUBE_PLUGIN_MAX_ERR - p->ebuf.len)
+      take = KUBE_PLUGIN_MAX_ERR - p->ebuf.len;
+    (void)fr_buf_append(&p->ebuf, buf->base, take);  /* best effort: only for messages */
+  }
+}
+
+static void on_plugin_timeout(uv_timer_t *t) {
+  struct kube_plugin *p = t->data;
+
+  p->fail = -ETIMEDOUT;
+  plugin_finish(p);
+}
+
+/* "NAME=value" entries of <env> (parent), minus those whose NAME <over>
+ * sets or KUBERNETES_EXEC_INFO. */
+static int env_overridden(const char *entry, char *const *over) {
+  size_t n = strcspn(entry, "=");
+
+  if (n == strlen("KUBERNETES_EXEC_INFO") && strncmp(entry, "KUBERNETES_EXEC_INFO", n) == 0)
+    return 1;
+  for (; over != NULL && *over != NULL; over++)
+    if (strncmp(*over, entry, n) == 0 && (*over)[n] == '=')
+      return 1;
+  return 0;
+}
+
+static int plugin_start(struct fr_kube_client *c) {
+  const struct fr_kube_exec_plugin *ex = c->creds->exec;
+  const char *api = ex->api_version != NULL ? ex->api_version : "client.authentication.k8s.io/v1";
+  struct kube_plugin *p;
+  uv_process_options_t po;
+  uv_stdio_container_t stdio[3];
+  struct fr_buf info;
+  char **argv = NULL, **envp = NULL;
+  size_t nargs = 0, nenv = 0, nover = 0, i, k;
+  int r;
+
+  if (ex->command == NULL || ex->command[0] == '\0') {
+    creds_set_error(c, "exec plugin has no command");
+    return -EINVAL;
+  }
+  p = calloc(1, sizeof(*p));
+  if (p == NULL)
+    goto oom;
+  p->c = c;
+  fr_buf_init(&p->obuf);
+  fr_buf_init(&p->ebuf);
+  fr_buf_init(&info);
+
+  /* KUBERNETES_EXEC_INFO: what client-go passes (no cluster info, since
+   * kubeconfigs rarely set provideClusterInfo; never interactive). */
+  if (fr_buf_puts(&info, "KUBERNETES_EXEC_INFO={\"kind\":\"ExecCredential\",\"apiVersion\":") != 0 ||
+      fr_buf_put_json_str(&info, api, strlen(api)) != 0 ||
+      fr_buf_puts(&info, ",\"spec\":{\"interactive\":false}}") != 0)
+    goto oom;
+  for (; ex->args != NULL && ex->args[nargs] != NULL; nargs++)
+    ;
+  for (; environ != NULL && environ[nenv] != NULL; nenv++)
+    ;
+  for (; ex->env != NULL && ex->env[nover] != NULL; nover++)
+    ;
+  argv = calloc(nargs + 2, sizeof(*argv));
+  envp = calloc(nenv + nover + 2, sizeof(*envp));
+  if (argv == NULL || envp == NULL)
+    goto oom;
+  argv[0] = ex->command;
+  for (i = 0; i < nargs; i++)
+    argv[i + 1] = ex->args[i];
+  k = 0;
+  for (i = 0; i < nenv; i++)
+    if (!env_overridden(environ[i], ex->env))
+      envp[k++] = environ[i];
+  for (i = 0; i < nover; i++)
+    envp[k++] = ex->env[i];
+  envp[k++] = info.data;
+
+  uv_pipe_init(c->loop, &p->out, 0);
+  uv_pipe_init(c->loop, &p->err, 0);
+  uv_timer_init(c->loop, &p->timer);
+  p->out.data = p->err.data = p->timer.data = p->proc.data = p;
+  p->nopen = 4;   /* the process handle is initialised by uv_spawn even on failure */
+  c->nopen += 4;
+
+  memset(&po, 0, sizeof(po));
+  memset(stdio, 0, sizeof(stdio));
+  stdio[0].flags = UV_IGNORE;
+  stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  stdio[1].data.stream = (uv_stream_t *)&p->out;
+  stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  stdio[2].data.stream = (uv_stream_t *)&p->err;
+  po.file = ex->command;
+  po.args = argv;
+  po.env = envp;
+  po.stdio = stdio;
+  po.stdio_count = 3;
+  po.exit_cb = on_plugin_exit;
+  r = uv_spawn(c->loop, &p->proc, &po);
+  free(argv);
+  free(envp);
+  fr_buf_free(&info);
+  if (r != 0) {
+    creds_set_error(c, "exec plugin \"%s\" could not start: %s", ex->command, uv_strerror(r));
+    p->finished = 1;
+    plugin_close(p);
+    return r;
+  }
+  p->spawned = 1;
+  uv_read_start((uv_stream_t *)&p->out, on_plugin_alloc, on_plugin_read);
+  uv_read_start((uv_stream_t *)&p->err, on_plugin_alloc, on_plugin_read);
+  uv_timer_start(&p->timer, on_plugin_timeout, KUBE_PLUGIN_TIMEOUT_MS, 0);
+  c->plugin = p;
+  FR_DEBUG(LOGC, "%s: running exec plugin %s (pid %d)", c->name, ex->command, p->proc.pid);
+  return 0;
+
+oom:
+  free(argv);
+  free(envp);
+  if (p != NULL) {
+    fr_buf_free(&info);
+    free(p);
+  }
+  creds_set_error(c, "exec plugin \"%s\": out of memory", ex->command);
+  return -ENOMEM;
+}
+
+/* -- state machine of the credentials -- */
+
+static int creds_load_start(struct fr_kube_client *c) {
+  if (c->creds->exec != NULL)
+    return plugin_start(c);
+  if (c->creds->token_file != NULL)
+    return token_read_start(c);
+  return 0;   /* static credentials: nothing to load */
+}
+
+static void creds_loaded(struct fr_kube_client *c, int status) {
+  if (status == 0) {
+    c->cstate = CREDS_READY;
+    c->creds_gen++;
+    c->creds_err[0] = '\0';
+  } else {
+    c->cstate = CREDS_NONE;
+    FR_WARN(LOGC, "%s: %s", c->name, c->creds_err);
+  }
+  creds_flush(c, status);
+}
+
+/* Moves the credentials towards answering the queued waiters: a kick a turn
+ * later if they are usable (or failed), a load if they are not. */
+static void creds_kick(struct fr_kube_client *c) {
+  int r;
+
+  if (c->closing || c->whead == NULL)
+    return;
+  switch (c->cstate) {
+  case CREDS_LOADING:
+    return;
+  case CREDS_READY:
+    if (!creds_refreshable(c) || !creds_expired(c)) {
+      uv_timer_start(&c->kick, on_kick, 0, 0);
+      return;
+    }
+    FR_DEBUG(LOGC, "%s: exec credentials expire soon, refreshing", c->name);
+    c->cstate = CREDS_NONE;
+    break;
+  case CREDS_FAILED:
+    uv_timer_start(&c->kick, on_kick, 0, 0);
+    return;
+  case CREDS_NONE:
+    break;
+  }
+  r = creds_load_start(c);
+  if (r < 0) {
+    c->cstate = CREDS_FAILED;
+    c->fail_status = r;
+    FR_WARN(LOGC, "%s: %s", c->name, c->creds_err);
+    uv_timer_start(&c->kick, on_kick, 0, 0);
+  } else if (c->plugin != NULL || c->tread != NULL) {
+    c->cstate = CREDS_LOADING;
+  } else {
+    c->cstate = CREDS_READY;
+    uv_timer_start(&c->kick, on_kick, 0, 0);
+  }
+}
+
+/* ------------------------------------------------------------ easy setup */
+
+int kube_easy_setup(struct fr_kube_client *c, CURL *easy, struct curl_slist **headers,
+                    const char *request_id) {
+  const struct fr_kube_creds *cr = c->creds;
+  const char *cert = c->cert_pem != NULL ? c->cert_pem : cr->client_cert_pem;
+  const char *key = c->cert_pem != NULL ? c->key_pem : cr->client_key_pem;
+  size_t cert_len = c->cert_pem != NULL ? c->cert_len : cr->client_cert_len;
+  size_t key_len = c->cert_pem != NULL ? c->key_len : cr->client_key_len;
+  struct curl_slist *h;
+  struct fr_buf line;
+  int rc = 0;
+
+  if (!header_safe(request_id) || !header_safe(c->token))
+    return -EINVAL;
+  curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+  curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, (long)c->opts.connect_timeout_ms);
+  curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, (long)c->opts.request_timeout_ms);
+  curl_easy_setopt(easy, CURLOPT_USERAGENT, c->user_agent);
+  /* Dead peers of idle pooled connections and of long watches. */
+  curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(easy, CURLOPT_TCP_KEEPIDLE, 30L);
+  curl_easy_setopt(easy, CURLOPT_TCP_KEEPINTVL, 10L);
+  if (cr->insecure) {
+    curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 0L);
+    curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 0L);
+  } else {
+    curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (cr->ca_pem != NULL && cr->ca_len > 0) {
+      /* COPY: a blob must outlive the transfer; ours are small. */
+      struct curl_blob b = {.data = cr->ca_pem, .len = cr->ca_len, .flags = CURL_BLOB_COPY};
+      if (curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, &b) != CURLE_OK)
+        return -ENOMEM;
+    }
+  }
+  /* tls-server-name is not supported: libcurl 7.88 cannot set the SNI and
+   * verified name apart from the URL host (CURLOPT_CONNECT_TO with the URL
+   * host rewritten would emulate it, at the cost of the Host header).
+   * fr_kube_client_new() warns once when a kubeconfig sets it. */
+  if (cr->proxy_url != NULL)
+    curl_easy_setopt(easy, CURLOPT_PROXY, cr->proxy_url);
+  if (cert != NULL && key != NULL && cert_len > 0 && key_len > 0) {
+    struct curl_blob cb = {.data = (void *)cert, .len = cert_len, .flags = CURL_BLOB_COPY};
+    struct curl_blob kb = {.data = (void *)key, .len = key_len, .flags = CURL_BLOB_COPY};
+
+    curl_easy_setopt(easy, CURLOPT_SSLCERTTYPE, "PEM");
+    curl_easy_setopt(easy, CURLOPT_SSLKEYTYPE, "PEM");
+    if (curl_easy_setopt(easy, CURLOPT_SSLCERT_BLOB, &cb) != CURLE_OK ||
+        curl_easy_setopt(easy, CURLOPT_SSLKEY_BLOB, &kb) != CURLE_OK)
+      return -ENOMEM;
+  }
+
+  fr_buf_init(&line);
+  if (c->token != NULL) {
+    if (fr_buf_printf(&line, "Authorization: Bearer %s", c->token) != 0 ||
+        (h = curl_slist_append(*headers, line.data)) == NULL) {
+      rc = -ENOMEM;
+      goto out;
+    }
+    *headers = h;
+  }
+  if (request_id != NULL && request_id[0] != '\0') {
+    fr_buf_reset(&line);
+    if (fr_buf_printf(&line, "X-Request-Id: %s", request_id) != 0 ||
+        (h = curl_slist_append(*headers, line.data)) == NULL) {
+      rc = -ENOMEM;
+      goto out;
+    }
+    *headers = h;
+  }
+out:
+  if (line.data != NULL)
+    memset(line.data, 0, line.cap);   /* the token */
+  fr_buf_free(&line);
+  return rc;
+}
+
+/* ------------------------------------------------------------ sockets/timer */
+
+static void on_sock_closed(uv_handle_t *h) {
+  struct kube_sock *ks = fr_container_of((uv_poll_t *)h, struct kube_sock, poll);
+  struct fr_kube_client *c = ks->c;
+
+  free(ks);
+  c->nopen--;
+  maybe_finalize(c);
+}
+
+static void sock_close(struct fr_kube_client *c, struct kube_sock *ks) {
+  if (ks->prev != NULL)
+    ks->prev->next = ks->next;
+  else
+    c->socks = ks->next;
+  if (ks->next != NULL)
+    ks->next->prev = ks->prev;
+  ks->prev = ks->next = NULL;
+  uv_close((uv_handle_t *)&ks->poll, on_sock_closed);
+}
+
+static void dispatch(struct fr_kube_client *c, curl_socket_t fd, int flags);
+
+static void on_poll(uv_poll_t *h, int status, int events) {
+  struct kube_sock *ks = fr_container_of(h, struct kube_sock, poll);
+  int flags = 0;
+
+  /* On an error let curl find out by reading and writing (multi-uv.c). */
+  if (status < 0)
+    flags = CURL_CSELECT_IN | CURL_CSELECT_OUT;
+  if (events & UV_READABLE)
+    flags |= CURL_CSELECT_IN;
+  if (events & UV_WRITABLE)
+    flags |= CURL_CSELECT_OUT;
+  dispatch(ks->c, ks->fd, flags);
+}
+
+static int on_curl_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp) {
+  struct fr_kube_client *c = userp;
+  struct kube_sock *ks = socketp;
+  int events = 0;
+
+  if (what == CURL_POLL_REMOVE) {
+    if (ks != NULL) {
+      sock_close(c, ks);
+      if (!c->multi_dying)
+        curl_multi_assign(c->multi, s, NULL);
+    }
+    return 0;
+  }
+  if (ks == NULL) {
+    if (c->multi_dying)
+      return 0;
+    ks = calloc(1, sizeof(*ks));
+    if (ks == NULL)
+      return -1;
+    if (uv_poll_init_socket(c->loop, &ks->poll, s) != 0) {
+      free(ks);
+      return -1;
+    }
+    ks->c = c;
+    ks->fd = s;
+    ks->next = c->socks;
+    if (c->socks != NULL)
+      c->socks->prev = ks;
+    c->socks = ks;
+    c->nopen++;
+    curl_multi_assign(c->multi, s, ks);
+  }
+  if (what & CURL_POLL_IN)
+    events |= UV_READABLE;
+  if (what & CURL_POLL_OUT)
+    events |= UV_WRITABLE;
+  uv_poll_start(&ks->poll, events, on_poll);
+  return 0;
+}
+
+static void on_curl_timeout(uv_timer_t *t) {
+  struct fr_kube_client *c = fr_container_of(t, struct fr_kube_client, curl_timer);
+
+  dispatch(c, CURL_SOCKET_TIMEOUT, 0);
+}
+
+/* curl asks for one timer; 0 means "soon": a loop turn later, never a
+ * socket_action from inside this callback (forbidden by curl). */
+static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp) {
+  struct fr_kube_client *c = userp;
+
+  if (c->torn_down)
+    return 0;
+  if (timeout_ms < 0)
+    uv_timer_stop(&c->curl_timer);
+  else
+    uv_timer_start(&c->curl_timer, on_curl_timeout, (uint64_t)timeout_ms, 0);
+  return 0;
+}
+
+/* ------------------------------------------------------------ REST calls */
+
+static const char *state_name(enum call_state s) {
+  switch (s) {
+  case CALL_NEW: return "new";
+  case CALL_WAIT_CREDS: return "wait_creds";
+  case CALL_RUNNING: return "running";
+  case CALL_BACKOFF: return "backoff";
+  case CALL_DONE: return "done";
+  case CALL_CANCELLED: return "cancelled";
+  }
+  return "?";
+}
+
+static const char *call_path(const struct rest_call *rc) {
+  return rc->url + strlen(rc->c->creds->server);
+}
+
+static void set_state(struct rest_call *rc, enum call_state s) {
+  FR_DEBUG(LOGC, "%s: %s %s: %s -> %s (attempt %d)", rc->c->name, rc->method, call_path(rc),
+           state_name(rc->state), state_name(s), rc->attempts);
+  rc->state = s;
+}
+
+static void on_call_closed(uv_handle_t *h) {
+  struct rest_call *rc = fr_container_of((uv_timer_t *)h, struct rest_call, timer);
+  struct fr_kube_client *c = rc->c;
+
+  fr_buf_free(&rc->resp);
+  fr_buf_free(&rc->line);
+  free(rc->method);
+  free(rc->url);
+  free(rc->content_type);
+  free(rc->request_id);
+  free(rc->body);
+  free(rc);
+  c->nopen--;
+  maybe_finalize(c);
+}
+
+/* The last step of every call: frees it once its timer has closed. Its easy
+ * handle must be gone (or it is a zombie, released when reaped). */
+static void call_release(struct rest_call *rc) {
+  if (rc->zombie)
+    return;
+  if (rc->waiting) {
+    kube_creds_unwait(rc->c, on_creds, rc);
+    rc->waiting = 0;
+  }
+  uv_close((uv_handle_t *)&rc->timer, on_call_closed);
+}
+
+static void easy_free(struct rest_call *rc) {
+  curl_easy_cleanup(rc->easy);
+  curl_slist_free_all(rc->headers);
+  rc->easy = NULL;
+  rc->headers = NULL;
+}
+
+/* Takes the easy handle out of the multi, now or (inside a curl callback)
+ * right after curl_multi_socket_action returns. */
+static void detach_easy(struct rest_call *rc) {
+  struct fr_kube_client *c = rc->c;
+
+  if (rc->easy == NULL || rc->zombie)
+    return;
+  if (c->in_curl) {
+    rc->zombie = 1;
+    rc->zombie_next = c->zombies;
+    c->zombies = rc;
+    return;
+  }
+  curl_multi_remove_handle(c->multi, rc->easy);
+  easy_free(rc);
+}
+
+static void reap_zombies(struct fr_kube_client *c) {
+  struct rest_call *rc;
+
+  while ((rc = c->zombies) != NULL) {
+    c->zombies = rc->zombie_next;
+    curl_multi_remove_handle(c->multi, rc->easy);
+    easy_free(rc);
+    rc->zombie = 0;
+    call_release(rc);
+  }
+}
+
+/* Delivers the result and releases the call. Never runs inside curl. */
+static void finish(struct rest_call *rc, int status, const char *error) {
+  struct fr_kube_response resp;
+
+  detach_easy(rc);
+  memset(&resp, 0, sizeof(resp));
+  resp.status = status;
+  resp.error = status == 0 ? (error != NULL ? error : "request failed") : NULL;
+  resp.body = status != 0 && rc->resp.data != NULL ? rc->resp.data : "";
+  resp.body_len = status != 0 ? rc->resp.len : 0;
+  resp.attempts = rc->attempts;
+  resp.retry_after_s = rc->retry_after_s;
+  resp.elapsed_ms = rc->elapsed_ms;
+  set_state(rc, CALL_DONE);
+  kube_call_untrack(&rc->base);
+  if (status == 0)
+    FR_DEBUG(LOGC, "%s: %s %s failed: %s", rc->c->name, rc->method, call_path(rc), resp.error);
+  rc->cb(&resp, rc->arg);
+  call_release(rc);
+}
+
+static void finish_error(struct rest_call *rc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void finish_error(struct rest_call *rc, const char *fmt, ...) {
+  va_list ap;
+
+  va_start(ap, fmt);
+  vsnprintf(rc->errtext, sizeof(rc->errtext), fmt, ap);
+  va_end(ap);
+  finish(rc, 0, rc->errtext);
+}
+
+static int start_attempt(struct rest_call *rc) {
+  int r;
+
+  rc->attempts++;
+  set_state(rc, CALL_WAIT_CREDS);
+  r = kube_creds_wait(rc->c, on_creds, rc);
+  if (r == 0)
+    rc->waiting = 1;
+  return r;
+}
+
+static size_t watch_feed(struct rest_call *rc, const char *ptr, size_t n) {
+  size_t start = 0, end, len;
+  char *data, *nl;
+
+  if (fr_buf_append(&rc->line, ptr, n) != 0) {
+    rc->abort_why = "out of memory buffering a watch event";
+    return 0;
+  }
+  for (;;) {
+    data = rc->line.data;
+    nl = memchr(data + rc->scan_from, '\n', rc->line.len - rc->scan_from);
+    if (nl == NULL) {
+      rc->scan_from = rc->line.len;
+      break;
+    }
+    end = (size_t)(nl - data);
+    len = end - start;
+    if (len > 0 && data[end - 1] == '\r')
+      len--;
+    if (len > KUBE_MAX_LINE) {
+      rc->abort_why = "watch event line longer than 16 MiB";
+      return 0;
+    }
+    data[start + len] = '\0';   /* the line is NUL-terminated for the callback */
+    if (len > 0)
+      rc->on_line(data + start, len, rc->arg);
+    if (rc->state != CALL_RUNNING)
+      return 0;   /* cancelled, or the client freed, inside on_line */
+    start = end + 1;
+    rc->scan_from = start;
+  }
+  fr_buf_consume(&rc->line, start);
+  rc->scan_from -= start;
+  if (rc->line.len > KUBE_MAX_LINE) {
+    rc->abort_why = "watch event line longer than 16 MiB";
+    return 0;
+  }
+  return n;
+}
+
+static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata) {
+  struct rest_call *rc = userdata;
+  size_t n = size * nmemb;
+
+  if (rc->state != CALL_RUNNING)
+    return 0;   /* cancelled: abort the transfer */
+  if (rc->code == 0)
+    curl_easy_getinfo(rc->easy, CURLINFO_RESPONSE_CODE, &rc->code);
+  if (rc->watch && rc->code >= 200 && rc->code < 300)
+    return watch_feed(rc, ptr, n);
+  if (rc->resp.len + n > KUBE_MAX_BODY) {
+    rc->abort_why = "response body larger than 256 MiB";
+    return 0;
+  }
+  if (fr_buf_append(&rc->resp, ptr, n) != 0) {
+    rc->abort_why = "out of memory buffering the response";
+    return 0;
+  }
+  return n;
+}
+
+static int attempt_begin(struct rest_call *rc) {
+  struct fr_kube_client *c = rc->c;
+  struct curl_slist *headers = NULL, *h;
+  struct fr_buf ct;
+  CURL *easy;
+  int r;
+
+  easy = curl_easy_init();
+  if (easy == NULL)
+    return -ENOMEM;
+  r = kube_easy_setup(c, easy, &headers, rc->request_id);
+  if (r < 0)
+    goto fail;
+  r = -ENOMEM;
+  if ((h = curl_slist_append(headers, "Accept: application/json")) == NULL)
+    goto fail;
+  headers = h;
+  /* curl would wait up to a second for "100 Continue" on larger bodies. */
+  if ((h = curl_slist_append(headers, "Expect:")) == NULL)
+    goto fail;
+  headers = h;
+  if (rc->content_type != NULL) {
+    fr_buf_init(&ct);
+    if (fr_buf_printf(&ct, "Content-Type: %s", rc->content_type) != 0) {
+      fr_buf_free(&ct);
+      goto fail;
+    }
+    h = curl_slist_append(headers, ct.data);
+    fr_buf_free(&ct);
+    if (h == NULL)
+      goto fail;
+    headers = h;
+  }
+  curl_easy_setopt(easy, CURLOPT_URL, rc->url);
+  curl_easy_setopt(easy, CURLOPT_PRIVATE, rc);
+  curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, rc->errbuf);
+  curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_write);
+  curl_easy_setopt(easy, CURLOPT_WRITEDATA, rc);
+  curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
+  if (strcmp(rc->method, "GET") == 0) {
+    curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
+  } else if (strcmp(rc->method, "HEAD") == 0) {
+    curl_easy_setopt(easy, CURLOPT_NOBODY, 1L);
+  } else {
+    if (strcmp(rc->method, "POST") != 0)
+      curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, rc->method);
+    if (rc->body != NULL || strcmp(rc->method, "POST") == 0) {
+      curl_easy_setopt(easy, CURLOPT_POSTFIELDS, rc->body != NULL ? rc->body : "");
+      curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rc->body_len);
+    }
+  }
+  /* A watch has no overall timeout (the server ends it after
+   * timeoutSeconds) and no low-speed limit either: without bookmarks a
+   * quiet watch is legitimately silent for minutes. TCP keepalive (set in
+   * kube_easy_setup) notices a dead peer. */
+  if (rc->watch)
+    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, 0L);
+
+  fr_buf_reset(&rc->resp);
+  fr_buf_reset(&rc->line);
+  rc->scan_from = 0;
+  rc->code = 0;
+  rc->abort_why = NULL;
+  rc->errbuf[0] = '\0';
+  rc->easy = easy;
+  rc->headers = headers;
+  set_state(rc, CALL_RUNNING);
+  if (curl_multi_add_handle(c->multi, easy) != CURLM_OK) {
+    rc->easy = NULL;
+    rc->headers = NULL;
+    r = -ENOMEM;
+    goto fail;
+  }
+  return 0;
+
+fail:
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(easy);
+  return r;
+}
+
+static void on_creds(struct fr_kube_client *c, int status, void *arg) {
+  struct rest_call *rc = arg;
+  int r;
+
+  rc->waiting = 0;
+  if (rc->state != CALL_WAIT_CREDS)
+    return;
+  if (status < 0) {
+    finish_error(rc, "credentials: %s", kube_creds_error(c));
+    return;
+  }
+  rc->gen = c->creds_gen;
+  r = attempt_begin(rc);
+  if (r < 0)
+    finish_error(rc, "could not start the request: %s", strerror(-r));
+}
+
+static void on_backoff(uv_timer_t *t) {
+  struct rest_call *rc = fr_container_of(t, struct rest_call, timer);
+  int r;
+
+  if (rc->state != CALL_BACKOFF)
+    return;
+  r = start_attempt(rc);
+  if (r < 0)
+    finish_error(rc, "could not retry: %s", strerror(-r));
+}
+
+/* Full jitter (AWS architecture blog, "Exponential Backoff And Jitter"):
+ * a uniform delay in [0, min(cap, base * 2^n)], so retrying clients spread
+ * out instead of arriving in waves. */
+static uint64_t backoff_ms(const struct fr_kube_client *c, int n) {
+  uint64_t top = c->opts.backoff_base_ms, r;
+
+  while (n-- > 0 && top < c->opts.backoff_cap_ms)
+    top *= 2;
+  if (top > c->opts.backoff_cap_ms)
+    top = c->opts.backoff_cap_ms;
+  if (fr_random_bytes(&r, sizeof(r)) != 0)
+    return top / 2;
+  return r % (top + 1);
+}
+
+static int transport_retryable(CURLcode rc) {
+  switch (rc) {
+  case CURLE_COULDNT_RESOLVE_HOST:
+  case CURLE_COULDNT_RESOLVE_PROXY:
+  case CURLE_COULDNT_CONNECT:
+  case CURLE_OPERATION_TIMEDOUT:
+  case CURLE_SEND_ERROR:
+  case CURLE_RECV_ERROR:
+  case CURLE_GOT_NOTHING:
+  case CURLE_PARTIAL_FILE:
+  case CURLE_SSL_CONNECT_ERROR:   /* also a reset during the handshake */
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+static void schedule_retry(struct rest_call *rc, const char *why) {
+  struct fr_kube_client *c = rc->c;
+  uint64_t delay;
+
+  if (rc->retry_after_s > 0) {
+    delay = (uint64_t)rc->retry_after_s * 1000;
+    if (delay > c->opts.backoff_cap_ms)
+      delay = c->opts.backoff_cap_ms;
+  } else {
+    delay = backoff_ms(c, rc->retries);
+  }
+  rc->retries++;
+  FR_DEBUG(LOGC, "%s: %s %s: %s, retry %d/%d in %" PRIu64 " ms", c->name, rc->method,
+           call_path(rc), why, rc->retries, c->opts.max_retries, delay);
+  set_state(rc, CALL_BACKOFF);
+  uv_timer_start(&rc->timer, on_backoff, delay, 0);
+}
+
+/* A transfer finished (from the drain loop, outside curl callbacks). */
+static void on_transfer_done(struct rest_call *rc, CURLcode result) {
+  struct fr_kube_client *c = rc->c;
+  long code = 0;
+  curl_off_t ra = 0, total_us = 0;
+  int can_retry, r;
+
+  curl_easy_getinfo(rc->easy, CURLINFO_RESPONSE_CODE, &code);
+  curl_easy_getinfo(rc->easy, CURLINFO_RETRY_AFTER, &ra);
+  curl_easy_getinfo(rc->easy, CURLINFO_TOTAL_TIME_T, &total_us);
+  rc->retry_after_s = ra > 0 ? (ra > 86400 ? 86400 : (int)ra) : 0;
+  rc->elapsed_ms = (double)total_us / 1000.0;
+  detach_easy(rc);
+  if (rc->state != CALL_RUNNING)
+    return;
+  can_retry = !rc->watch && rc->idempotent && rc->retries < c->opts.max_retries;
+
+  if (rc->abort_why != NULL) {
+    finish_error(rc, "%s", rc->abort_why);
+    return;
+  }
+  if (result != CURLE_OK) {
+    /* curl's error buffer is the more precise text ("Failed to connect to
+     * 127.0.0.1 port 6443 after 0 ms: Connection refused"). */
+    snprintf(rc->errtext, sizeof(rc->errtext), "%s",
+             rc->errbuf[0] ? rc->errbuf : curl_easy_strerror(result));
+    rtrim(rc->errtext);
+    if (can_retry && transport_retryable(result)) {
+      rc->retry_after_s = 0;
+      schedule_retry(rc, rc->errtext);
+      return;
+    }
+    finish(rc, 0, rc->errtext);
+    return;
+  }
+  /* A 401 is decided before the body is processed, so even a
+   * non-idempotent call may be sent again once, with fresh credentials. */
+  if (code == 401 && creds_refreshable(c) && !rc->refreshed) {
+    rc->refreshed = 1;
+    if (rc->gen == c->creds_gen)
+      kube_creds_invalidate(c);
+    FR_DEBUG(LOGC, "%s: %s %s: 401, refreshing credentials", c->name, rc->method, call_path(rc));
+    r = start_attempt(rc);
+    if (r < 0)
+      finish_error(rc, "could not retry: %s", strerror(-r));
+    return;
+  }
+  if (can_retry && (code == 429 || (code >= 500 && code <= 599))) {
+    char why[32];
+
+    snprintf(why, sizeof(why), "HTTP %ld", code);
+    schedule_retry(rc, why);
+    return;
+  }
+  if (rc->watch && code >= 200 && code < 300 && rc->line.len > 0) {
+    /* The stream ended without a newline after the last event. */
+    rc->line.data[rc->line.len] = '\0';
+    rc->on_line(rc->line.data, rc->line.len, rc->arg);
+    if (rc->state != CALL_RUNNING)
+      return;
+    fr_buf_reset(&rc->line);
+  }
+  finish(rc, (int)code, NULL);
+}
+
+/* curl_multi_socket_action, then the finished transfers. A user callback
+ * may free the client in either part; the multi goes only at the end. */
+static void dispatch(struct fr_kube_client *c, curl_socket_t fd, int flags) {
+  int running, left;
+  CURLMsg *msg;
+  CURL *easy;
+  CURLcode result;
+  void *p;
+
+  if (c->torn_down)
+    return;
+  c->dispatching++;
+  c->in_curl++;
+  curl_multi_socket_action(c->multi, fd, flags, &running);
+  c->in_curl--;
+  reap_zombies(c);
+  while (!c->closing && (msg = curl_multi_info_read(c->multi, &left)) != NULL) {
+    if (msg->msg != CURLMSG_DONE)
+      continue;
+    easy = msg->easy_handle;
+    result = msg->data.result;
+    p = NULL;
+    curl_easy_getinfo(easy, CURLINFO_PRIVATE, &p);
+    if (p != NULL)
+      on_transfer_done(p, result);
+  }
+  c->dispatching--;
+  if (c->closing && !c->dispatching && !c->torn_down)
+    teardown(c);
+}
+
+static void rest_cancel(struct fr_kube_call *base) {
+  struct rest_call *rc = fr_container_of(base, struct rest_call, base);
+
+  if (rc->state == CALL_DONE || rc->state == CALL_CANCELLED)
+    return;
+  set_state(rc, CALL_CANCELLED);
+  kube_call_untrack(base);
+  if (rc->waiting) {
+    kube_creds_unwait(rc->c, on_creds, rc);
+    rc->waiting = 0;
+  }
+  uv_timer_stop(&rc->timer);
+  detach_easy(rc);
+  call_release(rc);
+}
+
+static int method_ok(const char *m) {
+  size_t i;
+
+  for (i = 0; m[i] != '\0'; i++)
+    if (m[i] < 'A' || m[i] > 'Z')
+      return 0;
+  return i > 0 && i < 16;
+}
+
+static int path_ok(const char *p) {
+  if (p[0] != '/')
+    return 0;
+  for (; *p != '\0'; p++)
+    if ((unsigned char)*p <= 0x20 || *p == 0x7f)
+      return 0;
+  return 1;
+}
+
+static int call_start(struct fr_kube_client *c, int watch, const char *method, const char *path,
+                      const char *content_type, const void *body, size_t len, int idempotent,
+                      const char *request_id, fr_kube_line_cb on_line, fr_kube_response_cb cb,
+                      void *arg, struct fr_kube_call **out) {
+  struct rest_call *rc;
+  struct fr_buf url;
+  int r;
+
+  if (out != NULL)
+    *out = NULL;
+  if (c == NULL || method == NULL || path == NULL || cb == NULL || (watch && on_line == NULL) ||
+      (body == NULL && len > 0) || !method_ok(method) || !path_ok(path) ||
+      !header_safe(request_id) || !header_safe(content_type))
+    return -EINVAL;
+  if (c->closing)
+    return -ECANCELED;
+  rc = calloc(1, sizeof(*rc));
+  if (rc == NULL)
+    return -ENOMEM;
+  fr_buf_init(&rc->resp);
+  fr_buf_init(&rc->line);
+  fr_buf_init(&url);
+  rc->c = c;
+  rc->watch = watch;
+  rc->idempotent = idempotent;
+  rc->cb = cb;
+  rc->on_line = on_line;
+  rc->arg = arg;
+  rc->base.cancel = rest_cancel;
+  rc->method = strdup(method);
+  rc->content_type = xstrdup(content_type);
+  rc->request_id = xstrdup(request_id);
+  if (body != NULL) {
+    rc->body = malloc(len + 1);
+    if (rc->body != NULL) {
+      memcpy(rc->body, body, len);
+      rc->body[len] = '\0';
+      rc->body_len = len;
+    }
+  }
+  if (fr_buf_puts(&url, c->creds->server) == 0 && fr_buf_puts(&url, path) == 0)
+    rc->url = fr_buf_detach(&url, NULL);
+  fr_buf_free(&url);
+  if (rc->method == NULL || rc->url == NULL || (content_type && !rc->content_type) ||
+      (request_id && !rc->request_id) || (body && !rc->body)) {
+    free(rc->method);
+    free(rc->url);
+    free(rc->content_type);
+    free(rc->request_id);
+    free(rc->body);
+    free(rc);
+    return -ENOMEM;
+  }
+  uv_timer_init(c->loop, &rc->timer);
+  c->nopen++;
+  kube_call_track(c, &rc->base);
+  r = start_attempt(rc);
+  if (r < 0) {
+    rc->state = CALL_CANCELLED;
+    kube_call_untrack(&rc->base);
+    call_release(rc);
+    return r;
+  }
+  if (out != NULL)
+    *out = &rc->base;
+  return 0;
+}
+
+int fr_kube_request(struct fr_kube_client *c, const char *method, const char *path,
+                    const char *content_type, const void *body, size_t len, int idempotent,
+                    const char *request_id, fr_kube_response_cb cb, void *arg,
+                    struct fr_kube_call **out) {
+  return call_start(c, 0, method, path, content_type, body, len, idempotent, request_id, NULL,
+                    cb, arg, out);
+}
+
+int fr_kube_watch(struct fr_kube_client *c, const char *path, fr_kube_line_cb on_line,
+                  fr_kube_response_cb on_done, void *arg, struct fr_kube_call **out) {
+  return call_start(c, 1, "GET", path, NULL, NULL, 0, 1, NULL, on_line, on_done, arg, out);
+}
+
+void fr_kube_cancel(struct fr_kube_call *call) {
+  if (call != NULL && call->cancel != NULL)
+    call->cancel(call);
+}
+
+int fr_kube_exec(struct fr_kube_client *c, const char *ns, const char *pod,
+                 const struct fr_kube_exec_opts *opts, fr_kube_exec_cb cb, void *arg,
+                 struct fr_kube_call **out) {
+  if (c == NULL)
+    return -EINVAL;
+  if (c->closing)
+    return -ECANCELED;
+  return kube_exec_start(c, ns, pod, opts, cb, arg, out);
+}
+
+/* ------------------------------------------------------------ client */
+
+static void on_client_timer_closed(uv_handle_t *h) {
+  struct fr_kube_client *c = h->data;
+
+  c->nopen--;
+  maybe_finalize(c);
+}
+
+/* The kick timer closes last among the client's own handles (teardown
+ * closes it after curl's): credential waits still queued (kube_exec.c keeps
+ * its memory until its wait answers) get -ECANCELED here, a loop turn after
+ * fr_kube_client_free() and while the client is still allocated. */
+static void on_kick_closed(uv_handle_t *h) {
+  struct fr_kube_client *c = h->data;
+  struct creds_waiter *w;
+  kube_creds_cb cb;
+  void *arg;
+
+  while ((w = c->whead) != NULL) {
+    cb = w->cb;
+    arg = w->arg;
+    waiter_unlink(c, w);
+    free(w);
+    cb(c, -ECANCELED, arg);
+  }
+  c->nopen--;
+  maybe_finalize(c);
+}
+
+static void client_destroy(struct fr_kube_client *c) {
+  struct creds_waiter *w;
+
+  while ((w = c->whead) != NULL) {
+    waiter_unlink(c, w);
+    free(w);
+  }
+  if (c->token != NULL)
+    memset(c->token, 0, strlen(c->token));
+  free(c->token);
+  free(c->cert_pem);
+  free(c->key_pem);
+  fr_kube_creds_free(c->creds);
+  free(c->name);
+  free(c->user_agent);
+  free(c);
+  curl_global_cleanup();
+}
+
+static void maybe_finalize(struct fr_kube_client *c) {
+  void (*cb)(void *);
+  void *arg;
+
+  if (!c->torn_down || c->nopen > 0 || c->finalized)
+    return;
+  c->finalized = 1;
+  cb = c->free_cb;
+  arg = c->free_arg;
+  FR_DEBUG(LOGC, "%s: client closed", c->name);
+  client_destroy(c);
+  if (cb != NULL)
+    cb(arg);
+}
+
+/* Runs outside every curl callback and drain loop. */
+static void teardown(struct fr_kube_client *c) {
+  struct kube_sock *ks;
+
+  c->torn_down = 1;
+  cancel_all(c);
+  reap_zombies(c);
+  /* Stop polling before curl closes the sockets under the polls. */
+  for (ks = c->socks; ks != NULL; ks = ks->next)
+    uv_poll_stop(&ks->poll);
+  c->multi_dying = 1;
+  curl_multi_cleanup(c->multi);
+  c->multi = NULL;
+  while (c->socks != NULL)
+    sock_close(c, c->socks);
+  uv_close((uv_handle_t *)&c->curl_timer, on_client_timer_closed);
+  uv_close((uv_handle_t *)&c->kick, on_kick_closed);
+  if (c->plugin != NULL) {
+    struct kube_plugin *p = c->plugin;
+
+    c->plugin = NULL;
+    p->finished = 1;
+    plugin_close(p);
+  }
+  if (c->tread != NULL)
+    uv_cancel((uv_req_t *)&c->tread->req);   /* else its callbacks see c->closing */
+  maybe_finalize(c);
+}
+
+void fr_kube_client_free(struct fr_kube_client *c, void (*cb)(void *arg), void *arg) {
+  if (c == NULL || c->closing)
+    return;
+  FR_DEBUG(LOGC, "%s: freeing client", c->name);
+  c->closing = 1;
+  c->free_cb = cb;
+  c->free_arg = arg;
+  cancel_all(c);
+  if (!c->dispatching)
+    teardown(c);
+}
+
+int fr_kube_client_new(uv_loop_t *loop, const struct fr_kube_creds *creds,
+                       const struct fr_kube_client_opts *opts, struct fr_kube_client **out) {
+  struct fr_kube_client *c;
+  struct fr_buf ua;
+  const char *name;
+
+  if (out != NULL)
+    *out = NULL;
+  if (loop == NULL || creds == NULL || out == NULL || creds->server == NULL ||
+      (strncmp(creds->server, "https://", 8) != 0 && strncmp(creds->server, "http://", 7) != 0))
+    return -EINVAL;
+  if (creds->exec != NULL && (creds->exec->command == NULL || creds->exec->command[0] == '\0'))
+    return -EINVAL;
+  c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return -ENOMEM;
+  if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    free(c);
+    return -EIO;
+  }
+  c->loop = loop;
+  if (opts != NULL)
+    c->opts = *opts;
+  /* Zero means "the default"; a negative max_retries means none. */
+  if (c->opts.max_retries == 0)
+    c->opts.max_retries = 4;
+  if (c->opts.max_retries < 0)
+    c->opts.max_retries = 0;
+  if (c->opts.backoff_base_ms == 0)
+    c->opts.backoff_base_ms = 100;
+  if (c->opts.backoff_cap_ms == 0)
+    c->opts.backoff_cap_ms = 5000;
+  if (c->opts.backoff_cap_ms < c->opts.backoff_base_ms)
+    c->opts.backoff_cap_ms = c->opts.backoff_base_ms;
+  if (c->opts.connect_timeout_ms == 0)
+    c->opts.connect_timeout_ms = 3000;
+  if (c->opts.request_timeout_ms == 0)
+    c->opts.request_timeout_ms = 30000;
+  if (c->opts.max_host_connections <= 0)
+    c->opts.max_host_connections = 64;
+  name = c->opts.name != NULL ? c->opts.name : creds->context != NULL ? creds->context : "kube";
+  c->name = strdup(name);
+  fr_buf_init(&ua);
+  if (c->opts.user_agent != NULL)
+    c->user_agent = strdup(c->opts.user_agent);
+  else if (fr_buf_puts(&ua, "fedrouter/" FR_VERSION) == 0)
+    c->user_agent = fr_buf_detach(&ua, NULL);
+  fr_buf_free(&ua);
+  c->opts.name = c->name;
+  c->opts.user_agent = c->user_agent;
+  c->creds = fr_kube_creds_dup(creds);
+  if (creds->token != NULL)
+    c->token = strdup(creds->token);
+  c->multi = curl_multi_init();
+  if (c->name == NULL || c->user_agent == NULL || c->creds == NULL || c->multi == NULL ||
+      (creds->token != NULL && c->token == NULL)) {
+    if (c->multi != NULL)
+      curl_multi_cleanup(c->multi);
+    free(c->token);
+    fr_kube_creds_free(c->creds);
+    free(c->name);
+    free(c->user_agent);
+    free(c);
+    curl_global_cleanup();
+    return -ENOMEM;
+  }
+  if (!header_safe(c->token)) {
+    curl_multi_cleanup(c->multi);
+    free(c->token);
+    fr_kube_creds_free(c->creds);
+    free(c->name);
+    free(c->user_agent);
+    free(c);
+    curl_global_cleanup();
+    return -EINVAL;
+  }
+  curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+  curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
+  curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+  curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
+  curl_multi_setopt(c->multi, CURLMOPT_MAX_HOST_CONNECTIONS, c->opts.max_host_connections);
+  /* Keep as many idle connections as we may open, for reuse. */
+  curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, c->opts.max_host_connections);
+  uv_timer_init(loop, &c->curl_timer);
+  uv_timer_init(loop, &c->kick);
+  c->curl_timer.data = c;
+  c->kick.data = c;
+  c->nopen = 2;
+  if (c->creds->exec != NULL || (c->creds->token_file != NULL && c->token == NULL))
+    c->cstate = CREDS_NONE;
+  else
+    c->cstate = CREDS_READY;
+  if (c->creds->tls_server_name != NULL)
+    FR_WARN(LOGC, "%s: tls-server-name \"%s\" is not supported (libcurl 7.88 has no option for "
+                  "it); the server certificate is checked against the server URL's host",
+            c->name, c->creds->tls_server_name);
+  *out = c;
+  return 0;
+}

@@ -1,0 +1,632 @@
+/* sandbox.c - sandboxes and warm pools in one cluster: claim, cold create,
+ * wait for exec-readiness, delete, pool ReplicaSets, and the reaper.
+ *
+ * A create is a small state machine (set_state() logs transitions):
+ *
+ *   PICK --ready warm pod--> CLAIMING --200--> done (warm)
+ *     |                          |409/404: next pod (3 conflicts: COLD)
+ *     +--none ready-------> CREATING --201--> WAITING --Ready--> done (cold)
+ *                                |403/Unschedulable: NO_ROOM   |timeout: TIMEOUT
+ *
+ * Waiting uses the pod informer (no polling): every pod event is matched
+ * against the creates in flight.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "adapter_internal.h"
+#include "fr/buf.h"
+#include "fr/log.h"
+#include "fr/quantity.h"
+#include "fr/util.h"
+
+#define MAX_CLAIM_CONFLICTS 3
+#define DEFAULT_READY_TIMEOUT_MS 120000
+/* The reaper deletes expired or finished sandboxes; every router replica
+ * runs it (deletes are idempotent). */
+#define REAP_EVERY_MS 2000
+
+enum cstate { CS_PICK, CS_CLAIMING, CS_CREATING, CS_WAITING, CS_DONE };
+static const char *const cstate_names[] = {"pick", "claiming", "creating", "waiting", "done"};
+
+struct create_op {
+  struct create_op *prev, *next;
+  struct fr_adapter *a;
+  enum cstate state;
+  /* spec, owned */
+  char *tenant, *name, *pool, *image, *request_id;
+  int64_t cpu_m, mem_b, lifetime_s;
+  uint64_t ready_timeout_ms;
+  json_t *env, *labels;
+  fr_sandbox_cb cb;
+  void *arg;
+  int conflicts;
+  char pod[64];
+  struct fr_kube_call *call;
+  uv_timer_t *timer;
+};
+
+static void set_state(struct create_op *op, enum cstate s) {
+  FR_DEBUG("sandbox", "%s: %s %s -> %s", op->a->cc.name, op->name, cstate_names[op->state], cstate_names[s]);
+  op->state = s;
+}
+
+static void timer_closed(uv_handle_t *h) {
+  free(h);
+}
+
+static void op_free(struct create_op *op) {
+  struct fr_adapter *a = op->a;
+
+  if (op->prev)
+    op->prev->next = op->next;
+  else if (a->creates == op)
+    a->creates = op->next;
+  if (op->next)
+    op->next->prev = op->prev;
+  a->inflight--;
+  if (op->timer != NULL)
+    uv_close((uv_handle_t *)op->timer, timer_closed);
+  free(op->tenant);
+  free(op->name);
+  free(op->pool);
+  free(op->image);
+  free(op->request_id);
+  json_decref(op->env);
+  json_decref(op->labels);
+  free(op);
+}
+
+static void finish(struct create_op *op, enum fr_sandbox_err err, const char *message, json_t *pod, int warm) {
+  struct fr_sandbox_result r;
+
+  set_state(op, CS_DONE);
+  if (op->call != NULL) {
+    fr_kube_cancel(op->call);
+    op->call = NULL;
+  }
+  memset(&r, 0, sizeof(r));
+  r.err = err;
+  r.message = message;
+  r.pod = pod;
+  r.warm = warm;
+  op->cb(&r, op->arg);
+  op_free(op);
+}
+
+static void now_rfc3339(char out[21], int64_t plus_s) {
+  fr_time_rfc3339(fr_wall_ms() / 1000 + plus_s, out);
+}
+
+/* Kubernetes Status message of an error body, or a fallback. */
+static void status_message(const char *body, size_t len, char *out, size_t cap) {
+  json_t *j = json_loadb(body, len, 0, NULL);
+  const char *m = json_string_value(json_object_get(j, "message"));
+
+  snprintf(out, cap, "%s", m ? m : (len ? body : "no response"));
+  json_decref(j);
+}
+
+static json_t *user_labels_plus(struct create_op *op, json_t *labels) {
+  const char *k;
+  json_t *v;
+
+  json_object_foreach(op->labels, k, v) json_object_set(labels, k, v);
+  return labels;
+}
+
+static json_t *sandbox_annotations(struct create_op *op, int warm) {
+  char created[21], expires[21];
+  json_t *ann = json_object();
+  char *env = op->env && json_object_size(op->env) ? json_dumps(op->env, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+
+  now_rfc3339(created, 0);
+  now_rfc3339(expires, op->lifetime_s);
+  json_object_set_new(ann, FR_ANN_CREATED, json_string(created));
+  json_object_set_new(ann, FR_ANN_EXPIRES, json_string(expires));
+  json_object_set_new(ann, FR_ANN_WARM, json_string(warm ? "true" : "false"));
+  if (env != NULL)
+    json_object_set_new(ann, FR_ANN_ENV, json_string(env));
+  free(env);
+  return ann;
+}
+
+/* ---------------------------------------------------------------------- */
+/* cold create                                                             */
+
+static int pod_is_ready(json_t *pod) {
+  const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
+
+  return phase != NULL && strcmp(phase, "Running") == 0 && pod_condition_true(pod, "Ready");
+}
+
+/* The scheduler's explicit "no room" signal. */
+static const char *unschedulable(json_t *pod) {
+  json_t *conds = json_object_get(json_object_get(pod, "status"), "conditions"), *c;
+  size_t i;
+
+  json_array_foreach(conds, i, c) {
+    const char *t = json_string_value(json_object_get(c, "type"));
+    const char *r = json_string_value(json_object_get(c, "reason"));
+    if (t && r && strcmp(t, "PodScheduled") == 0 && strcmp(r, "Unschedulable") == 0) {
+      const char *m = json_string_value(json_object_get(c, "message"));
+      return m ? m : "Unschedulable";
+    }
+  }
+  return NULL;
+}
+
+static void on_ready_timeout(uv_timer_t *t) {
+  struct create_op *op = t->data;
+  char msg[200];
+
+  snprintf(msg, sizeof(msg), "pod %s was not exec-ready within %" PRIu64 " ms", op->pod, op->ready_timeout_ms);
+  fr_adapter_sandbox_delete(op->a, op->pod, NULL, NULL);
+  finish(op, FR_SB_TIMEOUT, msg, NULL, 0);
+}
+
+/* The pod is in the cache: decide from its state. */
+static void check_pod(struct create_op *op, json_t *pod) {
+  const char *why;
+  const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
+
+  if (pod_is_ready(pod)) {
+    finish(op, FR_SB_OK, NULL, pod, 0);
+  } else if ((why = unschedulable(pod)) != NULL) {
+    char msg[600];
+    snprintf(msg, sizeof(msg), "unschedulable: %s", why);
+    fr_adapter_sandbox_delete(op->a, op->pod, NULL, NULL);
+    finish(op, FR_SB_NO_ROOM, msg, NULL, 0);
+  } else if (phase != NULL && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)) {
+    fr_adapter_sandbox_delete(op->a, op->pod, NULL, NULL);
+    finish(op, FR_SB_FAILED, "the pod stopped before it was ready", NULL, 0);
+  }
+}
+
+void sandbox_on_pod(struct fr_adapter *a, enum fr_informer_event ev, json_t *obj) {
+  const char *name = json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
+  struct create_op *op, *nx;
+
+  if (name == NULL)
+    return;
+  for (op = a->creates; op != NULL; op = nx) {
+    nx = op->next;
+    if (op->state != CS_WAITING || strcmp(op->pod, name) != 0)
+      continue;
+    if (ev == FR_INF_DELETED)
+      finish(op, FR_SB_FAILED, "the pod was deleted before it was ready", NULL, 0);
+    else
+      check_pod(op, obj);
+  }
+}
+
+static void start_cold(struct create_op *op);
+
+static void on_created(const struct fr_kube_response *r, void *arg) {
+  struct create_op *op = arg;
+  char msg[600];
+  json_t *cached;
+
+  op->call = NULL;
+  if (r->status == 201) {
+    set_state(op, CS_WAITING);
+    op->timer = malloc(sizeof(*op->timer));
+    if (op->timer != NULL) {
+      uv_timer_init(op->a->loop, op->timer);
+      op->timer->data = op;
+      uv_timer_start(op->timer, on_ready_timeout, op->ready_timeout_ms, 0);
+    }
+    /* The watch may have delivered the pod before this response. */
+    cached = fr_adapter_pod(op->a, op->pod);
+    if (cached != NULL)
+      check_pod(op, cached);
+    return;
+  }
+  status_message(r->body, r->body_len, msg, sizeof(msg));
+  if (r->status == 409) {
+    /* Our random name collided: pick another. */
+    start_cold(op);
+  } else if (r->status == 403) {
+    finish(op, FR_SB_NO_ROOM, msg, NULL, 0);
+  } else if (r->status == 0 || r->status >= 500 || r->status == 429) {
+    finish(op, FR_SB_UNAVAILABLE, r->status ? msg : (r->error ? r->error : "no response"), NULL, 0);
+  } else {
+    finish(op, FR_SB_FAILED, msg, NULL, 0);
+  }
+}
+
+static json_t *container_json(const char *image, int64_t cpu_m, int64_t mem_b, json_t *env) {
+  char cpu[32], mem[32];
+  json_t *res, *c, *envs = json_array();
+  const char *k;
+  json_t *v;
+
+  fr_quantity_format_milli(cpu_m, cpu, sizeof(cpu));
+  fr_quantity_format_bytes(mem_b, mem, sizeof(mem));
+  res = json_pack("{s:{s:s,s:s},s:{s:s,s:s}}", "requests", "cpu", cpu, "memory", mem, "limits", "cpu",
+                  cpu, "memory", mem);
+  /* The sandbox container just stays alive; work arrives through exec. */
+  c = json_pack("{s:s,s:s,s:[s,s],s:o}", "name", "sandbox", "image", image, "command", "sleep",
+                "infinity", "resources", res);
+  json_object_foreach(env, k, v) json_array_append_new(envs, json_pack("{s:s,s:O}", "name", k, "value", v));
+  if (json_array_size(envs))
+    json_object_set_new(c, "env", envs);
+  else
+    json_decref(envs);
+  return c;
+}
+
+static void start_cold(struct create_op *op) {
+  json_t *pod, *labels;
+  char *body;
+  char suffix[11], path[300];
+  int rc;
+
+  if (op->image == NULL) {
+    finish(op, FR_SB_NO_ROOM, "no ready warm pod and the pool's image is unknown here", NULL, 0);
+    return;
+  }
+  set_state(op, CS_CREATING);
+  fr_random_name_suffix(suffix, 10);
+  snprintf(op->pod, sizeof(op->pod), "sb-%s", suffix);
+  labels = json_pack("{s:s,s:s,s:s,s:s}", FR_LABEL_SANDBOX, "true", FR_LABEL_STATE, "claimed",
+                     FR_LABEL_TENANT, op->tenant, FR_LABEL_NAME, op->name);
+  if (op->pool != NULL)
+    json_object_set_new(labels, FR_LABEL_POOL, json_string(op->pool));
+  user_labels_plus(op, labels);
+  pod = json_pack("{s:s,s:s,s:{s:s,s:o,s:o},s:{s:[o],s:s,s:I,s:i,s:b}}", "apiVersion", "v1", "kind", "Pod",
+                  "metadata", "name", op->pod, "labels", labels, "annotations", sandbox_annotations(op, 0),
+                  "spec", "containers", container_json(op->image, op->cpu_m, op->mem_b, op->env),
+                  "restartPolicy", "Never", "activeDeadlineSeconds", (json_int_t)op->lifetime_s,
+                  "terminationGracePeriodSeconds", 1, "automountServiceAccountToken", 0);
+  body = pod ? json_dumps(pod, JSON_COMPACT) : NULL;
+  json_decref(pod);
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", op->a->ns);
+  rc = body ? fr_kube_request(op->a->client, "POST", path, "application/json", body, strlen(body), 0,
+                              op->request_id, on_created, op, &op->call)
+            : -ENOMEM;
+  free(body);
+  if (rc != 0)
+    finish(op, FR_SB_FAILED, "cannot send the create", NULL, 0);
+}
+
+/* ---------------------------------------------------------------------- */
+/* warm claim                                                              */
+
+static void pick(struct create_op *op);
+
+static void on_claimed(const struct fr_kube_response *r, void *arg) {
+  struct create_op *op = arg;
+  json_t *pod;
+  char msg[600];
+
+  op->call = NULL;
+  json_object_del(op->a->claiming, op->pod);
+  if (r->status == 200) {
+    pod = json_loadb(r->body, r->body_len, 0, NULL);
+    finish(op, FR_SB_OK, NULL, pod, 1);
+    json_decref(pod);
+    return;
+  }
+  if (r->status == 409 || r->status == 404 || r->status == 422) {
+    /* Someone else claimed it (or it went away): the next one. 422: the
+     * pod could not take the deadline (it changed under us). */
+    op->conflicts++;
+    if (op->conflicts >= MAX_CLAIM_CONFLICTS)
+      start_cold(op);
+    else
+      pick(op);
+    return;
+  }
+  status_message(r->body, r->body_len, msg, sizeof(msg));
+  finish(op, FR_SB_UNAVAILABLE, r->status ? msg : (r->error ? r->error : "no response"), NULL, 0);
+}
+
+static int64_t started_s_ago(json_t *pod) {
+  const char *st = json_string_value(json_object_get(json_object_get(pod, "status"), "startTime"));
+  int64_t t;
+
+  if (st == NULL || fr_time_parse_rfc3339(st, &t) != 0)
+    return 0;
+  t = fr_wall_ms() / 1000 - t;
+  return t > 0 ? t : 0;
+}
+
+static void claim(struct create_op *op, json_t *pod) {
+  json_t *patch, *labels;
+  const char *rv = json_string_value(json_object_get(json_object_get(pod, "metadata"), "resourceVersion"));
+  char path[300], *body;
+  int rc;
+
+  set_state(op, CS_CLAIMING);
+  json_object_set_new(op->a->claiming, op->pod, json_true());
+  /* Leaving the pool's selector (state=warm) makes the ReplicaSet release
+   * the pod and start a replacement. The deadline counts from the pod's
+   * start, so add the time it already waited. */
+  labels = json_pack("{s:s,s:s,s:s}", FR_LABEL_STATE, "claimed", FR_LABEL_TENANT, op->tenant,
+                     FR_LABEL_NAME, op->name);
+  user_labels_plus(op, labels);
+  patch = json_pack("{s:{s:s,s:o,s:o},s:{s:I}}", "metadata", "resourceVersion", rv ? rv : "", "labels",
+                    labels, "annotations", sandbox_annotations(op, 1), "spec", "activeDeadlineSeconds",
+                    (json_int_t)(started_s_ago(pod) + op->lifetime_s));
+  body = patch ? json_dumps(patch, JSON_COMPACT) : NULL;
+  json_decref(patch);
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", op->a->ns, op->pod);
+  /* A precondition makes the patch safe to retry. */
+  rc = body ? fr_kube_request(op->a->client, "PATCH", path, "application/merge-patch+json", body,
+                              strlen(body), 1, op->request_id, on_claimed, op, &op->call)
+            : -ENOMEM;
+  free(body);
+  if (rc != 0) {
+    json_object_del(op->a->claiming, op->pod);
+    finish(op, FR_SB_FAILED, "cannot send the claim", NULL, 0);
+  }
+}
+
+static void pick(struct create_op *op) {
+  json_t *items = fr_adapter_pods(op->a), *pod;
+  const char *key;
+
+  set_state(op, CS_PICK);
+  if (op->pool != NULL) {
+    json_object_foreach(items, key, pod) {
+      const char *name = json_string_value(json_object_get(json_object_get(pod, "metadata"), "name"));
+      const char *pool = pod_label(pod, FR_LABEL_POOL), *state = pod_label(pod, FR_LABEL_STATE);
+      if (name == NULL || pool == NULL || state == NULL || strcmp(pool, op->pool) != 0 ||
+          strcmp(state, "warm") != 0 || !pod_is_ready(pod) ||
+          json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp") != NULL ||
+          json_object_get(op->a->claiming, name) != NULL || strlen(name) >= sizeof(op->pod))
+        continue;
+      snprintf(op->pod, sizeof(op->pod), "%s", name);
+      claim(op, pod);
+      return;
+    }
+  }
+  start_cold(op);
+}
+
+static void on_start(uv_timer_t *t) {
+  struct create_op *op = t->data;
+
+  /* The timer is reused for the readiness timeout. */
+  uv_close((uv_handle_t *)op->timer, timer_closed);
+  op->timer = NULL;
+  if (op->a->stopping) {
+    finish(op, FR_SB_UNAVAILABLE, "the router is shutting down", NULL, 0);
+    return;
+  }
+  pick(op);
+}
+
+static char *dup_or_null(const char *s) {
+  return s ? strdup(s) : NULL;
+}
+
+int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec *spec,
+                              fr_sandbox_cb cb, void *arg) {
+  struct create_op *op;
+
+  if (a->stopping)
+    return -ESHUTDOWN;
+  op = calloc(1, sizeof(*op));
+  if (op == NULL)
+    return -ENOMEM;
+  op->a = a;
+  op->tenant = dup_or_null(spec->tenant);
+  op->name = dup_or_null(spec->name);
+  op->pool = dup_or_null(spec->pool);
+  op->image = dup_or_null(spec->image);
+  op->request_id = dup_or_null(spec->request_id);
+  op->cpu_m = spec->cpu_m;
+  op->mem_b = spec->mem_b;
+  op->lifetime_s = spec->lifetime_s;
+  op->ready_timeout_ms = spec->ready_timeout_ms ? spec->ready_timeout_ms : DEFAULT_READY_TIMEOUT_MS;
+  op->env = spec->env ? json_incref(spec->env) : NULL;
+  op->labels = spec->labels ? json_incref(spec->labels) : NULL;
+  op->cb = cb;
+  op->arg = arg;
+  op->timer = malloc(sizeof(*op->timer));
+  op->next = a->creates;
+  if (a->creates)
+    a->creates->prev = op;
+  a->creates = op;
+  a->inflight++;
+  if (op->tenant == NULL || op->name == NULL || op->timer == NULL ||
+      (spec->pool && op->pool == NULL) || (spec->image && op->image == NULL)) {
+    free(op->timer);
+    op->timer = NULL;
+    op_free(op);
+    return -ENOMEM;
+  }
+  /* Start from the next loop turn: the callback never runs inside this call. */
+  uv_timer_init(a->loop, op->timer);
+  op->timer->data = op;
+  uv_timer_start(op->timer, on_start, 0, 0);
+  return 0;
+}
+
+int64_t fr_adapter_inflight(const struct fr_adapter *a) {
+  return a->inflight;
+}
+
+/* ---------------------------------------------------------------------- */
+/* delete, pools                                                           */
+
+struct simple_call {
+  void (*cb)(int status, const char *message, void *arg);
+  void *arg;
+};
+
+static void on_simple(const struct fr_kube_response *r, void *arg) {
+  struct simple_call *sc = arg;
+  char msg[600];
+
+  if (sc->cb != NULL) {
+    if (r->status >= 200 && r->status < 300)
+      msg[0] = '\0';
+    else if (r->status == 0)
+      snprintf(msg, sizeof(msg), "%s", r->error ? r->error : "no response");
+    else
+      status_message(r->body, r->body_len, msg, sizeof(msg));
+    sc->cb(r->status, msg, sc->arg);
+  }
+  free(sc);
+}
+
+static int simple_request(struct fr_adapter *a, const char *method, const char *path, const char *ctype,
+                          json_t *body, int idempotent,
+                          void (*cb)(int status, const char *message, void *arg), void *arg) {
+  struct simple_call *sc = malloc(sizeof(*sc));
+  char *b = body ? json_dumps(body, JSON_COMPACT) : NULL;
+  int rc;
+
+  if (sc == NULL || (body != NULL && b == NULL)) {
+    free(sc);
+    free(b);
+    return -ENOMEM;
+  }
+  sc->cb = cb;
+  sc->arg = arg;
+  rc = fr_kube_request(a->client, method, path, ctype, b, b ? strlen(b) : 0, idempotent, NULL,
+                       on_simple, sc, NULL);
+  free(b);
+  if (rc != 0)
+    free(sc);
+  return rc;
+}
+
+int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod,
+                              void (*cb)(int status, const char *message, void *arg), void *arg) {
+  char path[300];
+
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", a->ns, pod);
+  return simple_request(a, "DELETE", path, NULL, NULL, 1, cb, arg);
+}
+
+int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec,
+                           void (*cb)(int status, const char *message, void *arg), void *arg) {
+  char name[128], path[300], cpus[32], spec_ann[256];
+  json_t *rs, *tmpl_labels;
+  int rc;
+
+  snprintf(name, sizeof(name), "fr-pool-%s", spec->name);
+  snprintf(path, sizeof(path), "/apis/apps/v1/namespaces/%s/replicasets", a->ns);
+  fr_quantity_format_milli(spec->cpu_m, cpus, sizeof(cpus));
+  snprintf(spec_ann, sizeof(spec_ann), "{\"image\":\"%s\",\"cpu_millis\":%" PRId64 ",\"memory_bytes\":%" PRId64 "}",
+           spec->image, spec->cpu_m, spec->mem_b);
+  tmpl_labels = json_pack("{s:s,s:s,s:s}", FR_LABEL_SANDBOX, "true", FR_LABEL_POOL, spec->name,
+                          FR_LABEL_STATE, "warm");
+  rs = json_pack("{s:s,s:s,s:{s:s,s:{s:s},s:{s:s}},s:{s:I,s:{s:{s:s,s:s}},s:{s:{s:o},s:{s:[o],s:s,s:i,s:b}}}}",
+                 "apiVersion", "apps/v1", "kind", "ReplicaSet", "metadata", "name", name, "labels",
+                 FR_LABEL_POOL, spec->name, "annotations", FR_ANN_POOL_SPEC, spec_ann, "spec",
+                 "replicas", (json_int_t)spec->replicas, "selector", "matchLabels", FR_LABEL_POOL,
+                 spec->name, FR_LABEL_STATE, "warm", "template", "metadata", "labels", tmpl_labels,
+                 "spec", "containers", container_json(spec->image, spec->cpu_m, spec->mem_b, NULL),
+                 "restartPolicy", "Always", "terminationGracePeriodSeconds", 1,
+                 "automountServiceAccountToken", 0);
+  if (rs == NULL)
+    return -ENOMEM;
+  rc = simple_request(a, "POST", path, "application/json", rs, 0, cb, arg);
+  json_decref(rs);
+  return rc;
+}
+
+int fr_adapter_pool_resize(struct fr_adapter *a, const char *pool, int64_t replicas,
+                           void (*cb)(int status, const char *message, void *arg), void *arg) {
+  char path[300];
+  json_t *patch = json_pack("{s:{s:I}}", "spec", "replicas", (json_int_t)replicas);
+  int rc;
+
+  snprintf(path, sizeof(path), "/apis/apps/v1/namespaces/%s/replicasets/fr-pool-%s", a->ns, pool);
+  rc = simple_request(a, "PATCH", path, "application/merge-patch+json", patch, 1, cb, arg);
+  json_decref(patch);
+  return rc;
+}
+
+int fr_adapter_pool_delete(struct fr_adapter *a, const char *pool,
+                           void (*cb)(int status, const char *message, void *arg), void *arg) {
+  char path[300];
+  json_t *opts = json_pack("{s:s}", "propagationPolicy", "Background");
+  int rc;
+
+  snprintf(path, sizeof(path), "/apis/apps/v1/namespaces/%s/replicasets/fr-pool-%s", a->ns, pool);
+  rc = simple_request(a, "DELETE", path, "application/json", opts, 1, cb, arg);
+  json_decref(opts);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+/* reaper                                                                  */
+
+static void on_reaped(int status, const char *message, void *arg) {
+  (void)status;
+  (void)message;
+  (void)arg;
+}
+
+static void on_reap(uv_timer_t *t) {
+  struct fr_adapter *a = t->data;
+  json_t *pod;
+  const char *key;
+  int64_t now = fr_wall_ms() / 1000;
+  void *tmp;
+
+  /* Forget reap marks of pods that are gone. */
+  json_object_foreach_safe(a->reaping, tmp, key, pod) {
+    if (fr_adapter_pod(a, key) == NULL)
+      json_object_del(a->reaping, key);
+  }
+  json_object_foreach(fr_adapter_pods(a), key, pod) {
+    const char *name = json_string_value(json_object_get(json_object_get(pod, "metadata"), "name"));
+    const char *state = pod_label(pod, FR_LABEL_STATE);
+    const char *exp = pod_annotation(pod, FR_ANN_EXPIRES);
+    const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
+    int64_t t_exp;
+    int expired;
+
+    if (name == NULL || state == NULL || strcmp(state, "claimed") != 0 ||
+        json_object_get(a->reaping, name) != NULL ||
+        json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp") != NULL)
+      continue;
+    /* activeDeadlineSeconds already stopped it in the cluster; the
+     * expiry annotation covers a cluster that did not. */
+    expired = exp != NULL && fr_time_parse_rfc3339(exp, &t_exp) == 0 && t_exp <= now;
+    if (!expired && !(phase != NULL && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)))
+      continue;
+    FR_INFO("reaper", "%s: deleting %s (%s)", a->cc.name, name, expired ? "expired" : phase);
+    if (fr_adapter_sandbox_delete(a, name, on_reaped, NULL) == 0)
+      json_object_set_new(a->reaping, name, json_true());
+  }
+}
+
+int sandbox_init(struct fr_adapter *a) {
+  a->claiming = json_object();
+  a->reaping = json_object();
+  a->reaper = malloc(sizeof(*a->reaper));
+  if (a->claiming == NULL || a->reaping == NULL || a->reaper == NULL)
+    return -ENOMEM;
+  a->reaper->data = NULL;
+  return 0;
+}
+
+void sandbox_start(struct fr_adapter *a) {
+  uv_timer_init(a->loop, a->reaper);
+  a->reaper->data = a;
+  uv_timer_start(a->reaper, on_reap, REAP_EVERY_MS, REAP_EVERY_MS);
+}
+
+void sandbox_stop(struct fr_adapter *a) {
+  a->stopping = 1;
+  while (a->creates != NULL)
+    finish(a->creates, FR_SB_UNAVAILABLE, "the router is shutting down", NULL, 0);
+  if (a->reaper != NULL) {
+    if (a->reaper->data != NULL)
+      uv_close((uv_handle_t *)a->reaper, timer_closed);
+    else
+      free(a->reaper);
+    a->reaper = NULL;
+  }
+}

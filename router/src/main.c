@@ -1,0 +1,239 @@
+/* main.c - fedrouter: flags, `config check`, start-up and shutdown. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include "fr/adapter.h"
+#include "fr/config.h"
+#include "fr/http.h"
+#include "fr/kubeconfig.h"
+#include "fr/log.h"
+#include "router.h"
+
+#define FEDROUTER_VERSION "0.1.0"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: fedrouter --config FILE [--log-level LEVEL]\n"
+          "       fedrouter config check FILE\n"
+          "       fedrouter --version\n"
+          "\n"
+          "  --config FILE      router configuration (libconfig; see config/examples/)\n"
+          "  --log-level LEVEL  debug, info, warn or error (default info)\n"
+          "  config check FILE  validate FILE and every cluster's kubeconfig offline;\n"
+          "                     exit 0 if valid, 1 with file:line errors if not\n");
+}
+
+static void print_config_error(const struct fr_config_error *e) {
+  if (e->line > 0)
+    fprintf(stderr, "%s:%d: %s\n", e->file, e->line, e->msg);
+  else
+    fprintf(stderr, "%s: %s\n", e->file, e->msg);
+}
+
+/* `fedrouter config check FILE`: the config and every kubeconfig it names,
+ * without contacting any cluster. */
+static int config_check(const char *path) {
+  struct fr_config *cfg;
+  struct fr_config_error err;
+  size_t i;
+  int bad = 0;
+
+  if (fr_config_load(path, &cfg, &err) != 0) {
+    print_config_error(&err);
+    return 1;
+  }
+  for (i = 0; i < cfg->nclusters; i++) {
+    struct fr_kube_creds *creds;
+    char kerr[768];
+    if (fr_kubeconfig_load(cfg->clusters[i].kubeconfig, cfg->clusters[i].context, &creds, kerr,
+                           sizeof(kerr)) != 0) {
+      fprintf(stderr, "%s: cluster \"%s\": %s\n", cfg->source, cfg->clusters[i].name, kerr);
+      bad = 1;
+      continue;
+    }
+    fr_kube_creds_free(creds);
+  }
+  if (!bad)
+    printf("%s: OK (%zu cluster%s, %zu tenant%s, region %s)\n", cfg->source, cfg->nclusters,
+           cfg->nclusters == 1 ? "" : "s", cfg->ntenants, cfg->ntenants == 1 ? "" : "s",
+           cfg->region);
+  fr_config_unref(cfg);
+  return bad;
+}
+
+struct shutdown {
+  uv_signal_t sigint, sigterm;
+  struct router *r;
+};
+
+static void on_adapter_freed(void *arg) {
+  (void)arg;
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  struct shutdown *sd = h->data;
+  struct router *r = sd->r;
+  size_t i;
+
+  FR_INFO("fedrouter", "signal %d: shutting down", signum);
+  r->stopping = 1;
+  /* Everything answered so far is synchronous, so closing the server after
+   * unlisten loses no request; adapters then stop their watches. */
+  fr_http_server_free(r->http, NULL, NULL);
+  r->http = NULL;
+  for (i = 0; i < r->nadapters; i++)
+    fr_adapter_free(r->adapters[i], on_adapter_freed, NULL);
+  r->nadapters = 0;
+  uv_close((uv_handle_t *)&sd->sigint, NULL);
+  uv_close((uv_handle_t *)&sd->sigterm, NULL);
+}
+
+static SSL_CTX *tls_context(const struct fr_config *cfg) {
+  SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+
+  if (ctx == NULL || SSL_CTX_use_certificate_chain_file(ctx, cfg->tls_cert) != 1 ||
+      SSL_CTX_use_PrivateKey_file(ctx, cfg->tls_key, SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(ctx) != 1) {
+    ERR_print_errors_fp(stderr);
+    SSL_CTX_free(ctx);
+    return NULL;
+  }
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  return ctx;
+}
+
+/* The listen host may be a name ("localhost"); resolve it once, at
+ * start-up, before the loop runs. */
+static int resolve_host(uv_loop_t *loop, const char *host, char *out, size_t cap) {
+  uv_getaddrinfo_t gai;
+  struct addrinfo hints;
+  int rc;
+
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  rc = uv_getaddrinfo(loop, &gai, NULL, host, NULL, &hints);
+  if (rc != 0)
+    return rc;
+  if (gai.addrinfo->ai_family == AF_INET6)
+    uv_ip6_name((struct sockaddr_in6 *)gai.addrinfo->ai_addr, out, cap);
+  else
+    uv_ip4_name((struct sockaddr_in *)gai.addrinfo->ai_addr, out, cap);
+  uv_freeaddrinfo(gai.addrinfo);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  static const struct option longopts[] = {
+      {"config", required_argument, NULL, 'c'},
+      {"log-level", required_argument, NULL, 'l'},
+      {"version", no_argument, NULL, 'V'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  const char *config_path = NULL;
+  struct fr_config_error cerr;
+  struct fr_http_server_opts hopts;
+  struct router r;
+  struct shutdown sd;
+  enum fr_log_level lvl;
+  SSL_CTX *ssl = NULL;
+  char host[64];
+  size_t i;
+  int opt, rc;
+
+  if (argc >= 2 && strcmp(argv[1], "config") == 0) {
+    if (argc != 4 || strcmp(argv[2], "check") != 0) {
+      fprintf(stderr, "usage: fedrouter config check FILE\n");
+      return 2;
+    }
+    return config_check(argv[3]);
+  }
+  while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    switch (opt) {
+    case 'c': config_path = optarg; break;
+    case 'l':
+      if (fr_log_parse_level(optarg, &lvl) != 0) {
+        fprintf(stderr, "fedrouter: --log-level must be debug, info, warn or error\n");
+        return 2;
+      }
+      fr_log_set_level(lvl);
+      break;
+    case 'V': printf("fedrouter %s\n", FEDROUTER_VERSION); return 0;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+  }
+  if (config_path == NULL || optind < argc) {
+    usage(stderr);
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  memset(&r, 0, sizeof(r));
+  r.loop = uv_default_loop();
+  if (fr_config_load(config_path, &r.cfg, &cerr) != 0) {
+    print_config_error(&cerr);
+    return 1;
+  }
+  r.adapters = calloc(r.cfg->nclusters, sizeof(*r.adapters));
+  if (r.adapters == NULL)
+    return 1;
+  for (i = 0; i < r.cfg->nclusters; i++) {
+    const struct fr_config_cluster *cc = &r.cfg->clusters[i];
+    struct fr_adapter_opts ao = {cc->name, cc->region, cc->kubeconfig, cc->context, cc->ns};
+    char err[768];
+    if (fr_adapter_new(r.loop, &ao, &r.adapters[i], err, sizeof(err)) != 0) {
+      fprintf(stderr, "fedrouter: cluster \"%s\": %s\n", r.cfg->clusters[i].name, err);
+      return 1;
+    }
+    r.nadapters++;
+  }
+  if (r.cfg->tls_cert != NULL && (ssl = tls_context(r.cfg)) == NULL) {
+    fprintf(stderr, "fedrouter: cannot load TLS certificate %s / key %s\n", r.cfg->tls_cert,
+            r.cfg->tls_key);
+    return 1;
+  }
+  memset(&hopts, 0, sizeof(hopts));
+  hopts.name = "fedrouter";
+  hopts.ssl_ctx = ssl;
+  hopts.max_body_bytes = r.cfg->max_body_bytes;
+  if (fr_http_server_new(r.loop, &hopts, router_handle, &r, &r.http) != 0)
+    return 1;
+  rc = resolve_host(r.loop, r.cfg->listen_host, host, sizeof(host));
+  if (rc == 0)
+    rc = fr_http_server_listen(r.http, host, r.cfg->listen_port);
+  if (rc != 0) {
+    fprintf(stderr, "fedrouter: cannot listen on %s:%d: %s\n", r.cfg->listen_host,
+            r.cfg->listen_port, uv_strerror(rc));
+    return 1;
+  }
+  for (i = 0; i < r.nadapters; i++)
+    fr_adapter_start(r.adapters[i]);
+  FR_INFO("fedrouter", "listening on %s://%s:%d, region %s, %zu cluster(s)", ssl ? "https" : "http",
+          host, fr_http_server_port(r.http), r.cfg->region, r.nadapters);
+  printf("fedrouter listening on %s://%s:%d\n", ssl ? "https" : "http", host,
+         fr_http_server_port(r.http));
+  fflush(stdout);
+  sd.r = &r;
+  uv_signal_init(r.loop, &sd.sigint);
+  uv_signal_init(r.loop, &sd.sigterm);
+  sd.sigint.data = sd.sigterm.data = &sd;
+  uv_signal_start(&sd.sigint, on_signal, SIGINT);
+  uv_signal_start(&sd.sigterm, on_signal, SIGTERM);
+  uv_run(r.loop, UV_RUN_DEFAULT);
+  rc = uv_loop_close(r.loop);
+  if (rc != 0)
+    FR_WARN("fedrouter", "loop closed with handles still open");
+  free(r.adapters);
+  fr_config_unref(r.cfg);
+  SSL_CTX_free(ssl);
+  return 0;
+}

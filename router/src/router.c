@@ -1,0 +1,201 @@
+/* router.c - the fedrouter HTTP API: authentication, request ids, JSON
+ * errors, and the endpoints that exist so far (health, readiness, clusters).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <jansson.h>
+
+#include "fr/adapter.h"
+#include "fr/buf.h"
+#include "fr/config.h"
+#include "fr/http.h"
+#include "fr/log.h"
+#include "fr/util.h"
+#include "router.h"
+
+/* ---------------------------------------------------------------------- */
+/* responses                                                               */
+
+static void send_json(struct fr_http_req *req, int status, json_t *body, const char *extra) {
+  struct fr_buf h;
+  char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+  const char *rid = req->data ? (const char *)req->data : "";
+
+  fr_buf_init(&h);
+  fr_buf_printf(&h, "X-Request-Id: %s\r\nCache-Control: no-store\r\n%s", rid, extra ? extra : "");
+  if (s == NULL) {
+    /* Out of memory while rendering: a fixed body, never a half-written one. */
+    static const char oom[] = "{\"error\":{\"code\":\"out_of_memory\",\"message\":\"the router is out of memory\"}}";
+    fr_http_respond(req, 503, "application/json", h.data, oom, sizeof(oom) - 1);
+  } else {
+    fr_http_respond(req, status, "application/json", h.data, s, strlen(s));
+  }
+  free(s);
+  fr_buf_free(&h);
+  json_decref(body);
+}
+
+void router_error(struct fr_http_req *req, int status, const char *code, const char *message,
+                  const char *extra_headers) {
+  send_json(req, status,
+            json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", message), extra_headers);
+}
+
+/* ---------------------------------------------------------------------- */
+/* auth                                                                    */
+
+static int is_loopback(const char *ip) {
+  return strncmp(ip, "127.", 4) == 0 || strcmp(ip, "::1") == 0 || strncmp(ip, "::ffff:127.", 11) == 0;
+}
+
+/* Returns the tenant name for <req>, or NULL after answering 401/403. */
+static const char *authenticate(struct router *r, struct fr_http_req *req) {
+  const char *h = fr_http_req_header(req, "Authorization");
+  const struct fr_config_tenant *t;
+
+  if (r->cfg->ntenants == 0) {
+    /* No tenants configured: a single-user router, reachable from this
+     * machine only. */
+    if (!is_loopback(req->peer_ip)) {
+      router_error(req, 403, "forbidden",
+                   "this router has no tenants configured and accepts loopback clients only", NULL);
+      return NULL;
+    }
+    return "local";
+  }
+  if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0 || h[7] == '\0') {
+    router_error(req, 401, "unauthorized",
+                 "missing bearer token: send Authorization: Bearer <token>",
+                 "WWW-Authenticate: Bearer realm=\"fedrouter\"\r\n");
+    return NULL;
+  }
+  t = fr_config_tenant_by_token(r->cfg, h + 7);
+  if (t == NULL) {
+    router_error(req, 401, "unauthorized", "unknown token",
+                 "WWW-Authenticate: Bearer realm=\"fedrouter\", error=\"invalid_token\"\r\n");
+    return NULL;
+  }
+  return t->name;
+}
+
+/* ---------------------------------------------------------------------- */
+/* endpoints                                                               */
+
+static json_t *cluster_json(struct fr_adapter *a) {
+  struct fr_adapter_view v;
+  json_t *pools = json_array(), *j;
+  size_t i;
+
+  fr_adapter_view(a, &v);
+  for (i = 0; i < v.npools; i++)
+    json_array_append_new(pools, json_pack("{s:s,s:I,s:I}", "name", v.pools[i].name, "target",
+                                           (json_int_t)v.pools[i].target, "ready",
+                                           (json_int_t)v.pools[i].ready));
+  j = json_pack("{s:s,s:s,s:s,s:b,s:b,s:f,s:{s:I,s:I},s:{s:{s:I,s:I},s:{s:I,s:I},s:{s:I,s:I}},"
+                "s:I,s:I,s:o}",
+                "name", v.name, "region", v.region, "server", v.server, "healthy", v.healthy,
+                "synced", v.synced, "api_latency_ms", v.api_latency_ms, "nodes", "total",
+                (json_int_t)v.nodes, "ready", (json_int_t)v.nodes_ready, "capacity", "cpu_millis",
+                "allocatable", (json_int_t)v.alloc_cpu_m, "requested", (json_int_t)v.used_cpu_m,
+                "memory_bytes", "allocatable", (json_int_t)v.alloc_mem_b, "requested",
+                (json_int_t)v.used_mem_b, "pods", "allocatable", (json_int_t)v.alloc_pods,
+                "requested", (json_int_t)v.used_pods, "sandboxes", (json_int_t)v.sandboxes,
+                "warm_pods", (json_int_t)v.warm_pods, "pools", pools);
+  if (j != NULL && v.last_contact_age_ms != UINT64_MAX)
+    json_object_set_new(j, "last_contact_ms_ago", json_integer((json_int_t)v.last_contact_age_ms));
+  return j;
+}
+
+static void get_clusters(struct router *r, struct fr_http_req *req) {
+  json_t *arr = json_array();
+  size_t i;
+
+  for (i = 0; i < r->nadapters; i++)
+    json_array_append_new(arr, cluster_json(r->adapters[i]));
+  send_json(req, 200, json_pack("{s:o}", "clusters", arr), NULL);
+}
+
+static void get_readyz(struct router *r, struct fr_http_req *req) {
+  struct fr_buf waiting;
+  size_t i;
+
+  fr_buf_init(&waiting);
+  for (i = 0; i < r->nadapters; i++) {
+    struct fr_adapter_view v;
+    fr_adapter_view(r->adapters[i], &v);
+    if (!v.synced)
+      fr_buf_printf(&waiting, "%s%s", waiting.len ? ", " : "", v.name);
+  }
+  if (r->stopping) {
+    router_error(req, 503, "shutting_down", "the router is shutting down", NULL);
+  } else if (waiting.len > 0) {
+    char msg[600];
+    snprintf(msg, sizeof(msg), "waiting for the first sync of: %s", waiting.data);
+    router_error(req, 503, "not_ready", msg, "Retry-After: 1\r\n");
+  } else {
+    send_json(req, 200, json_pack("{s:s,s:I}", "status", "ready", "clusters", (json_int_t)r->nadapters), NULL);
+  }
+  fr_buf_free(&waiting);
+}
+
+/* ---------------------------------------------------------------------- */
+/* dispatch                                                                */
+
+void router_handle(struct fr_http_req *req, void *arg) {
+  struct router *r = arg;
+  const char *rid = fr_http_req_header(req, "X-Request-Id");
+  const char *tenant;
+  char gen[33];
+  char *rid_copy;
+  int get = strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0;
+
+  /* Every response carries a request id: the client's if it sent a sane
+   * one, else a fresh one. */
+  if (rid == NULL || *rid == '\0' || strlen(rid) > 128 || strpbrk(rid, "\r\n") != NULL) {
+    unsigned char raw[16];
+    size_t i;
+    fr_random_bytes(raw, sizeof(raw));
+    for (i = 0; i < sizeof(raw); i++)
+      snprintf(gen + 2 * i, 3, "%02x", raw[i]);
+    rid = gen;
+  }
+  /* The id is read from req->data while answering. Handlers that answer
+   * later copy it first (they replace req->data), so this copy is freed
+   * below in every case. */
+  rid_copy = strdup(rid);
+  req->data = rid_copy;
+
+  if (strcmp(req->path, "/healthz") == 0) {
+    if (get)
+      send_json(req, 200, json_pack("{s:s}", "status", "ok"), NULL);
+    else
+      router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
+  } else if (strcmp(req->path, "/readyz") == 0) {
+    if (get)
+      get_readyz(r, req);
+    else
+      router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
+  } else if (strncmp(req->path, "/v1/", 4) == 0) {
+    tenant = authenticate(r, req);
+    if (tenant == NULL) {
+      /* answered */
+    } else if (strcmp(req->path, "/v1/clusters") == 0) {
+      if (get)
+        get_clusters(r, req);
+      else
+        router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
+    } else if (router_sandboxes(r, req, tenant)) {
+      /* answered, now or later */
+    } else {
+      router_error(req, 404, "not_found", "no such endpoint", NULL);
+    }
+  } else {
+    router_error(req, 404, "not_found", "no such endpoint", NULL);
+  }
+  free(rid_copy);
+}

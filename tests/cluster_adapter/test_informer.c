@@ -1,0 +1,288 @@
+/* test_informer.c - the list+watch cache against a real kubesim: initial
+ * paginated list, live events (including objects leaving the selector),
+ * recovery from dropped watches, and relist with a correct diff after a
+ * 410 Expired. */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fr/informer.h"
+#include "fr/kube.h"
+#include "fr/kubeconfig.h"
+
+extern char **environ;
+
+static uv_loop_t *loop;
+static pid_t sim_pid;
+static char dir[256];
+static struct fr_kube_client *api, *admin;
+
+/* ---- events seen ---- */
+struct seen {
+  int added, modified, deleted, synced;
+  char last_deleted[128];
+  char last_added[128];
+};
+static struct seen ev;
+
+static void on_event(struct fr_informer *inf, enum fr_informer_event e, json_t *obj, json_t *old,
+                     void *arg) {
+  const char *name = obj ? json_string_value(json_object_get(json_object_get(obj, "metadata"), "name")) : NULL;
+
+  (void)inf;
+  (void)arg;
+  switch (e) {
+  case FR_INF_ADDED:
+    ev.added++;
+    snprintf(ev.last_added, sizeof(ev.last_added), "%s", name);
+    break;
+  case FR_INF_MODIFIED:
+    ck_assert_ptr_nonnull(old);
+    ev.modified++;
+    break;
+  case FR_INF_DELETED:
+    ev.deleted++;
+    snprintf(ev.last_deleted, sizeof(ev.last_deleted), "%s", name);
+    break;
+  case FR_INF_SYNCED:
+    ev.synced++;
+    break;
+  }
+}
+
+/* ---- synchronous helpers over the async client ---- */
+struct sync_call {
+  int done;
+  int status;
+  char body[4096];
+};
+
+static void on_resp(const struct fr_kube_response *r, void *arg) {
+  struct sync_call *c = arg;
+
+  c->done = 1;
+  c->status = r->status;
+  snprintf(c->body, sizeof(c->body), "%s", r->body ? r->body : "");
+}
+
+static int run_until(int *flag, int want, int timeout_ms) {
+  uint64_t end = uv_now(loop) + (uint64_t)timeout_ms;
+
+  while (*flag < want && uv_now(loop) < end) {
+    uv_run(loop, UV_RUN_NOWAIT);
+    usleep(2000);
+    uv_update_time(loop);
+  }
+  return *flag >= want;
+}
+
+static int call(struct fr_kube_client *c, const char *method, const char *path, const char *ctype,
+                const char *body) {
+  struct sync_call sc = {0};
+
+  ck_assert_int_eq(fr_kube_request(c, method, path, ctype, body, body ? strlen(body) : 0, 0, NULL,
+                                   on_resp, &sc, NULL), 0);
+  ck_assert_msg(run_until(&sc.done, 1, 10000), "%s %s did not complete", method, path);
+  return sc.status;
+}
+
+static void create_pod(const char *name, const char *app) {
+  char body[512];
+
+  snprintf(body, sizeof(body),
+           "{\"metadata\":{\"name\":\"%s\",\"labels\":{\"app\":\"%s\"}},"
+           "\"spec\":{\"containers\":[{\"name\":\"c\",\"image\":\"busybox\"}]}}", name, app);
+  ck_assert_int_eq(call(api, "POST", "/api/v1/namespaces/default/pods", "application/json", body), 201);
+}
+
+static void relabel(const char *name, const char *app) {
+  char path[256], body[128];
+
+  snprintf(path, sizeof(path), "/api/v1/namespaces/default/pods/%s", name);
+  snprintf(body, sizeof(body), "{\"metadata\":{\"labels\":{\"app\":\"%s\"}}}", app);
+  ck_assert_int_eq(call(api, "PATCH", path, "application/merge-patch+json", body), 200);
+}
+
+static void delete_pod(const char *name) {
+  char path[256];
+
+  snprintf(path, sizeof(path), "/api/v1/namespaces/default/pods/%s", name);
+  ck_assert_int_eq(call(api, "DELETE", path, NULL, NULL), 200);
+}
+
+static void faults(const char *json) {
+  ck_assert_int_eq(call(admin, "POST", "/_sim/faults", "application/json", json), 200);
+}
+
+/* ---- kubesim ---- */
+static int read_port(const char *file) {
+  char path[512], buf[16] = {0};
+  FILE *f;
+  int i;
+
+  snprintf(path, sizeof(path), "%s/%s", dir, file);
+  for (i = 0; i < 200; i++) {
+    f = fopen(path, "r");
+    if (f != NULL) {
+      size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+      fclose(f);
+      if (n > 0)
+        return (int)strtol(buf, NULL, 10);
+    }
+    usleep(25000);
+  }
+  return -1;
+}
+
+static void setup(void) {
+  char port_file[300], aport_file[300], kcfg[300], wd[300], err[512];
+  char *argv[] = {(char *)KUBESIM_PATH, "--tls", "--token", "inf-token", "--name", "inf",
+                  "--port-file", port_file, "--admin-listen", "127.0.0.1:0",
+                  "--admin-port-file", aport_file, "--write-kubeconfig", kcfg,
+                  "--workdir", wd, "--history", "100", "--bookmark-ms", "0",
+                  "--log-level", "warn", NULL};
+  struct fr_kube_creds *creds, adm;
+  int aport;
+  char server[64];
+
+  snprintf(dir, sizeof(dir), "/tmp/test-informer-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(port_file, sizeof(port_file), "%s/port", dir);
+  snprintf(aport_file, sizeof(aport_file), "%s/aport", dir);
+  snprintf(kcfg, sizeof(kcfg), "%s/kubeconfig", dir);
+  snprintf(wd, sizeof(wd), "%s/wd", dir);
+  ck_assert_int_eq(posix_spawn(&sim_pid, KUBESIM_PATH, NULL, NULL, argv, environ), 0);
+  ck_assert_int_gt(read_port("port"), 0);
+  aport = read_port("aport");
+  ck_assert_int_gt(aport, 0);
+  loop = uv_default_loop();
+  ck_assert_int_eq(fr_kubeconfig_load(kcfg, NULL, &creds, err, sizeof(err)), 0);
+  ck_assert_int_eq(fr_kube_client_new(loop, creds, NULL, &api), 0);
+  fr_kube_creds_free(creds);
+  memset(&adm, 0, sizeof(adm));
+  snprintf(server, sizeof(server), "http://127.0.0.1:%d", aport);
+  adm.server = server;
+  adm.token = "inf-token";
+  ck_assert_int_eq(fr_kube_client_new(loop, &adm, NULL, &admin), 0);
+  memset(&ev, 0, sizeof(ev));
+}
+
+static void on_client_freed(void *arg) {
+  (*(int *)arg)++;
+}
+
+static void teardown(void) {
+  int freed = 0, status = 0;
+  char cmd[300];
+
+  fr_kube_client_free(api, on_client_freed, &freed);
+  fr_kube_client_free(admin, on_client_freed, &freed);
+  run_until(&freed, 2, 5000);
+  while (uv_run(loop, UV_RUN_NOWAIT) != 0)
+    ;
+  ck_assert_int_eq(uv_loop_close(loop), 0);
+  kill(sim_pid, SIGTERM);
+  waitpid(sim_pid, &status, 0);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "kubesim exit status %d", status);
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(informer_lists_then_follows_changes_and_recovers) {
+  struct fr_informer *inf;
+  struct fr_informer_stats st;
+  char name[32];
+  int i;
+
+  /* More matching pods than one list page (500), plus non-matching ones. */
+  for (i = 0; i < 520; i++) {
+    snprintf(name, sizeof(name), "x%03d", i);
+    create_pod(name, "x");
+  }
+  create_pod("y1", "y");
+  ck_assert_int_eq(fr_informer_new(api, "/api/v1/namespaces/default/pods", "app=x", on_event, NULL, &inf), 0);
+  ck_assert_int_eq(fr_informer_start(inf), 0);
+  ck_assert_msg(run_until(&ev.synced, 1, 10000), "no SYNCED");
+  ck_assert_int_eq(ev.added, 520);
+  ck_assert_int_eq(json_object_size(fr_informer_items(inf)), 520);
+  ck_assert_ptr_null(fr_informer_get(inf, "default", "y1"));
+  ck_assert_ptr_nonnull(fr_informer_get(inf, "default", "x007"));
+  ck_assert_int_eq(fr_informer_healthy(inf), 1);
+
+  /* Live: a new match, a non-match (ignored), one leaving the selector,
+   * one deleted. */
+  create_pod("x900", "x");
+  ck_assert(run_until(&ev.added, 521, 5000));
+  ck_assert_str_eq(ev.last_added, "x900");
+  create_pod("y2", "y");
+  relabel("x001", "z");
+  ck_assert(run_until(&ev.deleted, 1, 5000));
+  ck_assert_str_eq(ev.last_deleted, "x001");
+  delete_pod("x002");
+  ck_assert(run_until(&ev.deleted, 2, 5000));
+  ck_assert_str_eq(ev.last_deleted, "x002");
+  ck_assert_int_eq(ev.added, 521); /* y2 never showed up */
+  ck_assert_int_eq(json_object_size(fr_informer_items(inf)), 519);
+
+  /* Dropped watch: resumed from the last resourceVersion, nothing lost. */
+  fr_informer_stats(inf, &st);
+  faults("{\"drop_watches\":true}");
+  create_pod("x901", "x");
+  ck_assert(run_until(&ev.added, 522, 10000));
+  ck_assert_ptr_nonnull(fr_informer_get(inf, "default", "x901"));
+  {
+    struct fr_informer_stats st2;
+    fr_informer_stats(inf, &st2);
+    ck_assert_uint_gt(st2.watches, st.watches);
+    ck_assert_uint_eq(st2.lists, 1);
+  }
+
+  /* Changes while no watch can be established, then a compaction: the
+   * resumed watch gets 410 and the relist delivers exactly the diff. */
+  faults("{\"reject_watches\":true,\"drop_watches\":true}");
+  create_pod("x902", "x");
+  relabel("x003", "z");
+  delete_pod("x004");
+  relabel("y1", "x"); /* enters the selector */
+  ck_assert_int_eq(call(admin, "POST", "/_sim/compact", "application/json", "{}"), 200);
+  ev.added = ev.deleted = ev.modified = 0;
+  faults("{\"reject_watches\":false}");
+  ck_assert_msg(run_until(&ev.deleted, 2, 15000), "relist diff: deleted=%d", ev.deleted);
+  ck_assert(run_until(&ev.added, 2, 5000));
+  ck_assert_int_eq(ev.added, 2);   /* x902 and y1 */
+  ck_assert_int_eq(ev.deleted, 2); /* x003 and x004 */
+  ck_assert_ptr_nonnull(fr_informer_get(inf, "default", "y1"));
+  ck_assert_ptr_null(fr_informer_get(inf, "default", "x003"));
+  ck_assert_int_eq(json_object_size(fr_informer_items(inf)), 520); /* 520 + x902 + y1 - x003 - x004 */
+  fr_informer_stats(inf, &st);
+  ck_assert_uint_ge(st.expired, 1);
+  ck_assert_uint_eq(st.lists, 2);
+  ck_assert_uint_ge(st.failures, 1); /* the rejected watches */
+  ck_assert_int_eq(fr_informer_synced(inf), 1);
+  fr_informer_free(inf);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("informer");
+  TCase *tc = tcase_create("kubesim");
+  SRunner *sr;
+  int failed;
+
+  signal(SIGPIPE, SIG_IGN);
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, informer_lists_then_follows_changes_and_recovers);
+  suite_add_tcase(s, tc);
+  sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}

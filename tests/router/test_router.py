@@ -1,0 +1,1046 @@
+#!/usr/bin/env python3
+"""fedrouter black-box tests: the real router in front of real kubesim clusters.
+
+Each test starts from a federation (kubesim processes with TLS and tokens,
+a router config naming them, a `fedrouter --config` process), talks to the
+router over HTTP on 127.0.0.1 exactly as a client would (docs/api.md is the
+contract), and checks the clusters behind it through kubesim's own REST and
+/_sim/ admin APIs. kubesim runs exec'd commands as real local processes in
+their own sessions; we find them by the HOME kubesim gives them (a directory
+under this run's temporary directory).
+
+Three federations, each started once and torn down with SIGTERM (every
+process must exit 0 and leave no process behind):
+  main   c1, c2 (region us): the sandbox, exec, auth, input and failover tests
+  warm   cw (one node, slow image pull and container start): warm pools
+  small  s1, s2 (one node of 50 pods each): the batch of 200
+
+Usage: test_router.py --fedrouter PATH --kubesim PATH [--only NAME ...] [--keep]
+Prints `ok NAME` / `FAIL NAME: details` per test and `N passed, M failed`;
+exits 1 if any test failed. Python 3 standard library only.
+"""
+import argparse
+import base64
+import datetime
+import hashlib
+import http.client
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.parse
+
+ARGS = None
+ALL_PROCS = []          # every Popen we started, for the watchdog and atexit
+WATCHDOG_S = 560        # ctest's TIMEOUT is 600: clean up ourselves before it
+TOKEN_A = "tenant-a-" + os.urandom(8).hex()
+TOKEN_B = "tenant-b-" + os.urandom(8).hex()
+SIM_TOKEN = "kubesim-" + os.urandom(8).hex()
+IMAGE = "python:3.12"
+MAX_BODY = 65536
+
+
+class TestFailure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise TestFailure(msg)
+
+
+def expect_error(resp, status, code, what):
+    """<resp> is (status, body); asserts an API error with <status>/<code>."""
+    st, body = resp
+    got = body.get("error", {}).get("code") if isinstance(body, dict) and isinstance(body.get("error"), dict) else None
+    check(st == status and got == code,
+          f"{what}: expected {status} {code}, got {st} {short(body)}")
+    return body["error"]
+
+
+def short(obj, n=400):
+    s = obj if isinstance(obj, str) else json.dumps(obj)
+    return s if len(s) <= n else s[:n] + "...(%d chars)" % len(s)
+
+
+def wait_until(fn, timeout, interval=0.1):
+    """Calls <fn> until it returns a true value or <timeout> seconds pass;
+    returns the last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+# --------------------------------------------------------------------------
+# processes
+
+def proc_stat(pid):
+    """(session id, cmdline list, HOME or None) of <pid>, or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        # comm may contain spaces and parentheses: split after the last ')'.
+        fields = stat[stat.rindex(b")") + 2:].split()
+        sid = int(fields[3])
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        home = None
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                for kv in f.read().split(b"\0"):
+                    if kv.startswith(b"HOME="):
+                        home = kv[5:].decode(errors="replace")
+        except OSError:
+            pass
+        if fields[0] == b"Z":
+            return None  # a zombie is gone for our purposes
+        return sid, cmd, home
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def find_procs(sessions=(), home_prefix=None):
+    """Live processes in any of <sessions> or whose HOME is under
+    <home_prefix>, as [(pid, cmdline)]."""
+    out = []
+    me = os.getpid()
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == me:
+            continue
+        st = proc_stat(int(d))
+        if st is None:
+            continue
+        sid, cmd, home = st
+        if sid in sessions or (home_prefix and home and home.startswith(home_prefix)):
+            out.append((int(d), cmd))
+    return out
+
+
+def start_proc(argv, log_path, stdout=None):
+    """Starts <argv> in its own session (so its processes can be found and
+    none is ours by accident), stderr (and stdout unless piped) to
+    <log_path>."""
+    log = open(log_path, "ab")
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                         stdout=stdout if stdout is not None else log, stderr=log,
+                         start_new_session=True)
+    log.close()
+    ALL_PROCS.append(p)
+    return p
+
+
+def stop_proc(p, sig=signal.SIGTERM, timeout=20):
+    """Sends <sig> and waits; returns the exit code, or None if it had to be
+    SIGKILLed after <timeout> s."""
+    if p.poll() is None:
+        try:
+            p.send_signal(sig)
+        except ProcessLookupError:
+            pass
+    try:
+        return p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(10)
+        return None
+
+
+def tail(path, n=25):
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().decode(errors="replace").splitlines()
+        return "\n".join("    | " + l for l in lines[-n:])
+    except OSError:
+        return "    | (no log)"
+
+
+# --------------------------------------------------------------------------
+# kubesim
+
+class Kubesim:
+    def __init__(self, root, name, extra):
+        self.name = name
+        self.dir = os.path.join(root, name)
+        os.makedirs(self.dir)
+        self.kubeconfig = os.path.join(self.dir, "kubeconfig")
+        self.log = os.path.join(self.dir, "kubesim.log")
+        self.workdir = os.path.join(self.dir, "wd")
+        pf, apf = os.path.join(self.dir, "port"), os.path.join(self.dir, "admin-port")
+        argv = [ARGS.kubesim, "--tls", "--token", SIM_TOKEN, "--write-kubeconfig", self.kubeconfig,
+                "--port-file", pf, "--admin-listen", "127.0.0.1:0", "--admin-port-file", apf,
+                "--name", name, "--workdir", self.workdir, "--schedule-ms", "20",
+                "--start-ms", "50", "--log-level", "warn"] + list(extra)
+        self.proc = start_proc(argv, self.log)
+        self.killed = False
+        ok = wait_until(lambda: self.proc.poll() is not None or
+                        (os.path.exists(pf) and os.path.exists(apf)), 15, 0.02)
+        if not ok or self.proc.poll() is not None:
+            raise TestFailure(f"kubesim {name} did not start (rc {self.proc.poll()}):\n{tail(self.log)}")
+        self.port = int(open(pf).read())
+        self.admin_port = int(open(apf).read())
+        # The API is HTTPS with a generated CA: trust exactly that CA.
+        m = re.search(r"certificate-authority-data:\s*(\S+)", open(self.kubeconfig).read())
+        self.ssl = ssl.create_default_context(cadata=base64.b64decode(m.group(1)).decode())
+
+    def admin(self, method, path, body=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.admin_port, timeout=15)
+        try:
+            c.request(method, path, body=json.dumps(body) if body is not None else None,
+                      headers={"Authorization": "Bearer " + SIM_TOKEN,
+                               "Content-Type": "application/json"})
+            r = c.getresponse()
+            return r.status, json.loads(r.read() or b"null")
+        finally:
+            c.close()
+
+    def state(self):
+        st, body = self.admin("GET", "/_sim/state")
+        check(st == 200, f"kubesim {self.name} /_sim/state: {st} {short(body)}")
+        return body
+
+    def kube(self, path):
+        """GET on kubesim's Kubernetes API: (status, json)."""
+        c = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=15, context=self.ssl)
+        try:
+            c.request("GET", path, headers={"Authorization": "Bearer " + SIM_TOKEN})
+            r = c.getresponse()
+            return r.status, json.loads(r.read() or b"null")
+        finally:
+            c.close()
+
+    def pod(self, name, ns="default"):
+        """The pod object, or None when kubesim says 404."""
+        st, body = self.kube(f"/api/v1/namespaces/{ns}/pods/{name}")
+        check(st in (200, 404), f"kubesim {self.name} GET pod {name}: {st} {short(body)}")
+        return body if st == 200 else None
+
+    def pods(self, selector=None):
+        q = "?labelSelector=" + urllib.parse.quote(selector) if selector else ""
+        st, body = self.kube("/api/v1/namespaces/default/pods" + q)
+        check(st == 200, f"kubesim {self.name} list pods: {st} {short(body)}")
+        return body["items"]
+
+
+# --------------------------------------------------------------------------
+# fedrouter
+
+class Router:
+    def __init__(self, config_path, log_path):
+        self.log = log_path
+        self.proc = start_proc([ARGS.fedrouter, "--config", config_path], log_path,
+                               stdout=subprocess.PIPE)
+        self.port = None
+        self.expected_dead = False   # set by tests that kill or stop it on purpose
+        self.lines = []
+        got = threading.Event()
+
+        def reader():
+            # Keep draining stdout so the router never blocks on it.
+            for raw in self.proc.stdout:
+                line = raw.decode(errors="replace").rstrip("\n")
+                self.lines.append(line)
+                m = re.match(r"fedrouter listening on http://127\.0\.0\.1:(\d+)$", line)
+                if m and self.port is None:
+                    self.port = int(m.group(1))
+                    got.set()
+            got.set()
+        threading.Thread(target=reader, daemon=True).start()
+        if not got.wait(20) or self.port is None:
+            raise TestFailure(f"fedrouter did not print its port (rc {self.proc.poll()}, "
+                              f"stdout {self.lines}):\n{tail(self.log)}")
+
+    def wait_ready(self, timeout=30):
+        last = [None]
+
+        def ready():
+            try:
+                last[0] = api_call(self.port, "GET", "/readyz", token=None)
+            except OSError as e:
+                last[0] = (0, str(e))
+            return last[0][0] == 200
+        if not wait_until(ready, timeout, 0.1):
+            raise TestFailure(f"fedrouter /readyz not 200 within {timeout} s: {last[0]}\n{tail(self.log)}")
+
+
+def api_call(port, method, path, body=None, token=None, headers=None, raw=None,
+             timeout=120, full=False):
+    """One request on a fresh connection. <body> is JSON-encoded unless
+    <raw> (bytes) is given. Returns (status, json-or-text) or, with <full>,
+    (status, json-or-text, headers dict with lower-case names)."""
+    h = {"Content-Type": "application/json"}
+    if token:
+        h["Authorization"] = "Bearer " + token
+    h.update(headers or {})
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        text = r.read()
+        try:
+            parsed = json.loads(text) if text else None
+        except ValueError:
+            parsed = text.decode(errors="replace")
+        hdrs = {k.lower(): v for k, v in r.getheaders()}
+        return (r.status, parsed, hdrs) if full else (r.status, parsed)
+    finally:
+        c.close()
+
+
+class Fed:
+    """kubesim clusters + a router config + running router(s)."""
+
+    def __init__(self, name, clusters, sandbox_lifetime=(600, 3600)):
+        self.name = name
+        self.root = tempfile.mkdtemp(prefix=f"fr-bb-{name}-")
+        self.sims = {}
+        self.routers = []
+        for cname, region, extra in clusters:
+            self.sims[cname] = Kubesim(self.root, cname, extra)
+            self.sims[cname].region = region
+        self.config = os.path.join(self.root, "fedrouter.conf")
+        self.write_config(self.config, sandbox_lifetime)
+        self.router = self.start_router()
+
+    def write_config(self, path, lifetime):
+        def sha(t):
+            return hashlib.sha256(t.encode()).hexdigest()
+        cl = ",\n".join(f'  {{ name = "{n}"; region = "{s.region}"; kubeconfig = "{s.kubeconfig}"; }}'
+                        for n, s in self.sims.items())
+        with open(path, "w") as f:
+            f.write(f"""# written by tests/router/test_router.py
+listen = "127.0.0.1:0";
+region = "us";
+sandbox = {{ default_lifetime_s = {lifetime[0]}; max_lifetime_s = {lifetime[1]}; }};
+limits = {{ max_batch = 5000; max_body_bytes = {MAX_BODY}; max_exec_output_bytes = 1048576;
+           max_exec_timeout_s = 600; }};
+tenants = (
+  {{ name = "a"; token_sha256 = "{sha(TOKEN_A)}"; }},
+  {{ name = "b"; token_sha256 = "{sha(TOKEN_B)}"; }}
+);
+clusters = (
+{cl}
+);
+""")
+
+    def start_router(self, config=None):
+        n = len(self.routers)
+        r = Router(config or self.config, os.path.join(self.root, f"fedrouter-{n}.log"))
+        self.routers.append(r)
+        r.wait_ready()
+        return r
+
+    def api(self, method, path, body=None, token=TOKEN_A, headers=None, router=None, **kw):
+        return api_call((router or self.router).port, method, path, body, token, headers, **kw)
+
+    # helpers on top of the API ------------------------------------------
+
+    def create(self, body, token=TOKEN_A, expect=201):
+        b = dict(body)
+        if "pool" not in b:
+            b.setdefault("image", IMAGE)
+        st, resp = self.api("POST", "/v1/sandboxes", b, token=token)
+        check(st == expect, f"POST /v1/sandboxes {short(b)}: expected {expect}, got {st} {short(resp)}")
+        if expect == 201:
+            n = b.get("num_sandboxes", 1)
+            sbs = resp.get("sandboxes") if isinstance(resp, dict) else None
+            check(isinstance(sbs, list) and (len(sbs) == n or b.get("partial_ok")),
+                  f"create of {n}: sandboxes list wrong: {short(resp)}")
+        return resp
+
+    def create_one(self, token=TOKEN_A, **fields):
+        return self.create(fields, token=token)["sandboxes"][0]
+
+    def exec(self, sid, argv, token=TOKEN_A, router=None, **fields):
+        body = dict(fields, argv=argv)
+        return self.api("POST", f"/v1/sandboxes/{sid}/exec", body, token=token, router=router)
+
+    def exec_ok(self, sid, argv, **kw):
+        st, r = self.exec(sid, argv, **kw)
+        check(st == 200 and isinstance(r, dict), f"exec {argv} in {sid}: {st} {short(r)}")
+        return r
+
+    def list_ids(self, query="", token=TOKEN_A, router=None):
+        st, r = self.api("GET", "/v1/sandboxes" + query, token=token, router=router)
+        check(st == 200 and isinstance(r, dict) and isinstance(r.get("sandboxes"), list),
+              f"GET /v1/sandboxes{query}: {st} {short(r)}")
+        return {s.get("id") for s in r["sandboxes"]}
+
+    def sim_of(self, sid):
+        cluster, _, pod = sid.partition(".")
+        check(cluster in self.sims and pod, f"sandbox id {sid!r} does not name a cluster of ours")
+        return self.sims[cluster], pod
+
+    def teardown(self):
+        """Stops every router then every kubesim with SIGTERM; returns a list
+        of problems (wrong exit codes, leftover processes)."""
+        problems = []
+        sessions = set()
+        for i, r in enumerate(self.routers):
+            sessions.add(r.proc.pid)
+            if r.proc.poll() is not None:
+                if not r.expected_dead:
+                    problems.append(f"fedrouter #{i} died during the tests (rc {r.proc.poll()}):\n{tail(r.log)}")
+                continue
+            rc = stop_proc(r.proc)
+            if rc != 0:
+                problems.append(f"fedrouter #{i} exited {rc} on SIGTERM (want 0):\n{tail(r.log)}")
+        for s in self.sims.values():
+            sessions.add(s.proc.pid)
+            if s.killed:
+                continue
+            rc = stop_proc(s.proc)
+            if rc != 0:
+                problems.append(f"kubesim {s.name} exited {rc} on SIGTERM (want 0):\n{tail(s.log)}")
+        # kubesim kills its exec'd processes on exit; they live in their
+        # own sessions, so look for them by their HOME too.
+        if not wait_until(lambda: not find_procs(sessions, self.root + "/"), 5):
+            left = find_procs(sessions, self.root + "/")
+            problems.append(f"processes left behind 5 s after exit: {left}")
+            for pid, _ in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        if not ARGS.keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+        return problems
+
+
+# --------------------------------------------------------------------------
+# tests on the main federation (c1, c2)
+
+def test_create_exec_python(fed):
+    """create -> exec python3 -c 'print(2+2)' -> "4\\n", exit 0."""
+    st, resp, hdrs = fed.api("POST", "/v1/sandboxes", {"image": IMAGE, "name": "calc"},
+                             headers={"X-Request-Id": "req-t1-create"}, full=True)
+    check(st == 201, f"create: {st} {short(resp)}")
+    check(hdrs.get("x-request-id") == "req-t1-create",
+          f"X-Request-Id not echoed: {hdrs.get('x-request-id')!r}")
+    sb = resp["sandboxes"][0]
+    check(re.fullmatch(r"(c1|c2)\.[a-z0-9]([-a-z0-9]*[a-z0-9])?", sb.get("id", "")) is not None,
+          f"id is not <cluster>.<pod> of ours: {sb}")
+    check(sb.get("cluster") == sb["id"].split(".")[0] and sb.get("region") == "us",
+          f"cluster/region fields: {sb}")
+    check(sb.get("name") == "calc" and sb.get("state") == "running" and sb.get("warm") is False,
+          f"name/state/warm: {sb}")
+    pl = resp.get("placement", {})
+    check(pl.get("requested") == 1 and pl.get("created") == 1, f"placement: {pl}")
+    # exec-ready on return: kubesim has the pod Running already.
+    sim, pod = fed.sim_of(sb["id"])
+    p = sim.pod(pod)
+    check(p is not None and p["status"].get("phase") == "Running",
+          f"kubesim pod {pod} after create: {short(p['status'] if p else None)}")
+    r = fed.exec_ok(sb["id"], ["python3", "-c", "print(2+2)"])
+    check(r.get("stdout") == "4\n" and r.get("exit_code") == 0 and r.get("stderr") == "" and
+          r.get("timed_out") is False and r.get("stdout_truncated") is False,
+          f"exec result: {r}")
+    check(isinstance(r.get("duration_ms"), (int, float)), f"duration_ms missing: {r}")
+    st, got = fed.api("GET", "/v1/sandboxes/" + sb["id"])
+    check(st == 200 and got.get("id") == sb["id"], f"GET sandbox: {st} {short(got)}")
+    fed.shared["calc"] = sb["id"]
+
+
+def test_exit_code_and_stderr(fed):
+    """non-zero exits are a 200 with that exit_code; stderr kept apart."""
+    sid = fed.shared.get("calc") or fed.create_one()["id"]
+    r = fed.exec_ok(sid, ["sh", "-c", "echo out; echo err >&2; exit 7"])
+    check(r.get("exit_code") == 7 and r.get("stdout") == "out\n" and r.get("stderr") == "err\n",
+          f"sh -c '... exit 7': {r}")
+    r = fed.exec_ok(sid, ["false"])
+    check(r.get("exit_code") == 1 and r.get("timed_out") is False, f"false: {r}")
+    r = fed.exec_ok(sid, ["python3", "-c", "import sys; sys.stderr.write('e' * 3); sys.exit(42)"])
+    check(r.get("exit_code") == 42 and r.get("stderr") == "eee" and r.get("stdout") == "",
+          f"python exit 42: {r}")
+
+
+def test_exec_stdin_env_workdir(fed):
+    """stdin is passed; env and workdir are applied; argv is not shell-parsed."""
+    sid = fed.shared.get("calc") or fed.create_one()["id"]
+    r = fed.exec_ok(sid, ["cat"], stdin="hello\nworld")
+    check(r.get("stdout") == "hello\nworld" and r.get("exit_code") == 0, f"cat with stdin: {r}")
+    r = fed.exec_ok(sid, ["sh", "-c", 'echo "$FR_T"; pwd'], env={"FR_T": "v 1"}, workdir="/tmp")
+    check(r.get("stdout") == "v 1\n/tmp\n", f"env+workdir: {r}")
+    r = fed.exec_ok(sid, ["echo", "$HOME", "a;b", "*"])
+    check(r.get("stdout") == "$HOME a;b *\n", f"argv went through a shell: {r}")
+
+
+def test_exec_timeout_kills(fed):
+    """sleep 30 with timeout_s 1: timed_out in well under 30 s, and the
+    process is gone from the machine."""
+    sid = fed.shared.get("calc") or fed.create_one()["id"]
+    home = fed.root + "/"
+
+    def sleepers():
+        return [(pid, cmd) for pid, cmd in find_procs(home_prefix=home) if cmd[-2:] == ["sleep", "30"]]
+    check(not sleepers(), f"a 'sleep 30' runs before the test: {sleepers()}")
+    result = {}
+
+    def run():
+        t0 = time.monotonic()
+        try:
+            result["resp"] = fed.exec(sid, ["sleep", "30"], timeout_s=1)
+        except Exception as e:  # reported below
+            result["resp"] = (0, repr(e))
+        result["elapsed"] = time.monotonic() - t0
+    th = threading.Thread(target=run)
+    th.start()
+    # While it runs the sleep must be visible to this check, or the
+    # "gone afterwards" check below would prove nothing.
+    seen = wait_until(sleepers, 5, 0.02)
+    th.join(45)
+    check(not th.is_alive(), "exec of sleep 30 with timeout_s 1 did not return within 45 s")
+    st, r = result["resp"]
+    check(st == 200 and isinstance(r, dict) and r.get("timed_out") is True,
+          f"expected 200 timed_out:true, got {st} {short(r)}")
+    check(result["elapsed"] < 10, f"timed out after {result['elapsed']:.1f} s, not well under 30 s")
+    check(bool(seen), "never saw the 'sleep 30' process while the exec ran")
+    time.sleep(2)
+    left = sleepers()
+    check(not left, f"'sleep 30' still running 2 s after the timeout: {left}")
+    # The sandbox still works afterwards.
+    r = fed.exec_ok(sid, ["echo", "alive"])
+    check(r.get("stdout") == "alive\n", f"exec after a timeout: {r}")
+
+
+def test_output_caps_and_binary(fed):
+    """stdout/stderr each capped with *_truncated; non-UTF-8 as base64."""
+    sid = fed.shared.get("calc") or fed.create_one()["id"]
+    r = fed.exec_ok(sid, ["sh", "-c", "head -c 100000 /dev/zero | tr '\\0' a"], max_output_bytes=1000)
+    out = r.get("stdout")
+    check(out == "a" * 1000 and r.get("stdout_truncated") is True and r.get("stderr_truncated") is False,
+          f"capped stdout: len {len(out) if isinstance(out, str) else out!r}, "
+          f"flags {r.get('stdout_truncated')}/{r.get('stderr_truncated')}")
+    r = fed.exec_ok(sid, ["sh", "-c", "head -c 5000 /dev/zero | tr '\\0' b >&2; echo ok"],
+                    max_output_bytes=1000)
+    check(r.get("stderr") == "b" * 1000 and r.get("stderr_truncated") is True and
+          r.get("stdout") == "ok\n" and r.get("stdout_truncated") is False,
+          f"capped stderr: stdout {r.get('stdout')!r} stderr len {len(r.get('stderr') or '')} "
+          f"flags {r.get('stdout_truncated')}/{r.get('stderr_truncated')}")
+    r = fed.exec_ok(sid, ["sh", "-c", "head -c 999 /dev/zero | tr '\\0' c"], max_output_bytes=1000)
+    check(r.get("stdout") == "c" * 999 and r.get("stdout_truncated") is False and r.get("exit_code") == 0,
+          f"999 bytes under a 1000 cap: flags {r.get('stdout_truncated')}, exit {r.get('exit_code')}")
+    r = fed.exec_ok(sid, ["printf", "\\377\\376"])
+    check(r.get("stdout_encoding") == "base64", f"non-UTF-8 stdout without base64 encoding: {r}")
+    check(base64.b64decode(r.get("stdout", "")) == b"\xff\xfe", f"base64 stdout decodes wrong: {r}")
+    r = fed.exec_ok(sid, ["sh", "-c", "printf '\\377x' >&2; printf 'h\\303\\251'"])
+    check(r.get("stderr_encoding") == "base64" and base64.b64decode(r.get("stderr", "")) == b"\xffx",
+          f"non-UTF-8 stderr: {r}")
+    check(r.get("stdout") == "h\u00e9" and r.get("stdout_encoding") in (None, "utf-8", "utf8"),
+          f"valid UTF-8 stdout next to binary stderr: {r}")
+
+
+def test_terminate_removes_pod(fed):
+    """DELETE -> 200 terminated; GET -> 404; the pod is gone from kubesim."""
+    sb = fed.create_one(name="doomed")
+    sid = sb["id"]
+    sim, pod = fed.sim_of(sid)
+    check(sim.pod(pod) is not None, f"kubesim has no pod {pod} right after create")
+    st, r = fed.api("DELETE", "/v1/sandboxes/" + sid)
+    check(st == 200 and r == {"id": sid, "terminated": True}, f"DELETE: {st} {short(r)}")
+    gone = wait_until(lambda: fed.api("GET", "/v1/sandboxes/" + sid)[0] == 404, 10)
+    expect_error(fed.api("GET", "/v1/sandboxes/" + sid), 404, "sandbox_not_found",
+                 f"GET after DELETE (waited {'0-10' if gone else '10'} s)")
+    check(wait_until(lambda: sim.pod(pod) is None, 10), f"kubesim still has pod {pod} 10 s after DELETE")
+    check(sid not in fed.list_ids(), "terminated sandbox still listed")
+    expect_error(fed.api("DELETE", "/v1/sandboxes/" + sid), 404, "sandbox_not_found", "second DELETE")
+    expect_error(fed.exec(sid, ["true"]), 404, "sandbox_not_found", "exec after DELETE")
+    # Terminate by label.
+    tag = "t7-" + os.urandom(3).hex()
+    made = {s["id"] for s in fed.create({"num_sandboxes": 3, "name": "bylabel",
+                                        "labels": {"run": tag}})["sandboxes"]}
+    check(fed.list_ids(f"?label=run={tag}") == made, "label filter does not list exactly the batch")
+    st, r = fed.api("DELETE", f"/v1/sandboxes?label=run={tag}")
+    check(st == 200 and r.get("terminated") == 3 and set(r.get("ids", [])) == made,
+          f"DELETE by label: {st} {short(r)}")
+    check(wait_until(lambda: not fed.list_ids(f"?label=run={tag}"), 10), "label batch still listed")
+    for sid in made:
+        s, p = fed.sim_of(sid)
+        check(wait_until(lambda: s.pod(p) is None, 10), f"kubesim still has {p}")
+    st, r = fed.api("DELETE", "/v1/sandboxes")
+    check(st == 400, f"DELETE /v1/sandboxes without a filter must be refused: {st} {short(r)}")
+
+
+def test_tenant_isolation(fed):
+    """tenant B gets 404 sandbox_not_found on A's ids and does not list them."""
+    sid = fed.create_one(name="private", token=TOKEN_A)["id"]
+    mine_b = fed.create_one(name="bees", token=TOKEN_B)["id"]
+    expect_error(fed.api("GET", "/v1/sandboxes/" + sid, token=TOKEN_B), 404, "sandbox_not_found", "B GET A's id")
+    expect_error(fed.exec(sid, ["echo", "x"], token=TOKEN_B), 404, "sandbox_not_found", "B exec A's id")
+    expect_error(fed.api("DELETE", "/v1/sandboxes/" + sid, token=TOKEN_B), 404, "sandbox_not_found",
+                 "B DELETE A's id")
+    b_list = fed.list_ids(token=TOKEN_B)
+    check(sid not in b_list and mine_b in b_list, f"B's list: {sorted(b_list)}")
+    a_list = fed.list_ids(token=TOKEN_A)
+    check(sid in a_list and mine_b not in a_list, f"A's list: {sorted(a_list)}")
+    # B's DELETE by label cannot reach A's sandboxes either.
+    st, r = fed.api("DELETE", "/v1/sandboxes?name_prefix=private", token=TOKEN_B)
+    check(st == 200 and r.get("terminated") == 0, f"B's DELETE ?name_prefix=private: {st} {short(r)}")
+    st, got = fed.api("GET", "/v1/sandboxes/" + sid, token=TOKEN_A)
+    check(st == 200 and got.get("id") == sid, f"A's sandbox after B's attempts: {st} {short(got)}")
+    r = fed.exec_ok(sid, ["echo", "still mine"])
+    check(r.get("stdout") == "still mine\n", f"A exec: {r}")
+    fed.api("DELETE", "/v1/sandboxes/" + mine_b, token=TOKEN_B)
+
+
+def raw_request(port, head, body, wait_early=1.0):
+    """Sends <head> (bytes) and then <body> on a raw socket, returning
+    (status, json) of the response. A server may answer and close before
+    the body is sent (e.g. 413 from Content-Length): the response is read
+    first if it arrives within <wait_early> s."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        s.sendall(head)
+        r, _, _ = select.select([s], [], [], wait_early)
+        if not r:
+            try:
+                s.sendall(body)
+            except OSError:
+                pass
+        data = b""
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+                if b"\r\n\r\n" in data:
+                    hdr, _, rest = data.partition(b"\r\n\r\n")
+                    m = re.search(rb"content-length:\s*(\d+)", hdr, re.I)
+                    if m and len(rest) >= int(m.group(1)):
+                        break
+        except OSError:
+            pass
+        hdr, _, rest = data.partition(b"\r\n\r\n")
+        m = re.match(rb"HTTP/1\.[01] (\d{3})", hdr)
+        check(m is not None, f"no HTTP response (got {data[:200]!r})")
+        try:
+            return int(m.group(1)), json.loads(rest) if rest else None
+        except ValueError:
+            return int(m.group(1)), rest[:200].decode(errors="replace")
+    finally:
+        s.close()
+
+
+def test_bad_input(fed):
+    """malformed JSON, wrong types, unknown fields, big bodies, bad argv,
+    bad ids, wrong methods, missing or unknown tokens -> 4xx with codes."""
+    sid = fed.shared.get("calc") or fed.create_one()["id"]
+    P = "/v1/sandboxes"
+    expect_error(fed.api("POST", P, raw=b'{"image": "python:3.12",'), 400, "invalid_json", "truncated JSON")
+    expect_error(fed.api("POST", P, raw=b'[1, 2]'), 400, "invalid_json", "JSON array body")
+    expect_error(fed.api("POST", P, raw=b'not json'), 400, "invalid_json", "not JSON")
+    e = expect_error(fed.api("POST", P, {"image": IMAGE, "num_sandboxes": "3"}), 400, "invalid_field",
+                     "num_sandboxes as a string")
+    check(e.get("field") == "num_sandboxes", f"field for num_sandboxes: {e}")
+    e = expect_error(fed.api("POST", P, {"image": IMAGE, "num_sandboxes": 0}), 400, "invalid_field",
+                     "num_sandboxes 0")
+    check(e.get("field") == "num_sandboxes", f"field for num_sandboxes 0: {e}")
+    e = expect_error(fed.api("POST", P, {"image": IMAGE, "labels": "run=x"}), 400, "invalid_field",
+                     "labels as a string")
+    check(e.get("field") == "labels", f"field for labels: {e}")
+    e = expect_error(fed.api("POST", P, {"image": IMAGE, "bogus_field": 1}), 400, "invalid_field",
+                     "unknown create field")
+    check(e.get("field") == "bogus_field" or "bogus_field" in e.get("message", ""),
+          f"unknown field not named: {e}")
+    e = expect_error(fed.api("POST", P, {"image": IMAGE, "secrets": ["HF_TOKEN"]}), 400, "invalid_field",
+                     "secrets (not accepted yet)")
+    e = expect_error(fed.api("POST", P, {"image": IMAGE, "clusters": ["nowhere"]}), 404, "cluster_not_found",
+                     "clusters naming an unknown cluster")
+    e = expect_error(fed.exec(sid, ["true"], colour="blue"), 400, "invalid_field", "unknown exec field")
+    check(e.get("field") == "colour" or "colour" in e.get("message", ""), f"exec unknown field not named: {e}")
+    e = expect_error(fed.exec(sid, ["true"], timeout_s="1"), 400, "invalid_field", "exec timeout_s as string")
+    # Oversized bodies: limits.max_body_bytes is 64 KiB in this config.
+    big = json.dumps({"image": IMAGE, "labels": {"pad": "x" * 10}, "name": "y" * (MAX_BODY + 1000)}).encode()
+    head = (f"POST {P} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN_A}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(big)}\r\n\r\n").encode()
+    expect_error(raw_request(fed.router.port, head, big), 413, "body_too_large", "body over max_body_bytes")
+    big_exec = json.dumps({"argv": ["true"], "stdin": "z" * (MAX_BODY * 2)}).encode()
+    head = (f"POST {P}/{sid}/exec HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN_A}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(big_exec)}\r\n\r\n").encode()
+    expect_error(raw_request(fed.router.port, head, big_exec), 413, "body_too_large", "exec body over limit")
+    # The router still serves after those.
+    check(fed.api("GET", "/healthz", token=None)[0] == 200, "healthz after oversized bodies")
+    # argv
+    for bad, what in (([], "empty argv"), ([""], 'argv [""]'), ("echo hi", "argv a string"),
+                      (["echo", 3], "argv with a number"), (["echo", None], "argv with null"),
+                      (["ec\u0000ho"], "argv with NUL")):
+        expect_error(fed.exec(sid, bad), 400, "invalid_argv", what)
+    expect_error(fed.api("POST", f"{P}/{sid}/exec", {"stdin": ""}), 400, "invalid_argv", "argv missing")
+    expect_error(fed.api("POST", f"{P}/{sid}/exec", raw=b"{argv"), 400, "invalid_json", "exec malformed JSON")
+    # ids
+    expect_error(fed.api("GET", P + "/no-dot-here"), 400, "invalid_id", "id without a cluster part")
+    st, r = fed.api("GET", P + "/c1.Bad_Name!")
+    check((st, (r or {}).get("error", {}).get("code")) in ((400, "invalid_id"), (404, "sandbox_not_found")),
+          f"id with an impossible pod name: {st} {short(r)}")
+    st, r = fed.api("GET", P + "/zz9.fr-nothing")
+    check((st, (r or {}).get("error", {}).get("code")) in ((404, "sandbox_not_found"), (400, "invalid_id")),
+          f"id naming an unknown cluster: {st} {short(r)}")
+    expect_error(fed.api("GET", P + "/c1.fr-does-not-exist"), 404, "sandbox_not_found", "unknown pod in c1")
+    expect_error(fed.exec("c2.fr-does-not-exist", ["true"]), 404, "sandbox_not_found", "exec unknown pod")
+    # methods
+    st, r, h = fed.api("PUT", P, {}, full=True)
+    check(st == 405 and r.get("error", {}).get("code") == "method_not_allowed" and "POST" in h.get("allow", ""),
+          f"PUT /v1/sandboxes: {st} {short(r)} Allow={h.get('allow')!r}")
+    expect_error(fed.api("PATCH", f"{P}/{sid}", {}), 405, "method_not_allowed", "PATCH a sandbox")
+    expect_error(fed.api("GET", f"{P}/{sid}/exec"), 405, "method_not_allowed", "GET exec")
+    expect_error(fed.api("POST", "/healthz", {}), 405, "method_not_allowed", "POST /healthz")
+    expect_error(fed.api("GET", "/v1/no-such-thing"), 404, "not_found", "unknown endpoint")
+    # auth
+    for path in (P, f"{P}/{sid}", "/v1/pools", "/v1/clusters"):
+        expect_error(fed.api("GET", path, token=None), 401, "unauthorized", f"GET {path} without a token")
+        expect_error(fed.api("GET", path, token="wrong-" + TOKEN_A), 401, "unauthorized",
+                     f"GET {path} with an unknown token")
+    expect_error(fed.exec(sid, ["true"], token=None), 401, "unauthorized", "exec without a token")
+    expect_error(fed.api("GET", P, headers={"Authorization": "Basic " + TOKEN_A}, token=None), 401,
+                 "unauthorized", "Basic instead of Bearer")
+    # Nothing was created by any of the rejected creates.
+    st, r = fed.api("GET", P + "?name_prefix=y")
+    check(st == 200 and r.get("sandboxes") == [], f"a rejected create left sandboxes: {short(r)}")
+
+
+def test_expired_reaped(fed):
+    """timeout_s 2: the sandbox is gone from the list and from kubesim soon
+    after its lifetime."""
+    sb = fed.create_one(name="shortlived", timeout_s=2)
+    sid = sb["id"]
+    fmt = "%Y-%m-%dT%H:%M:%SZ"
+    try:
+        life = (datetime.datetime.strptime(sb["expires_at"], fmt) -
+                datetime.datetime.strptime(sb["created_at"], fmt)).total_seconds()
+    except (KeyError, ValueError) as e:
+        raise TestFailure(f"created_at/expires_at unusable ({e}): {sb}")
+    check(1 <= life <= 3, f"expires_at - created_at is {life} s for timeout_s 2: {sb}")
+    sim, pod = fed.sim_of(sid)
+    check(sim.pod(pod) is not None, "kubesim has no pod right after create")
+    p = sim.pod(pod)
+    check(p["spec"].get("activeDeadlineSeconds") is not None,
+          f"pod has no activeDeadlineSeconds (lifetime not enforced in the cluster): {short(p['spec'])}")
+    t0 = time.monotonic()
+    gone = wait_until(lambda: sid not in fed.list_ids() and sim.pod(pod) is None, 40, 0.5)
+    check(gone, f"40 s after a 2 s lifetime: listed={sid in fed.list_ids()}, "
+          f"kubesim pod={short((sim.pod(pod) or {}).get('status'))}")
+    check(fed.api("GET", "/v1/sandboxes/" + sid)[0] == 404, "GET of the reaped sandbox is not 404")
+    print(f"    (reaped {time.monotonic() - t0:.1f} s after create returned)")
+
+
+def test_router_kill9_restart(fed):
+    """kill -9 the router mid-run (an exec in flight), restart it with the
+    same config: every sandbox is still listed and exec-able."""
+    made = [s["id"] for s in fed.create({"num_sandboxes": 2, "name": "survivor", "clusters": ["c1"]})["sandboxes"]]
+    made += [s["id"] for s in fed.create({"num_sandboxes": 2, "name": "survivor2", "clusters": ["c2"]})["sandboxes"]]
+    before = fed.list_ids()
+    check(set(made) <= before, "new sandboxes not listed before the kill")
+    old = fed.router
+    th = threading.Thread(target=lambda: _swallow(lambda: fed.exec(made[0], ["sleep", "3"], timeout_s=10)))
+    th.start()
+    time.sleep(0.5)
+    old.expected_dead = True
+    old.proc.kill()
+    check(old.proc.wait(10) == -signal.SIGKILL, "router did not die of SIGKILL")
+    th.join(30)
+    left = find_procs({old.proc.pid})
+    check(not left, f"processes left in the killed router's session: {left}")
+    fed.router = fed.start_router()
+    after = fed.list_ids()
+    check(before <= after, f"missing after restart: {sorted(before - after)}")
+    for sid in sorted(before):
+        r = fed.exec_ok(sid, ["echo", sid])
+        check(r.get("stdout") == sid + "\n" and r.get("exit_code") == 0, f"exec in {sid} after restart: {r}")
+    fed.shared["survivors"] = made
+
+
+def _swallow(fn):
+    try:
+        fn()
+    except Exception:
+        pass
+
+
+def test_second_router_same_sandboxes(fed):
+    """a second router (same config but its own port) serves the same
+    sandboxes: list, get, exec, terminate, both ways."""
+    cfg2 = os.path.join(fed.root, "fedrouter-2.conf")
+    shutil.copy(fed.config, cfg2)
+    r2 = fed.start_router(cfg2)
+    check(r2.port != fed.router.port, "second router on the same port")
+    ids1 = fed.list_ids()
+    ids2 = fed.list_ids(router=r2)
+    check(ids1 and ids1 == ids2, f"lists differ: only in 1 {sorted(ids1 - ids2)}, only in 2 {sorted(ids2 - ids1)}")
+    for sid in sorted(ids1)[:4]:
+        r = fed.exec_ok(sid, ["sh", "-c", "echo $HOSTNAME"], router=r2)
+        check(r.get("stdout") == sid.split(".", 1)[1] + "\n", f"exec via router 2 in {sid}: {r}")
+    st, resp = fed.api("POST", "/v1/sandboxes", {"image": IMAGE, "name": "via-two"}, router=r2)
+    check(st == 201, f"create via router 2: {st} {short(resp)}")
+    sid = resp["sandboxes"][0]["id"]
+    check(wait_until(lambda: sid in fed.list_ids(), 10), "router 1 does not list a sandbox created via router 2")
+    r = fed.exec_ok(sid, ["echo", "one"])
+    check(r.get("stdout") == "one\n", f"exec via router 1 in a sandbox from router 2: {r}")
+    st, r = fed.api("DELETE", "/v1/sandboxes/" + sid)
+    check(st == 200, f"DELETE via router 1: {st} {short(r)}")
+    check(wait_until(lambda: fed.api("GET", "/v1/sandboxes/" + sid, router=r2)[0] == 404, 10),
+          "router 2 still serves a sandbox terminated via router 1")
+    expect_error(fed.api("GET", "/v1/sandboxes/" + (fed.shared.get("calc") or "c1.x"), token=TOKEN_B, router=r2),
+                 404, "sandbox_not_found", "tenant isolation on router 2")
+    r2.expected_dead = True
+    rc = stop_proc(r2.proc)
+    check(rc == 0, f"second router exited {rc} on SIGTERM:\n{tail(r2.log)}")
+
+
+def test_killed_cluster_failover(fed):
+    """SIGKILL c2's kubesim: exec into a c2 sandbox is a quick 503
+    cluster_unavailable, and creates go to c1."""
+    sid = fed.create_one(name="on-c2", clusters=["c2"])["id"]
+    check(sid.startswith("c2."), f"clusters:[c2] placed {sid}")
+    c2 = fed.sims["c2"]
+    c2.proc.kill()
+    c2.killed = True
+    c2.proc.wait(10)
+    t0 = time.monotonic()
+    st, r = fed.exec(sid, ["echo", "hi"], timeout_s=30)
+    el = time.monotonic() - t0
+    expect_error((st, r), 503, "cluster_unavailable", "exec into a sandbox of the killed cluster")
+    check(el < 10, f"cluster_unavailable took {el:.1f} s")
+    t0 = time.monotonic()
+    resp = fed.create({"num_sandboxes": 3, "name": "after-kill"})
+    el = time.monotonic() - t0
+    where = [s["id"].split(".")[0] for s in resp["sandboxes"]]
+    check(where == ["c1"] * 3, f"creates after c2 died went to {where}")
+    check(el < 20, f"create with a dead cluster took {el:.1f} s")
+    for s in resp["sandboxes"]:
+        out = fed.exec_ok(s["id"], ["echo", "ok"])
+        check(out.get("stdout") == "ok\n", f"exec in {s['id']}: {out}")
+
+    def c2_unhealthy():
+        st, r = fed.api("GET", "/v1/clusters")
+        return st == 200 and any(c.get("name") == "c2" and c.get("healthy") is False for c in r["clusters"])
+    check(wait_until(c2_unhealthy, 15, 0.5), f"/v1/clusters still says c2 is healthy: {short(fed.api('GET', '/v1/clusters')[1], 800)}")
+    check(fed.api("GET", "/healthz", token=None)[0] == 200, "router not alive")
+
+
+# --------------------------------------------------------------------------
+# warm pools (one slow cluster)
+
+COLD_START_MS = 2000   # --start-ms of the warm federation (image pull 3000 on top, once per node)
+
+
+def pool_ready(fed, name, cluster):
+    st, r = fed.api("GET", "/v1/pools")
+    if st != 200:
+        return None
+    for p in r.get("pools", []):
+        if p.get("name") == name:
+            for c in p.get("clusters", []):
+                if c.get("cluster") == cluster:
+                    return c.get("ready")
+    return None
+
+
+def test_warm_pool_claim(fed):
+    """a create from a pool with ready pods claims one (warm:true) far below
+    the cold-start delay, and the pool refills to 2."""
+    st, r = fed.api("POST", "/v1/pools", {"name": "hot", "image": IMAGE, "cpus": 1, "memory_gb": 1,
+                                          "replicas": 2, "clusters": ["cw"]})
+    check(st == 201 and r.get("name") == "hot", f"POST /v1/pools: {st} {short(r)}")
+    expect_error(fed.api("POST", "/v1/pools", {"name": "hot", "image": IMAGE, "replicas": 1}), 409,
+                 "pool_exists", "second POST of the same pool")
+    ok = wait_until(lambda: pool_ready(fed, "hot", "cw") == 2, 40, 0.25)
+    check(ok, f"pool not ready 2 within 40 s: {short(fed.api('GET', '/v1/pools')[1])}")
+    sim = fed.sims["cw"]
+    check(sim.state()["pods"] == 2, f"kubesim pods with a pool of 2: {sim.state()['pods']}")
+    t0 = time.monotonic()
+    resp = fed.create({"pool": "hot", "name": "warm1"})
+    el = time.monotonic() - t0
+    sb = resp["sandboxes"][0]
+    check(sb.get("warm") is True and sb.get("pool") == "hot", f"claimed sandbox: {sb}")
+    check(resp.get("placement", {}).get("warm") == 1, f"placement: {resp.get('placement')}")
+    check(el < COLD_START_MS / 2000, f"warm create took {el * 1000:.0f} ms; a cold start takes >= {COLD_START_MS} ms")
+    print(f"    (warm create {el * 1000:.0f} ms)")
+    r = fed.exec_ok(sb["id"], ["echo", "warm"])
+    check(r.get("stdout") == "warm\n", f"exec in the warm sandbox: {r}")
+    # The claimed pod left the pool; the ReplicaSet replaces it.
+    ok = wait_until(lambda: pool_ready(fed, "hot", "cw") == 2 and sim.state()["pods"] == 3, 30, 0.25)
+    check(ok, f"pool did not refill to 2 (ready {pool_ready(fed, 'hot', 'cw')}, kubesim pods {sim.state()['pods']})")
+    st, p = fed.api("GET", "/v1/pools/hot")
+    check(st == 200 and p.get("name") == "hot" and p.get("image") == IMAGE, f"GET /v1/pools/hot: {st} {short(p)}")
+    expect_error(fed.api("GET", "/v1/pools/nope"), 404, "pool_not_found", "unknown pool")
+    # The sandbox is the tenant's now: listed with pool "hot" and warm.
+    listed = fed.list_ids("?pool=hot")
+    check(listed == {sb["id"]}, f"?pool=hot lists {sorted(listed)}")
+    # A cold create (no pool) cannot be exec-ready before the container starts.
+    t0 = time.monotonic()
+    cold = fed.create_one(name="cold1", cpus=1, memory_gb=1)
+    el = time.monotonic() - t0
+    check(cold.get("warm") is False, f"create without a pool says warm: {cold}")
+    check(el >= COLD_START_MS / 1000 * 0.9, f"cold create returned after {el:.2f} s, before the container could start")
+    r = fed.exec_ok(cold["id"], ["echo", "cold"])
+    check(r.get("stdout") == "cold\n", f"exec right after a cold create: {r}")
+    # Delete: unclaimed pods go, the claimed sandbox stays.
+    st, r = fed.api("DELETE", "/v1/pools/hot")
+    check(st == 200, f"DELETE /v1/pools/hot: {st} {short(r)}")
+    ok = wait_until(lambda: sim.state()["pods"] == 2, 15, 0.25)
+    check(ok, f"kubesim pods after pool delete: {sim.state()['pods']} (want the 2 sandboxes)")
+    check(fed.api("GET", "/v1/sandboxes/" + sb["id"])[0] == 200, "claimed sandbox gone with its pool")
+
+
+# --------------------------------------------------------------------------
+# the batch of 200 (two one-node clusters of 50 pods)
+
+def test_batch_all_or_nothing(fed):
+    """200 sandboxes on room for fewer: 503 no_capacity with per-cluster
+    reasons and nothing left behind; with partial_ok, what fits plus the
+    shortfall."""
+    st, r = fed.api("POST", "/v1/pools", {"name": "base", "image": IMAGE, "cpus": 1, "memory_gb": 2,
+                                          "replicas": 2})
+    check(st == 201, f"POST /v1/pools: {st} {short(r)}")
+    ok = wait_until(lambda: pool_ready(fed, "base", "s1") == 2 and pool_ready(fed, "base", "s2") == 2, 30, 0.2)
+    check(ok, f"pool base not ready: {short(fed.api('GET', '/v1/pools')[1])}")
+    base = {n: s.state()["pods"] for n, s in fed.sims.items()}
+    check(base == {"s1": 2, "s2": 2}, f"pool-only pod counts: {base}")
+    t0 = time.monotonic()
+    st, r, h = fed.api("POST", "/v1/sandboxes", {"pool": "base", "name": "big", "num_sandboxes": 200,
+                                                 "labels": {"run": "t6"}}, full=True, timeout=240)
+    el = time.monotonic() - t0
+    e = expect_error((st, r), 503, "no_capacity", f"batch of 200 on room for ~96 (after {el:.1f} s)")
+    check("retry-after" in h, f"no Retry-After on no_capacity: {h}")
+    reasons = json.dumps(e.get("clusters"))
+    check(e.get("clusters") and "s1" in reasons and "s2" in reasons,
+          f"no per-cluster reasons for s1 and s2: {short(e)}")
+
+    def clean():
+        return fed.list_ids() == set() and {n: s.state()["pods"] for n, s in fed.sims.items()} == base
+    check(wait_until(clean, 30, 0.3),
+          f"after the failed batch: listed {len(fed.list_ids())}, kubesim pods "
+          f"{ {n: s.state()['pods'] for n, s in fed.sims.items()} } (want {base})")
+    check(wait_until(lambda: pool_ready(fed, "base", "s1") == 2 and pool_ready(fed, "base", "s2") == 2, 20, 0.2),
+          "pool did not come back to 2 ready per cluster after the rollback")
+    print(f"    (all-or-nothing answer after {el:.1f} s)")
+    # partial_ok: what fits, and the shortfall.
+    st, r = fed.api("POST", "/v1/sandboxes", {"pool": "base", "name": "part", "num_sandboxes": 200,
+                                              "labels": {"run": "t6p"}, "partial_ok": True}, timeout=240)
+    check(st == 201 and isinstance(r, dict), f"partial_ok batch: {st} {short(r)}")
+    sbs, pl = r.get("sandboxes", []), r.get("placement", {})
+    n = len(sbs)
+    check(80 <= n <= 100, f"partial_ok created {n} (room is ~96-100)")
+    check(pl.get("shortfall") == 200 - n and pl.get("created", n) == n, f"placement: {short(pl)}")
+    names = sorted(s.get("name") for s in sbs)
+    check(len(set(names)) == n and all(re.fullmatch(r"part-\d{4}", x or "") for x in names),
+          f"batch names: {names[:5]}...")
+    check(all(s.get("state") == "running" for s in sbs), "a returned sandbox is not running")
+    check(fed.list_ids("?label=run=t6p") == {s["id"] for s in sbs}, "listed batch differs from the returned one")
+    st, d = fed.api("DELETE", "/v1/sandboxes?label=run=t6p", timeout=120)
+    check(st == 200 and d.get("terminated") == n, f"cleanup: {st} {short(d)}")
+    check(wait_until(clean, 30, 0.3), "sandboxes left after DELETE by label")
+
+
+# --------------------------------------------------------------------------
+# runner
+
+MAIN_TESTS = [test_create_exec_python, test_exit_code_and_stderr, test_exec_stdin_env_workdir,
+              test_exec_timeout_kills, test_output_caps_and_binary, test_terminate_removes_pod,
+              test_tenant_isolation, test_bad_input, test_expired_reaped, test_router_kill9_restart,
+              test_second_router_same_sandboxes, test_killed_cluster_failover]
+
+BIG = ["--node-cpu", "64", "--node-memory", "256Gi"]
+FEDERATIONS = [
+    ("main", [("c1", "us", ["--nodes", "2"] + BIG), ("c2", "us", ["--nodes", "2"] + BIG)], MAIN_TESTS),
+    ("warm", [("cw", "us", ["--nodes", "1", "--image-pull-ms", "3000", "--start-ms", str(COLD_START_MS)] + BIG)],
+     [test_warm_pool_claim]),
+    ("small", [("s1", "us", ["--nodes", "1", "--node-pods", "50"] + BIG),
+               ("s2", "us", ["--nodes", "1", "--node-pods", "50"] + BIG)], [test_batch_all_or_nothing]),
+]
+
+
+def run_test(fn, fed, results):
+    t0 = time.monotonic()
+    try:
+        fn(fed)
+        results.append((fn.__name__, True, ""))
+        print(f"ok   {fn.__name__} ({time.monotonic() - t0:.1f} s)", flush=True)
+    except TestFailure as e:
+        results.append((fn.__name__, False, str(e)))
+        print(f"FAIL {fn.__name__} ({time.monotonic() - t0:.1f} s): {e}", flush=True)
+    except Exception as e:
+        detail = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
+        results.append((fn.__name__, False, detail))
+        print(f"FAIL {fn.__name__} ({time.monotonic() - t0:.1f} s): {detail}", flush=True)
+
+
+def watchdog():
+    time.sleep(WATCHDOG_S)
+    print(f"FAIL watchdog: the suite ran over {WATCHDOG_S} s; killing everything", flush=True)
+    for p in ALL_PROCS:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(1)
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fedrouter", required=True)
+    ap.add_argument("--kubesim", required=True)
+    ap.add_argument("--only", action="append", default=[], help="run only these tests (repeatable)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directories (logs)")
+    ARGS = ap.parse_args()
+    threading.Thread(target=watchdog, daemon=True).start()
+    results = []
+    t_all = time.monotonic()
+    for name, clusters, tests in FEDERATIONS:
+        if ARGS.only:
+            tests = [t for t in tests if t.__name__ in ARGS.only]
+        if not tests:
+            continue
+        print(f"# federation {name}: {', '.join(c[0] for c in clusters)}", flush=True)
+        fed = None
+        try:
+            fed = Fed(name, clusters)
+            fed.shared = {}
+        except Exception as e:
+            for t in tests:
+                results.append((t.__name__, False, f"federation {name} did not start: {e}"))
+                print(f"FAIL {t.__name__}: federation {name} did not start: {e}", flush=True)
+        if fed is not None:
+            for t in tests:
+                if fed.router.proc.poll() is not None:
+                    results.append((t.__name__, False, "the router is not running"))
+                    print(f"FAIL {t.__name__}: the router died (rc {fed.router.proc.poll()}):\n"
+                          f"{tail(fed.router.log)}", flush=True)
+                    continue
+                run_test(t, fed, results)
+            problems = fed.teardown() if fed else []
+            tname = f"teardown_{name}"
+            results.append((tname, not problems, "; ".join(problems)))
+            print(f"ok   {tname}" if not problems else f"FAIL {tname}: " + "\n".join(problems), flush=True)
+    failed = [r for r in results if not r[1]]
+    print(f"{len(results) - len(failed)} passed, {len(failed)} failed ({time.monotonic() - t_all:.0f} s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    rc = 1
+    try:
+        rc = main()
+    finally:
+        for p in ALL_PROCS:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+    sys.exit(rc)
