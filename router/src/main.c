@@ -70,22 +70,23 @@ static int config_check(const char *path) {
 
 struct shutdown {
   uv_signal_t sigint, sigterm;
+  uv_timer_t drain;
+  uint64_t deadline;
   struct router *r;
 };
+
+/* How long SIGTERM waits for requests in flight (creates wait for pods to
+ * become ready, execs for commands) before closing anyway. */
+#define DRAIN_MS 30000
 
 static void on_adapter_freed(void *arg) {
   (void)arg;
 }
 
-static void on_signal(uv_signal_t *h, int signum) {
-  struct shutdown *sd = h->data;
+static void finish_shutdown(struct shutdown *sd) {
   struct router *r = sd->r;
   size_t i;
 
-  FR_INFO("fedrouter", "signal %d: shutting down", signum);
-  r->stopping = 1;
-  /* Everything answered so far is synchronous, so closing the server after
-   * unlisten loses no request; adapters then stop their watches. */
   fr_http_server_free(r->http, NULL, NULL);
   r->http = NULL;
   for (i = 0; i < r->nadapters; i++)
@@ -93,6 +94,37 @@ static void on_signal(uv_signal_t *h, int signum) {
   r->nadapters = 0;
   uv_close((uv_handle_t *)&sd->sigint, NULL);
   uv_close((uv_handle_t *)&sd->sigterm, NULL);
+  uv_close((uv_handle_t *)&sd->drain, NULL);
+}
+
+static void on_drain(uv_timer_t *t) {
+  struct shutdown *sd = t->data;
+
+  if (sd->r->inflight > 0 && uv_now(t->loop) < sd->deadline)
+    return;
+  if (sd->r->inflight > 0)
+    FR_WARN("fedrouter", "drain timed out with %zu request(s) in flight", sd->r->inflight);
+  uv_timer_stop(t);
+  finish_shutdown(sd);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  struct shutdown *sd = h->data;
+  struct router *r = sd->r;
+
+  if (r->stopping) {
+    FR_WARN("fedrouter", "signal %d again: stopping now", signum);
+    uv_timer_stop(&sd->drain);
+    finish_shutdown(sd);
+    return;
+  }
+  FR_INFO("fedrouter", "signal %d: draining %zu request(s), then exiting", signum, r->inflight);
+  /* Stop accepting; keep open connections so requests in flight get their
+   * answers, and answer new ones on them with 503 shutting_down. */
+  r->stopping = 1;
+  fr_http_server_unlisten(r->http, 0);
+  sd->deadline = uv_now(r->loop) + DRAIN_MS;
+  uv_timer_start(&sd->drain, on_drain, 0, 50);
 }
 
 static SSL_CTX *tls_context(const struct fr_config *cfg) {
@@ -225,7 +257,8 @@ int main(int argc, char **argv) {
   sd.r = &r;
   uv_signal_init(r.loop, &sd.sigint);
   uv_signal_init(r.loop, &sd.sigterm);
-  sd.sigint.data = sd.sigterm.data = &sd;
+  uv_timer_init(r.loop, &sd.drain);
+  sd.sigint.data = sd.sigterm.data = sd.drain.data = &sd;
   uv_signal_start(&sd.sigint, on_signal, SIGINT);
   uv_signal_start(&sd.sigterm, on_signal, SIGTERM);
   uv_run(r.loop, UV_RUN_DEFAULT);

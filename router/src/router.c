@@ -170,7 +170,10 @@ void router_handle(struct fr_http_req *req, void *arg) {
   rid_copy = strdup(rid);
   req->data = rid_copy;
 
-  if (strcmp(req->path, "/healthz") == 0) {
+  if (r->stopping && strcmp(req->path, "/healthz") != 0 && strcmp(req->path, "/readyz") != 0) {
+    router_error(req, 503, "shutting_down", "the router is shutting down; retry on another replica",
+                 "Retry-After: 1\r\n");
+  } else if (strcmp(req->path, "/healthz") == 0) {
     if (get)
       send_json(req, 200, json_pack("{s:s}", "status", "ok"), NULL);
     else

@@ -16,7 +16,8 @@ struct router {
   struct fr_http_server *http;
   struct fr_adapter **adapters;   /* one per configured cluster, same order */
   size_t nadapters;
-  int stopping;
+  int stopping;                   /* draining: new requests get 503 */
+  size_t inflight;                /* requests answered later (creates, execs, ...) */
 };
 
 /* The HTTP handler (fr_http_handler_cb) with <arg> = struct router. */

@@ -39,12 +39,21 @@ struct ctx {
   struct fr_http_req *req;      /* NULL once the client is gone */
   char rid[129];
   char tenant[64];
+  int deferred;
 };
 
 static void ctx_abort(struct fr_http_req *req) {
   struct ctx *c = req->data;
 
   c->req = NULL;
+}
+
+/* Deferred requests are counted so SIGTERM can wait for them (drain). */
+static void ctx_done(struct ctx *c) {
+  if (c->deferred) {
+    c->deferred = 0;
+    c->r->inflight--;
+  }
 }
 
 static struct ctx *ctx_new(struct router *r, struct fr_http_req *req, const char *tenant) {
@@ -63,12 +72,15 @@ static struct ctx *ctx_new(struct router *r, struct fr_http_req *req, const char
 static void ctx_defer(struct ctx *c) {
   c->req->data = c;
   c->req->abort_cb = ctx_abort;
+  c->deferred = 1;
+  c->r->inflight++;
 }
 
 static void reply(struct ctx *c, int status, json_t *body, const char *extra) {
   struct fr_buf h;
   char *s;
 
+  ctx_done(c);
   if (c->req == NULL) {
     json_decref(body);
     return;
@@ -553,7 +565,8 @@ static void batch_finish(struct batch *b) {
 
   for (i = 0; i < b->n; i++)
     created += b->items[i].ok;
-  if (created == b->n || (b->partial_ok && created > 0)) {
+  /* A client that went away cannot learn the ids: keep nothing. */
+  if (b->c->req != NULL && (created == b->n || (b->partial_ok && created > 0))) {
     json_t *arr = json_array();
     for (i = 0; i < b->n; i++)
       if (b->items[i].ok)
