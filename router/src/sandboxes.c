@@ -116,6 +116,35 @@ static void field_err(struct ctx *c, const char *field, const char *msg) {
   reply(c, 400, b, NULL);
 }
 
+/* Parses the request body as a JSON object whose keys are all in <known>
+ * (NULL-terminated). Returns it, or NULL after answering invalid_json /
+ * invalid_field. */
+static json_t *body_object(struct ctx *c, struct fr_http_req *req, const char *const *known, size_t flags) {
+  json_error_t jerr;
+  json_t *j = json_loadb(req->body, req->body_len, flags, &jerr), *v;
+  const char *k;
+  char msg[300];
+  size_t i;
+
+  if (!json_is_object(j)) {
+    snprintf(msg, sizeof(msg), "the body must be a JSON object (%s)", j ? "got another JSON value" : jerr.text);
+    reply_err(c, 400, "invalid_json", msg, NULL);
+    json_decref(j);
+    return NULL;
+  }
+  json_object_foreach(j, k, v) {
+    for (i = 0; known[i] && strcmp(known[i], k) != 0; i++)
+      ;
+    if (known[i] == NULL) {
+      snprintf(msg, sizeof(msg), "unknown field \"%s\"", k);
+      field_err(c, k, msg);
+      json_decref(j);
+      return NULL;
+    }
+  }
+  return j;
+}
+
 /* ---------------------------------------------------------------------- */
 /* helpers                                                                 */
 
@@ -699,6 +728,10 @@ static int64_t estimate_room(const struct fr_adapter_view *v, const struct fr_sa
   return room > 0 ? room : 0;
 }
 
+static const char *const create_fields[] = {"name", "num_sandboxes", "pool", "image", "cpus", "memory_gb",
+                                            "env", "secrets", "volumes", "labels", "region", "clusters",
+                                            "timeout_s", "partial_ok", NULL};
+
 struct body_spec {
   const char *name;
   int64_t n;
@@ -712,9 +745,6 @@ struct body_spec {
 
 /* Validates the create body; answers and returns -1 on error. */
 static int parse_create(struct ctx *c, json_t *j, struct body_spec *s) {
-  static const char *const known[] = {"name", "num_sandboxes", "pool", "image", "cpus", "memory_gb", "env",
-                                      "secrets", "volumes", "labels", "region", "clusters", "timeout_s",
-                                      "partial_ok", NULL};
   const struct fr_config *cfg = c->r->cfg;
   const char *k;
   json_t *v;
@@ -725,15 +755,6 @@ static int parse_create(struct ctx *c, json_t *j, struct body_spec *s) {
   s->name = "sandbox";
   s->n = 1;
   s->timeout_s = cfg->default_lifetime_s;
-  json_object_foreach(j, k, v) {
-    for (i = 0; known[i] && strcmp(known[i], k) != 0; i++)
-      ;
-    if (known[i] == NULL) {
-      snprintf(msg, sizeof(msg), "unknown field \"%s\"", k);
-      field_err(c, k, msg);
-      return -1;
-    }
-  }
   if (json_object_get(j, "secrets") || json_object_get(j, "volumes")) {
     field_err(c, json_object_get(j, "secrets") ? "secrets" : "volumes", "secrets and volumes are not supported yet");
     return -1;
@@ -902,8 +923,7 @@ static int64_t tenant_count(struct router *r, const char *tenant) {
 
 static void create_sandboxes(struct ctx *c, struct fr_http_req *req) {
   struct router *r = c->r;
-  json_error_t jerr;
-  json_t *j = json_loadb(req->body, req->body_len, 0, &jerr);
+  json_t *j = body_object(c, req, create_fields, 0);
   struct body_spec s;
   struct batch *b;
   const struct fr_config_tenant *t = NULL;
@@ -913,10 +933,7 @@ static void create_sandboxes(struct ctx *c, struct fr_http_req *req) {
   size_t i;
   int k, pass;
 
-  if (!json_is_object(j)) {
-    snprintf(msg, sizeof(msg), "the body must be a JSON object (%s)", j ? "got another JSON value" : jerr.text);
-    reply_err(c, 400, "invalid_json", msg, NULL);
-    json_decref(j);
+  if (j == NULL) {
     free(c);
     return;
   }
@@ -1120,7 +1137,6 @@ static void exec_sandbox(struct ctx *c, struct fr_http_req *req, const char *id)
   struct exec_ctx *e;
   struct fr_kube_exec_opts o;
   json_t *j, *argv, *v, *env_ann = NULL;
-  json_error_t jerr;
   char pod_name[200], msg[300], tbuf[32];
   const char *k, *workdir = NULL;
   json_t *pod;
@@ -1129,21 +1145,9 @@ static void exec_sandbox(struct ctx *c, struct fr_http_req *req, const char *id)
 
   /* NUL is allowed in the JSON so a NUL inside argv gets invalid_argv below
    * rather than a vague parse error; stdin may carry it legitimately. */
-  j = json_loadb(req->body, req->body_len, JSON_ALLOW_NUL, &jerr);
-  if (!json_is_object(j)) {
-    snprintf(msg, sizeof(msg), "the body must be a JSON object (%s)", j ? "got another JSON value" : jerr.text);
-    reply_err(c, 400, "invalid_json", msg, NULL);
+  j = body_object(c, req, known, JSON_ALLOW_NUL);
+  if (j == NULL)
     goto fail;
-  }
-  json_object_foreach(j, k, v) {
-    for (i = 0; known[i] && strcmp(known[i], k) != 0; i++)
-      ;
-    if (known[i] == NULL) {
-      snprintf(msg, sizeof(msg), "unknown field \"%s\"", k);
-      field_err(c, k, msg);
-      goto fail;
-    }
-  }
   argv = json_object_get(j, "argv");
   if (!json_is_array(argv) || json_array_size(argv) == 0) {
     reply_err(c, 400, "invalid_argv", "argv must be a non-empty array of strings", NULL);
@@ -1404,28 +1408,14 @@ static int pool_name_valid(const char *n) {
 
 static void create_pool(struct ctx *c, struct fr_http_req *req) {
   static const char *const known[] = {"name", "image", "cpus", "memory_gb", "replicas", "clusters", NULL};
-  json_error_t jerr;
-  json_t *j = json_loadb(req->body, req->body_len, 0, &jerr), *v, *clusters;
+  json_t *j = body_object(c, req, known, 0), *v, *clusters;
   struct fr_pool_spec spec;
   struct pool_op *p;
-  const char *k;
   char msg[300];
   size_t i;
 
-  if (!json_is_object(j)) {
-    snprintf(msg, sizeof(msg), "the body must be a JSON object (%s)", j ? "got another JSON value" : jerr.text);
-    reply_err(c, 400, "invalid_json", msg, NULL);
+  if (j == NULL)
     goto fail;
-  }
-  json_object_foreach(j, k, v) {
-    for (i = 0; known[i] && strcmp(known[i], k) != 0; i++)
-      ;
-    if (known[i] == NULL) {
-      snprintf(msg, sizeof(msg), "unknown field \"%s\"", k);
-      field_err(c, k, msg);
-      goto fail;
-    }
-  }
   memset(&spec, 0, sizeof(spec));
   spec.name = json_string_value(json_object_get(j, "name"));
   spec.image = json_string_value(json_object_get(j, "image"));
