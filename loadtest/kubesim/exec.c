@@ -972,12 +972,46 @@ static int sh_script(const char *script, struct fr_buf *out, int *code) {
   return newline ? fr_buf_putc(out, '\n') : 0;
 }
 
+/* Wrappers a client puts around a command that change nothing for the
+ * commands the fast path runs: `timeout [-s SIG|--signal=SIG] N` (a fast
+ * command ends long before any timeout) and `env NAME=VALUE...` (fast
+ * commands read no environment; options such as -C or -i are not
+ * stripped, they could change the outcome). Returns the inner argv. */
+static char *const *strip_wrappers(char *const *argv) {
+  for (;;) {
+    const char *tool = argv[0] ? tool_name(argv[0]) : NULL;
+    size_t i = 1;
+
+    if (tool != NULL && strcmp(tool, "timeout") == 0) {
+      if (argv[i] && strcmp(argv[i], "-s") == 0 && argv[i + 1])
+        i += 2;
+      else if (argv[i] && strncmp(argv[i], "--signal=", 9) == 0)
+        i++;
+      if (argv[i] == NULL || argv[i][0] == '\0' || strspn(argv[i], "0123456789") != strlen(argv[i]) ||
+          strspn(argv[i], "0") == strlen(argv[i]) || argv[i + 1] == NULL)
+        return argv;
+      argv += i + 1;
+    } else if (tool != NULL && strcmp(tool, "env") == 0) {
+      while (argv[i] && argv[i][0] != '-' && argv[i][0] != '=' && strchr(argv[i], '=') != NULL)
+        i++;
+      if (argv[i] == NULL || argv[i][0] == '-')
+        return argv;
+      argv += i;
+    } else {
+      return argv;
+    }
+  }
+}
+
 /* Classifies (<out> NULL) or evaluates (<out> set) a fast-path command. */
 static int fast_eval(char *const *argv, struct fr_buf *out, int *code) {
   const char *tool;
   size_t nargs;
 
-  if (argv == NULL || argv[0] == NULL || (tool = tool_name(argv[0])) == NULL)
+  if (argv == NULL || argv[0] == NULL)
+    return -EINVAL;
+  argv = strip_wrappers(argv);
+  if ((tool = tool_name(argv[0])) == NULL)
     return -EINVAL;
   nargs = count_args(argv) - 1;
   if (strcmp(tool, "echo") == 0) {

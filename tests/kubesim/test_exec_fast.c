@@ -55,6 +55,12 @@ static char *const *const fast_cases[] = {
     ARGV("sh", "-c", "echo a=b c%d e!f x,y"),
     ARGV("sh", "-c", "echo caf\xc3\xa9"),
     ARGV("sh", "-c", "echo hi", "name", "arg1"),
+    /* the wrappers fedrouter puts around every exec */
+    ARGV("timeout", "-s", "KILL", "60", "echo", "wrapped"),
+    ARGV("timeout", "--signal=KILL", "5", "sh", "-c", "exit 4"),
+    ARGV("timeout", "10", "false"),
+    ARGV("env", "A=b", "C=d", "echo", "env"),
+    ARGV("timeout", "-s", "KILL", "60", "env", "X=1", "sh", "-c", "echo both"),
 };
 
 /* Commands it must leave to a real process. */
@@ -110,6 +116,13 @@ static char *const *const slow_cases[] = {
     ARGV("sh", "-c", "echo -n -n hi"),
     ARGV("sh", "-c", "echo hi -n"),
     ARGV("sh", "-c", "exit 1; echo"),
+    ARGV("timeout", "0", "echo", "disabled timer"),
+    ARGV("timeout", "-s", "KILL", "60"),
+    ARGV("timeout", "1.5", "true"),
+    ARGV("env", "-C", "/tmp", "echo", "cwd"),
+    ARGV("env", "-i", "true"),
+    ARGV("env", "A=b"),
+    ARGV("timeout", "-s", "KILL", "60", "cat"),
 };
 
 /* ---- helpers ---- */
