@@ -22,16 +22,112 @@
 /* A cluster not heard from for this long is unhealthy even if no request
  * has failed yet (a hung connection). */
 #define STALE_MS 10000
+/* Circuit breaker: this many consecutive failures open it; after
+ * BREAKER_COOL_MS one probe is let through (half-open) and decides. */
+#define BREAKER_FAILURES 2
+#define BREAKER_COOL_MS 3000
+
+static void usage_add(struct fr_adapter *a, json_t *slim, int sign) {
+  const char *node = json_string_value(json_object_get(slim, "n"));
+  json_t *u;
+
+  if (node == NULL)
+    return;
+  u = json_object_get(a->node_usage, node);
+  if (u == NULL) {
+    u = json_pack("[I,I,I]", (json_int_t)0, (json_int_t)0, (json_int_t)0);
+    if (u == NULL || json_object_set_new(a->node_usage, node, u) != 0)
+      return;
+  }
+  json_integer_set(json_array_get(u, 0), json_integer_value(json_array_get(u, 0)) +
+                                             sign * json_integer_value(json_object_get(slim, "c")));
+  json_integer_set(json_array_get(u, 1), json_integer_value(json_array_get(u, 1)) +
+                                             sign * json_integer_value(json_object_get(slim, "m")));
+  json_integer_set(json_array_get(u, 2), json_integer_value(json_array_get(u, 2)) + sign);
+}
 
 static void on_informer(struct fr_informer *inf, enum fr_informer_event ev, json_t *obj, json_t *old,
                         void *arg) {
   struct fr_adapter *a = arg;
 
-  (void)old;
-  /* The view is computed on demand from the caches; pod changes also wake
-   * the creates waiting for their pods. */
-  if (inf == a->inf[INF_PODS] && obj != NULL)
+  /* Node usage follows every pod incrementally; pod changes also wake the
+   * creates waiting for their pods. The rest of the view is computed on
+   * demand from the caches. */
+  if (inf == a->inf[INF_ALLPODS] && obj != NULL) {
+    if (ev == FR_INF_MODIFIED)
+      usage_add(a, old, -1);
+    usage_add(a, obj, ev == FR_INF_DELETED ? -1 : 1);
+  } else if (inf == a->inf[INF_PODS] && obj != NULL) {
     sandbox_on_pod(a, ev, obj);
+  }
+}
+
+static int64_t requests_of(json_t *pod, const char *res, int milli);
+
+/* Every pod in the cluster, reduced to what node usage needs: ~150 bytes
+ * a pod instead of a few KiB. Finished pods use nothing. */
+static json_t *slim_any_pod(json_t *pod) {
+  json_t *meta = json_object_get(pod, "metadata");
+  const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
+  const char *node = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
+  int done = phase != NULL && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0);
+
+  return json_pack("{s:{s:O,s:O,s:O},s:s?,s:I,s:I}", "metadata", "namespace",
+                   json_object_get(meta, "namespace"), "name", json_object_get(meta, "name"),
+                   "resourceVersion", json_object_get(meta, "resourceVersion"), "n",
+                   done ? NULL : node, "c", (json_int_t)requests_of(pod, "cpu", 1), "m",
+                   (json_int_t)requests_of(pod, "memory", 0));
+}
+
+/* Sandbox pods keep what listing, claims and readiness need; the rest of a
+ * pod (env, container statuses, ...) is dropped from the cache. */
+static json_t *slim_sandbox_pod(json_t *pod) {
+  json_t *meta = json_object_get(pod, "metadata"), *spec = json_object_get(pod, "spec");
+  json_t *st = json_object_get(pod, "status"), *out, *m, *conds = json_array(), *c, *containers = json_array();
+  static const char *const meta_keys[] = {"name", "namespace", "resourceVersion", "creationTimestamp",
+                                          "deletionTimestamp", "labels", "annotations"};
+  size_t i;
+
+  json_array_foreach(json_object_get(st, "conditions"), i, c) {
+    const char *t = json_string_value(json_object_get(c, "type"));
+    if (t != NULL && (strcmp(t, "Ready") == 0 || strcmp(t, "PodScheduled") == 0))
+      json_array_append_new(conds, json_pack("{s:O,s:O?,s:O?,s:O?}", "type", json_object_get(c, "type"),
+                                             "status", json_object_get(c, "status"), "reason",
+                                             json_object_get(c, "reason"), "message",
+                                             json_object_get(c, "message")));
+  }
+  json_array_foreach(json_object_get(spec, "containers"), i, c) {
+    json_t *req = json_object_get(json_object_get(c, "resources"), "requests");
+    json_array_append_new(containers, json_pack("{s:{s:O?}}", "resources", "requests", req));
+  }
+  m = json_object();
+  for (i = 0; i < sizeof(meta_keys) / sizeof(meta_keys[0]); i++) {
+    json_t *v = json_object_get(meta, meta_keys[i]);
+    if (v != NULL)
+      json_object_set(m, meta_keys[i], v);
+  }
+  out = json_pack("{s:o,s:{s:O?,s:o},s:{s:O?,s:O?,s:O?,s:o}}", "metadata", m, "spec", "nodeName",
+                  json_object_get(spec, "nodeName"), "containers", containers, "status", "phase",
+                  json_object_get(st, "phase"), "reason", json_object_get(st, "reason"), "startTime",
+                  json_object_get(st, "startTime"), "conditions", conds);
+  return out;
+}
+
+static const char *const breaker_names[] = {"closed", "open", "half-open"};
+
+void fr_adapter_report(struct fr_adapter *a, int ok) {
+  enum breaker_state was = a->breaker;
+
+  if (ok) {
+    a->failures = 0;
+    a->breaker = BR_CLOSED;
+  } else if (++a->failures >= BREAKER_FAILURES || a->breaker == BR_HALF_OPEN) {
+    a->breaker = BR_OPEN;
+    a->opened_ms = uv_now(a->loop);
+  }
+  if (was != a->breaker)
+    FR_WARN("adapter", "%s: circuit breaker %s -> %s", a->cc.name, breaker_names[was],
+            breaker_names[a->breaker]);
 }
 
 static void on_probe_done(const struct fr_kube_response *r, void *arg) {
@@ -47,13 +143,44 @@ static void on_probe_done(const struct fr_kube_response *r, void *arg) {
     FR_WARN("adapter", "%s: health probe failed (%d %s)", a->cc.name, r->status,
             r->error ? r->error : "");
   }
+  fr_adapter_report(a, a->probe_ok);
+}
+
+static uint64_t last_contact_ms(struct fr_adapter *a) {
+  uint64_t contact = a->last_probe_ok_ms;
+  int i;
+
+  for (i = 0; i < INF_COUNT; i++)
+    if (fr_informer_last_contact_ms(a->inf[i]) > contact)
+      contact = fr_informer_last_contact_ms(a->inf[i]);
+  return contact;
 }
 
 static void on_probe_timer(uv_timer_t *t) {
   struct fr_adapter *a = t->data;
+  uint64_t contact = last_contact_ms(a);
 
-  if (a->probe_call != NULL)
-    return; /* the previous probe is still out: it will count as a failure when it ends */
+  /* Not heard from lately (a hung connection): that is a failure even
+   * before a request fails. */
+  if (a->breaker == BR_CLOSED && contact != 0 && uv_now(a->loop) - contact >= STALE_MS)
+    fr_adapter_report(a, 0);
+
+  /* An open breaker lets one probe through once it has cooled down. */
+  if (a->breaker == BR_OPEN && uv_now(a->loop) - a->opened_ms >= BREAKER_COOL_MS) {
+    a->breaker = BR_HALF_OPEN;
+    FR_INFO("adapter", "%s: circuit breaker open -> half-open", a->cc.name);
+  }
+
+  if (a->probe_call != NULL) {
+    /* Still out after a whole period: a hung connection. Count it as a
+     * failure and send a fresh one. */
+    if (uv_now(a->loop) - a->probe_sent_ms < PROBE_MS)
+      return;
+    fr_kube_cancel(a->probe_call);
+    a->probe_call = NULL;
+    fr_adapter_report(a, 0);
+  }
+  a->probe_sent_ms = uv_now(a->loop);
   if (fr_kube_request(a->client, "GET", "/version", NULL, NULL, 0, 0, NULL, on_probe_done, a,
                       &a->probe_call) != 0)
     a->probe_ok = 0;
@@ -95,10 +222,19 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
     rc = fr_informer_new(a->client, path, FR_LABEL_POOL, on_informer, a, &a->inf[INF_POOLS]);
   if (rc == 0)
     rc = fr_informer_new(a->client, "/api/v1/nodes", NULL, on_informer, a, &a->inf[INF_NODES]);
+  if (rc == 0)
+    rc = fr_informer_new(a->client, "/api/v1/pods", NULL, on_informer, a, &a->inf[INF_ALLPODS]);
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/resourcequotas", a->ns);
+  if (rc == 0)
+    rc = fr_informer_new(a->client, path, NULL, on_informer, a, &a->inf[INF_QUOTAS]);
+  if (rc == 0 && (a->node_usage = json_object()) == NULL)
+    rc = -ENOMEM;
   if (rc != 0) {
     snprintf(err, errlen, "%s: out of memory", cc->name);
     goto fail;
   }
+  fr_informer_set_transform(a->inf[INF_PODS], slim_sandbox_pod);
+  fr_informer_set_transform(a->inf[INF_ALLPODS], slim_any_pod);
   if (sandbox_init(a) != 0) {
     rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", cc->name);
@@ -113,6 +249,7 @@ fail:
   fr_kube_creds_free(creds);
   json_decref(a->claiming);
   json_decref(a->reaping);
+  json_decref(a->node_usage);
   free(a->reaper);
   for (i = 0; i < INF_COUNT; i++)
     fr_informer_free(a->inf[i]);
@@ -151,6 +288,7 @@ static void on_client_freed(void *arg) {
   free(a->server);
   json_decref(a->claiming);
   json_decref(a->reaping);
+  json_decref(a->node_usage);
   free(a);
   if (cb != NULL)
     cb(cb_arg);
@@ -243,8 +381,127 @@ static struct fr_adapter_pool_view *pool_find(struct fr_adapter_view *v, const c
   return NULL;
 }
 
+static int64_t requests_of(json_t *pod, const char *res, int milli) {
+  json_t *c;
+  size_t i;
+  int64_t sum = 0;
+
+  json_array_foreach(json_object_get(json_object_get(pod, "spec"), "containers"), i, c)
+    sum += qty(json_object_get(json_object_get(c, "resources"), "requests"), res, milli);
+  return sum;
+}
+
+static int node_schedulable(json_t *node) {
+  return pod_condition_true(node, "Ready") &&
+         !json_is_true(json_object_get(json_object_get(node, "spec"), "unschedulable"));
+}
+
+/* Usage per node from fedrouter's own pods, when the cluster-wide pod watch
+ * is not available (not synced yet, or not allowed by RBAC). */
+static json_t *sandbox_usage(struct fr_adapter *a) {
+  json_t *usage = json_object(), *pod;
+  const char *key;
+
+  json_object_foreach(fr_informer_items(a->inf[INF_PODS]), key, pod) {
+    json_t *slim = slim_any_pod(pod);
+    json_t *tmp = a->node_usage;
+    /* reuse usage_add() on a scratch map */
+    a->node_usage = usage;
+    usage_add(a, slim, 1);
+    a->node_usage = tmp;
+    json_decref(slim);
+  }
+  return usage;
+}
+
+static int usage_exact(struct fr_adapter *a) {
+  return fr_informer_synced(a->inf[INF_ALLPODS]) && fr_informer_healthy(a->inf[INF_ALLPODS]);
+}
+
+/* Room left under the namespace's ResourceQuotas (status.hard - status.used),
+ * per resource; -1 when no quota limits it. */
+static void quota_room(struct fr_adapter *a, int64_t *pods, int64_t *cpu_m, int64_t *mem_b) {
+  json_t *q;
+  const char *key;
+
+  *pods = *cpu_m = *mem_b = -1;
+  json_object_foreach(fr_informer_items(a->inf[INF_QUOTAS]), key, q) {
+    json_t *hard = json_object_get(json_object_get(q, "status"), "hard");
+    json_t *used = json_object_get(json_object_get(q, "status"), "used");
+    static const struct {
+      const char *k;
+      int milli;
+      int which;
+    } res[] = {{"pods", 0, 0},           {"count/pods", 0, 0}, {"requests.cpu", 1, 1},
+               {"cpu", 1, 1},            {"requests.memory", 0, 2}, {"memory", 0, 2}};
+    size_t i;
+
+    for (i = 0; i < sizeof(res) / sizeof(res[0]); i++) {
+      int64_t room, *dst = res[i].which == 0 ? pods : res[i].which == 1 ? cpu_m : mem_b;
+      if (json_object_get(hard, res[i].k) == NULL)
+        continue;
+      room = qty(hard, res[i].k, res[i].milli) - qty(used, res[i].k, res[i].milli);
+      if (room < 0)
+        room = 0;
+      if (*dst < 0 || room < *dst)
+        *dst = room;
+    }
+  }
+}
+
+/* <free>: subtract usage, quotas and reservations; else the total the
+ * ready nodes hold when empty. */
+static int64_t slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b, int free_only) {
+  json_t *usage = !free_only ? json_object() : usage_exact(a) ? json_incref(a->node_usage) : sandbox_usage(a);
+  json_t *node;
+  int64_t n = 0, qp, qc, qm;
+  const char *key;
+
+  json_object_foreach(fr_informer_items(a->inf[INF_NODES]), key, node) {
+    json_t *alloc = json_object_get(json_object_get(node, "status"), "allocatable");
+    const char *name = json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
+    json_t *u = name ? json_object_get(usage, name) : NULL;
+    int64_t fc, fm, fp, fit;
+
+    if (!node_schedulable(node))
+      continue;
+    fc = qty(alloc, "cpu", 1) - json_integer_value(json_array_get(u, 0));
+    fm = qty(alloc, "memory", 0) - json_integer_value(json_array_get(u, 1));
+    fp = qty(alloc, "pods", 0) - json_integer_value(json_array_get(u, 2));
+    /* Per node, so a cluster with room spread thin over many nodes does not
+     * count as having room for a shape no single node fits. */
+    fit = fp;
+    if (cpu_m > 0 && fc / cpu_m < fit)
+      fit = fc / cpu_m;
+    if (mem_b > 0 && fm / mem_b < fit)
+      fit = fm / mem_b;
+    if (fit > 0)
+      n += fit;
+  }
+  json_decref(usage);
+  if (!free_only)
+    return n;
+  quota_room(a, &qp, &qc, &qm);
+  if (qp >= 0 && qp < n)
+    n = qp;
+  if (qc >= 0 && cpu_m > 0 && qc / cpu_m < n)
+    n = qc / cpu_m;
+  if (qm >= 0 && mem_b > 0 && qm / mem_b < n)
+    n = qm / mem_b;
+  n -= a->inflight;
+  return n > 0 ? n : 0;
+}
+
+int64_t fr_adapter_free_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b) {
+  return slots(a, cpu_m, mem_b, 1);
+}
+
+int64_t fr_adapter_total_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b) {
+  return slots(a, cpu_m, mem_b, 0);
+}
+
 void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v) {
-  json_t *items, *obj;
+  json_t *items, *obj, *usage;
   const char *key;
   uint64_t now = uv_now(a->loop), contact = 0;
   int i;
@@ -256,28 +513,41 @@ void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v) {
   v->synced = 1;
   for (i = 0; i < INF_COUNT; i++) {
     uint64_t c = fr_informer_last_contact_ms(a->inf[i]);
-    v->synced &= fr_informer_synced(a->inf[i]);
+    if (i < INF_REQUIRED)
+      v->synced &= fr_informer_synced(a->inf[i]);
     if (c > contact)
       contact = c;
   }
   if (a->last_probe_ok_ms > contact)
     contact = a->last_probe_ok_ms;
   v->last_contact_age_ms = contact ? now - contact : UINT64_MAX;
-  v->healthy = a->probe_ok && fr_informer_healthy(a->inf[INF_PODS]) && contact != 0 &&
-               now - contact < STALE_MS;
+  /* Reachable is the breaker's call; how fresh the caches are is
+   * last_contact_age_ms, which placement bounds separately. */
+  v->healthy = a->breaker == BR_CLOSED && contact != 0;
+  v->breaker = breaker_names[a->breaker];
   v->api_latency_ms = a->latency_ewma;
+  v->usage_exact = usage_exact(a);
+  v->inflight = a->inflight;
+  quota_room(a, &v->quota_pods, &v->quota_cpu_m, &v->quota_mem_b);
 
+  usage = v->usage_exact ? json_incref(a->node_usage) : sandbox_usage(a);
   json_object_foreach(fr_informer_items(a->inf[INF_NODES]), key, obj) {
     json_t *alloc = json_object_get(json_object_get(obj, "status"), "allocatable");
+    const char *name = json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
+    json_t *u = name ? json_object_get(usage, name) : NULL;
+
     v->nodes++;
-    if (!pod_condition_true(obj, "Ready") ||
-        json_is_true(json_object_get(json_object_get(obj, "spec"), "unschedulable")))
+    if (!node_schedulable(obj))
       continue;
     v->nodes_ready++;
     v->alloc_cpu_m += qty(alloc, "cpu", 1);
     v->alloc_mem_b += qty(alloc, "memory", 0);
     v->alloc_pods += qty(alloc, "pods", 0);
+    v->used_cpu_m += json_integer_value(json_array_get(u, 0));
+    v->used_mem_b += json_integer_value(json_array_get(u, 1));
+    v->used_pods += json_integer_value(json_array_get(u, 2));
   }
+  json_decref(usage);
 
   /* Pools first, so pod counting can find them. */
   items = fr_informer_items(a->inf[INF_POOLS]);
@@ -300,23 +570,13 @@ void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v) {
   }
 
   json_object_foreach(fr_informer_items(a->inf[INF_PODS]), key, obj) {
-    json_t *spec = json_object_get(obj, "spec"), *c;
     const char *phase = json_string_value(json_object_get(json_object_get(obj, "status"), "phase"));
     const char *state = pod_label(obj, FR_LABEL_STATE);
-    size_t k;
 
     if (json_object_get(json_object_get(obj, "metadata"), "deletionTimestamp") != NULL)
       continue;
     if (phase != NULL && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0))
       continue;
-    if (json_string_value(json_object_get(spec, "nodeName")) != NULL) {
-      v->used_pods++;
-      json_array_foreach(json_object_get(spec, "containers"), k, c) {
-        json_t *req = json_object_get(json_object_get(c, "resources"), "requests");
-        v->used_cpu_m += qty(req, "cpu", 1);
-        v->used_mem_b += qty(req, "memory", 0);
-      }
-    }
     if (state != NULL && strcmp(state, "warm") == 0) {
       if (pod_condition_true(obj, "Ready")) {
         struct fr_adapter_pool_view *p = pod_label(obj, FR_LABEL_POOL) ? pool_find(v, pod_label(obj, FR_LABEL_POOL)) : NULL;

@@ -10,7 +10,12 @@
 #include "fr/informer.h"
 #include "fr/kube.h"
 
-enum { INF_PODS, INF_POOLS, INF_NODES, INF_COUNT };
+/* PODS, POOLS and NODES gate readiness; ALLPODS (every pod in the cluster,
+ * reduced to node and requests) and QUOTAS refine capacity when allowed. */
+enum { INF_PODS, INF_POOLS, INF_NODES, INF_ALLPODS, INF_QUOTAS, INF_COUNT };
+#define INF_REQUIRED 3
+
+enum breaker_state { BR_CLOSED, BR_OPEN, BR_HALF_OPEN };
 
 struct create_op;
 
@@ -23,11 +28,16 @@ struct fr_adapter {
   struct fr_informer *inf[INF_COUNT];
   uv_timer_t *probe;
   struct fr_kube_call *probe_call;
+  uint64_t probe_sent_ms;
   int probe_ok;
   uint64_t last_probe_ok_ms;
   double latency_ewma;
   struct fr_adapter_pool_view *pools;
   size_t pools_cap;
+  json_t *node_usage;            /* node name -> [cpu_m, mem_b, pods] of every pod on it */
+  enum breaker_state breaker;
+  int failures;                  /* consecutive */
+  uint64_t opened_ms;
   void (*free_cb)(void *arg);
   void *free_arg;
 

@@ -21,7 +21,7 @@
 
 #define LIST_PAGE 500
 #define BACKOFF_MIN_MS 100
-#define BACKOFF_MAX_MS 10000
+#define BACKOFF_MAX_MS 5000
 /* Watches are re-established every 4-6 minutes, as client-go does (5-10),
  * so a silently dead connection cannot hide changes for long. */
 #define WATCH_TIMEOUT_MIN_S 240
@@ -38,6 +38,7 @@ struct fr_informer {
   char *selector_q;        /* "&labelSelector=..." (encoded) or "" */
   fr_informer_cb cb;
   void *arg;
+  fr_informer_transform_fn transform;
   enum inf_state state;
   struct fr_kube_call *call;
   uv_timer_t *timer;       /* heap-allocated so free() need not wait for it */
@@ -58,7 +59,8 @@ static void start_watch(struct fr_informer *inf);
 
 static void set_state(struct fr_informer *inf, enum inf_state s) {
   if (inf->state != s)
-    FR_DEBUG("informer", "%s: %s -> %s", inf->path, state_names[inf->state], state_names[s]);
+    FR_DEBUG("informer", "%s %s: %s -> %s", kube_name(inf->client), inf->path, state_names[inf->state],
+             state_names[s]);
   inf->state = s;
 }
 
@@ -124,7 +126,7 @@ static void backoff(struct fr_informer *inf, const char *why) {
   /* Equal jitter: half fixed, half random, so many routers do not retry a
    * recovering apiserver in lockstep. */
   ms = inf->backoff_ms / 2 + r % (inf->backoff_ms / 2 + 1);
-  FR_WARN("informer", "%s: %s; retrying in %" PRIu64 " ms", inf->path, why, ms);
+  FR_WARN("informer", "%s %s: %s; retrying in %" PRIu64 " ms", kube_name(inf->client), inf->path, why, ms);
   set_state(inf, IS_BACKOFF);
   uv_timer_start(inf->timer, on_timer, ms, 0);
 }
@@ -183,8 +185,15 @@ static void on_list_page(const struct fr_kube_response *resp, void *arg) {
   }
   inf->last_contact_ms = uv_now(inf->loop);
   json_array_foreach(items, i, item) {
-    if (obj_key(item, key, sizeof(key)) == 0)
+    if (obj_key(item, key, sizeof(key)) != 0)
+      continue;
+    if (inf->transform != NULL) {
+      json_t *t = inf->transform(item);
+      if (t != NULL)
+        json_object_set_new(inf->fresh, key, t);
+    } else {
       json_object_set(inf->fresh, key, item);
+    }
   }
   rv = json_string_value(json_object_get(json_object_get(doc, "metadata"), "resourceVersion"));
   cont = json_string_value(json_object_get(json_object_get(doc, "metadata"), "continue"));
@@ -284,9 +293,13 @@ static void on_watch_line(const char *line, size_t len, void *arg) {
     }
   } else {
     inf->stats.events++;
-    if (strcmp(type, "BOOKMARK") != 0)
-      apply_event(inf, type, obj);
     note_rv(inf, obj_rv(obj));
+    if (strcmp(type, "BOOKMARK") != 0) {
+      json_t *t = inf->transform ? inf->transform(obj) : json_incref(obj);
+      if (t != NULL)
+        apply_event(inf, type, t);
+      json_decref(t);
+    }
   }
   json_decref(ev);
 }
@@ -367,6 +380,10 @@ int fr_informer_new(struct fr_kube_client *client, const char *path, const char 
   inf->arg = arg;
   *out = inf;
   return 0;
+}
+
+void fr_informer_set_transform(struct fr_informer *inf, fr_informer_transform_fn fn) {
+  inf->transform = fn;
 }
 
 int fr_informer_start(struct fr_informer *inf) {

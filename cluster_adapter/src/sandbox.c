@@ -88,6 +88,11 @@ static void finish(struct create_op *op, enum fr_sandbox_err err, const char *me
     fr_kube_cancel(op->call);
     op->call = NULL;
   }
+  /* Whether the cluster answered at all feeds its circuit breaker. */
+  if (err == FR_SB_OK)
+    fr_adapter_report(op->a, 1);
+  else if (err == FR_SB_UNAVAILABLE && !op->a->stopping)
+    fr_adapter_report(op->a, 0);
   memset(&r, 0, sizeof(r));
   r.err = err;
   r.message = message;

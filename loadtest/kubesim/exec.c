@@ -193,6 +193,47 @@ void sim_exec_set_kill(struct sim_exec_set *set, int signum) {
   }
   set->head = NULL;
   set->nprocs = 0;
+  for (size_t i = 0; i < set->ngroups; i++) {
+    if (kill(-set->groups[i], signum) != 0 && errno != ESRCH)
+      FR_WARN(LOG_COMP, "kill(-%d, %d): %s", set->groups[i], signum, strerror(errno));
+  }
+  free(set->groups);
+  set->groups = NULL;
+  set->ngroups = set->groups_cap = 0;
+}
+
+static void set_forget_group(struct sim_exec_set *set, int pgid) {
+  size_t i;
+
+  for (i = 0; i < set->ngroups; i++) {
+    if (set->groups[i] == pgid) {
+      set->groups[i] = set->groups[--set->ngroups];
+      return;
+    }
+  }
+}
+
+/* Remembers <pgid> for the pod's deletion. When the array is full, groups
+ * with no process left are dropped first (kill(-g, 0) fails with ESRCH),
+ * so a pod that ran a million short commands keeps only the live ones. */
+static void set_remember_group(struct sim_exec_set *set, int pgid) {
+  size_t i, kept = 0;
+
+  if (set->ngroups == set->groups_cap) {
+    for (i = 0; i < set->ngroups; i++)
+      if (kill(-set->groups[i], 0) == 0 || errno != ESRCH)
+        set->groups[kept++] = set->groups[i];
+    set->ngroups = kept;
+  }
+  if (set->ngroups == set->groups_cap) {
+    size_t ncap = set->groups_cap ? set->groups_cap * 2 : 8;
+    int *ng = realloc(set->groups, ncap * sizeof(*ng));
+    if (ng == NULL)
+      return; /* out of memory: the live exec is still tracked */
+    set->groups = ng;
+    set->groups_cap = ncap;
+  }
+  set->groups[set->ngroups++] = pgid;
 }
 
 /* ---- output towards the client ---- */
@@ -490,9 +531,16 @@ static void send_status(struct sim_exec *e) {
 /* The one place where an exec ends: once the command has ended and both
  * output pipes are at EOF, send the Status and close the WebSocket. */
 static void check_done(struct sim_exec *e) {
+  struct sim_exec_set *set = e->set;
+
   if (e->done || !e->exited || e->out_open || e->err_open)
     return;
   e->done = 1;
+  /* A group whose processes are all gone may soon name an unrelated group
+   * (the kernel reuses the id once nothing refers to it): forget it now,
+   * and keep only groups something still runs in. */
+  if (set != NULL && e->pid > 0 && kill(-e->pid, 0) != 0 && errno == ESRCH)
+    set_forget_group(set, e->pid);
   set_unlink(e);
   if (e->timer_init)
     close_handle(&e->timer);
@@ -809,8 +857,10 @@ int sim_exec_start(uv_loop_t *loop, struct fr_http_req *req,
       fail_start(e, "out of memory");
     if (e->pid > 0) {
       FR_DEBUG(LOG_COMP, "pid %d: started %s", e->pid, p->argv[0]);
-      if (set != NULL)
+      if (set != NULL) {
         set_link(e, set);
+        set_remember_group(set, e->pid);
+      }
     } else {
       FR_DEBUG(LOG_COMP, "%s: %s", p->argv[0],
                e->start_error != NULL ? e->start_error : "cannot start");

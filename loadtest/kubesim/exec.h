@@ -26,6 +26,12 @@ struct sim_exec;
 struct sim_exec_set {
   struct sim_exec *head;   /* intrusive list of live execs */
   size_t nprocs;           /* processes still running */
+  /* Process groups of every command started in the pod, kept after the
+   * exec ends: a command may leave background processes behind (`cmd &`),
+   * and a pod's deletion must stop those too, as a container runtime
+   * does. Groups found empty are pruned when the array fills. */
+  int *groups;
+  size_t ngroups, groups_cap;
 };
 
 struct sim_exec_params {
@@ -48,10 +54,11 @@ struct sim_exec_params {
 int sim_exec_start(uv_loop_t *loop, struct fr_http_req *req,
                    const struct sim_exec_params *p, struct sim_exec_set *set);
 
-/* Sends <signum> to every process of the set (their whole process groups)
- * and detaches them from the set: their WebSockets finish as the processes
- * die, and the memory is released when they are reaped. Safe with an empty
- * set. After this the set may be discarded. */
+/* Sends <signum> to every process group ever started in the set (live
+ * execs and what finished execs left running) and detaches the live ones:
+ * their WebSockets finish as the processes die, and the memory is released
+ * when they are reaped. Frees the group list. Safe with an empty set. After
+ * this the set may be discarded. */
 void sim_exec_set_kill(struct sim_exec_set *set, int signum);
 
 /* Returns 1 if argv is handled by the fast path (echo, true, false,

@@ -69,7 +69,7 @@ static int config_check(const char *path) {
 }
 
 struct shutdown {
-  uv_signal_t sigint, sigterm;
+  uv_signal_t sigint, sigterm, sighup;
   uv_timer_t drain;
   uint64_t deadline;
   struct router *r;
@@ -94,6 +94,7 @@ static void finish_shutdown(struct shutdown *sd) {
   r->nadapters = 0;
   uv_close((uv_handle_t *)&sd->sigint, NULL);
   uv_close((uv_handle_t *)&sd->sigterm, NULL);
+  uv_close((uv_handle_t *)&sd->sighup, NULL);
   uv_close((uv_handle_t *)&sd->drain, NULL);
 }
 
@@ -106,6 +107,13 @@ static void on_drain(uv_timer_t *t) {
     FR_WARN("fedrouter", "drain timed out with %zu request(s) in flight", sd->r->inflight);
   uv_timer_stop(t);
   finish_shutdown(sd);
+}
+
+/* SIGHUP must not kill the router (the default action): there is no
+ * reloadable state yet; the policy file (issue 4) will reload here. */
+static void on_sighup(uv_signal_t *h, int signum) {
+  (void)h;
+  FR_INFO("fedrouter", "signal %d: nothing to reload (the router config needs a restart)", signum);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -257,8 +265,10 @@ int main(int argc, char **argv) {
   sd.r = &r;
   uv_signal_init(r.loop, &sd.sigint);
   uv_signal_init(r.loop, &sd.sigterm);
+  uv_signal_init(r.loop, &sd.sighup);
   uv_timer_init(r.loop, &sd.drain);
-  sd.sigint.data = sd.sigterm.data = sd.drain.data = &sd;
+  sd.sigint.data = sd.sigterm.data = sd.sighup.data = sd.drain.data = &sd;
+  uv_signal_start(&sd.sighup, on_sighup, SIGHUP);
   uv_signal_start(&sd.sigint, on_signal, SIGINT);
   uv_signal_start(&sd.sigterm, on_signal, SIGTERM);
   uv_run(r.loop, UV_RUN_DEFAULT);

@@ -86,9 +86,39 @@ static const char *authenticate(struct router *r, struct fr_http_req *req) {
 /* ---------------------------------------------------------------------- */
 /* endpoints                                                               */
 
+static json_t *slot_json(struct fr_adapter *a, const char *pool, int64_t cpu_m, int64_t mem_b) {
+  json_t *j = json_pack("{s:f,s:f,s:I,s:I}", "cpus", cpu_m / 1000.0, "memory_gb", mem_b / 1073741824.0, "free",
+                        (json_int_t)fr_adapter_free_slots(a, cpu_m, mem_b), "total",
+                        (json_int_t)fr_adapter_total_slots(a, cpu_m, mem_b));
+
+  if (j != NULL)
+    json_object_set_new(j, "pool", pool ? json_string(pool) : json_null());
+  return j;
+}
+
+/* Free and total sandbox slots for each pool's shape, and for the default
+ * shape of a create without pool (1 cpu, 2 GiB). */
+static json_t *slots_json(struct fr_adapter *a) {
+  json_t *arr = json_array(), *rs;
+  const char *key;
+
+  json_array_append_new(arr, slot_json(a, NULL, 1000, 2147483648LL));
+  json_object_foreach(fr_adapter_pool_sets(a), key, rs) {
+    json_t *meta = json_object_get(rs, "metadata");
+    const char *pool = json_string_value(json_object_get(json_object_get(meta, "labels"), FR_LABEL_POOL));
+    const char *spec_s = json_string_value(json_object_get(json_object_get(meta, "annotations"), FR_ANN_POOL_SPEC));
+    json_t *spec = spec_s ? json_loads(spec_s, 0, NULL) : NULL;
+    if (pool != NULL && spec != NULL)
+      json_array_append_new(arr, slot_json(a, pool, json_integer_value(json_object_get(spec, "cpu_millis")),
+                                           json_integer_value(json_object_get(spec, "memory_bytes"))));
+    json_decref(spec);
+  }
+  return arr;
+}
+
 static json_t *cluster_json(struct fr_adapter *a) {
   struct fr_adapter_view v;
-  json_t *pools = json_array(), *j;
+  json_t *pools = json_array(), *j, *quota;
   size_t i;
 
   fr_adapter_view(a, &v);
@@ -96,16 +126,24 @@ static json_t *cluster_json(struct fr_adapter *a) {
     json_array_append_new(pools, json_pack("{s:s,s:I,s:I}", "name", v.pools[i].name, "target",
                                            (json_int_t)v.pools[i].target, "ready",
                                            (json_int_t)v.pools[i].ready));
-  j = json_pack("{s:s,s:s,s:s,s:b,s:b,s:f,s:{s:I,s:I},s:{s:{s:I,s:I},s:{s:I,s:I},s:{s:I,s:I}},"
-                "s:I,s:I,s:o}",
+  quota = json_object();
+  if (v.quota_pods >= 0)
+    json_object_set_new(quota, "pods", json_integer(v.quota_pods));
+  if (v.quota_cpu_m >= 0)
+    json_object_set_new(quota, "cpu_millis", json_integer(v.quota_cpu_m));
+  if (v.quota_mem_b >= 0)
+    json_object_set_new(quota, "memory_bytes", json_integer(v.quota_mem_b));
+  j = json_pack("{s:s,s:s,s:s,s:b,s:s,s:b,s:f,s:{s:I,s:I},s:{s:{s:I,s:I},s:{s:I,s:I},s:{s:I,s:I}},"
+                "s:b,s:o,s:o,s:I,s:I,s:I,s:o}",
                 "name", v.name, "region", v.region, "server", v.server, "healthy", v.healthy,
-                "synced", v.synced, "api_latency_ms", v.api_latency_ms, "nodes", "total",
-                (json_int_t)v.nodes, "ready", (json_int_t)v.nodes_ready, "capacity", "cpu_millis",
-                "allocatable", (json_int_t)v.alloc_cpu_m, "requested", (json_int_t)v.used_cpu_m,
+                "breaker", v.breaker, "synced", v.synced, "api_latency_ms", v.api_latency_ms, "nodes",
+                "total", (json_int_t)v.nodes, "ready", (json_int_t)v.nodes_ready, "capacity",
+                "cpu_millis", "allocatable", (json_int_t)v.alloc_cpu_m, "requested", (json_int_t)v.used_cpu_m,
                 "memory_bytes", "allocatable", (json_int_t)v.alloc_mem_b, "requested",
                 (json_int_t)v.used_mem_b, "pods", "allocatable", (json_int_t)v.alloc_pods,
-                "requested", (json_int_t)v.used_pods, "sandboxes", (json_int_t)v.sandboxes,
-                "warm_pods", (json_int_t)v.warm_pods, "pools", pools);
+                "requested", (json_int_t)v.used_pods, "usage_counts_all_pods", v.usage_exact,
+                "quota_room", quota, "slots", slots_json(a), "inflight_creates", (json_int_t)v.inflight,
+                "sandboxes", (json_int_t)v.sandboxes, "warm_pods", (json_int_t)v.warm_pods, "pools", pools);
   if (j != NULL && v.last_contact_age_ms != UINT64_MAX)
     json_object_set_new(j, "last_contact_ms_ago", json_integer((json_int_t)v.last_contact_age_ms));
   return j;

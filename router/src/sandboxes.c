@@ -651,6 +651,20 @@ static void on_item(const struct fr_sandbox_result *res, void *arg) {
   batch_pump(b);
 }
 
+static int pick_cand(struct batch *b, int within_budget) {
+  int k;
+
+  for (k = 0; k < b->ncands; k++) {
+    struct cand *cd = &b->cands[k];
+    if (cd->full || cd->inflight >= PER_CLUSTER_INFLIGHT)
+      continue;
+    if (within_budget && cd->created + cd->inflight >= cd->budget)
+      continue;
+    return k;
+  }
+  return -1;
+}
+
 /* Places and starts as many items as the candidates can take now. */
 static void batch_pump(struct batch *b) {
   int i, k, started = 1;
@@ -661,24 +675,21 @@ static void batch_pump(struct batch *b) {
       struct item *it = &b->items[i];
       if (it->done || it->cluster >= 0)
         continue;
-      /* First candidate with room and a free slot, in plan order. */
-      for (k = 0; k < b->ncands; k++) {
-        struct cand *cd = &b->cands[k];
-        if (cd->full || cd->inflight >= PER_CLUSTER_INFLIGHT)
-          continue;
-        if (cd->created + cd->inflight >= cd->budget && k + 1 < b->ncands)
-          continue; /* over the plan's estimate: prefer the next cluster */
-        break;
-      }
-      if (k == b->ncands) {
-        int any_open = 0;
+      /* In plan order: the first cluster under its room estimate with a free
+       * slot; failing that, any cluster not yet full (the estimate is only
+       * a preference: the cluster itself says when it is full). */
+      k = pick_cand(b, 1);
+      if (k < 0)
+        k = pick_cand(b, 0);
+      if (k < 0) {
+        int waiting = 0;
         for (k = 0; k < b->ncands; k++)
-          any_open |= !b->cands[k].full;
-        if (!any_open) {
+          waiting |= !b->cands[k].full && b->cands[k].inflight > 0;
+        if (!waiting) {
           it->done = 1; /* nowhere left to go */
           continue;
         }
-        break; /* wait for a slot */
+        break; /* a create in flight will free a slot or close a cluster */
       }
       {
         struct fr_sandbox_spec spec = b->spec;
@@ -712,20 +723,17 @@ static void batch_pump(struct batch *b) {
   }
 }
 
-static int64_t estimate_room(const struct fr_adapter_view *v, const struct fr_sandbox_spec *s, int64_t inflight) {
-  int64_t room = v->alloc_pods - v->used_pods, by;
+/* Room for the request's shape: free slots (per node, under quotas, minus
+ * creates in flight) plus the pool's ready warm pods, which already hold
+ * their slots. */
+static int64_t estimate_room(struct fr_adapter *a, const struct fr_adapter_view *v, const struct fr_sandbox_spec *s) {
+  int64_t room = fr_adapter_free_slots(a, s->cpu_m, s->mem_b);
   size_t i;
 
-  if (s->cpu_m > 0 && (by = (v->alloc_cpu_m - v->used_cpu_m) / s->cpu_m) < room)
-    room = by;
-  if (s->mem_b > 0 && (by = (v->alloc_mem_b - v->used_mem_b) / s->mem_b) < room)
-    room = by;
-  /* Ready warm pods of the pool are already counted as used; they are room. */
   for (i = 0; s->pool && i < v->npools; i++)
     if (strcmp(v->pools[i].name, s->pool) == 0)
       room += v->pools[i].ready;
-  room -= inflight;
-  return room > 0 ? room : 0;
+  return room;
 }
 
 static const char *const create_fields[] = {"name", "num_sandboxes", "pool", "image", "cpus", "memory_gb",
@@ -1014,7 +1022,7 @@ static void create_sandboxes(struct ctx *c, struct fr_http_req *req) {
         continue;
       }
       b->cands[b->ncands].a = a;
-      b->cands[b->ncands].budget = estimate_room(&v, &b->spec, fr_adapter_inflight(a));
+      b->cands[b->ncands].budget = estimate_room(a, &v, &b->spec);
       /* insertion by latency within this region group */
       for (k = b->ncands; k > start; k--) {
         struct fr_adapter_view pv;
@@ -1048,6 +1056,7 @@ static void create_sandboxes(struct ctx *c, struct fr_http_req *req) {
 
 struct exec_ctx {
   struct ctx *c;
+  struct fr_adapter *a;
   int timeout_s;
   char **argv;
   char *stdin_data;
@@ -1095,6 +1104,8 @@ static void on_exec(const struct fr_kube_exec_result *res, void *arg) {
 
   if (res->error != 0 && !res->timed_out) {
     char msg[600];
+    if (res->http_status == 0 && res->error != -EIO && res->error != -EPROTO)
+      fr_adapter_report(e->a, 0);
     if (res->http_status == 404) {
       reply_err(e->c, 404, "sandbox_not_found", "the sandbox no longer exists", NULL);
     } else if (res->http_status == 400) {
@@ -1231,6 +1242,7 @@ static void exec_sandbox(struct ctx *c, struct fr_http_req *req, const char *id)
     goto fail;
   }
   e->c = c;
+  e->a = a;
   e->timeout_s = (int)timeout;
   snprintf(tbuf, sizeof(tbuf), "%" PRId64, timeout);
   e->argv[na++] = strdup("timeout");

@@ -899,49 +899,117 @@ def test_warm_pool_claim(fed):
 # --------------------------------------------------------------------------
 # the batch of 200 (two one-node clusters of 50 pods)
 
-def test_batch_all_or_nothing(fed):
-    """200 sandboxes on room for fewer: 503 no_capacity with per-cluster
-    reasons and nothing left behind; with partial_ok, what fits plus the
-    shortfall."""
-    st, r = fed.api("POST", "/v1/pools", {"name": "base", "image": IMAGE, "cpus": 1, "memory_gb": 2,
-                                          "replicas": 2})
-    check(st == 201, f"POST /v1/pools: {st} {short(r)}")
-    ok = wait_until(lambda: pool_ready(fed, "base", "s1") == 2 and pool_ready(fed, "base", "s2") == 2, 30, 0.2)
-    check(ok, f"pool base not ready: {short(fed.api('GET', '/v1/pools')[1])}")
-    base = {n: s.state()["pods"] for n, s in fed.sims.items()}
-    check(base == {"s1": 2, "s2": 2}, f"pool-only pod counts: {base}")
+def post_batch(fed, body, timeout=60):
+    """POST /v1/sandboxes for a batch, bounded: a router that never answers
+    is a failure that says what the clusters hold, not a hung suite.
+    Returns (status, json, headers, seconds)."""
     t0 = time.monotonic()
-    st, r, h = fed.api("POST", "/v1/sandboxes", {"pool": "base", "name": "big", "num_sandboxes": 200,
-                                                 "labels": {"run": "t6"}}, full=True, timeout=240)
-    el = time.monotonic() - t0
+    try:
+        st, r, h = fed.api("POST", "/v1/sandboxes", body, full=True, timeout=timeout)
+    except socket.timeout:
+        counts = {n: (s.state()["pods"], s.state()["unschedulable"]) for n, s in fed.sims.items()}
+        raise TestFailure(f"POST {short(body)}: no answer within {timeout} s (kubesim (pods, unschedulable) "
+                          f"now {counts}, router lists {len(fed.list_ids())})")
+    return st, r, h, time.monotonic() - t0
+
+
+def batch_200(fed, shape, base, tag):
+    """The batch of 200 on room for ~96: 503 no_capacity with per-cluster
+    reasons and nothing of the batch left; then with partial_ok what fits
+    plus the shortfall, cleaned up by label. <shape> is {"pool":..} or
+    {"image":..}; <base> the kubesim pod counts to come back to."""
+    def counts():
+        return {n: s.state()["pods"] for n, s in fed.sims.items()}
+
+    def post(body):
+        return post_batch(fed, dict(shape, **body))
+
+    def clean():
+        return fed.list_ids() == set() and counts() == base
+    st, r, h, el = post({"name": tag, "num_sandboxes": 200, "labels": {"run": tag}})
     e = expect_error((st, r), 503, "no_capacity", f"batch of 200 on room for ~96 (after {el:.1f} s)")
     check("retry-after" in h, f"no Retry-After on no_capacity: {h}")
     reasons = json.dumps(e.get("clusters"))
     check(e.get("clusters") and "s1" in reasons and "s2" in reasons,
           f"no per-cluster reasons for s1 and s2: {short(e)}")
-
-    def clean():
-        return fed.list_ids() == set() and {n: s.state()["pods"] for n, s in fed.sims.items()} == base
     check(wait_until(clean, 30, 0.3),
-          f"after the failed batch: listed {len(fed.list_ids())}, kubesim pods "
-          f"{ {n: s.state()['pods'] for n, s in fed.sims.items()} } (want {base})")
-    check(wait_until(lambda: pool_ready(fed, "base", "s1") == 2 and pool_ready(fed, "base", "s2") == 2, 20, 0.2),
-          "pool did not come back to 2 ready per cluster after the rollback")
-    print(f"    (all-or-nothing answer after {el:.1f} s)")
-    # partial_ok: what fits, and the shortfall.
-    st, r = fed.api("POST", "/v1/sandboxes", {"pool": "base", "name": "part", "num_sandboxes": 200,
-                                              "labels": {"run": "t6p"}, "partial_ok": True}, timeout=240)
+          f"after the failed batch: listed {len(fed.list_ids())}, kubesim pods {counts()} (want {base})")
+    print(f"    ({tag}: all-or-nothing answer after {el:.1f} s)")
+    st, r, h, el = post({"name": tag + "p", "num_sandboxes": 200, "labels": {"run": tag + "p"},
+                         "partial_ok": True})
     check(st == 201 and isinstance(r, dict), f"partial_ok batch: {st} {short(r)}")
     sbs, pl = r.get("sandboxes", []), r.get("placement", {})
     n = len(sbs)
     check(80 <= n <= 100, f"partial_ok created {n} (room is ~96-100)")
     check(pl.get("shortfall") == 200 - n and pl.get("created", n) == n, f"placement: {short(pl)}")
     names = sorted(s.get("name") for s in sbs)
-    check(len(set(names)) == n and all(re.fullmatch(r"part-\d{4}", x or "") for x in names),
+    check(len(set(names)) == n and all(re.fullmatch(tag + r"p-\d{4}", x or "") for x in names),
           f"batch names: {names[:5]}...")
     check(all(s.get("state") == "running" for s in sbs), "a returned sandbox is not running")
-    check(fed.list_ids("?label=run=t6p") == {s["id"] for s in sbs}, "listed batch differs from the returned one")
-    st, d = fed.api("DELETE", "/v1/sandboxes?label=run=t6p", timeout=120)
+    check(fed.list_ids(f"?label=run={tag}p") == {s["id"] for s in sbs},
+          "listed batch differs from the returned one")
+    st, d = fed.api("DELETE", f"/v1/sandboxes?label=run={tag}p", timeout=120)
+    check(st == 200 and d.get("terminated") == n, f"cleanup: {st} {short(d)}")
+    check(wait_until(clean, 30, 0.3), f"sandboxes left after DELETE by label: kubesim pods {counts()}")
+
+
+def test_batch_pool_all_or_nothing(fed):
+    """200 sandboxes from a warm pool (2 per cluster) on two clusters of 50
+    pods: no_capacity, claimed pods rolled back too, the pool refills."""
+    st, r = fed.api("POST", "/v1/pools", {"name": "base", "image": IMAGE, "cpus": 1, "memory_gb": 2,
+                                          "replicas": 2})
+    check(st == 201, f"POST /v1/pools: {st} {short(r)}")
+    both_ready = lambda: pool_ready(fed, "base", "s1") == 2 and pool_ready(fed, "base", "s2") == 2  # noqa: E731
+    check(wait_until(both_ready, 30, 0.2), f"pool base not ready: {short(fed.api('GET', '/v1/pools')[1])}")
+    base = {n: s.state()["pods"] for n, s in fed.sims.items()}
+    check(base == {"s1": 2, "s2": 2}, f"pool-only pod counts: {base}")
+    batch_200(fed, {"pool": "base"}, base, "warmbig")
+    check(wait_until(both_ready, 20, 0.2), "pool did not come back to 2 ready per cluster")
+
+
+def test_batch_cold_all_or_nothing(fed):
+    """200 cold sandboxes (no pool) on two clusters of 50 pods (the pool
+    from the previous test holds 2 of each): no_capacity and nothing left;
+    partial_ok gives what fits."""
+    base = {n: s.state()["pods"] for n, s in fed.sims.items()}
+    batch_200(fed, {"image": IMAGE}, base, "coldbig")
+
+
+def test_batch_quota_rollback(fed):
+    """200 sandboxes where the nodes have room (2 x 110 pods) but each
+    namespace quota allows 60: the router only learns it from the clusters'
+    403s while creating, so all-or-nothing must delete what it made; with
+    partial_ok it keeps what the quotas admitted."""
+    base = {n: s.state()["pods"] for n, s in fed.sims.items()}
+    check(base == {"q1": 0, "q2": 0}, f"pods before: {base}")
+    rv0 = {n: s.state()["resource_version"] for n, s in fed.sims.items()}
+    st, r, h, el = post_batch(fed, {"image": IMAGE, "name": "quota", "num_sandboxes": 200,
+                                    "cpus": 1, "memory_gb": 1, "labels": {"run": "q"}})
+    e = expect_error((st, r), 503, "no_capacity", f"batch of 200 over two quotas of 60 (after {el:.1f} s)")
+    check("retry-after" in h, f"no Retry-After on no_capacity: {h}")
+    reasons = json.dumps(e.get("clusters"))
+    check(e.get("clusters") and "q1" in reasons and "q2" in reasons and "quota" in reasons,
+          f"per-cluster reasons do not name both clusters and the quota: {short(e, 800)}")
+    # Each created pod costs at least one resourceVersion: the 60 admitted
+    # per cluster were really created (and so must really be rolled back).
+    grew = {n: s.state()["resource_version"] - rv0[n] for n, s in fed.sims.items()}
+    check(all(g >= 60 for g in grew.values()),
+          f"resourceVersions grew by {grew}: the batch was refused without trying the clusters")
+    print(f"    (answer after {el:.1f} s; resourceVersions grew by {grew})")
+
+    def clean():
+        return fed.list_ids() == set() and all(s.state()["pods"] == 0 for s in fed.sims.values())
+    check(wait_until(clean, 30, 0.3),
+          f"after the failed batch: listed {len(fed.list_ids())}, kubesim pods "
+          f"{ {n: s.state()['pods'] for n, s in fed.sims.items()} } (want 0 everywhere)")
+    st, r, _, _ = post_batch(fed, {"image": IMAGE, "name": "qpart", "num_sandboxes": 200, "cpus": 1,
+                                   "memory_gb": 1, "labels": {"run": "qp"}, "partial_ok": True})
+    check(st == 201 and isinstance(r, dict), f"partial_ok batch: {st} {short(r)}")
+    n, pl = len(r.get("sandboxes", [])), r.get("placement", {})
+    where = {c: sum(1 for s in r["sandboxes"] if s["id"].startswith(c + ".")) for c in ("q1", "q2")}
+    check(where == {"q1": 60, "q2": 60}, f"partial_ok placed {where} (quota 60 each)")
+    check(pl.get("shortfall") == 200 - n, f"placement: {short(pl, 800)}")
+    st, d = fed.api("DELETE", "/v1/sandboxes?label=run=qp", timeout=120)
     check(st == 200 and d.get("terminated") == n, f"cleanup: {st} {short(d)}")
     check(wait_until(clean, 30, 0.3), "sandboxes left after DELETE by label")
 
@@ -960,7 +1028,11 @@ FEDERATIONS = [
     ("warm", [("cw", "us", ["--nodes", "1", "--image-pull-ms", "3000", "--start-ms", str(COLD_START_MS)] + BIG)],
      [test_warm_pool_claim]),
     ("small", [("s1", "us", ["--nodes", "1", "--node-pods", "50"] + BIG),
-               ("s2", "us", ["--nodes", "1", "--node-pods", "50"] + BIG)], [test_batch_all_or_nothing]),
+               ("s2", "us", ["--nodes", "1", "--node-pods", "50"] + BIG)],
+     [test_batch_pool_all_or_nothing, test_batch_cold_all_or_nothing]),
+    ("quota", [("q1", "us", ["--nodes", "1", "--node-pods", "110", "--namespace-quota", "pods=60"] + BIG),
+               ("q2", "us", ["--nodes", "1", "--node-pods", "110", "--namespace-quota", "pods=60"] + BIG)],
+     [test_batch_quota_rollback]),
 ]
 
 

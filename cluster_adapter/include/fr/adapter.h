@@ -58,13 +58,17 @@ struct fr_adapter_view {
   const char *name;
   const char *region;
   const char *server;
-  int synced;               /* every informer has completed its first list */
-  int healthy;              /* the last contact with the API worked */
+  int synced;               /* the sandbox, pool and node caches have completed their first list */
+  int healthy;              /* circuit breaker closed */
+  const char *breaker;      /* "closed", "open" or "half-open" */
+  int usage_exact;          /* node usage counts every pod (cluster-wide pod watch); else fedrouter's only */
   double api_latency_ms;    /* EWMA of list/watch round trips; 0 before the first */
   uint64_t last_contact_age_ms; /* since the last successful contact (UINT64_MAX: never) */
   int64_t nodes, nodes_ready;
   int64_t alloc_cpu_m, alloc_mem_b, alloc_pods;   /* ready, schedulable nodes */
   int64_t used_cpu_m, used_mem_b, used_pods;      /* requests of sandbox pods on nodes */
+  int64_t quota_pods, quota_cpu_m, quota_mem_b; /* room left under ResourceQuotas; -1 = unbounded */
+  int64_t inflight;         /* creates in flight (reserved) */
   int64_t sandboxes;        /* claimed or created sandbox pods */
   int64_t warm_pods;        /* ready pool pods */
   struct fr_adapter_pool_view *pools;
@@ -84,6 +88,17 @@ void fr_adapter_free(struct fr_adapter *a, void (*cb)(void *arg), void *arg);
 /* Fills <v> with the current view. Strings and the pools array stay valid
  * until the next call to fr_adapter_view() on this adapter or its free. */
 void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v);
+/* Sandboxes of <cpu_m>/<mem_b> that fit now: per ready, schedulable node
+ * min(free cpu / cpu, free memory / memory, free pod slots) summed over
+ * nodes (so fragmentation counts), bounded by the namespace's
+ * ResourceQuotas, minus creates in flight. */
+int64_t fr_adapter_free_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b);
+/* The same count for empty nodes: what the cluster holds in all. */
+int64_t fr_adapter_total_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b);
+/* Feeds the circuit breaker from outside (a create or exec that could not
+ * reach the cluster: ok = 0; one that did: ok = 1). */
+void fr_adapter_report(struct fr_adapter *a, int ok);
+
 struct fr_kube_client *fr_adapter_client(struct fr_adapter *a);
 const char *fr_adapter_namespace(const struct fr_adapter *a);
 const char *fr_adapter_name(const struct fr_adapter *a);

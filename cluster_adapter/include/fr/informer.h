@@ -6,7 +6,7 @@
  * the last resourceVersion seen; a 410 Expired (HTTP or ERROR event)
  * relists, and the difference between the old cache and the new list is
  * delivered as ADDED / MODIFIED / DELETED, so the owner never misses a
- * change. Failures back off exponentially (100 ms doubling to 10 s, with
+ * change. Failures back off exponentially (100 ms doubling to 5 s, with
  * jitter) and are retried forever; fr_informer_healthy() says whether the
  * last attempt worked.
  *
@@ -38,6 +38,13 @@ typedef void (*fr_informer_cb)(struct fr_informer *inf, enum fr_informer_event e
 int fr_informer_new(struct fr_kube_client *client, const char *path,
                     const char *label_selector, fr_informer_cb cb, void *arg,
                     struct fr_informer **out);
+/* Objects are reduced by <fn> before they are cached and delivered (as
+ * client-go's TransformFunc): it gets a borrowed object and returns a new
+ * reference (or NULL to drop the object). The result must keep
+ * metadata.namespace, metadata.name and metadata.resourceVersion. Set it
+ * before fr_informer_start(). */
+typedef json_t *(*fr_informer_transform_fn)(json_t *obj);
+void fr_informer_set_transform(struct fr_informer *inf, fr_informer_transform_fn fn);
 /* Begins listing. Callbacks arrive from later loop turns. */
 int fr_informer_start(struct fr_informer *inf);
 /* Stops everything and frees; no callback after this returns. Accepts NULL.

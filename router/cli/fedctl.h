@@ -1,0 +1,204 @@
+/* fedctl.h - internals shared by the fedctl source files (not a public
+ * header: fedctl is a program, not a library).
+ *
+ * Conventions: helpers return 0 or a negative errno (STYLE.md). The
+ * command functions (fc_cmd_*) are the exception: they return the process
+ * exit status directly, because that is what they decide:
+ *   0   success
+ *   1   the API answered with an error, or the router could not be reached
+ *   2   usage error (bad flag, bad number, missing argument)
+ *   N   `exec` only: the remote command's exit code (124 when timed out)
+ */
+#ifndef FEDCTL_H
+#define FEDCTL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "fr/buf.h"
+
+#define FC_EXIT_OK 0
+#define FC_EXIT_FAIL 1
+#define FC_EXIT_USAGE 2
+#define FC_EXIT_TIMEDOUT 124
+
+/* Bounds for flag values. The router enforces its own configured limits
+ * (max_batch, max_lifetime_s, ...); these only catch nonsense early. */
+#define FC_MAX_BATCH 1000000
+#define FC_MAX_REPLICAS 100000
+#define FC_MAX_CPUS 1024.0
+#define FC_MAX_MEMORY_GB 16384.0
+#define FC_MAX_SECONDS (366LL * 86400)
+/* Overall limit for simple calls (list, get, delete, pools): generous, but
+ * a hung router must not hang a script forever. */
+#define FC_CALL_TIMEOUT_S 120L
+
+/* ---------------------------------------------------------------- context */
+
+/* Everything a command needs: the global options and the HTTP client. One
+ * per process, owned by main(). */
+struct fc_ctx {
+  const char *url;        /* as given (--url / FEDROUTER_URL / default) */
+  char *base;             /* <url> without trailing slashes (owned) */
+  const char *token;      /* NULL: send no Authorization header */
+  const char *region;     /* NULL: send no X-Client-Region header */
+  int json;               /* --json: print API bodies verbatim */
+  int stderr_tty;         /* progress bars only on a terminal */
+  CURL *easy;             /* reused for keep-alive across blocking calls */
+};
+
+/* ---------------------------------------------------------------- options */
+
+/* One option of a command. <name> is the long name without "--";
+ * <short_name> is 0 or the single-letter form. */
+struct fc_opt {
+  const char *name;
+  char short_name;
+  int has_arg;
+  int id;                 /* > 0; returned by fc_args_next() */
+};
+
+/* Iterator over a command's arguments. Global options (--url, --token,
+ * --json, --region) are accepted anywhere and stored in <ctx>. */
+struct fc_args {
+  struct fc_ctx *ctx;
+  const char *cmd;        /* "create", "pools create", ... for messages */
+  const struct fc_opt *opts; /* terminated by an entry with name NULL */
+  int argc;
+  char **argv;
+  int i;                  /* next index to look at */
+  int pos_index;          /* index in argv of the last positional returned */
+  int no_more_opts;       /* after "--" */
+};
+
+enum {
+  FC_ARG_END = 0,         /* no more arguments */
+  FC_ARG_POS = -1,        /* a positional argument in *val */
+  FC_ARG_ERR = -2,        /* usage error already printed: exit 2 */
+  FC_ARG_HELP = -3        /* --help / -h */
+};
+
+void fc_args_init(struct fc_args *a, struct fc_ctx *ctx, const char *cmd,
+                  const struct fc_opt *opts, int argc, char **argv);
+/* Returns an option id (with its value in *<val> when it takes one), or one
+ * of FC_ARG_*. */
+int fc_args_next(struct fc_args *a, const char **val);
+
+/* Prints "fedctl <cmd>: <message>" and a hint to use --help on stderr;
+ * returns FC_EXIT_USAGE. */
+int fc_usage_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Strict number parsing for flags; on error print a usage error naming
+ * <flag> and return -EINVAL. */
+int fc_parse_int(const char *cmd, const char *flag, const char *s, int64_t min, int64_t max,
+                 int64_t *out);
+int fc_parse_double(const char *cmd, const char *flag, const char *s, double min, double max,
+                    double *out);
+/* Checks "<k>=<v>" for --label (Kubernetes label syntax) or --env (any
+ * non-empty key without '='); on error prints a usage error and returns
+ * -EINVAL. Sets *<eq> to the '=' inside <s>. */
+int fc_check_label(const char *cmd, const char *s, const char **eq);
+int fc_check_env(const char *cmd, const char *s, const char **eq);
+/* Adds "K=V" to the JSON object <obj> (borrowed); 0 or -ENOMEM. */
+int fc_obj_set_kv(json_t *obj, const char *kv, const char *eq);
+
+/* --------------------------------------------------------------- HTTP/API */
+
+/* One API response. */
+struct fc_resp {
+  long status;            /* HTTP status, 0 when no response arrived */
+  struct fr_buf body;
+  json_t *json;           /* the body parsed, when it is JSON; else NULL */
+  CURLcode curl_rc;
+  char err[CURL_ERROR_SIZE]; /* transport error text when curl_rc != 0 */
+  char retry_after[32];   /* Retry-After header value, "" when absent */
+  struct curl_slist *headers; /* request headers (owned until fc_resp_close) */
+};
+
+int fc_ctx_init(struct fc_ctx *ctx);
+void fc_ctx_close(struct fc_ctx *ctx);
+
+void fc_resp_init(struct fc_resp *r);
+/* Releases everything; accepts NULL; the struct can be reused after
+ * fc_resp_init(). */
+void fc_resp_close(struct fc_resp *r);
+
+/* Configures <easy> for one request "<method> <base><path>" with <body>
+ * (borrowed, may be NULL; serialised and copied) whose answer goes to <r>.
+ * <timeout_s> 0 means no overall limit (connect is always bounded).
+ * For the blocking path and for curl multi. Returns 0 or -ENOMEM. */
+int fc_easy_setup(struct fc_ctx *ctx, CURL *easy, const char *method, const char *path,
+                  json_t *body, long timeout_s, struct fc_resp *r);
+/* Fills <r>'s status and parsed body once the transfer on <easy> ended with
+ * <rc>. */
+void fc_resp_finish(CURL *easy, CURLcode rc, struct fc_resp *r);
+
+/* Blocking request. Returns 0 when an HTTP answer arrived (any status),
+ * -EIO when the router could not be reached (text in r->err), -ENOMEM. */
+int fc_request(struct fc_ctx *ctx, const char *method, const char *path, json_t *body,
+               long timeout_s, struct fc_resp *r);
+
+/* fc_request() plus error reporting: returns FC_EXIT_OK for a 2xx answer,
+ * else prints the error (see fc_report) and returns FC_EXIT_FAIL. */
+int fc_call(struct fc_ctx *ctx, const char *method, const char *path, json_t *body,
+            long timeout_s, struct fc_resp *r);
+/* Prints why <r> failed: "fedctl: <code>: <message>" (plus the fields that
+ * help: field, per-cluster reasons, Retry-After) or the transport error
+ * with the URL. With --json the error body also goes to stdout verbatim.
+ * Returns FC_EXIT_FAIL. */
+int fc_report(struct fc_ctx *ctx, const struct fc_resp *r);
+/* Print "out of memory" / "unexpected answer (HTTP n, ...)" on stderr;
+ * return FC_EXIT_FAIL. */
+int fc_oom(void);
+int fc_bad_answer(const struct fc_resp *r);
+/* Writes the body verbatim to stdout (newline-terminated). */
+void fc_print_body(const struct fc_resp *r);
+
+/* Appends <s> percent-encoded for a path segment or query value. */
+int fc_buf_put_escaped(struct fr_buf *b, const char *s);
+
+/* ----------------------------------------------------------------- output */
+
+/* A text table: cells are copied; columns are left-aligned, two spaces
+ * apart, like kubectl. */
+struct fc_table {
+  size_t ncols;
+  size_t ncells;
+  size_t cap;
+  char **cells;
+};
+
+int fc_table_init(struct fc_table *t, size_t ncols);
+void fc_table_close(struct fc_table *t);
+/* Appends one cell; rows wrap every ncols cells. 0 or -ENOMEM. */
+int fc_table_add(struct fc_table *t, const char *cell);
+int fc_table_addf(struct fc_table *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void fc_table_print(const struct fc_table *t, FILE *f);
+
+/* String member <key> of <obj>, or <dflt> when absent or not a string. */
+const char *fc_jstr(const json_t *obj, const char *key, const char *dflt);
+/* Integer member (or real, truncated), or <dflt>. */
+int64_t fc_jint(const json_t *obj, const char *key, int64_t dflt);
+/* Number member as double, or <dflt>. */
+double fc_jnum(const json_t *obj, const char *key, double dflt);
+/* Prints a JSON number compactly ("1", "0.5", "2.25") into <out>. */
+void fc_fmt_num(double v, char *out, size_t outlen);
+/* A duration in seconds the way kubectl shows ages: 45s, 2m30s, 15m,
+ * 3h5m, 2d3h. Negative durations print as "-". */
+void fc_fmt_duration(int64_t s, char *out, size_t outlen);
+
+/* --------------------------------------------------------------- commands */
+
+int fc_cmd_create(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_terminate(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_ls(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_pools(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_clusters(struct fc_ctx *ctx, int argc, char **argv);
+
+#endif

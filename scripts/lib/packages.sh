@@ -1,0 +1,45 @@
+# scripts/lib/packages.sh — the Debian 12 packages fedrouter needs, and the
+# function that installs the missing ones. Sourced (bash) by scripts/test and
+# scripts/demo, so both install exactly the same set the same way.
+#
+#   FR_PACKAGES           the package names
+#   fr_install_packages   installs whichever of them are not installed yet:
+#                         nothing at all (not even apt-get update) when all are
+#                         present, so it works offline; apt-get as root, else
+#                         through sudo; returns non-zero with a message on
+#                         failure.
+# shellcheck shell=bash
+
+FR_PACKAGES=(
+  build-essential cmake pkg-config
+  libuv1-dev libcurl4-openssl-dev libjansson-dev libconfig-dev libssl-dev
+  check libsubunit-dev libhttp-parser-dev libyaml-dev libbsd-dev
+  openssl ca-certificates procps python3 curl
+)
+
+fr_install_packages() {
+  local missing=() p st
+  for p in "${FR_PACKAGES[@]}"; do
+    st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+    [ "$st" = "installed" ] || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -eq 0 ]; then
+    echo "all ${#FR_PACKAGES[@]} packages present; skipping apt"
+    return 0
+  fi
+  echo "missing: ${missing[*]}"
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+      sudo=(sudo)
+    else
+      echo "error: not root and no sudo; install as root: apt-get install ${missing[*]}" >&2
+      return 1
+    fi
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update </dev/null || { echo "error: apt-get update failed" >&2; return 1; }
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+    --no-install-recommends "${missing[@]}" </dev/null \
+    || { echo "error: apt-get install failed for: ${missing[*]}" >&2; return 1; }
+}
