@@ -249,6 +249,7 @@ fail:
   fr_kube_creds_free(creds);
   json_decref(a->claiming);
   json_decref(a->reaping);
+  json_decref(a->deleting);
   json_decref(a->node_usage);
   free(a->reaper);
   for (i = 0; i < INF_COUNT; i++)
@@ -288,6 +289,7 @@ static void on_client_freed(void *arg) {
   free(a->server);
   json_decref(a->claiming);
   json_decref(a->reaping);
+  json_decref(a->deleting);
   json_decref(a->node_usage);
   free(a);
   if (cb != NULL)

@@ -46,6 +46,7 @@ struct fr_adapter {
   int64_t inflight;
   json_t *claiming;              /* pod name -> true while a claim is out */
   json_t *reaping;               /* pod name -> true once a reap delete was sent */
+  json_t *deleting;              /* pod name -> true from our DELETE until the watch says gone */
   uv_timer_t *reaper;
   int stopping;
 };

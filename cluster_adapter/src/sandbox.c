@@ -197,6 +197,8 @@ void sandbox_on_pod(struct fr_adapter *a, enum fr_informer_event ev, json_t *obj
 
   if (name == NULL)
     return;
+  if (ev == FR_INF_DELETED)
+    json_object_del(a->deleting, name);
   for (op = a->creates; op != NULL; op = nx) {
     nx = op->next;
     if (op->state != CS_WAITING || strcmp(op->pod, name) != 0)
@@ -506,9 +508,23 @@ static int simple_request(struct fr_adapter *a, const char *method, const char *
 int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod,
                               void (*cb)(int status, const char *message, void *arg), void *arg) {
   char path[300];
+  int rc;
 
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", a->ns, pod);
-  return simple_request(a, "DELETE", path, NULL, NULL, 1, cb, arg);
+  rc = simple_request(a, "DELETE", path, NULL, NULL, 1, cb, arg);
+  /* Hide it from lists at once; the mark goes when the watch reports the
+   * pod gone (or, if the delete failed, by the reaper's sweep below). */
+  if (rc == 0 && fr_adapter_pod(a, pod) != NULL)
+    json_object_set_new(a->deleting, pod, json_true());
+  return rc;
+}
+
+int fr_adapter_pod_leaving(struct fr_adapter *a, json_t *pod) {
+  json_t *meta = json_object_get(pod, "metadata");
+  const char *name = json_string_value(json_object_get(meta, "name"));
+
+  return json_object_get(meta, "deletionTimestamp") != NULL ||
+         (name != NULL && json_object_get(a->deleting, name) != NULL);
 }
 
 int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec,
@@ -579,10 +595,14 @@ static void on_reap(uv_timer_t *t) {
   int64_t now = fr_wall_ms() / 1000;
   void *tmp;
 
-  /* Forget reap marks of pods that are gone. */
+  /* Forget marks of pods that are gone. */
   json_object_foreach_safe(a->reaping, tmp, key, pod) {
     if (fr_adapter_pod(a, key) == NULL)
       json_object_del(a->reaping, key);
+  }
+  json_object_foreach_safe(a->deleting, tmp, key, pod) {
+    if (fr_adapter_pod(a, key) == NULL)
+      json_object_del(a->deleting, key);
   }
   json_object_foreach(fr_adapter_pods(a), key, pod) {
     const char *name = json_string_value(json_object_get(json_object_get(pod, "metadata"), "name"));
@@ -610,8 +630,9 @@ static void on_reap(uv_timer_t *t) {
 int sandbox_init(struct fr_adapter *a) {
   a->claiming = json_object();
   a->reaping = json_object();
+  a->deleting = json_object();
   a->reaper = malloc(sizeof(*a->reaper));
-  if (a->claiming == NULL || a->reaping == NULL || a->reaper == NULL)
+  if (a->claiming == NULL || a->reaping == NULL || a->deleting == NULL || a->reaper == NULL)
     return -ENOMEM;
   a->reaper->data = NULL;
   return 0;

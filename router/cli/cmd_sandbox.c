@@ -282,7 +282,69 @@ static void print_placement(const json_t *pl, int64_t n, double secs) {
   }
 }
 
+static const char explain_usage[] =
+    "usage: fedctl explain [-n N] [--pool P] [--image IMG] [--cpus C] [--memory-gb G]\n"
+    "                      [--region R] [--cluster C]... [--label k=v]...\n"
+    "\n"
+    "Shows where `fedctl create` with the same flags would place the sandboxes\n"
+    "(POST /v1/placement/explain) and why: every cluster with its verdict, count,\n"
+    "tier, score and reason. Creates nothing.\n";
+
+/* The ranked plan of POST /v1/placement/explain, readably. */
+static int print_explain(struct fc_ctx *ctx, struct fc_resp *r) {
+  json_t *plan = json_object_get(r->json, "plan"), *pol = json_object_get(r->json, "policy");
+  json_t *req = json_object_get(r->json, "request"), *clusters = json_object_get(plan, "clusters"), *e;
+  struct fc_table t;
+  size_t i;
+
+  if (!json_is_array(clusters))
+    return fc_bad_answer(r);
+  printf("policy %s (version %.12s)\n", fc_jstr(pol, "source", "?"), fc_jstr(pol, "version", "?"));
+  printf("request: %" JSON_INTEGER_FORMAT " sandbox(es), tenant %s, region %s%s%s, split %s\n",
+         json_integer_value(json_object_get(req, "num_sandboxes")), fc_jstr(req, "tenant", "?"),
+         fc_jstr(req, "region", "?"), json_is_string(json_object_get(req, "pool")) ? ", pool " : "",
+         json_is_string(json_object_get(req, "pool")) ? json_string_value(json_object_get(req, "pool")) : "",
+         fc_jstr(plan, "split", "?"));
+  fc_table_init(&t, 7);
+  fc_table_add(&t, "CLUSTER");
+  fc_table_add(&t, "VERDICT");
+  fc_table_add(&t, "COUNT");
+  fc_table_add(&t, "WARM");
+  fc_table_add(&t, "TIER");
+  fc_table_add(&t, "SCORE");
+  fc_table_add(&t, "REASON");
+  json_array_foreach(clusters, i, e) {
+    fc_table_add(&t, fc_jstr(e, "cluster", "?"));
+    fc_table_add(&t, fc_jstr(e, "verdict", "?"));
+    fc_table_addf(&t, "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(e, "count")));
+    fc_table_addf(&t, "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(e, "warm")));
+    fc_table_addf(&t, "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(e, "tier")));
+    fc_table_addf(&t, "%.3f", json_number_value(json_object_get(e, "score")));
+    fc_table_add(&t, fc_jstr(e, "reason", ""));
+  }
+  fc_table_print(&t, stdout);
+  fc_table_close(&t);
+  printf("planned %" JSON_INTEGER_FORMAT ", shortfall %" JSON_INTEGER_FORMAT "\n",
+         json_integer_value(json_object_get(plan, "planned")), json_integer_value(json_object_get(plan, "shortfall")));
+  json_array_foreach(json_object_get(plan, "rules"), i, e) {
+    char *txt = json_is_string(e) ? NULL : json_dumps(e, JSON_COMPACT);
+    printf("rule matched: %s\n", json_is_string(e) ? json_string_value(e) : (txt ? txt : "?"));
+    free(txt);
+  }
+  return FC_EXIT_OK;
+}
+
+static int create_or_explain(struct fc_ctx *ctx, int argc, char **argv, int explain);
+
 int fc_cmd_create(struct fc_ctx *ctx, int argc, char **argv) {
+  return create_or_explain(ctx, argc, argv, 0);
+}
+
+int fc_cmd_explain(struct fc_ctx *ctx, int argc, char **argv) {
+  return create_or_explain(ctx, argc, argv, 1);
+}
+
+static int create_or_explain(struct fc_ctx *ctx, int argc, char **argv, int explain) {
   struct fc_args a;
   struct fc_resp r;
   struct progress p;
@@ -303,13 +365,13 @@ int fc_cmd_create(struct fc_ctx *ctx, int argc, char **argv) {
     rc = fc_oom();
     goto done;
   }
-  fc_args_init(&a, ctx, "create", create_opts, argc, argv);
+  fc_args_init(&a, ctx, explain ? "explain" : "create", create_opts, argc, argv);
   while ((opt = fc_args_next(&a, &val)) != FC_ARG_END) {
     int64_t iv;
     double dv;
     switch (opt) {
     case FC_ARG_HELP:
-      fputs(create_usage, stdout);
+      fputs(explain ? explain_usage : create_usage, stdout);
       rc = FC_EXIT_OK;
       goto done;
     case FC_ARG_ERR:
@@ -399,6 +461,18 @@ int fc_cmd_create(struct fc_ctx *ctx, int argc, char **argv) {
   if (ctx->region != NULL)
     json_object_set_new(body, "region", json_string(ctx->region));
 
+  if (explain) {
+    if (fc_request(ctx, "POST", "/v1/placement/explain", body, 0, &r) == -ENOMEM)
+      rc = fc_oom();
+    else if (r.status < 200 || r.status > 299)
+      rc = fc_report(ctx, &r);
+    else if (ctx->json) {
+      fc_print_body(&r);
+      rc = FC_EXIT_OK;
+    } else
+      rc = print_explain(ctx, &r);
+    goto done;
+  }
   t0 = mono_ms();
   if (n > 1) {
     struct fr_buf path;

@@ -31,6 +31,7 @@ static const char usage_text[] =
     "  ls          list sandboxes\n"
     "  pools       list, create, resize, get and delete warm pools\n"
     "  clusters    show the clusters behind the router\n"
+    "  explain     show where a create would go, and why (creates nothing)\n"
     "\n"
     "Global options (accepted before or after the command):\n"
     "  --url URL       router endpoint (env FEDROUTER_URL, default " FC_DEFAULT_URL ")\n"
@@ -322,6 +323,7 @@ struct command {
 static const struct command commands[] = {
     {"create", fc_cmd_create}, {"exec", fc_cmd_exec},   {"terminate", fc_cmd_terminate},
     {"ls", fc_cmd_ls},         {"pools", fc_cmd_pools}, {"clusters", fc_cmd_clusters},
+    {"explain", fc_cmd_explain},
 };
 
 int main(int argc, char **argv) {

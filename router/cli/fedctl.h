@@ -198,6 +198,7 @@ int fc_cmd_create(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_terminate(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_ls(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_explain(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_pools(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_clusters(struct fc_ctx *ctx, int argc, char **argv);
 

@@ -14,6 +14,7 @@
 #include "fr/http.h"
 #include "fr/kubeconfig.h"
 #include "fr/log.h"
+#include "fr/policy.h"
 #include "router.h"
 
 #define FEDROUTER_VERSION "0.1.0"
@@ -22,6 +23,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: fedrouter --config FILE [--log-level LEVEL]\n"
           "       fedrouter config check FILE\n"
+          "       fedrouter policy check FILE [--config ROUTER_CONF]\n"
           "       fedrouter --version\n"
           "\n"
           "  --config FILE      router configuration (libconfig; see config/examples/)\n"
@@ -68,6 +70,67 @@ static int config_check(const char *path) {
   return bad;
 }
 
+/* `fedrouter policy check FILE [--config ROUTER_CONF]`: with the router
+ * config, cluster and region names are checked against it too. */
+static int policy_check(int argc, char **argv) {
+  const char *file = NULL, *conf = NULL;
+  struct fr_config *cfg = NULL;
+  struct fr_config_error cerr;
+  struct fr_policy *p = NULL;
+  struct fr_policy_error perr;
+  struct fr_policy_warning *w = NULL;
+  size_t nw = 0, i;
+  const char **names = NULL, **regions = NULL;
+  int rc = 1;
+
+  for (i = 3; i < (size_t)argc; i++) {
+    if (strcmp(argv[i], "--config") == 0 && i + 1 < (size_t)argc)
+      conf = argv[++i];
+    else if (file == NULL && argv[i][0] != '-')
+      file = argv[i];
+    else
+      file = NULL, i = (size_t)argc;
+  }
+  if (file == NULL) {
+    fprintf(stderr, "usage: fedrouter policy check FILE [--config ROUTER_CONF]\n");
+    return 2;
+  }
+  if (conf != NULL) {
+    if (fr_config_load(conf, &cfg, &cerr) != 0) {
+      print_config_error(&cerr);
+      return 1;
+    }
+    names = calloc(cfg->nclusters + 1, sizeof(*names));
+    regions = calloc(cfg->nclusters + 1, sizeof(*regions));
+    if (names == NULL || regions == NULL)
+      goto out;
+    for (i = 0; i < cfg->nclusters; i++) {
+      names[i] = cfg->clusters[i].name;
+      regions[i] = cfg->clusters[i].region;
+    }
+  }
+  /* Without the router config there are no names to check against. */
+  if (fr_policy_load(file, names, regions, &p, &perr, &w, &nw) != 0) {
+    if (perr.line > 0)
+      fprintf(stderr, "%s:%d: %s\n", perr.file, perr.line, perr.msg);
+    else
+      fprintf(stderr, "%s: %s\n", perr.file[0] ? perr.file : file, perr.msg);
+    goto out;
+  }
+  for (i = 0; i < nw; i++)
+    fprintf(stderr, "%s:%d: warning: %s\n", file, w[i].line, w[i].msg);
+  printf("%s: OK (version %.12s%s%s)\n", file, fr_policy_version(p), conf ? ", checked against " : "",
+         conf ? conf : "");
+  rc = 0;
+out:
+  free(w);
+  free(names);
+  free(regions);
+  fr_policy_unref(p);
+  fr_config_unref(cfg);
+  return rc;
+}
+
 struct shutdown {
   uv_signal_t sigint, sigterm, sighup;
   uv_timer_t drain;
@@ -89,6 +152,7 @@ static void finish_shutdown(struct shutdown *sd) {
 
   fr_http_server_free(r->http, NULL, NULL);
   r->http = NULL;
+  placement_close(r);
   for (i = 0; i < r->nadapters; i++)
     fr_adapter_free(r->adapters[i], on_adapter_freed, NULL);
   r->nadapters = 0;
@@ -109,11 +173,13 @@ static void on_drain(uv_timer_t *t) {
   finish_shutdown(sd);
 }
 
-/* SIGHUP must not kill the router (the default action): there is no
- * reloadable state yet; the policy file (issue 4) will reload here. */
+/* SIGHUP reloads the policy file (the router config itself needs a
+ * restart: clusters and tenants are wired into live state). */
 static void on_sighup(uv_signal_t *h, int signum) {
-  (void)h;
-  FR_INFO("fedrouter", "signal %d: nothing to reload (the router config needs a restart)", signum);
+  struct shutdown *sd = h->data;
+
+  FR_INFO("fedrouter", "signal %d: reloading the policy", signum);
+  placement_reload(sd->r);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -190,6 +256,8 @@ int main(int argc, char **argv) {
   size_t i;
   int opt, rc;
 
+  if (argc >= 3 && strcmp(argv[1], "policy") == 0 && strcmp(argv[2], "check") == 0)
+    return policy_check(argc, argv);
   if (argc >= 2 && strcmp(argv[1], "config") == 0) {
     if (argc != 4 || strcmp(argv[2], "check") != 0) {
       fprintf(stderr, "usage: fedrouter config check FILE\n");
@@ -223,6 +291,8 @@ int main(int argc, char **argv) {
     print_config_error(&cerr);
     return 1;
   }
+  if (placement_init(&r) != 0)
+    return 1;
   r.adapters = calloc(r.cfg->nclusters, sizeof(*r.adapters));
   if (r.adapters == NULL)
     return 1;
@@ -276,6 +346,7 @@ int main(int argc, char **argv) {
   if (rc != 0)
     FR_WARN("fedrouter", "loop closed with handles still open");
   free(r.adapters);
+  placement_free(&r);
   fr_config_unref(r.cfg);
   SSL_CTX_free(ssl);
   return 0;

@@ -230,6 +230,11 @@ void router_handle(struct fr_http_req *req, void *arg) {
         get_clusters(r, req);
       else
         router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
+    } else if (strcmp(req->path, "/v1/policy") == 0) {
+      if (get)
+        placement_policy_json(r, req, rid);
+      else
+        router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
     } else if (router_sandboxes(r, req, tenant)) {
       /* answered, now or later */
     } else {

@@ -2,11 +2,16 @@
 #ifndef FR_ROUTER_H
 #define FR_ROUTER_H
 
+#include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
 struct fr_config;
 struct fr_adapter;
+struct fr_policy;
+struct fr_cluster_state;
+struct fr_sandbox_spec;
 struct fr_http_server;
 struct fr_http_req;
 
@@ -18,7 +23,32 @@ struct router {
   size_t nadapters;
   int stopping;                   /* draining: new requests get 503 */
   size_t inflight;                /* requests answered later (creates, execs, ...) */
+
+  /* placement.c */
+  struct fr_policy *policy;       /* current; requests take their own reference */
+  int64_t policy_loaded_at;
+  char policy_error[1100];        /* last rejected reload, "" if none since */
+  int64_t policy_error_at;
+  uint64_t policy_reloads, policy_reload_failures;
+  json_t *policy_warnings;
+  int policy_reloading, policy_reload_again;
+  uv_fs_poll_t *policy_poll;
+  char **cluster_names, **cluster_regions; /* NULL-terminated, borrowed from cfg */
 };
+
+/* Loads the policy named by the config (or the built-in one) at start-up
+ * and watches the file. 0, or -EINVAL after printing the file:line error. */
+int placement_init(struct router *r);
+/* Reloads the policy file on the thread pool; the swap happens on the loop. */
+void placement_reload(struct router *r);
+/* Stops watching the file (shutdown), then frees the policy state. */
+void placement_close(struct router *r);
+void placement_free(struct router *r);
+/* Snapshot of every cluster for a request of <spec>'s shape and pool, in
+ * adapter order; caller frees. NULL on out-of-memory. */
+struct fr_cluster_state *placement_states(struct router *r, const struct fr_sandbox_spec *spec);
+/* Answers GET /v1/policy. */
+void placement_policy_json(struct router *r, struct fr_http_req *req, const char *rid);
 
 /* The HTTP handler (fr_http_handler_cb) with <arg> = struct router. */
 void router_handle(struct fr_http_req *req, void *arg);

@@ -22,6 +22,7 @@
 #include "fr/kube.h"
 #include "fr/labels.h"
 #include "fr/log.h"
+#include "fr/policy.h"
 #include "fr/util.h"
 #include "router.h"
 
@@ -247,7 +248,7 @@ static json_t *find_sandbox(struct ctx *c, const char *id, struct fr_adapter **o
   snprintf(pod_out, cap, "%s", dot + 1);
   a = adapter_by_name(c->r, cluster);
   pod = a ? fr_adapter_pod(a, pod_out) : NULL;
-  if (pod == NULL || !owned_by(pod, c->tenant)) {
+  if (pod == NULL || !owned_by(pod, c->tenant) || fr_adapter_pod_leaving(a, pod)) {
     snprintf(msg, sizeof(msg), "no sandbox %.200s for this tenant", id);
     reply_err(c, 404, "sandbox_not_found", msg, NULL);
     return NULL;
@@ -350,7 +351,7 @@ static void list_sandboxes(struct ctx *c, const char *query) {
   for (i = 0; i < c->r->nadapters; i++) {
     struct fr_adapter *a = c->r->adapters[i];
     json_object_foreach(fr_adapter_pods(a), key, pod) {
-      if (owned_by(pod, c->tenant) && matches(&f, a, pod))
+      if (owned_by(pod, c->tenant) && matches(&f, a, pod) && !fr_adapter_pod_leaving(a, pod))
         json_array_append_new(arr, sandbox_json(a, pod));
     }
   }
@@ -485,7 +486,7 @@ static void terminate_many(struct ctx *c, const char *query) {
     json_t *pod;
     const char *key;
     json_object_foreach(fr_adapter_pods(a), key, pod) {
-      if (owned_by(pod, c->tenant) && matches(&f, a, pod) && meta_str(pod, "deletionTimestamp") == NULL)
+      if (owned_by(pod, c->tenant) && matches(&f, a, pod) && !fr_adapter_pod_leaving(a, pod))
         term_start(t, a, meta_str(pod, "name"));
     }
   }
@@ -723,19 +724,6 @@ static void batch_pump(struct batch *b) {
   }
 }
 
-/* Room for the request's shape: free slots (per node, under quotas, minus
- * creates in flight) plus the pool's ready warm pods, which already hold
- * their slots. */
-static int64_t estimate_room(struct fr_adapter *a, const struct fr_adapter_view *v, const struct fr_sandbox_spec *s) {
-  int64_t room = fr_adapter_free_slots(a, s->cpu_m, s->mem_b);
-  size_t i;
-
-  for (i = 0; s->pool && i < v->npools; i++)
-    if (strcmp(v->pools[i].name, s->pool) == 0)
-      room += v->pools[i].ready;
-  return room;
-}
-
 static const char *const create_fields[] = {"name", "num_sandboxes", "pool", "image", "cpus", "memory_gb",
                                             "env", "secrets", "volumes", "labels", "region", "clusters",
                                             "timeout_s", "partial_ok", NULL};
@@ -929,7 +917,49 @@ static int64_t tenant_count(struct router *r, const char *tenant) {
   return n;
 }
 
-static void create_sandboxes(struct ctx *c, struct fr_http_req *req) {
+/* The policy's plan for batch <b> (its spec must be filled) from a fresh
+ * snapshot of the clusters. <pol> gets a reference the caller drops. */
+static int make_plan(struct router *r, struct batch *b, const struct body_spec *s, const char *region,
+                     struct fr_plan *plan, struct fr_cluster_state **states, struct fr_policy **pol) {
+  const char **keys = NULL, **vals = NULL, **clusters = NULL;
+  struct fr_placement_request preq;
+  const char *k;
+  json_t *v;
+  size_t i = 0;
+  int rc = -ENOMEM;
+
+  memset(plan, 0, sizeof(*plan));
+  *pol = fr_policy_ref(r->policy);
+  *states = placement_states(r, &b->spec);
+  keys = calloc(json_object_size(b->labels) + 1, sizeof(*keys));
+  vals = calloc(json_object_size(b->labels) + 1, sizeof(*vals));
+  clusters = calloc(json_array_size(s->clusters) + 1, sizeof(*clusters));
+  if (*states == NULL || keys == NULL || vals == NULL || clusters == NULL)
+    goto out;
+  json_object_foreach(b->labels, k, v) {
+    keys[i] = k;
+    vals[i++] = json_string_value(v);
+  }
+  memset(&preq, 0, sizeof(preq));
+  preq.tenant = b->spec.tenant;
+  preq.pool = b->pool;
+  preq.region = region;
+  preq.label_keys = keys;
+  preq.label_values = vals;
+  preq.nlabels = i;
+  json_array_foreach(s->clusters, i, v) clusters[i] = json_string_value(v);
+  preq.clusters = s->clusters ? clusters : NULL;
+  preq.nclusters = json_array_size(s->clusters);
+  preq.count = b->n;
+  rc = fr_policy_plan(*pol, *states, r->nadapters, &preq, plan);
+out:
+  free(keys);
+  free(vals);
+  free(clusters);
+  return rc;
+}
+
+static void create_sandboxes(struct ctx *c, struct fr_http_req *req, int explain) {
   struct router *r = c->r;
   json_t *j = body_object(c, req, create_fields, 0);
   struct body_spec s;
@@ -938,8 +968,10 @@ static void create_sandboxes(struct ctx *c, struct fr_http_req *req) {
   const char *region;
   char image[256], msg[400];
   int64_t pool_cpu = 0, pool_mem = 0;
+  struct fr_plan plan;
+  struct fr_cluster_state *states = NULL;
+  struct fr_policy *pol = NULL;
   size_t i;
-  int k, pass;
 
   if (j == NULL) {
     free(c);
@@ -1004,52 +1036,74 @@ static void create_sandboxes(struct ctx *c, struct fr_http_req *req) {
     b->items[i].index = (int)i + 1;
     b->items[i].cluster = -1;
   }
-  /* The plan: preferred region first, then the others; within a group the
-   * lowest API latency first. Unhealthy and unsynced clusters are left out. */
+  /* The plan: the policy orders the clusters and splits the count; the
+   * batch follows it, and moves items on when a cluster says it is full. */
   region = s.region ? s.region : fr_http_req_header(req, "X-Client-Region");
   if (region == NULL || *region == '\0')
     region = r->cfg->region;
-  for (pass = 0; pass < 2; pass++) {
-    int start = b->ncands;
-    for (i = 0; i < r->nadapters; i++) {
+  if (make_plan(r, b, &s, region, &plan, &states, &pol) != 0) {
+    reply_err(c, 503, "out_of_memory", "the router is out of memory", NULL);
+    goto plan_done;
+  }
+  if (explain) {
+    json_t *out = json_pack("{s:{s:s,s:s},s:{s:s,s:s?,s:s,s:i},s:o}", "policy", "source", fr_policy_source(pol),
+                            "version", fr_policy_version(pol), "request", "tenant", c->tenant, "pool", b->pool,
+                            "region", region, "num_sandboxes", b->n, "plan", fr_plan_json(&plan, states));
+    reply(c, 200, out, NULL);
+    goto plan_done;
+  }
+  for (i = 0; i < plan.nentries; i++) {
+    struct fr_plan_entry *e = &plan.entries[i];
+    if (e->verdict != FR_PLAN_USE)
+      continue;
+    b->cands[b->ncands].a = r->adapters[e->cluster];
+    b->cands[b->ncands].budget = e->count;
+    b->ncands++;
+  }
+  if (b->ncands == 0 || (plan.shortfall > 0 && !b->partial_ok)) {
+    /* Nothing to try, or the federation's free capacity cannot hold the
+     * batch: say so at once, with every cluster's reason, rather than
+     * create and roll back. */
+    json_t *body = err_body("no_capacity", b->ncands == 0 ? "no cluster can take this request"
+                                                           : "the federation does not have room for the whole batch");
+    json_t *reasons = json_array();
+    for (i = 0; i < plan.nentries; i++) {
+      const struct fr_cluster_state *cs = &states[plan.entries[i].cluster];
       struct fr_adapter_view v;
-      struct fr_adapter *a = r->adapters[i];
-      int same = strcmp(fr_adapter_region(a), region) == 0;
-      if ((pass == 0) != same || !in_clusters(s.clusters, fr_adapter_name(a)))
-        continue;
-      fr_adapter_view(a, &v);
-      if (!v.healthy || !v.synced) {
-        continue;
-      }
-      b->cands[b->ncands].a = a;
-      b->cands[b->ncands].budget = estimate_room(a, &v, &b->spec);
-      /* insertion by latency within this region group */
-      for (k = b->ncands; k > start; k--) {
-        struct fr_adapter_view pv;
-        fr_adapter_view(b->cands[k - 1].a, &pv);
-        fr_adapter_view(a, &v);
-        if (pv.api_latency_ms <= v.api_latency_ms)
-          break;
-        {
-          struct cand tmp = b->cands[k];
-          b->cands[k] = b->cands[k - 1];
-          b->cands[k - 1] = tmp;
-        }
-      }
-      b->ncands++;
+      char why[400];
+      /* Say what bounds the room when it is a quota, not the nodes. */
+      fr_adapter_view(r->adapters[plan.entries[i].cluster], &v);
+      if (v.quota_pods >= 0 && v.quota_pods <= cs->free_slots + v.inflight)
+        snprintf(why, sizeof(why), "%s; the namespace's ResourceQuota allows %" PRId64 " more pods",
+                 plan.entries[i].reason, v.quota_pods);
+      else
+        snprintf(why, sizeof(why), "%s", plan.entries[i].reason);
+      json_array_append_new(reasons, json_pack("{s:s,s:I,s:I,s:s}", "cluster", cs->name, "free_slots",
+                                               (json_int_t)cs->free_slots, "warm_ready",
+                                               (json_int_t)cs->warm_ready, "reason", why));
     }
+    json_object_set_new(json_object_get(body, "error"), "clusters", reasons);
+    json_object_set_new(json_object_get(body, "error"), "shortfall", json_integer(plan.shortfall));
+    reply(c, 503, body, "Retry-After: 5\r\n");
+    goto plan_done;
   }
-  json_decref(j);
-  if (b->ncands == 0) {
-    reply_err(c, 503, "no_capacity", "no healthy cluster can take this request", "Retry-After: 5\r\n");
-    c = NULL;
-    b->c = NULL;
-    batch_free(b);
-    return;
-  }
+  fr_plan_free(&plan);
+  free(states);
+  fr_policy_unref(pol);
+  json_decref(j); /* <region> and <s> borrowed from it until here */
   ctx_defer(c);
   batch_pump(b);
+  return;
+plan_done:
+  fr_plan_free(&plan);
+  free(states);
+  fr_policy_unref(pol);
+  json_decref(j);
+  b->c = NULL;
+  batch_free(b);
+  free(c);
 }
+
 
 /* ---------------------------------------------------------------------- */
 /* exec                                                                    */
@@ -1594,16 +1648,22 @@ int router_sandboxes(struct router *r, struct fr_http_req *req, const char *tena
   const char *p = req->path;
   struct ctx *c;
 
-  if (strncmp(p, "/v1/sandboxes", 13) != 0 && strncmp(p, "/v1/pools", 9) != 0)
+  if (strncmp(p, "/v1/sandboxes", 13) != 0 && strncmp(p, "/v1/pools", 9) != 0 &&
+      strcmp(p, "/v1/placement/explain") != 0)
     return 0;
   c = ctx_new(r, req, tenant);
   if (c == NULL) {
     router_error(req, 503, "out_of_memory", "the router is out of memory", NULL);
     return 1;
   }
-  if (strcmp(p, "/v1/sandboxes") == 0) {
+  if (strcmp(p, "/v1/placement/explain") == 0) {
     if (method_is(req, "POST"))
-      create_sandboxes(c, req);
+      create_sandboxes(c, req, 1);
+    else
+      not_allowed(c, "POST");
+  } else if (strcmp(p, "/v1/sandboxes") == 0) {
+    if (method_is(req, "POST"))
+      create_sandboxes(c, req, 0);
     else if (method_is(req, "GET")) {
       list_sandboxes(c, req->query);
       free(c);

@@ -290,8 +290,10 @@ fc terminate us-a.x --label a=b
 expect_rc 2
 fc ls --bogus
 expect_rc 2 && expect_err "unknown option --bogus"
-fc explain
+fc frobnicate
 expect_rc 2 && expect_err "unknown command"
+fc explain
+expect_rc 2 && expect_err "give --pool or --image"
 fc
 expect_rc 2
 
@@ -324,6 +326,20 @@ fc --json clusters
 expect_rc 0 && expect_json
 [ "$(pyjson "sorted(c['name'] for c in d['clusters'])")" = "['eu-b', 'us-a']" ] ||
   fail "clusters in --json are not [eu-b, us-a]"
+
+step "explain: an EU client's request ranks eu-b first, creates nothing"
+fc --region eu explain -n 3 --image busybox
+expect_rc 0
+expect_out "^CLUSTER +VERDICT +COUNT +WARM +TIER +SCORE +REASON"
+expect_out "^eu-b +use +3 "
+expect_out "^us-a +use +0 "
+fc --json ls
+[ "$(pyjson "len(d['sandboxes'])")" = 0 ] || fail "explain created sandboxes"
+
+step "explain --json: the plan as the API gives it"
+fc --region us --json explain -n 2 --image busybox
+expect_rc 0 && expect_json
+[ "$(pyjson "d['plan']['clusters'][0]['cluster']")" = us-a ] || fail "a US client's plan does not start with us-a"
 
 # ------------------------------------------------------------------ pools
 step "pools create warm --replicas 2 in both clusters"

@@ -396,14 +396,18 @@ clusters = (
                     problems.append(f"fedrouter #{i} died during the tests (rc {r.proc.poll()}):\n{tail(r.log)}")
                 continue
             rc = stop_proc(r.proc)
-            if rc != 0:
+            if rc is None:
+                problems.append(f"fedrouter #{i} did not exit within 20 s of SIGTERM (SIGKILLed):\n{tail(r.log)}")
+            elif rc != 0:
                 problems.append(f"fedrouter #{i} exited {rc} on SIGTERM (want 0):\n{tail(r.log)}")
         for s in self.sims.values():
             sessions.add(s.proc.pid)
             if s.killed:
                 continue
             rc = stop_proc(s.proc)
-            if rc != 0:
+            if rc is None:
+                problems.append(f"kubesim {s.name} did not exit within 20 s of SIGTERM (SIGKILLed):\n{tail(s.log)}")
+            elif rc != 0:
                 problems.append(f"kubesim {s.name} exited {rc} on SIGTERM (want 0):\n{tail(s.log)}")
         # kubesim kills its exec'd processes on exit; they live in their
         # own sessions, so look for them by their HOME too.
@@ -945,10 +949,20 @@ def batch_200(fed, shape, base, tag):
     names = sorted(s.get("name") for s in sbs)
     check(len(set(names)) == n and all(re.fullmatch(tag + r"p-\d{4}", x or "") for x in names),
           f"batch names: {names[:5]}...")
-    check(all(s.get("state") == "running" for s in sbs), "a returned sandbox is not running")
-    check(fed.list_ids(f"?label=run={tag}p") == {s["id"] for s in sbs},
-          "listed batch differs from the returned one")
-    st, d = fed.api("DELETE", f"/v1/sandboxes?label=run={tag}p", timeout=120)
+    try:
+        check(all(s.get("state") == "running" for s in sbs), "a returned sandbox is not running")
+        returned = {s["id"] for s in sbs}
+        listed = fed.list_ids(f"?label=run={tag}p")
+        if listed != returned:
+            # The list is served from the watch cache; report how far it
+            # lagged behind the create's answer, then wait for it.
+            lag = (f"right after the 201 the list lacked {len(returned - listed)} "
+                   f"(e.g. {sorted(returned - listed)[:3]}) and had {len(listed - returned)} extra")
+            ok = wait_until(lambda: fed.list_ids(f"?label=run={tag}p") == returned, 10, 0.2)
+            check(ok, f"listed batch differs from the returned one 10 s later; {lag}")
+            print(f"    (note: {lag}; consistent later)")
+    finally:
+        st, d = fed.api("DELETE", f"/v1/sandboxes?label=run={tag}p", timeout=120)
     check(st == 200 and d.get("terminated") == n, f"cleanup: {st} {short(d)}")
     check(wait_until(clean, 30, 0.3), f"sandboxes left after DELETE by label: kubesim pods {counts()}")
 
@@ -959,7 +973,8 @@ def test_batch_pool_all_or_nothing(fed):
     st, r = fed.api("POST", "/v1/pools", {"name": "base", "image": IMAGE, "cpus": 1, "memory_gb": 2,
                                           "replicas": 2})
     check(st == 201, f"POST /v1/pools: {st} {short(r)}")
-    both_ready = lambda: pool_ready(fed, "base", "s1") == 2 and pool_ready(fed, "base", "s2") == 2  # noqa: E731
+    def both_ready():
+        return pool_ready(fed, "base", "s1") == 2 and pool_ready(fed, "base", "s2") == 2
     check(wait_until(both_ready, 30, 0.2), f"pool base not ready: {short(fed.api('GET', '/v1/pools')[1])}")
     base = {n: s.state()["pods"] for n, s in fed.sims.items()}
     check(base == {"s1": 2, "s2": 2}, f"pool-only pod counts: {base}")
@@ -971,15 +986,22 @@ def test_batch_cold_all_or_nothing(fed):
     """200 cold sandboxes (no pool) on two clusters of 50 pods (the pool
     from the previous test holds 2 of each): no_capacity and nothing left;
     partial_ok gives what fits."""
+    left = fed.list_ids()
+    check(not left, f"{len(left)} sandboxes left by an earlier test; cannot count from here")
+    check(wait_until(lambda: pool_ready(fed, "base", "s1") == 2 and pool_ready(fed, "base", "s2") == 2, 20, 0.2),
+          "the pool from the previous test is not at 2 ready per cluster")
     base = {n: s.state()["pods"] for n, s in fed.sims.items()}
+    check(base == {"s1": 2, "s2": 2}, f"pool-only pod counts: {base}")
     batch_200(fed, {"image": IMAGE}, base, "coldbig")
 
 
 def test_batch_quota_rollback(fed):
     """200 sandboxes where the nodes have room (2 x 110 pods) but each
-    namespace quota allows 60: the router only learns it from the clusters'
-    403s while creating, so all-or-nothing must delete what it made; with
-    partial_ok it keeps what the quotas admitted."""
+    namespace quota allows 60. The router either sees the quotas in its
+    capacity view and refuses at once (shortfall 80), or learns them from the
+    clusters' 403s while creating and deletes what it made; either way the
+    answer names the quota and nothing is left. With partial_ok it keeps what
+    the quotas admit."""
     base = {n: s.state()["pods"] for n, s in fed.sims.items()}
     check(base == {"q1": 0, "q2": 0}, f"pods before: {base}")
     rv0 = {n: s.state()["resource_version"] for n, s in fed.sims.items()}
@@ -987,15 +1009,15 @@ def test_batch_quota_rollback(fed):
                                     "cpus": 1, "memory_gb": 1, "labels": {"run": "q"}})
     e = expect_error((st, r), 503, "no_capacity", f"batch of 200 over two quotas of 60 (after {el:.1f} s)")
     check("retry-after" in h, f"no Retry-After on no_capacity: {h}")
-    reasons = json.dumps(e.get("clusters"))
-    check(e.get("clusters") and "q1" in reasons and "q2" in reasons and "quota" in reasons,
+    reasons = json.dumps(e.get("clusters") or e.get("placement", {}).get("clusters"))
+    check("q1" in reasons and "q2" in reasons and "quota" in reasons.lower(),
           f"per-cluster reasons do not name both clusters and the quota: {short(e, 800)}")
-    # Each created pod costs at least one resourceVersion: the 60 admitted
-    # per cluster were really created (and so must really be rolled back).
     grew = {n: s.state()["resource_version"] - rv0[n] for n, s in fed.sims.items()}
-    check(all(g >= 60 for g in grew.values()),
-          f"resourceVersions grew by {grew}: the batch was refused without trying the clusters")
-    print(f"    (answer after {el:.1f} s; resourceVersions grew by {grew})")
+    if all(g >= 60 for g in grew.values()):
+        print(f"    (tried and rolled back: answer after {el:.1f} s; resourceVersions grew by {grew})")
+    else:
+        check(e.get("shortfall") == 80, f"refused up front without the right shortfall: {short(e, 800)}")
+        print(f"    (refused up front from the capacity view after {el:.1f} s: shortfall {e.get('shortfall')})")
 
     def clean():
         return fed.list_ids() == set() and all(s.state()["pods"] == 0 for s in fed.sims.values())

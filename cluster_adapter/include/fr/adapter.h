@@ -152,6 +152,10 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
 /* Deletes pod <pod>. <cb> (may be NULL) gets the API response. */
 int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod,
                               void (*cb)(int status, const char *message, void *arg), void *arg);
+/* 1 if <pod> is on its way out: it has a deletionTimestamp, or this router
+ * has sent its delete and the watch has not yet reported it gone. Lists
+ * and lookups treat such pods as gone. */
+int fr_adapter_pod_leaving(struct fr_adapter *a, json_t *pod);
 /* Creates in flight on this adapter (reserved against its capacity). */
 int64_t fr_adapter_inflight(const struct fr_adapter *a);
 
