@@ -490,8 +490,14 @@ static int64_t slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b, int fre
     n = qc / cpu_m;
   if (qm >= 0 && mem_b > 0 && qm / mem_b < n)
     n = qm / mem_b;
-  n -= a->inflight;
+  n -= a->inflight + a->reserved;
   return n > 0 ? n : 0;
+}
+
+void fr_adapter_reserve(struct fr_adapter *a, int64_t delta) {
+  a->reserved += delta;
+  if (a->reserved < 0)
+    a->reserved = 0;
 }
 
 int64_t fr_adapter_free_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b) {
@@ -530,6 +536,7 @@ void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v) {
   v->api_latency_ms = a->latency_ewma;
   v->usage_exact = usage_exact(a);
   v->inflight = a->inflight;
+  v->reserved = a->reserved;
   quota_room(a, &v->quota_pods, &v->quota_cpu_m, &v->quota_mem_b);
 
   usage = v->usage_exact ? json_incref(a->node_usage) : sandbox_usage(a);

@@ -44,6 +44,7 @@ struct fr_adapter {
   /* sandbox.c */
   struct create_op *creates;     /* in flight */
   int64_t inflight;
+  int64_t reserved;              /* planned by batches, not started */
   json_t *claiming;              /* pod name -> true while a claim is out */
   json_t *reaping;               /* pod name -> true once a reap delete was sent */
   json_t *deleting;              /* pod name -> true from our DELETE until the watch says gone */

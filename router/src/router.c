@@ -142,7 +142,7 @@ static json_t *cluster_json(struct fr_adapter *a) {
                 "memory_bytes", "allocatable", (json_int_t)v.alloc_mem_b, "requested",
                 (json_int_t)v.used_mem_b, "pods", "allocatable", (json_int_t)v.alloc_pods,
                 "requested", (json_int_t)v.used_pods, "usage_counts_all_pods", v.usage_exact,
-                "quota_room", quota, "slots", slots_json(a), "inflight_creates", (json_int_t)v.inflight,
+                "quota_room", quota, "slots", slots_json(a), "inflight_creates", (json_int_t)(v.inflight + v.reserved),
                 "sandboxes", (json_int_t)v.sandboxes, "warm_pods", (json_int_t)v.warm_pods, "pools", pools);
   if (j != NULL && v.last_contact_age_ms != UINT64_MAX)
     json_object_set_new(j, "last_contact_ms_ago", json_integer((json_int_t)v.last_contact_age_ms));

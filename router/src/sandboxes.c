@@ -515,6 +515,7 @@ struct cand {
   int full;                   /* answered no-room / unavailable during this batch */
   int inflight;
   int64_t budget;             /* estimated room when the plan was made */
+  int64_t reserved;           /* of the budget, still reserved on the adapter */
   int created, warm;
   char reason[300];
 };
@@ -541,6 +542,11 @@ static void batch_pump(struct batch *b);
 
 static void batch_free(struct batch *b) {
   int i;
+
+  /* Whatever the plan reserved and never started goes back. */
+  for (i = 0; i < b->ncands; i++)
+    if (b->cands[i].reserved > 0)
+      fr_adapter_reserve(b->cands[i].a, -b->cands[i].reserved);
 
   for (i = 0; i < b->n; i++)
     json_decref(b->items[i].sandbox);
@@ -711,6 +717,11 @@ static void batch_pump(struct batch *b) {
         b->cands[k].inflight++;
         b->pending++;
         started = 1;
+        /* The started create is counted in flight by the adapter now. */
+        if (b->cands[k].reserved > 0) {
+          b->cands[k].reserved--;
+          fr_adapter_reserve(b->cands[k].a, -1);
+        }
       }
     }
     while (b->next < b->n && (b->items[b->next].done || b->items[b->next].cluster >= 0))
@@ -972,6 +983,7 @@ static void create_sandboxes(struct ctx *c, struct fr_http_req *req, int explain
   struct fr_cluster_state *states = NULL;
   struct fr_policy *pol = NULL;
   size_t i;
+  int k;
 
   if (j == NULL) {
     free(c);
@@ -1058,7 +1070,18 @@ static void create_sandboxes(struct ctx *c, struct fr_http_req *req, int explain
       continue;
     b->cands[b->ncands].a = r->adapters[e->cluster];
     b->cands[b->ncands].budget = e->count;
+    /* Warm claims use pods that already hold their slots: only the cold
+     * part of the plan needs reserving. */
+    b->cands[b->ncands].reserved = e->count > e->warm ? e->count - e->warm : 0;
     b->ncands++;
+  }
+  if (b->ncands > 0 && !(plan.shortfall > 0 && !b->partial_ok)) {
+    /* Reserve the plan at once, so a concurrent burst plans around it. */
+    for (k = 0; k < b->ncands; k++)
+      fr_adapter_reserve(b->cands[k].a, b->cands[k].reserved);
+  } else {
+    for (k = 0; k < b->ncands; k++)
+      b->cands[k].reserved = 0; /* refused below: nothing was reserved */
   }
   if (b->ncands == 0 || (plan.shortfall > 0 && !b->partial_ok)) {
     /* Nothing to try, or the federation's free capacity cannot hold the

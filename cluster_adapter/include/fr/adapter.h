@@ -68,7 +68,8 @@ struct fr_adapter_view {
   int64_t alloc_cpu_m, alloc_mem_b, alloc_pods;   /* ready, schedulable nodes */
   int64_t used_cpu_m, used_mem_b, used_pods;      /* requests of sandbox pods on nodes */
   int64_t quota_pods, quota_cpu_m, quota_mem_b; /* room left under ResourceQuotas; -1 = unbounded */
-  int64_t inflight;         /* creates in flight (reserved) */
+  int64_t inflight;         /* creates in flight */
+  int64_t reserved;         /* planned by batches, not started yet */
   int64_t sandboxes;        /* claimed or created sandbox pods */
   int64_t warm_pods;        /* ready pool pods */
   struct fr_adapter_pool_view *pools;
@@ -91,7 +92,7 @@ void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v);
 /* Sandboxes of <cpu_m>/<mem_b> that fit now: per ready, schedulable node
  * min(free cpu / cpu, free memory / memory, free pod slots) summed over
  * nodes (so fragmentation counts), bounded by the namespace's
- * ResourceQuotas, minus creates in flight. */
+ * ResourceQuotas, minus creates in flight and planned (reserved). */
 int64_t fr_adapter_free_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b);
 /* The same count for empty nodes: what the cluster holds in all. */
 int64_t fr_adapter_total_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b);
@@ -156,6 +157,10 @@ int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod,
  * has sent its delete and the watch has not yet reported it gone. Lists
  * and lookups treat such pods as gone. */
 int fr_adapter_pod_leaving(struct fr_adapter *a, json_t *pod);
+/* Reserves (<delta> > 0) or releases (< 0) slots for creates a batch has
+ * planned here but not started yet, so a concurrent plan sees them as
+ * taken at once. */
+void fr_adapter_reserve(struct fr_adapter *a, int64_t delta);
 /* Creates in flight on this adapter (reserved against its capacity). */
 int64_t fr_adapter_inflight(const struct fr_adapter *a);
 
