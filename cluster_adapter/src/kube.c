@@ -124,6 +124,8 @@ struct token_read {
 
 struct fr_kube_client {
   uv_loop_t *loop;
+  fr_kube_observer_cb observer;       /* metrics hook, may be NULL */
+  void *observer_arg;
   struct fr_kube_creds *creds;        /* our copy */
   struct fr_kube_client_opts opts;    /* defaults filled in; strings below */
   char *name, *user_agent;
@@ -1257,8 +1259,15 @@ static void finish(struct rest_call *rc, int status, const char *error) {
   kube_call_untrack(&rc->base);
   if (status == 0)
     FR_DEBUG(LOGC, "%s: %s %s failed: %s", rc->c->name, rc->method, call_path(rc), resp.error);
+  if (!rc->watch && rc->c->observer != NULL)
+    rc->c->observer(rc->c->observer_arg, rc->method, status, rc->elapsed_ms);
   rc->cb(&resp, rc->arg);
   call_release(rc);
+}
+
+void fr_kube_client_set_observer(struct fr_kube_client *c, fr_kube_observer_cb cb, void *arg) {
+  c->observer = cb;
+  c->observer_arg = arg;
 }
 
 static void finish_error(struct rest_call *rc, const char *fmt, ...)

@@ -89,7 +89,10 @@ struct conn {
   int close_after_flush;
   int abort_notify;        /* call abort_cb / ws close_cb when closing */
   size_t pending_bytes;
-  size_t idle_pending_mark;  /* pending_bytes when the idle timer last fired */
+  size_t idle_pending_mark;
+  int resp_status;           /* for done_cb */
+  size_t resp_bytes;
+  int done_reported;  /* pending_bytes when the idle timer last fired */
   char peer_ip[64];
   int peer_port;
 
@@ -133,6 +136,7 @@ static void conn_linger(struct conn *c);
 static void conn_process_input(struct conn *c);
 static int conn_writev(struct conn *c, const uv_buf_t *bufs, unsigned int n);
 static void conn_finish_request(struct conn *c);
+static void report_done(struct conn *c, int status);
 static void server_maybe_finish_free(struct fr_http_server *srv);
 
 /* ---------------------------------------------------------------------- */
@@ -542,6 +546,12 @@ static void send_simple_and_close(struct conn *c, int status) {
                   "Content-Length: %d\r\nConnection: close\r\n\r\n",
                   status, fr_http_status_text(status), blen);
   c->keep_alive = 0;
+  if (c->state != CS_HANDLING) {
+    /* refused before any handler saw it */
+    c->done_reported = 0;
+    c->resp_bytes = (size_t)blen;
+  }
+  c->resp_status = status;
   if (conn_write(c, head, (size_t)hlen) != 0 || conn_write(c, body, (size_t)blen) != 0) {
     conn_close(c, 1);
     return;
@@ -579,6 +589,9 @@ static void conn_dispatch(struct conn *c) {
   r->loop = c->srv->loop;
   r->start_ms = uv_now(c->srv->loop);
   c->keep_alive = http_should_keep_alive(&c->parser) && !c->parser.upgrade;
+  c->done_reported = 0;
+  c->resp_status = 0;
+  c->resp_bytes = 0;
   conn_set_state(c, CS_HANDLING);
   conn_timer(c, TK_NONE, 0);
   c->abort_notify = 1;
@@ -820,6 +833,10 @@ static void conn_close(struct conn *c, int notify) {
     c->next->prev = c->prev;
   srv->nconns--;
   srv->nclosing++;
+  /* A request being answered when the connection goes: the client left
+   * (0), or a stream ended by closing. */
+  if ((was == CS_HANDLING || was == CS_STREAMING) && c->req.method != NULL)
+    report_done(c, was == CS_STREAMING ? c->resp_status : 0);
   /* Tell the owner of an unfinished request that it is gone. The request
    * memory stays valid until the handles have closed. */
   if (notify && c->abort_notify) {
@@ -911,7 +928,19 @@ static void on_timer(uv_timer_t *t) {
 }
 
 /* The current request is complete on our side. */
+/* done_cb, once per request. */
+static void report_done(struct conn *c, int status) {
+  struct fr_http_server *srv = c->srv;
+
+  if (c->done_reported || srv->opts.done_cb == NULL)
+    return;
+  c->done_reported = 1;
+  srv->opts.done_cb(&c->req, status, c->resp_bytes,
+                    c->req.start_ms ? uv_now(srv->loop) - c->req.start_ms : 0, srv->opts.done_arg);
+}
+
 static void conn_finish_request(struct conn *c) {
+  report_done(c, c->resp_status);
   c->abort_notify = 0;
   if (c->state == CS_CLOSING)
     return;
@@ -1314,6 +1343,8 @@ int fr_http_respond(struct fr_http_req *req, int status, const char *content_typ
   if (c->state != CS_HANDLING)
     return -EINVAL;
   snprintf(framing, sizeof(framing), "Content-Length: %zu\r\n", len);
+  c->resp_status = status;
+  c->resp_bytes = len;
   rc = write_head(c, status, content_type, extra_headers, framing);
   if (rc == 0 && len > 0 && strcmp(req->method, "HEAD") != 0)
     rc = conn_write(c, body, len);
@@ -1333,6 +1364,7 @@ int fr_http_stream_begin(struct fr_http_req *req, int status, const char *conten
 
   if (c->state != CS_HANDLING)
     return -EINVAL;
+  c->resp_status = status;
   rc = write_head(c, status, content_type, extra_headers, "Transfer-Encoding: chunked\r\n");
   if (rc != 0) {
     c->abort_notify = 0;
@@ -1353,6 +1385,7 @@ int fr_http_stream_write(struct fr_http_req *req, const void *data, size_t len) 
     return -EINVAL;
   if (len == 0)
     return 0;
+  c->resp_bytes += len;
   n = snprintf(size_line, sizeof(size_line), "%zx\r\n", len);
   bufs[0] = uv_buf_init(size_line, (unsigned int)n);
   bufs[1] = uv_buf_init((char *)data, (unsigned int)len);
@@ -1421,6 +1454,8 @@ int fr_http_ws_accept(struct fr_http_req *req, const char *protocol,
   fr_buf_free(&h);
   if (rc != 0)
     return rc;
+  c->resp_status = 101;
+  report_done(c, 101);
   fr_ws_reader_init(&c->ws, 1, c->srv->opts.max_ws_message);
   c->ws_message = on_message;
   c->ws_close = on_close;

@@ -37,6 +37,9 @@
 #define DEFAULT_MAX_EXEC_OUTPUT_BYTES (16 * 1024 * 1024)
 #define DEFAULT_MAX_EXEC_TIMEOUT_S 3600
 #define DEFAULT_NAMESPACE "default"
+/* Modal's published on-demand rates (docs/metrics.md, "Cost model"). */
+#define DEFAULT_HOSTED_PER_CORE_SECOND 0.00003942
+#define DEFAULT_HOSTED_PER_GIB_SECOND 0.00000672
 
 /* Bounds. Lifetimes and timeouts are capped at ten years so that
  * now + lifetime can never overflow anywhere downstream; the byte limits at
@@ -534,7 +537,7 @@ static int parse_listen(struct loader *l, const config_setting_t *s, const char 
 /* ---- sections ---- */
 
 static const char *const root_keys[] = {"listen", "tls", "region", "policy", "sandbox",
-                                        "limits", "tenants", "clusters", NULL};
+                                        "limits", "tenants", "clusters", "hosted", NULL};
 static const char *const tls_keys[] = {"cert", "key", NULL};
 static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s", NULL};
 static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_exec_output_bytes",
@@ -544,6 +547,7 @@ static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "cont
                                            "namespace", "cost", NULL};
 static const char *const cost_keys[] = {"per_core_hour", "per_gib_hour", "node_hour",
                                         "sandboxes_per_node", NULL};
+static const char *const hosted_keys[] = {"per_core_second", "per_gib_second", NULL};
 
 static int check_readable(struct loader *l, const config_setting_t *s, const char *path) {
   struct stat st;
@@ -729,6 +733,20 @@ static int load_cost(struct loader *l, const config_setting_t *cluster,
   return 0;
 }
 
+/* The hosted reference prices; each key absent keeps its default. */
+static int load_hosted(struct loader *l, const config_setting_t *root, struct fr_config *c) {
+  const config_setting_t *g;
+  int rc, present;
+
+  if ((rc = get_group(l, root, "hosted", &g)) < 0 || g == NULL)
+    return rc;
+  if ((rc = check_keys(l, g, hosted_keys)) < 0 ||
+      (rc = get_amount(l, g, "per_core_second", &c->hosted.per_core_second, &present)) < 0 ||
+      (rc = get_amount(l, g, "per_gib_second", &c->hosted.per_gib_second, &present)) < 0)
+    return rc;
+  return 0;
+}
+
 /* Cluster names are part of sandbox ids: [a-z0-9-]{1,32}. */
 static int check_cluster_name(struct loader *l, const config_setting_t *s, const char *v) {
   size_t i, n = strlen(v);
@@ -833,7 +851,8 @@ static int load_root(struct loader *l, const config_setting_t *root, struct fr_c
     return oom(l);
   if ((rc = get_path(l, root, "policy", 0, "the placement policy file", &c->policy, NULL)) < 0 ||
       (rc = load_sandbox(l, root, c)) < 0 || (rc = load_limits(l, root, c)) < 0 ||
-      (rc = load_tenants(l, root, c)) < 0 || (rc = load_clusters(l, root, c)) < 0)
+      (rc = load_tenants(l, root, c)) < 0 || (rc = load_clusters(l, root, c)) < 0 ||
+      (rc = load_hosted(l, root, c)) < 0)
     return rc;
   return 0;
 }
@@ -953,6 +972,8 @@ int fr_config_load(const char *path, struct fr_config **out, struct fr_config_er
   c->max_body_bytes = DEFAULT_MAX_BODY_BYTES;
   c->max_exec_output_bytes = DEFAULT_MAX_EXEC_OUTPUT_BYTES;
   c->max_exec_timeout_s = DEFAULT_MAX_EXEC_TIMEOUT_S;
+  c->hosted.per_core_second = DEFAULT_HOSTED_PER_CORE_SECOND;
+  c->hosted.per_gib_second = DEFAULT_HOSTED_PER_GIB_SECOND;
 
   if ((rc = locate(&l, path, &c->source)) < 0)
     goto fail;

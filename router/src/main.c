@@ -11,10 +11,13 @@
 
 #include "fr/adapter.h"
 #include "fr/config.h"
+#include "fr/buf.h"
 #include "fr/http.h"
+#include "fr/kube.h"
 #include "fr/kubeconfig.h"
 #include "fr/log.h"
 #include "fr/policy.h"
+#include "metrics.h"
 #include "router.h"
 
 #define FEDROUTER_VERSION "0.1.0"
@@ -129,6 +132,26 @@ out:
   fr_policy_unref(p);
   fr_config_unref(cfg);
   return rc;
+}
+
+/* What each cluster's API-call observer needs: the router's metrics and
+ * the cluster's name. */
+struct api_obs {
+  struct router *r;
+  struct fr_adapter *a;
+};
+
+static void on_api_call(void *arg, const char *method, int status, double elapsed_ms) {
+  struct api_obs *o = arg;
+  struct fr_buf l;
+
+  (void)method;
+  (void)status;
+  fr_buf_init(&l);
+  metrics_label(&l, "cluster", fr_adapter_name(o->a));
+  metrics_observe(o->r->metrics, "fedrouter_cluster_api_latency_seconds", l.data ? l.data : "",
+                  elapsed_ms / 1000.0);
+  fr_buf_free(&l);
 }
 
 struct shutdown {
@@ -252,6 +275,7 @@ int main(int argc, char **argv) {
   struct shutdown sd;
   enum fr_log_level lvl;
   SSL_CTX *ssl = NULL;
+  struct api_obs *obs = NULL;
   char host[64];
   size_t i;
   int opt, rc;
@@ -293,6 +317,10 @@ int main(int argc, char **argv) {
   }
   if (placement_init(&r) != 0)
     return 1;
+  r.metrics = metrics_new();
+  if (r.metrics == NULL)
+    return 1;
+
   r.adapters = calloc(r.cfg->nclusters, sizeof(*r.adapters));
   if (r.adapters == NULL)
     return 1;
@@ -315,6 +343,8 @@ int main(int argc, char **argv) {
   hopts.name = "fedrouter";
   hopts.ssl_ctx = ssl;
   hopts.max_body_bytes = r.cfg->max_body_bytes;
+  hopts.done_cb = router_request_done;
+  hopts.done_arg = &r;
   if (fr_http_server_new(r.loop, &hopts, router_handle, &r, &r.http) != 0)
     return 1;
   rc = resolve_host(r.loop, r.cfg->listen_host, host, sizeof(host));
@@ -325,8 +355,15 @@ int main(int argc, char **argv) {
             r.cfg->listen_port, uv_strerror(rc));
     return 1;
   }
-  for (i = 0; i < r.nadapters; i++)
+  obs = calloc(r.nadapters ? r.nadapters : 1, sizeof(*obs));
+  if (obs == NULL)
+    return 1;
+  for (i = 0; i < r.nadapters; i++) {
+    obs[i].r = &r;
+    obs[i].a = r.adapters[i];
+    fr_kube_client_set_observer(fr_adapter_client(r.adapters[i]), on_api_call, &obs[i]);
     fr_adapter_start(r.adapters[i]);
+  }
   FR_INFO("fedrouter", "listening on %s://%s:%d, region %s, %zu cluster(s)", ssl ? "https" : "http",
           host, fr_http_server_port(r.http), r.cfg->region, r.nadapters);
   printf("fedrouter listening on %s://%s:%d\n", ssl ? "https" : "http", host,
@@ -346,7 +383,9 @@ int main(int argc, char **argv) {
   if (rc != 0)
     FR_WARN("fedrouter", "loop closed with handles still open");
   free(r.adapters);
+  free(obs);
   placement_free(&r);
+  metrics_free(r.metrics);
   fr_config_unref(r.cfg);
   SSL_CTX_free(ssl);
   return 0;

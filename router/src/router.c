@@ -13,9 +13,13 @@
 #include "fr/adapter.h"
 #include "fr/buf.h"
 #include "fr/config.h"
+#include "fr/cost.h"
 #include "fr/http.h"
 #include "fr/log.h"
+#include "fr/quantity.h"
 #include "fr/util.h"
+#include "dashboard.h"
+#include "metrics.h"
 #include "router.h"
 
 /* ---------------------------------------------------------------------- */
@@ -44,6 +48,100 @@ void router_error(struct fr_http_req *req, int status, const char *code, const c
                   const char *extra_headers) {
   send_json(req, status,
             json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", message), extra_headers);
+}
+
+void router_note(struct fr_http_req *req, const char *key, const char *value) {
+  struct fr_buf b;
+  size_t used = strlen(req->note);
+
+  fr_buf_init(&b);
+  fr_buf_printf(&b, ",\"%s\":", key);
+  fr_buf_put_json_str(&b, value ? value : "", value ? strlen(value) : 0);
+  /* A note that does not fit is dropped whole rather than cut mid-JSON. */
+  if (b.data != NULL && used + b.len < sizeof(req->note))
+    memcpy(req->note + used, b.data, b.len + 1);
+  fr_buf_free(&b);
+}
+
+void router_event(struct router *r, const char *cluster, const char *reason, const char *request_id) {
+  struct router_event *e = &r->events[r->next_event];
+
+  e->t_ms = fr_wall_ms();
+  snprintf(e->cluster, sizeof(e->cluster), "%s", cluster);
+  snprintf(e->reason, sizeof(e->reason), "%s", reason);
+  snprintf(e->request_id, sizeof(e->request_id), "%s", request_id ? request_id : "");
+  r->next_event = (r->next_event + 1) % FR_ARRAY_SIZE(r->events);
+  if (r->nevents < FR_ARRAY_SIZE(r->events))
+    r->nevents++;
+}
+
+void router_cluster_cost(struct router *r, size_t i, struct router_cost *out) {
+  const struct fr_config_cluster *cc = &r->cfg->clusters[i];
+  struct fr_adapter *a = r->adapters[i];
+  json_t *pod;
+  const char *key;
+
+  memset(out, 0, sizeof(*out));
+  out->known = fr_cost_known(&cc->cost);
+  json_object_foreach(fr_adapter_pods(a), key, pod) {
+    json_t *meta = json_object_get(pod, "metadata"), *c;
+    const char *state = json_string_value(json_object_get(json_object_get(meta, "labels"), FR_LABEL_STATE));
+    const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
+    int64_t cpu = 0, mem = 0, v;
+    size_t k;
+
+    if (state == NULL || strcmp(state, "claimed") != 0 || fr_adapter_pod_leaving(a, pod) ||
+        (phase != NULL && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)))
+      continue;
+    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "containers"), k, c) {
+      json_t *req = json_object_get(json_object_get(c, "resources"), "requests");
+      if (fr_quantity_parse_milli(json_string_value(json_object_get(req, "cpu")) ? json_string_value(json_object_get(req, "cpu")) : "0", &v) == 0)
+        cpu += v;
+      if (fr_quantity_parse_value(json_string_value(json_object_get(req, "memory")) ? json_string_value(json_object_get(req, "memory")) : "0", &v) == 0)
+        mem += v;
+    }
+    out->now += fr_cost_sandbox_hour(&cc->cost, cpu, mem);
+    out->hosted += fr_cost_hosted_hour(&r->cfg->hosted, cpu, mem);
+  }
+  out->capacity = (double)fr_adapter_total_slots(a, 1000, 2147483648LL) * fr_cost_sandbox_hour(&cc->cost, 1000, 2147483648LL);
+}
+
+void router_request_done(const struct fr_http_req *req, int status, size_t bytes, uint64_t ms, void *arg) {
+  struct router *r = arg;
+  const char *route = metrics_route(req->path);
+  struct fr_buf l, line;
+  char st[8], ts[32];
+  int64_t now = fr_wall_ms();
+
+  snprintf(st, sizeof(st), "%d", status);
+  fr_buf_init(&l);
+  metrics_label(&l, "route", route);
+  metrics_label(&l, "method", req->method ? req->method : "-");
+  metrics_label(&l, "status", st);
+  metrics_inc(r->metrics, "fedrouter_http_requests_total", l.data ? l.data : "", 1);
+  fr_buf_reset(&l);
+  metrics_label(&l, "route", route);
+  metrics_observe(r->metrics, "fedrouter_http_request_duration_seconds", l.data ? l.data : "", ms / 1000.0);
+  fr_buf_free(&l);
+  if (strcmp(route, "/metrics") == 0 || strcmp(route, "/healthz") == 0 || strcmp(route, "/readyz") == 0)
+    return; /* scrapes and probes would drown the access log */
+  /* One JSON line per request (docs/metrics.md). */
+  fr_time_rfc3339(now / 1000, ts);
+  ts[19] = '\0';
+  fr_buf_init(&line);
+  fr_buf_printf(&line, "{\"time\":\"%s.%03dZ\",\"method\":", ts, (int)(now % 1000));
+  fr_buf_put_json_str(&line, req->method ? req->method : "-", req->method ? strlen(req->method) : 1);
+  fr_buf_puts(&line, ",\"route\":");
+  fr_buf_put_json_str(&line, route, strlen(route));
+  fr_buf_puts(&line, ",\"path\":");
+  fr_buf_put_json_str(&line, req->path ? req->path : "-", req->path ? strlen(req->path) : 1);
+  fr_buf_printf(&line, ",\"status\":%d,\"duration_ms\":%" PRIu64 ",\"bytes\":%zu,\"peer\":", status, ms, bytes);
+  fr_buf_put_json_str(&line, req->peer_ip ? req->peer_ip : "", req->peer_ip ? strlen(req->peer_ip) : 0);
+  fr_buf_puts(&line, req->note);
+  fr_buf_puts(&line, "}\n");
+  if (line.data != NULL)
+    fwrite(line.data, 1, line.len, stderr);
+  fr_buf_free(&line);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -116,8 +214,10 @@ static json_t *slots_json(struct fr_adapter *a) {
   return arr;
 }
 
-static json_t *cluster_json(struct fr_adapter *a) {
+static json_t *cluster_json(struct router *r, size_t idx) {
+  struct fr_adapter *a = r->adapters[idx];
   struct fr_adapter_view v;
+  struct router_cost cost;
   json_t *pools = json_array(), *j, *quota;
   size_t i;
 
@@ -146,6 +246,12 @@ static json_t *cluster_json(struct fr_adapter *a) {
                 "sandboxes", (json_int_t)v.sandboxes, "warm_pods", (json_int_t)v.warm_pods, "pools", pools);
   if (j != NULL && v.last_contact_age_ms != UINT64_MAX)
     json_object_set_new(j, "last_contact_ms_ago", json_integer((json_int_t)v.last_contact_age_ms));
+  router_cluster_cost(r, idx, &cost);
+  if (j != NULL && cost.known)
+    json_object_set_new(j, "cost", json_pack("{s:f,s:f,s:f,s:f}", "now", cost.now, "capacity", cost.capacity,
+                                             "hosted_equivalent", cost.hosted, "savings", cost.hosted - cost.now));
+  else if (j != NULL)
+    json_object_set_new(j, "cost", json_pack("{s:n,s:f}", "now", "hosted_equivalent", cost.hosted));
   return j;
 }
 
@@ -154,7 +260,7 @@ static void get_clusters(struct router *r, struct fr_http_req *req) {
   size_t i;
 
   for (i = 0; i < r->nadapters; i++)
-    json_array_append_new(arr, cluster_json(r->adapters[i]));
+    json_array_append_new(arr, cluster_json(r, i));
   send_json(req, 200, json_pack("{s:o}", "clusters", arr), NULL);
 }
 
@@ -207,6 +313,7 @@ void router_handle(struct fr_http_req *req, void *arg) {
    * below in every case. */
   rid_copy = strdup(rid);
   req->data = rid_copy;
+  router_note(req, "request_id", rid);
 
   if (r->stopping && strcmp(req->path, "/healthz") != 0 && strcmp(req->path, "/readyz") != 0) {
     router_error(req, 503, "shutting_down", "the router is shutting down; retry on another replica",
@@ -216,6 +323,23 @@ void router_handle(struct fr_http_req *req, void *arg) {
       send_json(req, 200, json_pack("{s:s}", "status", "ok"), NULL);
     else
       router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
+  } else if (strcmp(req->path, "/dashboard") == 0 && get) {
+    /* The page itself is public (it holds no data); it asks the API with
+     * the user's token. */
+    size_t len;
+    const char *html = dashboard_html(&len);
+    fr_http_respond(req, 200, "text/html; charset=utf-8",
+                    "Cache-Control: no-cache\r\nContent-Security-Policy: default-src 'self'; "
+                    "style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'\r\n",
+                    html, len);
+  } else if (strcmp(req->path, "/metrics") == 0 && get) {
+    struct fr_buf m;
+    fr_buf_init(&m);
+    if (metrics_render(r, &m) == 0)
+      fr_http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, m.data, m.len);
+    else
+      router_error(req, 503, "out_of_memory", "the router is out of memory", NULL);
+    fr_buf_free(&m);
   } else if (strcmp(req->path, "/readyz") == 0) {
     if (get)
       get_readyz(r, req);
@@ -223,6 +347,8 @@ void router_handle(struct fr_http_req *req, void *arg) {
       router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
   } else if (strncmp(req->path, "/v1/", 4) == 0) {
     tenant = authenticate(r, req);
+    if (tenant != NULL)
+      router_note(req, "tenant", tenant);
     if (tenant == NULL) {
       /* answered */
     } else if (strcmp(req->path, "/v1/clusters") == 0) {
@@ -230,6 +356,19 @@ void router_handle(struct fr_http_req *req, void *arg) {
         get_clusters(r, req);
       else
         router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
+    } else if (strcmp(req->path, "/v1/events") == 0 && get) {
+      json_t *arr = json_array();
+      size_t n;
+      /* newest first */
+      for (n = 0; n < r->nevents; n++) {
+        const struct router_event *e =
+            &r->events[(r->next_event + FR_ARRAY_SIZE(r->events) - 1 - n) % FR_ARRAY_SIZE(r->events)];
+        char t[21];
+        fr_time_rfc3339(e->t_ms / 1000, t);
+        json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s}", "time", t, "cluster", e->cluster, "reason",
+                                             e->reason, "request_id", e->request_id));
+      }
+      send_json(req, 200, json_pack("{s:o}", "events", arr), NULL);
     } else if (strcmp(req->path, "/v1/policy") == 0) {
       if (get)
         placement_policy_json(r, req, rid);

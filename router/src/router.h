@@ -7,8 +7,11 @@
 #include <stdint.h>
 #include <uv.h>
 
+#define FR_ROUTER_VERSION "0.1.0"
+
 struct fr_config;
 struct fr_adapter;
+struct metrics;
 struct fr_policy;
 struct fr_cluster_state;
 struct fr_sandbox_spec;
@@ -24,6 +27,16 @@ struct router {
   int stopping;                   /* draining: new requests get 503 */
   size_t inflight;                /* requests answered later (creates, execs, ...) */
 
+  struct metrics *metrics;
+  /* Recent spillover events for the dashboard (ring, newest at next-1). */
+  struct router_event {
+    int64_t t_ms;
+    char cluster[64];
+    char reason[240];
+    char request_id[64];
+  } events[64];
+  size_t nevents, next_event;
+
   /* placement.c */
   struct fr_policy *policy;       /* current; requests take their own reference */
   int64_t policy_loaded_at;
@@ -35,6 +48,21 @@ struct router {
   uv_fs_poll_t *policy_poll;
   char **cluster_names, **cluster_regions; /* NULL-terminated, borrowed from cfg */
 };
+
+/* Cost of a cluster in dollars per hour (docs/metrics.md): its running
+ * sandboxes now, every default-shape slot filled, and the hosted price of
+ * the running sandboxes. Zeros where no price is configured. */
+struct router_cost {
+  double now, capacity, hosted;
+  int known;                      /* the cluster has a price */
+};
+void router_cluster_cost(struct router *r, size_t i, struct router_cost *out);
+/* Records a spillover event (a cluster answered no room and the batch moved on). */
+void router_event(struct router *r, const char *cluster, const char *reason, const char *request_id);
+/* The HTTP server's done callback: access log line and request metrics. */
+void router_request_done(const struct fr_http_req *req, int status, size_t bytes, uint64_t ms, void *arg);
+/* Appends ,"key":"value" (JSON-escaped) to req->note for the access log. */
+void router_note(struct fr_http_req *req, const char *key, const char *value);
 
 /* Loads the policy named by the config (or the built-in one) at start-up
  * and watches the file. 0, or -EINVAL after printing the file:line error. */

@@ -24,6 +24,7 @@
 #include "fr/log.h"
 #include "fr/policy.h"
 #include "fr/util.h"
+#include "metrics.h"
 #include "router.h"
 
 /* Creates in flight per cluster for one batch: enough to keep a cluster's
@@ -604,6 +605,13 @@ static void batch_finish(struct batch *b) {
   /* A client that went away cannot learn the ids: keep nothing. */
   if (b->c->req != NULL && (created == b->n || (b->partial_ok && created > 0))) {
     json_t *arr = json_array();
+    struct fr_buf pl;
+    fr_buf_init(&pl);
+    for (i = 0; i < b->ncands; i++)
+      if (b->cands[i].created > 0)
+        fr_buf_printf(&pl, "%s%s:%d", pl.len ? "," : "", fr_adapter_name(b->cands[i].a), b->cands[i].created);
+    router_note(b->c->req, "placement", pl.data ? pl.data : "");
+    fr_buf_free(&pl);
     for (i = 0; i < b->n; i++)
       if (b->items[i].ok)
         json_array_append(arr, b->items[i].sandbox);
@@ -627,11 +635,41 @@ static void batch_finish(struct batch *b) {
   on_rollback(0, NULL, b);
 }
 
+static const char *sb_outcome(enum fr_sandbox_err e) {
+  switch (e) {
+  case FR_SB_OK: return "ok";
+  case FR_SB_NO_ROOM: return "no_room";
+  case FR_SB_UNAVAILABLE: return "unavailable";
+  case FR_SB_TIMEOUT: return "timeout";
+  default: return "failed";
+  }
+}
+
 static void on_item(const struct fr_sandbox_result *res, void *arg) {
   struct item *it = arg;
   struct batch *b = it->b;
   struct cand *cd = &b->cands[it->cluster];
+  struct router *r = b->c->r;
+  struct fr_buf l;
 
+  fr_buf_init(&l);
+  metrics_label(&l, "cluster", fr_adapter_name(cd->a));
+  metrics_label(&l, "outcome", sb_outcome(res->err));
+  metrics_label(&l, "start", res->warm ? "warm" : "cold");
+  metrics_inc(r->metrics, "fedrouter_creates_total", l.data ? l.data : "", 1);
+  if (res->err == FR_SB_NO_ROOM || res->err == FR_SB_UNAVAILABLE || res->err == FR_SB_TIMEOUT) {
+    /* The first no-room answer from a cluster moves the batch on: a spill. */
+    if (!cd->full) {
+      char why[300];
+      fr_buf_reset(&l);
+      metrics_label(&l, "cluster", fr_adapter_name(cd->a));
+      metrics_label(&l, "reason", sb_outcome(res->err));
+      metrics_inc(r->metrics, "fedrouter_spills_total", l.data ? l.data : "", 1);
+      snprintf(why, sizeof(why), "%s: %s", sb_outcome(res->err), res->message ? res->message : "");
+      router_event(r, fr_adapter_name(cd->a), why, b->c->rid);
+    }
+  }
+  fr_buf_free(&l);
   b->pending--;
   cd->inflight--;
   if (res->err == FR_SB_OK) {
@@ -686,8 +724,18 @@ static void batch_pump(struct batch *b) {
        * slot; failing that, any cluster not yet full (the estimate is only
        * a preference: the cluster itself says when it is full). */
       k = pick_cand(b, 1);
-      if (k < 0)
+      if (k < 0) {
+        /* Follow the plan: while a cluster with planned budget left is
+         * only busy (at its in-flight limit), wait for it rather than
+         * spill early. Past every budget (the plan under-estimated), any
+         * cluster not yet full may take more. */
+        int busy_with_budget = 0;
+        for (k = 0; k < b->ncands; k++)
+          busy_with_budget |= !b->cands[k].full && b->cands[k].created + b->cands[k].inflight < b->cands[k].budget;
+        if (busy_with_budget)
+          break;
         k = pick_cand(b, 0);
+      }
       if (k < 0) {
         int waiting = 0;
         for (k = 0; k < b->ncands; k++)
@@ -1173,6 +1221,22 @@ static void exec_free(struct exec_ctx *e) {
   free(e);
 }
 
+static void exec_metrics(struct exec_ctx *e, const char *outcome, double ms) {
+  struct router *r = e->c->r;
+  struct fr_buf l;
+
+  fr_buf_init(&l);
+  metrics_label(&l, "cluster", fr_adapter_name(e->a));
+  metrics_label(&l, "outcome", outcome);
+  metrics_inc(r->metrics, "fedrouter_execs_total", l.data ? l.data : "", 1);
+  fr_buf_reset(&l);
+  metrics_label(&l, "cluster", fr_adapter_name(e->a));
+  metrics_observe(r->metrics, "fedrouter_exec_duration_seconds", l.data ? l.data : "", ms / 1000.0);
+  fr_buf_free(&l);
+  if (e->c->req != NULL)
+    router_note(e->c->req, "cluster", fr_adapter_name(e->a));
+}
+
 static void on_exec(const struct fr_kube_exec_result *res, void *arg) {
   struct exec_ctx *e = arg;
   json_t *body;
@@ -1181,6 +1245,7 @@ static void on_exec(const struct fr_kube_exec_result *res, void *arg) {
 
   if (res->error != 0 && !res->timed_out) {
     char msg[600];
+    exec_metrics(e, "error", res->duration_ms);
     if (res->http_status == 0 && res->error != -EIO && res->error != -EPROTO)
       fr_adapter_report(e->a, 0);
     if (res->http_status == 404) {
@@ -1206,6 +1271,7 @@ static void on_exec(const struct fr_kube_exec_result *res, void *arg) {
    * the timeout means the sandbox-side timer fired. */
   if (!timed_out && exit_code == 137 && res->duration_ms >= e->timeout_s * 1000.0 - 50)
     timed_out = 1;
+  exec_metrics(e, timed_out ? "timed_out" : exit_code == 0 ? "ok" : "nonzero", res->duration_ms);
   body = json_object();
   put_output(body, "stdout", "stdout_encoding", res->out ? res->out : "", res->out_len);
   put_output(body, "stderr", "stderr_encoding", res->err ? res->err : "", res->err_len);

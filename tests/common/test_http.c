@@ -1237,6 +1237,56 @@ static void client_big_header(struct fx *f) {
   cl_expect_closed(f, &f->cl[0], "after 431");
 }
 
+/* done_cb: once per request, with the status, body size and path. */
+static int done_calls, done_status[8];
+static size_t done_bytes[8];
+static char done_paths[256];
+
+static void on_done(const struct fr_http_req *req, int status, size_t bytes, uint64_t ms, void *arg) {
+  (void)ms;
+  (void)arg;
+  if (done_calls < 8) {
+    done_status[done_calls] = status;
+    done_bytes[done_calls] = bytes;
+  }
+  done_calls++;
+  {
+    size_t used = strlen(done_paths);
+    snprintf(done_paths + used, sizeof(done_paths) - used, "%s,", req->path ? req->path : "-");
+  }
+}
+
+START_TEST(done_cb_once_per_request_with_status) {
+  struct fr_http_server_opts o = {.done_cb = on_done};
+
+  done_calls = 0;
+  done_paths[0] = '\0';
+  fx_start(&o);
+  fx_run(client_keepalive);
+  ck_assert_int_eq(fx.r[0].status, 200);
+  ck_assert_int_eq(done_calls, 2);
+  ck_assert_int_eq(done_status[0], 200);
+  ck_assert_uint_eq(done_bytes[0], 11);
+  ck_assert_int_eq(done_status[1], 200);
+  ck_assert_str_eq(done_paths, "/hello,/info,");
+}
+END_TEST
+
+START_TEST(done_cb_reports_refused_request) {
+  struct fr_http_server_opts o = small_limits;
+
+  o.done_cb = on_done;
+  done_calls = 0;
+  done_paths[0] = '\0';
+  fx_start(&o);
+  fx_run(client_big_header);
+  assert_error_response(&fx.r[0], 431, "headers_too_large");
+  ck_assert_int_eq(done_calls, 1);
+  ck_assert_int_eq(done_status[0], 431);
+  ck_assert_str_eq(done_paths, "-,"); /* never parsed far enough to have a path */
+}
+END_TEST
+
 START_TEST(headers_over_limit_get_431) {
   fx_start(&small_limits);
   fx_run(client_big_header);
@@ -2155,6 +2205,8 @@ static Suite *http_suite(void) {
   tc = tcase_create("requests");
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, get_with_body_returns_exact_bytes);
+  tcase_add_test(tc, done_cb_once_per_request_with_status);
+  tcase_add_test(tc, done_cb_reports_refused_request);
   tcase_add_test(tc, head_request_gets_length_without_body);
   tcase_add_test(tc, keepalive_two_requests_share_connection);
   tcase_add_test(tc, pipelined_requests_answered_in_order);

@@ -75,6 +75,12 @@ int fr_kube_request(struct fr_kube_client *c, const char *method, const char *pa
 int fr_kube_watch(struct fr_kube_client *c, const char *path, fr_kube_line_cb on_line,
                   fr_kube_response_cb on_done, void *arg, struct fr_kube_call **out);
 
+/* Called once per finished REST call (not watches, not exec) with its
+ * method, final status (0: no response) and the last attempt's duration;
+ * for metrics. <cb> NULL removes it. */
+typedef void (*fr_kube_observer_cb)(void *arg, const char *method, int status, double elapsed_ms);
+void fr_kube_client_set_observer(struct fr_kube_client *c, fr_kube_observer_cb cb, void *arg);
+
 /* Stops a call; its callbacks are not called afterwards. */
 void fr_kube_cancel(struct fr_kube_call *call);
 

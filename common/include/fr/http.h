@@ -31,6 +31,15 @@ struct fr_http_server;
 struct fr_http_req;
 typedef struct ssl_ctx_st SSL_CTX;
 
+struct fr_http_req;
+/* Called once per request when its response is complete on our side
+ * (whole response queued, stream ended, WebSocket accepted) or when the
+ * connection went away first (<status> 0). Also for requests the server
+ * itself refused (400/408/413/431), where method and path may be NULL.
+ * For access logs and metrics; must not touch the response. */
+typedef void (*fr_http_done_cb)(const struct fr_http_req *req, int status, size_t body_bytes,
+                                uint64_t duration_ms, void *arg);
+
 struct fr_http_server_opts {
   size_t max_header_bytes;    /* request line + headers; default 16 KiB */
   size_t max_body_bytes;      /* default 1 MiB */
@@ -40,6 +49,8 @@ struct fr_http_server_opts {
   size_t max_ws_message;      /* largest WebSocket message accepted; default 16 MiB */
   SSL_CTX *ssl_ctx;           /* borrowed, must outlive the server; NULL = plain */
   const char *name;           /* for logs; default "http" */
+  fr_http_done_cb done_cb;    /* optional */
+  void *done_arg;
 };
 
 struct fr_http_header {
@@ -80,6 +91,9 @@ struct fr_http_req {
   /* Owned by the handler. */
   void *data;
   fr_http_abort_cb abort_cb;
+  /* Free-form notes the handler leaves for done_cb (access log fields),
+   * NUL-terminated; zeroed for every request. */
+  char note[512];
 };
 
 /* Allocates a server on <loop>; <opts> may be NULL for the defaults.

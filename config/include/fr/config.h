@@ -20,6 +20,7 @@
  *                  kubeconfig = "us-east.kubeconfig"; context = "us-east";
  *                  namespace = "default";
  *                  cost = { per_core_hour = 0.0316; per_gib_hour = 0.0042; }; } );
+ *   hosted = { per_core_second = 0.00003942; per_gib_second = 0.00000672; };  # optional
  *
  * Relative paths are resolved against the directory of the config file.
  */
@@ -46,6 +47,15 @@ struct fr_config_cost {
   double per_gib_hour;     /* $ per GiB-hour of requested memory */
   double node_hour;        /* alternative: $ per node-hour ... */
   int64_t sandboxes_per_node; /* ... shared by this many sandboxes */
+};
+
+/* What a hosted sandbox vendor would charge, the reference the dashboard
+ * and /metrics compare the fleet's cost with (fr/cost.h). Defaults: Modal's
+ * published on-demand rates, $0.00003942 per core-second and $0.00000672 per
+ * GiB-second. Both are >= 0. */
+struct fr_config_hosted {
+  double per_core_second;  /* $ per vCPU-second */
+  double per_gib_second;   /* $ per GiB-second of memory */
 };
 
 struct fr_config_cluster {
@@ -76,6 +86,7 @@ struct fr_config {
   size_t ntenants;
   struct fr_config_cluster *clusters;
   size_t nclusters;
+  struct fr_config_hosted hosted; /* the defaults when the file has no `hosted` */
 };
 
 /* Parses and validates <path>. Returns 0 and a snapshot with one reference

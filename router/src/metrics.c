@@ -1,0 +1,316 @@
+/* metrics.c - counters, histograms and the /metrics exposition. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "fr/adapter.h"
+#include "fr/buf.h"
+#include "fr/config.h"
+#include "fr/policy.h"
+#include "metrics.h"
+#include "router.h"
+
+#define NBUCKETS 15
+/* Seconds; from a millisecond API call to a minute-long exec. */
+static const double bucket_le[NBUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                           0.25,  0.5,    1,     2.5,  5,     10,   30, 60};
+
+struct family {
+  const char *name, *type, *help;
+};
+
+/* Recorded families, in exposition order. Gauges read at scrape time are
+ * written by render_gauges(). */
+static const struct family recorded[] = {
+    {"fedrouter_cluster_api_latency_seconds", "histogram",
+     "Duration of Kubernetes API calls to the cluster (REST; watches excluded)."},
+    {"fedrouter_creates_total", "counter", "Sandbox creates by cluster, outcome and warm or cold start."},
+    {"fedrouter_spills_total", "counter",
+     "Times a cluster answered with a no-room signal and the rest of a batch moved on."},
+    {"fedrouter_execs_total", "counter", "Execs by cluster and outcome."},
+    {"fedrouter_exec_duration_seconds", "histogram", "Exec wall time as seen by the router."},
+    {"fedrouter_http_requests_total", "counter", "API requests by route template, method and status."},
+    {"fedrouter_http_request_duration_seconds", "histogram", "API request latency by route template."},
+};
+
+struct series {
+  size_t family;          /* index into recorded[] */
+  char *labels;
+  double value;           /* counters */
+  uint64_t buckets[NBUCKETS];
+  double sum;
+  uint64_t count;
+};
+
+struct metrics {
+  struct series *v;
+  size_t n, cap;
+  json_t *index;          /* "family\x1flabels" -> series index */
+};
+
+struct metrics *metrics_new(void) {
+  struct metrics *m = calloc(1, sizeof(*m));
+
+  if (m == NULL || (m->index = json_object()) == NULL) {
+    free(m);
+    return NULL;
+  }
+  return m;
+}
+
+void metrics_free(struct metrics *m) {
+  size_t i;
+
+  if (m == NULL)
+    return;
+  for (i = 0; i < m->n; i++)
+    free(m->v[i].labels);
+  free(m->v);
+  json_decref(m->index);
+  free(m);
+}
+
+static struct series *find(struct metrics *m, const char *family, const char *labels) {
+  char key[1024];
+  size_t f;
+  json_t *idx;
+
+  for (f = 0; f < sizeof(recorded) / sizeof(recorded[0]); f++)
+    if (strcmp(recorded[f].name, family) == 0)
+      break;
+  if (f == sizeof(recorded) / sizeof(recorded[0]))
+    return NULL; /* a bug: every family is declared above */
+  snprintf(key, sizeof(key), "%s\x1f%s", family, labels);
+  idx = json_object_get(m->index, key);
+  if (idx != NULL)
+    return &m->v[json_integer_value(idx)];
+  if (m->n == m->cap) {
+    size_t ncap = m->cap ? m->cap * 2 : 64;
+    struct series *nv = realloc(m->v, ncap * sizeof(*nv));
+    if (nv == NULL)
+      return NULL;
+    m->v = nv;
+    m->cap = ncap;
+  }
+  memset(&m->v[m->n], 0, sizeof(m->v[m->n]));
+  m->v[m->n].family = f;
+  m->v[m->n].labels = strdup(labels);
+  if (m->v[m->n].labels == NULL || json_object_set_new(m->index, key, json_integer((json_int_t)m->n)) != 0) {
+    free(m->v[m->n].labels);
+    return NULL;
+  }
+  return &m->v[m->n++];
+}
+
+void metrics_inc(struct metrics *m, const char *family, const char *labels, double by) {
+  struct series *s = m ? find(m, family, labels) : NULL;
+
+  if (s != NULL)
+    s->value += by;
+}
+
+void metrics_observe(struct metrics *m, const char *family, const char *labels, double seconds) {
+  struct series *s = m ? find(m, family, labels) : NULL;
+  size_t i;
+
+  if (s == NULL)
+    return;
+  for (i = 0; i < NBUCKETS; i++)
+    if (seconds <= bucket_le[i])
+      s->buckets[i]++;
+  s->sum += seconds;
+  s->count++;
+}
+
+void metrics_label(struct fr_buf *b, const char *name, const char *value) {
+  const char *p;
+
+  fr_buf_printf(b, "%s%s=\"", b->len ? "," : "", name);
+  for (p = value ? value : ""; *p; p++) {
+    if (*p == '\\')
+      fr_buf_puts(b, "\\\\");
+    else if (*p == '"')
+      fr_buf_puts(b, "\\\"");
+    else if (*p == '\n')
+      fr_buf_puts(b, "\\n");
+    else
+      fr_buf_putc(b, *p);
+  }
+  fr_buf_putc(b, '"');
+}
+
+const char *metrics_route(const char *path) {
+  static const char *const exact[] = {"/v1/sandboxes", "/v1/pools", "/v1/clusters", "/v1/policy",
+                                      "/v1/placement/explain", "/v1/events", "/healthz", "/readyz",
+                                      "/metrics", "/dashboard", NULL};
+  size_t i, n;
+
+  if (path == NULL)
+    return "unparsed";
+  for (i = 0; exact[i] != NULL; i++)
+    if (strcmp(path, exact[i]) == 0)
+      return exact[i];
+  if (strncmp(path, "/v1/sandboxes/", 14) == 0) {
+    n = strlen(path);
+    return n > 19 && strcmp(path + n - 5, "/exec") == 0 ? "/v1/sandboxes/{id}/exec" : "/v1/sandboxes/{id}";
+  }
+  if (strncmp(path, "/v1/pools/", 10) == 0)
+    return "/v1/pools/{name}";
+  return "other";
+}
+
+/* ---------------------------------------------------------------------- */
+/* rendering                                                               */
+
+static void head(struct fr_buf *b, const char *name, const char *type, const char *help) {
+  fr_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void sample(struct fr_buf *b, const char *name, const char *labels, double v) {
+  if (labels != NULL && *labels)
+    fr_buf_printf(b, "%s{%s} %.12g\n", name, labels, v);
+  else
+    fr_buf_printf(b, "%s %.12g\n", name, v);
+}
+
+/* A gauge line with cluster/region and up to two more labels. */
+static void gauge(struct fr_buf *b, const char *name, const char *cluster, const char *region,
+                  const char *k1, const char *v1, const char *k2, const char *v2, double v) {
+  struct fr_buf l;
+
+  fr_buf_init(&l);
+  if (cluster)
+    metrics_label(&l, "cluster", cluster);
+  if (region)
+    metrics_label(&l, "region", region);
+  if (k1)
+    metrics_label(&l, k1, v1);
+  if (k2)
+    metrics_label(&l, k2, v2);
+  sample(b, name, l.data ? l.data : "", v);
+  fr_buf_free(&l);
+}
+
+static void render_gauges(struct router *r, struct fr_buf *b) {
+  size_t i, k;
+  struct fr_adapter_view *views = calloc(r->nadapters ? r->nadapters : 1, sizeof(*views));
+
+  if (views == NULL)
+    return;
+  head(b, "fedrouter_build_info", "gauge", "Always 1; the version label says which fedrouter.");
+  gauge(b, "fedrouter_build_info", NULL, NULL, "version", FR_ROUTER_VERSION, NULL, NULL, 1);
+
+  head(b, "fedrouter_cluster_healthy", "gauge", "1 while the cluster's circuit breaker is closed.");
+  for (i = 0; i < r->nadapters; i++) {
+    fr_adapter_view(r->adapters[i], &views[i]);
+    gauge(b, "fedrouter_cluster_healthy", views[i].name, views[i].region, NULL, NULL, NULL, NULL, views[i].healthy);
+  }
+  head(b, "fedrouter_cluster_synced", "gauge", "1 once the cluster's caches completed their first list.");
+  for (i = 0; i < r->nadapters; i++)
+    gauge(b, "fedrouter_cluster_synced", views[i].name, views[i].region, NULL, NULL, NULL, NULL, views[i].synced);
+
+  head(b, "fedrouter_cluster_capacity_slots", "gauge",
+       "Sandboxes of a pool's shape (pool \"\" = 1 cpu, 2 GiB) that fit now (free) or on empty nodes (total).");
+  for (i = 0; i < r->nadapters; i++) {
+    struct fr_adapter *a = r->adapters[i];
+    json_t *rs;
+    const char *key;
+    gauge(b, "fedrouter_cluster_capacity_slots", views[i].name, views[i].region, "pool", "", "state", "free",
+          (double)fr_adapter_free_slots(a, 1000, 2147483648LL));
+    gauge(b, "fedrouter_cluster_capacity_slots", views[i].name, views[i].region, "pool", "", "state", "total",
+          (double)fr_adapter_total_slots(a, 1000, 2147483648LL));
+    json_object_foreach(fr_adapter_pool_sets(a), key, rs) {
+      json_t *meta = json_object_get(rs, "metadata");
+      const char *pool = json_string_value(json_object_get(json_object_get(meta, "labels"), FR_LABEL_POOL));
+      const char *spec_s = json_string_value(json_object_get(json_object_get(meta, "annotations"), FR_ANN_POOL_SPEC));
+      json_t *spec = spec_s ? json_loads(spec_s, 0, NULL) : NULL;
+      if (pool != NULL && spec != NULL) {
+        int64_t c = json_integer_value(json_object_get(spec, "cpu_millis"));
+        int64_t mem = json_integer_value(json_object_get(spec, "memory_bytes"));
+        gauge(b, "fedrouter_cluster_capacity_slots", views[i].name, views[i].region, "pool", pool, "state",
+              "free", (double)fr_adapter_free_slots(a, c, mem));
+        gauge(b, "fedrouter_cluster_capacity_slots", views[i].name, views[i].region, "pool", pool, "state",
+              "total", (double)fr_adapter_total_slots(a, c, mem));
+      }
+      json_decref(spec);
+    }
+  }
+  head(b, "fedrouter_cluster_sandboxes", "gauge", "Claimed or created sandboxes, running or starting.");
+  for (i = 0; i < r->nadapters; i++) {
+    fr_adapter_view(r->adapters[i], &views[i]);
+    gauge(b, "fedrouter_cluster_sandboxes", views[i].name, views[i].region, NULL, NULL, NULL, NULL,
+          (double)views[i].sandboxes);
+  }
+  head(b, "fedrouter_pool_warm_pods", "gauge", "Warm pool depth: ready unclaimed pods and the target.");
+  for (i = 0; i < r->nadapters; i++) {
+    fr_adapter_view(r->adapters[i], &views[i]);
+    for (k = 0; k < views[i].npools; k++) {
+      gauge(b, "fedrouter_pool_warm_pods", views[i].name, NULL, "pool", views[i].pools[k].name, "state", "ready",
+            (double)views[i].pools[k].ready);
+      gauge(b, "fedrouter_pool_warm_pods", views[i].name, NULL, "pool", views[i].pools[k].name, "state", "target",
+            (double)views[i].pools[k].target);
+    }
+  }
+  head(b, "fedrouter_cluster_cost_dollars_per_hour", "gauge",
+       "Cost of the running sandboxes (now), of every default-shape slot filled (capacity), and what a hosted "
+       "vendor would charge for the running sandboxes (hosted_equivalent).");
+  for (i = 0; i < r->nadapters; i++) {
+    struct router_cost c;
+    fr_adapter_view(r->adapters[i], &views[i]);
+    router_cluster_cost(r, i, &c);
+    gauge(b, "fedrouter_cluster_cost_dollars_per_hour", views[i].name, views[i].region, "basis", "now", NULL, NULL,
+          c.now);
+    gauge(b, "fedrouter_cluster_cost_dollars_per_hour", views[i].name, views[i].region, "basis", "capacity", NULL,
+          NULL, c.capacity);
+    gauge(b, "fedrouter_cluster_cost_dollars_per_hour", views[i].name, views[i].region, "basis",
+          "hosted_equivalent", NULL, NULL, c.hosted);
+  }
+  head(b, "fedrouter_http_requests_in_flight", "gauge", "Requests being answered later (creates, execs, ...).");
+  sample(b, "fedrouter_http_requests_in_flight", "", (double)r->inflight);
+  head(b, "fedrouter_policy_info", "gauge", "The loaded routing policy; always 1.");
+  gauge(b, "fedrouter_policy_info", NULL, NULL, "source", fr_policy_source(r->policy), "version",
+        fr_policy_version(r->policy), 1);
+  head(b, "fedrouter_policy_reloads_total", "counter", "Policy reloads by result.");
+  gauge(b, "fedrouter_policy_reloads_total", NULL, NULL, "result", "ok", NULL, NULL, (double)r->policy_reloads);
+  gauge(b, "fedrouter_policy_reloads_total", NULL, NULL, "result", "error", NULL, NULL,
+        (double)r->policy_reload_failures);
+  free(views);
+}
+
+int metrics_render(struct router *r, struct fr_buf *out) {
+  struct metrics *m = r->metrics;
+  size_t f, i, k;
+
+  render_gauges(r, out);
+  for (f = 0; f < sizeof(recorded) / sizeof(recorded[0]); f++) {
+    const char *name = recorded[f].name;
+    int hist = strcmp(recorded[f].type, "histogram") == 0;
+    head(out, name, recorded[f].type, recorded[f].help);
+    for (i = 0; m != NULL && i < m->n; i++) {
+      struct series *s = &m->v[i];
+      if (s->family != f)
+        continue;
+      if (!hist) {
+        sample(out, name, s->labels, s->value);
+        continue;
+      }
+      for (k = 0; k < NBUCKETS; k++)
+        fr_buf_printf(out, "%s_bucket{%s%sle=\"%g\"} %" PRIu64 "\n", name, s->labels, *s->labels ? "," : "",
+                      bucket_le[k], s->buckets[k]);
+      fr_buf_printf(out, "%s_bucket{%s%sle=\"+Inf\"} %" PRIu64 "\n", name, s->labels, *s->labels ? "," : "",
+                    s->count);
+      if (*s->labels) {
+        fr_buf_printf(out, "%s_sum{%s} %.17g\n", name, s->labels, s->sum);
+        fr_buf_printf(out, "%s_count{%s} %" PRIu64 "\n", name, s->labels, s->count);
+      } else {
+        fr_buf_printf(out, "%s_sum %.17g\n", name, s->sum);
+        fr_buf_printf(out, "%s_count %" PRIu64 "\n", name, s->count);
+      }
+    }
+  }
+  return out->data != NULL ? 0 : -ENOMEM;
+}
