@@ -91,28 +91,11 @@ static int nomem(struct ld *ld) {
   return fail(ld, NULL, -ENOMEM, "out of memory");
 }
 
-/* Edit distance, used only to decide "distance <= 2", so long or very
- * different strings are rejected early (returns 3). */
+/* Edit distance capped at 3: only "distance <= 2" matters here. */
 static unsigned levenshtein_le2(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b), i, j;
-  unsigned row0[256], row1[256], *prev = row0, *cur = row1, *t;
+  size_t d = fr_edit_distance(a, b);
 
-  if (la >= FR_ARRAY_SIZE(row0) || lb >= FR_ARRAY_SIZE(row0) || (la > lb ? la - lb : lb - la) > 2)
-    return 3;
-  for (j = 0; j <= lb; j++)
-    prev[j] = (unsigned)j;
-  for (i = 1; i <= la; i++) {
-    cur[0] = (unsigned)i;
-    for (j = 1; j <= lb; j++) {
-      unsigned del = prev[j] + 1, ins = cur[j - 1] + 1, sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
-      unsigned m = del < ins ? del : ins;
-      cur[j] = m < sub ? m : sub;
-    }
-    t = prev;
-    prev = cur;
-    cur = t;
-  }
-  return prev[lb] > 3 ? 3 : prev[lb];
+  return d > 3 ? 3 : (unsigned)d;
 }
 
 /* ---------------------------------------------------------------------- */

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
@@ -140,6 +141,27 @@ int fr_parse_int64(const char *s, int64_t min, int64_t max, int64_t *out) {
     return -ERANGE;
   *out = (int64_t)v;
   return 0;
+}
+
+size_t fr_edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b), i, j;
+  size_t prev[64], cur[64];
+
+  if (la >= 64 || lb >= 64)
+    return SIZE_MAX;
+  for (j = 0; j <= lb; j++)
+    prev[j] = j;
+  for (i = 1; i <= la; i++) {
+    cur[0] = i;
+    for (j = 1; j <= lb; j++) {
+      size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+      size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+      size_t m = del < ins ? del : ins;
+      cur[j] = m < sub ? m : sub;
+    }
+    memcpy(prev, cur, (lb + 1) * sizeof(prev[0]));
+  }
+  return prev[lb];
 }
 
 int fr_secret_equal(const char *a, const char *b) {

@@ -181,27 +181,6 @@ static int oom(struct loader *l) {
 
 /* ---- unknown keys ---- */
 
-/* Levenshtein distance, capped: strings longer than 63 bytes count as far. */
-static size_t edit_distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b), i, j;
-  size_t prev[64], cur[64];
-
-  if (la >= 64 || lb >= 64)
-    return SIZE_MAX;
-  for (j = 0; j <= lb; j++)
-    prev[j] = j;
-  for (i = 1; i <= la; i++) {
-    cur[0] = i;
-    for (j = 1; j <= lb; j++) {
-      size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
-      size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
-      size_t m = del < ins ? del : ins;
-      cur[j] = m < sub ? m : sub;
-    }
-    memcpy(prev, cur, (lb + 1) * sizeof(prev[0]));
-  }
-  return prev[lb];
-}
 
 /* Rejects any member of <group> not in <known> (NULL-terminated), suggesting
  * the closest known key when it is within SUGGEST_MAX_DISTANCE edits, as
@@ -222,7 +201,7 @@ static int check_keys(struct loader *l, const config_setting_t *group, const cha
 
       if (strcmp(name, known[k]) == 0)
         break;
-      d = edit_distance(name, known[k]);
+      d = fr_edit_distance(name, known[k]);
       if (d < best_d) {
         best_d = d;
         best = known[k];

@@ -172,7 +172,6 @@ int policy_glob_match(const char *pat, const char *s);
 int policy_is_glob(const char *pat);
 int policy_patlist_match(const struct patlist *pl, const char *s);
 /* Levenshtein distance; SIZE_MAX for strings of 64 bytes or more. */
-size_t policy_edit_distance(const char *a, const char *b);
 uint64_t policy_hash(const char *s);
 
 /* The known cluster called <name>, or NULL. */

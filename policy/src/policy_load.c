@@ -221,7 +221,7 @@ static const char *suggest(const char *name, const char *const *cands, size_t n)
   size_t best_d = SIZE_MAX, i, len = strlen(name);
 
   for (i = 0; i < n; i++) {
-    size_t d = policy_edit_distance(name, cands[i]);
+    size_t d = fr_edit_distance(name, cands[i]);
     if (d < best_d) {
       best_d = d;
       best = cands[i];

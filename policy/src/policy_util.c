@@ -43,26 +43,6 @@ int policy_patlist_match(const struct patlist *pl, const char *s) {
   return 0;
 }
 
-size_t policy_edit_distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b), i, j;
-  size_t prev[64], cur[64];
-
-  if (la >= 64 || lb >= 64)
-    return SIZE_MAX;
-  for (j = 0; j <= lb; j++)
-    prev[j] = j;
-  for (i = 1; i <= la; i++) {
-    cur[0] = i;
-    for (j = 1; j <= lb; j++) {
-      size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
-      size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
-      size_t m = del < ins ? del : ins;
-      cur[j] = m < sub ? m : sub;
-    }
-    memcpy(prev, cur, (lb + 1) * sizeof(prev[0]));
-  }
-  return prev[lb];
-}
 
 /* FNV-1a, 64 bits. */
 uint64_t policy_hash(const char *s) {

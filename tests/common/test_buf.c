@@ -1,6 +1,7 @@
 /* test_buf.c - fr_buf and fr/util.h helpers. */
 #include <check.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,6 +108,16 @@ START_TEST(sha256_hex_known_vector) {
 }
 END_TEST
 
+START_TEST(edit_distance_counts_edits) {
+  ck_assert_uint_eq(fr_edit_distance("region", "region"), 0);
+  ck_assert_uint_eq(fr_edit_distance("regoin", "region"), 2);
+  ck_assert_uint_eq(fr_edit_distance("latncy", "latency"), 1);
+  ck_assert_uint_eq(fr_edit_distance("", "abc"), 3);
+  ck_assert_uint_eq(fr_edit_distance("kitten", "sitting"), 3);
+  ck_assert_uint_eq(fr_edit_distance("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "a"), SIZE_MAX);
+}
+END_TEST
+
 START_TEST(secret_equal_compares_whole_strings) {
   ck_assert_int_eq(fr_secret_equal("abc", "abc"), 1);
   ck_assert_int_eq(fr_secret_equal("abc", "abd"), 0);
@@ -129,6 +140,7 @@ int main(void) {
   tcase_add_test(tc, time_rfc3339_roundtrip);
   tcase_add_test(tc, sha256_hex_known_vector);
   tcase_add_test(tc, secret_equal_compares_whole_strings);
+  tcase_add_test(tc, edit_distance_counts_edits);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

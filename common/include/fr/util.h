@@ -38,6 +38,10 @@ void fr_sha256_hex(const void *data, size_t n, char out[65]);
 /* Strict decimal parse of a whole string into [min, max]; 0 or -EINVAL/-ERANGE. */
 int fr_parse_int64(const char *s, int64_t min, int64_t max, int64_t *out);
 
+/* Levenshtein distance between <a> and <b>, for "did you mean" hints.
+ * Strings of 64 bytes or more count as far apart (SIZE_MAX). */
+size_t fr_edit_distance(const char *a, const char *b);
+
 /* Constant-time comparison of two NUL-terminated secrets. Returns 1 if equal. */
 int fr_secret_equal(const char *a, const char *b);
 
