@@ -15,7 +15,7 @@ FR_PACKAGES=(
   libuv1-dev libcurl4-openssl-dev libjansson-dev libconfig-dev libssl-dev
   check libsubunit-dev libhttp-parser-dev libyaml-dev libbsd-dev
   openssl ca-certificates procps python3 curl
-  prometheus
+  prometheus chromium
 )
 
 fr_install_packages() {

@@ -2,8 +2,8 @@
 """fedrouter dashboard test: GET /dashboard rendered by headless Chromium.
 
 Starts three kubesim clusters (us-east and us-west in region us, ap-tokyo
-in region apac, one node of 10 pods) and fedrouter with two tenants (the
-harness of test_router.py), creates two warm pools and sandboxes (warm,
+in region apac, one node of 10 pods) and fedrouter with two tenants and
+prices for us-east and us-west only (the harness of test_router.py), creates two warm pools and sandboxes (warm,
 cold, and a batch for APAC that does not fit in ap-tokyo) so the numbers
 are not trivial, then opens the router's /dashboard in Debian's headless
 Chromium (/usr/bin/chromium) and checks the rendered DOM (--dump-dom)
@@ -69,6 +69,12 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-extensions", "--disable-default-apps", "--mute-audio",
                   "--hide-scrollbars", "--force-color-profile=srgb", "--lang=en-US"]
+# Prices (docs/metrics.md): us-east by the node, us-west by the resource,
+# ap-tokyo none (its cost must read n/a, only the hosted equivalent known).
+COSTS = {
+    "us-east": "cost = { node_hour = 0.093; sandboxes_per_node = 1; };",
+    "us-west": "cost = { per_core_hour = 0.0316; per_gib_hour = 0.0042; };",
+}
 CLUSTERS = [
     ("us-east", "us", ["--nodes", "2", "--node-cpu", "16", "--node-memory", "64Gi"]),
     ("us-west", "us", ["--nodes", "2", "--node-cpu", "16", "--node-memory", "64Gi"]),
@@ -237,6 +243,21 @@ def start_page_proxy(page_file, router_port):
 
 # --------------------------------------------------------------------------
 # the federation and its state
+
+class DashFed(tr.Fed):
+    """tr.Fed with the COSTS prices in the clusters' config entries."""
+
+    def write_config(self, path, lifetime):
+        super().write_config(path, lifetime)
+        with open(path) as f:
+            text = f.read()
+        for name, cost in COSTS.items():
+            entry = f'{{ name = "{name}"; '
+            check(text.count(entry) == 1, f"config: no single entry {entry!r} to price")
+            text = text.replace(entry, entry + cost + " ")
+        with open(path, "w") as f:
+            f.write(text)
+
 
 def setup_state(fed):
     """Pools and sandboxes so that every number on the page is non-trivial."""
@@ -548,7 +569,7 @@ def main():
     t_all = time.monotonic()
     fed = None
     try:
-        fed = tr.Fed("dash", CLUSTERS)
+        fed = DashFed("dash", CLUSTERS)
     except Exception as e:
         print(f"FAIL federation: did not start: {e}", flush=True)
         print("0 passed, 1 failed")
