@@ -169,7 +169,7 @@ static void on_ready_timeout(uv_timer_t *t) {
   char msg[200];
 
   snprintf(msg, sizeof(msg), "pod %s was not exec-ready within %" PRIu64 " ms", op->pod, op->ready_timeout_ms);
-  fr_adapter_sandbox_delete(op->a, op->pod, NULL, NULL);
+  fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
   finish(op, FR_SB_TIMEOUT, msg, NULL, 0);
 }
 
@@ -183,10 +183,10 @@ static void check_pod(struct create_op *op, json_t *pod) {
   } else if ((why = unschedulable(pod)) != NULL) {
     char msg[600];
     snprintf(msg, sizeof(msg), "unschedulable: %s", why);
-    fr_adapter_sandbox_delete(op->a, op->pod, NULL, NULL);
+    fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
     finish(op, FR_SB_NO_ROOM, msg, NULL, 0);
   } else if (phase != NULL && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)) {
-    fr_adapter_sandbox_delete(op->a, op->pod, NULL, NULL);
+    fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
     finish(op, FR_SB_FAILED, "the pod stopped before it was ready", NULL, 0);
   }
 }
@@ -484,7 +484,7 @@ static void on_simple(const struct fr_kube_response *r, void *arg) {
 }
 
 static int simple_request(struct fr_adapter *a, const char *method, const char *path, const char *ctype,
-                          json_t *body, int idempotent,
+                          json_t *body, int idempotent, const char *request_id,
                           void (*cb)(int status, const char *message, void *arg), void *arg) {
   struct simple_call *sc = malloc(sizeof(*sc));
   char *b = body ? json_dumps(body, JSON_COMPACT) : NULL;
@@ -497,7 +497,7 @@ static int simple_request(struct fr_adapter *a, const char *method, const char *
   }
   sc->cb = cb;
   sc->arg = arg;
-  rc = fr_kube_request(a->client, method, path, ctype, b, b ? strlen(b) : 0, idempotent, NULL,
+  rc = fr_kube_request(a->client, method, path, ctype, b, b ? strlen(b) : 0, idempotent, request_id,
                        on_simple, sc, NULL);
   free(b);
   if (rc != 0)
@@ -505,13 +505,13 @@ static int simple_request(struct fr_adapter *a, const char *method, const char *
   return rc;
 }
 
-int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod,
+int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char *request_id,
                               void (*cb)(int status, const char *message, void *arg), void *arg) {
   char path[300];
   int rc;
 
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", a->ns, pod);
-  rc = simple_request(a, "DELETE", path, NULL, NULL, 1, cb, arg);
+  rc = simple_request(a, "DELETE", path, NULL, NULL, 1, request_id, cb, arg);
   /* Hide it from lists at once; the mark goes when the watch reports the
    * pod gone (or, if the delete failed, by the reaper's sweep below). */
   if (rc == 0 && fr_adapter_pod(a, pod) != NULL)
@@ -550,7 +550,7 @@ int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec
                  "automountServiceAccountToken", 0);
   if (rs == NULL)
     return -ENOMEM;
-  rc = simple_request(a, "POST", path, "application/json", rs, 0, cb, arg);
+  rc = simple_request(a, "POST", path, "application/json", rs, 0, NULL, cb, arg);
   json_decref(rs);
   return rc;
 }
@@ -562,7 +562,7 @@ int fr_adapter_pool_resize(struct fr_adapter *a, const char *pool, int64_t repli
   int rc;
 
   snprintf(path, sizeof(path), "/apis/apps/v1/namespaces/%s/replicasets/fr-pool-%s", a->ns, pool);
-  rc = simple_request(a, "PATCH", path, "application/merge-patch+json", patch, 1, cb, arg);
+  rc = simple_request(a, "PATCH", path, "application/merge-patch+json", patch, 1, NULL, cb, arg);
   json_decref(patch);
   return rc;
 }
@@ -574,7 +574,7 @@ int fr_adapter_pool_delete(struct fr_adapter *a, const char *pool,
   int rc;
 
   snprintf(path, sizeof(path), "/apis/apps/v1/namespaces/%s/replicasets/fr-pool-%s", a->ns, pool);
-  rc = simple_request(a, "DELETE", path, "application/json", opts, 1, cb, arg);
+  rc = simple_request(a, "DELETE", path, "application/json", opts, 1, NULL, cb, arg);
   json_decref(opts);
   return rc;
 }
@@ -622,7 +622,7 @@ static void on_reap(uv_timer_t *t) {
     if (!expired && !(phase != NULL && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)))
       continue;
     FR_INFO("reaper", "%s: deleting %s (%s)", a->cc.name, name, expired ? "expired" : phase);
-    if (fr_adapter_sandbox_delete(a, name, on_reaped, NULL) == 0)
+    if (fr_adapter_sandbox_delete(a, name, NULL, on_reaped, NULL) == 0)
       json_object_set_new(a->reaping, name, json_true());
   }
 }

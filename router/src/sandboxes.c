@@ -418,7 +418,7 @@ static void term_start(struct term *t, struct fr_adapter *a, const char *pod) {
   o->t = t;
   snprintf(o->id, sizeof(o->id), "%s.%s", fr_adapter_name(a), pod);
   t->pending++;
-  if (fr_adapter_sandbox_delete(a, pod, on_term, o) != 0) {
+  if (fr_adapter_sandbox_delete(a, pod, t->c->rid, on_term, o) != 0) {
     t->pending--;
     json_array_append_new(t->failed, json_pack("{s:s,s:s}", "id", o->id, "message", "cannot send the delete"));
     free(o);
@@ -629,7 +629,7 @@ static void batch_finish(struct batch *b) {
     if (dot == NULL)
       continue;
     b->deletes_pending++;
-    if (fr_adapter_sandbox_delete(b->cands[it->cluster].a, dot + 1, on_rollback, b) != 0)
+    if (fr_adapter_sandbox_delete(b->cands[it->cluster].a, dot + 1, b->c->rid, on_rollback, b) != 0)
       b->deletes_pending--;
   }
   on_rollback(0, NULL, b);

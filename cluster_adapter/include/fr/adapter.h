@@ -150,8 +150,9 @@ typedef void (*fr_sandbox_cb)(const struct fr_sandbox_result *res, void *arg);
  * from a later loop turn. */
 int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec *spec,
                               fr_sandbox_cb cb, void *arg);
-/* Deletes pod <pod>. <cb> (may be NULL) gets the API response. */
-int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod,
+/* Deletes pod <pod>; <request_id> (may be NULL) goes out as X-Request-Id.
+ * <cb> (may be NULL) gets the API response. */
+int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char *request_id,
                               void (*cb)(int status, const char *message, void *arg), void *arg);
 /* 1 if <pod> is on its way out: it has a deletionTimestamp, or this router
  * has sent its delete and the watch has not yet reported it gone. Lists
