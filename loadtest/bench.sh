@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# loadtest/bench.sh — one benchmark scenario end to end: start simulated
+# clusters (kubesim) and fedrouter in front of them, make a warm pool, run
+# build/loadgen, stop everything (also on failure or Ctrl-C).
+#
+#   loadtest/bench.sh seed|overhead|fanout|all [--smoke] [--build-dir DIR]
+#                     [--out DIR] [-- extra loadgen arguments]
+#
+#   --smoke          tiny N and short delays: seconds per scenario (ctest
+#                    bench_smoke runs `all --smoke`)
+#   --build-dir DIR  where fedrouter, kubesim and loadgen are (default build/)
+#   --out DIR        where the JSON reports go (default DIR/bench-results)
+#
+# Clusters (docs/benchmarks.md explains the numbers). Every kubesim runs with
+# --fast-exec (echo/true/sh -c 'echo ..' answered without forking), TLS and a
+# token, 20 nodes of 32 cpu / 128Gi / 110 pods.
+#   seed, fanout: 2 clusters in region us with the delays of a real cluster
+#                 (KUBE_PROTOCOL.md §7): scheduling 50 ms, image pull 3 s
+#                 (once per node and image), container start 1.5 s,
+#                 scheduler 100 pods/s, API latency 20 ms — a cold start takes
+#                 ~4.5 s (~1.5 s once the node has the image), a warm claim
+#                 ~0.1 s (a few API round trips).
+#                 Warm pool "bench", 100 pods per cluster (smoke: 5).
+#   overhead:     1 cluster, no delays at all, so the router's own cost is
+#                 what differs between the two sides.
+#
+# Exit: 0 every scenario passed (loadgen exit 0), 1 otherwise, 2 usage.
+# (Functions here run from traps and through "scenario_$sc"; the delay
+# arrays are read through namerefs. shellcheck cannot see either.)
+# shellcheck disable=SC2317,SC2034
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)"
+BUILD="$ROOT/build"
+OUT=""
+SMOKE=0
+SCENARIO=""
+EXTRA=()
+
+usage() { sed -n '2,/^# (Functions/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    seed|overhead|fanout|all) SCENARIO="$1" ;;
+    --smoke) SMOKE=1 ;;
+    --build-dir) [ $# -ge 2 ] || { usage >&2; exit 2; }; BUILD="$2"; shift ;;
+    --out) [ $# -ge 2 ] || { usage >&2; exit 2; }; OUT="$2"; shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; EXTRA=("$@"); break ;;
+    *) echo "bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ -n "$SCENARIO" ] || { usage >&2; exit 2; }
+BUILD="$(cd "$BUILD" 2>/dev/null && pwd)" || { echo "bench.sh: no build dir" >&2; exit 2; }
+for b in fedrouter kubesim loadgen; do
+  [ -x "$BUILD/$b" ] || { echo "bench.sh: $BUILD/$b is missing (cmake --build $BUILD)" >&2; exit 2; }
+done
+OUT="${OUT:-$BUILD/bench-results}"
+mkdir -p "$OUT" && OUT="$(cd "$OUT" && pwd)" || exit 2
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/fr-bench.XXXXXX")" || exit 1
+TOKEN="bench-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+SIM_TOKEN="sim-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+declare -a PIDS=()
+URL=""
+
+say() { printf '==> %s\n' "$*"; }
+
+# ---------------------------------------------------------------- processes
+alive() { kill -0 "$1" 2>/dev/null; }
+
+# Stops every process this script started: the router first, then the
+# clusters (each kills its sandbox processes on SIGTERM).
+stop_all() {
+  local p i j n="${#PIDS[@]}"
+  for ((i = n - 1; i >= 0; i--)); do
+    p="${PIDS[$i]}"
+    alive "$p" && kill -TERM "$p" 2>/dev/null
+    for ((j = 0; j < 150; j++)); do alive "$p" || break; sleep 0.1; done
+    alive "$p" && { echo "bench.sh: pid $p ignored SIGTERM; killing it" >&2; kill -KILL "$p" 2>/dev/null; }
+    wait "$p" 2>/dev/null
+  done
+  PIDS=()
+}
+
+# shellcheck disable=SC2317 # runs from the trap
+on_exit() {
+  local rc=$?
+  trap - EXIT INT TERM HUP
+  stop_all
+  rm -rf -- "${WORK:?}"
+  exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# start_sim <name> <extra kubesim flags...>
+start_sim() {
+  local name="$1" i
+  shift
+  mkdir -p "$WORK/$name.wd"
+  "$BUILD/kubesim" --name "$name" --region us --tls --token "$SIM_TOKEN" \
+    --write-kubeconfig "$WORK/$name.kubeconfig" --port-file "$WORK/$name.port" \
+    --workdir "$WORK/$name.wd" --log-level warn --fast-exec \
+    --nodes 20 --node-cpu 32 --node-memory 128Gi --node-pods 110 "$@" \
+    >"$WORK/$name.log" 2>&1 </dev/null &
+  PIDS+=($!)
+  for ((i = 0; i < 300; i++)); do
+    [ -s "$WORK/$name.port" ] && return 0
+    alive "${PIDS[-1]}" || break
+    sleep 0.05
+  done
+  tail -n 20 "$WORK/$name.log" >&2
+  echo "bench.sh: kubesim $name did not start" >&2
+  return 1
+}
+
+# start_router <cluster names...>
+start_router() {
+  local c i line sha
+  sha="$(printf %s "$TOKEN" | sha256sum | cut -d' ' -f1)"
+  {
+    echo "listen = \"127.0.0.1:0\";"
+    echo "region = \"us\";"
+    echo "limits = { max_batch = 5000; };"
+    echo "tenants = ( { name = \"bench\"; token_sha256 = \"$sha\"; } );"
+    echo "clusters = ("
+    local sep=""
+    for c in "$@"; do
+      printf '%s  { name = "%s"; region = "us"; kubeconfig = "%s.kubeconfig"; }' "$sep" "$c" "$c"
+      sep=$',\n'
+    done
+    printf '\n);\n'
+  } >"$WORK/fedrouter.conf"
+  "$BUILD/fedrouter" --config "$WORK/fedrouter.conf" >"$WORK/fedrouter.out" 2>"$WORK/fedrouter.log" </dev/null &
+  PIDS+=($!)
+  for ((i = 0; i < 300; i++)); do
+    line="$(grep -m1 '^fedrouter listening on ' "$WORK/fedrouter.out" 2>/dev/null)"
+    [ -n "$line" ] && break
+    alive "${PIDS[-1]}" || break
+    sleep 0.05
+  done
+  if [ -z "$line" ]; then
+    tail -n 20 "$WORK/fedrouter.log" >&2
+    echo "bench.sh: fedrouter did not start" >&2
+    return 1
+  fi
+  URL="${line#fedrouter listening on }"
+  for ((i = 0; i < 600; i++)); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$URL/readyz")" = 200 ] && return 0
+    sleep 0.1
+  done
+  echo "bench.sh: fedrouter not ready after 60 s" >&2
+  return 1
+}
+
+api() { # api METHOD PATH [JSON] -> body on stdout, fails on HTTP >= 400
+  local args=(-sS --fail-with-body --max-time 60 -X "$1" -H "Authorization: Bearer $TOKEN")
+  [ $# -ge 3 ] && args+=(-H 'Content-Type: application/json' --data-binary "$3")
+  curl "${args[@]}" "$URL$2"
+}
+
+# make_pool <replicas per cluster> <number of clusters>: creates pool
+# "bench" and waits until every cluster has it full (5 minutes at most).
+make_pool() {
+  local replicas="$1" nclusters="$2" i body
+  api POST /v1/pools "{\"name\":\"bench\",\"image\":\"python:3.12\",\"cpus\":1,\"memory_gb\":2,\"replicas\":$replicas}" >/dev/null ||
+    { echo "bench.sh: could not create the pool" >&2; return 1; }
+  for ((i = 0; i < 1500; i++)); do
+    body="$(api GET /v1/pools/bench 2>/dev/null)"
+    if printf '%s' "$body" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+cs = d["clusters"]
+sys.exit(0 if len(cs) == int(sys.argv[1]) and all(c["ready"] >= c["target"] for c in cs) else 1)' "$nclusters" 2>/dev/null; then
+      say "pool bench warm: $replicas per cluster x $nclusters (after $((i / 5)) s)"
+      return 0
+    fi
+    sleep 0.2
+  done
+  echo "bench.sh: pool not warm after 300 s: $body" >&2
+  return 1
+}
+
+# ---------------------------------------------------------------- scenarios
+REALISTIC=(--schedule-ms 50 --image-pull-ms 3000 --start-ms 1500 --scheduler-qps 100 --api-latency-ms 20)
+SMOKE_DELAYS=(--schedule-ms 10 --image-pull-ms 200 --start-ms 100 --scheduler-qps 100)
+
+run_loadgen() { # run_loadgen <scenario> args...
+  local sc="$1"
+  shift
+  say "build/loadgen $sc $* ${EXTRA[*]}"
+  "$BUILD/loadgen" "$sc" --url "$URL" --token "$TOKEN" --json-out "$OUT/$sc.json" "$@" "${EXTRA[@]}"
+  local rc=$?
+  say "report: $OUT/$sc.json"
+  return "$rc"
+}
+
+federation() { # federation <delays array name> <clusters>
+  local -n delays="$1"
+  local n="$2" c names=()
+  for ((c = 1; c <= n; c++)); do
+    start_sim "c$c" "${delays[@]}" || return 1
+    names+=("c$c")
+  done
+  start_router "${names[@]}" || return 1
+  say "$n cluster(s) (${delays[*]}) behind $URL"
+}
+
+scenario_seed() {
+  local delays=REALISTIC pool=100 n=200
+  [ "$SMOKE" = 1 ] && { delays=SMOKE_DELAYS; pool=5; n=10; }
+  federation "$delays" 2 && make_pool "$pool" 2 && run_loadgen seed --pool bench -n "$n" -c 10
+}
+
+scenario_overhead() {
+  local none=() args=(--levels '1,1000' --duration 10)
+  [ "$SMOKE" = 1 ] && args=(--levels '1,20' -n 50 --warmup 10)
+  federation none 1 && make_pool 2 1 &&
+    run_loadgen overhead --pool bench --direct-kubeconfig "$WORK/c1.kubeconfig" "${args[@]}"
+}
+
+scenario_fanout() {
+  local delays=REALISTIC pool=100 n=1000 batch=100
+  [ "$SMOKE" = 1 ] && { delays=SMOKE_DELAYS; pool=5; n=20; batch=5; }
+  federation "$delays" 2 && make_pool "$pool" 2 && run_loadgen fanout --pool bench -n "$n" --batch "$batch" -c 4
+}
+
+ulimit -n 65536 2>/dev/null || true
+rc=0
+if [ "$SCENARIO" = all ]; then
+  list=(seed overhead fanout)
+else
+  list=("$SCENARIO")
+fi
+for sc in "${list[@]}"; do
+  say "scenario $sc$([ "$SMOKE" = 1 ] && echo ' (smoke)')"
+  if ! "scenario_$sc"; then
+    echo "bench.sh: scenario $sc FAILED; the logs:" >&2
+    for f in "$WORK"/*.log; do echo "--- $f"; tail -n 15 "$f"; done >&2
+    rc=1
+  fi
+  stop_all
+  rm -rf -- "${WORK:?}"/*
+done
+[ "$rc" = 0 ] && say "all passed: ${list[*]}"
+exit "$rc"

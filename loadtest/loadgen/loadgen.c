@@ -1,0 +1,1244 @@
+/* loadgen - drives a running fedrouter (and, for comparison, a kubesim
+ * directly) and reports latency percentiles and throughput as a table on
+ * stdout and as JSON (--json-out). Benchmarks only: nothing here is a
+ * pass/fail timing; the exit status says whether every request succeeded
+ * and every figure was measured.
+ *
+ *   loadgen seed     N create -> first exec (echo hi) -> terminate cycles
+ *   loadgen overhead the same exec through the router and straight against
+ *                    the cluster's pods/exec, per concurrency level
+ *   loadgen fanout   N sandboxes created in batches, one exec in each, all
+ *                    concurrently, then terminated by label
+ *
+ * One uv_loop_t, created in main() and passed down in struct lg. Each
+ * scenario is a sequence of phases; a phase starts its workers, then main
+ * turns the loop (run_phase) until the last worker is done. Workers are
+ * closed-loop: each issues its next request from the previous one's
+ * callback, so <concurrency> requests are always in flight.
+ *
+ * Exit: 0 all good, 1 errors or missing figures, 2 usage.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <uv.h>
+
+#include "fr/buf.h"
+#include "fr/kube.h"
+#include "fr/kubeconfig.h"
+#include "fr/log.h"
+#include "fr/util.h"
+#include "lg_http.h"
+
+#define MAX_LEVELS 8
+#define MAX_ERROR_KINDS 32
+/* The exec timeout the router applies by default (api.md: timeout_s 60);
+ * the direct side sends the same wrapped argv so the cluster does the same
+ * work on both sides. */
+#define EXEC_TIMEOUT_S "60"
+
+enum scenario { SC_SEED, SC_OVERHEAD, SC_FANOUT };
+
+struct lg_opts {
+  enum scenario scenario;
+  const char *scenario_name;
+  const char *url;
+  const char *token;
+  const char *pool;
+  const char *image;
+  const char *json_out;
+  const char *direct_kubeconfig;
+  const char *direct_context;
+  const char *direct_namespace;
+  long n;                 /* seed: cycles; overhead: execs per level and side; fanout: sandboxes */
+  int n_set;
+  int concurrency;
+  int levels[MAX_LEVELS];
+  int nlevels;
+  double duration_s;      /* overhead: per level and side instead of n (0 = use n) */
+  long warmup;            /* overhead: unmeasured execs per level and side (-1 = default) */
+  int batch;
+  int exec_concurrency;   /* fanout */
+  long timeout_ms;
+};
+
+/* Latencies in milliseconds. */
+struct lat {
+  double *v;
+  size_t n, cap;
+};
+
+struct lg {
+  uv_loop_t *loop;
+  struct lg_opts o;
+  struct lg_http *http;
+  struct fr_kube_client *kube;
+  char run_id[16];        /* label value loadgen=<run_id> on every sandbox made */
+  long errors;
+  json_t *error_kinds;    /* "op: status code" -> count */
+  json_t *report;
+  uv_timer_t pause;        /* wait_ms() */
+  int phase_done;
+  int kube_closed;
+};
+
+/* ------------------------------------------------------------ helpers */
+
+static int lat_add(struct lat *l, double ms) {
+  double *nv;
+  size_t ncap;
+
+  if (l->n == l->cap) {
+    ncap = l->cap ? l->cap * 2 : 1024;
+    if ((nv = realloc(l->v, ncap * sizeof(*nv))) == NULL)
+      return -ENOMEM;
+    l->v = nv;
+    l->cap = ncap;
+  }
+  l->v[l->n++] = ms;
+  return 0;
+}
+
+static void lat_free(struct lat *l) {
+  free(l->v);
+  memset(l, 0, sizeof(*l));
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of sorted values. */
+static double pct(const struct lat *l, double p) {
+  size_t k;
+
+  if (l->n == 0)
+    return NAN;
+  k = (size_t)ceil(p / 100.0 * (double)l->n);
+  if (k < 1)
+    k = 1;
+  return l->v[k - 1];
+}
+
+static double round3(double x) {
+  return round(x * 1000.0) / 1000.0;
+}
+
+/* Sorts <l> and returns {"n","p50","p90","p99","max","mean"} in ms (NULL
+ * figures when empty: the caller's figure check then fails). */
+static json_t *lat_json(struct lat *l) {
+  double sum = 0;
+  size_t i;
+
+  if (l->n == 0)
+    return json_pack("{s:i,s:n,s:n,s:n,s:n,s:n}", "n", 0, "p50", "p90", "p99", "max", "mean");
+  qsort(l->v, l->n, sizeof(double), cmp_double);
+  for (i = 0; i < l->n; i++)
+    sum += l->v[i];
+  return json_pack("{s:I,s:f,s:f,s:f,s:f,s:f}", "n", (json_int_t)l->n, "p50", round3(pct(l, 50)),
+                   "p90", round3(pct(l, 90)), "p99", round3(pct(l, 99)), "max",
+                   round3(l->v[l->n - 1]), "mean", round3(sum / (double)l->n));
+}
+
+static double ns_to_ms(uint64_t ns) {
+  return (double)ns / 1e6;
+}
+
+/* Counts an error under "<op>: <status> <code>" (or the transport error). */
+static void note_error(struct lg *g, const char *op, int status, const char *body, const char *err) {
+  char key[256];
+  const char *code = NULL;
+  json_t *j = NULL, *v;
+
+  g->errors++;
+  if (status != 0 && body != NULL) {
+    j = json_loads(body, 0, NULL);
+    code = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
+  }
+  if (status == 0)
+    snprintf(key, sizeof(key), "%s: %s", op, err != NULL ? err : "no response");
+  else
+    snprintf(key, sizeof(key), "%s: %d %s", op, status, code != NULL ? code : "");
+  json_decref(j);
+  v = json_object_get(g->error_kinds, key);
+  if (v != NULL)
+    json_integer_set(v, json_integer_value(v) + 1);
+  else if (json_object_size(g->error_kinds) < MAX_ERROR_KINDS)
+    json_object_set_new(g->error_kinds, key, json_integer(1));
+  if (g->errors <= 5)
+    fprintf(stderr, "loadgen: error: %s%s%.200s\n", key, body != NULL && body[0] ? " " : "",
+            body != NULL ? body : "");
+}
+
+/* Turns the loop until the current phase sets g->phase_done. */
+static int run_phase(struct lg *g) {
+  while (!g->phase_done) {
+    if (uv_run(g->loop, UV_RUN_ONCE) == 0 && !g->phase_done) {
+      fprintf(stderr, "loadgen: internal error: the loop ran dry before the phase ended\n");
+      return -EIO;
+    }
+  }
+  g->phase_done = 0;
+  return 0;
+}
+
+static void on_pause(uv_timer_t *t) {
+  struct lg *g = t->data;
+
+  g->phase_done = 1;
+}
+
+/* Lets the loop run for <ms> (connections stay served meanwhile). */
+static int wait_ms(struct lg *g, uint64_t ms) {
+  g->pause.data = g;
+  uv_timer_start(&g->pause, on_pause, ms, 0);
+  return run_phase(g);
+}
+
+/* ------------------------------------------------------------ one request, waited for */
+
+struct sync_ctx {
+  struct lg *g;
+  int status;
+  json_t *body;
+  char *raw;
+  char err[256];
+};
+
+static void on_sync(const struct lg_response *r, void *arg) {
+  struct sync_ctx *s = arg;
+
+  s->status = r->status;
+  if (r->error != NULL)
+    snprintf(s->err, sizeof(s->err), "%s", r->error);
+  s->body = json_loadb(r->body, r->body_len, 0, NULL);
+  s->raw = strdup(r->body);
+  s->g->phase_done = 1;
+}
+
+/* <method> <path> [<body>], waited for. The caller json_decref()s s->body
+ * and free()s s->raw. Returns 0 (look at s->status) or a negative errno. */
+static int sync_request(struct lg *g, const char *method, const char *path, const char *body,
+                        struct sync_ctx *s) {
+  int rc;
+
+  memset(s, 0, sizeof(*s));
+  s->g = g;
+  if ((rc = lg_http_request(g->http, method, path, body, on_sync, s)) != 0)
+    return rc;
+  return run_phase(g);
+}
+
+static void sync_clear(struct sync_ctx *s) {
+  json_decref(s->body);
+  free(s->raw);
+  s->body = NULL;
+  s->raw = NULL;
+}
+
+/* The create request body: the pool, or the image; a batch of <num>. */
+static int create_body(struct lg *g, int num, struct fr_buf *b) {
+  fr_buf_reset(b);
+  if (fr_buf_puts(b, "{\"name\":\"lg\",") != 0)
+    return -ENOMEM;
+  if (g->o.pool != NULL) {
+    if (fr_buf_puts(b, "\"pool\":") != 0 || fr_buf_put_json_str(b, g->o.pool, strlen(g->o.pool)) != 0)
+      return -ENOMEM;
+  } else {
+    if (fr_buf_puts(b, "\"image\":") != 0 || fr_buf_put_json_str(b, g->o.image, strlen(g->o.image)) != 0)
+      return -ENOMEM;
+  }
+  return fr_buf_printf(b, ",\"num_sandboxes\":%d,\"labels\":{\"loadgen\":\"%s\"}}", num, g->run_id);
+}
+
+/* Is <r> a 200 exec answer with stdout "hi\n" and exit code 0? */
+static int exec_ok(const struct lg_response *r) {
+  json_t *j;
+  int ok;
+
+  if (r->status != 200)
+    return 0;
+  j = json_loadb(r->body, r->body_len, 0, NULL);
+  ok = json_is_string(json_object_get(j, "stdout")) &&
+       strcmp(json_string_value(json_object_get(j, "stdout")), "hi\n") == 0 &&
+       json_integer_value(json_object_get(j, "exit_code")) == 0 &&
+       json_is_integer(json_object_get(j, "exit_code"));
+  json_decref(j);
+  return ok;
+}
+
+static const char exec_body[] = "{\"argv\":[\"echo\",\"hi\"]}";
+
+/* Sandboxes of this run the router still lists as not terminating, waiting
+ * up to 10 s for its cache to catch up with our own terminations. Any left
+ * are terminated by label and reported (as errors) in "leaked". */
+static long check_leaks(struct lg *g) {
+  struct sync_ctx s;
+  char path[128];
+  json_t *v;
+  size_t i;
+  long live = -1;
+  int tries;
+
+  snprintf(path, sizeof(path), "/v1/sandboxes?label=loadgen=%s", g->run_id);
+  for (tries = 0; tries < 100; tries++) {
+    if (sync_request(g, "GET", path, NULL, &s) != 0 || s.status != 200) {
+      note_error(g, "list", s.status, s.raw, s.err);
+      sync_clear(&s);
+      return -1;
+    }
+    live = 0;
+    json_array_foreach(json_object_get(s.body, "sandboxes"), i, v) {
+      const char *st = json_string_value(json_object_get(v, "state"));
+      if (st == NULL || strcmp(st, "terminating") != 0)
+        live++;
+    }
+    sync_clear(&s);
+    if (live == 0)
+      return 0;
+    if (wait_ms(g, 100) != 0)
+      return -1;
+  }
+  if (sync_request(g, "DELETE", path, NULL, &s) == 0)
+    sync_clear(&s);
+  g->errors += live;
+  fprintf(stderr, "loadgen: %ld sandbox(es) of this run still live after the run; terminated\n", live);
+  return live;
+}
+
+/* ------------------------------------------------------------ seed */
+
+struct seed {
+  struct lg *g;
+  long started;
+  int active;
+  struct lat create, exec, total, term;
+  struct fr_buf create_body;
+};
+
+struct seed_worker {
+  struct seed *s;
+  char *id;
+  uint64_t t0;
+};
+
+static void seed_next(struct seed_worker *w);
+
+static void seed_on_deleted(const struct lg_response *r, void *arg) {
+  struct seed_worker *w = arg;
+
+  if (r->status == 200)
+    lat_add(&w->s->term, ns_to_ms(r->end_ns - r->start_ns));
+  else
+    note_error(w->s->g, "terminate", r->status, r->body, r->error);
+  free(w->id);
+  w->id = NULL;
+  seed_next(w);
+}
+
+static void seed_delete(struct seed_worker *w) {
+  char path[512];
+
+  snprintf(path, sizeof(path), "/v1/sandboxes/%s", w->id);
+  if (lg_http_request(w->s->g->http, "DELETE", path, NULL, seed_on_deleted, w) != 0) {
+    note_error(w->s->g, "terminate", 0, NULL, "could not start the request");
+    free(w->id);
+    w->id = NULL;
+    seed_next(w);
+  }
+}
+
+static void seed_on_exec(const struct lg_response *r, void *arg) {
+  struct seed_worker *w = arg;
+
+  if (exec_ok(r)) {
+    lat_add(&w->s->exec, ns_to_ms(r->end_ns - r->start_ns));
+    lat_add(&w->s->total, ns_to_ms(r->end_ns - w->t0));
+  } else {
+    note_error(w->s->g, "exec", r->status, r->body, r->error != NULL ? r->error : "unexpected answer");
+  }
+  seed_delete(w);
+}
+
+static void seed_on_created(const struct lg_response *r, void *arg) {
+  struct seed_worker *w = arg;
+  char path[512];
+  json_t *j;
+  const char *id;
+
+  if (r->status != 201) {
+    note_error(w->s->g, "create", r->status, r->body, r->error);
+    seed_next(w);
+    return;
+  }
+  j = json_loadb(r->body, r->body_len, 0, NULL);
+  id = json_string_value(json_object_get(json_array_get(json_object_get(j, "sandboxes"), 0), "id"));
+  if (id == NULL || strlen(id) > 300 || (w->id = strdup(id)) == NULL) {
+    json_decref(j);
+    note_error(w->s->g, "create", r->status, r->body, NULL);
+    seed_next(w);
+    return;
+  }
+  json_decref(j);
+  lat_add(&w->s->create, ns_to_ms(r->end_ns - r->start_ns));
+  snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", w->id);
+  if (lg_http_request(w->s->g->http, "POST", path, exec_body, seed_on_exec, w) != 0) {
+    note_error(w->s->g, "exec", 0, NULL, "could not start the request");
+    seed_delete(w);
+  }
+}
+
+static void seed_next(struct seed_worker *w) {
+  struct seed *s = w->s;
+
+  while (s->started < s->g->o.n) {
+    s->started++;
+    w->t0 = uv_hrtime();
+    if (lg_http_request(s->g->http, "POST", "/v1/sandboxes", s->create_body.data, seed_on_created, w) == 0)
+      return;
+    note_error(s->g, "create", 0, NULL, "could not start the request");
+  }
+  if (--s->active == 0)
+    s->g->phase_done = 1;
+}
+
+static int run_seed(struct lg *g, json_t *figures) {
+  struct seed s;
+  struct seed_worker *w;
+  uint64_t t0, t1;
+  long leaked;
+  int i, c = g->o.concurrency, rc;
+
+  memset(&s, 0, sizeof(s));
+  s.g = g;
+  fr_buf_init(&s.create_body);
+  if (c > g->o.n)
+    c = (int)g->o.n;
+  if (create_body(g, 1, &s.create_body) != 0 || (w = calloc((size_t)c, sizeof(*w))) == NULL) {
+    fr_buf_free(&s.create_body);
+    return -ENOMEM;
+  }
+  t0 = uv_hrtime();
+  s.active = c;
+  for (i = 0; i < c; i++) {
+    w[i].s = &s;
+    seed_next(&w[i]);
+  }
+  rc = s.active > 0 ? run_phase(g) : 0;
+  t1 = uv_hrtime();
+  leaked = check_leaks(g);
+
+  json_object_set_new(figures, "cycles", json_integer(g->o.n));
+  json_object_set_new(figures, "completed", json_integer((json_int_t)s.total.n));
+  json_object_set_new(figures, "wall_s", json_real(round3((double)(t1 - t0) / 1e9)));
+  json_object_set_new(figures, "cycles_per_s", json_real(round3((double)s.total.n / ((double)(t1 - t0) / 1e9))));
+  json_object_set_new(figures, "create_ms", lat_json(&s.create));
+  json_object_set_new(figures, "first_exec_ms", lat_json(&s.exec));
+  json_object_set_new(figures, "create_plus_first_exec_ms", lat_json(&s.total));
+  json_object_set_new(figures, "terminate_ms", lat_json(&s.term));
+  json_object_set_new(figures, "leaked", json_integer(leaked));
+
+  printf("\nseed: %ld create -> first exec -> terminate cycles, concurrency %d, %s %s\n", g->o.n, c,
+         g->o.pool ? "pool" : "image", g->o.pool ? g->o.pool : g->o.image);
+  printf("  %-26s %8s %9s %9s %9s %9s\n", "ms", "n", "p50", "p90", "p99", "max");
+  {
+    const char *names[] = {"create", "first exec", "create + first exec", "terminate"};
+    struct lat *ls[] = {&s.create, &s.exec, &s.total, &s.term};
+    size_t k;
+    for (k = 0; k < FR_ARRAY_SIZE(ls); k++)
+      printf("  %-26s %8zu %9.1f %9.1f %9.1f %9.1f\n", names[k], ls[k]->n, pct(ls[k], 50),
+             pct(ls[k], 90), pct(ls[k], 99), ls[k]->n ? ls[k]->v[ls[k]->n - 1] : NAN);
+  }
+  printf("  wall %.2f s, %.1f cycles/s, errors %ld, leaked %ld\n", (double)(t1 - t0) / 1e9,
+         (double)s.total.n / ((double)(t1 - t0) / 1e9), g->errors, leaked);
+  lat_free(&s.create);
+  lat_free(&s.exec);
+  lat_free(&s.total);
+  lat_free(&s.term);
+  fr_buf_free(&s.create_body);
+  free(w);
+  return rc;
+}
+
+/* ------------------------------------------------------------ exec runs (overhead, fanout) */
+
+enum side { SIDE_ROUTER, SIDE_DIRECT };
+
+/* <concurrency> closed-loop slots running one exec after another until
+ * <target> have started or <deadline_ns> has passed. */
+struct xrun {
+  struct lg *g;
+  enum side side;
+  long target;
+  uint64_t deadline_ns;   /* 0 = count only */
+  long started, ok;
+  int active;
+  struct lat *lat;        /* NULL: warm-up, not recorded */
+  char **paths;           /* router: exec paths, used round-robin */
+  size_t npaths;
+  const char *pod, *ns;   /* direct */
+  char *const *argv;      /* direct */
+  uint64_t t0, t1;
+};
+
+struct xslot {
+  struct xrun *x;
+  uint64_t t0;
+};
+
+static void xslot_next(struct xslot *s);
+
+static void x_done(struct xslot *s, int ok, uint64_t end_ns) {
+  struct xrun *x = s->x;
+
+  if (ok) {
+    x->ok++;
+    if (x->lat != NULL)
+      lat_add(x->lat, ns_to_ms(end_ns - s->t0));
+  }
+  xslot_next(s);
+}
+
+static void x_on_router(const struct lg_response *r, void *arg) {
+  struct xslot *s = arg;
+  int ok = exec_ok(r);
+
+  if (!ok)
+    note_error(s->x->g, "exec (router)", r->status, r->body, r->error != NULL ? r->error : "unexpected answer");
+  x_done(s, ok, r->end_ns);
+}
+
+static void x_on_direct(const struct fr_kube_exec_result *res, void *arg) {
+  struct xslot *s = arg;
+  uint64_t end = uv_hrtime();
+  int ok = res->error == 0 && !res->timed_out && res->exit_code == 0 && res->out_len == 3 &&
+           memcmp(res->out, "hi\n", 3) == 0;
+
+  if (!ok)
+    note_error(s->x->g, "exec (direct)", res->http_status, NULL,
+               res->message != NULL ? res->message : "unexpected answer");
+  x_done(s, ok, end);
+}
+
+static void xslot_next(struct xslot *s) {
+  struct xrun *x = s->x;
+  struct fr_kube_exec_opts eo;
+  int rc;
+
+  for (;;) {
+    if (x->deadline_ns != 0 ? uv_hrtime() >= x->deadline_ns : x->started >= x->target)
+      break;
+    x->started++;
+    s->t0 = uv_hrtime();
+    if (x->side == SIDE_ROUTER) {
+      rc = lg_http_request(x->g->http, "POST", x->paths[(size_t)x->started % x->npaths], exec_body,
+                           x_on_router, s);
+    } else {
+      memset(&eo, 0, sizeof(eo));
+      eo.argv = x->argv;
+      eo.max_stdout = eo.max_stderr = 65536;
+      eo.timeout_ms = (uint64_t)x->g->o.timeout_ms;
+      rc = fr_kube_exec(x->g->kube, x->ns, x->pod, &eo, x_on_direct, s, NULL);
+    }
+    if (rc == 0)
+      return;
+    note_error(x->g, x->side == SIDE_ROUTER ? "exec (router)" : "exec (direct)", 0, NULL,
+               "could not start the request");
+  }
+  if (--x->active == 0) {
+    x->t1 = uv_hrtime();
+    x->g->phase_done = 1;
+  }
+}
+
+/* Runs one exec phase; x is filled by the caller except the counters. */
+static int xrun_run(struct xrun *x, int concurrency) {
+  struct xslot *slots;
+  int i, rc;
+
+  if ((slots = calloc((size_t)concurrency, sizeof(*slots))) == NULL)
+    return -ENOMEM;
+  x->started = x->ok = 0;
+  x->active = concurrency;
+  x->t0 = uv_hrtime();
+  if (x->deadline_ns != 0)
+    x->deadline_ns += x->t0;
+  for (i = 0; i < concurrency; i++) {
+    slots[i].x = x;
+    xslot_next(&slots[i]);
+  }
+  rc = x->active > 0 ? run_phase(x->g) : 0;
+  if (x->t1 == 0)
+    x->t1 = uv_hrtime();
+  free(slots);
+  return rc;
+}
+
+static json_t *side_json(const struct xrun *x, struct lat *l) {
+  double wall = (double)(x->t1 - x->t0) / 1e9;
+
+  return json_pack("{s:I,s:f,s:f,s:o}", "n", (json_int_t)x->ok, "wall_s", round3(wall), "exec_per_s",
+                   round3((double)x->ok / wall), "latency_ms", lat_json(l));
+}
+
+/* ------------------------------------------------------------ overhead */
+
+static void on_kube_closed(void *arg) {
+  struct lg *g = arg;
+
+  g->kube_closed = 1;
+}
+
+/* Creates one sandbox through the router (pool or image); returns its id
+ * (free it) or NULL. */
+static char *create_one(struct lg *g) {
+  struct sync_ctx s;
+  struct fr_buf b;
+  char *id = NULL;
+  const char *v;
+
+  fr_buf_init(&b);
+  if (create_body(g, 1, &b) != 0 || sync_request(g, "POST", "/v1/sandboxes", b.data, &s) != 0) {
+    fr_buf_free(&b);
+    return NULL;
+  }
+  v = json_string_value(json_object_get(json_array_get(json_object_get(s.body, "sandboxes"), 0), "id"));
+  if (s.status != 201 || v == NULL)
+    note_error(g, "create", s.status, s.raw, s.err);
+  else
+    id = strdup(v);
+  sync_clear(&s);
+  fr_buf_free(&b);
+  return id;
+}
+
+static int run_overhead(struct lg *g, json_t *figures) {
+  static char *const argv[] = {"timeout", "-s", "KILL", EXEC_TIMEOUT_S, "echo", "hi", NULL};
+  struct fr_kube_client_opts ko;
+  struct fr_kube_creds *creds = NULL;
+  struct sync_ctx s;
+  struct xrun x;
+  struct lat lr, ld;
+  char err[512], path[512], *id = NULL, *paths[1];
+  const char *pod;
+  json_t *levels = json_array(), *lv, *jr, *jd;
+  int i, rc = -EIO;
+
+  memset(&lr, 0, sizeof(lr));
+  memset(&ld, 0, sizeof(ld));
+  json_object_set_new(figures, "levels", levels);
+  if (g->o.direct_kubeconfig == NULL) {
+    fprintf(stderr, "loadgen: overhead needs --direct-kubeconfig FILE (the sandbox's cluster)\n");
+    return -EINVAL;
+  }
+  if ((rc = fr_kubeconfig_load(g->o.direct_kubeconfig, g->o.direct_context, &creds, err, sizeof(err))) != 0) {
+    fprintf(stderr, "loadgen: %s\n", err);
+    return rc;
+  }
+  memset(&ko, 0, sizeof(ko));
+  ko.name = "direct";
+  ko.max_host_connections = 20000;
+  ko.request_timeout_ms = (uint64_t)g->o.timeout_ms;
+  rc = fr_kube_client_new(g->loop, creds, &ko, &g->kube);
+  fr_kube_creds_free(creds);
+  if (rc != 0) {
+    fprintf(stderr, "loadgen: cannot create the direct client: %s\n", strerror(-rc));
+    return rc;
+  }
+  if ((id = create_one(g)) == NULL || (pod = strchr(id, '.')) == NULL) {
+    fprintf(stderr, "loadgen: could not create the sandbox to exec in\n");
+    rc = -EIO;
+    goto out;
+  }
+  pod++;
+  json_object_set_new(figures, "sandbox", json_string(id));
+  snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", id);
+  paths[0] = path;
+
+  printf("\noverhead: exec echo hi in %s, through the router vs straight to the cluster\n", id);
+  printf("  %6s %-7s %8s %9s %9s %9s %10s\n", "conc", "side", "n", "p50 ms", "p99 ms", "max ms", "exec/s");
+  for (i = 0; i < g->o.nlevels; i++) {
+    int level = g->o.levels[i], side;
+    long warm = g->o.warmup >= 0 ? g->o.warmup : (level > 100 ? level : 100);
+    struct xrun xs[2];
+
+    for (side = SIDE_ROUTER; side <= SIDE_DIRECT; side++) {
+      struct lat *l = side == SIDE_ROUTER ? &lr : &ld;
+
+      memset(&x, 0, sizeof(x));
+      x.g = g;
+      x.side = (enum side)side;
+      x.paths = paths;
+      x.npaths = 1;
+      x.pod = pod;
+      x.ns = g->o.direct_namespace;
+      x.argv = argv;
+      x.target = warm;
+      if (warm > 0 && (rc = xrun_run(&x, level)) != 0)
+        goto out;
+      x.target = g->o.n;
+      x.deadline_ns = g->o.duration_s > 0 ? (uint64_t)(g->o.duration_s * 1e9) : 0;
+      x.t1 = 0;
+      x.lat = l;
+      if ((rc = xrun_run(&x, level)) != 0)
+        goto out;
+      xs[side] = x;
+      json_decref(lat_json(l));   /* sorts */
+      printf("  %6d %-7s %8ld %9.3f %9.3f %9.3f %10.0f\n", level, side == SIDE_ROUTER ? "router" : "direct",
+             x.ok, pct(l, 50), pct(l, 99), l->n ? l->v[l->n - 1] : NAN,
+             (double)x.ok / ((double)(x.t1 - x.t0) / 1e9));
+    }
+    jr = side_json(&xs[SIDE_ROUTER], &lr);
+    jd = side_json(&xs[SIDE_DIRECT], &ld);
+    lv = json_pack("{s:i,s:o,s:o}", "concurrency", level, "router", jr, "direct", jd);
+    if (lr.n > 0 && ld.n > 0) {
+      double tr = json_real_value(json_object_get(jr, "exec_per_s"));
+      double td = json_real_value(json_object_get(jd, "exec_per_s"));
+      json_object_set_new(lv, "added_p50_ms", json_real(round3(pct(&lr, 50) - pct(&ld, 50))));
+      json_object_set_new(lv, "added_p99_ms", json_real(round3(pct(&lr, 99) - pct(&ld, 99))));
+      json_object_set_new(lv, "throughput_ratio", json_real(td > 0 ? round3(tr / td) : 0));
+      printf("  %6d added latency p50 %+.3f ms, p99 %+.3f ms; throughput router/direct %.3f\n", level,
+             pct(&lr, 50) - pct(&ld, 50), pct(&lr, 99) - pct(&ld, 99), td > 0 ? tr / td : 0);
+    } else {
+      json_object_set_new(lv, "added_p50_ms", json_null());
+      json_object_set_new(lv, "added_p99_ms", json_null());
+      json_object_set_new(lv, "throughput_ratio", json_null());
+    }
+    json_array_append_new(levels, lv);
+    lat_free(&lr);
+    lat_free(&ld);
+  }
+  rc = 0;
+out:
+  lat_free(&lr);
+  lat_free(&ld);
+  if (id != NULL) {
+    char dpath[512];
+    snprintf(dpath, sizeof(dpath), "/v1/sandboxes/%s", id);
+    if (sync_request(g, "DELETE", dpath, NULL, &s) == 0) {
+      if (s.status != 200)
+        note_error(g, "terminate", s.status, s.raw, s.err);
+      sync_clear(&s);
+    }
+    free(id);
+  }
+  return rc;
+}
+
+/* ------------------------------------------------------------ fanout */
+
+struct fanout {
+  struct lg *g;
+  long requested;
+  int active;
+  struct lat batch_ms;
+  char **paths;           /* exec path per created sandbox */
+  size_t npaths, cap;
+  struct fr_buf body;
+};
+
+struct fbatch {
+  struct fanout *f;
+  int num;
+};
+
+static void fanout_next(struct fbatch *b);
+
+static void fanout_on_created(const struct lg_response *r, void *arg) {
+  struct fbatch *b = arg;
+  struct fanout *f = b->f;
+  json_t *j, *v;
+  size_t i;
+  char path[512], **np;
+
+  if (r->status != 201) {
+    note_error(f->g, "create batch", r->status, r->body, r->error);
+    fanout_next(b);
+    return;
+  }
+  lat_add(&f->batch_ms, ns_to_ms(r->end_ns - r->start_ns));
+  j = json_loadb(r->body, r->body_len, 0, NULL);
+  json_array_foreach(json_object_get(j, "sandboxes"), i, v) {
+    const char *id = json_string_value(json_object_get(v, "id"));
+    if (id == NULL)
+      continue;
+    if (f->npaths == f->cap) {
+      size_t ncap = f->cap ? f->cap * 2 : 256;
+      if ((np = realloc(f->paths, ncap * sizeof(*np))) == NULL)
+        break;
+      f->paths = np;
+      f->cap = ncap;
+    }
+    snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", id);
+    if ((f->paths[f->npaths] = strdup(path)) != NULL)
+      f->npaths++;
+  }
+  json_decref(j);
+  fanout_next(b);
+}
+
+static void fanout_next(struct fbatch *b) {
+  struct fanout *f = b->f;
+  long left;
+
+  while ((left = f->g->o.n - f->requested) > 0) {
+    b->num = left < f->g->o.batch ? (int)left : f->g->o.batch;
+    f->requested += b->num;
+    if (create_body(f->g, b->num, &f->body) == 0 &&
+        lg_http_request(f->g->http, "POST", "/v1/sandboxes", f->body.data, fanout_on_created, b) == 0)
+      return;
+    note_error(f->g, "create batch", 0, NULL, "could not start the request");
+  }
+  if (--f->active == 0)
+    f->g->phase_done = 1;
+}
+
+static int run_fanout(struct lg *g, json_t *figures) {
+  struct fanout f;
+  struct fbatch *b = NULL;
+  struct xrun x;
+  struct lat el;
+  struct sync_ctx s;
+  char path[128];
+  uint64_t c0, c1, d0, d1;
+  long terminated = -1, leaked;
+  size_t k;
+  int i, c, rc;
+
+  memset(&f, 0, sizeof(f));
+  memset(&el, 0, sizeof(el));
+  f.g = g;
+  fr_buf_init(&f.body);
+  c = g->o.concurrency;
+  if ((long)c * g->o.batch > g->o.n)
+    c = (int)((g->o.n + g->o.batch - 1) / g->o.batch);
+  if (c < 1)
+    c = 1;
+  if ((b = calloc((size_t)c, sizeof(*b))) == NULL)
+    return -ENOMEM;
+  c0 = uv_hrtime();
+  f.active = c;
+  for (i = 0; i < c; i++) {
+    b[i].f = &f;
+    fanout_next(&b[i]);
+  }
+  if (f.active > 0 && (rc = run_phase(g)) != 0)
+    goto out;
+  c1 = uv_hrtime();
+
+  memset(&x, 0, sizeof(x));
+  x.g = g;
+  x.side = SIDE_ROUTER;
+  x.paths = f.paths;
+  x.npaths = f.npaths;
+  x.target = (long)f.npaths;
+  x.lat = &el;
+  if (f.npaths > 0) {
+    int ec = g->o.exec_concurrency < (int)f.npaths ? g->o.exec_concurrency : (int)f.npaths;
+    if ((rc = xrun_run(&x, ec)) != 0)
+      goto out;
+  }
+
+  snprintf(path, sizeof(path), "/v1/sandboxes?label=loadgen=%s", g->run_id);
+  d0 = uv_hrtime();
+  if ((rc = sync_request(g, "DELETE", path, NULL, &s)) != 0)
+    goto out;
+  d1 = uv_hrtime();
+  if (s.status == 200)
+    terminated = (long)json_integer_value(json_object_get(s.body, "terminated"));
+  else
+    note_error(g, "terminate by label", s.status, s.raw, s.err);
+  sync_clear(&s);
+  if (terminated >= 0 && terminated != (long)f.npaths) {
+    fprintf(stderr, "loadgen: terminated %ld sandboxes by label, created %zu\n", terminated, f.npaths);
+    g->errors++;
+  }
+  leaked = check_leaks(g);
+
+  {
+    double cw = (double)(c1 - c0) / 1e9, dw = (double)(d1 - d0) / 1e9;
+    json_object_set_new(figures, "requested", json_integer(g->o.n));
+    json_object_set_new(figures, "created", json_integer((json_int_t)f.npaths));
+    json_object_set_new(figures, "create_wall_s", json_real(round3(cw)));
+    json_object_set_new(figures, "creates_per_s", json_real(round3((double)f.npaths / cw)));
+    json_object_set_new(figures, "batch_create_ms", lat_json(&f.batch_ms));
+    json_object_set_new(figures, "exec", f.npaths > 0 ? side_json(&x, &el) : json_null());
+    json_object_set_new(figures, "terminated", json_integer(terminated));
+    json_object_set_new(figures, "terminate_s", json_real(round3(dw)));
+    json_object_set_new(figures, "leaked", json_integer(leaked));
+    printf("\nfanout: %ld sandboxes in batches of %d (%d batches in flight), one exec in each\n", g->o.n,
+           g->o.batch, c);
+    printf("  created %zu in %.2f s: %.1f creates/s (batch p50 %.0f ms, p99 %.0f ms)\n", f.npaths, cw,
+           (double)f.npaths / cw, pct(&f.batch_ms, 50), pct(&f.batch_ms, 99));
+    if (f.npaths > 0)
+      printf("  exec in all, %d concurrent: %ld ok in %.2f s: %.0f execs/s (p50 %.2f ms, p99 %.2f ms)\n",
+             g->o.exec_concurrency < (int)f.npaths ? g->o.exec_concurrency : (int)f.npaths, x.ok,
+             (double)(x.t1 - x.t0) / 1e9, (double)x.ok / ((double)(x.t1 - x.t0) / 1e9), pct(&el, 50),
+             pct(&el, 99));
+    printf("  terminated %ld by label in %.2f s; errors %ld, leaked %ld\n", terminated, dw, g->errors, leaked);
+  }
+  rc = 0;
+out:
+  for (k = 0; k < f.npaths; k++)
+    free(f.paths[k]);
+  free(f.paths);
+  lat_free(&f.batch_ms);
+  lat_free(&el);
+  fr_buf_free(&f.body);
+  free(b);
+  return rc;
+}
+
+/* ------------------------------------------------------------ report */
+
+/* Does every number the scenario promises exist? (null = not measured) */
+static int figures_complete(const json_t *v) {
+  const char *k;
+  json_t *e;
+  size_t i;
+
+  if (json_is_null(v))
+    return 0;
+  if (json_is_object(v)) {
+    json_object_foreach((json_t *)v, k, e) {
+      if (!figures_complete(e))
+        return 0;
+    }
+  } else if (json_is_array(v)) {
+    if (json_array_size(v) == 0)
+      return 0;
+    json_array_foreach(v, i, e) {
+      if (!figures_complete(e))
+        return 0;
+    }
+  } else if (json_is_real(v) && !isfinite(json_real_value(v))) {
+    return 0;
+  }
+  return 1;
+}
+
+static json_t *machine_json(void) {
+  uv_utsname_t u;
+  json_t *m = json_object();
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+  json_object_set_new(m, "nproc", json_integer(n));
+  if (uv_os_uname(&u) == 0) {
+    json_object_set_new(m, "sysname", json_string(u.sysname));
+    json_object_set_new(m, "release", json_string(u.release));
+    json_object_set_new(m, "machine", json_string(u.machine));
+  }
+  json_object_set_new(m, "total_memory_bytes", json_integer((json_int_t)uv_get_total_memory()));
+  return m;
+}
+
+static json_t *params_json(const struct lg *g) {
+  const struct lg_opts *o = &g->o;
+  json_t *p = json_object(), *lv;
+  int i;
+
+  json_object_set_new(p, "url", json_string(o->url));
+  json_object_set_new(p, "n", json_integer(o->n));
+  if (o->pool != NULL)
+    json_object_set_new(p, "pool", json_string(o->pool));
+  else
+    json_object_set_new(p, "image", json_string(o->image));
+  json_object_set_new(p, "run_label", json_string(g->run_id));
+  switch (o->scenario) {
+  case SC_SEED:
+    json_object_set_new(p, "concurrency", json_integer(o->concurrency));
+    break;
+  case SC_OVERHEAD:
+    lv = json_array();
+    for (i = 0; i < o->nlevels; i++)
+      json_array_append_new(lv, json_integer(o->levels[i]));
+    json_object_set_new(p, "levels", lv);
+    json_object_set_new(p, "duration_s", o->duration_s > 0 ? json_real(o->duration_s) : json_null());
+    if (o->duration_s > 0)
+      json_object_del(p, "n");
+    json_object_set_new(p, "warmup", o->warmup >= 0 ? json_integer(o->warmup) : json_string("max(100, level)"));
+    json_object_set_new(p, "direct_kubeconfig", json_string(o->direct_kubeconfig));
+    json_object_set_new(p, "direct_namespace", json_string(o->direct_namespace));
+    json_object_set_new(p, "exec_argv_direct", json_pack("[s,s,s,s,s,s]", "timeout", "-s", "KILL",
+                                                         EXEC_TIMEOUT_S, "echo", "hi"));
+    break;
+  case SC_FANOUT:
+    json_object_set_new(p, "batch", json_integer(o->batch));
+    json_object_set_new(p, "batches_in_flight", json_integer(o->concurrency));
+    json_object_set_new(p, "exec_concurrency", json_integer(o->exec_concurrency));
+    break;
+  }
+  return p;
+}
+
+/* ------------------------------------------------------------ main */
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: loadgen seed|overhead|fanout --url URL [--token TOKEN] [options]\n"
+          "\n"
+          "  --url URL              the running fedrouter (http://127.0.0.1:PORT)\n"
+          "  --token TOKEN          bearer token (default $FEDROUTER_TOKEN)\n"
+          "  --pool NAME            create from this warm pool (else --image)\n"
+          "  --image IMAGE          image for cold creates (default python:3.12)\n"
+          "  -n N                   seed: cycles (200); overhead: execs per level and side (2000);\n"
+          "                         fanout: sandboxes (1000)\n"
+          "  -c N                   seed: concurrent cycles (10); fanout: batch creates in flight (4)\n"
+          "  --json-out FILE        write the report as JSON\n"
+          "  --timeout-ms MS        per request (default 120000)\n"
+          "overhead:\n"
+          "  --direct-kubeconfig F  kubeconfig of the cluster the sandbox lands in (required)\n"
+          "  --direct-context CTX   its context (default current-context)\n"
+          "  --namespace NS         the router's namespace in that cluster (default \"default\")\n"
+          "  --levels 1,1000        concurrency levels\n"
+          "  --duration S           seconds per level and side instead of -n\n"
+          "  --warmup N             unmeasured execs per level and side (default max(100, level))\n"
+          "fanout:\n"
+          "  --batch N              sandboxes per create request (100)\n"
+          "  --exec-concurrency N   execs in flight (default 1000, at most N)\n"
+          "\n"
+          "Exit: 0 every request succeeded and every figure was measured; 1 otherwise; 2 usage.\n");
+}
+
+static int parse_long(const char *s, long min, long max, long *out) {
+  int64_t v;
+
+  if (fr_parse_int64(s, min, max, &v) != 0)
+    return -EINVAL;
+  *out = (long)v;
+  return 0;
+}
+
+static int parse_levels(const char *s, struct lg_opts *o) {
+  char buf[256], *p, *comma;
+  long v;
+
+  if (strlen(s) >= sizeof(buf))
+    return -EINVAL;
+  memcpy(buf, s, strlen(s) + 1);
+  o->nlevels = 0;
+  for (p = buf; p != NULL; p = comma) {
+    if ((comma = strchr(p, ',')) != NULL)
+      *comma++ = '\0';
+    if (o->nlevels == MAX_LEVELS || parse_long(p, 1, 100000, &v) != 0)
+      return -EINVAL;
+    o->levels[o->nlevels++] = (int)v;
+  }
+  return 0;
+}
+
+enum { OPT_URL = 256, OPT_TOKEN, OPT_POOL, OPT_IMAGE, OPT_JSON, OPT_DKC, OPT_DCTX, OPT_NS, OPT_LEVELS,
+       OPT_DURATION, OPT_WARMUP, OPT_BATCH, OPT_EXECC, OPT_TIMEOUT };
+
+static int parse_args(int argc, char **argv, struct lg_opts *o) {
+  static const struct option lopts[] = {
+      {"url", required_argument, NULL, OPT_URL},
+      {"token", required_argument, NULL, OPT_TOKEN},
+      {"pool", required_argument, NULL, OPT_POOL},
+      {"image", required_argument, NULL, OPT_IMAGE},
+      {"json-out", required_argument, NULL, OPT_JSON},
+      {"direct-kubeconfig", required_argument, NULL, OPT_DKC},
+      {"direct-context", required_argument, NULL, OPT_DCTX},
+      {"namespace", required_argument, NULL, OPT_NS},
+      {"levels", required_argument, NULL, OPT_LEVELS},
+      {"duration", required_argument, NULL, OPT_DURATION},
+      {"warmup", required_argument, NULL, OPT_WARMUP},
+      {"batch", required_argument, NULL, OPT_BATCH},
+      {"exec-concurrency", required_argument, NULL, OPT_EXECC},
+      {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  long v;
+  int ch, c_set = 0;
+  char *end;
+
+  memset(o, 0, sizeof(*o));
+  o->image = "python:3.12";
+  o->direct_namespace = "default";
+  o->token = getenv("FEDROUTER_TOKEN");
+  o->warmup = -1;
+  o->batch = 100;
+  o->exec_concurrency = 1000;
+  o->timeout_ms = 120000;
+  o->levels[0] = 1;
+  o->levels[1] = 1000;
+  o->nlevels = 2;
+  while ((ch = getopt_long(argc, argv, "n:c:h", lopts, NULL)) != -1) {
+    switch (ch) {
+    case 'n':
+      if (parse_long(optarg, 1, 100000000, &o->n) != 0)
+        goto bad;
+      o->n_set = 1;
+      break;
+    case 'c':
+      if (parse_long(optarg, 1, 100000, &v) != 0)
+        goto bad;
+      o->concurrency = (int)v;
+      c_set = 1;
+      break;
+    case OPT_URL: o->url = optarg; break;
+    case OPT_TOKEN: o->token = optarg; break;
+    case OPT_POOL: o->pool = optarg; break;
+    case OPT_IMAGE: o->image = optarg; break;
+    case OPT_JSON: o->json_out = optarg; break;
+    case OPT_DKC: o->direct_kubeconfig = optarg; break;
+    case OPT_DCTX: o->direct_context = optarg; break;
+    case OPT_NS: o->direct_namespace = optarg; break;
+    case OPT_LEVELS:
+      if (parse_levels(optarg, o) != 0)
+        goto bad;
+      break;
+    case OPT_DURATION:
+      errno = 0;
+      o->duration_s = strtod(optarg, &end);
+      if (errno != 0 || *end != '\0' || !(o->duration_s > 0 && o->duration_s <= 86400))
+        goto bad;
+      break;
+    case OPT_WARMUP:
+      if (parse_long(optarg, 0, 100000000, &o->warmup) != 0)
+        goto bad;
+      break;
+    case OPT_BATCH:
+      if (parse_long(optarg, 1, 100000, &v) != 0)
+        goto bad;
+      o->batch = (int)v;
+      break;
+    case OPT_EXECC:
+      if (parse_long(optarg, 1, 100000, &v) != 0)
+        goto bad;
+      o->exec_concurrency = (int)v;
+      break;
+    case OPT_TIMEOUT:
+      if (parse_long(optarg, 100, 3600000, &o->timeout_ms) != 0)
+        goto bad;
+      break;
+    case 'h':
+      usage(stdout);
+      exit(0);
+    default:
+      usage(stderr);
+      return -EINVAL;
+    }
+  }
+  if (optind != argc - 1) {
+    fprintf(stderr, "loadgen: name one scenario: seed, overhead or fanout\n");
+    usage(stderr);
+    return -EINVAL;
+  }
+  o->scenario_name = argv[optind];
+  if (strcmp(o->scenario_name, "seed") == 0) {
+    o->scenario = SC_SEED;
+    if (!o->n_set)
+      o->n = 200;
+    if (!c_set)
+      o->concurrency = 10;
+  } else if (strcmp(o->scenario_name, "overhead") == 0) {
+    o->scenario = SC_OVERHEAD;
+    if (!o->n_set)
+      o->n = 2000;
+  } else if (strcmp(o->scenario_name, "fanout") == 0) {
+    o->scenario = SC_FANOUT;
+    if (!o->n_set)
+      o->n = 1000;
+    if (!c_set)
+      o->concurrency = 4;
+  } else {
+    fprintf(stderr, "loadgen: unknown scenario '%s' (seed, overhead or fanout)\n", o->scenario_name);
+    return -EINVAL;
+  }
+  if (o->url == NULL) {
+    fprintf(stderr, "loadgen: --url is required\n");
+    return -EINVAL;
+  }
+  return 0;
+bad:
+  fprintf(stderr, "loadgen: bad value for %s: '%s'\n", argv[optind - 1], optarg);
+  return -EINVAL;
+}
+
+int main(int argc, char **argv) {
+  struct lg g;
+  uv_loop_t loop;
+  json_t *figures;
+  char started[21];
+  int rc, ok;
+
+  memset(&g, 0, sizeof(g));
+  if (parse_args(argc, argv, &g.o) != 0)
+    return 2;
+  fr_log_set_level(FR_LOG_WARN);
+  if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    fprintf(stderr, "loadgen: curl_global_init failed\n");
+    return 1;
+  }
+  if (uv_loop_init(&loop) != 0) {
+    curl_global_cleanup();
+    return 1;
+  }
+  g.loop = &loop;
+  uv_timer_init(&loop, &g.pause);
+  memcpy(g.run_id, "lg-", 3);
+  fr_random_name_suffix(g.run_id + 3, 8);
+  g.error_kinds = json_object();
+  figures = json_object();
+  fr_time_rfc3339(fr_wall_ms() / 1000, started);
+
+  rc = lg_http_new(&loop, g.o.url, g.o.token, g.o.timeout_ms, &g.http);
+  if (rc != 0) {
+    fprintf(stderr, "loadgen: bad --url '%s'\n", g.o.url);
+  } else {
+    switch (g.o.scenario) {
+    case SC_SEED: rc = run_seed(&g, figures); break;
+    case SC_OVERHEAD: rc = run_overhead(&g, figures); break;
+    case SC_FANOUT: rc = run_fanout(&g, figures); break;
+    }
+  }
+
+  g.report = json_pack("{s:s,s:s,s:o,s:o,s:o,s:{s:I,s:O}}", "scenario", g.o.scenario_name, "started_at",
+                       started, "parameters", params_json(&g), "machine", machine_json(), "figures",
+                       figures, "errors", "count", (json_int_t)g.errors, "by_kind", g.error_kinds);
+  ok = rc == 0 && g.errors == 0 && figures_complete(figures);
+  if (g.report != NULL)
+    json_object_set_new(g.report, "ok", json_boolean(ok));
+  if (g.errors > 0) {
+    const char *k;
+    json_t *v;
+    printf("  errors by kind:\n");
+    json_object_foreach(g.error_kinds, k, v)
+      printf("    %6" JSON_INTEGER_FORMAT "  %s\n", json_integer_value(v), k);
+  }
+  if (rc == 0 && g.errors == 0 && !figures_complete(figures))
+    fprintf(stderr, "loadgen: some figures were not measured (null in the JSON)\n");
+  if (g.o.json_out != NULL && g.report != NULL &&
+      json_dump_file(g.report, g.o.json_out, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) != 0) {
+    fprintf(stderr, "loadgen: cannot write %s\n", g.o.json_out);
+    ok = 0;
+  }
+  printf("loadgen %s: %s\n", g.o.scenario_name, ok ? "ok" : "FAILED");
+
+  /* Tear down: every handle closed, the loop closes cleanly. */
+  lg_http_free(g.http);
+  uv_close((uv_handle_t *)&g.pause, NULL);
+  if (g.kube != NULL) {
+    fr_kube_client_free(g.kube, on_kube_closed, &g);
+    while (!g.kube_closed && uv_run(&loop, UV_RUN_ONCE) != 0)
+      ;
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  if (uv_loop_close(&loop) != 0)
+    fprintf(stderr, "loadgen: warning: handles left open at exit\n");
+  json_decref(g.report);
+  json_decref(g.error_kinds);
+  curl_global_cleanup();
+  return ok ? 0 : 1;
+}
