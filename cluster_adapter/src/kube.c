@@ -122,7 +122,13 @@ struct token_read {
   char chunk[4096];
 };
 
+struct kube_share {
+  CURLSH *sh;
+  int refs;
+};
+
 struct fr_kube_client {
+  struct kube_share *share;           /* exec connections' TLS sessions */
   uv_loop_t *loop;
   fr_kube_observer_cb observer;       /* metrics hook, may be NULL */
   void *observer_arg;
@@ -1265,6 +1271,37 @@ static void finish(struct rest_call *rc, int status, const char *error) {
   call_release(rc);
 }
 
+/* All on the loop thread, so the share needs no lock callbacks. */
+static struct kube_share *share_new(void) {
+  struct kube_share *s = calloc(1, sizeof(*s));
+
+  if (s == NULL || (s->sh = curl_share_init()) == NULL) {
+    free(s);
+    return NULL;
+  }
+  curl_share_setopt(s->sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+  curl_share_setopt(s->sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+  s->refs = 1;
+  return s;
+}
+
+struct kube_share *kube_share_ref(struct fr_kube_client *c) {
+  if (c->share != NULL)
+    c->share->refs++;
+  return c->share;
+}
+
+CURLSH *kube_share_handle(struct kube_share *s) {
+  return s->sh;
+}
+
+void kube_share_unref(struct kube_share *s) {
+  if (s == NULL || --s->refs > 0)
+    return;
+  curl_share_cleanup(s->sh);
+  free(s);
+}
+
 void fr_kube_client_set_observer(struct fr_kube_client *c, fr_kube_observer_cb cb, void *arg) {
   c->observer = cb;
   c->observer_arg = arg;
@@ -1783,6 +1820,7 @@ static void client_destroy(struct fr_kube_client *c) {
   fr_kube_creds_free(c->creds);
   free(c->name);
   free(c->user_agent);
+  kube_share_unref(c->share);
   free(c);
   curl_global_cleanup();
 }
@@ -1919,6 +1957,8 @@ int fr_kube_client_new(uv_loop_t *loop, const struct fr_kube_creds *creds,
     curl_global_cleanup();
     return -EINVAL;
   }
+  /* Without a share execs still work, each with a full handshake. */
+  c->share = share_new();
   curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
   curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
   curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);

@@ -147,6 +147,7 @@ struct kube_exec {
   unsigned handles;                /* initialised handles not yet closed */
   int creds_pending;               /* kube_creds_wait() will still call back */
   int curl_ref;                    /* we hold a curl_global_init() reference */
+  struct kube_share *share;        /* the client's TLS sessions, referenced */
 
   /* output: frames queued, then staged in fixed chunks (see top) */
   struct fr_buf wq;
@@ -275,6 +276,8 @@ static void destroy(struct kube_exec *e) {
   }
   if (e->multi != NULL)
     curl_multi_cleanup(e->multi);
+  kube_share_unref(e->share); /* after the easy handle that used it */
+  e->share = NULL;
   curl_slist_free_all(e->headers);
   /* Our handles may outlive the client (its free cancels us, but our
    * close callbacks can run after its last one), so we hold our own
@@ -1212,6 +1215,10 @@ static void on_creds(struct fr_kube_client *c, int status, void *arg) {
     fail(e, -ENOMEM, "out of memory");
     return;
   }
+  /* Resume the client's TLS session rather than a full handshake. */
+  e->share = kube_share_ref(c);
+  if (e->share != NULL)
+    curl_easy_setopt(e->easy, CURLOPT_SHARE, kube_share_handle(e->share));
   if ((rc = kube_easy_setup(c, e->easy, &e->headers, e->request_id)) != 0) {
     fail(e, rc, "exec: cannot set up the connection");
     return;

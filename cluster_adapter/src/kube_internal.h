@@ -60,6 +60,15 @@ void kube_creds_invalidate(struct fr_kube_client *c);
 int kube_easy_setup(struct fr_kube_client *c, CURL *easy, struct curl_slist **headers,
                     const char *request_id);
 
+/* TLS sessions (and DNS answers) shared by a client's exec connections, so
+ * every exec after the first resumes a session instead of a full handshake.
+ * Reference-counted because exec handles may outlive their client; the
+ * last unref cleans it up (before its holder's curl_global_cleanup()). */
+struct kube_share;
+struct kube_share *kube_share_ref(struct fr_kube_client *c);   /* NULL if unavailable */
+CURLSH *kube_share_handle(struct kube_share *s);
+void kube_share_unref(struct kube_share *s);                    /* accepts NULL */
+
 /* Implemented in kube_exec.c; fr_kube_exec() in kube.c forwards here. */
 int kube_exec_start(struct fr_kube_client *c, const char *ns, const char *pod,
                     const struct fr_kube_exec_opts *opts, fr_kube_exec_cb cb, void *arg,
