@@ -3,7 +3,8 @@
 # clusters (kubesim) and fedrouter in front of them, make a warm pool, run
 # build/loadgen, stop everything (also on failure or Ctrl-C).
 #
-#   loadtest/bench.sh seed|overhead|fanout|all [--smoke] [--build-dir DIR]
+#   loadtest/bench.sh seed|overhead|fanout|spillover|regions|failover|all
+#                     [--smoke] [--build-dir DIR]
 #                     [--out DIR] [-- extra loadgen arguments]
 #
 #   --smoke          tiny N and short delays: seconds per scenario (ctest
@@ -23,6 +24,19 @@
 #                 Warm pool "bench", 100 pods per cluster (smoke: 5).
 #   overhead:     1 cluster, no delays at all, so the router's own cost is
 #                 what differs between the two sides.
+#   spillover:    3 clusters of 2 nodes x 100 pods (smoke: 1 node x 40 pods),
+#                 cold creates (no pool): capacity 600 (smoke 120), filled in
+#                 batches of 50 (smoke 10), then 20 (smoke 6) more creates.
+#   regions:      us-east (region us) and ap-tokyo (region apac), each with
+#                 an in-region API latency of 20 ms, behind a region-aware
+#                 router; a second, US-only router has one cluster "us-east"
+#                 whose kubesim adds the trans-Pacific round trip (100 ms
+#                 more: 120 ms per API request), as an APAC client sees it.
+#                 Warm pool of 5 per cluster; 50 cycles per client (smoke 5).
+#   failover:     3 clusters (short delays, 5 ms API latency), warm pool of
+#                 20 per cluster (smoke 5); 8 (smoke 4) concurrent cycles;
+#                 after 5 s (smoke 2 s) the busiest cluster goes down through
+#                 its kubesim admin API for 10 s (smoke 4 s), then comes back.
 #
 # Exit: 0 every scenario passed (loadgen exit 0), 1 otherwise, 2 usage.
 # (Functions here run from traps and through "scenario_$sc"; the delay
@@ -41,7 +55,7 @@ usage() { sed -n '2,/^# (Functions/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^#
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    seed|overhead|fanout|all) SCENARIO="$1" ;;
+    seed|overhead|fanout|spillover|regions|failover|all) SCENARIO="$1" ;;
     --smoke) SMOKE=1 ;;
     --build-dir) [ $# -ge 2 ] || { usage >&2; exit 2; }; BUILD="$2"; shift ;;
     --out) [ $# -ge 2 ] || { usage >&2; exit 2; }; OUT="$2"; shift ;;
@@ -97,15 +111,20 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
 
-# start_sim <name> <extra kubesim flags...>
+# start_sim <name> <extra kubesim flags...>; SIM_REGION (default us) and
+# SIM_NODES (default 20 nodes of 32 cpu / 128Gi / 110 pods) change the
+# cluster. The plain-HTTP admin port goes to $WORK/<name>.admin.
 start_sim() {
   local name="$1" i
+  local nodes=()
+  read -ra nodes <<<"${SIM_NODES:---nodes 20 --node-cpu 32 --node-memory 128Gi --node-pods 110}"
   shift
   mkdir -p "$WORK/$name.wd"
-  "$BUILD/kubesim" --name "$name" --region us --tls --token "$SIM_TOKEN" \
+  "$BUILD/kubesim" --name "$name" --region "${SIM_REGION:-us}" --tls --token "$SIM_TOKEN" \
     --write-kubeconfig "$WORK/$name.kubeconfig" --port-file "$WORK/$name.port" \
+    --admin-listen 127.0.0.1:0 --admin-port-file "$WORK/$name.admin" \
     --workdir "$WORK/$name.wd" --log-level warn --fast-exec \
-    --nodes 20 --node-cpu 32 --node-memory 128Gi --node-pods 110 "$@" \
+    "${nodes[@]}" "$@" \
     >"$WORK/$name.log" 2>&1 </dev/null &
   PIDS+=($!)
   for ((i = 0; i < 300; i++)); do
@@ -118,9 +137,13 @@ start_sim() {
   return 1
 }
 
-# start_router <cluster names...>
+# start_router <cluster[=kubesim]...>: the cluster's region is
+# ${REGION_OF[cluster]:-us}; ROUTER (default fedrouter) names the files, so
+# two routers can run side by side. Sets URL.
+declare -A REGION_OF=()
 start_router() {
-  local c i line sha
+  local c i line sha r="${ROUTER:-fedrouter}"
+  line=""
   sha="$(printf %s "$TOKEN" | sha256sum | cut -d' ' -f1)"
   {
     echo "listen = \"127.0.0.1:0\";"
@@ -130,21 +153,22 @@ start_router() {
     echo "clusters = ("
     local sep=""
     for c in "$@"; do
-      printf '%s  { name = "%s"; region = "us"; kubeconfig = "%s.kubeconfig"; }' "$sep" "$c" "$c"
+      printf '%s  { name = "%s"; region = "%s"; kubeconfig = "%s.kubeconfig"; }' "$sep" "${c%%=*}" \
+        "${REGION_OF[${c%%=*}]:-us}" "${c#*=}"
       sep=$',\n'
     done
     printf '\n);\n'
-  } >"$WORK/fedrouter.conf"
-  "$BUILD/fedrouter" --config "$WORK/fedrouter.conf" >"$WORK/fedrouter.out" 2>"$WORK/fedrouter.log" </dev/null &
+  } >"$WORK/$r.conf"
+  "$BUILD/fedrouter" --config "$WORK/$r.conf" >"$WORK/$r.out" 2>"$WORK/$r.log" </dev/null &
   PIDS+=($!)
   for ((i = 0; i < 300; i++)); do
-    line="$(grep -m1 '^fedrouter listening on ' "$WORK/fedrouter.out" 2>/dev/null)"
+    line="$(grep -m1 '^fedrouter listening on ' "$WORK/$r.out" 2>/dev/null)"
     [ -n "$line" ] && break
     alive "${PIDS[-1]}" || break
     sleep 0.05
   done
   if [ -z "$line" ]; then
-    tail -n 20 "$WORK/fedrouter.log" >&2
+    tail -n 20 "$WORK/$r.log" >&2
     echo "bench.sh: fedrouter did not start" >&2
     return 1
   fi
@@ -229,10 +253,53 @@ scenario_fanout() {
   federation "$delays" 2 && make_pool "$pool" 2 && run_loadgen fanout --pool bench -n "$n" --batch "$batch" -c 4
 }
 
+scenario_spillover() {
+  local delays=REALISTIC batch=50 cap=600 beyond=20
+  local SIM_NODES="--nodes 2 --node-cpu 256 --node-memory 1024Gi --node-pods 100"
+  if [ "$SMOKE" = 1 ]; then
+    delays=SMOKE_DELAYS batch=10 cap=120 beyond=6
+    SIM_NODES="--nodes 1 --node-cpu 64 --node-memory 256Gi --node-pods 40"
+  fi
+  federation "$delays" 3 &&
+    run_loadgen spillover --image python:3.12 --capacity "$cap" --batch "$batch" --beyond "$beyond"
+}
+
+# In-region API latency and the trans-Pacific round trip added on top of it
+# for the US-only deployment (docs/benchmarks.md explains the choice).
+REGION_API_MS=20
+TRANSPACIFIC_MS=100
+scenario_regions() {
+  local n=50 base=(--schedule-ms 10 --image-pull-ms 200 --start-ms 100 --scheduler-qps 100) url_aware
+  [ "$SMOKE" = 1 ] && n=5
+  SIM_REGION=us start_sim us-east "${base[@]}" --api-latency-ms "$REGION_API_MS" &&
+    SIM_REGION=apac start_sim ap-tokyo "${base[@]}" --api-latency-ms "$REGION_API_MS" &&
+    SIM_REGION=us start_sim us-east-far "${base[@]}" --api-latency-ms $((REGION_API_MS + TRANSPACIFIC_MS)) ||
+    return 1
+  REGION_OF=([us-east]=us [ap-tokyo]=apac)
+  ROUTER=aware start_router us-east=us-east ap-tokyo=ap-tokyo && make_pool 5 2 || return 1
+  url_aware="$URL"
+  ROUTER=usonly start_router us-east=us-east-far && make_pool 5 1 || return 1
+  say "region-aware router $url_aware (us-east, ap-tokyo); US-only router $URL (us-east +${TRANSPACIFIC_MS} ms)"
+  local compare="$URL"
+  URL="$url_aware"
+  run_loadgen regions --pool bench -n "$n" -c 1 --compare-url "$compare" \
+    --us-cluster us-east --apac-cluster ap-tokyo
+}
+
+scenario_failover() {
+  local fo_delays=(--schedule-ms 10 --image-pull-ms 200 --start-ms 100 --scheduler-qps 100 --api-latency-ms 5)
+  local pool=20 c=8 at=5 down=10 admins=() i
+  [ "$SMOKE" = 1 ] && { pool=5 c=4 at=2 down=4; }
+  federation fo_delays 3 && make_pool "$pool" 3 || return 1
+  for i in 1 2 3; do admins+=(--sim-admin "c$i=http://127.0.0.1:$(cat "$WORK/c$i.admin")"); done
+  run_loadgen failover --pool bench -c "$c" --fault-at "$at" --down "$down" --held 5 \
+    --sim-token "$SIM_TOKEN" "${admins[@]}"
+}
+
 ulimit -n 65536 2>/dev/null || true
 rc=0
 if [ "$SCENARIO" = all ]; then
-  list=(seed overhead fanout)
+  list=(seed overhead fanout spillover regions failover)
 else
   list=("$SCENARIO")
 fi

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <curl/curl.h>
 
@@ -25,6 +26,7 @@ struct lg_req {
   lg_response_cb cb;
   void *arg;
   uint64_t start_ns;
+  long retry_after;   /* Retry-After seconds, -1 when absent */
   struct lg_req *prev, *next;
 };
 
@@ -106,6 +108,7 @@ static void dispatch(struct lg_http *h, curl_socket_t fd, int flags) {
     memset(&resp, 0, sizeof(resp));
     resp.start_ns = r->start_ns;
     resp.end_ns = uv_hrtime();
+    resp.retry_after = r->retry_after;
     if (msg->data.result == CURLE_OK) {
       code = 0;
       curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &code);
@@ -258,6 +261,27 @@ fail:
   return rc;
 }
 
+/* Keeps the value of a Retry-After header (seconds form); a new status
+ * line (e.g. after 100 Continue) resets it. */
+static size_t on_header(char *data, size_t size, size_t n, void *arg) {
+  struct lg_req *r = arg;
+  size_t len = size * n;
+  char val[32];
+  size_t i = sizeof("retry-after:") - 1, k = 0;
+
+  if (len >= 5 && strncmp(data, "HTTP/", 5) == 0)
+    r->retry_after = -1;
+  if (len > i && strncasecmp(data, "retry-after:", i) == 0) {
+    while (i < len && (data[i] == ' ' || data[i] == '\t'))
+      i++;
+    while (i < len && k < sizeof(val) - 1 && data[i] >= '0' && data[i] <= '9')
+      val[k++] = data[i++];
+    val[k] = '\0';
+    r->retry_after = k > 0 ? strtol(val, NULL, 10) : 0;
+  }
+  return len;
+}
+
 int lg_http_request(struct lg_http *h, const char *method, const char *path, const char *body,
                     lg_response_cb cb, void *arg) {
   struct lg_req *r;
@@ -274,6 +298,7 @@ int lg_http_request(struct lg_http *h, const char *method, const char *path, con
   r->h = h;
   r->cb = cb;
   r->arg = arg;
+  r->retry_after = -1;
   if (fr_buf_printf(&url, "%s%s", h->base, path) != 0 || (r->easy = curl_easy_init()) == NULL)
     goto fail;
   curl_easy_setopt(r->easy, CURLOPT_URL, url.data);
@@ -281,6 +306,8 @@ int lg_http_request(struct lg_http *h, const char *method, const char *path, con
   curl_easy_setopt(r->easy, CURLOPT_HTTPHEADER, h->headers);
   curl_easy_setopt(r->easy, CURLOPT_WRITEFUNCTION, on_write);
   curl_easy_setopt(r->easy, CURLOPT_WRITEDATA, r);
+  curl_easy_setopt(r->easy, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(r->easy, CURLOPT_HEADERDATA, r);
   curl_easy_setopt(r->easy, CURLOPT_TIMEOUT_MS, h->timeout_ms);
   curl_easy_setopt(r->easy, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(r->easy, CURLOPT_TCP_NODELAY, 1L);

@@ -22,6 +22,7 @@ struct lg_response {
   size_t body_len;
   uint64_t start_ns;   /* uv_hrtime() when the request was started */
   uint64_t end_ns;     /* uv_hrtime() when the response was complete */
+  long retry_after;    /* Retry-After in seconds; -1 when the header was absent */
 };
 
 typedef void (*lg_response_cb)(const struct lg_response *r, void *arg);

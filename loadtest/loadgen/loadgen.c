@@ -9,6 +9,13 @@
  *                    the cluster's pods/exec, per concurrency level
  *   loadgen fanout   N sandboxes created in batches, one exec in each, all
  *                    concurrently, then terminated by label
+ *   loadgen spillover  batches until the federation refuses, then more:
+ *                    where each landed, placed == --capacity, clean 503s
+ *   loadgen regions  US and APAC clients against a region-aware router and
+ *                    a US-only one (--compare-url): the APAC exec tax
+ *   loadgen failover steady cycles; the busiest cluster goes down (kubesim
+ *                    admin API) and comes back: failed creates, clean 503s,
+ *                    recovery time
  *
  * One uv_loop_t, created in main() and passed down in struct lg. Each
  * scenario is a sequence of phases; a phase starts its workers, then main
@@ -45,7 +52,8 @@
  * work on both sides. */
 #define EXEC_TIMEOUT_S "60"
 
-enum scenario { SC_SEED, SC_OVERHEAD, SC_FANOUT };
+enum scenario { SC_SEED, SC_OVERHEAD, SC_FANOUT, SC_SPILLOVER, SC_REGIONS, SC_FAILOVER };
+#define MAX_SIMS 8
 
 struct lg_opts {
   enum scenario scenario;
@@ -68,6 +76,17 @@ struct lg_opts {
   int batch;
   int exec_concurrency;   /* fanout */
   long timeout_ms;
+  long capacity;          /* spillover: the federation's capacity in sandboxes */
+  long beyond;            /* spillover: creates past full */
+  const char *compare_url;  /* regions: the US-only router */
+  const char *us_cluster, *apac_cluster;
+  double min_tax, max_aware;
+  char *sim_name[MAX_SIMS];  /* failover: --sim-admin NAME=URL */
+  const char *sim_url[MAX_SIMS];
+  int nsims;
+  const char *sim_token;
+  double fault_at_s, down_s;
+  long held;
 };
 
 /* Latencies in milliseconds. */
@@ -88,6 +107,8 @@ struct lg {
   uv_timer_t pause;        /* wait_ms() */
   int phase_done;
   int kube_closed;
+  const char *cur_region;  /* create_body(): "region" (NULL = none) */
+  const char *cur_cluster; /* create_body(): "clusters":[...] (NULL = all) */
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -257,6 +278,13 @@ static int create_body(struct lg *g, int num, struct fr_buf *b) {
     if (fr_buf_puts(b, "\"image\":") != 0 || fr_buf_put_json_str(b, g->o.image, strlen(g->o.image)) != 0)
       return -ENOMEM;
   }
+  if (g->cur_region != NULL &&
+      (fr_buf_puts(b, ",\"region\":") != 0 || fr_buf_put_json_str(b, g->cur_region, strlen(g->cur_region)) != 0))
+    return -ENOMEM;
+  if (g->cur_cluster != NULL &&
+      (fr_buf_puts(b, ",\"clusters\":[") != 0 ||
+       fr_buf_put_json_str(b, g->cur_cluster, strlen(g->cur_cluster)) != 0 || fr_buf_puts(b, "]") != 0))
+    return -ENOMEM;
   return fr_buf_printf(b, ",\"num_sandboxes\":%d,\"labels\":{\"loadgen\":\"%s\"}}", num, g->run_id);
 }
 
@@ -319,6 +347,10 @@ static long check_leaks(struct lg *g) {
 
 struct seed {
   struct lg *g;
+  struct lg_http *http;   /* the router this run talks to */
+  long n;                 /* cycles */
+  const char *expect_cluster; /* regions: every sandbox must land here (NULL = anywhere) */
+  long misplaced;
   long started;
   int active;
   struct lat create, exec, total, term;
@@ -349,7 +381,7 @@ static void seed_delete(struct seed_worker *w) {
   char path[512];
 
   snprintf(path, sizeof(path), "/v1/sandboxes/%s", w->id);
-  if (lg_http_request(w->s->g->http, "DELETE", path, NULL, seed_on_deleted, w) != 0) {
+  if (lg_http_request(w->s->http, "DELETE", path, NULL, seed_on_deleted, w) != 0) {
     note_error(w->s->g, "terminate", 0, NULL, "could not start the request");
     free(w->id);
     w->id = NULL;
@@ -388,10 +420,20 @@ static void seed_on_created(const struct lg_response *r, void *arg) {
     seed_next(w);
     return;
   }
+  if (w->s->expect_cluster != NULL) {
+    const char *cl =
+        json_string_value(json_object_get(json_array_get(json_object_get(j, "sandboxes"), 0), "cluster"));
+    if (cl == NULL || strcmp(cl, w->s->expect_cluster) != 0) {
+      w->s->misplaced++;
+      w->s->g->errors++;
+      fprintf(stderr, "loadgen: sandbox %s landed in %s, expected %s\n", w->id, cl ? cl : "?",
+              w->s->expect_cluster);
+    }
+  }
   json_decref(j);
   lat_add(&w->s->create, ns_to_ms(r->end_ns - r->start_ns));
   snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", w->id);
-  if (lg_http_request(w->s->g->http, "POST", path, exec_body, seed_on_exec, w) != 0) {
+  if (lg_http_request(w->s->http, "POST", path, exec_body, seed_on_exec, w) != 0) {
     note_error(w->s->g, "exec", 0, NULL, "could not start the request");
     seed_delete(w);
   }
@@ -400,10 +442,10 @@ static void seed_on_created(const struct lg_response *r, void *arg) {
 static void seed_next(struct seed_worker *w) {
   struct seed *s = w->s;
 
-  while (s->started < s->g->o.n) {
+  while (s->started < s->n) {
     s->started++;
     w->t0 = uv_hrtime();
-    if (lg_http_request(s->g->http, "POST", "/v1/sandboxes", s->create_body.data, seed_on_created, w) == 0)
+    if (lg_http_request(s->http, "POST", "/v1/sandboxes", s->create_body.data, seed_on_created, w) == 0)
       return;
     note_error(s->g, "create", 0, NULL, "could not start the request");
   }
@@ -420,6 +462,8 @@ static int run_seed(struct lg *g, json_t *figures) {
 
   memset(&s, 0, sizeof(s));
   s.g = g;
+  s.http = g->http;
+  s.n = g->o.n;
   fr_buf_init(&s.create_body);
   if (c > g->o.n)
     c = (int)g->o.n;
@@ -898,6 +942,703 @@ out:
   return rc;
 }
 
+/* ------------------------------------------------------------ spillover */
+
+/* Adds one 201 answer's placement.clusters[] to <per> ({cluster: count})
+ * and the first-landing order to <order>; returns the number created. */
+static long add_placement(json_t *body, json_t *per, json_t *order) {
+  json_t *v, *c;
+  size_t i, k;
+  long n = 0;
+
+  json_array_foreach(json_object_get(json_object_get(body, "placement"), "clusters"), i, v) {
+    const char *name = json_string_value(json_object_get(v, "cluster"));
+    json_int_t cr = json_integer_value(json_object_get(v, "created"));
+    int seen = 0;
+    if (name == NULL || cr <= 0)
+      continue;
+    c = json_object_get(per, name);
+    if (c != NULL)
+      json_integer_set(c, json_integer_value(c) + cr);
+    else
+      json_object_set_new(per, name, json_integer(cr));
+    json_array_foreach(order, k, c) {
+      if (strcmp(json_string_value(c), name) == 0)
+        seen = 1;
+    }
+    if (!seen)
+      json_array_append_new(order, json_string(name));
+    n += (long)cr;
+  }
+  return n;
+}
+
+/* Is <s> a 503 no_capacity with a Retry-After header? */
+static int clean_no_capacity(const struct sync_ctx *s, long retry_after) {
+  const char *code = json_string_value(json_object_get(json_object_get(s->body, "error"), "code"));
+
+  return s->status == 503 && code != NULL && strcmp(code, "no_capacity") == 0 && retry_after >= 0;
+}
+
+/* sync_request() that also returns the Retry-After header. */
+struct sync_ra {
+  struct sync_ctx s;
+  long retry_after;
+};
+
+static void on_sync_ra(const struct lg_response *r, void *arg) {
+  struct sync_ra *x = arg;
+
+  x->retry_after = r->retry_after;
+  on_sync(r, &x->s);
+}
+
+static int sync_request_ra(struct lg *g, struct lg_http *h, const char *method, const char *path,
+                           const char *body, struct sync_ra *x) {
+  int rc;
+
+  memset(x, 0, sizeof(*x));
+  x->s.g = g;
+  x->retry_after = -1;
+  if ((rc = lg_http_request(h, method, path, body, on_sync_ra, x)) != 0)
+    return rc;
+  return run_phase(g);
+}
+
+static int run_spillover(struct lg *g, json_t *figures) {
+  struct sync_ra x;
+  struct sync_ctx s;
+  struct fr_buf b;
+  json_t *per = json_object(), *order = json_array(), *rej = json_object();
+  char path[128];
+  long placed = 0, requests = 0, premature = 0, beyond_clean = 0, terminated = -1, leaked, k;
+  long full_at_batch = -1;
+  int batch = g->o.batch, rc = 0, done = 0;
+  uint64_t t0, t1;
+
+  fr_buf_init(&b);
+  json_object_set_new(figures, "per_cluster", per);
+  json_object_set_new(figures, "fill_order", order);
+  t0 = uv_hrtime();
+  /* Fill: batches until one is refused, then single sandboxes until one is
+   * refused: the federation is then full (all-or-nothing batches). */
+  while (!done && placed < g->o.n) {
+    int num = batch;
+    if ((rc = create_body(g, num, &b)) != 0 || (rc = sync_request_ra(g, g->http, "POST", "/v1/sandboxes", b.data, &x)) != 0)
+      goto out;
+    requests++;
+    if (x.s.status == 201) {
+      placed += add_placement(x.s.body, per, order);
+    } else if (clean_no_capacity(&x.s, x.retry_after)) {
+      if (batch > 1) {
+        full_at_batch = placed;
+        batch = 1;
+      } else {
+        done = 1;
+      }
+    } else {
+      note_error(g, "create (filling)", x.s.status, x.s.raw, x.s.err);
+      if (x.s.status == 503)
+        premature++;
+      if (g->errors > 20)
+        done = 1;
+    }
+    sync_clear(&x.s);
+  }
+  t1 = uv_hrtime();
+  if (!done) {
+    fprintf(stderr, "loadgen: placed %ld sandboxes (-n) without the federation refusing one\n", placed);
+    g->errors++;
+  }
+  if (placed != g->o.capacity) {
+    fprintf(stderr, "loadgen: the federation took %ld sandboxes, its capacity is %ld\n", placed, g->o.capacity);
+    g->errors++;
+  }
+  /* Past full: every create must be a clean 503 no_capacity + Retry-After. */
+  for (k = 0; k < g->o.beyond; k++) {
+    int num = (k % 2 == 0) ? 1 : g->o.batch;
+    if ((rc = create_body(g, num, &b)) != 0 || (rc = sync_request_ra(g, g->http, "POST", "/v1/sandboxes", b.data, &x)) != 0)
+      goto out;
+    if (clean_no_capacity(&x.s, x.retry_after)) {
+      json_t *c = json_object_get(rej, num == 1 ? "single" : "batch");
+      beyond_clean++;
+      if (c != NULL)
+        json_integer_set(c, json_integer_value(c) + 1);
+      else
+        json_object_set_new(rej, num == 1 ? "single" : "batch", json_integer(1));
+      if (k == 0) {
+        json_object_set_new(figures, "retry_after_s", json_integer(x.retry_after));
+        json_object_set_new(figures, "first_refusal", json_incref(json_object_get(x.s.body, "error")));
+      }
+    } else {
+      if (x.s.status == 201)
+        placed += add_placement(x.s.body, per, order);
+      note_error(g, "create (past full)", x.s.status, x.s.raw,
+                 x.s.status == 503 ? "no Retry-After" : x.s.err);
+    }
+    sync_clear(&x.s);
+  }
+
+  snprintf(path, sizeof(path), "/v1/sandboxes?label=loadgen=%s", g->run_id);
+  if ((rc = sync_request(g, "DELETE", path, NULL, &s)) != 0)
+    goto out;
+  if (s.status == 200)
+    terminated = (long)json_integer_value(json_object_get(s.body, "terminated"));
+  else
+    note_error(g, "terminate by label", s.status, s.raw, s.err);
+  sync_clear(&s);
+  if (terminated != placed) {
+    fprintf(stderr, "loadgen: terminated %ld by label, placed %ld\n", terminated, placed);
+    g->errors++;
+  }
+  leaked = check_leaks(g);
+
+  json_object_set_new(figures, "capacity", json_integer(g->o.capacity));
+  json_object_set_new(figures, "placed", json_integer(placed));
+  json_object_set_new(figures, "create_requests_until_full", json_integer(requests));
+  json_object_set_new(figures, "fill_s", json_real(round3((double)(t1 - t0) / 1e9)));
+  json_object_set_new(figures, "first_batch_refused_at", json_integer(full_at_batch));
+  json_object_set_new(figures, "failed_before_full", json_integer(premature));
+  json_object_set_new(figures, "past_full_attempts", json_integer(g->o.beyond));
+  json_object_set_new(figures, "past_full_clean_503", json_integer(beyond_clean));
+  json_object_set_new(figures, "past_full_by_size", rej);
+  rej = NULL;
+  json_object_set_new(figures, "terminated", json_integer(terminated));
+  json_object_set_new(figures, "leaked", json_integer(leaked));
+
+  printf("\nspillover: batches of %d until the federation (capacity %ld) refuses, then %ld more creates\n",
+         g->o.batch, g->o.capacity, g->o.beyond);
+  {
+    size_t i;
+    json_t *v;
+    json_array_foreach(order, i, v) {
+      printf("  %-12s %6" JSON_INTEGER_FORMAT " sandboxes\n", json_string_value(v),
+             json_integer_value(json_object_get(per, json_string_value(v))));
+    }
+  }
+  printf("  placed %ld of capacity %ld in %.2f s (%ld requests; first batch refused at %ld); failed before full: %ld\n",
+         placed, g->o.capacity, (double)(t1 - t0) / 1e9, requests, full_at_batch, premature);
+  printf("  past full: %ld of %ld creates answered 503 no_capacity with Retry-After\n", beyond_clean, g->o.beyond);
+  printf("  terminated %ld; errors %ld, leaked %ld\n", terminated, g->errors, leaked);
+  rc = 0;
+out:
+  json_decref(rej);
+  fr_buf_free(&b);
+  return rc;
+}
+
+/* ------------------------------------------------------------ regions */
+
+/* One seed-style run of n create -> exec -> terminate cycles against <h>
+ * with client region <region>; every sandbox must land in <expect>. */
+static json_t *region_run(struct lg *g, struct lg_http *h, const char *region, const char *expect,
+                          double *create_p50, double *exec_p50, double *total_p50, double *total_p99) {
+  struct seed s;
+  struct seed_worker *w;
+  json_t *j;
+  int i, c = g->o.concurrency;
+
+  memset(&s, 0, sizeof(s));
+  s.g = g;
+  s.http = h;
+  s.n = g->o.n;
+  s.expect_cluster = expect;
+  fr_buf_init(&s.create_body);
+  if (c > g->o.n)
+    c = (int)g->o.n;
+  g->cur_region = region;
+  if (create_body(g, 1, &s.create_body) != 0 || (w = calloc((size_t)c, sizeof(*w))) == NULL) {
+    g->cur_region = NULL;
+    fr_buf_free(&s.create_body);
+    return NULL;
+  }
+  g->cur_region = NULL;
+  s.active = c;
+  for (i = 0; i < c; i++) {
+    w[i].s = &s;
+    seed_next(&w[i]);
+  }
+  if (s.active > 0 && run_phase(g) != 0)
+    g->errors++;
+  j = json_pack("{s:s,s:s,s:I,s:o,s:o,s:o,s:o}", "client_region", region, "landed_in", expect, "misplaced",
+                (json_int_t)s.misplaced, "create_ms", lat_json(&s.create), "exec_ms", lat_json(&s.exec),
+                "create_plus_exec_ms", lat_json(&s.total), "terminate_ms", lat_json(&s.term));
+  *create_p50 = pct(&s.create, 50);
+  *exec_p50 = pct(&s.exec, 50);
+  *total_p50 = pct(&s.total, 50);
+  *total_p99 = pct(&s.total, 99);
+  lat_free(&s.create);
+  lat_free(&s.exec);
+  lat_free(&s.total);
+  lat_free(&s.term);
+  fr_buf_free(&s.create_body);
+  free(w);
+  return j;
+}
+
+static int run_regions(struct lg *g, json_t *figures) {
+  struct lg_http *hb = NULL, *ha = g->http;
+  double cp[3], ep[3], tp[3], t99[3];
+  json_t *r[3];
+  long leaked;
+  int i, rc;
+  static const char *const names[] = {"aware_us_client", "aware_apac_client", "us_only_apac_client"};
+
+  if (g->o.compare_url == NULL) {
+    fprintf(stderr, "loadgen: regions needs --compare-url (the US-only router)\n");
+    return -EINVAL;
+  }
+  if ((rc = lg_http_new(g->loop, g->o.compare_url, g->o.token, g->o.timeout_ms, &hb)) != 0)
+    return rc;
+  r[0] = region_run(g, ha, "us", g->o.us_cluster, &cp[0], &ep[0], &tp[0], &t99[0]);
+  r[1] = region_run(g, ha, "apac", g->o.apac_cluster, &cp[1], &ep[1], &tp[1], &t99[1]);
+  r[2] = region_run(g, hb, "apac", g->o.us_cluster, &cp[2], &ep[2], &tp[2], &t99[2]);
+  for (i = 0; i < 3; i++)
+    json_object_set_new(figures, names[i], r[i] != NULL ? r[i] : json_null());
+  leaked = check_leaks(g);
+  g->http = hb;
+  leaked += check_leaks(g);
+  g->http = ha;
+  lg_http_free(hb);
+  json_object_set_new(figures, "leaked", json_integer(leaked));
+  if (r[0] == NULL || r[1] == NULL || r[2] == NULL)
+    return -ENOMEM;
+  {
+    double tax_exec = ep[2] / ep[0], tax_total = tp[2] / tp[0], tax_create = cp[2] / cp[0];
+    double aw_exec = ep[1] / ep[0], aw_total = tp[1] / tp[0];
+    json_object_set_new(figures, "us_only_tax", json_pack("{s:f,s:f,s:f}", "exec_p50", round3(tax_exec),
+                                                          "create_p50", round3(tax_create),
+                                                          "create_plus_exec_p50", round3(tax_total)));
+    json_object_set_new(figures, "region_aware_tax",
+                        json_pack("{s:f,s:f}", "exec_p50", round3(aw_exec), "create_plus_exec_p50", round3(aw_total)));
+    printf("\nregions: %ld create -> exec -> terminate cycles per client, concurrency %d\n", g->o.n,
+           g->o.concurrency);
+    printf("  %-34s %-10s %9s %9s %9s %9s\n", "ms (p50 unless noted)", "landed", "create", "exec",
+           "total", "total p99");
+    for (i = 0; i < 3; i++)
+      printf("  %-34s %-10s %9.1f %9.1f %9.1f %9.1f\n",
+             i == 0 ? "US client, region-aware" : i == 1 ? "APAC client, region-aware" : "APAC client, US-only",
+             i == 1 ? g->o.apac_cluster : g->o.us_cluster, cp[i], ep[i], tp[i], t99[i]);
+    printf("  APAC tax vs a US client: US-only exec %.2fx (create+exec %.2fx); region-aware exec %.2fx "
+           "(create+exec %.2fx)\n", tax_exec, tax_total, aw_exec, aw_total);
+    printf("  errors %ld, leaked %ld\n", g->errors, leaked);
+    if (!(tax_exec >= g->o.min_tax)) {
+      fprintf(stderr, "loadgen: US-only APAC exec tax %.2fx < %.2fx: the penalty was not reproduced\n", tax_exec,
+              g->o.min_tax);
+      g->errors++;
+    }
+    if (!(aw_exec <= g->o.max_aware)) {
+      fprintf(stderr, "loadgen: region-aware APAC exec %.2fx a US client's > %.2fx: the tax is not gone\n",
+              aw_exec, g->o.max_aware);
+      g->errors++;
+    }
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------ failover */
+
+struct fo {
+  struct lg *g;
+  struct fr_buf body;
+  const char *victim;     /* cluster taken down (NULL until chosen) */
+  int down, stop, active;
+  uint64_t down_ns;
+  json_t *created_by_phase[3];  /* before, down, after: {cluster: n} */
+  int phase;
+  long creates_ok, creates_failed, cycles_ok, exec_lost_503, term_lost_503;
+  char **orphans;         /* sandboxes whose terminate met the cluster down */
+  size_t norphans, orphan_cap;
+  struct lat create;
+};
+
+struct fo_worker {
+  struct fo *f;
+  char *id;
+  char cluster[64];
+};
+
+static void fo_next(struct fo_worker *w);
+
+static void count_in(json_t *o, const char *k) {
+  json_t *c = json_object_get(o, k);
+
+  if (c != NULL)
+    json_integer_set(c, json_integer_value(c) + 1);
+  else
+    json_object_set_new(o, k, json_integer(1));
+}
+
+static int is_unavailable(const struct lg_response *r) {
+  json_t *j;
+  int ok = 0;
+
+  if (r->status != 503)
+    return 0;
+  j = json_loadb(r->body, r->body_len, 0, NULL);
+  ok = json_is_string(json_object_get(json_object_get(j, "error"), "code")) &&
+       strcmp(json_string_value(json_object_get(json_object_get(j, "error"), "code")), "cluster_unavailable") == 0;
+  json_decref(j);
+  return ok;
+}
+
+static int on_victim(const struct fo_worker *w) {
+  return w->f->victim != NULL && strcmp(w->cluster, w->f->victim) == 0;
+}
+
+static void fo_on_deleted(const struct lg_response *r, void *arg) {
+  struct fo_worker *w = arg;
+  struct fo *f = w->f;
+
+  if (r->status == 200) {
+    f->cycles_ok++;
+  } else if (on_victim(w) && is_unavailable(r)) {
+    f->term_lost_503++;
+    if (f->norphans == f->orphan_cap) {
+      size_t nc = f->orphan_cap ? f->orphan_cap * 2 : 64;
+      char **no = realloc(f->orphans, nc * sizeof(*no));
+      if (no != NULL) {
+        f->orphans = no;
+        f->orphan_cap = nc;
+      }
+    }
+    if (f->norphans < f->orphan_cap) {
+      f->orphans[f->norphans++] = w->id;
+      w->id = NULL;
+    }
+  } else {
+    note_error(f->g, "terminate", r->status, r->body, r->error);
+  }
+  free(w->id);
+  w->id = NULL;
+  fo_next(w);
+}
+
+static void fo_delete(struct fo_worker *w) {
+  char path[512];
+
+  snprintf(path, sizeof(path), "/v1/sandboxes/%s", w->id);
+  if (lg_http_request(w->f->g->http, "DELETE", path, NULL, fo_on_deleted, w) != 0) {
+    note_error(w->f->g, "terminate", 0, NULL, "could not start the request");
+    free(w->id);
+    w->id = NULL;
+    fo_next(w);
+  }
+}
+
+static void fo_on_exec(const struct lg_response *r, void *arg) {
+  struct fo_worker *w = arg;
+
+  if (exec_ok(r))
+    ;
+  else if (on_victim(w) && is_unavailable(r))
+    w->f->exec_lost_503++;
+  else
+    note_error(w->f->g, "exec", r->status, r->body, r->error != NULL ? r->error : "unexpected answer");
+  fo_delete(w);
+}
+
+static void fo_on_created(const struct lg_response *r, void *arg) {
+  struct fo_worker *w = arg;
+  struct fo *f = w->f;
+  char path[512];
+  json_t *j;
+  const char *id, *cl;
+
+  if (r->status != 201) {
+    f->creates_failed++;
+    note_error(f->g, "create", r->status, r->body, r->error);
+    fo_next(w);
+    return;
+  }
+  j = json_loadb(r->body, r->body_len, 0, NULL);
+  id = json_string_value(json_object_get(json_array_get(json_object_get(j, "sandboxes"), 0), "id"));
+  cl = json_string_value(json_object_get(json_array_get(json_object_get(j, "sandboxes"), 0), "cluster"));
+  if (id == NULL || cl == NULL || strlen(id) > 300 || (w->id = strdup(id)) == NULL) {
+    json_decref(j);
+    f->creates_failed++;
+    note_error(f->g, "create", r->status, r->body, NULL);
+    fo_next(w);
+    return;
+  }
+  snprintf(w->cluster, sizeof(w->cluster), "%s", cl);
+  count_in(f->created_by_phase[f->phase], cl);
+  json_decref(j);
+  f->creates_ok++;
+  lat_add(&f->create, ns_to_ms(r->end_ns - r->start_ns));
+  snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", w->id);
+  if (lg_http_request(f->g->http, "POST", path, exec_body, fo_on_exec, w) != 0) {
+    note_error(f->g, "exec", 0, NULL, "could not start the request");
+    fo_delete(w);
+  }
+}
+
+static void fo_next(struct fo_worker *w) {
+  struct fo *f = w->f;
+
+  if (!f->stop &&
+      lg_http_request(f->g->http, "POST", "/v1/sandboxes", f->body.data, fo_on_created, w) == 0)
+    return;
+  if (--f->active == 0)
+    f->g->phase_done = 1;
+}
+
+/* POST /_sim/faults {"down":<down>} to the kubesim admin of <cluster>. */
+static int sim_down(struct lg *g, struct lg_http *admin, int down) {
+  struct sync_ctx s;
+  int rc;
+
+  memset(&s, 0, sizeof(s));
+  s.g = g;
+  if ((rc = lg_http_request(admin, "POST", "/_sim/faults", down ? "{\"down\":true}" : "{\"down\":false}", on_sync,
+                            &s)) != 0 ||
+      (rc = run_phase(g)) != 0)
+    return rc;
+  if (s.status != 200) {
+    note_error(g, "kubesim admin", s.status, s.raw, s.err);
+    rc = -EIO;
+  }
+  sync_clear(&s);
+  return rc;
+}
+
+static int run_failover(struct lg *g, json_t *figures) {
+  struct fo f;
+  struct fo_worker *w = NULL;
+  struct lg_http *admin = NULL;
+  struct sync_ctx s;
+  struct fr_buf b;
+  char path[512], **held = NULL;
+  const char *best = NULL;
+  json_t *v;
+  size_t i;
+  long nheld = 0, held_503 = 0, held_other = 0, held_ok_after = 0, pinned_refused = 0, terminated = -1;
+  long leaked, k;
+  double first_503_ms = -1, recovery_s = -1, held_back_s = -1;
+  uint64_t t_up, t;
+  int c = g->o.concurrency, rc = 0, vi = -1, j;
+
+  memset(&f, 0, sizeof(f));
+  f.g = g;
+  fr_buf_init(&f.body);
+  fr_buf_init(&b);
+  for (j = 0; j < 3; j++)
+    f.created_by_phase[j] = json_object();
+  if (create_body(g, 1, &f.body) != 0 || (w = calloc((size_t)c, sizeof(*w))) == NULL ||
+      (held = calloc((size_t)g->o.held + 1, sizeof(*held))) == NULL) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  /* 1. steady load */
+  f.active = c;
+  for (j = 0; j < c; j++) {
+    w[j].f = &f;
+    fo_next(&w[j]);
+  }
+  if ((rc = wait_ms(g, (uint64_t)(g->o.fault_at_s * 1000))) != 0)
+    goto out;
+  /* 2. the victim: the cluster the steady creates went to most */
+  {
+    json_int_t most = -1;
+    const char *kname;
+    json_object_foreach(f.created_by_phase[0], kname, v) {
+      if (json_integer_value(v) > most) {
+        most = json_integer_value(v);
+        best = kname;
+      }
+    }
+  }
+  for (j = 0; best != NULL && j < g->o.nsims; j++)
+    if (strcmp(g->o.sim_name[j], best) == 0)
+      vi = j;
+  if (vi < 0) {
+    fprintf(stderr, "loadgen: no steady create landed in a cluster named by --sim-admin\n");
+    g->errors++;
+    goto stop;
+  }
+  f.victim = g->o.sim_name[vi];
+  if ((rc = lg_http_new(g->loop, g->o.sim_url[vi], g->o.sim_token, 10000, &admin)) != 0)
+    goto stop;
+  /* sandboxes held in the victim, to exec into while it is down */
+  g->cur_cluster = f.victim;
+  for (k = 0; k < g->o.held; k++) {
+    const char *id;
+    if (create_body(g, 1, &b) != 0 || sync_request(g, "POST", "/v1/sandboxes", b.data, &s) != 0)
+      break;
+    id = json_string_value(json_object_get(json_array_get(json_object_get(s.body, "sandboxes"), 0), "id"));
+    if (s.status == 201 && id != NULL)
+      held[nheld++] = strdup(id);
+    else
+      note_error(g, "create (held)", s.status, s.raw, s.err);
+    sync_clear(&s);
+  }
+  /* 3. down */
+  if ((rc = sim_down(g, admin, 1)) != 0)
+    goto stop;
+  f.down = 1;
+  f.phase = 1;
+  f.down_ns = uv_hrtime();
+  while ((t = uv_hrtime()) - f.down_ns < (uint64_t)(g->o.down_s * 1e9)) {
+    for (k = 0; k < nheld; k++) {
+      snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", held[k]);
+      if (sync_request(g, "POST", path, exec_body, &s) != 0)
+        break;
+      {
+        const char *code = json_string_value(json_object_get(json_object_get(s.body, "error"), "code"));
+        if (s.status == 503 && code != NULL && strcmp(code, "cluster_unavailable") == 0) {
+          held_503++;
+          if (first_503_ms < 0)
+            first_503_ms = ns_to_ms(uv_hrtime() - f.down_ns);
+        } else {
+          held_other++;
+          note_error(g, "exec (held, cluster down)", s.status, s.raw, s.err);
+        }
+      }
+      sync_clear(&s);
+    }
+    if ((rc = wait_ms(g, 200)) != 0)
+      goto stop;
+  }
+  /* 4. up: time until a create pinned to the victim is placed there */
+  if ((rc = sim_down(g, admin, 0)) != 0)
+    goto stop;
+  t_up = uv_hrtime();
+  f.phase = 2;
+  for (;;) {
+    if (create_body(g, 1, &b) != 0 || sync_request(g, "POST", "/v1/sandboxes", b.data, &s) != 0)
+      break;
+    if (s.status == 201) {
+      recovery_s = (double)(uv_hrtime() - t_up) / 1e9;
+      sync_clear(&s);
+      break;
+    }
+    if (s.status == 503)
+      pinned_refused++;
+    else
+      note_error(g, "create (pinned, recovering)", s.status, s.raw, s.err);
+    sync_clear(&s);
+    if ((double)(uv_hrtime() - t_up) / 1e9 > 60) {
+      fprintf(stderr, "loadgen: the router did not place in %s within 60 s of it coming back\n", f.victim);
+      g->errors++;
+      break;
+    }
+    if ((rc = wait_ms(g, 100)) != 0)
+      goto stop;
+  }
+  g->cur_cluster = NULL;
+  /* the held sandboxes answer again */
+  for (k = 0; k < nheld; k++) {
+    int tries;
+    snprintf(path, sizeof(path), "/v1/sandboxes/%s/exec", held[k]);
+    for (tries = 0; tries < 100; tries++) {
+      int ok;
+      if (sync_request(g, "POST", path, exec_body, &s) != 0)
+        break;
+      ok = s.status == 200;
+      sync_clear(&s);
+      if (ok) {
+        held_ok_after++;
+        break;
+      }
+      if (wait_ms(g, 100) != 0)
+        break;
+    }
+  }
+  held_back_s = (double)(uv_hrtime() - t_up) / 1e9;
+  if (held_ok_after != nheld) {
+    fprintf(stderr, "loadgen: %ld of %ld held sandboxes answer exec after recovery\n", held_ok_after, nheld);
+    g->errors++;
+  }
+  if ((rc = wait_ms(g, (uint64_t)(g->o.fault_at_s * 500))) != 0)
+    goto stop;
+stop:
+  g->cur_cluster = NULL;
+  f.stop = 1;
+  if (f.active > 0 && run_phase(g) != 0)
+    g->errors++;
+  for (i = 0; i < f.norphans; i++) {
+    snprintf(path, sizeof(path), "/v1/sandboxes/%s", f.orphans[i]);
+    if (sync_request(g, "DELETE", path, NULL, &s) == 0) {
+      if (s.status != 200 && s.status != 404)
+        note_error(g, "terminate (after recovery)", s.status, s.raw, s.err);
+      sync_clear(&s);
+    }
+  }
+  snprintf(path, sizeof(path), "/v1/sandboxes?label=loadgen=%s", g->run_id);
+  if (sync_request(g, "DELETE", path, NULL, &s) == 0) {
+    if (s.status == 200)
+      terminated = (long)json_integer_value(json_object_get(s.body, "terminated"));
+    else
+      note_error(g, "terminate by label", s.status, s.raw, s.err);
+    sync_clear(&s);
+  }
+  leaked = check_leaks(g);
+
+  json_object_set_new(figures, "victim", f.victim ? json_string(f.victim) : json_null());
+  json_object_set_new(figures, "creates_ok", json_integer(f.creates_ok));
+  json_object_set_new(figures, "creates_failed", json_integer(f.creates_failed));
+  json_object_set_new(figures, "create_ms", lat_json(&f.create));
+  json_object_set_new(figures, "created_before_fault", json_incref(f.created_by_phase[0]));
+  json_object_set_new(figures, "created_while_down", json_incref(f.created_by_phase[1]));
+  json_object_set_new(figures, "created_after_up", json_incref(f.created_by_phase[2]));
+  json_object_set_new(figures, "cycles_ok", json_integer(f.cycles_ok));
+  json_object_set_new(figures, "steady_exec_503_lost_cluster", json_integer(f.exec_lost_503));
+  json_object_set_new(figures, "steady_terminate_503_lost_cluster", json_integer(f.term_lost_503));
+  json_object_set_new(figures, "held_sandboxes", json_integer(nheld));
+  json_object_set_new(figures, "held_exec_503_cluster_unavailable", json_integer(held_503));
+  json_object_set_new(figures, "held_exec_other_answers", json_integer(held_other));
+  json_object_set_new(figures, "first_503_after_down_ms", first_503_ms >= 0 ? json_real(round3(first_503_ms)) : json_null());
+  json_object_set_new(figures, "down_s", json_real(g->o.down_s));
+  json_object_set_new(figures, "pinned_creates_refused_while_recovering", json_integer(pinned_refused));
+  json_object_set_new(figures, "recovery_s", recovery_s >= 0 ? json_real(round3(recovery_s)) : json_null());
+  json_object_set_new(figures, "held_exec_ok_after_up", json_integer(held_ok_after));
+  json_object_set_new(figures, "held_exec_back_s", json_real(round3(held_back_s)));
+  json_object_set_new(figures, "terminated_by_label", json_integer(terminated));
+  json_object_set_new(figures, "leaked", json_integer(leaked));
+  if (f.creates_ok == 0 || nheld != g->o.held || held_503 == 0) {
+    fprintf(stderr, "loadgen: failover: nothing measured (creates %ld, held %ld, held 503s %ld)\n", f.creates_ok,
+            nheld, held_503);
+    g->errors++;
+  }
+
+  printf("\nfailover: %d concurrent create -> exec -> terminate cycles; %s down for %.1f s after %.1f s\n", c,
+         f.victim ? f.victim : "?", g->o.down_s, g->o.fault_at_s);
+  {
+    static const char *const pn[] = {"before the fault", "while down", "after it came back"};
+    for (j = 0; j < 3; j++) {
+      char *d = json_dumps(f.created_by_phase[j], JSON_COMPACT | JSON_SORT_KEYS);
+      printf("  creates %-20s %s\n", pn[j], d ? d : "?");
+      free(d);
+    }
+  }
+  printf("  creates ok %ld, failed %ld (p50 %.1f ms, p99 %.1f ms); cycles completed %ld\n", f.creates_ok,
+         f.creates_failed, pct(&f.create, 50), pct(&f.create, 99), f.cycles_ok);
+  printf("  steady cycles caught by the fault: exec 503 cluster_unavailable %ld, terminate 503 %ld (terminated after)\n",
+         f.exec_lost_503, f.term_lost_503);
+  printf("  exec into %ld held sandboxes while down: %ld x 503 cluster_unavailable (first after %.1f ms), %ld other\n",
+         nheld, held_503, first_503_ms, held_other);
+  printf("  back up: creates placed in %s again after %.2f s (%ld pinned creates refused meanwhile); held sandboxes "
+         "answer exec after %.2f s\n", f.victim ? f.victim : "?", recovery_s, pinned_refused, held_back_s);
+  printf("  terminated %ld by label; errors %ld, leaked %ld\n", terminated, g->errors, leaked);
+  rc = 0;
+out:
+  if (admin != NULL)
+    lg_http_free(admin);
+  for (k = 0; held != NULL && k < nheld; k++)
+    free(held[k]);
+  free(held);
+  for (i = 0; i < f.norphans; i++)
+    free(f.orphans[i]);
+  free(f.orphans);
+  for (j = 0; j < 3; j++)
+    json_decref(f.created_by_phase[j]);
+  lat_free(&f.create);
+  fr_buf_free(&f.body);
+  fr_buf_free(&b);
+  free(w);
+  return rc;
+}
+
 /* ------------------------------------------------------------ report */
 
 /* Does every number the scenario promises exist? (null = not measured) */
@@ -976,6 +1717,26 @@ static json_t *params_json(const struct lg *g) {
     json_object_set_new(p, "batches_in_flight", json_integer(o->concurrency));
     json_object_set_new(p, "exec_concurrency", json_integer(o->exec_concurrency));
     break;
+  case SC_SPILLOVER:
+    json_object_set_new(p, "capacity", json_integer(o->capacity));
+    json_object_set_new(p, "batch", json_integer(o->batch));
+    json_object_set_new(p, "beyond", json_integer(o->beyond));
+    break;
+  case SC_REGIONS:
+    json_object_set_new(p, "concurrency", json_integer(o->concurrency));
+    json_object_set_new(p, "compare_url", json_string(o->compare_url ? o->compare_url : ""));
+    json_object_set_new(p, "us_cluster", json_string(o->us_cluster));
+    json_object_set_new(p, "apac_cluster", json_string(o->apac_cluster));
+    json_object_set_new(p, "min_tax", json_real(o->min_tax));
+    json_object_set_new(p, "max_aware", json_real(o->max_aware));
+    break;
+  case SC_FAILOVER:
+    json_object_set_new(p, "concurrency", json_integer(o->concurrency));
+    json_object_set_new(p, "fault_at_s", json_real(o->fault_at_s));
+    json_object_set_new(p, "down_s", json_real(o->down_s));
+    json_object_set_new(p, "held", json_integer(o->held));
+    json_object_del(p, "n");
+    break;
   }
   return p;
 }
@@ -984,7 +1745,7 @@ static json_t *params_json(const struct lg *g) {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: loadgen seed|overhead|fanout --url URL [--token TOKEN] [options]\n"
+          "usage: loadgen seed|overhead|fanout|spillover|regions|failover --url URL [--token TOKEN] [options]\n"
           "\n"
           "  --url URL              the running fedrouter (http://127.0.0.1:PORT)\n"
           "  --token TOKEN          bearer token (default $FEDROUTER_TOKEN)\n"
@@ -1005,6 +1766,23 @@ static void usage(FILE *f) {
           "fanout:\n"
           "  --batch N              sandboxes per create request (100)\n"
           "  --exec-concurrency N   execs in flight (default 1000, at most N)\n"
+          "spillover (sandboxes from --pool or --image; -n caps the attempt, default 100000):\n"
+          "  --capacity N           the federation's capacity in sandboxes (required)\n"
+          "  --batch N              sandboxes per create while filling (10)\n"
+          "  --beyond N             creates past full, each must be 503 no_capacity + Retry-After (10)\n"
+          "regions (-n cycles per client, 50; -c concurrent, 1):\n"
+          "  --compare-url URL      the US-only router (--url is the region-aware one)\n"
+          "  --us-cluster NAME      where US clients land, and the US-only router's cluster (us-east)\n"
+          "  --apac-cluster NAME    where APAC clients land with region-aware routing (ap-tokyo)\n"
+          "  --min-tax X            US-only APAC/US exec p50 must be >= X (2.0)\n"
+          "  --max-aware X          region-aware APAC/US exec p50 must be <= X (1.5)\n"
+          "failover (-c concurrent cycles, 8):\n"
+          "  --sim-admin NAME=URL   kubesim admin URL per cluster (repeat); the victim is the\n"
+          "                         cluster most steady creates land in\n"
+          "  --sim-token TOKEN      kubesim's token\n"
+          "  --fault-at S           seconds of steady load before the fault (3)\n"
+          "  --down S               seconds the cluster stays down (6)\n"
+          "  --held N               sandboxes pinned to the victim to exec into while down (5)\n"
           "\n"
           "Exit: 0 every request succeeded and every figure was measured; 1 otherwise; 2 usage.\n");
 }
@@ -1037,7 +1815,19 @@ static int parse_levels(const char *s, struct lg_opts *o) {
 }
 
 enum { OPT_URL = 256, OPT_TOKEN, OPT_POOL, OPT_IMAGE, OPT_JSON, OPT_DKC, OPT_DCTX, OPT_NS, OPT_LEVELS,
-       OPT_DURATION, OPT_WARMUP, OPT_BATCH, OPT_EXECC, OPT_TIMEOUT };
+       OPT_DURATION, OPT_WARMUP, OPT_BATCH, OPT_EXECC, OPT_TIMEOUT, OPT_CAPACITY, OPT_BEYOND, OPT_CMPURL,
+       OPT_USC, OPT_APACC, OPT_MINTAX, OPT_MAXAWARE, OPT_SIMADMIN, OPT_SIMTOKEN, OPT_FAULTAT, OPT_DOWN,
+       OPT_HELD };
+
+static int parse_real(const char *s, double min, double max, double *out) {
+  char *end;
+
+  errno = 0;
+  *out = strtod(s, &end);
+  if (errno != 0 || end == s || *end != '\0' || !(*out >= min && *out <= max))
+    return -EINVAL;
+  return 0;
+}
 
 static int parse_args(int argc, char **argv, struct lg_opts *o) {
   static const struct option lopts[] = {
@@ -1055,11 +1845,23 @@ static int parse_args(int argc, char **argv, struct lg_opts *o) {
       {"batch", required_argument, NULL, OPT_BATCH},
       {"exec-concurrency", required_argument, NULL, OPT_EXECC},
       {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
+      {"capacity", required_argument, NULL, OPT_CAPACITY},
+      {"beyond", required_argument, NULL, OPT_BEYOND},
+      {"compare-url", required_argument, NULL, OPT_CMPURL},
+      {"us-cluster", required_argument, NULL, OPT_USC},
+      {"apac-cluster", required_argument, NULL, OPT_APACC},
+      {"min-tax", required_argument, NULL, OPT_MINTAX},
+      {"max-aware", required_argument, NULL, OPT_MAXAWARE},
+      {"sim-admin", required_argument, NULL, OPT_SIMADMIN},
+      {"sim-token", required_argument, NULL, OPT_SIMTOKEN},
+      {"fault-at", required_argument, NULL, OPT_FAULTAT},
+      {"down", required_argument, NULL, OPT_DOWN},
+      {"held", required_argument, NULL, OPT_HELD},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
   long v;
-  int ch, c_set = 0;
+  int ch, c_set = 0, batch_set = 0;
   char *end;
 
   memset(o, 0, sizeof(*o));
@@ -1072,6 +1874,15 @@ static int parse_args(int argc, char **argv, struct lg_opts *o) {
   o->timeout_ms = 120000;
   o->levels[0] = 1;
   o->levels[1] = 1000;
+  o->beyond = 10;
+  o->us_cluster = "us-east";
+  o->apac_cluster = "ap-tokyo";
+  o->min_tax = 2.0;
+  o->max_aware = 1.5;
+  o->fault_at_s = 3;
+  o->down_s = 6;
+  o->held = 5;
+  o->sim_token = getenv("KUBESIM_TOKEN");
   o->nlevels = 2;
   while ((ch = getopt_long(argc, argv, "n:c:h", lopts, NULL)) != -1) {
     switch (ch) {
@@ -1112,6 +1923,7 @@ static int parse_args(int argc, char **argv, struct lg_opts *o) {
       if (parse_long(optarg, 1, 100000, &v) != 0)
         goto bad;
       o->batch = (int)v;
+      batch_set = 1;
       break;
     case OPT_EXECC:
       if (parse_long(optarg, 1, 100000, &v) != 0)
@@ -1120,6 +1932,47 @@ static int parse_args(int argc, char **argv, struct lg_opts *o) {
       break;
     case OPT_TIMEOUT:
       if (parse_long(optarg, 100, 3600000, &o->timeout_ms) != 0)
+        goto bad;
+      break;
+    case OPT_CAPACITY:
+      if (parse_long(optarg, 1, 100000000, &o->capacity) != 0)
+        goto bad;
+      break;
+    case OPT_BEYOND:
+      if (parse_long(optarg, 0, 100000, &o->beyond) != 0)
+        goto bad;
+      break;
+    case OPT_CMPURL: o->compare_url = optarg; break;
+    case OPT_USC: o->us_cluster = optarg; break;
+    case OPT_APACC: o->apac_cluster = optarg; break;
+    case OPT_MINTAX:
+      if (parse_real(optarg, 0, 1000, &o->min_tax) != 0)
+        goto bad;
+      break;
+    case OPT_MAXAWARE:
+      if (parse_real(optarg, 0, 1000, &o->max_aware) != 0)
+        goto bad;
+      break;
+    case OPT_SIMADMIN: {
+      char *eq = strchr(optarg, '=');
+      if (eq == NULL || eq == optarg || o->nsims == MAX_SIMS)
+        goto bad;
+      *eq = '\0';   /* argv is ours to modify */
+      o->sim_name[o->nsims] = optarg;
+      o->sim_url[o->nsims++] = eq + 1;
+      break;
+    }
+    case OPT_SIMTOKEN: o->sim_token = optarg; break;
+    case OPT_FAULTAT:
+      if (parse_real(optarg, 0.1, 3600, &o->fault_at_s) != 0)
+        goto bad;
+      break;
+    case OPT_DOWN:
+      if (parse_real(optarg, 0.1, 3600, &o->down_s) != 0)
+        goto bad;
+      break;
+    case OPT_HELD:
+      if (parse_long(optarg, 1, 1000, &o->held) != 0)
         goto bad;
       break;
     case 'h':
@@ -1131,7 +1984,7 @@ static int parse_args(int argc, char **argv, struct lg_opts *o) {
     }
   }
   if (optind != argc - 1) {
-    fprintf(stderr, "loadgen: name one scenario: seed, overhead or fanout\n");
+    fprintf(stderr, "loadgen: name one scenario: seed, overhead, fanout, spillover, regions or failover\n");
     usage(stderr);
     return -EINVAL;
   }
@@ -1152,8 +2005,33 @@ static int parse_args(int argc, char **argv, struct lg_opts *o) {
       o->n = 1000;
     if (!c_set)
       o->concurrency = 4;
+  } else if (strcmp(o->scenario_name, "spillover") == 0) {
+    o->scenario = SC_SPILLOVER;
+    if (!o->n_set)
+      o->n = 100000;
+    if (!batch_set)
+      o->batch = 10;
+    if (o->capacity <= 0) {
+      fprintf(stderr, "loadgen: spillover needs --capacity N\n");
+      return -EINVAL;
+    }
+  } else if (strcmp(o->scenario_name, "regions") == 0) {
+    o->scenario = SC_REGIONS;
+    if (!o->n_set)
+      o->n = 50;
+    if (!c_set)
+      o->concurrency = 1;
+  } else if (strcmp(o->scenario_name, "failover") == 0) {
+    o->scenario = SC_FAILOVER;
+    if (!c_set)
+      o->concurrency = 8;
+    if (o->nsims == 0) {
+      fprintf(stderr, "loadgen: failover needs --sim-admin NAME=URL for the clusters\n");
+      return -EINVAL;
+    }
   } else {
-    fprintf(stderr, "loadgen: unknown scenario '%s' (seed, overhead or fanout)\n", o->scenario_name);
+    fprintf(stderr, "loadgen: unknown scenario '%s' (seed, overhead, fanout, spillover, regions or failover)\n",
+            o->scenario_name);
     return -EINVAL;
   }
   if (o->url == NULL) {
@@ -1201,6 +2079,9 @@ int main(int argc, char **argv) {
     case SC_SEED: rc = run_seed(&g, figures); break;
     case SC_OVERHEAD: rc = run_overhead(&g, figures); break;
     case SC_FANOUT: rc = run_fanout(&g, figures); break;
+    case SC_SPILLOVER: rc = run_spillover(&g, figures); break;
+    case SC_REGIONS: rc = run_regions(&g, figures); break;
+    case SC_FAILOVER: rc = run_failover(&g, figures); break;
     }
   }
 
