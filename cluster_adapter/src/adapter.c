@@ -128,6 +128,8 @@ void fr_adapter_report(struct fr_adapter *a, int ok) {
   if (was != a->breaker)
     FR_WARN("adapter", "%s: circuit breaker %s -> %s", a->cc.name, breaker_names[was],
             breaker_names[a->breaker]);
+  if (was != BR_OPEN && a->breaker == BR_OPEN)
+    sandbox_cluster_down(a);
 }
 
 static void on_probe_done(const struct fr_kube_response *r, void *arg) {
@@ -250,6 +252,7 @@ fail:
   json_decref(a->claiming);
   json_decref(a->reaping);
   json_decref(a->deleting);
+  json_decref(a->abandoned);
   json_decref(a->node_usage);
   free(a->reaper);
   for (i = 0; i < INF_COUNT; i++)
@@ -290,6 +293,7 @@ static void on_client_freed(void *arg) {
   json_decref(a->claiming);
   json_decref(a->reaping);
   json_decref(a->deleting);
+  json_decref(a->abandoned);
   json_decref(a->node_usage);
   free(a);
   if (cb != NULL)

@@ -48,6 +48,8 @@ struct fr_adapter {
   json_t *claiming;              /* pod name -> true while a claim is out */
   json_t *reaping;               /* pod name -> true once a reap delete was sent */
   json_t *deleting;              /* pod name -> true from our DELETE until the watch says gone */
+  json_t *abandoned;             /* pods of creates given up while the cluster was down:
+                                    deleted by the reaper once it answers again */
   uv_timer_t *reaper;
   int stopping;
 };
@@ -58,6 +60,9 @@ int sandbox_init(struct fr_adapter *a);
 void sandbox_start(struct fr_adapter *a);
 /* Fails every create in flight (adapter going away) and closes the reaper. */
 void sandbox_stop(struct fr_adapter *a);
+/* The breaker opened: creates waiting for their pods give up now, so their
+ * batches move on instead of waiting for the cluster to come back. */
+void sandbox_cluster_down(struct fr_adapter *a);
 
 /* Small JSON accessors shared by the adapter sources. */
 const char *pod_label(json_t *pod, const char *key);

@@ -595,6 +595,20 @@ static void on_reap(uv_timer_t *t) {
   int64_t now = fr_wall_ms() / 1000;
   void *tmp;
 
+  /* Pods of creates given up while the cluster was down: delete them once
+   * it answers again (the mark goes when the delete is accepted or the
+   * pod is known gone). */
+  if (a->breaker == BR_CLOSED) {
+    json_object_foreach_safe(a->abandoned, tmp, key, pod) {
+      if (fr_adapter_pod(a, key) == NULL && fr_informer_synced(a->inf[INF_PODS]) &&
+          fr_informer_healthy(a->inf[INF_PODS])) {
+        json_object_del(a->abandoned, key);
+      } else if (fr_adapter_pod(a, key) != NULL && !fr_adapter_pod_leaving(a, fr_adapter_pod(a, key))) {
+        FR_INFO("reaper", "%s: deleting %s (create abandoned while the cluster was down)", a->cc.name, key);
+        fr_adapter_sandbox_delete(a, key, NULL, on_reaped, NULL);
+      }
+    }
+  }
   /* Forget marks of pods that are gone. */
   json_object_foreach_safe(a->reaping, tmp, key, pod) {
     if (fr_adapter_pod(a, key) == NULL)
@@ -631,8 +645,10 @@ int sandbox_init(struct fr_adapter *a) {
   a->claiming = json_object();
   a->reaping = json_object();
   a->deleting = json_object();
+  a->abandoned = json_object();
   a->reaper = malloc(sizeof(*a->reaper));
-  if (a->claiming == NULL || a->reaping == NULL || a->deleting == NULL || a->reaper == NULL)
+  if (a->claiming == NULL || a->reaping == NULL || a->deleting == NULL || a->abandoned == NULL ||
+      a->reaper == NULL)
     return -ENOMEM;
   a->reaper->data = NULL;
   return 0;
@@ -642,6 +658,19 @@ void sandbox_start(struct fr_adapter *a) {
   uv_timer_init(a->loop, a->reaper);
   a->reaper->data = a;
   uv_timer_start(a->reaper, on_reap, REAP_EVERY_MS, REAP_EVERY_MS);
+}
+
+void sandbox_cluster_down(struct fr_adapter *a) {
+  struct create_op *op, *nx;
+
+  for (op = a->creates; op != NULL; op = nx) {
+    nx = op->next;
+    if (op->state != CS_WAITING)
+      continue; /* calls in flight fail by themselves, quickly */
+    /* The pod may exist: delete it when the cluster answers again. */
+    json_object_set_new(a->abandoned, op->pod, json_true());
+    finish(op, FR_SB_UNAVAILABLE, "the cluster became unreachable while the sandbox was starting", NULL, 0);
+  }
 }
 
 void sandbox_stop(struct fr_adapter *a) {
