@@ -3,7 +3,8 @@
 # clusters (kubesim) and fedrouter in front of them, make a warm pool, run
 # build/loadgen, stop everything (also on failure or Ctrl-C).
 #
-#   loadtest/bench.sh seed|overhead|fanout|spillover|regions|failover|all
+#   loadtest/bench.sh seed|overhead|fanout|spillover|regions|failover|
+#                     scale|soak|all
 #                     [--smoke] [--build-dir DIR]
 #                     [--out DIR] [-- extra loadgen arguments]
 #
@@ -37,6 +38,17 @@
 #                 20 per cluster (smoke 5); 8 (smoke 4) concurrent cycles;
 #                 after 5 s (smoke 2 s) the busiest cluster goes down through
 #                 its kubesim admin API for 10 s (smoke 4 s), then comes back.
+#   scale:        SCALE_CLUSTERS (20; smoke 3) clusters, near-zero delays
+#                 (1 ms schedule and start, no pull, unlimited scheduler),
+#                 each with room for 1.5 x its share of SCALE_N (100000;
+#                 smoke 300) sandboxes in nodes of 500 pods; cold creates in
+#                 batches of 1000 (smoke 50), 4 in flight. First the
+#                 create-rate curve at 1, 5, 20 clusters (smoke 1, 3) with
+#                 SCALE_PER_CLUSTER (1000; smoke 50) sandboxes per cluster.
+#   soak:         3 clusters, same delays; 8 workers creating batches of 5,
+#                 exec in each, terminate each, for SOAK_S seconds (600;
+#                 smoke 8), router RSS and fds sampled every 5 s (smoke 1 s);
+#                 fd growth allowed 20 (smoke 60).
 #
 # Exit: 0 every scenario passed (loadgen exit 0), 1 otherwise, 2 usage.
 # (Functions here run from traps and through "scenario_$sc"; the delay
@@ -55,7 +67,7 @@ usage() { sed -n '2,/^# (Functions/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^#
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    seed|overhead|fanout|spillover|regions|failover|all) SCENARIO="$1" ;;
+    seed|overhead|fanout|spillover|regions|failover|scale|soak|all) SCENARIO="$1" ;;
     --smoke) SMOKE=1 ;;
     --build-dir) [ $# -ge 2 ] || { usage >&2; exit 2; }; BUILD="$2"; shift ;;
     --out) [ $# -ge 2 ] || { usage >&2; exit 2; }; OUT="$2"; shift ;;
@@ -296,10 +308,47 @@ scenario_failover() {
     --sim-token "$SIM_TOKEN" "${admins[@]}"
 }
 
+# SCALE_QPS (default 0 = unlimited) sets every cluster's scheduler rate,
+# e.g. 100 to see the create-rate curve with real clusters' limit.
+FAST_DELAYS=(--schedule-ms 1 --image-pull-ms 0 --start-ms 1 --scheduler-qps "${SCALE_QPS:-0}")
+
+# nodes_for <sandboxes per cluster>: kubesim node flags with room for 1.5x.
+nodes_for() {
+  local want=$(($1 * 3 / 2 + 100))
+  echo "--nodes $(((want + 499) / 500)) --node-cpu 1000 --node-memory 4000Gi --node-pods 500"
+}
+
+scenario_scale() {
+  local ncl="${SCALE_CLUSTERS:-20}" n="${SCALE_N:-100000}" per="${SCALE_PER_CLUSTER:-1000}"
+  local batch=1000 curve="1,5,20" fresh=10 share
+  if [ "$SMOKE" = 1 ]; then
+    ncl="${SCALE_CLUSTERS:-3}" n="${SCALE_N:-300}" per="${SCALE_PER_CLUSTER:-50}" batch=50 curve="1,3" fresh=3
+  fi
+  share=$(((n + ncl - 1) / ncl))
+  [ "$per" -gt "$share" ] && share="$per"
+  local SIM_NODES
+  SIM_NODES="$(nodes_for "$share")"
+  federation FAST_DELAYS "$ncl" || return 1
+  run_loadgen scale --image python:3.12 -n "$n" --batch "$batch" -c 4 --curve "$curve" \
+    --curve-per-cluster "$per" --fresh-samples "$fresh" --router-pid "${PIDS[-1]}" --timeout-ms 600000
+}
+
+scenario_soak() {
+  local dur="${SOAK_S:-600}" sample=5 slack=20
+  # An 8 s run cannot tell a leak from the exec connections' swing; the
+  # smoke only keeps the code alive.
+  [ "$SMOKE" = 1 ] && { dur="${SOAK_S:-8}" sample=1 slack=60; }
+  local SIM_NODES
+  SIM_NODES="$(nodes_for 200)"
+  federation FAST_DELAYS 3 || return 1
+  run_loadgen soak --image python:3.12 -c 8 --batch 5 --duration "$dur" --sample-s "$sample" --fd-slack "$slack" \
+    --router-pid "${PIDS[-1]}"
+}
+
 ulimit -n 65536 2>/dev/null || true
 rc=0
 if [ "$SCENARIO" = all ]; then
-  list=(seed overhead fanout spillover regions failover)
+  list=(seed overhead fanout spillover regions failover scale soak)
 else
   list=("$SCENARIO")
 fi

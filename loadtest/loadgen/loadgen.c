@@ -16,6 +16,11 @@
  *   loadgen failover steady cycles; the busiest cluster goes down (kubesim
  *                    admin API) and comes back: failed creates, clean 503s,
  *                    recovery time
+ *   loadgen scale    create-rate curve over 1..k clusters, then -n sandboxes
+ *                    in big batches: router RSS/CPU (/proc/<--router-pid>),
+ *                    capacity-view freshness, exec in a sample, terminate
+ *   loadgen soak     mixed create/exec/terminate for --duration; router RSS
+ *                    and open fds sampled, growth bounded
  *
  * One uv_loop_t, created in main() and passed down in struct lg. Each
  * scenario is a sequence of phases; a phase starts its workers, then main
@@ -52,7 +57,7 @@
  * work on both sides. */
 #define EXEC_TIMEOUT_S "60"
 
-enum scenario { SC_SEED, SC_OVERHEAD, SC_FANOUT, SC_SPILLOVER, SC_REGIONS, SC_FAILOVER };
+enum scenario { SC_SEED, SC_OVERHEAD, SC_FANOUT, SC_SPILLOVER, SC_REGIONS, SC_FAILOVER, SC_SCALE, SC_SOAK };
 #define MAX_SIMS 8
 
 struct lg_opts {
@@ -87,6 +92,15 @@ struct lg_opts {
   const char *sim_token;
   double fault_at_s, down_s;
   long held;
+  long router_pid;        /* scale, soak: the fedrouter process (/proc/<pid>) */
+  int curve[MAX_LEVELS];  /* scale: cluster counts of the create-rate curve */
+  int ncurve;
+  long curve_per_cluster; /* scale: sandboxes per cluster at each curve point */
+  long exec_sample;       /* scale: sandboxes to exec into */
+  long fresh_samples;     /* scale: capacity-view freshness samples */
+  double sample_s;        /* soak: seconds between RSS/fd samples */
+  double warmup_s;        /* soak: samples before this are not the baseline */
+  long fd_slack;          /* soak: allowed fd growth */
 };
 
 /* Latencies in milliseconds. */
@@ -109,6 +123,7 @@ struct lg {
   int kube_closed;
   const char *cur_region;  /* create_body(): "region" (NULL = none) */
   const char *cur_cluster; /* create_body(): "clusters":[...] (NULL = all) */
+  const char *cur_clusters_json; /* create_body(): raw JSON array, wins over cur_cluster */
 };
 
 /* ------------------------------------------------------------ helpers */
@@ -281,7 +296,10 @@ static int create_body(struct lg *g, int num, struct fr_buf *b) {
   if (g->cur_region != NULL &&
       (fr_buf_puts(b, ",\"region\":") != 0 || fr_buf_put_json_str(b, g->cur_region, strlen(g->cur_region)) != 0))
     return -ENOMEM;
-  if (g->cur_cluster != NULL &&
+  if (g->cur_clusters_json != NULL &&
+      (fr_buf_puts(b, ",\"clusters\":") != 0 || fr_buf_puts(b, g->cur_clusters_json) != 0))
+    return -ENOMEM;
+  if (g->cur_clusters_json == NULL && g->cur_cluster != NULL &&
       (fr_buf_puts(b, ",\"clusters\":[") != 0 ||
        fr_buf_put_json_str(b, g->cur_cluster, strlen(g->cur_cluster)) != 0 || fr_buf_puts(b, "]") != 0))
     return -ENOMEM;
@@ -782,6 +800,7 @@ out:
 
 struct fanout {
   struct lg *g;
+  long n;                 /* sandboxes to create */
   long requested;
   int active;
   struct lat batch_ms;
@@ -834,7 +853,7 @@ static void fanout_next(struct fbatch *b) {
   struct fanout *f = b->f;
   long left;
 
-  while ((left = f->g->o.n - f->requested) > 0) {
+  while ((left = f->n - f->requested) > 0) {
     b->num = left < f->g->o.batch ? (int)left : f->g->o.batch;
     f->requested += b->num;
     if (create_body(f->g, b->num, &f->body) == 0 &&
@@ -846,36 +865,60 @@ static void fanout_next(struct fbatch *b) {
     f->g->phase_done = 1;
 }
 
+/* Creates <n> sandboxes in batches of --batch, -c batches in flight (the
+ * number used goes to *inflight); f->paths gets one exec path per sandbox
+ * created. The caller frees <f> with fanout_free(). */
+static int fanout_create(struct lg *g, struct fanout *f, long n, int *inflight) {
+  struct fbatch *b;
+  int i, c, rc = 0;
+
+  f->g = g;
+  f->n = n;
+  fr_buf_init(&f->body);
+  c = g->o.concurrency;
+  if ((long)c * g->o.batch > n)
+    c = (int)((n + g->o.batch - 1) / g->o.batch);
+  if (c < 1)
+    c = 1;
+  *inflight = c;
+  if ((b = calloc((size_t)c, sizeof(*b))) == NULL)
+    return -ENOMEM;
+  f->active = c;
+  for (i = 0; i < c; i++) {
+    b[i].f = f;
+    fanout_next(&b[i]);
+  }
+  if (f->active > 0)
+    rc = run_phase(g);
+  free(b);
+  return rc;
+}
+
+static void fanout_free(struct fanout *f) {
+  size_t k;
+
+  for (k = 0; k < f->npaths; k++)
+    free(f->paths[k]);
+  free(f->paths);
+  lat_free(&f->batch_ms);
+  fr_buf_free(&f->body);
+  memset(f, 0, sizeof(*f));
+}
+
 static int run_fanout(struct lg *g, json_t *figures) {
   struct fanout f;
-  struct fbatch *b = NULL;
   struct xrun x;
   struct lat el;
   struct sync_ctx s;
   char path[128];
   uint64_t c0, c1, d0, d1;
   long terminated = -1, leaked;
-  size_t k;
-  int i, c, rc;
+  int c, rc;
 
   memset(&f, 0, sizeof(f));
   memset(&el, 0, sizeof(el));
-  f.g = g;
-  fr_buf_init(&f.body);
-  c = g->o.concurrency;
-  if ((long)c * g->o.batch > g->o.n)
-    c = (int)((g->o.n + g->o.batch - 1) / g->o.batch);
-  if (c < 1)
-    c = 1;
-  if ((b = calloc((size_t)c, sizeof(*b))) == NULL)
-    return -ENOMEM;
   c0 = uv_hrtime();
-  f.active = c;
-  for (i = 0; i < c; i++) {
-    b[i].f = &f;
-    fanout_next(&b[i]);
-  }
-  if (f.active > 0 && (rc = run_phase(g)) != 0)
+  if ((rc = fanout_create(g, &f, g->o.n, &c)) != 0)
     goto out;
   c1 = uv_hrtime();
 
@@ -932,13 +975,8 @@ static int run_fanout(struct lg *g, json_t *figures) {
   }
   rc = 0;
 out:
-  for (k = 0; k < f.npaths; k++)
-    free(f.paths[k]);
-  free(f.paths);
-  lat_free(&f.batch_ms);
+  fanout_free(&f);
   lat_free(&el);
-  fr_buf_free(&f.body);
-  free(b);
   return rc;
 }
 
@@ -1639,6 +1677,560 @@ out:
   return rc;
 }
 
+/* ------------------------------------------------------------ the router process (scale, soak) */
+
+/* VmRSS of <pid> in KiB, or -1. */
+static long proc_rss_kib(long pid) {
+  char path[64], line[256];
+  long kib = -1;
+  FILE *f;
+
+  snprintf(path, sizeof(path), "/proc/%ld/status", pid);
+  if ((f = fopen(path, "r")) == NULL)
+    return -1;
+  while (fgets(line, sizeof(line), f) != NULL) {
+    if (strncmp(line, "VmRSS:", 6) == 0) {
+      kib = strtol(line + 6, NULL, 10);
+      break;
+    }
+  }
+  fclose(f);
+  return kib;
+}
+
+/* utime + stime of <pid> in seconds, or -1. */
+static double proc_cpu_s(long pid) {
+  char path[64], buf[1024], *p;
+  unsigned long ut, st;
+  size_t len;
+  FILE *f;
+
+  snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+  if ((f = fopen(path, "r")) == NULL)
+    return -1;
+  len = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[len] = '\0';
+  /* Fields after the command name, which may hold anything up to its last
+   * ')': state(3) ... utime(14) stime(15). */
+  if ((p = strrchr(buf, ')')) == NULL ||
+      sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+    return -1;
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Open descriptors of <pid>, or -1. */
+static long proc_fds(long pid) {
+  char path[64];
+  uv_fs_t req;
+  uv_dirent_t ent;
+  long n = 0;
+
+  snprintf(path, sizeof(path), "/proc/%ld/fd", pid);
+  if (uv_fs_scandir(NULL, &req, path, 0, NULL) < 0) {
+    uv_fs_req_cleanup(&req);
+    return -1;
+  }
+  while (uv_fs_scandir_next(&req, &ent) != UV_EOF)
+    n++;
+  uv_fs_req_cleanup(&req);
+  return n;
+}
+
+static json_t *mib_json(long kib) {
+  return kib < 0 ? json_null() : json_real(round3((double)kib / 1024.0));
+}
+
+/* Sum of "sandboxes" over GET /v1/clusters; names (optional) gets the
+ * cluster names. Returns -1 on failure (counted as an error). */
+static long clusters_sandboxes(struct lg *g, json_t **names) {
+  struct sync_ctx s;
+  json_t *v;
+  size_t i;
+  long sum = 0;
+
+  if (sync_request(g, "GET", "/v1/clusters", NULL, &s) != 0 || s.status != 200) {
+    note_error(g, "clusters", s.status, s.raw, s.err);
+    sync_clear(&s);
+    return -1;
+  }
+  if (names != NULL)
+    *names = json_array();
+  json_array_foreach(json_object_get(s.body, "clusters"), i, v) {
+    sum += (long)json_integer_value(json_object_get(v, "sandboxes"));
+    if (names != NULL)
+      json_array_append(*names, json_object_get(v, "name"));
+  }
+  sync_clear(&s);
+  return sum;
+}
+
+/* Terminates this run's sandboxes by label; returns the number terminated
+ * (-1 on failure, counted) and the wall time in *secs. */
+static long terminate_run(struct lg *g, double *secs) {
+  struct sync_ctx s;
+  char path[128];
+  uint64_t t0;
+  long n = -1;
+
+  snprintf(path, sizeof(path), "/v1/sandboxes?label=loadgen=%s", g->run_id);
+  t0 = uv_hrtime();
+  if (sync_request(g, "DELETE", path, NULL, &s) != 0)
+    return -1;
+  *secs = (double)(uv_hrtime() - t0) / 1e9;
+  if (s.status == 200)
+    n = (long)json_integer_value(json_object_get(s.body, "terminated"));
+  else
+    note_error(g, "terminate by label", s.status, s.raw, s.err);
+  sync_clear(&s);
+  return n;
+}
+
+/* ------------------------------------------------------------ scale */
+
+/* One freshness sample: create one sandbox; from its 201, poll GET
+ * /v1/clusters until the summed "sandboxes" count includes it. ms or -1. */
+static double fresh_sample(struct lg *g, struct fanout *f) {
+  long before, now;
+  uint64_t t201;
+  int c, i;
+
+  if ((before = clusters_sandboxes(g, NULL)) < 0)
+    return -1;
+  if (fanout_create(g, f, 1, &c) != 0 || f->npaths == 0)
+    return -1;
+  t201 = uv_hrtime();
+  for (i = 0; i < 5000; i++) {
+    if ((now = clusters_sandboxes(g, NULL)) < 0)
+      return -1;
+    if (now > before)
+      return ns_to_ms(uv_hrtime() - t201);
+    if (wait_ms(g, 2) != 0)
+      return -1;
+  }
+  fprintf(stderr, "loadgen: GET /v1/clusters did not show a new sandbox within 10 s\n");
+  g->errors++;
+  return -1;
+}
+
+static int run_scale(struct lg *g, json_t *figures) {
+  struct fanout f, ff;
+  struct xrun x;
+  struct lat el, fresh;
+  json_t *names = NULL, *curve = json_array(), *pt;
+  char **sample = NULL;
+  long pid = g->o.router_pid, rss0, rss1, rss2, rss3, terminated, leaked, nsample, k;
+  double cpu0, cpu1, cpu2, cw, tw = 0, ms;
+  uint64_t c0, c1;
+  int c, i, rc = 0;
+  size_t nclusters;
+
+  memset(&f, 0, sizeof(f));
+  memset(&ff, 0, sizeof(ff));
+  memset(&el, 0, sizeof(el));
+  memset(&fresh, 0, sizeof(fresh));
+  if (clusters_sandboxes(g, &names) < 0) {
+    json_decref(curve);
+    return -EIO;
+  }
+  nclusters = json_array_size(names);
+
+  /* The create-rate curve: the same per-cluster load pinned to the first k
+   * clusters, k = each --curve point. */
+  printf("\nscale: %zu clusters, router pid %ld\n", nclusters, pid);
+  for (i = 0; i < g->o.ncurve; i++) {
+    struct fr_buf list;
+    int k2 = g->o.curve[i];
+    long n = g->o.curve_per_cluster * k2;
+    if ((size_t)k2 > nclusters) {
+      fprintf(stderr, "loadgen: curve point %d > %zu clusters; skipped\n", k2, nclusters);
+      continue;
+    }
+    fr_buf_init(&list);
+    fr_buf_puts(&list, "[");
+    for (k = 0; k < k2; k++) {
+      const char *nm = json_string_value(json_array_get(names, (size_t)k));
+      if (k > 0)
+        fr_buf_puts(&list, ",");
+      fr_buf_put_json_str(&list, nm, strlen(nm));
+    }
+    if (fr_buf_puts(&list, "]") != 0) {
+      fr_buf_free(&list);
+      rc = -ENOMEM;
+      goto out;
+    }
+    g->cur_clusters_json = list.data;
+    c0 = uv_hrtime();
+    rc = fanout_create(g, &f, n, &c);
+    c1 = uv_hrtime();
+    g->cur_clusters_json = NULL;
+    fr_buf_free(&list);
+    if (rc != 0)
+      goto out;
+    cw = (double)(c1 - c0) / 1e9;
+    terminated = terminate_run(g, &tw);
+    leaked = check_leaks(g);
+    pt = json_pack("{s:i,s:I,s:I,s:f,s:f,s:f,s:I}", "clusters", k2, "requested", (json_int_t)n, "created",
+                   (json_int_t)f.npaths, "create_wall_s", round3(cw), "creates_per_s",
+                   round3((double)f.npaths / cw), "creates_per_s_per_cluster",
+                   round3((double)f.npaths / cw / k2), "leaked", (json_int_t)leaked);
+    json_array_append_new(curve, pt);
+    printf("  curve: %2d cluster(s), %6zu sandboxes in %6.2f s: %8.1f creates/s (%.1f per cluster); "
+           "terminated %ld\n",
+           k2, f.npaths, cw, (double)f.npaths / cw, (double)f.npaths / cw / k2, terminated);
+    fanout_free(&f);
+  }
+
+  /* The big create. */
+  rss0 = proc_rss_kib(pid);
+  cpu0 = proc_cpu_s(pid);
+  c0 = uv_hrtime();
+  if ((rc = fanout_create(g, &f, g->o.n, &c)) != 0)
+    goto out;
+  c1 = uv_hrtime();
+  cw = (double)(c1 - c0) / 1e9;
+  cpu1 = proc_cpu_s(pid);
+  if (wait_ms(g, 1000) != 0) /* let the watch caches settle */
+    goto out;
+  rss1 = proc_rss_kib(pid);
+  printf("  created %zu of %ld in %.2f s: %.1f creates/s (%d batches of %d in flight, batch p50 %.0f ms, "
+         "p99 %.0f ms)\n",
+         f.npaths, g->o.n, cw, (double)f.npaths / cw, c, g->o.batch, pct(&f.batch_ms, 50),
+         pct(&f.batch_ms, 99));
+  printf("  router RSS %.1f MiB before, %.1f MiB with %zu sandboxes (%.0f bytes per sandbox); "
+         "CPU %.2f s for the create phase\n",
+         (double)rss0 / 1024, (double)rss1 / 1024, f.npaths,
+         f.npaths ? (double)(rss1 - rss0) * 1024.0 / (double)f.npaths : 0.0, cpu1 - cpu0);
+
+  /* Capacity-view freshness, with the federation full of sandboxes. */
+  for (k = 0; k < g->o.fresh_samples; k++) {
+    ms = fresh_sample(g, &ff);
+    if (ms >= 0)
+      lat_add(&fresh, ms);
+    fanout_free(&ff);
+  }
+  if (fresh.n > 0)
+    qsort(fresh.v, fresh.n, sizeof(double), cmp_double);
+  printf("  capacity-view freshness (201 -> GET /v1/clusters counts it): n %zu, p50 %.1f ms, max %.1f ms\n",
+         fresh.n, pct(&fresh, 50), pct(&fresh, 100));
+
+  /* Exec into a sample spread over the whole run. */
+  nsample = (long)f.npaths < g->o.exec_sample ? (long)f.npaths : g->o.exec_sample;
+  memset(&x, 0, sizeof(x));
+  if (nsample > 0) {
+    if ((sample = calloc((size_t)nsample, sizeof(*sample))) == NULL) {
+      rc = -ENOMEM;
+      goto out;
+    }
+    for (k = 0; k < nsample; k++)
+      sample[k] = f.paths[(size_t)k * f.npaths / (size_t)nsample];
+    x.g = g;
+    x.side = SIDE_ROUTER;
+    x.paths = sample;
+    x.npaths = (size_t)nsample;
+    x.target = nsample;
+    x.lat = &el;
+    if ((rc = xrun_run(&x, nsample < 100 ? (int)nsample : 100)) != 0)
+      goto out;
+  }
+  printf("  exec into %ld sampled sandboxes: %ld ok (p50 %.2f ms, p99 %.2f ms)\n", nsample, x.ok,
+         pct(&el, 50), pct(&el, 99));
+
+  cpu2 = proc_cpu_s(pid);
+  terminated = terminate_run(g, &tw);
+  if (terminated >= 0 && terminated != (long)(f.npaths + (size_t)fresh.n)) {
+    fprintf(stderr, "loadgen: terminated %ld by label, created %zu\n", terminated, f.npaths + fresh.n);
+    g->errors++;
+  }
+  leaked = check_leaks(g);
+  rss2 = proc_rss_kib(pid);
+  if (wait_ms(g, 1000) != 0)
+    goto out;
+  rss3 = proc_rss_kib(pid);
+  printf("  terminated %ld by label in %.2f s; router RSS %.1f MiB after (%.1f MiB 1 s later); "
+         "errors %ld, leaked %ld\n",
+         terminated, tw, (double)rss2 / 1024, (double)rss3 / 1024, g->errors, leaked);
+
+  json_object_set_new(figures, "clusters", json_integer((json_int_t)nclusters));
+  json_object_set_new(figures, "requested", json_integer(g->o.n));
+  json_object_set_new(figures, "created", json_integer((json_int_t)f.npaths));
+  json_object_set_new(figures, "create_wall_s", json_real(round3(cw)));
+  json_object_set_new(figures, "creates_per_s", json_real(round3((double)f.npaths / cw)));
+  json_object_set_new(figures, "batch_create_ms", lat_json(&f.batch_ms));
+  json_object_set_new(figures, "router_rss_mib_before", mib_json(rss0));
+  json_object_set_new(figures, "router_rss_mib_full", mib_json(rss1));
+  json_object_set_new(figures, "router_rss_bytes_per_sandbox",
+                      rss0 >= 0 && rss1 >= 0 && f.npaths > 0
+                          ? json_real(round3((double)(rss1 - rss0) * 1024.0 / (double)f.npaths))
+                          : json_null());
+  json_object_set_new(figures, "router_rss_mib_after_terminate", mib_json(rss3));
+  json_object_set_new(figures, "router_cpu_s_create",
+                      cpu0 >= 0 && cpu1 >= 0 ? json_real(round3(cpu1 - cpu0)) : json_null());
+  json_object_set_new(figures, "router_cpu_s_total", cpu2 >= 0 ? json_real(round3(cpu2)) : json_null());
+  json_object_set_new(figures, "router_cpu_ms_per_create",
+                      cpu0 >= 0 && cpu1 >= 0 && f.npaths > 0
+                          ? json_real(round3((cpu1 - cpu0) * 1000.0 / (double)f.npaths))
+                          : json_null());
+  json_object_set_new(figures, "capacity_view_freshness_ms", lat_json(&fresh));
+  json_object_set_new(figures, "exec_sample", json_pack("{s:I,s:I,s:o}", "n", (json_int_t)nsample, "ok",
+                                                        (json_int_t)x.ok, "ms", lat_json(&el)));
+  json_object_set_new(figures, "terminated", json_integer(terminated));
+  json_object_set_new(figures, "terminate_s", json_real(round3(tw)));
+  json_object_set_new(figures, "leaked", json_integer(leaked));
+  if (json_array_size(curve) > 0) /* --curve not given: no curve */
+    json_object_set_new(figures, "create_rate_vs_clusters", json_incref(curve));
+  if (x.ok != nsample)
+    g->errors++;
+out:
+  free(sample);
+  fanout_free(&f);
+  fanout_free(&ff);
+  lat_free(&el);
+  lat_free(&fresh);
+  json_decref(names);
+  json_decref(curve);
+  return rc;
+}
+
+/* ------------------------------------------------------------ soak */
+
+struct soak {
+  struct lg *g;
+  uint64_t stop_ns;
+  int active;
+  long cycles, creates, execs, terms;
+  struct fr_buf body;
+  uv_timer_t sampler;
+  uint64_t t0;
+  json_t *samples;        /* [{t_s, rss_mib, fds}] */
+};
+
+struct soak_worker {
+  struct soak *s;
+  char *ids[64];
+  int nids, at;           /* ids created; next to exec, then to delete */
+  int deleting;
+};
+
+static void soak_next(struct soak_worker *w);
+static void soak_step(struct soak_worker *w);
+
+static void soak_on_deleted(const struct lg_response *r, void *arg) {
+  struct soak_worker *w = arg;
+
+  if (r->status == 200)
+    w->s->terms++;
+  else
+    note_error(w->s->g, "terminate", r->status, r->body, r->error);
+  soak_step(w);
+}
+
+static void soak_on_exec(const struct lg_response *r, void *arg) {
+  struct soak_worker *w = arg;
+
+  if (exec_ok(r))
+    w->s->execs++;
+  else
+    note_error(w->s->g, "exec", r->status, r->body, r->error != NULL ? r->error : "unexpected answer");
+  soak_step(w);
+}
+
+/* Execs into every sandbox of the batch, then terminates each one, then
+ * the next cycle. */
+static void soak_step(struct soak_worker *w) {
+  char path[512];
+  int i;
+
+  while (w->at < w->nids) {
+    i = w->at++;
+    snprintf(path, sizeof(path), w->deleting ? "/v1/sandboxes/%s" : "/v1/sandboxes/%s/exec", w->ids[i]);
+    if (lg_http_request(w->s->g->http, w->deleting ? "DELETE" : "POST", path, w->deleting ? NULL : exec_body,
+                        w->deleting ? soak_on_deleted : soak_on_exec, w) == 0)
+      return;
+    note_error(w->s->g, w->deleting ? "terminate" : "exec", 0, NULL, "could not start the request");
+  }
+  if (!w->deleting) {
+    w->deleting = 1;
+    w->at = 0;
+    soak_step(w);
+    return;
+  }
+  for (i = 0; i < w->nids; i++)
+    free(w->ids[i]);
+  w->nids = w->at = w->deleting = 0;
+  w->s->cycles++;
+  soak_next(w);
+}
+
+static void soak_on_created(const struct lg_response *r, void *arg) {
+  struct soak_worker *w = arg;
+  json_t *j, *v;
+  size_t i;
+
+  if (r->status != 201) {
+    note_error(w->s->g, "create", r->status, r->body, r->error);
+    soak_next(w);
+    return;
+  }
+  j = json_loadb(r->body, r->body_len, 0, NULL);
+  json_array_foreach(json_object_get(j, "sandboxes"), i, v) {
+    const char *id = json_string_value(json_object_get(v, "id"));
+    if (id != NULL && strlen(id) < 300 && w->nids < (int)FR_ARRAY_SIZE(w->ids) &&
+        (w->ids[w->nids] = strdup(id)) != NULL)
+      w->nids++;
+  }
+  json_decref(j);
+  w->s->creates += w->nids;
+  soak_step(w);
+}
+
+static void soak_next(struct soak_worker *w) {
+  struct soak *s = w->s;
+
+  if (uv_hrtime() < s->stop_ns) {
+    if (lg_http_request(s->g->http, "POST", "/v1/sandboxes", s->body.data, soak_on_created, w) == 0)
+      return;
+    note_error(s->g, "create", 0, NULL, "could not start the request");
+  }
+  if (--s->active == 0)
+    s->g->phase_done = 1;
+}
+
+static void soak_sample(struct soak *s) {
+  long pid = s->g->o.router_pid;
+  double t = (double)(uv_hrtime() - s->t0) / 1e9;
+
+  json_array_append_new(s->samples, json_pack("{s:f,s:o,s:I,s:f,s:I}", "t_s", round3(t), "rss_mib",
+                                              mib_json(proc_rss_kib(pid)), "fds", (json_int_t)proc_fds(pid),
+                                              "cpu_s", round3(proc_cpu_s(pid)), "cycles",
+                                              (json_int_t)s->cycles));
+}
+
+static void on_soak_sample(uv_timer_t *t) {
+  soak_sample(t->data);
+}
+
+static int run_soak(struct lg *g, json_t *figures) {
+  struct soak s;
+  struct soak_worker *w;
+  json_t *v, *first = NULL, *last;
+  double rss_first, rss_last, rss_max = 0, wall, rss_bound;
+  long fd_first, fd_last, fd_max = 0, leaked, sandboxes;
+  size_t i;
+  int c = g->o.concurrency, rc, bounded = 1;
+
+  memset(&s, 0, sizeof(s));
+  s.g = g;
+  s.samples = json_array();
+  fr_buf_init(&s.body);
+  if (create_body(g, g->o.batch > 64 ? 64 : g->o.batch, &s.body) != 0 ||
+      (w = calloc((size_t)c, sizeof(*w))) == NULL) {
+    fr_buf_free(&s.body);
+    json_decref(s.samples);
+    return -ENOMEM;
+  }
+  uv_timer_init(g->loop, &s.sampler);
+  s.sampler.data = &s;
+  s.t0 = uv_hrtime();
+  s.stop_ns = s.t0 + (uint64_t)(g->o.duration_s * 1e9);
+  soak_sample(&s);
+  uv_timer_start(&s.sampler, on_soak_sample, (uint64_t)(g->o.sample_s * 1000), (uint64_t)(g->o.sample_s * 1000));
+  s.active = c;
+  for (i = 0; i < (size_t)c; i++) {
+    w[i].s = &s;
+    soak_next(&w[i]);
+  }
+  rc = s.active > 0 ? run_phase(g) : 0;
+  uv_timer_stop(&s.sampler);
+  wall = (double)(uv_hrtime() - s.t0) / 1e9;
+  /* The last sample once idle: exec connections in flight come and go. */
+  if (rc == 0)
+    rc = wait_ms(g, 2000);
+  soak_sample(&s);
+  uv_close((uv_handle_t *)&s.sampler, NULL);
+  leaked = check_leaks(g);
+  sandboxes = clusters_sandboxes(g, NULL);
+
+  /* The RSS baseline: the first sample at or after the warm-up. The fd
+   * baseline: the most seen from then to half-way (under load, the count
+   * swings with the exec connections in flight); the last sample is idle. */
+  fd_first = 0;
+  json_array_foreach(s.samples, i, v) {
+    double t = json_real_value(json_object_get(v, "t_s"));
+    double r = json_number_value(json_object_get(v, "rss_mib"));
+    long fd = (long)json_integer_value(json_object_get(v, "fds"));
+    if (first == NULL && t >= g->o.warmup_s)
+      first = v;
+    if (first != NULL && t <= (g->o.warmup_s + g->o.duration_s) / 2 && fd > fd_first)
+      fd_first = fd;
+    if (r > rss_max)
+      rss_max = r;
+    if (fd > fd_max)
+      fd_max = fd;
+  }
+  last = json_array_get(s.samples, json_array_size(s.samples) - 1);
+  if (first == NULL)
+    first = last;
+  if (fd_first == 0)
+    fd_first = (long)json_integer_value(json_object_get(first, "fds"));
+  rss_first = json_number_value(json_object_get(first, "rss_mib"));
+  rss_last = json_number_value(json_object_get(last, "rss_mib"));
+  fd_last = (long)json_integer_value(json_object_get(last, "fds"));
+  rss_bound = rss_first * 1.5 + 20;
+  if (!(rss_first > 0) || fd_first <= 0 || rss_last > rss_bound || fd_last > fd_first + g->o.fd_slack) {
+    bounded = 0;
+    g->errors++;
+    fprintf(stderr, "loadgen: router RSS %.1f -> %.1f MiB (bound %.1f), fds %ld -> %ld (bound %ld)\n", rss_first,
+            rss_last, rss_bound, fd_first, fd_last, fd_first + g->o.fd_slack);
+  }
+
+  json_object_set_new(figures, "duration_s", json_real(round3(wall)));
+  json_object_set_new(figures, "cycles", json_integer(s.cycles));
+  json_object_set_new(figures, "creates", json_integer(s.creates));
+  json_object_set_new(figures, "execs", json_integer(s.execs));
+  json_object_set_new(figures, "terminates", json_integer(s.terms));
+  json_object_set_new(figures, "creates_per_s", json_real(round3((double)s.creates / wall)));
+  json_object_set_new(figures, "rss_mib", json_pack("{s:f,s:f,s:f,s:f,s:f}", "first_after_warmup", rss_first,
+                                                    "last", rss_last, "max", rss_max, "bound", round3(rss_bound),
+                                                    "at_start", json_number_value(json_object_get(
+                                                                    json_array_get(s.samples, 0), "rss_mib"))));
+  json_object_set_new(figures, "fds", json_pack("{s:I,s:I,s:I,s:I}", "first_after_warmup", (json_int_t)fd_first,
+                                                "last", (json_int_t)fd_last, "max", (json_int_t)fd_max, "bound",
+                                                (json_int_t)(fd_first + g->o.fd_slack)));
+  json_object_set_new(figures, "flat", json_boolean(bounded));
+  json_object_set_new(figures, "router_cpu_s",
+                      json_real(json_real_value(json_object_get(last, "cpu_s")) -
+                                json_real_value(json_object_get(json_array_get(s.samples, 0), "cpu_s"))));
+  json_object_set_new(figures, "sandboxes_left_in_capacity_view", json_integer(sandboxes));
+  json_object_set_new(figures, "leaked", json_integer(leaked));
+  json_object_set_new(figures, "samples", json_incref(s.samples));
+
+  printf("\nsoak: %.1f s, %d workers, create batch of %d -> exec in each -> terminate each\n", wall, c,
+         g->o.batch > 64 ? 64 : g->o.batch);
+  printf("  %ld cycles: %ld creates (%.1f/s), %ld execs, %ld terminates\n", s.cycles, s.creates,
+         (double)s.creates / wall, s.execs, s.terms);
+  printf("  %8s %10s %6s %8s\n", "t s", "RSS MiB", "fds", "cycles");
+  json_array_foreach(s.samples, i, v)
+    printf("  %8.1f %10.1f %6" JSON_INTEGER_FORMAT " %8" JSON_INTEGER_FORMAT "\n",
+           json_real_value(json_object_get(v, "t_s")), json_number_value(json_object_get(v, "rss_mib")),
+           json_integer_value(json_object_get(v, "fds")), json_integer_value(json_object_get(v, "cycles")));
+  printf("  RSS first (after %.0f s warm-up) %.1f MiB, last %.1f, max %.1f (bound %.1f); fds baseline (most "
+         "up to half-way) %ld, last (idle) %ld, max %ld (bound %ld): %s\n",
+         g->o.warmup_s, rss_first, rss_last, rss_max, rss_bound, fd_first, fd_last, fd_max, fd_first + g->o.fd_slack,
+         bounded ? "flat" : "GROWING");
+  printf("  errors %ld, leaked %ld\n", g->errors, leaked);
+
+  for (i = 0; i < (size_t)c; i++) {
+    int k;
+    for (k = 0; k < w[i].nids; k++)
+      free(w[i].ids[k]);
+  }
+  free(w);
+  fr_buf_free(&s.body);
+  json_decref(s.samples);
+  return rc;
+}
+
 /* ------------------------------------------------------------ report */
 
 /* Does every number the scenario promises exist? (null = not measured) */
@@ -1737,6 +2329,28 @@ static json_t *params_json(const struct lg *g) {
     json_object_set_new(p, "held", json_integer(o->held));
     json_object_del(p, "n");
     break;
+  case SC_SCALE:
+    lv = json_array();
+    for (i = 0; i < o->ncurve; i++)
+      json_array_append_new(lv, json_integer(o->curve[i]));
+    json_object_set_new(p, "curve_clusters", lv);
+    json_object_set_new(p, "curve_per_cluster", json_integer(o->curve_per_cluster));
+    json_object_set_new(p, "batch", json_integer(o->batch));
+    json_object_set_new(p, "batches_in_flight", json_integer(o->concurrency));
+    json_object_set_new(p, "exec_sample", json_integer(o->exec_sample));
+    json_object_set_new(p, "freshness_samples", json_integer(o->fresh_samples));
+    json_object_set_new(p, "router_pid", json_integer(o->router_pid));
+    break;
+  case SC_SOAK:
+    json_object_del(p, "n");
+    json_object_set_new(p, "duration_s", json_real(o->duration_s));
+    json_object_set_new(p, "workers", json_integer(o->concurrency));
+    json_object_set_new(p, "batch", json_integer(o->batch));
+    json_object_set_new(p, "sample_s", json_real(o->sample_s));
+    json_object_set_new(p, "warmup_s", json_real(o->warmup_s));
+    json_object_set_new(p, "fd_slack", json_integer(o->fd_slack));
+    json_object_set_new(p, "router_pid", json_integer(o->router_pid));
+    break;
   }
   return p;
 }
@@ -1745,7 +2359,8 @@ static json_t *params_json(const struct lg *g) {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: loadgen seed|overhead|fanout|spillover|regions|failover --url URL [--token TOKEN] [options]\n"
+          "usage: loadgen seed|overhead|fanout|spillover|regions|failover|scale|soak --url URL [--token TOKEN]\n"
+          "               [options]\n"
           "\n"
           "  --url URL              the running fedrouter (http://127.0.0.1:PORT)\n"
           "  --token TOKEN          bearer token (default $FEDROUTER_TOKEN)\n"
@@ -1783,6 +2398,19 @@ static void usage(FILE *f) {
           "  --fault-at S           seconds of steady load before the fault (3)\n"
           "  --down S               seconds the cluster stays down (6)\n"
           "  --held N               sandboxes pinned to the victim to exec into while down (5)\n"
+          "scale (-n sandboxes, 100000; --batch per create, 1000; -c creates in flight, 4):\n"
+          "  --router-pid PID       the fedrouter process: RSS, CPU from /proc (required)\n"
+          "  --curve 1,5,20         create-rate curve: cluster counts (first k clusters, pinned)\n"
+          "  --curve-per-cluster N  sandboxes per cluster at each curve point (1000)\n"
+          "  --exec-sample N        sandboxes to exec into (100)\n"
+          "  --fresh-samples N      capacity-view freshness samples (10)\n"
+          "soak (-c workers, 8; --batch per create, 5):\n"
+          "  --router-pid PID       the fedrouter process: RSS, fds from /proc (required)\n"
+          "  --duration S           seconds of load (600)\n"
+          "  --sample-s S           seconds between samples (5)\n"
+          "  --warmup S             the first sample at or after S is the baseline (min(60, duration/4))\n"
+          "                         RSS last <= first * 1.5 + 20 MiB; fds 2 s after the load (idle)\n"
+          "                         <= the most seen from the warm-up to half-way + --fd-slack (20)\n"
           "\n"
           "Exit: 0 every request succeeded and every figure was measured; 1 otherwise; 2 usage.\n");
 }
@@ -1817,7 +2445,7 @@ static int parse_levels(const char *s, struct lg_opts *o) {
 enum { OPT_URL = 256, OPT_TOKEN, OPT_POOL, OPT_IMAGE, OPT_JSON, OPT_DKC, OPT_DCTX, OPT_NS, OPT_LEVELS,
        OPT_DURATION, OPT_WARMUP, OPT_BATCH, OPT_EXECC, OPT_TIMEOUT, OPT_CAPACITY, OPT_BEYOND, OPT_CMPURL,
        OPT_USC, OPT_APACC, OPT_MINTAX, OPT_MAXAWARE, OPT_SIMADMIN, OPT_SIMTOKEN, OPT_FAULTAT, OPT_DOWN,
-       OPT_HELD };
+       OPT_HELD, OPT_RPID, OPT_CURVE, OPT_CURVEPC, OPT_EXECSAMPLE, OPT_FRESH, OPT_SAMPLE, OPT_FDSLACK };
 
 static int parse_real(const char *s, double min, double max, double *out) {
   char *end;
@@ -1857,6 +2485,13 @@ static int parse_args(int argc, char **argv, struct lg_opts *o) {
       {"fault-at", required_argument, NULL, OPT_FAULTAT},
       {"down", required_argument, NULL, OPT_DOWN},
       {"held", required_argument, NULL, OPT_HELD},
+      {"router-pid", required_argument, NULL, OPT_RPID},
+      {"curve", required_argument, NULL, OPT_CURVE},
+      {"curve-per-cluster", required_argument, NULL, OPT_CURVEPC},
+      {"exec-sample", required_argument, NULL, OPT_EXECSAMPLE},
+      {"fresh-samples", required_argument, NULL, OPT_FRESH},
+      {"sample-s", required_argument, NULL, OPT_SAMPLE},
+      {"fd-slack", required_argument, NULL, OPT_FDSLACK},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -1884,6 +2519,11 @@ static int parse_args(int argc, char **argv, struct lg_opts *o) {
   o->held = 5;
   o->sim_token = getenv("KUBESIM_TOKEN");
   o->nlevels = 2;
+  o->curve_per_cluster = 1000;
+  o->exec_sample = 100;
+  o->fresh_samples = 10;
+  o->sample_s = 5;
+  o->fd_slack = 20;
   while ((ch = getopt_long(argc, argv, "n:c:h", lopts, NULL)) != -1) {
     switch (ch) {
     case 'n':
@@ -1975,6 +2615,38 @@ static int parse_args(int argc, char **argv, struct lg_opts *o) {
       if (parse_long(optarg, 1, 1000, &o->held) != 0)
         goto bad;
       break;
+    case OPT_RPID:
+      if (parse_long(optarg, 1, 1L << 30, &o->router_pid) != 0)
+        goto bad;
+      break;
+    case OPT_CURVE: {
+      struct lg_opts tmp;
+      if (parse_levels(optarg, &tmp) != 0)
+        goto bad;
+      memcpy(o->curve, tmp.levels, sizeof(o->curve));
+      o->ncurve = tmp.nlevels;
+      break;
+    }
+    case OPT_CURVEPC:
+      if (parse_long(optarg, 1, 10000000, &o->curve_per_cluster) != 0)
+        goto bad;
+      break;
+    case OPT_EXECSAMPLE:
+      if (parse_long(optarg, 0, 100000, &o->exec_sample) != 0)
+        goto bad;
+      break;
+    case OPT_FRESH:
+      if (parse_long(optarg, 0, 10000, &o->fresh_samples) != 0)
+        goto bad;
+      break;
+    case OPT_FDSLACK:
+      if (parse_long(optarg, 0, 1000000, &o->fd_slack) != 0)
+        goto bad;
+      break;
+    case OPT_SAMPLE:
+      if (parse_real(optarg, 0.1, 3600, &o->sample_s) != 0)
+        goto bad;
+      break;
     case 'h':
       usage(stdout);
       exit(0);
@@ -1984,7 +2656,8 @@ static int parse_args(int argc, char **argv, struct lg_opts *o) {
     }
   }
   if (optind != argc - 1) {
-    fprintf(stderr, "loadgen: name one scenario: seed, overhead, fanout, spillover, regions or failover\n");
+    fprintf(stderr, "loadgen: name one scenario: seed, overhead, fanout, spillover, regions, failover, scale or "
+                    "soak\n");
     usage(stderr);
     return -EINVAL;
   }
@@ -2029,8 +2702,29 @@ static int parse_args(int argc, char **argv, struct lg_opts *o) {
       fprintf(stderr, "loadgen: failover needs --sim-admin NAME=URL for the clusters\n");
       return -EINVAL;
     }
+  } else if (strcmp(o->scenario_name, "scale") == 0 || strcmp(o->scenario_name, "soak") == 0) {
+    int soak = o->scenario_name[1] == 'o';
+    o->scenario = soak ? SC_SOAK : SC_SCALE;
+    if (!o->n_set)
+      o->n = 100000;
+    if (!c_set)
+      o->concurrency = soak ? 8 : 4;
+    if (!batch_set)
+      o->batch = soak ? 5 : 1000;
+    if (o->duration_s <= 0)
+      o->duration_s = 600;
+    if (soak && o->batch > 64) {
+      fprintf(stderr, "loadgen: soak: --batch is at most 64\n");
+      return -EINVAL;
+    }
+    o->warmup_s = o->warmup >= 0 ? (double)o->warmup : (o->duration_s / 4 < 60 ? o->duration_s / 4 : 60);
+    if (o->router_pid <= 0) {
+      fprintf(stderr, "loadgen: %s needs --router-pid PID\n", o->scenario_name);
+      return -EINVAL;
+    }
   } else {
-    fprintf(stderr, "loadgen: unknown scenario '%s' (seed, overhead, fanout, spillover, regions or failover)\n",
+    fprintf(stderr, "loadgen: unknown scenario '%s' (seed, overhead, fanout, spillover, regions, failover, scale or "
+                    "soak)\n",
             o->scenario_name);
     return -EINVAL;
   }
@@ -2052,6 +2746,7 @@ int main(int argc, char **argv) {
   int rc, ok;
 
   memset(&g, 0, sizeof(g));
+  setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows when piped (bench.sh | tee) */
   if (parse_args(argc, argv, &g.o) != 0)
     return 2;
   fr_log_set_level(FR_LOG_WARN);
@@ -2082,6 +2777,8 @@ int main(int argc, char **argv) {
     case SC_SPILLOVER: rc = run_spillover(&g, figures); break;
     case SC_REGIONS: rc = run_regions(&g, figures); break;
     case SC_FAILOVER: rc = run_failover(&g, figures); break;
+    case SC_SCALE: rc = run_scale(&g, figures); break;
+    case SC_SOAK: rc = run_soak(&g, figures); break;
     }
   }
 
