@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fr/cfgread.h"
 #include "fr/util.h"
 
 /* Defaults (documented in config/examples/fedrouter.conf). */
@@ -58,6 +59,7 @@
 
 /* State of one load. */
 struct loader {
+  struct fr_cfgread cfg;       /* errors go to <err> through it */
   const char *path;            /* as given by the caller: used in messages */
   char *dir;                   /* realpath of the directory of <path> */
   struct fr_config_error *err;
@@ -65,119 +67,14 @@ struct loader {
 
 /* ---- errors ---- */
 
-static const char *type_name(int type) {
-  switch (type) {
-  case CONFIG_TYPE_GROUP: return "a group { ... }";
-  case CONFIG_TYPE_INT:
-  case CONFIG_TYPE_INT64: return "an integer";
-  case CONFIG_TYPE_FLOAT: return "a float";
-  case CONFIG_TYPE_STRING: return "a string";
-  case CONFIG_TYPE_BOOL: return "a boolean";
-  case CONFIG_TYPE_ARRAY: return "an array [ ... ]";
-  case CONFIG_TYPE_LIST: return "a list ( ... )";
-  default: return "nothing";
-  }
-}
-
-/* Appends the dotted path of <s> ("clusters.[1].cost") to <buf> at <*len>;
- * libconfig's own path syntax, so it can be pasted into config_lookup(). */
-static void path_append(const config_setting_t *s, char *buf, size_t size, size_t *len) {
-  const config_setting_t *parent;
-  int n;
-
-  if (s == NULL || config_setting_is_root(s))
-    return;
-  parent = config_setting_parent(s);
-  path_append(parent, buf, size, len);
-  if (*len >= size)
-    return;
-  if (parent != NULL && !config_setting_is_root(parent))
-    buf[(*len)++] = '.';
-  if (*len >= size) {
-    *len = size;
-    return;
-  }
-  if (config_setting_name(s) != NULL)
-    n = snprintf(buf + *len, size - *len, "%s", config_setting_name(s));
-  else
-    n = snprintf(buf + *len, size - *len, "[%d]", config_setting_index(s));
-  *len = n < 0 ? size : (*len + (size_t)n > size ? size : *len + (size_t)n);
-}
-
-static void setting_path(const config_setting_t *s, const char *key, char *buf, size_t size) {
-  size_t len = 0;
-
-  buf[0] = '\0';
-  path_append(s, buf, size - 1, &len);
-  if (len >= size)
-    len = size - 1;
-  buf[len] = '\0';
-  if (key != NULL)
-    snprintf(buf + len, size - len, "%s%s", len > 0 ? "." : "", key);
-}
-
-/* Sets err->file to <file> (libconfig's name for a source file; NULL for
- * the main one). libconfig names @include'd files as written in the
- * directive, relative to the include directory, which is the config's. */
-static void set_error_file(struct loader *l, const char *file) {
-  if (file == NULL || strcmp(file, l->path) == 0 || file[0] == '/' || l->dir == NULL)
-    snprintf(l->err->file, sizeof(l->err->file), "%s", file != NULL ? file : l->path);
-  else
-    snprintf(l->err->file, sizeof(l->err->file), "%s/%s", l->dir, file);
-}
-
-/* Records an error about setting <s> (or, with <key>, about the member <key>
- * missing from group <s>) and returns -EINVAL. The message reads
- * "<path>: <fmt...>". */
-__attribute__((format(printf, 4, 0)))
-static int vfail(struct loader *l, const config_setting_t *s, const char *key,
-                 const char *fmt, va_list ap) {
-  char path[256];
-  const char *file = NULL;
-  size_t n = 0;
-
-  if (s != NULL)
-    file = config_setting_source_file(s);
-  set_error_file(l, file);
-  l->err->line = s != NULL ? (int)config_setting_source_line(s) : 0;
-  setting_path(s, key, path, sizeof(path));
-  if (path[0] != '\0') {
-    int w = snprintf(l->err->msg, sizeof(l->err->msg), "%s: ", path);
-    n = w > 0 ? (size_t)w : 0; /* < sizeof(msg): path is at most 255 bytes */
-  }
-  vsnprintf(l->err->msg + n, sizeof(l->err->msg) - n, fmt, ap);
-  return -EINVAL;
-}
-
-__attribute__((format(printf, 3, 4)))
-static int bad(struct loader *l, const config_setting_t *s, const char *fmt, ...) {
-  va_list ap;
-  int rc;
-
-  va_start(ap, fmt);
-  rc = vfail(l, s, NULL, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
-__attribute__((format(printf, 4, 5)))
-static int missing(struct loader *l, const config_setting_t *group, const char *key,
-                   const char *fmt, ...) {
-  va_list ap;
-  int rc;
-
-  va_start(ap, fmt);
-  rc = vfail(l, group, key, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
-static int oom(struct loader *l) {
-  snprintf(l->err->file, sizeof(l->err->file), "%s", l->path);
-  l->err->line = 0;
-  snprintf(l->err->msg, sizeof(l->err->msg), "out of memory");
-  return -ENOMEM;
-}
+/* The shared libconfig readers (fr/cfgread.h), on this loader. */
+#define type_name fr_cfg_type_name
+#define bad(l, ...) fr_cfg_bad(&(l)->cfg, __VA_ARGS__)
+#define missing(l, ...) fr_cfg_missing(&(l)->cfg, __VA_ARGS__)
+#define oom(l) fr_cfg_oom(&(l)->cfg)
+#define get_group(l, ...) fr_cfg_get_group(&(l)->cfg, __VA_ARGS__)
+#define get_list(l, ...) fr_cfg_get_list(&(l)->cfg, __VA_ARGS__)
+#define get_string(l, ...) fr_cfg_get_string(&(l)->cfg, __VA_ARGS__)
 
 /* ---- unknown keys ---- */
 
@@ -224,70 +121,6 @@ static int check_keys(struct loader *l, const config_setting_t *group, const cha
 }
 
 /* ---- typed getters ---- */
-
-/* The group <key> of <parent>, or NULL in <*out> when absent. */
-static int get_group(struct loader *l, const config_setting_t *parent, const char *key,
-                     const config_setting_t **out) {
-  config_setting_t *s = config_setting_get_member(parent, key);
-
-  *out = NULL;
-  if (s == NULL)
-    return 0;
-  if (!config_setting_is_group(s))
-    return bad(l, s, "expected a group { ... }, got %s", type_name(config_setting_type(s)));
-  *out = s;
-  return 0;
-}
-
-/* The list of groups <key> of <parent>, or NULL in <*out> when absent.
- * An empty array "[]" is taken as an empty list. */
-static int get_list(struct loader *l, const config_setting_t *parent, const char *key,
-                    const config_setting_t **out) {
-  config_setting_t *s = config_setting_get_member(parent, key);
-  int i, n;
-
-  *out = NULL;
-  if (s == NULL)
-    return 0;
-  if (!(config_setting_is_list(s) || (config_setting_is_array(s) && config_setting_length(s) == 0)))
-    return bad(l, s, "expected a list of groups ( { ... }, { ... } ), got %s",
-               type_name(config_setting_type(s)));
-  n = config_setting_length(s);
-  for (i = 0; i < n; i++) {
-    const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
-    if (!config_setting_is_group(e))
-      return bad(l, e, "expected a group { ... }, got %s", type_name(config_setting_type(e)));
-  }
-  *out = s;
-  return 0;
-}
-
-/* The non-empty string <key> of <group>, borrowed from the libconfig tree;
- * NULL in <*out> when absent and not <required>. <what> completes the
- * "missing" message. */
-static int get_string(struct loader *l, const config_setting_t *group, const char *key,
-                      int required, const char *what, const char **out,
-                      const config_setting_t **setting) {
-  config_setting_t *s = config_setting_get_member(group, key);
-  const char *v;
-
-  *out = NULL;
-  if (setting != NULL)
-    *setting = s;
-  if (s == NULL) {
-    if (required)
-      return missing(l, group, key, "missing (%s)", what);
-    return 0;
-  }
-  if (config_setting_type(s) != CONFIG_TYPE_STRING)
-    return bad(l, s, "expected a string, got %s (put the value in double quotes)",
-               type_name(config_setting_type(s)));
-  v = config_setting_get_string(s);
-  if (v == NULL || v[0] == '\0')
-    return bad(l, s, "must not be empty (%s)", what);
-  *out = v;
-  return 0;
-}
 
 /* The integer <key> of <group> in [min, max]; <*out> keeps its value (the
  * default) when the key is absent. <*present> (optional) tells which. */
@@ -872,6 +705,7 @@ static int locate(struct loader *l, const char *path, char **source) {
   if (dir == NULL)
     return oom(l);
   l->dir = realpath(dir, NULL);
+  l->cfg.dir = l->dir;
   if (l->dir == NULL) {
     rc = errno == ENOMEM || errno == 0 ? oom(l) : -errno;
     if (rc != -ENOMEM)
@@ -932,6 +766,7 @@ int fr_config_load(const char *path, struct fr_config **out, struct fr_config_er
   memset(err, 0, sizeof(*err));
   l.err = err;
   l.path = path != NULL ? path : "";
+  l.cfg = FR_CFGREAD_FOR(err, l.path);
   snprintf(err->file, sizeof(err->file), "%s", l.path);
   if (out == NULL || path == NULL || path[0] == '\0') {
     snprintf(err->msg, sizeof(err->msg), "no config file given");
@@ -962,7 +797,7 @@ int fr_config_load(const char *path, struct fr_config **out, struct fr_config_er
   /* "@include" directives resolve against the config's directory too. */
   config_set_include_dir(&cf, l.dir);
   if (config_read_file(&cf, path) != CONFIG_TRUE) {
-    set_error_file(&l, config_error_file(&cf));
+    fr_cfg_set_error_file(&l.cfg, config_error_file(&cf));
     err->line = config_error_line(&cf);
     snprintf(err->msg, sizeof(err->msg), "%s%s",
              config_error_type(&cf) == CONFIG_ERR_FILE_IO ? "cannot read: " : "parse error: ",

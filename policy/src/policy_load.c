@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fr/cfgread.h"
 #include "fr/util.h"
 #include "policy_int.h"
 
@@ -61,6 +62,7 @@ static const char builtin_text[] =
     "warm = { beats_cold = true; cold_start_s = 10.0; round_trips = 1; };\n";
 
 struct loader {
+  struct fr_cfgread cfg;            /* errors go to <err> through it */
   const char *path;                 /* as given: used in messages */
   struct fr_policy_error *err;
   struct fr_policy *p;
@@ -76,110 +78,16 @@ struct loader {
 
 /* ---- errors ---- */
 
-static const char *type_name(int type) {
-  switch (type) {
-  case CONFIG_TYPE_GROUP: return "a group { ... }";
-  case CONFIG_TYPE_INT:
-  case CONFIG_TYPE_INT64: return "an integer";
-  case CONFIG_TYPE_FLOAT: return "a float";
-  case CONFIG_TYPE_STRING: return "a string";
-  case CONFIG_TYPE_BOOL: return "a boolean";
-  case CONFIG_TYPE_ARRAY: return "an array [ ... ]";
-  case CONFIG_TYPE_LIST: return "a list ( ... )";
-  default: return "nothing";
-  }
-}
-
-/* Appends the dotted path of <s> ("rules.[1].pin") to <buf> at <*len>;
- * libconfig's own path syntax, so it can be pasted into config_lookup(). */
-static void path_append(const config_setting_t *s, char *buf, size_t size, size_t *len) {
-  const config_setting_t *parent;
-  int n;
-
-  if (s == NULL || config_setting_is_root(s))
-    return;
-  parent = config_setting_parent(s);
-  path_append(parent, buf, size, len);
-  if (*len >= size)
-    return;
-  if (parent != NULL && !config_setting_is_root(parent))
-    buf[(*len)++] = '.';
-  if (*len >= size) {
-    *len = size;
-    return;
-  }
-  if (config_setting_name(s) != NULL)
-    n = snprintf(buf + *len, size - *len, "%s", config_setting_name(s));
-  else
-    n = snprintf(buf + *len, size - *len, "[%d]", config_setting_index(s));
-  *len = n < 0 ? size : (*len + (size_t)n > size ? size : *len + (size_t)n);
-}
-
-static void setting_path(const config_setting_t *s, const char *key, char *buf, size_t size) {
-  size_t len = 0;
-
-  buf[0] = '\0';
-  path_append(s, buf, size - 1, &len);
-  if (len >= size)
-    len = size - 1;
-  buf[len] = '\0';
-  if (key != NULL)
-    snprintf(buf + len, size - len, "%s%s", len > 0 ? "." : "", key);
-}
-
-static int line_of(const config_setting_t *s) {
-  return s != NULL ? (int)config_setting_source_line(s) : 0;
-}
-
-/* Records an error about setting <s> (or, with <key>, about the member <key>
- * missing from group <s>) and returns -EINVAL: "<path>: <fmt...>". */
-__attribute__((format(printf, 4, 0)))
-static int vfail(struct loader *l, const config_setting_t *s, const char *key, const char *fmt,
-                 va_list ap) {
-  char path[256];
-  const char *file = s != NULL ? config_setting_source_file(s) : NULL;
-  size_t n = 0;
-
-  snprintf(l->err->file, sizeof(l->err->file), "%s", file != NULL ? file : l->path);
-  l->err->line = line_of(s);
-  setting_path(s, key, path, sizeof(path));
-  if (path[0] != '\0') {
-    int w = snprintf(l->err->msg, sizeof(l->err->msg), "%s: ", path);
-    n = w > 0 ? (size_t)w : 0;
-  }
-  vsnprintf(l->err->msg + n, sizeof(l->err->msg) - n, fmt, ap);
-  return -EINVAL;
-}
-
-__attribute__((format(printf, 3, 4)))
-static int bad(struct loader *l, const config_setting_t *s, const char *fmt, ...) {
-  va_list ap;
-  int rc;
-
-  va_start(ap, fmt);
-  rc = vfail(l, s, NULL, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
-__attribute__((format(printf, 4, 5)))
-static int missing(struct loader *l, const config_setting_t *group, const char *key,
-                   const char *fmt, ...) {
-  va_list ap;
-  int rc;
-
-  va_start(ap, fmt);
-  rc = vfail(l, group, key, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
-static int oom(struct loader *l) {
-  snprintf(l->err->file, sizeof(l->err->file), "%s", l->path);
-  l->err->line = 0;
-  snprintf(l->err->msg, sizeof(l->err->msg), "out of memory");
-  return -ENOMEM;
-}
+/* The shared libconfig readers (fr/cfgread.h), on this loader. */
+#define type_name fr_cfg_type_name
+#define line_of fr_cfg_line
+#define setting_path fr_cfg_setting_path
+#define bad(l, ...) fr_cfg_bad(&(l)->cfg, __VA_ARGS__)
+#define missing(l, ...) fr_cfg_missing(&(l)->cfg, __VA_ARGS__)
+#define oom(l) fr_cfg_oom(&(l)->cfg)
+#define get_group(l, ...) fr_cfg_get_group(&(l)->cfg, __VA_ARGS__)
+#define get_list(l, ...) fr_cfg_get_list(&(l)->cfg, __VA_ARGS__)
+#define get_string(l, ...) fr_cfg_get_string(&(l)->cfg, __VA_ARGS__)
 
 /* Adds a warning about <s>: "<path>: <fmt...>". */
 __attribute__((format(printf, 3, 4)))
@@ -275,65 +183,6 @@ static int check_keys(struct loader *l, const config_setting_t *group, const cha
 }
 
 /* ---- typed getters ---- */
-
-static int get_group(struct loader *l, const config_setting_t *parent, const char *key,
-                     const config_setting_t **out) {
-  config_setting_t *s = config_setting_get_member(parent, key);
-
-  *out = NULL;
-  if (s == NULL)
-    return 0;
-  if (!config_setting_is_group(s))
-    return bad(l, s, "expected a group { ... }, got %s", type_name(config_setting_type(s)));
-  *out = s;
-  return 0;
-}
-
-/* A list of groups; "[]" counts as an empty list. */
-static int get_list(struct loader *l, const config_setting_t *parent, const char *key,
-                    const config_setting_t **out) {
-  config_setting_t *s = config_setting_get_member(parent, key);
-  int i, n;
-
-  *out = NULL;
-  if (s == NULL)
-    return 0;
-  if (!(config_setting_is_list(s) || (config_setting_is_array(s) && config_setting_length(s) == 0)))
-    return bad(l, s, "expected a list of groups ( { ... }, { ... } ), got %s",
-               type_name(config_setting_type(s)));
-  n = config_setting_length(s);
-  for (i = 0; i < n; i++) {
-    const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
-    if (!config_setting_is_group(e))
-      return bad(l, e, "expected a group { ... }, got %s", type_name(config_setting_type(e)));
-  }
-  *out = s;
-  return 0;
-}
-
-static int get_string(struct loader *l, const config_setting_t *group, const char *key,
-                      int required, const char *what, const char **out,
-                      const config_setting_t **setting) {
-  config_setting_t *s = config_setting_get_member(group, key);
-  const char *v;
-
-  *out = NULL;
-  if (setting != NULL)
-    *setting = s;
-  if (s == NULL) {
-    if (required)
-      return missing(l, group, key, "missing (%s)", what);
-    return 0;
-  }
-  if (config_setting_type(s) != CONFIG_TYPE_STRING)
-    return bad(l, s, "expected a string, got %s (put the value in double quotes)",
-               type_name(config_setting_type(s)));
-  v = config_setting_get_string(s);
-  if (v == NULL || v[0] == '\0')
-    return bad(l, s, "must not be empty (%s)", what);
-  *out = v;
-  return 0;
-}
 
 /* A string or an array (or list) of strings: <*out> is the setting, <*n>
  * the number of strings (str_elem() gets each). Absent: NULL and 0. */
@@ -1379,6 +1228,7 @@ int fr_policy_load(const char *path, const char *const *clusters, const char *co
     *nwarnings = 0;
   l.err = err;
   l.path = path != NULL ? path : "";
+  l.cfg = FR_CFGREAD_FOR(err, l.path);
   snprintf(err->file, sizeof(err->file), "%s", l.path);
   if (out == NULL || path == NULL || path[0] == '\0') {
     snprintf(err->msg, sizeof(err->msg), "no policy file given");
@@ -1442,6 +1292,7 @@ struct fr_policy *fr_policy_default(void) {
   memset(&l, 0, sizeof(l));
   l.err = &err;
   l.path = "(built-in)";
+  l.cfg = FR_CFGREAD_FOR(&err, l.path);
   if ((l.p = policy_new()) == NULL)
     return NULL;
   fr_sha256_hex(builtin_text, sizeof(builtin_text) - 1, l.p->version);
