@@ -97,6 +97,16 @@ static const char *obj_rv(json_t *obj) {
   return rv ? rv : "";
 }
 
+/* 1 if resourceVersion <a> is older than <b>. resourceVersions are opaque
+ * to clients in general, but every apiserver (and kubesim) hands out etcd
+ * revisions: decimal integers that grow with every write. Anything else
+ * compares as "not older", so the watch stays authoritative. */
+static int rv_older(const char *a, const char *b) {
+  int64_t x, y;
+
+  return fr_parse_int64(a, 0, INT64_MAX, &x) == 0 && fr_parse_int64(b, 0, INT64_MAX, &y) == 0 && x < y;
+}
+
 static void note_rv(struct fr_informer *inf, const char *rv) {
   if (rv != NULL && *rv != '\0')
     snprintf(inf->rv, sizeof(inf->rv), "%s", rv);
@@ -139,6 +149,14 @@ static void deliver_diff(struct fr_informer *inf) {
   const char *key;
   void *tmp;
 
+  /* A write observed after the list was served (fr_informer_observe) is
+   * newer than what the list says: keep it; the watch from the list's
+   * resourceVersion brings the same change or a later one. */
+  json_object_foreach(old, key, v) {
+    if (rv_older(inf->list_rv, obj_rv(v)) &&
+        ((prev = json_object_get(fresh, key)) == NULL || rv_older(obj_rv(prev), obj_rv(v))))
+      json_object_set(fresh, key, v);
+  }
   inf->items = fresh;
   inf->fresh = NULL;
   /* Changes and additions first, then what disappeared. */
@@ -253,6 +271,10 @@ static void apply_event(struct fr_informer *inf, const char *type, json_t *obj) 
   if (obj_key(obj, key, sizeof(key)) != 0)
     return;
   old = json_object_get(inf->items, key);
+  /* Older than what the cache holds: a replay of a change that an
+   * observed write already superseded. */
+  if (old != NULL && rv_older(obj_rv(obj), obj_rv(old)))
+    return;
   if (old != NULL)
     json_incref(old);
   if (strcmp(type, "DELETED") == 0) {
@@ -285,6 +307,11 @@ static void on_watch_line(const char *line, size_t len, void *arg) {
     return;
   }
   inf->last_contact_ms = uv_now(inf->loop);
+  if (strcmp(type, "ERROR") != 0) {
+    /* A watch that delivers is working again after any earlier failure. */
+    inf->healthy = 1;
+    inf->backoff_ms = 0;
+  }
   if (strcmp(type, "ERROR") == 0) {
     /* 410 Expired: our RV left the server's history; relist. */
     if (json_integer_value(json_object_get(obj, "code")) == 410) {
@@ -411,6 +438,21 @@ void fr_informer_free(struct fr_informer *inf) {
   free(inf->selector_q);
   free(inf->path);
   free(inf);
+}
+
+void fr_informer_observe(struct fr_informer *inf, json_t *obj) {
+  json_t *t, *cached;
+  char key[600];
+
+  if (obj == NULL || obj_key(obj, key, sizeof(key)) != 0)
+    return;
+  cached = json_object_get(inf->items, key);
+  if (cached != NULL && !rv_older(obj_rv(cached), obj_rv(obj)))
+    return;
+  t = inf->transform ? inf->transform(obj) : json_incref(obj);
+  if (t != NULL)
+    apply_event(inf, "MODIFIED", t);
+  json_decref(t);
 }
 
 int fr_informer_synced(const struct fr_informer *inf) { return inf->synced; }

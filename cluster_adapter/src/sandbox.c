@@ -314,6 +314,9 @@ static void on_claimed(const struct fr_kube_response *r, void *arg) {
   json_object_del(op->a->claiming, op->pod);
   if (r->status == 200) {
     pod = json_loadb(r->body, r->body_len, 0, NULL);
+    /* The caller may exec into it at once: the cache must show it claimed
+     * now, not when the watch catches up (it may be backing off). */
+    fr_informer_observe(op->a->inf[INF_PODS], pod);
     finish(op, FR_SB_OK, NULL, pod, 1);
     json_decref(pod);
     return;

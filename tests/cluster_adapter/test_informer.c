@@ -1,7 +1,7 @@
 /* test_informer.c - the list+watch cache against a real kubesim: initial
  * paginated list, live events (including objects leaving the selector),
- * recovery from dropped watches, and relist with a correct diff after a
- * 410 Expired. */
+ * recovery from dropped watches, relist with a correct diff after a
+ * 410 Expired, and read-your-own-writes (fr_informer_observe). */
 #include <check.h>
 #include <errno.h>
 #include <signal.h>
@@ -26,6 +26,7 @@ static struct fr_kube_client *api, *admin;
 /* ---- events seen ---- */
 struct seen {
   int added, modified, deleted, synced;
+  int saw_v2;                /* a1 was delivered with label v=2 */
   char last_deleted[128];
   char last_added[128];
 };
@@ -45,6 +46,11 @@ static void on_event(struct fr_informer *inf, enum fr_informer_event e, json_t *
   case FR_INF_MODIFIED:
     ck_assert_ptr_nonnull(old);
     ev.modified++;
+    if (name != NULL && strcmp(name, "a1") == 0 &&
+        json_object_get(json_object_get(json_object_get(obj, "metadata"), "labels"), "v") != NULL &&
+        strcmp(json_string_value(json_object_get(json_object_get(json_object_get(obj, "metadata"), "labels"), "v")),
+               "2") == 0)
+      ev.saw_v2++;
     break;
   case FR_INF_DELETED:
     ev.deleted++;
@@ -90,6 +96,26 @@ static int call(struct fr_kube_client *c, const char *method, const char *path, 
                                    on_resp, &sc, NULL), 0);
   ck_assert_msg(run_until(&sc.done, 1, 10000), "%s %s did not complete", method, path);
   return sc.status;
+}
+
+/* The response body of a successful write, parsed. */
+static json_t *call_json(const char *method, const char *path, const char *ctype, const char *body, int want) {
+  struct sync_call sc = {0};
+
+  ck_assert_int_eq(fr_kube_request(api, method, path, ctype, body, strlen(body), 0, NULL, on_resp, &sc, NULL), 0);
+  ck_assert_msg(run_until(&sc.done, 1, 10000), "%s %s did not complete", method, path);
+  ck_assert_int_eq(sc.status, want);
+  return json_loads(sc.body, 0, NULL);
+}
+
+static const char *label_v(struct fr_informer *inf, const char *name) {
+  json_t *o = fr_informer_get(inf, "default", name);
+
+  return json_string_value(json_object_get(json_object_get(json_object_get(o, "metadata"), "labels"), "v"));
+}
+
+static const char *rv_of(json_t *o) {
+  return json_string_value(json_object_get(json_object_get(o, "metadata"), "resourceVersion"));
 }
 
 static void create_pod(const char *name, const char *app) {
@@ -269,6 +295,59 @@ START_TEST(informer_lists_then_follows_changes_and_recovers) {
 }
 END_TEST
 
+START_TEST(informer_observe_reads_own_writes) {
+  struct fr_informer *inf;
+  json_t *w2, *w3, *made, *listed;
+  const char *patch = "/api/v1/namespaces/default/pods/a1";
+
+  create_pod("a1", "x");
+  ck_assert_int_eq(fr_informer_new(api, "/api/v1/namespaces/default/pods", "app=x", on_event, NULL, &inf), 0);
+  ck_assert_int_eq(fr_informer_start(inf), 0);
+  ck_assert_msg(run_until(&ev.synced, 1, 10000), "no SYNCED");
+  listed = json_deep_copy(fr_informer_get(inf, "default", "a1"));
+  ck_assert_ptr_nonnull(listed);
+
+  /* The watch is down (ended; new ones refused): writes are invisible to
+   * it, but observed writes show at once. */
+  faults("{\"reject_watches\":true,\"drop_watches\":true}");
+  w2 = call_json("PATCH", patch, "application/merge-patch+json", "{\"metadata\":{\"labels\":{\"v\":\"2\"}}}", 200);
+  w3 = call_json("PATCH", patch, "application/merge-patch+json", "{\"metadata\":{\"labels\":{\"v\":\"3\"}}}", 200);
+  made = call_json("POST", "/api/v1/namespaces/default/pods", "application/json",
+                   "{\"metadata\":{\"name\":\"a2\",\"labels\":{\"app\":\"x\"}},"
+                   "\"spec\":{\"containers\":[{\"name\":\"c\",\"image\":\"busybox\"}]}}", 201);
+  ck_assert_ptr_null(label_v(inf, "a1"));
+  ev.added = ev.modified = 0;
+  fr_informer_observe(inf, w3);
+  ck_assert_str_eq(label_v(inf, "a1"), "3");
+  ck_assert_int_eq(ev.modified, 1);
+  fr_informer_observe(inf, made);
+  ck_assert_ptr_nonnull(fr_informer_get(inf, "default", "a2"));
+  ck_assert_int_eq(ev.added, 1);
+  /* Older versions than the cache holds change nothing. */
+  fr_informer_observe(inf, w2);
+  fr_informer_observe(inf, listed);
+  fr_informer_observe(inf, w3);
+  ck_assert_str_eq(label_v(inf, "a1"), "3");
+  ck_assert_str_eq(rv_of(fr_informer_get(inf, "default", "a1")), rv_of(w3));
+  ck_assert_int_eq(ev.modified, 1);
+
+  /* The watch resumes from before the writes and replays v=2: the older
+   * event must not undo the observed v=3. */
+  ev.saw_v2 = 0;
+  faults("{\"reject_watches\":false}");
+  ck_assert_msg(run_until(&ev.modified, 3, 15000), "replayed events: modified=%d", ev.modified);
+  ck_assert_int_eq(ev.saw_v2, 0);
+  ck_assert_str_eq(label_v(inf, "a1"), "3");
+  ck_assert_int_eq(json_object_size(fr_informer_items(inf)), 2);
+  ck_assert_int_eq(fr_informer_healthy(inf), 1);
+  json_decref(w2);
+  json_decref(w3);
+  json_decref(made);
+  json_decref(listed);
+  fr_informer_free(inf);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("informer");
   TCase *tc = tcase_create("kubesim");
@@ -279,6 +358,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, informer_lists_then_follows_changes_and_recovers);
+  tcase_add_test(tc, informer_observe_reads_own_writes);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -900,6 +900,47 @@ def test_warm_pool_claim(fed):
     check(fed.api("GET", "/v1/sandboxes/" + sb["id"])[0] == 200, "claimed sandbox gone with its pool")
 
 
+def test_claim_seen_while_watch_lags(fed):
+    """a warm claim answered 201 is this tenant's sandbox at once, even when
+    the router's pod watch is down (ended, new watches refused 429, as
+    right after a cluster outage): exec, GET and list find it, and it is
+    still there after the watch is back."""
+    sim = fed.sims["cw"]
+    st, r = fed.api("POST", "/v1/pools", {"name": "lag", "image": IMAGE, "cpus": 1, "memory_gb": 1,
+                                          "replicas": 2, "clusters": ["cw"]})
+    check(st == 201, f"POST /v1/pools lag: {st} {short(r)}")
+    ok = wait_until(lambda: pool_ready(fed, "lag", "cw") == 2, 40, 0.25)
+    check(ok, f"pool lag not ready 2 within 40 s: {short(fed.api('GET', '/v1/pools')[1])}")
+    st, r = sim.admin("POST", "/_sim/faults", {"reject_watches": True, "drop_watches": True})
+    check(st == 200, f"kubesim faults: {st} {short(r)}")
+    try:
+        time.sleep(0.5)   # the watches have ended; re-watches get 429 and back off
+        ids = []
+        for i in range(2):
+            sb = fed.create_one(pool="lag", name=f"lag{i}")
+            check(sb.get("warm") is True, f"claim {i} while the watch is down: {sb}")
+            r = fed.exec_ok(sb["id"], ["echo", f"seen{i}"])
+            check(r.get("stdout") == f"seen{i}\n", f"exec right after the claim: {r}")
+            st, g = fed.api("GET", "/v1/sandboxes/" + sb["id"])
+            check(st == 200 and g.get("name") == f"lag{i}", f"GET right after the claim: {st} {short(g)}")
+            ids.append(sb["id"])
+        check(set(ids) <= fed.list_ids("?pool=lag"), f"list while the watch is down lacks {ids}")
+    finally:
+        sim.admin("POST", "/_sim/faults", {"reject_watches": False})
+    # The watch comes back (after its backoff) and changes nothing.
+    time.sleep(6)
+    check(fed.list_ids("?pool=lag") == set(ids), f"list after the watch is back: {fed.list_ids('?pool=lag')}")
+    r = fed.exec_ok(ids[0], ["echo", "later"])
+    check(r.get("stdout") == "later\n", f"exec after the watch is back: {r}")
+    for sid in ids:
+        st, r = fed.api("DELETE", "/v1/sandboxes/" + sid)
+        check(st == 200, f"terminate {sid}: {st} {short(r)}")
+    st, r = fed.api("DELETE", "/v1/pools/lag")
+    check(st == 200, f"DELETE /v1/pools/lag: {st} {short(r)}")
+    ok = wait_until(lambda: not sim.pods("fedrouter.io/pool=lag"), 20, 0.25)
+    check(ok, f"pods of pool lag left: {[p['metadata']['name'] for p in sim.pods('fedrouter.io/pool=lag')]}")
+
+
 # --------------------------------------------------------------------------
 # the batch of 200 (two one-node clusters of 50 pods)
 
@@ -1048,7 +1089,7 @@ BIG = ["--node-cpu", "64", "--node-memory", "256Gi"]
 FEDERATIONS = [
     ("main", [("c1", "us", ["--nodes", "2"] + BIG), ("c2", "us", ["--nodes", "2"] + BIG)], MAIN_TESTS),
     ("warm", [("cw", "us", ["--nodes", "1", "--image-pull-ms", "3000", "--start-ms", str(COLD_START_MS)] + BIG)],
-     [test_warm_pool_claim]),
+     [test_warm_pool_claim, test_claim_seen_while_watch_lags]),
     ("small", [("s1", "us", ["--nodes", "1", "--node-pods", "50"] + BIG),
                ("s2", "us", ["--nodes", "1", "--node-pods", "50"] + BIG)],
      [test_batch_pool_all_or_nothing, test_batch_cold_all_or_nothing]),

@@ -51,6 +51,15 @@ int fr_informer_start(struct fr_informer *inf);
  * Must not be called from inside this informer's own callback. */
 void fr_informer_free(struct fr_informer *inf);
 
+/* Read-your-own-writes, like client-go's MutationCache: <obj> (borrowed)
+ * is what an API write just returned. It enters the cache, through the
+ * transform and with the usual callback, unless the cache already holds
+ * that resourceVersion or a newer one. So a lookup right after a write
+ * sees it even while the watch lags (backing off after an outage, say).
+ * Watch events and relists older than an observed write do not undo it;
+ * the watch position is not moved, so no change is skipped. */
+void fr_informer_observe(struct fr_informer *inf, json_t *obj);
+
 int fr_informer_synced(const struct fr_informer *inf);
 /* 1 while the last list or watch attempt succeeded. */
 int fr_informer_healthy(const struct fr_informer *inf);
