@@ -46,6 +46,54 @@ static void usage_add(struct fr_adapter *a, json_t *slim, int sign) {
   json_integer_set(json_array_get(u, 2), json_integer_value(json_array_get(u, 2)) + sign);
 }
 
+static int64_t requests_of(json_t *pod, const char *res, int milli);
+
+/* Adds (<sign> 1) or removes (-1) a sandbox-cache pod from the counters:
+ * a live sandbox (any state but warm) counts with its tenant and requests,
+ * a ready warm pod joins its pool's ready set. */
+static void pods_count(struct fr_adapter *a, json_t *pod, int sign) {
+  const char *state = pod_label(pod, FR_LABEL_STATE);
+  const char *name = json_string_value(json_object_get(json_object_get(pod, "metadata"), "name"));
+
+  if (name == NULL || pod_done(pod))
+    return;
+  if (state != NULL && strcmp(state, "warm") == 0) {
+    const char *pool = pod_label(pod, FR_LABEL_POOL);
+    json_t *set;
+    if (pool == NULL || !pod_condition_true(pod, "Ready"))
+      return;
+    a->n_warm += sign;
+    set = json_object_get(a->warm_ready, pool);
+    if (sign > 0) {
+      if (set == NULL && (set = json_object()) != NULL && json_object_set_new(a->warm_ready, pool, set) != 0)
+        set = NULL;
+      if (set != NULL)
+        json_object_set_new(set, name, json_true());
+    } else if (set != NULL) {
+      json_object_del(set, name);
+      if (json_object_size(set) == 0)
+        json_object_del(a->warm_ready, pool);
+    }
+    return;
+  }
+  {
+    const char *tenant = pod_label(pod, FR_LABEL_TENANT);
+    a->n_sandboxes += sign;
+    a->sb_cpu_m += sign * requests_of(pod, "cpu", 1);
+    a->sb_mem_b += sign * requests_of(pod, "memory", 0);
+    if (tenant != NULL) {
+      json_t *n = json_object_get(a->tenant_counts, tenant);
+      json_int_t v = json_integer_value(n) + sign;
+      if (v <= 0)
+        json_object_del(a->tenant_counts, tenant);
+      else if (n != NULL)
+        json_integer_set(n, v);
+      else
+        json_object_set_new(a->tenant_counts, tenant, json_integer(v));
+    }
+  }
+}
+
 static void on_informer(struct fr_informer *inf, enum fr_informer_event ev, json_t *obj, json_t *old,
                         void *arg) {
   struct fr_adapter *a = arg;
@@ -58,11 +106,12 @@ static void on_informer(struct fr_informer *inf, enum fr_informer_event ev, json
       usage_add(a, old, -1);
     usage_add(a, obj, ev == FR_INF_DELETED ? -1 : 1);
   } else if (inf == a->inf[INF_PODS] && obj != NULL) {
-    sandbox_on_pod(a, ev, obj);
+    if (ev == FR_INF_MODIFIED)
+      pods_count(a, old, -1);
+    pods_count(a, obj, ev == FR_INF_DELETED ? -1 : 1);
+    sandbox_on_pod(a, ev, obj, ev == FR_INF_MODIFIED ? old : NULL);
   }
 }
-
-static int64_t requests_of(json_t *pod, const char *res, int milli);
 
 /* Every pod in the cluster, reduced to what node usage needs: ~150 bytes
  * a pod instead of a few KiB. Finished pods use nothing. */
@@ -229,7 +278,8 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/resourcequotas", a->ns);
   if (rc == 0)
     rc = fr_informer_new(a->client, path, NULL, on_informer, a, &a->inf[INF_QUOTAS]);
-  if (rc == 0 && (a->node_usage = json_object()) == NULL)
+  if (rc == 0 && ((a->node_usage = json_object()) == NULL || (a->warm_ready = json_object()) == NULL ||
+                  (a->tenant_counts = json_object()) == NULL))
     rc = -ENOMEM;
   if (rc != 0) {
     snprintf(err, errlen, "%s: out of memory", cc->name);
@@ -254,6 +304,8 @@ fail:
   json_decref(a->deleting);
   json_decref(a->abandoned);
   json_decref(a->node_usage);
+  json_decref(a->warm_ready);
+  json_decref(a->tenant_counts);
   free(a->reaper);
   for (i = 0; i < INF_COUNT; i++)
     fr_informer_free(a->inf[i]);
@@ -295,6 +347,8 @@ static void on_client_freed(void *arg) {
   json_decref(a->deleting);
   json_decref(a->abandoned);
   json_decref(a->node_usage);
+  json_decref(a->warm_ready);
+  json_decref(a->tenant_counts);
   free(a);
   if (cb != NULL)
     cb(cb_arg);
@@ -370,21 +424,23 @@ int pod_condition_true(json_t *obj, const char *type) {
   return 0;
 }
 
+int pod_done(json_t *pod) {
+  const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
+
+  return json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp") != NULL ||
+         (phase != NULL && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0));
+}
+
+int64_t fr_adapter_tenant_sandboxes(struct fr_adapter *a, const char *tenant) {
+  return json_integer_value(json_object_get(a->tenant_counts, tenant));
+}
+
 const char *pod_label(json_t *obj, const char *key) {
   return json_string_value(json_object_get(json_object_get(json_object_get(obj, "metadata"), "labels"), key));
 }
 
 const char *pod_annotation(json_t *obj, const char *key) {
   return json_string_value(json_object_get(json_object_get(json_object_get(obj, "metadata"), "annotations"), key));
-}
-
-static struct fr_adapter_pool_view *pool_find(struct fr_adapter_view *v, const char *name) {
-  size_t i;
-
-  for (i = 0; i < v->npools; i++)
-    if (strcmp(v->pools[i].name, name) == 0)
-      return &v->pools[i];
-  return NULL;
 }
 
 static int64_t requests_of(json_t *pod, const char *res, int milli) {
@@ -562,7 +618,6 @@ void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v) {
   }
   json_decref(usage);
 
-  /* Pools first, so pod counting can find them. */
   items = fr_informer_items(a->inf[INF_POOLS]);
   if (json_object_size(items) > a->pools_cap) {
     struct fr_adapter_pool_view *np = realloc(a->pools, json_object_size(items) * sizeof(*np));
@@ -582,23 +637,10 @@ void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v) {
     v->npools++;
   }
 
-  json_object_foreach(fr_informer_items(a->inf[INF_PODS]), key, obj) {
-    const char *phase = json_string_value(json_object_get(json_object_get(obj, "status"), "phase"));
-    const char *state = pod_label(obj, FR_LABEL_STATE);
-
-    if (json_object_get(json_object_get(obj, "metadata"), "deletionTimestamp") != NULL)
-      continue;
-    if (phase != NULL && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0))
-      continue;
-    if (state != NULL && strcmp(state, "warm") == 0) {
-      if (pod_condition_true(obj, "Ready")) {
-        struct fr_adapter_pool_view *p = pod_label(obj, FR_LABEL_POOL) ? pool_find(v, pod_label(obj, FR_LABEL_POOL)) : NULL;
-        v->warm_pods++;
-        if (p != NULL)
-          p->ready++;
-      }
-    } else {
-      v->sandboxes++;
-    }
-  }
+  for (i = 0; i < (int)v->npools; i++)
+    v->pools[i].ready = (int64_t)json_object_size(json_object_get(a->warm_ready, v->pools[i].name));
+  v->sandboxes = a->n_sandboxes;
+  v->sandbox_cpu_m = a->sb_cpu_m;
+  v->sandbox_mem_b = a->sb_mem_b;
+  v->warm_pods = a->n_warm;
 }

@@ -18,6 +18,7 @@ enum { INF_PODS, INF_POOLS, INF_NODES, INF_ALLPODS, INF_QUOTAS, INF_COUNT };
 enum breaker_state { BR_CLOSED, BR_OPEN, BR_HALF_OPEN };
 
 struct create_op;
+struct reap_due;
 
 struct fr_adapter {
   uv_loop_t *loop;
@@ -35,6 +36,12 @@ struct fr_adapter {
   struct fr_adapter_pool_view *pools;
   size_t pools_cap;
   json_t *node_usage;            /* node name -> [cpu_m, mem_b, pods] of every pod on it */
+  /* Kept from the sandbox pod cache's events (adapter.c pods_count), so
+   * views, claims, quotas and cost never walk the cache. */
+  int64_t n_sandboxes, n_warm;   /* live sandboxes; ready warm pool pods */
+  int64_t sb_cpu_m, sb_mem_b;    /* requests of the live sandboxes */
+  json_t *warm_ready;            /* pool -> {pod name -> true}: ready, unclaimed */
+  json_t *tenant_counts;         /* tenant -> live sandboxes (integer) */
   enum breaker_state breaker;
   int failures;                  /* consecutive */
   uint64_t opened_ms;
@@ -51,11 +58,14 @@ struct fr_adapter {
   json_t *abandoned;             /* pods of creates given up while the cluster was down:
                                     deleted by the reaper once it answers again */
   uv_timer_t *reaper;
+  struct reap_due *due;          /* min-heap by time: when each sandbox is due for reaping */
+  size_t ndue, due_cap;
   int stopping;
 };
 
 /* sandbox.c hooks, called by adapter.c */
-void sandbox_on_pod(struct fr_adapter *a, enum fr_informer_event ev, json_t *obj);
+/* Every event of the sandbox pod cache (<old>: previous state, MODIFIED only). */
+void sandbox_on_pod(struct fr_adapter *a, enum fr_informer_event ev, json_t *obj, json_t *old);
 int sandbox_init(struct fr_adapter *a);
 void sandbox_start(struct fr_adapter *a);
 /* Fails every create in flight (adapter going away) and closes the reaper. */
@@ -68,5 +78,8 @@ void sandbox_cluster_down(struct fr_adapter *a);
 const char *pod_label(json_t *pod, const char *key);
 const char *pod_annotation(json_t *pod, const char *key);
 int pod_condition_true(json_t *pod, const char *type);
+/* 1 for a pod that no longer runs or is on its way out: deletionTimestamp
+ * set, or phase Failed / Succeeded. */
+int pod_done(json_t *pod);
 
 #endif

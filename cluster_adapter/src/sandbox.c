@@ -191,7 +191,9 @@ static void check_pod(struct create_op *op, json_t *pod) {
   }
 }
 
-void sandbox_on_pod(struct fr_adapter *a, enum fr_informer_event ev, json_t *obj) {
+static void due_note(struct fr_adapter *a, json_t *pod, json_t *old);
+
+void sandbox_on_pod(struct fr_adapter *a, enum fr_informer_event ev, json_t *obj, json_t *old) {
   const char *name = json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
   struct create_op *op, *nx;
 
@@ -199,6 +201,8 @@ void sandbox_on_pod(struct fr_adapter *a, enum fr_informer_event ev, json_t *obj
     return;
   if (ev == FR_INF_DELETED)
     json_object_del(a->deleting, name);
+  else
+    due_note(a, obj, old);
   for (op = a->creates; op != NULL; op = nx) {
     nx = op->next;
     if (op->state != CS_WAITING || strcmp(op->pod, name) != 0)
@@ -377,23 +381,19 @@ static void claim(struct create_op *op, json_t *pod) {
 }
 
 static void pick(struct create_op *op) {
-  json_t *items = fr_adapter_pods(op->a), *pod;
-  const char *key;
+  json_t *ready, *dummy, *pod;
+  const char *name;
 
   set_state(op, CS_PICK);
-  if (op->pool != NULL) {
-    json_object_foreach(items, key, pod) {
-      const char *name = json_string_value(json_object_get(json_object_get(pod, "metadata"), "name"));
-      const char *pool = pod_label(pod, FR_LABEL_POOL), *state = pod_label(pod, FR_LABEL_STATE);
-      if (name == NULL || pool == NULL || state == NULL || strcmp(pool, op->pool) != 0 ||
-          strcmp(state, "warm") != 0 || !pod_is_ready(pod) ||
-          json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp") != NULL ||
-          json_object_get(op->a->claiming, name) != NULL || strlen(name) >= sizeof(op->pod))
-        continue;
-      snprintf(op->pod, sizeof(op->pod), "%s", name);
-      claim(op, pod);
-      return;
-    }
+  /* The pool's ready, unclaimed pods, kept from the cache's events. */
+  ready = op->pool != NULL ? json_object_get(op->a->warm_ready, op->pool) : NULL;
+  json_object_foreach(ready, name, dummy) {
+    if (json_object_get(op->a->claiming, name) != NULL || strlen(name) >= sizeof(op->pod) ||
+        (pod = fr_adapter_pod(op->a, name)) == NULL || fr_adapter_pod_leaving(op->a, pod))
+      continue;
+    snprintf(op->pod, sizeof(op->pod), "%s", name);
+    claim(op, pod);
+    return;
   }
   start_cold(op);
 }
@@ -591,6 +591,80 @@ static void on_reaped(int status, const char *message, void *arg) {
   (void)arg;
 }
 
+/* When a sandbox pod is due for reaping, in wall-clock seconds: 0 at once
+ * (it finished: DeadlineExceeded, or its command exited), else its
+ * expiry annotation; -1 for pods the reaper leaves alone (warm pool pods,
+ * pods already terminating, no expiry). */
+static int64_t due_at(json_t *pod) {
+  const char *state = pod_label(pod, FR_LABEL_STATE), *exp = pod_annotation(pod, FR_ANN_EXPIRES);
+  const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
+  int64_t t;
+
+  if (state == NULL || strcmp(state, "claimed") != 0 ||
+      json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp") != NULL)
+    return -1;
+  if (phase != NULL && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0))
+    return 0;
+  return exp != NULL && fr_time_parse_rfc3339(exp, &t) == 0 ? t : -1;
+}
+
+struct reap_due {
+  int64_t at;
+  char *pod;
+};
+
+static void due_swap(struct reap_due *h, size_t i, size_t j) {
+  struct reap_due t = h[i];
+
+  h[i] = h[j];
+  h[j] = t;
+}
+
+/* A pod's entry goes in when its due time appears or changes; entries
+ * are checked against the cache when they come up (stale ones are
+ * dropped then), so nothing needs finding or removing early. */
+static void due_note(struct fr_adapter *a, json_t *pod, json_t *old) {
+  const char *name = json_string_value(json_object_get(json_object_get(pod, "metadata"), "name"));
+  int64_t at = due_at(pod);
+  size_t i;
+
+  if (at < 0 || name == NULL || (old != NULL && due_at(old) == at))
+    return;
+  if (a->ndue == a->due_cap) {
+    size_t cap = a->due_cap ? a->due_cap * 2 : 256;
+    struct reap_due *n = realloc(a->due, cap * sizeof(*n));
+    if (n == NULL)
+      return;
+    a->due = n;
+    a->due_cap = cap;
+  }
+  if ((a->due[a->ndue].pod = strdup(name)) == NULL)
+    return;
+  a->due[a->ndue].at = at;
+  for (i = a->ndue++; i > 0 && a->due[(i - 1) / 2].at > a->due[i].at; i = (i - 1) / 2)
+    due_swap(a->due, i, (i - 1) / 2);
+}
+
+/* Removes the earliest entry; the caller owns its pod name. */
+static struct reap_due due_pop(struct fr_adapter *a) {
+  struct reap_due top = a->due[0];
+  size_t i = 0;
+
+  a->due[0] = a->due[--a->ndue];
+  for (;;) {
+    size_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < a->ndue && a->due[l].at < a->due[m].at)
+      m = l;
+    if (r < a->ndue && a->due[r].at < a->due[m].at)
+      m = r;
+    if (m == i)
+      break;
+    due_swap(a->due, i, m);
+    i = m;
+  }
+  return top;
+}
+
 static void on_reap(uv_timer_t *t) {
   struct fr_adapter *a = t->data;
   json_t *pod;
@@ -621,26 +695,21 @@ static void on_reap(uv_timer_t *t) {
     if (fr_adapter_pod(a, key) == NULL)
       json_object_del(a->deleting, key);
   }
-  json_object_foreach(fr_adapter_pods(a), key, pod) {
-    const char *name = json_string_value(json_object_get(json_object_get(pod, "metadata"), "name"));
-    const char *state = pod_label(pod, FR_LABEL_STATE);
-    const char *exp = pod_annotation(pod, FR_ANN_EXPIRES);
-    const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
-    int64_t t_exp;
-    int expired;
+  /* activeDeadlineSeconds already stopped expired sandboxes in the
+   * cluster; the expiry annotation covers a cluster that did not. Only the
+   * sandboxes due now are looked at, never the whole cache. */
+  while (a->ndue > 0 && a->due[0].at <= now) {
+    struct reap_due d = due_pop(a);
+    int64_t at;
 
-    if (name == NULL || state == NULL || strcmp(state, "claimed") != 0 ||
-        json_object_get(a->reaping, name) != NULL ||
-        json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp") != NULL)
-      continue;
-    /* activeDeadlineSeconds already stopped it in the cluster; the
-     * expiry annotation covers a cluster that did not. */
-    expired = exp != NULL && fr_time_parse_rfc3339(exp, &t_exp) == 0 && t_exp <= now;
-    if (!expired && !(phase != NULL && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)))
-      continue;
-    FR_INFO("reaper", "%s: deleting %s (%s)", a->cc.name, name, expired ? "expired" : phase);
-    if (fr_adapter_sandbox_delete(a, name, NULL, on_reaped, NULL) == 0)
-      json_object_set_new(a->reaping, name, json_true());
+    pod = fr_adapter_pod(a, d.pod);
+    at = pod != NULL ? due_at(pod) : -1;
+    if (at >= 0 && at <= now && json_object_get(a->reaping, d.pod) == NULL) {
+      FR_INFO("reaper", "%s: deleting %s (%s)", a->cc.name, d.pod, at > 0 ? "expired" : "finished");
+      if (fr_adapter_sandbox_delete(a, d.pod, NULL, on_reaped, NULL) == 0)
+        json_object_set_new(a->reaping, d.pod, json_true());
+    }
+    free(d.pod);
   }
 }
 
@@ -680,6 +749,11 @@ void sandbox_stop(struct fr_adapter *a) {
   a->stopping = 1;
   while (a->creates != NULL)
     finish(a->creates, FR_SB_UNAVAILABLE, "the router is shutting down", NULL, 0);
+  while (a->ndue > 0)
+    free(a->due[--a->ndue].pod);
+  free(a->due);
+  a->due = NULL;
+  a->due_cap = 0;
   if (a->reaper != NULL) {
     if (a->reaper->data != NULL)
       uv_close((uv_handle_t *)a->reaper, timer_closed);

@@ -26,6 +26,14 @@ double fr_cost_sandbox_hour(const struct fr_config_cost *c, int64_t cpu_m, int64
   return cores(cpu_m) * c->per_core_hour + gib(mem_b) * c->per_gib_hour;
 }
 
+double fr_cost_fleet_hour(const struct fr_config_cost *c, int64_t n, int64_t cpu_m, int64_t mem_b) {
+  if (c == NULL || n <= 0)
+    return 0.0;
+  if (node_model(c))
+    return (double)n * fr_cost_sandbox_hour(c, 0, 0);
+  return fr_cost_sandbox_hour(c, cpu_m, mem_b);
+}
+
 double fr_cost_hosted_hour(const struct fr_config_hosted *h, int64_t cpu_m, int64_t mem_b) {
   if (h == NULL)
     return 0.0;

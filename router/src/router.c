@@ -78,31 +78,14 @@ void router_event(struct router *r, const char *cluster, const char *reason, con
 void router_cluster_cost(struct router *r, size_t i, struct router_cost *out) {
   const struct fr_config_cluster *cc = &r->cfg->clusters[i];
   struct fr_adapter *a = r->adapters[i];
-  json_t *pod;
-  const char *key;
+  struct fr_adapter_view v;
 
   memset(out, 0, sizeof(*out));
   out->known = fr_cost_known(&cc->cost);
-  json_object_foreach(fr_adapter_pods(a), key, pod) {
-    json_t *meta = json_object_get(pod, "metadata"), *c;
-    const char *state = json_string_value(json_object_get(json_object_get(meta, "labels"), FR_LABEL_STATE));
-    const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
-    int64_t cpu = 0, mem = 0, v;
-    size_t k;
-
-    if (state == NULL || strcmp(state, "claimed") != 0 || fr_adapter_pod_leaving(a, pod) ||
-        (phase != NULL && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)))
-      continue;
-    json_array_foreach(json_object_get(json_object_get(pod, "spec"), "containers"), k, c) {
-      json_t *req = json_object_get(json_object_get(c, "resources"), "requests");
-      if (fr_quantity_parse_milli(json_string_value(json_object_get(req, "cpu")) ? json_string_value(json_object_get(req, "cpu")) : "0", &v) == 0)
-        cpu += v;
-      if (fr_quantity_parse_value(json_string_value(json_object_get(req, "memory")) ? json_string_value(json_object_get(req, "memory")) : "0", &v) == 0)
-        mem += v;
-    }
-    out->now += fr_cost_sandbox_hour(&cc->cost, cpu, mem);
-    out->hosted += fr_cost_hosted_hour(&r->cfg->hosted, cpu, mem);
-  }
+  /* Both prices are linear, so the view's running sums are enough. */
+  fr_adapter_view(a, &v);
+  out->now = fr_cost_fleet_hour(&cc->cost, v.sandboxes, v.sandbox_cpu_m, v.sandbox_mem_b);
+  out->hosted = v.sandboxes > 0 ? fr_cost_hosted_hour(&r->cfg->hosted, v.sandbox_cpu_m, v.sandbox_mem_b) : 0.0;
   out->capacity = (double)fr_adapter_total_slots(a, 1000, 2147483648LL) * fr_cost_sandbox_hour(&cc->cost, 1000, 2147483648LL);
 }
 

@@ -968,11 +968,8 @@ static int64_t tenant_count(struct router *r, const char *tenant) {
   int64_t n = 0;
   size_t i;
 
-  for (i = 0; i < r->nadapters; i++) {
-    json_t *pod;
-    const char *key;
-    json_object_foreach(fr_adapter_pods(r->adapters[i]), key, pod) n += owned_by(pod, tenant);
-  }
+  for (i = 0; i < r->nadapters; i++)
+    n += fr_adapter_tenant_sandboxes(r->adapters[i], tenant);
   return n;
 }
 

@@ -70,7 +70,8 @@ struct fr_adapter_view {
   int64_t quota_pods, quota_cpu_m, quota_mem_b; /* room left under ResourceQuotas; -1 = unbounded */
   int64_t inflight;         /* creates in flight */
   int64_t reserved;         /* planned by batches, not started yet */
-  int64_t sandboxes;        /* claimed or created sandbox pods */
+  int64_t sandboxes;        /* live sandbox pods (claimed or created; not finished, not terminating) */
+  int64_t sandbox_cpu_m, sandbox_mem_b; /* their requests, summed */
   int64_t warm_pods;        /* ready pool pods */
   struct fr_adapter_pool_view *pools;
   size_t npools;
@@ -96,6 +97,8 @@ void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v);
 int64_t fr_adapter_free_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b);
 /* The same count for empty nodes: what the cluster holds in all. */
 int64_t fr_adapter_total_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b);
+/* Live sandboxes of <tenant> here (same rule as the view's sandboxes). */
+int64_t fr_adapter_tenant_sandboxes(struct fr_adapter *a, const char *tenant);
 /* Feeds the circuit breaker from outside (a create or exec that could not
  * reach the cluster: ok = 0; one that did: ok = 1). */
 void fr_adapter_report(struct fr_adapter *a, int ok);

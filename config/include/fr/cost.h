@@ -27,6 +27,11 @@
  * Returns 0 when no cost is configured (see fr_cost_known). */
 double fr_cost_sandbox_hour(const struct fr_config_cost *c, int64_t cpu_m, int64_t mem_b);
 
+/* The same for <n> sandboxes whose requests sum to <cpu_m> and <mem_b>:
+ * both models are linear, so the router keeps three running sums per
+ * cluster instead of pricing every sandbox on every scrape. */
+double fr_cost_fleet_hour(const struct fr_config_cost *c, int64_t n, int64_t cpu_m, int64_t mem_b);
+
 /* Dollars per hour a hosted vendor priced by <h> (borrowed; NULL = 0)
  * would charge for one sandbox of <cpu_m> millicores and <mem_b> bytes:
  * cores * per_core_second * 3600 + GiB * per_gib_second * 3600. With the
