@@ -27,23 +27,27 @@
 #define BREAKER_FAILURES 2
 #define BREAKER_COOL_MS 3000
 
-static void usage_add(struct fr_adapter *a, json_t *slim, int sign) {
-  const char *node = json_string_value(json_object_get(slim, "n"));
+/* Node usage maps: node name -> [cpu_m, mem_b, pods]. */
+static void usage_add(json_t *map, const char *node, int64_t cpu_m, int64_t mem_b, int sign) {
   json_t *u;
 
   if (node == NULL)
     return;
-  u = json_object_get(a->node_usage, node);
+  u = json_object_get(map, node);
   if (u == NULL) {
     u = json_pack("[I,I,I]", (json_int_t)0, (json_int_t)0, (json_int_t)0);
-    if (u == NULL || json_object_set_new(a->node_usage, node, u) != 0)
+    if (u == NULL || json_object_set_new(map, node, u) != 0)
       return;
   }
-  json_integer_set(json_array_get(u, 0), json_integer_value(json_array_get(u, 0)) +
-                                             sign * json_integer_value(json_object_get(slim, "c")));
-  json_integer_set(json_array_get(u, 1), json_integer_value(json_array_get(u, 1)) +
-                                             sign * json_integer_value(json_object_get(slim, "m")));
+  json_integer_set(json_array_get(u, 0), json_integer_value(json_array_get(u, 0)) + sign * cpu_m);
+  json_integer_set(json_array_get(u, 1), json_integer_value(json_array_get(u, 1)) + sign * mem_b);
   json_integer_set(json_array_get(u, 2), json_integer_value(json_array_get(u, 2)) + sign);
+}
+
+/* A pod of the cluster-wide watch (reduced by slim_any_pod). */
+static void other_usage_add(struct fr_adapter *a, json_t *slim, int sign) {
+  usage_add(a->node_usage, json_string_value(json_object_get(slim, "n")),
+            json_integer_value(json_object_get(slim, "c")), json_integer_value(json_object_get(slim, "m")), sign);
 }
 
 static int64_t requests_of(json_t *pod, const char *res, int milli);
@@ -55,7 +59,17 @@ static void pods_count(struct fr_adapter *a, json_t *pod, int sign) {
   const char *state = pod_label(pod, FR_LABEL_STATE);
   const char *name = json_string_value(json_object_get(json_object_get(pod, "metadata"), "name"));
 
-  if (name == NULL || pod_done(pod))
+  if (name == NULL)
+    return;
+  /* A sandbox holds its node's resources until it finishes, terminating
+   * or not. */
+  {
+    const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
+    if (phase == NULL || (strcmp(phase, "Failed") != 0 && strcmp(phase, "Succeeded") != 0))
+      usage_add(a->sb_node_usage, json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName")),
+                requests_of(pod, "cpu", 1), requests_of(pod, "memory", 0), sign);
+  }
+  if (pod_done(pod))
     return;
   if (state != NULL && strcmp(state, "warm") == 0) {
     const char *pool = pod_label(pod, FR_LABEL_POOL);
@@ -103,8 +117,8 @@ static void on_informer(struct fr_informer *inf, enum fr_informer_event ev, json
    * demand from the caches. */
   if (inf == a->inf[INF_ALLPODS] && obj != NULL) {
     if (ev == FR_INF_MODIFIED)
-      usage_add(a, old, -1);
-    usage_add(a, obj, ev == FR_INF_DELETED ? -1 : 1);
+      other_usage_add(a, old, -1);
+    other_usage_add(a, obj, ev == FR_INF_DELETED ? -1 : 1);
   } else if (inf == a->inf[INF_PODS] && obj != NULL) {
     if (ev == FR_INF_MODIFIED)
       pods_count(a, old, -1);
@@ -273,12 +287,15 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
     rc = fr_informer_new(a->client, path, FR_LABEL_POOL, on_informer, a, &a->inf[INF_POOLS]);
   if (rc == 0)
     rc = fr_informer_new(a->client, "/api/v1/nodes", NULL, on_informer, a, &a->inf[INF_NODES]);
+  /* The other pods: sandbox pods are counted from their own cache. */
   if (rc == 0)
-    rc = fr_informer_new(a->client, "/api/v1/pods", NULL, on_informer, a, &a->inf[INF_ALLPODS]);
+    rc = fr_informer_new(a->client, "/api/v1/pods", FR_LABEL_SANDBOX "!=true", on_informer, a,
+                         &a->inf[INF_ALLPODS]);
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/resourcequotas", a->ns);
   if (rc == 0)
     rc = fr_informer_new(a->client, path, NULL, on_informer, a, &a->inf[INF_QUOTAS]);
-  if (rc == 0 && ((a->node_usage = json_object()) == NULL || (a->warm_ready = json_object()) == NULL ||
+  if (rc == 0 && ((a->node_usage = json_object()) == NULL || (a->sb_node_usage = json_object()) == NULL ||
+                  (a->warm_ready = json_object()) == NULL ||
                   (a->tenant_counts = json_object()) == NULL))
     rc = -ENOMEM;
   if (rc != 0) {
@@ -304,6 +321,7 @@ fail:
   json_decref(a->deleting);
   json_decref(a->abandoned);
   json_decref(a->node_usage);
+  json_decref(a->sb_node_usage);
   json_decref(a->warm_ready);
   json_decref(a->tenant_counts);
   free(a->reaper);
@@ -347,6 +365,7 @@ static void on_client_freed(void *arg) {
   json_decref(a->deleting);
   json_decref(a->abandoned);
   json_decref(a->node_usage);
+  json_decref(a->sb_node_usage);
   json_decref(a->warm_ready);
   json_decref(a->tenant_counts);
   free(a);
@@ -458,22 +477,15 @@ static int node_schedulable(json_t *node) {
          !json_is_true(json_object_get(json_object_get(node, "spec"), "unschedulable"));
 }
 
-/* Usage per node from fedrouter's own pods, when the cluster-wide pod watch
- * is not available (not synced yet, or not allowed by RBAC). */
-static json_t *sandbox_usage(struct fr_adapter *a) {
-  json_t *usage = json_object(), *pod;
-  const char *key;
+/* What is in use on <node>: fedrouter's pods, plus every other pod when
+ * the cluster-wide pod watch is available (synced, and allowed by RBAC). */
+static void node_used(struct fr_adapter *a, const char *node, int exact, int64_t used[3]) {
+  json_t *s = node ? json_object_get(a->sb_node_usage, node) : NULL;
+  json_t *o = node && exact ? json_object_get(a->node_usage, node) : NULL;
+  int k;
 
-  json_object_foreach(fr_informer_items(a->inf[INF_PODS]), key, pod) {
-    json_t *slim = slim_any_pod(pod);
-    json_t *tmp = a->node_usage;
-    /* reuse usage_add() on a scratch map */
-    a->node_usage = usage;
-    usage_add(a, slim, 1);
-    a->node_usage = tmp;
-    json_decref(slim);
-  }
-  return usage;
+  for (k = 0; k < 3; k++)
+    used[k] = json_integer_value(json_array_get(s, (size_t)k)) + json_integer_value(json_array_get(o, (size_t)k));
 }
 
 static int usage_exact(struct fr_adapter *a) {
@@ -514,22 +526,23 @@ static void quota_room(struct fr_adapter *a, int64_t *pods, int64_t *cpu_m, int6
 /* <free>: subtract usage, quotas and reservations; else the total the
  * ready nodes hold when empty. */
 static int64_t slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b, int free_only) {
-  json_t *usage = !free_only ? json_object() : usage_exact(a) ? json_incref(a->node_usage) : sandbox_usage(a);
+  int exact = usage_exact(a);
   json_t *node;
-  int64_t n = 0, qp, qc, qm;
+  int64_t n = 0, qp, qc, qm, u[3] = {0, 0, 0};
   const char *key;
 
   json_object_foreach(fr_informer_items(a->inf[INF_NODES]), key, node) {
     json_t *alloc = json_object_get(json_object_get(node, "status"), "allocatable");
     const char *name = json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
-    json_t *u = name ? json_object_get(usage, name) : NULL;
     int64_t fc, fm, fp, fit;
 
     if (!node_schedulable(node))
       continue;
-    fc = qty(alloc, "cpu", 1) - json_integer_value(json_array_get(u, 0));
-    fm = qty(alloc, "memory", 0) - json_integer_value(json_array_get(u, 1));
-    fp = qty(alloc, "pods", 0) - json_integer_value(json_array_get(u, 2));
+    if (free_only)
+      node_used(a, name, exact, u);
+    fc = qty(alloc, "cpu", 1) - u[0];
+    fm = qty(alloc, "memory", 0) - u[1];
+    fp = qty(alloc, "pods", 0) - u[2];
     /* Per node, so a cluster with room spread thin over many nodes does not
      * count as having room for a shape no single node fits. */
     fit = fp;
@@ -540,7 +553,6 @@ static int64_t slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b, int fre
     if (fit > 0)
       n += fit;
   }
-  json_decref(usage);
   if (!free_only)
     return n;
   quota_room(a, &qp, &qc, &qm);
@@ -569,7 +581,7 @@ int64_t fr_adapter_total_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_
 }
 
 void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v) {
-  json_t *items, *obj, *usage;
+  json_t *items, *obj;
   const char *key;
   uint64_t now = uv_now(a->loop), contact = 0;
   int i;
@@ -599,11 +611,10 @@ void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v) {
   v->reserved = a->reserved;
   quota_room(a, &v->quota_pods, &v->quota_cpu_m, &v->quota_mem_b);
 
-  usage = v->usage_exact ? json_incref(a->node_usage) : sandbox_usage(a);
   json_object_foreach(fr_informer_items(a->inf[INF_NODES]), key, obj) {
     json_t *alloc = json_object_get(json_object_get(obj, "status"), "allocatable");
     const char *name = json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
-    json_t *u = name ? json_object_get(usage, name) : NULL;
+    int64_t u[3];
 
     v->nodes++;
     if (!node_schedulable(obj))
@@ -612,11 +623,11 @@ void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v) {
     v->alloc_cpu_m += qty(alloc, "cpu", 1);
     v->alloc_mem_b += qty(alloc, "memory", 0);
     v->alloc_pods += qty(alloc, "pods", 0);
-    v->used_cpu_m += json_integer_value(json_array_get(u, 0));
-    v->used_mem_b += json_integer_value(json_array_get(u, 1));
-    v->used_pods += json_integer_value(json_array_get(u, 2));
+    node_used(a, name, v->usage_exact, u);
+    v->used_cpu_m += u[0];
+    v->used_mem_b += u[1];
+    v->used_pods += u[2];
   }
-  json_decref(usage);
 
   items = fr_informer_items(a->inf[INF_POOLS]);
   if (json_object_size(items) > a->pools_cap) {

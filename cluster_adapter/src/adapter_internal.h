@@ -35,7 +35,8 @@ struct fr_adapter {
   double latency_ewma;
   struct fr_adapter_pool_view *pools;
   size_t pools_cap;
-  json_t *node_usage;            /* node name -> [cpu_m, mem_b, pods] of every pod on it */
+  json_t *node_usage;            /* node name -> [cpu_m, mem_b, pods] of the other pods on it */
+  json_t *sb_node_usage;         /* the same for fedrouter's pods (sandboxes and pool pods) */
   /* Kept from the sandbox pod cache's events (adapter.c pods_count), so
    * views, claims, quotas and cost never walk the cache. */
   int64_t n_sandboxes, n_warm;   /* live sandboxes; ready warm pool pods */

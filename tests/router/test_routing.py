@@ -380,6 +380,10 @@ def test_2_tokyo_full_spills_to_us_west(fed):
         check(ok, f"router pods left in ap-tokyo: "
                   f"{[(p['metadata']['name'], p['status'].get('phase'), pod_unschedulable(p)) for p in fed.router_pods('ap-tokyo')]}")
         check(not not_running(tokyo), f"ap-tokyo pods not Running: {not_running(tokyo)}")
+        # The router counts pods it did not create (the cluster-wide pod
+        # watch): the running fillers leave no room.
+        check(wait_until(lambda: fed.free_default("ap-tokyo") == 0, 10, 0.1),
+              f"ap-tokyo with 5 foreign pods running: router says free={fed.free_default('ap-tokyo')}")
     finally:
         for name in fillers:
             kube_req(tokyo, "DELETE", f"/api/v1/namespaces/default/pods/{name}?gracePeriodSeconds=0")
