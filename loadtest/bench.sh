@@ -6,12 +6,16 @@
 #   loadtest/bench.sh seed|overhead|fanout|spillover|regions|failover|
 #                     scale|soak|all
 #                     [--smoke] [--build-dir DIR]
-#                     [--out DIR] [-- extra loadgen arguments]
+#                     [--out DIR] [--plots DIR] [-- extra loadgen arguments]
 #
 #   --smoke          tiny N and short delays: seconds per scenario (ctest
 #                    bench_smoke runs `all --smoke`)
 #   --build-dir DIR  where fedrouter, kubesim and loadgen are (default build/)
 #   --out DIR        where the JSON reports go (default DIR/bench-results)
+#   --plots DIR      after scale and soak, PNG plots of the run's JSON into
+#                    DIR (loadtest/plot/plot.sh: scale-rss.png,
+#                    scale-create-rate.png, soak-rss-fds.png; installs
+#                    gnuplot-nox when missing); a failed plot fails the run
 #
 # Clusters (docs/benchmarks.md explains the numbers). Every kubesim runs with
 # --fast-exec (echo/true/sh -c 'echo ..' answered without forking), TLS and a
@@ -59,6 +63,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd)"
 BUILD="$ROOT/build"
 OUT=""
+PLOTS=""
 SMOKE=0
 SCENARIO=""
 EXTRA=()
@@ -71,6 +76,7 @@ while [ $# -gt 0 ]; do
     --smoke) SMOKE=1 ;;
     --build-dir) [ $# -ge 2 ] || { usage >&2; exit 2; }; BUILD="$2"; shift ;;
     --out) [ $# -ge 2 ] || { usage >&2; exit 2; }; OUT="$2"; shift ;;
+    --plots) [ $# -ge 2 ] || { usage >&2; exit 2; }; PLOTS="$2"; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; EXTRA=("$@"); break ;;
     *) echo "bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -225,9 +231,12 @@ sys.exit(0 if len(cs) == int(sys.argv[1]) and all(c["ready"] >= c["target"] for 
 REALISTIC=(--schedule-ms 50 --image-pull-ms 3000 --start-ms 1500 --scheduler-qps 100 --api-latency-ms 20)
 SMOKE_DELAYS=(--schedule-ms 10 --image-pull-ms 200 --start-ms 100 --scheduler-qps 100)
 
+RAN_JSON="" # the report of the scenario that ran last (--plots)
 run_loadgen() { # run_loadgen <scenario> args...
   local sc="$1"
   shift
+  RAN_JSON="$OUT/$sc.json"
+  rm -f -- "$RAN_JSON"
   say "build/loadgen $sc $* ${EXTRA[*]}"
   "$BUILD/loadgen" "$sc" --url "$URL" --token "$TOKEN" --json-out "$OUT/$sc.json" "$@" "${EXTRA[@]}"
   local rc=$?
@@ -361,6 +370,11 @@ for sc in "${list[@]}"; do
   fi
   stop_all
   rm -rf -- "${WORK:?}"/*
+  if [ -n "$PLOTS" ] && [ -s "$RAN_JSON" ] && { [ "$sc" = scale ] || [ "$sc" = soak ]; }; then
+    say "plots of $RAN_JSON into $PLOTS"
+    "$ROOT/loadtest/plot/plot.sh" --out "$PLOTS" "$RAN_JSON" || { echo "bench.sh: plots of $sc FAILED" >&2; rc=1; }
+  fi
+  RAN_JSON=""
 done
 [ "$rc" = 0 ] && say "all passed: ${list[*]}"
 exit "$rc"

@@ -17,8 +17,9 @@
  *                    admin API) and comes back: failed creates, clean 503s,
  *                    recovery time
  *   loadgen scale    create-rate curve over 1..k clusters, then -n sandboxes
- *                    in big batches: router RSS/CPU (/proc/<--router-pid>),
- *                    capacity-view freshness, exec in a sample, terminate
+ *                    in big batches: router RSS/CPU (/proc/<--router-pid>;
+ *                    RSS also every 5% of -n while creating), capacity-view
+ *                    freshness, exec in a sample, terminate
  *   loadgen soak     mixed create/exec/terminate for --duration; router RSS
  *                    and open fds sampled, growth bounded
  *
@@ -807,6 +808,10 @@ struct fanout {
   char **paths;           /* exec path per created sandbox */
   size_t npaths, cap;
   struct fr_buf body;
+  json_t *samples;        /* scale: [{sandboxes, rss_mib, t_s}] appended as batches land (NULL = none; borrowed) */
+  size_t sample_every;    /* sandboxes between two samples */
+  size_t sample_next;     /* npaths at which the next one is taken */
+  uint64_t sample_t0;     /* t_s = 0 */
 };
 
 struct fbatch {
@@ -815,6 +820,17 @@ struct fbatch {
 };
 
 static void fanout_next(struct fbatch *b);
+static long proc_rss_kib(long pid);
+static json_t *mib_json(long kib);
+
+/* Appends one {sandboxes, rss_mib, t_s} sample of the router (--router-pid)
+ * to f->samples: <sandboxes> is the number created so far (201 answers).
+ * One read of /proc/<pid>/status, so cheap enough for every batch. */
+static void fanout_sample(struct fanout *f, size_t sandboxes) {
+  json_array_append_new(f->samples, json_pack("{s:I,s:o,s:f}", "sandboxes", (json_int_t)sandboxes, "rss_mib",
+                                               mib_json(proc_rss_kib(f->g->o.router_pid)), "t_s",
+                                               round3((double)(uv_hrtime() - f->sample_t0) / 1e9)));
+}
 
 static void fanout_on_created(const struct lg_response *r, void *arg) {
   struct fbatch *b = arg;
@@ -846,6 +862,11 @@ static void fanout_on_created(const struct lg_response *r, void *arg) {
       f->npaths++;
   }
   json_decref(j);
+  if (f->samples != NULL && f->npaths >= f->sample_next) {
+    fanout_sample(f, f->npaths);
+    while (f->sample_next <= f->npaths)
+      f->sample_next += f->sample_every;
+  }
   fanout_next(b);
 }
 
@@ -1817,7 +1838,7 @@ static int run_scale(struct lg *g, json_t *figures) {
   struct fanout f, ff;
   struct xrun x;
   struct lat el, fresh;
-  json_t *names = NULL, *curve = json_array(), *pt;
+  json_t *names = NULL, *curve = json_array(), *samples = json_array(), *pt;
   char **sample = NULL;
   long pid = g->o.router_pid, rss0, rss1, rss2, rss3, terminated, leaked, nsample, k;
   double cpu0, cpu1, cpu2, cw, tw = 0, ms;
@@ -1831,6 +1852,7 @@ static int run_scale(struct lg *g, json_t *figures) {
   memset(&fresh, 0, sizeof(fresh));
   if (clusters_sandboxes(g, &names) < 0) {
     json_decref(curve);
+    json_decref(samples);
     return -EIO;
   }
   nclusters = json_array_size(names);
@@ -1881,10 +1903,16 @@ static int run_scale(struct lg *g, json_t *figures) {
     fanout_free(&f);
   }
 
-  /* The big create. */
+  /* The big create, with the router's RSS sampled every 5% of -n (as a
+   * batch lands past the mark), from 0 sandboxes to the settled end. */
   rss0 = proc_rss_kib(pid);
   cpu0 = proc_cpu_s(pid);
   c0 = uv_hrtime();
+  f.samples = samples;
+  f.sample_t0 = c0;
+  f.sample_every = g->o.n >= 20 ? (size_t)g->o.n / 20 : 1;
+  f.sample_next = f.sample_every;
+  json_array_append_new(samples, json_pack("{s:i,s:o,s:f}", "sandboxes", 0, "rss_mib", mib_json(rss0), "t_s", 0.0));
   if ((rc = fanout_create(g, &f, g->o.n, &c)) != 0)
     goto out;
   c1 = uv_hrtime();
@@ -1893,6 +1921,10 @@ static int run_scale(struct lg *g, json_t *figures) {
   if (wait_ms(g, 1000) != 0) /* let the watch caches settle */
     goto out;
   rss1 = proc_rss_kib(pid);
+  json_array_append_new(samples, json_pack("{s:I,s:o,s:f}", "sandboxes", (json_int_t)f.npaths, "rss_mib",
+                                           mib_json(rss1), "t_s", round3((double)(uv_hrtime() - c0) / 1e9)));
+  if (f.batch_ms.n > 0) /* pct() wants them sorted; lat_json() sorts only later */
+    qsort(f.batch_ms.v, f.batch_ms.n, sizeof(double), cmp_double);
   printf("  created %zu of %ld in %.2f s: %.1f creates/s (%d batches of %d in flight, batch p50 %.0f ms, "
          "p99 %.0f ms)\n",
          f.npaths, g->o.n, cw, (double)f.npaths / cw, c, g->o.batch, pct(&f.batch_ms, 50),
@@ -1901,6 +1933,9 @@ static int run_scale(struct lg *g, json_t *figures) {
          "CPU %.2f s for the create phase\n",
          (double)rss0 / 1024, (double)rss1 / 1024, f.npaths,
          f.npaths ? (double)(rss1 - rss0) * 1024.0 / (double)f.npaths : 0.0, cpu1 - cpu0);
+  printf("  router RSS sampled %zu times while creating (every %zu sandboxes, and 1 s after): \"samples\" in "
+         "the JSON\n",
+         json_array_size(samples), f.sample_every);
 
   /* Capacity-view freshness, with the federation full of sandboxes. */
   for (k = 0; k < g->o.fresh_samples; k++) {
@@ -1979,6 +2014,7 @@ static int run_scale(struct lg *g, json_t *figures) {
   json_object_set_new(figures, "leaked", json_integer(leaked));
   if (json_array_size(curve) > 0) /* --curve not given: no curve */
     json_object_set_new(figures, "create_rate_vs_clusters", json_incref(curve));
+  json_object_set_new(figures, "samples", json_incref(samples));
   if (x.ok != nsample)
     g->errors++;
 out:
@@ -1989,6 +2025,7 @@ out:
   lat_free(&fresh);
   json_decref(names);
   json_decref(curve);
+  json_decref(samples);
   return rc;
 }
 
