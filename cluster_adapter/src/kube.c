@@ -2,11 +2,9 @@
  * REST calls with retries, streaming watches, and the credentials they
  * carry (static token, token file, exec plugin).
  *
- * Shape (curl docs/examples/multi-uv.c, without its globals): one CURLM per
- * client; curl's socket callback keeps one uv_poll per socket (allocated
- * here, freed in its close callback), its timer callback drives one
- * uv_timer; after every curl_multi_socket_action the finished transfers are
- * drained with curl_multi_info_read. Connections stay in the multi handle's
+ * Shape: one CURLM per client, driven by the loop through fr/curluv.h
+ * (one uv_poll per socket, one uv_timer, finished transfers drained after
+ * every curl_multi_socket_action). Connections stay in the multi handle's
  * pool and are reused.
  *
  * Re-entrancy rules this file keeps:
@@ -14,10 +12,10 @@
  *     callbacks. A watch's on_line runs inside the write callback, so a call
  *     cancelled there (or the whole client freed there) becomes a "zombie":
  *     its easy handle is removed right after curl_multi_socket_action
- *     returns (reap_zombies()).
+ *     returns (reap_zombies(), fr_curluv's after_cb).
  *   - A user callback run while the finished transfers are drained may free
- *     the client; the multi handle is then torn down after the drain loop
- *     (c->dispatching), never under it.
+ *     the client; fr_curluv_close() then cleans up the multi handle after
+ *     the drain loop, never under it.
  *   - Memory is freed only in uv close callbacks; fr_kube_client_free's
  *     callback runs once every handle (and the token file read, if any) is
  *     gone.
@@ -41,6 +39,7 @@
 #include <jansson.h>
 
 #include "fr/buf.h"
+#include "fr/curluv.h"
 #include "fr/kubeconfig.h"
 #include "fr/log.h"
 #include "fr/util.h"
@@ -89,14 +88,6 @@ struct creds_waiter {
   uint64_t seq;
 };
 
-/* One socket curl asked us to watch. */
-struct kube_sock {
-  uv_poll_t poll;
-  struct fr_kube_client *c;
-  curl_socket_t fd;
-  struct kube_sock *prev, *next;
-};
-
 /* An exec credential plugin run. */
 struct kube_plugin {
   struct fr_kube_client *c;
@@ -135,17 +126,12 @@ struct fr_kube_client {
   struct fr_kube_creds *creds;        /* our copy */
   struct fr_kube_client_opts opts;    /* defaults filled in; strings below */
   char *name, *user_agent;
-  CURLM *multi;
-  uv_timer_t curl_timer;              /* curl's timer callback */
+  struct fr_curluv curl;              /* the multi handle on the loop */
   uv_timer_t kick;                    /* delivers credential waits a turn later */
-  struct kube_sock *socks;
   struct fr_kube_call *calls;         /* live calls, for free */
   struct rest_call *zombies;          /* cancelled inside a curl callback */
-  unsigned nopen;                     /* open uv handles + pending fs requests */
-  int dispatching;                    /* inside socket_action + drain */
-  int in_curl;                        /* inside curl_multi_socket_action */
-  int multi_dying;                    /* inside curl_multi_cleanup */
-  int closing, torn_down, finalized;
+  unsigned nopen;                     /* open uv handles (curl's: one) + pending fs requests */
+  int closing, finalized;
   void (*free_cb)(void *arg);
   void *free_arg;
 
@@ -204,7 +190,6 @@ struct rest_call {
 };
 
 static void maybe_finalize(struct fr_kube_client *c);
-static void teardown(struct fr_kube_client *c);
 static void creds_kick(struct fr_kube_client *c);
 static void creds_loaded(struct fr_kube_client *c, int status);
 static void plugin_close(struct kube_plugin *p);
@@ -1062,104 +1047,6 @@ out:
   return rc;
 }
 
-/* ------------------------------------------------------------ sockets/timer */
-
-static void on_sock_closed(uv_handle_t *h) {
-  struct kube_sock *ks = fr_container_of((uv_poll_t *)h, struct kube_sock, poll);
-  struct fr_kube_client *c = ks->c;
-
-  free(ks);
-  c->nopen--;
-  maybe_finalize(c);
-}
-
-static void sock_close(struct fr_kube_client *c, struct kube_sock *ks) {
-  if (ks->prev != NULL)
-    ks->prev->next = ks->next;
-  else
-    c->socks = ks->next;
-  if (ks->next != NULL)
-    ks->next->prev = ks->prev;
-  ks->prev = ks->next = NULL;
-  uv_close((uv_handle_t *)&ks->poll, on_sock_closed);
-}
-
-static void dispatch(struct fr_kube_client *c, curl_socket_t fd, int flags);
-
-static void on_poll(uv_poll_t *h, int status, int events) {
-  struct kube_sock *ks = fr_container_of(h, struct kube_sock, poll);
-  int flags = 0;
-
-  /* On an error let curl find out by reading and writing (multi-uv.c). */
-  if (status < 0)
-    flags = CURL_CSELECT_IN | CURL_CSELECT_OUT;
-  if (events & UV_READABLE)
-    flags |= CURL_CSELECT_IN;
-  if (events & UV_WRITABLE)
-    flags |= CURL_CSELECT_OUT;
-  dispatch(ks->c, ks->fd, flags);
-}
-
-static int on_curl_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp) {
-  struct fr_kube_client *c = userp;
-  struct kube_sock *ks = socketp;
-  int events = 0;
-
-  if (what == CURL_POLL_REMOVE) {
-    if (ks != NULL) {
-      sock_close(c, ks);
-      if (!c->multi_dying)
-        curl_multi_assign(c->multi, s, NULL);
-    }
-    return 0;
-  }
-  if (ks == NULL) {
-    if (c->multi_dying)
-      return 0;
-    ks = calloc(1, sizeof(*ks));
-    if (ks == NULL)
-      return -1;
-    if (uv_poll_init_socket(c->loop, &ks->poll, s) != 0) {
-      free(ks);
-      return -1;
-    }
-    ks->c = c;
-    ks->fd = s;
-    ks->next = c->socks;
-    if (c->socks != NULL)
-      c->socks->prev = ks;
-    c->socks = ks;
-    c->nopen++;
-    curl_multi_assign(c->multi, s, ks);
-  }
-  if (what & CURL_POLL_IN)
-    events |= UV_READABLE;
-  if (what & CURL_POLL_OUT)
-    events |= UV_WRITABLE;
-  uv_poll_start(&ks->poll, events, on_poll);
-  return 0;
-}
-
-static void on_curl_timeout(uv_timer_t *t) {
-  struct fr_kube_client *c = fr_container_of(t, struct fr_kube_client, curl_timer);
-
-  dispatch(c, CURL_SOCKET_TIMEOUT, 0);
-}
-
-/* curl asks for one timer; 0 means "soon": a loop turn later, never a
- * socket_action from inside this callback (forbidden by curl). */
-static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp) {
-  struct fr_kube_client *c = userp;
-
-  if (c->torn_down)
-    return 0;
-  if (timeout_ms < 0)
-    uv_timer_stop(&c->curl_timer);
-  else
-    uv_timer_start(&c->curl_timer, on_curl_timeout, (uint64_t)timeout_ms, 0);
-  return 0;
-}
-
 /* ------------------------------------------------------------ REST calls */
 
 static const char *state_name(enum call_state s) {
@@ -1226,13 +1113,13 @@ static void detach_easy(struct rest_call *rc) {
 
   if (rc->easy == NULL || rc->zombie)
     return;
-  if (c->in_curl) {
+  if (fr_curluv_in_curl(&c->curl)) {
     rc->zombie = 1;
     rc->zombie_next = c->zombies;
     c->zombies = rc;
     return;
   }
-  curl_multi_remove_handle(c->multi, rc->easy);
+  curl_multi_remove_handle(c->curl.multi, rc->easy);
   easy_free(rc);
 }
 
@@ -1241,7 +1128,7 @@ static void reap_zombies(struct fr_kube_client *c) {
 
   while ((rc = c->zombies) != NULL) {
     c->zombies = rc->zombie_next;
-    curl_multi_remove_handle(c->multi, rc->easy);
+    curl_multi_remove_handle(c->curl.multi, rc->easy);
     easy_free(rc);
     rc->zombie = 0;
     call_release(rc);
@@ -1457,7 +1344,7 @@ static int attempt_begin(struct rest_call *rc) {
   rc->easy = easy;
   rc->headers = headers;
   set_state(rc, CALL_RUNNING);
-  if (curl_multi_add_handle(c->multi, easy) != CURLM_OK) {
+  if (curl_multi_add_handle(c->curl.multi, easy) != CURLM_OK) {
     rc->easy = NULL;
     rc->headers = NULL;
     r = -ENOMEM;
@@ -1614,35 +1501,20 @@ static void on_transfer_done(struct rest_call *rc, CURLcode result) {
   finish(rc, (int)code, NULL);
 }
 
-/* curl_multi_socket_action, then the finished transfers. A user callback
- * may free the client in either part; the multi goes only at the end. */
-static void dispatch(struct fr_kube_client *c, curl_socket_t fd, int flags) {
-  int running, left;
-  CURLMsg *msg;
-  CURL *easy;
-  CURLcode result;
-  void *p;
+/* fr_curluv's done_cb: a finished transfer of one of our calls. A user
+ * callback may free the client here; fr_curluv stops the drain then. */
+static void on_curl_done(struct fr_curluv *cu, CURL *easy, CURLcode result) {
+  void *p = NULL;
 
-  if (c->torn_down)
-    return;
-  c->dispatching++;
-  c->in_curl++;
-  curl_multi_socket_action(c->multi, fd, flags, &running);
-  c->in_curl--;
-  reap_zombies(c);
-  while (!c->closing && (msg = curl_multi_info_read(c->multi, &left)) != NULL) {
-    if (msg->msg != CURLMSG_DONE)
-      continue;
-    easy = msg->easy_handle;
-    result = msg->data.result;
-    p = NULL;
-    curl_easy_getinfo(easy, CURLINFO_PRIVATE, &p);
-    if (p != NULL)
-      on_transfer_done(p, result);
-  }
-  c->dispatching--;
-  if (c->closing && !c->dispatching && !c->torn_down)
-    teardown(c);
+  curl_easy_getinfo(easy, CURLINFO_PRIVATE, &p);
+  if (p != NULL)
+    on_transfer_done(p, result);
+}
+
+/* fr_curluv's after_cb: right after curl_multi_socket_action, where the
+ * easy handles of calls cancelled inside curl's callbacks may go. */
+static void on_curl_action(struct fr_curluv *cu) {
+  reap_zombies(fr_container_of(cu, struct fr_kube_client, curl));
 }
 
 static void rest_cancel(struct fr_kube_call *base) {
@@ -1777,17 +1649,18 @@ int fr_kube_exec(struct fr_kube_client *c, const char *ns, const char *pod,
 
 /* ------------------------------------------------------------ client */
 
-static void on_client_timer_closed(uv_handle_t *h) {
-  struct fr_kube_client *c = h->data;
+static void on_curl_closed(struct fr_curluv *cu) {
+  struct fr_kube_client *c = fr_container_of(cu, struct fr_kube_client, curl);
 
   c->nopen--;
   maybe_finalize(c);
 }
 
 /* The kick timer closes last among the client's own handles (teardown
- * closes it after curl's): credential waits still queued (kube_exec.c keeps
- * its memory until its wait answers) get -ECANCELED here, a loop turn after
- * fr_kube_client_free() and while the client is still allocated. */
+ * closes it after asking fr_curluv to close): credential waits still queued
+ * (kube_exec.c keeps its memory until its wait answers) get -ECANCELED
+ * here, a loop turn after fr_kube_client_free() and while the client is
+ * still allocated (nopen counts curl's handles as one until they close). */
 static void on_kick_closed(uv_handle_t *h) {
   struct fr_kube_client *c = h->data;
   struct creds_waiter *w;
@@ -1829,7 +1702,7 @@ static void maybe_finalize(struct fr_kube_client *c) {
   void (*cb)(void *);
   void *arg;
 
-  if (!c->torn_down || c->nopen > 0 || c->finalized)
+  if (!c->closing || c->nopen > 0 || c->finalized)
     return;
   c->finalized = 1;
   cb = c->free_cb;
@@ -1840,22 +1713,15 @@ static void maybe_finalize(struct fr_kube_client *c) {
     cb(arg);
 }
 
-/* Runs outside every curl callback and drain loop. */
+/* May run inside curl's write callback (a watch's on_line freeing the
+ * client) or the drain of finished transfers: what is forbidden there waits
+ * for the end of curl_multi_socket_action (zombies, reaped by
+ * on_curl_action) and of the drain (fr_curluv_close cleans up the multi). */
 static void teardown(struct fr_kube_client *c) {
-  struct kube_sock *ks;
-
-  c->torn_down = 1;
   cancel_all(c);
-  reap_zombies(c);
-  /* Stop polling before curl closes the sockets under the polls. */
-  for (ks = c->socks; ks != NULL; ks = ks->next)
-    uv_poll_stop(&ks->poll);
-  c->multi_dying = 1;
-  curl_multi_cleanup(c->multi);
-  c->multi = NULL;
-  while (c->socks != NULL)
-    sock_close(c, c->socks);
-  uv_close((uv_handle_t *)&c->curl_timer, on_client_timer_closed);
+  if (!fr_curluv_in_curl(&c->curl))
+    reap_zombies(c);
+  fr_curluv_close(&c->curl, on_curl_closed);
   uv_close((uv_handle_t *)&c->kick, on_kick_closed);
   if (c->plugin != NULL) {
     struct kube_plugin *p = c->plugin;
@@ -1876,9 +1742,7 @@ void fr_kube_client_free(struct fr_kube_client *c, void (*cb)(void *arg), void *
   c->closing = 1;
   c->free_cb = cb;
   c->free_arg = arg;
-  cancel_all(c);
-  if (!c->dispatching)
-    teardown(c);
+  teardown(c);
 }
 
 int fr_kube_client_new(uv_loop_t *loop, const struct fr_kube_creds *creds,
@@ -1886,6 +1750,7 @@ int fr_kube_client_new(uv_loop_t *loop, const struct fr_kube_creds *creds,
   struct fr_kube_client *c;
   struct fr_buf ua;
   const char *name;
+  int r;
 
   if (out != NULL)
     *out = NULL;
@@ -1934,41 +1799,23 @@ int fr_kube_client_new(uv_loop_t *loop, const struct fr_kube_creds *creds,
   c->creds = fr_kube_creds_dup(creds);
   if (creds->token != NULL)
     c->token = strdup(creds->token);
-  c->multi = curl_multi_init();
-  if (c->name == NULL || c->user_agent == NULL || c->creds == NULL || c->multi == NULL ||
-      (creds->token != NULL && c->token == NULL)) {
-    if (c->multi != NULL)
-      curl_multi_cleanup(c->multi);
-    free(c->token);
-    fr_kube_creds_free(c->creds);
-    free(c->name);
-    free(c->user_agent);
-    free(c);
-    curl_global_cleanup();
-    return -ENOMEM;
-  }
-  if (!header_safe(c->token)) {
-    curl_multi_cleanup(c->multi);
-    free(c->token);
-    fr_kube_creds_free(c->creds);
-    free(c->name);
-    free(c->user_agent);
-    free(c);
-    curl_global_cleanup();
-    return -EINVAL;
-  }
+  r = -ENOMEM;
+  if (c->name == NULL || c->user_agent == NULL || c->creds == NULL ||
+      (creds->token != NULL && c->token == NULL))
+    goto fail;
+  r = -EINVAL;
+  if (!header_safe(c->token))
+    goto fail;
+  /* The last step that can fail: from here on the client has handles. */
+  r = fr_curluv_init(loop, &c->curl, on_curl_done, on_curl_action);
+  if (r != 0)
+    goto fail;
   /* Without a share execs still work, each with a full handshake. */
   c->share = share_new();
-  curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
-  curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
-  curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
-  curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
-  curl_multi_setopt(c->multi, CURLMOPT_MAX_HOST_CONNECTIONS, c->opts.max_host_connections);
+  curl_multi_setopt(c->curl.multi, CURLMOPT_MAX_HOST_CONNECTIONS, c->opts.max_host_connections);
   /* Keep as many idle connections as we may open, for reuse. */
-  curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, c->opts.max_host_connections);
-  uv_timer_init(loop, &c->curl_timer);
+  curl_multi_setopt(c->curl.multi, CURLMOPT_MAXCONNECTS, c->opts.max_host_connections);
   uv_timer_init(loop, &c->kick);
-  c->curl_timer.data = c;
   c->kick.data = c;
   c->nopen = 2;
   if (c->creds->exec != NULL || (c->creds->token_file != NULL && c->token == NULL))
@@ -1981,4 +1828,8 @@ int fr_kube_client_new(uv_loop_t *loop, const struct fr_kube_creds *creds,
             c->name, c->creds->tls_server_name);
   *out = c;
   return 0;
+
+fail:
+  client_destroy(c);   /* nothing else to undo: no handle exists yet */
+  return r;
 }

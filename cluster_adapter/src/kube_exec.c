@@ -4,12 +4,12 @@
  * Transport. libcurl 7.88 has no ws:// support, so curl only connects: an
  * easy handle with CURLOPT_CONNECT_ONLY does DNS, TCP, the proxy tunnel and
  * TLS with the client's settings (kube_easy_setup), driven without blocking
- * through a private multi handle (curl's socket callback -> one uv_poll per
- * socket, its timer callback -> one uv_timer). Once the multi reports the
- * transfer done, the connection stays attached to the easy handle (which
- * must stay in the multi: removing it closes a connect-only connection) and
- * we speak HTTP/1.1 and RFC 6455 ourselves with curl_easy_send/_recv
- * (CURLE_AGAIN = would block), from a uv_poll on CURLINFO_ACTIVESOCKET.
+ * through a private multi handle on the loop (fr/curluv.h). Once the multi
+ * reports the transfer done, fr_curluv_stop() ends curl's polling, the
+ * connection stays attached to the easy handle (which must stay in the
+ * multi: removing it closes a connect-only connection) and we speak
+ * HTTP/1.1 and RFC 6455 ourselves with curl_easy_send/_recv (CURLE_AGAIN =
+ * would block), from our own uv_poll on CURLINFO_ACTIVESOCKET.
  * Two TLS details shape the I/O code:
  *   - reads loop until CURLE_AGAIN, because OpenSSL may hold decrypted bytes
  *     while the socket itself is not readable;
@@ -62,6 +62,7 @@
 #include <uv.h>
 
 #include "fr/buf.h"
+#include "fr/curluv.h"
 #include "fr/log.h"
 #include "fr/util.h"
 #include "fr/ws.h"
@@ -104,16 +105,6 @@ static const char *const state_names[] = {
     "CREDS", "CONNECTING", "UPGRADING", "REJECTED", "STREAMING", "DRAINING", "DONE",
 };
 
-struct kube_exec;
-
-/* One socket curl asked us to watch; during streaming, the connection. */
-struct sock_ctx {
-  uv_poll_t poll;
-  struct kube_exec *e;
-  curl_socket_t fd;
-  struct sock_ctx *next;
-};
-
 struct kube_exec {
   struct fr_kube_call call;
   struct fr_kube_client *client;   /* not touched after DONE */
@@ -136,15 +127,16 @@ struct kube_exec {
   uint64_t timeout_ms;
 
   /* curl */
-  CURLM *multi;
+  struct fr_curluv curl;           /* the connect phase (from on_creds) */
+  int curl_init;                   /* <curl> initialised, not yet closing */
   CURL *easy;
   struct curl_slist *headers;
   char errbuf[CURL_ERROR_SIZE];
-  struct sock_ctx *socks;          /* live polls */
-  struct sock_ctx *io;             /* the connection's poll once connected */
-  uv_timer_t curl_timer;           /* curl's timer; later "resume reading" */
+  uv_poll_t io;                    /* the connection once connected */
+  int io_open;                     /* <io> initialised, not yet closing */
+  uv_timer_t resume;               /* "resume reading" (see do_read) */
   uv_timer_t deadline;             /* timeout_ms; later the drain grace */
-  unsigned handles;                /* initialised handles not yet closed */
+  unsigned handles;                /* uv handles (curl's: one) not yet closed */
   int creds_pending;               /* kube_creds_wait() will still call back */
   int curl_ref;                    /* we hold a curl_global_init() reference */
   struct kube_share *share;        /* the client's TLS sessions, referenced */
@@ -268,15 +260,7 @@ static int has_token(const char *list, size_t len, const char *token) {
 /* ---- handles ---- */
 
 static void destroy(struct kube_exec *e) {
-  if (e->easy != NULL) {
-    /* Removing a connect-only handle marks its connection for closing;
-     * the multi cleanup then closes it (the socket callback ignores DONE). */
-    curl_multi_remove_handle(e->multi, e->easy);
-    curl_easy_cleanup(e->easy);
-  }
-  if (e->multi != NULL)
-    curl_multi_cleanup(e->multi);
-  kube_share_unref(e->share); /* after the easy handle that used it */
+  kube_share_unref(e->share); /* after the easy handle that used it (finish) */
   e->share = NULL;
   curl_slist_free_all(e->headers);
   /* Our handles may outlive the client (its free cancels us, but our
@@ -312,47 +296,27 @@ static void on_handle_close(uv_handle_t *h) {
   maybe_destroy(e);
 }
 
-static void on_sock_close(uv_handle_t *h) {
-  struct sock_ctx *sc = fr_container_of((uv_poll_t *)h, struct sock_ctx, poll);
-  struct kube_exec *e = sc->e;
+static void on_curl_closed(struct fr_curluv *cu) {
+  struct kube_exec *e = fr_container_of(cu, struct kube_exec, curl);
 
-  free(sc);
   e->handles--;
   maybe_destroy(e);
 }
 
-static struct sock_ctx *sock_new(struct kube_exec *e, curl_socket_t fd) {
-  struct sock_ctx *sc = calloc(1, sizeof(*sc));
-
-  if (sc == NULL)
-    return NULL;
-  if (uv_poll_init_socket(e->loop, &sc->poll, fd) != 0) {
-    free(sc);
-    return NULL;
+/* Removes and frees the easy handle, then closes the multi. Removing a
+ * connect-only handle marks its connection for closing; the multi cleanup
+ * then closes it (our poll on it is closed by then). Never inside curl:
+ * nothing of ours runs there. */
+static void curl_close(struct kube_exec *e) {
+  if (!e->curl_init)
+    return;
+  e->curl_init = 0;
+  if (e->easy != NULL) {
+    curl_multi_remove_handle(e->curl.multi, e->easy);
+    curl_easy_cleanup(e->easy);
+    e->easy = NULL;
   }
-  sc->poll.data = sc;
-  sc->e = e;
-  sc->fd = fd;
-  sc->next = e->socks;
-  e->socks = sc;
-  e->handles++;
-  return sc;
-}
-
-/* Unlinks <sc> and closes its poll; uv_close stops it at once (epoll
- * forgets the fd now), the memory goes in the close callback. */
-static void sock_close(struct kube_exec *e, struct sock_ctx *sc) {
-  struct sock_ctx **pp;
-
-  for (pp = &e->socks; *pp != NULL; pp = &(*pp)->next) {
-    if (*pp == sc) {
-      *pp = sc->next;
-      break;
-    }
-  }
-  if (e->io == sc)
-    e->io = NULL;
-  uv_close((uv_handle_t *)&sc->poll, on_sock_close);
+  fr_curluv_close(&e->curl, on_curl_closed);
 }
 
 /* ---- completion ---- */
@@ -377,9 +341,14 @@ static void finish(struct kube_exec *e, int deliver) {
   }
   kube_call_untrack(&e->call);
   e->client = NULL;
-  while (e->socks != NULL)
-    sock_close(e, e->socks);
-  uv_close((uv_handle_t *)&e->curl_timer, on_handle_close);
+  if (e->io_open) {
+    /* uv_close stops it at once (epoll forgets the fd now), before curl
+     * closes the socket. */
+    e->io_open = 0;
+    uv_close((uv_handle_t *)&e->io, on_handle_close);
+  }
+  curl_close(e);
+  uv_close((uv_handle_t *)&e->resume, on_handle_close);
   uv_close((uv_handle_t *)&e->deadline, on_handle_close);
   if (!deliver)
     return;
@@ -945,7 +914,7 @@ static void do_read(struct kube_exec *e) {
     if (turn == READS_PER_TURN) {
       /* Let the loop breathe; TLS may hold more than the poll will report,
        * so resume from a timer rather than waiting for readability. */
-      uv_timer_start(&e->curl_timer, on_resume_read, 0, 0);
+      uv_timer_start(&e->resume, on_resume_read, 0, 0);
       return;
     }
     cc = curl_easy_recv(e->easy, buf, sizeof(buf), &n);
@@ -988,39 +957,22 @@ static void io_step(struct kube_exec *e, int readable, int writable) {
 static void io_update(struct kube_exec *e) {
   int events = UV_READABLE;
 
-  if (e->io == NULL)
+  if (!e->io_open)
     return;
   if (want_write(e))
     events |= UV_WRITABLE;
-  uv_poll_start(&e->io->poll, events, on_poll);
+  uv_poll_start(&e->io, events, on_poll);
 }
 
 static void on_resume_read(uv_timer_t *t) {
-  struct kube_exec *e = fr_container_of(t, struct kube_exec, curl_timer);
+  struct kube_exec *e = fr_container_of(t, struct kube_exec, resume);
 
   io_step(e, 1, 0);
 }
 
-/* ---- connecting ---- */
-
-static void check_multi(struct kube_exec *e);
-
 static void on_poll(uv_poll_t *p, int status, int events) {
-  struct sock_ctx *sc = p->data;
-  struct kube_exec *e = sc->e;
+  struct kube_exec *e = fr_container_of(p, struct kube_exec, io);
 
-  if (e->state == ST_CONNECTING) {
-    int flags = 0, running = 0;
-    if (status < 0)
-      flags = CURL_CSELECT_ERR;
-    if (events & UV_READABLE)
-      flags |= CURL_CSELECT_IN;
-    if (events & UV_WRITABLE)
-      flags |= CURL_CSELECT_OUT;
-    curl_multi_socket_action(e->multi, sc->fd, flags, &running);
-    check_multi(e);
-    return;
-  }
   if (e->state == ST_DONE)
     return;
   /* An error on the socket normally shows up as a failing read. */
@@ -1034,56 +986,7 @@ static void on_poll(uv_poll_t *p, int status, int events) {
   }
 }
 
-static void on_curl_timeout(uv_timer_t *t) {
-  struct kube_exec *e = fr_container_of(t, struct kube_exec, curl_timer);
-  int running = 0;
-
-  if (e->state != ST_CONNECTING)
-    return;
-  curl_multi_socket_action(e->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-  check_multi(e);
-}
-
-static int on_curl_timer(CURLM *m, long timeout_ms, void *userp) {
-  struct kube_exec *e = userp;
-
-  if (e->state != ST_CONNECTING)
-    return 0;
-  if (timeout_ms < 0)
-    uv_timer_stop(&e->curl_timer);
-  else
-    uv_timer_start(&e->curl_timer, on_curl_timeout, (uint64_t)timeout_ms, 0);
-  return 0;
-}
-
-static int on_curl_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp) {
-  struct kube_exec *e = userp;
-  struct sock_ctx *sc = socketp;
-  int events = 0;
-
-  /* After CONNECTING the connection is ours (or being torn down): curl's
-   * later calls (REMOVE on cleanup) have nothing to do. */
-  if (e->state != ST_CONNECTING)
-    return 0;
-  if (what == CURL_POLL_REMOVE) {
-    if (sc != NULL) {
-      sock_close(e, sc);
-      curl_multi_assign(e->multi, s, NULL);
-    }
-    return 0;
-  }
-  if (sc == NULL) {
-    if ((sc = sock_new(e, s)) == NULL)
-      return -1; /* curl fails the transfer */
-    curl_multi_assign(e->multi, s, sc);
-  }
-  if (what == CURL_POLL_IN || what == CURL_POLL_INOUT)
-    events |= UV_READABLE;
-  if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
-    events |= UV_WRITABLE;
-  uv_poll_start(&sc->poll, events, on_poll);
-  return 0;
-}
+/* ---- connecting ---- */
 
 /* Maps a failed connect to the codes listed at the top. */
 static int connect_error(struct kube_exec *e, CURLcode cc) {
@@ -1111,10 +1014,9 @@ static int connect_error(struct kube_exec *e, CURLcode cc) {
 
 static void connected(struct kube_exec *e, CURLcode cc) {
   curl_socket_t fd = CURL_SOCKET_BAD;
-  struct sock_ctx *sc, *next;
   int rc;
 
-  uv_timer_stop(&e->curl_timer);
+  fr_curluv_stop(&e->curl);
   if (cc != CURLE_OK) {
     set_errorf(e, connect_error(e, cc), "exec: cannot connect to %s: %s", e->url,
                e->errbuf[0] != '\0' ? e->errbuf : curl_easy_strerror(cc));
@@ -1126,18 +1028,14 @@ static void connected(struct kube_exec *e, CURLcode cc) {
     fail(e, -ECONNRESET, "exec: the connection was lost right after connecting");
     return;
   }
-  /* Keep (or make) one poll, for the connection; drop any other. */
-  for (sc = e->socks; sc != NULL; sc = next) {
-    next = sc->next;
-    if (sc->fd == fd && e->io == NULL)
-      e->io = sc;
-    else
-      sock_close(e, sc);
-  }
-  if (e->io == NULL && (e->io = sock_new(e, fd)) == NULL) {
+  /* curl's polls are closed (fr_curluv_stop), so the fd is free for ours. */
+  if (uv_poll_init_socket(e->loop, &e->io, fd) != 0) {
     fail(e, -ENOMEM, "exec: cannot watch the connection");
     return;
   }
+  e->io.data = e;
+  e->io_open = 1;
+  e->handles++;
   set_state(e, ST_UPGRADING);
   /* The request head goes out through the write queue. */
   rc = fr_buf_append(&e->wq, e->head.data, e->head.len);
@@ -1149,14 +1047,12 @@ static void connected(struct kube_exec *e, CURLcode cc) {
   io_step(e, 1, 1);
 }
 
-static void check_multi(struct kube_exec *e) {
-  CURLMsg *msg;
-  int left;
+/* fr_curluv's done_cb: the connect-only transfer is over. */
+static void on_curl_done(struct fr_curluv *cu, CURL *easy, CURLcode result) {
+  struct kube_exec *e = fr_container_of(cu, struct kube_exec, curl);
 
-  while (e->state == ST_CONNECTING && (msg = curl_multi_info_read(e->multi, &left)) != NULL) {
-    if (msg->msg == CURLMSG_DONE)
-      connected(e, msg->data.result);
-  }
+  if (e->state == ST_CONNECTING)
+    connected(e, result);
 }
 
 /* ---- start ---- */
@@ -1209,9 +1105,14 @@ static void on_creds(struct fr_kube_client *c, int status, void *arg) {
     finish(e, 1);
     return;
   }
-  e->multi = curl_multi_init();
+  if (fr_curluv_init(e->loop, &e->curl, on_curl_done, NULL) != 0) {
+    fail(e, -ENOMEM, "out of memory");
+    return;
+  }
+  e->curl_init = 1;
+  e->handles++;
   e->easy = curl_easy_init();
-  if (e->multi == NULL || e->easy == NULL) {
+  if (e->easy == NULL) {
     fail(e, -ENOMEM, "out of memory");
     return;
   }
@@ -1236,10 +1137,6 @@ static void on_creds(struct fr_kube_client *c, int status, void *arg) {
   curl_easy_setopt(e->easy, CURLOPT_FRESH_CONNECT, 1L);
   curl_easy_setopt(e->easy, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e->easy, CURLOPT_ERRORBUFFER, e->errbuf);
-  curl_multi_setopt(e->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
-  curl_multi_setopt(e->multi, CURLMOPT_SOCKETDATA, e);
-  curl_multi_setopt(e->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
-  curl_multi_setopt(e->multi, CURLMOPT_TIMERDATA, e);
 
   /* The upgrade request, written by us once connected. Headers from
    * kube_easy_setup (Authorization, X-Request-Id, ...) are copied; the
@@ -1291,7 +1188,7 @@ static void on_creds(struct fr_kube_client *c, int status, void *arg) {
   set_state(e, ST_CONNECTING);
   /* Adding calls the timer callback with 0: the connect starts from the
    * timer, on a later loop iteration. */
-  if ((mc = curl_multi_add_handle(e->multi, e->easy)) != CURLM_OK) {
+  if ((mc = curl_multi_add_handle(e->curl.multi, e->easy)) != CURLM_OK) {
     fail(e, mc == CURLM_OUT_OF_MEMORY ? -ENOMEM : -EINVAL, curl_multi_strerror(mc));
     return;
   }
@@ -1429,9 +1326,9 @@ int kube_exec_start(struct fr_kube_client *c, const char *ns, const char *pod,
   e->curl_ref = 1;
 
   /* From here the handles exist: failures go through finish(e, 0). */
-  uv_timer_init(e->loop, &e->curl_timer);
+  uv_timer_init(e->loop, &e->resume);
   uv_timer_init(e->loop, &e->deadline);
-  e->curl_timer.data = e;
+  e->resume.data = e;
   e->deadline.data = e;
   e->handles = 2;
   kube_call_track(c, &e->call);

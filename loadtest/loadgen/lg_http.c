@@ -1,6 +1,5 @@
-/* lg_http.c - see lg_http.h. The shape is curl's docs/examples/multi-uv.c
- * (as in cluster_adapter/src/kube.c), with the state in the client instead
- * of globals. */
+/* lg_http.c - see lg_http.h. The multi handle runs on the loop through
+ * fr/curluv.h, as the Kubernetes client's does. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,15 +8,9 @@
 #include <curl/curl.h>
 
 #include "fr/buf.h"
+#include "fr/curluv.h"
 #include "fr/util.h"
 #include "lg_http.h"
-
-struct lg_sock {
-  uv_poll_t poll;
-  struct lg_http *h;
-  curl_socket_t fd;
-  struct lg_sock *prev, *next;
-};
 
 struct lg_req {
   struct lg_http *h;
@@ -31,45 +24,22 @@ struct lg_req {
 };
 
 struct lg_http {
-  uv_loop_t *loop;
-  CURLM *multi;
-  uv_timer_t timer;
+  struct fr_curluv curl;
   char *base;
   struct curl_slist *headers;
   long timeout_ms;
-  struct lg_sock *socks;
   struct lg_req *reqs;
   size_t pending;
-  int nopen;          /* handles not yet closed: the timer and the polls */
   int dying;
   char errbuf[CURL_ERROR_SIZE];
 };
 
-static void maybe_free(struct lg_http *h) {
-  if (!h->dying || h->nopen > 0)
-    return;
+static void on_curl_closed(struct fr_curluv *cu) {
+  struct lg_http *h = fr_container_of(cu, struct lg_http, curl);
+
   curl_slist_free_all(h->headers);
   free(h->base);
   free(h);
-}
-
-static void on_handle_closed(uv_handle_t *handle) {
-  struct lg_http *h = handle->data;
-
-  if (handle->type == UV_POLL)
-    free(fr_container_of((uv_poll_t *)handle, struct lg_sock, poll));
-  h->nopen--;
-  maybe_free(h);
-}
-
-static void sock_close(struct lg_http *h, struct lg_sock *s) {
-  if (s->prev != NULL)
-    s->prev->next = s->next;
-  else
-    h->socks = s->next;
-  if (s->next != NULL)
-    s->next->prev = s->prev;
-  uv_close((uv_handle_t *)&s->poll, on_handle_closed);
 }
 
 static void req_unlink_free(struct lg_req *r) {
@@ -82,119 +52,37 @@ static void req_unlink_free(struct lg_req *r) {
   if (r->next != NULL)
     r->next->prev = r->prev;
   h->pending--;
-  curl_multi_remove_handle(h->multi, r->easy);
+  curl_multi_remove_handle(h->curl.multi, r->easy);
   curl_easy_cleanup(r->easy);
   fr_buf_free(&r->body);
   free(r);
 }
 
-static void dispatch(struct lg_http *h, curl_socket_t fd, int flags) {
+/* fr_curluv's done_cb: one request finished. */
+static void on_curl_done(struct fr_curluv *cu, CURL *easy, CURLcode result) {
   struct lg_response resp;
   struct lg_req *r;
-  CURLMsg *msg;
-  void *p;
+  void *p = NULL;
   long code;
-  int running, left;
 
-  if (h->dying)
-    return;
-  curl_multi_socket_action(h->multi, fd, flags, &running);
-  while ((msg = curl_multi_info_read(h->multi, &left)) != NULL) {
-    if (msg->msg != CURLMSG_DONE)
-      continue;
-    p = NULL;
-    curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &p);
-    r = p;
-    memset(&resp, 0, sizeof(resp));
-    resp.start_ns = r->start_ns;
-    resp.end_ns = uv_hrtime();
-    resp.retry_after = r->retry_after;
-    if (msg->data.result == CURLE_OK) {
-      code = 0;
-      curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &code);
-      resp.status = (int)code;
-    } else {
-      resp.error = curl_easy_strerror(msg->data.result);
-    }
-    resp.body = r->body.data != NULL ? r->body.data : "";
-    resp.body_len = r->body.len;
-    /* The callback may start requests (curl allows adding handles here). */
-    r->cb(&resp, r->arg);
-    req_unlink_free(r);
+  curl_easy_getinfo(easy, CURLINFO_PRIVATE, &p);
+  r = p;
+  memset(&resp, 0, sizeof(resp));
+  resp.start_ns = r->start_ns;
+  resp.end_ns = uv_hrtime();
+  resp.retry_after = r->retry_after;
+  if (result == CURLE_OK) {
+    code = 0;
+    curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &code);
+    resp.status = (int)code;
+  } else {
+    resp.error = curl_easy_strerror(result);
   }
-}
-
-static void on_poll(uv_poll_t *handle, int status, int events) {
-  struct lg_sock *s = fr_container_of(handle, struct lg_sock, poll);
-  int flags = 0;
-
-  if (status < 0)
-    flags = CURL_CSELECT_IN | CURL_CSELECT_OUT;
-  if (events & UV_READABLE)
-    flags |= CURL_CSELECT_IN;
-  if (events & UV_WRITABLE)
-    flags |= CURL_CSELECT_OUT;
-  dispatch(s->h, s->fd, flags);
-}
-
-static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp) {
-  struct lg_http *h = userp;
-  struct lg_sock *s = socketp;
-  int events = 0;
-
-  if (what == CURL_POLL_REMOVE) {
-    if (s != NULL) {
-      sock_close(h, s);
-      if (!h->dying)
-        curl_multi_assign(h->multi, fd, NULL);
-    }
-    return 0;
-  }
-  if (s == NULL) {
-    if (h->dying)
-      return 0;
-    s = calloc(1, sizeof(*s));
-    if (s == NULL)
-      return -1;
-    if (uv_poll_init_socket(h->loop, &s->poll, fd) != 0) {
-      free(s);
-      return -1;
-    }
-    s->poll.data = h;
-    s->h = h;
-    s->fd = fd;
-    s->next = h->socks;
-    if (h->socks != NULL)
-      h->socks->prev = s;
-    h->socks = s;
-    h->nopen++;
-    curl_multi_assign(h->multi, fd, s);
-  }
-  if (what & CURL_POLL_IN)
-    events |= UV_READABLE;
-  if (what & CURL_POLL_OUT)
-    events |= UV_WRITABLE;
-  uv_poll_start(&s->poll, events, on_poll);
-  return 0;
-}
-
-static void on_timeout(uv_timer_t *t) {
-  struct lg_http *h = fr_container_of(t, struct lg_http, timer);
-
-  dispatch(h, CURL_SOCKET_TIMEOUT, 0);
-}
-
-/* 0 means "soon": a loop turn later, never socket_action from in here. */
-static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp) {
-  struct lg_http *h = userp;
-
-  if (h->dying)
-    return 0;
-  if (timeout_ms < 0)
-    uv_timer_stop(&h->timer);
-  else
-    uv_timer_start(&h->timer, on_timeout, (uint64_t)timeout_ms, 0);
-  return 0;
+  resp.body = r->body.data != NULL ? r->body.data : "";
+  resp.body_len = r->body.len;
+  /* The callback may start requests (curl allows adding handles here). */
+  r->cb(&resp, r->arg);
+  req_unlink_free(r);
 }
 
 static size_t on_write(char *data, size_t size, size_t nmemb, void *arg) {
@@ -219,7 +107,6 @@ int lg_http_new(uv_loop_t *loop, const char *base_url, const char *token, long t
   fr_buf_init(&line);
   if (h == NULL)
     return -ENOMEM;
-  h->loop = loop;
   h->timeout_ms = timeout_ms;
   if ((h->base = strdup(base_url)) == NULL)
     goto fail;
@@ -238,18 +125,11 @@ int lg_http_new(uv_loop_t *loop, const char *base_url, const char *token, long t
       goto fail;
     h->headers = l;
   }
-  if ((h->multi = curl_multi_init()) == NULL)
+  if (fr_curluv_init(loop, &h->curl, on_curl_done, NULL) != 0)
     goto fail;
-  curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
-  curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
-  curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
-  curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
-  curl_multi_setopt(h->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
+  curl_multi_setopt(h->curl.multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
   /* Keep every connection of the highest level (1,000+) for reuse. */
-  curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, 20000L);
-  uv_timer_init(loop, &h->timer);
-  h->timer.data = h;
-  h->nopen = 1;
+  curl_multi_setopt(h->curl.multi, CURLMOPT_MAXCONNECTS, 20000L);
   fr_buf_free(&line);
   *out = h;
   return 0;
@@ -321,7 +201,7 @@ int lg_http_request(struct lg_http *h, const char *method, const char *path, con
   else if (strcmp(method, "POST") == 0 && body == NULL)
     curl_easy_setopt(r->easy, CURLOPT_POSTFIELDS, "");
   r->start_ns = uv_hrtime();
-  if (curl_multi_add_handle(h->multi, r->easy) != CURLM_OK) {
+  if (curl_multi_add_handle(h->curl.multi, r->easy) != CURLM_OK) {
     rc = -EIO;
     goto fail;
   }
@@ -350,11 +230,7 @@ void lg_http_free(struct lg_http *h) {
   while (h->reqs != NULL)
     req_unlink_free(h->reqs);
   h->dying = 1;
-  /* Closes the cached connections; their sockets come back as
-   * CURL_POLL_REMOVE and are closed by on_curl_socket. */
-  curl_multi_cleanup(h->multi);
-  h->multi = NULL;
-  while (h->socks != NULL)
-    sock_close(h, h->socks);
-  uv_close((uv_handle_t *)&h->timer, on_handle_closed);
+  /* Closes the cached connections and the handles; <h> goes once they
+   * are closed. */
+  fr_curluv_close(&h->curl, on_curl_closed);
 }

@@ -1,8 +1,7 @@
 /* lg_http.h - the load generator's HTTP/1.1 client: libcurl multi driven by
- * libuv (curl's socket callback -> one uv_poll per socket, its timer
- * callback -> one uv_timer, curl_multi_info_read drained after every
- * socket_action), keep-alive connections reused, no limit on connections
- * per host (a level of 1,000 concurrent requests opens 1,000 connections).
+ * libuv (fr/curluv.h), keep-alive connections reused, no limit on
+ * connections per host (a level of 1,000 concurrent requests opens 1,000
+ * connections).
  *
  * Callbacks run from the loop, never from inside lg_http_request().
  */

@@ -1,0 +1,212 @@
+/* curluv.c - see fr/curluv.h. */
+#include "fr/curluv.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "fr/util.h"
+
+/* One socket curl asked us to watch. */
+struct fr_curluv_sock {
+  uv_poll_t poll;
+  struct fr_curluv *cu;
+  curl_socket_t fd;
+  struct fr_curluv_sock *prev, *next;
+};
+
+static void teardown(struct fr_curluv *cu);
+
+static void handle_closed(struct fr_curluv *cu) {
+  cu->nopen--;
+  if (cu->torn_down && cu->nopen == 0 && cu->close_cb != NULL)
+    cu->close_cb(cu);
+}
+
+static void on_sock_closed(uv_handle_t *h) {
+  struct fr_curluv_sock *s = fr_container_of((uv_poll_t *)h, struct fr_curluv_sock, poll);
+  struct fr_curluv *cu = s->cu;
+
+  free(s);
+  handle_closed(cu);
+}
+
+static void on_timer_closed(uv_handle_t *h) {
+  handle_closed(fr_container_of((uv_timer_t *)h, struct fr_curluv, timer));
+}
+
+/* Unlinks <s> and closes its poll; uv_close stops it at once (epoll
+ * forgets the fd now), the memory goes in the close callback. */
+static void sock_close(struct fr_curluv *cu, struct fr_curluv_sock *s) {
+  if (s->prev != NULL)
+    s->prev->next = s->next;
+  else
+    cu->socks = s->next;
+  if (s->next != NULL)
+    s->next->prev = s->prev;
+  s->prev = s->next = NULL;
+  uv_close((uv_handle_t *)&s->poll, on_sock_closed);
+}
+
+/* curl_multi_socket_action, then the finished transfers. A done_cb may
+ * close <cu>; the multi goes only at the end, outside the drain. */
+static void dispatch(struct fr_curluv *cu, curl_socket_t fd, int flags) {
+  CURLMsg *msg;
+  CURL *easy;
+  CURLcode result;
+  int running, left;
+
+  if (cu->torn_down || cu->stopped)
+    return;
+  cu->dispatching++;
+  cu->in_curl++;
+  curl_multi_socket_action(cu->multi, fd, flags, &running);
+  cu->in_curl--;
+  if (cu->after_cb != NULL)
+    cu->after_cb(cu);
+  while (!cu->closing && !cu->stopped && (msg = curl_multi_info_read(cu->multi, &left)) != NULL) {
+    if (msg->msg != CURLMSG_DONE)
+      continue;
+    /* <msg> dies with its easy handle, which the callback may remove. */
+    easy = msg->easy_handle;
+    result = msg->data.result;
+    cu->done_cb(cu, easy, result);
+  }
+  cu->dispatching--;
+  if (cu->closing && !cu->dispatching && !cu->torn_down)
+    teardown(cu);
+}
+
+static void on_poll(uv_poll_t *h, int status, int events) {
+  struct fr_curluv_sock *s = fr_container_of(h, struct fr_curluv_sock, poll);
+  int flags = 0;
+
+  /* On an error let curl find out by reading and writing (multi-uv.c). */
+  if (status < 0)
+    flags = CURL_CSELECT_IN | CURL_CSELECT_OUT;
+  if (events & UV_READABLE)
+    flags |= CURL_CSELECT_IN;
+  if (events & UV_WRITABLE)
+    flags |= CURL_CSELECT_OUT;
+  dispatch(s->cu, s->fd, flags);
+}
+
+static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp) {
+  struct fr_curluv *cu = userp;
+  struct fr_curluv_sock *s = socketp;
+  int events = 0;
+
+  /* Stopped: the polls are closed (and <socketp> may be freed); whatever
+   * curl still does with its sockets is no longer ours to watch. */
+  if (cu->stopped)
+    return 0;
+  if (what == CURL_POLL_REMOVE) {
+    if (s != NULL) {
+      sock_close(cu, s);
+      if (!cu->torn_down)
+        curl_multi_assign(cu->multi, fd, NULL);
+    }
+    return 0;
+  }
+  /* curl_multi_cleanup only closes sockets: nothing new to watch. */
+  if (cu->torn_down)
+    return 0;
+  if (s == NULL) {
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+      return -1;   /* curl fails the transfer */
+    if (uv_poll_init_socket(cu->loop, &s->poll, fd) != 0) {
+      free(s);
+      return -1;
+    }
+    s->cu = cu;
+    s->fd = fd;
+    s->next = cu->socks;
+    if (cu->socks != NULL)
+      cu->socks->prev = s;
+    cu->socks = s;
+    cu->nopen++;
+    curl_multi_assign(cu->multi, fd, s);
+  }
+  if (what & CURL_POLL_IN)
+    events |= UV_READABLE;
+  if (what & CURL_POLL_OUT)
+    events |= UV_WRITABLE;
+  uv_poll_start(&s->poll, events, on_poll);
+  return 0;
+}
+
+static void on_timeout(uv_timer_t *t) {
+  dispatch(fr_container_of(t, struct fr_curluv, timer), CURL_SOCKET_TIMEOUT, 0);
+}
+
+/* curl asks for one timer; 0 means "soon": a loop turn later, never a
+ * socket_action from inside this callback (forbidden by curl). */
+static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp) {
+  struct fr_curluv *cu = userp;
+
+  if (cu->torn_down || cu->stopped)
+    return 0;
+  if (timeout_ms < 0)
+    uv_timer_stop(&cu->timer);
+  else
+    uv_timer_start(&cu->timer, on_timeout, (uint64_t)timeout_ms, 0);
+  return 0;
+}
+
+int fr_curluv_init(uv_loop_t *loop, struct fr_curluv *cu, fr_curluv_done_cb done_cb,
+                   fr_curluv_after_cb after_cb) {
+  *cu = (struct fr_curluv){0};
+  cu->multi = curl_multi_init();
+  if (cu->multi == NULL)
+    return -ENOMEM;
+  cu->loop = loop;
+  cu->done_cb = done_cb;
+  cu->after_cb = after_cb;
+  curl_multi_setopt(cu->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+  curl_multi_setopt(cu->multi, CURLMOPT_SOCKETDATA, cu);
+  curl_multi_setopt(cu->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+  curl_multi_setopt(cu->multi, CURLMOPT_TIMERDATA, cu);
+  uv_timer_init(loop, &cu->timer);
+  cu->nopen = 1;
+  return 0;
+}
+
+int fr_curluv_in_curl(const struct fr_curluv *cu) {
+  return cu->in_curl > 0;
+}
+
+void fr_curluv_stop(struct fr_curluv *cu) {
+  if (cu->stopped || cu->torn_down)
+    return;
+  cu->stopped = 1;
+  uv_timer_stop(&cu->timer);
+  while (cu->socks != NULL) {
+    curl_multi_assign(cu->multi, cu->socks->fd, NULL);
+    sock_close(cu, cu->socks);
+  }
+}
+
+/* Runs outside every curl callback and drain loop. */
+static void teardown(struct fr_curluv *cu) {
+  struct fr_curluv_sock *s;
+
+  cu->torn_down = 1;
+  /* Stop polling before curl closes the sockets under the polls; the
+   * cleanup reports them as CURL_POLL_REMOVE, closed in on_curl_socket. */
+  for (s = cu->socks; s != NULL; s = s->next)
+    uv_poll_stop(&s->poll);
+  curl_multi_cleanup(cu->multi);
+  cu->multi = NULL;
+  while (cu->socks != NULL)
+    sock_close(cu, cu->socks);
+  uv_close((uv_handle_t *)&cu->timer, on_timer_closed);
+}
+
+void fr_curluv_close(struct fr_curluv *cu, fr_curluv_close_cb cb) {
+  if (cu->closing)
+    return;
+  cu->closing = 1;
+  cu->close_cb = cb;
+  if (!cu->dispatching)
+    teardown(cu);
+}
