@@ -55,57 +55,92 @@ static int64_t requests_of(json_t *pod, const char *res, int milli);
 /* Adds (<sign> 1) or removes (-1) a sandbox-cache pod from the counters:
  * a live sandbox (any state but warm) counts with its tenant and requests,
  * a ready warm pod joins its pool's ready set. */
-static void pods_count(struct fr_adapter *a, json_t *pod, int sign) {
-  const char *state = pod_label(pod, FR_LABEL_STATE);
-  const char *name = json_string_value(json_object_get(json_object_get(pod, "metadata"), "name"));
+static void pods_count(struct fr_adapter *a, const struct fr_pod *p, int sign) {
+  /* A sandbox holds its node's resources until it finishes, terminating
+   * or not. */
+  if (p->phase != FR_POD_FAILED && p->phase != FR_POD_SUCCEEDED)
+    usage_add(a->sb_node_usage, p->node, p->cpu_m, p->mem_b, sign);
+  if (fr_pod_done(p))
+    return;
+  if (p->state != NULL && strcmp(p->state, "warm") == 0) {
+    json_t *set;
+    if (p->pool == NULL || !p->ready)
+      return;
+    a->n_warm += sign;
+    set = json_object_get(a->warm_ready, p->pool);
+    if (sign > 0) {
+      if (set == NULL && (set = json_object()) != NULL && json_object_set_new(a->warm_ready, p->pool, set) != 0)
+        set = NULL;
+      if (set != NULL)
+        json_object_set_new(set, p->name, json_true());
+    } else if (set != NULL) {
+      json_object_del(set, p->name);
+      if (json_object_size(set) == 0)
+        json_object_del(a->warm_ready, p->pool);
+    }
+    return;
+  }
+  a->n_sandboxes += sign;
+  a->sb_cpu_m += sign * p->cpu_m;
+  a->sb_mem_b += sign * p->mem_b;
+  if (p->tenant != NULL) {
+    json_t *n = json_object_get(a->tenant_counts, p->tenant);
+    json_int_t v = json_integer_value(n) + sign;
+    if (v <= 0)
+      json_object_del(a->tenant_counts, p->tenant);
+    else if (n != NULL)
+      json_integer_set(n, v);
+    else
+      json_object_set_new(a->tenant_counts, p->tenant, json_integer(v));
+  }
+}
+
+/* A sandbox pod event: into the compact store, the counters, and the
+ * creates waiting for their pods. */
+static void on_pod_event(struct fr_adapter *a, enum fr_informer_event ev, json_t *obj) {
+  const char *name = json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
+  struct fr_pod *p, *old = NULL;
 
   if (name == NULL)
     return;
-  /* A sandbox holds its node's resources until it finishes, terminating
-   * or not. */
-  {
-    const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
-    if (phase == NULL || (strcmp(phase, "Failed") != 0 && strcmp(phase, "Succeeded") != 0))
-      usage_add(a->sb_node_usage, json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName")),
-                requests_of(pod, "cpu", 1), requests_of(pod, "memory", 0), sign);
-  }
-  if (pod_done(pod))
-    return;
-  if (state != NULL && strcmp(state, "warm") == 0) {
-    const char *pool = pod_label(pod, FR_LABEL_POOL);
-    json_t *set;
-    if (pool == NULL || !pod_condition_true(pod, "Ready"))
-      return;
-    a->n_warm += sign;
-    set = json_object_get(a->warm_ready, pool);
-    if (sign > 0) {
-      if (set == NULL && (set = json_object()) != NULL && json_object_set_new(a->warm_ready, pool, set) != 0)
-        set = NULL;
-      if (set != NULL)
-        json_object_set_new(set, name, json_true());
-    } else if (set != NULL) {
-      json_object_del(set, name);
-      if (json_object_size(set) == 0)
-        json_object_del(a->warm_ready, pool);
+  if (ev == FR_INF_DELETED) {
+    old = podstore_take(&a->pods, name);
+    if (old != NULL) {
+      pods_count(a, old, -1);
+      sandbox_on_pod(a, ev, old, NULL);
+      podstore_release(&a->pods, old);
     }
     return;
   }
-  {
-    const char *tenant = pod_label(pod, FR_LABEL_TENANT);
-    a->n_sandboxes += sign;
-    a->sb_cpu_m += sign * requests_of(pod, "cpu", 1);
-    a->sb_mem_b += sign * requests_of(pod, "memory", 0);
-    if (tenant != NULL) {
-      json_t *n = json_object_get(a->tenant_counts, tenant);
-      json_int_t v = json_integer_value(n) + sign;
-      if (v <= 0)
-        json_object_del(a->tenant_counts, tenant);
-      else if (n != NULL)
-        json_integer_set(n, v);
-      else
-        json_object_set_new(a->tenant_counts, tenant, json_integer(v));
-    }
+  p = podstore_parse(&a->pods, obj);
+  if (p == NULL || podstore_put(&a->pods, p, &old) != 0) {
+    FR_ERROR("adapter", "%s: cannot cache pod %s (out of memory or malformed)", a->cc.name, name);
+    podstore_release(&a->pods, p);
+    return;
   }
+  if (old != NULL)
+    pods_count(a, old, -1);
+  pods_count(a, p, 1);
+  sandbox_on_pod(a, old ? FR_INF_MODIFIED : FR_INF_ADDED, p, old);
+  podstore_release(&a->pods, old);
+}
+
+static const char *store_rv(void *arg, const char *ns, const char *name) {
+  struct fr_adapter *a = arg;
+  struct fr_pod *p = podstore_get(&a->pods, name);
+
+  (void)ns; /* one namespace per adapter */
+  return p ? p->rv : NULL;
+}
+
+static void store_each(void *arg, void (*fn)(const char *ns, const char *name, const char *rv, void *fn_arg),
+                       void *fn_arg) {
+  struct fr_adapter *a = arg;
+  struct fr_pod *p;
+  size_t cur = 0;
+
+  while ((p = podstore_next(&a->pods, &cur)) != NULL)
+    fn(a->ns, p->name, p->rv, fn_arg);
 }
 
 static void on_informer(struct fr_informer *inf, enum fr_informer_event ev, json_t *obj, json_t *old,
@@ -120,10 +155,7 @@ static void on_informer(struct fr_informer *inf, enum fr_informer_event ev, json
       other_usage_add(a, old, -1);
     other_usage_add(a, obj, ev == FR_INF_DELETED ? -1 : 1);
   } else if (inf == a->inf[INF_PODS] && obj != NULL) {
-    if (ev == FR_INF_MODIFIED)
-      pods_count(a, old, -1);
-    pods_count(a, obj, ev == FR_INF_DELETED ? -1 : 1);
-    sandbox_on_pod(a, ev, obj, ev == FR_INF_MODIFIED ? old : NULL);
+    on_pod_event(a, ev, obj);
   }
 }
 
@@ -140,40 +172,6 @@ static json_t *slim_any_pod(json_t *pod) {
                    "resourceVersion", json_object_get(meta, "resourceVersion"), "n",
                    done ? NULL : node, "c", (json_int_t)requests_of(pod, "cpu", 1), "m",
                    (json_int_t)requests_of(pod, "memory", 0));
-}
-
-/* Sandbox pods keep what listing, claims and readiness need; the rest of a
- * pod (env, container statuses, ...) is dropped from the cache. */
-static json_t *slim_sandbox_pod(json_t *pod) {
-  json_t *meta = json_object_get(pod, "metadata"), *spec = json_object_get(pod, "spec");
-  json_t *st = json_object_get(pod, "status"), *out, *m, *conds = json_array(), *c, *containers = json_array();
-  static const char *const meta_keys[] = {"name", "namespace", "resourceVersion", "creationTimestamp",
-                                          "deletionTimestamp", "labels", "annotations"};
-  size_t i;
-
-  json_array_foreach(json_object_get(st, "conditions"), i, c) {
-    const char *t = json_string_value(json_object_get(c, "type"));
-    if (t != NULL && (strcmp(t, "Ready") == 0 || strcmp(t, "PodScheduled") == 0))
-      json_array_append_new(conds, json_pack("{s:O,s:O?,s:O?,s:O?}", "type", json_object_get(c, "type"),
-                                             "status", json_object_get(c, "status"), "reason",
-                                             json_object_get(c, "reason"), "message",
-                                             json_object_get(c, "message")));
-  }
-  json_array_foreach(json_object_get(spec, "containers"), i, c) {
-    json_t *req = json_object_get(json_object_get(c, "resources"), "requests");
-    json_array_append_new(containers, json_pack("{s:{s:O?}}", "resources", "requests", req));
-  }
-  m = json_object();
-  for (i = 0; i < sizeof(meta_keys) / sizeof(meta_keys[0]); i++) {
-    json_t *v = json_object_get(meta, meta_keys[i]);
-    if (v != NULL)
-      json_object_set(m, meta_keys[i], v);
-  }
-  out = json_pack("{s:o,s:{s:O?,s:o},s:{s:O?,s:O?,s:O?,s:o}}", "metadata", m, "spec", "nodeName",
-                  json_object_get(spec, "nodeName"), "containers", containers, "status", "phase",
-                  json_object_get(st, "phase"), "reason", json_object_get(st, "reason"), "startTime",
-                  json_object_get(st, "startTime"), "conditions", conds);
-  return out;
 }
 
 static const char *const breaker_names[] = {"closed", "open", "half-open"};
@@ -294,7 +292,7 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/resourcequotas", a->ns);
   if (rc == 0)
     rc = fr_informer_new(a->client, path, NULL, on_informer, a, &a->inf[INF_QUOTAS]);
-  if (rc == 0 && ((a->node_usage = json_object()) == NULL || (a->sb_node_usage = json_object()) == NULL ||
+  if (rc == 0 && (podstore_init(&a->pods) != 0 || (a->node_usage = json_object()) == NULL || (a->sb_node_usage = json_object()) == NULL ||
                   (a->warm_ready = json_object()) == NULL ||
                   (a->tenant_counts = json_object()) == NULL))
     rc = -ENOMEM;
@@ -302,7 +300,7 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
     snprintf(err, errlen, "%s: out of memory", cc->name);
     goto fail;
   }
-  fr_informer_set_transform(a->inf[INF_PODS], slim_sandbox_pod);
+  fr_informer_set_owner_store(a->inf[INF_PODS], store_rv, store_each, a);
   fr_informer_set_transform(a->inf[INF_ALLPODS], slim_any_pod);
   if (sandbox_init(a) != 0) {
     rc = -ENOMEM;
@@ -324,6 +322,8 @@ fail:
   json_decref(a->sb_node_usage);
   json_decref(a->warm_ready);
   json_decref(a->tenant_counts);
+  if (a->pods.slots != NULL)
+    podstore_free(&a->pods);
   free(a->reaper);
   for (i = 0; i < INF_COUNT; i++)
     fr_informer_free(a->inf[i]);
@@ -368,6 +368,7 @@ static void on_client_freed(void *arg) {
   json_decref(a->sb_node_usage);
   json_decref(a->warm_ready);
   json_decref(a->tenant_counts);
+  podstore_free(&a->pods);
   free(a);
   if (cb != NULL)
     cb(cb_arg);
@@ -404,16 +405,17 @@ const char *fr_adapter_region(const struct fr_adapter *a) {
   return a->cc.region;
 }
 
-json_t *fr_adapter_pods(struct fr_adapter *a) {
-  return fr_informer_items(a->inf[INF_PODS]);
-}
 
 json_t *fr_adapter_pool_sets(struct fr_adapter *a) {
   return fr_informer_items(a->inf[INF_POOLS]);
 }
 
-json_t *fr_adapter_pod(struct fr_adapter *a, const char *pod) {
-  return fr_informer_get(a->inf[INF_PODS], a->ns, pod);
+const struct fr_pod *fr_adapter_pod(struct fr_adapter *a, const char *pod) {
+  return podstore_get(&a->pods, pod);
+}
+
+const struct fr_pod *fr_adapter_pod_next(struct fr_adapter *a, size_t *cursor) {
+  return podstore_next(&a->pods, cursor);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -443,23 +445,12 @@ int pod_condition_true(json_t *obj, const char *type) {
   return 0;
 }
 
-int pod_done(json_t *pod) {
-  const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
-
-  return json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp") != NULL ||
-         (phase != NULL && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0));
-}
-
 int64_t fr_adapter_tenant_sandboxes(struct fr_adapter *a, const char *tenant) {
   return json_integer_value(json_object_get(a->tenant_counts, tenant));
 }
 
 const char *pod_label(json_t *obj, const char *key) {
   return json_string_value(json_object_get(json_object_get(json_object_get(obj, "metadata"), "labels"), key));
-}
-
-const char *pod_annotation(json_t *obj, const char *key) {
-  return json_string_value(json_object_get(json_object_get(json_object_get(obj, "metadata"), "annotations"), key));
 }
 
 static int64_t requests_of(json_t *pod, const char *res, int milli) {

@@ -9,6 +9,7 @@
 #include "fr/adapter.h"
 #include "fr/informer.h"
 #include "fr/kube.h"
+#include "podstore.h"
 
 /* PODS, POOLS and NODES gate readiness; ALLPODS (every pod in the cluster,
  * reduced to node and requests) and QUOTAS refine capacity when allowed. */
@@ -27,6 +28,7 @@ struct fr_adapter {
   char *server;
   struct fr_kube_client *client;
   struct fr_informer *inf[INF_COUNT];
+  struct podstore pods;          /* the sandbox pod cache (INF_PODS keeps nothing itself) */
   uv_timer_t *probe;
   struct fr_kube_call *probe_call;
   uint64_t probe_sent_ms;
@@ -65,8 +67,10 @@ struct fr_adapter {
 };
 
 /* sandbox.c hooks, called by adapter.c */
-/* Every event of the sandbox pod cache (<old>: previous state, MODIFIED only). */
-void sandbox_on_pod(struct fr_adapter *a, enum fr_informer_event ev, json_t *obj, json_t *old);
+/* Every change of the sandbox pod cache: <p> the new state (for DELETED
+ * the last one, already out of the cache), <old> the previous (MODIFIED). */
+void sandbox_on_pod(struct fr_adapter *a, enum fr_informer_event ev, const struct fr_pod *p,
+                    const struct fr_pod *old);
 int sandbox_init(struct fr_adapter *a);
 void sandbox_start(struct fr_adapter *a);
 /* Fails every create in flight (adapter going away) and closes the reaper. */
@@ -76,11 +80,7 @@ void sandbox_stop(struct fr_adapter *a);
 void sandbox_cluster_down(struct fr_adapter *a);
 
 /* Small JSON accessors shared by the adapter sources. */
-const char *pod_label(json_t *pod, const char *key);
-const char *pod_annotation(json_t *pod, const char *key);
-int pod_condition_true(json_t *pod, const char *type);
-/* 1 for a pod that no longer runs or is on its way out: deletionTimestamp
- * set, or phase Failed / Succeeded. */
-int pod_done(json_t *pod);
+const char *pod_label(json_t *obj, const char *key);
+int pod_condition_true(json_t *obj, const char *type);
 
 #endif

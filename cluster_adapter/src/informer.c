@@ -42,8 +42,11 @@ struct fr_informer {
   enum inf_state state;
   struct fr_kube_call *call;
   uv_timer_t *timer;       /* heap-allocated so free() need not wait for it */
-  json_t *items;           /* "ns/name" -> object */
-  json_t *fresh;           /* relist in progress */
+  json_t *items;           /* "ns/name" -> object; NULL when the owner keeps the objects */
+  fr_informer_rv_fn owner_rv;
+  fr_informer_each_fn owner_each;
+  void *owner_arg;
+  json_t *seen;            /* (re)list in progress: "ns/name" of every object listed so far */
   char rv[32];
   char list_rv[32];
   char cont[1024];
@@ -79,18 +82,19 @@ static void url_encode(struct fr_buf *b, const char *s) {
   }
 }
 
-static int obj_key(json_t *obj, char *out, size_t cap) {
+static int obj_id(json_t *obj, const char **ns, const char **name, char *key, size_t cap) {
   json_t *meta = json_object_get(obj, "metadata");
-  const char *ns = json_string_value(json_object_get(meta, "namespace"));
-  const char *name = json_string_value(json_object_get(meta, "name"));
 
-  if (name == NULL)
+  *ns = json_string_value(json_object_get(meta, "namespace"));
+  *name = json_string_value(json_object_get(meta, "name"));
+  if (*name == NULL)
     return -EINVAL;
-  if ((size_t)snprintf(out, cap, "%s/%s", ns ? ns : "", name) >= cap)
+  if (*ns == NULL)
+    *ns = "";
+  if ((size_t)snprintf(key, cap, "%s/%s", *ns, *name) >= cap)
     return -ENAMETOOLONG;
   return 0;
 }
-
 static const char *obj_rv(json_t *obj) {
   const char *rv = json_string_value(json_object_get(json_object_get(obj, "metadata"), "resourceVersion"));
 
@@ -144,34 +148,89 @@ static void backoff(struct fr_informer *inf, const char *why) {
 /* ---------------------------------------------------------------------- */
 /* list                                                                    */
 
-static void deliver_diff(struct fr_informer *inf) {
-  json_t *old = inf->items, *fresh = inf->fresh, *v, *prev;
-  const char *key;
-  void *tmp;
+/* The resourceVersion cached for an object, or NULL when it is not. */
+static const char *cached_rv(struct fr_informer *inf, const char *ns, const char *name, const char *key) {
+  json_t *o;
 
-  /* A write observed after the list was served (fr_informer_observe) is
-   * newer than what the list says: keep it; the watch from the list's
-   * resourceVersion brings the same change or a later one. */
-  json_object_foreach(old, key, v) {
-    if (rv_older(inf->list_rv, obj_rv(v)) &&
-        ((prev = json_object_get(fresh, key)) == NULL || rv_older(obj_rv(prev), obj_rv(v))))
-      json_object_set(fresh, key, v);
-  }
-  inf->items = fresh;
-  inf->fresh = NULL;
-  /* Changes and additions first, then what disappeared. */
-  json_object_foreach(fresh, key, v) {
-    prev = json_object_get(old, key);
-    if (prev == NULL)
-      inf->cb(inf, FR_INF_ADDED, v, NULL, inf->arg);
-    else if (strcmp(obj_rv(prev), obj_rv(v)) != 0)
-      inf->cb(inf, FR_INF_MODIFIED, v, prev, inf->arg);
-  }
-  json_object_foreach_safe(old, tmp, key, v) {
-    if (json_object_get(fresh, key) == NULL)
-      inf->cb(inf, FR_INF_DELETED, v, NULL, inf->arg);
+  if (inf->items == NULL)
+    return inf->owner_rv(inf->owner_arg, ns, name);
+  o = json_object_get(inf->items, key);
+  return o ? obj_rv(o) : NULL;
+}
+
+/* Applies one object (already transformed) to the cache and tells the
+ * owner: from a watch event, an observed write, a list page (<listed>) or
+ * the sweep after a list (<deleted>). A version older than the cached one
+ * is a replay that an observed write superseded: ignored. */
+static void apply(struct fr_informer *inf, json_t *obj, int deleted, int listed) {
+  const char *ns, *name, *prev;
+  json_t *old = NULL;
+  char key[600];
+  int existed;
+
+  if (obj_id(obj, &ns, &name, key, sizeof(key)) != 0)
+    return;
+  if (listed && inf->seen != NULL)
+    json_object_set_new(inf->seen, key, json_true());
+  prev = cached_rv(inf, ns, name, key);
+  existed = prev != NULL;
+  if (existed && (rv_older(obj_rv(obj), prev) || (listed && strcmp(prev, obj_rv(obj)) == 0)))
+    return;
+  if (inf->items != NULL && existed)
+    old = json_incref(json_object_get(inf->items, key));
+  if (deleted) {
+    if (!existed)
+      return;
+    if (inf->items != NULL)
+      json_object_del(inf->items, key);
+    inf->cb(inf, FR_INF_DELETED, obj, NULL, inf->arg);
+  } else {
+    if (inf->items != NULL)
+      json_object_set(inf->items, key, obj);
+    inf->cb(inf, existed ? FR_INF_MODIFIED : FR_INF_ADDED, obj, old, inf->arg);
   }
   json_decref(old);
+}
+
+struct sweep {
+  struct fr_informer *inf;
+  json_t *gone;
+};
+
+static void sweep_one(const char *ns, const char *name, const char *rv, void *arg) {
+  struct sweep *sw = arg;
+  char key[600];
+
+  if ((size_t)snprintf(key, sizeof(key), "%s/%s", ns, name) >= sizeof(key) ||
+      json_object_get(sw->inf->seen, key) != NULL)
+    return;
+  /* Newer than the list: an observed write the list could not show yet
+   * (the watch from the list's resourceVersion brings it). */
+  if (rv_older(sw->inf->list_rv, rv))
+    return;
+  json_array_append_new(sw->gone, json_pack("{s:{s:s,s:s,s:s}}", "metadata", "namespace", ns, "name", name,
+                                            "resourceVersion", rv));
+}
+
+/* After a complete list: what is cached but was not listed is gone. */
+static void sweep(struct fr_informer *inf) {
+  struct sweep sw = {inf, json_array()};
+  json_t *v;
+  const char *key;
+  size_t i;
+
+  if (inf->items != NULL) {
+    json_object_foreach(inf->items, key, v) {
+      if (json_object_get(inf->seen, key) == NULL && !rv_older(inf->list_rv, obj_rv(v)))
+        json_array_append(sw.gone, v);
+    }
+  } else {
+    inf->owner_each(inf->owner_arg, sweep_one, &sw);
+  }
+  json_array_foreach(sw.gone, i, v) apply(inf, v, 1, 0);
+  json_decref(sw.gone);
+  json_decref(inf->seen);
+  inf->seen = NULL;
 }
 
 static void on_list_page(const struct fr_kube_response *resp, void *arg) {
@@ -179,16 +238,12 @@ static void on_list_page(const struct fr_kube_response *resp, void *arg) {
   json_t *doc, *items, *item;
   const char *cont, *rv;
   size_t i;
-  char key[600], why[256];
+  char why[256];
 
   inf->call = NULL;
   if (resp->status != 200) {
-    if (resp->status == 410) {
-      /* the continue token expired: start the list over */
-      inf->cont[0] = '\0';
-      json_decref(inf->fresh);
-      inf->fresh = NULL;
-    }
+    if (resp->status == 410)
+      inf->cont[0] = '\0'; /* the continue token expired: start the list over */
     snprintf(why, sizeof(why), "list failed (%d %s)", resp->status,
              resp->error ? resp->error : "");
     backoff(inf, why);
@@ -202,16 +257,13 @@ static void on_list_page(const struct fr_kube_response *resp, void *arg) {
     return;
   }
   inf->last_contact_ms = uv_now(inf->loop);
+  /* Page by page into the cache, so a relist never holds a second copy of
+   * everything; what was not listed goes in the sweep at the end. */
   json_array_foreach(items, i, item) {
-    if (obj_key(item, key, sizeof(key)) != 0)
-      continue;
-    if (inf->transform != NULL) {
-      json_t *t = inf->transform(item);
-      if (t != NULL)
-        json_object_set_new(inf->fresh, key, t);
-    } else {
-      json_object_set(inf->fresh, key, item);
-    }
+    json_t *t = inf->transform != NULL ? inf->transform(item) : json_incref(item);
+    if (t != NULL)
+      apply(inf, t, 0, 1);
+    json_decref(t);
   }
   rv = json_string_value(json_object_get(json_object_get(doc, "metadata"), "resourceVersion"));
   cont = json_string_value(json_object_get(json_object_get(doc, "metadata"), "continue"));
@@ -229,7 +281,7 @@ static void on_list_page(const struct fr_kube_response *resp, void *arg) {
   inf->stats.lists++;
   inf->healthy = 1;
   inf->backoff_ms = 0;
-  deliver_diff(inf);
+  sweep(inf);
   if (!inf->synced) {
     inf->synced = 1;
     inf->cb(inf, FR_INF_SYNCED, NULL, NULL, inf->arg);
@@ -243,8 +295,8 @@ static void start_list(struct fr_informer *inf) {
 
   set_state(inf, IS_LISTING);
   if (inf->cont[0] == '\0') {
-    json_decref(inf->fresh);
-    inf->fresh = json_object();
+    json_decref(inf->seen);
+    inf->seen = json_object();
     inf->list_rv[0] = '\0';
   }
   fr_buf_init(&url);
@@ -253,7 +305,7 @@ static void start_list(struct fr_informer *inf) {
     fr_buf_puts(&url, "&continue=");
     url_encode(&url, inf->cont);
   }
-  rc = url.data && inf->fresh ? fr_kube_request(inf->client, "GET", url.data, NULL, NULL, 0, 1, NULL,
+  rc = url.data && inf->seen ? fr_kube_request(inf->client, "GET", url.data, NULL, NULL, 0, 1, NULL,
                                                 on_list_page, inf, &inf->call)
                               : -ENOMEM;
   fr_buf_free(&url);
@@ -264,33 +316,6 @@ static void start_list(struct fr_informer *inf) {
 /* ---------------------------------------------------------------------- */
 /* watch                                                                   */
 
-static void apply_event(struct fr_informer *inf, const char *type, json_t *obj) {
-  char key[600];
-  json_t *old;
-
-  if (obj_key(obj, key, sizeof(key)) != 0)
-    return;
-  old = json_object_get(inf->items, key);
-  /* Older than what the cache holds: a replay of a change that an
-   * observed write already superseded. */
-  if (old != NULL && rv_older(obj_rv(obj), obj_rv(old)))
-    return;
-  if (old != NULL)
-    json_incref(old);
-  if (strcmp(type, "DELETED") == 0) {
-    if (old != NULL) {
-      json_object_del(inf->items, key);
-      inf->cb(inf, FR_INF_DELETED, obj, NULL, inf->arg);
-    }
-  } else {
-    json_object_set(inf->items, key, obj);
-    if (old == NULL)
-      inf->cb(inf, FR_INF_ADDED, obj, NULL, inf->arg);
-    else
-      inf->cb(inf, FR_INF_MODIFIED, obj, old, inf->arg);
-  }
-  json_decref(old);
-}
 
 static void on_watch_line(const char *line, size_t len, void *arg) {
   struct fr_informer *inf = arg;
@@ -324,7 +349,7 @@ static void on_watch_line(const char *line, size_t len, void *arg) {
     if (strcmp(type, "BOOKMARK") != 0) {
       json_t *t = inf->transform ? inf->transform(obj) : json_incref(obj);
       if (t != NULL)
-        apply_event(inf, type, t);
+        apply(inf, t, strcmp(type, "DELETED") == 0, 0);
       json_decref(t);
     }
   }
@@ -434,27 +459,36 @@ void fr_informer_free(struct fr_informer *inf) {
     fr_kube_cancel(inf->call);
   uv_close((uv_handle_t *)inf->timer, on_timer_closed);
   json_decref(inf->items);
-  json_decref(inf->fresh);
+  json_decref(inf->seen);
   free(inf->selector_q);
   free(inf->path);
   free(inf);
 }
 
 void fr_informer_observe(struct fr_informer *inf, json_t *obj) {
-  json_t *t, *cached;
+  const char *ns, *name, *prev;
+  json_t *t;
   char key[600];
 
-  if (obj == NULL || obj_key(obj, key, sizeof(key)) != 0)
+  if (obj == NULL || obj_id(obj, &ns, &name, key, sizeof(key)) != 0)
     return;
-  cached = json_object_get(inf->items, key);
-  if (cached != NULL && !rv_older(obj_rv(cached), obj_rv(obj)))
+  prev = cached_rv(inf, ns, name, key);
+  if (prev != NULL && !rv_older(prev, obj_rv(obj)))
     return;
   t = inf->transform ? inf->transform(obj) : json_incref(obj);
   if (t != NULL)
-    apply_event(inf, "MODIFIED", t);
+    apply(inf, t, 0, 0);
   json_decref(t);
 }
 
+void fr_informer_set_owner_store(struct fr_informer *inf, fr_informer_rv_fn rv, fr_informer_each_fn each,
+                                 void *arg) {
+  json_decref(inf->items);
+  inf->items = NULL;
+  inf->owner_rv = rv;
+  inf->owner_each = each;
+  inf->owner_arg = arg;
+}
 int fr_informer_synced(const struct fr_informer *inf) { return inf->synced; }
 int fr_informer_healthy(const struct fr_informer *inf) { return inf->healthy; }
 uint64_t fr_informer_last_contact_ms(const struct fr_informer *inf) { return inf->last_contact_ms; }
@@ -464,6 +498,8 @@ json_t *fr_informer_items(const struct fr_informer *inf) { return inf->items; }
 json_t *fr_informer_get(const struct fr_informer *inf, const char *ns, const char *name) {
   char key[600];
 
+  if (inf->items == NULL)
+    return NULL;
   if ((size_t)snprintf(key, sizeof(key), "%s/%s", ns ? ns : "", name) >= sizeof(key))
     return NULL;
   return json_object_get(inf->items, key);

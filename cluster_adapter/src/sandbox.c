@@ -80,7 +80,8 @@ static void op_free(struct create_op *op) {
   free(op);
 }
 
-static void finish(struct create_op *op, enum fr_sandbox_err err, const char *message, json_t *pod, int warm) {
+static void finish(struct create_op *op, enum fr_sandbox_err err, const char *message, const struct fr_pod *pod,
+                   int warm) {
   struct fr_sandbox_result r;
 
   set_state(op, CS_DONE);
@@ -142,26 +143,8 @@ static json_t *sandbox_annotations(struct create_op *op, int warm) {
 /* ---------------------------------------------------------------------- */
 /* cold create                                                             */
 
-static int pod_is_ready(json_t *pod) {
-  const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
-
-  return phase != NULL && strcmp(phase, "Running") == 0 && pod_condition_true(pod, "Ready");
-}
-
-/* The scheduler's explicit "no room" signal. */
-static const char *unschedulable(json_t *pod) {
-  json_t *conds = json_object_get(json_object_get(pod, "status"), "conditions"), *c;
-  size_t i;
-
-  json_array_foreach(conds, i, c) {
-    const char *t = json_string_value(json_object_get(c, "type"));
-    const char *r = json_string_value(json_object_get(c, "reason"));
-    if (t && r && strcmp(t, "PodScheduled") == 0 && strcmp(r, "Unschedulable") == 0) {
-      const char *m = json_string_value(json_object_get(c, "message"));
-      return m ? m : "Unschedulable";
-    }
-  }
-  return NULL;
+static int pod_is_ready(const struct fr_pod *p) {
+  return p->phase == FR_POD_RUNNING && p->ready;
 }
 
 static void on_ready_timeout(uv_timer_t *t) {
@@ -174,43 +157,38 @@ static void on_ready_timeout(uv_timer_t *t) {
 }
 
 /* The pod is in the cache: decide from its state. */
-static void check_pod(struct create_op *op, json_t *pod) {
-  const char *why;
-  const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
-
+static void check_pod(struct create_op *op, const struct fr_pod *pod) {
   if (pod_is_ready(pod)) {
     finish(op, FR_SB_OK, NULL, pod, 0);
-  } else if ((why = unschedulable(pod)) != NULL) {
+  } else if (pod->unschedulable != NULL) {
     char msg[600];
-    snprintf(msg, sizeof(msg), "unschedulable: %s", why);
+    snprintf(msg, sizeof(msg), "unschedulable: %s", pod->unschedulable);
     fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
     finish(op, FR_SB_NO_ROOM, msg, NULL, 0);
-  } else if (phase != NULL && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0)) {
+  } else if (pod->phase == FR_POD_FAILED || pod->phase == FR_POD_SUCCEEDED) {
     fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
     finish(op, FR_SB_FAILED, "the pod stopped before it was ready", NULL, 0);
   }
 }
 
-static void due_note(struct fr_adapter *a, json_t *pod, json_t *old);
+static void due_note(struct fr_adapter *a, const struct fr_pod *p, const struct fr_pod *old);
 
-void sandbox_on_pod(struct fr_adapter *a, enum fr_informer_event ev, json_t *obj, json_t *old) {
-  const char *name = json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
+void sandbox_on_pod(struct fr_adapter *a, enum fr_informer_event ev, const struct fr_pod *p,
+                    const struct fr_pod *old) {
   struct create_op *op, *nx;
 
-  if (name == NULL)
-    return;
   if (ev == FR_INF_DELETED)
-    json_object_del(a->deleting, name);
+    json_object_del(a->deleting, p->name);
   else
-    due_note(a, obj, old);
+    due_note(a, p, old);
   for (op = a->creates; op != NULL; op = nx) {
     nx = op->next;
-    if (op->state != CS_WAITING || strcmp(op->pod, name) != 0)
+    if (op->state != CS_WAITING || strcmp(op->pod, p->name) != 0)
       continue;
     if (ev == FR_INF_DELETED)
       finish(op, FR_SB_FAILED, "the pod was deleted before it was ready", NULL, 0);
     else
-      check_pod(op, obj);
+      check_pod(op, p);
   }
 }
 
@@ -219,7 +197,7 @@ static void start_cold(struct create_op *op);
 static void on_created(const struct fr_kube_response *r, void *arg) {
   struct create_op *op = arg;
   char msg[600];
-  json_t *cached;
+  const struct fr_pod *cached;
 
   op->call = NULL;
   if (r->status == 201) {
@@ -311,6 +289,7 @@ static void pick(struct create_op *op);
 
 static void on_claimed(const struct fr_kube_response *r, void *arg) {
   struct create_op *op = arg;
+  const struct fr_pod *p;
   json_t *pod;
   char msg[600];
 
@@ -321,8 +300,13 @@ static void on_claimed(const struct fr_kube_response *r, void *arg) {
     /* The caller may exec into it at once: the cache must show it claimed
      * now, not when the watch catches up (it may be backing off). */
     fr_informer_observe(op->a->inf[INF_PODS], pod);
-    finish(op, FR_SB_OK, NULL, pod, 1);
     json_decref(pod);
+    p = fr_adapter_pod(op->a, op->pod);
+    if (p != NULL && p->tenant != NULL && strcmp(p->tenant, op->tenant) == 0 && p->sbname != NULL &&
+        strcmp(p->sbname, op->name) == 0)
+      finish(op, FR_SB_OK, NULL, p, 1);
+    else
+      finish(op, FR_SB_FAILED, "the claimed pod changed or went away at once", NULL, 1);
     return;
   }
   if (r->status == 409 || r->status == 404 || r->status == 422) {
@@ -339,19 +323,17 @@ static void on_claimed(const struct fr_kube_response *r, void *arg) {
   finish(op, FR_SB_UNAVAILABLE, r->status ? msg : (r->error ? r->error : "no response"), NULL, 0);
 }
 
-static int64_t started_s_ago(json_t *pod) {
-  const char *st = json_string_value(json_object_get(json_object_get(pod, "status"), "startTime"));
+static int64_t started_s_ago(const struct fr_pod *pod) {
   int64_t t;
 
-  if (st == NULL || fr_time_parse_rfc3339(st, &t) != 0)
+  if (pod->start_s < 0)
     return 0;
-  t = fr_wall_ms() / 1000 - t;
+  t = fr_wall_ms() / 1000 - pod->start_s;
   return t > 0 ? t : 0;
 }
-
-static void claim(struct create_op *op, json_t *pod) {
+static void claim(struct create_op *op, const struct fr_pod *pod) {
   json_t *patch, *labels;
-  const char *rv = json_string_value(json_object_get(json_object_get(pod, "metadata"), "resourceVersion"));
+  const char *rv = pod->rv;
   char path[300], *body;
   int rc;
 
@@ -381,7 +363,8 @@ static void claim(struct create_op *op, json_t *pod) {
 }
 
 static void pick(struct create_op *op) {
-  json_t *ready, *dummy, *pod;
+  json_t *ready, *dummy;
+  const struct fr_pod *pod;
   const char *name;
 
   set_state(op, CS_PICK);
@@ -522,12 +505,8 @@ int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char 
   return rc;
 }
 
-int fr_adapter_pod_leaving(struct fr_adapter *a, json_t *pod) {
-  json_t *meta = json_object_get(pod, "metadata");
-  const char *name = json_string_value(json_object_get(meta, "name"));
-
-  return json_object_get(meta, "deletionTimestamp") != NULL ||
-         (name != NULL && json_object_get(a->deleting, name) != NULL);
+int fr_adapter_pod_leaving(struct fr_adapter *a, const struct fr_pod *pod) {
+  return pod->terminating || json_object_get(a->deleting, pod->name) != NULL;
 }
 
 int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec,
@@ -595,19 +574,13 @@ static void on_reaped(int status, const char *message, void *arg) {
  * (it finished: DeadlineExceeded, or its command exited), else its
  * expiry annotation; -1 for pods the reaper leaves alone (warm pool pods,
  * pods already terminating, no expiry). */
-static int64_t due_at(json_t *pod) {
-  const char *state = pod_label(pod, FR_LABEL_STATE), *exp = pod_annotation(pod, FR_ANN_EXPIRES);
-  const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
-  int64_t t;
-
-  if (state == NULL || strcmp(state, "claimed") != 0 ||
-      json_object_get(json_object_get(pod, "metadata"), "deletionTimestamp") != NULL)
+static int64_t due_at(const struct fr_pod *pod) {
+  if (pod->state == NULL || strcmp(pod->state, "claimed") != 0 || pod->terminating)
     return -1;
-  if (phase != NULL && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0))
+  if (pod->phase == FR_POD_FAILED || pod->phase == FR_POD_SUCCEEDED)
     return 0;
-  return exp != NULL && fr_time_parse_rfc3339(exp, &t) == 0 ? t : -1;
+  return pod->expires_s;
 }
-
 struct reap_due {
   int64_t at;
   char *pod;
@@ -623,12 +596,11 @@ static void due_swap(struct reap_due *h, size_t i, size_t j) {
 /* A pod's entry goes in when its due time appears or changes; entries
  * are checked against the cache when they come up (stale ones are
  * dropped then), so nothing needs finding or removing early. */
-static void due_note(struct fr_adapter *a, json_t *pod, json_t *old) {
-  const char *name = json_string_value(json_object_get(json_object_get(pod, "metadata"), "name"));
+static void due_note(struct fr_adapter *a, const struct fr_pod *pod, const struct fr_pod *old) {
   int64_t at = due_at(pod);
   size_t i;
 
-  if (at < 0 || name == NULL || (old != NULL && due_at(old) == at))
+  if (at < 0 || (old != NULL && due_at(old) == at))
     return;
   if (a->ndue == a->due_cap) {
     size_t cap = a->due_cap ? a->due_cap * 2 : 256;
@@ -638,7 +610,7 @@ static void due_note(struct fr_adapter *a, json_t *pod, json_t *old) {
     a->due = n;
     a->due_cap = cap;
   }
-  if ((a->due[a->ndue].pod = strdup(name)) == NULL)
+  if ((a->due[a->ndue].pod = strdup(pod->name)) == NULL)
     return;
   a->due[a->ndue].at = at;
   for (i = a->ndue++; i > 0 && a->due[(i - 1) / 2].at > a->due[i].at; i = (i - 1) / 2)
@@ -667,7 +639,8 @@ static struct reap_due due_pop(struct fr_adapter *a) {
 
 static void on_reap(uv_timer_t *t) {
   struct fr_adapter *a = t->data;
-  json_t *pod;
+  const struct fr_pod *pod;
+  json_t *mark;
   const char *key;
   int64_t now = fr_wall_ms() / 1000;
   void *tmp;
@@ -676,7 +649,7 @@ static void on_reap(uv_timer_t *t) {
    * it answers again (the mark goes when the delete is accepted or the
    * pod is known gone). */
   if (a->breaker == BR_CLOSED) {
-    json_object_foreach_safe(a->abandoned, tmp, key, pod) {
+    json_object_foreach_safe(a->abandoned, tmp, key, mark) {
       if (fr_adapter_pod(a, key) == NULL && fr_informer_synced(a->inf[INF_PODS]) &&
           fr_informer_healthy(a->inf[INF_PODS])) {
         json_object_del(a->abandoned, key);
@@ -687,11 +660,11 @@ static void on_reap(uv_timer_t *t) {
     }
   }
   /* Forget marks of pods that are gone. */
-  json_object_foreach_safe(a->reaping, tmp, key, pod) {
+  json_object_foreach_safe(a->reaping, tmp, key, mark) {
     if (fr_adapter_pod(a, key) == NULL)
       json_object_del(a->reaping, key);
   }
-  json_object_foreach_safe(a->deleting, tmp, key, pod) {
+  json_object_foreach_safe(a->deleting, tmp, key, mark) {
     if (fr_adapter_pod(a, key) == NULL)
       json_object_del(a->deleting, key);
   }

@@ -159,10 +159,6 @@ static struct fr_adapter *adapter_by_name(struct router *r, const char *name) {
   return NULL;
 }
 
-static const char *meta_str(json_t *obj, const char *key) {
-  return json_string_value(json_object_get(json_object_get(obj, "metadata"), key));
-}
-
 static const char *label_of(json_t *obj, const char *key) {
   return json_string_value(json_object_get(json_object_get(json_object_get(obj, "metadata"), "labels"), key));
 }
@@ -171,72 +167,64 @@ static const char *ann_of(json_t *obj, const char *key) {
   return json_string_value(json_object_get(json_object_get(json_object_get(obj, "metadata"), "annotations"), key));
 }
 
-static int ready(json_t *pod) {
-  json_t *conds = json_object_get(json_object_get(pod, "status"), "conditions"), *c;
-  size_t i;
-
-  json_array_foreach(conds, i, c) {
-    const char *t = json_string_value(json_object_get(c, "type"));
-    const char *s = json_string_value(json_object_get(c, "status"));
-    if (t && s && strcmp(t, "Ready") == 0)
-      return strcmp(s, "True") == 0;
-  }
-  return 0;
-}
-
 /* A claimed sandbox of <tenant>? Warm pool pods and other tenants' pods are
  * invisible. */
-static int owned_by(json_t *pod, const char *tenant) {
-  const char *st = label_of(pod, FR_LABEL_STATE), *t = label_of(pod, FR_LABEL_TENANT);
-
-  return st && t && strcmp(st, "claimed") == 0 && strcmp(t, tenant) == 0;
+static int owned_by(const struct fr_pod *pod, const char *tenant) {
+  return pod->state && pod->tenant && strcmp(pod->state, "claimed") == 0 && strcmp(pod->tenant, tenant) == 0;
 }
 
-static const char *sandbox_state(json_t *pod) {
-  const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
-  const char *reason = json_string_value(json_object_get(json_object_get(pod, "status"), "reason"));
-
-  if (meta_str(pod, "deletionTimestamp") != NULL)
+static const char *sandbox_state(const struct fr_pod *pod) {
+  if (pod->terminating)
     return "terminating";
-  if (phase != NULL && strcmp(phase, "Failed") == 0)
-    return reason && strcmp(reason, "DeadlineExceeded") == 0 ? "expired" : "failed";
-  if (phase != NULL && strcmp(phase, "Succeeded") == 0)
+  if (pod->phase == FR_POD_FAILED)
+    return pod->reason && strcmp(pod->reason, "DeadlineExceeded") == 0 ? "expired" : "failed";
+  if (pod->phase == FR_POD_SUCCEEDED)
     return "failed";
-  if (phase != NULL && strcmp(phase, "Running") == 0 && ready(pod))
+  if (pod->phase == FR_POD_RUNNING && pod->ready)
     return "running";
   return "pending";
 }
 
-static json_t *sandbox_json(struct fr_adapter *a, json_t *pod) {
-  char id[256];
-  json_t *labels = json_object(), *j;
-  const char *k, *pool = label_of(pod, FR_LABEL_POOL), *created = ann_of(pod, FR_ANN_CREATED);
-  const char *warm = ann_of(pod, FR_ANN_WARM);
-  json_t *v;
+static json_t *time_or_null(int64_t s) {
+  char t[21];
 
-  json_object_foreach(json_object_get(json_object_get(pod, "metadata"), "labels"), k, v) {
+  if (s < 0)
+    return json_null();
+  fr_time_rfc3339(s, t);
+  return json_string(t);
+}
+
+static json_t *sandbox_json(struct fr_adapter *a, const struct fr_pod *pod) {
+  char id[256];
+  json_t *labels = json_object(), *created;
+  const char *k, *v;
+  size_t off = 0;
+
+  while (fr_pod_label_next(pod, &off, &k, &v)) {
     if (strncmp(k, FR_LABEL_PREFIX, strlen(FR_LABEL_PREFIX)) != 0)
-      json_object_set(labels, k, v);
+      json_object_set_new(labels, k, json_string(v));
   }
-  snprintf(id, sizeof(id), "%s.%s", fr_adapter_name(a), meta_str(pod, "name"));
-  j = json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:s,s:o,s:s,s:o}", "id", id, "name",
-                label_of(pod, FR_LABEL_NAME) ? label_of(pod, FR_LABEL_NAME) : "", "cluster",
-                fr_adapter_name(a), "region", fr_adapter_region(a), "pool",
-                pool ? json_string(pool) : json_null(), "warm", warm && strcmp(warm, "true") == 0,
-                "state", sandbox_state(pod), "labels", labels, "created_at",
-                created ? created : (meta_str(pod, "creationTimestamp") ? meta_str(pod, "creationTimestamp") : ""),
-                "expires_at", ann_of(pod, FR_ANN_EXPIRES) ? json_string(ann_of(pod, FR_ANN_EXPIRES)) : json_null());
-  return j;
+  snprintf(id, sizeof(id), "%s.%s", fr_adapter_name(a), pod->name);
+  created = time_or_null(pod->created_s >= 0 ? pod->created_s : pod->creation_s);
+  if (json_is_null(created)) {
+    json_decref(created);
+    created = json_string("");
+  }
+  return json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:s,s:o,s:o,s:o}", "id", id, "name",
+                   pod->sbname ? pod->sbname : "", "cluster", fr_adapter_name(a), "region",
+                   fr_adapter_region(a), "pool", pod->pool ? json_string(pod->pool) : json_null(), "warm",
+                   pod->warm, "state", sandbox_state(pod), "labels", labels, "created_at", created,
+                   "expires_at", time_or_null(pod->expires_s));
 }
 
 /* "<cluster>.<pod>" -> adapter + pod (cached) owned by the tenant. Answers
  * the error itself and returns NULL when there is none. */
-static json_t *find_sandbox(struct ctx *c, const char *id, struct fr_adapter **out_a, char *pod_out,
-                            size_t cap) {
+static const struct fr_pod *find_sandbox(struct ctx *c, const char *id, struct fr_adapter **out_a,
+                                         char *pod_out, size_t cap) {
   const char *dot = strchr(id, '.');
   char cluster[64];
   struct fr_adapter *a;
-  json_t *pod;
+  const struct fr_pod *pod;
   char msg[400];
 
   if (dot == NULL || dot == id || dot[1] == '\0' || (size_t)(dot - id) >= sizeof(cluster) ||
@@ -323,12 +311,12 @@ static int parse_filters(struct ctx *c, const char *query, struct filters *f) {
   return 0;
 }
 
-static const char *json_label_lookup(const void *obj, const char *key) {
-  return label_of((json_t *)obj, key);
+static const char *pod_label_lookup(const void *obj, const char *key) {
+  return fr_pod_label(obj, key);
 }
 
-static int matches(struct filters *f, struct fr_adapter *a, json_t *pod) {
-  const char *name = label_of(pod, FR_LABEL_NAME), *pool = label_of(pod, FR_LABEL_POOL);
+static int matches(struct filters *f, struct fr_adapter *a, const struct fr_pod *pod) {
+  const char *name = pod->sbname, *pool = pod->pool;
 
   if (f->cluster[0] && strcmp(f->cluster, fr_adapter_name(a)) != 0)
     return 0;
@@ -336,14 +324,14 @@ static int matches(struct filters *f, struct fr_adapter *a, json_t *pod) {
     return 0;
   if (f->prefix[0] && (name == NULL || strncmp(name, f->prefix, strlen(f->prefix)) != 0))
     return 0;
-  return fr_selector_matches(f->sel, json_label_lookup, pod);
+  return fr_selector_matches(f->sel, pod_label_lookup, pod);
 }
 
 static void list_sandboxes(struct ctx *c, const char *query) {
   struct filters f;
-  json_t *arr = json_array(), *pod;
-  const char *key;
-  size_t i;
+  json_t *arr = json_array();
+  const struct fr_pod *pod;
+  size_t i, cur;
 
   if (parse_filters(c, query, &f) != 0) {
     json_decref(arr);
@@ -351,7 +339,7 @@ static void list_sandboxes(struct ctx *c, const char *query) {
   }
   for (i = 0; i < c->r->nadapters; i++) {
     struct fr_adapter *a = c->r->adapters[i];
-    json_object_foreach(fr_adapter_pods(a), key, pod) {
+    for (cur = 0; (pod = fr_adapter_pod_next(a, &cur)) != NULL;) {
       if (owned_by(pod, c->tenant) && matches(&f, a, pod) && !fr_adapter_pod_leaving(a, pod))
         json_array_append_new(arr, sandbox_json(a, pod));
     }
@@ -484,11 +472,11 @@ static void terminate_many(struct ctx *c, const char *query) {
   }
   for (i = 0; i < c->r->nadapters; i++) {
     struct fr_adapter *a = c->r->adapters[i];
-    json_t *pod;
-    const char *key;
-    json_object_foreach(fr_adapter_pods(a), key, pod) {
+    const struct fr_pod *pod;
+    size_t cur;
+    for (cur = 0; (pod = fr_adapter_pod_next(a, &cur)) != NULL;) {
       if (owned_by(pod, c->tenant) && matches(&f, a, pod) && !fr_adapter_pod_leaving(a, pod))
-        term_start(t, a, meta_str(pod, "name"));
+        term_start(t, a, pod->name);
     }
   }
   fr_selector_free(f.sel);
@@ -1290,7 +1278,7 @@ static void exec_sandbox(struct ctx *c, struct fr_http_req *req, const char *id)
   json_t *j, *argv, *v, *env_ann = NULL;
   char pod_name[200], msg[300], tbuf[32];
   const char *k, *workdir = NULL;
-  json_t *pod;
+  const struct fr_pod *pod;
   size_t i, n, nenv = 0, na = 0;
   int64_t timeout = 60, maxout = cfg->max_exec_output_bytes;
 
@@ -1371,8 +1359,8 @@ static void exec_sandbox(struct ctx *c, struct fr_http_req *req, const char *id)
   }
   /* Build: timeout -s KILL <t> [env [-C dir] K=V...] argv... — the timer
    * runs inside the sandbox, so the command dies even if nobody waits. */
-  if (ann_of(pod, FR_ANN_ENV) != NULL)
-    env_ann = json_loads(ann_of(pod, FR_ANN_ENV), 0, NULL);
+  if (pod->env != NULL)
+    env_ann = json_loads(pod->env, 0, NULL);
   n = json_array_size(argv) + 8 + json_object_size(json_object_get(j, "env")) + json_object_size(env_ann);
   e = calloc(1, sizeof(*e));
   if (e == NULL || (e->argv = calloc(n + 1, sizeof(char *))) == NULL) {
@@ -1779,7 +1767,7 @@ int router_sandboxes(struct router *r, struct fr_http_req *req, const char *tena
     } else if (method_is(req, "GET")) {
       struct fr_adapter *a;
       char pod[200];
-      json_t *obj = find_sandbox(c, id, &a, pod, sizeof(pod));
+      const struct fr_pod *obj = find_sandbox(c, id, &a, pod, sizeof(pod));
       if (obj != NULL)
         reply(c, 200, sandbox_json(a, obj), NULL);
       free(c);

@@ -4,13 +4,14 @@
  * Start-up lists in pages (limit=500, continue) and then watches from the
  * list's resourceVersion with bookmarks. A watch that ends is resumed from
  * the last resourceVersion seen; a 410 Expired (HTTP or ERROR event)
- * relists, and the difference between the old cache and the new list is
- * delivered as ADDED / MODIFIED / DELETED, so the owner never misses a
- * change. Failures back off exponentially (100 ms doubling to 5 s, with
+ * relists: listed objects are applied page by page (ADDED / MODIFIED for
+ * what changed) and, once the list is complete, what it did not contain is
+ * DELETED, so the owner never misses a change. Failures back off exponentially (100 ms doubling to 5 s, with
  * jitter) and are retried forever; fr_informer_healthy() says whether the
  * last attempt worked.
  *
- * The cache holds each object as a jansson object, keyed "namespace/name".
+ * The cache holds each object as a jansson object, keyed "namespace/name",
+ * unless the owner keeps its own store (fr_informer_set_owner_store).
  */
 #ifndef FR_INFORMER_H
 #define FR_INFORMER_H
@@ -45,6 +46,19 @@ int fr_informer_new(struct fr_kube_client *client, const char *path,
  * before fr_informer_start(). */
 typedef json_t *(*fr_informer_transform_fn)(json_t *obj);
 void fr_informer_set_transform(struct fr_informer *inf, fr_informer_transform_fn fn);
+/* The owner keeps the objects itself (a compact store, say) and the
+ * informer caches nothing: it asks <rv> for the resourceVersion the owner
+ * holds for an object (NULL: none) and, after every complete list, <each>
+ * for all the objects the owner holds, to tell which are gone. The owner
+ * applies each event to its store in the callback, which gets old = NULL
+ * for MODIFIED; fr_informer_items() and fr_informer_get() return NULL.
+ * Set before fr_informer_start(). */
+typedef const char *(*fr_informer_rv_fn)(void *arg, const char *ns, const char *name);
+typedef void (*fr_informer_each_fn)(void *arg,
+                                    void (*fn)(const char *ns, const char *name, const char *rv, void *fn_arg),
+                                    void *fn_arg);
+void fr_informer_set_owner_store(struct fr_informer *inf, fr_informer_rv_fn rv, fr_informer_each_fn each,
+                                 void *arg);
 /* Begins listing. Callbacks arrive from later loop turns. */
 int fr_informer_start(struct fr_informer *inf);
 /* Stops everything and frees; no callback after this returns. Accepts NULL.
