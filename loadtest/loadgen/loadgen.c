@@ -1840,7 +1840,7 @@ static int run_scale(struct lg *g, json_t *figures) {
   struct lat el, fresh;
   json_t *names = NULL, *curve = json_array(), *samples = json_array(), *pt;
   char **sample = NULL;
-  long pid = g->o.router_pid, rss0, rss1, rss2, rss3, terminated, leaked, nsample, k;
+  long pid = g->o.router_pid, rss_idle, rss0, rss1, rss2, rss3, terminated, leaked, nsample, k;
   double cpu0, cpu1, cpu2, cw, tw = 0, ms;
   uint64_t c0, c1;
   int c, i, rc = 0;
@@ -1856,6 +1856,9 @@ static int run_scale(struct lg *g, json_t *figures) {
     return -EIO;
   }
   nclusters = json_array_size(names);
+  /* The baseline: before the curve's creates and terminates churn the heap
+   * (the router gives that back only some seconds later). */
+  rss_idle = proc_rss_kib(pid);
 
   /* The create-rate curve: the same per-cluster load pinned to the first k
    * clusters, k = each --curve point. */
@@ -1929,10 +1932,10 @@ static int run_scale(struct lg *g, json_t *figures) {
          "p99 %.0f ms)\n",
          f.npaths, g->o.n, cw, (double)f.npaths / cw, c, g->o.batch, pct(&f.batch_ms, 50),
          pct(&f.batch_ms, 99));
-  printf("  router RSS %.1f MiB before, %.1f MiB with %zu sandboxes (%.0f bytes per sandbox); "
-         "CPU %.2f s for the create phase\n",
-         (double)rss0 / 1024, (double)rss1 / 1024, f.npaths,
-         f.npaths ? (double)(rss1 - rss0) * 1024.0 / (double)f.npaths : 0.0, cpu1 - cpu0);
+  printf("  router RSS %.1f MiB idle (%.1f MiB just before the create), %.1f MiB with %zu sandboxes "
+         "(%.0f bytes per sandbox over idle); CPU %.2f s for the create phase\n",
+         (double)rss_idle / 1024, (double)rss0 / 1024, (double)rss1 / 1024, f.npaths,
+         f.npaths ? (double)(rss1 - rss_idle) * 1024.0 / (double)f.npaths : 0.0, cpu1 - cpu0);
   printf("  router RSS sampled %zu times while creating (every %zu sandboxes, and 1 s after): \"samples\" in "
          "the JSON\n",
          json_array_size(samples), f.sample_every);
@@ -1992,11 +1995,12 @@ static int run_scale(struct lg *g, json_t *figures) {
   json_object_set_new(figures, "create_wall_s", json_real(round3(cw)));
   json_object_set_new(figures, "creates_per_s", json_real(round3((double)f.npaths / cw)));
   json_object_set_new(figures, "batch_create_ms", lat_json(&f.batch_ms));
+  json_object_set_new(figures, "router_rss_mib_idle", mib_json(rss_idle));
   json_object_set_new(figures, "router_rss_mib_before", mib_json(rss0));
   json_object_set_new(figures, "router_rss_mib_full", mib_json(rss1));
   json_object_set_new(figures, "router_rss_bytes_per_sandbox",
-                      rss0 >= 0 && rss1 >= 0 && f.npaths > 0
-                          ? json_real(round3((double)(rss1 - rss0) * 1024.0 / (double)f.npaths))
+                      rss_idle >= 0 && rss1 >= 0 && f.npaths > 0
+                          ? json_real(round3((double)(rss1 - rss_idle) * 1024.0 / (double)f.npaths))
                           : json_null());
   json_object_set_new(figures, "router_rss_mib_after_terminate", mib_json(rss3));
   json_object_set_new(figures, "router_cpu_s_create",
