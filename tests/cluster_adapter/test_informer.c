@@ -352,6 +352,88 @@ START_TEST(informer_observe_reads_own_writes) {
 }
 END_TEST
 
+/* ---- an owner-kept store: name -> resourceVersion ---- */
+static json_t *owned;
+
+static void on_owned(struct fr_informer *inf, enum fr_informer_event e, json_t *obj, json_t *old, void *arg) {
+  json_t *meta = obj ? json_object_get(obj, "metadata") : NULL;
+  const char *name = json_string_value(json_object_get(meta, "name"));
+
+  ck_assert_ptr_null(old); /* the informer keeps nothing to pass */
+  if (e == FR_INF_ADDED || e == FR_INF_MODIFIED) {
+    /* ADDED exactly when the owner did not have it */
+    ck_assert_int_eq(e == FR_INF_ADDED, json_object_get(owned, name) == NULL);
+    json_object_set(owned, name, json_object_get(meta, "resourceVersion"));
+  } else if (e == FR_INF_DELETED) {
+    ck_assert_ptr_nonnull(json_object_get(owned, name));
+    json_object_del(owned, name);
+  }
+  on_event(inf, e, obj, e == FR_INF_MODIFIED ? obj : NULL, arg);
+}
+
+static const char *owned_rv(void *arg, const char *ns, const char *name) {
+  (void)arg;
+  (void)ns;
+  return json_string_value(json_object_get(owned, name));
+}
+
+static void owned_each(void *arg, void (*fn)(const char *ns, const char *name, const char *rv, void *fn_arg),
+                       void *fn_arg) {
+  const char *k;
+  json_t *v;
+
+  (void)arg;
+  json_object_foreach(owned, k, v) fn("default", k, json_string_value(v), fn_arg);
+}
+
+START_TEST(informer_owner_store_lists_and_relists) {
+  struct fr_informer *inf;
+  char name[32];
+  int i;
+
+  owned = json_object();
+  for (i = 0; i < 620; i++) {
+    snprintf(name, sizeof(name), "o%03d", i);
+    create_pod(name, "x");
+  }
+  ck_assert_int_eq(fr_informer_new(api, "/api/v1/namespaces/default/pods", "app=x", on_owned, NULL, &inf), 0);
+  fr_informer_set_owner_store(inf, owned_rv, owned_each, NULL);
+  ck_assert_int_eq(fr_informer_start(inf), 0);
+  ck_assert_msg(run_until(&ev.synced, 1, 10000), "no SYNCED");
+  ck_assert_int_eq(ev.added, 620); /* two pages */
+  ck_assert_int_eq(json_object_size(owned), 620);
+  ck_assert_ptr_null(fr_informer_items(inf));
+  ck_assert_ptr_null(fr_informer_get(inf, "default", "o001"));
+
+  /* Changes the watch cannot see, then a compaction: the relist applies
+   * the changes and sweeps what went, through the owner's store. */
+  faults("{\"reject_watches\":true,\"drop_watches\":true}");
+  relabel("o001", "z");
+  delete_pod("o002");
+  delete_pod("o600"); /* on the second page */
+  create_pod("o900", "x");
+  relabel("o003", "x2");
+  relabel("o003", "x"); /* changed, still matching */
+  ck_assert_int_eq(call(admin, "POST", "/_sim/compact", "application/json", "{}"), 200);
+  ev.added = ev.deleted = ev.modified = 0;
+  faults("{\"reject_watches\":false}");
+  ck_assert_msg(run_until(&ev.deleted, 3, 15000), "relist sweep: deleted=%d", ev.deleted);
+  ck_assert_int_eq(ev.added, 1);
+  ck_assert_int_ge(ev.modified, 1);
+  ck_assert_int_eq(json_object_size(owned), 620 - 3 + 1);
+  ck_assert_ptr_null(json_object_get(owned, "o001"));
+  ck_assert_ptr_null(json_object_get(owned, "o600"));
+  ck_assert_ptr_nonnull(json_object_get(owned, "o900"));
+  {
+    struct fr_informer_stats st;
+    fr_informer_stats(inf, &st);
+    ck_assert_uint_eq(st.lists, 2); /* it was the relist, not a resumed watch */
+  }
+  fr_informer_free(inf);
+  json_decref(owned);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("informer");
   TCase *tc = tcase_create("kubesim");
@@ -363,6 +445,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, informer_lists_then_follows_changes_and_recovers);
   tcase_add_test(tc, informer_observe_reads_own_writes);
+  tcase_add_test(tc, informer_owner_store_lists_and_relists);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
