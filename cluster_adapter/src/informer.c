@@ -253,8 +253,9 @@ static void start_list(struct fr_informer *inf) {
     fr_buf_puts(&url, "&continue=");
     url_encode(&url, inf->cont);
   }
-  rc = url.data && inf->fresh ? fr_kube_request(inf->client, "GET", url.data, NULL, NULL, 0, 1, NULL,
-                                                on_list_page, inf, &inf->call)
+  rc = url.data && inf->fresh ? fr_kube_request(inf->client, "GET", url.data, NULL, NULL, 0,
+                                                FR_KUBE_IDEMPOTENT, NULL, on_list_page, inf,
+                                                &inf->call)
                               : -ENOMEM;
   fr_buf_free(&url);
   if (rc != 0)

@@ -371,7 +371,7 @@ static void claim(struct create_op *op, json_t *pod) {
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", op->a->ns, op->pod);
   /* A precondition makes the patch safe to retry. */
   rc = body ? fr_kube_request(op->a->client, "PATCH", path, "application/merge-patch+json", body,
-                              strlen(body), 1, op->request_id, on_claimed, op, &op->call)
+                              strlen(body), FR_KUBE_IDEMPOTENT, op->request_id, on_claimed, op, &op->call)
             : -ENOMEM;
   free(body);
   if (rc != 0) {
@@ -500,8 +500,8 @@ static int simple_request(struct fr_adapter *a, const char *method, const char *
   }
   sc->cb = cb;
   sc->arg = arg;
-  rc = fr_kube_request(a->client, method, path, ctype, b, b ? strlen(b) : 0, idempotent, request_id,
-                       on_simple, sc, NULL);
+  rc = fr_kube_request(a->client, method, path, ctype, b, b ? strlen(b) : 0,
+                       idempotent ? FR_KUBE_IDEMPOTENT : 0, request_id, on_simple, sc, NULL);
   free(b);
   if (rc != 0)
     free(sc);
