@@ -244,8 +244,10 @@ static void on_probe_timer(uv_timer_t *t) {
     fr_adapter_report(a, 0);
   }
   a->probe_sent_ms = uv_now(a->loop);
-  if (fr_kube_request(a->client, "GET", "/version", NULL, NULL, 0, 0, NULL, on_probe_done, a,
-                      &a->probe_call) != 0)
+  /* Priority: past the client's queue, so a mass delete does not make the
+   * cluster look dead. Not idempotent: a probe reports, it does not retry. */
+  if (fr_kube_request(a->client, "GET", "/version", NULL, NULL, 0, FR_KUBE_PRIORITY, NULL,
+                      on_probe_done, a, &a->probe_call) != 0)
     a->probe_ok = 0;
 }
 

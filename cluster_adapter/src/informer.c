@@ -305,8 +305,11 @@ static void start_list(struct fr_informer *inf) {
     fr_buf_puts(&url, "&continue=");
     url_encode(&url, inf->cont);
   }
-  rc = url.data && inf->seen ? fr_kube_request(inf->client, "GET", url.data, NULL, NULL, 0, 1, NULL,
-                                                on_list_page, inf, &inf->call)
+  /* A list never waits behind bulk calls (a mass terminate's deletes):
+   * the cache must not go stale while they drain. */
+  rc = url.data && inf->seen ? fr_kube_request(inf->client, "GET", url.data, NULL, NULL, 0,
+                                               FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY, NULL, on_list_page,
+                                               inf, &inf->call)
                               : -ENOMEM;
   fr_buf_free(&url);
   if (rc != 0)

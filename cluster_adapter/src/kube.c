@@ -5,7 +5,10 @@
  * Shape: one CURLM per client, driven by the loop through fr/curluv.h
  * (one uv_poll per socket, one uv_timer, finished transfers drained after
  * every curl_multi_socket_action). Connections stay in the multi handle's
- * pool and are reused.
+ * pool and are reused. At most max_active REST calls are dispatched (own a
+ * struct rest_io and, while sending, an easy handle); the others wait in a
+ * FIFO of bare struct rest_call records, moved by one timer per client
+ * ("the queue" below). Watches and priority calls go straight through.
  *
  * Re-entrancy rules this file keeps:
  *   - libcurl forbids curl_multi_remove_handle() from inside its own
@@ -21,15 +24,19 @@
  *     gone.
  *   - No user callback runs inside the call that started the operation:
  *     every call begins by waiting for credentials, which always answers on
- *     a later loop turn (the "kick" timer).
+ *     a later loop turn (the "kick" timer), or in the queue, which moves
+ *     only from its own timer (so neither does a cancel or a finish start
+ *     or fail another call from inside itself).
  */
 #include "kube_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +76,21 @@ extern char **environ;
 #define KUBE_REFRESH_EARLY_MS 30000
 /* A bearer token file (projected service-account tokens are ~1 KiB). */
 #define KUBE_TOKEN_MAX ((size_t)64 << 10)
+/* Default bound on active REST calls, as a multiple of max_host_connections.
+ * Twice: when a call finishes, the next is already in curl waiting for the
+ * connection, and calls waiting for credentials or backing off before a
+ * retry (they hold a slot, not a connection) do not leave connections idle.
+ * No more: a call beyond the connections waits for one inside curl, where
+ * its request timeout already runs, and a priority call (the probe) may wait
+ * there behind such calls; twice keeps either to about one request's
+ * latency. */
+#define KUBE_ACTIVE_PER_CONNECTION 2
+/* Default queue_timeout_ms. The queue drains at max_active calls per
+ * request latency: a healthy API server at ~20 ms per DELETE clears 50,000
+ * through 64 connections in ~16 s, 500,000 in under 3 min. A stalled one
+ * (every attempt running into request_timeout_ms, with retries) would hold
+ * the tail of a large queue for hours; 5 min bounds what a caller waits. */
+#define KUBE_QUEUE_TIMEOUT_MS 300000
 
 #define LOGC "kube"
 
@@ -128,8 +150,16 @@ struct fr_kube_client {
   char *name, *user_agent;
   struct fr_curluv curl;              /* the multi handle on the loop */
   uv_timer_t kick;                    /* delivers credential waits a turn later */
-  struct fr_kube_call *calls;         /* live calls, for free */
+  struct fr_kube_call *calls;         /* live calls, queued ones too, for free */
   struct rest_call *zombies;          /* cancelled inside a curl callback */
+
+  /* The bound on active REST calls and the queue behind it (fr/kube.h). */
+  uv_timer_t qtimer;                  /* dispatches into free slots; expires the head */
+  struct rest_call *qhead, *qtail;    /* oldest first */
+  size_t max_active;
+  size_t nactive, npriority, nwatches, nqueued, nin_curl;
+  size_t active_peak, queued_peak;
+  uint64_t nexpired;
   unsigned nopen;                     /* open uv handles (curl's: one) + pending fs requests */
   int closing, finalized;
   void (*free_cb)(void *arg);
@@ -152,44 +182,64 @@ struct fr_kube_client {
 
 enum call_state {
   CALL_NEW,
-  CALL_WAIT_CREDS,   /* queued behind the credentials */
+  CALL_QUEUED,       /* waiting for one of the client's max_active slots */
+  CALL_WAIT_CREDS,   /* dispatched, waiting for the credentials */
   CALL_RUNNING,      /* easy handle in the multi */
   CALL_BACKOFF,      /* waiting to retry */
   CALL_DONE,         /* callback called (or being called) */
   CALL_CANCELLED,
 };
 
-/* A REST call or a watch. */
-struct rest_call {
-  struct fr_kube_call base;
-  struct fr_kube_client *c;
-  enum call_state state;
-  int watch;
-  uv_timer_t timer;                   /* backoff */
+enum call_kind {
+  KIND_BULK,         /* bounded by max_active, queued beyond it */
+  KIND_PRIORITY,     /* FR_KUBE_PRIORITY: never queued, not counted */
+  KIND_WATCH,        /* never queued, not counted */
+};
+
+/* What a dispatched call needs, from dispatch to release. Kept out of
+ * struct rest_call so that a queued call costs only what the caller asked
+ * for: no timer, no buffers, no error buffer. */
+struct rest_io {
+  uv_timer_t timer;                   /* backoff; data: the call */
   CURL *easy;
   struct curl_slist *headers;
-  char *method, *url, *content_type, *request_id;
-  char *body;
-  size_t body_len;
-  int idempotent;
-  fr_kube_response_cb cb;
-  fr_kube_line_cb on_line;
-  void *arg;
   struct fr_buf resp;                 /* REST body, or a watch's non-2xx body */
   struct fr_buf line;                 /* a watch's partial line */
   size_t scan_from;                   /* bytes of <line> known to hold no '\n' */
   long code;                          /* status of the running attempt, 0 until known */
-  int attempts, retries, refreshed, waiting, zombie;
   uint64_t gen;                       /* creds_gen the attempt used */
-  int retry_after_s;
-  double elapsed_ms;
+  double elapsed_ms;                  /* last attempt */
   const char *abort_why;              /* we aborted the transfer ourselves */
   struct rest_call *zombie_next;
-  char errbuf[CURL_ERROR_SIZE];
-  char errtext[1536];
+  int retries, retry_after_s, refreshed, waiting, zombie;
+  char errbuf[CURL_ERROR_SIZE];       /* CURLOPT_ERRORBUFFER: must be this big */
+};
+
+/* A REST call or a watch: what the caller asked for, in one allocation
+ * with its strings. */
+struct rest_call {
+  struct fr_kube_call base;
+  struct fr_kube_client *c;
+  struct rest_io *io;                 /* NULL until dispatched */
+  struct rest_call *qprev, *qnext;    /* the client's queue, while CALL_QUEUED */
+  fr_kube_response_cb cb;
+  fr_kube_line_cb on_line;
+  void *arg;
+  const char *url;                    /* server + path, in <strs> */
+  const char *content_type, *request_id, *body;   /* in <strs>, or NULL */
+  size_t body_len;
+  uint64_t queued_ms;                 /* uv_now() when queued */
+  enum call_state state;
+  enum call_kind kind;
+  int attempts;
+  unsigned idempotent : 1;
+  unsigned counted : 1;               /* in the client's nactive/npriority/nwatches */
+  char method[16];                    /* method_ok(): at most 15 letters */
+  char strs[];                        /* url, content type, request id, body (NUL-ended) */
 };
 
 static void maybe_finalize(struct fr_kube_client *c);
+static void call_uncount(struct rest_call *rc);
 static void creds_kick(struct fr_kube_client *c);
 static void creds_loaded(struct fr_kube_client *c, int status);
 static void plugin_close(struct kube_plugin *p);
@@ -1052,6 +1102,7 @@ out:
 static const char *state_name(enum call_state s) {
   switch (s) {
   case CALL_NEW: return "new";
+  case CALL_QUEUED: return "queued";
   case CALL_WAIT_CREDS: return "wait_creds";
   case CALL_RUNNING: return "running";
   case CALL_BACKOFF: return "backoff";
@@ -1071,55 +1122,66 @@ static void set_state(struct rest_call *rc, enum call_state s) {
   rc->state = s;
 }
 
+static void call_free(struct rest_call *rc) {
+  if (rc->io != NULL) {
+    fr_buf_free(&rc->io->resp);
+    fr_buf_free(&rc->io->line);
+    free(rc->io);
+  }
+  free(rc);
+}
+
 static void on_call_closed(uv_handle_t *h) {
-  struct rest_call *rc = fr_container_of((uv_timer_t *)h, struct rest_call, timer);
+  struct rest_call *rc = h->data;
   struct fr_kube_client *c = rc->c;
 
-  fr_buf_free(&rc->resp);
-  fr_buf_free(&rc->line);
-  free(rc->method);
-  free(rc->url);
-  free(rc->content_type);
-  free(rc->request_id);
-  free(rc->body);
-  free(rc);
+  call_free(rc);
   c->nopen--;
   maybe_finalize(c);
 }
 
-/* The last step of every call: frees it once its timer has closed. Its easy
- * handle must be gone (or it is a zombie, released when reaped). */
+/* The last step of every call. One never dispatched has no handle and goes
+ * at once; a dispatched one once its timer has closed. Its easy handle must
+ * be gone (or it is a zombie, released when reaped). */
 static void call_release(struct rest_call *rc) {
-  if (rc->zombie)
+  struct rest_io *io = rc->io;
+
+  if (io == NULL) {
+    call_free(rc);
     return;
-  if (rc->waiting) {
-    kube_creds_unwait(rc->c, on_creds, rc);
-    rc->waiting = 0;
   }
-  uv_close((uv_handle_t *)&rc->timer, on_call_closed);
+  if (io->zombie)
+    return;
+  if (io->waiting) {
+    kube_creds_unwait(rc->c, on_creds, rc);
+    io->waiting = 0;
+  }
+  uv_close((uv_handle_t *)&io->timer, on_call_closed);
 }
 
 static void easy_free(struct rest_call *rc) {
-  curl_easy_cleanup(rc->easy);
-  curl_slist_free_all(rc->headers);
-  rc->easy = NULL;
-  rc->headers = NULL;
+  curl_easy_cleanup(rc->io->easy);
+  curl_slist_free_all(rc->io->headers);
+  rc->io->easy = NULL;
+  rc->io->headers = NULL;
 }
 
 /* Takes the easy handle out of the multi, now or (inside a curl callback)
  * right after curl_multi_socket_action returns. */
 static void detach_easy(struct rest_call *rc) {
   struct fr_kube_client *c = rc->c;
+  struct rest_io *io = rc->io;
 
-  if (rc->easy == NULL || rc->zombie)
+  if (io == NULL || io->easy == NULL || io->zombie)
     return;
   if (fr_curluv_in_curl(&c->curl)) {
-    rc->zombie = 1;
-    rc->zombie_next = c->zombies;
+    io->zombie = 1;
+    io->zombie_next = c->zombies;
     c->zombies = rc;
     return;
   }
-  curl_multi_remove_handle(c->curl.multi, rc->easy);
+  curl_multi_remove_handle(c->curl.multi, io->easy);
+  c->nin_curl--;
   easy_free(rc);
 }
 
@@ -1127,33 +1189,158 @@ static void reap_zombies(struct fr_kube_client *c) {
   struct rest_call *rc;
 
   while ((rc = c->zombies) != NULL) {
-    c->zombies = rc->zombie_next;
-    curl_multi_remove_handle(c->curl.multi, rc->easy);
+    c->zombies = rc->io->zombie_next;
+    curl_multi_remove_handle(c->curl.multi, rc->io->easy);
+    c->nin_curl--;
     easy_free(rc);
-    rc->zombie = 0;
+    rc->io->zombie = 0;
+    call_uncount(rc);
     call_release(rc);
   }
 }
 
+/* ------------------------------------------------------------ the queue */
+
+/* REST calls beyond max_active wait in a FIFO (oldest at the head) as bare
+ * struct rest_call records. One timer per client moves it: at 0 when a slot
+ * frees (dispatching on a later loop turn, so a cancel or a finish never
+ * starts, or fails, another call from inside itself), else at the head's
+ * queue_timeout_ms. Oldest first means the expired calls are at the head. */
+
+static void on_queue_timer(uv_timer_t *t);
+
+static void queue_arm(struct fr_kube_client *c) {
+  uint64_t now, since;
+
+  if (c->closing)
+    return;
+  if (c->qhead == NULL) {
+    uv_timer_stop(&c->qtimer);
+    return;
+  }
+  if (c->nactive < c->max_active) {
+    uv_timer_start(&c->qtimer, on_queue_timer, 0, 0);
+    return;
+  }
+  now = uv_now(c->loop);
+  since = now - c->qhead->queued_ms;
+  uv_timer_start(&c->qtimer, on_queue_timer,
+                 since < c->opts.queue_timeout_ms ? c->opts.queue_timeout_ms - since : 0, 0);
+}
+
+static void queue_push(struct fr_kube_client *c, struct rest_call *rc) {
+  rc->queued_ms = uv_now(c->loop);
+  rc->qnext = NULL;
+  rc->qprev = c->qtail;
+  if (c->qtail != NULL)
+    c->qtail->qnext = rc;
+  else
+    c->qhead = rc;
+  c->qtail = rc;
+  if (++c->nqueued > c->queued_peak)
+    c->queued_peak = c->nqueued;
+  set_state(rc, CALL_QUEUED);
+  if (c->qhead == rc)
+    queue_arm(c);   /* the head's deadline */
+}
+
+/* Takes <rc> off the queue; its state is the caller's to set. The timer may
+ * stay armed for the old head: it finds nothing due and re-arms. */
+static void queue_unlink(struct fr_kube_client *c, struct rest_call *rc) {
+  if (rc->qprev != NULL)
+    rc->qprev->qnext = rc->qnext;
+  else
+    c->qhead = rc->qnext;
+  if (rc->qnext != NULL)
+    rc->qnext->qprev = rc->qprev;
+  else
+    c->qtail = rc->qprev;
+  rc->qprev = rc->qnext = NULL;
+  c->nqueued--;
+}
+
+/* Counts a dispatched call in the client's load. */
+static void call_count(struct rest_call *rc) {
+  struct fr_kube_client *c = rc->c;
+
+  switch (rc->kind) {
+  case KIND_BULK:
+    if (++c->nactive > c->active_peak)
+      c->active_peak = c->nactive;
+    break;
+  case KIND_PRIORITY:
+    c->npriority++;
+    break;
+  case KIND_WATCH:
+    c->nwatches++;
+    break;
+  }
+  rc->counted = 1;
+}
+
+/* Takes a finished or cancelled call out of the load (idempotent); a freed
+ * slot lets the queue move on. A zombie keeps its slot until reaped: its
+ * easy handle is still in the multi. */
+static void call_uncount(struct rest_call *rc) {
+  struct fr_kube_client *c = rc->c;
+
+  if (!rc->counted || (rc->io != NULL && rc->io->zombie))
+    return;
+  rc->counted = 0;
+  switch (rc->kind) {
+  case KIND_BULK:
+    c->nactive--;
+    if (c->qhead != NULL)
+      queue_arm(c);
+    break;
+  case KIND_PRIORITY:
+    c->npriority--;
+    break;
+  case KIND_WATCH:
+    c->nwatches--;
+    break;
+  }
+}
+
+void fr_kube_client_stats(const struct fr_kube_client *c, struct fr_kube_client_stats *out) {
+  memset(out, 0, sizeof(*out));
+  if (c == NULL)
+    return;
+  out->max_active = c->max_active;
+  out->active = c->nactive;
+  out->active_peak = c->active_peak;
+  out->queued = c->nqueued;
+  out->queued_peak = c->queued_peak;
+  out->priority = c->npriority;
+  out->watches = c->nwatches;
+  out->in_curl = c->nin_curl;
+  out->expired = c->nexpired;
+}
+
+/* ------------------------------------------------------------ running */
+
 /* Delivers the result and releases the call. Never runs inside curl. */
 static void finish(struct rest_call *rc, int status, const char *error) {
+  struct fr_kube_client *c = rc->c;
+  struct rest_io *io = rc->io;
   struct fr_kube_response resp;
 
   detach_easy(rc);
+  call_uncount(rc);
   memset(&resp, 0, sizeof(resp));
   resp.status = status;
   resp.error = status == 0 ? (error != NULL ? error : "request failed") : NULL;
-  resp.body = status != 0 && rc->resp.data != NULL ? rc->resp.data : "";
-  resp.body_len = status != 0 ? rc->resp.len : 0;
+  resp.body = status != 0 && io != NULL && io->resp.data != NULL ? io->resp.data : "";
+  resp.body_len = status != 0 && io != NULL ? io->resp.len : 0;
   resp.attempts = rc->attempts;
-  resp.retry_after_s = rc->retry_after_s;
-  resp.elapsed_ms = rc->elapsed_ms;
+  resp.retry_after_s = io != NULL ? io->retry_after_s : 0;
+  resp.elapsed_ms = io != NULL ? io->elapsed_ms : 0;
   set_state(rc, CALL_DONE);
   kube_call_untrack(&rc->base);
   if (status == 0)
-    FR_DEBUG(LOGC, "%s: %s %s failed: %s", rc->c->name, rc->method, call_path(rc), resp.error);
-  if (!rc->watch && rc->c->observer != NULL)
-    rc->c->observer(rc->c->observer_arg, rc->method, status, rc->elapsed_ms);
+    FR_DEBUG(LOGC, "%s: %s %s failed: %s", c->name, rc->method, call_path(rc), resp.error);
+  if (rc->kind != KIND_WATCH && c->observer != NULL)
+    c->observer(c->observer_arg, rc->method, status, resp.elapsed_ms);
   rc->cb(&resp, rc->arg);
   call_release(rc);
 }
@@ -1194,15 +1381,18 @@ void fr_kube_client_set_observer(struct fr_kube_client *c, fr_kube_observer_cb c
   c->observer_arg = arg;
 }
 
+/* The text lives on the stack: it is only needed during the callback, and
+ * a buffer in every call would cost each queued one 1.5 KB. */
 static void finish_error(struct rest_call *rc, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void finish_error(struct rest_call *rc, const char *fmt, ...) {
+  char text[1536];
   va_list ap;
 
   va_start(ap, fmt);
-  vsnprintf(rc->errtext, sizeof(rc->errtext), fmt, ap);
+  vsnprintf(text, sizeof(text), fmt, ap);
   va_end(ap);
-  finish(rc, 0, rc->errtext);
+  finish(rc, 0, text);
 }
 
 static int start_attempt(struct rest_call *rc) {
@@ -1212,23 +1402,69 @@ static int start_attempt(struct rest_call *rc) {
   set_state(rc, CALL_WAIT_CREDS);
   r = kube_creds_wait(rc->c, on_creds, rc);
   if (r == 0)
-    rc->waiting = 1;
+    rc->io->waiting = 1;
   return r;
 }
 
+/* Gives <rc> what running needs (struct rest_io and its timer), counts it
+ * in the client's load and starts its first attempt. 0, or a negative
+ * error: the caller then fails or releases <rc>. */
+static int dispatch(struct rest_call *rc) {
+  struct fr_kube_client *c = rc->c;
+  struct rest_io *io = calloc(1, sizeof(*io));
+
+  if (io == NULL)
+    return -ENOMEM;
+  fr_buf_init(&io->resp);
+  fr_buf_init(&io->line);
+  uv_timer_init(c->loop, &io->timer);
+  io->timer.data = rc;
+  rc->io = io;
+  c->nopen++;
+  call_count(rc);
+  return start_attempt(rc);
+}
+
+/* Dispatches into the free slots, after failing the calls queued longer
+ * than queue_timeout_ms. Callbacks run here may cancel queued calls, queue
+ * new ones or free the client: the head is read afresh every time. */
+static void on_queue_timer(uv_timer_t *t) {
+  struct fr_kube_client *c = fr_container_of(t, struct fr_kube_client, qtimer);
+  uint64_t now = uv_now(c->loop);
+  struct rest_call *rc;
+  int r;
+
+  while (!c->closing && (rc = c->qhead) != NULL &&
+         now - rc->queued_ms >= c->opts.queue_timeout_ms) {
+    queue_unlink(c, rc);
+    c->nexpired++;
+    finish_error(rc, "not sent: still queued after %" PRIu64 " ms behind %zu active calls to %s "
+                     "(queue_timeout_ms)",
+                 now - rc->queued_ms, c->nactive, c->name);
+  }
+  while (!c->closing && c->nactive < c->max_active && (rc = c->qhead) != NULL) {
+    queue_unlink(c, rc);
+    r = dispatch(rc);
+    if (r < 0)
+      finish_error(rc, "could not start the request: %s", strerror(-r));
+  }
+  queue_arm(c);
+}
+
 static size_t watch_feed(struct rest_call *rc, const char *ptr, size_t n) {
+  struct rest_io *io = rc->io;
   size_t start = 0, end, len;
   char *data, *nl;
 
-  if (fr_buf_append(&rc->line, ptr, n) != 0) {
-    rc->abort_why = "out of memory buffering a watch event";
+  if (fr_buf_append(&io->line, ptr, n) != 0) {
+    io->abort_why = "out of memory buffering a watch event";
     return 0;
   }
   for (;;) {
-    data = rc->line.data;
-    nl = memchr(data + rc->scan_from, '\n', rc->line.len - rc->scan_from);
+    data = io->line.data;
+    nl = memchr(data + io->scan_from, '\n', io->line.len - io->scan_from);
     if (nl == NULL) {
-      rc->scan_from = rc->line.len;
+      io->scan_from = io->line.len;
       break;
     }
     end = (size_t)(nl - data);
@@ -1236,7 +1472,7 @@ static size_t watch_feed(struct rest_call *rc, const char *ptr, size_t n) {
     if (len > 0 && data[end - 1] == '\r')
       len--;
     if (len > KUBE_MAX_LINE) {
-      rc->abort_why = "watch event line longer than 16 MiB";
+      io->abort_why = "watch event line longer than 16 MiB";
       return 0;
     }
     data[start + len] = '\0';   /* the line is NUL-terminated for the callback */
@@ -1245,12 +1481,12 @@ static size_t watch_feed(struct rest_call *rc, const char *ptr, size_t n) {
     if (rc->state != CALL_RUNNING)
       return 0;   /* cancelled, or the client freed, inside on_line */
     start = end + 1;
-    rc->scan_from = start;
+    io->scan_from = start;
   }
-  fr_buf_consume(&rc->line, start);
-  rc->scan_from -= start;
-  if (rc->line.len > KUBE_MAX_LINE) {
-    rc->abort_why = "watch event line longer than 16 MiB";
+  fr_buf_consume(&io->line, start);
+  io->scan_from -= start;
+  if (io->line.len > KUBE_MAX_LINE) {
+    io->abort_why = "watch event line longer than 16 MiB";
     return 0;
   }
   return n;
@@ -1258,20 +1494,21 @@ static size_t watch_feed(struct rest_call *rc, const char *ptr, size_t n) {
 
 static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata) {
   struct rest_call *rc = userdata;
+  struct rest_io *io = rc->io;
   size_t n = size * nmemb;
 
   if (rc->state != CALL_RUNNING)
     return 0;   /* cancelled: abort the transfer */
-  if (rc->code == 0)
-    curl_easy_getinfo(rc->easy, CURLINFO_RESPONSE_CODE, &rc->code);
-  if (rc->watch && rc->code >= 200 && rc->code < 300)
+  if (io->code == 0)
+    curl_easy_getinfo(io->easy, CURLINFO_RESPONSE_CODE, &io->code);
+  if (rc->kind == KIND_WATCH && io->code >= 200 && io->code < 300)
     return watch_feed(rc, ptr, n);
-  if (rc->resp.len + n > KUBE_MAX_BODY) {
-    rc->abort_why = "response body larger than 256 MiB";
+  if (io->resp.len + n > KUBE_MAX_BODY) {
+    io->abort_why = "response body larger than 256 MiB";
     return 0;
   }
-  if (fr_buf_append(&rc->resp, ptr, n) != 0) {
-    rc->abort_why = "out of memory buffering the response";
+  if (fr_buf_append(&io->resp, ptr, n) != 0) {
+    io->abort_why = "out of memory buffering the response";
     return 0;
   }
   return n;
@@ -1279,6 +1516,7 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata) {
 
 static int attempt_begin(struct rest_call *rc) {
   struct fr_kube_client *c = rc->c;
+  struct rest_io *io = rc->io;
   struct curl_slist *headers = NULL, *h;
   struct fr_buf ct;
   CURL *easy;
@@ -1312,7 +1550,7 @@ static int attempt_begin(struct rest_call *rc) {
   }
   curl_easy_setopt(easy, CURLOPT_URL, rc->url);
   curl_easy_setopt(easy, CURLOPT_PRIVATE, rc);
-  curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, rc->errbuf);
+  curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, io->errbuf);
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_write);
   curl_easy_setopt(easy, CURLOPT_WRITEDATA, rc);
   curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
@@ -1332,24 +1570,27 @@ static int attempt_begin(struct rest_call *rc) {
    * timeoutSeconds) and no low-speed limit either: without bookmarks a
    * quiet watch is legitimately silent for minutes. TCP keepalive (set in
    * kube_easy_setup) notices a dead peer. */
-  if (rc->watch)
+  if (rc->kind == KIND_WATCH)
     curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, 0L);
 
-  fr_buf_reset(&rc->resp);
-  fr_buf_reset(&rc->line);
-  rc->scan_from = 0;
-  rc->code = 0;
-  rc->abort_why = NULL;
-  rc->errbuf[0] = '\0';
-  rc->easy = easy;
-  rc->headers = headers;
+  fr_buf_reset(&io->resp);
+  fr_buf_reset(&io->line);
+  io->scan_from = 0;
+  io->code = 0;
+  io->abort_why = NULL;
+  io->errbuf[0] = '\0';
+  io->easy = easy;
+  io->headers = headers;
   set_state(rc, CALL_RUNNING);
+  /* request_timeout_ms counts from here: time spent queued is not part of
+   * the attempt. */
   if (curl_multi_add_handle(c->curl.multi, easy) != CURLM_OK) {
-    rc->easy = NULL;
-    rc->headers = NULL;
+    io->easy = NULL;
+    io->headers = NULL;
     r = -ENOMEM;
     goto fail;
   }
+  c->nin_curl++;
   return 0;
 
 fail:
@@ -1362,21 +1603,21 @@ static void on_creds(struct fr_kube_client *c, int status, void *arg) {
   struct rest_call *rc = arg;
   int r;
 
-  rc->waiting = 0;
+  rc->io->waiting = 0;
   if (rc->state != CALL_WAIT_CREDS)
     return;
   if (status < 0) {
     finish_error(rc, "credentials: %s", kube_creds_error(c));
     return;
   }
-  rc->gen = c->creds_gen;
+  rc->io->gen = c->creds_gen;
   r = attempt_begin(rc);
   if (r < 0)
     finish_error(rc, "could not start the request: %s", strerror(-r));
 }
 
 static void on_backoff(uv_timer_t *t) {
-  struct rest_call *rc = fr_container_of(t, struct rest_call, timer);
+  struct rest_call *rc = t->data;
   int r;
 
   if (rc->state != CALL_BACKOFF)
@@ -1418,64 +1659,68 @@ static int transport_retryable(CURLcode rc) {
   }
 }
 
+/* The call keeps its slot while it backs off: a retry never queues again
+ * behind calls that came after it. */
 static void schedule_retry(struct rest_call *rc, const char *why) {
   struct fr_kube_client *c = rc->c;
+  struct rest_io *io = rc->io;
   uint64_t delay;
 
-  if (rc->retry_after_s > 0) {
-    delay = (uint64_t)rc->retry_after_s * 1000;
+  if (io->retry_after_s > 0) {
+    delay = (uint64_t)io->retry_after_s * 1000;
     if (delay > c->opts.backoff_cap_ms)
       delay = c->opts.backoff_cap_ms;
   } else {
-    delay = backoff_ms(c, rc->retries);
+    delay = backoff_ms(c, io->retries);
   }
-  rc->retries++;
+  io->retries++;
   FR_DEBUG(LOGC, "%s: %s %s: %s, retry %d/%d in %" PRIu64 " ms", c->name, rc->method,
-           call_path(rc), why, rc->retries, c->opts.max_retries, delay);
+           call_path(rc), why, io->retries, c->opts.max_retries, delay);
   set_state(rc, CALL_BACKOFF);
-  uv_timer_start(&rc->timer, on_backoff, delay, 0);
+  uv_timer_start(&io->timer, on_backoff, delay, 0);
 }
 
 /* A transfer finished (from the drain loop, outside curl callbacks). */
 static void on_transfer_done(struct rest_call *rc, CURLcode result) {
   struct fr_kube_client *c = rc->c;
+  struct rest_io *io = rc->io;
+  char text[CURL_ERROR_SIZE + 64];
   long code = 0;
   curl_off_t ra = 0, total_us = 0;
   int can_retry, r;
 
-  curl_easy_getinfo(rc->easy, CURLINFO_RESPONSE_CODE, &code);
-  curl_easy_getinfo(rc->easy, CURLINFO_RETRY_AFTER, &ra);
-  curl_easy_getinfo(rc->easy, CURLINFO_TOTAL_TIME_T, &total_us);
-  rc->retry_after_s = ra > 0 ? (ra > 86400 ? 86400 : (int)ra) : 0;
-  rc->elapsed_ms = (double)total_us / 1000.0;
+  curl_easy_getinfo(io->easy, CURLINFO_RESPONSE_CODE, &code);
+  curl_easy_getinfo(io->easy, CURLINFO_RETRY_AFTER, &ra);
+  curl_easy_getinfo(io->easy, CURLINFO_TOTAL_TIME_T, &total_us);
+  io->retry_after_s = ra > 0 ? (ra > 86400 ? 86400 : (int)ra) : 0;
+  io->elapsed_ms = (double)total_us / 1000.0;
   detach_easy(rc);
   if (rc->state != CALL_RUNNING)
     return;
-  can_retry = !rc->watch && rc->idempotent && rc->retries < c->opts.max_retries;
+  can_retry = rc->kind != KIND_WATCH && rc->idempotent && io->retries < c->opts.max_retries;
 
-  if (rc->abort_why != NULL) {
-    finish_error(rc, "%s", rc->abort_why);
+  if (io->abort_why != NULL) {
+    finish_error(rc, "%s", io->abort_why);
     return;
   }
   if (result != CURLE_OK) {
     /* curl's error buffer is the more precise text ("Failed to connect to
      * 127.0.0.1 port 6443 after 0 ms: Connection refused"). */
-    snprintf(rc->errtext, sizeof(rc->errtext), "%s",
-             rc->errbuf[0] ? rc->errbuf : curl_easy_strerror(result));
-    rtrim(rc->errtext);
+    snprintf(text, sizeof(text), "%s", io->errbuf[0] ? io->errbuf : curl_easy_strerror(result));
+    rtrim(text);
     if (can_retry && transport_retryable(result)) {
-      rc->retry_after_s = 0;
-      schedule_retry(rc, rc->errtext);
+      io->retry_after_s = 0;
+      schedule_retry(rc, text);
       return;
     }
-    finish(rc, 0, rc->errtext);
+    finish(rc, 0, text);
     return;
   }
   /* A 401 is decided before the body is processed, so even a
    * non-idempotent call may be sent again once, with fresh credentials. */
-  if (code == 401 && creds_refreshable(c) && !rc->refreshed) {
-    rc->refreshed = 1;
-    if (rc->gen == c->creds_gen)
+  if (code == 401 && creds_refreshable(c) && !io->refreshed) {
+    io->refreshed = 1;
+    if (io->gen == c->creds_gen)
       kube_creds_invalidate(c);
     FR_DEBUG(LOGC, "%s: %s %s: 401, refreshing credentials", c->name, rc->method, call_path(rc));
     r = start_attempt(rc);
@@ -1490,13 +1735,13 @@ static void on_transfer_done(struct rest_call *rc, CURLcode result) {
     schedule_retry(rc, why);
     return;
   }
-  if (rc->watch && code >= 200 && code < 300 && rc->line.len > 0) {
+  if (rc->kind == KIND_WATCH && code >= 200 && code < 300 && io->line.len > 0) {
     /* The stream ended without a newline after the last event. */
-    rc->line.data[rc->line.len] = '\0';
-    rc->on_line(rc->line.data, rc->line.len, rc->arg);
+    io->line.data[io->line.len] = '\0';
+    rc->on_line(io->line.data, io->line.len, rc->arg);
     if (rc->state != CALL_RUNNING)
       return;
-    fr_buf_reset(&rc->line);
+    fr_buf_reset(&io->line);
   }
   finish(rc, (int)code, NULL);
 }
@@ -1522,14 +1767,19 @@ static void rest_cancel(struct fr_kube_call *base) {
 
   if (rc->state == CALL_DONE || rc->state == CALL_CANCELLED)
     return;
+  if (rc->state == CALL_QUEUED)
+    queue_unlink(rc->c, rc);
   set_state(rc, CALL_CANCELLED);
   kube_call_untrack(base);
-  if (rc->waiting) {
-    kube_creds_unwait(rc->c, on_creds, rc);
-    rc->waiting = 0;
+  if (rc->io != NULL) {
+    if (rc->io->waiting) {
+      kube_creds_unwait(rc->c, on_creds, rc);
+      rc->io->waiting = 0;
+    }
+    uv_timer_stop(&rc->io->timer);
   }
-  uv_timer_stop(&rc->timer);
   detach_easy(rc);
+  call_uncount(rc);
   call_release(rc);
 }
 
@@ -1551,68 +1801,82 @@ static int path_ok(const char *p) {
   return 1;
 }
 
-static int call_start(struct fr_kube_client *c, int watch, const char *method, const char *path,
-                      const char *content_type, const void *body, size_t len, int idempotent,
-                      const char *request_id, fr_kube_line_cb on_line, fr_kube_response_cb cb,
-                      void *arg, struct fr_kube_call **out) {
+/* Copies <len> bytes of <s> to *<p> with a NUL after them and moves *<p>
+ * past it; returns where they went. */
+static const char *put_str(char **p, const void *s, size_t len) {
+  char *at = *p;
+
+  memcpy(at, s, len);
+  at[len] = '\0';
+  *p += len + 1;
+  return at;
+}
+
+static int call_start(struct fr_kube_client *c, enum call_kind kind, const char *method,
+                      const char *path, const char *content_type, const void *body, size_t len,
+                      int idempotent, const char *request_id, fr_kube_line_cb on_line,
+                      fr_kube_response_cb cb, void *arg, struct fr_kube_call **out) {
   struct rest_call *rc;
-  struct fr_buf url;
+  size_t server_len, path_len, ct_len, id_len, size;
+  char *p;
   int r;
 
   if (out != NULL)
     *out = NULL;
-  if (c == NULL || method == NULL || path == NULL || cb == NULL || (watch && on_line == NULL) ||
-      (body == NULL && len > 0) || !method_ok(method) || !path_ok(path) ||
-      !header_safe(request_id) || !header_safe(content_type))
+  if (c == NULL || method == NULL || path == NULL || cb == NULL ||
+      (kind == KIND_WATCH && on_line == NULL) || (body == NULL && len > 0) || !method_ok(method) ||
+      !path_ok(path) || !header_safe(request_id) || !header_safe(content_type))
     return -EINVAL;
   if (c->closing)
     return -ECANCELED;
-  rc = calloc(1, sizeof(*rc));
+  /* One allocation: the record, then its URL, content type, request id and
+   * body, each NUL-terminated. */
+  server_len = strlen(c->creds->server);
+  path_len = strlen(path);
+  ct_len = content_type != NULL ? strlen(content_type) : 0;
+  id_len = request_id != NULL ? strlen(request_id) : 0;
+  size = sizeof(*rc) + server_len + path_len + 1 + ct_len + 1 + id_len + 1;
+  if (body != NULL && len > SIZE_MAX - size - 1)
+    return -ENOMEM;
+  size += body != NULL ? len + 1 : 0;
+  rc = calloc(1, size);
   if (rc == NULL)
     return -ENOMEM;
-  fr_buf_init(&rc->resp);
-  fr_buf_init(&rc->line);
-  fr_buf_init(&url);
+  p = rc->strs;
+  rc->url = p;
+  memcpy(p, c->creds->server, server_len);
+  p += server_len;
+  put_str(&p, path, path_len);
+  if (content_type != NULL)
+    rc->content_type = put_str(&p, content_type, ct_len);
+  if (request_id != NULL)
+    rc->request_id = put_str(&p, request_id, id_len);
+  if (body != NULL) {
+    rc->body = put_str(&p, body, len);
+    rc->body_len = len;
+  }
+  memcpy(rc->method, method, strlen(method) + 1);
   rc->c = c;
-  rc->watch = watch;
-  rc->idempotent = idempotent;
+  rc->kind = kind;
+  rc->idempotent = idempotent != 0;
   rc->cb = cb;
   rc->on_line = on_line;
   rc->arg = arg;
   rc->base.cancel = rest_cancel;
-  rc->method = strdup(method);
-  rc->content_type = xstrdup(content_type);
-  rc->request_id = xstrdup(request_id);
-  if (body != NULL) {
-    rc->body = malloc(len + 1);
-    if (rc->body != NULL) {
-      memcpy(rc->body, body, len);
-      rc->body[len] = '\0';
-      rc->body_len = len;
-    }
-  }
-  if (fr_buf_puts(&url, c->creds->server) == 0 && fr_buf_puts(&url, path) == 0)
-    rc->url = fr_buf_detach(&url, NULL);
-  fr_buf_free(&url);
-  if (rc->method == NULL || rc->url == NULL || (content_type && !rc->content_type) ||
-      (request_id && !rc->request_id) || (body && !rc->body)) {
-    free(rc->method);
-    free(rc->url);
-    free(rc->content_type);
-    free(rc->request_id);
-    free(rc->body);
-    free(rc);
-    return -ENOMEM;
-  }
-  uv_timer_init(c->loop, &rc->timer);
-  c->nopen++;
   kube_call_track(c, &rc->base);
-  r = start_attempt(rc);
-  if (r < 0) {
-    rc->state = CALL_CANCELLED;
-    kube_call_untrack(&rc->base);
-    call_release(rc);
-    return r;
+  /* First come, first served: behind the queue even when a slot is free
+   * (it is about to be taken from the queue). */
+  if (kind == KIND_BULK && (c->qhead != NULL || c->nactive >= c->max_active)) {
+    queue_push(c, rc);
+  } else {
+    r = dispatch(rc);
+    if (r < 0) {
+      rc->state = CALL_CANCELLED;
+      kube_call_untrack(&rc->base);
+      call_uncount(rc);
+      call_release(rc);
+      return r;
+    }
   }
   if (out != NULL)
     *out = &rc->base;
@@ -1620,16 +1884,22 @@ static int call_start(struct fr_kube_client *c, int watch, const char *method, c
 }
 
 int fr_kube_request(struct fr_kube_client *c, const char *method, const char *path,
-                    const char *content_type, const void *body, size_t len, int idempotent,
+                    const char *content_type, const void *body, size_t len, int flags,
                     const char *request_id, fr_kube_response_cb cb, void *arg,
                     struct fr_kube_call **out) {
-  return call_start(c, 0, method, path, content_type, body, len, idempotent, request_id, NULL,
-                    cb, arg, out);
+  if (out != NULL)
+    *out = NULL;
+  if ((flags & ~(FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY)) != 0)
+    return -EINVAL;
+  return call_start(c, (flags & FR_KUBE_PRIORITY) ? KIND_PRIORITY : KIND_BULK, method, path,
+                    content_type, body, len, flags & FR_KUBE_IDEMPOTENT, request_id, NULL, cb,
+                    arg, out);
 }
 
 int fr_kube_watch(struct fr_kube_client *c, const char *path, fr_kube_line_cb on_line,
                   fr_kube_response_cb on_done, void *arg, struct fr_kube_call **out) {
-  return call_start(c, 1, "GET", path, NULL, NULL, 0, 1, NULL, on_line, on_done, arg, out);
+  return call_start(c, KIND_WATCH, "GET", path, NULL, NULL, 0, 1, NULL, on_line, on_done, arg,
+                    out);
 }
 
 void fr_kube_cancel(struct fr_kube_call *call) {
@@ -1678,6 +1948,13 @@ static void on_kick_closed(uv_handle_t *h) {
   maybe_finalize(c);
 }
 
+static void on_qtimer_closed(uv_handle_t *h) {
+  struct fr_kube_client *c = h->data;
+
+  c->nopen--;
+  maybe_finalize(c);
+}
+
 static void client_destroy(struct fr_kube_client *c) {
   struct creds_waiter *w;
 
@@ -1718,10 +1995,11 @@ static void maybe_finalize(struct fr_kube_client *c) {
  * for the end of curl_multi_socket_action (zombies, reaped by
  * on_curl_action) and of the drain (fr_curluv_close cleans up the multi). */
 static void teardown(struct fr_kube_client *c) {
-  cancel_all(c);
+  cancel_all(c);   /* queued calls too: they are tracked like the others */
   if (!fr_curluv_in_curl(&c->curl))
     reap_zombies(c);
   fr_curluv_close(&c->curl, on_curl_closed);
+  uv_close((uv_handle_t *)&c->qtimer, on_qtimer_closed);
   uv_close((uv_handle_t *)&c->kick, on_kick_closed);
   if (c->plugin != NULL) {
     struct kube_plugin *p = c->plugin;
@@ -1786,6 +2064,13 @@ int fr_kube_client_new(uv_loop_t *loop, const struct fr_kube_creds *creds,
     c->opts.request_timeout_ms = 30000;
   if (c->opts.max_host_connections <= 0)
     c->opts.max_host_connections = 64;
+  if (c->opts.max_active <= 0)
+    c->opts.max_active = c->opts.max_host_connections > LONG_MAX / KUBE_ACTIVE_PER_CONNECTION
+                             ? LONG_MAX
+                             : c->opts.max_host_connections * KUBE_ACTIVE_PER_CONNECTION;
+  c->max_active = (size_t)c->opts.max_active;
+  if (c->opts.queue_timeout_ms == 0)
+    c->opts.queue_timeout_ms = KUBE_QUEUE_TIMEOUT_MS;
   name = c->opts.name != NULL ? c->opts.name : creds->context != NULL ? creds->context : "kube";
   c->name = strdup(name);
   fr_buf_init(&ua);
@@ -1817,7 +2102,9 @@ int fr_kube_client_new(uv_loop_t *loop, const struct fr_kube_creds *creds,
   curl_multi_setopt(c->curl.multi, CURLMOPT_MAXCONNECTS, c->opts.max_host_connections);
   uv_timer_init(loop, &c->kick);
   c->kick.data = c;
-  c->nopen = 2;
+  uv_timer_init(loop, &c->qtimer);
+  c->qtimer.data = c;
+  c->nopen = 3;   /* curl's handles (as one), kick, qtimer */
   if (c->creds->exec != NULL || (c->creds->token_file != NULL && c->token == NULL))
     c->cstate = CREDS_NONE;
   else

@@ -353,7 +353,7 @@ static void claim(struct create_op *op, const struct fr_pod *pod) {
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", op->a->ns, op->pod);
   /* A precondition makes the patch safe to retry. */
   rc = body ? fr_kube_request(op->a->client, "PATCH", path, "application/merge-patch+json", body,
-                              strlen(body), 1, op->request_id, on_claimed, op, &op->call)
+                              strlen(body), FR_KUBE_IDEMPOTENT, op->request_id, on_claimed, op, &op->call)
             : -ENOMEM;
   free(body);
   if (rc != 0) {
@@ -483,8 +483,8 @@ static int simple_request(struct fr_adapter *a, const char *method, const char *
   }
   sc->cb = cb;
   sc->arg = arg;
-  rc = fr_kube_request(a->client, method, path, ctype, b, b ? strlen(b) : 0, idempotent, request_id,
-                       on_simple, sc, NULL);
+  rc = fr_kube_request(a->client, method, path, ctype, b, b ? strlen(b) : 0,
+                       idempotent ? FR_KUBE_IDEMPOTENT : 0, request_id, on_simple, sc, NULL);
   free(b);
   if (rc != 0)
     free(sc);
@@ -593,15 +593,9 @@ static void due_swap(struct reap_due *h, size_t i, size_t j) {
   h[j] = t;
 }
 
-/* A pod's entry goes in when its due time appears or changes; entries
- * are checked against the cache when they come up (stale ones are
- * dropped then), so nothing needs finding or removing early. */
-static void due_note(struct fr_adapter *a, const struct fr_pod *pod, const struct fr_pod *old) {
-  int64_t at = due_at(pod);
+static void due_push(struct fr_adapter *a, const char *pod, int64_t at) {
   size_t i;
 
-  if (at < 0 || (old != NULL && due_at(old) == at))
-    return;
   if (a->ndue == a->due_cap) {
     size_t cap = a->due_cap ? a->due_cap * 2 : 256;
     struct reap_due *n = realloc(a->due, cap * sizeof(*n));
@@ -610,11 +604,40 @@ static void due_note(struct fr_adapter *a, const struct fr_pod *pod, const struc
     a->due = n;
     a->due_cap = cap;
   }
-  if ((a->due[a->ndue].pod = strdup(pod->name)) == NULL)
+  if ((a->due[a->ndue].pod = strdup(pod)) == NULL)
     return;
   a->due[a->ndue].at = at;
   for (i = a->ndue++; i > 0 && a->due[(i - 1) / 2].at > a->due[i].at; i = (i - 1) / 2)
     due_swap(a->due, i, (i - 1) / 2);
+}
+
+/* Entries of sandboxes terminated early stay until they come due; when
+ * they outnumber the live sandboxes, the queue is rebuilt from the cache
+ * (amortised O(1) per event, and memory bounded by the live set rather
+ * than by lifetime x churn). */
+static void due_rebuild(struct fr_adapter *a) {
+  const struct fr_pod *p;
+  size_t cur = 0;
+
+  while (a->ndue > 0)
+    free(a->due[--a->ndue].pod);
+  while ((p = fr_adapter_pod_next(a, &cur)) != NULL)
+    if (due_at(p) >= 0)
+      due_push(a, p->name, due_at(p));
+}
+
+/* A pod's entry goes in when its due time appears or changes; entries
+ * are checked against the cache when they come up (stale ones are
+ * dropped then), so nothing needs finding or removing early. */
+static void due_note(struct fr_adapter *a, const struct fr_pod *pod, const struct fr_pod *old) {
+  int64_t at = due_at(pod);
+
+  if (at < 0 || (old != NULL && due_at(old) == at))
+    return;
+  if (a->ndue >= 1024 && a->ndue / 2 > (size_t)(a->n_sandboxes > 0 ? a->n_sandboxes : 0))
+    due_rebuild(a); /* includes <pod>: it is in the cache already */
+  else
+    due_push(a, pod->name, at);
 }
 
 /* Removes the earliest entry; the caller owns its pod name. */

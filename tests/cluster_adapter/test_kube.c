@@ -377,6 +377,9 @@ START_TEST(request_bad_arguments_rejected_without_callback) {
   ck_assert_int_eq(fr_kube_request(NULL, "GET", "/version", NULL, NULL, 0, 1, NULL, on_resp, &r,
                                    NULL),
                    -EINVAL);
+  ck_assert_int_eq(fr_kube_request(c, "GET", "/version", NULL, NULL, 0, 1 << 7, NULL, on_resp, &r,
+                                   NULL),
+                   -EINVAL);   /* an unknown flag */
   client_free_wait(c);
   ck_assert_int_eq(r.done, 0);
   finish_test();
@@ -711,6 +714,377 @@ START_TEST(slow_server_request_timeout_reports_status_0) {
   result_free(&r);
   set_faults("{\"latency_ms\":0}");
   client_free_wait(c);
+  finish_test();
+}
+END_TEST
+
+/* ------------------------------------------------------------ queue */
+
+/* Many calls at once, one slot each, sharing a context. */
+struct burst {
+  struct fr_kube_client *c;
+  struct slot *slots;
+  int n;
+  int answered;             /* bulk callbacks so far */
+  int probe_done;           /* priority call answered ... */
+  int probe_status;
+  int probe_after;          /* ... after this many bulk callbacks */
+  int cancel_in_cb;         /* index of a queued call to cancel from the first callback, or -1 */
+  int free_in_cb;           /* free the client from the callback that makes <answered> this */
+  int freed;
+  size_t max_in_curl;       /* highest in_curl - priority - watches seen by the sampler */
+  uv_prepare_t sampler;
+};
+
+struct slot {
+  struct burst *b;
+  struct fr_kube_call *call;
+  int done, status, attempts, expect;
+  char *error;
+};
+
+/* The client's counters must add up whenever anything looks. */
+static void stats_check(struct burst *b, struct fr_kube_client_stats *st) {
+  size_t bulk;
+
+  fr_kube_client_stats(b->c, st);
+  ck_assert_uint_le(st->active, st->max_active);
+  ck_assert_uint_le(st->active_peak, st->max_active);
+  ck_assert_uint_le(st->in_curl, st->active + st->priority + st->watches);
+  /* Bulk calls in curl: at least this many (a bypassing call counted but
+   * not yet in curl makes it an underestimate). */
+  bulk = st->in_curl > st->priority + st->watches ? st->in_curl - st->priority - st->watches : 0;
+  if (bulk > b->max_in_curl)
+    b->max_in_curl = bulk;
+}
+
+/* Samples the counters once per loop iteration, before polling. */
+static void on_sample(uv_prepare_t *p) {
+  struct burst *b = p->data;
+  struct fr_kube_client_stats st;
+
+  if (b->c != NULL && !b->freed)
+    stats_check(b, &st);
+}
+
+static void on_slot(const struct fr_kube_response *r, void *arg) {
+  struct slot *s = arg;
+  struct burst *b = s->b;
+  struct fr_kube_client_stats st;
+
+  s->done++;
+  s->status = r->status;
+  s->attempts = r->attempts;
+  free(s->error);
+  s->error = r->error != NULL ? strdup(r->error) : NULL;
+  b->answered++;
+  stats_check(b, &st);
+  if (b->cancel_in_cb >= 0) {
+    fr_kube_cancel(b->slots[b->cancel_in_cb].call);
+    b->slots[b->cancel_in_cb].call = NULL;
+    b->cancel_in_cb = -1;
+  }
+  if (b->free_in_cb > 0 && b->answered == b->free_in_cb)
+    fr_kube_client_free(b->c, on_freed, &b->freed);
+}
+
+static void on_probe(const struct fr_kube_response *r, void *arg) {
+  struct burst *b = arg;
+
+  b->probe_done++;
+  b->probe_status = r->status;
+  b->probe_after = b->answered;
+}
+
+static void burst_init(struct burst *b, struct fr_kube_client *c, int n) {
+  memset(b, 0, sizeof(*b));
+  b->c = c;
+  b->n = n;
+  b->cancel_in_cb = -1;
+  b->slots = calloc((size_t)n, sizeof(*b->slots));
+  ck_assert_ptr_nonnull(b->slots);
+  ck_assert_int_eq(uv_prepare_init(&loop, &b->sampler), 0);
+  b->sampler.data = b;
+  ck_assert_int_eq(uv_prepare_start(&b->sampler, on_sample), 0);
+}
+
+static void burst_free(struct burst *b) {
+  int i;
+
+  uv_close((uv_handle_t *)&b->sampler, NULL);
+  uv_run(&loop, UV_RUN_NOWAIT);   /* the close callback: <b> may be reused */
+  for (i = 0; i < b->n; i++)
+    free(b->slots[i].error);
+  free(b->slots);
+}
+
+/* Starts call <i>: GET /version (200) for every third, else a GET or a
+ * DELETE of a pod that does not exist (404). */
+static void burst_start(struct burst *b, int i) {
+  struct slot *s = &b->slots[i];
+  char path[128];
+  const char *method = i % 2 ? "DELETE" : "GET";
+
+  s->b = b;
+  if (i % 3 == 0) {
+    snprintf(path, sizeof(path), "/version");
+    method = "GET";
+    s->expect = 200;
+  } else {
+    snprintf(path, sizeof(path), PODS "/burst-missing-%d", i);
+    s->expect = 404;
+  }
+  ck_assert_int_eq(fr_kube_request(b->c, method, path, NULL, NULL, 0, FR_KUBE_IDEMPOTENT,
+                                   "burst", on_slot, s, &s->call),
+                   0);
+  ck_assert_ptr_nonnull(s->call);
+}
+
+START_TEST(burst_beyond_max_active_queues_and_answers_each_once) {
+  struct fr_kube_client_opts o = fast_opts;
+  struct fr_kube_client *c;
+  struct fr_kube_client_stats st;
+  struct burst b;
+  int i, n = 3000;
+
+  o.max_host_connections = 8;   /* max_active defaults to twice that */
+  c = client_new(creds, &o);
+  burst_init(&b, c, n);
+  for (i = 0; i < n; i++)
+    burst_start(&b, i);
+  /* The first max_active went to curl's side, the rest wait as records. */
+  fr_kube_client_stats(c, &st);
+  ck_assert_uint_eq(st.max_active, 16);
+  ck_assert_uint_eq(st.active, 16);
+  ck_assert_uint_eq(st.queued, (size_t)n - 16);
+  ck_assert_uint_eq(st.in_curl, 0);   /* nothing is sent before a loop turn */
+
+  /* A health probe issued behind the whole burst skips the queue. */
+  ck_assert_int_eq(fr_kube_request(c, "GET", "/version", NULL, NULL, 0, FR_KUBE_PRIORITY, NULL,
+                                   on_probe, &b, NULL),
+                   0);
+  fr_kube_client_stats(c, &st);
+  ck_assert_uint_eq(st.priority, 1);
+  ck_assert_uint_eq(st.queued, (size_t)n - 16);
+
+  while (b.answered < n)
+    ck_assert_msg(uv_run(&loop, UV_RUN_ONCE) != 0 || b.answered == n, "loop ran dry");
+  run_until(&b.probe_done);
+
+  for (i = 0; i < n; i++) {
+    ck_assert_msg(b.slots[i].done == 1, "call %d answered %d times", i, b.slots[i].done);
+    ck_assert_msg(b.slots[i].status == b.slots[i].expect, "call %d: status %d (%s), expected %d",
+                  i, b.slots[i].status, b.slots[i].error ? b.slots[i].error : "", b.slots[i].expect);
+    ck_assert_int_eq(b.slots[i].attempts, 1);   /* no timeout and retry from waiting */
+  }
+  ck_assert_int_eq(b.probe_done, 1);
+  ck_assert_int_eq(b.probe_status, 200);
+  /* Behind at most the calls already handed to curl (one round of them,
+   * plus the few curl lets in while it waits for a connection), never
+   * behind the queue. */
+  ck_assert_msg(b.probe_after <= 4 * 16, "the probe came after %d of %d calls", b.probe_after, n);
+
+  fr_kube_client_stats(c, &st);
+  ck_assert_uint_eq(st.active, 0);
+  ck_assert_uint_eq(st.queued, 0);
+  ck_assert_uint_eq(st.priority, 0);
+  ck_assert_uint_eq(st.in_curl, 0);
+  ck_assert_uint_eq(st.active_peak, 16);
+  ck_assert_uint_eq(st.queued_peak, (size_t)n - 16);
+  ck_assert_uint_eq(st.expired, 0);
+  ck_assert_uint_le(b.max_in_curl, 16);
+  ck_assert_uint_ge(b.max_in_curl, 8);   /* the connections were kept busy */
+  burst_free(&b);
+  client_free_wait(c);
+  finish_test();
+}
+END_TEST
+
+START_TEST(queued_calls_time_out_from_dispatch_not_from_queueing) {
+  struct fr_kube_client_opts o = fast_opts;
+  struct fr_kube_client *c;
+  struct fr_kube_client_stats st;
+  struct burst b;
+  int i, n = 40;
+
+  /* Two connections, 100 ms per answer: the last of 40 calls is answered
+   * after ~2 s, twice the request timeout. Counted from when it was
+   * queued, most would time out; counted from dispatch, none does. */
+  o.max_host_connections = 2;
+  o.request_timeout_ms = 1000;
+  o.max_retries = -1;   /* a timeout would show as status 0 */
+  c = client_new(creds, &o);
+  set_faults("{\"latency_ms\":100}");
+  burst_init(&b, c, n);
+  for (i = 0; i < n; i++) {
+    b.slots[i].b = &b;
+    b.slots[i].expect = 200;
+    ck_assert_int_eq(fr_kube_request(c, "GET", "/version", NULL, NULL, 0, FR_KUBE_IDEMPOTENT,
+                                     NULL, on_slot, &b.slots[i], NULL),
+                     0);
+  }
+  while (b.answered < n)
+    ck_assert_msg(uv_run(&loop, UV_RUN_ONCE) != 0 || b.answered == n, "loop ran dry");
+  for (i = 0; i < n; i++) {
+    ck_assert_int_eq(b.slots[i].done, 1);
+    ck_assert_msg(b.slots[i].status == 200, "call %d: %d %s", i, b.slots[i].status,
+                  b.slots[i].error ? b.slots[i].error : "");
+    ck_assert_int_eq(b.slots[i].attempts, 1);
+  }
+  fr_kube_client_stats(c, &st);
+  ck_assert_uint_eq(st.active_peak, 4);
+  ck_assert_uint_eq(st.queued_peak, (size_t)n - 4);
+  set_faults("{\"latency_ms\":0}");
+  burst_free(&b);
+  client_free_wait(c);
+  finish_test();
+}
+END_TEST
+
+START_TEST(queued_call_past_queue_timeout_fails_unsent) {
+  struct fr_kube_client_opts o = fast_opts;
+  struct fr_kube_client *c;
+  struct fr_kube_client_stats st;
+  struct burst b;
+  int i, n = 10;
+
+  /* One connection, 600 ms per answer, 200 ms allowed in the queue: the
+   * two active calls are answered, the eight queued ones expire before a
+   * slot frees. */
+  o.max_host_connections = 1;
+  o.queue_timeout_ms = 200;
+  c = client_new(creds, &o);
+  set_faults("{\"latency_ms\":600}");
+  burst_init(&b, c, n);
+  for (i = 0; i < n; i++) {
+    b.slots[i].b = &b;
+    ck_assert_int_eq(fr_kube_request(c, "GET", "/version", NULL, NULL, 0, FR_KUBE_IDEMPOTENT,
+                                     NULL, on_slot, &b.slots[i], NULL),
+                     0);
+  }
+  while (b.answered < n)
+    ck_assert_msg(uv_run(&loop, UV_RUN_ONCE) != 0 || b.answered == n, "loop ran dry");
+  for (i = 0; i < n; i++) {
+    ck_assert_int_eq(b.slots[i].done, 1);
+    if (i < 2) {
+      ck_assert_int_eq(b.slots[i].status, 200);
+      ck_assert_int_eq(b.slots[i].attempts, 1);
+    } else {
+      ck_assert_int_eq(b.slots[i].status, 0);
+      ck_assert_int_eq(b.slots[i].attempts, 0);   /* never sent */
+      ck_assert_msg(b.slots[i].error != NULL && strstr(b.slots[i].error, "queue") != NULL,
+                    "error: %s", b.slots[i].error ? b.slots[i].error : "(none)");
+    }
+  }
+  fr_kube_client_stats(c, &st);
+  ck_assert_uint_eq(st.expired, 8);
+  ck_assert_uint_eq(st.queued, 0);
+  ck_assert_uint_eq(st.active, 0);
+  set_faults("{\"latency_ms\":0}");
+  burst_free(&b);
+  client_free_wait(c);
+  finish_test();
+}
+END_TEST
+
+START_TEST(cancel_queued_calls_removes_them_without_callback) {
+  struct fr_kube_client_opts o = fast_opts;
+  struct fr_kube_client *c;
+  struct fr_kube_client_stats st;
+  struct burst b;
+  struct result r;
+  int i, n = 200, cancelled = 0, expected = 0;
+
+  o.max_host_connections = 2;   /* 4 active */
+  c = client_new(creds, &o);
+  burst_init(&b, c, n);
+  for (i = 0; i < n; i++)
+    burst_start(&b, i);
+  /* Every second queued call, right away; the last one from the first
+   * callback to run. */
+  for (i = 4; i < n - 1; i += 2) {
+    fr_kube_cancel(b.slots[i].call);
+    b.slots[i].call = NULL;
+    cancelled++;
+  }
+  fr_kube_client_stats(c, &st);
+  ck_assert_uint_eq(st.queued, (size_t)(n - 4 - cancelled));
+  b.cancel_in_cb = n - 1;
+  while (b.answered < n - cancelled - 1)
+    ck_assert_msg(uv_run(&loop, UV_RUN_ONCE) != 0, "loop ran dry");
+  /* Round trips give a late callback a chance to show up. */
+  for (i = 0; i < 3; i++) {
+    call(c, "GET", "/version", NULL, 1, &r);
+    ck_assert_int_eq(r.status, 200);
+    result_free(&r);
+  }
+  for (i = 0; i < n; i++) {
+    if ((i >= 4 && i % 2 == 0 && i < n - 1) || i == n - 1) {
+      ck_assert_msg(b.slots[i].done == 0, "cancelled call %d answered", i);
+    } else {
+      ck_assert_msg(b.slots[i].done == 1, "call %d answered %d times", i, b.slots[i].done);
+      ck_assert_int_eq(b.slots[i].status, b.slots[i].expect);
+      expected++;
+    }
+  }
+  ck_assert_int_eq(b.answered, expected);
+  fr_kube_client_stats(c, &st);
+  ck_assert_uint_eq(st.queued, 0);
+  ck_assert_uint_eq(st.active, 0);
+  ck_assert_uint_eq(st.in_curl, 0);
+  burst_free(&b);
+  client_free_wait(c);
+  finish_test();
+}
+END_TEST
+
+START_TEST(client_free_with_queued_calls_calls_nothing) {
+  struct fr_kube_client_opts o = fast_opts;
+  struct fr_kube_client *c;
+  struct fr_kube_client_stats st;
+  struct burst b;
+  int i, n = 3000, answered;
+
+  o.max_host_connections = 4;
+  /* Freed right after queueing: nothing sent, nothing answered. */
+  c = client_new(creds, &o);
+  burst_init(&b, c, n);
+  for (i = 0; i < n; i++)
+    burst_start(&b, i);
+  fr_kube_client_free(c, on_freed, &b.freed);
+  b.c = NULL;
+  ck_assert_int_eq(b.freed, 0);   /* never from inside the call */
+  run_until(&b.freed);
+  ck_assert_int_eq(b.freed, 1);
+  ck_assert_int_eq(b.answered, 0);
+  burst_free(&b);
+
+  /* Freed with calls on the wire and most still queued. */
+  c = client_new(creds, &o);
+  burst_init(&b, c, n);
+  for (i = 0; i < n; i++)
+    burst_start(&b, i);
+  while (b.answered < 50)
+    ck_assert_msg(uv_run(&loop, UV_RUN_ONCE) != 0, "loop ran dry");
+  fr_kube_client_stats(c, &st);
+  ck_assert_uint_gt(st.queued, 0);
+  answered = b.answered;
+  fr_kube_client_free(c, on_freed, &b.freed);
+  run_until(&b.freed);
+  ck_assert_int_eq(b.answered, answered);
+  b.c = NULL;
+  burst_free(&b);
+
+  /* Freed from inside a callback, with most still queued. */
+  c = client_new(creds, &o);
+  burst_init(&b, c, n);
+  b.free_in_cb = 20;
+  for (i = 0; i < n; i++)
+    burst_start(&b, i);
+  run_until(&b.freed);
+  ck_assert_int_eq(b.answered, 20);
+  b.c = NULL;
+  burst_free(&b);
   finish_test();
 }
 END_TEST
@@ -1187,6 +1561,11 @@ static Suite *kube_suite(void) {
   tcase_add_test(tc, server_down_reports_status_0_with_error);
   tcase_add_test(tc, concurrent_calls_share_max_host_connections);
   tcase_add_test(tc, slow_server_request_timeout_reports_status_0);
+  tcase_add_test(tc, burst_beyond_max_active_queues_and_answers_each_once);
+  tcase_add_test(tc, queued_calls_time_out_from_dispatch_not_from_queueing);
+  tcase_add_test(tc, queued_call_past_queue_timeout_fails_unsent);
+  tcase_add_test(tc, cancel_queued_calls_removes_them_without_callback);
+  tcase_add_test(tc, client_free_with_queued_calls_calls_nothing);
   tcase_add_test(tc, cancel_inside_callbacks_stops_all_callbacks);
   tcase_add_test(tc, client_free_with_calls_in_flight_calls_nothing);
   tcase_add_test(tc, client_free_inside_callbacks_stops_everything);

@@ -12,6 +12,13 @@
  *   fr_kube_exec()     pods/exec over the Kubernetes WebSocket protocol
  *                      (offers v5.channel.k8s.io then v4), never retried.
  *
+ * Bounded: at most max_active REST calls per client (default twice
+ * max_host_connections) are handed to curl at once. The others wait in a
+ * FIFO queue as small records (~170 bytes plus their strings; no curl
+ * handle, no buffers) and are sent, oldest first, as active calls finish.
+ * Watches and FR_KUBE_PRIORITY requests (the health probe) skip the queue
+ * and do not count against the bound; exec uses connections of its own.
+ *
  * Callbacks are never called from inside the call that started the
  * operation (errors are delivered on a later loop turn).
  */
@@ -34,6 +41,9 @@ struct fr_kube_client_opts {
   uint64_t connect_timeout_ms;  /* default 3000 */
   uint64_t request_timeout_ms;  /* whole call, per attempt; default 30000 (not for watches) */
   long max_host_connections;    /* default 64 */
+  long max_active;              /* REST calls handed to curl at once, the rest queue;
+                                   default 2 * max_host_connections */
+  uint64_t queue_timeout_ms;    /* a call still queued this long fails unsent; default 300000 */
   const char *user_agent;       /* default "fedrouter/<version>" */
 };
 
@@ -42,7 +52,7 @@ struct fr_kube_response {
   const char *error;            /* transport error text when status == 0, else NULL */
   const char *body;             /* NUL-terminated ("" when none); valid during the callback */
   size_t body_len;
-  int attempts;                 /* 1 + retries done */
+  int attempts;                 /* 1 + retries done; 0: never sent (expired in the queue) */
   int retry_after_s;            /* from the last response, 0 if absent */
   double elapsed_ms;            /* last attempt, request to last byte */
 };
@@ -54,24 +64,50 @@ typedef void (*fr_kube_line_cb)(const char *line, size_t len, void *arg);
 /* Creates a client for <creds> (copied). <opts> may be NULL. */
 int fr_kube_client_new(uv_loop_t *loop, const struct fr_kube_creds *creds,
                        const struct fr_kube_client_opts *opts, struct fr_kube_client **out);
-/* Cancels every call (their callbacks are not called), closes every handle;
- * <cb> runs once everything is closed. Accepts NULL. */
+/* Cancels every call, queued ones included (their callbacks are not
+ * called), closes every handle; <cb> runs once everything is closed.
+ * Accepts NULL. */
 void fr_kube_client_free(struct fr_kube_client *c, void (*cb)(void *arg), void *arg);
 
+/* <flags> of fr_kube_request(), OR-ed together. */
+enum fr_kube_flags {
+  /* May be retried: GET and DELETE are idempotent; a PATCH with a
+   * resourceVersion precondition is too. Equal to 1, so a boolean
+   * "idempotent" (what this argument was before flags) still means it. */
+  FR_KUBE_IDEMPOTENT = 1 << 0,
+  /* Never queued, and not counted against max_active: for a few small
+   * calls that must not wait behind bulk work (the health probe). It may
+   * still wait inside curl for a free connection behind the calls already
+   * handed to it (at most max_active; about one request's latency). */
+  FR_KUBE_PRIORITY = 1 << 1,
+};
+
 /* Starts a REST call. <path> is the path and query ("/api/v1/namespaces/
- * default/pods?limit=500"). <body> may be NULL. <idempotent> allows retries
- * (GET and DELETE are idempotent; a PATCH with a resourceVersion
- * precondition is too). <request_id> (may be NULL) is sent as X-Request-Id.
- * <out> (may be NULL) receives a handle for fr_kube_cancel(), valid until
- * <cb> runs. */
+ * default/pods?limit=500"). <content_type>, <body> and <request_id> may be
+ * NULL and are copied; <request_id> is sent as X-Request-Id. <flags>: see
+ * enum fr_kube_flags. <out> (may be NULL) receives a handle for
+ * fr_kube_cancel(), valid until <cb> runs.
+ *
+ * With max_active calls already active (sent, waiting for credentials or
+ * backing off before a retry), the call waits in the client's FIFO queue.
+ * Its request timeout (request_timeout_ms, per attempt) starts when it is
+ * sent, not when it was queued; a call still queued after queue_timeout_ms
+ * fails, unsent, with status 0 and attempts 0, so a stalled cluster cannot
+ * hold callers forever.
+ *
+ * Returns 0, -EINVAL (bad argument or unknown flag), -ECANCELED (the client
+ * is being freed) or -ENOMEM; <cb> is called exactly once after 0 unless
+ * the call is cancelled or the client freed. */
 int fr_kube_request(struct fr_kube_client *c, const char *method, const char *path,
-                    const char *content_type, const void *body, size_t len, int idempotent,
+                    const char *content_type, const void *body, size_t len, int flags,
                     const char *request_id, fr_kube_response_cb cb, void *arg,
                     struct fr_kube_call **out);
 
 /* Starts a streaming GET (a watch). <on_line> gets each line as it arrives;
  * <on_done> gets the end (status and, for non-2xx, the body). Not retried:
- * the caller relists/rewatches. */
+ * the caller relists/rewatches. Never queued, and not counted against
+ * max_active (watches are few and long-lived; counted, a handful of them
+ * could hold the bound). */
 int fr_kube_watch(struct fr_kube_client *c, const char *path, fr_kube_line_cb on_line,
                   fr_kube_response_cb on_done, void *arg, struct fr_kube_call **out);
 
@@ -81,8 +117,28 @@ int fr_kube_watch(struct fr_kube_client *c, const char *path, fr_kube_line_cb on
 typedef void (*fr_kube_observer_cb)(void *arg, const char *method, int status, double elapsed_ms);
 void fr_kube_client_set_observer(struct fr_kube_client *c, fr_kube_observer_cb cb, void *arg);
 
-/* Stops a call; its callbacks are not called afterwards. */
+/* Stops a call, queued or running; its callbacks are not called
+ * afterwards. A queued call leaves the queue at once. Accepts NULL. */
 void fr_kube_cancel(struct fr_kube_call *call);
+
+/* A client's load, for metrics and tests. */
+struct fr_kube_client_stats {
+  size_t max_active;            /* the bound (opts.max_active after defaults) */
+  size_t active;                /* REST calls holding a slot: in curl, waiting for
+                                   credentials, or backing off before a retry */
+  size_t active_peak;           /* the most <active> at once since the client was created */
+  size_t queued;                /* REST calls waiting for a slot (no curl handle yet) */
+  size_t queued_peak;
+  size_t priority;              /* FR_KUBE_PRIORITY calls in flight, outside the bound */
+  size_t watches;               /* watches in flight, outside the bound */
+  size_t in_curl;               /* easy handles in the multi now (every kind; not exec);
+                                   never more than active + priority + watches */
+  uint64_t expired;             /* calls failed unsent after queue_timeout_ms */
+};
+
+/* Fills <out> with <c>'s counters (all zero when <c> is NULL). Cheap; may
+ * be called from any callback. */
+void fr_kube_client_stats(const struct fr_kube_client *c, struct fr_kube_client_stats *out);
 
 struct fr_kube_exec_opts {
   char *const *argv;            /* NULL-terminated, at least one element */
