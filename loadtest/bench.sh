@@ -157,7 +157,8 @@ start_sim() {
 
 # start_router <cluster[=kubesim]...>: the cluster's region is
 # ${REGION_OF[cluster]:-us}; ROUTER (default fedrouter) names the files, so
-# two routers can run side by side. Sets URL.
+# two routers can run side by side; ROUTER_SPLIT (fill_first or spread)
+# writes a policy file with that batch split. Sets URL.
 declare -A REGION_OF=()
 start_router() {
   local c i line sha r="${ROUTER:-fedrouter}"
@@ -167,6 +168,10 @@ start_router() {
     echo "listen = \"127.0.0.1:0\";"
     echo "region = \"us\";"
     echo "limits = { max_batch = 5000; };"
+    if [ -n "${ROUTER_SPLIT:-}" ]; then
+      printf 'split = "%s";\n' "$ROUTER_SPLIT" >"$WORK/$r.policy"
+      echo "policy = \"$r.policy\";"
+    fi
     echo "tenants = ( { name = \"bench\"; token_sha256 = \"$sha\"; } );"
     echo "clusters = ("
     local sep=""
@@ -335,6 +340,10 @@ scenario_scale() {
   fi
   share=$(((n + ncl - 1) / ncl))
   [ "$per" -gt "$share" ] && share="$per"
+  # With a real pod rate per cluster, batches are spread over the clusters
+  # (the built-in policy fills one cluster first); SCALE_SPLIT overrides.
+  local ROUTER_SPLIT="${SCALE_SPLIT:-}"
+  [ "${SCALE_QPS:-0}" != 0 ] && ROUTER_SPLIT="${SCALE_SPLIT:-spread}"
   local SIM_NODES
   SIM_NODES="$(nodes_for "$share")"
   federation FAST_DELAYS "$ncl" || return 1
