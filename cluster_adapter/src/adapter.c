@@ -58,7 +58,7 @@ static int64_t requests_of(json_t *pod, const char *res, int milli);
 static void pods_count(struct fr_adapter *a, const struct fr_pod *p, int sign) {
   /* A sandbox holds its node's resources until it finishes, terminating
    * or not. */
-  if (p->phase != FR_POD_FAILED && p->phase != FR_POD_SUCCEEDED)
+  if (!fr_pod_finished(p))
     usage_add(a->sb_node_usage, p->node, p->cpu_m, p->mem_b, sign);
   if (fr_pod_done(p))
     return;
@@ -147,9 +147,9 @@ static void on_informer(struct fr_informer *inf, enum fr_informer_event ev, json
                         void *arg) {
   struct fr_adapter *a = arg;
 
-  /* Node usage follows every pod incrementally; pod changes also wake the
-   * creates waiting for their pods. The rest of the view is computed on
-   * demand from the caches. */
+  /* Node usage, counters and the sandbox store follow every pod
+   * incrementally; sandbox pod changes also wake the creates waiting for
+   * their pods. */
   if (inf == a->inf[INF_ALLPODS] && obj != NULL) {
     if (ev == FR_INF_MODIFIED)
       other_usage_add(a, old, -1);
@@ -294,8 +294,8 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/resourcequotas", a->ns);
   if (rc == 0)
     rc = fr_informer_new(a->client, path, NULL, on_informer, a, &a->inf[INF_QUOTAS]);
-  if (rc == 0 && (podstore_init(&a->pods) != 0 || (a->node_usage = json_object()) == NULL || (a->sb_node_usage = json_object()) == NULL ||
-                  (a->warm_ready = json_object()) == NULL ||
+  if (rc == 0 && (podstore_init(&a->pods) != 0 || (a->node_usage = json_object()) == NULL ||
+                  (a->sb_node_usage = json_object()) == NULL || (a->warm_ready = json_object()) == NULL ||
                   (a->tenant_counts = json_object()) == NULL))
     rc = -ENOMEM;
   if (rc != 0) {
@@ -324,8 +324,7 @@ fail:
   json_decref(a->sb_node_usage);
   json_decref(a->warm_ready);
   json_decref(a->tenant_counts);
-  if (a->pods.slots != NULL)
-    podstore_free(&a->pods);
+  podstore_free(&a->pods); /* safe on the zeroed store of an early failure */
   free(a->reaper);
   for (i = 0; i < INF_COUNT; i++)
     fr_informer_free(a->inf[i]);
@@ -406,7 +405,6 @@ const char *fr_adapter_name(const struct fr_adapter *a) {
 const char *fr_adapter_region(const struct fr_adapter *a) {
   return a->cc.region;
 }
-
 
 json_t *fr_adapter_pool_sets(struct fr_adapter *a) {
   return fr_informer_items(a->inf[INF_POOLS]);

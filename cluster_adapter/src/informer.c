@@ -95,6 +95,7 @@ static int obj_id(json_t *obj, const char **ns, const char **name, char *key, si
     return -ENAMETOOLONG;
   return 0;
 }
+
 static const char *obj_rv(json_t *obj) {
   const char *rv = json_string_value(json_object_get(json_object_get(obj, "metadata"), "resourceVersion"));
 
@@ -208,25 +209,38 @@ static void sweep_one(const char *ns, const char *name, const char *rv, void *ar
    * (the watch from the list's resourceVersion brings it). */
   if (rv_older(sw->inf->list_rv, rv))
     return;
-  json_array_append_new(sw->gone, json_pack("{s:{s:s,s:s,s:s}}", "metadata", "namespace", ns, "name", name,
-                                            "resourceVersion", rv));
+  /* The owner gets the last state it knows of: the cached object, or (its
+   * own store) just the identity. */
+  if (sw->inf->items != NULL)
+    json_array_append(sw->gone, json_object_get(sw->inf->items, key));
+  else
+    json_array_append_new(sw->gone, json_pack("{s:{s:s,s:s,s:s}}", "metadata", "namespace", ns, "name", name,
+                                              "resourceVersion", rv));
+}
+
+/* Every cached object's identity, for the sweep. */
+static void items_each(struct fr_informer *inf,
+                       void (*fn)(const char *ns, const char *name, const char *rv, void *fn_arg), void *fn_arg) {
+  const char *key, *ns, *name;
+  json_t *v;
+  char k[600];
+
+  json_object_foreach(inf->items, key, v) {
+    if (obj_id(v, &ns, &name, k, sizeof(k)) == 0)
+      fn(ns, name, obj_rv(v), fn_arg);
+  }
 }
 
 /* After a complete list: what is cached but was not listed is gone. */
 static void sweep(struct fr_informer *inf) {
   struct sweep sw = {inf, json_array()};
   json_t *v;
-  const char *key;
   size_t i;
 
-  if (inf->items != NULL) {
-    json_object_foreach(inf->items, key, v) {
-      if (json_object_get(inf->seen, key) == NULL && !rv_older(inf->list_rv, obj_rv(v)))
-        json_array_append(sw.gone, v);
-    }
-  } else {
+  if (inf->items != NULL)
+    items_each(inf, sweep_one, &sw);
+  else
     inf->owner_each(inf->owner_arg, sweep_one, &sw);
-  }
   json_array_foreach(sw.gone, i, v) apply(inf, v, 1, 0);
   json_decref(sw.gone);
   json_decref(inf->seen);
@@ -319,7 +333,6 @@ static void start_list(struct fr_informer *inf) {
 /* ---------------------------------------------------------------------- */
 /* watch                                                                   */
 
-
 static void on_watch_line(const char *line, size_t len, void *arg) {
   struct fr_informer *inf = arg;
   json_t *ev, *obj;
@@ -335,11 +348,6 @@ static void on_watch_line(const char *line, size_t len, void *arg) {
     return;
   }
   inf->last_contact_ms = uv_now(inf->loop);
-  if (strcmp(type, "ERROR") != 0) {
-    /* A watch that delivers is working again after any earlier failure. */
-    inf->healthy = 1;
-    inf->backoff_ms = 0;
-  }
   if (strcmp(type, "ERROR") == 0) {
     /* 410 Expired: our RV left the server's history; relist. */
     if (json_integer_value(json_object_get(obj, "code")) == 410) {
@@ -347,6 +355,9 @@ static void on_watch_line(const char *line, size_t len, void *arg) {
       inf->rv[0] = '\0';
     }
   } else {
+    /* A watch that delivers is working again after any earlier failure. */
+    inf->healthy = 1;
+    inf->backoff_ms = 0;
     inf->stats.events++;
     note_rv(inf, obj_rv(obj));
     if (strcmp(type, "BOOKMARK") != 0) {

@@ -228,8 +228,12 @@ int fr_pod_label_next(const struct fr_pod *p, size_t *off, const char **key, con
   return 1;
 }
 
+int fr_pod_finished(const struct fr_pod *p) {
+  return p->phase == FR_POD_FAILED || p->phase == FR_POD_SUCCEEDED;
+}
+
 int fr_pod_done(const struct fr_pod *p) {
-  return p->terminating || p->phase == FR_POD_FAILED || p->phase == FR_POD_SUCCEEDED;
+  return p->terminating || fr_pod_finished(p);
 }
 
 /* ---------------------------------------------------------------------- */

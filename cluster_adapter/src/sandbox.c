@@ -165,7 +165,7 @@ static void check_pod(struct create_op *op, const struct fr_pod *pod) {
     snprintf(msg, sizeof(msg), "unschedulable: %s", pod->unschedulable);
     fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
     finish(op, FR_SB_NO_ROOM, msg, NULL, 0);
-  } else if (pod->phase == FR_POD_FAILED || pod->phase == FR_POD_SUCCEEDED) {
+  } else if (fr_pod_finished(pod)) {
     fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
     finish(op, FR_SB_FAILED, "the pod stopped before it was ready", NULL, 0);
   }
@@ -577,10 +577,9 @@ static void on_reaped(int status, const char *message, void *arg) {
 static int64_t due_at(const struct fr_pod *pod) {
   if (pod->state == NULL || strcmp(pod->state, "claimed") != 0 || pod->terminating)
     return -1;
-  if (pod->phase == FR_POD_FAILED || pod->phase == FR_POD_SUCCEEDED)
-    return 0;
-  return pod->expires_s;
+  return fr_pod_finished(pod) ? 0 : pod->expires_s;
 }
+
 struct reap_due {
   int64_t at;
   char *pod;
@@ -591,6 +590,11 @@ static void due_swap(struct reap_due *h, size_t i, size_t j) {
 
   h[i] = h[j];
   h[j] = t;
+}
+
+static void due_clear(struct fr_adapter *a) {
+  while (a->ndue > 0)
+    free(a->due[--a->ndue].pod);
 }
 
 static void due_push(struct fr_adapter *a, const char *pod, int64_t at) {
@@ -619,8 +623,7 @@ static void due_rebuild(struct fr_adapter *a) {
   const struct fr_pod *p;
   size_t cur = 0;
 
-  while (a->ndue > 0)
-    free(a->due[--a->ndue].pod);
+  due_clear(a);
   while ((p = fr_adapter_pod_next(a, &cur)) != NULL)
     if (due_at(p) >= 0)
       due_push(a, p->name, due_at(p));
@@ -745,8 +748,7 @@ void sandbox_stop(struct fr_adapter *a) {
   a->stopping = 1;
   while (a->creates != NULL)
     finish(a->creates, FR_SB_UNAVAILABLE, "the router is shutting down", NULL, 0);
-  while (a->ndue > 0)
-    free(a->due[--a->ndue].pod);
+  due_clear(a);
   free(a->due);
   a->due = NULL;
   a->due_cap = 0;

@@ -241,13 +241,11 @@ static void render_gauges(struct router *r, struct fr_buf *b) {
   }
   head(b, "fedrouter_cluster_sandboxes", "gauge", "Claimed or created sandboxes, running or starting.");
   for (i = 0; i < r->nadapters; i++) {
-    fr_adapter_view(r->adapters[i], &views[i]);
     gauge(b, "fedrouter_cluster_sandboxes", views[i].name, views[i].region, NULL, NULL, NULL, NULL,
           (double)views[i].sandboxes);
   }
   head(b, "fedrouter_pool_warm_pods", "gauge", "Warm pool depth: ready unclaimed pods and the target.");
   for (i = 0; i < r->nadapters; i++) {
-    fr_adapter_view(r->adapters[i], &views[i]);
     for (k = 0; k < views[i].npools; k++) {
       gauge(b, "fedrouter_pool_warm_pods", views[i].name, NULL, "pool", views[i].pools[k].name, "state", "ready",
             (double)views[i].pools[k].ready);
@@ -260,8 +258,7 @@ static void render_gauges(struct router *r, struct fr_buf *b) {
        "vendor would charge for the running sandboxes (hosted_equivalent).");
   for (i = 0; i < r->nadapters; i++) {
     struct router_cost c;
-    fr_adapter_view(r->adapters[i], &views[i]);
-    router_cluster_cost(r, i, &c);
+    router_cluster_cost(r, i, &views[i], &c);
     gauge(b, "fedrouter_cluster_cost_dollars_per_hour", views[i].name, views[i].region, "basis", "now", NULL, NULL,
           c.now);
     gauge(b, "fedrouter_cluster_cost_dollars_per_hour", views[i].name, views[i].region, "basis", "capacity", NULL,

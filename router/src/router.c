@@ -75,18 +75,16 @@ void router_event(struct router *r, const char *cluster, const char *reason, con
     r->nevents++;
 }
 
-void router_cluster_cost(struct router *r, size_t i, struct router_cost *out) {
+void router_cluster_cost(struct router *r, size_t i, const struct fr_adapter_view *v, struct router_cost *out) {
   const struct fr_config_cluster *cc = &r->cfg->clusters[i];
-  struct fr_adapter *a = r->adapters[i];
-  struct fr_adapter_view v;
 
   memset(out, 0, sizeof(*out));
   out->known = fr_cost_known(&cc->cost);
   /* Both prices are linear, so the view's running sums are enough. */
-  fr_adapter_view(a, &v);
-  out->now = fr_cost_fleet_hour(&cc->cost, v.sandboxes, v.sandbox_cpu_m, v.sandbox_mem_b);
-  out->hosted = v.sandboxes > 0 ? fr_cost_hosted_hour(&r->cfg->hosted, v.sandbox_cpu_m, v.sandbox_mem_b) : 0.0;
-  out->capacity = (double)fr_adapter_total_slots(a, 1000, 2147483648LL) * fr_cost_sandbox_hour(&cc->cost, 1000, 2147483648LL);
+  out->now = fr_cost_fleet_hour(&cc->cost, v->sandboxes, v->sandbox_cpu_m, v->sandbox_mem_b);
+  out->hosted = fr_cost_hosted_hour(&r->cfg->hosted, v->sandbox_cpu_m, v->sandbox_mem_b);
+  out->capacity = (double)fr_adapter_total_slots(r->adapters[i], 1000, 2147483648LL) *
+                  fr_cost_sandbox_hour(&cc->cost, 1000, 2147483648LL);
 }
 
 void router_request_done(const struct fr_http_req *req, int status, size_t bytes, uint64_t ms, void *arg) {
@@ -229,7 +227,7 @@ static json_t *cluster_json(struct router *r, size_t idx) {
                 "sandboxes", (json_int_t)v.sandboxes, "warm_pods", (json_int_t)v.warm_pods, "pools", pools);
   if (j != NULL && v.last_contact_age_ms != UINT64_MAX)
     json_object_set_new(j, "last_contact_ms_ago", json_integer((json_int_t)v.last_contact_age_ms));
-  router_cluster_cost(r, idx, &cost);
+  router_cluster_cost(r, idx, &v, &cost);
   if (j != NULL && cost.known)
     json_object_set_new(j, "cost", json_pack("{s:f,s:f,s:f,s:f}", "now", cost.now, "capacity", cost.capacity,
                                              "hosted_equivalent", cost.hosted, "savings", cost.hosted - cost.now));

@@ -11,6 +11,7 @@
 
 struct fr_config;
 struct fr_adapter;
+struct fr_adapter_view;
 struct metrics;
 struct fr_policy;
 struct fr_cluster_state;
@@ -51,12 +52,13 @@ struct router {
 
 /* Cost of a cluster in dollars per hour (docs/metrics.md): its running
  * sandboxes now, every default-shape slot filled, and the hosted price of
- * the running sandboxes. Zeros where no price is configured. */
+ * the running sandboxes, from the cluster's current view <v>. Zeros where
+ * no price is configured. */
 struct router_cost {
   double now, capacity, hosted;
   int known;                      /* the cluster has a price */
 };
-void router_cluster_cost(struct router *r, size_t i, struct router_cost *out);
+void router_cluster_cost(struct router *r, size_t i, const struct fr_adapter_view *v, struct router_cost *out);
 /* Records a spillover event (a cluster answered no room and the batch moved on). */
 void router_event(struct router *r, const char *cluster, const char *reason, const char *request_id);
 /* The HTTP server's done callback: access log line and request metrics. */

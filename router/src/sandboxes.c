@@ -176,10 +176,10 @@ static int owned_by(const struct fr_pod *pod, const char *tenant) {
 static const char *sandbox_state(const struct fr_pod *pod) {
   if (pod->terminating)
     return "terminating";
-  if (pod->phase == FR_POD_FAILED)
-    return pod->reason && strcmp(pod->reason, "DeadlineExceeded") == 0 ? "expired" : "failed";
-  if (pod->phase == FR_POD_SUCCEEDED)
-    return "failed";
+  if (fr_pod_finished(pod))
+    return pod->phase == FR_POD_FAILED && pod->reason && strcmp(pod->reason, "DeadlineExceeded") == 0
+               ? "expired"
+               : "failed";
   if (pod->phase == FR_POD_RUNNING && pod->ready)
     return "running";
   return "pending";
@@ -196,24 +196,21 @@ static json_t *time_or_null(int64_t s) {
 
 static json_t *sandbox_json(struct fr_adapter *a, const struct fr_pod *pod) {
   char id[256];
-  json_t *labels = json_object(), *created;
+  json_t *labels = json_object();
   const char *k, *v;
   size_t off = 0;
+  int64_t created = pod->created_s >= 0 ? pod->created_s : pod->creation_s;
 
   while (fr_pod_label_next(pod, &off, &k, &v)) {
     if (strncmp(k, FR_LABEL_PREFIX, strlen(FR_LABEL_PREFIX)) != 0)
       json_object_set_new(labels, k, json_string(v));
   }
   snprintf(id, sizeof(id), "%s.%s", fr_adapter_name(a), pod->name);
-  created = time_or_null(pod->created_s >= 0 ? pod->created_s : pod->creation_s);
-  if (json_is_null(created)) {
-    json_decref(created);
-    created = json_string("");
-  }
   return json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:s,s:o,s:o,s:o}", "id", id, "name",
                    pod->sbname ? pod->sbname : "", "cluster", fr_adapter_name(a), "region",
                    fr_adapter_region(a), "pool", pod->pool ? json_string(pod->pool) : json_null(), "warm",
-                   pod->warm, "state", sandbox_state(pod), "labels", labels, "created_at", created,
+                   pod->warm, "state", sandbox_state(pod), "labels", labels, "created_at",
+                   created >= 0 ? time_or_null(created) : json_string(""),
                    "expires_at", time_or_null(pod->expires_s));
 }
 

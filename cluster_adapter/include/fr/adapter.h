@@ -77,7 +77,9 @@ struct fr_pod {
 const char *fr_pod_label(const struct fr_pod *p, const char *key);
 /* The other labels one by one: *off starts at 0; returns 0 at the end. */
 int fr_pod_label_next(const struct fr_pod *p, size_t *off, const char **key, const char **value);
-/* 1 when it finished (Failed / Succeeded) or is terminating. */
+/* 1 when its containers finished: phase Failed or Succeeded. */
+int fr_pod_finished(const struct fr_pod *p);
+/* 1 when it finished or is terminating. */
 int fr_pod_done(const struct fr_pod *p);
 
 struct fr_adapter_pool_view {
