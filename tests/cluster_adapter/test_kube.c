@@ -30,6 +30,8 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "fr_test_loop.h"
+
 #ifndef KUBESIM_PATH
 #error "KUBESIM_PATH must name the kubesim binary"
 #endif
@@ -162,8 +164,7 @@ static void result_free(struct result *r) {
 
 /* Runs the loop until *<flag> is non-zero. */
 static void run_until(const int *flag) {
-  while (*flag == 0)
-    ck_assert_msg(uv_run(&loop, UV_RUN_ONCE) != 0 || *flag != 0, "loop ran dry");
+  ck_assert_msg(fr_test_run_until(&loop, flag) == 0, "loop ran dry");
 }
 
 static void on_freed(void *arg) {
@@ -808,6 +809,24 @@ static void burst_init(struct burst *b, struct fr_kube_client *c, int n) {
   ck_assert_int_eq(uv_prepare_start(&b->sampler, on_sample), 0);
 }
 
+struct answered_goal {
+  const struct burst *b;
+  int n;
+};
+
+static int answered_reached(void *arg) {
+  const struct answered_goal *g = arg;
+
+  return g->b->answered >= g->n;
+}
+
+/* Runs the loop until <b> has had <n> bulk callbacks. */
+static void run_until_answered(const struct burst *b, int n) {
+  struct answered_goal g = {b, n};
+
+  ck_assert_msg(fr_test_run_until_cb(&loop, answered_reached, &g) == 0, "loop ran dry");
+}
+
 static void burst_free(struct burst *b) {
   int i;
 
@@ -867,8 +886,7 @@ START_TEST(burst_beyond_max_active_queues_and_answers_each_once) {
   ck_assert_uint_eq(st.priority, 1);
   ck_assert_uint_eq(st.queued, (size_t)n - 16);
 
-  while (b.answered < n)
-    ck_assert_msg(uv_run(&loop, UV_RUN_ONCE) != 0 || b.answered == n, "loop ran dry");
+  run_until_answered(&b, n);
   run_until(&b.probe_done);
 
   for (i = 0; i < n; i++) {
@@ -923,8 +941,7 @@ START_TEST(queued_calls_time_out_from_dispatch_not_from_queueing) {
                                      NULL, on_slot, &b.slots[i], NULL),
                      0);
   }
-  while (b.answered < n)
-    ck_assert_msg(uv_run(&loop, UV_RUN_ONCE) != 0 || b.answered == n, "loop ran dry");
+  run_until_answered(&b, n);
   for (i = 0; i < n; i++) {
     ck_assert_int_eq(b.slots[i].done, 1);
     ck_assert_msg(b.slots[i].status == 200, "call %d: %d %s", i, b.slots[i].status,
@@ -962,8 +979,7 @@ START_TEST(queued_call_past_queue_timeout_fails_unsent) {
                                      NULL, on_slot, &b.slots[i], NULL),
                      0);
   }
-  while (b.answered < n)
-    ck_assert_msg(uv_run(&loop, UV_RUN_ONCE) != 0 || b.answered == n, "loop ran dry");
+  run_until_answered(&b, n);
   for (i = 0; i < n; i++) {
     ck_assert_int_eq(b.slots[i].done, 1);
     if (i < 2) {
@@ -1010,8 +1026,7 @@ START_TEST(cancel_queued_calls_removes_them_without_callback) {
   fr_kube_client_stats(c, &st);
   ck_assert_uint_eq(st.queued, (size_t)(n - 4 - cancelled));
   b.cancel_in_cb = n - 1;
-  while (b.answered < n - cancelled - 1)
-    ck_assert_msg(uv_run(&loop, UV_RUN_ONCE) != 0, "loop ran dry");
+  run_until_answered(&b, n - cancelled - 1);
   /* Round trips give a late callback a chance to show up. */
   for (i = 0; i < 3; i++) {
     call(c, "GET", "/version", NULL, 1, &r);
@@ -1064,8 +1079,7 @@ START_TEST(client_free_with_queued_calls_calls_nothing) {
   burst_init(&b, c, n);
   for (i = 0; i < n; i++)
     burst_start(&b, i);
-  while (b.answered < 50)
-    ck_assert_msg(uv_run(&loop, UV_RUN_ONCE) != 0, "loop ran dry");
+  run_until_answered(&b, 50);
   fr_kube_client_stats(c, &st);
   ck_assert_uint_gt(st.queued, 0);
   answered = b.answered;

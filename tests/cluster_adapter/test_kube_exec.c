@@ -25,6 +25,8 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "fr_test_loop.h"
+
 #ifndef KUBESIM_PATH
 #error "KUBESIM_PATH must name the kubesim binary"
 #endif
@@ -155,8 +157,7 @@ static int rest(struct ctx *t, const char *method, const char *path, const char 
   ck_assert_int_eq(fr_kube_request(t->c, method, path, body ? "application/json" : NULL, body,
                                    body ? strlen(body) : 0, 0, NULL, on_rest, &r, NULL),
                    0);
-  while (!r.done && uv_run(&t->loop, UV_RUN_ONCE) != 0)
-    ;
+  fr_test_run_until(&t->loop, &r.done);
   ck_assert_int_eq(r.done, 1);
   if (out != NULL)
     *out = r.body;
@@ -290,8 +291,7 @@ static void run_exec(struct ctx *t, const char *pod, const struct fr_kube_exec_o
   memset(x, 0, sizeof(*x));
   ck_assert_int_eq(fr_kube_exec(t->c, "default", pod, o, on_exec, x, NULL), 0);
   ck_assert_int_eq(x->calls, 0);
-  while (x->calls == 0 && uv_run(&t->loop, UV_RUN_ONCE) != 0)
-    ;
+  fr_test_run_until(&t->loop, &x->calls);
   ck_assert_int_eq(x->calls, 1);
 }
 

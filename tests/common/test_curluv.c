@@ -17,6 +17,8 @@
 
 #include <uv.h>
 
+#include "fr_test_loop.h"
+
 #include "fr/http.h"
 #include "fr/util.h"
 
@@ -330,6 +332,11 @@ static void on_io(uv_poll_t *p, int status, int events) {
   end_all();
 }
 
+static int connect_done_or_timed_out(void *arg) {
+  (void)arg;
+  return fx.ndone != 0 || fx.timed_out;
+}
+
 START_TEST(stop_hands_a_connect_only_connection_to_the_owner) {
   static const char req[] = "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n";
   size_t sent = 0;
@@ -338,8 +345,7 @@ START_TEST(stop_hands_a_connect_only_connection_to_the_owner) {
   add("/", fx.port, 1);
   fx.stop_in_done = 1;
   /* Until the connect is done; then the connection is ours. */
-  while (fx.ndone == 0 && !fx.timed_out)
-    uv_run(&fx.loop, UV_RUN_ONCE);
+  fr_test_run_until_cb(&fx.loop, connect_done_or_timed_out, NULL);
   ck_assert_int_eq(fx.x[0].result, CURLE_OK);
   ck_assert_int_eq(fx.io_init_rc, 0);
   ck_assert_ptr_nonnull(fx.cu.multi);   /* stopped, not closed */
