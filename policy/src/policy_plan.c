@@ -778,6 +778,13 @@ json_t *fr_plan_json(const struct fr_plan *plan, const struct fr_cluster_state *
                           "score", round4(e->score), "scores", "latency", round4(e->s_latency),
                           "warm", round4(e->s_warm), "capacity", round4(e->s_capacity), "cost",
                           round4(e->s_cost), "reason", e->reason);
+    /* The price behind the cost score, so an operator can see why a
+     * cheaper cluster ranks first (null: no price configured). */
+    if (o != NULL && states != NULL)
+      json_object_set_new(o, "cost_per_hour",
+                          isfinite(states[e->cluster].cost_per_hour) && states[e->cluster].cost_per_hour > 0
+                              ? json_real(states[e->cluster].cost_per_hour)
+                              : json_null());
     if (json_array_append_new(list, o) != 0)
       goto fail;
   }

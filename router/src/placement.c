@@ -18,6 +18,7 @@
 
 #include "fr/adapter.h"
 #include "fr/config.h"
+#include "fr/cost.h"
 #include "fr/http.h"
 #include "fr/log.h"
 #include "fr/policy.h"
@@ -209,8 +210,12 @@ struct fr_cluster_state *placement_states(struct router *r, const struct fr_sand
     for (k = 0; spec->pool != NULL && k < v.npools; k++)
       if (strcmp(v.pools[k].name, spec->pool) == 0)
         st[i].warm_ready = v.pools[k].ready;
-    /* Cost per sandbox-hour arrives with the cost model (issue 5). */
-    st[i].cost_per_hour = 0;
+    /* What one sandbox of this shape costs here per hour, from the
+     * cluster's price; 0 (unknown) where none is configured, which the
+     * planner scores as neutral. */
+    st[i].cost_per_hour = fr_cost_known(&r->cfg->clusters[i].cost)
+                              ? fr_cost_sandbox_hour(&r->cfg->clusters[i].cost, spec->cpu_m, spec->mem_b)
+                              : 0;
   }
   return st;
 }

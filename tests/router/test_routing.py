@@ -90,8 +90,9 @@ class PolicyFed(tr.Fed):
     """tr.Fed plus `policy = "policy.conf";` (relative to the config's
     directory) with <policy_text> in it."""
 
-    def __init__(self, name, clusters, policy_text):
+    def __init__(self, name, clusters, policy_text, costs=None):
         self.policy_text = policy_text
+        self.costs = costs or {}
         super().__init__(name, clusters)
         self.shared = {}
 
@@ -99,8 +100,13 @@ class PolicyFed(tr.Fed):
         self.policy_path = os.path.join(self.root, "policy.conf")
         write_atomic(self.policy_path, self.policy_text)
         super().write_config(path, lifetime)
-        with open(path, "a") as f:
-            f.write('policy = "policy.conf";\n')
+        with open(path) as f:
+            text = f.read()
+        for cname, per_core_hour in self.costs.items():
+            text = text.replace(f'{{ name = "{cname}"; ',
+                                f'{{ name = "{cname}"; cost = {{ per_core_hour = {per_core_hour}; }}; ')
+        with open(path, "w") as f:
+            f.write(text + 'policy = "policy.conf";\n')
 
     def post(self, body, region=None, timeout=120, path="/v1/sandboxes"):
         """POST a create (or explain) as a client of <region>
@@ -865,6 +871,51 @@ def test_5b_both_bursts_fit(fed):
 # runner
 
 BIG = ["--node-cpu", "64", "--node-memory", "256Gi"]
+# Two clusters equal but for price and size: "pricey" has twice the nodes,
+# so the capacity term ranks it first; a cost weight must turn that around.
+PRICED_POLICY = """\
+# policy for tests/router/test_routing.py test_8 (written by the test)
+split = "fill_first";
+weights = { latency = 0.0; warm = 0.0; capacity = 1.0; cost = %s; cost_ref_per_hour = 0.10; };
+"""
+
+
+def test_8_cost_weight_ranks_cheaper_first(fed):
+    body = {"num_sandboxes": 50, "cpus": 1, "memory_gb": 1}
+
+    def first_and_entries():
+        plan = fed.explain(body)["plan"]
+        used = [e for e in plan["clusters"] if e.get("verdict") == "use"]
+        check(used, f"explain: no cluster used: {short(plan, 1500)}")
+        return used[0]["cluster"], {e["cluster"]: e for e in plan["clusters"]}
+
+    def load(weight):
+        write_atomic(fed.policy_path, PRICED_POLICY % weight)
+        want_scored = float(weight) > 0
+        check(wait_until(lambda: (first_and_entries()[1]["cheap"]["scores"]["cost"] > 0) == want_scored, 20),
+              f"the policy with cost weight {weight} was not in force within 20 s")
+
+    load("0.0")
+    first, entries = first_and_entries()
+    check(first == "pricey", f"without a cost weight the bigger cluster ranks first; got {first}: {short(entries, 1500)}")
+    # The prices behind the cost term are shown whatever the weight.
+    check(abs(entries["pricey"]["cost_per_hour"] - 0.50) < 1e-6 and abs(entries["cheap"]["cost_per_hour"] - 0.01) < 1e-6,
+          f"explain shows cost_per_hour 0.50 and 0.01 for 1 cpu: {short(entries, 1500)}")
+    check(entries["pricey"]["scores"]["cost"] == 0 and entries["cheap"]["scores"]["cost"] == 0,
+          f"cost weight 0 scores nothing: {short(entries, 1500)}")
+
+    load("2.0")
+    first, entries = first_and_entries()
+    check(first == "cheap", f"with weights.cost the cheaper cluster ranks first; got {first}: {short(entries, 1500)}")
+    check(entries["cheap"]["scores"]["cost"] > entries["pricey"]["scores"]["cost"] > 0,
+          f"the cheaper cluster scores higher on cost: {short(entries, 1500)}")
+    # A real create follows the plan.
+    r, _ = fed.create_ok({"num_sandboxes": 2, "cpus": 1, "memory_gb": 1, "labels": {"t": "t8"}})
+    check(all(sb["cluster"] == "cheap" for sb in r["sandboxes"]), f"created in {where(r)}, expected cheap")
+    fed.terminate("t=t8")
+
+
+
 FEDERATIONS = [
     ("geo",
      [("us-east", "us-east", ["--nodes", "2"] + BIG),
@@ -882,6 +933,11 @@ FEDERATIONS = [
      [(n, n, ["--nodes", "1", "--node-pods", "100", "--node-cpu", "128", "--node-memory", "256Gi"])
       for n in ("us-east", "us-west", "ap-tokyo")],
      [test_5_concurrent_bursts, test_5b_both_bursts_fit]),
+    ("priced",
+     [("pricey", "us", ["--nodes", "4", "--node-pods", "100", "--fast-exec"]),
+      ("cheap", "us", ["--nodes", "2", "--node-pods", "100", "--fast-exec"])],
+     [test_8_cost_weight_ranks_cheaper_first],
+     PRICED_POLICY % "0.0", {"pricey": 0.50, "cheap": 0.01}),
 ]
 
 
@@ -909,7 +965,7 @@ def main():
     threading.Thread(target=watchdog, daemon=True).start()
     results = []
     t_all = time.monotonic()
-    for name, clusters, tests in FEDERATIONS:
+    for name, clusters, tests, *extra in FEDERATIONS:
         if ARGS.only:
             tests = [t for t in tests if any(t.__name__.startswith(o) for o in ARGS.only)]
         if not tests:
@@ -918,7 +974,7 @@ def main():
         fed = None
         t0 = time.monotonic()
         try:
-            fed = PolicyFed(name, clusters, BASE_POLICY)
+            fed = PolicyFed(name, clusters, *(extra or [BASE_POLICY]))
         except Exception as e:
             for t in tests:
                 results.append((t.__name__, False, f"federation {name} did not start: {e}"))
