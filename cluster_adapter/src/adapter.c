@@ -143,6 +143,86 @@ static void store_each(void *arg, void (*fn)(const char *ns, const char *name, c
     fn(a->ns, p->name, p->rv, fn_arg);
 }
 
+/* ---- pools: one typed record per pool ReplicaSet, parsed once per change ---- */
+
+static struct fr_adapter_pool_view *pool_find(struct fr_adapter *a, const char *name) {
+  size_t i;
+
+  for (i = 0; i < a->npools; i++)
+    if (strcmp(a->pools[i].name, name) == 0)
+      return &a->pools[i];
+  return NULL;
+}
+
+static void pool_view_clear(struct fr_adapter_pool_view *p) {
+  free((char *)p->name);
+  free((char *)p->image);
+  memset(p, 0, sizeof(*p));
+}
+
+static void pools_free(struct fr_adapter *a) {
+  size_t i;
+
+  for (i = 0; i < a->npools; i++)
+    pool_view_clear(&a->pools[i]);
+  free(a->pools);
+  a->pools = NULL;
+  a->npools = a->pools_cap = 0;
+}
+
+static void pool_forget(struct fr_adapter *a, const char *name) {
+  struct fr_adapter_pool_view *p = pool_find(a, name);
+
+  if (p == NULL)
+    return;
+  pool_view_clear(p);
+  *p = a->pools[--a->npools];
+}
+
+/* A pool ReplicaSet was added or changed: (re)parse its record. Its shape
+ * comes from the fedrouter.io/pool-spec annotation fr_adapter_pool_create
+ * writes; an unreadable one leaves the pool visible with an empty image. */
+static void pool_update(struct fr_adapter *a, json_t *rs) {
+  const char *name = pod_label(rs, FR_LABEL_POOL);
+  const char *ann = json_string_value(
+      json_object_get(json_object_get(json_object_get(rs, "metadata"), "annotations"), FR_ANN_POOL_SPEC));
+  json_t *spec = ann != NULL ? json_loads(ann, 0, NULL) : NULL;
+  struct fr_adapter_pool_view nv, *p;
+
+  if (name == NULL) {
+    json_decref(spec);
+    return;
+  }
+  memset(&nv, 0, sizeof(nv));
+  nv.name = strdup(name);
+  nv.image = strdup(json_string_value(json_object_get(spec, "image")) ? json_string_value(json_object_get(spec, "image")) : "");
+  nv.cpu_m = json_integer_value(json_object_get(spec, "cpu_millis"));
+  nv.mem_b = json_integer_value(json_object_get(spec, "memory_bytes"));
+  nv.target = json_integer_value(json_object_get(json_object_get(rs, "spec"), "replicas"));
+  json_decref(spec);
+  if (nv.name == NULL || nv.image == NULL)
+    goto oom;
+  p = pool_find(a, name);
+  if (p == NULL) {
+    if (a->npools == a->pools_cap) {
+      size_t cap = a->pools_cap ? 2 * a->pools_cap : 8;
+      struct fr_adapter_pool_view *np = realloc(a->pools, cap * sizeof(*np));
+      if (np == NULL)
+        goto oom;
+      a->pools = np;
+      a->pools_cap = cap;
+    }
+    p = &a->pools[a->npools++];
+  } else {
+    pool_view_clear(p);
+  }
+  *p = nv;
+  return;
+oom:
+  FR_ERROR("adapter", "%s: cannot cache pool %s (out of memory)", a->cc.name, name);
+  pool_view_clear(&nv);
+}
+
 static void on_informer(struct fr_informer *inf, enum fr_informer_event ev, json_t *obj, json_t *old,
                         void *arg) {
   struct fr_adapter *a = arg;
@@ -156,6 +236,14 @@ static void on_informer(struct fr_informer *inf, enum fr_informer_event ev, json
     other_usage_add(a, obj, ev == FR_INF_DELETED ? -1 : 1);
   } else if (inf == a->inf[INF_PODS] && obj != NULL) {
     on_pod_event(a, ev, obj);
+  } else if (inf == a->inf[INF_POOLS] && obj != NULL) {
+    if (ev == FR_INF_DELETED) {
+      const char *name = pod_label(obj, FR_LABEL_POOL);
+      if (name != NULL)
+        pool_forget(a, name);
+    } else {
+      pool_update(a, obj);
+    }
   }
 }
 
@@ -358,7 +446,7 @@ static void on_client_freed(void *arg) {
   void (*cb)(void *) = a->free_cb;
   void *cb_arg = a->free_arg;
 
-  free(a->pools);
+  pools_free(a);
   free(a->ns);
   free(a->server);
   json_decref(a->claiming);
@@ -390,12 +478,8 @@ void fr_adapter_free(struct fr_adapter *a, void (*cb)(void *arg), void *arg) {
   fr_kube_client_free(a->client, on_client_freed, a);
 }
 
-struct fr_kube_client *fr_adapter_client(struct fr_adapter *a) {
-  return a->client;
-}
-
-const char *fr_adapter_namespace(const struct fr_adapter *a) {
-  return a->ns;
+void fr_adapter_set_api_observer(struct fr_adapter *a, fr_adapter_api_observer_cb cb, void *arg) {
+  fr_kube_client_set_observer(a->client, cb, arg);
 }
 
 const char *fr_adapter_name(const struct fr_adapter *a) {
@@ -406,8 +490,12 @@ const char *fr_adapter_region(const struct fr_adapter *a) {
   return a->cc.region;
 }
 
-json_t *fr_adapter_pool_sets(struct fr_adapter *a) {
-  return fr_informer_items(a->inf[INF_POOLS]);
+const struct fr_adapter_pool_view *fr_adapter_pool(struct fr_adapter *a, const char *name) {
+  struct fr_adapter_pool_view *p = pool_find(a, name);
+
+  if (p != NULL)
+    p->ready = (int64_t)json_object_size(json_object_get(a->warm_ready, p->name));
+  return p;
 }
 
 const struct fr_pod *fr_adapter_pod(struct fr_adapter *a, const char *pod) {
@@ -572,7 +660,7 @@ int64_t fr_adapter_total_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_
 }
 
 void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v) {
-  json_t *items, *obj;
+  json_t *obj;
   const char *key;
   uint64_t now = uv_now(a->loop), contact = 0;
   int i;
@@ -620,25 +708,8 @@ void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v) {
     v->used_pods += u[2];
   }
 
-  items = fr_informer_items(a->inf[INF_POOLS]);
-  if (json_object_size(items) > a->pools_cap) {
-    struct fr_adapter_pool_view *np = realloc(a->pools, json_object_size(items) * sizeof(*np));
-    if (np != NULL) {
-      a->pools = np;
-      a->pools_cap = json_object_size(items);
-    }
-  }
   v->pools = a->pools;
-  json_object_foreach(items, key, obj) {
-    const char *name = pod_label(obj, FR_LABEL_POOL);
-    if (name == NULL || v->npools == a->pools_cap)
-      continue;
-    v->pools[v->npools].name = name;
-    v->pools[v->npools].target = json_integer_value(json_object_get(json_object_get(obj, "spec"), "replicas"));
-    v->pools[v->npools].ready = 0;
-    v->npools++;
-  }
-
+  v->npools = a->npools;
   for (i = 0; i < (int)v->npools; i++)
     v->pools[i].ready = (int64_t)json_object_size(json_object_get(a->warm_ready, v->pools[i].name));
   v->sandboxes = a->n_sandboxes;

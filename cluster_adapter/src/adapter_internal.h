@@ -35,8 +35,8 @@ struct fr_adapter {
   int probe_ok;
   uint64_t last_probe_ok_ms;
   double latency_ewma;
-  struct fr_adapter_pool_view *pools;
-  size_t pools_cap;
+  struct fr_adapter_pool_view *pools; /* one record per pool ReplicaSet (owned strings) */
+  size_t npools, pools_cap;
   json_t *node_usage;            /* node name -> [cpu_m, mem_b, pods] of the other pods on it */
   json_t *sb_node_usage;         /* the same for fedrouter's pods (sandboxes and pool pods) */
   /* Kept from the sandbox pod cache's events (adapter.c pods_count), so

@@ -511,15 +511,21 @@ int fr_adapter_pod_leaving(struct fr_adapter *a, const struct fr_pod *pod) {
 
 int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec,
                            void (*cb)(int status, const char *message, void *arg), void *arg) {
-  char name[128], path[300], cpus[32], spec_ann[256];
-  json_t *rs, *tmpl_labels;
+  char name[128], path[300];
+  json_t *rs, *tmpl_labels, *shape;
+  char *spec_ann;
   int rc;
 
   snprintf(name, sizeof(name), "fr-pool-%s", spec->name);
   snprintf(path, sizeof(path), "/apis/apps/v1/namespaces/%s/replicasets", a->ns);
-  fr_quantity_format_milli(spec->cpu_m, cpus, sizeof(cpus));
-  snprintf(spec_ann, sizeof(spec_ann), "{\"image\":\"%s\",\"cpu_millis\":%" PRId64 ",\"memory_bytes\":%" PRId64 "}",
-           spec->image, spec->cpu_m, spec->mem_b);
+  /* The pool's shape, read back by every router's pool cache (adapter.c
+   * pool_update): written by jansson so any image reference is escaped. */
+  shape = json_pack("{s:s,s:I,s:I}", "image", spec->image, "cpu_millis", (json_int_t)spec->cpu_m,
+                    "memory_bytes", (json_int_t)spec->mem_b);
+  spec_ann = shape != NULL ? json_dumps(shape, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  json_decref(shape);
+  if (spec_ann == NULL)
+    return -ENOMEM;
   tmpl_labels = json_pack("{s:s,s:s,s:s}", FR_LABEL_SANDBOX, "true", FR_LABEL_POOL, spec->name,
                           FR_LABEL_STATE, "warm");
   rs = json_pack("{s:s,s:s,s:{s:s,s:{s:s},s:{s:s}},s:{s:I,s:{s:{s:s,s:s}},s:{s:{s:o},s:{s:[o],s:s,s:i,s:b}}}}",
@@ -530,6 +536,7 @@ int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec
                  "spec", "containers", container_json(spec->image, spec->cpu_m, spec->mem_b, NULL),
                  "restartPolicy", "Always", "terminationGracePeriodSeconds", 1,
                  "automountServiceAccountToken", 0);
+  free(spec_ann);
   if (rs == NULL)
     return -ENOMEM;
   rc = simple_request(a, "POST", path, "application/json", rs, 0, NULL, cb, arg);

@@ -387,7 +387,7 @@ int main(int argc, char **argv) {
   for (i = 0; i < r.nadapters; i++) {
     obs[i].r = &r;
     obs[i].a = r.adapters[i];
-    fr_kube_client_set_observer(fr_adapter_client(r.adapters[i]), on_api_call, &obs[i]);
+    fr_adapter_set_api_observer(r.adapters[i], on_api_call, &obs[i]);
     fr_adapter_start(r.adapters[i]);
   }
   FR_INFO("fedrouter", "listening on %s://%s:%d, region %s, %zu cluster(s)", ssl ? "https" : "http",

@@ -217,26 +217,18 @@ static void render_gauges(struct router *r, struct fr_buf *b) {
        "Sandboxes of a pool's shape (pool \"\" = 1 cpu, 2 GiB) that fit now (free) or on empty nodes (total).");
   for (i = 0; i < r->nadapters; i++) {
     struct fr_adapter *a = r->adapters[i];
-    json_t *rs;
-    const char *key;
     gauge(b, "fedrouter_cluster_capacity_slots", views[i].name, views[i].region, "pool", "", "state", "free",
           (double)fr_adapter_free_slots(a, 1000, 2147483648LL));
     gauge(b, "fedrouter_cluster_capacity_slots", views[i].name, views[i].region, "pool", "", "state", "total",
           (double)fr_adapter_total_slots(a, 1000, 2147483648LL));
-    json_object_foreach(fr_adapter_pool_sets(a), key, rs) {
-      json_t *meta = json_object_get(rs, "metadata");
-      const char *pool = json_string_value(json_object_get(json_object_get(meta, "labels"), FR_LABEL_POOL));
-      const char *spec_s = json_string_value(json_object_get(json_object_get(meta, "annotations"), FR_ANN_POOL_SPEC));
-      json_t *spec = spec_s ? json_loads(spec_s, 0, NULL) : NULL;
-      if (pool != NULL && spec != NULL) {
-        int64_t c = json_integer_value(json_object_get(spec, "cpu_millis"));
-        int64_t mem = json_integer_value(json_object_get(spec, "memory_bytes"));
-        gauge(b, "fedrouter_cluster_capacity_slots", views[i].name, views[i].region, "pool", pool, "state",
-              "free", (double)fr_adapter_free_slots(a, c, mem));
-        gauge(b, "fedrouter_cluster_capacity_slots", views[i].name, views[i].region, "pool", pool, "state",
-              "total", (double)fr_adapter_total_slots(a, c, mem));
-      }
-      json_decref(spec);
+    for (k = 0; k < views[i].npools; k++) {
+      const struct fr_adapter_pool_view *pv = &views[i].pools[k];
+      if (pv->image[0] == '\0')
+        continue; /* its shape is unreadable */
+      gauge(b, "fedrouter_cluster_capacity_slots", views[i].name, views[i].region, "pool", pv->name, "state",
+            "free", (double)fr_adapter_free_slots(a, pv->cpu_m, pv->mem_b));
+      gauge(b, "fedrouter_cluster_capacity_slots", views[i].name, views[i].region, "pool", pv->name, "state",
+            "total", (double)fr_adapter_total_slots(a, pv->cpu_m, pv->mem_b));
     }
   }
   head(b, "fedrouter_cluster_sandboxes", "gauge", "Claimed or created sandboxes, running or starting.");

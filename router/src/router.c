@@ -18,6 +18,7 @@
 #include "fr/log.h"
 #include "fr/quantity.h"
 #include "fr/util.h"
+#include "api.h"
 #include "dashboard.h"
 #include "metrics.h"
 #include "router.h"
@@ -26,28 +27,12 @@
 /* responses                                                               */
 
 static void send_json(struct fr_http_req *req, int status, json_t *body, const char *extra) {
-  struct fr_buf h;
-  char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
-  const char *rid = req->data ? (const char *)req->data : "";
-
-  fr_buf_init(&h);
-  fr_buf_printf(&h, "X-Request-Id: %s\r\nCache-Control: no-store\r\n%s", rid, extra ? extra : "");
-  if (s == NULL) {
-    /* Out of memory while rendering: a fixed body, never a half-written one. */
-    static const char oom[] = "{\"error\":{\"code\":\"out_of_memory\",\"message\":\"the router is out of memory\"}}";
-    fr_http_respond(req, 503, "application/json", h.data, oom, sizeof(oom) - 1);
-  } else {
-    fr_http_respond(req, status, "application/json", h.data, s, strlen(s));
-  }
-  free(s);
-  fr_buf_free(&h);
-  json_decref(body);
+  api_reply(api_req_of(req), status, body, extra);
 }
 
 void router_error(struct fr_http_req *req, int status, const char *code, const char *message,
                   const char *extra_headers) {
-  send_json(req, status,
-            json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", message), extra_headers);
+  api_fail(api_req_of(req), status, code, message, extra_headers);
 }
 
 void router_note(struct fr_http_req *req, const char *key, const char *value) {
@@ -178,20 +163,15 @@ static json_t *slot_json(struct fr_adapter *a, const char *pool, int64_t cpu_m, 
 /* Free and total sandbox slots for each pool's shape, and for the default
  * shape of a create without pool (1 cpu, 2 GiB). */
 static json_t *slots_json(struct fr_adapter *a) {
-  json_t *arr = json_array(), *rs;
-  const char *key;
+  json_t *arr = json_array();
+  struct fr_adapter_view v;
+  size_t k;
 
   json_array_append_new(arr, slot_json(a, NULL, 1000, 2147483648LL));
-  json_object_foreach(fr_adapter_pool_sets(a), key, rs) {
-    json_t *meta = json_object_get(rs, "metadata");
-    const char *pool = json_string_value(json_object_get(json_object_get(meta, "labels"), FR_LABEL_POOL));
-    const char *spec_s = json_string_value(json_object_get(json_object_get(meta, "annotations"), FR_ANN_POOL_SPEC));
-    json_t *spec = spec_s ? json_loads(spec_s, 0, NULL) : NULL;
-    if (pool != NULL && spec != NULL)
-      json_array_append_new(arr, slot_json(a, pool, json_integer_value(json_object_get(spec, "cpu_millis")),
-                                           json_integer_value(json_object_get(spec, "memory_bytes"))));
-    json_decref(spec);
-  }
+  fr_adapter_view(a, &v);
+  for (k = 0; k < v.npools; k++)
+    if (v.pools[k].image[0] != '\0') /* a pool whose shape is unreadable has no slots to show */
+      json_array_append_new(arr, slot_json(a, v.pools[k].name, v.pools[k].cpu_m, v.pools[k].mem_b));
   return arr;
 }
 
@@ -276,7 +256,7 @@ void router_handle(struct fr_http_req *req, void *arg) {
   const char *rid = fr_http_req_header(req, "X-Request-Id");
   const char *tenant;
   char gen[33];
-  char *rid_copy;
+  struct api_req *q;
   int get = strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0;
 
   /* Every response carries a request id: the client's if it sent a sane
@@ -289,11 +269,14 @@ void router_handle(struct fr_http_req *req, void *arg) {
       snprintf(gen + 2 * i, 3, "%02x", raw[i]);
     rid = gen;
   }
-  /* The id is read from req->data while answering. Handlers that answer
-   * later copy it first (they replace req->data), so this copy is freed
-   * below in every case. */
-  rid_copy = strdup(rid);
-  req->data = rid_copy;
+  /* The request's record (api.h): its id for every answer, its tenant,
+   * and the reference a handler that answers later takes. */
+  q = api_req_new(r, req, rid);
+  if (q == NULL) {
+    static const char oom[] = "{\"error\":{\"code\":\"out_of_memory\",\"message\":\"the router is out of memory\"}}";
+    fr_http_respond(req, 503, "application/json", NULL, oom, sizeof(oom) - 1);
+    return;
+  }
   router_note(req, "request_id", rid);
 
   if (r->stopping && strcmp(req->path, "/healthz") != 0 && strcmp(req->path, "/readyz") != 0) {
@@ -328,8 +311,10 @@ void router_handle(struct fr_http_req *req, void *arg) {
       router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
   } else if (strncmp(req->path, "/v1/", 4) == 0) {
     tenant = authenticate(r, req);
-    if (tenant != NULL)
+    if (tenant != NULL) {
       router_note(req, "tenant", tenant);
+      snprintf(q->tenant, sizeof(q->tenant), "%s", tenant);
+    }
     if (tenant == NULL) {
       /* answered */
     } else if (strcmp(req->path, "/v1/clusters") == 0) {
@@ -355,7 +340,7 @@ void router_handle(struct fr_http_req *req, void *arg) {
         placement_policy_json(r, req, rid);
       else
         router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
-    } else if (router_sandboxes(r, req, tenant)) {
+    } else if (router_sandboxes(q)) {
       /* answered, now or later */
     } else {
       router_error(req, 404, "not_found", "no such endpoint", NULL);
@@ -363,5 +348,5 @@ void router_handle(struct fr_http_req *req, void *arg) {
   } else {
     router_error(req, 404, "not_found", "no such endpoint", NULL);
   }
-  free(rid_copy);
+  api_req_unref(q);
 }

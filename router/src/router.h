@@ -86,9 +86,11 @@ void router_handle(struct fr_http_req *req, void *arg);
  * <extra_headers> is NULL or "Name: value\r\n" lines. */
 void router_error(struct fr_http_req *req, int status, const char *code, const char *message,
                   const char *extra_headers);
-/* Serves /v1/sandboxes... and /v1/pools... for <tenant>; returns 0 when the
- * path is not one of them (nothing answered), 1 when it took the request
- * (answered now or later). */
-int router_sandboxes(struct router *r, struct fr_http_req *req, const char *tenant);
+struct api_req;
+/* Serves /v1/sandboxes..., /v1/pools... and /v1/placement/explain for the
+ * authenticated request <q> (sandboxes.c); returns 0 when the path is not
+ * one of them (nothing answered), 1 when it took the request (answered now
+ * or later). */
+int router_sandboxes(struct api_req *q);
 
 #endif

@@ -82,8 +82,11 @@ int fr_pod_finished(const struct fr_pod *p);
 /* 1 when it finished or is terminating. */
 int fr_pod_done(const struct fr_pod *p);
 
+/* A warm pool in one cluster: its ReplicaSet, parsed once per change. */
 struct fr_adapter_pool_view {
   const char *name;
+  const char *image;        /* "" when the pool's spec annotation is unreadable */
+  int64_t cpu_m, mem_b;     /* each pod's requests (= limits) */
   int64_t target;           /* spec.replicas */
   int64_t ready;            /* ready, unclaimed pool pods */
 };
@@ -121,8 +124,8 @@ int fr_adapter_start(struct fr_adapter *a);
  * closed. Accepts NULL. */
 void fr_adapter_free(struct fr_adapter *a, void (*cb)(void *arg), void *arg);
 
-/* Fills <v> with the current view. Strings and the pools array stay valid
- * until the next call to fr_adapter_view() on this adapter or its free. */
+/* Fills <v> with the current view. Strings and the pools array are
+ * borrowed: valid until the loop runs again. */
 void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v);
 /* Sandboxes of <cpu_m>/<mem_b> that fit now: per ready, schedulable node
  * min(free cpu / cpu, free memory / memory, free pod slots) summed over
@@ -137,14 +140,17 @@ int64_t fr_adapter_tenant_sandboxes(struct fr_adapter *a, const char *tenant);
  * reach the cluster: ok = 0; one that did: ok = 1). */
 void fr_adapter_report(struct fr_adapter *a, int ok);
 
-struct fr_kube_client *fr_adapter_client(struct fr_adapter *a);
-const char *fr_adapter_namespace(const struct fr_adapter *a);
+/* Calls <cb>(<arg>, method, status, elapsed_ms) after every API call this
+ * adapter's client makes (metrics). <cb> may be NULL to stop. */
+typedef void (*fr_adapter_api_observer_cb)(void *arg, const char *method, int status, double elapsed_ms);
+void fr_adapter_set_api_observer(struct fr_adapter *a, fr_adapter_api_observer_cb cb, void *arg);
+
 const char *fr_adapter_name(const struct fr_adapter *a);
 const char *fr_adapter_region(const struct fr_adapter *a);
 
-/* The pool ReplicaSet cache, "namespace/name" -> object (borrowed; valid
+/* Pool <name> in this cluster, or NULL when it has none (borrowed; valid
  * until the loop runs again). */
-json_t *fr_adapter_pool_sets(struct fr_adapter *a);
+const struct fr_adapter_pool_view *fr_adapter_pool(struct fr_adapter *a, const char *name);
 /* The sandbox and pool pod cache: one pod by name, or NULL; and a walk
  * (*cursor starts at 0, NULL at the end; do not start creates or let the
  * loop run during a walk). */
@@ -204,6 +210,49 @@ int fr_adapter_pod_leaving(struct fr_adapter *a, const struct fr_pod *pod);
 void fr_adapter_reserve(struct fr_adapter *a, int64_t delta);
 /* Creates in flight on this adapter (reserved against its capacity). */
 int64_t fr_adapter_inflight(const struct fr_adapter *a);
+
+/* ---- exec (exec.c) ---- */
+
+/* A command to run in a sandbox. Every pointer is borrowed for the call. */
+struct fr_exec_spec {
+  char *const *argv;        /* NULL-terminated, argv[0] non-empty, no NUL inside */
+  json_t *env;              /* object of strings or NULL; over the sandbox's create-time env */
+  const char *workdir;      /* absolute path or NULL (the image's) */
+  const void *stdin_data;   /* NULL = no stdin */
+  size_t stdin_len;
+  int64_t timeout_s;        /* > 0: the command and its process group are killed then */
+  size_t max_output;        /* cap per stream; beyond it output is dropped and flagged */
+  const char *request_id;   /* sent to the cluster; may be NULL */
+};
+
+enum fr_exec_err {
+  FR_EXEC_OK = 0,           /* the command ran: see exit_code / timed_out */
+  FR_EXEC_NOT_FOUND,        /* the pod is gone */
+  FR_EXEC_NOT_RUNNING,      /* the pod exists but cannot run commands (not running) */
+  FR_EXEC_UNAVAILABLE,      /* the cluster did not run it, or its answer was lost */
+  FR_EXEC_FAILED,           /* the cluster could not start the command (message says) */
+};
+
+struct fr_exec_result {
+  enum fr_exec_err err;
+  const char *message;      /* why, for errors */
+  int exit_code;            /* FR_EXEC_OK and !timed_out */
+  int timed_out;
+  const char *out, *errout; /* captured stdout/stderr, valid during the callback */
+  size_t out_len, err_len;
+  int out_truncated, err_truncated;
+  double duration_ms;
+};
+
+typedef void (*fr_exec_cb)(const struct fr_exec_result *res, void *arg);
+
+/* Runs <spec> in sandbox pod <pod> and calls <cb> once, from a later loop
+ * turn, with the outcome; the cluster's circuit breaker is fed from it.
+ * Never retried (a command is not idempotent). Returns 0, or without
+ * calling <cb>: -ENOENT (no such pod in the cache), -EHOSTDOWN (the
+ * cluster's breaker is open: fail fast), -EINVAL (bad spec), -ENOMEM. */
+int fr_adapter_exec(struct fr_adapter *a, const char *pod, const struct fr_exec_spec *spec,
+                    fr_exec_cb cb, void *arg);
 
 /* ---- pools (sandbox.c) ---- */
 struct fr_pool_spec {

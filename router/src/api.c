@@ -1,0 +1,204 @@
+/* api.c - the v1 request record, answers, and the sandbox helpers shared
+ * by the handler files (api.h says who owns what). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "fr/adapter.h"
+#include "fr/buf.h"
+#include "fr/http.h"
+#include "fr/util.h"
+#include "api.h"
+#include "router.h"
+
+struct api_req *api_req_of(struct fr_http_req *req) {
+  return req->data;
+}
+
+struct api_req *api_req_new(struct router *r, struct fr_http_req *req, const char *rid) {
+  struct api_req *q = calloc(1, sizeof(*q));
+
+  if (q == NULL)
+    return NULL;
+  q->r = r;
+  q->req = req;
+  q->refs = 1;
+  snprintf(q->rid, sizeof(q->rid), "%s", rid);
+  req->data = q;
+  return q;
+}
+
+void api_req_unref(struct api_req *q) {
+  if (q != NULL && --q->refs == 0)
+    free(q);
+}
+
+static void on_abort(struct fr_http_req *req) {
+  struct api_req *q = req->data;
+
+  q->req = NULL;
+}
+
+void api_defer(struct api_req *q) {
+  q->refs++;
+  q->deferred = 1;
+  q->r->inflight++;
+  if (q->req != NULL)
+    q->req->abort_cb = on_abort;
+}
+
+void api_reply(struct api_req *q, int status, json_t *body, const char *extra) {
+  static const char oom[] = "{\"error\":{\"code\":\"out_of_memory\",\"message\":\"the router is out of memory\"}}";
+  struct fr_http_req *req = q->req;
+
+  if (req != NULL) {
+    char *s = body != NULL ? json_dumps(body, JSON_COMPACT) : NULL;
+    struct fr_buf h;
+
+    fr_buf_init(&h);
+    fr_buf_printf(&h, "X-Request-Id: %s\r\nCache-Control: no-store\r\n%s", q->rid, extra ? extra : "");
+    req->abort_cb = NULL;
+    q->req = NULL;
+    /* Out of memory while rendering: a fixed body, never a half-written one. */
+    if (s == NULL && body != NULL)
+      fr_http_respond(req, 503, "application/json", h.data, oom, sizeof(oom) - 1);
+    else
+      fr_http_respond(req, status, "application/json", h.data, s ? s : "", s ? strlen(s) : 0);
+    free(s);
+    fr_buf_free(&h);
+  }
+  json_decref(body);
+  if (q->deferred) {
+    q->deferred = 0;
+    q->r->inflight--;
+    api_req_unref(q);
+  }
+}
+
+json_t *api_err_body(const char *code, const char *msg) {
+  return json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg);
+}
+
+void api_fail(struct api_req *q, int status, const char *code, const char *msg, const char *extra) {
+  api_reply(q, status, api_err_body(code, msg), extra);
+}
+
+void api_field_fail(struct api_req *q, const char *field, const char *msg) {
+  json_t *b = api_err_body("invalid_field", msg);
+
+  json_object_set_new(json_object_get(b, "error"), "field", json_string(field));
+  api_reply(q, 400, b, NULL);
+}
+
+void api_oom(struct api_req *q) {
+  api_fail(q, 503, "out_of_memory", "the router is out of memory", NULL);
+}
+
+json_t *api_body_object(struct api_req *q, const char *const *known, size_t flags) {
+  json_error_t jerr;
+  json_t *j = json_loadb(q->req->body, q->req->body_len, flags, &jerr), *v;
+  const char *k;
+  char msg[300];
+  size_t i;
+
+  if (!json_is_object(j)) {
+    snprintf(msg, sizeof(msg), "the body must be a JSON object (%s)", j ? "got another JSON value" : jerr.text);
+    api_fail(q, 400, "invalid_json", msg, NULL);
+    json_decref(j);
+    return NULL;
+  }
+  json_object_foreach(j, k, v) {
+    for (i = 0; known[i] && strcmp(known[i], k) != 0; i++)
+      ;
+    if (known[i] == NULL) {
+      snprintf(msg, sizeof(msg), "unknown field \"%.200s\"", k);
+      api_field_fail(q, k, msg);
+      json_decref(j);
+      return NULL;
+    }
+  }
+  return j;
+}
+
+struct fr_adapter *api_adapter(struct router *r, const char *name) {
+  size_t i;
+
+  for (i = 0; i < r->nadapters; i++)
+    if (strcmp(fr_adapter_name(r->adapters[i]), name) == 0)
+      return r->adapters[i];
+  return NULL;
+}
+
+int api_owned_by(const struct fr_pod *pod, const char *tenant) {
+  return pod->state && pod->tenant && strcmp(pod->state, "claimed") == 0 && strcmp(pod->tenant, tenant) == 0;
+}
+
+static const char *sandbox_state(const struct fr_pod *pod) {
+  if (pod->terminating)
+    return "terminating";
+  if (fr_pod_finished(pod))
+    return pod->phase == FR_POD_FAILED && pod->reason && strcmp(pod->reason, "DeadlineExceeded") == 0
+               ? "expired"
+               : "failed";
+  if (pod->phase == FR_POD_RUNNING && pod->ready)
+    return "running";
+  return "pending";
+}
+
+static json_t *time_or_null(int64_t s) {
+  char t[21];
+
+  if (s < 0)
+    return json_null();
+  fr_time_rfc3339(s, t);
+  return json_string(t);
+}
+
+json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod) {
+  char id[256];
+  json_t *labels = json_object();
+  const char *k, *v;
+  size_t off = 0;
+  int64_t created = pod->created_s >= 0 ? pod->created_s : pod->creation_s;
+
+  while (fr_pod_label_next(pod, &off, &k, &v)) {
+    if (strncmp(k, FR_LABEL_PREFIX, strlen(FR_LABEL_PREFIX)) != 0)
+      json_object_set_new(labels, k, json_string(v));
+  }
+  snprintf(id, sizeof(id), "%s.%s", fr_adapter_name(a), pod->name);
+  return json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:s,s:o,s:o,s:o}", "id", id, "name",
+                   pod->sbname ? pod->sbname : "", "cluster", fr_adapter_name(a), "region",
+                   fr_adapter_region(a), "pool", pod->pool ? json_string(pod->pool) : json_null(), "warm",
+                   pod->warm, "state", sandbox_state(pod), "labels", labels, "created_at",
+                   created >= 0 ? time_or_null(created) : json_string(""),
+                   "expires_at", time_or_null(pod->expires_s));
+}
+
+const struct fr_pod *api_find_sandbox(struct api_req *q, const char *id, struct fr_adapter **out_a) {
+  const char *dot = strchr(id, '.');
+  char cluster[64], pod_name[200];
+  struct fr_adapter *a;
+  const struct fr_pod *pod;
+  char msg[400];
+
+  if (dot == NULL || dot == id || dot[1] == '\0' || (size_t)(dot - id) >= sizeof(cluster) ||
+      strlen(dot + 1) >= sizeof(pod_name) || strchr(dot + 1, '/') != NULL) {
+    api_fail(q, 400, "invalid_id", "a sandbox id looks like <cluster>.<pod>", NULL);
+    return NULL;
+  }
+  memcpy(cluster, id, (size_t)(dot - id));
+  cluster[dot - id] = '\0';
+  snprintf(pod_name, sizeof(pod_name), "%s", dot + 1);
+  a = api_adapter(q->r, cluster);
+  pod = a ? fr_adapter_pod(a, pod_name) : NULL;
+  if (pod == NULL || !api_owned_by(pod, q->tenant) || fr_adapter_pod_leaving(a, pod)) {
+    snprintf(msg, sizeof(msg), "no sandbox %.200s for this tenant", id);
+    api_fail(q, 404, "sandbox_not_found", msg, NULL);
+    return NULL;
+  }
+  *out_a = a;
+  return pod;
+}

@@ -1,0 +1,77 @@
+/* api.h - the request record of the v1 API and the helpers every handler
+ * file shares (sandboxes.c, create.c, exec.c, pools.c).
+ *
+ * Ownership: router_handle() makes one struct api_req per request, puts it
+ * in req->data for the whole request, and holds one reference while the
+ * handler runs. A handler that answers later calls api_defer(), which takes
+ * a second reference for the operation; its one finish path is api_reply()
+ * (or api_fail()), which answers the client if it is still there and drops
+ * that reference. A handler that answers at once just calls api_reply()
+ * before returning. So nobody frees a request record by hand.
+ */
+#ifndef FR_ROUTER_API_H
+#define FR_ROUTER_API_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+struct router;
+struct fr_http_req;
+struct fr_adapter;
+struct fr_pod;
+
+struct api_req {
+  struct router *r;
+  struct fr_http_req *req;      /* NULL once answered or the client is gone */
+  char rid[129];                /* request id (X-Request-Id) */
+  char tenant[64];              /* "" until authenticated */
+  int refs;
+  int deferred;                 /* api_defer() was called and not finished yet */
+};
+
+/* The record of <req> (req->data); every request of the router has one. */
+struct api_req *api_req_of(struct fr_http_req *req);
+/* Makes the record for <req> with request id <rid> (copied) and puts it in
+ * req->data, holding one reference. NULL on out of memory. */
+struct api_req *api_req_new(struct router *r, struct fr_http_req *req, const char *rid);
+void api_req_unref(struct api_req *q);
+
+/* The answer comes later: takes a reference for the operation, counts the
+ * request in flight (the drain waits for it) and notices a client that
+ * goes away. */
+void api_defer(struct api_req *q);
+/* Answers <status> with <body> (taken; NULL = none) and <extra> headers
+ * ("Name: value\r\n" lines or NULL) if the client is still there; for a
+ * deferred request this is its finish: the operation's reference goes. */
+void api_reply(struct api_req *q, int status, json_t *body, const char *extra);
+/* {"error":{"code":<code>,"message":<msg>}}. */
+json_t *api_err_body(const char *code, const char *msg);
+void api_fail(struct api_req *q, int status, const char *code, const char *msg, const char *extra);
+/* 400 invalid_field naming <field>. */
+void api_field_fail(struct api_req *q, const char *field, const char *msg);
+/* 503 out_of_memory. */
+void api_oom(struct api_req *q);
+
+/* The request body as a JSON object whose keys are all in <known>
+ * (NULL-terminated); NULL after answering invalid_json / invalid_field. */
+json_t *api_body_object(struct api_req *q, const char *const *known, size_t flags);
+
+/* The adapter named <name>, or NULL. */
+struct fr_adapter *api_adapter(struct router *r, const char *name);
+/* A claimed sandbox of <tenant>? Warm pool pods and other tenants' pods are
+ * invisible. */
+int api_owned_by(const struct fr_pod *pod, const char *tenant);
+/* The sandbox as the API shows it. */
+json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod);
+/* "<cluster>.<pod>" -> the adapter and the cached pod, owned by the
+ * request's tenant and not on its way out. Answers 400/404 itself and
+ * returns NULL when there is none. */
+const struct fr_pod *api_find_sandbox(struct api_req *q, const char *id, struct fr_adapter **out_a);
+
+/* The handler files' entry points (each answers now or later). */
+void create_sandboxes(struct api_req *q, int explain); /* create.c: POST /v1/sandboxes, explain */
+void exec_sandbox(struct api_req *q, const char *id);  /* exec.c: POST /v1/sandboxes/{id}/exec */
+int pools_route(struct api_req *q);                    /* pools.c: 0 when not a /v1/pools path */
+
+#endif

@@ -1,0 +1,271 @@
+/* batch.c - the batch create engine (batch.h has the state diagram). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fr/log.h"
+#include "batch.h"
+
+#define NAME_CAP 80
+
+static const char *const state_names[] = {"planned", "running", "rolling_back", "committed", "rolled_back"};
+
+const char *batch_state_name(enum batch_state s) {
+  return state_names[s];
+}
+
+static void batch_set_state(struct batch *b, enum batch_state s) {
+  FR_DEBUG("batch", "%s (%s): %s -> %s", b->name, b->spec.request_id ? b->spec.request_id : "-",
+           state_names[b->state], state_names[s]);
+  b->state = s;
+}
+
+struct batch *batch_new(const struct fr_sandbox_spec *spec, const char *name, int n, int partial_ok,
+                        int max_cands, const struct batch_hooks *hooks, void *arg) {
+  struct batch *b = calloc(1, sizeof(*b));
+  int i;
+
+  if (b == NULL || n < 1)
+    goto fail;
+  b->items = calloc((size_t)n, sizeof(*b->items));
+  b->cands = calloc(max_cands > 0 ? (size_t)max_cands : 1, sizeof(*b->cands));
+  if (b->items == NULL || b->cands == NULL)
+    goto fail;
+  b->state = BATCH_PLANNED;
+  b->spec = *spec;
+  b->name = name;
+  b->n = n;
+  b->partial_ok = partial_ok;
+  b->hooks = hooks;
+  b->arg = arg;
+  for (i = 0; i < n; i++) {
+    b->items[i].index = i + 1;
+    b->items[i].cand = -1;
+  }
+  return b;
+fail:
+  if (b != NULL) {
+    free(b->items);
+    free(b->cands);
+  }
+  free(b);
+  return NULL;
+}
+
+void batch_add_cand(struct batch *b, struct fr_adapter *a, int64_t budget, int64_t reserve) {
+  struct batch_cand *cd = &b->cands[b->ncands++];
+
+  cd->a = a;
+  cd->budget = budget;
+  cd->reserved = reserve > 0 ? reserve : 0;
+  if (cd->reserved > 0)
+    fr_adapter_reserve(a, cd->reserved);
+}
+
+void batch_free(struct batch *b) {
+  int i;
+
+  if (b == NULL)
+    return;
+  /* Whatever the plan reserved and never started goes back. */
+  for (i = 0; i < b->ncands; i++)
+    if (b->cands[i].reserved > 0)
+      fr_adapter_reserve(b->cands[i].a, -b->cands[i].reserved);
+  for (i = 0; i < b->n; i++)
+    if (b->items[i].user != NULL && b->hooks->item_free != NULL)
+      b->hooks->item_free(b->items[i].user);
+  free(b->items);
+  free(b->cands);
+  free(b);
+}
+
+int batch_created(const struct batch *b) {
+  int i, n = 0;
+
+  for (i = 0; i < b->n; i++)
+    n += b->items[i].ok;
+  return n;
+}
+
+static void pump(struct batch *b);
+
+static void on_rollback(int status, const char *message, void *arg) {
+  struct batch *b = arg;
+
+  (void)status;
+  (void)message;
+  if (--b->deletes_pending > 0)
+    return;
+  batch_set_state(b, BATCH_ROLLED_BACK);
+  b->hooks->done(b, b->arg);
+}
+
+/* Every item is settled: commit, or delete everything this batch made. */
+static void settle(struct batch *b) {
+  int created = batch_created(b), i;
+
+  if (b->hooks->wanted(b->arg) && (created == b->n || (b->partial_ok && created > 0))) {
+    batch_set_state(b, BATCH_COMMITTED);
+    b->hooks->done(b, b->arg);
+    return;
+  }
+  batch_set_state(b, BATCH_ROLLING_BACK);
+  b->deletes_pending = 1; /* a guard, so deletes answering early cannot finish it */
+  for (i = 0; i < b->n; i++) {
+    struct batch_item *it = &b->items[i];
+    if (!it->ok)
+      continue;
+    b->deletes_pending++;
+    if (fr_adapter_sandbox_delete(b->cands[it->cand].a, it->pod, b->spec.request_id, on_rollback, b) != 0)
+      b->deletes_pending--;
+  }
+  on_rollback(0, NULL, b);
+}
+
+static int is_spill(enum fr_sandbox_err e) {
+  return e == FR_SB_NO_ROOM || e == FR_SB_UNAVAILABLE || e == FR_SB_TIMEOUT;
+}
+
+/* The batch of an item: each create carries a small record naming both,
+ * since an item alone does not know its batch. */
+struct create_ref {
+  struct batch *b;
+  struct batch_item *it;
+};
+
+static void on_create(const struct fr_sandbox_result *res, void *arg) {
+  struct create_ref *ref = arg;
+  struct batch *b = ref->b;
+  struct batch_item *it = ref->it;
+  struct batch_cand *cd = &b->cands[it->cand];
+
+  free(ref);
+  b->hooks->item_done(b, it, cd, res, b->arg);
+  b->pending--;
+  cd->inflight--;
+  if (res->err == FR_SB_OK) {
+    it->done = it->ok = 1;
+    it->warm = res->warm;
+    snprintf(it->pod, sizeof(it->pod), "%s", res->pod != NULL ? res->pod->name : "");
+    cd->created++;
+    cd->warm += res->warm;
+  } else if (is_spill(res->err)) {
+    /* An explicit signal: this cluster gets no more of the batch, and the
+     * item goes back to be placed elsewhere. */
+    cd->full = 1;
+    snprintf(cd->reason, sizeof(cd->reason), "%s: %s",
+             res->err == FR_SB_NO_ROOM ? "no room" : res->err == FR_SB_TIMEOUT ? "too slow" : "unavailable",
+             res->message ? res->message : "");
+    it->cand = -1;
+    if (it->index - 1 < b->next)
+      b->next = it->index - 1;
+  } else {
+    it->done = 1;
+    b->failed++;
+    snprintf(cd->reason, sizeof(cd->reason), "failed: %s", res->message ? res->message : "");
+  }
+  pump(b);
+}
+
+static int pick_cand(struct batch *b, int within_budget) {
+  int k;
+
+  for (k = 0; k < b->ncands; k++) {
+    struct batch_cand *cd = &b->cands[k];
+    if (cd->full || cd->inflight >= BATCH_PER_CLUSTER_INFLIGHT)
+      continue;
+    if (within_budget && cd->created + cd->inflight >= cd->budget)
+      continue;
+    return k;
+  }
+  return -1;
+}
+
+/* The cluster for the next item, or -1 to wait (a create in flight will
+ * free a slot or close a cluster), or -2 when nothing can take it. */
+static int choose(struct batch *b) {
+  int k = pick_cand(b, 1), busy_with_budget = 0, waiting = 0;
+
+  if (k >= 0)
+    return k;
+  /* Follow the plan: while a cluster with planned budget left is only
+   * busy (at its in-flight limit), wait for it rather than spill early.
+   * Past every budget (the plan under-estimated), any cluster not yet full
+   * may take more: the estimate is a preference, the cluster itself says
+   * when it is full. */
+  for (k = 0; k < b->ncands; k++)
+    busy_with_budget |= !b->cands[k].full && b->cands[k].created + b->cands[k].inflight < b->cands[k].budget;
+  if (busy_with_budget)
+    return -1;
+  k = pick_cand(b, 0);
+  if (k >= 0)
+    return k;
+  for (k = 0; k < b->ncands; k++)
+    waiting |= !b->cands[k].full && b->cands[k].inflight > 0;
+  return waiting ? -1 : -2;
+}
+
+/* Starts item <it> on candidate <k>; 0, or -1 when the adapter refused
+ * to start it (the candidate is then marked full). */
+static int start_item(struct batch *b, struct batch_item *it, int k) {
+  struct fr_sandbox_spec spec = b->spec;
+  struct batch_cand *cd = &b->cands[k];
+  struct create_ref *ref = malloc(sizeof(*ref));
+  char name[NAME_CAP];
+
+  if (b->n > 1)
+    snprintf(name, sizeof(name), "%s-%04d", b->name, it->index);
+  else
+    snprintf(name, sizeof(name), "%s", b->name);
+  spec.name = name;
+  if (ref == NULL || fr_adapter_sandbox_create(cd->a, &spec, on_create, ref) != 0) {
+    free(ref);
+    cd->full = 1;
+    snprintf(cd->reason, sizeof(cd->reason), "unavailable: cannot start a create");
+    return -1;
+  }
+  ref->b = b;
+  ref->it = it;
+  it->cand = k;
+  cd->inflight++;
+  b->pending++;
+  /* The started create is counted in flight by the adapter now. */
+  if (cd->reserved > 0) {
+    cd->reserved--;
+    fr_adapter_reserve(cd->a, -1);
+  }
+  return 0;
+}
+
+/* Places and starts as many items as the candidates can take now; settles
+ * the batch once nothing is in flight and every item is settled. */
+static void pump(struct batch *b) {
+  int i, k, started = 1;
+
+  while (started) {
+    started = 0;
+    for (i = b->next; i < b->n; i++) {
+      struct batch_item *it = &b->items[i];
+      if (it->done || it->cand >= 0)
+        continue;
+      k = choose(b);
+      if (k == -2) {
+        it->done = 1; /* nowhere left to go */
+        continue;
+      }
+      if (k < 0)
+        break;
+      start_item(b, it, k);
+      started = 1;
+    }
+    while (b->next < b->n && (b->items[b->next].done || b->items[b->next].cand >= 0))
+      b->next++;
+  }
+  if (b->pending == 0)
+    settle(b);
+}
+
+void batch_start(struct batch *b) {
+  batch_set_state(b, BATCH_RUNNING);
+  pump(b);
+}

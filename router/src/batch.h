@@ -1,0 +1,109 @@
+/* batch.h - a batch create run over the clusters a plan chose.
+ *
+ * The engine behind POST /v1/sandboxes: given the plan's candidate clusters
+ * (in order, each with the count the plan gave it) it starts creates with a
+ * bounded number in flight per cluster, moves items to the next cluster
+ * when one answers with an explicit no-room signal, and ends either
+ * committed (every sandbox made, or some with partial_ok) or rolled back
+ * (everything it made is deleted). It talks to the clusters only through
+ * the adapter API (fr/adapter.h) and knows nothing of HTTP or JSON, so it
+ * is unit-tested against a fake adapter (tests/router/test_batch.c).
+ *
+ * States (batch_set_state() traces every transition at debug level):
+ *
+ *   PLANNED --batch_start--> RUNNING --all placed, enough made--> COMMITTED
+ *                               |
+ *                               +--short (or the client left)--> ROLLING_BACK --deletes answered--> ROLLED_BACK
+ *
+ * COMMITTED and ROLLED_BACK are final: the owner's done callback runs once,
+ * from the callback of the last create or delete, or from inside
+ * batch_start() when not one create could be started; the owner calls
+ * batch_free() from it (or later) and must not touch the batch after
+ * batch_start() returns.
+ */
+#ifndef FR_BATCH_H
+#define FR_BATCH_H
+
+#include <stdint.h>
+
+#include "fr/adapter.h"
+
+/* Creates in flight per cluster for one batch: enough to keep a cluster's
+ * create pipeline full without flooding its API server. */
+#define BATCH_PER_CLUSTER_INFLIGHT 32
+
+enum batch_state { BATCH_PLANNED, BATCH_RUNNING, BATCH_ROLLING_BACK, BATCH_COMMITTED, BATCH_ROLLED_BACK };
+
+struct batch;
+
+struct batch_item {
+  int index;                  /* 1-based */
+  int cand;                   /* index into the candidates, -1 = not placed */
+  int done;                   /* settled: made, failed, or nowhere left to go */
+  int ok;                     /* made */
+  int warm;
+  char pod[64];               /* the pod made, when ok */
+  void *user;                 /* the owner's (freed by the owner's item_free) */
+};
+
+struct batch_cand {
+  struct fr_adapter *a;
+  int full;                   /* answered no room / unavailable during this batch */
+  int inflight;
+  int64_t budget;             /* the plan's count for it */
+  int64_t reserved;           /* of the budget, still reserved on the adapter */
+  int created, warm;
+  char reason[300];           /* the last no-room or failure message */
+};
+
+struct batch_hooks {
+  /* Every create's outcome, before the engine acts on it (metrics, events,
+   * and on success the owner's record of the sandbox in it->user). <pod>
+   * is borrowed for the call. */
+  void (*item_done)(struct batch *b, struct batch_item *it, struct batch_cand *cd,
+                    const struct fr_sandbox_result *res, void *arg);
+  /* Whether the result is still wanted (the client is still there); a
+   * batch nobody waits for rolls back whatever it made. */
+  int (*wanted)(void *arg);
+  /* The batch reached COMMITTED or ROLLED_BACK. */
+  void (*done)(struct batch *b, void *arg);
+  /* Frees an item's <user> (may be NULL). */
+  void (*item_free)(void *user);
+};
+
+struct batch {
+  enum batch_state state;
+  struct fr_sandbox_spec spec;  /* the create spec (name set per item); strings borrowed from the owner */
+  const char *name;             /* batch name: items are <name>-0001, ... when n > 1 */
+  int n;
+  int partial_ok;
+  struct batch_item *items;
+  struct batch_cand *cands;
+  int ncands;
+  int pending;                  /* creates in flight */
+  int next;                     /* first item that may still need placing */
+  int failed;                   /* items that failed for good */
+  int deletes_pending;
+  const struct batch_hooks *hooks;
+  void *arg;
+};
+
+/* A batch of <n> items over up to <max_cands> candidates (add them with
+ * batch_add_cand). <spec> is copied; the strings it points to and <name>
+ * are borrowed and must outlive the batch. NULL on out of memory. */
+struct batch *batch_new(const struct fr_sandbox_spec *spec, const char *name, int n, int partial_ok,
+                        int max_cands, const struct batch_hooks *hooks, void *arg);
+/* Adds the plan's next cluster with its <budget>, of which <reserve> slots
+ * are reserved on the adapter at once (so a concurrent plan sees them
+ * taken); the batch gives back whatever it does not use. */
+void batch_add_cand(struct batch *b, struct fr_adapter *a, int64_t budget, int64_t reserve);
+/* PLANNED -> RUNNING: starts the first creates. */
+void batch_start(struct batch *b);
+/* Sandboxes made so far. */
+int batch_created(const struct batch *b);
+/* Frees the batch (in PLANNED or a final state), giving back any
+ * reservation left. Accepts NULL. */
+void batch_free(struct batch *b);
+const char *batch_state_name(enum batch_state s);
+
+#endif

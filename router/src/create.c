@@ -1,0 +1,488 @@
+/* create.c - POST /v1/sandboxes and POST /v1/placement/explain.
+ *
+ * Validates the body, finds the pool's shape, checks the tenant's limit,
+ * asks the policy for a plan over a fresh snapshot of the clusters, and
+ * either explains it, refuses at once (the federation lacks room), or runs
+ * it as a batch (batch.c) and answers with what the batch made.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "fr/adapter.h"
+#include "fr/buf.h"
+#include "fr/config.h"
+#include "fr/http.h"
+#include "fr/labels.h"
+#include "fr/policy.h"
+#include "api.h"
+#include "batch.h"
+#include "metrics.h"
+#include "router.h"
+
+#define NAME_MAX_LEN 48
+
+static const char *const create_fields[] = {"name", "num_sandboxes", "pool", "image", "cpus", "memory_gb",
+                                            "env", "secrets", "volumes", "labels", "region", "clusters",
+                                            "timeout_s", "partial_ok", NULL};
+
+/* The create body, validated; strings borrowed from its JSON. */
+struct body_spec {
+  const char *name;
+  int64_t n;
+  const char *pool, *image;
+  double cpus, memory_gb;
+  json_t *env, *labels, *clusters;
+  const char *region;
+  int64_t timeout_s;
+  int partial_ok;
+};
+
+/* A create in progress: owns its strings, the batch and the request's
+ * operation reference. */
+struct create {
+  struct api_req *q;
+  struct batch *b;
+  char name[NAME_MAX_LEN + 1];
+  char *pool, *image;
+  json_t *env, *labels;
+};
+
+static void create_free(struct create *cr) {
+  batch_free(cr->b);
+  free(cr->pool);
+  free(cr->image);
+  json_decref(cr->env);
+  json_decref(cr->labels);
+  free(cr);
+}
+
+/* Validates the create body; answers and returns -1 on error. */
+static int parse_create(struct api_req *q, json_t *j, struct body_spec *s) {
+  const struct fr_config *cfg = q->r->cfg;
+  const char *k;
+  json_t *v;
+  size_t i;
+  char msg[300];
+
+  memset(s, 0, sizeof(*s));
+  s->name = "sandbox";
+  s->n = 1;
+  s->timeout_s = cfg->default_lifetime_s;
+  if (json_object_get(j, "secrets") || json_object_get(j, "volumes")) {
+    api_field_fail(q, json_object_get(j, "secrets") ? "secrets" : "volumes", "secrets and volumes are not supported yet");
+    return -1;
+  }
+#define STR_FIELD(key, dst)                                                  \
+  if ((v = json_object_get(j, key)) != NULL) {                               \
+    if (!json_is_string(v) || json_string_length(v) == 0) {                  \
+      api_field_fail(q, key, key " must be a non-empty string");             \
+      return -1;                                                             \
+    }                                                                        \
+    dst = json_string_value(v);                                              \
+  }
+  STR_FIELD("name", s->name);
+  STR_FIELD("pool", s->pool);
+  STR_FIELD("image", s->image);
+  STR_FIELD("region", s->region);
+#undef STR_FIELD
+  if (strlen(s->name) > NAME_MAX_LEN || !fr_label_value_valid(s->name) ||
+      strspn(s->name, "abcdefghijklmnopqrstuvwxyz0123456789-") != strlen(s->name)) {
+    api_field_fail(q, "name", "name must be 1-48 characters of a-z, 0-9 and '-', starting and ending alphanumeric");
+    return -1;
+  }
+  if ((v = json_object_get(j, "num_sandboxes")) != NULL) {
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > cfg->max_batch) {
+      snprintf(msg, sizeof(msg), "num_sandboxes must be an integer from 1 to %" PRId64, cfg->max_batch);
+      api_field_fail(q, "num_sandboxes", msg);
+      return -1;
+    }
+    s->n = json_integer_value(v);
+  }
+  if ((v = json_object_get(j, "timeout_s")) != NULL) {
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > cfg->max_lifetime_s) {
+      snprintf(msg, sizeof(msg), "timeout_s must be an integer from 1 to %" PRId64, cfg->max_lifetime_s);
+      api_field_fail(q, "timeout_s", msg);
+      return -1;
+    }
+    s->timeout_s = json_integer_value(v);
+  }
+  if ((v = json_object_get(j, "cpus")) != NULL) {
+    if (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 256) {
+      api_field_fail(q, "cpus", "cpus must be a number in (0, 256]");
+      return -1;
+    }
+    s->cpus = json_number_value(v);
+  }
+  if ((v = json_object_get(j, "memory_gb")) != NULL) {
+    if (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 4096) {
+      api_field_fail(q, "memory_gb", "memory_gb must be a number in (0, 4096]");
+      return -1;
+    }
+    s->memory_gb = json_number_value(v);
+  }
+  if ((v = json_object_get(j, "partial_ok")) != NULL) {
+    if (!json_is_boolean(v)) {
+      api_field_fail(q, "partial_ok", "partial_ok must be true or false");
+      return -1;
+    }
+    s->partial_ok = json_is_true(v);
+  }
+  if ((v = json_object_get(j, "env")) != NULL) {
+    json_t *e;
+    if (!json_is_object(v)) {
+      api_field_fail(q, "env", "env must be an object of strings");
+      return -1;
+    }
+    json_object_foreach(v, k, e) {
+      if (!json_is_string(e) || *k == '\0' || strchr(k, '=') != NULL) {
+        api_field_fail(q, "env", "env must map names (without '=') to strings");
+        return -1;
+      }
+    }
+    s->env = v;
+  }
+  if ((v = json_object_get(j, "labels")) != NULL) {
+    json_t *e;
+    if (!json_is_object(v)) {
+      api_field_fail(q, "labels", "labels must be an object of strings");
+      return -1;
+    }
+    json_object_foreach(v, k, e) {
+      if (!json_is_string(e) || !fr_label_key_valid(k) || !fr_label_value_valid(json_string_value(e)) ||
+          strncmp(k, FR_LABEL_PREFIX, strlen(FR_LABEL_PREFIX)) == 0) {
+        snprintf(msg, sizeof(msg), "label \"%.100s\" is not a valid Kubernetes label (keys under %s are reserved)",
+                 k, FR_LABEL_PREFIX);
+        api_field_fail(q, "labels", msg);
+        return -1;
+      }
+    }
+    s->labels = v;
+  }
+  if ((v = json_object_get(j, "clusters")) != NULL) {
+    json_t *e;
+    if (!json_is_array(v) || json_array_size(v) == 0) {
+      api_field_fail(q, "clusters", "clusters must be a non-empty array of cluster names");
+      return -1;
+    }
+    json_array_foreach(v, i, e) {
+      if (!json_is_string(e)) {
+        api_field_fail(q, "clusters", "clusters must be a non-empty array of cluster names");
+        return -1;
+      }
+      if (api_adapter(q->r, json_string_value(e)) == NULL) {
+        snprintf(msg, sizeof(msg), "no cluster named \"%.100s\"", json_string_value(e));
+        api_fail(q, 404, "cluster_not_found", msg, NULL);
+        return -1;
+      }
+    }
+    s->clusters = v;
+  }
+  if (s->pool == NULL && s->image == NULL) {
+    api_field_fail(q, "image", "either pool or image is required");
+    return -1;
+  }
+  return 0;
+}
+
+/* The pool's shape from any cluster that has it; NULL when none does. */
+static const struct fr_adapter_pool_view *pool_shape(struct router *r, const char *pool) {
+  const struct fr_adapter_pool_view *pv;
+  size_t i;
+
+  for (i = 0; i < r->nadapters; i++)
+    if ((pv = fr_adapter_pool(r->adapters[i], pool)) != NULL && pv->image[0] != '\0')
+      return pv;
+  return NULL;
+}
+
+static int64_t tenant_count(struct router *r, const char *tenant) {
+  int64_t n = 0;
+  size_t i;
+
+  for (i = 0; i < r->nadapters; i++)
+    n += fr_adapter_tenant_sandboxes(r->adapters[i], tenant);
+  return n;
+}
+
+/* The policy's plan for <cr> (its batch spec filled) from a fresh snapshot
+ * of the clusters. <pol> gets a reference the caller drops. */
+static int make_plan(struct router *r, const struct create *cr, const struct body_spec *s, const char *region,
+                     struct fr_plan *plan, struct fr_cluster_state **states, struct fr_policy **pol) {
+  const char **keys = NULL, **vals = NULL, **clusters = NULL;
+  struct fr_placement_request preq;
+  const char *k;
+  json_t *v;
+  size_t i = 0;
+  int rc = -ENOMEM;
+
+  memset(plan, 0, sizeof(*plan));
+  *pol = fr_policy_ref(r->policy);
+  *states = placement_states(r, &cr->b->spec);
+  keys = calloc(json_object_size(cr->labels) + 1, sizeof(*keys));
+  vals = calloc(json_object_size(cr->labels) + 1, sizeof(*vals));
+  clusters = calloc(json_array_size(s->clusters) + 1, sizeof(*clusters));
+  if (*states == NULL || keys == NULL || vals == NULL || clusters == NULL)
+    goto out;
+  json_object_foreach(cr->labels, k, v) {
+    keys[i] = k;
+    vals[i++] = json_string_value(v);
+  }
+  memset(&preq, 0, sizeof(preq));
+  preq.tenant = cr->q->tenant;
+  preq.pool = cr->pool;
+  preq.region = region;
+  preq.label_keys = keys;
+  preq.label_values = vals;
+  preq.nlabels = i;
+  json_array_foreach(s->clusters, i, v) clusters[i] = json_string_value(v);
+  preq.clusters = s->clusters ? clusters : NULL;
+  preq.nclusters = json_array_size(s->clusters);
+  preq.count = cr->b->n;
+  rc = fr_policy_plan(*pol, *states, r->nadapters, &preq, plan);
+out:
+  free(keys);
+  free(vals);
+  free(clusters);
+  return rc;
+}
+
+/* ---- the batch's hooks ---- */
+
+static const char *sb_outcome(enum fr_sandbox_err e) {
+  switch (e) {
+  case FR_SB_OK: return "ok";
+  case FR_SB_NO_ROOM: return "no_room";
+  case FR_SB_UNAVAILABLE: return "unavailable";
+  case FR_SB_TIMEOUT: return "timeout";
+  default: return "failed";
+  }
+}
+
+static void on_item_done(struct batch *b, struct batch_item *it, struct batch_cand *cd,
+                         const struct fr_sandbox_result *res, void *arg) {
+  struct create *cr = arg;
+  struct router *r = cr->q->r;
+  struct fr_buf l;
+
+  (void)b;
+  fr_buf_init(&l);
+  metrics_label(&l, "cluster", fr_adapter_name(cd->a));
+  metrics_label(&l, "outcome", sb_outcome(res->err));
+  metrics_label(&l, "start", res->warm ? "warm" : "cold");
+  metrics_inc(r->metrics, "fedrouter_creates_total", l.data ? l.data : "", 1);
+  /* The first no-room answer from a cluster moves the batch on: a spill. */
+  if ((res->err == FR_SB_NO_ROOM || res->err == FR_SB_UNAVAILABLE || res->err == FR_SB_TIMEOUT) && !cd->full) {
+    char why[300];
+    fr_buf_reset(&l);
+    metrics_label(&l, "cluster", fr_adapter_name(cd->a));
+    metrics_label(&l, "reason", sb_outcome(res->err));
+    metrics_inc(r->metrics, "fedrouter_spills_total", l.data ? l.data : "", 1);
+    snprintf(why, sizeof(why), "%s: %s", sb_outcome(res->err), res->message ? res->message : "");
+    router_event(r, fr_adapter_name(cd->a), why, cr->q->rid);
+  }
+  fr_buf_free(&l);
+  if (res->err == FR_SB_OK && res->pod != NULL)
+    it->user = api_sandbox_json(cd->a, res->pod);
+}
+
+static int on_wanted(void *arg) {
+  struct create *cr = arg;
+
+  /* A client that went away cannot learn the ids: keep nothing. */
+  return cr->q->req != NULL;
+}
+
+static json_t *placement_json(const struct batch *b) {
+  json_t *cl = json_array();
+  int i, warm = 0, created = batch_created(b);
+
+  for (i = 0; i < b->ncands; i++) {
+    json_t *e = json_pack("{s:s,s:i,s:i}", "cluster", fr_adapter_name(b->cands[i].a), "created",
+                          b->cands[i].created, "warm", b->cands[i].warm);
+    if (b->cands[i].reason[0])
+      json_object_set_new(e, "reason", json_string(b->cands[i].reason));
+    warm += b->cands[i].warm;
+    json_array_append_new(cl, e);
+  }
+  return json_pack("{s:i,s:i,s:i,s:i,s:i,s:o}", "requested", b->n, "created", created, "warm", warm,
+                   "cold", created - warm, "shortfall", b->n - created, "clusters", cl);
+}
+
+static void on_batch_done(struct batch *b, void *arg) {
+  struct create *cr = arg;
+  struct api_req *q = cr->q;
+  int i;
+
+  if (b->state == BATCH_COMMITTED) {
+    json_t *arr = json_array();
+    struct fr_buf pl;
+
+    fr_buf_init(&pl);
+    for (i = 0; i < b->ncands; i++)
+      if (b->cands[i].created > 0)
+        fr_buf_printf(&pl, "%s%s:%d", pl.len ? "," : "", fr_adapter_name(b->cands[i].a), b->cands[i].created);
+    if (q->req != NULL)
+      router_note(q->req, "placement", pl.data ? pl.data : "");
+    fr_buf_free(&pl);
+    for (i = 0; i < b->n; i++)
+      if (b->items[i].ok && b->items[i].user != NULL)
+        json_array_append(arr, b->items[i].user);
+    api_reply(q, 201, json_pack("{s:o,s:o}", "sandboxes", arr, "placement", placement_json(b)), NULL);
+  } else {
+    json_t *body = api_err_body("no_capacity",
+                                "the federation cannot place the whole batch; what was created has been deleted");
+    json_t *pl = placement_json(b);
+    json_object_set_new(pl, "rolled_back", json_true());
+    json_object_set(json_object_get(body, "error"), "clusters", json_object_get(pl, "clusters"));
+    json_object_set_new(json_object_get(body, "error"), "placement", pl);
+    api_reply(q, 503, body, "Retry-After: 5\r\n");
+  }
+  create_free(cr);
+}
+
+static void item_json_free(void *user) {
+  json_decref(user);
+}
+
+static const struct batch_hooks create_hooks = {on_item_done, on_wanted, on_batch_done, item_json_free};
+
+/* ---- the handler ---- */
+
+/* 503 no_capacity at once, with every cluster's reason: the federation's
+ * free capacity cannot hold the batch, so nothing is created and rolled
+ * back. */
+static void refuse_no_room(struct api_req *q, const struct fr_plan *plan, const struct fr_cluster_state *states,
+                           int ncands) {
+  struct router *r = q->r;
+  json_t *body = api_err_body("no_capacity", ncands == 0 ? "no cluster can take this request"
+                                                         : "the federation does not have room for the whole batch");
+  json_t *reasons = json_array();
+  size_t i;
+
+  for (i = 0; i < plan->nentries; i++) {
+    const struct fr_cluster_state *cs = &states[plan->entries[i].cluster];
+    struct fr_adapter_view v;
+    char why[400];
+    /* Say what bounds the room when it is a quota, not the nodes. */
+    fr_adapter_view(r->adapters[plan->entries[i].cluster], &v);
+    if (v.quota_pods >= 0 && v.quota_pods <= cs->free_slots + v.inflight)
+      snprintf(why, sizeof(why), "%s; the namespace's ResourceQuota allows %" PRId64 " more pods",
+               plan->entries[i].reason, v.quota_pods);
+    else
+      snprintf(why, sizeof(why), "%s", plan->entries[i].reason);
+    json_array_append_new(reasons, json_pack("{s:s,s:I,s:I,s:s}", "cluster", cs->name, "free_slots",
+                                             (json_int_t)cs->free_slots, "warm_ready",
+                                             (json_int_t)cs->warm_ready, "reason", why));
+  }
+  json_object_set_new(json_object_get(body, "error"), "clusters", reasons);
+  json_object_set_new(json_object_get(body, "error"), "shortfall", json_integer(plan->shortfall));
+  api_reply(q, 503, body, "Retry-After: 5\r\n");
+}
+
+void create_sandboxes(struct api_req *q, int explain) {
+  struct router *r = q->r;
+  json_t *j = api_body_object(q, create_fields, 0);
+  const struct fr_adapter_pool_view *pv = NULL;
+  const struct fr_config_tenant *t = NULL;
+  struct fr_sandbox_spec spec;
+  struct body_spec s;
+  struct create *cr = NULL;
+  const char *region;
+  char msg[400];
+  struct fr_plan plan;
+  struct fr_cluster_state *states = NULL;
+  struct fr_policy *pol = NULL;
+  size_t i;
+  int ncands = 0;
+
+  memset(&plan, 0, sizeof(plan));
+  if (j == NULL || parse_create(q, j, &s) != 0)
+    goto out;
+  if (s.pool != NULL && (pv = pool_shape(r, s.pool)) == NULL) {
+    snprintf(msg, sizeof(msg), "no pool named \"%.100s\"", s.pool);
+    api_fail(q, 404, "pool_not_found", msg, NULL);
+    goto out;
+  }
+  for (i = 0; i < r->cfg->ntenants; i++)
+    if (strcmp(r->cfg->tenants[i].name, q->tenant) == 0)
+      t = &r->cfg->tenants[i];
+  if (t != NULL && t->max_sandboxes > 0 && tenant_count(r, q->tenant) + s.n > t->max_sandboxes) {
+    snprintf(msg, sizeof(msg), "tenant %s may hold %" PRId64 " sandboxes; this request would exceed that",
+             q->tenant, t->max_sandboxes);
+    api_fail(q, 429, "tenant_limit", msg, "Retry-After: 10\r\n");
+    goto out;
+  }
+  cr = calloc(1, sizeof(*cr));
+  if (cr == NULL)
+    goto oom;
+  cr->q = q;
+  snprintf(cr->name, sizeof(cr->name), "%s", s.name);
+  cr->pool = s.pool ? strdup(s.pool) : NULL;
+  cr->image = strdup(s.image ? s.image : pv->image);
+  cr->env = s.env ? json_incref(s.env) : NULL;
+  cr->labels = s.labels ? json_incref(s.labels) : NULL;
+  if (cr->image == NULL || (s.pool != NULL && cr->pool == NULL))
+    goto oom;
+  memset(&spec, 0, sizeof(spec));
+  spec.tenant = q->tenant;
+  spec.pool = cr->pool;
+  spec.image = cr->image;
+  /* A pool fixes the shape; otherwise the request's (default 1 cpu, 2 GiB). */
+  spec.cpu_m = pv ? pv->cpu_m : (int64_t)((s.cpus > 0 ? s.cpus : 1.0) * 1000 + 0.5);
+  spec.mem_b = pv ? pv->mem_b : (int64_t)((s.memory_gb > 0 ? s.memory_gb : 2.0) * 1073741824.0);
+  spec.env = cr->env;
+  spec.labels = cr->labels;
+  spec.lifetime_s = s.timeout_s;
+  spec.request_id = q->rid;
+  cr->b = batch_new(&spec, cr->name, (int)s.n, s.partial_ok, (int)r->nadapters, &create_hooks, cr);
+  if (cr->b == NULL)
+    goto oom;
+  /* The plan: the policy orders the clusters and splits the count; the
+   * batch follows it, and moves items on when a cluster says it is full. */
+  region = s.region ? s.region : fr_http_req_header(q->req, "X-Client-Region");
+  if (region == NULL || *region == '\0')
+    region = r->cfg->region;
+  if (make_plan(r, cr, &s, region, &plan, &states, &pol) != 0)
+    goto oom;
+  if (explain) {
+    json_t *out = json_pack("{s:{s:s,s:s},s:{s:s,s:s?,s:s,s:i},s:o}", "policy", "source", fr_policy_source(pol),
+                            "version", fr_policy_version(pol), "request", "tenant", q->tenant, "pool", cr->pool,
+                            "region", region, "num_sandboxes", cr->b->n, "plan", fr_plan_json(&plan, states));
+    api_reply(q, 200, out, NULL);
+    goto out;
+  }
+  for (i = 0; i < plan.nentries; i++)
+    ncands += plan.entries[i].verdict == FR_PLAN_USE;
+  if (ncands == 0 || (plan.shortfall > 0 && !s.partial_ok)) {
+    refuse_no_room(q, &plan, states, ncands);
+    goto out;
+  }
+  for (i = 0; i < plan.nentries; i++) {
+    const struct fr_plan_entry *e = &plan.entries[i];
+    /* Warm claims use pods that already hold their slots: only the cold
+     * part of the plan needs reserving. */
+    if (e->verdict == FR_PLAN_USE)
+      batch_add_cand(cr->b, r->adapters[e->cluster], e->count, e->count > e->warm ? e->count - e->warm : 0);
+  }
+  fr_plan_free(&plan);
+  free(states);
+  fr_policy_unref(pol);
+  json_decref(j); /* <region> and <s> borrowed from it until here */
+  api_defer(q);
+  batch_start(cr->b); /* the batch's done hook answers and frees cr */
+  return;
+oom:
+  api_oom(q);
+out:
+  if (cr != NULL)
+    create_free(cr);
+  fr_plan_free(&plan);
+  free(states);
+  fr_policy_unref(pol);
+  json_decref(j);
+}

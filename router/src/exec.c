@@ -1,0 +1,230 @@
+/* exec.c - POST /v1/sandboxes/{id}/exec: the HTTP side of exec.
+ *
+ * Validates the body, finds the tenant's sandbox and hands the command to
+ * the owning cluster's adapter (fr_adapter_exec, cluster_adapter/src/exec.c,
+ * which decides how it reaches the sandbox); turns the typed outcome into
+ * the API's answer. Never retried: a command is not idempotent.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "fr/adapter.h"
+#include "fr/buf.h"
+#include "fr/config.h"
+#include "fr/http.h"
+#include "fr/util.h"
+#include "api.h"
+#include "metrics.h"
+#include "router.h"
+
+struct exec_call {
+  struct api_req *q;
+  struct fr_adapter *a;
+};
+
+/* Output as a JSON string when it is UTF-8, else base64 with <enc_key>
+ * saying so: never corrupted silently. */
+static void put_output(json_t *body, const char *key, const char *enc_key, const char *data, size_t len) {
+  json_t *s = json_stringn(data, len); /* jansson validates UTF-8 */
+
+  if (s != NULL) {
+    json_object_set_new(body, key, s);
+  } else {
+    char *b64 = malloc(fr_base64_len(len));
+    if (b64 != NULL) {
+      fr_base64_encode(data, len, b64);
+      json_object_set_new(body, key, json_string(b64));
+      json_object_set_new(body, enc_key, json_string("base64"));
+      free(b64);
+    }
+  }
+}
+
+static void exec_metrics(struct exec_call *x, const char *outcome, double ms) {
+  struct router *r = x->q->r;
+  struct fr_buf l;
+
+  fr_buf_init(&l);
+  metrics_label(&l, "cluster", fr_adapter_name(x->a));
+  metrics_label(&l, "outcome", outcome);
+  metrics_inc(r->metrics, "fedrouter_execs_total", l.data ? l.data : "", 1);
+  fr_buf_reset(&l);
+  metrics_label(&l, "cluster", fr_adapter_name(x->a));
+  metrics_observe(r->metrics, "fedrouter_exec_duration_seconds", l.data ? l.data : "", ms / 1000.0);
+  fr_buf_free(&l);
+  if (x->q->req != NULL)
+    router_note(x->q->req, "cluster", fr_adapter_name(x->a));
+}
+
+static void on_exec(const struct fr_exec_result *res, void *arg) {
+  struct exec_call *x = arg;
+  struct api_req *q = x->q;
+  json_t *body;
+
+  switch (res->err) {
+  case FR_EXEC_OK:
+    exec_metrics(x, res->timed_out ? "timed_out" : res->exit_code == 0 ? "ok" : "nonzero", res->duration_ms);
+    body = json_object();
+    put_output(body, "stdout", "stdout_encoding", res->out, res->out_len);
+    put_output(body, "stderr", "stderr_encoding", res->errout, res->err_len);
+    json_object_set_new(body, "exit_code", res->timed_out ? json_null() : json_integer(res->exit_code));
+    json_object_set_new(body, "timed_out", json_boolean(res->timed_out));
+    json_object_set_new(body, "stdout_truncated", json_boolean(res->out_truncated));
+    json_object_set_new(body, "stderr_truncated", json_boolean(res->err_truncated));
+    json_object_set_new(body, "duration_ms", json_integer((json_int_t)(res->duration_ms + 0.5)));
+    api_reply(q, 200, body, NULL);
+    break;
+  case FR_EXEC_NOT_FOUND:
+    exec_metrics(x, "error", res->duration_ms);
+    api_fail(q, 404, "sandbox_not_found", res->message, NULL);
+    break;
+  case FR_EXEC_NOT_RUNNING:
+    exec_metrics(x, "error", res->duration_ms);
+    api_fail(q, 409, "sandbox_not_running", res->message, NULL);
+    break;
+  case FR_EXEC_UNAVAILABLE:
+    exec_metrics(x, "error", res->duration_ms);
+    api_fail(q, 503, "cluster_unavailable", res->message, "Retry-After: 5\r\n");
+    break;
+  default:
+    exec_metrics(x, "error", res->duration_ms);
+    api_fail(q, 502, "exec_failed", res->message, NULL);
+    break;
+  }
+  free(x);
+}
+
+/* The argv of the body as a NULL-terminated array borrowing its strings,
+ * or NULL after answering invalid_argv / out_of_memory. */
+static char **body_argv(struct api_req *q, json_t *argv) {
+  json_t *v;
+  char **out;
+  size_t i;
+
+  if (!json_is_array(argv) || json_array_size(argv) == 0) {
+    api_fail(q, 400, "invalid_argv", "argv must be a non-empty array of strings", NULL);
+    return NULL;
+  }
+  json_array_foreach(argv, i, v) {
+    if (!json_is_string(v) || (i == 0 && json_string_length(v) == 0) ||
+        strlen(json_string_value(v)) != json_string_length(v)) {
+      api_fail(q, 400, "invalid_argv", "argv must be strings without NUL bytes, the first non-empty", NULL);
+      return NULL;
+    }
+  }
+  out = calloc(json_array_size(argv) + 1, sizeof(*out));
+  if (out == NULL) {
+    api_oom(q);
+    return NULL;
+  }
+  json_array_foreach(argv, i, v) out[i] = (char *)json_string_value(v);
+  return out;
+}
+
+void exec_sandbox(struct api_req *q, const char *id) {
+  static const char *const known[] = {"argv", "stdin", "env", "workdir", "timeout_s", "max_output_bytes", NULL};
+  const struct fr_config *cfg = q->r->cfg;
+  struct fr_exec_spec spec;
+  struct exec_call *x = NULL;
+  struct fr_adapter *a;
+  json_t *j, *v, *env = NULL;
+  char **argv = NULL, msg[300];
+  const char *k, *workdir = NULL;
+  int64_t timeout = 60, maxout = cfg->max_exec_output_bytes;
+  int rc;
+
+  /* NUL is allowed in the JSON so a NUL inside argv gets invalid_argv below
+   * rather than a vague parse error; stdin may carry it legitimately. */
+  j = api_body_object(q, known, JSON_ALLOW_NUL);
+  if (j == NULL)
+    return;
+  if ((argv = body_argv(q, json_object_get(j, "argv"))) == NULL)
+    goto out;
+  if ((v = json_object_get(j, "timeout_s")) != NULL) {
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > cfg->max_exec_timeout_s) {
+      snprintf(msg, sizeof(msg), "timeout_s must be an integer from 1 to %" PRId64, cfg->max_exec_timeout_s);
+      api_field_fail(q, "timeout_s", msg);
+      goto out;
+    }
+    timeout = json_integer_value(v);
+  }
+  if ((v = json_object_get(j, "max_output_bytes")) != NULL) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > cfg->max_exec_output_bytes) {
+      snprintf(msg, sizeof(msg), "max_output_bytes must be an integer from 0 to %" PRId64, cfg->max_exec_output_bytes);
+      api_field_fail(q, "max_output_bytes", msg);
+      goto out;
+    }
+    maxout = json_integer_value(v);
+  }
+  if ((v = json_object_get(j, "stdin")) != NULL && !json_is_string(v)) {
+    api_field_fail(q, "stdin", "stdin must be a string");
+    goto out;
+  }
+  if ((v = json_object_get(j, "workdir")) != NULL) {
+    if (!json_is_string(v) || json_string_value(v)[0] != '/') {
+      api_field_fail(q, "workdir", "workdir must be an absolute path");
+      goto out;
+    }
+    if (strlen(json_string_value(v)) != json_string_length(v)) {
+      api_field_fail(q, "workdir", "workdir must not contain NUL");
+      goto out;
+    }
+    workdir = json_string_value(v);
+  }
+  if ((env = json_object_get(j, "env")) != NULL) {
+    json_t *e;
+    if (!json_is_object(env)) {
+      api_field_fail(q, "env", "env must be an object of strings");
+      goto out;
+    }
+    json_object_foreach(env, k, e) {
+      if (!json_is_string(e) || *k == '\0' || strchr(k, '=') != NULL ||
+          strlen(json_string_value(e)) != json_string_length(e)) {
+        api_field_fail(q, "env", "env must map names (without '=') to strings without NUL");
+        goto out;
+      }
+    }
+  }
+  if (api_find_sandbox(q, id, &a) == NULL)
+    goto out;
+  x = calloc(1, sizeof(*x));
+  if (x == NULL) {
+    api_oom(q);
+    goto out;
+  }
+  x->q = q;
+  x->a = a;
+  memset(&spec, 0, sizeof(spec));
+  spec.argv = argv;
+  spec.env = env;
+  spec.workdir = workdir;
+  if ((v = json_object_get(j, "stdin")) != NULL && json_string_length(v) > 0) {
+    spec.stdin_data = json_string_value(v);
+    spec.stdin_len = json_string_length(v);
+  }
+  spec.timeout_s = timeout;
+  spec.max_output = (size_t)maxout;
+  spec.request_id = q->rid;
+  /* Deferred first: the answer on a failure to start is the finish too. */
+  api_defer(q);
+  rc = fr_adapter_exec(a, strchr(id, '.') + 1, &spec, on_exec, x);
+  if (rc == 0) {
+    x = NULL;
+  } else if (rc == -EHOSTDOWN) {
+    snprintf(msg, sizeof(msg), "cluster %s is unavailable", fr_adapter_name(a));
+    api_fail(q, 503, "cluster_unavailable", msg, "Retry-After: 5\r\n");
+  } else if (rc == -ENOENT) {
+    api_fail(q, 404, "sandbox_not_found", "the sandbox no longer exists", NULL);
+  } else {
+    api_oom(q);
+  }
+out:
+  free(x);
+  free(argv);
+  json_decref(j);
+}

@@ -1,0 +1,290 @@
+/* pools.c - /v1/pools and /v1/pools/{name}: warm pools across clusters.
+ *
+ * A pool is one ReplicaSet per cluster; each adapter keeps a typed record
+ * of its pools (fr_adapter_pool), so nothing here reads Kubernetes
+ * objects. A change (create, resize, delete) goes to every cluster that has
+ * the pool (or is named) and answers once all of them have.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "fr/adapter.h"
+#include "fr/http.h"
+#include "api.h"
+#include "router.h"
+
+#define MAX_POOL_REPLICAS 100000
+
+struct pool_op {
+  struct api_req *q;
+  int pending;
+  int status;           /* worst HTTP status seen; 0 = all fine */
+  json_t *results;
+  char name[64];
+  int creating;
+};
+
+/* The pool across clusters as the API shows it, or NULL if no cluster has
+ * it. */
+static json_t *pool_json(struct router *r, const char *name) {
+  json_t *clusters = json_array(), *out = NULL;
+  size_t i;
+
+  for (i = 0; i < r->nadapters; i++) {
+    const struct fr_adapter_pool_view *pv = fr_adapter_pool(r->adapters[i], name);
+    if (pv == NULL)
+      continue;
+    if (out == NULL)
+      out = json_pack("{s:s,s:s,s:f,s:f}", "name", name, "image", pv->image, "cpus", pv->cpu_m / 1000.0,
+                      "memory_gb", pv->mem_b / 1073741824.0);
+    json_array_append_new(clusters, json_pack("{s:s,s:I,s:I}", "cluster", fr_adapter_name(r->adapters[i]),
+                                              "target", (json_int_t)pv->target, "ready", (json_int_t)pv->ready));
+  }
+  if (out == NULL) {
+    json_decref(clusters);
+    return NULL;
+  }
+  json_object_set_new(out, "clusters", clusters);
+  return out;
+}
+
+static void pool_reply(struct pool_op *p) {
+  struct api_req *q = p->q;
+
+  if (p->status == 0) {
+    json_t *pj = pool_json(q->r, p->name);
+    if (pj == NULL) /* the caches have not seen it yet */
+      pj = json_pack("{s:s}", "name", p->name);
+    json_object_set(pj, "results", p->results);
+    api_reply(q, p->creating ? 201 : 200, pj, NULL);
+  } else {
+    json_t *b = api_err_body(p->status == 409 ? "pool_exists" : p->status == 404 ? "pool_not_found" : "cluster_unavailable",
+                             p->status == 409 ? "a pool with that name exists"
+                             : p->status == 404 ? "no such pool"
+                                                : "a cluster did not accept the change");
+    json_object_set(json_object_get(b, "error"), "results", p->results);
+    api_reply(q, p->status == 409 || p->status == 404 ? p->status : 503, b, NULL);
+  }
+  json_decref(p->results);
+  free(p);
+}
+
+static void on_pool_call(int status, const char *message, void *arg) {
+  struct pool_op *p = arg;
+
+  if (status == 0 || status >= 300)
+    p->status = p->status == 0 || status > p->status || status == 0 ? (status ? status : 503) : p->status;
+  json_array_append_new(p->results, json_pack("{s:i,s:s}", "status", status, "message", message ? message : ""));
+  if (--p->pending == 0)
+    pool_reply(p);
+}
+
+/* A change fanned out to clusters; answers once every call has (the
+ * caller drops the guard with pool_op_start_done). NULL after answering
+ * out_of_memory. */
+static struct pool_op *pool_op_new(struct api_req *q, const char *name) {
+  struct pool_op *p = calloc(1, sizeof(*p));
+
+  if (p == NULL || (p->results = json_array()) == NULL) {
+    free(p);
+    api_oom(q);
+    return NULL;
+  }
+  p->q = q;
+  p->pending = 1; /* a guard, so calls answering early cannot finish it */
+  snprintf(p->name, sizeof(p->name), "%s", name);
+  api_defer(q);
+  return p;
+}
+
+static void pool_op_start_done(struct pool_op *p) {
+  on_pool_call(200, NULL, p);
+}
+
+static int pool_name_valid(const char *n) {
+  size_t len = strlen(n);
+
+  return len > 0 && len <= 40 && strspn(n, "abcdefghijklmnopqrstuvwxyz0123456789-") == len && n[0] != '-' &&
+         n[len - 1] != '-';
+}
+
+static int in_list(json_t *names, const char *name) {
+  size_t i;
+  json_t *e;
+
+  json_array_foreach(names, i, e) {
+    if (strcmp(json_string_value(e), name) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+static void create_pool(struct api_req *q) {
+  static const char *const known[] = {"name", "image", "cpus", "memory_gb", "replicas", "clusters", NULL};
+  json_t *j = api_body_object(q, known, 0), *v, *clusters;
+  struct fr_pool_spec spec;
+  struct pool_op *p;
+  char msg[300];
+  size_t i;
+
+  if (j == NULL)
+    return;
+  memset(&spec, 0, sizeof(spec));
+  spec.name = json_string_value(json_object_get(j, "name"));
+  spec.image = json_string_value(json_object_get(j, "image"));
+  if (spec.name == NULL || !pool_name_valid(spec.name)) {
+    api_field_fail(q, "name", "name must be 1-40 characters of a-z, 0-9 and '-'");
+    goto out;
+  }
+  if (spec.image == NULL || *spec.image == '\0' || strpbrk(spec.image, "\"\\ ") != NULL) {
+    api_field_fail(q, "image", "image must be a container image reference");
+    goto out;
+  }
+  v = json_object_get(j, "cpus");
+  if (v != NULL && (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 256)) {
+    api_field_fail(q, "cpus", "cpus must be a number in (0, 256]");
+    goto out;
+  }
+  spec.cpu_m = (int64_t)((v ? json_number_value(v) : 1.0) * 1000 + 0.5);
+  v = json_object_get(j, "memory_gb");
+  if (v != NULL && (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 4096)) {
+    api_field_fail(q, "memory_gb", "memory_gb must be a number in (0, 4096]");
+    goto out;
+  }
+  spec.mem_b = (int64_t)((v ? json_number_value(v) : 2.0) * 1073741824.0);
+  v = json_object_get(j, "replicas");
+  if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > MAX_POOL_REPLICAS) {
+    api_field_fail(q, "replicas", "replicas must be an integer from 0 to 100000 (per cluster)");
+    goto out;
+  }
+  spec.replicas = json_integer_value(v);
+  clusters = json_object_get(j, "clusters");
+  if (clusters != NULL) {
+    json_array_foreach(clusters, i, v) {
+      if (!json_is_string(v) || api_adapter(q->r, json_string_value(v)) == NULL) {
+        snprintf(msg, sizeof(msg), "no cluster named \"%.100s\"", json_is_string(v) ? json_string_value(v) : "?");
+        api_fail(q, 404, "cluster_not_found", msg, NULL);
+        goto out;
+      }
+    }
+  }
+  {
+    json_t *existing = pool_json(q->r, spec.name);
+    if (existing != NULL) {
+      json_decref(existing);
+      api_fail(q, 409, "pool_exists", "a pool with that name exists", NULL);
+      goto out;
+    }
+  }
+  if ((p = pool_op_new(q, spec.name)) == NULL)
+    goto out;
+  p->creating = 1;
+  for (i = 0; i < q->r->nadapters; i++) {
+    struct fr_adapter *a = q->r->adapters[i];
+    if (clusters != NULL && !in_list(clusters, fr_adapter_name(a)))
+      continue;
+    p->pending++;
+    if (fr_adapter_pool_create(a, &spec, on_pool_call, p) != 0)
+      on_pool_call(0, "cannot send the create", p);
+  }
+  pool_op_start_done(p);
+out:
+  json_decref(j);
+}
+
+static void change_pool(struct api_req *q, const char *name, int del) {
+  struct pool_op *p;
+  int64_t replicas = 0;
+  json_t *pj = pool_json(q->r, name);
+  size_t i;
+
+  if (pj == NULL) {
+    api_fail(q, 404, "pool_not_found", "no such pool", NULL);
+    return;
+  }
+  json_decref(pj);
+  if (!del) {
+    json_t *j = json_loadb(q->req->body, q->req->body_len, 0, NULL), *v = json_object_get(j, "replicas");
+    int ok = json_is_object(j) && json_object_size(j) == 1 && json_is_integer(v) && json_integer_value(v) >= 0 &&
+             json_integer_value(v) <= MAX_POOL_REPLICAS;
+
+    if (ok)
+      replicas = json_integer_value(v);
+    else
+      api_fail(q, 400, json_is_object(j) ? "invalid_field" : "invalid_json",
+               "the body must be {\"replicas\": N} with 0 <= N <= 100000", NULL);
+    json_decref(j);
+    if (!ok)
+      return;
+  }
+  if ((p = pool_op_new(q, name)) == NULL)
+    return;
+  for (i = 0; i < q->r->nadapters; i++) {
+    struct fr_adapter *a = q->r->adapters[i];
+    int rc;
+    if (fr_adapter_pool(a, name) == NULL)
+      continue;
+    p->pending++;
+    rc = del ? fr_adapter_pool_delete(a, name, on_pool_call, p) : fr_adapter_pool_resize(a, name, replicas, on_pool_call, p);
+    if (rc != 0)
+      on_pool_call(0, "cannot send the request", p);
+  }
+  pool_op_start_done(p);
+}
+
+static void list_pools(struct api_req *q) {
+  json_t *names = json_object(), *arr = json_array(), *dummy;
+  const char *key;
+  size_t i, k;
+
+  for (i = 0; i < q->r->nadapters; i++) {
+    struct fr_adapter_view v;
+    fr_adapter_view(q->r->adapters[i], &v);
+    for (k = 0; k < v.npools; k++)
+      json_object_set_new(names, v.pools[k].name, json_true());
+  }
+  json_object_foreach(names, key, dummy) {
+    json_t *pj = pool_json(q->r, key);
+    if (pj != NULL)
+      json_array_append_new(arr, pj);
+  }
+  json_decref(names);
+  api_reply(q, 200, json_pack("{s:o}", "pools", arr), NULL);
+}
+
+int pools_route(struct api_req *q) {
+  struct fr_http_req *req = q->req;
+  const char *p = req->path;
+
+  if (strcmp(p, "/v1/pools") == 0) {
+    if (strcmp(req->method, "POST") == 0)
+      create_pool(q);
+    else if (strcmp(req->method, "GET") == 0)
+      list_pools(q);
+    else
+      api_fail(q, 405, "method_not_allowed", "method not allowed here", "Allow: GET, POST\r\n");
+    return 1;
+  }
+  if (strncmp(p, "/v1/pools/", 10) != 0)
+    return 0;
+  p += 10;
+  if (*p == '\0' || strchr(p, '/') != NULL) {
+    api_fail(q, 404, "not_found", "no such endpoint", NULL);
+  } else if (strcmp(req->method, "GET") == 0) {
+    json_t *pj = pool_json(q->r, p);
+    if (pj != NULL)
+      api_reply(q, 200, pj, NULL);
+    else
+      api_fail(q, 404, "pool_not_found", "no such pool", NULL);
+  } else if (strcmp(req->method, "PATCH") == 0) {
+    change_pool(q, p, 0);
+  } else if (strcmp(req->method, "DELETE") == 0) {
+    change_pool(q, p, 1);
+  } else {
+    api_fail(q, 405, "method_not_allowed", "method not allowed here", "Allow: GET, PATCH, DELETE\r\n");
+  }
+  return 1;
+}
