@@ -78,8 +78,26 @@ void api_reply(struct api_req *q, int status, json_t *body, const char *extra) {
   }
 }
 
+/* <msg> with every byte that is not printable ASCII as '?': a message that
+ * quotes client input (an id, a query value, cut at a byte count) may not
+ * be UTF-8, and jansson refuses such strings. */
+static json_t *safe_string(const char *msg) {
+  json_t *j = json_string(msg);
+  char *copy;
+  size_t i;
+
+  if (j != NULL || (copy = strdup(msg)) == NULL)
+    return j;
+  for (i = 0; copy[i] != '\0'; i++)
+    if ((unsigned char)copy[i] < 0x20 || (unsigned char)copy[i] > 0x7e)
+      copy[i] = '?';
+  j = json_string(copy);
+  free(copy);
+  return j;
+}
+
 json_t *api_err_body(const char *code, const char *msg) {
-  return json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg);
+  return json_pack("{s:{s:s,s:o}}", "error", "code", code, "message", safe_string(msg));
 }
 
 void api_fail(struct api_req *q, int status, const char *code, const char *msg, const char *extra) {
@@ -184,8 +202,10 @@ const struct fr_pod *api_find_sandbox(struct api_req *q, const char *id, struct 
   const struct fr_pod *pod;
   char msg[400];
 
+  /* Cluster and pod names are DNS labels: anything else cannot be an id. */
   if (dot == NULL || dot == id || dot[1] == '\0' || (size_t)(dot - id) >= sizeof(cluster) ||
-      strlen(dot + 1) >= sizeof(pod_name) || strchr(dot + 1, '/') != NULL) {
+      strlen(dot + 1) >= sizeof(pod_name) ||
+      strspn(id, "abcdefghijklmnopqrstuvwxyz0123456789-.") != strlen(id)) {
     api_fail(q, 400, "invalid_id", "a sandbox id looks like <cluster>.<pod>", NULL);
     return NULL;
   }

@@ -283,7 +283,7 @@ static void on_item_done(struct batch *b, struct batch_item *it, struct batch_ca
     metrics_label(&l, "reason", sb_outcome(res->err));
     metrics_inc(r->metrics, "fedrouter_spills_total", l.data ? l.data : "", 1);
     snprintf(why, sizeof(why), "%s: %s", sb_outcome(res->err), res->message ? res->message : "");
-    router_event(r, fr_adapter_name(cd->a), why, cr->q->rid);
+    router_event(r, fr_adapter_name(cd->a), why, cr->q->rid, cr->q->tenant);
   }
   fr_buf_free(&l);
   if (res->err == FR_SB_OK && res->pod != NULL)

@@ -162,6 +162,10 @@ static void create_pool(struct api_req *q) {
   }
   spec.replicas = json_integer_value(v);
   clusters = json_object_get(j, "clusters");
+  if (clusters != NULL && (!json_is_array(clusters) || json_array_size(clusters) == 0)) {
+    api_field_fail(q, "clusters", "clusters must be a non-empty array of cluster names (omit it for all)");
+    goto out;
+  }
   if (clusters != NULL) {
     json_array_foreach(clusters, i, v) {
       if (!json_is_string(v) || api_adapter(q->r, json_string_value(v)) == NULL) {

@@ -48,8 +48,11 @@ void router_note(struct fr_http_req *req, const char *key, const char *value) {
   fr_buf_free(&b);
 }
 
-void router_event(struct router *r, const char *cluster, const char *reason, const char *request_id) {
+void router_event(struct router *r, const char *cluster, const char *reason, const char *request_id,
+                  const char *tenant) {
   struct router_event *e = &r->events[r->next_event];
+
+  snprintf(e->tenant, sizeof(e->tenant), "%s", tenant ? tenant : "");
 
   e->t_ms = fr_wall_ms();
   snprintf(e->cluster, sizeof(e->cluster), "%s", cluster);
@@ -330,6 +333,8 @@ void router_handle(struct fr_http_req *req, void *arg) {
         const struct router_event *e =
             &r->events[(r->next_event + FR_ARRAY_SIZE(r->events) - 1 - n) % FR_ARRAY_SIZE(r->events)];
         char t[21];
+        if (strcmp(e->tenant, tenant) != 0)
+          continue; /* another tenant's: its clusters' names are not secret, its requests are */
         fr_time_rfc3339(e->t_ms / 1000, t);
         json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s}", "time", t, "cluster", e->cluster, "reason",
                                              e->reason, "request_id", e->request_id));

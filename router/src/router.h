@@ -35,6 +35,7 @@ struct router {
     char cluster[64];
     char reason[240];
     char request_id[64];
+    char tenant[64];              /* whose request it was: /v1/events shows a tenant its own */
   } events[64];
   size_t nevents, next_event;
 
@@ -59,8 +60,10 @@ struct router_cost {
   int known;                      /* the cluster has a price */
 };
 void router_cluster_cost(struct router *r, size_t i, const struct fr_adapter_view *v, struct router_cost *out);
-/* Records a spillover event (a cluster answered no room and the batch moved on). */
-void router_event(struct router *r, const char *cluster, const char *reason, const char *request_id);
+/* Records a spillover event (a cluster answered no room and the batch moved
+ * on) of <tenant>'s request <request_id>. */
+void router_event(struct router *r, const char *cluster, const char *reason, const char *request_id,
+                  const char *tenant);
 /* The HTTP server's done callback: access log line and request metrics. */
 void router_request_done(const struct fr_http_req *req, int status, size_t bytes, uint64_t ms, void *arg);
 /* Appends ,"key":"value" (JSON-escaped) to req->note for the access log. */

@@ -1077,12 +1077,61 @@ def test_batch_quota_rollback(fed):
     check(wait_until(clean, 30, 0.3), "sandboxes left after DELETE by label")
 
 
+def test_probe_defects_answered_cleanly(fed):
+    """Inputs found by probing the router as an attacker would: each gets a
+    clear 4xx, never a crash (the ASan build aborts on a use-after-free),
+    a 503 out_of_memory, or a silent "everything"."""
+    # PATCH /v1/pools/{name} with a bad body read the body after freeing it.
+    st, r = fed.api("POST", "/v1/pools", {"name": "probe", "image": IMAGE, "replicas": 0})
+    check(st == 201, f"create pool probe: {st} {short(r)}")
+    for body, what in (({"replicas": -1}, "replicas -1"), ({"replicas": "3"}, "replicas as a string"),
+                       ({"replicas": 1, "x": 2}, "an extra field")):
+        expect_error(fed.api("PATCH", "/v1/pools/probe", body), 400, "invalid_field", f"PATCH pool with {what}")
+    expect_error(fed.api("PATCH", "/v1/pools/probe", raw=b"[1"), 400, "invalid_json", "PATCH pool with bad JSON")
+    check(fed.api("GET", "/healthz", token=None)[0] == 200, "router alive after the PATCH probes")
+    # Pool bodies that cannot be used are refused, not accepted with nothing made.
+    for clusters in ("c1", [], [3]):
+        st, r = fed.api("POST", "/v1/pools", {"name": "probe2", "image": IMAGE, "replicas": 1, "clusters": clusters})
+        check(st in (400, 404) and r.get("error", {}).get("code") in ("invalid_field", "cluster_not_found"),
+              f"POST pool with clusters={clusters!r}: {st} {short(r)}")
+    check(fed.api("GET", "/v1/pools/probe2")[0] == 404, "a refused pool was created anyway")
+    st, r = fed.api("DELETE", "/v1/pools/probe")
+    check(st == 200, f"delete pool probe: {st} {short(r)}")
+    # A long image reference with a tab: its pool spec annotation was hand-made
+    # JSON cut at ~190 characters; now it round-trips.
+    img = "registry.example.com/" + "a" * 280 + "\t:tag"
+    st, r = fed.api("POST", "/v1/pools", {"name": "probe3", "image": img, "replicas": 0, "clusters": ["c1"]})
+    check(st == 201, f"create pool with a long image: {st} {short(r)}")
+    check(wait_until(lambda: fed.api("GET", "/v1/pools/probe3")[1].get("image") == img, 10),
+          f"pool image round trip: {short(fed.api('GET', '/v1/pools/probe3')[1])}")
+    fed.api("DELETE", "/v1/pools/probe3")
+    # Ids with bytes that are not UTF-8, or cut mid-character: 400 invalid_id, not 503.
+    for raw_id in ("%FF.x", "c1.%C3", "c1.%FF%FE", "C1.Upper"):
+        st, r = fed.api("GET", "/v1/sandboxes/" + raw_id)
+        check(st == 400 and r.get("error", {}).get("code") == "invalid_id",
+              f"GET /v1/sandboxes/{raw_id}: expected 400 invalid_id, got {st} {short(r)}")
+    # Empty filter values are refused; above all for DELETE, where "" meant "all of them".
+    keep = fed.create_one(name="keepme")
+    for q in ("name_prefix=", "pool=", "cluster=", "label="):
+        expect_error(fed.api("DELETE", "/v1/sandboxes?" + q), 400, "invalid_field", f"DELETE ?{q}")
+        expect_error(fed.api("GET", "/v1/sandboxes?" + q), 400, "invalid_field", f"GET ?{q}")
+    st, r = fed.api("GET", "/v1/sandboxes/" + keep["id"])
+    check(st == 200 and r.get("state") in ("running", "pending"), f"sandbox survived the empty filters: {st} {short(r)}")
+    fed.api("DELETE", "/v1/sandboxes/" + keep["id"])
+    # /v1/events: a tenant sees its own events only.
+    st, r = fed.api("GET", "/v1/events", token=TOKEN_B)
+    check(st == 200 and all(isinstance(e, dict) for e in r.get("events", [])), f"events for b: {st} {short(r)}")
+    mine = {e.get("request_id") for e in fed.api("GET", "/v1/events")[1].get("events", [])}
+    theirs = {e.get("request_id") for e in r.get("events", [])}
+    check(not (mine & theirs), f"tenant b sees tenant a's events: {sorted(mine & theirs)[:3]}")
+
+
 # --------------------------------------------------------------------------
 # runner
 
 MAIN_TESTS = [test_create_exec_python, test_exit_code_and_stderr, test_exec_stdin_env_workdir,
               test_exec_timeout_kills, test_output_caps_and_binary, test_terminate_removes_pod,
-              test_tenant_isolation, test_bad_input, test_expired_reaped, test_router_kill9_restart,
+              test_tenant_isolation, test_bad_input, test_probe_defects_answered_cleanly, test_expired_reaped, test_router_kill9_restart,
               test_second_router_same_sandboxes, test_killed_cluster_failover]
 
 BIG = ["--node-cpu", "64", "--node-memory", "256Gi"]
