@@ -37,6 +37,14 @@
 #define DEFAULT_MAX_BODY_BYTES (1024 * 1024)
 #define DEFAULT_MAX_EXEC_OUTPUT_BYTES (16 * 1024 * 1024)
 #define DEFAULT_MAX_EXEC_TIMEOUT_S 3600
+/* Open connections from one client address before the oldest idle one is
+ * closed for a new one (or, with none idle, the new one refused): far above
+ * what one well-behaved client keeps (loadgen's 1,000 concurrent execs),
+ * far below the descriptors an attacker would need to starve the rest. */
+#define DEFAULT_MAX_CONNECTIONS_PER_IP 4096
+/* Bound of both connection keys; 0 = none (max_connections: derived from
+ * the descriptor limit at start-up). */
+#define MAX_CONNECTIONS INT64_C(1048576)
 #define DEFAULT_NAMESPACE "default"
 /* Modal's published on-demand rates (docs/metrics.md, "Cost model"). */
 #define DEFAULT_HOSTED_PER_CORE_SECOND 0.00003942
@@ -353,7 +361,8 @@ static const char *const root_keys[] = {"listen", "tls", "region", "policy", "sa
 static const char *const tls_keys[] = {"cert", "key", NULL};
 static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s", NULL};
 static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_exec_output_bytes",
-                                          "max_exec_timeout_s", NULL};
+                                          "max_exec_timeout_s", "max_connections",
+                                          "max_connections_per_ip", NULL};
 static const char *const tenant_keys[] = {"name", "token_sha256", "max_sandboxes", NULL};
 static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context",
                                            "namespace", "cost", NULL};
@@ -425,7 +434,9 @@ static int load_limits(struct loader *l, const config_setting_t *root, struct fr
       (rc = get_int(l, g, "max_body_bytes", MIN_BODY_BYTES, MAX_BYTES, &body, NULL)) < 0 ||
       (rc = get_int(l, g, "max_exec_output_bytes", 1, MAX_BYTES, &c->max_exec_output_bytes,
                     NULL)) < 0 ||
-      (rc = get_int(l, g, "max_exec_timeout_s", 1, MAX_SECONDS, &c->max_exec_timeout_s, NULL)) < 0)
+      (rc = get_int(l, g, "max_exec_timeout_s", 1, MAX_SECONDS, &c->max_exec_timeout_s, NULL)) < 0 ||
+      (rc = get_int(l, g, "max_connections", 0, MAX_CONNECTIONS, &c->max_connections, NULL)) < 0 ||
+      (rc = get_int(l, g, "max_connections_per_ip", 0, MAX_CONNECTIONS, &c->max_connections_per_ip, NULL)) < 0)
     return rc;
   c->max_body_bytes = (size_t)body;
   return 0;
@@ -786,6 +797,7 @@ int fr_config_load(const char *path, struct fr_config **out, struct fr_config_er
   c->max_body_bytes = DEFAULT_MAX_BODY_BYTES;
   c->max_exec_output_bytes = DEFAULT_MAX_EXEC_OUTPUT_BYTES;
   c->max_exec_timeout_s = DEFAULT_MAX_EXEC_TIMEOUT_S;
+  c->max_connections_per_ip = DEFAULT_MAX_CONNECTIONS_PER_IP;
   c->hosted.per_core_second = DEFAULT_HOSTED_PER_CORE_SECOND;
   c->hosted.per_gib_second = DEFAULT_HOSTED_PER_GIB_SECOND;
 

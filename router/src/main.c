@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -286,6 +287,32 @@ static int resolve_host(uv_loop_t *loop, const char *host, char *out, size_t cap
   return 0;
 }
 
+/* Descriptors kept out of the client connection limit: every cluster's
+ * API connections, watches and exec streams, the policy file, logs. */
+#define FD_RESERVE 1024
+
+/* Raises the soft descriptor limit to the hard one (a server wants every
+ * descriptor it is allowed) and returns what client connections may use:
+ * the limit less FD_RESERVE, at least 64. So idle clients can never take
+ * the descriptors the clusters need. */
+static size_t auto_max_connections(void) {
+  struct rlimit rl;
+
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return 1024;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 1048576 ? 1048576 : rl.rlim_max;
+    if (want > rl.rlim_cur) {
+      rl.rlim_cur = want;
+      (void)setrlimit(RLIMIT_NOFILE, &rl);
+      (void)getrlimit(RLIMIT_NOFILE, &rl);
+    }
+  }
+  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > 1048576)
+    return 1048576 - FD_RESERVE;
+  return rl.rlim_cur > FD_RESERVE + 64 ? (size_t)(rl.rlim_cur - FD_RESERVE) : 64;
+}
+
 int main(int argc, char **argv) {
   static const struct option longopts[] = {
       {"config", required_argument, NULL, 'c'},
@@ -369,6 +396,10 @@ int main(int argc, char **argv) {
   hopts.name = "fedrouter";
   hopts.ssl_ctx = ssl;
   hopts.max_body_bytes = r.cfg->max_body_bytes;
+  hopts.max_conns = (size_t)r.cfg->max_connections;
+  if (hopts.max_conns == 0)
+    hopts.max_conns = auto_max_connections();
+  hopts.max_conns_per_ip = (size_t)r.cfg->max_connections_per_ip;
   hopts.done_cb = router_request_done;
   hopts.done_arg = &r;
   if (fr_http_server_new(r.loop, &hopts, router_handle, &r, &r.http) != 0)

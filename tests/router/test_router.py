@@ -39,6 +39,7 @@ import threading
 import time
 import traceback
 import urllib.parse
+import urllib.request
 
 ARGS = None
 ALL_PROCS = []          # every Popen we started, for the watchdog and atexit
@@ -48,6 +49,9 @@ TOKEN_B = "tenant-b-" + os.urandom(8).hex()
 SIM_TOKEN = "kubesim-" + os.urandom(8).hex()
 IMAGE = "python:3.12"
 MAX_BODY = 65536
+# limits.max_connections_per_ip of the test routers: small, so the idle flood
+# test passes it with a few hundred sockets.
+MAX_CONNS_PER_IP = 200
 
 
 class TestFailure(Exception):
@@ -326,7 +330,7 @@ listen = "127.0.0.1:0";
 region = "us";
 sandbox = {{ default_lifetime_s = {lifetime[0]}; max_lifetime_s = {lifetime[1]}; }};
 limits = {{ max_batch = 5000; max_body_bytes = {MAX_BODY}; max_exec_output_bytes = 1048576;
-           max_exec_timeout_s = 600; }};
+           max_exec_timeout_s = 600; max_connections_per_ip = {MAX_CONNS_PER_IP}; }};
 tenants = (
   {{ name = "a"; token_sha256 = "{sha(TOKEN_A)}"; }},
   {{ name = "b"; token_sha256 = "{sha(TOKEN_B)}"; }}
@@ -1077,6 +1081,50 @@ def test_batch_quota_rollback(fed):
     check(wait_until(clean, 30, 0.3), "sandboxes left after DELETE by label")
 
 
+def metric(fed, name, labels=""):
+    """One sample of /metrics (labels as printed, e.g. 'action="evicted"')."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{fed.router.port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    key = f"{name}{{{labels}}}" if labels else name
+    for line in text.splitlines():
+        if line.startswith(key + " "):
+            return float(line.split()[-1])
+    raise TestFailure(f"/metrics has no {key}")
+
+
+def test_idle_connection_flood_does_not_lock_out(fed):
+    """Twice the per-address connection limit held idle (no token needed to
+    open a socket): new clients still get in, because each new connection
+    closes the longest-idle one; the router's descriptors stay bounded."""
+    socks = []
+    try:
+        for _ in range(2 * MAX_CONNS_PER_IP):
+            socks.append(socket.create_connection(("127.0.0.1", fed.router.port), timeout=5))
+        t0 = time.monotonic()
+        st, r = fed.api("GET", "/healthz", token=None)
+        check(st == 200, f"/healthz under an idle flood: {st} {short(r)}")
+        st, r = fed.api("GET", "/v1/clusters")
+        check(st == 200, f"/v1/clusters under an idle flood: {st} {short(r)}")
+        elapsed = time.monotonic() - t0
+        check(elapsed < 10, f"answers under the flood took {elapsed:.1f} s")
+        check(metric(fed, "fedrouter_http_connections", 'state="open"') <= MAX_CONNS_PER_IP,
+              "more connections open than the per-address limit")
+        check(metric(fed, "fedrouter_http_connections_limited_total", 'action="evicted"') >= MAX_CONNS_PER_IP,
+              "idle connections were not evicted")
+        # The oldest of the flood were closed by the router.
+        closed = 0
+        for sk in socks[:MAX_CONNS_PER_IP // 2]:
+            sk.settimeout(5)
+            try:
+                closed += sk.recv(1) == b""
+            except (ConnectionResetError, socket.timeout):
+                closed += 1
+        check(closed == MAX_CONNS_PER_IP // 2, f"only {closed} of the oldest idle connections were closed")
+    finally:
+        for sk in socks:
+            sk.close()
+
+
 def test_probe_defects_answered_cleanly(fed):
     """Inputs found by probing the router as an attacker would: each gets a
     clear 4xx, never a crash (the ASan build aborts on a use-after-free),
@@ -1131,7 +1179,8 @@ def test_probe_defects_answered_cleanly(fed):
 
 MAIN_TESTS = [test_create_exec_python, test_exit_code_and_stderr, test_exec_stdin_env_workdir,
               test_exec_timeout_kills, test_output_caps_and_binary, test_terminate_removes_pod,
-              test_tenant_isolation, test_bad_input, test_probe_defects_answered_cleanly, test_expired_reaped, test_router_kill9_restart,
+              test_tenant_isolation, test_bad_input, test_probe_defects_answered_cleanly,
+              test_idle_connection_flood_does_not_lock_out, test_expired_reaped, test_router_kill9_restart,
               test_second_router_same_sandboxes, test_killed_cluster_failover]
 
 BIG = ["--node-cpu", "64", "--node-memory", "256Gi"]

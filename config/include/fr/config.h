@@ -14,7 +14,8 @@
  *   policy = "policy.conf";               # optional, relative to this file
  *   sandbox = { default_lifetime_s = 3600; max_lifetime_s = 86400; };
  *   limits = { max_batch = 5000; max_body_bytes = 1048576;
- *              max_exec_output_bytes = 16777216; max_exec_timeout_s = 3600; };
+ *              max_exec_output_bytes = 16777216; max_exec_timeout_s = 3600;
+ *              max_connections = 0; max_connections_per_ip = 4096; };
  *   tenants = ( { name = "rl"; token_sha256 = "<64 hex>"; max_sandboxes = 20000; } );
  *   clusters = ( { name = "us-east"; region = "us";
  *                  kubeconfig = "us-east.kubeconfig"; context = "us-east";
@@ -82,6 +83,8 @@ struct fr_config {
   size_t max_body_bytes;
   int64_t max_exec_output_bytes;
   int64_t max_exec_timeout_s;
+  int64_t max_connections;        /* 0: the descriptor limit less a reserve (router main) */
+  int64_t max_connections_per_ip; /* 0: none */
   struct fr_config_tenant *tenants;
   size_t ntenants;
   struct fr_config_cluster *clusters;
