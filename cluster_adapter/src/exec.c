@@ -211,6 +211,7 @@ int fr_adapter_exec(struct fr_adapter *a, const char *pod_name, const struct fr_
   o.max_stdout = o.max_stderr = spec->max_output;
   o.timeout_ms = (uint64_t)spec->timeout_s * 1000 + EXEC_ANSWER_GRACE_MS;
   o.request_id = spec->request_id;
+  o.budget = spec->budget;
   if (fr_kube_exec(a->client, a->ns, pod_name, &o, on_kube_exec, op, NULL) != 0) {
     exec_op_free(op);
     return -EHOSTDOWN;

@@ -45,6 +45,10 @@
 /* Bound of both connection keys; 0 = none (max_connections: derived from
  * the descriptor limit at start-up). */
 #define MAX_CONNECTIONS INT64_C(1048576)
+/* Exec output the router holds at once, all execs together (raw bytes; the
+ * answer's JSON adds at most a third, see router/src/exec.c): 16 execs at
+ * the default 16 MiB per stream, or thousands of ordinary ones. */
+#define DEFAULT_EXEC_OUTPUT_BUDGET_BYTES (INT64_C(256) << 20)
 #define DEFAULT_NAMESPACE "default"
 /* Modal's published on-demand rates (docs/metrics.md, "Cost model"). */
 #define DEFAULT_HOSTED_PER_CORE_SECOND 0.00003942
@@ -362,7 +366,7 @@ static const char *const tls_keys[] = {"cert", "key", NULL};
 static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s", NULL};
 static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_exec_output_bytes",
                                           "max_exec_timeout_s", "max_connections",
-                                          "max_connections_per_ip", NULL};
+                                          "max_connections_per_ip", "exec_output_budget_bytes", NULL};
 static const char *const tenant_keys[] = {"name", "token_sha256", "max_sandboxes", NULL};
 static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context",
                                            "namespace", "cost", NULL};
@@ -436,7 +440,9 @@ static int load_limits(struct loader *l, const config_setting_t *root, struct fr
                     NULL)) < 0 ||
       (rc = get_int(l, g, "max_exec_timeout_s", 1, MAX_SECONDS, &c->max_exec_timeout_s, NULL)) < 0 ||
       (rc = get_int(l, g, "max_connections", 0, MAX_CONNECTIONS, &c->max_connections, NULL)) < 0 ||
-      (rc = get_int(l, g, "max_connections_per_ip", 0, MAX_CONNECTIONS, &c->max_connections_per_ip, NULL)) < 0)
+      (rc = get_int(l, g, "max_connections_per_ip", 0, MAX_CONNECTIONS, &c->max_connections_per_ip, NULL)) < 0 ||
+      (rc = get_int(l, g, "exec_output_budget_bytes", MIN_BODY_BYTES, MAX_BYTES, &c->exec_output_budget_bytes,
+                    NULL)) < 0)
     return rc;
   c->max_body_bytes = (size_t)body;
   return 0;
@@ -798,6 +804,7 @@ int fr_config_load(const char *path, struct fr_config **out, struct fr_config_er
   c->max_exec_output_bytes = DEFAULT_MAX_EXEC_OUTPUT_BYTES;
   c->max_exec_timeout_s = DEFAULT_MAX_EXEC_TIMEOUT_S;
   c->max_connections_per_ip = DEFAULT_MAX_CONNECTIONS_PER_IP;
+  c->exec_output_budget_bytes = DEFAULT_EXEC_OUTPUT_BUDGET_BYTES;
   c->hosted.per_core_second = DEFAULT_HOSTED_PER_CORE_SECOND;
   c->hosted.per_gib_second = DEFAULT_HOSTED_PER_GIB_SECOND;
 

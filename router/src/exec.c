@@ -27,10 +27,30 @@ struct exec_call {
   struct fr_adapter *a;
 };
 
-/* Output as a JSON string when it is UTF-8, else base64 with <enc_key>
- * saying so: never corrupted silently. */
+/* Bytes <data> takes as a JSON string: control characters become \u00XX
+ * (6 bytes), a few of them and the quote and backslash 2. */
+static size_t json_escaped_len(const char *data, size_t len) {
+  size_t i, n = 0;
+
+  for (i = 0; i < len; i++) {
+    unsigned char ch = (unsigned char)data[i];
+    if (ch == '"' || ch == '\\' || ch == '\n' || ch == '\t' || ch == '\r' || ch == '\b' || ch == '\f')
+      n += 2;
+    else if (ch < 0x20)
+      n += 6;
+    else
+      n += 1;
+  }
+  return n;
+}
+
+/* Output as a JSON string when it is UTF-8 and escaping at most doubles
+ * it (ordinary text, even all newlines); else base64 with <enc_key> saying
+ * so. Never corrupted silently, and never more than twice the raw bytes in
+ * the answer: a stream of NUL or other control bytes, sixfold as JSON,
+ * goes out as base64 (4/3). */
 static void put_output(json_t *body, const char *key, const char *enc_key, const char *data, size_t len) {
-  json_t *s = json_stringn(data, len); /* jansson validates UTF-8 */
+  json_t *s = json_escaped_len(data, len) <= 2 * len ? json_stringn(data, len) : NULL;
 
   if (s != NULL) {
     json_object_set_new(body, key, s);
@@ -209,6 +229,7 @@ void exec_sandbox(struct api_req *q, const char *id) {
   }
   spec.timeout_s = timeout;
   spec.max_output = (size_t)maxout;
+  spec.budget = &q->r->exec_budget;
   spec.request_id = q->rid;
   /* Deferred first: the answer on a failure to start is the finish too. */
   api_defer(q);

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "fr/kube.h"   /* struct fr_kube_exec_budget */
+
 #define FR_ROUTER_VERSION "0.1.0"
 
 struct fr_config;
@@ -27,6 +29,7 @@ struct router {
   size_t nadapters;
   int stopping;                   /* draining: new requests get 503 */
   size_t inflight;                /* requests answered later (creates, execs, ...) */
+  struct fr_kube_exec_budget exec_budget; /* all execs' buffered output (limits.exec_output_budget_bytes) */
 
   struct metrics *metrics;
   /* Recent spillover events for the dashboard (ring, newest at next-1). */

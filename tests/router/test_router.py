@@ -52,6 +52,9 @@ MAX_BODY = 65536
 # limits.max_connections_per_ip of the test routers: small, so the idle flood
 # test passes it with a few hundred sockets.
 MAX_CONNS_PER_IP = 200
+# limits.exec_output_budget_bytes: 1.5 x max_exec_output_bytes, so one exec
+# filling both streams to their caps runs into it.
+EXEC_BUDGET = 1572864
 
 
 class TestFailure(Exception):
@@ -330,7 +333,8 @@ listen = "127.0.0.1:0";
 region = "us";
 sandbox = {{ default_lifetime_s = {lifetime[0]}; max_lifetime_s = {lifetime[1]}; }};
 limits = {{ max_batch = 5000; max_body_bytes = {MAX_BODY}; max_exec_output_bytes = 1048576;
-           max_exec_timeout_s = 600; max_connections_per_ip = {MAX_CONNS_PER_IP}; }};
+           max_exec_timeout_s = 600; max_connections_per_ip = {MAX_CONNS_PER_IP};
+           exec_output_budget_bytes = {EXEC_BUDGET}; }};
 tenants = (
   {{ name = "a"; token_sha256 = "{sha(TOKEN_A)}"; }},
   {{ name = "b"; token_sha256 = "{sha(TOKEN_B)}"; }}
@@ -549,6 +553,21 @@ def test_output_caps_and_binary(fed):
           f"non-UTF-8 stderr: {r}")
     check(r.get("stdout") == "h\u00e9" and r.get("stdout_encoding") in (None, "utf-8", "utf8"),
           f"valid UTF-8 stdout next to binary stderr: {r}")
+    # NUL bytes are UTF-8 but six bytes each as JSON: base64 keeps the answer
+    # small; ordinary text (here all newlines) stays text.
+    r = fed.exec_ok(sid, ["head", "-c", "100000", "/dev/zero"])
+    check(r.get("stdout_encoding") == "base64" and base64.b64decode(r.get("stdout", "")) == b"\0" * 100000,
+          f"100,000 NUL bytes: encoding {r.get('stdout_encoding')}, {len(r.get('stdout') or '')} chars")
+    r = fed.exec_ok(sid, ["sh", "-c", "yes '' | head -n 5000"])
+    check(r.get("stdout") == "\n" * 5000 and r.get("stdout_encoding") is None,
+          f"5000 newlines: encoding {r.get('stdout_encoding')}")
+    # The router-wide budget bounds what all execs hold at once: both streams
+    # at their 1 MiB caps need 2 MiB, the budget is 1.5 MiB.
+    r = fed.exec_ok(sid, ["sh", "-c", "head -c 1048576 /dev/zero | tr '\\0' o; head -c 1048576 /dev/zero | tr '\\0' e >&2"])
+    total = len(r.get("stdout") or "") + len(r.get("stderr") or "")
+    check(total == EXEC_BUDGET and (r.get("stdout_truncated") or r.get("stderr_truncated")),
+          f"over the output budget: {total} bytes kept (budget {EXEC_BUDGET}), flags "
+          f"{r.get('stdout_truncated')}/{r.get('stderr_truncated')}")
 
 
 def test_terminate_removes_pod(fed):

@@ -22,6 +22,7 @@
 #include <uv.h>
 
 struct fr_kube_client;
+struct fr_kube_exec_budget;
 struct fr_adapter;
 
 /* What an adapter needs to know about its cluster. Every string is
@@ -222,6 +223,8 @@ struct fr_exec_spec {
   size_t stdin_len;
   int64_t timeout_s;        /* > 0: the command and its process group are killed then */
   size_t max_output;        /* cap per stream; beyond it output is dropped and flagged */
+  struct fr_kube_exec_budget *budget; /* shared bound on all execs' buffered output (fr/kube.h);
+                                         NULL = none; must outlive the exec */
   const char *request_id;   /* sent to the cluster; may be NULL */
 };
 

@@ -15,7 +15,8 @@
  *   sandbox = { default_lifetime_s = 3600; max_lifetime_s = 86400; };
  *   limits = { max_batch = 5000; max_body_bytes = 1048576;
  *              max_exec_output_bytes = 16777216; max_exec_timeout_s = 3600;
- *              max_connections = 0; max_connections_per_ip = 4096; };
+ *              max_connections = 0; max_connections_per_ip = 4096;
+ *              exec_output_budget_bytes = 268435456; };
  *   tenants = ( { name = "rl"; token_sha256 = "<64 hex>"; max_sandboxes = 20000; } );
  *   clusters = ( { name = "us-east"; region = "us";
  *                  kubeconfig = "us-east.kubeconfig"; context = "us-east";
@@ -85,6 +86,7 @@ struct fr_config {
   int64_t max_exec_timeout_s;
   int64_t max_connections;        /* 0: the descriptor limit less a reserve (router main) */
   int64_t max_connections_per_ip; /* 0: none */
+  int64_t exec_output_budget_bytes; /* all execs' buffered output together */
   struct fr_config_tenant *tenants;
   size_t ntenants;
   struct fr_config_cluster *clusters;
