@@ -45,6 +45,12 @@
 /* Bound of both connection keys; 0 = none (max_connections: derived from
  * the descriptor limit at start-up). */
 #define MAX_CONNECTIONS INT64_C(1048576)
+/* Per tenant: requests answered later (creates, execs, pool changes,
+ * terminates) and execs running at once. Far above one RL run's needs
+ * (loadgen drives 1,000 concurrent execs), low enough that one tenant
+ * cannot take every descriptor and connection of the router. */
+#define DEFAULT_TENANT_REQUESTS_IN_FLIGHT 4096
+#define DEFAULT_TENANT_CONCURRENT_EXECS 2048
 /* Exec output the router holds at once, all execs together (raw bytes; the
  * answer's JSON adds at most a third, see router/src/exec.c): 16 execs at
  * the default 16 MiB per stream, or thousands of ordinary ones. */
@@ -367,7 +373,8 @@ static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s
 static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_exec_output_bytes",
                                           "max_exec_timeout_s", "max_connections",
                                           "max_connections_per_ip", "exec_output_budget_bytes", NULL};
-static const char *const tenant_keys[] = {"name", "token_sha256", "max_sandboxes", NULL};
+static const char *const tenant_keys[] = {"name", "token_sha256", "max_sandboxes", "max_requests_in_flight",
+                                          "max_concurrent_execs", NULL};
 static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context",
                                            "namespace", "cost", NULL};
 static const char *const cost_keys[] = {"per_core_hour", "per_gib_hour", "node_hour",
@@ -506,6 +513,9 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
     const char *name, *tok;
     int j;
 
+    t->max_requests_in_flight = DEFAULT_TENANT_REQUESTS_IN_FLIGHT;
+    t->max_concurrent_execs = DEFAULT_TENANT_CONCURRENT_EXECS;
+
     if ((rc = check_keys(l, g, tenant_keys)) < 0 ||
         (rc = get_string(l, g, "name", 1, "every tenant needs a name", &name, &name_s)) < 0 ||
         (rc = check_tenant_name(l, name_s, name)) < 0 ||
@@ -514,6 +524,10 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
                          &tok_s)) < 0 ||
         (rc = check_token_hash(l, tok_s, tok)) < 0 ||
         (rc = get_int(l, g, "max_sandboxes", 0, MAX_TENANT_SANDBOXES, &t->max_sandboxes,
+                      NULL)) < 0 ||
+        (rc = get_int(l, g, "max_requests_in_flight", 1, MAX_TENANT_SANDBOXES, &t->max_requests_in_flight,
+                      NULL)) < 0 ||
+        (rc = get_int(l, g, "max_concurrent_execs", 1, MAX_TENANT_SANDBOXES, &t->max_concurrent_execs,
                       NULL)) < 0)
       return rc;
     for (j = 0; j < i; j++) {

@@ -46,6 +46,8 @@ void api_defer(struct api_req *q) {
   q->refs++;
   q->deferred = 1;
   q->r->inflight++;
+  if (q->ts != NULL)
+    q->ts->inflight++;
   if (q->req != NULL)
     q->req->abort_cb = on_abort;
 }
@@ -74,6 +76,8 @@ void api_reply(struct api_req *q, int status, json_t *body, const char *extra) {
   if (q->deferred) {
     q->deferred = 0;
     q->r->inflight--;
+    if (q->ts != NULL)
+      q->ts->inflight--;
     api_req_unref(q);
   }
 }
@@ -98,6 +102,13 @@ static json_t *safe_string(const char *msg) {
 
 json_t *api_err_body(const char *code, const char *msg) {
   return json_pack("{s:{s:s,s:o}}", "error", "code", code, "message", safe_string(msg));
+}
+
+json_t *api_limit_body(const char *msg, const char *limit) {
+  json_t *b = api_err_body("tenant_limit", msg);
+
+  json_object_set_new(json_object_get(b, "error"), "limit", json_string(limit));
+  return b;
 }
 
 void api_fail(struct api_req *q, int status, const char *code, const char *msg, const char *extra) {

@@ -47,12 +47,15 @@ struct body_spec {
 struct create {
   struct api_req *q;
   struct batch *b;
+  int64_t counted;            /* sandboxes counted in the tenant's `creating` */
   char name[NAME_MAX_LEN + 1];
   char *pool, *image;
   json_t *env, *labels;
 };
 
 static void create_free(struct create *cr) {
+  if (cr->q->ts != NULL)
+    cr->q->ts->creating -= cr->counted;
   batch_free(cr->b);
   free(cr->pool);
   free(cr->image);
@@ -388,7 +391,7 @@ void create_sandboxes(struct api_req *q, int explain) {
   struct router *r = q->r;
   json_t *j = api_body_object(q, create_fields, 0);
   const struct fr_adapter_pool_view *pv = NULL;
-  const struct fr_config_tenant *t = NULL;
+  struct tenant_state *ts = q->ts;
   struct fr_sandbox_spec spec;
   struct body_spec s;
   struct create *cr = NULL;
@@ -408,13 +411,13 @@ void create_sandboxes(struct api_req *q, int explain) {
     api_fail(q, 404, "pool_not_found", msg, NULL);
     goto out;
   }
-  for (i = 0; i < r->cfg->ntenants; i++)
-    if (strcmp(r->cfg->tenants[i].name, q->tenant) == 0)
-      t = &r->cfg->tenants[i];
-  if (t != NULL && t->max_sandboxes > 0 && tenant_count(r, q->tenant) + s.n > t->max_sandboxes) {
+  /* Sandboxes the tenant holds, plus those its other batches are still
+   * making: concurrent creates cannot all slip under the limit. */
+  if (ts != NULL && ts->max_sandboxes > 0 &&
+      tenant_count(r, q->tenant) + ts->creating + s.n > ts->max_sandboxes) {
     snprintf(msg, sizeof(msg), "tenant %s may hold %" PRId64 " sandboxes; this request would exceed that",
-             q->tenant, t->max_sandboxes);
-    api_fail(q, 429, "tenant_limit", msg, "Retry-After: 10\r\n");
+             q->tenant, ts->max_sandboxes);
+    api_reply(q, 429, api_limit_body(msg, "max_sandboxes"), "Retry-After: 10\r\n");
     goto out;
   }
   cr = calloc(1, sizeof(*cr));
@@ -473,6 +476,9 @@ void create_sandboxes(struct api_req *q, int explain) {
   free(states);
   fr_policy_unref(pol);
   json_decref(j); /* <region> and <s> borrowed from it until here */
+  cr->counted = s.n;
+  if (ts != NULL)
+    ts->creating += cr->counted;
   api_defer(q);
   batch_start(cr->b); /* the batch's done hook answers and frees cr */
   return;

@@ -25,7 +25,14 @@
 struct exec_call {
   struct api_req *q;
   struct fr_adapter *a;
+  struct tenant_state *ts;  /* counted in its execs while this runs */
 };
+
+static void exec_call_free(struct exec_call *x) {
+  if (x != NULL && x->ts != NULL)
+    x->ts->execs--;
+  free(x);
+}
 
 /* Bytes <data> takes as a JSON string: control characters become \u00XX
  * (6 bytes), a few of them and the quote and backslash 2. */
@@ -116,7 +123,7 @@ static void on_exec(const struct fr_exec_result *res, void *arg) {
     api_fail(q, 502, "exec_failed", res->message, NULL);
     break;
   }
-  free(x);
+  exec_call_free(x);
 }
 
 /* The argv of the body as a NULL-terminated array borrowing its strings,
@@ -212,6 +219,12 @@ void exec_sandbox(struct api_req *q, const char *id) {
   }
   if (api_find_sandbox(q, id, &a) == NULL)
     goto out;
+  if (q->ts != NULL && q->ts->execs >= q->ts->max_execs) {
+    snprintf(msg, sizeof(msg), "tenant %s has %" PRId64 " execs running (max_concurrent_execs)", q->tenant,
+             q->ts->execs);
+    api_reply(q, 429, api_limit_body(msg, "max_concurrent_execs"), "Retry-After: 1\r\n");
+    goto out;
+  }
   x = calloc(1, sizeof(*x));
   if (x == NULL) {
     api_oom(q);
@@ -219,6 +232,9 @@ void exec_sandbox(struct api_req *q, const char *id) {
   }
   x->q = q;
   x->a = a;
+  x->ts = q->ts;
+  if (x->ts != NULL)
+    x->ts->execs++;
   memset(&spec, 0, sizeof(spec));
   spec.argv = argv;
   spec.env = env;
@@ -245,7 +261,7 @@ void exec_sandbox(struct api_req *q, const char *id) {
     api_oom(q);
   }
 out:
-  free(x);
+  exec_call_free(x);
   free(argv);
   json_decref(j);
 }

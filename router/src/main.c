@@ -368,6 +368,8 @@ int main(int argc, char **argv) {
     print_config_error(&cerr);
     return 1;
   }
+  if (router_tenants_init(&r) != 0)
+    return 1;
   if (placement_init(&r) != 0)
     return 1;
   r.metrics = metrics_new();
@@ -444,6 +446,7 @@ int main(int argc, char **argv) {
   if (rc != 0)
     FR_WARN("fedrouter", "loop closed with handles still open");
   free(r.adapters);
+  free(r.tenants);
   free(obs);
   placement_free(&r);
   metrics_free(r.metrics);

@@ -120,6 +120,39 @@ static int is_loopback(const char *ip) {
   return strncmp(ip, "127.", 4) == 0 || strcmp(ip, "::1") == 0 || strncmp(ip, "::ffff:127.", 11) == 0;
 }
 
+int router_tenants_init(struct router *r) {
+  size_t i, n = r->cfg->ntenants ? r->cfg->ntenants : 1;
+
+  r->tenants = calloc(n, sizeof(*r->tenants));
+  if (r->tenants == NULL)
+    return -ENOMEM;
+  r->ntenants = n;
+  for (i = 0; i < n; i++) {
+    struct tenant_state *t = &r->tenants[i];
+    if (r->cfg->ntenants == 0) {
+      /* the loopback-only router: one user, the defaults of a tenant */
+      t->name = "local";
+      t->max_inflight = 4096;
+      t->max_execs = 2048;
+    } else {
+      t->name = r->cfg->tenants[i].name;
+      t->max_inflight = r->cfg->tenants[i].max_requests_in_flight;
+      t->max_execs = r->cfg->tenants[i].max_concurrent_execs;
+      t->max_sandboxes = r->cfg->tenants[i].max_sandboxes;
+    }
+  }
+  return 0;
+}
+
+struct tenant_state *router_tenant(struct router *r, const char *name) {
+  size_t i;
+
+  for (i = 0; i < r->ntenants; i++)
+    if (strcmp(r->tenants[i].name, name) == 0)
+      return &r->tenants[i];
+  return NULL;
+}
+
 /* Returns the tenant name for <req>, or NULL after answering 401/403. */
 static const char *authenticate(struct router *r, struct fr_http_req *req) {
   const char *h = fr_http_req_header(req, "Authorization");
@@ -317,6 +350,15 @@ void router_handle(struct fr_http_req *req, void *arg) {
     if (tenant != NULL) {
       router_note(req, "tenant", tenant);
       snprintf(q->tenant, sizeof(q->tenant), "%s", tenant);
+      q->ts = router_tenant(r, tenant);
+      /* Admission: a tenant with too much going at once waits, others not. */
+      if (q->ts != NULL && q->ts->inflight >= q->ts->max_inflight) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "tenant %s has %" PRId64 " requests in flight (max_requests_in_flight)",
+                 tenant, q->ts->inflight);
+        api_reply(q, 429, api_limit_body(msg, "max_requests_in_flight"), "Retry-After: 1\r\n");
+        tenant = NULL;
+      }
     }
     if (tenant == NULL) {
       /* answered */

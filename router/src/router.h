@@ -21,6 +21,16 @@ struct fr_sandbox_spec;
 struct fr_http_server;
 struct fr_http_req;
 
+/* What one tenant has going at once, against its limits (config tenants;
+ * the loopback-only router's "local" tenant gets the defaults). */
+struct tenant_state {
+  const char *name;               /* borrowed from the config */
+  int64_t inflight;               /* requests answered later */
+  int64_t execs;                  /* execs running */
+  int64_t creating;               /* sandboxes of batches not finished yet */
+  int64_t max_inflight, max_execs, max_sandboxes; /* max_sandboxes 0 = none */
+};
+
 struct router {
   uv_loop_t *loop;
   struct fr_config *cfg;          /* one reference held */
@@ -30,6 +40,8 @@ struct router {
   int stopping;                   /* draining: new requests get 503 */
   size_t inflight;                /* requests answered later (creates, execs, ...) */
   struct fr_kube_exec_budget exec_budget; /* all execs' buffered output (limits.exec_output_budget_bytes) */
+  struct tenant_state *tenants;   /* one per configured tenant, or one "local" */
+  size_t ntenants;
 
   struct metrics *metrics;
   /* Recent spillover events for the dashboard (ring, newest at next-1). */
@@ -71,6 +83,11 @@ void router_event(struct router *r, const char *cluster, const char *reason, con
 void router_request_done(const struct fr_http_req *req, int status, size_t bytes, uint64_t ms, void *arg);
 /* Appends ,"key":"value" (JSON-escaped) to req->note for the access log. */
 void router_note(struct fr_http_req *req, const char *key, const char *value);
+
+/* Builds r->tenants from the config; -ENOMEM. */
+int router_tenants_init(struct router *r);
+/* The state of tenant <name>, or NULL. */
+struct tenant_state *router_tenant(struct router *r, const char *name);
 
 /* Loads the policy named by the config (or the built-in one) at start-up
  * and watches the file. 0, or -EINVAL after printing the file:line error. */

@@ -46,6 +46,10 @@ ALL_PROCS = []          # every Popen we started, for the watchdog and atexit
 WATCHDOG_S = 560        # ctest's TIMEOUT is 600: clean up ourselves before it
 TOKEN_A = "tenant-a-" + os.urandom(8).hex()
 TOKEN_B = "tenant-b-" + os.urandom(8).hex()
+# A tenant with small limits (test_tenant_limits_hold_under_concurrency).
+TOKEN_C = "tenant-c-" + os.urandom(8).hex()
+C_MAX_SANDBOXES = 20
+C_MAX_EXECS = 4
 SIM_TOKEN = "kubesim-" + os.urandom(8).hex()
 IMAGE = "python:3.12"
 MAX_BODY = 65536
@@ -337,7 +341,9 @@ limits = {{ max_batch = 5000; max_body_bytes = {MAX_BODY}; max_exec_output_bytes
            exec_output_budget_bytes = {EXEC_BUDGET}; }};
 tenants = (
   {{ name = "a"; token_sha256 = "{sha(TOKEN_A)}"; }},
-  {{ name = "b"; token_sha256 = "{sha(TOKEN_B)}"; }}
+  {{ name = "b"; token_sha256 = "{sha(TOKEN_B)}"; }},
+  {{ name = "c"; token_sha256 = "{sha(TOKEN_C)}"; max_sandboxes = {C_MAX_SANDBOXES};
+     max_concurrent_execs = {C_MAX_EXECS}; }}
 );
 clusters = (
 {cl}
@@ -1144,6 +1150,60 @@ def test_idle_connection_flood_does_not_lock_out(fed):
             sk.close()
 
 
+def test_tenant_limits_hold_under_concurrency(fed):
+    """max_sandboxes counts creates in flight: 80 concurrent creates by a
+    tenant limited to 20 make at most 20; max_concurrent_execs bounds execs
+    running at once. Both answer 429 tenant_limit naming the limit."""
+    results = []
+    lock = threading.Lock()
+
+    def one_create(i):
+        st, r = fed.api("POST", "/v1/sandboxes", {"image": IMAGE, "name": f"lim-{i}", "labels": {"run": "limits"}},
+                        token=TOKEN_C, timeout=120)
+        with lock:
+            results.append((st, r))
+
+    threads = [threading.Thread(target=one_create, args=(i,)) for i in range(80)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(150)
+    made = [r for st, r in results if st == 201]
+    refused = [r for st, r in results if st == 429]
+    check(len(results) == 80, f"{len(results)} of 80 creates answered")
+    check(len(made) <= C_MAX_SANDBOXES, f"{len(made)} sandboxes made for a tenant limited to {C_MAX_SANDBOXES}")
+    check(len(made) + len(refused) == 80, f"other answers: {[st for st, _ in results if st not in (201, 429)]}")
+    check(all(r.get("error", {}).get("code") == "tenant_limit" and r["error"].get("limit") == "max_sandboxes"
+              for r in refused), f"429 bodies: {short(refused[:2])}")
+    st, r = fed.api("GET", "/v1/sandboxes?label=run=limits", token=TOKEN_C)
+    check(st == 200 and len(r.get("sandboxes", [])) == len(made) <= C_MAX_SANDBOXES,
+          f"the tenant lists {len(r.get('sandboxes', []))} sandboxes, {len(made)} made")
+    # Execs: C_MAX_EXECS * 3 at once, each running 2 s.
+    sid = made[0]["sandboxes"][0]["id"]
+    ex = []
+
+    def one_exec():
+        st, r = fed.api("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["sleep", "2"]}, token=TOKEN_C, timeout=60)
+        with lock:
+            ex.append((st, r))
+
+    threads = [threading.Thread(target=one_exec) for _ in range(C_MAX_EXECS * 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    ok = [r for st, r in ex if st == 200]
+    limited = [r for st, r in ex if st == 429]
+    check(1 <= len(ok) and len(limited) >= 1 and len(ok) + len(limited) == len(ex),
+          f"execs: {len(ok)} ran, {len(limited)} refused, others {[st for st, _ in ex if st not in (200, 429)]}")
+    check(all(r["error"].get("limit") == "max_concurrent_execs" for r in limited), f"exec 429s: {short(limited[:2])}")
+    # Another tenant is not affected by c's limits.
+    st, r = fed.api("GET", "/v1/sandboxes")
+    check(st == 200, f"tenant a while c is limited: {st}")
+    st, d = fed.api("DELETE", "/v1/sandboxes?label=run=limits", token=TOKEN_C, timeout=120)
+    check(st == 200, f"cleanup: {st} {short(d)}")
+
+
 def test_probe_defects_answered_cleanly(fed):
     """Inputs found by probing the router as an attacker would: each gets a
     clear 4xx, never a crash (the ASan build aborts on a use-after-free),
@@ -1199,7 +1259,8 @@ def test_probe_defects_answered_cleanly(fed):
 MAIN_TESTS = [test_create_exec_python, test_exit_code_and_stderr, test_exec_stdin_env_workdir,
               test_exec_timeout_kills, test_output_caps_and_binary, test_terminate_removes_pod,
               test_tenant_isolation, test_bad_input, test_probe_defects_answered_cleanly,
-              test_idle_connection_flood_does_not_lock_out, test_expired_reaped, test_router_kill9_restart,
+              test_idle_connection_flood_does_not_lock_out, test_tenant_limits_hold_under_concurrency,
+              test_expired_reaped, test_router_kill9_restart,
               test_second_router_same_sandboxes, test_killed_cluster_failover]
 
 BIG = ["--node-cpu", "64", "--node-memory", "256Gi"]

@@ -17,7 +17,8 @@
  *              max_exec_output_bytes = 16777216; max_exec_timeout_s = 3600;
  *              max_connections = 0; max_connections_per_ip = 4096;
  *              exec_output_budget_bytes = 268435456; };
- *   tenants = ( { name = "rl"; token_sha256 = "<64 hex>"; max_sandboxes = 20000; } );
+ *   tenants = ( { name = "rl"; token_sha256 = "<64 hex>"; max_sandboxes = 20000;
+ *                 max_requests_in_flight = 4096; max_concurrent_execs = 2048; } );
  *   clusters = ( { name = "us-east"; region = "us";
  *                  kubeconfig = "us-east.kubeconfig"; context = "us-east";
  *                  namespace = "default";
@@ -41,7 +42,9 @@ struct fr_config_error {
 struct fr_config_tenant {
   char *name;
   char token_sha256[65];   /* lowercase hex */
-  int64_t max_sandboxes;   /* 0 = unlimited */
+  int64_t max_sandboxes;   /* 0 = unlimited; creates in flight count */
+  int64_t max_requests_in_flight; /* answered later at once (default 4096) */
+  int64_t max_concurrent_execs;   /* execs running at once (default 2048) */
 };
 
 struct fr_config_cost {
