@@ -172,7 +172,10 @@ start_router() {
       printf 'split = "%s";\n' "$ROUTER_SPLIT" >"$WORK/$r.policy"
       echo "policy = \"$r.policy\";"
     fi
-    echo "tenants = ( { name = \"bench\"; token_sha256 = \"$sha\"; } );"
+    # The benchmark's one tenant: its pools and concurrency are what is
+    # measured, so no tenant limits beyond the router's own.
+    echo "tenants = ( { name = \"bench\"; token_sha256 = \"$sha\"; max_pool_replicas = 0;"
+    echo "              max_requests_in_flight = 1000000; max_concurrent_execs = 1000000; } );"
     echo "clusters = ("
     local sep=""
     for c in "$@"; do

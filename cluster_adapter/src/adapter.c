@@ -156,6 +156,7 @@ static struct fr_adapter_pool_view *pool_find(struct fr_adapter *a, const char *
 
 static void pool_view_clear(struct fr_adapter_pool_view *p) {
   free((char *)p->name);
+  free((char *)p->owner);
   free((char *)p->image);
   memset(p, 0, sizeof(*p));
 }
@@ -195,6 +196,8 @@ static void pool_update(struct fr_adapter *a, json_t *rs) {
   }
   memset(&nv, 0, sizeof(nv));
   nv.name = strdup(name);
+  if (pod_label(rs, FR_LABEL_OWNER) != NULL && (nv.owner = strdup(pod_label(rs, FR_LABEL_OWNER))) == NULL)
+    goto oom;
   nv.image = strdup(json_string_value(json_object_get(spec, "image")) ? json_string_value(json_object_get(spec, "image")) : "");
   nv.cpu_m = json_integer_value(json_object_get(spec, "cpu_millis"));
   nv.mem_b = json_integer_value(json_object_get(spec, "memory_bytes"));

@@ -528,9 +528,11 @@ int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec
     return -ENOMEM;
   tmpl_labels = json_pack("{s:s,s:s,s:s}", FR_LABEL_SANDBOX, "true", FR_LABEL_POOL, spec->name,
                           FR_LABEL_STATE, "warm");
-  rs = json_pack("{s:s,s:s,s:{s:s,s:{s:s},s:{s:s}},s:{s:I,s:{s:{s:s,s:s}},s:{s:{s:o},s:{s:[o],s:s,s:i,s:b}}}}",
+  /* The owner goes on the ReplicaSet only: on a pod, fedrouter.io/tenant
+   * means "claimed by", which a warm pod is not. */
+  rs = json_pack("{s:s,s:s,s:{s:s,s:{s:s,s:s*},s:{s:s}},s:{s:I,s:{s:{s:s,s:s}},s:{s:{s:o},s:{s:[o],s:s,s:i,s:b}}}}",
                  "apiVersion", "apps/v1", "kind", "ReplicaSet", "metadata", "name", name, "labels",
-                 FR_LABEL_POOL, spec->name, "annotations", FR_ANN_POOL_SPEC, spec_ann, "spec",
+                 FR_LABEL_POOL, spec->name, FR_LABEL_OWNER, spec->owner, "annotations", FR_ANN_POOL_SPEC, spec_ann, "spec",
                  "replicas", (json_int_t)spec->replicas, "selector", "matchLabels", FR_LABEL_POOL,
                  spec->name, FR_LABEL_STATE, "warm", "template", "metadata", "labels", tmpl_labels,
                  "spec", "containers", container_json(spec->image, spec->cpu_m, spec->mem_b, NULL),

@@ -51,6 +51,10 @@
  * cannot take every descriptor and connection of the router. */
 #define DEFAULT_TENANT_REQUESTS_IN_FLIGHT 4096
 #define DEFAULT_TENANT_CONCURRENT_EXECS 2048
+/* Warm pods a tenant's pools may ask for, summed over its pools and
+ * clusters: warm pods hold cluster capacity for everyone, so one tenant's
+ * pools must not fill a cluster. */
+#define DEFAULT_TENANT_POOL_REPLICAS 1000
 /* Exec output the router holds at once, all execs together (raw bytes; the
  * answer's JSON adds at most a third, see router/src/exec.c): 16 execs at
  * the default 16 MiB per stream, or thousands of ordinary ones. */
@@ -166,6 +170,18 @@ static int get_int(struct loader *l, const config_setting_t *group, const char *
     return bad(l, s, "%lld is out of range (%lld-%lld)", (long long)v, (long long)min,
                (long long)max);
   *out = v;
+  return 0;
+}
+
+/* The boolean <key> of <group>; <*out> keeps its value when absent. */
+static int get_bool(struct loader *l, const config_setting_t *group, const char *key, int *out) {
+  config_setting_t *s = config_setting_get_member(group, key);
+
+  if (s == NULL)
+    return 0;
+  if (config_setting_type(s) != CONFIG_TYPE_BOOL)
+    return bad(l, s, "expected true or false, got %s", type_name(config_setting_type(s)));
+  *out = config_setting_get_bool(s);
   return 0;
 }
 
@@ -374,7 +390,7 @@ static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_ex
                                           "max_exec_timeout_s", "max_connections",
                                           "max_connections_per_ip", "exec_output_budget_bytes", NULL};
 static const char *const tenant_keys[] = {"name", "token_sha256", "max_sandboxes", "max_requests_in_flight",
-                                          "max_concurrent_execs", NULL};
+                                          "max_concurrent_execs", "max_pool_replicas", "admin", NULL};
 static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context",
                                            "namespace", "cost", NULL};
 static const char *const cost_keys[] = {"per_core_hour", "per_gib_hour", "node_hour",
@@ -515,6 +531,7 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
 
     t->max_requests_in_flight = DEFAULT_TENANT_REQUESTS_IN_FLIGHT;
     t->max_concurrent_execs = DEFAULT_TENANT_CONCURRENT_EXECS;
+    t->max_pool_replicas = DEFAULT_TENANT_POOL_REPLICAS;
 
     if ((rc = check_keys(l, g, tenant_keys)) < 0 ||
         (rc = get_string(l, g, "name", 1, "every tenant needs a name", &name, &name_s)) < 0 ||
@@ -528,7 +545,10 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
         (rc = get_int(l, g, "max_requests_in_flight", 1, MAX_TENANT_SANDBOXES, &t->max_requests_in_flight,
                       NULL)) < 0 ||
         (rc = get_int(l, g, "max_concurrent_execs", 1, MAX_TENANT_SANDBOXES, &t->max_concurrent_execs,
-                      NULL)) < 0)
+                      NULL)) < 0 ||
+        (rc = get_int(l, g, "max_pool_replicas", 0, MAX_TENANT_SANDBOXES, &t->max_pool_replicas,
+                      NULL)) < 0 ||
+        (rc = get_bool(l, g, "admin", &t->admin)) < 0)
       return rc;
     for (j = 0; j < i; j++) {
       const config_setting_t *prev = config_setting_get_elem(list, (unsigned)j);

@@ -165,6 +165,10 @@ int api_owned_by(const struct fr_pod *pod, const char *tenant) {
   return pod->state && pod->tenant && strcmp(pod->state, "claimed") == 0 && strcmp(pod->tenant, tenant) == 0;
 }
 
+int api_pool_usable(const struct api_req *q, const struct fr_adapter_pool_view *pv) {
+  return pv->owner == NULL || strcmp(pv->owner, q->tenant) == 0;
+}
+
 static const char *sandbox_state(const struct fr_pod *pod) {
   if (pod->terminating)
     return "terminating";

@@ -66,6 +66,9 @@ struct fr_adapter *api_adapter(struct router *r, const char *name);
 /* A claimed sandbox of <tenant>? Warm pool pods and other tenants' pods are
  * invisible. */
 int api_owned_by(const struct fr_pod *pod, const char *tenant);
+/* May the tenant of <q> use pool record <pv> (its own, or shared)? */
+struct fr_adapter_pool_view;
+int api_pool_usable(const struct api_req *q, const struct fr_adapter_pool_view *pv);
 /* The sandbox as the API shows it. */
 json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod);
 /* "<cluster>.<pod>" -> the adapter and the cached pod, owned by the

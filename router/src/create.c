@@ -192,13 +192,14 @@ static int parse_create(struct api_req *q, json_t *j, struct body_spec *s) {
   return 0;
 }
 
-/* The pool's shape from any cluster that has it; NULL when none does. */
-static const struct fr_adapter_pool_view *pool_shape(struct router *r, const char *pool) {
+/* The shape of pool <pool> from any cluster that has it, if the tenant of
+ * <q> may use it (its own or a shared one); NULL otherwise. */
+static const struct fr_adapter_pool_view *pool_shape(struct api_req *q, const char *pool) {
   const struct fr_adapter_pool_view *pv;
   size_t i;
 
-  for (i = 0; i < r->nadapters; i++)
-    if ((pv = fr_adapter_pool(r->adapters[i], pool)) != NULL && pv->image[0] != '\0')
+  for (i = 0; i < q->r->nadapters; i++)
+    if ((pv = fr_adapter_pool(q->r->adapters[i], pool)) != NULL && pv->image[0] != '\0' && api_pool_usable(q, pv))
       return pv;
   return NULL;
 }
@@ -406,7 +407,7 @@ void create_sandboxes(struct api_req *q, int explain) {
   memset(&plan, 0, sizeof(plan));
   if (j == NULL || parse_create(q, j, &s) != 0)
     goto out;
-  if (s.pool != NULL && (pv = pool_shape(r, s.pool)) == NULL) {
+  if (s.pool != NULL && (pv = pool_shape(q, s.pool)) == NULL) {
     snprintf(msg, sizeof(msg), "no pool named \"%.100s\"", s.pool);
     api_fail(q, 404, "pool_not_found", msg, NULL);
     goto out;

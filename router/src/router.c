@@ -134,11 +134,14 @@ int router_tenants_init(struct router *r) {
       t->name = "local";
       t->max_inflight = 4096;
       t->max_execs = 2048;
+      t->admin = 1;
     } else {
       t->name = r->cfg->tenants[i].name;
       t->max_inflight = r->cfg->tenants[i].max_requests_in_flight;
       t->max_execs = r->cfg->tenants[i].max_concurrent_execs;
       t->max_sandboxes = r->cfg->tenants[i].max_sandboxes;
+      t->max_pool_replicas = r->cfg->tenants[i].max_pool_replicas;
+      t->admin = r->cfg->tenants[i].admin;
     }
   }
   return 0;

@@ -29,6 +29,8 @@ struct tenant_state {
   int64_t execs;                  /* execs running */
   int64_t creating;               /* sandboxes of batches not finished yet */
   int64_t max_inflight, max_execs, max_sandboxes; /* max_sandboxes 0 = none */
+  int64_t max_pool_replicas;      /* 0 = none */
+  int admin;                      /* may create and change shared pools */
 };
 
 struct router {

@@ -49,6 +49,8 @@ TOKEN_B = "tenant-b-" + os.urandom(8).hex()
 # A tenant with small limits (test_tenant_limits_hold_under_concurrency).
 TOKEN_C = "tenant-c-" + os.urandom(8).hex()
 C_MAX_SANDBOXES = 20
+# An admin tenant (shared pools).
+TOKEN_ADMIN = "tenant-ops-" + os.urandom(8).hex()
 C_MAX_EXECS = 4
 SIM_TOKEN = "kubesim-" + os.urandom(8).hex()
 IMAGE = "python:3.12"
@@ -343,7 +345,8 @@ tenants = (
   {{ name = "a"; token_sha256 = "{sha(TOKEN_A)}"; }},
   {{ name = "b"; token_sha256 = "{sha(TOKEN_B)}"; }},
   {{ name = "c"; token_sha256 = "{sha(TOKEN_C)}"; max_sandboxes = {C_MAX_SANDBOXES};
-     max_concurrent_execs = {C_MAX_EXECS}; }}
+     max_concurrent_execs = {C_MAX_EXECS}; }},
+  {{ name = "ops"; token_sha256 = "{sha(TOKEN_ADMIN)}"; admin = true; }}
 );
 clusters = (
 {cl}
@@ -1204,6 +1207,45 @@ def test_tenant_limits_hold_under_concurrency(fed):
     check(st == 200, f"cleanup: {st} {short(d)}")
 
 
+def test_pools_belong_to_their_tenant(fed):
+    """A pool is its creator's: other tenants neither see, use, resize nor
+    delete it; warm replicas count against max_pool_replicas; only an admin
+    token makes a shared pool, which every tenant uses and only admins change."""
+    st, r = fed.api("POST", "/v1/pools", {"name": "mine", "image": IMAGE, "replicas": 0})
+    check(st == 201 and r.get("shared") is False, f"a creates pool mine: {st} {short(r)}")
+    check(wait_until(lambda: fed.api("GET", "/v1/pools/mine")[0] == 200, 10), "pool mine not visible to a")
+    for method, body in (("GET", None), ("PATCH", {"replicas": 5}), ("DELETE", None)):
+        expect_error(fed.api(method, "/v1/pools/mine", body, token=TOKEN_B), 404, "pool_not_found",
+                     f"{method} another tenant's pool")
+    st, r = fed.api("GET", "/v1/pools", token=TOKEN_B)
+    check(st == 200 and "mine" not in [p["name"] for p in r.get("pools", [])], f"b lists a's pool: {short(r)}")
+    expect_error(fed.api("POST", "/v1/sandboxes", {"pool": "mine"}, token=TOKEN_B), 404, "pool_not_found",
+                 "create from another tenant's pool")
+    expect_error(fed.api("POST", "/v1/pools", {"name": "mine", "image": IMAGE, "replicas": 0}, token=TOKEN_B),
+                 409, "pool_exists", "a pool name taken by another tenant")
+    # max_pool_replicas (default 1000) over every cluster: 600 x 2 clusters is too many.
+    e = expect_error(fed.api("POST", "/v1/pools", {"name": "huge", "image": IMAGE, "replicas": 600}, token=TOKEN_B),
+                     429, "tenant_limit", "a pool past max_pool_replicas")
+    check(e.get("limit") == "max_pool_replicas", f"limit named: {e}")
+    e = expect_error(fed.api("PATCH", "/v1/pools/mine", {"replicas": 100000}), 429, "tenant_limit",
+                     "a resize past max_pool_replicas")
+    # Shared pools: admin only.
+    expect_error(fed.api("POST", "/v1/pools", {"name": "common", "image": IMAGE, "replicas": 0, "shared": True}),
+                 403, "forbidden", "a shared pool from a non-admin token")
+    st, r = fed.api("POST", "/v1/pools", {"name": "common", "image": IMAGE, "replicas": 0, "shared": True},
+                    token=TOKEN_ADMIN)
+    check(st == 201 and r.get("shared") is True, f"admin creates shared pool: {st} {short(r)}")
+    check(wait_until(lambda: fed.api("GET", "/v1/pools/common", token=TOKEN_B)[0] == 200, 10),
+          "the shared pool is not visible to b")
+    expect_error(fed.api("PATCH", "/v1/pools/common", {"replicas": 1}, token=TOKEN_B), 403, "forbidden",
+                 "a tenant resizing a shared pool")
+    st, r = fed.api("PATCH", "/v1/pools/common", {"replicas": 0}, token=TOKEN_ADMIN)
+    check(st == 200, f"admin resizes the shared pool: {st} {short(r)}")
+    for name, token in (("common", TOKEN_ADMIN), ("mine", TOKEN_A)):
+        st, r = fed.api("DELETE", f"/v1/pools/{name}", token=token)
+        check(st == 200, f"DELETE pool {name}: {st} {short(r)}")
+
+
 def test_probe_defects_answered_cleanly(fed):
     """Inputs found by probing the router as an attacker would: each gets a
     clear 4xx, never a crash (the ASan build aborts on a use-after-free),
@@ -1260,7 +1302,7 @@ MAIN_TESTS = [test_create_exec_python, test_exit_code_and_stderr, test_exec_stdi
               test_exec_timeout_kills, test_output_caps_and_binary, test_terminate_removes_pod,
               test_tenant_isolation, test_bad_input, test_probe_defects_answered_cleanly,
               test_idle_connection_flood_does_not_lock_out, test_tenant_limits_hold_under_concurrency,
-              test_expired_reaped, test_router_kill9_restart,
+              test_pools_belong_to_their_tenant, test_expired_reaped, test_router_kill9_restart,
               test_second_router_same_sandboxes, test_killed_cluster_failover]
 
 BIG = ["--node-cpu", "64", "--node-memory", "256Gi"]

@@ -12,6 +12,8 @@
  *   fedrouter.io/pool=<name>      pool pods and the pool's ReplicaSet
  *   fedrouter.io/state=warm|claimed
  *   fedrouter.io/tenant=<tenant>  claimed or created sandboxes
+ *   fedrouter.io/owner=<tenant>   a pool's ReplicaSet: the tenant it belongs to
+ *                                 (absent: a shared pool, usable by every tenant)
  */
 #ifndef FR_ADAPTER_H
 #define FR_ADAPTER_H
@@ -41,6 +43,7 @@ struct fr_adapter_opts {
 #define FR_LABEL_STATE "fedrouter.io/state"
 #define FR_LABEL_TENANT "fedrouter.io/tenant"
 #define FR_LABEL_NAME "fedrouter.io/name"
+#define FR_LABEL_OWNER "fedrouter.io/owner"
 #define FR_ANN_CREATED "fedrouter.io/created-at"
 #define FR_ANN_EXPIRES "fedrouter.io/expires-at"
 #define FR_ANN_WARM "fedrouter.io/warm"
@@ -86,6 +89,7 @@ int fr_pod_done(const struct fr_pod *p);
 /* A warm pool in one cluster: its ReplicaSet, parsed once per change. */
 struct fr_adapter_pool_view {
   const char *name;
+  const char *owner;        /* the tenant it belongs to; NULL = shared */
   const char *image;        /* "" when the pool's spec annotation is unreadable */
   int64_t cpu_m, mem_b;     /* each pod's requests (= limits) */
   int64_t target;           /* spec.replicas */
@@ -260,6 +264,7 @@ int fr_adapter_exec(struct fr_adapter *a, const char *pod, const struct fr_exec_
 /* ---- pools (sandbox.c) ---- */
 struct fr_pool_spec {
   const char *name;
+  const char *owner;        /* tenant the pool belongs to; NULL = shared by all */
   const char *image;
   int64_t cpu_m, mem_b;
   int64_t replicas;

@@ -45,6 +45,8 @@ struct fr_config_tenant {
   int64_t max_sandboxes;   /* 0 = unlimited; creates in flight count */
   int64_t max_requests_in_flight; /* answered later at once (default 4096) */
   int64_t max_concurrent_execs;   /* execs running at once (default 2048) */
+  int64_t max_pool_replicas;      /* warm pods over all its pools and clusters (default 1000; 0 = none) */
+  int admin;                      /* may create and change shared pools */
 };
 
 struct fr_config_cost {
