@@ -22,6 +22,27 @@
 #include "adapter_internal.h"
 #include "fr/buf.h"
 
+/* pods/exec carries argv in the URL's query (command=...&command=...):
+ * API servers refuse request heads past ~16 KiB, kubesim at 16 KiB (431).
+ * A command whose query would pass this is refused before it is sent. */
+#define EXEC_MAX_QUERY_BYTES FR_EXEC_MAX_ARGV_BYTES
+
+/* Bytes of the query "command=<arg>&" over <argv>, percent-encoded. */
+static size_t query_bytes(char *const *argv) {
+  size_t n = 0, i;
+  const char *p;
+
+  for (i = 0; argv[i] != NULL; i++) {
+    n += sizeof("command=&") - 1;
+    for (p = argv[i]; *p != '\0'; p++)
+      n += (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                   *p == '-' || *p == '_' || *p == '.' || *p == '~'
+               ? 1
+               : 3;
+  }
+  return n;
+}
+
 /* The sandbox kills the command at its timeout; the answer gets this much
  * longer to arrive before the stream is given up. */
 #define EXEC_ANSWER_GRACE_MS 5000
@@ -203,6 +224,10 @@ int fr_adapter_exec(struct fr_adapter *a, const char *pod_name, const struct fr_
   if (op->argv == NULL || (spec->stdin_len > 0 && spec->stdin_data != NULL && op->stdin_data == NULL)) {
     exec_op_free(op);
     return -ENOMEM;
+  }
+  if (query_bytes(op->argv) > EXEC_MAX_QUERY_BYTES) {
+    exec_op_free(op);
+    return -E2BIG;
   }
   memset(&o, 0, sizeof(o));
   o.argv = op->argv;

@@ -255,6 +255,12 @@ void exec_sandbox(struct api_req *q, const char *id) {
   } else if (rc == -EHOSTDOWN) {
     snprintf(msg, sizeof(msg), "cluster %s is unavailable", fr_adapter_name(a));
     api_fail(q, 503, "cluster_unavailable", msg, "Retry-After: 5\r\n");
+  } else if (rc == -E2BIG) {
+    snprintf(msg, sizeof(msg),
+             "argv and env take more than %d bytes once URL-encoded, the most an exec through the "
+             "cluster's pods/exec can carry; pass large input on stdin or in a file",
+             FR_EXEC_MAX_ARGV_BYTES);
+    api_fail(q, 400, "invalid_argv", msg, NULL);
   } else if (rc == -ENOENT) {
     api_fail(q, 404, "sandbox_not_found", "the sandbox no longer exists", NULL);
   } else {

@@ -716,6 +716,11 @@ def test_bad_input(fed):
                       (["ec\u0000ho"], "argv with NUL")):
         expect_error(fed.exec(sid, bad), 400, "invalid_argv", what)
     expect_error(fed.api("POST", f"{P}/{sid}/exec", {"stdin": ""}), 400, "invalid_argv", "argv missing")
+    # Too long for the pods/exec URL: a clear 400 naming the limit, not a 502 from the cluster.
+    e = expect_error(fed.exec(sid, ["echo", "x" * 20000]), 400, "invalid_argv", "argv of 20 KB")
+    check("14336" in e.get("message", ""), f"the limit is named: {e}")
+    r = fed.exec_ok(sid, ["sh", "-c", "echo ${#1}", "sh", "y" * 10000])
+    check(r.get("stdout") == "10000\n", f"argv of 10 KB runs: {short(r)}")
     expect_error(fed.api("POST", f"{P}/{sid}/exec", raw=b"{argv"), 400, "invalid_json", "exec malformed JSON")
     # ids
     expect_error(fed.api("GET", P + "/no-dot-here"), 400, "invalid_id", "id without a cluster part")

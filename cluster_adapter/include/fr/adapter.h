@@ -257,7 +257,9 @@ typedef void (*fr_exec_cb)(const struct fr_exec_result *res, void *arg);
  * turn, with the outcome; the cluster's circuit breaker is fed from it.
  * Never retried (a command is not idempotent). Returns 0, or without
  * calling <cb>: -ENOENT (no such pod in the cache), -EHOSTDOWN (the
- * cluster's breaker is open: fail fast), -EINVAL (bad spec), -ENOMEM. */
+ * cluster's breaker is open: fail fast), -E2BIG (argv and env too long for
+ * the transport: FR_EXEC_MAX_ARGV_BYTES), -EINVAL (bad spec), -ENOMEM. */
+#define FR_EXEC_MAX_ARGV_BYTES 14336  /* argv and env, percent-encoded, through pods/exec */
 int fr_adapter_exec(struct fr_adapter *a, const char *pod, const struct fr_exec_spec *spec,
                     fr_exec_cb cb, void *arg);
 
