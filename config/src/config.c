@@ -383,7 +383,8 @@ static int parse_listen(struct loader *l, const config_setting_t *s, const char 
 /* ---- sections ---- */
 
 static const char *const root_keys[] = {"listen", "tls", "region", "policy", "sandbox",
-                                        "limits", "tenants", "clusters", "hosted", NULL};
+                                        "limits", "tenants", "clusters", "hosted",
+                                        "metrics_token_sha256", NULL};
 static const char *const tls_keys[] = {"cert", "key", NULL};
 static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s", NULL};
 static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_exec_output_bytes",
@@ -712,6 +713,14 @@ static int load_root(struct loader *l, const config_setting_t *root, struct fr_c
     return rc;
   if ((c->region = strdup(v)) == NULL)
     return oom(l);
+  /* Optional: /metrics then wants this token (Prometheus' bearer_token). */
+  if ((rc = get_string(l, root, "metrics_token_sha256", 0, NULL, &v, &s)) < 0)
+    return rc;
+  if (s != NULL) {
+    if ((rc = check_token_hash(l, s, v)) < 0)
+      return rc;
+    snprintf(c->metrics_token_sha256, sizeof(c->metrics_token_sha256), "%s", v);
+  }
   if ((rc = get_path(l, root, "policy", 0, "the placement policy file", &c->policy, NULL)) < 0 ||
       (rc = load_sandbox(l, root, c)) < 0 || (rc = load_limits(l, root, c)) < 0 ||
       (rc = load_tenants(l, root, c)) < 0 || (rc = load_clusters(l, root, c)) < 0 ||

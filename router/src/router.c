@@ -156,6 +156,20 @@ struct tenant_state *router_tenant(struct router *r, const char *name) {
   return NULL;
 }
 
+/* /metrics is open unless the config names a metrics token; then only
+ * that token (compared as its SHA-256, in constant time) reads it. */
+static int metrics_allowed(struct router *r, struct fr_http_req *req) {
+  const char *h = fr_http_req_header(req, "Authorization");
+  char hash[65];
+
+  if (r->cfg->metrics_token_sha256[0] == '\0')
+    return 1;
+  if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0 || h[7] == '\0')
+    return 0;
+  fr_sha256_hex(h + 7, strlen(h + 7), hash);
+  return fr_secret_equal(hash, r->cfg->metrics_token_sha256);
+}
+
 /* Returns the tenant name for <req>, or NULL after answering 401/403. */
 static const char *authenticate(struct router *r, struct fr_http_req *req) {
   const char *h = fr_http_req_header(req, "Authorization");
@@ -335,6 +349,9 @@ void router_handle(struct fr_http_req *req, void *arg) {
                     "Cache-Control: no-cache\r\nContent-Security-Policy: default-src 'self'; "
                     "style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'\r\n",
                     html, len);
+  } else if (strcmp(req->path, "/metrics") == 0 && get && !metrics_allowed(r, req)) {
+    router_error(req, 401, "unauthorized", "/metrics wants the metrics token: Authorization: Bearer <token>",
+                 "WWW-Authenticate: Bearer realm=\"fedrouter-metrics\"\r\n");
   } else if (strcmp(req->path, "/metrics") == 0 && get) {
     struct fr_buf m;
     fr_buf_init(&m);

@@ -1251,6 +1251,34 @@ def test_pools_belong_to_their_tenant(fed):
         check(st == 200, f"DELETE pool {name}: {st} {short(r)}")
 
 
+def test_metrics_token_guards_metrics(fed):
+    """With metrics_token_sha256 in the config, /metrics wants that bearer
+    token (Prometheus' bearer_token); /healthz stays open; tenant tokens do
+    not open it."""
+    token = "metrics-" + os.urandom(6).hex()
+    cfg2 = os.path.join(fed.root, "fedrouter-metrics.conf")
+    with open(fed.config) as f:
+        text = f.read()
+    with open(cfg2, "w") as f:
+        f.write(text + f'metrics_token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}";\n')
+    r2 = fed.start_router(cfg2)
+    try:
+        for tok, what in ((None, "no token"), ("wrong", "a wrong token"), (TOKEN_A, "a tenant token")):
+            st, body = api_call(r2.port, "GET", "/metrics", None, tok, None)
+            check(st == 401 and isinstance(body, dict) and body.get("error", {}).get("code") == "unauthorized",
+                  f"/metrics with {what}: {st} {short(body)}")
+        conn = http.client.HTTPConnection("127.0.0.1", r2.port, timeout=10)
+        conn.request("GET", "/metrics", headers={"Authorization": "Bearer " + token})
+        resp = conn.getresponse()
+        text = resp.read().decode()
+        conn.close()
+        check(resp.status == 200 and "fedrouter_build_info" in text, f"/metrics with the token: {resp.status}")
+        check(api_call(r2.port, "GET", "/healthz", None, None, None)[0] == 200, "/healthz needs no token")
+    finally:
+        r2.expected_dead = True
+        stop_proc(r2.proc)
+
+
 def test_probe_defects_answered_cleanly(fed):
     """Inputs found by probing the router as an attacker would: each gets a
     clear 4xx, never a crash (the ASan build aborts on a use-after-free),
@@ -1307,7 +1335,7 @@ MAIN_TESTS = [test_create_exec_python, test_exit_code_and_stderr, test_exec_stdi
               test_exec_timeout_kills, test_output_caps_and_binary, test_terminate_removes_pod,
               test_tenant_isolation, test_bad_input, test_probe_defects_answered_cleanly,
               test_idle_connection_flood_does_not_lock_out, test_tenant_limits_hold_under_concurrency,
-              test_pools_belong_to_their_tenant, test_expired_reaped, test_router_kill9_restart,
+              test_pools_belong_to_their_tenant, test_metrics_token_guards_metrics, test_expired_reaped, test_router_kill9_restart,
               test_second_router_same_sandboxes, test_killed_cluster_failover]
 
 BIG = ["--node-cpu", "64", "--node-memory", "256Gi"]

@@ -97,6 +97,7 @@ struct fr_config {
   struct fr_config_cluster *clusters;
   size_t nclusters;
   struct fr_config_hosted hosted; /* the defaults when the file has no `hosted` */
+  char metrics_token_sha256[65];  /* "" = /metrics is open to whoever reaches the port */
 };
 
 /* Parses and validates <path>. Returns 0 and a snapshot with one reference
