@@ -49,6 +49,8 @@ struct create {
   struct batch *b;
   int64_t counted;            /* sandboxes counted in the tenant's `creating` */
   char name[NAME_MAX_LEN + 1];
+  char region[64];            /* the client region placement used */
+  int region_known;           /* a cluster's region or one the policy names */
   char *pool, *image;
   json_t *env, *labels;
 };
@@ -204,6 +206,16 @@ static const struct fr_adapter_pool_view *pool_shape(struct api_req *q, const ch
   return NULL;
 }
 
+/* A region some cluster is in, or one the policy knows (groups too). */
+static int region_known(struct router *r, const char *region) {
+  size_t i;
+
+  for (i = 0; i < r->cfg->nclusters; i++)
+    if (strcmp(r->cfg->clusters[i].region, region) == 0)
+      return 1;
+  return fr_policy_knows_region(r->policy, region) || strcmp(r->cfg->region, region) == 0;
+}
+
 static int64_t tenant_count(struct router *r, const char *tenant) {
   int64_t n = 0;
   size_t i;
@@ -317,26 +329,33 @@ static json_t *placement_json(const struct batch *b) {
                    "cold", created - warm, "shortfall", b->n - created, "clusters", cl);
 }
 
+/* Where the client was taken to be, for the answer. */
+static void set_client_region(json_t *placement, const struct create *cr) {
+  json_object_set_new(placement, "client_region", json_string(cr->region));
+  json_object_set_new(placement, "client_region_known", json_boolean(cr->region_known));
+}
+
 static void on_batch_done(struct batch *b, void *arg) {
   struct create *cr = arg;
   struct api_req *q = cr->q;
   int i;
 
   if (b->state == BATCH_COMMITTED) {
-    json_t *arr = json_array();
-    struct fr_buf pl;
+    json_t *arr = json_array(), *placement = placement_json(b);
+    struct fr_buf note;
 
-    fr_buf_init(&pl);
+    fr_buf_init(&note);
     for (i = 0; i < b->ncands; i++)
       if (b->cands[i].created > 0)
-        fr_buf_printf(&pl, "%s%s:%d", pl.len ? "," : "", fr_adapter_name(b->cands[i].a), b->cands[i].created);
+        fr_buf_printf(&note, "%s%s:%d", note.len ? "," : "", fr_adapter_name(b->cands[i].a), b->cands[i].created);
     if (q->req != NULL)
-      router_note(q->req, "placement", pl.data ? pl.data : "");
-    fr_buf_free(&pl);
+      router_note(q->req, "placement", note.data ? note.data : "");
+    fr_buf_free(&note);
     for (i = 0; i < b->n; i++)
       if (b->items[i].ok && b->items[i].user != NULL)
         json_array_append(arr, b->items[i].user);
-    api_reply(q, 201, json_pack("{s:o,s:o}", "sandboxes", arr, "placement", placement_json(b)), NULL);
+    set_client_region(placement, cr);
+    api_reply(q, 201, json_pack("{s:o,s:o}", "sandboxes", arr, "placement", placement), NULL);
   } else {
     json_t *body = api_err_body("no_capacity",
                                 "the federation cannot place the whole batch; what was created has been deleted");
@@ -451,12 +470,19 @@ void create_sandboxes(struct api_req *q, int explain) {
   region = s.region ? s.region : fr_http_req_header(q->req, "X-Client-Region");
   if (region == NULL || *region == '\0')
     region = r->cfg->region;
+  /* A region no cluster is in and the policy does not name ("eu" for
+   * "europe", or a client region this deployment does not serve) gives no
+   * preference: every cluster is equally far. Placed all the same, but
+   * the answer says so (client_region_known), never silently. */
+  cr->region_known = region_known(r, region);
+  snprintf(cr->region, sizeof(cr->region), "%s", region);
   if (make_plan(r, cr, &s, region, &plan, &states, &pol) != 0)
     goto oom;
   if (explain) {
-    json_t *out = json_pack("{s:{s:s,s:s},s:{s:s,s:s?,s:s,s:i},s:o}", "policy", "source", fr_policy_source(pol),
-                            "version", fr_policy_version(pol), "request", "tenant", q->tenant, "pool", cr->pool,
-                            "region", region, "num_sandboxes", cr->b->n, "plan", fr_plan_json(&plan, states));
+    json_t *out = json_pack("{s:{s:s,s:s},s:{s:s,s:s?,s:s,s:b,s:i},s:o}", "policy", "source",
+                            fr_policy_source(pol), "version", fr_policy_version(pol), "request", "tenant",
+                            q->tenant, "pool", cr->pool, "region", region, "region_known", cr->region_known,
+                            "num_sandboxes", cr->b->n, "plan", fr_plan_json(&plan, states));
     api_reply(q, 200, out, NULL);
     goto out;
   }

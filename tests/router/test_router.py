@@ -1320,6 +1320,16 @@ def test_probe_defects_answered_cleanly(fed):
     st, r = fed.api("GET", "/v1/sandboxes/" + keep["id"])
     check(st == 200 and r.get("state") in ("running", "pending"), f"sandbox survived the empty filters: {st} {short(r)}")
     fed.api("DELETE", "/v1/sandboxes/" + keep["id"])
+    # A region nobody knows is placed without preference, and said so.
+    r = fed.create({"name": "where", "region": "eu"})
+    pl = r.get("placement", {})
+    check(pl.get("client_region") == "eu" and pl.get("client_region_known") is False,
+          f"create with region eu: placement {short(pl)}")
+    fed.api("DELETE", "/v1/sandboxes/" + r["sandboxes"][0]["id"])
+    st, r = fed.api("POST", "/v1/placement/explain", {"image": IMAGE}, headers={"X-Client-Region": "eu"})
+    check(st == 200 and r.get("request", {}).get("region_known") is False, f"explain for eu: {st} {short(r)}")
+    st, r = fed.api("POST", "/v1/placement/explain", {"image": IMAGE, "region": "us"})
+    check(st == 200 and r.get("request", {}).get("region_known") is True, f"explain for us: {st} {short(r)}")
     # /v1/events: a tenant sees its own events only.
     st, r = fed.api("GET", "/v1/events", token=TOKEN_B)
     check(st == 200 and all(isinstance(e, dict) for e in r.get("events", [])), f"events for b: {st} {short(r)}")
