@@ -206,6 +206,8 @@ static void pool_update(struct fr_adapter *a, json_t *rs) {
   if (nv.name == NULL || nv.image == NULL)
     goto oom;
   p = pool_find(a, name);
+  if (p != NULL)
+    nv.reserved = p->reserved; /* planned claims outlive a change of the ReplicaSet */
   if (p == NULL) {
     if (a->npools == a->pools_cap) {
       size_t cap = a->pools_cap ? 2 * a->pools_cap : 8;
@@ -652,6 +654,16 @@ void fr_adapter_reserve(struct fr_adapter *a, int64_t delta) {
   a->reserved += delta;
   if (a->reserved < 0)
     a->reserved = 0;
+}
+
+void fr_adapter_reserve_warm(struct fr_adapter *a, const char *pool, int64_t delta) {
+  struct fr_adapter_pool_view *p = pool != NULL ? pool_find(a, pool) : NULL;
+
+  if (p == NULL)
+    return;
+  p->reserved += delta;
+  if (p->reserved < 0)
+    p->reserved = 0;
 }
 
 int64_t fr_adapter_free_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b) {

@@ -494,10 +494,10 @@ void create_sandboxes(struct api_req *q, int explain) {
   }
   for (i = 0; i < plan.nentries; i++) {
     const struct fr_plan_entry *e = &plan.entries[i];
-    /* Warm claims use pods that already hold their slots: only the cold
-     * part of the plan needs reserving. */
+    /* Warm claims use pods that already hold their slots: the cold part
+     * reserves slots, the warm part reserves the pool's ready pods. */
     if (e->verdict == FR_PLAN_USE)
-      batch_add_cand(cr->b, r->adapters[e->cluster], e->count, e->count > e->warm ? e->count - e->warm : 0);
+      batch_add_cand(cr->b, r->adapters[e->cluster], e->count, e->warm);
   }
   fr_plan_free(&plan);
   free(states);

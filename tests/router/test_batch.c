@@ -21,6 +21,7 @@
 struct fr_adapter {
   char name[32];
   int64_t reserved;
+  int64_t warm_reserved;      /* of the one pool the tests use */
   int refuse;                 /* fr_adapter_sandbox_create returns -1 */
 };
 
@@ -77,6 +78,12 @@ int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char 
 void fr_adapter_reserve(struct fr_adapter *a, int64_t delta) {
   a->reserved += delta;
   ck_assert_int_ge(a->reserved, 0);
+}
+
+void fr_adapter_reserve_warm(struct fr_adapter *a, const char *pool, int64_t delta) {
+  ck_assert_str_eq(pool, "p");
+  a->warm_reserved += delta;
+  ck_assert_int_ge(a->warm_reserved, 0);
 }
 
 const char *fr_adapter_name(const struct fr_adapter *a) {
@@ -163,11 +170,12 @@ static const struct batch_hooks hooks = {on_item_done, on_wanted, on_done, free}
 
 static struct fr_adapter ca, cb;
 
-static struct batch *new_batch(struct owner *o, int n, int partial_ok) {
+static struct batch *new_batch_pool(struct owner *o, int n, int partial_ok, const char *pool) {
   struct fr_sandbox_spec spec;
   struct batch *b;
 
   memset(&spec, 0, sizeof(spec));
+  spec.pool = pool;
   spec.tenant = "t";
   spec.image = "img";
   spec.cpu_m = 1000;
@@ -179,6 +187,10 @@ static struct batch *new_batch(struct owner *o, int n, int partial_ok) {
   ck_assert_ptr_nonnull(b);
   o->b = b;
   return b;
+}
+
+static struct batch *new_batch(struct owner *o, int n, int partial_ok) {
+  return new_batch_pool(o, n, partial_ok, NULL);
 }
 
 static void setup(void) {
@@ -300,14 +312,16 @@ END_TEST
 
 START_TEST(batch_reservations_follow_started_creates_and_come_back) {
   struct owner o;
-  struct batch *b = new_batch(&o, 5, 1);
+  struct batch *b = new_batch_pool(&o, 5, 1, "p");
 
-  batch_add_cand(b, &ca, 5, 3); /* 2 of the 5 expected warm: 3 reserved */
+  batch_add_cand(b, &ca, 5, 2); /* 2 of the 5 expected warm: 2 warm pods and 3 slots reserved */
   ck_assert_int_eq(ca.reserved, 3);
+  ck_assert_int_eq(ca.warm_reserved, 2);
   batch_start(b);
   /* Each started create takes one reservation over (the adapter counts it
-   * in flight itself). */
+   * in flight itself), warm ones first. */
   ck_assert_int_eq(ca.reserved, 0);
+  ck_assert_int_eq(ca.warm_reserved, 0);
   ck_assert_int_eq(outstanding(&ca), 5);
   batch_free(NULL);
   answer(0, FR_SB_OK, 1);
@@ -320,13 +334,30 @@ START_TEST(batch_reservations_follow_started_creates_and_come_back) {
 
   /* A plan refused before it started gives everything back on free. */
   setup();
-  b = new_batch(&o, 5, 0);
-  batch_add_cand(b, &ca, 5, 5);
-  batch_add_cand(b, &cb, 2, 2);
-  ck_assert_int_eq(ca.reserved + cb.reserved, 7);
-  batch_free(b);
-  ck_assert_int_eq(ca.reserved, 0);
+  b = new_batch_pool(&o, 7, 0, "p");
+  batch_add_cand(b, &ca, 5, 1);
+  batch_add_cand(b, &cb, 2, 9); /* more warm than the budget counts as the budget */
+  ck_assert_int_eq(ca.reserved, 4);
+  ck_assert_int_eq(ca.warm_reserved, 1);
   ck_assert_int_eq(cb.reserved, 0);
+  ck_assert_int_eq(cb.warm_reserved, 2);
+  batch_free(b);
+  ck_assert_int_eq(ca.reserved + ca.warm_reserved, 0);
+  ck_assert_int_eq(cb.reserved + cb.warm_reserved, 0);
+
+  /* Partly started: the started creates' reservations went with them,
+   * the rest come back on free. */
+  setup();
+  b = new_batch_pool(&o, 3, 1, "p");
+  batch_add_cand(b, &ca, 3, 3);
+  ca.refuse = 0;
+  batch_start(b);
+  ck_assert_int_eq(ca.warm_reserved, 0);
+  answer(0, FR_SB_OK, 1);
+  answer(1, FR_SB_OK, 1);
+  answer(2, FR_SB_OK, 1);
+  batch_free(b);
+  ck_assert_int_eq(ca.reserved + ca.warm_reserved, 0);
 }
 END_TEST
 

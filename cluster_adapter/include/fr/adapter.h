@@ -94,6 +94,7 @@ struct fr_adapter_pool_view {
   int64_t cpu_m, mem_b;     /* each pod's requests (= limits) */
   int64_t target;           /* spec.replicas */
   int64_t ready;            /* ready, unclaimed pool pods */
+  int64_t reserved;         /* of them, planned by batches not yet started (fr_adapter_reserve_warm) */
 };
 
 struct fr_adapter_view {
@@ -213,6 +214,10 @@ int fr_adapter_pod_leaving(struct fr_adapter *a, const struct fr_pod *pod);
  * planned here but not started yet, so a concurrent plan sees them as
  * taken at once. */
 void fr_adapter_reserve(struct fr_adapter *a, int64_t delta);
+/* The same for warm pods of <pool> a batch plans to claim here, so a
+ * concurrent plan does not count on the same ready pods (no-op for a pool
+ * this cluster does not have). */
+void fr_adapter_reserve_warm(struct fr_adapter *a, const char *pool, int64_t delta);
 /* Creates in flight on this adapter (reserved against its capacity). */
 int64_t fr_adapter_inflight(const struct fr_adapter *a);
 
