@@ -689,9 +689,14 @@ static void conn_dispatch(struct conn *c) {
   const char *q = strchr(u, '?');
   size_t plen = q ? (size_t)(q - u) : strlen(u);
 
-  if (c->body.data == NULL && fr_buf_reserve(&c->body, 0) != 0) {
-    send_simple_and_close(c, 503);
-    return;
+  if (c->body.data == NULL) {
+    /* No body: fr/http.h promises req->body is "" then, a terminated
+     * string handlers may read with strlen. */
+    if (fr_buf_reserve(&c->body, 0) != 0) {
+      send_simple_and_close(c, 503);
+      return;
+    }
+    c->body.data[0] = '\0';
   }
   if (pct_decode(u, plen, &c->path) != 0 || c->path.data[0] != '/') {
     send_simple_and_close(c, 400);
