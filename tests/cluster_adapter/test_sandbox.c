@@ -193,13 +193,20 @@ static void start_adapter(void) {
   wait_for(adapter_ready, NULL, WAIT_MS, "the adapter's first sync");
 }
 
+static void remove_dir(void) {
+  char path[128];
+
+  snprintf(path, sizeof(path), "%s/kubeconfig", dir);
+  unlink(path);
+  rmdir(dir);
+}
+
 static void on_freed(void *arg) {
   (*(int *)arg)++;
 }
 
 /* Every test ends here: adapter and fake freed, nothing left on the loop. */
 static void finish_test(void) {
-  char path[128];
   int freed = 0;
 
   if (ad != NULL) {
@@ -215,9 +222,31 @@ static void finish_test(void) {
   ck_assert_int_eq(uv_loop_close(&loop), 0);
   json_decref(spec_labels);
   json_decref(spec_env);
-  snprintf(path, sizeof(path), "%s/kubeconfig", dir);
-  unlink(path);
-  rmdir(dir);
+  spec_labels = spec_env = NULL;
+  remove_dir();
+}
+
+/* Checked teardown: after a test that finished (finish_test) there is
+ * nothing to do. After a failed one, release what it left on the loop so
+ * the tests after it start clean (the suite runs without fork); bounded,
+ * and without asserts of its own. */
+static void teardown(void) {
+  int i;
+
+  if (fk == NULL)
+    return;
+  if (ad != NULL)
+    fr_adapter_free(ad, NULL, NULL);
+  ad = NULL;
+  fk_free(fk, NULL, NULL);
+  fk = NULL;
+  for (i = 0; i < 2000 && uv_run(&loop, UV_RUN_NOWAIT) != 0; i++)
+    usleep(1000);
+  (void)uv_loop_close(&loop);
+  json_decref(spec_labels);
+  json_decref(spec_env);
+  spec_labels = spec_env = NULL;
+  remove_dir();
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -837,7 +866,7 @@ static Suite *sandbox_suite(void) {
   Suite *s = suite_create("sandbox");
   TCase *tc = tcase_create("adapter");
 
-  tcase_add_checked_fixture(tc, setup, NULL);
+  tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, claim_conflict_409_after_watch_update_moves_to_next_warm_pod);
   tcase_add_test(tc, claim_conflicts_exhausted_cold_starts);
@@ -853,7 +882,7 @@ static Suite *sandbox_suite(void) {
   {
     /* Fail today; run with cmake -DFR_TEST_KNOWN_BUGS=ON (tests/cluster_adapter/CMakeLists.txt). */
     TCase *bugs = tcase_create("known_bugs");
-    tcase_add_checked_fixture(bugs, setup, NULL);
+    tcase_add_checked_fixture(bugs, setup, teardown);
     tcase_set_timeout(bugs, 60);
     tcase_add_test(bugs, claim_conflict_409_moves_to_next_warm_pod);
     tcase_add_test(bugs, delete_failure_keeps_pod_visible);
