@@ -648,6 +648,126 @@ START_TEST(create_unschedulable_reports_no_room) {
 }
 END_TEST
 
+/* Our random pod name collided (409 AlreadyExists on the POST): the
+ * create tries again under another name. */
+START_TEST(create_name_collision_409_retries_with_new_name) {
+  struct fr_sandbox_spec s = spec_of(NULL);
+  char first[64], second[64];
+  struct outcome o;
+
+  start_adapter();
+  fk_script(fk, "POST", 1, 409, "pods \"sb-x\" already exists");
+  create(&s, &o);
+  wait_requests("POST", FK_PODS, 2);
+  posted_pod(0, first, sizeof(first));
+  posted_pod(1, second, sizeof(second));
+  ck_assert_str_ne(first, second);
+  wait_for(pod_cached, second, WAIT_MS, "the created pod in the cache");
+  make_ready(second);
+  wait_for(outcome_done, &o, WAIT_MS, "the create's callback");
+  ck_assert_int_eq(o.calls, 1);
+  ck_assert_int_eq(o.err, FR_SB_OK);
+  ck_assert_str_eq(o.pod, second);
+  finish_test();
+}
+END_TEST
+
+/* A pod that never becomes ready: FR_SB_TIMEOUT after the spec's
+ * ready_timeout_ms, and the pod is deleted. */
+START_TEST(create_not_ready_in_time_times_out_and_deletes) {
+  struct fr_sandbox_spec s = spec_of(NULL);
+  char pod[64], path[128];
+  struct outcome o;
+
+  s.ready_timeout_ms = 200;
+  start_adapter();
+  create(&s, &o);
+  wait_for(outcome_done, &o, WAIT_MS, "the create's callback");
+  ck_assert_int_eq(o.calls, 1);
+  ck_assert_int_eq(o.err, FR_SB_TIMEOUT);
+  ck_assert_msg(strstr(o.message, "not exec-ready") != NULL, "message: %s", o.message);
+  posted_pod(0, pod, sizeof(pod));
+  snprintf(path, sizeof(path), FK_PODS "/%s", pod);
+  wait_requests("DELETE", path, 1);
+  ck_assert_ptr_null(fk_pod(fk, pod));
+  ck_assert_int_eq(fr_adapter_inflight(ad), 0);
+  finish_test();
+}
+END_TEST
+
+/* The pod fails before it is ready (image pull, command exits):
+ * FR_SB_FAILED, and the pod is deleted. */
+START_TEST(create_pod_failed_before_ready_reports_failed_and_deletes) {
+  struct fr_sandbox_spec s = spec_of(NULL);
+  char pod[64], path[128];
+  struct outcome o;
+
+  start_adapter();
+  create(&s, &o);
+  wait_requests("POST", FK_PODS, 1);
+  posted_pod(0, pod, sizeof(pod));
+  wait_for(pod_cached, pod, WAIT_MS, "the created pod in the cache");
+  ck_assert_int_eq(fk_pod_merge(fk, pod, "{\"status\":{\"phase\":\"Failed\",\"reason\":\"Error\"}}"), 0);
+  wait_for(outcome_done, &o, WAIT_MS, "the create's callback");
+  ck_assert_int_eq(o.calls, 1);
+  ck_assert_int_eq(o.err, FR_SB_FAILED);
+  snprintf(path, sizeof(path), FK_PODS "/%s", pod);
+  wait_requests("DELETE", path, 1);
+  ck_assert_ptr_null(fk_pod(fk, pod));
+  finish_test();
+}
+END_TEST
+
+/* Someone deletes the pod while the create waits: FR_SB_FAILED at once. */
+START_TEST(create_pod_deleted_while_waiting_reports_failed) {
+  struct fr_sandbox_spec s = spec_of(NULL);
+  char pod[64];
+  struct outcome o;
+
+  start_adapter();
+  create(&s, &o);
+  wait_requests("POST", FK_PODS, 1);
+  posted_pod(0, pod, sizeof(pod));
+  wait_for(pod_cached, pod, WAIT_MS, "the created pod in the cache");
+  ck_assert_int_eq(fk_pod_delete(fk, pod), 0);
+  wait_for(outcome_done, &o, WAIT_MS, "the create's callback");
+  ck_assert_int_eq(o.calls, 1);
+  ck_assert_int_eq(o.err, FR_SB_FAILED);
+  ck_assert_msg(strstr(o.message, "deleted") != NULL, "message: %s", o.message);
+  ck_assert_int_eq(fr_adapter_inflight(ad), 0);
+  finish_test();
+}
+END_TEST
+
+/* The claim PATCH keeps failing with 500 (retried by the client, it is
+ * conditional): FR_SB_UNAVAILABLE, no cold start, and the pod is not left
+ * marked as being claimed: the next create claims it. */
+START_TEST(claim_server_error_reports_unavailable_and_frees_pod) {
+  struct fr_sandbox_spec s = spec_of("py");
+  struct outcome o;
+  int patches;
+
+  fk_add_pod(fk, fk_warm_pod("warm-a", "py"));
+  start_adapter();
+  fk_script(fk, "PATCH", -1, 500, "etcdserver: leader changed");
+  create_and_wait(&s, &o);
+  ck_assert_int_eq(o.err, FR_SB_UNAVAILABLE);
+  ck_assert_msg(strstr(o.message, "leader changed") != NULL, "message: %s", o.message);
+  patches = fk_count(fk, "PATCH", FK_PODS "/warm-a");
+  ck_assert_int_ge(patches, 1);
+  ck_assert_int_eq(fk_count(fk, "PATCH", NULL), patches);
+  ck_assert_int_eq(fk_count(fk, "POST", NULL), 0);
+  ck_assert_str_eq(label_of(fk_pod(fk, "warm-a"), "fedrouter.io/state"), "warm");
+
+  fk_script_clear(fk);
+  create_and_wait(&s, &o);
+  ck_assert_int_eq(o.err, FR_SB_OK);
+  ck_assert_int_eq(o.warm, 1);
+  ck_assert_str_eq(o.pod, "warm-a");
+  finish_test();
+}
+END_TEST
+
 static int breaker_closed(void *arg) {
   struct fr_adapter_view v;
 
@@ -873,6 +993,11 @@ static Suite *sandbox_suite(void) {
   tcase_add_test(tc, claim_answered_before_watch_is_visible);
   tcase_add_test(tc, create_quota_403_reports_no_room);
   tcase_add_test(tc, create_unschedulable_reports_no_room);
+  tcase_add_test(tc, create_name_collision_409_retries_with_new_name);
+  tcase_add_test(tc, create_not_ready_in_time_times_out_and_deletes);
+  tcase_add_test(tc, create_pod_failed_before_ready_reports_failed_and_deletes);
+  tcase_add_test(tc, create_pod_deleted_while_waiting_reports_failed);
+  tcase_add_test(tc, claim_server_error_reports_unavailable_and_frees_pod);
   tcase_add_test(tc, cluster_down_while_waiting_gives_up);
   tcase_add_test(tc, delete_accepted_hides_pod_until_gone);
   tcase_add_test(tc, create_callbacks_deferred_and_run_once);

@@ -369,15 +369,11 @@ static void patch_pod(struct fake_kube *fk, struct fr_http_req *req, size_t li, 
 static void delete_pod(struct fake_kube *fk, struct fr_http_req *req, size_t li, const char *name) {
   json_t *pod = json_incref(json_object_get(fk->pods, name));
 
-  if (pod == NULL) {
-    reply_status(fk, req, li, 404, "pods not found");
-    return;
-  }
   /* No grace period: gone at once, as with gracePeriodSeconds=0. */
-  json_object_del(fk->pods, name);
-  set_rv(pod, ++fk->rv);
-  publish(fk, "DELETED", pod);
-  reply_json(fk, req, li, 200, pod);
+  if (pod == NULL || fk_pod_delete(fk, name) != 0)
+    reply_status(fk, req, li, 404, "pods not found");
+  else
+    reply_json(fk, req, li, 200, pod); /* its last state, as the DELETED event has it */
   json_decref(pod);
 }
 
@@ -612,6 +608,18 @@ int fk_pod_merge(struct fake_kube *fk, const char *name, const char *merge) {
   json_decref(patch);
   set_rv(pod, ++fk->rv);
   publish(fk, "MODIFIED", pod);
+  return 0;
+}
+
+int fk_pod_delete(struct fake_kube *fk, const char *name) {
+  json_t *pod = json_incref(json_object_get(fk->pods, name));
+
+  if (pod == NULL)
+    return -1;
+  json_object_del(fk->pods, name);
+  set_rv(pod, ++fk->rv);
+  publish(fk, "DELETED", pod);
+  json_decref(pod);
   return 0;
 }
 

@@ -72,6 +72,10 @@ const char *fk_pod_rv(const struct fake_kube *fk, const char *name);
  * MODIFIED. Returns 0, or -1 when the pod or the patch is bad. */
 int fk_pod_merge(struct fake_kube *fk, const char *name, const char *merge);
 
+/* Removes pod <name> at once and publishes DELETED (someone else deleted
+ * it). Returns 0, or -1 when there is no such pod. */
+int fk_pod_delete(struct fake_kube *fk, const char *name);
+
 /* ---- watch control ---- */
 
 /* While paused, changes are recorded but not sent; unpausing sends them. */
