@@ -204,12 +204,14 @@ static char *event_line(const char *type, json_t *obj) {
   json_t *ev = json_pack("{s:s,s:O}", "type", type, "object", obj);
   char *text = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
   char *line;
+  size_t n;
 
   json_decref(ev);
   if (text == NULL)
     abort();
-  line = xrealloc(text, strlen(text) + 2);
-  strcat(line, "\n");
+  n = strlen(text);
+  line = xrealloc(text, n + 2);
+  memcpy(line + n, "\n", 2);
   return line;
 }
 
