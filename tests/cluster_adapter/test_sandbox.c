@@ -310,12 +310,12 @@ static void wait_requests(const char *method, const char *prefix, int want) {
   wait_for(count_reached, &c, WAIT_MS, what);
 }
 
-static int held_one_more(void *arg) {
+static int held_at_least(void *arg) {
   return fk_held(fk) >= *(size_t *)arg;
 }
 
 static void wait_held(size_t want) {
-  wait_for(held_one_more, &want, WAIT_MS, "a held request");
+  wait_for(held_at_least, &want, WAIT_MS, "a held request");
 }
 
 static int pod_cached(void *arg) {
@@ -609,6 +609,9 @@ END_TEST
 
 /* ------------------------------------------------------------ cold creates */
 
+/* A ResourceQuota refuses the cold create's POST (403 "exceeded quota"):
+ * FR_SB_NO_ROOM with the API's message, so the router spills to the next
+ * cluster; there is nothing to delete. */
 START_TEST(create_quota_403_reports_no_room) {
   struct fr_sandbox_spec s = spec_of(NULL);
   struct outcome o;
@@ -627,6 +630,9 @@ START_TEST(create_quota_403_reports_no_room) {
 }
 END_TEST
 
+/* The created pod cannot be scheduled (PodScheduled=False/Unschedulable,
+ * seen over the watch): FR_SB_NO_ROOM, and the adapter deletes the pod it
+ * made. */
 START_TEST(create_unschedulable_reports_no_room) {
   struct fr_sandbox_spec s = spec_of(NULL);
   char pod[64], path[128];
@@ -747,7 +753,7 @@ START_TEST(create_pod_deleted_while_waiting_reports_failed) {
 }
 END_TEST
 
-/* The claim PATCH keeps failing with 500 (retried by the client, it is
+/* The claim PATCH keeps failing with 500 (the client may retry it: it is
  * conditional): FR_SB_UNAVAILABLE, no cold start, and the pod is not left
  * marked as being claimed: the next create claims it. */
 START_TEST(claim_server_error_reports_unavailable_and_frees_pod) {
