@@ -719,6 +719,47 @@ START_TEST(slow_server_request_timeout_reports_status_0) {
 }
 END_TEST
 
+/* fr_kube_request_opts: its timeout overrides the client's both ways, and
+ * a header line that could end the request head is refused. */
+START_TEST(request_opts_timeout_overrides_client_and_bad_header_refused) {
+  struct fr_kube_client_opts o = fast_opts;
+  struct fr_kube_request_opts ro;
+  struct fr_kube_client *c;
+  struct result r;
+
+  o.request_timeout_ms = 300;
+  o.max_retries = 0;
+  c = client_new(creds, &o);
+  set_faults("{\"latency_ms\":1000}");
+  memset(&ro, 0, sizeof(ro));
+  ro.timeout_ms = 5000; /* longer than the client's 300 ms: the slow answer arrives */
+  ro.header = "X-Access-Token: abc";
+  memset(&r, 0, sizeof(r));
+  ck_assert_int_eq(fr_kube_request_opts(c, "GET", "/version", NULL, NULL, 0, &ro, on_resp, &r, NULL), 0);
+  run_until(&r.done);
+  ck_assert_int_eq(r.status, 200);
+  result_free(&r);
+  ro.timeout_ms = 100; /* shorter: times out */
+  memset(&r, 0, sizeof(r));
+  ck_assert_int_eq(fr_kube_request_opts(c, "GET", "/version", NULL, NULL, 0, &ro, on_resp, &r, NULL), 0);
+  run_until(&r.done);
+  ck_assert_int_eq(r.status, 0);
+  ck_assert_msg(r.error != NULL && strstr(r.error, "timed out") != NULL, "error: %s", r.error);
+  result_free(&r);
+  set_faults("{\"latency_ms\":0}");
+  ro.timeout_ms = 0;
+  ro.header = "X-Evil: a\r\nX-Other: b";
+  ck_assert_int_eq(fr_kube_request_opts(c, "GET", "/version", NULL, NULL, 0, &ro, on_resp, &r, NULL), -EINVAL);
+  ro.header = "no colon here";
+  ck_assert_int_eq(fr_kube_request_opts(c, "GET", "/version", NULL, NULL, 0, &ro, on_resp, &r, NULL), -EINVAL);
+  ro.header = NULL;
+  ro.flags = 1 << 7; /* unknown flag */
+  ck_assert_int_eq(fr_kube_request_opts(c, "GET", "/version", NULL, NULL, 0, &ro, on_resp, &r, NULL), -EINVAL);
+  client_free_wait(c);
+  finish_test();
+}
+END_TEST
+
 /* ------------------------------------------------------------ queue */
 
 /* Many calls at once, one slot each, sharing a context. */
@@ -1575,6 +1616,7 @@ static Suite *kube_suite(void) {
   tcase_add_test(tc, server_down_reports_status_0_with_error);
   tcase_add_test(tc, concurrent_calls_share_max_host_connections);
   tcase_add_test(tc, slow_server_request_timeout_reports_status_0);
+  tcase_add_test(tc, request_opts_timeout_overrides_client_and_bad_header_refused);
   tcase_add_test(tc, burst_beyond_max_active_queues_and_answers_each_once);
   tcase_add_test(tc, queued_calls_time_out_from_dispatch_not_from_queueing);
   tcase_add_test(tc, queued_call_past_queue_timeout_fails_unsent);

@@ -103,6 +103,23 @@ int fr_kube_request(struct fr_kube_client *c, const char *method, const char *pa
                     const char *request_id, fr_kube_response_cb cb, void *arg,
                     struct fr_kube_call **out);
 
+/* What fr_kube_request_opts() takes beyond fr_kube_request()'s arguments.
+ * Strings are copied. */
+struct fr_kube_request_opts {
+  int flags;                    /* enum fr_kube_flags */
+  const char *request_id;       /* sent as X-Request-Id; may be NULL */
+  uint64_t timeout_ms;          /* per attempt; 0 = the client's request_timeout_ms */
+  const char *header;           /* one more header line "Name: value" (no CR/LF); may be NULL */
+};
+
+/* fr_kube_request() with a per-call timeout and one extra header (e.g. a
+ * pod proxy call carrying the in-sandbox agent's token, or running as long
+ * as the command it starts). Same contract otherwise. */
+int fr_kube_request_opts(struct fr_kube_client *c, const char *method, const char *path,
+                         const char *content_type, const void *body, size_t len,
+                         const struct fr_kube_request_opts *o, fr_kube_response_cb cb, void *arg,
+                         struct fr_kube_call **out);
+
 /* Starts a streaming GET (a watch). <on_line> gets each line as it arrives;
  * <on_done> gets the end (status and, for non-2xx, the body). Not retried:
  * the caller relists/rewatches. Never queued, and not counted against
