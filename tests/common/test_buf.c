@@ -100,6 +100,16 @@ START_TEST(time_rfc3339_roundtrip) {
 }
 END_TEST
 
+/* RFC 4231, test case 2. */
+START_TEST(hmac_sha256_hex_rfc4231_vector) {
+  char out[65];
+  static const char msg[] = "what do ya want for nothing?";
+
+  ck_assert_int_eq(fr_hmac_sha256_hex("Jefe", 4, msg, sizeof(msg) - 1, out), 0);
+  ck_assert_str_eq(out, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+END_TEST
+
 START_TEST(sha256_hex_known_vector) {
   char out[65];
 
@@ -139,6 +149,7 @@ int main(void) {
   tcase_add_test(tc, parse_int64_rejects_junk_and_range);
   tcase_add_test(tc, time_rfc3339_roundtrip);
   tcase_add_test(tc, sha256_hex_known_vector);
+  tcase_add_test(tc, hmac_sha256_hex_rfc4231_vector);
   tcase_add_test(tc, secret_equal_compares_whole_strings);
   tcase_add_test(tc, edit_distance_counts_edits);
   suite_add_tcase(s, tc);
