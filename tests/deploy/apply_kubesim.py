@@ -142,10 +142,12 @@ def main(argv):
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            check(proc.wait(timeout=20) == 0, "kubesim exited with %s after SIGTERM (sanitizer report?)"
+                  % proc.returncode)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+            check(False, "kubesim did not stop within 20 s of SIGTERM")
         log.close()
         if FAILS:
             with open(os.path.join(tmp, "kubesim.log")) as f:

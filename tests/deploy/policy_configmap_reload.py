@@ -89,15 +89,17 @@ def wait_for(port, pred, timeout=10):
     return False, p
 
 
-def stop(proc):
-    if proc is None or proc.poll() is not None:
+def stop(proc, name):
+    if proc is None:
         return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    check(proc.returncode == 0, "%s exited with %s after SIGTERM (sanitizer report?)" % (name, proc.returncode))
 
 
 def main(argv):
@@ -167,8 +169,8 @@ def main(argv):
         check(ok and p3["last_reload_error"] is None, "4. swap to C: %s" % p3)
         print("ok   4 swap to C loaded, error cleared")
     finally:
-        stop(router)
-        stop(sim)
+        stop(router, "fedrouter")
+        stop(sim, "kubesim")
         for f in logs:
             f.close()
         if FAILS:

@@ -64,10 +64,12 @@ class Sim:
     def close(self):
         self.proc.terminate()
         try:
-            self.proc.wait(timeout=10)
+            check(self.proc.wait(timeout=20) == 0, "kubesim exited with %s after SIGTERM (sanitizer "
+                  "report?): %s" % (self.proc.returncode, open(self.log.name).read()[-2000:]))
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+            check(False, "kubesim did not stop within 20 s of SIGTERM")
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
