@@ -281,9 +281,25 @@ def test_dry_run(sim):
     check(sim.rv() == before, "no dry-run request bumped the resourceVersion (%s -> %s)" % (before, sim.rv()))
 
 
+def watch_events(sim, path):
+    """The events of a watch that ends after timeoutSeconds=1."""
+    req = urllib.request.Request(sim.base + path + "?watch=true&resourceVersion=0&timeoutSeconds=1")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return [json.loads(x) for x in r.read().splitlines() if x.strip()]
+
+
 def test_update_delete(sim):
+    rv0 = sim.rv()
     st, out = sim.call("PATCH", NS + "/configmaps/c", {"data": {"k": "w"}}, ctype="application/merge-patch+json")
     check(st == 200 and out["data"]["k"] == "w", "patch a ConfigMap: %s" % out)
+    ev = watch_events(sim, RBAC + "/namespaces/sbx/roles")
+    check([(e["type"], e["object"]["metadata"]["name"]) for e in ev] == [("ADDED", "r")],
+          "watch roles from 0: one synthetic ADDED: %s" % ev)
+    req = urllib.request.Request(sim.base + NS + "/configmaps?watch=true&resourceVersion=%d&timeoutSeconds=1" % rv0)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        ev = [json.loads(x) for x in r.read().splitlines() if x.strip()]
+    check([(e["type"], e["object"]["data"]["k"]) for e in ev] == [("MODIFIED", "w")],
+          "watch configmaps from before the patch: one MODIFIED: %s" % ev)
     st, out = sim.call("DELETE", RBAC + "/clusterroles/cr")
     check(st == 200 and sim.call("GET", RBAC + "/clusterroles/cr")[0] == 404, "delete a ClusterRole")
     # Deleting the namespace deletes the stored kinds in it.
