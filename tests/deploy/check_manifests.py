@@ -430,13 +430,19 @@ def main(argv):
     rendered = {}
     for name in ("router/base", "router/overlays/example", "member/base", "member/overlays/gvisor"):
         rendered[name] = render(d(name))
+    rendered["member/base + pss-baseline"] = render(d("member/overlays/pss-baseline"))
+    # Both components at once, from outside the repository (as an operator's
+    # own overlay would use them).
     tmp = tempfile.mkdtemp(prefix="fr-kustomize-")
     try:
         with open(os.path.join(tmp, "kustomization.yaml"), "w") as f:
             yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
                             "resources": [os.path.relpath(d("member/base"), tmp)],
-                            "components": [os.path.relpath(d("member/components/pss-baseline"), tmp)]}, f)
-        rendered["member/base + pss-baseline"] = render(tmp)
+                            "components": [os.path.relpath(d("member/components/pss-baseline"), tmp),
+                                           os.path.relpath(d("member/components/gvisor"), tmp)]}, f)
+        both = render(tmp)
+        if both is not None and len(both) != len(rendered["member/base"] or []) + 1:
+            problem("member/base + both components: want the base plus a RuntimeClass, got %d objects" % len(both))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     with open(d("router/overlays/example/secrets.example.yaml"), encoding="utf-8") as f:
