@@ -20,6 +20,7 @@ Agent image (agent.Containerfile):
     with a message.
 
 Usage: check_images.py REPO_ROOT BUILD_DIR
+       check_images.py --self-test REPO_ROOT BUILD_DIR   (the checks can fail)
 Exit: 0 all good, 1 problems (each printed).
 """
 import os
@@ -252,9 +253,56 @@ def check_agent_image(root, build):
         print("check_images: %s is static" % agent)
 
 
+def self_test(root, build):
+    """The checker can fail: it must flag a runtime stage missing a library
+    package or carrying a useless one, a root agent image, and a dynamic
+    agent binary, and pass a static one."""
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="fr-images-selftest-")
+    bad = []
+    try:
+        os.makedirs(os.path.join(tmp, "deploy/images"))
+        os.makedirs(os.path.join(tmp, "build"))
+        for name in ("fedrouter", "fedctl"):
+            shutil.copy(os.path.join(build, name), os.path.join(tmp, "build", name))
+        with open(os.path.join(root, "deploy/images/router.Containerfile")) as f:
+            router = f.read()
+        with open(os.path.join(root, "deploy/images/agent.Containerfile")) as f:
+            agent = f.read()
+        with open(os.path.join(tmp, "deploy/images/router.Containerfile"), "w") as f:
+            f.write(router.replace(" libyaml-0-2 ", " curl "))
+        with open(os.path.join(tmp, "deploy/images/agent.Containerfile"), "w") as f:
+            f.write(re.sub(r"(?m)^USER .*$", "USER root", agent))
+        src = os.path.join(tmp, "hello.c")
+        with open(src, "w") as f:
+            f.write("int main(void) { return 0; }\n")
+        subprocess.run(["cc", "-o", os.path.join(tmp, "build/fedrouter-agent"), src], check=True)
+        check_router_image(tmp, os.path.join(tmp, "build"))
+        check_agent_image(tmp, os.path.join(tmp, "build"))
+        want = ["libyaml-0-2", "installs curl", "non-root", "dynamically linked"]
+        for w in want:
+            if not any(w in p for p in problems):
+                bad.append("the checker missed: %s (found: %s)" % (w, problems))
+        del problems[:]
+        subprocess.run(["cc", "-static", "-o", os.path.join(tmp, "build/fedrouter-agent"), src], check=True)
+        static, detail = is_static(os.path.join(tmp, "build/fedrouter-agent"))
+        if not static:
+            bad.append("a static binary was not recognised as static: %s" % detail)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for b in bad:
+        print("FAIL: self-test: " + b)
+    print("check_images: self-test %s" % ("failed" if bad else "OK (a missing library package, a useless "
+                                                              "package, a root agent image and a dynamic "
+                                                              "agent are each caught)"))
+    return 1 if bad else 0
+
+
 def main(argv):
+    if len(argv) == 4 and argv[1] == "--self-test":
+        return self_test(os.path.abspath(argv[2]), os.path.abspath(argv[3]))
     if len(argv) != 3:
-        print("usage: check_images.py REPO_ROOT BUILD_DIR", file=sys.stderr)
+        print("usage: check_images.py [--self-test] REPO_ROOT BUILD_DIR", file=sys.stderr)
         return 2
     for tool in ("ldd", "dpkg", "dpkg-query"):
         if shutil.which(tool) is None:
