@@ -2,6 +2,7 @@
 """check_images.py - deploy/images/*.Containerfile would build images that
 run the binaries this build produces.
 
+Both build stages install every build dependency of scripts/lib/packages.sh.
 Router image (router.Containerfile):
   - multi-stage: a Debian 12 build stage, a debian:12-slim runtime stage that
     copies fedrouter and fedctl from it, runs as a numeric non-root USER;
@@ -160,6 +161,7 @@ def check_router_image(root, build):
         problem("router.Containerfile: runtime stage FROM %s, want debian:12-slim" % run_from)
     if not any(re.search(r"cmake\s+--build", s) for s in build_instrs):
         problem("router.Containerfile: the build stage does not run the project's cmake build")
+    check_build_deps(root, "router.Containerfile", build_instrs)
     copies = " ".join(s for s in run_instrs if s.upper().startswith("COPY") and "--from=" + (build_alias or "0") in s)
     for b in ("fedrouter", "fedctl"):
         if not re.search(r"/%s\b" % b, copies):
@@ -210,6 +212,26 @@ def check_router_image(root, build):
     print("check_images: the router runtime stage installs %s" % " ".join(listed))
 
 
+# Packages of scripts/lib/packages.sh that only the tests and tools need.
+TEST_ONLY = {"check", "libsubunit-dev", "prometheus", "chromium", "curl", "procps", "python3",
+             "python3-yaml", "openssl", "ca-certificates"}
+
+
+def check_build_deps(root, name, instrs):
+    """The build stage installs every build dependency scripts/test does
+    (the same cmake configure must succeed in the image)."""
+    path = os.path.join(root, "scripts/lib/packages.sh")
+    if not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        m = re.search(r"FR_PACKAGES=\(([^)]*)\)", f.read())
+    want = {w for w in re.sub(r"#[^\n]*", "", m.group(1)).split() if w not in TEST_ONLY} if m else set()
+    have = set(apt_packages(instrs))
+    for p in sorted(want - have):
+        problem("%s: the build stage does not install %s, which scripts/lib/packages.sh lists "
+                "as a build dependency" % (name, p))
+
+
 def is_static(binary):
     p = subprocess.run(["readelf", "-l", "-d", binary], capture_output=True, text=True)
     if p.returncode != 0:
@@ -236,6 +258,7 @@ def check_agent_image(root, build):
         problem("agent.Containerfile: the init container must run as non-root (Pod Security restricted)")
     if not any(re.search(r"--target\s+fedrouter-agent", s) for s in st[0][2]):
         problem("agent.Containerfile: the build stage does not build the fedrouter-agent target")
+    check_build_deps(root, "agent.Containerfile", st[0][2])
     agent = os.path.join(build, "fedrouter-agent")
     if not os.path.exists(agent):
         print("check_images: SKIP the static check: %s does not exist in this build (no agent/ yet)" % agent)
