@@ -344,6 +344,27 @@ static void on_probe_timer(uv_timer_t *t) {
     a->probe_ok = 0;
 }
 
+/* Frees what <a> owns but its client, informers and probe timer, then <a>
+ * itself: the one teardown of fr_adapter_new's failure path and of
+ * on_client_freed, whose callers have already dealt with those three. Safe
+ * on the zeroed fields of an adapter that failed half-way. */
+static void adapter_release(struct fr_adapter *a) {
+  pools_free(a);
+  free(a->ns);
+  free(a->server);
+  json_decref(a->claiming);
+  json_decref(a->reaping);
+  json_decref(a->deleting);
+  json_decref(a->abandoned);
+  json_decref(a->node_usage);
+  json_decref(a->sb_node_usage);
+  json_decref(a->warm_ready);
+  json_decref(a->tenant_counts);
+  podstore_free(&a->pods);
+  free(a->reaper); /* NULL once sandbox_stop() closed it */
+  free(a);
+}
+
 int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_adapter **out,
                    char *err, size_t errlen) {
   struct fr_adapter *a = calloc(1, sizeof(*a));
@@ -409,23 +430,11 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
   return 0;
 fail:
   fr_kube_creds_free(creds);
-  json_decref(a->claiming);
-  json_decref(a->reaping);
-  json_decref(a->deleting);
-  json_decref(a->abandoned);
-  json_decref(a->node_usage);
-  json_decref(a->sb_node_usage);
-  json_decref(a->warm_ready);
-  json_decref(a->tenant_counts);
-  podstore_free(&a->pods); /* safe on the zeroed store of an early failure */
-  free(a->reaper);
   for (i = 0; i < INF_COUNT; i++)
     fr_informer_free(a->inf[i]);
   fr_kube_client_free(a->client, NULL, NULL);
-  free(a->probe);
-  free(a->ns);
-  free(a->server);
-  free(a);
+  free(a->probe); /* never initialised as a handle */
+  adapter_release(a);
   return rc < 0 ? rc : -EINVAL;
 }
 
@@ -451,19 +460,7 @@ static void on_client_freed(void *arg) {
   void (*cb)(void *) = a->free_cb;
   void *cb_arg = a->free_arg;
 
-  pools_free(a);
-  free(a->ns);
-  free(a->server);
-  json_decref(a->claiming);
-  json_decref(a->reaping);
-  json_decref(a->deleting);
-  json_decref(a->abandoned);
-  json_decref(a->node_usage);
-  json_decref(a->sb_node_usage);
-  json_decref(a->warm_ready);
-  json_decref(a->tenant_counts);
-  podstore_free(&a->pods);
-  free(a);
+  adapter_release(a);
   if (cb != NULL)
     cb(cb_arg);
 }
