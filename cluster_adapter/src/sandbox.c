@@ -178,7 +178,7 @@ void sandbox_on_pod(struct fr_adapter *a, enum fr_informer_event ev, const struc
   struct create_op *op, *nx;
 
   if (ev == FR_INF_DELETED)
-    json_object_del(a->deleting, p->name);
+    strmap_del(&a->deleting, p->name);
   else
     due_note(a, p, old);
   for (op = a->creates; op != NULL; op = nx) {
@@ -294,7 +294,7 @@ static void on_claimed(const struct fr_kube_response *r, void *arg) {
   char msg[600];
 
   op->call = NULL;
-  json_object_del(op->a->claiming, op->pod);
+  strmap_del(&op->a->claiming, op->pod);
   if (r->status == 200) {
     pod = json_loadb(r->body, r->body_len, 0, NULL);
     /* The caller may exec into it at once: the cache must show it claimed
@@ -338,7 +338,7 @@ static void claim(struct create_op *op, const struct fr_pod *pod) {
   int rc;
 
   set_state(op, CS_CLAIMING);
-  json_object_set_new(op->a->claiming, op->pod, json_true());
+  strmap_put(&op->a->claiming, op->pod, NULL);
   /* Leaving the pool's selector (state=warm) makes the ReplicaSet release
    * the pod and start a replacement. The deadline counts from the pod's
    * start, so add the time it already waited. */
@@ -357,21 +357,22 @@ static void claim(struct create_op *op, const struct fr_pod *pod) {
             : -ENOMEM;
   free(body);
   if (rc != 0) {
-    json_object_del(op->a->claiming, op->pod);
+    strmap_del(&op->a->claiming, op->pod);
     finish(op, FR_SB_FAILED, "cannot send the claim", NULL, 0);
   }
 }
 
 static void pick(struct create_op *op) {
-  json_t *ready, *dummy;
+  /* The pool's ready, unclaimed pods, kept from the cache's events. */
+  const struct strmap *ready = warm_ready_pods(op->a, op->pool);
+  const struct strmap_entry *e;
   const struct fr_pod *pod;
-  const char *name;
+  size_t cur = 0;
 
   set_state(op, CS_PICK);
-  /* The pool's ready, unclaimed pods, kept from the cache's events. */
-  ready = op->pool != NULL ? json_object_get(op->a->warm_ready, op->pool) : NULL;
-  json_object_foreach(ready, name, dummy) {
-    if (json_object_get(op->a->claiming, name) != NULL || strlen(name) >= sizeof(op->pod) ||
+  while (ready != NULL && (e = strmap_next(ready, &cur)) != NULL) {
+    const char *name = e->key;
+    if (strmap_get(&op->a->claiming, name) != NULL || strlen(name) >= sizeof(op->pod) ||
         (pod = fr_adapter_pod(op->a, name)) == NULL || fr_adapter_pod_leaving(op->a, pod))
       continue;
     snprintf(op->pod, sizeof(op->pod), "%s", name);
@@ -501,12 +502,12 @@ int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char 
   /* Hide it from lists at once; the mark goes when the watch reports the
    * pod gone (or, if the delete failed, by the reaper's sweep below). */
   if (rc == 0 && fr_adapter_pod(a, pod) != NULL)
-    json_object_set_new(a->deleting, pod, json_true());
+    strmap_put(&a->deleting, pod, NULL);
   return rc;
 }
 
 int fr_adapter_pod_leaving(struct fr_adapter *a, const struct fr_pod *pod) {
-  return pod->terminating || json_object_get(a->deleting, pod->name) != NULL;
+  return pod->terminating || strmap_get(&a->deleting, pod->name) != NULL;
 }
 
 int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec,
@@ -672,37 +673,38 @@ static struct reap_due due_pop(struct fr_adapter *a) {
   return top;
 }
 
+/* Sweeps of the reaper's pod-name sets (strmap_sweep): nonzero drops the
+ * mark. */
+static int abandoned_done(struct strmap_entry *e, void *arg) {
+  struct fr_adapter *a = arg;
+  const struct fr_pod *pod = fr_adapter_pod(a, e->key);
+
+  if (pod == NULL)
+    return fr_informer_synced(a->inf[INF_PODS]) && fr_informer_healthy(a->inf[INF_PODS]);
+  if (!fr_adapter_pod_leaving(a, pod)) {
+    FR_INFO("reaper", "%s: deleting %s (create abandoned while the cluster was down)", a->cc.name, e->key);
+    fr_adapter_sandbox_delete(a, e->key, NULL, on_reaped, NULL);
+  }
+  return 0;
+}
+
+static int pod_gone(struct strmap_entry *e, void *arg) {
+  return fr_adapter_pod(arg, e->key) == NULL;
+}
+
 static void on_reap(uv_timer_t *t) {
   struct fr_adapter *a = t->data;
   const struct fr_pod *pod;
-  json_t *mark;
-  const char *key;
   int64_t now = fr_wall_ms() / 1000;
-  void *tmp;
 
   /* Pods of creates given up while the cluster was down: delete them once
    * it answers again (the mark goes when the delete is accepted or the
    * pod is known gone). */
-  if (a->breaker == BR_CLOSED) {
-    json_object_foreach_safe(a->abandoned, tmp, key, mark) {
-      if (fr_adapter_pod(a, key) == NULL && fr_informer_synced(a->inf[INF_PODS]) &&
-          fr_informer_healthy(a->inf[INF_PODS])) {
-        json_object_del(a->abandoned, key);
-      } else if (fr_adapter_pod(a, key) != NULL && !fr_adapter_pod_leaving(a, fr_adapter_pod(a, key))) {
-        FR_INFO("reaper", "%s: deleting %s (create abandoned while the cluster was down)", a->cc.name, key);
-        fr_adapter_sandbox_delete(a, key, NULL, on_reaped, NULL);
-      }
-    }
-  }
+  if (a->breaker == BR_CLOSED)
+    strmap_sweep(&a->abandoned, abandoned_done, a);
   /* Forget marks of pods that are gone. */
-  json_object_foreach_safe(a->reaping, tmp, key, mark) {
-    if (fr_adapter_pod(a, key) == NULL)
-      json_object_del(a->reaping, key);
-  }
-  json_object_foreach_safe(a->deleting, tmp, key, mark) {
-    if (fr_adapter_pod(a, key) == NULL)
-      json_object_del(a->deleting, key);
-  }
+  strmap_sweep(&a->reaping, pod_gone, a);
+  strmap_sweep(&a->deleting, pod_gone, a);
   /* activeDeadlineSeconds already stopped expired sandboxes in the
    * cluster; the expiry annotation covers a cluster that did not. Only the
    * sandboxes due now are looked at, never the whole cache. */
@@ -712,23 +714,18 @@ static void on_reap(uv_timer_t *t) {
 
     pod = fr_adapter_pod(a, d.pod);
     at = pod != NULL ? due_at(pod) : -1;
-    if (at >= 0 && at <= now && json_object_get(a->reaping, d.pod) == NULL) {
+    if (at >= 0 && at <= now && strmap_get(&a->reaping, d.pod) == NULL) {
       FR_INFO("reaper", "%s: deleting %s (%s)", a->cc.name, d.pod, at > 0 ? "expired" : "finished");
       if (fr_adapter_sandbox_delete(a, d.pod, NULL, on_reaped, NULL) == 0)
-        json_object_set_new(a->reaping, d.pod, json_true());
+        strmap_put(&a->reaping, d.pod, NULL);
     }
     free(d.pod);
   }
 }
 
 int sandbox_init(struct fr_adapter *a) {
-  a->claiming = json_object();
-  a->reaping = json_object();
-  a->deleting = json_object();
-  a->abandoned = json_object();
   a->reaper = malloc(sizeof(*a->reaper));
-  if (a->claiming == NULL || a->reaping == NULL || a->deleting == NULL || a->abandoned == NULL ||
-      a->reaper == NULL)
+  if (a->reaper == NULL)
     return -ENOMEM;
   a->reaper->data = NULL;
   return 0;
@@ -748,7 +745,7 @@ void sandbox_cluster_down(struct fr_adapter *a) {
     if (op->state != CS_WAITING)
       continue; /* calls in flight fail by themselves, quickly */
     /* The pod may exist: delete it when the cluster answers again. */
-    json_object_set_new(a->abandoned, op->pod, json_true());
+    strmap_put(&a->abandoned, op->pod, NULL);
     finish(op, FR_SB_UNAVAILABLE, "the cluster became unreachable while the sandbox was starting", NULL, 0);
   }
 }
