@@ -189,26 +189,13 @@ static int get_bool(struct loader *l, const config_setting_t *group, const char 
  * keeps its value when absent. */
 static int get_amount(struct loader *l, const config_setting_t *group, const char *key,
                       double *out, int *present) {
-  config_setting_t *s = config_setting_get_member(group, key);
-  double v;
+  const config_setting_t *s;
+  double v = 0;
+  int rc = fr_cfg_get_number(&l->cfg, group, key, &v, &s);
 
   *present = s != NULL;
-  if (s == NULL)
-    return 0;
-  switch (config_setting_type(s)) {
-  case CONFIG_TYPE_INT:
-  case CONFIG_TYPE_INT64:
-    v = (double)config_setting_get_int64(s);
-    break;
-  case CONFIG_TYPE_FLOAT:
-    v = config_setting_get_float(s);
-    break;
-  case CONFIG_TYPE_STRING:
-    return bad(l, s, "expected a number, got a string (\"%s\"); write numbers without quotes",
-               config_setting_get_string(s));
-  default:
-    return bad(l, s, "expected a number, got %s", type_name(config_setting_type(s)));
-  }
+  if (rc < 0 || s == NULL)
+    return rc;
   if (!isfinite(v) || v < 0)
     return bad(l, s, "must be a number >= 0, got %g", v);
   *out = v;
