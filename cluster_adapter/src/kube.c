@@ -50,10 +50,7 @@
 #include "fr/kubeconfig.h"
 #include "fr/log.h"
 #include "fr/util.h"
-
-#ifndef FR_VERSION
-#define FR_VERSION "0.1.0"
-#endif
+#include "fr/version.h"
 
 extern char **environ;
 

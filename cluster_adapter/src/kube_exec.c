@@ -65,16 +65,13 @@
 #include "fr/curluv.h"
 #include "fr/log.h"
 #include "fr/util.h"
+#include "fr/version.h"
 #include "fr/ws.h"
 #include "kube_internal.h"
 
 #define LOG_COMP "kube-exec"
 
-#ifdef FR_VERSION
 #define DEFAULT_USER_AGENT "fedrouter/" FR_VERSION
-#else
-#define DEFAULT_USER_AGENT "fedrouter"
-#endif
 
 /* Bounds, and where the numbers come from. */
 #define STDIN_FRAME_MAX (1024 * 1024)   /* stdin data per channel-0 message */

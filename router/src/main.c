@@ -20,9 +20,8 @@
 #include "fr/log.h"
 #include "fr/policy.h"
 #include "metrics.h"
+#include "fr/version.h"
 #include "router.h"
-
-#define FEDROUTER_VERSION "0.1.0"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -352,7 +351,7 @@ int main(int argc, char **argv) {
       }
       fr_log_set_level(lvl);
       break;
-    case 'V': printf("fedrouter %s\n", FEDROUTER_VERSION); return 0;
+    case 'V': printf("fedrouter %s\n", FR_VERSION); return 0;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }

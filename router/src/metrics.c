@@ -12,6 +12,7 @@
 #include "fr/http.h"
 #include "fr/config.h"
 #include "fr/policy.h"
+#include "fr/version.h"
 #include "metrics.h"
 #include "router.h"
 
@@ -203,7 +204,7 @@ static void render_gauges(struct router *r, struct fr_buf *b) {
   if (views == NULL)
     return;
   head(b, "fedrouter_build_info", "gauge", "Always 1; the version label says which fedrouter.");
-  gauge(b, "fedrouter_build_info", NULL, NULL, "version", FR_ROUTER_VERSION, NULL, NULL, 1);
+  gauge(b, "fedrouter_build_info", NULL, NULL, "version", FR_VERSION, NULL, NULL, 1);
 
   head(b, "fedrouter_cluster_healthy", "gauge", "1 while the cluster's circuit breaker is closed.");
   for (i = 0; i < r->nadapters; i++) {

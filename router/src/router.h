@@ -9,8 +9,6 @@
 
 #include "fr/kube.h"   /* struct fr_kube_exec_budget */
 
-#define FR_ROUTER_VERSION "0.1.0"
-
 struct fr_config;
 struct fr_adapter;
 struct fr_adapter_view;
