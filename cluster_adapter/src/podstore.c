@@ -230,6 +230,11 @@ int fr_pod_done(const struct fr_pod *p) {
 /* ---------------------------------------------------------------------- */
 /* table                                                                   */
 
+/* The same linear probing and backward-shift deletion as strmap.c, over
+ * records that carry their own key: a strmap entry would copy each pod's
+ * name once more and add an allocation (~64 bytes a pod, 32 MB at
+ * 500,000 sandboxes). */
+
 /* Slot of <name>, or of the empty slot where it would go. */
 static size_t find(const struct podstore *s, const char *name) {
   size_t i = strmap_hash(name) & (s->cap - 1);
