@@ -1,5 +1,7 @@
 /* router.c - the fedrouter HTTP API: authentication, request ids, JSON
- * errors, and the endpoints that exist so far (health, readiness, clusters).
+ * errors, the access log, and the endpoints that need no sandbox work
+ * (health, readiness, /metrics, the dashboard, clusters, events, policy);
+ * /v1/sandboxes, /v1/pools and /v1/placement go on to sandboxes.c.
  */
 #include <errno.h>
 #include <inttypes.h>
