@@ -221,6 +221,7 @@ struct rest_call {
   struct rest_call *qprev, *qnext;    /* the client's queue, while CALL_QUEUED */
   fr_kube_response_cb cb;
   fr_kube_line_cb on_line;
+  fr_kube_data_cb on_data;            /* fr_kube_request_opts: a 2xx body as it arrives */
   void *arg;
   const char *url;                    /* server + path, in <strs> */
   const char *content_type, *request_id, *body;   /* in <strs>, or NULL */
@@ -1502,6 +1503,13 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata) {
     curl_easy_getinfo(io->easy, CURLINFO_RESPONSE_CODE, &io->code);
   if (rc->kind == KIND_WATCH && io->code >= 200 && io->code < 300)
     return watch_feed(rc, ptr, n);
+  if (rc->on_data != NULL && io->code >= 200 && io->code < 300) {
+    if (rc->on_data(ptr, n, rc->arg) != 0) {
+      io->abort_why = "stopped by its reader";
+      return 0;
+    }
+    return n;
+  }
   if (io->resp.len + n > KUBE_MAX_BODY) {
     io->abort_why = "response body larger than 256 MiB";
     return 0;
@@ -1921,11 +1929,22 @@ int fr_kube_request_opts(struct fr_kube_client *c, const char *method, const cha
                          struct fr_kube_call **out) {
   if (out != NULL)
     *out = NULL;
-  if (o == NULL || (o->flags & ~(FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY)) != 0)
+  struct rest_call *rc;
+  int r;
+
+  /* A body handed out as it arrives cannot be taken back for a retry. */
+  if (o == NULL || (o->flags & ~(FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY)) != 0 ||
+      (o->on_data != NULL && (o->flags & FR_KUBE_IDEMPOTENT)))
     return -EINVAL;
-  return call_start(c, (o->flags & FR_KUBE_PRIORITY) ? KIND_PRIORITY : KIND_BULK, method, path,
-                    content_type, body, len, o->flags & FR_KUBE_IDEMPOTENT, o->request_id, o->header,
-                    o->timeout_ms, NULL, cb, arg, out);
+  r = call_start(c, (o->flags & FR_KUBE_PRIORITY) ? KIND_PRIORITY : KIND_BULK, method, path,
+                 content_type, body, len, o->flags & FR_KUBE_IDEMPOTENT, o->request_id, o->header,
+                 o->timeout_ms, NULL, cb, arg, (struct fr_kube_call **)&rc);
+  /* Set before the loop runs again: nothing is sent from inside call_start. */
+  if (r == 0)
+    rc->on_data = o->on_data;
+  if (r == 0 && out != NULL)
+    *out = &rc->base;
+  return r;
 }
 
 int fr_kube_watch(struct fr_kube_client *c, const char *path, fr_kube_line_cb on_line,

@@ -103,6 +103,11 @@ int fr_kube_request(struct fr_kube_client *c, const char *method, const char *pa
                     const char *request_id, fr_kube_response_cb cb, void *arg,
                     struct fr_kube_call **out);
 
+/* A 2xx response body as it arrives (fr_kube_request_opts.on_data), from
+ * inside curl's write callback: it must not cancel the call or free the
+ * client. Nonzero stops the transfer (the call then ends with status 0). */
+typedef int (*fr_kube_data_cb)(const char *data, size_t len, void *arg);
+
 /* What fr_kube_request_opts() takes beyond fr_kube_request()'s arguments.
  * Strings are copied. */
 struct fr_kube_request_opts {
@@ -110,6 +115,9 @@ struct fr_kube_request_opts {
   const char *request_id;       /* sent as X-Request-Id; may be NULL */
   uint64_t timeout_ms;          /* per attempt; 0 = the client's request_timeout_ms */
   const char *header;           /* one more header line "Name: value" (no CR/LF); may be NULL */
+  fr_kube_data_cb on_data;      /* NULL: buffer the body for <cb>; else hand a 2xx body over
+                                   as it arrives (<cb> then gets an empty body); not with
+                                   FR_KUBE_IDEMPOTENT */
 };
 
 /* fr_kube_request() with a per-call timeout and one extra header (e.g. a
