@@ -86,6 +86,22 @@ void sandbox_cluster_down(struct fr_adapter *a);
  * none. Borrowed: valid until the next sandbox pod event. */
 const struct strmap *warm_ready_pods(const struct fr_adapter *a, const char *pool);
 
+/* agent.c: the in-sandbox agent through the pod proxy. */
+typedef void (*agent_done_cb)(int rc, const char *message, void *arg);
+/* The agent port of <pod> when it has an agent and this router speaks to
+ * agents (cc.agent set), else 0. */
+int agent_port_of(const struct fr_adapter *a, const struct fr_pod *pod);
+/* The sandbox token of <pod>: hex HMAC-SHA256(key, "<cluster>.<pod>"). */
+int agent_token(const struct fr_adapter *a, const char *pod, char out[65]);
+/* The pod proxy path to <rest> (no leading slash) on <pod>:<port>. */
+int agent_path(const struct fr_adapter *a, const char *pod, int port, const char *rest, char *out,
+               size_t cap);
+/* POST /init: sets the sandbox's token and its env (<env>: object of
+ * strings or NULL, borrowed); <cb> gets 0 or -EIO with a message, unless
+ * the call (*<out>, for fr_kube_cancel) is cancelled first. */
+int agent_init(struct fr_adapter *a, const char *pod, int port, json_t *env, const char *request_id,
+               agent_done_cb cb, void *arg, struct fr_kube_call **out);
+
 /* Small JSON accessors shared by the adapter sources. */
 const char *pod_label(json_t *obj, const char *key);
 int pod_condition_true(json_t *obj, const char *type);

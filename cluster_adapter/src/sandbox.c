@@ -29,8 +29,8 @@
  * runs it (deletes are idempotent). */
 #define REAP_EVERY_MS 2000
 
-enum cstate { CS_PICK, CS_CLAIMING, CS_CREATING, CS_WAITING, CS_DONE };
-static const char *const cstate_names[] = {"pick", "claiming", "creating", "waiting", "done"};
+enum cstate { CS_PICK, CS_CLAIMING, CS_CREATING, CS_WAITING, CS_INIT, CS_DONE };
+static const char *const cstate_names[] = {"pick", "claiming", "creating", "waiting", "init", "done"};
 
 struct create_op {
   struct create_op *prev, *next;
@@ -44,6 +44,7 @@ struct create_op {
   fr_sandbox_cb cb;
   void *arg;
   int conflicts;
+  int init_warm;            /* CS_INIT: the pod came from the pool */
   char pod[64];
   struct fr_kube_call *call;
   uv_timer_t *timer;
@@ -103,6 +104,41 @@ static void finish(struct create_op *op, enum fr_sandbox_err err, const char *me
   op_free(op);
 }
 
+/* ---- success, after the agent's /init where there is one ---- */
+
+static void on_inited(int rc, const char *message, void *arg) {
+  struct create_op *op = arg;
+  const struct fr_pod *p;
+
+  op->call = NULL;
+  p = fr_adapter_pod(op->a, op->pod);
+  if (rc == 0 && p != NULL) {
+    finish(op, FR_SB_OK, NULL, p, op->init_warm);
+    return;
+  }
+  /* A sandbox whose agent refuses its token and env is not usable as asked:
+   * it goes, and the caller places the sandbox elsewhere. */
+  fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+  finish(op, FR_SB_UNAVAILABLE, rc == 0 ? "the sandbox went away during its agent's /init" : message, NULL, 0);
+}
+
+/* The sandbox <pod> is exec-ready: done, once its agent (if it runs one)
+ * has the sandbox's token and env. */
+static void succeed(struct create_op *op, const struct fr_pod *pod, int warm) {
+  int port = agent_port_of(op->a, pod);
+
+  if (port == 0) {
+    finish(op, FR_SB_OK, NULL, pod, warm);
+    return;
+  }
+  set_state(op, CS_INIT);
+  op->init_warm = warm;
+  if (agent_init(op->a, op->pod, port, op->env, op->request_id, on_inited, op, &op->call) != 0) {
+    fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+    finish(op, FR_SB_FAILED, "cannot send the agent's /init", NULL, 0);
+  }
+}
+
 static void now_rfc3339(char out[21], int64_t plus_s) {
   fr_time_rfc3339(fr_wall_ms() / 1000 + plus_s, out);
 }
@@ -124,10 +160,14 @@ static json_t *user_labels_plus(struct create_op *op, json_t *labels) {
   return labels;
 }
 
-static json_t *sandbox_annotations(struct create_op *op, int warm) {
+/* <agent>: the pod runs an agent, which gets the env by /init instead. */
+static json_t *sandbox_annotations(struct create_op *op, int warm, int agent) {
   char created[21], expires[21];
   json_t *ann = json_object();
-  char *env = op->env && json_object_size(op->env) ? json_dumps(op->env, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  /* With an agent the env goes to /init only: not into an annotation. */
+  char *env = !agent && op->env && json_object_size(op->env)
+                  ? json_dumps(op->env, JSON_COMPACT | JSON_SORT_KEYS)
+                  : NULL;
 
   now_rfc3339(created, 0);
   now_rfc3339(expires, op->lifetime_s);
@@ -159,7 +199,7 @@ static void on_ready_timeout(uv_timer_t *t) {
 /* The pod is in the cache: decide from its state. */
 static void check_pod(struct create_op *op, const struct fr_pod *pod) {
   if (pod_is_ready(pod)) {
-    finish(op, FR_SB_OK, NULL, pod, 0);
+    succeed(op, pod, 0);
   } else if (pod->unschedulable != NULL) {
     char msg[600];
     snprintf(msg, sizeof(msg), "unschedulable: %s", pod->unschedulable);
@@ -227,8 +267,14 @@ static void on_created(const struct fr_kube_response *r, void *arg) {
   }
 }
 
-static json_t *container_json(const char *image, int64_t cpu_m, int64_t mem_b, json_t *env) {
-  char cpu[32], mem[32];
+/* Where the init container puts the agent, and the sandbox finds it. */
+#define AGENT_DIR "/fr-agent"
+#define AGENT_VOLUME "fr-agent"
+
+static json_t *container_json(const struct fr_adapter *a, const char *image, int64_t cpu_m, int64_t mem_b,
+                              json_t *env) {
+  const struct fr_adapter_agent *ag = a->cc.agent;
+  char cpu[32], mem[32], listen[32];
   json_t *res, *c, *envs = json_array();
   const char *k;
   json_t *v;
@@ -237,15 +283,51 @@ static json_t *container_json(const char *image, int64_t cpu_m, int64_t mem_b, j
   fr_quantity_format_bytes(mem_b, mem, sizeof(mem));
   res = json_pack("{s:{s:s,s:s},s:{s:s,s:s}}", "requests", "cpu", cpu, "memory", mem, "limits", "cpu",
                   cpu, "memory", mem);
-  /* The sandbox container just stays alive; work arrives through exec. */
-  c = json_pack("{s:s,s:s,s:[s,s],s:o}", "name", "sandbox", "image", image, "command", "sleep",
-                "infinity", "resources", res);
+  if (ag != NULL) {
+    /* The agent is PID 1 (it reaps orphans) and keeps the container up;
+     * work arrives through it. Ready once it answers /health. */
+    snprintf(listen, sizeof(listen), "0.0.0.0:%d", ag->port);
+    c = json_pack("{s:s,s:s,s:[s,s,s,s,s,s],s:o,s:[{s:s,s:s,s:b}],s:[{s:s,s:i,s:s}],"
+                  "s:{s:{s:s,s:i},s:i,s:i}}",
+                  "name", "sandbox", "image", image, "command", AGENT_DIR "/fedrouter-agent", "--listen",
+                  listen, "--", "sleep", "infinity", "resources", res, "volumeMounts", "name", AGENT_VOLUME,
+                  "mountPath", AGENT_DIR, "readOnly", 1, "ports", "name", "agent", "containerPort", ag->port,
+                  "protocol", "TCP", "readinessProbe", "httpGet", "path", "/health", "port", ag->port,
+                  "periodSeconds", 1, "failureThreshold", 3);
+    env = NULL; /* the env reaches the agent by /init, never the pod spec */
+  } else {
+    /* The sandbox container just stays alive; work arrives through exec. */
+    c = json_pack("{s:s,s:s,s:[s,s],s:o}", "name", "sandbox", "image", image, "command", "sleep",
+                  "infinity", "resources", res);
+  }
   json_object_foreach(env, k, v) json_array_append_new(envs, json_pack("{s:s,s:O}", "name", k, "value", v));
   if (json_array_size(envs))
     json_object_set_new(c, "env", envs);
   else
     json_decref(envs);
   return c;
+}
+
+/* Adds to pod spec <spec> (and <labels>) what an agent needs: the init
+ * container that copies the static binary from the agent image into an
+ * emptyDir, the volume, and the label saying which port it serves. */
+static void add_agent(const struct fr_adapter *a, json_t *spec, json_t *labels) {
+  const struct fr_adapter_agent *ag = a->cc.agent;
+  char port[16];
+
+  if (ag == NULL || spec == NULL)
+    return;
+  snprintf(port, sizeof(port), "%d", ag->port);
+  json_object_set_new(labels, FR_LABEL_AGENT, json_string(port));
+  json_object_set_new(spec, "initContainers",
+                      json_pack("[{s:s,s:s,s:[s,s,s],s:[{s:s,s:s}],s:{s:{s:s,s:s},s:{s:s,s:s}}}]", "name",
+                                "fr-agent-install", "image", ag->image, "command", "cp",
+                                "/usr/local/bin/fedrouter-agent", AGENT_DIR "/fedrouter-agent",
+                                "volumeMounts", "name", AGENT_VOLUME, "mountPath", AGENT_DIR, "resources",
+                                "requests", "cpu", "10m", "memory", "16Mi", "limits", "cpu", "100m",
+                                "memory", "32Mi"));
+  json_object_set_new(spec, "volumes", json_pack("[{s:s,s:{s:s}}]", "name", AGENT_VOLUME, "emptyDir",
+                                                 "sizeLimit", "64Mi"));
 }
 
 static void start_cold(struct create_op *op) {
@@ -267,10 +349,11 @@ static void start_cold(struct create_op *op) {
     json_object_set_new(labels, FR_LABEL_POOL, json_string(op->pool));
   user_labels_plus(op, labels);
   pod = json_pack("{s:s,s:s,s:{s:s,s:o,s:o},s:{s:[o],s:s,s:I,s:i,s:b}}", "apiVersion", "v1", "kind", "Pod",
-                  "metadata", "name", op->pod, "labels", labels, "annotations", sandbox_annotations(op, 0),
-                  "spec", "containers", container_json(op->image, op->cpu_m, op->mem_b, op->env),
+                  "metadata", "name", op->pod, "labels", labels, "annotations", sandbox_annotations(op, 0, op->a->cc.agent != NULL),
+                  "spec", "containers", container_json(op->a, op->image, op->cpu_m, op->mem_b, op->env),
                   "restartPolicy", "Never", "activeDeadlineSeconds", (json_int_t)op->lifetime_s,
                   "terminationGracePeriodSeconds", 1, "automountServiceAccountToken", 0);
+  add_agent(op->a, json_object_get(pod, "spec"), json_object_get(json_object_get(pod, "metadata"), "labels"));
   body = pod ? json_dumps(pod, JSON_COMPACT) : NULL;
   json_decref(pod);
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", op->a->ns);
@@ -304,7 +387,7 @@ static void on_claimed(const struct fr_kube_response *r, void *arg) {
     p = fr_adapter_pod(op->a, op->pod);
     if (p != NULL && p->tenant != NULL && strcmp(p->tenant, op->tenant) == 0 && p->sbname != NULL &&
         strcmp(p->sbname, op->name) == 0)
-      finish(op, FR_SB_OK, NULL, p, 1);
+      succeed(op, p, 1);
     else
       finish(op, FR_SB_FAILED, "the claimed pod changed or went away at once", NULL, 1);
     return;
@@ -346,7 +429,7 @@ static void claim(struct create_op *op, const struct fr_pod *pod) {
                      FR_LABEL_NAME, op->name);
   user_labels_plus(op, labels);
   patch = json_pack("{s:{s:s,s:o,s:o},s:{s:I}}", "metadata", "resourceVersion", rv ? rv : "", "labels",
-                    labels, "annotations", sandbox_annotations(op, 1), "spec", "activeDeadlineSeconds",
+                    labels, "annotations", sandbox_annotations(op, 1, agent_port_of(op->a, pod) > 0), "spec", "activeDeadlineSeconds",
                     (json_int_t)(started_s_ago(pod) + op->lifetime_s));
   body = patch ? json_dumps(patch, JSON_COMPACT) : NULL;
   json_decref(patch);
@@ -536,12 +619,18 @@ int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec
                  FR_LABEL_POOL, spec->name, FR_LABEL_OWNER, spec->owner, "annotations", FR_ANN_POOL_SPEC, spec_ann, "spec",
                  "replicas", (json_int_t)spec->replicas, "selector", "matchLabels", FR_LABEL_POOL,
                  spec->name, FR_LABEL_STATE, "warm", "template", "metadata", "labels", tmpl_labels,
-                 "spec", "containers", container_json(spec->image, spec->cpu_m, spec->mem_b, NULL),
+                 "spec", "containers", container_json(a, spec->image, spec->cpu_m, spec->mem_b, NULL),
                  "restartPolicy", "Always", "terminationGracePeriodSeconds", 1,
                  "automountServiceAccountToken", 0);
   free(spec_ann);
   if (rs == NULL)
     return -ENOMEM;
+  /* Pool pods get the agent too (label on the template only: the
+   * selector stays pool + state, so older pods without it still count). */
+  add_agent(a, json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec"),
+            json_object_get(json_object_get(json_object_get(json_object_get(rs, "spec"), "template"),
+                                            "metadata"),
+                            "labels"));
   rc = simple_request(a, "POST", path, "application/json", rs, 0, NULL, cb, arg);
   json_decref(rs);
   return rc;

@@ -371,7 +371,8 @@ static int parse_listen(struct loader *l, const config_setting_t *s, const char 
 
 static const char *const root_keys[] = {"listen", "tls", "region", "policy", "sandbox",
                                         "limits", "tenants", "clusters", "hosted",
-                                        "metrics_token_sha256", NULL};
+                                        "metrics_token_sha256", "agent", NULL};
+static const char *const agent_keys[] = {"image", "port", "key_file", NULL};
 static const char *const tls_keys[] = {"cert", "key", NULL};
 static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s", NULL};
 static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_exec_output_bytes",
@@ -410,6 +411,59 @@ static int load_tls(struct loader *l, const config_setting_t *root, struct fr_co
   if ((rc = get_path(l, g, "key", 1, "the PEM private key of the certificate", &c->tls_key, &s)) < 0)
     return rc;
   return check_readable(l, s, c->tls_key);
+}
+
+/* The sandbox agent's HMAC key: the file's bytes less trailing white
+ * space, at least AGENT_KEY_MIN of them (a token is only as strong as it). */
+#define AGENT_KEY_MIN 32
+#define AGENT_KEY_MAX 4096
+
+static int read_agent_key(struct loader *l, const config_setting_t *s, const char *path, struct fr_config *c) {
+  FILE *f = fopen(path, "rb");
+  unsigned char buf[AGENT_KEY_MAX + 1];
+  size_t n;
+
+  if (f == NULL)
+    return bad(l, s, "cannot read %s: %s", path, strerror(errno));
+  n = fread(buf, 1, sizeof(buf), f);
+  fclose(f);
+  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
+    n--;
+  if (n < AGENT_KEY_MIN || n > AGENT_KEY_MAX)
+    return bad(l, s, "%s holds %zu bytes; the agent key needs %d to %d (make one with: "
+               "head -c 32 /dev/urandom | base64 > FILE)", path, n, AGENT_KEY_MIN, AGENT_KEY_MAX);
+  c->agent_key = malloc(n);
+  if (c->agent_key == NULL)
+    return oom(l);
+  memcpy(c->agent_key, buf, n);
+  c->agent_key_len = n;
+  return 0;
+}
+
+static int load_agent(struct loader *l, const config_setting_t *root, struct fr_config *c) {
+  const config_setting_t *g, *s;
+  const char *v;
+  int64_t port = 49983;
+  char *key_path = NULL;
+  int rc;
+
+  if ((rc = get_group(l, root, "agent", &g)) < 0 || g == NULL)
+    return rc;
+  if ((rc = check_keys(l, g, agent_keys)) < 0 ||
+      (rc = get_string(l, g, "image", 1, "the agent image its init container copies fedrouter-agent from",
+                       &v, &s)) < 0)
+    return rc;
+  if ((c->agent_image = strdup(v)) == NULL)
+    return oom(l);
+  if ((rc = get_int(l, g, "port", 1, 65535, &port, NULL)) < 0)
+    return rc;
+  c->agent_port = (int)port;
+  if ((rc = get_path(l, g, "key_file", 1, "the file of the HMAC key sandbox tokens are derived with", &key_path,
+                     &s)) < 0)
+    return rc;
+  rc = read_agent_key(l, s, key_path, c);
+  free(key_path);
+  return rc;
 }
 
 static int load_sandbox(struct loader *l, const config_setting_t *root, struct fr_config *c) {
@@ -692,7 +746,7 @@ static int load_root(struct loader *l, const config_setting_t *root, struct fr_c
                        &v, &s)) < 0 ||
       (rc = parse_listen(l, s, v, &c->listen_host, &c->listen_port)) < 0)
     return rc;
-  if ((rc = load_tls(l, root, c)) < 0)
+  if ((rc = load_tls(l, root, c)) < 0 || (rc = load_agent(l, root, c)) < 0)
     return rc;
   if ((rc = get_string(l, root, "region", 1, "the region this router runs in, e.g. \"us\"", &v,
                        &s)) < 0 ||
@@ -797,6 +851,10 @@ static void config_free(struct fr_config *c) {
   free(c->tls_key);
   free(c->region);
   free(c->policy);
+  free(c->agent_image);
+  if (c->agent_key != NULL)
+    memset(c->agent_key, 0, c->agent_key_len); /* a secret: not left in freed memory */
+  free(c->agent_key);
   free(c);
 }
 

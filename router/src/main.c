@@ -369,6 +369,10 @@ int main(int argc, char **argv) {
   }
   if (router_tenants_init(&r) != 0)
     return 1;
+  r.agent.image = r.cfg->agent_image;
+  r.agent.port = r.cfg->agent_port;
+  r.agent.key = r.cfg->agent_key;
+  r.agent.key_len = r.cfg->agent_key_len;
   if (placement_init(&r) != 0)
     return 1;
   r.metrics = metrics_new();
@@ -380,7 +384,8 @@ int main(int argc, char **argv) {
     return 1;
   for (i = 0; i < r.cfg->nclusters; i++) {
     const struct fr_config_cluster *cc = &r.cfg->clusters[i];
-    struct fr_adapter_opts ao = {cc->name, cc->region, cc->kubeconfig, cc->context, cc->ns};
+    struct fr_adapter_opts ao = {cc->name, cc->region, cc->kubeconfig, cc->context, cc->ns,
+                                 r.cfg->agent_image != NULL ? &r.agent : NULL};
     char err[768];
     if (fr_adapter_new(r.loop, &ao, &r.adapters[i], err, sizeof(err)) != 0) {
       fprintf(stderr, "fedrouter: cluster \"%s\": %s\n", r.cfg->clusters[i].name, err);

@@ -7,7 +7,8 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "fr/kube.h"   /* struct fr_kube_exec_budget */
+#include "fr/adapter.h" /* struct fr_adapter_agent */
+#include "fr/kube.h"    /* struct fr_kube_exec_budget */
 
 struct fr_config;
 struct fr_adapter;
@@ -40,6 +41,7 @@ struct router {
   int stopping;                   /* draining: new requests get 503 */
   size_t inflight;                /* requests answered later (creates, execs, ...) */
   struct fr_kube_exec_budget exec_budget; /* all execs' buffered output (limits.exec_output_budget_bytes) */
+  struct fr_adapter_agent agent;  /* the config's agent group, for the adapters (image NULL: none) */
   struct tenant_state *tenants;   /* one per configured tenant, or one "local" */
   size_t ntenants;
 

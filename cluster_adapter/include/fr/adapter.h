@@ -30,12 +30,27 @@ struct fr_adapter;
 /* What an adapter needs to know about its cluster. Every string is
  * borrowed and must outlive the adapter (the router passes its config
  * snapshot's strings). */
+/* The in-sandbox agent (fedrouter-agent, agent/README.md): new sandbox
+ * pods get an init container from <image> that copies the static binary
+ * into an emptyDir, and their command wrapped to run it on <port>; the
+ * adapter then reaches it through the API server's pod proxy. Requests
+ * carry the sandbox's token, HMAC-SHA256(<key>, "<cluster>.<pod>") in hex,
+ * which every router replica derives alike. Borrowed; must outlive the
+ * adapter. */
+struct fr_adapter_agent {
+  const char *image;
+  int port;
+  const void *key;
+  size_t key_len;
+};
+
 struct fr_adapter_opts {
   const char *name;
   const char *region;
   const char *kubeconfig;   /* path */
   const char *context;      /* NULL = current-context */
   const char *ns;           /* namespace for sandboxes; NULL = "default" */
+  const struct fr_adapter_agent *agent; /* NULL: sandboxes without an agent (pods/exec only) */
 };
 
 #define FR_LABEL_SANDBOX "fedrouter.io/sandbox"
@@ -44,6 +59,8 @@ struct fr_adapter_opts {
 #define FR_LABEL_TENANT "fedrouter.io/tenant"
 #define FR_LABEL_NAME "fedrouter.io/name"
 #define FR_LABEL_OWNER "fedrouter.io/owner"
+/* On a sandbox or pool pod: it runs fedrouter-agent on this port. */
+#define FR_LABEL_AGENT "fedrouter.io/agent"
 #define FR_ANN_CREATED "fedrouter.io/created-at"
 #define FR_ANN_EXPIRES "fedrouter.io/expires-at"
 #define FR_ANN_WARM "fedrouter.io/warm"
@@ -260,6 +277,11 @@ typedef void (*fr_exec_cb)(const struct fr_exec_result *res, void *arg);
 
 /* Runs <spec> in sandbox pod <pod> and calls <cb> once, from a later loop
  * turn, with the outcome; the cluster's circuit breaker is fed from it.
+ * A pod with an agent (label fedrouter.io/agent) runs it through the agent
+ * (one pod-proxy request on a kept-alive connection; the agent kills the
+ * command's whole process group and everything it started at the
+ * timeout); if the agent cannot be reached before the command started,
+ * through pods/exec as for any other pod.
  * Never retried (a command is not idempotent). Returns 0, or without
  * calling <cb>: -ENOENT (no such pod in the cache), -EHOSTDOWN (the
  * cluster's breaker is open: fail fast), -E2BIG (argv and env too long for

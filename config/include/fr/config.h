@@ -17,6 +17,7 @@
  *              max_exec_output_bytes = 16777216; max_exec_timeout_s = 3600;
  *              max_connections = 0; max_connections_per_ip = 4096;
  *              exec_output_budget_bytes = 268435456; };
+ *   agent = { image = "registry/fedrouter-agent:0.1.0"; port = 49983; key_file = "agent.key"; };
  *   tenants = ( { name = "rl"; token_sha256 = "<64 hex>"; max_sandboxes = 20000;
  *                 max_requests_in_flight = 4096; max_concurrent_execs = 2048; } );
  *   clusters = ( { name = "us-east"; region = "us";
@@ -98,6 +99,11 @@ struct fr_config {
   size_t nclusters;
   struct fr_config_hosted hosted; /* the defaults when the file has no `hosted` */
   char metrics_token_sha256[65];  /* "" = /metrics is open to whoever reaches the port */
+  /* The sandbox agent (`agent` group); agent_image NULL = no agent. */
+  char *agent_image;
+  int agent_port;
+  unsigned char *agent_key;       /* HMAC key of the sandbox tokens (a secret) */
+  size_t agent_key_len;
 };
 
 /* Parses and validates <path>. Returns 0 and a snapshot with one reference
