@@ -215,7 +215,8 @@ static int flush(struct conn *c) {
 }
 
 void conn_service(struct conn *c) {
-  for (int round = 0; round < 64 && !c->dead; round++) {
+  int round = 0;
+  for (; round < 64 && !c->dead; round++) {
     if (flush(c) < 0)
       return;
     if (c->resp_done || buf_size(&c->out) >= HTTP_LOW_WATER)
@@ -230,6 +231,11 @@ void conn_service(struct conn *c) {
   }
   if (c->dead)
     return;
+  if (round == 64) {
+    /* Fairness cap hit with the producer not done: come back when the
+     * socket is writable (at once, next loop turn) instead of stalling. */
+    io_start(c->a, &c->io, EPOLLIN | EPOLLOUT | EPOLLRDHUP);
+  }
   if (c->resp_done && buf_size(&c->out) == 0) {
     if (c->close_after) {
       shutdown(c->io.fd, SHUT_WR);

@@ -92,15 +92,18 @@ static void trim(struct proc *p) {
 
 static int append_output(struct proc *p, uint8_t kind, const char *d, size_t n) {
   struct chunk *t = p->tail;
+  /* Small writes merge into chunks of a quarter of the bound at most, so
+   * the ring can drop in steps finer than the bound itself. */
+  size_t grow_max = p->a->max_buffer / 4 < CHUNK_GROW_MAX ? p->a->max_buffer / 4 : CHUNK_GROW_MAX;
   if (t && t->kind == kind && t->len + n <= t->cap) {
     memcpy(t->data + t->len, d, n);
     t->len += n;
-  } else if (t && t->kind == kind && t->len + n <= CHUNK_GROW_MAX) {
+  } else if (t && t->kind == kind && t->len + n <= grow_max) {
     size_t cap = t->cap * 2;
     if (cap < t->len + n)
       cap = t->len + n;
-    if (cap > CHUNK_GROW_MAX)
-      cap = CHUNK_GROW_MAX;
+    if (cap > grow_max)
+      cap = grow_max;
     struct chunk *nt = realloc(t, sizeof(*t) + cap);
     if (nt == NULL)
       return -ENOMEM;
@@ -602,7 +605,9 @@ int sub_pump(struct sub *s) {
 
 /* ---- signals and kills ---- */
 
-static int scan_marker(const char *marker) {
+/* Kills every process whose environment has FR_AGENT_PROC=<marker> (or,
+ * with <prefix>, a value starting with <marker>). Returns how many. */
+static int scan_marker(const char *marker, bool prefix) {
   char needle[96];
   int nl = snprintf(needle, sizeof(needle), "FR_AGENT_PROC=%s", marker);
   DIR *d = opendir("/proc");
@@ -634,7 +639,7 @@ static int scan_marker(const char *marker) {
     /* match a whole NUL-terminated entry */
     for (ssize_t i = 0; i + nl <= n; i++) {
       if ((i == 0 || env[i - 1] == '\0') && memcmp(env + i, needle, (size_t)nl) == 0 &&
-          (i + nl == n || env[i + nl] == '\0')) {
+          (prefix || i + nl == n || env[i + nl] == '\0')) {
         if (kill((pid_t)pid, SIGKILL) == 0)
           killed++;
         break;
@@ -656,7 +661,7 @@ void proc_kill_all(struct proc *p) {
     kill(-p->pid, SIGKILL);
   /* Processes fork while we scan: repeat until a pass finds nothing. */
   for (int pass = 0; pass < 5; pass++)
-    if (scan_marker(p->marker) == 0)
+    if (scan_marker(p->marker, false) == 0)
       break;
 }
 
@@ -846,7 +851,14 @@ void proc_reap(struct agent *a) {
 void proc_shutdown_all(struct agent *a) {
   for (struct proc *p = a->procs; p; p = p->next)
     if (!p->ended)
-      proc_kill_all(p);
+      kill(-p->pid, SIGKILL);
+  /* and everything any command of this agent left behind, also the
+   * backgrounded children of commands that ended long ago */
+  char prefix[64];
+  snprintf(prefix, sizeof(prefix), "%d-%s-", (int)getpid(), a->nonce);
+  for (int pass = 0; pass < 5; pass++)
+    if (scan_marker(prefix, true) == 0)
+      break;
 }
 
 void proc_free_all(struct agent *a) {
