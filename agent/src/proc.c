@@ -35,7 +35,7 @@
 #define READ_CHUNK 65536
 #define EVENT_MAX 32768          /* raw bytes per data event */
 #define CHUNK_GROW_MAX 32768     /* merge small writes up to this size */
-#define STDIN_MAX (4 * 1024 * 1024)
+#define STDIN_MAX (8 * 1024 * 1024)
 #define DONE_KEEP_MS (10 * 60 * 1000)
 #define DONE_MAX 256
 

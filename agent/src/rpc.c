@@ -202,7 +202,7 @@ void route_head(struct conn *c) {
       http_error(c, 400, "bad path parameter");
       return;
     }
-    if (strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0) {
+    if (strcmp(m, "GET") == 0) {
       if (have == 0) {
         http_error(c, 400, "path parameter required");
         return;
@@ -253,7 +253,7 @@ void route_head(struct conn *c) {
     }
     r->rpc_stream = want_stream;
     r->route = R_RPC;
-    c->body_limit = want_stream ? INIT_BODY_MAX : RPC_BODY_MAX;
+    c->body_limit = RPC_BODY_MAX;
     return;
   }
   http_error(c, 404, "no such endpoint: %s", r->path);
@@ -464,6 +464,8 @@ static void stream_timers(struct conn *c) {
     timer_start(c->a, &c->dl_timer, (uint64_t)c->req.timeout_ms, dl_cb);
 }
 
+static int decode_b64_field(json_t *j, unsigned char **out, size_t *n);
+
 static void free_strv(char **v) {
   for (char **p = v; p && *p; p++)
     free(*p);
@@ -482,6 +484,9 @@ static void handle_start(struct conn *c, json_t *req) {
   json_t *stdin_j = json_object_get(req, "stdin");
   json_t *tmo = json_object_get(req, "timeoutMs");
   json_t *kod = json_object_get(req, "killOnDisconnect");
+  json_t *sdata = json_object_get(req, "stdinData");
+  unsigned char *input = NULL;
+  size_t input_n = 0;
   char **argv = NULL, **envp = NULL;
   size_t envn = 0;
   json_t *config = NULL;
@@ -507,6 +512,11 @@ static void handle_start(struct conn *c, json_t *req) {
   }
   if (tmo && !json_is_null(tmo) && get_u64(tmo, &timeout_ms) != 0) {
     rpc_error(c, true, "invalid_argument", "timeoutMs must be a non-negative integer");
+    return;
+  }
+  if (sdata && !json_is_null(sdata) &&
+      (json_is_object(pty) || decode_b64_field(sdata, &input, &input_n) != 0)) {
+    rpc_error(c, true, "invalid_argument", "stdinData must be base64 bytes, without a pty");
     return;
   }
   if (json_is_object(pty)) {
@@ -583,7 +593,7 @@ static void handle_start(struct conn *c, json_t *req) {
   struct start_opts o = {
       .cmd = cmd, .argv = argv, .envp = envp, .cwd = cwd,
       .pty = json_is_object(pty), .cols = (unsigned short)cols, .rows = (unsigned short)rows,
-      .stdin_open = json_is_true(stdin_j), .tag = cstr(tag), .timeout_ms = timeout_ms,
+      .stdin_open = json_is_true(stdin_j) || input != NULL, .tag = cstr(tag), .timeout_ms = timeout_ms,
       .config = config,
   };
   struct proc *p = NULL;
@@ -594,6 +604,14 @@ static void handle_start(struct conn *c, json_t *req) {
   }
   if (timeout_ms > 0)
     proc_set_timeout(p, timeout_ms);
+  if (input) {
+    /* The whole of stdin in the request: written as the pipe takes it,
+     * then closed. EPIPE (the command did not read it) is not an error. */
+    rc = proc_write_stdin(p, input, input_n);
+    if (rc != 0 && rc != -EPIPE)
+      log_msg("pid %d: stdinData: %s", (int)p->pid, strerror(-rc));
+    proc_close_stdin(p);
+  }
   log_msg("started pid %d (%s)%s", (int)p->pid, cmd, o.pty ? " with a pty" : "");
   http_stream_begin(c, 200, "application/connect+json", NULL);
   envelope_write(c, 0, json_pack("{s:{s:{s:i}}}", "event", "start", "pid", (int)p->pid));
@@ -610,6 +628,7 @@ static void handle_start(struct conn *c, json_t *req) {
 oom:
   rpc_error(c, true, "resource_exhausted", "out of memory");
 out:
+  free(input);
   free_strv(argv);
   free_strv(envp);
   json_decref(config);

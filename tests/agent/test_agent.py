@@ -316,6 +316,10 @@ def test_stdin_and_close(a):
     s.drain()
     check(s.out["stdout"] == b"hello\n\x00bin" and s.exit["exitCode"] == 0, "cat: %r %r" % (s.out, s.exit))
     s.close()
+    # stdinData: all of stdin in the Start request, then EOF
+    s = start(a, "/bin/sh", ["-c", "wc -c; cat /dev/null"], stdinData=b64(b"z" * 300000))
+    s.drain()
+    check(s.out["stdout"].strip() == b"300000" and s.exit["exitCode"] == 0, "stdinData: %r" % s.out)
     # stdin not asked for: /dev/null, and SendInput is refused
     s = start(a, "/bin/sh", ["-c", "cat; echo done"])
     s.drain()
@@ -693,6 +697,13 @@ def test_curl_speaks_to_it(a):
     check(out.stdout == b"via curl\n" * 1000, "curl download")
 
 
+def test_no_fd_leak(a):
+    def count():
+        return len(os.listdir("/proc/%d/fd" % a.proc.pid))
+    # 0-2, listener, epoll, signalfd: every connection and pipe is closed
+    wait_until(lambda: count() == 6, 5, "the agent's fds back to 6 (now %d)" % count())
+
+
 def test_main_command_mode(a):
     b = Agent(cmd=["/bin/sh", "-c", "(sleep 0.2; exit 0) & sleep 0.5; exit 5"], name="main")
     try:
@@ -710,7 +721,8 @@ TESTS = [
     test_signal_kills_group, test_timeout_kills_escaped_grandchild,
     test_background_grandchild_does_not_hold_stream, test_kill_on_disconnect,
     test_keepalive_and_deadline, test_files_round_trip, test_files_large_flat_memory,
-    test_filesystem_rpcs, test_bad_input, test_curl_speaks_to_it, test_main_command_mode,
+    test_filesystem_rpcs, test_bad_input, test_curl_speaks_to_it, test_no_fd_leak,
+    test_main_command_mode,
 ]
 
 
