@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <jansson.h>
@@ -297,6 +298,8 @@ struct agent {
   struct timer *timers;
   struct io listener;
   struct io sigio;
+  struct timer accept_timer; /* listener paused after EMFILE */
+  struct rlimit nofile;      /* the limit children get back */
   struct conn *conns;
   int nconns;
   struct proc *procs;

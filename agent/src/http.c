@@ -72,18 +72,32 @@ static void timeout_cb(struct agent *a, struct timer *t) {
   }
 }
 
+static void accept_resume(struct agent *a, struct timer *t) {
+  (void)t;
+  io_start(a, &a->listener, EPOLLIN);
+}
+
 void http_accept(struct agent *a, struct io *io, uint32_t events) {
   (void)events;
   for (int i = 0; i < 64; i++) {
     int fd = accept4(io->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0)
-      return; /* EAGAIN, or a transient error (EMFILE): try next turn */
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        /* The pending connection stays readable: without a pause the
+         * level-triggered listener would spin. */
+        io_stop(a, io);
+        timer_start(a, &a->accept_timer, 100, accept_resume);
+      }
+      return;
+    }
     if (a->nconns >= HTTP_MAX_CONNS) {
-      static const char busy[] =
-          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-          "Retry-After: 1\r\nConnection: close\r\nContent-Length: 55\r\n\r\n"
-          "{\"code\":503,\"message\":\"too many connections to agent\"}";
-      ssize_t w = write(fd, busy, sizeof(busy) - 1);
+      static const char body[] = "{\"code\":503,\"message\":\"too many connections to agent\"}";
+      char busy[256];
+      int n = snprintf(busy, sizeof(busy),
+                       "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                       "Retry-After: 1\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+                       sizeof(body) - 1, body);
+      ssize_t w = write(fd, busy, (size_t)n);
       (void)w;
       close(fd);
       continue;

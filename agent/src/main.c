@@ -171,11 +171,12 @@ static void sig_cb(struct agent *a, struct io *io, uint32_t events) {
   }
 }
 
-static pid_t start_main(char **argv, const sigset_t *mask) {
+static pid_t start_main(char **argv, const sigset_t *mask, const struct rlimit *nofile) {
   pid_t pid = fork();
   if (pid != 0)
     return pid;
   setpgid(0, 0);
+  setrlimit(RLIMIT_NOFILE, nofile);
   for (int s = 1; s < 32; s++)
     signal(s, SIG_DFL);
   sigprocmask(SIG_UNBLOCK, mask, NULL);
@@ -242,6 +243,12 @@ int main(int argc, char **argv) {
   sigprocmask(SIG_BLOCK, &mask, NULL);
   signal(SIGPIPE, SIG_IGN);
   prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+  /* 256 connections and 3 fds per process need more than the usual soft
+   * limit of 1024; children get the original limit back. */
+  getrlimit(RLIMIT_NOFILE, &a.nofile);
+  struct rlimit raised = a.nofile;
+  raised.rlim_cur = raised.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &raised);
 
   int port = 0;
   int lfd = listen_on(listen_spec, &port);
@@ -265,7 +272,7 @@ int main(int argc, char **argv) {
   }
   log_msg("serving on %s (port %d), envd %s", listen_spec, port, AGENT_ENVD_VERSION);
   if (cmd) {
-    a.main_pid = start_main(cmd, &mask);
+    a.main_pid = start_main(cmd, &mask, &a.nofile);
     if (a.main_pid < 0) {
       fprintf(stderr, "fedrouter-agent: fork: %s\n", strerror(errno));
       return 1;

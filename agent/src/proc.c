@@ -345,6 +345,7 @@ int proc_start(struct agent *a, const struct start_opts *o, struct proc **out,
     }
     if (o->cwd && chdir(o->cwd) != 0)
       goto child_fail;
+    setrlimit(RLIMIT_NOFILE, &a->nofile);
     for (int s = 1; s < 32; s++)
       signal(s, SIG_DFL);
     sigset_t none;

@@ -240,9 +240,9 @@ void route_head(struct conn *c) {
     if (want_stream ? !ctype_is(r->content_type, "application/connect+json")
                     : !ctype_is(r->content_type, "application/json")) {
       c->close_after = true;
-      http_respond(c, 415, "application/json", NULL,
-                   "{\"code\":\"internal\",\"message\":\"only the Connect JSON codec is served\"}",
-                   70);
+      static const char msg[] =
+          "{\"code\":\"internal\",\"message\":\"only the Connect JSON codec is served\"}";
+      http_respond(c, 415, "application/json", NULL, msg, sizeof(msg) - 1);
       return;
     }
     if (strcmp(sm, "process.Process/StreamInput") == 0 ||
