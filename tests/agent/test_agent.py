@@ -697,6 +697,80 @@ def test_curl_speaks_to_it(a):
     check(out.stdout == b"via curl\n" * 1000, "curl download")
 
 
+NODE_SCRIPT = r'''
+const [port, token, dir] = process.argv.slice(1);
+const base = `http://127.0.0.1:${port}`;
+const H = { 'X-Access-Token': token };
+const must = (c, m) => { if (!c) { console.error('FAIL ' + m); process.exit(1); } };
+(async () => {
+  let r = await fetch(base + '/health');
+  must(r.status === 204, 'health ' + r.status);
+  // streamed upload (chunked, duplex half) as the SDK does for streams
+  const parts = [new Uint8Array([0, 1, 2]), new Uint8Array(100000).fill(7)];
+  const body = new ReadableStream({ pull(c) { const p = parts.shift(); if (p) c.enqueue(p); else c.close(); } });
+  r = await fetch(base + '/files?path=' + dir + '/node.bin', { method: 'POST', body, duplex: 'half',
+    headers: { ...H, 'Content-Type': 'application/octet-stream' } });
+  const up = await r.text();
+  must(r.status === 200 && JSON.parse(up)[0].path === dir + '/node.bin', 'upload ' + r.status + ' ' + up);
+  r = await fetch(base + '/files?path=' + dir + '/node.bin', { headers: H });
+  const got = new Uint8Array(await r.arrayBuffer());
+  must(got.length === 100003 && got[2] === 2 && got[100002] === 7, 'download ' + got.length);
+  // a Connect stream read as it comes, on a kept-alive connection
+  const msg = new TextEncoder().encode(JSON.stringify({ process: { cmd: '/bin/sh', args: ['-c', 'echo x; sleep 0.3; echo y'] } }));
+  const env = new Uint8Array(5 + msg.length);
+  new DataView(env.buffer).setUint32(1, msg.length);
+  env.set(msg, 5);
+  r = await fetch(base + '/process.Process/Start', { method: 'POST', body: env,
+    headers: { ...H, 'Content-Type': 'application/connect+json' } });
+  const buf = new Uint8Array(await r.arrayBuffer());
+  let off = 0, events = [];
+  while (off < buf.length) {
+    const len = new DataView(buf.buffer, off + 1, 4).getUint32(0);
+    events.push([buf[off], JSON.parse(new TextDecoder().decode(buf.slice(off + 5, off + 5 + len)))]);
+    off += 5 + len;
+  }
+  const last = events[events.length - 1];
+  must(last[0] === 2 && JSON.stringify(last[1]) === '{}', 'end-stream ' + JSON.stringify(last));
+  must(events.some(e => e[1].event && e[1].event.end && e[1].event.end.exitCode === 0), 'end event');
+  console.log('node ok');
+})().catch(e => { console.error('FAIL ' + e); process.exit(1); });
+'''
+
+
+def test_node_fetch_speaks_to_it(a):
+    node = shutil.which("node")
+    if node is None:
+        print("  (node not installed: Node fetch/undici check skipped)")
+        return
+    d = os.path.join(TMP, "node")
+    os.makedirs(d, exist_ok=True)
+    out = subprocess.run([node, "-e", NODE_SCRIPT, str(a.port), TOKEN, d], capture_output=True, timeout=60)
+    check(out.returncode == 0 and b"node ok" in out.stdout, "node fetch: %r %r" % (out.stdout, out.stderr))
+
+
+def test_connection_limit(a):
+    socks = []
+    try:
+        for _ in range(256):
+            socks.append(socket.create_connection(("127.0.0.1", a.port), timeout=10))
+        # the agent has accepted all of them once one answers on the last
+        socks[-1].sendall(b"GET /health HTTP/1.1\r\n\r\n")
+        check(socks[-1].recv(100).startswith(b"HTTP/1.1 204"), "256th connection not served")
+        extra = socket.create_connection(("127.0.0.1", a.port), timeout=10)
+        got = b""
+        while True:
+            b = extra.recv(4096)
+            if not b:
+                break
+            got += b
+        extra.close()
+        check(got.startswith(b"HTTP/1.1 503") and got.endswith(b"}") and b"too many" in got,
+              "257th connection: %r" % got)
+    finally:
+        for s in socks:
+            s.close()
+
+
 def test_no_fd_leak(a):
     def count():
         return len(os.listdir("/proc/%d/fd" % a.proc.pid))
@@ -721,7 +795,8 @@ TESTS = [
     test_signal_kills_group, test_timeout_kills_escaped_grandchild,
     test_background_grandchild_does_not_hold_stream, test_kill_on_disconnect,
     test_keepalive_and_deadline, test_files_round_trip, test_files_large_flat_memory,
-    test_filesystem_rpcs, test_bad_input, test_curl_speaks_to_it, test_no_fd_leak,
+    test_filesystem_rpcs, test_bad_input, test_curl_speaks_to_it, test_node_fetch_speaks_to_it,
+    test_connection_limit, test_no_fd_leak,
     test_main_command_mode,
 ]
 
