@@ -172,10 +172,14 @@ static void sig_cb(struct agent *a, struct io *io, uint32_t events) {
 }
 
 static pid_t start_main(char **argv, const sigset_t *mask, const struct rlimit *nofile) {
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid != 0)
     return pid;
   setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL); /* an agent killed outright takes its command along */
+  if (getppid() != parent)
+    _exit(127);
   setrlimit(RLIMIT_NOFILE, nofile);
   for (int s = 1; s < 32; s++)
     signal(s, SIG_DFL);

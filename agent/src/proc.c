@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -316,6 +317,7 @@ int proc_start(struct agent *a, const struct start_opts *o, struct proc **out,
     rc = -errno;
     goto fail;
   }
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     rc = -errno;
@@ -325,6 +327,12 @@ int proc_start(struct agent *a, const struct start_opts *o, struct proc **out,
     /* child: only async-signal-safe calls from here to exec */
     int e;
     setsid();
+    /* If the agent is SIGKILLed (kubesim deleting a pod), its commands go
+     * with it; their own children are caught by the marker scan of the
+     * next agent's shutdown, or die with the pod's namespace. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+      _exit(127);
     if (o->pty) {
       ioctl(slave, TIOCSCTTY, 0);
       dup2(slave, 0);

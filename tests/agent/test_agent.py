@@ -400,6 +400,26 @@ def test_connect_loss_flag(a):
         check(b.stop() == 0, "small agent exit status")
 
 
+def test_slow_reader_backpressure(a):
+    b = Agent(["--max-buffer", "8192"], name="slow")
+    try:
+        b.init()
+        base = rss_kb(b.proc.pid)
+        total = 10 * 1024 * 1024
+        s = start(b, "/bin/sh", ["-c", "dd if=/dev/zero bs=65536 count=160 2>/dev/null; echo done >&2"])
+        s.until(lambda k, o: len(s.out["stdout"]) > 0, "first output")
+        time.sleep(1)  # a slow reader: the command must wait, not the agent's memory grow
+        grew = rss_kb(b.proc.pid) - base
+        check(grew < 8 * 1024, "agent RSS grew by %d KiB behind a slow reader" % grew)
+        s.drain()
+        check(len(s.out["stdout"]) == total and s.out["stdout"].count(b"\0") == total,
+              "lost output behind a slow reader: %d of %d bytes" % (len(s.out["stdout"]), total))
+        check(s.out["stderr"] == b"done\n" and s.exit["exitCode"] == 0, "end %r" % s.exit)
+        s.close()
+    finally:
+        check(b.stop() == 0, "slow agent exit status")
+
+
 def test_list(a):
     s = start(a, "/bin/sleep", ["30"], tag="lister", process={"cmd": "/bin/sleep", "args": ["30"], "envs": {"K": "v"}, "cwd": "/tmp"})
     st, j = a.rpc("process.Process/List", {})
@@ -778,6 +798,19 @@ def test_no_fd_leak(a):
     wait_until(lambda: count() == 6, 5, "the agent's fds back to 6 (now %d)" % count())
 
 
+def test_agent_killed_takes_commands(a):
+    b = Agent(name="doomed")
+    b.init()
+    s = start(b, "/bin/sleep", ["300"])
+    pid = s.pid
+    s.close()
+    check(pid_alive(pid), "sleep not running")
+    b.proc.kill()  # SIGKILL: no chance to clean up
+    b.proc.wait()
+    b.log.close()
+    wait_until(lambda: not pid_alive(pid), 5, "the command to die with its agent")
+
+
 def test_main_command_mode(a):
     b = Agent(cmd=["/bin/sh", "-c", "(sleep 0.2; exit 0) & sleep 0.5; exit 5"], name="main")
     try:
@@ -791,12 +824,13 @@ def test_main_command_mode(a):
 
 TESTS = [
     test_auth, test_init_env_inherited, test_start_streams_before_end, test_missing_command,
-    test_stdin_and_close, test_pty, test_connect_reattach, test_connect_loss_flag, test_list,
+    test_stdin_and_close, test_pty, test_connect_reattach, test_connect_loss_flag,
+    test_slow_reader_backpressure, test_list,
     test_signal_kills_group, test_timeout_kills_escaped_grandchild,
     test_background_grandchild_does_not_hold_stream, test_kill_on_disconnect,
     test_keepalive_and_deadline, test_files_round_trip, test_files_large_flat_memory,
     test_filesystem_rpcs, test_bad_input, test_curl_speaks_to_it, test_node_fetch_speaks_to_it,
-    test_connection_limit, test_no_fd_leak,
+    test_connection_limit, test_no_fd_leak, test_agent_killed_takes_commands,
     test_main_command_mode,
 ]
 
