@@ -219,6 +219,11 @@ def b64(b):
     return base64.b64encode(b).decode()
 
 
+def under_asan(pid):
+    with open("/proc/%d/maps" % pid) as f:
+        return "libasan" in f.read()
+
+
 def rss_kb(pid):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -410,7 +415,11 @@ def test_slow_reader_backpressure(a):
         s.until(lambda k, o: len(s.out["stdout"]) > 0, "first output")
         time.sleep(1)  # a slow reader: the command must wait, not the agent's memory grow
         grew = rss_kb(b.proc.pid) - base
-        check(grew < 8 * 1024, "agent RSS grew by %d KiB behind a slow reader" % grew)
+        # ASan keeps freed blocks in quarantine and grows shadow memory:
+        # the bound there only catches buffering the whole 10 MiB (~13 MiB
+        # of JSON events, several times over).
+        bound = 96 * 1024 if under_asan(b.proc.pid) else 8 * 1024
+        check(grew < bound, "agent RSS grew by %d KiB behind a slow reader" % grew)
         s.drain()
         check(len(s.out["stdout"]) == total and s.out["stdout"].count(b"\0") == total,
               "lost output behind a slow reader: %d of %d bytes" % (len(s.out["stdout"]), total))
@@ -473,16 +482,19 @@ def test_background_grandchild_does_not_hold_stream(a):
     s.drain()
     check(s.out["stdout"] == b"started\n" and s.exit["exitCode"] == 0, "got %r %r" % (s.out, s.exit))
     # the backgrounded sleep is still running: the stream did not wait for it
-    found = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                if open("/proc/%s/cmdline" % d, "rb").read() == b"sleep\x00304\x00" and \
-                        b"FR_AGENT_PROC=" in open("/proc/%s/environ" % d, "rb").read():
-                    found.append(int(d))
-            except OSError:
-                pass
-    check(found, "the backgrounded sleep 304 is not running")
+    # (its exec may still be under way when the stream ends: poll)
+    def sleepers():
+        found = []
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    if open("/proc/%s/cmdline" % d, "rb").read() == b"sleep\x00304\x00" and \
+                            b"FR_AGENT_PROC=" in open("/proc/%s/environ" % d, "rb").read():
+                        found.append(int(d))
+                except OSError:
+                    pass
+        return found
+    found = wait_until(sleepers, 5, "the backgrounded sleep 304 to show up")
     s.close()
     for p in found:  # the agent's shutdown would kill it too; do not wait
         os.kill(p, signal.SIGKILL)
@@ -593,7 +605,8 @@ def test_files_large_flat_memory(a):
     c.close()
     check(n == size and dsha.digest() == sha.digest(), "download differs (%d bytes)" % n)
     grew = peak[0] - base
-    check(grew < 16 * 1024, "agent RSS grew by %d KiB moving 50 MiB" % grew)
+    bound = 40 * 1024 if under_asan(a.proc.pid) else 16 * 1024  # ASan: quarantine, shadow
+    check(grew < bound, "agent RSS grew by %d KiB moving 50 MiB" % grew)
     os.unlink(path)
 
 
