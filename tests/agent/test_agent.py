@@ -781,6 +781,19 @@ def test_node_fetch_speaks_to_it(a):
     check(out.returncode == 0 and b"node ok" in out.stdout, "node fetch: %r %r" % (out.stdout, out.stderr))
 
 
+def test_e2b_sdk(a):
+    mods = os.environ.get("FR_E2B_NODE_MODULES")
+    node = shutil.which("node")
+    if not mods or not node or not os.path.isdir(os.path.join(mods, "e2b")):
+        print("  (FR_E2B_NODE_MODULES unset or without e2b: official E2B SDK check skipped)")
+        return
+    d = os.path.join(TMP, "e2b")
+    os.makedirs(d, exist_ok=True)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2b_sdk_smoke.mjs")
+    out = subprocess.run([node, script, str(a.port), TOKEN, d], capture_output=True, timeout=90)
+    check(out.returncode == 0 and b"e2b sdk ok" in out.stdout, "E2B SDK: %r %r" % (out.stdout, out.stderr[-2000:]))
+
+
 def test_connection_limit(a):
     socks = []
     try:
@@ -843,7 +856,7 @@ TESTS = [
     test_background_grandchild_does_not_hold_stream, test_kill_on_disconnect,
     test_keepalive_and_deadline, test_files_round_trip, test_files_large_flat_memory,
     test_filesystem_rpcs, test_bad_input, test_curl_speaks_to_it, test_node_fetch_speaks_to_it,
-    test_connection_limit, test_no_fd_leak, test_agent_killed_takes_commands,
+    test_e2b_sdk, test_connection_limit, test_no_fd_leak, test_agent_killed_takes_commands,
     test_main_command_mode,
 ]
 
