@@ -253,6 +253,7 @@ struct proc {
   int status; /* waitpid status */
   char end_error[128];
   bool timed_out;
+  bool deadline_from_header; /* the timeout came from Connect-Timeout-Ms */
   uint64_t ended_at;
   struct timer timeout; /* timeoutMs extension */
   struct timer expire;  /* forget a finished process */

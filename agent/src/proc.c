@@ -692,7 +692,9 @@ static void timeout_fire(struct agent *a, struct timer *t) {
   if (p->ended)
     return;
   p->timed_out = true;
-  snprintf(p->end_error, sizeof(p->end_error), "timed out: killed after the timeoutMs limit");
+  snprintf(p->end_error, sizeof(p->end_error), "%s",
+           p->deadline_from_header ? "deadline exceeded: killed at the Connect-Timeout-Ms deadline"
+                                   : "timed out: killed after the timeoutMs limit");
   proc_kill_all(p);
 }
 

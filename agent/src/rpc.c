@@ -444,12 +444,7 @@ static void dl_cb(struct agent *a, struct timer *t) {
   struct sub *s = c->sub;
   if (c->dead || s == NULL || s->end_sent)
     return;
-  /* A Start stream's deadline is the command's timeout (the SDK's
-   * timeoutMs): the command dies with it, as in envd. */
-  if (s->is_start && !s->p->ended) {
-    snprintf(s->p->end_error, sizeof(s->p->end_error), "deadline exceeded: killed");
-    proc_kill_all(s->p);
-  }
+  /* Only Connect streams carry a stream deadline; the process lives on. */
   s->end_sent = true;
   envelope_write(c, 2, json_pack("{s:{s:s,s:s}}", "error", "code", "deadline_exceeded",
                                  "message", "stream deadline (Connect-Timeout-Ms) exceeded"));
@@ -457,10 +452,10 @@ static void dl_cb(struct agent *a, struct timer *t) {
   conn_service(c);
 }
 
-static void stream_timers(struct conn *c) {
+static void stream_timers(struct conn *c, bool deadline) {
   c->ka_interval_s = c->req.keepalive_s ? c->req.keepalive_s : DEFAULT_KEEPALIVE_S;
   timer_start(c->a, &c->ka_timer, (uint64_t)c->ka_interval_s * 1000, ka_cb);
-  if (c->req.timeout_ms > 0)
+  if (deadline && c->req.timeout_ms > 0)
     timer_start(c->a, &c->dl_timer, (uint64_t)c->req.timeout_ms, dl_cb);
 }
 
@@ -602,6 +597,13 @@ static void handle_start(struct conn *c, json_t *req) {
     rpc_error(c, true, rc == -ENOENT ? "not_found" : errno_code(rc), "%s", err);
     goto out;
   }
+  /* Connect-Timeout-Ms on Start is the command's lifetime, as in envd
+   * (its process context takes the header's deadline, not the request's):
+   * the command dies at the deadline even if the client went away first. */
+  if (c->req.timeout_ms > 0 && (timeout_ms == 0 || (uint64_t)c->req.timeout_ms < timeout_ms)) {
+    timeout_ms = (uint64_t)c->req.timeout_ms;
+    p->deadline_from_header = true;
+  }
   if (timeout_ms > 0)
     proc_set_timeout(p, timeout_ms);
   if (input) {
@@ -622,7 +624,7 @@ static void handle_start(struct conn *c, json_t *req) {
   }
   s->is_start = true;
   s->kill_on_disconnect = json_is_true(kod);
-  stream_timers(c);
+  stream_timers(c, false);
   conn_service(c);
   goto out;
 oom:
@@ -660,7 +662,7 @@ static void handle_connect(struct conn *c, json_t *req) {
   }
   json_t *kod = json_object_get(req, "killOnDisconnect");
   s->kill_on_disconnect = json_is_true(kod);
-  stream_timers(c);
+  stream_timers(c, true);
   conn_service(c);
 }
 

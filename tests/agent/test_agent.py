@@ -515,13 +515,30 @@ def test_kill_on_disconnect(a):
 
 
 def test_keepalive_and_deadline(a):
+    # Connect-Timeout-Ms on Start is the command's lifetime (envd)
     s = start(a, "/bin/sleep", ["300"], headers={"Keepalive-Ping-Interval": "1", "Connect-Timeout-Ms": "2500"})
     kind, obj = s.next()
     check(kind == "msg" and obj == {"event": {"keepalive": {}}}, "keepalive: %r" % obj)
     s.drain()
-    check(s.end["error"]["code"] == "deadline_exceeded", "deadline: %r" % s.end)
-    wait_until(lambda: not pid_alive(s.pid), 5, "the deadline to kill the command")
+    check(s.exit["status"] == "signal: killed" and "deadline" in s.exit.get("error", "") and s.end == {},
+          "deadline end: %r %r" % (s.exit, s.end))
     s.close()
+    # ... even when the client left before it
+    s = start(a, "/bin/sleep", ["300"], headers={"Connect-Timeout-Ms": "800"})
+    pid = s.pid
+    s.close()
+    check(pid_alive(pid), "killed on disconnect")
+    wait_until(lambda: not pid_alive(pid), 5, "the deadline to kill the command")
+    # on Connect it is only the stream's deadline
+    s = start(a, "/bin/sleep", ["300"])
+    s.close()
+    c = a.stream("process.Process/Connect", {"process": {"pid": s.pid}}, headers={"Connect-Timeout-Ms": "700"})
+    c.drain()
+    check(c.end["error"]["code"] == "deadline_exceeded", "Connect deadline: %r" % c.end)
+    c.close()
+    check(pid_alive(s.pid), "a Connect deadline killed the process")
+    a.rpc("process.Process/SendSignal", {"process": {"pid": s.pid}, "signal": "SIGNAL_SIGKILL"})
+    wait_until(lambda: not pid_alive(s.pid), 5, "kill")
 
 
 def test_files_round_trip(a):
