@@ -130,7 +130,7 @@ struct conn {
   bool dead;
   bool want_parse;  /* pipelined input waits for agent_collect() */
   bool close_after; /* close once the response is written */
-  enum { C_HEAD, C_BODY, C_HANDLING, C_DONE } state;
+  enum conn_state { C_HEAD, C_BODY, C_HANDLING, C_DONE } state;
   char in[HTTP_IN_CAP];
   size_t in_len;
   struct req req;
@@ -322,6 +322,7 @@ struct agent {
   bool main_exited;
   int main_status;
   bool stop;
+  bool trace; /* FR_AGENT_TRACE=1: log connection state changes */
   int exit_code;
   struct conn *dead_conns;
 };

@@ -28,8 +28,19 @@
 #define BODY_TIMEOUT_MS 60000
 #define IDLE_TIMEOUT_MS 300000
 
+#define WRITE_STALL_MS 600000
+
 static void conn_io_cb(struct agent *a, struct io *io, uint32_t events);
 static void conn_parse(struct conn *c);
+
+/* Every state change goes through here; FR_AGENT_TRACE=1 logs them. */
+static void set_state(struct conn *c, enum conn_state state) {
+  static const char *names[] = {"HEAD", "BODY", "HANDLING", "DONE"};
+  if (c->state != state && c->a->trace)
+    log_msg("conn %d: %s -> %s (%s %s)", c->io.fd, names[c->state], names[state],
+            c->req.method, c->req.path);
+  c->state = state;
+}
 
 static const char *reason(int status) {
   switch (status) {
@@ -70,6 +81,9 @@ static void timeout_cb(struct agent *a, struct timer *t) {
     http_error(c, 408, "request not received in time");
     return;
   }
+  /* HANDLING: the peer has read nothing of our response for that long */
+  log_msg("conn %d: peer stopped reading for %d s: closed", c->io.fd, WRITE_STALL_MS / 1000);
+  conn_close(c);
 }
 
 static void accept_resume(struct agent *a, struct timer *t) {
@@ -111,7 +125,7 @@ void http_accept(struct agent *a, struct io *io, uint32_t events) {
     c->io.fd = fd;
     c->io.cb = conn_io_cb;
     c->file_fd = -1;
-    c->state = C_HEAD;
+    set_state(c, C_HEAD);
     if (io_start(a, &c->io, EPOLLIN | EPOLLRDHUP) != 0) {
       close(fd);
       free(c);
@@ -185,8 +199,8 @@ static void reset_for_next(struct conn *c) {
     c->sub = NULL;
   }
   buf_free(&c->body);
+  set_state(c, C_HEAD);
   memset(&c->req, 0, sizeof(c->req));
-  c->state = C_HEAD;
   c->streaming = false;
   c->raw_body = false;
   c->resp_done = false;
@@ -205,6 +219,7 @@ static void reset_for_next(struct conn *c) {
 
 /* Returns -1 when the connection was closed. */
 static int flush(struct conn *c) {
+  size_t before = buf_size(&c->out);
   while (buf_size(&c->out) > 0) {
     ssize_t n = send(c->io.fd, c->out.p + c->out.off, buf_size(&c->out),
                      MSG_NOSIGNAL);
@@ -217,6 +232,13 @@ static int flush(struct conn *c) {
       return -1;
     }
     buf_consume(&c->out, (size_t)n);
+  }
+  if (c->state == C_HANDLING) {
+    /* a response the peer stops reading is dropped after a long stall */
+    if (buf_size(&c->out) == 0)
+      timer_stop(c->a, &c->timer);
+    else if (buf_size(&c->out) < before || !c->timer.active)
+      timer_start(c->a, &c->timer, WRITE_STALL_MS, timeout_cb);
   }
   if (buf_size(&c->out) > 0) {
     io_start(c->a, &c->io, EPOLLIN | EPOLLOUT | EPOLLRDHUP);
@@ -286,7 +308,7 @@ static void mark_body_unread(struct conn *c) {
   if ((c->state == C_HEAD || c->state == C_BODY) &&
       (c->req.chunked || c->body_left > 0))
     c->close_after = true;
-  c->state = C_HANDLING;
+  set_state(c, C_HANDLING);
   timer_stop(c->a, &c->timer);
 }
 
@@ -517,7 +539,7 @@ static int parse_head(struct conn *c, size_t end) {
 }
 
 static void body_done(struct conn *c) {
-  c->state = C_HANDLING;
+  set_state(c, C_HANDLING);
   timer_stop(c->a, &c->timer);
   if (c->body_mode == BODY_SINK)
     upload_finish(c);
@@ -646,11 +668,11 @@ static void conn_parse(struct conn *c) {
       c->in_len -= hl;
       if (st != 0) {
         c->close_after = true;
-        c->state = C_HANDLING;
+        set_state(c, C_HANDLING);
         http_error(c, st, "malformed request");
         return;
       }
-      c->state = C_BODY;
+      set_state(c, C_BODY);
       c->body_mode = BODY_BUFFER;
       c->body_limit = 0;
       c->body_left = c->req.content_length > 0 ? c->req.content_length : 0;

@@ -233,6 +233,8 @@ int main(int argc, char **argv) {
     }
   }
 
+  const char *trace = getenv("FR_AGENT_TRACE");
+  a.trace = trace && strcmp(trace, "1") == 0;
   unsigned char rnd[8];
   if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
     memset(rnd, 0x5a, sizeof(rnd));
