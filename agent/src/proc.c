@@ -380,8 +380,13 @@ int proc_start(struct agent *a, const struct start_opts *o, struct proc **out,
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
       ;
     rc = -child_errno;
-    snprintf(errbuf, errlen, "%s: %s", o->cwd && child_errno == ENOENT && access(exe, X_OK) == 0
-                                           ? "cwd" : o->cmd, strerror(child_errno));
+    /* the child reports a failed chdir and a failed exec the same way:
+     * tell them apart for the message */
+    struct stat cst;
+    if (o->cwd && (stat(o->cwd, &cst) != 0 || !S_ISDIR(cst.st_mode)))
+      snprintf(errbuf, errlen, "cwd %.300s: %s", o->cwd, strerror(child_errno));
+    else
+      snprintf(errbuf, errlen, "exec %.300s: %s", o->cmd, strerror(child_errno));
     goto fail;
   }
   free(envp);
