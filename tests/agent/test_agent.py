@@ -152,7 +152,7 @@ class Stream:
         self.headers = dict((k.lower(), v) for k, v in self.r.getheaders())
         self.status = self.r.status
         self.end = None       # end-stream JSON once read
-        self.out = {"stdout": b"", "stderr": b"", "pty": b""}
+        self.out = {"stdout": bytearray(), "stderr": bytearray(), "pty": bytearray()}
         self.exit = None      # the end event
 
     def _read_exact(self, n):
