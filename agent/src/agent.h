@@ -130,7 +130,7 @@ struct conn {
   bool dead;
   bool want_parse;  /* pipelined input waits for agent_collect() */
   bool close_after; /* close once the response is written */
-  enum conn_state { C_HEAD, C_BODY, C_HANDLING, C_DONE } state;
+  enum conn_state { C_HEAD, C_BODY, C_HANDLING } state;
   char in[HTTP_IN_CAP];
   size_t in_len;
   struct req req;

@@ -35,7 +35,7 @@ static void conn_parse(struct conn *c);
 
 /* Every state change goes through here; FR_AGENT_TRACE=1 logs them. */
 static void set_state(struct conn *c, enum conn_state state) {
-  static const char *names[] = {"HEAD", "BODY", "HANDLING", "DONE"};
+  static const char *names[] = {"HEAD", "BODY", "HANDLING"};
   if (c->state != state && c->a->trace)
     log_msg("conn %d: %s -> %s (%s %s)", c->io.fd, names[c->state], names[state],
             c->req.method, c->req.path);

@@ -841,6 +841,21 @@ def test_no_fd_leak(a):
     wait_until(lambda: count() == 6, 5, "the agent's fds back to 6 (now %d)" % count())
 
 
+def test_orphans_reaped(a):
+    # the grandchild is orphaned at once and adopted by the agent (subreaper)
+    s = run(a, "(sleep 0.3; exit 4) & echo $!")
+    orphan = int(s.out["stdout"])
+
+    def adopted_then_gone():
+        try:
+            st = open("/proc/%d/stat" % orphan).read().rsplit(")", 1)[1].split()
+        except OSError:
+            return True  # reaped
+        check(int(st[1]) == a.proc.pid, "orphan not adopted by the agent (ppid %s)" % st[1])
+        return False
+    wait_until(adopted_then_gone, 10, "the orphan to be reaped")
+
+
 def test_agent_killed_takes_commands(a):
     b = Agent(name="doomed")
     b.init()
@@ -873,7 +888,7 @@ TESTS = [
     test_background_grandchild_does_not_hold_stream, test_kill_on_disconnect,
     test_keepalive_and_deadline, test_files_round_trip, test_files_large_flat_memory,
     test_filesystem_rpcs, test_bad_input, test_curl_speaks_to_it, test_node_fetch_speaks_to_it,
-    test_e2b_sdk, test_connection_limit, test_no_fd_leak, test_agent_killed_takes_commands,
+    test_e2b_sdk, test_connection_limit, test_no_fd_leak, test_orphans_reaped, test_agent_killed_takes_commands,
     test_main_command_mode,
 ]
 
