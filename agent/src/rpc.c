@@ -410,8 +410,9 @@ static struct proc *select_proc(struct conn *c, json_t *req, bool streaming) {
   json_t *pid = json_object_get(sel, "pid");
   json_t *tag = json_object_get(sel, "tag");
   struct proc *p = NULL;
-  uint32_t v;
-  if (pid && get_u32(pid, &v) == 0)
+  uint32_t v = 0;
+  bool by_pid = pid && get_u32(pid, &v) == 0;
+  if (by_pid)
     p = proc_find_pid(c->a, (pid_t)v);
   else if (cstr(tag))
     p = proc_find_tag(c->a, cstr(tag));
@@ -420,7 +421,7 @@ static struct proc *select_proc(struct conn *c, json_t *req, bool streaming) {
     return NULL;
   }
   if (p == NULL) {
-    if (pid)
+    if (by_pid)
       rpc_error(c, streaming, "not_found", "process with pid %u not found", v);
     else
       rpc_error(c, streaming, "not_found", "process with tag %s not found", cstr(tag));
