@@ -403,6 +403,7 @@ static void on_agent_done(const struct fr_kube_response *resp, void *arg) {
 
   memset(&r, 0, sizeof(r));
   r.duration_ms = (double)(uv_now(op->a->loop) - op->start_ms);
+  r.via_agent = 1;
   if (op->ended) {
     fr_adapter_report(op->a, 1);
     r.err = FR_EXEC_OK;

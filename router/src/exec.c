@@ -72,13 +72,14 @@ static void put_output(json_t *body, const char *key, const char *enc_key, const
   }
 }
 
-static void exec_metrics(struct exec_call *x, const char *outcome, double ms) {
+static void exec_metrics(struct exec_call *x, const char *outcome, double ms, int via_agent) {
   struct router *r = x->q->r;
   struct fr_buf l;
 
   fr_buf_init(&l);
   metrics_label(&l, "cluster", fr_adapter_name(x->a));
   metrics_label(&l, "outcome", outcome);
+  metrics_label(&l, "via", via_agent ? "agent" : "pods_exec");
   metrics_inc(r->metrics, "fedrouter_execs_total", l.data ? l.data : "", 1);
   fr_buf_reset(&l);
   metrics_label(&l, "cluster", fr_adapter_name(x->a));
@@ -95,7 +96,8 @@ static void on_exec(const struct fr_exec_result *res, void *arg) {
 
   switch (res->err) {
   case FR_EXEC_OK:
-    exec_metrics(x, res->timed_out ? "timed_out" : res->exit_code == 0 ? "ok" : "nonzero", res->duration_ms);
+    exec_metrics(x, res->timed_out ? "timed_out" : res->exit_code == 0 ? "ok" : "nonzero", res->duration_ms,
+                 res->via_agent);
     body = json_object();
     put_output(body, "stdout", "stdout_encoding", res->out, res->out_len);
     put_output(body, "stderr", "stderr_encoding", res->errout, res->err_len);
@@ -107,19 +109,19 @@ static void on_exec(const struct fr_exec_result *res, void *arg) {
     api_reply(q, 200, body, NULL);
     break;
   case FR_EXEC_NOT_FOUND:
-    exec_metrics(x, "error", res->duration_ms);
+    exec_metrics(x, "error", res->duration_ms, res->via_agent);
     api_fail(q, 404, "sandbox_not_found", res->message, NULL);
     break;
   case FR_EXEC_NOT_RUNNING:
-    exec_metrics(x, "error", res->duration_ms);
+    exec_metrics(x, "error", res->duration_ms, res->via_agent);
     api_fail(q, 409, "sandbox_not_running", res->message, NULL);
     break;
   case FR_EXEC_UNAVAILABLE:
-    exec_metrics(x, "error", res->duration_ms);
+    exec_metrics(x, "error", res->duration_ms, res->via_agent);
     api_fail(q, 503, "cluster_unavailable", res->message, "Retry-After: 5\r\n");
     break;
   default:
-    exec_metrics(x, "error", res->duration_ms);
+    exec_metrics(x, "error", res->duration_ms, res->via_agent);
     api_fail(q, 502, "exec_failed", res->message, NULL);
     break;
   }

@@ -271,6 +271,7 @@ struct fr_exec_result {
   size_t out_len, err_len;
   int out_truncated, err_truncated;
   double duration_ms;
+  int via_agent;            /* ran through the sandbox's agent (else pods/exec) */
 };
 
 typedef void (*fr_exec_cb)(const struct fr_exec_result *res, void *arg);
