@@ -265,12 +265,22 @@ static int parse_route(const char *path, char *buf, size_t cap, struct route *r)
   return 0;
 }
 
-static int qflag(const char *query, const char *key) {
-  char v[16];
+int sim_query_bool(const char *query, const char *key) {
+  char v[8];
+  long n = fr_http_query_get(query, key, v, sizeof(v));
 
-  if (fr_http_query_get(query, key, v, sizeof(v)) < 0)
+  /* apimachinery's Convert_Slice_string_To_bool: absent, "0" or "false"
+   * in any case is false; anything else, "" and "True" included, is true
+   * (KUBE_PROTOCOL.md section 9). A value too long for <v> is neither. */
+  if (n == -ENOENT)
     return 0;
-  return strcmp(v, "true") == 0 || strcmp(v, "1") == 0;
+  if (n < 0)
+    return 1;
+  return strcmp(v, "0") != 0 && strcasecmp(v, "false") != 0;
+}
+
+static int qflag(const char *query, const char *key) {
+  return sim_query_bool(query, key);
 }
 
 static long qstr(const char *query, const char *key, char *out, size_t cap) {

@@ -1121,14 +1121,6 @@ static const char *pick_protocol(const char *offered) {
   return NULL;
 }
 
-static int qbool(const char *query, const char *key) {
-  char v[16];
-
-  if (fr_http_query_get(query, key, v, sizeof(v)) < 0)
-    return 0;
-  return strcmp(v, "true") == 0 || strcmp(v, "1") == 0;
-}
-
 void pod_exec(struct sim *s, struct fr_http_req *req, struct sim_obj *o) {
   struct sim_pod *p = pod_of(o);
   struct argv_ctx a = {NULL, 0, 0};
@@ -1229,10 +1221,10 @@ void pod_exec(struct sim *s, struct fr_http_req *req, struct sim_obj *o) {
   params.argv = a.argv;
   params.env = env;
   params.cwd = p->workdir;
-  params.in = qbool(req->query, "stdin");
-  params.out = qbool(req->query, "stdout");
-  params.err = qbool(req->query, "stderr");
-  params.tty = qbool(req->query, "tty");
+  params.in = sim_query_bool(req->query, "stdin");
+  params.out = sim_query_bool(req->query, "stdout");
+  params.err = sim_query_bool(req->query, "stderr");
+  params.tty = sim_query_bool(req->query, "tty");
   params.fast_path = s->opts.fast_exec;
   params.protocol = proto;
   rc = sim_exec_start(s->loop, req, &params, &p->execs);

@@ -296,6 +296,9 @@ void api_json(struct fr_http_req *req, int code, json_t *j);
  * (names, generateName, labels, uid, timestamps); 0 or -1 with <e> set. */
 int obj_prepare(struct sim *s, enum sim_kind k, const char *ns, json_t *j, struct sim_err *e);
 void api_raw(struct fr_http_req *req, int code, const char *json, size_t len);
+/* A boolean query parameter read as the API server reads it: absent, "0"
+ * or "false" (any case) is 0, any other value (even "") is 1. */
+int sim_query_bool(const char *query, const char *key);
 
 /* ---- pods.c ---- */
 /* Validates and defaults a new pod; on success commits it and returns 0.
