@@ -1190,6 +1190,10 @@ static void route_request(struct sim *s, struct fr_http_req *req) {
 
   if (strcmp(m, "GET") == 0 && discovery(s, req))
     return;
+  if (proxy_is_proxy_path(req->path)) {
+    proxy_handle(s, req);
+    return;
+  }
   if (parse_route(req->path, buf, sizeof(buf), &r) != 0) {
     api_status(req, 404, "NotFound", "the server could not find the requested resource", NULL,
                NULL, NULL);
@@ -1305,6 +1309,13 @@ static int authorized(struct sim *s, struct fr_http_req *req) {
   return h != NULL && strncasecmp(h, "Bearer ", 7) == 0 && fr_secret_equal(h + 7, s->opts.token);
 }
 
+int api_stream_body(const struct fr_http_req *req, void *arg) {
+  (void)arg;
+  /* Only pod proxy bodies may be of any size; they go to the pod as
+   * they come. */
+  return proxy_is_proxy_path(req->path);
+}
+
 void api_handle(struct fr_http_req *req, void *arg) {
   struct sim *s = arg;
   int ms, is_exec;
@@ -1343,6 +1354,8 @@ void api_handle(struct fr_http_req *req, void *arg) {
     }
     d->sim = s;
     d->req = req;
+    /* A streamed (proxy) body waits with the request. */
+    fr_http_body_pause(req, 1);
     uv_timer_init(s->loop, &d->timer);
     d->timer.data = d;
     req->data = d;
