@@ -418,8 +418,9 @@ void agent_stop(struct sim_pod *p) {
   }
   /* No supervisor: exec'd commands may still have left setsid'd
    * processes behind, which only the mark finds. */
-  if (p->sim != NULL && p->obj != NULL && p->execs.ngroups + p->execs.nprocs > 0 &&
-      !p->sim->opts.pod_namespaces && (mw = calloc(1, sizeof(*mw))) != NULL) {
+  if (p->sim != NULL && p->obj != NULL && p->execs.forked > 0 &&
+      (mw = calloc(1, sizeof(*mw))) != NULL) {
+    p->execs.forked = 0;
     snprintf(mw->mark, sizeof(mw->mark), AGENT_POD_MARK "=%s", p->obj->uid);
     if (uv_queue_work(p->sim->loop, &mw->w, mark_kill_cb, mark_after_cb) != 0)
       free(mw);
@@ -964,10 +965,18 @@ static int pod_enter_main(int argc, char **argv) {
 }
 
 int agent_helper_main(int argc, char **argv) {
+  int rc = 2;
+
   if (strcmp(argv[1], "__pod-init") == 0 && argc >= 7 && strcmp(argv[6], "--") == 0)
-    return pod_init_main(argc, argv);
-  if (strcmp(argv[1], "__pod-enter") == 0 && argc >= 4 && strcmp(argv[3], "--") == 0)
-    return pod_enter_main(argc, argv);
-  fprintf(stderr, "kubesim: %s: bad helper invocation\n", argv[1]);
-  return 2;
+    rc = pod_init_main(argc, argv);
+  else if (strcmp(argv[1], "__pod-enter") == 0 && argc >= 4 && strcmp(argv[3], "--") == 0)
+    rc = pod_enter_main(argc, argv);
+  else
+    fprintf(stderr, "kubesim: %s: bad helper invocation\n", argv[1]);
+  /* _exit, not exit: after unshare/setns of a PID namespace, exit-time
+   * machinery that starts a helper task (LeakSanitizer's tracer in the
+   * sanitizer build) would start it in the other namespace and wait for
+   * it forever. The helpers allocate nothing worth a leak check. */
+  fflush(stderr);
+  _exit(rc);
 }

@@ -883,6 +883,7 @@ int sim_exec_start(uv_loop_t *loop, struct fr_http_req *req,
       if (set != NULL) {
         set_link(e, set);
         set_remember_group(set, e->pid);
+        set->forked++;
       }
     } else {
       FR_DEBUG(LOG_COMP, "%s: %s", p->argv[0],

@@ -32,6 +32,7 @@ struct sim_exec_set {
    * does. Groups found empty are pruned when the array fills. */
   int *groups;
   size_t ngroups, groups_cap;
+  size_t forked;           /* commands ever started as processes (kept by _kill) */
 };
 
 struct sim_exec_params {

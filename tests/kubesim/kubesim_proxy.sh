@@ -175,8 +175,8 @@ assert h.get("accept") == "application/json", h'
 
 step "kubectl get --raw through the proxy (pod:port and the port's name)"
 LAST_CMD="kubectl get --raw $NS/pods/ag1:49983/proxy/health"
-kubectl get --raw "$NS/pods/ag1:49983/proxy/health" >"$OUT" 2>"$ERR" || fail "kubectl get --raw /health failed"
-kubectl get --raw "$NS/pods/ag1:agent/proxy/headers" >"$OUT" 2>"$ERR" || fail "kubectl get --raw via the port name failed"
+timeout 60 kubectl get --raw "$NS/pods/ag1:49983/proxy/health" >"$OUT" 2>"$ERR" || fail "kubectl get --raw /health failed"
+timeout 60 kubectl get --raw "$NS/pods/ag1:agent/proxy/headers" >"$OUT" 2>"$ERR" || fail "kubectl get --raw via the port name failed"
 pycheck "kubectl --raw body" 'assert d["path"] == "/headers", d'
 
 step "keep-alive: two proxied requests on one client connection"
@@ -311,12 +311,12 @@ req POST "$AG/spawn?tag=1$TAG"
 expect_status 200 "spawn"
 wait_until 10 pgrep -f "sleep 3000.1$TAG" >/dev/null || fail "the grandchild did not start"
 LAST_CMD="kubectl exec ag1 -- sh -c 'setsid sleep 3000.2$TAG &'"
-kubectl exec ag1 -- sh -c "setsid sleep 3000.2$TAG </dev/null >/dev/null 2>&1 & echo started" \
+timeout 60 kubectl exec ag1 -- sh -c "setsid sleep 3000.2$TAG </dev/null >/dev/null 2>&1 & echo started" \
   >"$OUT" 2>"$ERR" || fail "kubectl exec failed"
 wait_until 10 pgrep -f "sleep 3000.2$TAG" >/dev/null || fail "the exec's setsid child did not start"
 AGDIR="$(pod_dir ag1)"
 LAST_CMD="kubectl delete pod ag1"
-kubectl delete pod ag1 --wait=true >"$OUT" 2>"$ERR" || fail "kubectl delete failed"
+timeout 60 kubectl delete pod ag1 --wait=true >"$OUT" 2>"$ERR" || fail "kubectl delete failed"
 wait_until 10 proc_gone "sleep 3000.1$TAG" || fail "the agent's setsid'd grandchild survived its pod"
 wait_until 10 proc_gone "sleep 3000.2$TAG" || fail "the exec's setsid'd child survived its pod"
 wait_until 10 proc_gone "$AGDIR" || fail "the agent survived its pod: $(pgrep -af "$AGDIR")"
@@ -341,13 +341,13 @@ if [ "$(id -u)" = 0 ]; then
   expect_status 404 "iso2 must not see iso1's /tmp"
   [ -e "/tmp/secret-$TAG" ] && fail "the pod's /tmp file landed in the host's /tmp"
   LAST_CMD="kubectl exec iso2 -- cat /tmp/secret-$TAG"
-  if kubectl exec iso2 -- cat "/tmp/secret-$TAG" >"$OUT" 2>"$ERR"; then
+  if timeout 60 kubectl exec iso2 -- cat "/tmp/secret-$TAG" >"$OUT" 2>"$ERR"; then
     fail "an exec in iso2 read iso1's /tmp file"
   fi
   LAST_CMD="kubectl exec iso1 -- cat /tmp/secret-$TAG"
-  kubectl exec iso1 -- cat "/tmp/secret-$TAG" >"$OUT" 2>"$ERR" || fail "an exec in iso1 cannot read its /tmp"
+  timeout 60 kubectl exec iso1 -- cat "/tmp/secret-$TAG" >"$OUT" 2>"$ERR" || fail "an exec in iso1 cannot read its /tmp"
   LAST_CMD="kubectl exec iso2 -- ls $T/work"
-  kubectl exec iso2 -- ls "$T/work" >"$OUT" 2>"$ERR"
+  timeout 60 kubectl exec iso2 -- ls "$T/work" >"$OUT" 2>"$ERR"
   grep -q iso1 "$OUT" && fail "iso2 sees iso1's working directory: $(tr '\n' ' ' <"$OUT")"
 else
   echo "note: not root, so pods share the host's /tmp (no mount namespaces); isolation step skipped"
@@ -407,6 +407,44 @@ PY
 kill -TERM "$IPID" 2>/dev/null
 wait "$IPID" 2>/dev/null || fail "inproc kubesim exit status $?"
 grep -Eq "$SAN_RE" "$T/inproc.log" && fail "sanitizer report in the inproc kubesim log"
+
+# ------------------------------------------------------------------ no namespaces
+step "--no-pod-namespaces (what a non-root kubesim does): setsid'd processes still die with the pod"
+mkdir -p "$T/nons"
+"$KUBESIM" --listen 127.0.0.1:0 --port-file "$T/nons/port" --workdir "$T/nons" --no-pod-namespaces \
+  --write-kubeconfig "$T/nons/kubeconfig" --agent-binary "$AGENT" --name nons </dev/null >"$T/nons.log" 2>&1 &
+NPID=$!
+BG_PIDS+=("$NPID")
+wait_until 20 test -s "$T/nons/port" || fail "no-namespaces kubesim did not start"
+NBASE="http://127.0.0.1:$(cat "$T/nons/port")"
+nreq() { # nreq METHOD PATH [BODY]
+  LAST_CMD="curl -X $1 (nons) $2"
+  http -X "$1" -H "Content-Type: application/json" ${3:+--data-binary "$3"} "$NBASE$2"
+}
+nphase() { nreq GET "$NS/pods/$1"; [ "$RC" = 200 ] && jval 'd["status"].get("phase")'; }
+n_ready() { nreq GET "$NS/pods/$1"; [ "$(jval '[c["status"] for c in d["status"].get("conditions", []) if c["type"] == "Ready"][0]')" = True ]; }
+nreq POST "$NS/pods" "$(agent_pod na1)"
+nreq POST "$NS/pods" '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"np1"},"spec":{"containers":[{"name":"c","image":"busybox","command":["sleep","3600"]}]}}'
+wait_until 20 n_ready na1 || fail "na1 not Ready"
+nreq POST "$NS/pods/na1:49983/proxy/spawn?tag=3$TAG"
+expect_status 200 "spawn in na1"
+for pod in na1 np1; do
+  LAST_CMD="kubectl exec $pod -- setsid sleep (no namespaces)"
+  # sleep 3000.41TAG in na1, 3000.42TAG in np1
+  KUBECONFIG="$T/nons/kubeconfig" timeout 60 kubectl exec "$pod" -- sh -c "setsid sleep 3000.4${pod#n?}$TAG </dev/null >/dev/null 2>&1 &" \
+    >"$OUT" 2>"$ERR" || fail "kubectl exec $pod failed"
+done
+wait_until 10 pgrep -f "sleep 3000.3$TAG" >/dev/null || fail "the grandchild did not start"
+wait_until 10 pgrep -f "sleep 3000.41$TAG" >/dev/null || fail "na1's exec child did not start"
+wait_until 10 pgrep -f "sleep 3000.42$TAG" >/dev/null || fail "np1's exec child did not start"
+nreq DELETE "$NS/pods/na1"
+nreq DELETE "$NS/pods/np1"
+wait_until 10 proc_gone "sleep 3000.3$TAG" || fail "na1's setsid'd grandchild survived (no namespaces)"
+wait_until 10 proc_gone "sleep 3000.41$TAG" || fail "na1's exec child survived (no namespaces)"
+wait_until 10 proc_gone "sleep 3000.42$TAG" || fail "np1's exec child survived (no namespaces)"
+kill -TERM "$NPID" 2>/dev/null
+wait "$NPID" 2>/dev/null || fail "no-namespaces kubesim exit status $?"
+grep -Eq "$SAN_RE" "$T/nons.log" && fail "sanitizer report in the no-namespaces kubesim log"
 
 # ------------------------------------------------------------------ the end
 finish_proxy() {
