@@ -428,10 +428,12 @@ nreq POST "$NS/pods" '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"np1"},
 wait_until 20 n_ready na1 || fail "na1 not Ready"
 nreq POST "$NS/pods/na1:49983/proxy/spawn?tag=3$TAG"
 expect_status 200 "spawn in na1"
-for pod in na1 np1; do
+for n in 1 2; do
+  pod=na1
+  [ "$n" = 2 ] && pod=np1
   LAST_CMD="kubectl exec $pod -- setsid sleep (no namespaces)"
   # sleep 3000.41TAG in na1, 3000.42TAG in np1
-  KUBECONFIG="$T/nons/kubeconfig" timeout 60 kubectl exec "$pod" -- sh -c "setsid sleep 3000.4${pod#n?}$TAG </dev/null >/dev/null 2>&1 &" \
+  KUBECONFIG="$T/nons/kubeconfig" timeout 60 kubectl exec "$pod" -- sh -c "setsid sleep 3000.4$n$TAG </dev/null >/dev/null 2>&1 &" \
     >"$OUT" 2>"$ERR" || fail "kubectl exec $pod failed"
 done
 wait_until 10 pgrep -f "sleep 3000.3$TAG" >/dev/null || fail "the grandchild did not start"
