@@ -668,8 +668,15 @@ void proxy_handle(struct sim *s, struct fr_http_req *req) {
   raw = req->url;
   if (strncmp(raw, "http://", 7) == 0 || strncmp(raw, "https://", 8) == 0)
     raw = strchr(strchr(raw, ':') + 3, '/');
-  for (i = 0; raw != NULL && i < 7; i++)
-    raw = strchr(raw + 1, '/');
+  {
+    /* Only the path counts: the query may hold slashes too. */
+    const char *qm = raw != NULL ? strchr(raw, '?') : NULL;
+    for (i = 0; raw != NULL && i < 7; i++) {
+      raw = strchr(raw + 1, '/');
+      if (raw != NULL && qm != NULL && raw > qm)
+        raw = NULL;
+    }
+  }
   path = raw != NULL ? raw : "";
   {
     const char *qm = strchr(path, '?');

@@ -279,8 +279,8 @@ req GET "$NS/pods/big/proxy/x"
 expect_status 400 "no pod IP" && status_check 400 BadRequest "address not allowed"
 
 step "GET .../proxy without a path: 301 to .../proxy/ (as the API server redirects)"
-req GET "$NS/pods/ag1:49983/proxy?x=1"
-expect_status 301 "empty path" && grep -qi "^location: $NS/pods/ag1:49983/proxy/?x=1" "$ERR" ||
+req GET "$NS/pods/ag1:49983/proxy?x=/1"
+expect_status 301 "empty path" && grep -qi "^location: $NS/pods/ag1:49983/proxy/?x=/1" "$ERR" ||
   fail "Location header: $(grep -i '^location' "$ERR")"
 
 step "fault injection applies: error_rate 1 answers 500 instead of proxying"
@@ -291,6 +291,17 @@ expect_status 500 "injected fault"
 req POST /_sim/faults '{"error_rate":0}'
 req GET "$AG/health"
 expect_status 204 "faults cleared"
+
+step "injected latency delays a proxied upload without losing any of its body"
+req POST /_sim/faults '{"latency_ms":100}'
+expect_status 200 "set latency"
+LAST_CMD="curl --data-binary @cl.bin $AG/upload (latency 100 ms)"
+http -H "Authorization: Bearer $TOKEN" -H "Content-Type: application/octet-stream" \
+  --data-binary "@$T/cl.bin" "$BASE$AG/upload"
+expect_status 200 "POST /upload with latency" && pycheck "upload digest" '
+assert d["bytes"] == 3000000, d
+assert d["sha256"] == args[0], d' "$(sha256sum "$T/cl.bin" | cut -c1-64)"
+req POST /_sim/faults '{"latency_ms":0}'
 
 # ------------------------------------------------------------------ booleans
 step "boolean query parameters: watch=True and watch= watch; watch=0 and watch=FALSE list"
