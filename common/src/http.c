@@ -36,6 +36,9 @@
 /* Stop reading from a client whose unparsed input grows past this while a
  * request is being handled (pipelining flood); resumed when it drains. */
 #define MAX_BUFFERED_INPUT (256 * 1024)
+/* Streamed request bodies are handed over in pieces of about this size, and
+ * a paused one stops reading the socket once this much input waits. */
+#define BODY_PIECE (64 * 1024)
 
 enum conn_state {
   CS_IDLE,
@@ -119,6 +122,18 @@ struct conn {
   size_t nheaders;
   struct fr_buf body;
   struct fr_buf path;
+
+  /* Streamed request body (opts.stream_body_cb): dispatched at the head,
+   * pieces parsed only while not paused and handed to req.body_cb. */
+  int body_stream;
+  int body_head_done;      /* head parsed, handler not yet called */
+  int body_paused;
+  int body_done;           /* the end was delivered */
+  /* Response framing of a stream: 0 chunked, 1 Content-Length, 2 none. */
+  int resp_framing;
+  uint64_t resp_left;      /* Content-Length bytes still to write */
+  fr_http_drain_cb drain_cb;
+  size_t drain_low;
 
   struct fr_http_req req;
 
@@ -305,6 +320,13 @@ static void on_write(uv_write_t *w, int status) {
       conn_close(c, 1);
     else if (c->state != CS_LINGER)
       conn_linger(c);
+    return;
+  }
+  if (c->drain_cb != NULL && c->pending_bytes <= c->drain_low &&
+      (c->state == CS_HANDLING || c->state == CS_STREAMING)) {
+    fr_http_drain_cb cb = c->drain_cb;
+    c->drain_cb = NULL;
+    cb(&c->req);
   }
 }
 
@@ -416,6 +438,13 @@ static void req_reset(struct conn *c) {
   c->head_bytes = 0;
   c->reject_status = 0;
   c->message_done = 0;
+  c->body_stream = 0;
+  c->body_head_done = 0;
+  c->body_paused = 0;
+  c->body_done = 0;
+  c->resp_framing = 0;
+  c->resp_left = 0;
+  c->drain_cb = NULL;
   memset(&c->req, 0, sizeof(c->req));
 }
 
@@ -525,6 +554,8 @@ static int header_has_token(const char *v, const char *token) {
   return 0;
 }
 
+static int req_fill_head(struct conn *c);
+
 static int on_headers_complete(http_parser *p) {
   struct conn *c = p->data;
   const char *expect;
@@ -535,7 +566,11 @@ static int on_headers_complete(http_parser *p) {
     c->reject_status = 400;
     return -1;
   }
-  if ((p->flags & F_CONTENTLENGTH) && p->content_length != ULLONG_MAX &&
+  /* A path that does not decode is left to the buffered path's 400. */
+  if (c->srv->opts.stream_body_cb != NULL && !p->upgrade && req_fill_head(c) == 0 &&
+      c->srv->opts.stream_body_cb(&c->req, c->srv->arg))
+    c->body_stream = 1;
+  if (!c->body_stream && (p->flags & F_CONTENTLENGTH) && p->content_length != ULLONG_MAX &&
       p->content_length > c->srv->opts.max_body_bytes) {
     c->reject_status = 413;
     return -1;
@@ -554,6 +589,13 @@ static int on_headers_complete(http_parser *p) {
     }
   }
   conn_set_state(c, CS_BODY);
+  if (c->body_stream) {
+    /* Stop here: the handler is called from conn_process_input(), outside
+     * the parser, and the body is parsed only as fast as it is taken. */
+    c->body_head_done = 1;
+    http_parser_pause(p, 1);
+    return 0;
+  }
   conn_timer(c, TK_BODY, c->srv->opts.body_timeout_ms);
   return 0;
 }
@@ -561,6 +603,16 @@ static int on_headers_complete(http_parser *p) {
 static int on_body(http_parser *p, const char *at, size_t len) {
   struct conn *c = p->data;
 
+  if (c->body_stream) {
+    /* Collected here, handed over after the parser returns. */
+    if (fr_buf_append(&c->body, at, len) != 0) {
+      c->reject_status = 503;
+      return -1;
+    }
+    if (c->body.len >= BODY_PIECE)
+      http_parser_pause(p, 1);
+    return 0;
+  }
   if (c->body.len + len > c->srv->opts.max_body_bytes) {
     c->reject_status = 413;
     return -1;
@@ -683,11 +735,30 @@ static void send_simple_and_close(struct conn *c, int status) {
   conn_finish_request(c);
 }
 
-static void conn_dispatch(struct conn *c) {
+/* Fills what a request head tells (method, url, path, query, headers, peer)
+ * into c->req; 0, or -EINVAL for a path that does not decode. */
+static int req_fill_head(struct conn *c) {
   struct fr_http_req *r = &c->req;
   const char *u = c->url.data;
   const char *q = strchr(u, '?');
   size_t plen = q ? (size_t)(q - u) : strlen(u);
+
+  if (pct_decode(u, plen, &c->path) != 0 || c->path.data[0] != '/')
+    return -EINVAL;
+  r->method = http_method_str((enum http_method)c->parser.method);
+  r->url = u;
+  r->path = c->path.data;
+  r->query = q ? q + 1 : "";
+  r->headers = c->headers;
+  r->nheaders = c->nheaders;
+  r->peer_ip = c->peer_ip;
+  r->peer_port = c->peer_port;
+  r->loop = c->srv->loop;
+  return 0;
+}
+
+static void conn_dispatch(struct conn *c) {
+  struct fr_http_req *r = &c->req;
 
   if (c->body.data == NULL) {
     /* No body: fr/http.h promises req->body is "" then, a terminated
@@ -698,22 +769,14 @@ static void conn_dispatch(struct conn *c) {
     }
     c->body.data[0] = '\0';
   }
-  if (pct_decode(u, plen, &c->path) != 0 || c->path.data[0] != '/') {
+  if (req_fill_head(c) != 0) {
     send_simple_and_close(c, 400);
     return;
   }
-  r->method = http_method_str((enum http_method)c->parser.method);
-  r->url = u;
-  r->path = c->path.data;
-  r->query = q ? q + 1 : "";
-  r->headers = c->headers;
-  r->nheaders = c->nheaders;
-  r->body = c->body.data;
-  r->body_len = c->body.len;
+  r->body = c->body_stream ? "" : c->body.data;
+  r->body_len = c->body_stream ? 0 : c->body.len;
+  r->body_streaming = c->body_stream;
   r->websocket = c->parser.upgrade ? is_websocket_upgrade(c) : 0;
-  r->peer_ip = c->peer_ip;
-  r->peer_port = c->peer_port;
-  r->loop = c->srv->loop;
   r->start_ms = uv_now(c->srv->loop);
   c->keep_alive = http_should_keep_alive(&c->parser) && !c->parser.upgrade;
   c->done_reported = 0;
@@ -793,6 +856,46 @@ static void conn_feed_ws(struct conn *c) {
   }
 }
 
+/* Parses a streamed body as far as the handler takes it and hands the
+ * pieces (then the end) to req.body_cb, outside the parser. */
+static void conn_stream_body(struct conn *c) {
+  size_t n;
+  enum http_errno err;
+
+  while (c->body_stream && !c->body_done && !c->body_paused &&
+         (c->state == CS_HANDLING || c->state == CS_STREAMING)) {
+    if (c->in.len > 0 && !c->message_done) {
+      n = http_parser_execute(&c->parser, &parser_settings, c->in.data, c->in.len);
+      fr_buf_consume(&c->in, n);
+      err = HTTP_PARSER_ERRNO(&c->parser);
+      if (err == HPE_PAUSED) {
+        http_parser_pause(&c->parser, 0);
+      } else if (err != HPE_OK || c->reject_status != 0) {
+        /* A broken body in the middle of a response: nothing sane can be
+         * said any more; the handler hears it through abort_cb. */
+        conn_close(c, 1);
+        return;
+      }
+    }
+    if (c->body.len > 0) {
+      struct fr_buf piece = c->body;
+      fr_buf_init(&c->body);
+      if (c->req.body_cb != NULL)
+        c->req.body_cb(&c->req, piece.data, piece.len);
+      fr_buf_free(&piece);
+      continue; /* the callback may have paused, answered or closed */
+    }
+    if (c->message_done) {
+      c->body_done = 1;
+      if (c->req.body_cb != NULL)
+        c->req.body_cb(&c->req, NULL, 0);
+      return;
+    }
+    if (c->in.len == 0)
+      return;
+  }
+}
+
 static void conn_process_input(struct conn *c) {
   size_t n;
 
@@ -803,6 +906,11 @@ static void conn_process_input(struct conn *c) {
     }
     if (c->state == CS_LINGER) {
       fr_buf_reset(&c->in);
+      return;
+    }
+    if (c->body_stream && (c->state == CS_HANDLING || c->state == CS_STREAMING)) {
+      conn_stream_body(c);
+      /* Pipelined requests wait until the response is finished. */
       return;
     }
     if (c->state != CS_IDLE && c->state != CS_HEAD && c->state != CS_BODY)
@@ -824,6 +932,12 @@ static void conn_process_input(struct conn *c) {
     } else if (HTTP_PARSER_ERRNO(&c->parser) != HPE_OK) {
       send_simple_and_close(c, HTTP_PARSER_ERRNO(&c->parser) == HPE_HEADER_OVERFLOW ? 431 : 400);
       return;
+    }
+    if (c->body_head_done) {
+      /* Streamed body: the handler gets the request now, the body after. */
+      c->body_head_done = 0;
+      conn_dispatch(c);
+      continue;
     }
     if (!c->message_done) {
       /* Need more bytes; bound what a slow request may buffer. */
@@ -907,9 +1021,11 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     conn_close(c, 1);
     return;
   }
-  if (c->in.len > MAX_BUFFERED_INPUT + c->srv->opts.max_body_bytes &&
-      c->state != CS_WS && c->state != CS_IDLE && c->state != CS_HEAD &&
-      c->state != CS_BODY && c->reading) {
+  if (((c->in.len > MAX_BUFFERED_INPUT + c->srv->opts.max_body_bytes &&
+        c->state != CS_WS && c->state != CS_IDLE && c->state != CS_HEAD &&
+        c->state != CS_BODY) ||
+       (c->body_stream && c->body_paused && c->in.len > BODY_PIECE)) &&
+      c->reading) {
     uv_read_stop(s);
     c->reading = 0;
   }
@@ -1073,8 +1189,15 @@ static void report_done(struct conn *c, int status) {
 static void conn_finish_request(struct conn *c) {
   report_done(c, c->resp_status);
   c->abort_notify = 0;
+  c->drain_cb = NULL;
   if (c->state == CS_CLOSING)
     return;
+  if (c->body_stream && !c->body_done) {
+    /* Answered before its body ended: the rest is not parsed, so this
+     * connection cannot carry another request. */
+    c->body_stream = 0;
+    c->keep_alive = 0;
+  }
   if (!c->keep_alive || c->close_after_flush) {
     c->close_after_flush = 1;
     if (c->pending_bytes == 0)
@@ -1521,6 +1644,8 @@ int fr_http_respond(struct fr_http_req *req, int status, const char *content_typ
 
   if (c->state != CS_HANDLING)
     return -EINVAL;
+  if (c->body_stream && !c->body_done)
+    c->keep_alive = 0; /* see conn_finish_request() */
   snprintf(framing, sizeof(framing), "Content-Length: %zu\r\n", len);
   c->resp_status = status;
   c->resp_bytes = len;
@@ -1538,13 +1663,30 @@ int fr_http_respond(struct fr_http_req *req, int status, const char *content_typ
 
 int fr_http_stream_begin(struct fr_http_req *req, int status, const char *content_type,
                          const char *extra_headers) {
+  return fr_http_stream_begin_length(req, status, content_type, extra_headers, FR_HTTP_CHUNKED);
+}
+
+int fr_http_stream_begin_length(struct fr_http_req *req, int status, const char *content_type,
+                                const char *extra_headers, int64_t length) {
   struct conn *c = req_conn(req);
+  char framing[48];
   int rc;
 
-  if (c->state != CS_HANDLING)
+  if (c->state != CS_HANDLING || length < FR_HTTP_NO_BODY)
     return -EINVAL;
   c->resp_status = status;
-  rc = write_head(c, status, content_type, extra_headers, "Transfer-Encoding: chunked\r\n");
+  if (length >= 0) {
+    snprintf(framing, sizeof(framing), "Content-Length: %lld\r\n", (long long)length);
+    c->resp_framing = 1;
+    c->resp_left = (uint64_t)length;
+  } else if (length == FR_HTTP_NO_BODY) {
+    framing[0] = '\0';
+    c->resp_framing = 2;
+  } else {
+    snprintf(framing, sizeof(framing), "Transfer-Encoding: chunked\r\n");
+    c->resp_framing = 0;
+  }
+  rc = write_head(c, status, content_type, extra_headers, framing);
   if (rc != 0) {
     c->abort_notify = 0;
     conn_close(c, 0);
@@ -1564,6 +1706,23 @@ int fr_http_stream_write(struct fr_http_req *req, const void *data, size_t len) 
     return -EINVAL;
   if (len == 0)
     return 0;
+  if (c->resp_framing != 0) {
+    if (c->resp_framing == 2 || strcmp(req->method, "HEAD") == 0)
+      return 0;
+    if (len > c->resp_left) {
+      c->abort_notify = 0;
+      conn_close(c, 0);
+      return -EMSGSIZE;
+    }
+    c->resp_left -= len;
+    c->resp_bytes += len;
+    rc = conn_write(c, data, len);
+    if (rc != 0) {
+      c->abort_notify = 0;
+      conn_close(c, 0);
+    }
+    return rc;
+  }
   c->resp_bytes += len;
   n = snprintf(size_line, sizeof(size_line), "%zx\r\n", len);
   bufs[0] = uv_buf_init(size_line, (unsigned int)n);
@@ -1584,7 +1743,13 @@ int fr_http_stream_end(struct fr_http_req *req) {
 
   if (c->state != CS_STREAMING)
     return -EINVAL;
-  rc = conn_write(c, "0\r\n\r\n", 5);
+  if (c->resp_framing == 1 && c->resp_left > 0 && strcmp(req->method, "HEAD") != 0) {
+    /* Fewer bytes than announced: the client must not take it as whole. */
+    c->abort_notify = 0;
+    conn_close(c, 0);
+    return -EPIPE;
+  }
+  rc = c->resp_framing == 0 ? conn_write(c, "0\r\n\r\n", 5) : 0;
   if (rc != 0) {
     c->abort_notify = 0;
     conn_close(c, 0);
@@ -1599,6 +1764,34 @@ size_t fr_http_pending_bytes(const struct fr_http_req *req) {
   const struct conn *c = fr_container_of(req, const struct conn, req);
 
   return c->pending_bytes;
+}
+
+int fr_http_on_drain(struct fr_http_req *req, fr_http_drain_cb cb, size_t low_water) {
+  struct conn *c = req_conn(req);
+
+  if (c->pending_bytes <= low_water) {
+    c->drain_cb = NULL;
+    return 1;
+  }
+  c->drain_cb = cb;
+  c->drain_low = low_water;
+  return 0;
+}
+
+void fr_http_body_pause(struct fr_http_req *req, int pause) {
+  struct conn *c = req_conn(req);
+
+  if (!c->body_stream || c->state == CS_CLOSING)
+    return;
+  if (pause) {
+    c->body_paused = 1;
+    return;
+  }
+  if (!c->body_paused)
+    return;
+  c->body_paused = 0;
+  /* Never re-enter the caller: read and deliver from the next loop turn. */
+  conn_timer(c, TK_RESUME, 0);
 }
 
 void fr_http_abort(struct fr_http_req *req) {

@@ -202,12 +202,22 @@ static int parse_route(const char *path, char *buf, size_t cap, struct route *r)
   return 0;
 }
 
-static int qflag(const char *query, const char *key) {
-  char v[16];
+int sim_query_bool(const char *query, const char *key) {
+  char v[8];
+  long n = fr_http_query_get(query, key, v, sizeof(v));
 
-  if (fr_http_query_get(query, key, v, sizeof(v)) < 0)
+  /* apimachinery's Convert_Slice_string_To_bool: absent, "0" or "false"
+   * in any case is false; anything else, "" and "True" included, is true
+   * (KUBE_PROTOCOL.md section 9). A value too long for <v> is neither. */
+  if (n == -ENOENT)
     return 0;
-  return strcmp(v, "true") == 0 || strcmp(v, "1") == 0;
+  if (n < 0)
+    return 1;
+  return strcmp(v, "0") != 0 && strcasecmp(v, "false") != 0;
+}
+
+static int qflag(const char *query, const char *key) {
+  return sim_query_bool(query, key);
 }
 
 static long qstr(const char *query, const char *key, char *out, size_t cap) {
@@ -1187,6 +1197,10 @@ static void route_request(struct sim *s, struct fr_http_req *req) {
 
   if (strcmp(m, "GET") == 0 && discovery(s, req))
     return;
+  if (proxy_is_proxy_path(req->path)) {
+    proxy_handle(s, req);
+    return;
+  }
   if (parse_route(req->path, buf, sizeof(buf), &r) != 0) {
     api_status(req, 404, "NotFound", "the server could not find the requested resource", NULL,
                NULL, NULL);
@@ -1302,6 +1316,13 @@ static int authorized(struct sim *s, struct fr_http_req *req) {
   return h != NULL && strncasecmp(h, "Bearer ", 7) == 0 && fr_secret_equal(h + 7, s->opts.token);
 }
 
+int api_stream_body(const struct fr_http_req *req, void *arg) {
+  (void)arg;
+  /* Only pod proxy bodies may be of any size; they go to the pod as
+   * they come. */
+  return proxy_is_proxy_path(req->path);
+}
+
 void api_handle(struct fr_http_req *req, void *arg) {
   struct sim *s = arg;
   int ms, is_exec;
@@ -1340,6 +1361,8 @@ void api_handle(struct fr_http_req *req, void *arg) {
     }
     d->sim = s;
     d->req = req;
+    /* A streamed (proxy) body waits with the request. */
+    fr_http_body_pause(req, 1);
     uv_timer_init(s->loop, &d->timer);
     d->timer.data = d;
     req->data = d;

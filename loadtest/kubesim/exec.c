@@ -709,8 +709,8 @@ static int spawn_command(struct sim_exec *e, const struct sim_exec_params *p) {
   uv_stdio_container_t stdio[3];
   struct fr_buf file, detail;
   const char *path_env = NULL;
-  char **env = NULL;
-  size_t nenv = 0, i;
+  char **env = NULL, **args = NULL;
+  size_t nenv = 0, i, nwrap = 0, nargs = 0;
   char text[128];
   int rc;
 
@@ -742,6 +742,24 @@ static int spawn_command(struct sim_exec *e, const struct sim_exec_params *p) {
   if (rc != 0)
     goto out;
 
+  if (p->wrap != NULL) {
+    /* wrap... resolved-path argv[1]... */
+    while (p->wrap[nwrap] != NULL)
+      nwrap++;
+    while (p->argv[nargs] != NULL)
+      nargs++;
+    args = calloc(nwrap + nargs + 1, sizeof(*args));
+    if (args == NULL) {
+      rc = -ENOMEM;
+      goto out;
+    }
+    for (i = 0; i < nwrap; i++)
+      args[i] = p->wrap[i];
+    args[nwrap] = file.data;
+    for (i = 1; i < nargs; i++)
+      args[nwrap + i] = p->argv[i];
+  }
+
   memset(stdio, 0, sizeof(stdio));
   stdio[0].flags = UV_IGNORE;
   stdio[1].flags = UV_IGNORE;
@@ -772,6 +790,10 @@ static int spawn_command(struct sim_exec *e, const struct sim_exec_params *p) {
   opts.exit_cb = on_exit_cb;
   opts.file = file.data;
   opts.args = p->argv;
+  if (args != NULL) {
+    opts.file = p->wrap[0];
+    opts.args = args;
+  }
   opts.env = env;
   opts.cwd = p->cwd;
   /* Own session and process group, so the pod's deletion can kill
@@ -812,6 +834,7 @@ static int spawn_command(struct sim_exec *e, const struct sim_exec_params *p) {
   }
 out:
   free(env);
+  free(args);
   fr_buf_free(&file);
   fr_buf_free(&detail);
   return rc;
@@ -860,6 +883,7 @@ int sim_exec_start(uv_loop_t *loop, struct fr_http_req *req,
       if (set != NULL) {
         set_link(e, set);
         set_remember_group(set, e->pid);
+        set->forked++;
       }
     } else {
       FR_DEBUG(LOG_COMP, "%s: %s", p->argv[0],

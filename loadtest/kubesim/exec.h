@@ -32,6 +32,7 @@ struct sim_exec_set {
    * does. Groups found empty are pruned when the array fills. */
   int *groups;
   size_t ngroups, groups_cap;
+  size_t forked;           /* commands ever started as processes (kept by _kill) */
 };
 
 struct sim_exec_params {
@@ -41,6 +42,10 @@ struct sim_exec_params {
   int in, out, err, tty;  /* the stdin/stdout/stderr/tty query flags */
   int fast_path;          /* allow the no-fork path for trivial commands */
   const char *protocol;   /* negotiated subprotocol, "v5.channel.k8s.io" or "v4..." */
+  /* NULL, or a NULL-terminated argv prefix the command is run through once
+   * it was found (the resolved path and argv[1...] follow the prefix), e.g.
+   * the pod's namespace entry helper. Borrowed for the call. */
+  char **wrap;
 };
 
 /* Takes over <req> (a WebSocket upgrade already validated by the caller: pod

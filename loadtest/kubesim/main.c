@@ -52,7 +52,10 @@ static void usage(FILE *f) {
           "  --workdir DIR             per-pod exec directories (default $TMPDIR/kubesim-PID)\n"
           "  --history N               watch history window in events (default 20000)\n"
           "  --bookmark-ms MS          watch bookmark interval (default 5000)\n"
-          "  --log-level LEVEL         debug, info, warn, error (default info)\n");
+          "  --log-level LEVEL         debug, info, warn, error (default info)\n"
+          "  --agent-binary PATH       run PATH as the agent of pods whose command is fedrouter-agent\n"
+          "  --agent-mode MODE         process (default with --agent-binary) or inproc (no process)\n"
+          "  --no-pod-namespaces       as root, do not give pods their own PID and mount namespaces\n");
 }
 
 /* ---------------------------------------------------------------------- */
@@ -384,6 +387,9 @@ int main(int argc, char **argv) {
       {"history", required_argument, NULL, 9},
       {"bookmark-ms", required_argument, NULL, 10},
       {"log-level", required_argument, NULL, 11},
+      {"agent-binary", required_argument, NULL, 12},
+      {"agent-mode", required_argument, NULL, 13},
+      {"no-pod-namespaces", no_argument, NULL, 14},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -394,7 +400,13 @@ int main(int argc, char **argv) {
   int64_t v;
   struct fr_http_server_opts hopts;
   enum fr_log_level lvl;
+  const char *agent_mode = NULL;
+  int no_pod_ns = 0;
+  ssize_t sl;
 
+  /* Re-run as a pod's process supervisor (agent.c). */
+  if (argc > 1 && strncmp(argv[1], "__pod-", 6) == 0)
+    return agent_helper_main(argc, argv);
   memset(&s, 0, sizeof(s));
   s.opts.listen = "127.0.0.1:0";
   s.opts.name = "kubesim";
@@ -433,6 +445,9 @@ int main(int argc, char **argv) {
     case 9: num = &s.opts.history; lo = 100; hi = 10000000; break;
     case 10: num = &s.opts.bookmark_ms; break;
     case 11: s.opts.log_level = optarg; break;
+    case 12: s.opts.agent_binary = optarg; break;
+    case 13: agent_mode = optarg; break;
+    case 14: no_pod_ns = 1; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -474,6 +489,31 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kubesim: --node-cpu and --node-memory must be positive Kubernetes quantities\n");
     return 2;
   }
+  if (agent_mode == NULL || strcmp(agent_mode, "process") == 0) {
+    s.opts.agent_mode = s.opts.agent_binary != NULL ? AGENT_MODE_PROCESS : AGENT_MODE_NONE;
+    if (agent_mode != NULL && s.opts.agent_binary == NULL) {
+      fprintf(stderr, "kubesim: --agent-mode=process needs --agent-binary PATH\n");
+      return 2;
+    }
+  } else if (strcmp(agent_mode, "inproc") == 0) {
+    s.opts.agent_mode = AGENT_MODE_INPROC;
+  } else {
+    fprintf(stderr, "kubesim: --agent-mode must be process or inproc, got \"%s\"\n", agent_mode);
+    return 2;
+  }
+  if (s.opts.agent_binary != NULL && access(s.opts.agent_binary, X_OK) != 0) {
+    fprintf(stderr, "kubesim: --agent-binary %s: %s\n", s.opts.agent_binary, strerror(errno));
+    return 2;
+  }
+  /* Namespaces need root (CAP_SYS_ADMIN); without, processes are found by
+   * their environment mark instead (docs/kubesim.md). */
+  s.opts.pod_namespaces = !no_pod_ns && geteuid() == 0;
+  sl = readlink("/proc/self/exe", s.self_exe, sizeof(s.self_exe) - 1);
+  if (sl <= 0) {
+    fprintf(stderr, "kubesim: cannot find its own binary: %s\n", strerror(errno));
+    return 1;
+  }
+  s.self_exe[sl] = '\0';
   if (s.opts.workdir == NULL) {
     const char *tmp = getenv("TMPDIR");
     snprintf(defdir, sizeof(defdir), "%s/kubesim-%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
@@ -496,8 +536,10 @@ int main(int argc, char **argv) {
    * be large; the apiserver's own limit is 3 MiB. */
   hopts.max_body_bytes = 3 * 1024 * 1024;
   hopts.idle_timeout_ms = 90000;
+  hopts.stream_body_cb = api_stream_body;
   if (fr_http_server_new(s.loop, &hopts, api_handle, &s, &s.api) != 0)
     return 1;
+  hopts.stream_body_cb = NULL;
   rc = fr_http_server_listen(s.api, host, port);
   if (rc != 0) {
     fprintf(stderr, "kubesim: cannot listen on %s: %s\n", s.opts.listen, uv_strerror(rc));

@@ -25,6 +25,8 @@
 #include "sim.h"
 
 static void pod_timer_start(struct sim_pod *p, void (*cb)(uv_timer_t *), uint64_t ms);
+static void kill_execs(struct sim_pod *p);
+static void usage_release(struct sim *s, struct sim_obj *o);
 
 /* ---------------------------------------------------------------------- */
 /* nodes                                                                   */
@@ -652,6 +654,7 @@ static void on_pod_started(uv_timer_t *t) {
   json_t *j, *st, *ips;
   char ip[32], ts[21], cid[80];
   uint32_t n;
+  int ready;
 
   if (o == NULL || p->stage != PS_BOUND)
     return;
@@ -671,9 +674,14 @@ static void on_pod_started(uv_timer_t *t) {
   ips = json_array();
   json_array_append_new(ips, json_pack("{s:s}", "ip", ip));
   json_object_set_new(st, "podIPs", ips);
-  set_condition(st, "ContainersReady", "True", NULL, NULL);
-  set_condition(st, "Ready", "True", NULL, NULL);
-  set_container_states(j, "running", json_pack("{s:s}", "startedAt", ts), 1);
+  /* A pod whose agent kubesim runs is Ready only once the agent listens
+   * (pod_set_ready()), as a readiness probe on its /health would make it. */
+  ready = !agent_wanted(s, j);
+  set_condition(st, "ContainersReady", ready ? "True" : "False", ready ? NULL : "ContainersNotReady",
+                ready ? NULL : "containers with unready status");
+  set_condition(st, "Ready", ready ? "True" : "False", ready ? NULL : "ContainersNotReady",
+                ready ? NULL : "containers with unready status");
+  set_container_states(j, "running", json_pack("{s:s}", "startedAt", ts), ready);
   {
     size_t i;
     json_t *c;
@@ -687,10 +695,55 @@ static void on_pod_started(uv_timer_t *t) {
     return;
   rs_pod_event(s, o);
   arm_deadline(p);
+  if (!ready && agent_start(s, o) != 0)
+    pod_main_exited(s, o, 128);
+}
+
+void pod_set_ready(struct sim *s, struct sim_obj *o) {
+  struct sim_pod *p = pod_of(o);
+  json_t *j, *st, *c;
+  size_t i;
+
+  if (p == NULL || p->stage != PS_RUNNING || (j = obj_json(o)) == NULL)
+    return;
+  st = json_obj(j, "status");
+  set_condition(st, "ContainersReady", "True", NULL, NULL);
+  set_condition(st, "Ready", "True", NULL, NULL);
+  json_array_foreach(json_object_get(st, "containerStatuses"), i, c)
+    json_object_set_new(c, "ready", json_true());
+  if (pod_commit(s, o, j) != NULL)
+    rs_pod_event(s, o);
+}
+
+void pod_main_exited(struct sim *s, struct sim_obj *o, int code) {
+  struct sim_pod *p = pod_of(o);
+  json_t *j, *st;
+  char ts[21];
+
+  if (p == NULL || p->stage != PS_RUNNING || (j = obj_json(o)) == NULL)
+    return;
+  /* The container's main process ended. Restarts are not modelled: the
+   * pod ends, Succeeded for 0 and Failed otherwise. */
+  kill_execs(p);
+  usage_release(s, o);
+  p->stage = PS_TERMINAL;
+  now_rfc3339(ts);
+  st = json_obj(j, "status");
+  json_object_set_new(st, "phase", json_string(code == 0 ? "Succeeded" : "Failed"));
+  set_condition(st, "ContainersReady", "False", code == 0 ? "PodCompleted" : "PodFailed", NULL);
+  set_condition(st, "Ready", "False", code == 0 ? "PodCompleted" : "PodFailed", NULL);
+  set_container_states(j, "terminated",
+                       json_pack("{s:i,s:s,s:s,s:s}", "exitCode", code, "reason",
+                                 code == 0 ? "Completed" : "Error", "startedAt", ts,
+                                 "finishedAt", ts), 0);
+  if (pod_commit(s, o, j) != NULL)
+    rs_pod_event(s, o);
 }
 
 static void kill_execs(struct sim_pod *p) {
   sim_exec_set_kill(&p->execs, SIGKILL);
+  /* The agent and everything started in the pod's namespaces. */
+  agent_stop(p);
 }
 
 static void pod_fail(struct sim *s, struct sim_obj *o, const char *reason, const char *message) {
@@ -1121,14 +1174,6 @@ static const char *pick_protocol(const char *offered) {
   return NULL;
 }
 
-static int qbool(const char *query, const char *key) {
-  char v[16];
-
-  if (fr_http_query_get(query, key, v, sizeof(v)) < 0)
-    return 0;
-  return strcmp(v, "true") == 0 || strcmp(v, "1") == 0;
-}
-
 void pod_exec(struct sim *s, struct fr_http_req *req, struct sim_obj *o) {
   struct sim_pod *p = pod_of(o);
   struct argv_ctx a = {NULL, 0, 0};
@@ -1136,12 +1181,10 @@ void pod_exec(struct sim *s, struct fr_http_req *req, struct sim_obj *o) {
   char container[256], msg[512];
   json_t *j = NULL, *c = NULL, *cs;
   const char *proto;
-  struct fr_buf envb;
   char **env = NULL;
-  size_t nenv = 0, i;
+  size_t i;
   int rc;
 
-  fr_buf_init(&envb);
   if (p == NULL || p->stage == PS_TERMINATING) {
     api_status(req, 400, "BadRequest", "pod is being deleted", "pods", o->name, NULL);
     return;
@@ -1188,53 +1231,28 @@ void pod_exec(struct sim *s, struct fr_http_req *req, struct sim_obj *o) {
                "pods", o->name, NULL);
     goto out;
   }
-  if (p->workdir == NULL) {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/%s_%s_%.8s", s->opts.workdir, o->ns, o->name, o->uid);
-    if (mkdir_p(path) != 0 || (p->workdir = strdup(path)) == NULL) {
-      api_status(req, 500, "InternalError", "cannot create the pod's working directory", "pods",
-                 o->name, NULL);
-      goto out;
-    }
+  if (pod_workdir(s, o) != 0) {
+    api_status(req, 500, "InternalError", "cannot create the pod's working directory", "pods",
+               o->name, NULL);
+    goto out;
   }
-  /* The environment: the container's env values, then what a container
-   * runtime always provides. */
-  {
-    json_t *e;
-    size_t n = json_array_size(json_object_get(c, "env"));
-    env = calloc(n + 4, sizeof(*env));
-    if (env == NULL)
-      goto oom;
-    json_array_foreach(json_object_get(c, "env"), i, e) {
-      const char *k = json_get_str(e, "name"), *v = json_get_str(e, "value");
-      if (k == NULL)
-        continue;
-      fr_buf_reset(&envb);
-      fr_buf_printf(&envb, "%s=%s", k, v ? v : "");
-      if ((env[nenv++] = strdup(envb.data)) == NULL)
-        goto oom;
-    }
-    fr_buf_reset(&envb);
-    fr_buf_printf(&envb, "HOSTNAME=%s", o->name);
-    env[nenv++] = strdup(envb.data);
-    fr_buf_reset(&envb);
-    fr_buf_printf(&envb, "HOME=%s", p->workdir);
-    env[nenv++] = strdup(envb.data);
-    env[nenv++] = strdup("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
-    for (i = 0; i < nenv; i++)
-      if (env[i] == NULL)
-        goto oom;
-  }
+  env = pod_env(o, c);
+  if (env == NULL)
+    goto oom;
   memset(&params, 0, sizeof(params));
   params.argv = a.argv;
   params.env = env;
   params.cwd = p->workdir;
-  params.in = qbool(req->query, "stdin");
-  params.out = qbool(req->query, "stdout");
-  params.err = qbool(req->query, "stderr");
-  params.tty = qbool(req->query, "tty");
+  params.in = sim_query_bool(req->query, "stdin");
+  params.out = sim_query_bool(req->query, "stdout");
+  params.err = sim_query_bool(req->query, "stderr");
+  params.tty = sim_query_bool(req->query, "tty");
   params.fast_path = s->opts.fast_exec;
   params.protocol = proto;
+  /* A command that forks runs inside the pod's namespaces (when kubesim
+   * has them), so it and whatever it starts die with the pod. */
+  if (!(params.fast_path && sim_exec_is_fast(a.argv)))
+    params.wrap = agent_exec_wrap(s, o);
   rc = sim_exec_start(s->loop, req, &params, &p->execs);
   if (rc != 0) {
     snprintf(msg, sizeof(msg), "exec failed: %s", uv_strerror(rc));
@@ -1249,9 +1267,71 @@ out:
   for (i = 0; i < a.n; i++)
     free(a.argv[i]);
   free(a.argv);
-  for (i = 0; env != NULL && i < nenv; i++)
+  pod_env_free(env);
+  json_decref(j);
+}
+
+int pod_workdir(struct sim *s, struct sim_obj *o) {
+  struct sim_pod *p = pod_of(o);
+  char path[4096];
+  int rc;
+
+  if (p == NULL)
+    return -ENOENT;
+  if (p->workdir != NULL)
+    return 0;
+  snprintf(path, sizeof(path), "%s/%s_%s_%.8s", s->opts.workdir, o->ns, o->name, o->uid);
+  rc = mkdir_p(path);
+  if (rc == 0 && (p->workdir = strdup(path)) == NULL)
+    rc = -ENOMEM;
+  return rc;
+}
+
+char **pod_env(struct sim_obj *o, json_t *c) {
+  struct sim_pod *p = pod_of(o);
+  json_t *e;
+  size_t n = json_array_size(json_object_get(c, "env")), nenv = 0, i;
+  char **env = calloc(n + 5, sizeof(*env));
+  struct fr_buf b;
+
+  if (env == NULL)
+    return NULL;
+  fr_buf_init(&b);
+  /* The container's env values, then what a container runtime always
+   * provides, then the mark kubesim finds the pod's processes by when it
+   * has no namespaces to kill them with (agent.c). */
+  json_array_foreach(json_object_get(c, "env"), i, e) {
+    const char *k = json_get_str(e, "name"), *v = json_get_str(e, "value");
+    if (k == NULL)
+      continue;
+    fr_buf_reset(&b);
+    if (fr_buf_printf(&b, "%s=%s", k, v ? v : "") != 0 || (env[nenv++] = strdup(b.data)) == NULL)
+      goto oom;
+  }
+  fr_buf_reset(&b);
+  if (fr_buf_printf(&b, "HOSTNAME=%s", o->name) != 0 || (env[nenv++] = strdup(b.data)) == NULL)
+    goto oom;
+  fr_buf_reset(&b);
+  if (fr_buf_printf(&b, "HOME=%s", p && p->workdir ? p->workdir : "/") != 0 ||
+      (env[nenv++] = strdup(b.data)) == NULL)
+    goto oom;
+  if ((env[nenv++] = strdup("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")) == NULL)
+    goto oom;
+  fr_buf_reset(&b);
+  if (fr_buf_printf(&b, AGENT_POD_MARK "=%s", o->uid) != 0 || (env[nenv++] = strdup(b.data)) == NULL)
+    goto oom;
+  fr_buf_free(&b);
+  return env;
+oom:
+  fr_buf_free(&b);
+  pod_env_free(env);
+  return NULL;
+}
+
+void pod_env_free(char **env) {
+  size_t i;
+
+  for (i = 0; env != NULL && env[i] != NULL; i++)
     free(env[i]);
   free(env);
-  fr_buf_free(&envb);
-  json_decref(j);
 }

@@ -115,6 +115,7 @@ struct sim_pod {
   int64_t start_ms;            /* when Running (wall clock) */
   char *workdir;               /* per-pod exec directory, created lazily */
   struct sim_exec_set execs;
+  struct sim_agent *agent;     /* agent / namespace supervisor, NULL = none (agent.c) */
   char owner_uid[40];          /* controller ReplicaSet uid, "" = none */
   struct sim_pod *q_prev, *q_next; /* scheduler FIFO links */
   int queued;
@@ -205,7 +206,12 @@ struct sim_opts {
   int history;
   int bookmark_ms;
   const char *log_level;
+  const char *agent_binary;    /* --agent-binary */
+  int agent_mode;              /* AGENT_MODE_* */
+  int pod_namespaces;          /* per-pod PID and mount namespaces (root only) */
 };
+
+enum { AGENT_MODE_NONE, AGENT_MODE_PROCESS, AGENT_MODE_INPROC };
 
 struct sim {
   uv_loop_t *loop;
@@ -245,6 +251,7 @@ struct sim {
   struct sim_faults faults;
   size_t execs_started;
   int stopping;
+  char self_exe[4096];         /* this binary, re-run as the pod supervisor */
 };
 
 struct sim_err {
@@ -332,6 +339,9 @@ int table_render(struct sim *s, enum sim_kind k, struct objver **vs, size_t n,
 
 /* ---- api.c ---- */
 void api_handle(struct fr_http_req *req, void *arg);
+/* fr_http_server_opts.stream_body_cb of the API server: pod proxy bodies
+ * are streamed, everything else is buffered. */
+int api_stream_body(const struct fr_http_req *req, void *arg);
 void admin_handle(struct fr_http_req *req, void *arg);
 /* Sends a Kubernetes Status error. */
 void api_status(struct fr_http_req *req, int code, const char *reason, const char *message,
@@ -341,6 +351,9 @@ void api_json(struct fr_http_req *req, int code, json_t *j);
  * (names, generateName, labels, uid, timestamps); 0 or -1 with <e> set. */
 int obj_prepare(struct sim *s, enum sim_kind k, const char *ns, json_t *j, struct sim_err *e);
 void api_raw(struct fr_http_req *req, int code, const char *json, size_t len);
+/* A boolean query parameter read as the API server reads it: absent, "0"
+ * or "false" (any case) is 0, any other value (even "") is 1. */
+int sim_query_bool(const char *query, const char *key);
 
 /* ---- pods.c ---- */
 /* Validates and defaults a new pod; on success commits it and returns 0.
@@ -363,6 +376,55 @@ int quota_check(struct sim *s, const char *ns, const char *pod_name,
                 struct sim_err *err);
 void ns_usage_add(struct sim *s, const char *ns, struct sim_pod *p, int sign);
 void pod_free_state(struct sim *s, struct sim_obj *o);
+/* Creates the pod's working directory once (p->workdir); 0 or -errno. */
+int pod_workdir(struct sim *s, struct sim_obj *o);
+/* The environment of container <c> of pod <o>: NULL-terminated "K=V"
+ * strings (free with pod_env_free()), NULL when out of memory. */
+char **pod_env(struct sim_obj *o, json_t *c);
+void pod_env_free(char **env);
+/* A Running pod whose readiness waited on its agent becomes Ready. */
+void pod_set_ready(struct sim *s, struct sim_obj *o);
+/* The pod's main process (its agent) ended with <code>: the pod ends,
+ * Succeeded for 0, Failed otherwise (restarts are not modelled). */
+void pod_main_exited(struct sim *s, struct sim_obj *o, int code);
+
+/* ---- agent.c: the in-sandbox agent and the pod's process supervisor ---- */
+struct sim_agent;
+/* Environment variable every process kubesim starts for a pod carries
+ * (value: the pod uid); without namespaces, that is how they are found. */
+#define AGENT_POD_MARK "KUBESIM_POD_UID"
+/* 1 if pod <j> (borrowed) runs fedrouter-agent and kubesim starts it as a
+ * process (--agent-binary, process mode): its readiness waits on it. */
+int agent_wanted(struct sim *s, json_t *j);
+/* 1 if pod <j>'s first container's command[0] is named fedrouter-agent. */
+int agent_pod_runs_agent(json_t *j);
+/* Starts the agent of a Running pod (see agent_wanted()); 0 or -errno. */
+int agent_start(struct sim *s, struct sim_obj *o);
+/* Kills the pod's agent or supervisor and everything started in the
+ * pod's namespaces; detaches it from <p>. Safe when there is none. */
+void agent_stop(struct sim_pod *p);
+/* argv prefix that runs an exec'd command inside the pod's namespaces
+ * (starting the pod's supervisor if needed), or NULL when kubesim does not
+ * isolate pods. Owned by the pod's agent state. */
+char **agent_exec_wrap(struct sim *s, struct sim_obj *o);
+/* Where pod port <port> of <o> is served: 0 with <*local> the loopback
+ * port of a listener, 1 when kubesim answers in-process
+ * (agent_inproc_serve()), -ECONNREFUSED when nothing listens. */
+int agent_target(struct sim *s, struct sim_obj *o, int port, int *local);
+/* Serves one proxied request for an agent pod in --agent-mode=inproc:
+ * GET /health, POST /init, POST /process.Process/Start for the exec fast
+ * path's commands. <path> is the path after /proxy (raw). */
+void agent_inproc_serve(struct sim *s, struct sim_obj *o, struct fr_http_req *req,
+                        const char *path);
+/* The supervisor side of agent.c, run as "kubesim __pod-init ..." and
+ * "kubesim __pod-enter ..." from main(); returns the exit status. */
+int agent_helper_main(int argc, char **argv);
+
+/* ---- proxy.c ---- */
+/* 1 if <path> is /api/v1/namespaces/NS/pods/NAME/proxy[/...]. */
+int proxy_is_proxy_path(const char *path);
+/* Serves a pods/proxy request (auth and faults already applied). */
+void proxy_handle(struct sim *s, struct fr_http_req *req);
 
 /* ---- rs.c ---- */
 /* Checks a new ReplicaSet (selector present and valid, template labels

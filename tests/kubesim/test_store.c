@@ -204,8 +204,27 @@ START_TEST(quantities_normalize_numbers_to_strings) {
 }
 END_TEST
 
+/* Booleans as apimachinery's Convert_Slice_string_To_bool reads them. */
+START_TEST(query_bool_reads_like_the_api_server) {
+  static const struct {
+    const char *query;
+    int want;
+  } cases[] = {
+      {"", 0},           {"watch=true", 1},  {"watch=True", 1},  {"watch=TRUE", 1},
+      {"watch=1", 1},    {"watch=", 1},      {"watch", 1},       {"watch=yes", 1},
+      {"watch=0", 0},    {"watch=false", 0}, {"watch=False", 0}, {"watch=FALSE", 0},
+      {"a=1&watch=0", 0}, {"watch=a-long-value-beyond-the-buffer", 1}, {"watchx=1", 0},
+  };
+  size_t i;
+
+  for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    ck_assert_msg(sim_query_bool(cases[i].query, "watch") == cases[i].want, "query \"%s\"",
+                  cases[i].query);
+}
+END_TEST
+
 int main(void) {
-  Suite *s = suite_create("kubesim_store");
+Suite *s = suite_create("kubesim_store");
   TCase *tc = tcase_create("store");
   SRunner *sr;
   int failed;
@@ -220,6 +239,7 @@ int main(void) {
   tcase_add_test(tc, merge_patch_sets_and_removes_keys);
   tcase_add_test(tc, json_patch_ops_and_failed_test);
   tcase_add_test(tc, quantities_normalize_numbers_to_strings);
+  tcase_add_test(tc, query_bool_reads_like_the_api_server);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -19,6 +19,16 @@
  * than max_header_bytes gets 431, a body larger than max_body_bytes gets 413,
  * malformed requests get 400, and a head or body that trickles in slower than
  * the timeouts allow gets 408; each then closes the connection.
+ *
+ * Bodies of any size (proxies, uploads): a server whose opts.stream_body_cb
+ * says yes for a request head dispatches that request as soon as its head is
+ * complete, with req->body_streaming set and an empty req->body; the body
+ * then arrives piece by piece on req->body_cb (set it in the handler), which
+ * fr_http_body_pause() can hold back so a slow consumer is not flooded (the
+ * server stops reading the socket). Neither max_body_bytes nor
+ * body_timeout_ms applies to such a body. A response may start or finish
+ * before the body has all arrived; if it finishes first the connection is
+ * closed after it (the rest of the body is drained, not parsed).
  */
 #ifndef FR_HTTP_H
 #define FR_HTTP_H
@@ -58,6 +68,12 @@ struct fr_http_server_opts {
   const char *name;           /* for logs; default "http" */
   fr_http_done_cb done_cb;    /* optional */
   void *done_arg;
+  /* Optional: called when a request head is complete (method, url, path,
+   * query and headers are set, the body is not) with the handler's <arg>.
+   * Return 1 to stream this request's body (see the top of this file), 0
+   * for the usual buffered body. Never called for upgrade requests. Must not
+   * answer the request. */
+  int (*stream_body_cb)(const struct fr_http_req *req, void *arg);
 };
 
 struct fr_http_header {
@@ -67,6 +83,14 @@ struct fr_http_header {
 
 typedef void (*fr_http_handler_cb)(struct fr_http_req *req, void *arg);
 typedef void (*fr_http_abort_cb)(struct fr_http_req *req);
+/* A piece of a streamed request body (<data>, <len> > 0, valid for the call
+ * only), or its end (<data> NULL, <len> 0), delivered once. Called from the
+ * server's read path, never from inside an fr_http_* call of the handler; it
+ * may answer or abort the request. */
+typedef void (*fr_http_body_cb)(struct fr_http_req *req, const char *data, size_t len);
+/* The connection's queue of unsent response bytes fell to the low-water
+ * mark given to fr_http_on_drain(). One-shot. */
+typedef void (*fr_http_drain_cb)(struct fr_http_req *req);
 /* A WebSocket message (reassembled from fragments; pings are answered by
  * the server itself and never reach the callback). */
 typedef void (*fr_http_ws_message_cb)(struct fr_http_req *req, int opcode,
@@ -90,6 +114,7 @@ struct fr_http_req {
   const char *body;         /* NUL-terminated; "" when none */
   size_t body_len;
   int websocket;            /* a valid WebSocket upgrade request */
+  int body_streaming;       /* the body arrives on body_cb (stream_body_cb said so) */
   const char *peer_ip;      /* client address as text */
   int peer_port;
   uint64_t start_ms;        /* uv_now() when the head was complete */
@@ -98,6 +123,7 @@ struct fr_http_req {
   /* Owned by the handler. */
   void *data;
   fr_http_abort_cb abort_cb;
+  fr_http_body_cb body_cb;  /* streamed bodies only; NULL drops the pieces */
   /* Free-form notes the handler leaves for done_cb (access log fields),
    * NUL-terminated; zeroed for every request. */
   char note[512];
@@ -158,6 +184,29 @@ int fr_http_stream_write(struct fr_http_req *req, const void *data, size_t len);
 int fr_http_stream_end(struct fr_http_req *req);
 /* Bytes accepted but not yet handed to the kernel (for backpressure). */
 size_t fr_http_pending_bytes(const struct fr_http_req *req);
+
+/* Framing values for fr_http_stream_begin_length(). */
+#define FR_HTTP_CHUNKED (-1)
+#define FR_HTTP_NO_BODY (-2)
+/* Like fr_http_stream_begin() with the body framed by <length>: >= 0 sends
+ * "Content-Length: <length>" and each write then sends its bytes as they are
+ * (the caller must write exactly <length> in all, else end aborts the
+ * connection); FR_HTTP_CHUNKED is fr_http_stream_begin(); FR_HTTP_NO_BODY
+ * sends neither header and no body (204, 304). For a HEAD request the
+ * writes are dropped whatever the framing. <extra_headers> must not carry
+ * Content-Length or Transfer-Encoding. */
+int fr_http_stream_begin_length(struct fr_http_req *req, int status, const char *content_type,
+                                const char *extra_headers, int64_t length);
+/* Calls <cb> once, from a write completion, when the response bytes still
+ * queued fall to <low_water> or below. Returns 0, or 1 without registering
+ * when they already are (call again later, or just write). One callback at
+ * a time: a second registration replaces the first. Dropped when the
+ * request finishes or the connection goes. */
+int fr_http_on_drain(struct fr_http_req *req, fr_http_drain_cb cb, size_t low_water);
+/* Streamed request bodies: <pause> 1 stops delivering body pieces (and,
+ * once a little is buffered, reading the socket); 0 resumes from the next
+ * loop turn. No effect on other requests. */
+void fr_http_body_pause(struct fr_http_req *req, int pause);
 
 /* Drops the connection without (more of) a response; <req> is finished and
  * abort_cb is NOT called (the caller knows). For WebSockets the close_cb is
