@@ -694,8 +694,13 @@ int proc_signal(struct proc *p, int sig) {
 static void timeout_fire(struct agent *a, struct timer *t) {
   struct proc *p = container_of(t, struct proc, timeout);
   (void)a;
-  if (p->ended)
+  /* The command ended in time, but what it left running in the
+   * background ((sleep 300 &), daemons) dies at its timeout all the same;
+   * its answer stays the command's own. */
+  if (p->ended) {
+    proc_kill_all(p);
     return;
+  }
   p->timed_out = true;
   snprintf(p->end_error, sizeof(p->end_error), "%s",
            p->deadline_from_header ? "deadline exceeded: killed at the Connect-Timeout-Ms deadline"
@@ -805,7 +810,7 @@ static void proc_on_exit(struct proc *p, int status) {
   p->paused = false;
   p->ended = true;
   p->ended_at = now_ms();
-  timer_stop(a, &p->timeout);
+  /* The timeout stays armed for leftovers (timeout_fire). */
   a->nprocs_running--;
   a->nprocs_done++;
   notify_subs(p);

@@ -110,6 +110,25 @@ START_TEST(hmac_sha256_hex_rfc4231_vector) {
 }
 END_TEST
 
+/* A buffer only reserved, never appended to, is "" (fr/buf.h keeps the
+ * data terminated): a kubesim proxy once sent such a buffer's garbage as
+ * response headers. */
+START_TEST(buf_reserved_only_reads_as_empty_string) {
+  struct fr_buf b;
+
+  fr_buf_init(&b);
+  ck_assert_int_eq(fr_buf_reserve(&b, 0), 0);
+  ck_assert_ptr_nonnull(b.data);
+  ck_assert_str_eq(b.data, "");
+  ck_assert_int_eq(fr_buf_reserve(&b, 1000), 0); /* grown: still terminated */
+  ck_assert_str_eq(b.data, "");
+  ck_assert_int_eq(fr_buf_puts(&b, "ab"), 0);
+  ck_assert_int_eq(fr_buf_reserve(&b, 100000), 0);
+  ck_assert_str_eq(b.data, "ab");
+  fr_buf_free(&b);
+}
+END_TEST
+
 START_TEST(sha256_hex_known_vector) {
   char out[65];
 
@@ -149,6 +168,7 @@ int main(void) {
   tcase_add_test(tc, parse_int64_rejects_junk_and_range);
   tcase_add_test(tc, time_rfc3339_roundtrip);
   tcase_add_test(tc, sha256_hex_known_vector);
+  tcase_add_test(tc, buf_reserved_only_reads_as_empty_string);
   tcase_add_test(tc, hmac_sha256_hex_rfc4231_vector);
   tcase_add_test(tc, secret_equal_compares_whole_strings);
   tcase_add_test(tc, edit_distance_counts_edits);

@@ -108,10 +108,10 @@ def test_backgrounded_grandchild_neither_holds_nor_survives(fed):
     r = fed.exec_ok(sid, ["sh", "-c", "setsid sleep 3042 & sleep 60"], timeout_s=2)
     check(r.get("timed_out") is True and r.get("exit_code") is None, f"timeout: {short(r)}")
 
-    def gone():
-        r = fed.exec_ok(sid, ["sh", "-c", "pgrep -f 'sleep 304[12]' || true"])
-        return r.get("stdout") == ""
-    check(wait_until(gone, 10, 0.5), "a backgrounded or setsid'd grandchild outlived its command's timeout")
+    def left():
+        return fed.exec_ok(sid, ["sh", "-c", "ps -eo pid,args | grep 'sleep 304[12]' || true"]).get("stdout")
+    check(wait_until(lambda: left() == "", 10, 0.5),
+          f"a backgrounded or setsid'd grandchild outlived its command's timeout: {left()!r}")
 
 
 def test_warm_claim_gets_token_and_env(fed):
@@ -163,7 +163,7 @@ def main():
     fed = None
     try:
         fed = AgentFed("agent", [("a1", "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
-                                               "--agent-binary", ARGS.agent])])
+                                               "--agent-binary", os.path.abspath(ARGS.agent)])])
         fed.shared = {}
         for t in tests:
             tr.run_test(t, fed, results)
