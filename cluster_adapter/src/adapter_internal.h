@@ -91,8 +91,9 @@ typedef void (*agent_done_cb)(int rc, const char *message, void *arg);
 /* The agent port of <pod> when it has an agent and this router speaks to
  * agents (cc.agent set), else 0. */
 int agent_port_of(const struct fr_adapter *a, const struct fr_pod *pod);
-/* The sandbox token of <pod>: hex HMAC-SHA256(key, "<cluster>.<pod>"). */
-int agent_token(const struct fr_adapter *a, const char *pod, char out[65]);
+/* The sandbox token of <pod>: hex HMAC-SHA256(key, "<cluster>.<pod>"),
+ * with the previous key when <previous> (-EINVAL when there is none). */
+int agent_token(const struct fr_adapter *a, const char *pod, int previous, char out[65]);
 /* The pod proxy path to <rest> (no leading slash) on <pod>:<port>. */
 int agent_path(const struct fr_adapter *a, const char *pod, int port, const char *rest, char *out,
                size_t cap);

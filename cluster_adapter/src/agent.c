@@ -29,15 +29,17 @@ int agent_port_of(const struct fr_adapter *a, const struct fr_pod *pod) {
   return (int)port;
 }
 
-int agent_token(const struct fr_adapter *a, const char *pod, char out[65]) {
+int agent_token(const struct fr_adapter *a, const char *pod, int previous, char out[65]) {
+  const struct fr_adapter_agent *ag = a->cc.agent;
   char id[320];
   int n = snprintf(id, sizeof(id), "%s.%s", a->cc.name, pod);
 
-  if (a->cc.agent == NULL || n < 0 || (size_t)n >= sizeof(id)) {
+  if (ag == NULL || n < 0 || (size_t)n >= sizeof(id) || (previous && ag->prev_key == NULL)) {
     out[0] = '\0';
     return -EINVAL;
   }
-  return fr_hmac_sha256_hex(a->cc.agent->key, a->cc.agent->key_len, id, (size_t)n, out);
+  return previous ? fr_hmac_sha256_hex(ag->prev_key, ag->prev_key_len, id, (size_t)n, out)
+                  : fr_hmac_sha256_hex(ag->key, ag->key_len, id, (size_t)n, out);
 }
 
 int agent_path(const struct fr_adapter *a, const char *pod, int port, const char *rest, char *out,
@@ -77,7 +79,7 @@ int agent_init(struct fr_adapter *a, const char *pod, int port, json_t *env, con
   char *text;
   int rc;
 
-  if (agent_token(a, pod, token) != 0 || agent_path(a, pod, port, "init", path, sizeof(path)) != 0)
+  if (agent_token(a, pod, 0, token) != 0 || agent_path(a, pod, port, "init", path, sizeof(path)) != 0)
     return -EINVAL;
   /* The token (set by the first /init, then required) and the sandbox's
    * env, which every later process inherits: it never lands in the pod

@@ -85,6 +85,8 @@ struct exec_op {
   int out_truncated, err_truncated;
   size_t budgeted;          /* of budget->used, ours */
   int started, ended;       /* the agent reported the start / the end */
+  int port;                 /* the agent's */
+  int previous_key;         /* this attempt uses the previous key (a rotation) */
   int exit_code, timed_out;
   char end_message[300];    /* an error the stream ended with, if any */
   uint64_t start_ms;
@@ -396,6 +398,8 @@ static int on_agent_data(const char *data, size_t len, void *arg) {
   return 0;
 }
 
+static int start_agent(struct exec_op *op, int port);
+
 static void on_agent_done(const struct fr_kube_response *resp, void *arg) {
   struct exec_op *op = arg;
   struct fr_exec_result r;
@@ -424,6 +428,13 @@ static void on_agent_done(const struct fr_kube_response *resp, void *arg) {
   } else if (resp->status == 404) {
     r.err = FR_EXEC_NOT_FOUND;
     r.message = "the sandbox no longer exists";
+  } else if (resp->status == 401 && !op->previous_key && op->a->cc.agent->prev_key != NULL) {
+    /* Initialised before a key rotation: its token is from the old key. */
+    op->previous_key = 1;
+    if (start_agent(op, op->port) == 0)
+      return;
+    fall_back_to_kube(op);
+    return;
   } else {
     /* Nothing started: the agent was not there (pod not running it, no
      * listener, an older pod, a token it does not know). pods/exec runs it. */
@@ -487,7 +498,8 @@ static int start_agent(struct exec_op *op, int port) {
   struct fr_kube_request_opts o;
   char token[65], path[400], header[96];
 
-  if (agent_token(op->a, op->pod, token) != 0 ||
+  op->port = port;
+  if (agent_token(op->a, op->pod, op->previous_key, token) != 0 ||
       agent_path(op->a, op->pod, port, "process.Process/Start", path, sizeof(path)) != 0)
     return -EINVAL;
   snprintf(header, sizeof(header), "X-Access-Token: %s", token);

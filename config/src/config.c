@@ -372,7 +372,7 @@ static int parse_listen(struct loader *l, const config_setting_t *s, const char 
 static const char *const root_keys[] = {"listen", "tls", "region", "policy", "sandbox",
                                         "limits", "tenants", "clusters", "hosted",
                                         "metrics_token_sha256", "agent", NULL};
-static const char *const agent_keys[] = {"image", "port", "key_file", NULL};
+static const char *const agent_keys[] = {"image", "port", "key_file", "previous_key_file", NULL};
 static const char *const tls_keys[] = {"cert", "key", NULL};
 static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s", NULL};
 static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_exec_output_bytes",
@@ -418,7 +418,8 @@ static int load_tls(struct loader *l, const config_setting_t *root, struct fr_co
 #define AGENT_KEY_MIN 32
 #define AGENT_KEY_MAX 4096
 
-static int read_agent_key(struct loader *l, const config_setting_t *s, const char *path, struct fr_config *c) {
+static int read_agent_key(struct loader *l, const config_setting_t *s, const char *path, unsigned char **key,
+                          size_t *key_len) {
   FILE *f = fopen(path, "rb");
   unsigned char buf[AGENT_KEY_MAX + 1];
   size_t n;
@@ -432,11 +433,11 @@ static int read_agent_key(struct loader *l, const config_setting_t *s, const cha
   if (n < AGENT_KEY_MIN || n > AGENT_KEY_MAX)
     return bad(l, s, "%s holds %zu bytes; the agent key needs %d to %d (make one with: "
                "head -c 32 /dev/urandom | base64 > FILE)", path, n, AGENT_KEY_MIN, AGENT_KEY_MAX);
-  c->agent_key = malloc(n);
-  if (c->agent_key == NULL)
+  *key = malloc(n);
+  if (*key == NULL)
     return oom(l);
-  memcpy(c->agent_key, buf, n);
-  c->agent_key_len = n;
+  memcpy(*key, buf, n);
+  *key_len = n;
   return 0;
 }
 
@@ -461,7 +462,14 @@ static int load_agent(struct loader *l, const config_setting_t *root, struct fr_
   if ((rc = get_path(l, g, "key_file", 1, "the file of the HMAC key sandbox tokens are derived with", &key_path,
                      &s)) < 0)
     return rc;
-  rc = read_agent_key(l, s, key_path, c);
+  rc = read_agent_key(l, s, key_path, &c->agent_key, &c->agent_key_len);
+  free(key_path);
+  if (rc < 0)
+    return rc;
+  /* During a key rotation: sandboxes initialised with the old key. */
+  if ((rc = get_path(l, g, "previous_key_file", 0, NULL, &key_path, &s)) < 0 || key_path == NULL)
+    return rc;
+  rc = read_agent_key(l, s, key_path, &c->agent_prev_key, &c->agent_prev_key_len);
   free(key_path);
   return rc;
 }
@@ -855,6 +863,9 @@ static void config_free(struct fr_config *c) {
   if (c->agent_key != NULL)
     memset(c->agent_key, 0, c->agent_key_len); /* a secret: not left in freed memory */
   free(c->agent_key);
+  if (c->agent_prev_key != NULL)
+    memset(c->agent_prev_key, 0, c->agent_prev_key_len);
+  free(c->agent_prev_key);
   free(c);
 }
 

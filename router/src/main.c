@@ -373,6 +373,8 @@ int main(int argc, char **argv) {
   r.agent.port = r.cfg->agent_port;
   r.agent.key = r.cfg->agent_key;
   r.agent.key_len = r.cfg->agent_key_len;
+  r.agent.prev_key = r.cfg->agent_prev_key;
+  r.agent.prev_key_len = r.cfg->agent_prev_key_len;
   if (placement_init(&r) != 0)
     return 1;
   r.metrics = metrics_new();

@@ -49,8 +49,9 @@ class AgentFed(tr.Fed):
                     f'key_file = "{key}"; }};\n')
 
 
-def metric(fed, name, **labels):
-    with urllib.request.urlopen(f"http://127.0.0.1:{fed.router.port}/metrics", timeout=10) as r:
+def metric(fed, name, router=None, **labels):
+    port = (router or fed.router).port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         text = r.read().decode()
     total = 0.0
     for line in text.splitlines():
@@ -144,8 +145,36 @@ def test_second_replica_same_key_serves_the_sandbox(fed):
         tr.stop_proc(r2.proc)
 
 
+def test_key_rotation_previous_key_reaches_old_sandboxes(fed):
+    """A replica with a new key and the old one as previous_key_file still
+    reaches a sandbox initialised with the old key through its agent; one
+    without the old key still runs the command, through pods/exec."""
+    sid = fed.shared.get("cold") or fed.create_one()["id"]
+    old_key = os.path.join(fed.root, "agent.key")
+    new_key = os.path.join(fed.root, "agent-new.key")
+    with open(new_key, "w") as f:
+        f.write(os.urandom(32).hex() + "\n")
+    with open(fed.config) as f:
+        base = re.sub(r"agent = \{[^}]*\};\n", "", f.read())
+    for name, extra, via in (("rotating", f'previous_key_file = "{old_key}"; ', "agent"), ("new-only", "", "pods_exec")):
+        cfg = os.path.join(fed.root, f"fedrouter-{name}.conf")
+        with open(cfg, "w") as f:
+            f.write(base + 'agent = { image = "registry.example/fedrouter-agent:test"; port = 49983; '
+                    f'key_file = "{new_key}"; {extra}}};\n')
+        r2 = fed.start_router(cfg)
+        try:
+            st, r = fed.exec(sid, ["echo", name], router=r2)
+            check(st == 200 and r.get("stdout") == name + "\n", f"{name}: exec {st} {short(r)}")
+            check(metric(fed, "fedrouter_execs_total", router=r2, via=via) == 1,
+                  f"{name}: the exec did not go via {via}")
+        finally:
+            r2.expected_dead = True
+            tr.stop_proc(r2.proc)
+
+
 TESTS = [test_cold_sandbox_runs_exec_through_its_agent, test_backgrounded_grandchild_neither_holds_nor_survives,
-         test_warm_claim_gets_token_and_env, test_second_replica_same_key_serves_the_sandbox]
+         test_warm_claim_gets_token_and_env, test_second_replica_same_key_serves_the_sandbox,
+         test_key_rotation_previous_key_reaches_old_sandboxes]
 
 
 def main():

@@ -42,6 +42,9 @@ struct fr_adapter_agent {
   int port;
   const void *key;
   size_t key_len;
+  const void *prev_key;     /* during a key rotation: the old key (NULL: none); sandboxes
+                               initialised with it are still reached with it */
+  size_t prev_key_len;
 };
 
 struct fr_adapter_opts {

@@ -104,6 +104,8 @@ struct fr_config {
   int agent_port;
   unsigned char *agent_key;       /* HMAC key of the sandbox tokens (a secret) */
   size_t agent_key_len;
+  unsigned char *agent_prev_key;  /* the key before a rotation, or NULL */
+  size_t agent_prev_key_len;
 };
 
 /* Parses and validates <path>. Returns 0 and a snapshot with one reference
