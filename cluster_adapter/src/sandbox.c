@@ -44,6 +44,7 @@ struct create_op {
   fr_sandbox_cb cb;
   void *arg;
   int conflicts;
+  char conflicted[MAX_CLAIM_CONFLICTS][64]; /* pods whose claim this create lost: not again */
   int init_warm;            /* CS_INIT: the pod came from the pool */
   char pod[64];
   struct fr_kube_call *call;
@@ -395,6 +396,9 @@ static void on_claimed(const struct fr_kube_response *r, void *arg) {
   if (r->status == 409 || r->status == 404 || r->status == 422) {
     /* Someone else claimed it (or it went away): the next one. 422: the
      * pod could not take the deadline (it changed under us). */
+    /* The cache may still show that pod ready (the watch lags): the next
+     * pick must not send the same stale claim again. */
+    snprintf(op->conflicted[op->conflicts % MAX_CLAIM_CONFLICTS], sizeof(op->conflicted[0]), "%s", op->pod);
     op->conflicts++;
     if (op->conflicts >= MAX_CLAIM_CONFLICTS)
       start_cold(op);
@@ -455,7 +459,10 @@ static void pick(struct create_op *op) {
   set_state(op, CS_PICK);
   while (ready != NULL && (e = strmap_next(ready, &cur)) != NULL) {
     const char *name = e->key;
-    if (strmap_get(&op->a->claiming, name) != NULL || strlen(name) >= sizeof(op->pod) ||
+    int lost = 0, k;
+    for (k = 0; k < op->conflicts && k < MAX_CLAIM_CONFLICTS; k++)
+      lost |= strcmp(op->conflicted[k], name) == 0;
+    if (lost || strmap_get(&op->a->claiming, name) != NULL || strlen(name) >= sizeof(op->pod) ||
         (pod = fr_adapter_pod(op->a, name)) == NULL || fr_adapter_pod_leaving(op->a, pod))
       continue;
     snprintf(op->pod, sizeof(op->pod), "%s", name);
@@ -575,22 +582,73 @@ static int simple_request(struct fr_adapter *a, const char *method, const char *
   return rc;
 }
 
-int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char *request_id,
-                              void (*cb)(int status, const char *message, void *arg), void *arg) {
+/* A delete's outcome, before its caller hears it. */
+struct delete_call {
+  struct fr_adapter *a;
+  void (*cb)(int status, const char *message, void *arg);
+  void *arg;
+  char pod[64];
+};
+
+static void on_deleted(int status, const char *message, void *arg) {
+  struct delete_call *dc = arg;
+  struct fr_adapter *a = dc->a;
+
+  /* A delete the cluster did not take (unreachable, 5xx, 429): the pod
+   * still runs, so it must not stay hidden. It shows again (as
+   * "terminating", fr_adapter_pod_delete_pending) and the reaper retries
+   * the delete every sweep until the cluster takes it or the pod is gone. */
+  if (!(status >= 200 && status < 300) && status != 404 && !a->stopping) {
+    strmap_del(&a->deleting, dc->pod);
+    if (fr_adapter_pod(a, dc->pod) != NULL)
+      strmap_put(&a->abandoned, dc->pod, NULL);
+  }
+  if (dc->cb != NULL)
+    dc->cb(status, message, dc->arg);
+  free(dc);
+}
+
+/* DELETE of <pod>; <hide>: leave lists at once (a caller's delete; the
+ * reaper's retries do not flip a sandbox in and out of sight). */
+static int delete_pod(struct fr_adapter *a, const char *pod, const char *request_id, int hide,
+                      void (*cb)(int status, const char *message, void *arg), void *arg) {
+  struct delete_call *dc;
   char path[300];
   int rc;
 
+  if (strlen(pod) >= sizeof(dc->pod))
+    return -EINVAL;
+  dc = malloc(sizeof(*dc));
+  if (dc == NULL)
+    return -ENOMEM;
+  dc->a = a;
+  dc->cb = cb;
+  dc->arg = arg;
+  snprintf(dc->pod, sizeof(dc->pod), "%s", pod);
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", a->ns, pod);
-  rc = simple_request(a, "DELETE", path, NULL, NULL, 1, request_id, cb, arg);
+  rc = simple_request(a, "DELETE", path, NULL, NULL, 1, request_id, on_deleted, dc);
+  if (rc != 0) {
+    free(dc);
+    return rc;
+  }
   /* Hide it from lists at once; the mark goes when the watch reports the
-   * pod gone (or, if the delete failed, by the reaper's sweep below). */
-  if (rc == 0 && fr_adapter_pod(a, pod) != NULL)
+   * pod gone, or when the delete fails (on_deleted). */
+  if (hide && fr_adapter_pod(a, pod) != NULL)
     strmap_put(&a->deleting, pod, NULL);
-  return rc;
+  return 0;
+}
+
+int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char *request_id,
+                              void (*cb)(int status, const char *message, void *arg), void *arg) {
+  return delete_pod(a, pod, request_id, 1, cb, arg);
 }
 
 int fr_adapter_pod_leaving(struct fr_adapter *a, const struct fr_pod *pod) {
   return pod->terminating || strmap_get(&a->deleting, pod->name) != NULL;
+}
+
+int fr_adapter_pod_delete_pending(struct fr_adapter *a, const struct fr_pod *pod) {
+  return strmap_get(&a->abandoned, pod->name) != NULL;
 }
 
 int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec,
@@ -771,8 +829,9 @@ static int abandoned_done(struct strmap_entry *e, void *arg) {
   if (pod == NULL)
     return fr_informer_synced(a->inf[INF_PODS]) && fr_informer_healthy(a->inf[INF_PODS]);
   if (!fr_adapter_pod_leaving(a, pod)) {
-    FR_INFO("reaper", "%s: deleting %s (create abandoned while the cluster was down)", a->cc.name, e->key);
-    fr_adapter_sandbox_delete(a, e->key, NULL, on_reaped, NULL);
+    FR_INFO("reaper", "%s: deleting %s (a create given up while the cluster was down, or a delete it "
+            "did not take)", a->cc.name, e->key);
+    delete_pod(a, e->key, NULL, 0, on_reaped, NULL);
   }
   return 0;
 }
@@ -831,9 +890,12 @@ void sandbox_cluster_down(struct fr_adapter *a) {
 
   for (op = a->creates; op != NULL; op = nx) {
     nx = op->next;
-    if (op->state != CS_WAITING)
-      continue; /* calls in flight fail by themselves, quickly */
-    /* The pod may exist: delete it when the cluster answers again. */
+    /* Waiting for the pod, or its POST still out (the cluster may have
+     * stored it and never answered): give up now instead of waiting out
+     * the request timeout, and delete the pod when the cluster answers
+     * again. Claims fail by themselves, quickly, and leave no pod. */
+    if (op->state != CS_WAITING && op->state != CS_CREATING)
+      continue;
     strmap_put(&a->abandoned, op->pod, NULL);
     finish(op, FR_SB_UNAVAILABLE, "the cluster became unreachable while the sandbox was starting", NULL, 0);
   }

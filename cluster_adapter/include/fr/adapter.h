@@ -230,6 +230,9 @@ int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char 
  * has sent its delete and the watch has not yet reported it gone. Lists
  * and lookups treat such pods as gone. */
 int fr_adapter_pod_leaving(struct fr_adapter *a, const struct fr_pod *pod);
+/* 1 if a delete of <pod> failed (the cluster did not take it) and the
+ * reaper is retrying it: the sandbox still runs and shows as terminating. */
+int fr_adapter_pod_delete_pending(struct fr_adapter *a, const struct fr_pod *pod);
 /* Reserves (<delta> > 0) or releases (< 0) slots for creates a batch has
  * planned here but not started yet, so a concurrent plan sees them as
  * taken at once. */
