@@ -27,7 +27,7 @@ from typing import (Any, AsyncIterator, Callable, Dict, Iterable, Iterator, List
 from ._dual import dual
 from ._progress import ProgressArg, make_reporter
 from ._transport import AioPool, Response, SyncPool
-from .errors import (APIError, FedrouterError, InvalidField, NotFound, NotSupported, SandboxNotFound,
+from .errors import (APIError, ConnectionLost, FedrouterError, InvalidField, NotFound, NotSupported, SandboxNotFound,
                      error_class_for)
 
 __all__ = ["Client", "Sandbox", "SandboxList", "ExecResult", "ExecChunk", "Record", "Files", "Processes",
@@ -809,8 +809,7 @@ class Client:
                            max_output_bytes=max_output_bytes, request_timeout=request_timeout)
             yield from self._fallback_chunks(r)
             return
-        for line in lines:
-            yield ExecChunk(json.loads(line))
+        yield from _checked(lines, req)
 
     async def _exec_stream_aio(self, sandbox: Union[str, "Sandbox"], *argv: Any,
                                timeout: Optional[float] = None, stdin: Union[None, str, bytes] = None,
@@ -822,7 +821,7 @@ class Client:
         try:
             first = await it.__anext__()
         except StopAsyncIteration:
-            return
+            raise _ended(req) from None
         except NotSupported:
             if not fallback:
                 raise
@@ -831,9 +830,17 @@ class Client:
             for c in self._fallback_chunks(r):
                 yield c
             return
-        yield ExecChunk(json.loads(first))
-        async for line in it:
-            yield ExecChunk(json.loads(line))
+        c = ExecChunk(json.loads(first))
+        saw_exit = c.kind == "exit"
+        yield c
+        async for line in it:  # to the end, so the connection can be reused
+            if saw_exit:
+                continue
+            c = ExecChunk(json.loads(line))
+            saw_exit = c.kind == "exit"
+            yield c
+        if not saw_exit:
+            raise _ended(req)
 
     _exec_stream.__name__ = "exec_stream"
     exec_stream = dual(_exec_stream, _exec_stream_aio)
@@ -960,13 +967,26 @@ class Client:
 
     def _process_output(self, sandbox: Union[str, "Sandbox"], pid: int, follow: bool = True,
                         request_timeout: Optional[float] = None) -> Iterator[ExecChunk]:
-        for line in self._stream_lines(self._output_req(sandbox, pid, follow, request_timeout)):
-            yield ExecChunk(json.loads(line))
+        req = self._output_req(sandbox, pid, follow, request_timeout)
+        lines = self._stream_lines(req)
+        if follow:
+            yield from _checked(lines, req)
+        else:
+            for line in lines:
+                yield ExecChunk(json.loads(line))
 
     async def _process_output_aio(self, sandbox: Union[str, "Sandbox"], pid: int, follow: bool = True,
                                   request_timeout: Optional[float] = None) -> AsyncIterator[ExecChunk]:
-        async for line in self._astream_lines(self._output_req(sandbox, pid, follow, request_timeout)):
-            yield ExecChunk(json.loads(line))
+        req = self._output_req(sandbox, pid, follow, request_timeout)
+        saw_exit = False
+        async for line in self._astream_lines(req):
+            if saw_exit:
+                continue
+            c = ExecChunk(json.loads(line))
+            saw_exit = c.kind == "exit"
+            yield c
+        if follow and not saw_exit:
+            raise _ended(req)
 
     def _stdin_req(self, sandbox: Union[str, "Sandbox"], pid: int, data: Union[bytes, str], close: bool) -> _Req:
         return _Req("POST", self._proc_path(sandbox, pid, "stdin"), query=[("close", "1")] if close else [],
@@ -1111,6 +1131,23 @@ class Client:
     clusters = dual(_clusters, _clusters_aio)
     policy = dual(_policy, _policy_aio)
     health = dual(_health, _health_aio)
+
+
+def _ended(req: _Req) -> ConnectionLost:
+    return ConnectionLost(f"{req.method} {req.path}: the stream ended before the exit status")
+
+
+def _checked(lines: Iterator[bytes], req: _Req) -> Iterator[ExecChunk]:
+    """Chunks from NDJSON lines up to the exit chunk; a stream that ends
+    without one was cut off: ConnectionLost."""
+    for line in lines:
+        c = ExecChunk(json.loads(line))
+        yield c
+        if c.kind == "exit":
+            for _ in lines:  # read to the end so the connection can be reused
+                pass
+            return
+    raise _ended(req)
 
 
 def _record(d: Any) -> Record:
