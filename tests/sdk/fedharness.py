@@ -57,6 +57,11 @@ def wait_until(fn, timeout: float, interval: float = 0.05):
         time.sleep(interval)
 
 
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
 def tail(path: str, n: int = 25) -> str:
     try:
         with open(path, "rb") as f:
@@ -102,8 +107,21 @@ class Federation:
 
     def __init__(self, kubesim: str, fedrouter: str, clusters: Sequence[Tuple[str, str, Sequence[str]]],
                  tenants: Dict[str, Tuple[str, str]], prefix: str = "fr-sdk-", fast_exec: bool = False,
-                 max_batch: int = 5000) -> None:
+                 max_batch: int = 5000, python_alias: bool = False) -> None:
         self.root = tempfile.mkdtemp(prefix=prefix)
+        # Sandboxes of a python:3.12 image have `python`; this machine's
+        # default PATH (the one kubesim gives pods) has only python3. With
+        # python_alias, each kubesim runs in a private mount namespace where
+        # /usr/local/sbin (first on that PATH, empty here) holds a `python`
+        # to python3: the "image" has python, nothing else changes -- except
+        # that the user programs the sky.sandbox snippets run (rollout.py,
+        # train.py: files they assume the image has) are stand-ins answered
+        # by that `python` without starting an interpreter (0.2 s each on a
+        # loaded 2-core machine; the batch snippet runs 1,000 of them).
+        self.python_alias = False
+        self._wrap: List[str] = []
+        if python_alias:
+            self._wrap = self._alias_wrapper()
         self.sim_token = "kubesim-" + os.urandom(8).hex()
         self.sims: Dict[str, Dict[str, Any]] = {}
         self.procs: List[subprocess.Popen] = []
@@ -117,6 +135,27 @@ class Federation:
             self.stop()
             raise
 
+    def _alias_wrapper(self) -> List[str]:
+        import shutil as _sh
+        py = _sh.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+        unshare = _sh.which("unshare")
+        if not py or not unshare or os.geteuid() != 0 or not os.path.isdir("/usr/local/sbin"):
+            return []
+        d = os.path.join(self.root, "image-bin")
+        os.makedirs(d)
+        with open(os.path.join(d, "python"), "w") as f:
+            f.write("#!/bin/sh\n"
+                    "# the user's programs of the sky.sandbox snippets: stand-ins\n"
+                    'case "$1" in rollout.py|train.py) echo "$1: stand-in for the user\'s program"; exit 0;; esac\n'
+                    f'exec {py} "$@"\n')
+        os.chmod(os.path.join(d, "python"), 0o755)
+        wrap = [unshare, "--mount", "--propagation", "private", "sh", "-c",
+                f'mount --bind "{d}" /usr/local/sbin && exec "$@"', "sh"]
+        ok = subprocess.run(wrap + ["/usr/local/sbin/python", "-c", "print(1)"], capture_output=True,
+                            timeout=20).stdout.strip() == b"1"
+        self.python_alias = ok
+        return wrap if ok else []
+
     def _start_sim(self, kubesim: str, name: str, region: str, extra: List[str], fast_exec: bool) -> None:
         d = os.path.join(self.root, name)
         os.makedirs(d)
@@ -127,14 +166,14 @@ class Federation:
                 "--admin-listen", "127.0.0.1:0", "--admin-port-file", apf, "--name", name,
                 "--workdir", os.path.join(d, "wd"), "--log-level", "warn"] + \
             (["--fast-exec"] if fast_exec else []) + extra
-        p = _start(argv, log)
+        p = _start(self._wrap + argv, log)
         self.procs.append(p)
         ok = wait_until(lambda: p.poll() is not None or (os.path.exists(pf) and os.path.exists(apf)
                                                          and os.path.getsize(apf) > 0), 20)
         if not ok or p.poll() is not None:
             raise RuntimeError(f"kubesim {name} did not start (rc {p.poll()}):\n{tail(log)}")
         self.sims[name] = {"region": region, "kubeconfig": kc, "proc": p, "log": log,
-                           "admin_port": int(open(apf).read())}
+                           "admin_port": int(_read(apf))}
 
     def _start_router(self, fedrouter: str, tenants: Dict[str, Tuple[str, str]], max_batch: int) -> None:
         def sha(t: str) -> str:
