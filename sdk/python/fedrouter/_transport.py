@@ -496,6 +496,8 @@ class AioPool:
                 conn = await self._new(lp, request_id)
             try:
                 conn.writer.write(data)
+                if len(data) > 65536:
+                    await asyncio.wait_for(conn.writer.drain(), timeout)
                 head = await asyncio.wait_for(_read_head(conn.reader, method), timeout)
                 return conn, head
             except asyncio.TimeoutError as e:
