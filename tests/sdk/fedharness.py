@@ -107,8 +107,9 @@ class Federation:
 
     def __init__(self, kubesim: str, fedrouter: str, clusters: Sequence[Tuple[str, str, Sequence[str]]],
                  tenants: Dict[str, Tuple[str, str]], prefix: str = "fr-sdk-", fast_exec: bool = False,
-                 max_batch: int = 5000, python_alias: bool = False) -> None:
+                 max_batch: int = 5000, python_alias: bool = False, tls: bool = True) -> None:
         self.root = tempfile.mkdtemp(prefix=prefix)
+        self.tls = tls
         # Sandboxes of a python:3.12 image have `python`; this machine's
         # default PATH (the one kubesim gives pods) has only python3. With
         # python_alias, each kubesim runs in a private mount namespace where
@@ -162,7 +163,7 @@ class Federation:
         pf, apf = os.path.join(d, "port"), os.path.join(d, "admin-port")
         kc = os.path.join(d, "kubeconfig")
         log = os.path.join(d, "kubesim.log")
-        argv = [kubesim, "--tls", "--token", self.sim_token, "--write-kubeconfig", kc, "--port-file", pf,
+        argv = [kubesim] + (["--tls"] if self.tls else []) + ["--token", self.sim_token, "--write-kubeconfig", kc, "--port-file", pf,
                 "--admin-listen", "127.0.0.1:0", "--admin-port-file", apf, "--name", name,
                 "--workdir", os.path.join(d, "wd"), "--log-level", "warn"] + \
             (["--fast-exec"] if fast_exec else []) + extra

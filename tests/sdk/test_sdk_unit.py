@@ -615,5 +615,32 @@ class TestMisc(Base):
         self.assertEqual(self.fake.count("DELETE", "/v1/sandboxes/c1.pod-1"), 2)
 
 
+class TestPackaging(unittest.TestCase):
+    def test_stdlib_wheel_builder(self):
+        """The fallback of sdk/python/_build_backend.py (no setuptools/wheel
+        in pip's isolated build env, offline) makes an installable wheel."""
+        import importlib
+        import tempfile
+        import zipfile
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "sdk", "python"))
+        try:
+            bb = importlib.import_module("_build_backend")
+        finally:
+            sys.path.pop(0)
+        with tempfile.TemporaryDirectory() as d:
+            name = bb._build_wheel(d)
+            self.assertEqual(name, f"fedrouter-{fedrouter.__version__}-py3-none-any.whl")
+            with zipfile.ZipFile(os.path.join(d, name)) as z:
+                names = set(z.namelist())
+                record = z.read(f"fedrouter-{fedrouter.__version__}.dist-info/RECORD").decode()
+            for f in ("fedrouter/__init__.py", "fedrouter/py.typed", "fedrouter/client.py", "fedrouter/sandbox.py"):
+                self.assertIn(f, names)
+                self.assertIn(f + ",sha256=", record)
+            self.assertFalse(any("__pycache__" in n for n in names))
+            meta = bb.prepare_metadata_for_build_wheel(d) if bb._ST is None else None
+            if meta:
+                self.assertTrue(os.path.exists(os.path.join(d, meta, "METADATA")))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
