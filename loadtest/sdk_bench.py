@@ -186,7 +186,13 @@ def run_fanout(url, token, k):
                     return r.stdout == "hi\n"
                 ok = await asyncio.gather(*(one(sb) for sb in sbs), return_exceptions=True)
                 wall = time.perf_counter() - t
-                res[wave] = {"execs": k, "ok": sum(1 for x in ok if x is True), "wall_s": round(wall, 3),
+                errs = {}
+                for x in ok:
+                    if isinstance(x, BaseException):
+                        code = getattr(x, "code", type(x).__name__)
+                        errs[code] = errs.get(code, 0) + 1
+                res[wave] = {"execs": k, "ok": sum(1 for x in ok if x is True), "errors": errs,
+                             "wall_s": round(wall, 3),
                              "exec_per_s": round(k / wall, 1), "exec_ms": lat(lats),
                              "connections_opened_so_far": cl._aio.opened()}
             return res
@@ -194,6 +200,82 @@ def run_fanout(url, token, k):
             await sbs.terminate.aio()
             await cl.aclose()
     return asyncio.run(main())
+
+
+INSTANT_SERVER = r"""
+import asyncio, sys
+import json
+BODY = json.dumps({"stdout": "hi" + chr(10), "stderr": "", "exit_code": 0, "timed_out": False,
+                   "stdout_truncated": False, "stderr_truncated": False, "duration_ms": 0}).encode()
+RESP = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: x\r\nContent-Length: "
+        + str(len(BODY)).encode() + b"\r\n\r\n" + BODY)
+async def handle(r, w):
+    try:
+        while True:
+            head = await r.readuntil(b"\r\n\r\n")
+            n = 0
+            for line in head.split(b"\r\n"):
+                if line[:15].lower() == b"content-length:":
+                    n = int(line[15:])
+            if n:
+                await r.readexactly(n)
+            w.write(RESP)
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        w.close()
+async def main():
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=4096)
+    print(srv.sockets[0].getsockname()[1], flush=True)
+    await asyncio.sleep(3600)
+asyncio.run(main())
+"""
+
+
+def run_sdk_only(k):
+    """The SDK's own cost: exec calls against an instant fake router (an
+    asyncio server in another process answering every request at once)."""
+    p = subprocess.Popen([sys.executable, "-c", INSTANT_SERVER], stdout=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        port = int(p.stdout.readline())
+        url = f"http://127.0.0.1:{port}"
+        out = {}
+        cl = Client(url, "t")
+        lats = []
+        for i in range(2000):
+            t0 = time.perf_counter()
+            cl.exec("c1.x", "echo", "hi")
+            if i >= 200:
+                lats.append((time.perf_counter() - t0) * 1e3)
+        cl.close()
+        out["sync_sequential"] = {"calls": len(lats), "exec_ms": lat(lats),
+                                  "calls_per_s": round(len(lats) / (sum(lats) / 1e3), 1)}
+
+        async def waves():
+            c2 = Client(url, "t")
+            res = []
+            for wave in range(3):
+                t = time.perf_counter()
+                ls = []
+
+                async def one():
+                    t0 = time.perf_counter()
+                    r = await c2.exec.aio("c1.x", "echo", "hi")
+                    ls.append((time.perf_counter() - t0) * 1e3)
+                    return r.stdout == "hi\n"
+                ok = await asyncio.gather(*(one() for _ in range(k)))
+                wall = time.perf_counter() - t
+                res.append({"wave": wave + 1, "concurrent": k, "ok": sum(ok), "wall_s": round(wall, 3),
+                            "calls_per_s": round(k / wall, 1), "exec_ms": lat(ls),
+                            "connections_opened_so_far": c2._aio.opened()})
+            await c2.aclose()
+            return res
+        out["aio_concurrent"] = asyncio.run(waves())
+        return out
+    finally:
+        p.kill()
+        p.wait()
 
 
 def table(results):
@@ -223,6 +305,7 @@ def main():
     ap.add_argument("--pool", type=int, default=100, help="warm pool per cluster (100)")
     ap.add_argument("--fanout", type=int, default=1000, help="concurrent exec.aio on one loop (1000; 0: skip)")
     ap.add_argument("--json-out")
+    ap.add_argument("--sdk-only", action="store_true", help="only the SDK's own cost against an instant fake router")
     ap.add_argument("--smoke", action="store_true", help="tiny N and short delays")
     a = ap.parse_args()
     delays = H.REALISTIC
@@ -230,6 +313,19 @@ def main():
         a.n, a.pool, a.fanout, delays = 10, 5, 50, SMOKE_DELAYS
     build = os.path.abspath(a.build_dir)
     token = "bench-" + os.urandom(8).hex()
+    sdk_only = run_sdk_only(a.fanout or 1000)
+    s1 = sdk_only["sync_sequential"]
+    print(f"==> SDK alone (instant fake router): blocking exec p50 {s1['exec_ms']['p50']:.3f} ms "
+          f"p99 {s1['exec_ms']['p99']:.3f} ms ({s1['calls_per_s']} calls/s on one thread)", flush=True)
+    for w in sdk_only["aio_concurrent"]:
+        print(f"==> SDK alone: {w['concurrent']} concurrent exec.aio, wave {w['wave']}: {w['ok']} ok in "
+              f"{w['wall_s']} s ({w['calls_per_s']} calls/s), p50 {w['exec_ms']['p50']:.1f} ms, "
+              f"connections {w['connections_opened_so_far']}", flush=True)
+    if a.sdk_only:
+        if a.json_out:
+            with open(a.json_out, "w") as f:
+                json.dump({"scenario": "sdk_only", "figures": sdk_only}, f, indent=1)
+        return 0
     H.start_watchdog(1800)
     fed = H.Federation(os.path.join(build, "kubesim"), os.path.join(build, "fedrouter"),
                        [("c1", "us", NODES + delays), ("c2", "us", NODES + delays)],
@@ -259,14 +355,15 @@ def main():
     print(table(results))
     if "fanout_aio" in results:
         for wave, f in results["fanout_aio"].items():
-            print(f"fan-out {wave} wave: {f['ok']}/{f['execs']} ok in {f['wall_s']} s ({f['exec_per_s']} exec/s), "
+            print(f"fan-out {wave} wave: {f['ok']}/{f['execs']} ok (errors {f['errors']}) in {f['wall_s']} s "
+                  f"({f['exec_per_s']} exec/s), "
                   f"exec p50 {f['exec_ms']['p50']:.1f} ms p99 {f['exec_ms']['p99']:.1f} ms, "
                   f"connections opened {f['connections_opened_so_far']}")
     report = {"scenario": "sdk_seed", "parameters": {"n": a.n, "c": a.c, "pool_per_cluster": a.pool,
                                                      "fanout": a.fanout, "smoke": a.smoke},
               "machine": {"cpus": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
                           "loadavg_end": os.getloadavg()},
-              "figures": results, "teardown_problems": problems}
+              "figures": dict(results, sdk_only=sdk_only), "teardown_problems": problems}
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump(report, f, indent=1)

@@ -349,6 +349,8 @@ class _LoopPool:
         self.opened = 0
 
 
+_HAS_TIMEOUT = hasattr(asyncio, "timeout")  # Python 3.11+
+
 _TRANSPORT_ERRORS = (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                      http.client.HTTPException, ValueError, ssl.SSLError)
 
@@ -474,10 +476,11 @@ class AioPool:
         lp.idle.append(conn)
 
     async def _send(self, lp: _LoopPool, method: str, path: str, body: Optional[bytes],
-                    headers: Mapping[str, str], timeout: float, idempotent: bool,
+                    headers: Mapping[str, str], idempotent: bool,
                     request_id: str) -> Tuple[_AioConn, _AioResponseHead]:
-        """Sends the request and reads the answer's head. The caller holds
-        one of the loop's connection slots."""
+        """Sends the request and reads the answer's head (the caller holds
+        one of the loop's connection slots and bounds the time). The
+        connection is closed on any failure, cancellation included."""
         data = _head_bytes(method, path, self.host_header, headers, body)
         if body:
             data += body
@@ -497,57 +500,58 @@ class AioPool:
             try:
                 conn.writer.write(data)
                 if len(data) > 65536:
-                    await asyncio.wait_for(conn.writer.drain(), timeout)
-                head = await asyncio.wait_for(_read_head(conn.reader, method), timeout)
-                return conn, head
-            except asyncio.TimeoutError as e:
-                conn.close()
-                raise Timeout(f"{method} {path}: no answer within {timeout:g} s",
-                              request_id=request_id) from e
-            except asyncio.CancelledError:
-                conn.close()
-                raise
+                    await conn.writer.drain()
+                return conn, await _read_head(conn.reader, method)
             except _TRANSPORT_ERRORS as e:
                 conn.close()
                 if reused and idempotent and attempt == 1:
                     continue
                 raise ConnectionLost(f"{method} {path}: connection dropped before the answer: {e!r}",
                                      request_id=request_id) from e
+            except BaseException:
+                conn.close()
+                raise
+
+    async def _exchange(self, lp: _LoopPool, method: str, path: str, body: Optional[bytes],
+                        headers: Mapping[str, str], idempotent: bool, request_id: str) -> Response:
+        conn, head = await self._send(lp, method, path, body, headers, idempotent, request_id)
+        try:
+            if head.length is not None and not head.chunked:
+                body_bytes = await conn.reader.readexactly(head.length) if head.length else b""
+            else:
+                parts = [p async for p in _iter_body(conn.reader, head)]
+                body_bytes = b"".join(parts)
+        except _TRANSPORT_ERRORS as e:
+            conn.close()
+            raise ConnectionLost(f"{method} {path}: connection dropped mid-answer: {e!r}",
+                                 request_id=request_id) from e
+        except BaseException:
+            conn.close()
+            raise
+        if head.keep_alive:
+            self._release(lp, conn)
+        else:
+            conn.close()
+        return Response(head.status, head.headers, body_bytes)
 
     async def request(self, method: str, path: str, body: Optional[bytes], headers: Mapping[str, str],
                       timeout: float, idempotent: bool, request_id: str) -> Response:
         lp = self._loop_pool()
         await lp.sem.acquire()
         try:
-            conn, head = await self._send(lp, method, path, body, headers, timeout, idempotent, request_id)
+            if _HAS_TIMEOUT:  # one deadline for the whole call, no extra task
+                try:
+                    async with asyncio.timeout(timeout):  # type: ignore[attr-defined]
+                        return await self._exchange(lp, method, path, body, headers, idempotent, request_id)
+                except TimeoutError as e:
+                    raise Timeout(f"{method} {path}: no complete answer within {timeout:g} s",
+                                  request_id=request_id) from e
             try:
-                if head.length is not None and not head.chunked:
-                    body_bytes = (await asyncio.wait_for(conn.reader.readexactly(head.length), timeout)
-                                  if head.length else b"")
-                else:
-                    parts = []
-
-                    async def collect() -> None:
-                        async for p in _iter_body(conn.reader, head):
-                            parts.append(p)
-                    await asyncio.wait_for(collect(), timeout)
-                    body_bytes = b"".join(parts)
+                return await asyncio.wait_for(
+                    self._exchange(lp, method, path, body, headers, idempotent, request_id), timeout)
             except asyncio.TimeoutError as e:
-                conn.close()
-                raise Timeout(f"{method} {path}: answer incomplete within {timeout:g} s",
+                raise Timeout(f"{method} {path}: no complete answer within {timeout:g} s",
                               request_id=request_id) from e
-            except asyncio.CancelledError:
-                conn.close()
-                raise
-            except _TRANSPORT_ERRORS as e:
-                conn.close()
-                raise ConnectionLost(f"{method} {path}: connection dropped mid-answer: {e!r}",
-                                     request_id=request_id) from e
-            if head.keep_alive:
-                self._release(lp, conn)
-            else:
-                conn.close()
-            return Response(head.status, head.headers, body_bytes)
         finally:
             lp.sem.release()
 
@@ -556,7 +560,11 @@ class AioPool:
         lp = self._loop_pool()
         await lp.sem.acquire()
         try:
-            conn, head = await self._send(lp, method, path, body, headers, timeout, idempotent, request_id)
+            try:
+                conn, head = await asyncio.wait_for(
+                    self._send(lp, method, path, body, headers, idempotent, request_id), timeout)
+            except asyncio.TimeoutError as e:
+                raise Timeout(f"{method} {path}: no answer within {timeout:g} s", request_id=request_id) from e
         except BaseException:
             lp.sem.release()
             raise

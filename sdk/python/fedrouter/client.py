@@ -59,13 +59,14 @@ class Record(dict):
         return list(super().__dir__()) + [k for k in self.keys() if isinstance(k, str)]
 
 
-def _b64_or_text(d: Mapping[str, Any], key: str) -> Tuple[str, bytes]:
-    """(text, exact bytes) of an exec output field that may be base64."""
+def _b64_text(d: Mapping[str, Any], key: str) -> Tuple[str, Optional[bytes]]:
+    """(text, exact bytes or None when the text is exact) of an exec output
+    field that may be base64."""
     v = d.get(key) or ""
     if d.get(key + "_encoding") == "base64":
         raw = base64.b64decode(v)
         return raw.decode("utf-8", errors="replace"), raw
-    return v, v.encode("utf-8", errors="surrogatepass")
+    return v, None
 
 
 class ExecResult(Record):
@@ -79,12 +80,13 @@ class ExecResult(Record):
 
     def __init__(self, data: Mapping[str, Any]) -> None:
         super().__init__(data)
-        self._raw = {"stdout": _b64_or_text(data, "stdout"), "stderr": _b64_or_text(data, "stderr")}
-        self["stdout"] = self._raw["stdout"][0]
-        self["stderr"] = self._raw["stderr"][0]
+        self._raw: Dict[str, Optional[bytes]] = {}
+        for k in ("stdout", "stderr"):
+            self[k], self._raw[k] = _b64_text(data, k)
         for k, dv in (("exit_code", None), ("timed_out", False), ("stdout_truncated", False),
                       ("stderr_truncated", False), ("duration_ms", None)):
-            self.setdefault(k, dv)
+            if k not in self:
+                self[k] = dv
 
     stdout: str
     stderr: str
@@ -97,12 +99,14 @@ class ExecResult(Record):
     @property
     def stdout_bytes(self) -> bytes:
         """stdout exactly as the command wrote it."""
-        return self._raw["stdout"][1]
+        raw = self._raw.get("stdout")
+        return raw if raw is not None else self["stdout"].encode("utf-8", errors="surrogatepass")
 
     @property
     def stderr_bytes(self) -> bytes:
         """stderr exactly as the command wrote it."""
-        return self._raw["stderr"][1]
+        raw = self._raw.get("stderr")
+        return raw if raw is not None else self["stderr"].encode("utf-8", errors="surrogatepass")
 
     @property
     def ok(self) -> bool:
