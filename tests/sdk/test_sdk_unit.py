@@ -602,7 +602,7 @@ class TestMisc(Base):
         self.fake.routes[("POST", "/v1/sandboxes")] = created()
         self.fake.routes[("DELETE", "/v1/sandboxes/c1.pod-1")] = lambda r: (200, {}, {"terminated": True})
         with self.assertRaises(RuntimeError):
-            with self.c.create() as sb:
+            with self.c.create():
                 raise RuntimeError("boom")
         self.assertEqual(self.fake.count("DELETE", "/v1/sandboxes/c1.pod-1"), 1)
 

@@ -27,7 +27,7 @@ from typing import (Any, AsyncIterator, Callable, Dict, Iterable, Iterator, List
 from ._dual import dual
 from ._progress import ProgressArg, make_reporter
 from ._transport import AioPool, Response, SyncPool
-from .errors import (APIError, ConnectionLost, FedrouterError, InvalidField, NotFound, NotSupported, SandboxNotFound,
+from .errors import (APIError, ConnectionLost, FedrouterError, InvalidField, NotSupported, SandboxNotFound,
                      error_class_for)
 
 __all__ = ["Client", "Sandbox", "SandboxList", "ExecResult", "ExecChunk", "Record", "Files", "Processes",
