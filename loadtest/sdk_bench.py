@@ -340,9 +340,12 @@ def main():
                          ("sdk-sync", lambda: run_sdk_sync(fed.url, token, a.n, a.c)),
                          ("sdk-aio", lambda: run_sdk_aio(fed.url, token, a.n, a.c))):
             t = time.monotonic()
-            if not fed.wait_pool(token, "bench", 300):
+            # The pool's ready count lags the claims just made: let it see
+            # them, then wait for the refill (cold starts take ~1.5 s).
+            time.sleep(5)
+            if not fed.wait_pool(token, "bench", 300) or not (time.sleep(2) or fed.wait_pool(token, "bench", 300)):
                 raise RuntimeError("pool bench did not refill in 300 s")
-            print(f"==> pool full after {time.monotonic() - t:.1f} s; running {side}: {a.n} cycles, "
+            print(f"==> pool full after {time.monotonic() - t:.1f} s (5 s settle included); running {side}: {a.n} cycles, "
                   f"{a.c} concurrent", flush=True)
             results[side] = fn()
         if a.fanout:

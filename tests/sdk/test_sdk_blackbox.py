@@ -52,11 +52,11 @@ def setUpModule():
     H.start_watchdog(285)  # ctest's TIMEOUT is 300
     FED = H.Federation(ARGS.kubesim, ARGS.fedrouter,
                        [("c1", "us", NODES + H.FAST), ("c2", "us", NODES + H.FAST)],
-                       {"a": (TOK["a"], ""), "lim": (TOK["lim"], "max_sandboxes = 2;"),
+                       {"a": (TOK["a"], "admin = true;"), "lim": (TOK["lim"], "max_sandboxes = 2;"),
                         "docs": (TOK["docs"], ""), "ex": (TOK["ex"], "")},
                        fast_exec=True, python_alias=True, tls=not ARGS.sanitized)
     c = Client(FED.url, TOK["a"])
-    c.create_pool("default", IMAGE, cpus=1, memory_gb=2, replicas=3)
+    c.create_pool("default", IMAGE, cpus=1, memory_gb=2, replicas=3, shared=True)  # every tenant's
     c.close()
     if not FED.wait_pool(TOK["a"], "default", 60):
         raise RuntimeError("pool default not ready")
@@ -241,6 +241,7 @@ class TestSync(SDKTest):
             e = cm.exception
             self.assertEqual((e.status, e.code), (429, "tenant_limit"))
             self.assertIsNotNone(e.retry_after)
+            self.assertIn(e.limit, (None, "max_sandboxes"))
             # Room comes back while the create waits out Retry-After: it succeeds.
             import threading
             threading.Timer(0.3, lambda: two[0].terminate()).start()

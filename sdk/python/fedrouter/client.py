@@ -1033,8 +1033,10 @@ class Client:
     def _create_pool_req(self, name: str, image: Optional[str] = None, *, cpus: Optional[float] = None,
                          memory_gb: Optional[float] = None, replicas: Optional[int] = None,
                          clusters: Optional[Sequence[str]] = None, pool_replicas: Optional[int] = None,
-                         **extra: Any) -> _Req:
+                         shared: Optional[bool] = None, **extra: Any) -> _Req:
         body: Dict[str, Any] = {"name": name}
+        if shared is not None:
+            body["shared"] = bool(shared)
         if replicas is None:
             replicas = pool_replicas
         for k, v in (("image", image), ("cpus", cpus), ("memory_gb", memory_gb), ("replicas", replicas)):
@@ -1048,8 +1050,9 @@ class Client:
     def _create_pool(self, name: str, image: Optional[str] = None, **kw: Any) -> Record:
         """Creates a warm pool (``POST /v1/pools``): ``name``, ``image``,
         ``cpus``, ``memory_gb``, ``replicas`` per cluster (``pool_replicas``
-        is an alias, as in ``sky.sandbox.create_template``), ``clusters``.
-        Raises :class:`PoolExists` for an existing name."""
+        is an alias, as in ``sky.sandbox.create_template``), ``clusters``,
+        ``shared`` (admin tokens only: every tenant may use the pool).
+        Raises :class:`PoolExists` for an existing name (any tenant's)."""
         return self._run(self._create_pool_req(name, image, **kw), 0)
 
     async def _create_pool_aio(self, name: str, image: Optional[str] = None, **kw: Any) -> Record:

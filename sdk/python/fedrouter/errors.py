@@ -177,8 +177,15 @@ class _RetryAfter(APIError):
 
 
 class TenantLimit(_RetryAfter):
-    """429: the tenant's limit would be exceeded; ``retry_after`` seconds."""
+    """429: a tenant limit would be exceeded; ``retry_after`` seconds,
+    ``limit`` names it (``max_sandboxes``, ``max_requests_in_flight``,
+    ``max_concurrent_execs``, ``max_pool_replicas``)."""
     code_default = "tenant_limit"
+
+    @property
+    def limit(self) -> Optional[str]:
+        v = self.body.get("limit")
+        return v if isinstance(v, str) else None
 
 
 class HeadersTooLarge(APIError):
