@@ -56,7 +56,7 @@ struct create {
 };
 
 static void create_free(struct create *cr) {
-  if (cr->q->ts != NULL)
+  if (cr->counted != 0 && cr->q->ts != NULL)
     cr->q->ts->creating -= cr->counted;
   batch_free(cr->b);
   free(cr->pool);
@@ -339,6 +339,13 @@ static void on_batch_done(struct batch *b, void *arg) {
   struct create *cr = arg;
   struct api_req *q = cr->q;
   int i;
+
+  /* api_reply() drops the request's operation reference, which can free q:
+   * settle the tenant's count of sandboxes being made first, so that
+   * create_free() below does not reach q. */
+  if (q->ts != NULL)
+    q->ts->creating -= cr->counted;
+  cr->counted = 0;
 
   if (b->state == BATCH_COMMITTED) {
     json_t *arr = json_array(), *placement = placement_json(b);

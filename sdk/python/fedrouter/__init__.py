@@ -1,0 +1,18 @@
+"""fedrouter: Python SDK for the fedrouter sandbox router (standard library only).
+
+``from fedrouter import sandbox`` gives the ``sky.sandbox``-shaped module
+API (``sandbox.create``, ``sb.exec``, ``.aio`` siblings, ...);
+:class:`Client` is the same API on an explicit endpoint.
+"""
+from . import errors, sandbox
+from .client import (Client, ExecChunk, ExecResult, Files, Process, Processes, Record, Sandbox, SandboxList,
+                     collect)
+from .errors import (APIError, ConnectError, ConnectionLost, FedrouterError, InvalidField, NoCapacity,
+                     NotFound, NotSupported, SandboxNotFound, TenantLimit, Timeout, TransportError)
+
+__version__ = "0.1.0"
+
+__all__ = ["sandbox", "errors", "Client", "Sandbox", "SandboxList", "ExecResult", "ExecChunk", "Files",
+           "Process", "Processes", "Record", "collect", "FedrouterError", "APIError", "TransportError",
+           "ConnectError", "ConnectionLost", "Timeout", "NotFound", "SandboxNotFound", "NoCapacity",
+           "TenantLimit", "InvalidField", "NotSupported", "__version__"]

@@ -1,0 +1,253 @@
+"""Typed exceptions for fedrouter API errors.
+
+Every error the router answers is ``{"error": {"code": ..., "message": ...}}``
+with a stable snake_case ``code`` (docs/api.md). Each code has its own
+exception class here, all subclasses of :class:`FedrouterError`, so callers
+can write ``except NoCapacity as e: time.sleep(e.retry_after)``.
+
+Errors that never reached the router (connection refused, a connection
+dropped mid-call, a client-side timeout) are :class:`TransportError`
+subclasses, also under :class:`FedrouterError`.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional, Type
+
+__all__ = [
+    "FedrouterError", "APIError", "TransportError", "ConnectError", "ConnectionLost", "Timeout",
+    "InvalidJson", "InvalidField", "InvalidArgv", "InvalidId", "Unauthorized", "Forbidden",
+    "NotFound", "SandboxNotFound", "PoolNotFound", "ClusterNotFound", "ProcessNotFound",
+    "MethodNotAllowed", "RequestTimeout", "PoolExists", "SandboxNotRunning", "BodyTooLarge",
+    "TenantLimit", "HeadersTooLarge", "InternalError", "ExecFailed", "NoCapacity",
+    "ClusterUnavailable", "AgentUnavailable", "NotReady", "ShuttingDown", "error_class_for",
+    "ERROR_CLASSES", "NotSupported",
+]
+
+
+class FedrouterError(Exception):
+    """Base of every error this SDK raises about a call.
+
+    Attributes:
+        status: HTTP status (0 when no response arrived).
+        code: the router's stable error code (``"sandbox_not_found"``, ...),
+            or a client-side code (``"connection_lost"``, ``"timeout"``, ...).
+        message: the human message.
+        request_id: the ``X-Request-Id`` of the call (the router's answer, or
+            the id the SDK sent when no answer arrived).
+        body: the whole decoded ``error`` object (extra fields included).
+        retry_after: seconds from ``Retry-After`` when the router sent one.
+    """
+
+    code_default = "error"
+
+    def __init__(self, message: str = "", *, status: int = 0, code: Optional[str] = None,
+                 request_id: Optional[str] = None, body: Optional[Mapping[str, Any]] = None,
+                 retry_after: Optional[float] = None, headers: Optional[Mapping[str, str]] = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code or self.code_default
+        self.message = message
+        self.request_id = request_id
+        self.body: Dict[str, Any] = dict(body or {})
+        self.retry_after = retry_after
+        self.headers: Dict[str, str] = dict(headers or {})
+
+    def __str__(self) -> str:
+        s = f"{self.code}: {self.message}" if self.message else self.code
+        if self.status:
+            s = f"{self.status} {s}"
+        if self.request_id:
+            s += f" (request id {self.request_id})"
+        return s
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
+
+    def __reduce__(self):  # picklable across processes (multiprocessing pools)
+        return (_rebuild, (type(self), self.message, self.status, self.code, self.request_id,
+                           self.body, self.retry_after, self.headers))
+
+
+def _rebuild(cls, message, status, code, request_id, body, retry_after, headers):
+    return cls(message, status=status, code=code, request_id=request_id, body=body,
+               retry_after=retry_after, headers=headers)
+
+
+class APIError(FedrouterError):
+    """The router answered with an error (an HTTP status >= 400)."""
+
+
+class TransportError(FedrouterError):
+    """No complete answer from the router (connection, protocol, timeout)."""
+    code_default = "transport_error"
+
+
+class ConnectError(TransportError):
+    """The router could not be reached (refused, DNS, TLS)."""
+    code_default = "connect_error"
+
+
+class ConnectionLost(TransportError):
+    """The connection dropped after the request was sent and before the
+    whole answer arrived. The call may or may not have taken effect (an exec
+    may have run): it is never retried automatically."""
+    code_default = "connection_lost"
+
+
+class Timeout(TransportError):
+    """No answer within the client-side timeout."""
+    code_default = "timeout"
+
+
+# One class per stable code of docs/api.md (and SPEC §8's agent codes).
+class InvalidJson(APIError):
+    code_default = "invalid_json"
+
+
+class InvalidField(APIError):
+    """A field has the wrong type or value, or is unknown; ``field`` names it."""
+    code_default = "invalid_field"
+
+    @property
+    def field(self) -> Optional[str]:
+        v = self.body.get("field")
+        return v if isinstance(v, str) else None
+
+
+class InvalidArgv(APIError):
+    code_default = "invalid_argv"
+
+
+class InvalidId(APIError):
+    code_default = "invalid_id"
+
+
+class Unauthorized(APIError):
+    code_default = "unauthorized"
+
+
+class Forbidden(APIError):
+    code_default = "forbidden"
+
+
+class NotFound(APIError):
+    """404 ``not_found``: no such endpoint (e.g. a router without the agent
+    endpoints of SPEC §8)."""
+    code_default = "not_found"
+
+
+class SandboxNotFound(NotFound):
+    code_default = "sandbox_not_found"
+
+
+class PoolNotFound(NotFound):
+    code_default = "pool_not_found"
+
+
+class ClusterNotFound(NotFound):
+    code_default = "cluster_not_found"
+
+
+class ProcessNotFound(NotFound):
+    code_default = "process_not_found"
+
+
+class MethodNotAllowed(APIError):
+    code_default = "method_not_allowed"
+
+
+class RequestTimeout(APIError):
+    code_default = "request_timeout"
+
+
+class PoolExists(APIError):
+    code_default = "pool_exists"
+
+
+class SandboxNotRunning(APIError):
+    code_default = "sandbox_not_running"
+
+
+class BodyTooLarge(APIError):
+    code_default = "body_too_large"
+
+
+class _RetryAfter(APIError):
+    """An error that comes with ``Retry-After`` (``retry_after`` seconds)."""
+
+
+class TenantLimit(_RetryAfter):
+    """429: a tenant limit would be exceeded; ``retry_after`` seconds,
+    ``limit`` names it (``max_sandboxes``, ``max_requests_in_flight``,
+    ``max_concurrent_execs``, ``max_pool_replicas``)."""
+    code_default = "tenant_limit"
+
+    @property
+    def limit(self) -> Optional[str]:
+        v = self.body.get("limit")
+        return v if isinstance(v, str) else None
+
+
+class HeadersTooLarge(APIError):
+    code_default = "headers_too_large"
+
+
+class InternalError(APIError):
+    code_default = "internal"
+
+
+class ExecFailed(APIError):
+    code_default = "exec_failed"
+
+
+class NoCapacity(_RetryAfter):
+    """503: the federation cannot place the request. ``retry_after`` seconds,
+    ``clusters`` the per-cluster reasons, ``shortfall`` when known."""
+    code_default = "no_capacity"
+
+    @property
+    def clusters(self) -> Any:
+        return self.body.get("clusters")
+
+    @property
+    def shortfall(self) -> Optional[int]:
+        v = self.body.get("shortfall")
+        return v if isinstance(v, int) else None
+
+
+class ClusterUnavailable(_RetryAfter):
+    code_default = "cluster_unavailable"
+
+
+class AgentUnavailable(_RetryAfter):
+    code_default = "agent_unavailable"
+
+
+class NotReady(_RetryAfter):
+    code_default = "not_ready"
+
+
+class ShuttingDown(_RetryAfter):
+    code_default = "shutting_down"
+
+
+class NotSupported(FedrouterError):
+    """The router does not serve this call yet (it answered 404 ``not_found``
+    for the endpoint, or 400 ``invalid_field`` for the field that asks for
+    it, e.g. ``stream``). ``cause`` is the router's error."""
+    code_default = "not_supported"
+
+
+ERROR_CLASSES: Dict[str, Type[APIError]] = {
+    c.code_default: c for c in (
+        InvalidJson, InvalidField, InvalidArgv, InvalidId, Unauthorized, Forbidden, NotFound,
+        SandboxNotFound, PoolNotFound, ClusterNotFound, ProcessNotFound, MethodNotAllowed,
+        RequestTimeout, PoolExists, SandboxNotRunning, BodyTooLarge, TenantLimit, HeadersTooLarge,
+        InternalError, ExecFailed, NoCapacity, ClusterUnavailable, AgentUnavailable, NotReady,
+        ShuttingDown)
+}
+
+
+def error_class_for(code: Optional[str]) -> Type[APIError]:
+    """The exception class for an API error code (``APIError`` if unknown)."""
+    return ERROR_CLASSES.get(code or "", APIError)

@@ -1,0 +1,277 @@
+"""Starts a federation for black-box tests and benchmarks: kubesim clusters
+(TLS + token) and a real fedrouter in front of them on 127.0.0.1, the way
+tests/router/test_router.py does it (the minimum of it, copied: that file is
+a script, not a module). Every process runs in its own session and is
+stopped with SIGTERM by ``Federation.stop()`` (SIGKILL after 20 s), also
+from ``atexit`` and from a watchdog; the temporary directory is removed.
+
+Python 3 standard library only.
+"""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+_ALL: List[subprocess.Popen] = []
+
+
+def _kill_all() -> None:
+    for p in _ALL:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+atexit.register(_kill_all)
+
+
+def start_watchdog(seconds: float) -> None:
+    """Kills every process started here and exits 1 after <seconds>."""
+    def run() -> None:
+        time.sleep(seconds)
+        print(f"FAIL watchdog: over {seconds:.0f} s; killing everything", flush=True)
+        _kill_all()
+        os._exit(1)
+    threading.Thread(target=run, daemon=True).start()
+
+
+def wait_until(fn, timeout: float, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def tail(path: str, n: int = 25) -> str:
+    try:
+        with open(path, "rb") as f:
+            return "\n".join("    | " + ln for ln in f.read().decode(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "    | (no log)"
+
+
+def _start(argv: Sequence[str], log_path: str, stdout: Any = None) -> subprocess.Popen:
+    log = open(log_path, "ab")
+    p = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout if stdout is not None else log,
+                         stderr=log, start_new_session=True)
+    log.close()
+    _ALL.append(p)
+    return p
+
+
+def _stop(p: subprocess.Popen, timeout: float = 20) -> Optional[int]:
+    if p.poll() is None:
+        try:
+            p.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    try:
+        return p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(10)
+        return None
+
+
+# Delays of loadtest/bench.sh's seed scenario (a real cluster's).
+REALISTIC = ["--schedule-ms", "50", "--image-pull-ms", "3000", "--start-ms", "1500",
+             "--scheduler-qps", "100", "--api-latency-ms", "20"]
+FAST = ["--schedule-ms", "20", "--start-ms", "50"]
+
+
+class Federation:
+    """kubesim clusters + one fedrouter.
+
+    clusters: [(name, region, extra kubesim flags)]; tenants: {name:
+    (token, extra tenant config text)}; the router URL is ``self.url``."""
+
+    def __init__(self, kubesim: str, fedrouter: str, clusters: Sequence[Tuple[str, str, Sequence[str]]],
+                 tenants: Dict[str, Tuple[str, str]], prefix: str = "fr-sdk-", fast_exec: bool = False,
+                 max_batch: int = 5000, python_alias: bool = False, tls: bool = True) -> None:
+        self.root = tempfile.mkdtemp(prefix=prefix)
+        self.tls = tls
+        # Sandboxes of a python:3.12 image have `python`; this machine's
+        # default PATH (the one kubesim gives pods) has only python3. With
+        # python_alias, each kubesim runs in a private mount namespace where
+        # /usr/local/sbin (first on that PATH, empty here) holds a `python`
+        # to python3: the "image" has python, nothing else changes -- except
+        # that the user programs the sky.sandbox snippets run (rollout.py,
+        # train.py: files they assume the image has) are stand-ins answered
+        # by that `python` without starting an interpreter (0.2 s each on a
+        # loaded 2-core machine; the batch snippet runs 1,000 of them).
+        self.python_alias = False
+        self._wrap: List[str] = []
+        if python_alias:
+            self._wrap = self._alias_wrapper()
+        self.sim_token = "kubesim-" + os.urandom(8).hex()
+        self.sims: Dict[str, Dict[str, Any]] = {}
+        self.procs: List[subprocess.Popen] = []
+        self.router: Optional[subprocess.Popen] = None
+        self.url = ""
+        try:
+            for name, region, extra in clusters:
+                self._start_sim(kubesim, name, region, list(extra), fast_exec)
+            self._start_router(fedrouter, tenants, max_batch)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _alias_wrapper(self) -> List[str]:
+        import shutil as _sh
+        py = _sh.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+        unshare = _sh.which("unshare")
+        if not py or not unshare or os.geteuid() != 0 or not os.path.isdir("/usr/local/sbin"):
+            return []
+        d = os.path.join(self.root, "image-bin")
+        os.makedirs(d)
+        with open(os.path.join(d, "python"), "w") as f:
+            f.write("#!/bin/sh\n"
+                    "# the user's programs of the sky.sandbox snippets: stand-ins\n"
+                    'case "$1" in rollout.py|train.py) echo "$1: stand-in for the user\'s program"; exit 0;; esac\n'
+                    f'exec {py} "$@"\n')
+        os.chmod(os.path.join(d, "python"), 0o755)
+        wrap = [unshare, "--mount", "--propagation", "private", "sh", "-c",
+                f'mount --bind "{d}" /usr/local/sbin && exec "$@"', "sh"]
+        ok = subprocess.run(wrap + ["/usr/local/sbin/python", "-c", "print(1)"], capture_output=True,
+                            timeout=20).stdout.strip() == b"1"
+        self.python_alias = ok
+        return wrap if ok else []
+
+    def _start_sim(self, kubesim: str, name: str, region: str, extra: List[str], fast_exec: bool) -> None:
+        d = os.path.join(self.root, name)
+        os.makedirs(d)
+        pf, apf = os.path.join(d, "port"), os.path.join(d, "admin-port")
+        kc = os.path.join(d, "kubeconfig")
+        log = os.path.join(d, "kubesim.log")
+        argv = [kubesim] + (["--tls"] if self.tls else []) + ["--token", self.sim_token, "--write-kubeconfig", kc, "--port-file", pf,
+                "--admin-listen", "127.0.0.1:0", "--admin-port-file", apf, "--name", name,
+                "--workdir", os.path.join(d, "wd"), "--log-level", "warn"] + \
+            (["--fast-exec"] if fast_exec else []) + extra
+        p = _start(self._wrap + argv, log)
+        self.procs.append(p)
+        ok = wait_until(lambda: p.poll() is not None or (os.path.exists(pf) and os.path.exists(apf)
+                                                         and os.path.getsize(apf) > 0), 20)
+        if not ok or p.poll() is not None:
+            raise RuntimeError(f"kubesim {name} did not start (rc {p.poll()}):\n{tail(log)}")
+        self.sims[name] = {"region": region, "kubeconfig": kc, "proc": p, "log": log,
+                           "admin_port": int(_read(apf))}
+
+    def _start_router(self, fedrouter: str, tenants: Dict[str, Tuple[str, str]], max_batch: int) -> None:
+        def sha(t: str) -> str:
+            return hashlib.sha256(t.encode()).hexdigest()
+        tl = ",\n".join(f'  {{ name = "{n}"; token_sha256 = "{sha(tok)}"; {extra} }}'
+                        for n, (tok, extra) in tenants.items())
+        cl = ",\n".join(f'  {{ name = "{n}"; region = "{s["region"]}"; kubeconfig = "{s["kubeconfig"]}"; }}'
+                        for n, s in self.sims.items())
+        conf = os.path.join(self.root, "fedrouter.conf")
+        with open(conf, "w") as f:
+            f.write(f"""listen = "127.0.0.1:0";
+region = "us";
+sandbox = {{ default_lifetime_s = 900; max_lifetime_s = 3600; }};
+limits = {{ max_batch = {max_batch}; max_exec_output_bytes = 1048576; max_exec_timeout_s = 600; }};
+tenants = (
+{tl}
+);
+clusters = (
+{cl}
+);
+""")
+        self.router_log = os.path.join(self.root, "fedrouter.log")
+        p = _start([fedrouter, "--config", conf], self.router_log, stdout=subprocess.PIPE)
+        self.procs.append(p)
+        self.router = p
+        port: List[int] = []
+        got = threading.Event()
+
+        def reader() -> None:
+            assert p.stdout is not None
+            for raw in p.stdout:
+                m = re.match(r"fedrouter listening on http://127\.0\.0\.1:(\d+)$", raw.decode(errors="replace").strip())
+                if m and not port:
+                    port.append(int(m.group(1)))
+                    got.set()
+            got.set()
+        threading.Thread(target=reader, daemon=True).start()
+        if not got.wait(20) or not port:
+            raise RuntimeError(f"fedrouter did not print its port (rc {p.poll()}):\n{tail(self.router_log)}")
+        self.port = port[0]
+        self.url = f"http://127.0.0.1:{self.port}"
+        if not wait_until(lambda: self.raw("GET", "/readyz")[0] == 200, 60, 0.1):
+            raise RuntimeError(f"fedrouter not ready in 60 s:\n{tail(self.router_log)}")
+
+    def raw(self, method: str, path: str, body: Any = None, token: Optional[str] = None,
+            timeout: float = 60) -> Tuple[int, Any]:
+        """One request on a fresh connection: (status, decoded JSON or text)."""
+        h = {"Content-Type": "application/json"}
+        if token:
+            h["Authorization"] = "Bearer " + token
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
+            r = c.getresponse()
+            data = r.read()
+            try:
+                return r.status, json.loads(data) if data else None
+            except ValueError:
+                return r.status, data.decode(errors="replace")
+        except OSError as e:
+            return 0, str(e)
+        finally:
+            c.close()
+
+    def sim_admin(self, name: str, method: str, path: str, body: Any = None) -> Tuple[int, Any]:
+        c = http.client.HTTPConnection("127.0.0.1", self.sims[name]["admin_port"], timeout=15)
+        try:
+            c.request(method, path, body=json.dumps(body) if body is not None else None,
+                      headers={"Authorization": "Bearer " + self.sim_token, "Content-Type": "application/json"})
+            r = c.getresponse()
+            return r.status, json.loads(r.read() or b"null")
+        finally:
+            c.close()
+
+    def pod_counts(self) -> Dict[str, int]:
+        return {n: self.sim_admin(n, "GET", "/_sim/state")[1]["pods"] for n in self.sims}
+
+    def wait_pool(self, token: str, name: str, timeout: float = 120) -> bool:
+        def ready() -> bool:
+            st, b = self.raw("GET", "/v1/pools/" + name, token=token)
+            return st == 200 and bool(b.get("clusters")) and all(c["ready"] >= c["target"] for c in b["clusters"])
+        return bool(wait_until(ready, timeout, 0.2))
+
+    def router_pid(self) -> int:
+        assert self.router is not None
+        return self.router.pid
+
+    def stop(self) -> List[str]:
+        """Stops the router then the clusters; returns problems (exit codes)."""
+        problems = []
+        for p in reversed(self.procs):
+            rc = _stop(p)
+            if rc not in (0,):
+                problems.append(f"{p.args[0]} exited {rc} on SIGTERM")
+        self.procs = []
+        if os.environ.get("FR_SDK_KEEP"):
+            print("kept", self.root)
+        else:
+            shutil.rmtree(self.root, ignore_errors=True)
+        return problems
