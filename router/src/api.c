@@ -202,10 +202,13 @@ json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod) {
       json_object_set_new(labels, k, json_string(v));
   }
   snprintf(id, sizeof(id), "%s.%s", fr_adapter_name(a), pod->name);
+  /* A delete the cluster did not take yet (being retried): on its way out. */
   return json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:s,s:o,s:o,s:o}", "id", id, "name",
                    pod->sbname ? pod->sbname : "", "cluster", fr_adapter_name(a), "region",
                    fr_adapter_region(a), "pool", pod->pool ? json_string(pod->pool) : json_null(), "warm",
-                   pod->warm, "state", sandbox_state(pod), "labels", labels, "created_at",
+                   pod->warm, "state",
+                   fr_adapter_pod_delete_pending(a, pod) ? "terminating" : sandbox_state(pod), "labels", labels,
+                   "created_at",
                    created >= 0 ? time_or_null(created) : json_string(""),
                    "expires_at", time_or_null(pod->expires_s));
 }

@@ -8,9 +8,10 @@
  * scripts the answers it needs, and ends by freeing the adapter and the
  * fake and checking that the loop closes cleanly.
  *
- * Tests marked KNOWN BUG assert the behaviour the adapter should have and
- * fail today; they are built only with -DFR_TEST_KNOWN_BUGS (see the suite
- * at the bottom) so that the default run stays green.
+ * Three cases began as failing tests of bugs this suite found (a 409
+ * retrying the same pod, a hung POST not given up when the breaker opens,
+ * a failed delete hiding a running sandbox); they run by default now.
+ * -DFR_TEST_KNOWN_BUGS builds any further known-bug cases (none today).
  */
 #include <check.h>
 #include <signal.h>
@@ -367,17 +368,16 @@ static int64_t warm_pods(void) {
 
 /* ------------------------------------------------------------ claims */
 
-#ifdef FR_TEST_KNOWN_BUGS
 static int done_or_posted(void *arg) {
   return ((struct outcome *)arg)->calls > 0 || fk_count(fk, "POST", FK_PODS) > 0;
 }
 
-/* KNOWN BUG: a 409 on a claim means another router took that pod (or it
- * changed); the create must move on to the next ready warm pod (adapter.h:
- * "on conflict the next ready pod"). Today pick() starts over from the
- * first ready pod, which is the same one while the watch has not reported
- * the change yet, and claims it again with the same stale resourceVersion:
- * three 409s, then a cold start, although another warm pod was ready.
+/* A 409 on a claim means another router took that pod (or it changed);
+ * the create moves on to the next ready warm pod (adapter.h: "on conflict
+ * the next ready pod"), even while the watch has not reported the change
+ * and the cache still shows the lost pod ready (pick() once started over
+ * from it, claiming it again with the same stale resourceVersion: three
+ * 409s, then a cold start, although another warm pod was ready).
  * Here the other router's claim is real (the fake applies it, so a stale
  * precondition fails again) and the watch lags behind the 409. */
 START_TEST(claim_conflict_409_moves_to_next_warm_pod) {
@@ -426,7 +426,6 @@ START_TEST(claim_conflict_409_moves_to_next_warm_pod) {
   finish_test();
 }
 END_TEST
-#endif
 
 /* Two ready warm pods; the first claim gets a 409 because another router
  * claimed that pod, and the watch shows that claim before the 409 arrives:
@@ -829,7 +828,6 @@ START_TEST(cluster_down_while_waiting_gives_up) {
 }
 END_TEST
 
-#ifdef FR_TEST_KNOWN_BUGS
 static int breaker_open(void *arg) {
   struct fr_adapter_view v;
 
@@ -838,11 +836,11 @@ static int breaker_open(void *arg) {
   return strcmp(v.breaker, "open") == 0;
 }
 
-/* KNOWN BUG: the cluster hangs while the create's POST is out (accepted,
- * never answered; the apiserver may or may not have stored the pod). When
- * the breaker opens, sandbox_cluster_down() gives up only on creates that
- * wait for readiness ("calls in flight fail by themselves, quickly"), but a
- * hung call fails only after the client's request timeout (30 s), so the
+/* The cluster hangs while the create's POST is out (accepted, never
+ * answered; the apiserver may or may not have stored the pod). When the
+ * breaker opens the create gives up at once, as one waiting for readiness
+ * does, and its pod is deleted when the cluster answers again (it once
+ * waited out the client's request timeout, 30 s, so the
  * batch waits that long instead of spilling; and when it fails, the pod
  * name is not recorded as abandoned, so a pod the cluster did store runs
  * unclaimed until its lifetime ends. Correct: a create in CREATING is given
@@ -875,7 +873,6 @@ START_TEST(cluster_down_while_creating_gives_up_and_cleans_up) {
   finish_test();
 }
 END_TEST
-#endif
 
 /* ------------------------------------------------------------ delete */
 
@@ -895,14 +892,16 @@ static void on_deleted(int status, const char *message, void *arg) {
   snprintf(d->message, sizeof(d->message), "%s", message ? message : "");
 }
 
-#ifdef FR_TEST_KNOWN_BUGS
-/* KNOWN BUG (issue 15 item 7): a DELETE that fails (500 here, after the
- * client's retries) leaves the pod running in the cluster, but the adapter
- * keeps it marked as leaving (fr_adapter_pod_leaving() == 1) until the pod
- * disappears, so the router answers 404 for a sandbox that still runs until
- * its lifetime ends. Correct: after the failure the sandbox stays visible
- * (not leaving), or, if a fix chooses a visible "terminating" state, the
- * delete is retried; then change the last assertion accordingly. */
+/* Issue 15 item 7: a DELETE that fails (500 here, after the client's
+ * retries) leaves the pod running in the cluster; the sandbox must not be
+ * hidden as leaving (the router once answered 404 for it until its
+ * lifetime ended). It stays visible, marked as a pending delete, and the
+ * reaper retries the delete until the cluster takes it. */
+static int second_delete(void *arg) {
+  (void)arg;
+  return fk_count(fk, "DELETE", NULL) >= 2;
+}
+
 START_TEST(delete_failure_keeps_pod_visible) {
   const struct fr_pod *p;
   struct deleted d;
@@ -922,10 +921,13 @@ START_TEST(delete_failure_keeps_pod_visible) {
   ck_assert_ptr_nonnull(p);
   ck_assert_msg(fr_adapter_pod_leaving(ad, p) == 0,
                 "a sandbox whose delete failed is hidden as leaving while it still runs");
+  ck_assert_int_eq(fr_adapter_pod_delete_pending(ad, p), 1);
+  /* The reaper (every 2 s) sends it again; this time the cluster takes it. */
+  fk_script(fk, "DELETE", -1, 200, NULL);
+  wait_for(second_delete, NULL, 10000, "the reaper's retry of the delete");
   finish_test();
 }
 END_TEST
-#endif
 
 /* A delete that works: the API's answer reaches the callback, and the pod
  * is hidden (leaving) from the request until the watch reports it gone. */
@@ -1067,18 +1069,16 @@ static Suite *sandbox_suite(void) {
   tcase_add_test(tc, create_callbacks_deferred_and_run_once);
   tcase_add_test(tc, adapter_free_with_creates_in_flight_calls_each_once);
   suite_add_tcase(s, tc);
-#ifdef FR_TEST_KNOWN_BUGS
   {
-    /* Fail today; run with cmake -DFR_TEST_KNOWN_BUGS=ON (tests/cluster_adapter/CMakeLists.txt). */
-    TCase *bugs = tcase_create("known_bugs");
-    tcase_add_checked_fixture(bugs, setup, teardown);
-    tcase_set_timeout(bugs, 60);
-    tcase_add_test(bugs, claim_conflict_409_moves_to_next_warm_pod);
-    tcase_add_test(bugs, delete_failure_keeps_pod_visible);
-    tcase_add_test(bugs, cluster_down_while_creating_gives_up_and_cleans_up);
-    suite_add_tcase(s, bugs);
+    /* Bugs the suite found, fixed; slower cases (breaker cool-down). */
+    TCase *fixed = tcase_create("fixed_bugs");
+    tcase_add_checked_fixture(fixed, setup, teardown);
+    tcase_set_timeout(fixed, 60);
+    tcase_add_test(fixed, claim_conflict_409_moves_to_next_warm_pod);
+    tcase_add_test(fixed, delete_failure_keeps_pod_visible);
+    tcase_add_test(fixed, cluster_down_while_creating_gives_up_and_cleans_up);
+    suite_add_tcase(s, fixed);
   }
-#endif
   return s;
 }
 
