@@ -4,7 +4,7 @@
 # build/loadgen, stop everything (also on failure or Ctrl-C).
 #
 #   loadtest/bench.sh seed|overhead|fanout|spillover|regions|failover|
-#                     scale|soak|all
+#                     scale|soak|abuse|all
 #                     [--smoke] [--build-dir DIR]
 #                     [--out DIR] [--plots DIR] [-- extra loadgen arguments]
 #
@@ -49,6 +49,11 @@
 #                 batches of 1000 (smoke 50), 4 in flight. First the
 #                 create-rate curve at 1, 5, 20 clusters (smoke 1, 3) with
 #                 SCALE_PER_CLUSTER (1000; smoke 50) sandboxes per cluster.
+#   abuse:        loadtest/abuse.py: one cluster, two tenants; idle
+#                 connections (20,000; smoke 2,000), output floods (10 execs
+#                 x 2 x 20 MiB; smoke 2 x 2 x 4 MiB), an exec burst (3,000;
+#                 smoke 200) beside a victim tenant, creates past a tenant
+#                 limit; router RSS, fds and /healthz latency during each.
 #   soak:         3 clusters, same delays; 8 workers creating batches of 5,
 #                 exec in each, terminate each, for SOAK_S seconds (600;
 #                 smoke 8), router RSS and fds sampled every 5 s (smoke 1 s);
@@ -72,7 +77,7 @@ usage() { sed -n '2,/^# (Functions/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^#
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    seed|overhead|fanout|spillover|regions|failover|scale|soak|all) SCENARIO="$1" ;;
+    seed|overhead|fanout|spillover|regions|failover|scale|soak|abuse|all) SCENARIO="$1" ;;
     --smoke) SMOKE=1 ;;
     --build-dir) [ $# -ge 2 ] || { usage >&2; exit 2; }; BUILD="$2"; shift ;;
     --out) [ $# -ge 2 ] || { usage >&2; exit 2; }; OUT="$2"; shift ;;
@@ -172,7 +177,10 @@ start_router() {
       printf 'split = "%s";\n' "$ROUTER_SPLIT" >"$WORK/$r.policy"
       echo "policy = \"$r.policy\";"
     fi
-    echo "tenants = ( { name = \"bench\"; token_sha256 = \"$sha\"; } );"
+    # The benchmark's one tenant: its pools and concurrency are what is
+    # measured, so no tenant limits beyond the router's own.
+    echo "tenants = ( { name = \"bench\"; token_sha256 = \"$sha\"; max_pool_replicas = 0;"
+    echo "              max_requests_in_flight = 1000000; max_concurrent_execs = 1000000; } );"
     echo "clusters = ("
     local sep=""
     for c in "$@"; do
@@ -363,10 +371,18 @@ scenario_soak() {
     --router-pid "${PIDS[-1]}"
 }
 
+scenario_abuse() {
+  local smoke=()
+  [ "$SMOKE" = 1 ] && smoke=(--smoke)
+  RAN_JSON="$OUT/abuse.json"
+  say "loadtest/abuse.py ${smoke[*]}"
+  python3 "$ROOT/loadtest/abuse.py" --build-dir "$BUILD" --json-out "$RAN_JSON" "${smoke[@]}"
+}
+
 ulimit -n 65536 2>/dev/null || true
 rc=0
 if [ "$SCENARIO" = all ]; then
-  list=(seed overhead fanout spillover regions failover scale soak)
+  list=(seed overhead fanout spillover regions failover scale soak abuse)
 else
   list=("$SCENARIO")
 fi

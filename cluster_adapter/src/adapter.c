@@ -27,26 +27,64 @@
 #define BREAKER_FAILURES 2
 #define BREAKER_COOL_MS 3000
 
-/* Node usage maps: node name -> [cpu_m, mem_b, pods]. */
-static void usage_add(json_t *map, const char *node, int64_t cpu_m, int64_t mem_b, int sign) {
-  json_t *u;
+/* Node usage tables: node name -> v.n [cpu_m, mem_b, pods]. */
+static void usage_add(struct strmap *map, const char *node, int64_t cpu_m, int64_t mem_b, int sign) {
+  struct strmap_entry *u;
 
-  if (node == NULL)
+  if (node == NULL || (u = strmap_put(map, node, NULL)) == NULL)
     return;
-  u = json_object_get(map, node);
-  if (u == NULL) {
-    u = json_pack("[I,I,I]", (json_int_t)0, (json_int_t)0, (json_int_t)0);
-    if (u == NULL || json_object_set_new(map, node, u) != 0)
+  u->v.n[0] += sign * cpu_m;
+  u->v.n[1] += sign * mem_b;
+  u->v.n[2] += sign;
+}
+
+/* Adds (<sign> 1) or removes (-1) <pod> in <pool>'s ready set. */
+static void warm_ready_add(struct fr_adapter *a, const char *pool, const char *pod, int sign) {
+  struct strmap_entry *e = sign > 0 ? strmap_put(&a->warm_ready, pool, NULL) : strmap_get(&a->warm_ready, pool);
+
+  if (e == NULL)
+    return;
+  if (e->v.map == NULL)
+    e->v.map = calloc(1, sizeof(*e->v.map)); /* an all-zero table is empty */
+  if (e->v.map != NULL) {
+    if (sign > 0)
+      strmap_put(e->v.map, pod, NULL);
+    else
+      strmap_del(e->v.map, pod);
+    if (strmap_size(e->v.map) > 0)
       return;
+    strmap_close(e->v.map);
+    free(e->v.map);
   }
-  json_integer_set(json_array_get(u, 0), json_integer_value(json_array_get(u, 0)) + sign * cpu_m);
-  json_integer_set(json_array_get(u, 1), json_integer_value(json_array_get(u, 1)) + sign * mem_b);
-  json_integer_set(json_array_get(u, 2), json_integer_value(json_array_get(u, 2)) + sign);
+  strmap_del(&a->warm_ready, pool);
+}
+
+const struct strmap *warm_ready_pods(const struct fr_adapter *a, const char *pool) {
+  const struct strmap_entry *e = pool != NULL ? strmap_get(&a->warm_ready, pool) : NULL;
+
+  return e != NULL ? e->v.map : NULL;
+}
+
+static int64_t warm_ready_count(const struct fr_adapter *a, const char *pool) {
+  const struct strmap *set = warm_ready_pods(a, pool);
+
+  return set != NULL ? (int64_t)strmap_size(set) : 0;
+}
+
+static void warm_ready_free(struct fr_adapter *a) {
+  struct strmap_entry *e;
+  size_t cur = 0;
+
+  while ((e = strmap_next(&a->warm_ready, &cur)) != NULL) {
+    strmap_close(e->v.map);
+    free(e->v.map);
+  }
+  strmap_close(&a->warm_ready);
 }
 
 /* A pod of the cluster-wide watch (reduced by slim_any_pod). */
 static void other_usage_add(struct fr_adapter *a, json_t *slim, int sign) {
-  usage_add(a->node_usage, json_string_value(json_object_get(slim, "n")),
+  usage_add(&a->node_usage, json_string_value(json_object_get(slim, "n")),
             json_integer_value(json_object_get(slim, "c")), json_integer_value(json_object_get(slim, "m")), sign);
 }
 
@@ -59,39 +97,23 @@ static void pods_count(struct fr_adapter *a, const struct fr_pod *p, int sign) {
   /* A sandbox holds its node's resources until it finishes, terminating
    * or not. */
   if (!fr_pod_finished(p))
-    usage_add(a->sb_node_usage, p->node, p->cpu_m, p->mem_b, sign);
+    usage_add(&a->sb_node_usage, p->node, p->cpu_m, p->mem_b, sign);
   if (fr_pod_done(p))
     return;
   if (p->state != NULL && strcmp(p->state, "warm") == 0) {
-    json_t *set;
     if (p->pool == NULL || !p->ready)
       return;
     a->n_warm += sign;
-    set = json_object_get(a->warm_ready, p->pool);
-    if (sign > 0) {
-      if (set == NULL && (set = json_object()) != NULL && json_object_set_new(a->warm_ready, p->pool, set) != 0)
-        set = NULL;
-      if (set != NULL)
-        json_object_set_new(set, p->name, json_true());
-    } else if (set != NULL) {
-      json_object_del(set, p->name);
-      if (json_object_size(set) == 0)
-        json_object_del(a->warm_ready, p->pool);
-    }
+    warm_ready_add(a, p->pool, p->name, sign);
     return;
   }
   a->n_sandboxes += sign;
   a->sb_cpu_m += sign * p->cpu_m;
   a->sb_mem_b += sign * p->mem_b;
   if (p->tenant != NULL) {
-    json_t *n = json_object_get(a->tenant_counts, p->tenant);
-    json_int_t v = json_integer_value(n) + sign;
-    if (v <= 0)
-      json_object_del(a->tenant_counts, p->tenant);
-    else if (n != NULL)
-      json_integer_set(n, v);
-    else
-      json_object_set_new(a->tenant_counts, p->tenant, json_integer(v));
+    struct strmap_entry *n = strmap_put(&a->tenant_counts, p->tenant, NULL);
+    if (n != NULL && (n->v.n[0] += sign) <= 0)
+      strmap_del(&a->tenant_counts, p->tenant);
   }
 }
 
@@ -156,6 +178,7 @@ static struct fr_adapter_pool_view *pool_find(struct fr_adapter *a, const char *
 
 static void pool_view_clear(struct fr_adapter_pool_view *p) {
   free((char *)p->name);
+  free((char *)p->owner);
   free((char *)p->image);
   memset(p, 0, sizeof(*p));
 }
@@ -195,6 +218,8 @@ static void pool_update(struct fr_adapter *a, json_t *rs) {
   }
   memset(&nv, 0, sizeof(nv));
   nv.name = strdup(name);
+  if (pod_label(rs, FR_LABEL_OWNER) != NULL && (nv.owner = strdup(pod_label(rs, FR_LABEL_OWNER))) == NULL)
+    goto oom;
   nv.image = strdup(json_string_value(json_object_get(spec, "image")) ? json_string_value(json_object_get(spec, "image")) : "");
   nv.cpu_m = json_integer_value(json_object_get(spec, "cpu_millis"));
   nv.mem_b = json_integer_value(json_object_get(spec, "memory_bytes"));
@@ -203,6 +228,8 @@ static void pool_update(struct fr_adapter *a, json_t *rs) {
   if (nv.name == NULL || nv.image == NULL)
     goto oom;
   p = pool_find(a, name);
+  if (p != NULL)
+    nv.reserved = p->reserved; /* planned claims outlive a change of the ReplicaSet */
   if (p == NULL) {
     if (a->npools == a->pools_cap) {
       size_t cap = a->pools_cap ? 2 * a->pools_cap : 8;
@@ -339,6 +366,27 @@ static void on_probe_timer(uv_timer_t *t) {
     a->probe_ok = 0;
 }
 
+/* Frees what <a> owns but its client, informers and probe timer, then <a>
+ * itself: the one teardown of fr_adapter_new's failure path and of
+ * on_client_freed, whose callers have already dealt with those three. Safe
+ * on the zeroed fields of an adapter that failed half-way. */
+static void adapter_release(struct fr_adapter *a) {
+  pools_free(a);
+  free(a->ns);
+  free(a->server);
+  strmap_close(&a->claiming);
+  strmap_close(&a->reaping);
+  strmap_close(&a->deleting);
+  strmap_close(&a->abandoned);
+  strmap_close(&a->node_usage);
+  strmap_close(&a->sb_node_usage);
+  warm_ready_free(a);
+  strmap_close(&a->tenant_counts);
+  podstore_free(&a->pods);
+  free(a->reaper); /* NULL once sandbox_stop() closed it */
+  free(a);
+}
+
 int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_adapter **out,
                    char *err, size_t errlen) {
   struct fr_adapter *a = calloc(1, sizeof(*a));
@@ -382,9 +430,8 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/resourcequotas", a->ns);
   if (rc == 0)
     rc = fr_informer_new(a->client, path, NULL, on_informer, a, &a->inf[INF_QUOTAS]);
-  if (rc == 0 && (podstore_init(&a->pods) != 0 || (a->node_usage = json_object()) == NULL ||
-                  (a->sb_node_usage = json_object()) == NULL || (a->warm_ready = json_object()) == NULL ||
-                  (a->tenant_counts = json_object()) == NULL))
+  /* The strmap tables start empty as calloc left them. */
+  if (rc == 0 && podstore_init(&a->pods) != 0)
     rc = -ENOMEM;
   if (rc != 0) {
     snprintf(err, errlen, "%s: out of memory", cc->name);
@@ -404,23 +451,11 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
   return 0;
 fail:
   fr_kube_creds_free(creds);
-  json_decref(a->claiming);
-  json_decref(a->reaping);
-  json_decref(a->deleting);
-  json_decref(a->abandoned);
-  json_decref(a->node_usage);
-  json_decref(a->sb_node_usage);
-  json_decref(a->warm_ready);
-  json_decref(a->tenant_counts);
-  podstore_free(&a->pods); /* safe on the zeroed store of an early failure */
-  free(a->reaper);
   for (i = 0; i < INF_COUNT; i++)
     fr_informer_free(a->inf[i]);
   fr_kube_client_free(a->client, NULL, NULL);
-  free(a->probe);
-  free(a->ns);
-  free(a->server);
-  free(a);
+  free(a->probe); /* never initialised as a handle */
+  adapter_release(a);
   return rc < 0 ? rc : -EINVAL;
 }
 
@@ -446,19 +481,7 @@ static void on_client_freed(void *arg) {
   void (*cb)(void *) = a->free_cb;
   void *cb_arg = a->free_arg;
 
-  pools_free(a);
-  free(a->ns);
-  free(a->server);
-  json_decref(a->claiming);
-  json_decref(a->reaping);
-  json_decref(a->deleting);
-  json_decref(a->abandoned);
-  json_decref(a->node_usage);
-  json_decref(a->sb_node_usage);
-  json_decref(a->warm_ready);
-  json_decref(a->tenant_counts);
-  podstore_free(&a->pods);
-  free(a);
+  adapter_release(a);
   if (cb != NULL)
     cb(cb_arg);
 }
@@ -494,7 +517,7 @@ const struct fr_adapter_pool_view *fr_adapter_pool(struct fr_adapter *a, const c
   struct fr_adapter_pool_view *p = pool_find(a, name);
 
   if (p != NULL)
-    p->ready = (int64_t)json_object_size(json_object_get(a->warm_ready, p->name));
+    p->ready = warm_ready_count(a, p->name);
   return p;
 }
 
@@ -534,7 +557,9 @@ int pod_condition_true(json_t *obj, const char *type) {
 }
 
 int64_t fr_adapter_tenant_sandboxes(struct fr_adapter *a, const char *tenant) {
-  return json_integer_value(json_object_get(a->tenant_counts, tenant));
+  const struct strmap_entry *n = strmap_get(&a->tenant_counts, tenant);
+
+  return n != NULL ? n->v.n[0] : 0;
 }
 
 const char *pod_label(json_t *obj, const char *key) {
@@ -559,12 +584,12 @@ static int node_schedulable(json_t *node) {
 /* What is in use on <node>: fedrouter's pods, plus every other pod when
  * the cluster-wide pod watch is available (synced, and allowed by RBAC). */
 static void node_used(struct fr_adapter *a, const char *node, int exact, int64_t used[3]) {
-  json_t *s = node ? json_object_get(a->sb_node_usage, node) : NULL;
-  json_t *o = node && exact ? json_object_get(a->node_usage, node) : NULL;
+  const struct strmap_entry *s = node ? strmap_get(&a->sb_node_usage, node) : NULL;
+  const struct strmap_entry *o = node && exact ? strmap_get(&a->node_usage, node) : NULL;
   int k;
 
   for (k = 0; k < 3; k++)
-    used[k] = json_integer_value(json_array_get(s, (size_t)k)) + json_integer_value(json_array_get(o, (size_t)k));
+    used[k] = (s != NULL ? s->v.n[k] : 0) + (o != NULL ? o->v.n[k] : 0);
 }
 
 static int usage_exact(struct fr_adapter *a) {
@@ -651,6 +676,16 @@ void fr_adapter_reserve(struct fr_adapter *a, int64_t delta) {
     a->reserved = 0;
 }
 
+void fr_adapter_reserve_warm(struct fr_adapter *a, const char *pool, int64_t delta) {
+  struct fr_adapter_pool_view *p = pool != NULL ? pool_find(a, pool) : NULL;
+
+  if (p == NULL)
+    return;
+  p->reserved += delta;
+  if (p->reserved < 0)
+    p->reserved = 0;
+}
+
 int64_t fr_adapter_free_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b) {
   return slots(a, cpu_m, mem_b, 1);
 }
@@ -711,7 +746,7 @@ void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v) {
   v->pools = a->pools;
   v->npools = a->npools;
   for (i = 0; i < (int)v->npools; i++)
-    v->pools[i].ready = (int64_t)json_object_size(json_object_get(a->warm_ready, v->pools[i].name));
+    v->pools[i].ready = warm_ready_count(a, v->pools[i].name);
   v->sandboxes = a->n_sandboxes;
   v->sandbox_cpu_m = a->sb_cpu_m;
   v->sandbox_mem_b = a->sb_mem_b;

@@ -10,6 +10,7 @@
 #include "fr/informer.h"
 #include "fr/kube.h"
 #include "podstore.h"
+#include "strmap.h"
 
 /* PODS, POOLS and NODES gate readiness; ALLPODS (every pod in the cluster,
  * reduced to node and requests) and QUOTAS refine capacity when allowed. */
@@ -37,14 +38,15 @@ struct fr_adapter {
   double latency_ewma;
   struct fr_adapter_pool_view *pools; /* one record per pool ReplicaSet (owned strings) */
   size_t npools, pools_cap;
-  json_t *node_usage;            /* node name -> [cpu_m, mem_b, pods] of the other pods on it */
-  json_t *sb_node_usage;         /* the same for fedrouter's pods (sandboxes and pool pods) */
+  struct strmap node_usage;      /* node name -> v.n [cpu_m, mem_b, pods] of the other pods on it */
+  struct strmap sb_node_usage;   /* the same for fedrouter's pods (sandboxes and pool pods) */
   /* Kept from the sandbox pod cache's events (adapter.c pods_count), so
    * views, claims, quotas and cost never walk the cache. */
   int64_t n_sandboxes, n_warm;   /* live sandboxes; ready warm pool pods */
   int64_t sb_cpu_m, sb_mem_b;    /* requests of the live sandboxes */
-  json_t *warm_ready;            /* pool -> {pod name -> true}: ready, unclaimed */
-  json_t *tenant_counts;         /* tenant -> live sandboxes (integer) */
+  struct strmap warm_ready;      /* pool -> v.map, the set of its ready, unclaimed pods
+                                    (an entry only while its set is not empty) */
+  struct strmap tenant_counts;   /* tenant -> v.n[0] live sandboxes (an entry only while > 0) */
   enum breaker_state breaker;
   int failures;                  /* consecutive */
   uint64_t opened_ms;
@@ -55,10 +57,11 @@ struct fr_adapter {
   struct create_op *creates;     /* in flight */
   int64_t inflight;
   int64_t reserved;              /* planned by batches, not started */
-  json_t *claiming;              /* pod name -> true while a claim is out */
-  json_t *reaping;               /* pod name -> true once a reap delete was sent */
-  json_t *deleting;              /* pod name -> true from our DELETE until the watch says gone */
-  json_t *abandoned;             /* pods of creates given up while the cluster was down:
+  /* Sets of pod names (the keys; the values are unused). */
+  struct strmap claiming;        /* while a claim is out */
+  struct strmap reaping;         /* once a reap delete was sent */
+  struct strmap deleting;        /* from our DELETE until the watch says gone */
+  struct strmap abandoned;       /* pods of creates given up while the cluster was down:
                                     deleted by the reaper once it answers again */
   uv_timer_t *reaper;
   struct reap_due *due;          /* min-heap by time: when each sandbox is due for reaping */
@@ -78,6 +81,26 @@ void sandbox_stop(struct fr_adapter *a);
 /* The breaker opened: creates waiting for their pods give up now, so their
  * batches move on instead of waiting for the cluster to come back. */
 void sandbox_cluster_down(struct fr_adapter *a);
+
+/* The ready, unclaimed pods of <pool> (a set of pod names), or NULL for
+ * none. Borrowed: valid until the next sandbox pod event. */
+const struct strmap *warm_ready_pods(const struct fr_adapter *a, const char *pool);
+
+/* agent.c: the in-sandbox agent through the pod proxy. */
+typedef void (*agent_done_cb)(int rc, const char *message, void *arg);
+/* The agent port of <pod> when it has an agent and this router speaks to
+ * agents (cc.agent set), else 0. */
+int agent_port_of(const struct fr_adapter *a, const struct fr_pod *pod);
+/* The sandbox token of <pod>: hex HMAC-SHA256(key, "<cluster>.<pod>"). */
+int agent_token(const struct fr_adapter *a, const char *pod, char out[65]);
+/* The pod proxy path to <rest> (no leading slash) on <pod>:<port>. */
+int agent_path(const struct fr_adapter *a, const char *pod, int port, const char *rest, char *out,
+               size_t cap);
+/* POST /init: sets the sandbox's token and its env (<env>: object of
+ * strings or NULL, borrowed); <cb> gets 0 or -EIO with a message, unless
+ * the call (*<out>, for fr_kube_cancel) is cancelled first. */
+int agent_init(struct fr_adapter *a, const char *pod, int port, json_t *env, const char *request_id,
+               agent_done_cb cb, void *arg, struct fr_kube_call **out);
 
 /* Small JSON accessors shared by the adapter sources. */
 const char *pod_label(json_t *obj, const char *key);

@@ -1,17 +1,27 @@
 /* exec.c - running a command in a sandbox of this cluster.
  *
- * The one place that knows how a command reaches a sandbox: today through
- * the API server's pods/exec subresource (kube_exec.c), with the command
- * wrapped so the sandbox itself enforces the timeout:
+ * The one place that knows how a command reaches a sandbox. Two paths:
  *
- *   timeout -s KILL <t> [env [-C <workdir>] K=V...] argv...
+ * - The sandbox's agent (pods with label fedrouter.io/agent, when this
+ *   router speaks to agents): one process.Process/Start request through
+ *   the pod proxy (agent.c), its Connect stream of start/data/end events
+ *   read as it arrives, output capped as it comes in. The agent enforces
+ *   the timeout (timeoutMs: the command's process group and everything it
+ *   started, setsid escapees included) and kills the command if we go
+ *   away (killOnDisconnect). If the agent cannot be reached before the
+ *   command started, the pods/exec path runs it instead.
+ * - The API server's pods/exec subresource (kube_exec.c), with the command
+ *   wrapped so the sandbox itself enforces the timeout:
  *
- * (coreutils, present in every mainstream base image; the timer runs
- * inside the sandbox, so the command dies even if nobody waits for it).
- * The sandbox's create-time env (annotation fedrouter.io/env) comes first,
- * the call's env overrides it. Kubernetes answers are mapped to the
- * stable outcomes of enum fr_exec_err here, and the circuit breaker is fed
- * here, so the router never sees a Kubernetes shape.
+ *     timeout -s KILL <t> [env [-C <workdir>] K=V...] argv...
+ *
+ *   (coreutils, present in every mainstream base image). The sandbox's
+ *   create-time env (annotation fedrouter.io/env, pods without an agent)
+ *   comes first, the call's env overrides it.
+ *
+ * Answers are mapped to the stable outcomes of enum fr_exec_err here, and
+ * the circuit breaker is fed here, so the router never sees a Kubernetes
+ * or agent shape.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -21,6 +31,28 @@
 
 #include "adapter_internal.h"
 #include "fr/buf.h"
+#include "fr/util.h"
+
+/* pods/exec carries argv in the URL's query (command=...&command=...):
+ * API servers refuse request heads past ~16 KiB, kubesim at 16 KiB (431).
+ * A command whose query would pass this is refused before it is sent. */
+#define EXEC_MAX_QUERY_BYTES FR_EXEC_MAX_ARGV_BYTES
+
+/* Bytes of the query "command=<arg>&" over <argv>, percent-encoded. */
+static size_t query_bytes(char *const *argv) {
+  size_t n = 0, i;
+  const char *p;
+
+  for (i = 0; argv[i] != NULL; i++) {
+    n += sizeof("command=&") - 1;
+    for (p = argv[i]; *p != '\0'; p++)
+      n += (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                   *p == '-' || *p == '_' || *p == '.' || *p == '~'
+               ? 1
+               : 3;
+  }
+  return n;
+}
 
 /* The sandbox kills the command at its timeout; the answer gets this much
  * longer to arrive before the stream is given up. */
@@ -29,13 +61,33 @@
  * timeout (or later) is read as the timeout, not as the command's own. */
 #define EXEC_TIMEOUT_SLACK_MS 50
 
+/* The largest Connect envelope the agent's stream may carry: its data
+ * events are at most a ring chunk, base64-encoded. */
+#define AGENT_MAX_ENVELOPE ((size_t)16 << 20)
+
 struct exec_op {
   struct fr_adapter *a;
   fr_exec_cb cb;
   void *arg;
   int64_t timeout_s;
-  char **argv;              /* the wrapped argv, owned */
+  char **argv;              /* the wrapped argv (pods/exec), owned; NULL when too long for it */
   void *stdin_data;         /* owned copy */
+  size_t stdin_len;
+  size_t max_output;
+  struct fr_kube_exec_budget *budget;
+  char *request_id;
+  char pod[64];
+  /* the agent path */
+  char *agent_body;         /* the Start request's envelope, owned */
+  size_t agent_body_len;
+  struct fr_buf pending;    /* a partial envelope of the answer */
+  struct fr_buf out, err;
+  int out_truncated, err_truncated;
+  size_t budgeted;          /* of budget->used, ours */
+  int started, ended;       /* the agent reported the start / the end */
+  int exit_code, timed_out;
+  char end_message[300];    /* an error the stream ended with, if any */
+  uint64_t start_ms;
 };
 
 static void exec_op_free(struct exec_op *op) {
@@ -45,6 +97,13 @@ static void exec_op_free(struct exec_op *op) {
     free(op->argv[i]);
   free(op->argv);
   free(op->stdin_data);
+  free(op->request_id);
+  free(op->agent_body);
+  if (op->budget != NULL)
+    op->budget->used -= op->budgeted;
+  fr_buf_free(&op->pending);
+  fr_buf_free(&op->out);
+  fr_buf_free(&op->err);
   free(op);
 }
 
@@ -173,17 +232,288 @@ static char **wrap_argv(const struct fr_pod *pod, const struct fr_exec_spec *spe
   return out;
 }
 
+/* ---- the pods/exec path ---- */
+
+/* Starts <op> through pods/exec; 0, or nonzero when it could not start. */
+static int kube_begin(struct exec_op *op) {
+  struct fr_kube_exec_opts o;
+
+  memset(&o, 0, sizeof(o));
+  o.argv = op->argv;
+  o.stdin_data = op->stdin_data;
+  o.stdin_len = op->stdin_len;
+  o.max_stdout = o.max_stderr = op->max_output;
+  o.timeout_ms = (uint64_t)op->timeout_s * 1000 + EXEC_ANSWER_GRACE_MS;
+  o.request_id = op->request_id;
+  o.budget = op->budget;
+  return fr_kube_exec(op->a->client, op->a->ns, op->pod, &o, on_kube_exec, op, NULL);
+}
+
+/* The agent path fell through (from its callback): pods/exec runs it. */
+static void fall_back_to_kube(struct exec_op *op) {
+  struct fr_exec_result r;
+
+  memset(&r, 0, sizeof(r));
+  if (op->argv == NULL) {
+    r.err = FR_EXEC_FAILED;
+    r.message = "the sandbox's agent is unreachable, and argv and env are too long for pods/exec";
+  } else if (kube_begin(op) != 0) {
+    r.err = FR_EXEC_UNAVAILABLE;
+    r.message = "the cluster could not run the exec: cannot start pods/exec";
+  } else {
+    return;
+  }
+  op->cb(&r, op->arg);
+  exec_op_free(op);
+}
+
+/* ---- the agent path ---- */
+
+/* Appends decoded output to <b>, within the stream's cap and the shared
+ * budget; what does not fit is dropped and flagged. */
+static void agent_append(struct exec_op *op, struct fr_buf *b, int *trunc, const char *b64) {
+  size_t n = strlen(b64), room = b->len < op->max_output ? op->max_output - b->len : 0;
+  unsigned char *raw;
+  long len;
+
+  if (op->budget != NULL) {
+    size_t left = op->budget->used < op->budget->max ? op->budget->max - op->budget->used : 0;
+    if (left < room)
+      room = left;
+  }
+  if (n == 0)
+    return;
+  raw = malloc(n * 3 / 4 + 3);
+  len = raw != NULL ? fr_base64_decode(b64, n, raw) : -1;
+  if (len < 0) {
+    *trunc = 1; /* out of memory or not base64: say the output is incomplete */
+    free(raw);
+    return;
+  }
+  if ((size_t)len > room) {
+    *trunc = 1;
+    len = (long)room;
+  }
+  if (len > 0 && fr_buf_append(b, raw, (size_t)len) != 0) {
+    *trunc = 1;
+    len = 0;
+  }
+  free(raw);
+  if (op->budget != NULL) {
+    op->budget->used += (size_t)len;
+    op->budgeted += (size_t)len;
+  }
+}
+
+/* The exit code a shell would report for Go's ProcessState text
+ * ("exit status 3", "signal: killed"). */
+static int status_exit_code(const char *status, int exit_code, int exited) {
+  static const struct {
+    const char *name;
+    int sig;
+  } sigs[] = {{"hangup", 1}, {"interrupt", 2}, {"quit", 3}, {"aborted", 6}, {"killed", 9},
+              {"segmentation fault", 11}, {"broken pipe", 13}, {"terminated", 15}};
+  size_t i;
+
+  if (exited || status == NULL || strncmp(status, "signal: ", 8) != 0)
+    return exit_code;
+  for (i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+    if (strcmp(status + 8, sigs[i].name) == 0)
+      return 128 + sigs[i].sig;
+  return 128 + 9;
+}
+
+/* One message of the Start stream. Returns nonzero to stop reading. */
+static int agent_message(struct exec_op *op, int flags, const char *data, size_t len) {
+  json_t *j = json_loadb(data, len, 0, NULL), *ev, *x;
+  int stop = 0;
+
+  if (j == NULL)
+    return 1;
+  if (flags & 0x02) {
+    /* End of stream: {} or {"error":{"code","message"}}. A command that
+     * could not start reads as a shell would report it (127 not found,
+     * 126 not executable, 125 bad working directory), so the two paths
+     * keep one contract. */
+    json_t *e = json_object_get(j, "error");
+    if (e != NULL && !op->ended) {
+      const char *code = json_string_value(json_object_get(e, "code"));
+      const char *msg = json_string_value(json_object_get(e, "message"));
+      snprintf(op->end_message, sizeof(op->end_message), "%s: %s", code ? code : "error", msg ? msg : "");
+      if (!op->started) {
+        op->ended = 1;
+        op->exit_code = code != NULL && strcmp(code, "not_found") == 0           ? 127
+                        : code != NULL && strcmp(code, "permission_denied") == 0 ? 126
+                                                                                 : 125;
+        (void)fr_buf_printf(&op->err, "%s\n", msg ? msg : "the command could not start");
+      }
+    }
+    stop = 1;
+  } else if ((ev = json_object_get(j, "event")) != NULL) {
+    if (json_object_get(ev, "start") != NULL) {
+      op->started = 1;
+    } else if ((x = json_object_get(ev, "data")) != NULL) {
+      const char *o = json_string_value(json_object_get(x, "stdout"));
+      const char *e = json_string_value(json_object_get(x, "stderr"));
+      const char *t = json_string_value(json_object_get(x, "pty"));
+      if (o != NULL || t != NULL)
+        agent_append(op, &op->out, &op->out_truncated, o != NULL ? o : t);
+      if (e != NULL)
+        agent_append(op, &op->err, &op->err_truncated, e);
+    } else if ((x = json_object_get(ev, "end")) != NULL) {
+      const char *status = json_string_value(json_object_get(x, "status"));
+      const char *err = json_string_value(json_object_get(x, "error"));
+      op->ended = 1;
+      op->timed_out = err != NULL && strstr(err, "timed out") != NULL;
+      op->exit_code = status_exit_code(status, (int)json_integer_value(json_object_get(x, "exitCode")),
+                                       json_is_true(json_object_get(x, "exited")));
+    }
+  }
+  json_decref(j);
+  return stop;
+}
+
+static int on_agent_data(const char *data, size_t len, void *arg) {
+  struct exec_op *op = arg;
+  const unsigned char *b;
+  size_t n;
+
+  if (fr_buf_append(&op->pending, data, len) != 0)
+    return 1;
+  while (op->pending.len >= 5) {
+    b = (const unsigned char *)op->pending.data;
+    n = (size_t)b[1] << 24 | (size_t)b[2] << 16 | (size_t)b[3] << 8 | (size_t)b[4];
+    if (n > AGENT_MAX_ENVELOPE)
+      return 1;
+    if (op->pending.len < 5 + n)
+      break;
+    /* After the end-stream envelope nothing more is expected; the HTTP
+     * end follows and completes the call. */
+    (void)agent_message(op, b[0], op->pending.data + 5, n);
+    memmove(op->pending.data, op->pending.data + 5 + n, op->pending.len - 5 - n);
+    op->pending.len -= 5 + n;
+  }
+  return 0;
+}
+
+static void on_agent_done(const struct fr_kube_response *resp, void *arg) {
+  struct exec_op *op = arg;
+  struct fr_exec_result r;
+  char msg[400];
+
+  memset(&r, 0, sizeof(r));
+  r.duration_ms = (double)(uv_now(op->a->loop) - op->start_ms);
+  r.via_agent = 1;
+  if (op->ended) {
+    fr_adapter_report(op->a, 1);
+    r.err = FR_EXEC_OK;
+    r.exit_code = op->exit_code;
+    r.timed_out = op->timed_out;
+    r.out = op->out.data != NULL ? op->out.data : "";
+    r.errout = op->err.data != NULL ? op->err.data : "";
+    r.out_len = op->out.len;
+    r.err_len = op->err.len;
+    r.out_truncated = op->out_truncated;
+    r.err_truncated = op->err_truncated;
+  } else if (op->started) {
+    /* It ran, the answer was lost: not retried, a command is not idempotent. */
+    snprintf(msg, sizeof(msg), "the sandbox's agent stream ended before the exit status (%d %.200s)",
+             resp->status, resp->error ? resp->error : op->end_message);
+    r.err = FR_EXEC_UNAVAILABLE;
+    r.message = msg;
+  } else if (resp->status == 404) {
+    r.err = FR_EXEC_NOT_FOUND;
+    r.message = "the sandbox no longer exists";
+  } else {
+    /* Nothing started: the agent was not there (pod not running it, no
+     * listener, an older pod, a token it does not know). pods/exec runs it. */
+    fr_buf_reset(&op->out);
+    fr_buf_reset(&op->err);
+    fall_back_to_kube(op);
+    return;
+  }
+  op->cb(&r, op->arg);
+  exec_op_free(op);
+}
+
+/* The Start request: {"process":{"cmd","args","envs","cwd"},"timeoutMs",
+ * "stdinData","killOnDisconnect"} in one Connect envelope. */
+static int agent_request(struct exec_op *op, const struct fr_exec_spec *spec) {
+  json_t *proc, *args = json_array(), *req;
+  char *text, *b64 = NULL;
+  size_t i, n;
+
+  for (i = 1; spec->argv[i] != NULL; i++)
+    json_array_append_new(args, json_string(spec->argv[i]));
+  proc = json_pack("{s:s,s:o}", "cmd", spec->argv[0], "args", args);
+  if (proc != NULL && spec->env != NULL)
+    json_object_set(proc, "envs", spec->env);
+  if (proc != NULL && spec->workdir != NULL)
+    json_object_set_new(proc, "cwd", json_string(spec->workdir));
+  req = json_pack("{s:o,s:I,s:b}", "process", proc, "timeoutMs", (json_int_t)(spec->timeout_s * 1000),
+                  "killOnDisconnect", 1);
+  if (req != NULL && op->stdin_data != NULL) {
+    b64 = malloc(fr_base64_len(op->stdin_len));
+    if (b64 == NULL) {
+      json_decref(req);
+      return -ENOMEM;
+    }
+    fr_base64_encode(op->stdin_data, op->stdin_len, b64);
+    json_object_set_new(req, "stdinData", json_string(b64));
+    free(b64);
+  }
+  text = req != NULL ? json_dumps(req, JSON_COMPACT) : NULL;
+  json_decref(req);
+  if (text == NULL)
+    return -ENOMEM;
+  n = strlen(text);
+  op->agent_body = malloc(n + 5);
+  if (op->agent_body == NULL) {
+    free(text);
+    return -ENOMEM;
+  }
+  op->agent_body[0] = 0;
+  op->agent_body[1] = (char)(n >> 24);
+  op->agent_body[2] = (char)(n >> 16);
+  op->agent_body[3] = (char)(n >> 8);
+  op->agent_body[4] = (char)n;
+  memcpy(op->agent_body + 5, text, n);
+  op->agent_body_len = n + 5;
+  free(text);
+  return 0;
+}
+
+static int start_agent(struct exec_op *op, int port) {
+  struct fr_kube_request_opts o;
+  char token[65], path[400], header[96];
+
+  if (agent_token(op->a, op->pod, token) != 0 ||
+      agent_path(op->a, op->pod, port, "process.Process/Start", path, sizeof(path)) != 0)
+    return -EINVAL;
+  snprintf(header, sizeof(header), "X-Access-Token: %s", token);
+  memset(&o, 0, sizeof(o));
+  o.request_id = op->request_id;
+  o.timeout_ms = (uint64_t)op->timeout_s * 1000 + EXEC_ANSWER_GRACE_MS;
+  o.header = header;
+  o.on_data = on_agent_data;
+  op->start_ms = uv_now(op->a->loop);
+  return fr_kube_request_opts(op->a->client, "POST", path, "application/connect+json", op->agent_body,
+                              op->agent_body_len, &o, on_agent_done, op, NULL);
+}
+
 int fr_adapter_exec(struct fr_adapter *a, const char *pod_name, const struct fr_exec_spec *spec,
                     fr_exec_cb cb, void *arg) {
   const struct fr_pod *pod = podstore_get(&a->pods, pod_name);
-  struct fr_kube_exec_opts o;
   struct exec_op *op;
+  int port, rc;
 
   if (spec == NULL || spec->argv == NULL || spec->argv[0] == NULL || spec->argv[0][0] == '\0' ||
       spec->timeout_s <= 0 || cb == NULL)
     return -EINVAL;
   if (pod == NULL)
     return -ENOENT;
+  if (strlen(pod_name) >= sizeof(op->pod))
+    return -EINVAL;
   /* Fail fast instead of waiting out a connect timeout. */
   if (a->breaker != BR_CLOSED)
     return -EHOSTDOWN;
@@ -194,24 +524,50 @@ int fr_adapter_exec(struct fr_adapter *a, const char *pod_name, const struct fr_
   op->cb = cb;
   op->arg = arg;
   op->timeout_s = spec->timeout_s;
+  op->max_output = spec->max_output;
+  op->budget = spec->budget;
+  snprintf(op->pod, sizeof(op->pod), "%s", pod_name);
+  fr_buf_init(&op->pending);
+  fr_buf_init(&op->out);
+  fr_buf_init(&op->err);
+  op->request_id = spec->request_id != NULL ? strdup(spec->request_id) : NULL;
   op->argv = wrap_argv(pod, spec);
   if (spec->stdin_data != NULL && spec->stdin_len > 0) {
     op->stdin_data = malloc(spec->stdin_len);
     if (op->stdin_data != NULL)
       memcpy(op->stdin_data, spec->stdin_data, spec->stdin_len);
+    op->stdin_len = spec->stdin_len;
   }
-  if (op->argv == NULL || (spec->stdin_len > 0 && spec->stdin_data != NULL && op->stdin_data == NULL)) {
+  if (op->argv == NULL || (spec->stdin_len > 0 && spec->stdin_data != NULL && op->stdin_data == NULL) ||
+      (spec->request_id != NULL && op->request_id == NULL)) {
     exec_op_free(op);
     return -ENOMEM;
   }
-  memset(&o, 0, sizeof(o));
-  o.argv = op->argv;
-  o.stdin_data = op->stdin_data;
-  o.stdin_len = op->stdin_data != NULL ? spec->stdin_len : 0;
-  o.max_stdout = o.max_stderr = spec->max_output;
-  o.timeout_ms = (uint64_t)spec->timeout_s * 1000 + EXEC_ANSWER_GRACE_MS;
-  o.request_id = spec->request_id;
-  if (fr_kube_exec(a->client, a->ns, pod_name, &o, on_kube_exec, op, NULL) != 0) {
+  port = agent_port_of(a, pod);
+  if (query_bytes(op->argv) > EXEC_MAX_QUERY_BYTES) {
+    size_t i;
+    /* Too long for pods/exec: the agent has no such limit. */
+    if (port == 0) {
+      exec_op_free(op);
+      return -E2BIG;
+    }
+    for (i = 0; op->argv[i] != NULL; i++)
+      free(op->argv[i]);
+    free(op->argv);
+    op->argv = NULL;
+  }
+  if (port > 0) {
+    rc = agent_request(op, spec);
+    if (rc == 0)
+      rc = start_agent(op, port);
+    if (rc == 0)
+      return 0;
+    if (op->argv == NULL) {
+      exec_op_free(op);
+      return rc == -ENOMEM ? -ENOMEM : -EHOSTDOWN;
+    }
+  }
+  if (kube_begin(op) != 0) {
     exec_op_free(op);
     return -EHOSTDOWN;
   }

@@ -18,6 +18,7 @@
 #include "fr/log.h"
 #include "fr/util.h"
 #include "kube_internal.h"
+#include "strmap.h"
 
 #define LIST_PAGE 500
 #define BACKOFF_MIN_MS 100
@@ -46,7 +47,7 @@ struct fr_informer {
   fr_informer_rv_fn owner_rv;
   fr_informer_each_fn owner_each;
   void *owner_arg;
-  json_t *seen;            /* (re)list in progress: "ns/name" of every object listed so far */
+  struct strmap seen;      /* (re)list in progress: "ns/name" of every object listed so far */
   char rv[32];
   char list_rv[32];
   char cont[1024];
@@ -171,8 +172,8 @@ static void apply(struct fr_informer *inf, json_t *obj, int deleted, int listed)
 
   if (obj_id(obj, &ns, &name, key, sizeof(key)) != 0)
     return;
-  if (listed && inf->seen != NULL)
-    json_object_set_new(inf->seen, key, json_true());
+  if (listed)
+    strmap_put(&inf->seen, key, NULL);
   prev = cached_rv(inf, ns, name, key);
   existed = prev != NULL;
   if (existed && (rv_older(obj_rv(obj), prev) || (listed && strcmp(prev, obj_rv(obj)) == 0)))
@@ -203,7 +204,7 @@ static void sweep_one(const char *ns, const char *name, const char *rv, void *ar
   char key[600];
 
   if ((size_t)snprintf(key, sizeof(key), "%s/%s", ns, name) >= sizeof(key) ||
-      json_object_get(sw->inf->seen, key) != NULL)
+      strmap_get(&sw->inf->seen, key) != NULL)
     return;
   /* Newer than the list: an observed write the list could not show yet
    * (the watch from the list's resourceVersion brings it). */
@@ -243,8 +244,7 @@ static void sweep(struct fr_informer *inf) {
     inf->owner_each(inf->owner_arg, sweep_one, &sw);
   json_array_foreach(sw.gone, i, v) apply(inf, v, 1, 0);
   json_decref(sw.gone);
-  json_decref(inf->seen);
-  inf->seen = NULL;
+  strmap_close(&inf->seen);
 }
 
 static void on_list_page(const struct fr_kube_response *resp, void *arg) {
@@ -309,8 +309,7 @@ static void start_list(struct fr_informer *inf) {
 
   set_state(inf, IS_LISTING);
   if (inf->cont[0] == '\0') {
-    json_decref(inf->seen);
-    inf->seen = json_object();
+    strmap_close(&inf->seen); /* what an interrupted list had seen */
     inf->list_rv[0] = '\0';
   }
   fr_buf_init(&url);
@@ -321,10 +320,9 @@ static void start_list(struct fr_informer *inf) {
   }
   /* A list never waits behind bulk calls (a mass terminate's deletes):
    * the cache must not go stale while they drain. */
-  rc = url.data && inf->seen ? fr_kube_request(inf->client, "GET", url.data, NULL, NULL, 0,
-                                               FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY, NULL, on_list_page,
-                                               inf, &inf->call)
-                              : -ENOMEM;
+  rc = url.data ? fr_kube_request(inf->client, "GET", url.data, NULL, NULL, 0,
+                                  FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY, NULL, on_list_page, inf, &inf->call)
+                 : -ENOMEM;
   fr_buf_free(&url);
   if (rc != 0)
     backoff(inf, "cannot start a list");
@@ -473,7 +471,7 @@ void fr_informer_free(struct fr_informer *inf) {
     fr_kube_cancel(inf->call);
   uv_close((uv_handle_t *)inf->timer, on_timer_closed);
   json_decref(inf->items);
-  json_decref(inf->seen);
+  strmap_close(&inf->seen);
   free(inf->selector_q);
   free(inf->path);
   free(inf);

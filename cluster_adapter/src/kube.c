@@ -50,10 +50,7 @@
 #include "fr/kubeconfig.h"
 #include "fr/log.h"
 #include "fr/util.h"
-
-#ifndef FR_VERSION
-#define FR_VERSION "0.1.0"
-#endif
+#include "fr/version.h"
 
 extern char **environ;
 
@@ -224,10 +221,13 @@ struct rest_call {
   struct rest_call *qprev, *qnext;    /* the client's queue, while CALL_QUEUED */
   fr_kube_response_cb cb;
   fr_kube_line_cb on_line;
+  fr_kube_data_cb on_data;            /* fr_kube_request_opts: a 2xx body as it arrives */
   void *arg;
   const char *url;                    /* server + path, in <strs> */
   const char *content_type, *request_id, *body;   /* in <strs>, or NULL */
+  const char *header;                 /* one more request header line, in <strs>, or NULL */
   size_t body_len;
+  uint64_t timeout_ms;                /* per attempt; 0 = the client's request_timeout_ms */
   uint64_t queued_ms;                 /* uv_now() when queued */
   enum call_state state;
   enum call_kind kind;
@@ -1503,6 +1503,13 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata) {
     curl_easy_getinfo(io->easy, CURLINFO_RESPONSE_CODE, &io->code);
   if (rc->kind == KIND_WATCH && io->code >= 200 && io->code < 300)
     return watch_feed(rc, ptr, n);
+  if (rc->on_data != NULL && io->code >= 200 && io->code < 300) {
+    if (rc->on_data(ptr, n, rc->arg) != 0) {
+      io->abort_why = "stopped by its reader";
+      return 0;
+    }
+    return n;
+  }
   if (io->resp.len + n > KUBE_MAX_BODY) {
     io->abort_why = "response body larger than 256 MiB";
     return 0;
@@ -1536,6 +1543,11 @@ static int attempt_begin(struct rest_call *rc) {
   if ((h = curl_slist_append(headers, "Expect:")) == NULL)
     goto fail;
   headers = h;
+  if (rc->header != NULL) {
+    if ((h = curl_slist_append(headers, rc->header)) == NULL)
+      goto fail;
+    headers = h;
+  }
   if (rc->content_type != NULL) {
     fr_buf_init(&ct);
     if (fr_buf_printf(&ct, "Content-Type: %s", rc->content_type) != 0) {
@@ -1572,6 +1584,8 @@ static int attempt_begin(struct rest_call *rc) {
    * kube_easy_setup) notices a dead peer. */
   if (rc->kind == KIND_WATCH)
     curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, 0L);
+  else if (rc->timeout_ms > 0)
+    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, (long)rc->timeout_ms);
 
   fr_buf_reset(&io->resp);
   fr_buf_reset(&io->line);
@@ -1812,12 +1826,21 @@ static const char *put_str(char **p, const void *s, size_t len) {
   return at;
 }
 
+/* A header line "Name: value" a caller may add: a token-like name, a colon,
+ * nothing that could end the line. */
+static int header_line_ok(const char *h) {
+  const char *colon = h != NULL ? strchr(h, ':') : NULL;
+
+  return h == NULL || (colon != NULL && colon > h && strcspn(h, " \t:") == (size_t)(colon - h) && header_safe(h));
+}
+
 static int call_start(struct fr_kube_client *c, enum call_kind kind, const char *method,
                       const char *path, const char *content_type, const void *body, size_t len,
-                      int idempotent, const char *request_id, fr_kube_line_cb on_line,
-                      fr_kube_response_cb cb, void *arg, struct fr_kube_call **out) {
+                      int idempotent, const char *request_id, const char *header, uint64_t timeout_ms,
+                      fr_kube_line_cb on_line, fr_kube_response_cb cb, void *arg,
+                      struct fr_kube_call **out) {
   struct rest_call *rc;
-  size_t server_len, path_len, ct_len, id_len, size;
+  size_t server_len, path_len, ct_len, id_len, h_len, size;
   char *p;
   int r;
 
@@ -1825,17 +1848,18 @@ static int call_start(struct fr_kube_client *c, enum call_kind kind, const char 
     *out = NULL;
   if (c == NULL || method == NULL || path == NULL || cb == NULL ||
       (kind == KIND_WATCH && on_line == NULL) || (body == NULL && len > 0) || !method_ok(method) ||
-      !path_ok(path) || !header_safe(request_id) || !header_safe(content_type))
+      !path_ok(path) || !header_safe(request_id) || !header_safe(content_type) || !header_line_ok(header))
     return -EINVAL;
   if (c->closing)
     return -ECANCELED;
-  /* One allocation: the record, then its URL, content type, request id and
-   * body, each NUL-terminated. */
+  /* One allocation: the record, then its URL, content type, request id,
+   * extra header and body, each NUL-terminated. */
   server_len = strlen(c->creds->server);
   path_len = strlen(path);
   ct_len = content_type != NULL ? strlen(content_type) : 0;
   id_len = request_id != NULL ? strlen(request_id) : 0;
-  size = sizeof(*rc) + server_len + path_len + 1 + ct_len + 1 + id_len + 1;
+  h_len = header != NULL ? strlen(header) : 0;
+  size = sizeof(*rc) + server_len + path_len + 1 + ct_len + 1 + id_len + 1 + h_len + 1;
   if (body != NULL && len > SIZE_MAX - size - 1)
     return -ENOMEM;
   size += body != NULL ? len + 1 : 0;
@@ -1851,6 +1875,9 @@ static int call_start(struct fr_kube_client *c, enum call_kind kind, const char 
     rc->content_type = put_str(&p, content_type, ct_len);
   if (request_id != NULL)
     rc->request_id = put_str(&p, request_id, id_len);
+  if (header != NULL)
+    rc->header = put_str(&p, header, h_len);
+  rc->timeout_ms = timeout_ms;
   if (body != NULL) {
     rc->body = put_str(&p, body, len);
     rc->body_len = len;
@@ -1892,14 +1919,38 @@ int fr_kube_request(struct fr_kube_client *c, const char *method, const char *pa
   if ((flags & ~(FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY)) != 0)
     return -EINVAL;
   return call_start(c, (flags & FR_KUBE_PRIORITY) ? KIND_PRIORITY : KIND_BULK, method, path,
-                    content_type, body, len, flags & FR_KUBE_IDEMPOTENT, request_id, NULL, cb,
-                    arg, out);
+                    content_type, body, len, flags & FR_KUBE_IDEMPOTENT, request_id, NULL, 0, NULL,
+                    cb, arg, out);
+}
+
+int fr_kube_request_opts(struct fr_kube_client *c, const char *method, const char *path,
+                         const char *content_type, const void *body, size_t len,
+                         const struct fr_kube_request_opts *o, fr_kube_response_cb cb, void *arg,
+                         struct fr_kube_call **out) {
+  if (out != NULL)
+    *out = NULL;
+  struct rest_call *rc;
+  int r;
+
+  /* A body handed out as it arrives cannot be taken back for a retry. */
+  if (o == NULL || (o->flags & ~(FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY)) != 0 ||
+      (o->on_data != NULL && (o->flags & FR_KUBE_IDEMPOTENT)))
+    return -EINVAL;
+  r = call_start(c, (o->flags & FR_KUBE_PRIORITY) ? KIND_PRIORITY : KIND_BULK, method, path,
+                 content_type, body, len, o->flags & FR_KUBE_IDEMPOTENT, o->request_id, o->header,
+                 o->timeout_ms, NULL, cb, arg, (struct fr_kube_call **)&rc);
+  /* Set before the loop runs again: nothing is sent from inside call_start. */
+  if (r == 0)
+    rc->on_data = o->on_data;
+  if (r == 0 && out != NULL)
+    *out = &rc->base;
+  return r;
 }
 
 int fr_kube_watch(struct fr_kube_client *c, const char *path, fr_kube_line_cb on_line,
                   fr_kube_response_cb on_done, void *arg, struct fr_kube_call **out) {
-  return call_start(c, KIND_WATCH, "GET", path, NULL, NULL, 0, 1, NULL, on_line, on_done, arg,
-                    out);
+  return call_start(c, KIND_WATCH, "GET", path, NULL, NULL, 0, 1, NULL, NULL, 0, on_line, on_done,
+                    arg, out);
 }
 
 void fr_kube_cancel(struct fr_kube_call *call) {

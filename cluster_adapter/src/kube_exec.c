@@ -65,16 +65,13 @@
 #include "fr/curluv.h"
 #include "fr/log.h"
 #include "fr/util.h"
+#include "fr/version.h"
 #include "fr/ws.h"
 #include "kube_internal.h"
 
 #define LOG_COMP "kube-exec"
 
-#ifdef FR_VERSION
 #define DEFAULT_USER_AGENT "fedrouter/" FR_VERSION
-#else
-#define DEFAULT_USER_AGENT "fedrouter"
-#endif
 
 /* Bounds, and where the numbers come from. */
 #define STDIN_FRAME_MAX (1024 * 1024)   /* stdin data per channel-0 message */
@@ -124,6 +121,8 @@ struct kube_exec {
   size_t stdin_len, stdin_off;
   int has_stdin, stdin_eof_sent;
   size_t max_out, max_err;
+  struct fr_kube_exec_budget *budget;
+  size_t budgeted;                 /* of budget->used, ours (given back on free) */
   uint64_t timeout_ms;
 
   /* curl */
@@ -272,6 +271,8 @@ static void destroy(struct kube_exec *e) {
     fr_ws_reader_free(&e->rd);
   fr_buf_free(&e->wq);
   fr_buf_free(&e->head);
+  if (e->budget != NULL)
+    e->budget->used -= e->budgeted;
   fr_buf_free(&e->out);
   fr_buf_free(&e->err);
   fr_buf_free(&e->status);
@@ -722,6 +723,12 @@ static void append_capped(struct fr_buf *b, size_t cap, int *trunc, const uint8_
                           size_t n, struct kube_exec *e) {
   size_t room = b->len < cap ? cap - b->len : 0;
 
+  /* The shared budget bounds all execs' buffers together. */
+  if (e->budget != NULL) {
+    size_t left = e->budget->used < e->budget->max ? e->budget->max - e->budget->used : 0;
+    if (left < room)
+      room = left;
+  }
   if (n > room) {
     *trunc = 1;
     n = room;
@@ -729,6 +736,11 @@ static void append_capped(struct fr_buf *b, size_t cap, int *trunc, const uint8_
   if (n > 0 && fr_buf_append(b, d, n) != 0) {
     *trunc = 1; /* out of memory: keep what we have, say it is incomplete */
     FR_WARN(LOG_COMP, "exec %p: out of memory buffering output", (void *)e);
+    return;
+  }
+  if (e->budget != NULL) {
+    e->budget->used += n;
+    e->budgeted += n;
   }
 }
 
@@ -1253,6 +1265,7 @@ int kube_exec_start(struct fr_kube_client *c, const char *ns, const char *pod,
   e->arg = arg;
   e->start_ns = uv_hrtime();
   e->max_out = opts->max_stdout;
+  e->budget = opts->budget;
   e->max_err = opts->max_stderr;
   e->timeout_ms = opts->timeout_ms;
   e->call.client = c;

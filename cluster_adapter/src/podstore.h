@@ -15,11 +15,12 @@
 #include <stddef.h>
 
 #include "fr/adapter.h"
+#include "strmap.h"
 
 struct podstore {
   struct fr_pod **slots;    /* linear probing, NULL = empty; cap is a power of 2 */
   size_t cap, n;
-  json_t *strings;          /* interned string -> reference count */
+  struct strmap strings;    /* interned string -> v.n[0] reference count */
 };
 
 int podstore_init(struct podstore *s);

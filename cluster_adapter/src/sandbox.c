@@ -29,8 +29,8 @@
  * runs it (deletes are idempotent). */
 #define REAP_EVERY_MS 2000
 
-enum cstate { CS_PICK, CS_CLAIMING, CS_CREATING, CS_WAITING, CS_DONE };
-static const char *const cstate_names[] = {"pick", "claiming", "creating", "waiting", "done"};
+enum cstate { CS_PICK, CS_CLAIMING, CS_CREATING, CS_WAITING, CS_INIT, CS_DONE };
+static const char *const cstate_names[] = {"pick", "claiming", "creating", "waiting", "init", "done"};
 
 struct create_op {
   struct create_op *prev, *next;
@@ -44,6 +44,7 @@ struct create_op {
   fr_sandbox_cb cb;
   void *arg;
   int conflicts;
+  int init_warm;            /* CS_INIT: the pod came from the pool */
   char pod[64];
   struct fr_kube_call *call;
   uv_timer_t *timer;
@@ -103,6 +104,41 @@ static void finish(struct create_op *op, enum fr_sandbox_err err, const char *me
   op_free(op);
 }
 
+/* ---- success, after the agent's /init where there is one ---- */
+
+static void on_inited(int rc, const char *message, void *arg) {
+  struct create_op *op = arg;
+  const struct fr_pod *p;
+
+  op->call = NULL;
+  p = fr_adapter_pod(op->a, op->pod);
+  if (rc == 0 && p != NULL) {
+    finish(op, FR_SB_OK, NULL, p, op->init_warm);
+    return;
+  }
+  /* A sandbox whose agent refuses its token and env is not usable as asked:
+   * it goes, and the caller places the sandbox elsewhere. */
+  fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+  finish(op, FR_SB_UNAVAILABLE, rc == 0 ? "the sandbox went away during its agent's /init" : message, NULL, 0);
+}
+
+/* The sandbox <pod> is exec-ready: done, once its agent (if it runs one)
+ * has the sandbox's token and env. */
+static void succeed(struct create_op *op, const struct fr_pod *pod, int warm) {
+  int port = agent_port_of(op->a, pod);
+
+  if (port == 0) {
+    finish(op, FR_SB_OK, NULL, pod, warm);
+    return;
+  }
+  set_state(op, CS_INIT);
+  op->init_warm = warm;
+  if (agent_init(op->a, op->pod, port, op->env, op->request_id, on_inited, op, &op->call) != 0) {
+    fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+    finish(op, FR_SB_FAILED, "cannot send the agent's /init", NULL, 0);
+  }
+}
+
 static void now_rfc3339(char out[21], int64_t plus_s) {
   fr_time_rfc3339(fr_wall_ms() / 1000 + plus_s, out);
 }
@@ -124,10 +160,14 @@ static json_t *user_labels_plus(struct create_op *op, json_t *labels) {
   return labels;
 }
 
-static json_t *sandbox_annotations(struct create_op *op, int warm) {
+/* <agent>: the pod runs an agent, which gets the env by /init instead. */
+static json_t *sandbox_annotations(struct create_op *op, int warm, int agent) {
   char created[21], expires[21];
   json_t *ann = json_object();
-  char *env = op->env && json_object_size(op->env) ? json_dumps(op->env, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  /* With an agent the env goes to /init only: not into an annotation. */
+  char *env = !agent && op->env && json_object_size(op->env)
+                  ? json_dumps(op->env, JSON_COMPACT | JSON_SORT_KEYS)
+                  : NULL;
 
   now_rfc3339(created, 0);
   now_rfc3339(expires, op->lifetime_s);
@@ -159,7 +199,7 @@ static void on_ready_timeout(uv_timer_t *t) {
 /* The pod is in the cache: decide from its state. */
 static void check_pod(struct create_op *op, const struct fr_pod *pod) {
   if (pod_is_ready(pod)) {
-    finish(op, FR_SB_OK, NULL, pod, 0);
+    succeed(op, pod, 0);
   } else if (pod->unschedulable != NULL) {
     char msg[600];
     snprintf(msg, sizeof(msg), "unschedulable: %s", pod->unschedulable);
@@ -178,7 +218,7 @@ void sandbox_on_pod(struct fr_adapter *a, enum fr_informer_event ev, const struc
   struct create_op *op, *nx;
 
   if (ev == FR_INF_DELETED)
-    json_object_del(a->deleting, p->name);
+    strmap_del(&a->deleting, p->name);
   else
     due_note(a, p, old);
   for (op = a->creates; op != NULL; op = nx) {
@@ -227,8 +267,14 @@ static void on_created(const struct fr_kube_response *r, void *arg) {
   }
 }
 
-static json_t *container_json(const char *image, int64_t cpu_m, int64_t mem_b, json_t *env) {
-  char cpu[32], mem[32];
+/* Where the init container puts the agent, and the sandbox finds it. */
+#define AGENT_DIR "/fr-agent"
+#define AGENT_VOLUME "fr-agent"
+
+static json_t *container_json(const struct fr_adapter *a, const char *image, int64_t cpu_m, int64_t mem_b,
+                              json_t *env) {
+  const struct fr_adapter_agent *ag = a->cc.agent;
+  char cpu[32], mem[32], listen[32];
   json_t *res, *c, *envs = json_array();
   const char *k;
   json_t *v;
@@ -237,15 +283,51 @@ static json_t *container_json(const char *image, int64_t cpu_m, int64_t mem_b, j
   fr_quantity_format_bytes(mem_b, mem, sizeof(mem));
   res = json_pack("{s:{s:s,s:s},s:{s:s,s:s}}", "requests", "cpu", cpu, "memory", mem, "limits", "cpu",
                   cpu, "memory", mem);
-  /* The sandbox container just stays alive; work arrives through exec. */
-  c = json_pack("{s:s,s:s,s:[s,s],s:o}", "name", "sandbox", "image", image, "command", "sleep",
-                "infinity", "resources", res);
+  if (ag != NULL) {
+    /* The agent is PID 1 (it reaps orphans) and keeps the container up;
+     * work arrives through it. Ready once it answers /health. */
+    snprintf(listen, sizeof(listen), "0.0.0.0:%d", ag->port);
+    c = json_pack("{s:s,s:s,s:[s,s,s,s,s,s],s:o,s:[{s:s,s:s,s:b}],s:[{s:s,s:i,s:s}],"
+                  "s:{s:{s:s,s:i},s:i,s:i}}",
+                  "name", "sandbox", "image", image, "command", AGENT_DIR "/fedrouter-agent", "--listen",
+                  listen, "--", "sleep", "infinity", "resources", res, "volumeMounts", "name", AGENT_VOLUME,
+                  "mountPath", AGENT_DIR, "readOnly", 1, "ports", "name", "agent", "containerPort", ag->port,
+                  "protocol", "TCP", "readinessProbe", "httpGet", "path", "/health", "port", ag->port,
+                  "periodSeconds", 1, "failureThreshold", 3);
+    env = NULL; /* the env reaches the agent by /init, never the pod spec */
+  } else {
+    /* The sandbox container just stays alive; work arrives through exec. */
+    c = json_pack("{s:s,s:s,s:[s,s],s:o}", "name", "sandbox", "image", image, "command", "sleep",
+                  "infinity", "resources", res);
+  }
   json_object_foreach(env, k, v) json_array_append_new(envs, json_pack("{s:s,s:O}", "name", k, "value", v));
   if (json_array_size(envs))
     json_object_set_new(c, "env", envs);
   else
     json_decref(envs);
   return c;
+}
+
+/* Adds to pod spec <spec> (and <labels>) what an agent needs: the init
+ * container that copies the static binary from the agent image into an
+ * emptyDir, the volume, and the label saying which port it serves. */
+static void add_agent(const struct fr_adapter *a, json_t *spec, json_t *labels) {
+  const struct fr_adapter_agent *ag = a->cc.agent;
+  char port[16];
+
+  if (ag == NULL || spec == NULL)
+    return;
+  snprintf(port, sizeof(port), "%d", ag->port);
+  json_object_set_new(labels, FR_LABEL_AGENT, json_string(port));
+  json_object_set_new(spec, "initContainers",
+                      json_pack("[{s:s,s:s,s:[s,s,s],s:[{s:s,s:s}],s:{s:{s:s,s:s},s:{s:s,s:s}}}]", "name",
+                                "fr-agent-install", "image", ag->image, "command", "cp",
+                                "/usr/local/bin/fedrouter-agent", AGENT_DIR "/fedrouter-agent",
+                                "volumeMounts", "name", AGENT_VOLUME, "mountPath", AGENT_DIR, "resources",
+                                "requests", "cpu", "10m", "memory", "16Mi", "limits", "cpu", "100m",
+                                "memory", "32Mi"));
+  json_object_set_new(spec, "volumes", json_pack("[{s:s,s:{s:s}}]", "name", AGENT_VOLUME, "emptyDir",
+                                                 "sizeLimit", "64Mi"));
 }
 
 static void start_cold(struct create_op *op) {
@@ -267,10 +349,11 @@ static void start_cold(struct create_op *op) {
     json_object_set_new(labels, FR_LABEL_POOL, json_string(op->pool));
   user_labels_plus(op, labels);
   pod = json_pack("{s:s,s:s,s:{s:s,s:o,s:o},s:{s:[o],s:s,s:I,s:i,s:b}}", "apiVersion", "v1", "kind", "Pod",
-                  "metadata", "name", op->pod, "labels", labels, "annotations", sandbox_annotations(op, 0),
-                  "spec", "containers", container_json(op->image, op->cpu_m, op->mem_b, op->env),
+                  "metadata", "name", op->pod, "labels", labels, "annotations", sandbox_annotations(op, 0, op->a->cc.agent != NULL),
+                  "spec", "containers", container_json(op->a, op->image, op->cpu_m, op->mem_b, op->env),
                   "restartPolicy", "Never", "activeDeadlineSeconds", (json_int_t)op->lifetime_s,
                   "terminationGracePeriodSeconds", 1, "automountServiceAccountToken", 0);
+  add_agent(op->a, json_object_get(pod, "spec"), json_object_get(json_object_get(pod, "metadata"), "labels"));
   body = pod ? json_dumps(pod, JSON_COMPACT) : NULL;
   json_decref(pod);
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", op->a->ns);
@@ -294,7 +377,7 @@ static void on_claimed(const struct fr_kube_response *r, void *arg) {
   char msg[600];
 
   op->call = NULL;
-  json_object_del(op->a->claiming, op->pod);
+  strmap_del(&op->a->claiming, op->pod);
   if (r->status == 200) {
     pod = json_loadb(r->body, r->body_len, 0, NULL);
     /* The caller may exec into it at once: the cache must show it claimed
@@ -304,7 +387,7 @@ static void on_claimed(const struct fr_kube_response *r, void *arg) {
     p = fr_adapter_pod(op->a, op->pod);
     if (p != NULL && p->tenant != NULL && strcmp(p->tenant, op->tenant) == 0 && p->sbname != NULL &&
         strcmp(p->sbname, op->name) == 0)
-      finish(op, FR_SB_OK, NULL, p, 1);
+      succeed(op, p, 1);
     else
       finish(op, FR_SB_FAILED, "the claimed pod changed or went away at once", NULL, 1);
     return;
@@ -338,7 +421,7 @@ static void claim(struct create_op *op, const struct fr_pod *pod) {
   int rc;
 
   set_state(op, CS_CLAIMING);
-  json_object_set_new(op->a->claiming, op->pod, json_true());
+  strmap_put(&op->a->claiming, op->pod, NULL);
   /* Leaving the pool's selector (state=warm) makes the ReplicaSet release
    * the pod and start a replacement. The deadline counts from the pod's
    * start, so add the time it already waited. */
@@ -346,7 +429,7 @@ static void claim(struct create_op *op, const struct fr_pod *pod) {
                      FR_LABEL_NAME, op->name);
   user_labels_plus(op, labels);
   patch = json_pack("{s:{s:s,s:o,s:o},s:{s:I}}", "metadata", "resourceVersion", rv ? rv : "", "labels",
-                    labels, "annotations", sandbox_annotations(op, 1), "spec", "activeDeadlineSeconds",
+                    labels, "annotations", sandbox_annotations(op, 1, agent_port_of(op->a, pod) > 0), "spec", "activeDeadlineSeconds",
                     (json_int_t)(started_s_ago(pod) + op->lifetime_s));
   body = patch ? json_dumps(patch, JSON_COMPACT) : NULL;
   json_decref(patch);
@@ -357,21 +440,22 @@ static void claim(struct create_op *op, const struct fr_pod *pod) {
             : -ENOMEM;
   free(body);
   if (rc != 0) {
-    json_object_del(op->a->claiming, op->pod);
+    strmap_del(&op->a->claiming, op->pod);
     finish(op, FR_SB_FAILED, "cannot send the claim", NULL, 0);
   }
 }
 
 static void pick(struct create_op *op) {
-  json_t *ready, *dummy;
+  /* The pool's ready, unclaimed pods, kept from the cache's events. */
+  const struct strmap *ready = warm_ready_pods(op->a, op->pool);
+  const struct strmap_entry *e;
   const struct fr_pod *pod;
-  const char *name;
+  size_t cur = 0;
 
   set_state(op, CS_PICK);
-  /* The pool's ready, unclaimed pods, kept from the cache's events. */
-  ready = op->pool != NULL ? json_object_get(op->a->warm_ready, op->pool) : NULL;
-  json_object_foreach(ready, name, dummy) {
-    if (json_object_get(op->a->claiming, name) != NULL || strlen(name) >= sizeof(op->pod) ||
+  while (ready != NULL && (e = strmap_next(ready, &cur)) != NULL) {
+    const char *name = e->key;
+    if (strmap_get(&op->a->claiming, name) != NULL || strlen(name) >= sizeof(op->pod) ||
         (pod = fr_adapter_pod(op->a, name)) == NULL || fr_adapter_pod_leaving(op->a, pod))
       continue;
     snprintf(op->pod, sizeof(op->pod), "%s", name);
@@ -501,12 +585,12 @@ int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char 
   /* Hide it from lists at once; the mark goes when the watch reports the
    * pod gone (or, if the delete failed, by the reaper's sweep below). */
   if (rc == 0 && fr_adapter_pod(a, pod) != NULL)
-    json_object_set_new(a->deleting, pod, json_true());
+    strmap_put(&a->deleting, pod, NULL);
   return rc;
 }
 
 int fr_adapter_pod_leaving(struct fr_adapter *a, const struct fr_pod *pod) {
-  return pod->terminating || json_object_get(a->deleting, pod->name) != NULL;
+  return pod->terminating || strmap_get(&a->deleting, pod->name) != NULL;
 }
 
 int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec,
@@ -528,17 +612,25 @@ int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec
     return -ENOMEM;
   tmpl_labels = json_pack("{s:s,s:s,s:s}", FR_LABEL_SANDBOX, "true", FR_LABEL_POOL, spec->name,
                           FR_LABEL_STATE, "warm");
-  rs = json_pack("{s:s,s:s,s:{s:s,s:{s:s},s:{s:s}},s:{s:I,s:{s:{s:s,s:s}},s:{s:{s:o},s:{s:[o],s:s,s:i,s:b}}}}",
+  /* The owner goes on the ReplicaSet only: on a pod, fedrouter.io/tenant
+   * means "claimed by", which a warm pod is not. */
+  rs = json_pack("{s:s,s:s,s:{s:s,s:{s:s,s:s*},s:{s:s}},s:{s:I,s:{s:{s:s,s:s}},s:{s:{s:o},s:{s:[o],s:s,s:i,s:b}}}}",
                  "apiVersion", "apps/v1", "kind", "ReplicaSet", "metadata", "name", name, "labels",
-                 FR_LABEL_POOL, spec->name, "annotations", FR_ANN_POOL_SPEC, spec_ann, "spec",
+                 FR_LABEL_POOL, spec->name, FR_LABEL_OWNER, spec->owner, "annotations", FR_ANN_POOL_SPEC, spec_ann, "spec",
                  "replicas", (json_int_t)spec->replicas, "selector", "matchLabels", FR_LABEL_POOL,
                  spec->name, FR_LABEL_STATE, "warm", "template", "metadata", "labels", tmpl_labels,
-                 "spec", "containers", container_json(spec->image, spec->cpu_m, spec->mem_b, NULL),
+                 "spec", "containers", container_json(a, spec->image, spec->cpu_m, spec->mem_b, NULL),
                  "restartPolicy", "Always", "terminationGracePeriodSeconds", 1,
                  "automountServiceAccountToken", 0);
   free(spec_ann);
   if (rs == NULL)
     return -ENOMEM;
+  /* Pool pods get the agent too (label on the template only: the
+   * selector stays pool + state, so older pods without it still count). */
+  add_agent(a, json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec"),
+            json_object_get(json_object_get(json_object_get(json_object_get(rs, "spec"), "template"),
+                                            "metadata"),
+                            "labels"));
   rc = simple_request(a, "POST", path, "application/json", rs, 0, NULL, cb, arg);
   json_decref(rs);
   return rc;
@@ -670,37 +762,38 @@ static struct reap_due due_pop(struct fr_adapter *a) {
   return top;
 }
 
+/* Sweeps of the reaper's pod-name sets (strmap_sweep): nonzero drops the
+ * mark. */
+static int abandoned_done(struct strmap_entry *e, void *arg) {
+  struct fr_adapter *a = arg;
+  const struct fr_pod *pod = fr_adapter_pod(a, e->key);
+
+  if (pod == NULL)
+    return fr_informer_synced(a->inf[INF_PODS]) && fr_informer_healthy(a->inf[INF_PODS]);
+  if (!fr_adapter_pod_leaving(a, pod)) {
+    FR_INFO("reaper", "%s: deleting %s (create abandoned while the cluster was down)", a->cc.name, e->key);
+    fr_adapter_sandbox_delete(a, e->key, NULL, on_reaped, NULL);
+  }
+  return 0;
+}
+
+static int pod_gone(struct strmap_entry *e, void *arg) {
+  return fr_adapter_pod(arg, e->key) == NULL;
+}
+
 static void on_reap(uv_timer_t *t) {
   struct fr_adapter *a = t->data;
   const struct fr_pod *pod;
-  json_t *mark;
-  const char *key;
   int64_t now = fr_wall_ms() / 1000;
-  void *tmp;
 
   /* Pods of creates given up while the cluster was down: delete them once
    * it answers again (the mark goes when the delete is accepted or the
    * pod is known gone). */
-  if (a->breaker == BR_CLOSED) {
-    json_object_foreach_safe(a->abandoned, tmp, key, mark) {
-      if (fr_adapter_pod(a, key) == NULL && fr_informer_synced(a->inf[INF_PODS]) &&
-          fr_informer_healthy(a->inf[INF_PODS])) {
-        json_object_del(a->abandoned, key);
-      } else if (fr_adapter_pod(a, key) != NULL && !fr_adapter_pod_leaving(a, fr_adapter_pod(a, key))) {
-        FR_INFO("reaper", "%s: deleting %s (create abandoned while the cluster was down)", a->cc.name, key);
-        fr_adapter_sandbox_delete(a, key, NULL, on_reaped, NULL);
-      }
-    }
-  }
+  if (a->breaker == BR_CLOSED)
+    strmap_sweep(&a->abandoned, abandoned_done, a);
   /* Forget marks of pods that are gone. */
-  json_object_foreach_safe(a->reaping, tmp, key, mark) {
-    if (fr_adapter_pod(a, key) == NULL)
-      json_object_del(a->reaping, key);
-  }
-  json_object_foreach_safe(a->deleting, tmp, key, mark) {
-    if (fr_adapter_pod(a, key) == NULL)
-      json_object_del(a->deleting, key);
-  }
+  strmap_sweep(&a->reaping, pod_gone, a);
+  strmap_sweep(&a->deleting, pod_gone, a);
   /* activeDeadlineSeconds already stopped expired sandboxes in the
    * cluster; the expiry annotation covers a cluster that did not. Only the
    * sandboxes due now are looked at, never the whole cache. */
@@ -710,23 +803,18 @@ static void on_reap(uv_timer_t *t) {
 
     pod = fr_adapter_pod(a, d.pod);
     at = pod != NULL ? due_at(pod) : -1;
-    if (at >= 0 && at <= now && json_object_get(a->reaping, d.pod) == NULL) {
+    if (at >= 0 && at <= now && strmap_get(&a->reaping, d.pod) == NULL) {
       FR_INFO("reaper", "%s: deleting %s (%s)", a->cc.name, d.pod, at > 0 ? "expired" : "finished");
       if (fr_adapter_sandbox_delete(a, d.pod, NULL, on_reaped, NULL) == 0)
-        json_object_set_new(a->reaping, d.pod, json_true());
+        strmap_put(&a->reaping, d.pod, NULL);
     }
     free(d.pod);
   }
 }
 
 int sandbox_init(struct fr_adapter *a) {
-  a->claiming = json_object();
-  a->reaping = json_object();
-  a->deleting = json_object();
-  a->abandoned = json_object();
   a->reaper = malloc(sizeof(*a->reaper));
-  if (a->claiming == NULL || a->reaping == NULL || a->deleting == NULL || a->abandoned == NULL ||
-      a->reaper == NULL)
+  if (a->reaper == NULL)
     return -ENOMEM;
   a->reaper->data = NULL;
   return 0;
@@ -746,7 +834,7 @@ void sandbox_cluster_down(struct fr_adapter *a) {
     if (op->state != CS_WAITING)
       continue; /* calls in flight fail by themselves, quickly */
     /* The pod may exist: delete it when the cluster answers again. */
-    json_object_set_new(a->abandoned, op->pod, json_true());
+    strmap_put(&a->abandoned, op->pod, NULL);
     finish(op, FR_SB_UNAVAILABLE, "the cluster became unreachable while the sandbox was starting", NULL, 0);
   }
 }

@@ -43,6 +43,10 @@ int fr_buf_reserve(struct fr_buf *b, size_t extra) {
     return -ENOMEM;
   b->data = p;
   b->cap = ncap;
+  /* The promise of fr/buf.h: terminated from the first allocation on, so a
+   * buffer reserved but never appended to reads as "" (not as whatever the
+   * allocator left there). */
+  b->data[b->len] = '\0';
   return 0;
 }
 

@@ -178,3 +178,27 @@ int fr_cfg_get_string(struct fr_cfgread *c, const config_setting_t *group, const
   *out = v;
   return 0;
 }
+
+int fr_cfg_get_number(struct fr_cfgread *c, const config_setting_t *group, const char *key,
+                      double *out, const config_setting_t **setting) {
+  config_setting_t *s = config_setting_get_member(group, key);
+
+  if (setting != NULL)
+    *setting = s;
+  if (s == NULL)
+    return 0;
+  switch (config_setting_type(s)) {
+  case CONFIG_TYPE_INT:
+  case CONFIG_TYPE_INT64:
+    *out = (double)config_setting_get_int64(s);
+    return 0;
+  case CONFIG_TYPE_FLOAT:
+    *out = config_setting_get_float(s);
+    return 0;
+  case CONFIG_TYPE_STRING:
+    return fr_cfg_bad(c, s, "expected a number, got a string (\"%s\"); write numbers without quotes",
+                      config_setting_get_string(s));
+  default:
+    return fr_cfg_bad(c, s, "expected a number, got %s", fr_cfg_type_name(config_setting_type(s)));
+  }
+}

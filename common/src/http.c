@@ -70,6 +70,13 @@ struct fr_http_server {
   int port;
   struct conn *conns;
   size_t nconns;           /* open connections, in <conns> */
+  /* Connections between requests with nothing left to send, oldest first:
+   * what the connection limits evict first. */
+  struct conn *idle_head, *idle_tail;
+  size_t nidle;
+  struct ipcount *ips;     /* open connections per peer address */
+  size_t ips_cap, ips_n;
+  uint64_t evicted, refused;
   size_t nclosing;         /* connections whose handles are still closing */
   uv_timer_t defer;        /* closed by _free() so the end is always async */
   int defer_closed;
@@ -81,6 +88,9 @@ struct fr_http_server {
 struct conn {
   struct fr_http_server *srv;
   struct conn *prev, *next;
+  struct conn *idle_prev, *idle_next;
+  int in_idle;
+  int ip_counted;
   uv_tcp_t tcp;
   uv_timer_t timer;
   uv_shutdown_t shutdown_req;
@@ -157,12 +167,124 @@ static void server_maybe_finish_free(struct fr_http_server *srv);
 /* ---------------------------------------------------------------------- */
 /* state and timers                                                        */
 
+/* ---- connection limits: idle list and per-address counts ---- */
+
+struct ipcount {
+  char ip[64];              /* "" = empty slot */
+  size_t n;
+};
+
+static uint64_t ip_hash(const char *s) {
+  uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+
+  for (; *s != '\0'; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+  return h;
+}
+
+static struct ipcount *ip_slot(struct fr_http_server *srv, const char *ip) {
+  size_t i = (size_t)ip_hash(ip) & (srv->ips_cap - 1);
+
+  while (srv->ips[i].ip[0] != '\0' && strcmp(srv->ips[i].ip, ip) != 0)
+    i = (i + 1) & (srv->ips_cap - 1);
+  return &srv->ips[i];
+}
+
+/* One more connection from <ip>: the new count, or 0 on out of memory
+ * (then the address goes uncounted and unlimited for this connection). */
+static size_t ip_inc(struct fr_http_server *srv, const char *ip) {
+  struct ipcount *e;
+
+  if (srv->ips_n + 1 > srv->ips_cap / 2) {
+    size_t cap = srv->ips_cap ? srv->ips_cap * 2 : 64, i, ocap = srv->ips_cap;
+    struct ipcount *old = srv->ips, *nt = calloc(cap, sizeof(*nt));
+    if (nt == NULL)
+      return 0;
+    srv->ips = nt;
+    srv->ips_cap = cap;
+    for (i = 0; i < ocap; i++)
+      if (old[i].ip[0] != '\0')
+        *ip_slot(srv, old[i].ip) = old[i];
+    free(old);
+  }
+  e = ip_slot(srv, ip);
+  if (e->ip[0] == '\0') {
+    snprintf(e->ip, sizeof(e->ip), "%s", ip);
+    srv->ips_n++;
+  }
+  return ++e->n;
+}
+
+static size_t ip_count(struct fr_http_server *srv, const char *ip) {
+  return srv->ips_cap ? ip_slot(srv, ip)->n : 0;
+}
+
+/* One connection from <ip> fewer; an address at 0 leaves the table
+ * (backward-shift deletion keeps the probe chains whole). */
+static void ip_dec(struct fr_http_server *srv, const char *ip) {
+  struct ipcount *e = ip_slot(srv, ip);
+  size_t i, j, home, mask = srv->ips_cap - 1;
+
+  if (e->ip[0] == '\0' || --e->n > 0)
+    return;
+  i = (size_t)(e - srv->ips);
+  for (j = (i + 1) & mask; srv->ips[j].ip[0] != '\0'; j = (j + 1) & mask) {
+    home = (size_t)ip_hash(srv->ips[j].ip) & mask;
+    /* Move j back to i when i lies cyclically in [home, j). */
+    if (((j - home) & mask) >= ((j - i) & mask)) {
+      srv->ips[i] = srv->ips[j];
+      i = j;
+    }
+  }
+  srv->ips[i].ip[0] = '\0';
+  srv->ips[i].n = 0;
+  srv->ips_n--;
+}
+
+static void idle_remove(struct conn *c) {
+  struct fr_http_server *srv = c->srv;
+
+  if (!c->in_idle)
+    return;
+  if (c->idle_prev)
+    c->idle_prev->idle_next = c->idle_next;
+  else
+    srv->idle_head = c->idle_next;
+  if (c->idle_next)
+    c->idle_next->idle_prev = c->idle_prev;
+  else
+    srv->idle_tail = c->idle_prev;
+  c->idle_prev = c->idle_next = NULL;
+  c->in_idle = 0;
+  srv->nidle--;
+}
+
+static void idle_append(struct conn *c) {
+  struct fr_http_server *srv = c->srv;
+
+  if (c->in_idle)
+    return;
+  c->idle_prev = srv->idle_tail;
+  c->idle_next = NULL;
+  if (srv->idle_tail)
+    srv->idle_tail->idle_next = c;
+  else
+    srv->idle_head = c;
+  srv->idle_tail = c;
+  c->in_idle = 1;
+  srv->nidle++;
+}
+
 static void conn_set_state(struct conn *c, enum conn_state s) {
   if (c->state == s)
     return;
   FR_DEBUG(c->srv->opts.name, "conn %s:%d %s -> %s", c->peer_ip, c->peer_port,
            state_names[c->state], state_names[s]);
+  if (c->state == CS_IDLE)
+    idle_remove(c);
   c->state = s;
+  if (s == CS_IDLE)
+    idle_append(c);
 }
 
 static void on_timer(uv_timer_t *t);
@@ -638,9 +760,14 @@ static int req_fill_head(struct conn *c) {
 static void conn_dispatch(struct conn *c) {
   struct fr_http_req *r = &c->req;
 
-  if (c->body.data == NULL && fr_buf_reserve(&c->body, 0) != 0) {
-    send_simple_and_close(c, 503);
-    return;
+  if (c->body.data == NULL) {
+    /* No body: fr/http.h promises req->body is "" then, a terminated
+     * string handlers may read with strlen. */
+    if (fr_buf_reserve(&c->body, 0) != 0) {
+      send_simple_and_close(c, 503);
+      return;
+    }
+    c->body.data[0] = '\0';
   }
   if (req_fill_head(c) != 0) {
     send_simple_and_close(c, 400);
@@ -948,6 +1075,10 @@ static void conn_close(struct conn *c, int notify) {
   if (c->next)
     c->next->prev = c->prev;
   srv->nconns--;
+  if (c->ip_counted) {
+    c->ip_counted = 0;
+    ip_dec(srv, c->peer_ip);
+  }
   srv->nclosing++;
   /* A request being answered when the connection goes: the client left
    * (0), or a stream ended by closing. */
@@ -1081,6 +1212,44 @@ static void conn_finish_request(struct conn *c) {
   conn_timer(c, TK_RESUME, 0);
 }
 
+/* The longest-idle connection with nothing left to send, other than
+ * <except>, from <ip> (NULL: any address). */
+static struct conn *oldest_idle(struct fr_http_server *srv, const char *ip, const struct conn *except) {
+  struct conn *c;
+
+  for (c = srv->idle_head; c != NULL; c = c->idle_next)
+    if (c != except && c->pending_bytes == 0 && (ip == NULL || strcmp(c->peer_ip, ip) == 0))
+      return c;
+  return NULL;
+}
+
+/* Keeps the connection limits after <c> was accepted: evicts an idle
+ * connection to make room, or refuses <c> (503 on plain HTTP; a TLS client
+ * gets the close, as nothing can be said before the handshake). */
+static void conn_admit(struct conn *c) {
+  struct fr_http_server *srv = c->srv;
+  int over_ip = srv->opts.max_conns_per_ip > 0 && ip_count(srv, c->peer_ip) > srv->opts.max_conns_per_ip;
+  int over_all = srv->opts.max_conns > 0 && srv->nconns > srv->opts.max_conns;
+  struct conn *victim;
+
+  if (!over_ip && !over_all)
+    return;
+  victim = oldest_idle(srv, over_ip ? c->peer_ip : NULL, c);
+  if (victim != NULL) {
+    srv->evicted++;
+    FR_DEBUG(srv->opts.name, "connection limit: closing idle %s:%d for %s:%d", victim->peer_ip,
+             victim->peer_port, c->peer_ip, c->peer_port);
+    conn_close(victim, 1);
+    return;
+  }
+  srv->refused++;
+  FR_DEBUG(srv->opts.name, "connection limit: refusing %s:%d (%zu open)", c->peer_ip, c->peer_port, srv->nconns);
+  if (c->ssl != NULL)
+    conn_close(c, 0);
+  else
+    send_simple_and_close(c, 503);
+}
+
 static void on_connection(uv_stream_t *ls, int status) {
   struct fr_http_server *srv = ls->data;
   struct sockaddr_storage ss;
@@ -1103,7 +1272,7 @@ static void on_connection(uv_stream_t *ls, int status) {
     srv->conns->prev = c;
   srv->conns = c;
   srv->nconns++;
-  c->state = CS_IDLE;
+  c->state = CS_HEAD; /* becomes idle below, once accepted */
   fr_buf_init(&c->in);
   http_parser_init(&c->parser, HTTP_REQUEST);
   c->parser.data = c;
@@ -1141,7 +1310,10 @@ static void on_connection(uv_stream_t *ls, int status) {
     return;
   }
   c->reading = 1;
+  conn_set_state(c, CS_IDLE);
   conn_timer(c, TK_IDLE, srv->opts.idle_timeout_ms);
+  c->ip_counted = ip_inc(srv, c->peer_ip) > 0;
+  conn_admit(c);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1244,6 +1416,12 @@ size_t fr_http_server_nconns(const struct fr_http_server *srv) {
   return srv->nconns;
 }
 
+void fr_http_server_stats(const struct fr_http_server *srv, struct fr_http_server_stats *out) {
+  out->evicted = srv->evicted;
+  out->refused = srv->refused;
+  out->idle = srv->nidle;
+}
+
 void fr_http_server_unlisten(struct fr_http_server *srv, int drop_conns) {
   if (srv->listener != NULL) {
     listener_close(srv, srv->listener);
@@ -1267,6 +1445,7 @@ static void server_maybe_finish_free(struct fr_http_server *srv) {
     return;
   cb = srv->close_cb;
   arg = srv->close_arg;
+  free(srv->ips);
   free(srv);
   if (cb != NULL)
     cb(NULL, arg);

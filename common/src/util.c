@@ -10,7 +10,10 @@
 #include <sys/time.h>
 
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/rand.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/sha.h>
 
 int64_t fr_wall_ms(void) {
@@ -125,6 +128,23 @@ void fr_sha256_hex(const void *data, size_t n, char out[65]) {
     out[2 * i + 1] = hex[md[i] & 15];
   }
   out[64] = '\0';
+}
+
+int fr_hmac_sha256_hex(const void *key, size_t key_len, const void *msg, size_t n, char out[65]) {
+  static const char hex[] = "0123456789abcdef";
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0, i;
+
+  if (HMAC(EVP_sha256(), key, (int)key_len, msg, n, md, &len) == NULL || len != SHA256_DIGEST_LENGTH) {
+    out[0] = '\0';
+    return -EIO;
+  }
+  for (i = 0; i < len; i++) {
+    out[2 * i] = hex[md[i] >> 4];
+    out[2 * i + 1] = hex[md[i] & 15];
+  }
+  out[64] = '\0';
+  return 0;
 }
 
 int fr_parse_int64(const char *s, int64_t min, int64_t max, int64_t *out) {

@@ -37,6 +37,28 @@
 #define DEFAULT_MAX_BODY_BYTES (1024 * 1024)
 #define DEFAULT_MAX_EXEC_OUTPUT_BYTES (16 * 1024 * 1024)
 #define DEFAULT_MAX_EXEC_TIMEOUT_S 3600
+/* Open connections from one client address before the oldest idle one is
+ * closed for a new one (or, with none idle, the new one refused): far above
+ * what one well-behaved client keeps (loadgen's 1,000 concurrent execs),
+ * far below the descriptors an attacker would need to starve the rest. */
+#define DEFAULT_MAX_CONNECTIONS_PER_IP 4096
+/* Bound of both connection keys; 0 = none (max_connections: derived from
+ * the descriptor limit at start-up). */
+#define MAX_CONNECTIONS INT64_C(1048576)
+/* Per tenant: requests answered later (creates, execs, pool changes,
+ * terminates) and execs running at once. Far above one RL run's needs
+ * (loadgen drives 1,000 concurrent execs), low enough that one tenant
+ * cannot take every descriptor and connection of the router. */
+#define DEFAULT_TENANT_REQUESTS_IN_FLIGHT 4096
+#define DEFAULT_TENANT_CONCURRENT_EXECS 2048
+/* Warm pods a tenant's pools may ask for, summed over its pools and
+ * clusters: warm pods hold cluster capacity for everyone, so one tenant's
+ * pools must not fill a cluster. */
+#define DEFAULT_TENANT_POOL_REPLICAS 1000
+/* Exec output the router holds at once, all execs together (raw bytes; the
+ * answer's JSON adds at most a third, see router/src/exec.c): 16 execs at
+ * the default 16 MiB per stream, or thousands of ordinary ones. */
+#define DEFAULT_EXEC_OUTPUT_BUDGET_BYTES (INT64_C(256) << 20)
 #define DEFAULT_NAMESPACE "default"
 /* Modal's published on-demand rates (docs/metrics.md, "Cost model"). */
 #define DEFAULT_HOSTED_PER_CORE_SECOND 0.00003942
@@ -151,30 +173,29 @@ static int get_int(struct loader *l, const config_setting_t *group, const char *
   return 0;
 }
 
+/* The boolean <key> of <group>; <*out> keeps its value when absent. */
+static int get_bool(struct loader *l, const config_setting_t *group, const char *key, int *out) {
+  config_setting_t *s = config_setting_get_member(group, key);
+
+  if (s == NULL)
+    return 0;
+  if (config_setting_type(s) != CONFIG_TYPE_BOOL)
+    return bad(l, s, "expected true or false, got %s", type_name(config_setting_type(s)));
+  *out = config_setting_get_bool(s);
+  return 0;
+}
+
 /* The non-negative number <key> of <group> (an integer is fine); <*out>
  * keeps its value when absent. */
 static int get_amount(struct loader *l, const config_setting_t *group, const char *key,
                       double *out, int *present) {
-  config_setting_t *s = config_setting_get_member(group, key);
-  double v;
+  const config_setting_t *s;
+  double v = 0;
+  int rc = fr_cfg_get_number(&l->cfg, group, key, &v, &s);
 
   *present = s != NULL;
-  if (s == NULL)
-    return 0;
-  switch (config_setting_type(s)) {
-  case CONFIG_TYPE_INT:
-  case CONFIG_TYPE_INT64:
-    v = (double)config_setting_get_int64(s);
-    break;
-  case CONFIG_TYPE_FLOAT:
-    v = config_setting_get_float(s);
-    break;
-  case CONFIG_TYPE_STRING:
-    return bad(l, s, "expected a number, got a string (\"%s\"); write numbers without quotes",
-               config_setting_get_string(s));
-  default:
-    return bad(l, s, "expected a number, got %s", type_name(config_setting_type(s)));
-  }
+  if (rc < 0 || s == NULL)
+    return rc;
   if (!isfinite(v) || v < 0)
     return bad(l, s, "must be a number >= 0, got %g", v);
   *out = v;
@@ -349,12 +370,16 @@ static int parse_listen(struct loader *l, const config_setting_t *s, const char 
 /* ---- sections ---- */
 
 static const char *const root_keys[] = {"listen", "tls", "region", "policy", "sandbox",
-                                        "limits", "tenants", "clusters", "hosted", NULL};
+                                        "limits", "tenants", "clusters", "hosted",
+                                        "metrics_token_sha256", "agent", NULL};
+static const char *const agent_keys[] = {"image", "port", "key_file", NULL};
 static const char *const tls_keys[] = {"cert", "key", NULL};
 static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s", NULL};
 static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_exec_output_bytes",
-                                          "max_exec_timeout_s", NULL};
-static const char *const tenant_keys[] = {"name", "token_sha256", "max_sandboxes", NULL};
+                                          "max_exec_timeout_s", "max_connections",
+                                          "max_connections_per_ip", "exec_output_budget_bytes", NULL};
+static const char *const tenant_keys[] = {"name", "token_sha256", "max_sandboxes", "max_requests_in_flight",
+                                          "max_concurrent_execs", "max_pool_replicas", "admin", NULL};
 static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context",
                                            "namespace", "cost", NULL};
 static const char *const cost_keys[] = {"per_core_hour", "per_gib_hour", "node_hour",
@@ -386,6 +411,59 @@ static int load_tls(struct loader *l, const config_setting_t *root, struct fr_co
   if ((rc = get_path(l, g, "key", 1, "the PEM private key of the certificate", &c->tls_key, &s)) < 0)
     return rc;
   return check_readable(l, s, c->tls_key);
+}
+
+/* The sandbox agent's HMAC key: the file's bytes less trailing white
+ * space, at least AGENT_KEY_MIN of them (a token is only as strong as it). */
+#define AGENT_KEY_MIN 32
+#define AGENT_KEY_MAX 4096
+
+static int read_agent_key(struct loader *l, const config_setting_t *s, const char *path, struct fr_config *c) {
+  FILE *f = fopen(path, "rb");
+  unsigned char buf[AGENT_KEY_MAX + 1];
+  size_t n;
+
+  if (f == NULL)
+    return bad(l, s, "cannot read %s: %s", path, strerror(errno));
+  n = fread(buf, 1, sizeof(buf), f);
+  fclose(f);
+  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
+    n--;
+  if (n < AGENT_KEY_MIN || n > AGENT_KEY_MAX)
+    return bad(l, s, "%s holds %zu bytes; the agent key needs %d to %d (make one with: "
+               "head -c 32 /dev/urandom | base64 > FILE)", path, n, AGENT_KEY_MIN, AGENT_KEY_MAX);
+  c->agent_key = malloc(n);
+  if (c->agent_key == NULL)
+    return oom(l);
+  memcpy(c->agent_key, buf, n);
+  c->agent_key_len = n;
+  return 0;
+}
+
+static int load_agent(struct loader *l, const config_setting_t *root, struct fr_config *c) {
+  const config_setting_t *g, *s;
+  const char *v;
+  int64_t port = 49983;
+  char *key_path = NULL;
+  int rc;
+
+  if ((rc = get_group(l, root, "agent", &g)) < 0 || g == NULL)
+    return rc;
+  if ((rc = check_keys(l, g, agent_keys)) < 0 ||
+      (rc = get_string(l, g, "image", 1, "the agent image its init container copies fedrouter-agent from",
+                       &v, &s)) < 0)
+    return rc;
+  if ((c->agent_image = strdup(v)) == NULL)
+    return oom(l);
+  if ((rc = get_int(l, g, "port", 1, 65535, &port, NULL)) < 0)
+    return rc;
+  c->agent_port = (int)port;
+  if ((rc = get_path(l, g, "key_file", 1, "the file of the HMAC key sandbox tokens are derived with", &key_path,
+                     &s)) < 0)
+    return rc;
+  rc = read_agent_key(l, s, key_path, c);
+  free(key_path);
+  return rc;
 }
 
 static int load_sandbox(struct loader *l, const config_setting_t *root, struct fr_config *c) {
@@ -425,7 +503,11 @@ static int load_limits(struct loader *l, const config_setting_t *root, struct fr
       (rc = get_int(l, g, "max_body_bytes", MIN_BODY_BYTES, MAX_BYTES, &body, NULL)) < 0 ||
       (rc = get_int(l, g, "max_exec_output_bytes", 1, MAX_BYTES, &c->max_exec_output_bytes,
                     NULL)) < 0 ||
-      (rc = get_int(l, g, "max_exec_timeout_s", 1, MAX_SECONDS, &c->max_exec_timeout_s, NULL)) < 0)
+      (rc = get_int(l, g, "max_exec_timeout_s", 1, MAX_SECONDS, &c->max_exec_timeout_s, NULL)) < 0 ||
+      (rc = get_int(l, g, "max_connections", 0, MAX_CONNECTIONS, &c->max_connections, NULL)) < 0 ||
+      (rc = get_int(l, g, "max_connections_per_ip", 0, MAX_CONNECTIONS, &c->max_connections_per_ip, NULL)) < 0 ||
+      (rc = get_int(l, g, "exec_output_budget_bytes", MIN_BODY_BYTES, MAX_BYTES, &c->exec_output_budget_bytes,
+                    NULL)) < 0)
     return rc;
   c->max_body_bytes = (size_t)body;
   return 0;
@@ -489,6 +571,10 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
     const char *name, *tok;
     int j;
 
+    t->max_requests_in_flight = DEFAULT_TENANT_REQUESTS_IN_FLIGHT;
+    t->max_concurrent_execs = DEFAULT_TENANT_CONCURRENT_EXECS;
+    t->max_pool_replicas = DEFAULT_TENANT_POOL_REPLICAS;
+
     if ((rc = check_keys(l, g, tenant_keys)) < 0 ||
         (rc = get_string(l, g, "name", 1, "every tenant needs a name", &name, &name_s)) < 0 ||
         (rc = check_tenant_name(l, name_s, name)) < 0 ||
@@ -497,7 +583,14 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
                          &tok_s)) < 0 ||
         (rc = check_token_hash(l, tok_s, tok)) < 0 ||
         (rc = get_int(l, g, "max_sandboxes", 0, MAX_TENANT_SANDBOXES, &t->max_sandboxes,
-                      NULL)) < 0)
+                      NULL)) < 0 ||
+        (rc = get_int(l, g, "max_requests_in_flight", 1, MAX_TENANT_SANDBOXES, &t->max_requests_in_flight,
+                      NULL)) < 0 ||
+        (rc = get_int(l, g, "max_concurrent_execs", 1, MAX_TENANT_SANDBOXES, &t->max_concurrent_execs,
+                      NULL)) < 0 ||
+        (rc = get_int(l, g, "max_pool_replicas", 0, MAX_TENANT_SANDBOXES, &t->max_pool_replicas,
+                      NULL)) < 0 ||
+        (rc = get_bool(l, g, "admin", &t->admin)) < 0)
       return rc;
     for (j = 0; j < i; j++) {
       const config_setting_t *prev = config_setting_get_elem(list, (unsigned)j);
@@ -653,7 +746,7 @@ static int load_root(struct loader *l, const config_setting_t *root, struct fr_c
                        &v, &s)) < 0 ||
       (rc = parse_listen(l, s, v, &c->listen_host, &c->listen_port)) < 0)
     return rc;
-  if ((rc = load_tls(l, root, c)) < 0)
+  if ((rc = load_tls(l, root, c)) < 0 || (rc = load_agent(l, root, c)) < 0)
     return rc;
   if ((rc = get_string(l, root, "region", 1, "the region this router runs in, e.g. \"us\"", &v,
                        &s)) < 0 ||
@@ -661,6 +754,14 @@ static int load_root(struct loader *l, const config_setting_t *root, struct fr_c
     return rc;
   if ((c->region = strdup(v)) == NULL)
     return oom(l);
+  /* Optional: /metrics then wants this token (Prometheus' bearer_token). */
+  if ((rc = get_string(l, root, "metrics_token_sha256", 0, NULL, &v, &s)) < 0)
+    return rc;
+  if (s != NULL) {
+    if ((rc = check_token_hash(l, s, v)) < 0)
+      return rc;
+    snprintf(c->metrics_token_sha256, sizeof(c->metrics_token_sha256), "%s", v);
+  }
   if ((rc = get_path(l, root, "policy", 0, "the placement policy file", &c->policy, NULL)) < 0 ||
       (rc = load_sandbox(l, root, c)) < 0 || (rc = load_limits(l, root, c)) < 0 ||
       (rc = load_tenants(l, root, c)) < 0 || (rc = load_clusters(l, root, c)) < 0 ||
@@ -750,6 +851,10 @@ static void config_free(struct fr_config *c) {
   free(c->tls_key);
   free(c->region);
   free(c->policy);
+  free(c->agent_image);
+  if (c->agent_key != NULL)
+    memset(c->agent_key, 0, c->agent_key_len); /* a secret: not left in freed memory */
+  free(c->agent_key);
   free(c);
 }
 
@@ -786,6 +891,8 @@ int fr_config_load(const char *path, struct fr_config **out, struct fr_config_er
   c->max_body_bytes = DEFAULT_MAX_BODY_BYTES;
   c->max_exec_output_bytes = DEFAULT_MAX_EXEC_OUTPUT_BYTES;
   c->max_exec_timeout_s = DEFAULT_MAX_EXEC_TIMEOUT_S;
+  c->max_connections_per_ip = DEFAULT_MAX_CONNECTIONS_PER_IP;
+  c->exec_output_budget_bytes = DEFAULT_EXEC_OUTPUT_BUDGET_BYTES;
   c->hosted.per_core_second = DEFAULT_HOSTED_PER_CORE_SECOND;
   c->hosted.per_gib_second = DEFAULT_HOSTED_PER_GIB_SECOND;
 

@@ -766,7 +766,10 @@ static void child_signals_default(void) {
 
 /* Runs <cmd> (NULL: nothing) and reaps everything until it ends; then
  * returns its status as an exit code. <tree>: kill the tree on SIGTERM. */
-static int init_loop(char **cmd, int tree) {
+/* <exefd>: cmd[0] opened before the pod's mounts changed (-1: none), so a
+ * binary under a hidden directory (a build tree in /tmp, under the pod's
+ * private /tmp) still runs. */
+static int init_loop(char **cmd, int tree, int exefd) {
   pid_t main_pid = 0, w;
   int st, code = 0;
 
@@ -776,6 +779,8 @@ static int init_loop(char **cmd, int tree) {
       return 126;
     if (main_pid == 0) {
       child_signals_default();
+      if (exefd >= 0)
+        fexecve(exefd, cmd, environ);
       execvp(cmd[0], cmd);
       fprintf(stderr, "kubesim: %s: %s\n", cmd[0], strerror(errno));
       _exit(127);
@@ -830,7 +835,7 @@ static int pod_init_main(int argc, char **argv) {
   int64_t kubesim = 0;
   char **cmd = argc > 7 ? argv + 7 : NULL;
   struct sigaction sa;
-  int ready[2], st;
+  int ready[2], st, exefd;
   pid_t child;
   char c;
 
@@ -852,7 +857,7 @@ static int pod_init_main(int argc, char **argv) {
   if (!isolate) {
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     write_pid_file(poddir, getpid());
-    return init_loop(cmd, 1);
+    return init_loop(cmd, 1, -1);
   }
   if (pipe(ready) != 0)
     return 1;
@@ -863,6 +868,8 @@ static int pod_init_main(int argc, char **argv) {
     /* PID 1 of the pod: its death ends every process of the namespace. */
     close(ready[0]);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    /* Not O_CLOEXEC: fexecve of a script needs the fd alive past the exec. */
+    exefd = cmd != NULL && cmd[0] != NULL && strchr(cmd[0], '/') != NULL ? open(cmd[0], O_RDONLY) : -1;
     if (setup_mounts(poddir, root) != 0) {
       fprintf(stderr, "kubesim: pod %s: mount namespace setup failed: %s\n", poddir,
               strerror(errno));
@@ -871,7 +878,7 @@ static int pod_init_main(int argc, char **argv) {
     if (write(ready[1], "x", 1) != 1)
       _exit(1);
     close(ready[1]);
-    _exit(init_loop(cmd, 0));
+    _exit(init_loop(cmd, 0, exefd));
   }
   close(ready[1]);
   if (read(ready[0], &c, 1) == 1)

@@ -96,49 +96,12 @@ static const char *const api_resources_apps =
     "{\"name\":\"replicasets/status\",\"singularName\":\"\",\"namespaced\":true,\"kind\":\"ReplicaSet\",\"verbs\":[\"get\",\"patch\",\"update\"]}"
     "]}";
 
-static const char *const apps_group =
-    "{\"name\":\"apps\",\"versions\":[{\"groupVersion\":\"apps/v1\",\"version\":\"v1\"}],"
-    "\"preferredVersion\":{\"groupVersion\":\"apps/v1\",\"version\":\"v1\"}}";
-
-/* kubectl create -f (default validation) looks for the object's GVK on a
- * PATCH operation that accepts fieldValidation; that tells it the server
- * validates fields itself. */
-static void openapi_doc(struct fr_http_req *req, int apps) {
-  static const struct {
-    const char *path, *group, *version, *kind;
-    int apps;
-  } ops[] = {
-      {"/api/v1/namespaces/{namespace}/pods/{name}", "", "v1", "Pod", 0},
-      {"/api/v1/namespaces/{name}", "", "v1", "Namespace", 0},
-      {"/api/v1/nodes/{name}", "", "v1", "Node", 0},
-      {"/api/v1/namespaces/{namespace}/resourcequotas/{name}", "", "v1", "ResourceQuota", 0},
-      {"/apis/apps/v1/namespaces/{namespace}/replicasets/{name}", "apps", "v1", "ReplicaSet", 1},
-  };
-  json_t *doc = json_pack("{s:s,s:{s:s,s:s},s:{}}", "openapi", "3.0.0", "info", "title",
-                          "Kubernetes", "version", "v1.32.0", "paths");
-  json_t *paths = json_object_get(doc, "paths");
-  size_t i;
-
-  for (i = 0; i < FR_ARRAY_SIZE(ops); i++) {
-    if (ops[i].apps != apps)
-      continue;
-    json_object_set_new(
-        paths, ops[i].path,
-        json_pack("{s:{s:s,s:[{s:s,s:s,s:{s:s},s:s}],s:{s:s,s:s,s:s},s:{s:{s:s}}}}", "patch",
-                  "x-kubernetes-action", "patch", "parameters", "name", "fieldValidation", "in",
-                  "query", "schema", "type", "string", "description",
-                  "fieldValidation instructs the server on how to handle objects in the "
-                  "request containing unknown or duplicate fields.",
-                  "x-kubernetes-group-version-kind", "group", ops[i].group, "version",
-                  ops[i].version, "kind", ops[i].kind, "responses", "200", "description", "OK"));
-  }
-  api_json(req, 200, doc);
-}
-
 static int discovery(struct sim *s, struct fr_http_req *req) {
   const char *p = req->path;
   char buf[1024];
 
+  if (kinds_discovery(s, req))
+    return 1;
   if (strcmp(p, "/version") == 0) {
     snprintf(buf, sizeof(buf),
              "{\"major\":\"1\",\"minor\":\"32\",\"gitVersion\":\"v1.32.0\",\"gitCommit\":\"kubesim\","
@@ -149,26 +112,11 @@ static int discovery(struct sim *s, struct fr_http_req *req) {
              "{\"kind\":\"APIVersions\",\"versions\":[\"v1\"],\"serverAddressByClientCIDRs\":"
              "[{\"clientCIDR\":\"0.0.0.0/0\",\"serverAddress\":\"127.0.0.1:%d\"}]}",
              fr_http_server_port(s->api));
-  } else if (strcmp(p, "/apis") == 0) {
-    snprintf(buf, sizeof(buf), "{\"kind\":\"APIGroupList\",\"apiVersion\":\"v1\",\"groups\":[%s]}",
-             apps_group);
-  } else if (strcmp(p, "/apis/apps") == 0) {
-    snprintf(buf, sizeof(buf), "{\"kind\":\"APIGroup\",\"apiVersion\":\"v1\",%s", apps_group + 1);
   } else if (strcmp(p, "/api/v1") == 0) {
-    api_raw(req, 200, api_resources_v1, strlen(api_resources_v1));
+    kinds_resource_list(req, "", "v1", api_resources_v1);
     return 1;
   } else if (strcmp(p, "/apis/apps/v1") == 0) {
-    api_raw(req, 200, api_resources_apps, strlen(api_resources_apps));
-    return 1;
-  } else if (strcmp(p, "/openapi/v3") == 0) {
-    snprintf(buf, sizeof(buf),
-             "{\"paths\":{\"api/v1\":{\"serverRelativeURL\":\"/openapi/v3/api/v1?hash=kubesim1\"},"
-             "\"apis/apps/v1\":{\"serverRelativeURL\":\"/openapi/v3/apis/apps/v1?hash=kubesim1\"}}}");
-  } else if (strcmp(p, "/openapi/v3/api/v1") == 0) {
-    openapi_doc(req, 0);
-    return 1;
-  } else if (strcmp(p, "/openapi/v3/apis/apps/v1") == 0) {
-    openapi_doc(req, 1);
+    kinds_resource_list(req, "apps", "v1", api_resources_apps);
     return 1;
   } else if (strcmp(p, "/healthz") == 0 || strcmp(p, "/readyz") == 0 || strcmp(p, "/livez") == 0) {
     fr_http_respond(req, 200, "text/plain", NULL, "ok", 2);
@@ -212,32 +160,21 @@ static size_t split_path(const char *path, char *buf, size_t cap, char **seg, si
   return n;
 }
 
-static int kind_from_resource(const char *r, int apps, enum sim_kind *k) {
-  int i;
-
-  for (i = 0; i < K_COUNT; i++) {
-    if (strcmp(kind_resource((enum sim_kind)i), r) == 0 &&
-        (strcmp(kind_api_version((enum sim_kind)i), "apps/v1") == 0) == apps) {
-      *k = (enum sim_kind)i;
-      return 0;
-    }
-  }
-  return -ENOENT;
-}
-
-/* /api/v1/[namespaces/NS/]RES[/NAME[/SUB]] and /apis/apps/v1/... */
+/* /api/v1/[namespaces/NS/]RES[/NAME[/SUB]] and /apis/GROUP/VERSION/... */
 static int parse_route(const char *path, char *buf, size_t cap, struct route *r) {
   char *seg[12];
   size_t n = split_path(path, buf, cap, seg, FR_ARRAY_SIZE(seg)), i;
+  const char *group = "", *version = "v1";
   int apps;
 
   memset(r, 0, sizeof(*r));
   if (n >= 2 && strcmp(seg[0], "api") == 0 && strcmp(seg[1], "v1") == 0) {
     apps = 0;
     i = 2;
-  } else if (n >= 3 && strcmp(seg[0], "apis") == 0 && strcmp(seg[1], "apps") == 0 &&
-             strcmp(seg[2], "v1") == 0) {
-    apps = 1;
+  } else if (n >= 3 && strcmp(seg[0], "apis") == 0 && kind_group_known(seg[1], seg[2])) {
+    group = seg[1];
+    version = seg[2];
+    apps = 1; /* a named group: no namespace objects here */
     i = 3;
   } else {
     return -ENOENT;
@@ -254,7 +191,7 @@ static int parse_route(const char *path, char *buf, size_t cap, struct route *r)
     r->sub = n > i + 2 ? seg[i + 2] : NULL;
     return n > i + 3 ? -ENOENT : 0;
   }
-  if (kind_from_resource(seg[i], apps, &r->kind) != 0)
+  if (kind_lookup(group, version, seg[i], &r->kind) != 0)
     return -ENOENT;
   if (r->ns != NULL && !kind_namespaced(r->kind))
     return -ENOENT;
@@ -647,21 +584,44 @@ static int quota_spec_valid(json_t *j, struct sim_err *e) {
   return 0;
 }
 
+/* dryRun=All: validate and answer without storing (anything else but
+ * absent is a 400, as on the API server). Sets <dry>; -1 after answering. */
+static int dry_run(struct fr_http_req *req, int *dry) {
+  char v[32];
+
+  *dry = 0;
+  if (qstr(req->query, "dryRun", v, sizeof(v)) < 0)
+    return 0;
+  if (strcmp(v, "All") != 0) {
+    char msg[128];
+    snprintf(msg, sizeof(msg), "dryRun: Unsupported value: \"%.32s\": supported values: \"All\"", v);
+    api_status(req, 400, "BadRequest", msg, NULL, NULL, NULL);
+    return -1;
+  }
+  *dry = 1;
+  return 0;
+}
+
 static void handle_create(struct sim *s, struct fr_http_req *req, const struct route *r) {
-  json_t *j = parse_body(req);
+  json_t *j;
   struct sim_err e;
   struct sim_obj *o = NULL;
   const char *ns = r->ns ? r->ns : "";
-  char dry[16];
+  int dry;
 
-  if (j == NULL)
+  if (dry_run(req, &dry) != 0 || (j = parse_body(req)) == NULL)
     return;
   if (obj_prepare(s, r->kind, ns, j, &e) != 0) {
     status_err(req, &e, kind_resource(r->kind), json_get_str(json_object_get(j, "metadata"), "name"));
     json_decref(j);
     return;
   }
-  qstr(req->query, "dryRun", dry, sizeof(dry));
+  if (dry && r->kind == K_POD) {
+    /* Pod creation commits as it validates (scheduler state, quota). */
+    json_decref(j);
+    api_status(req, 400, "BadRequest", "kubesim does not simulate dryRun for pods", "pods", NULL, NULL);
+    return;
+  }
   switch (r->kind) {
   case K_POD:
     if (pod_create(s, ns, j, &o, &e) != 0) {
@@ -672,6 +632,8 @@ static void handle_create(struct sim *s, struct fr_http_req *req, const struct r
   case K_NAMESPACE:
     json_object_set_new(j, "spec", json_pack("{s:[s]}", "finalizers", "kubernetes"));
     json_object_set_new(j, "status", json_pack("{s:s}", "phase", "Active"));
+    if (dry)
+      break;
     o = store_commit(s, K_NAMESPACE, NULL, j, EV_ADDED);
     if (o != NULL) {
       o->u.nsstate = calloc(1, sizeof(struct sim_ns));
@@ -688,6 +650,8 @@ static void handle_create(struct sim *s, struct fr_http_req *req, const struct r
       json_decref(j);
       return;
     }
+    if (dry)
+      break;
     o = store_commit(s, K_RS, NULL, j, EV_ADDED);
     if (o != NULL && rs_setup(s, o) != 0)
       o = NULL;
@@ -700,6 +664,8 @@ static void handle_create(struct sim *s, struct fr_http_req *req, const struct r
     }
     json_object_set(json_obj(j, "status"), "hard", json_path(j, "spec.hard"));
     json_object_set_new(json_obj(j, "status"), "used", json_object());
+    if (dry)
+      break;
     o = store_commit(s, K_QUOTA, NULL, j, EV_ADDED);
     if (o != NULL) {
       struct sim_obj *nso = store_get(s, K_NAMESPACE, "", ns);
@@ -709,10 +675,24 @@ static void handle_create(struct sim *s, struct fr_http_req *req, const struct r
       }
     }
     break;
-  default:
+  case K_NODE:
     json_decref(j);
     api_status(req, 405, "MethodNotAllowed", "the server does not allow this method on the "
                "requested resource", kind_resource(r->kind), NULL, NULL);
+    return;
+  default:
+    if (kind_validate(r->kind, NULL, j, &e) != 0) {
+      status_err(req, &e, kind_resource(r->kind), json_get_str(json_object_get(j, "metadata"), "name"));
+      json_decref(j);
+      return;
+    }
+    if (dry)
+      break;
+    o = store_commit(s, r->kind, NULL, j, EV_ADDED);
+    break;
+  }
+  if (dry) {
+    api_json(req, 201, j);
     return;
   }
   if (o == NULL) {
@@ -779,7 +759,10 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
   json_t *meta_labels;
   const char *key;
   json_t *v;
+  int dry;
 
+  if (dry_run(req, &dry) != 0)
+    return;
   if (o == NULL) {
     not_found(req, r->kind, r->name);
     return;
@@ -896,10 +879,23 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
     }
     json_object_set(json_obj(nw, "status"), "hard", json_path(nw, "spec.hard"));
   }
+  if (r->kind >= K_FIRST_STORED) {
+    struct sim_err e;
+    memset(&e, 0, sizeof(e));
+    if (kind_validate(r->kind, old, nw, &e) != 0) {
+      status_err(req, &e, kind_resource(r->kind), r->name);
+      goto out_nw;
+    }
+  }
   if (json_equal(old, nw)) {
     /* No-op updates do not bump resourceVersion. */
     api_raw(req, 200, o->cur->json, o->cur->json_len);
     goto out_nw;
+  }
+  if (dry) {
+    api_json(req, 200, nw);
+    nw = NULL;
+    goto out;
   }
   o = store_commit(s, r->kind, o, nw, EV_MODIFIED);
   nw = NULL;
@@ -972,6 +968,7 @@ static char *delete_one(struct sim *s, struct fr_http_req *req, struct sim_obj *
   struct objver *last = o->cur;
   enum sim_kind k = o->kind;
   char name[256], ns[256];
+  int dry = qstr(req->query, "dryRun", tmp, sizeof(tmp)) >= 0; /* checked by the caller */
 
   if (json_get_str(pre, "uid") && strcmp(json_get_str(pre, "uid"), o->uid) != 0) {
     snprintf(msg, sizeof(msg), "Precondition failed: UID in precondition: %s, UID in object meta: %s",
@@ -992,6 +989,8 @@ static char *delete_one(struct sim *s, struct fr_http_req *req, struct sim_obj *
     grace = json_get_int(opts, "gracePeriodSeconds", -1);
   if (qstr(req->query, "gracePeriodSeconds", tmp, sizeof(tmp)) > 0)
     fr_parse_int64(tmp, 0, INT64_MAX, &grace);
+  if (dry)
+    return strdup(o->cur->json);
   if (prop == NULL && qstr(req->query, "propagationPolicy", tmp, sizeof(tmp)) > 0)
     prop = tmp;
   /* <o> may be freed by the deletion below: keep its key. */
@@ -1043,9 +1042,13 @@ static char *delete_one(struct sim *s, struct fr_http_req *req, struct sim_obj *
 
 static void handle_delete(struct sim *s, struct fr_http_req *req, const struct route *r) {
   struct sim_obj *o = lookup(s, r);
-  json_t *opts = req->body_len ? json_loadb(req->body, req->body_len, 0, NULL) : json_object();
+  json_t *opts;
   char *out;
+  int dry;
 
+  if (dry_run(req, &dry) != 0)
+    return;
+  opts = req->body_len ? json_loadb(req->body, req->body_len, 0, NULL) : json_object();
   if (opts == NULL) {
     api_status(req, 400, "BadRequest", "DeleteOptions body is not valid JSON", NULL, NULL, NULL);
     return;
@@ -1066,12 +1069,16 @@ static void handle_delete(struct sim *s, struct fr_http_req *req, const struct r
 static void handle_delete_collection(struct sim *s, struct fr_http_req *req, const struct route *r) {
   struct fr_selector *ls, *fs;
   struct sim_obj *o, *nx;
-  json_t *opts = req->body_len ? json_loadb(req->body, req->body_len, 0, NULL) : json_object();
+  json_t *opts;
   struct fr_buf b;
   size_t n = 0;
   char **names = NULL;
   size_t i;
+  int dry;
 
+  if (dry_run(req, &dry) != 0)
+    return;
+  opts = req->body_len ? json_loadb(req->body, req->body_len, 0, NULL) : json_object();
   if (opts == NULL) {
     api_status(req, 400, "BadRequest", "DeleteOptions body is not valid JSON", NULL, NULL, NULL);
     return;

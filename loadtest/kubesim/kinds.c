@@ -1,22 +1,53 @@
-/* kinds.c - per-kind names and the meta.k8s.io Table rendering kubectl asks
- * for (Accept: application/json;as=Table;v=v1;g=meta.k8s.io). */
+/* kinds.c - per-kind names, the discovery and OpenAPI documents generated
+ * from them, the checks of the stored kinds (RBAC, Secrets, NetworkPolicy,
+ * ...), and the meta.k8s.io Table rendering kubectl asks for (Accept:
+ * application/json;as=Table;v=v1;g=meta.k8s.io). */
+#include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fr/buf.h"
+#include "fr/labels.h"
+#include "fr/quantity.h"
 #include "fr/util.h"
 #include "sim.h"
 
 static const struct {
-  const char *kind, *list, *resource, *api_version;
+  const char *kind, *list, *resource, *singular, *group, *version, *api_version, *short_name;
   int namespaced;
 } kinds[K_COUNT] = {
-    [K_NAMESPACE] = {"Namespace", "NamespaceList", "namespaces", "v1", 0},
-    [K_NODE] = {"Node", "NodeList", "nodes", "v1", 0},
-    [K_POD] = {"Pod", "PodList", "pods", "v1", 1},
-    [K_QUOTA] = {"ResourceQuota", "ResourceQuotaList", "resourcequotas", "v1", 1},
-    [K_RS] = {"ReplicaSet", "ReplicaSetList", "replicasets", "apps/v1", 1},
+    [K_NAMESPACE] = {"Namespace", "NamespaceList", "namespaces", "namespace", "", "v1", "v1", "ns", 0},
+    [K_NODE] = {"Node", "NodeList", "nodes", "node", "", "v1", "v1", "no", 0},
+    [K_POD] = {"Pod", "PodList", "pods", "pod", "", "v1", "v1", "po", 1},
+    [K_QUOTA] = {"ResourceQuota", "ResourceQuotaList", "resourcequotas", "resourcequota", "", "v1", "v1", "quota", 1},
+    [K_RS] = {"ReplicaSet", "ReplicaSetList", "replicasets", "replicaset", "apps", "v1", "apps/v1", "rs", 1},
+    [K_SERVICEACCOUNT] = {"ServiceAccount", "ServiceAccountList", "serviceaccounts", "serviceaccount", "", "v1", "v1", "sa", 1},
+    [K_SECRET] = {"Secret", "SecretList", "secrets", "secret", "", "v1", "v1", NULL, 1},
+    [K_CONFIGMAP] = {"ConfigMap", "ConfigMapList", "configmaps", "configmap", "", "v1", "v1", "cm", 1},
+    [K_LIMITRANGE] = {"LimitRange", "LimitRangeList", "limitranges", "limitrange", "", "v1", "v1", "limits", 1},
+    [K_SERVICE] = {"Service", "ServiceList", "services", "service", "", "v1", "v1", "svc", 1},
+    [K_ROLE] = {"Role", "RoleList", "roles", "role", "rbac.authorization.k8s.io", "v1",
+                "rbac.authorization.k8s.io/v1", NULL, 1},
+    [K_ROLEBINDING] = {"RoleBinding", "RoleBindingList", "rolebindings", "rolebinding",
+                       "rbac.authorization.k8s.io", "v1", "rbac.authorization.k8s.io/v1", NULL, 1},
+    [K_CLUSTERROLE] = {"ClusterRole", "ClusterRoleList", "clusterroles", "clusterrole",
+                       "rbac.authorization.k8s.io", "v1", "rbac.authorization.k8s.io/v1", NULL, 0},
+    [K_CLUSTERROLEBINDING] = {"ClusterRoleBinding", "ClusterRoleBindingList", "clusterrolebindings",
+                              "clusterrolebinding", "rbac.authorization.k8s.io", "v1",
+                              "rbac.authorization.k8s.io/v1", NULL, 0},
+    [K_NETWORKPOLICY] = {"NetworkPolicy", "NetworkPolicyList", "networkpolicies", "networkpolicy",
+                         "networking.k8s.io", "v1", "networking.k8s.io/v1", "netpol", 1},
+    [K_RUNTIMECLASS] = {"RuntimeClass", "RuntimeClassList", "runtimeclasses", "runtimeclass",
+                        "node.k8s.io", "v1", "node.k8s.io/v1", NULL, 0},
+    [K_DEPLOYMENT] = {"Deployment", "DeploymentList", "deployments", "deployment", "apps", "v1",
+                      "apps/v1", "deploy", 1},
+    [K_PDB] = {"PodDisruptionBudget", "PodDisruptionBudgetList", "poddisruptionbudgets",
+               "poddisruptionbudget", "policy", "v1", "policy/v1", "pdb", 1},
+    [K_HPA] = {"HorizontalPodAutoscaler", "HorizontalPodAutoscalerList", "horizontalpodautoscalers",
+               "horizontalpodautoscaler", "autoscaling", "v2", "autoscaling/v2", "hpa", 1},
 };
 
 const char *kind_name(enum sim_kind k) { return kinds[k].kind; }
@@ -24,6 +55,525 @@ const char *kind_list_name(enum sim_kind k) { return kinds[k].list; }
 const char *kind_resource(enum sim_kind k) { return kinds[k].resource; }
 const char *kind_api_version(enum sim_kind k) { return kinds[k].api_version; }
 int kind_namespaced(enum sim_kind k) { return kinds[k].namespaced; }
+
+int kind_lookup(const char *group, const char *version, const char *resource, enum sim_kind *k) {
+  int i;
+
+  for (i = 0; i < K_COUNT; i++) {
+    if (strcmp(kinds[i].group, group) == 0 && strcmp(kinds[i].version, version) == 0 &&
+        strcmp(kinds[i].resource, resource) == 0) {
+      *k = (enum sim_kind)i;
+      return 0;
+    }
+  }
+  return -ENOENT;
+}
+
+int kind_group_known(const char *group, const char *version) {
+  int i;
+
+  for (i = 0; i < K_COUNT; i++)
+    if (*kinds[i].group && strcmp(kinds[i].group, group) == 0 && strcmp(kinds[i].version, version) == 0)
+      return 1;
+  return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* discovery and OpenAPI                                                   */
+
+/* The first kind of each group, in table order (one version per group). */
+static int group_first(int i) {
+  int j;
+
+  for (j = 0; j < i; j++)
+    if (strcmp(kinds[j].group, kinds[i].group) == 0)
+      return 0;
+  return 1;
+}
+
+static json_t *api_group(int i) {
+  return json_pack("{s:s,s:[{s:s,s:s}],s:{s:s,s:s}}", "name", kinds[i].group, "versions",
+                   "groupVersion", kinds[i].api_version, "version", kinds[i].version,
+                   "preferredVersion", "groupVersion", kinds[i].api_version, "version",
+                   kinds[i].version);
+}
+
+static json_t *api_resource(int i) {
+  json_t *r = json_pack("{s:s,s:s,s:b,s:s,s:[s,s,s,s,s,s,s,s]}", "name", kinds[i].resource,
+                        "singularName", kinds[i].singular, "namespaced", kinds[i].namespaced,
+                        "kind", kinds[i].kind, "verbs", "create", "delete", "deletecollection",
+                        "get", "list", "patch", "update", "watch");
+
+  if (r != NULL && kinds[i].short_name != NULL)
+    json_object_set_new(r, "shortNames", json_pack("[s]", kinds[i].short_name));
+  return r;
+}
+
+void kinds_resource_list(struct fr_http_req *req, const char *group, const char *version,
+                         const char *base) {
+  json_t *doc = base ? json_loads(base, 0, NULL) : NULL, *res, *r;
+  char gv[128];
+  size_t j;
+  int i;
+
+  snprintf(gv, sizeof(gv), "%s%s%s", group, *group ? "/" : "", version);
+  if (doc == NULL)
+    doc = json_pack("{s:s,s:s,s:s,s:[]}", "kind", "APIResourceList", "apiVersion", "v1",
+                    "groupVersion", gv, "resources");
+  res = json_object_get(doc, "resources");
+  for (i = K_FIRST_STORED; i < K_COUNT && res != NULL; i++) {
+    int have = 0;
+    if (strcmp(kinds[i].group, group) != 0 || strcmp(kinds[i].version, version) != 0)
+      continue;
+    json_array_foreach(res, j, r) {
+      if (strcmp(json_get_str(r, "name") ? json_get_str(r, "name") : "", kinds[i].resource) == 0)
+        have = 1;
+    }
+    if (!have)
+      json_array_append_new(res, api_resource(i));
+  }
+  api_json(req, 200, doc);
+}
+
+/* kubectl create/apply (default validation) looks for the object's GVK on a
+ * PATCH operation that accepts fieldValidation; that tells it the server
+ * validates fields itself. One such path per kind of the group version. */
+static void openapi_doc(struct fr_http_req *req, const char *group, const char *version) {
+  json_t *doc = json_pack("{s:s,s:{s:s,s:s},s:{}}", "openapi", "3.0.0", "info", "title",
+                          "Kubernetes", "version", "v1.32.0", "paths");
+  json_t *paths = json_object_get(doc, "paths");
+  char path[256];
+  int i;
+
+  for (i = 0; i < K_COUNT; i++) {
+    if (strcmp(kinds[i].group, group) != 0 || strcmp(kinds[i].version, version) != 0)
+      continue;
+    /* "/api/v1/namespaces/{namespace}/pods/{name}", "/apis/node.k8s.io/v1/runtimeclasses/{name}" */
+    snprintf(path, sizeof(path), "/%s%s/%s%s/{name}", *group ? "apis/" : "api/",
+             kinds[i].api_version, kinds[i].namespaced ? "namespaces/{namespace}/" : "",
+             kinds[i].resource);
+    json_object_set_new(
+        paths, path,
+        json_pack("{s:{s:s,s:[{s:s,s:s,s:{s:s},s:s}],s:{s:s,s:s,s:s},s:{s:{s:s}}}}", "patch",
+                  "x-kubernetes-action", "patch", "parameters", "name", "fieldValidation", "in",
+                  "query", "schema", "type", "string", "description",
+                  "fieldValidation instructs the server on how to handle objects in the "
+                  "request containing unknown or duplicate fields.",
+                  "x-kubernetes-group-version-kind", "group", group, "version", version, "kind",
+                  kinds[i].kind, "responses", "200", "description", "OK"));
+  }
+  api_json(req, 200, doc);
+}
+
+int kinds_discovery(struct sim *s, struct fr_http_req *req) {
+  const char *p = req->path;
+  char g[128], v[32], extra;
+  json_t *doc;
+  int i;
+
+  (void)s;
+  if (strcmp(p, "/apis") == 0) {
+    doc = json_pack("{s:s,s:s,s:[]}", "kind", "APIGroupList", "apiVersion", "v1", "groups");
+    for (i = 0; i < K_COUNT; i++)
+      if (*kinds[i].group && group_first(i))
+        json_array_append_new(json_object_get(doc, "groups"), api_group(i));
+    api_json(req, 200, doc);
+    return 1;
+  }
+  if (strcmp(p, "/openapi/v3") == 0) {
+    char url[256];
+    doc = json_pack("{s:{s:{s:s}}}", "paths", "api/v1", "serverRelativeURL",
+                    "/openapi/v3/api/v1?hash=kubesim2");
+    for (i = 0; i < K_COUNT; i++) {
+      char key[160];
+      if (!*kinds[i].group || !group_first(i))
+        continue;
+      snprintf(key, sizeof(key), "apis/%s", kinds[i].api_version);
+      snprintf(url, sizeof(url), "/openapi/v3/apis/%s?hash=kubesim2", kinds[i].api_version);
+      json_object_set_new(json_object_get(doc, "paths"), key, json_pack("{s:s}", "serverRelativeURL", url));
+    }
+    api_json(req, 200, doc);
+    return 1;
+  }
+  if (strcmp(p, "/openapi/v3/api/v1") == 0) {
+    openapi_doc(req, "", "v1");
+    return 1;
+  }
+  if (sscanf(p, "/openapi/v3/apis/%127[^/]/%31[^/]%c", g, v, &extra) == 2 && kind_group_known(g, v)) {
+    openapi_doc(req, g, v);
+    return 1;
+  }
+  if (sscanf(p, "/apis/%127[^/]%c", g, &extra) == 1) {
+    for (i = 0; i < K_COUNT; i++) {
+      if (*kinds[i].group && strcmp(kinds[i].group, g) == 0) {
+        doc = api_group(i);
+        json_object_set_new(doc, "kind", json_string("APIGroup"));
+        json_object_set_new(doc, "apiVersion", json_string("v1"));
+        api_json(req, 200, doc);
+        return 1;
+      }
+    }
+    return 0;
+  }
+  /* /apis/apps/v1 is answered by api.c (ReplicaSet subresources). */
+  if (sscanf(p, "/apis/%127[^/]/%31[^/]%c", g, v, &extra) == 2 && kind_group_known(g, v) &&
+      strcmp(g, "apps") != 0) {
+    kinds_resource_list(req, g, v, NULL);
+    return 1;
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* checks of the stored kinds                                              */
+
+/* 422 Invalid as the API server words it:
+ * `Role.rbac.authorization.k8s.io "x" is invalid: rules[0].verbs: Required value`. */
+static int invalid(struct sim_err *e, enum sim_kind k, json_t *j, const char *field,
+                   const char *reason, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static int invalid(struct sim_err *e, enum sim_kind k, json_t *j, const char *field,
+                   const char *reason, const char *fmt, ...) {
+  const char *name = json_string_value(json_path(j, "metadata.name"));
+  char detail[256];
+  va_list ap;
+
+  va_start(ap, fmt);
+  vsnprintf(detail, sizeof(detail), fmt, ap);
+  va_end(ap);
+  sim_err_set(e, 422, "Invalid", "%s%s%s \"%s\" is invalid: %s: %s", kinds[k].kind,
+              *kinds[k].group ? "." : "", kinds[k].group, name ? name : "", field, detail);
+  e->causes = json_pack("[{s:s,s:s,s:s}]", "reason", reason, "message", detail, "field", field);
+  return -1;
+}
+
+static int dns_label(const char *v) {
+  size_t i, n = v ? strlen(v) : 0;
+
+  if (n == 0 || n > 63 || v[0] == '-' || v[n - 1] == '-')
+    return 0;
+  for (i = 0; i < n; i++)
+    if (!((v[i] >= 'a' && v[i] <= 'z') || (v[i] >= '0' && v[i] <= '9') || v[i] == '-'))
+      return 0;
+  return 1;
+}
+
+static int nonempty_str(json_t *v) {
+  return json_is_string(v) && *json_string_value(v) != '\0';
+}
+
+static int string_list(json_t *v) {
+  size_t i;
+  json_t *x;
+
+  if (!json_is_array(v))
+    return 0;
+  json_array_foreach(v, i, x) {
+    if (!json_is_string(x))
+      return 0;
+  }
+  return 1;
+}
+
+static int check_rules(enum sim_kind k, json_t *j, struct sim_err *e) {
+  json_t *rules = json_object_get(j, "rules"), *r;
+  char f[64];
+  size_t i;
+
+  if (rules != NULL && !json_is_array(rules))
+    return invalid(e, k, j, "rules", "FieldValueInvalid", "Invalid value: must be a list");
+  json_array_foreach(rules, i, r) {
+    json_t *verbs = json_object_get(r, "verbs");
+    int urls = json_array_size(json_object_get(r, "nonResourceURLs")) > 0;
+    int res = json_array_size(json_object_get(r, "resources")) > 0;
+    snprintf(f, sizeof(f), "rules[%zu].verbs", i);
+    if (!string_list(verbs) || json_array_size(verbs) == 0)
+      return invalid(e, k, j, f, "FieldValueRequired", "Required value: verbs must contain at least one value");
+    snprintf(f, sizeof(f), "rules[%zu].nonResourceURLs", i);
+    if (urls && k == K_ROLE)
+      return invalid(e, k, j, f, "FieldValueInvalid",
+                     "Invalid value: namespaced rules cannot apply to non-resource URLs");
+    if (urls && res)
+      return invalid(e, k, j, f, "FieldValueInvalid",
+                     "Invalid value: rules cannot apply to both regular resources and non-resource URLs");
+    snprintf(f, sizeof(f), "rules[%zu].apiGroups", i);
+    if (!urls && (!string_list(json_object_get(r, "apiGroups")) ||
+                  json_array_size(json_object_get(r, "apiGroups")) == 0))
+      return invalid(e, k, j, f, "FieldValueRequired",
+                     "Required value: resource rules must supply at least one api group");
+    snprintf(f, sizeof(f), "rules[%zu].resources", i);
+    if (!urls && !res)
+      return invalid(e, k, j, f, "FieldValueRequired",
+                     "Required value: resource rules must supply at least one resource");
+  }
+  return 0;
+}
+
+static int check_binding(enum sim_kind k, json_t *old, json_t *j, struct sim_err *e) {
+  json_t *ref = json_object_get(j, "roleRef"), *subs = json_object_get(j, "subjects"), *sub;
+  const char *rk = json_get_str(ref, "kind");
+  char f[64];
+  size_t i;
+
+  if (!json_is_object(ref) || !nonempty_str(json_object_get(ref, "name")))
+    return invalid(e, k, j, "roleRef.name", "FieldValueRequired", "Required value");
+  if (json_get_str(ref, "apiGroup") == NULL || strcmp(json_get_str(ref, "apiGroup"), "rbac.authorization.k8s.io") != 0)
+    return invalid(e, k, j, "roleRef.apiGroup", "FieldValueNotSupported",
+                   "Unsupported value: \"%s\": supported values: \"rbac.authorization.k8s.io\"",
+                   json_get_str(ref, "apiGroup") ? json_get_str(ref, "apiGroup") : "");
+  if (rk == NULL || (strcmp(rk, "ClusterRole") != 0 && (k == K_CLUSTERROLEBINDING || strcmp(rk, "Role") != 0)))
+    return invalid(e, k, j, "roleRef.kind", "FieldValueNotSupported",
+                   "Unsupported value: \"%s\": supported values: %s", rk ? rk : "",
+                   k == K_ROLEBINDING ? "\"Role\", \"ClusterRole\"" : "\"ClusterRole\"");
+  if (old != NULL && !json_equal(json_object_get(old, "roleRef"), ref))
+    return invalid(e, k, j, "roleRef", "FieldValueInvalid", "Invalid value: cannot change roleRef");
+  json_array_foreach(subs, i, sub) {
+    const char *sk = json_get_str(sub, "kind");
+    snprintf(f, sizeof(f), "subjects[%zu].name", i);
+    if (!nonempty_str(json_object_get(sub, "name")))
+      return invalid(e, k, j, f, "FieldValueRequired", "Required value");
+    snprintf(f, sizeof(f), "subjects[%zu].kind", i);
+    if (sk == NULL || (strcmp(sk, "ServiceAccount") != 0 && strcmp(sk, "User") != 0 && strcmp(sk, "Group") != 0))
+      return invalid(e, k, j, f, "FieldValueNotSupported",
+                     "Unsupported value: \"%s\": supported values: \"ServiceAccount\", \"User\", \"Group\"",
+                     sk ? sk : "");
+    snprintf(f, sizeof(f), "subjects[%zu].namespace", i);
+    if (strcmp(sk, "ServiceAccount") == 0 && k == K_CLUSTERROLEBINDING &&
+        !nonempty_str(json_object_get(sub, "namespace")))
+      return invalid(e, k, j, f, "FieldValueRequired", "Required value");
+  }
+  return 0;
+}
+
+/* data values are base64; stringData is folded into data, as the API
+ * server does on write. */
+static int check_secret(json_t *j, struct sim_err *e) {
+  json_t *data = json_object_get(j, "data"), *sd = json_object_get(j, "stringData"), *v;
+  const char *key, *type = json_get_str(j, "type");
+  char f[300];
+
+  if (type == NULL)
+    json_object_set_new(j, "type", json_string("Opaque"));
+  else if (strcmp(type, "kubernetes.io/service-account-token") == 0 &&
+           !json_is_string(json_object_get(json_path(j, "metadata.annotations"),
+                                           "kubernetes.io/service-account.name")))
+    return invalid(e, K_SECRET, j, "metadata.annotations[kubernetes.io/service-account.name]",
+                   "FieldValueRequired", "Required value");
+  json_object_foreach(data, key, v) {
+    const char *b64 = json_string_value(v);
+    unsigned char *raw;
+    long n;
+    snprintf(f, sizeof(f), "data[%s]", key);
+    if (b64 == NULL)
+      return invalid(e, K_SECRET, j, f, "FieldValueInvalid", "Invalid value: must be a base64 string");
+    raw = malloc(strlen(b64) + 1);
+    n = raw ? fr_base64_decode(b64, strlen(b64), raw) : -1;
+    free(raw);
+    if (n < 0)
+      return invalid(e, K_SECRET, j, f, "FieldValueInvalid", "Invalid value: illegal base64 data");
+  }
+  json_object_foreach(sd, key, v) {
+    const char *plain = json_string_value(v);
+    char *enc;
+    snprintf(f, sizeof(f), "stringData[%s]", key);
+    if (plain == NULL)
+      return invalid(e, K_SECRET, j, f, "FieldValueInvalid", "Invalid value: must be a string");
+    enc = malloc(fr_base64_len(strlen(plain)));
+    if (enc == NULL)
+      return sim_err_set(e, 503, "ServiceUnavailable", "out of memory");
+    fr_base64_encode(plain, strlen(plain), enc);
+    json_object_set_new(json_obj(j, "data"), key, json_string(enc));
+    free(enc);
+  }
+  json_object_del(j, "stringData");
+  return 0;
+}
+
+static int check_limitrange(json_t *j, struct sim_err *e) {
+  static const char *const maps[] = {"max", "min", "default", "defaultRequest", "maxLimitRequestRatio"};
+  json_t *limits = json_path(j, "spec.limits"), *l;
+  const char *type, *bad = NULL;
+  char f[96];
+  size_t i, m;
+
+  if (!json_is_array(limits))
+    return invalid(e, K_LIMITRANGE, j, "spec.limits", "FieldValueRequired", "Required value");
+  json_array_foreach(limits, i, l) {
+    type = json_get_str(l, "type");
+    snprintf(f, sizeof(f), "spec.limits[%zu].type", i);
+    if (type == NULL || (strcmp(type, "Container") != 0 && strcmp(type, "Pod") != 0 &&
+                         strcmp(type, "PersistentVolumeClaim") != 0))
+      return invalid(e, K_LIMITRANGE, j, f, "FieldValueNotSupported",
+                     "Unsupported value: \"%s\": supported values: \"Container\", \"Pod\", "
+                     "\"PersistentVolumeClaim\"", type ? type : "");
+    for (m = 0; m < FR_ARRAY_SIZE(maps); m++) {
+      json_t *q = json_object_get(l, maps[m]);
+      if (q == NULL)
+        continue;
+      if (!json_is_object(q) || quantities_normalize(q, &bad) != 0) {
+        snprintf(f, sizeof(f), "spec.limits[%zu].%s[%s]", i, maps[m], bad ? bad : "");
+        return invalid(e, K_LIMITRANGE, j, f, "FieldValueInvalid",
+                       "Invalid value: must be a valid quantity");
+      }
+    }
+  }
+  return 0;
+}
+
+static int check_port(json_t *p) {
+  json_t *port = json_object_get(p, "port");
+  const char *proto = json_get_str(p, "protocol");
+
+  if (port != NULL && !(json_is_integer(port) && json_integer_value(port) >= 1 &&
+                        json_integer_value(port) <= 65535) &&
+      !(json_is_string(port) && dns_label(json_string_value(port))))
+    return 0;
+  return proto == NULL || strcmp(proto, "TCP") == 0 || strcmp(proto, "UDP") == 0 ||
+         strcmp(proto, "SCTP") == 0;
+}
+
+static int check_peers(json_t *j, json_t *rules, const char *dir, const char *peers,
+                       struct sim_err *e) {
+  json_t *r, *p;
+  char f[96];
+  size_t i, n;
+
+  if (rules != NULL && !json_is_array(rules))
+    return invalid(e, K_NETWORKPOLICY, j, dir, "FieldValueInvalid", "Invalid value: must be a list");
+  json_array_foreach(rules, i, r) {
+    json_array_foreach(json_object_get(r, "ports"), n, p) {
+      snprintf(f, sizeof(f), "%s[%zu].ports[%zu]", dir, i, n);
+      if (!check_port(p))
+        return invalid(e, K_NETWORKPOLICY, j, f, "FieldValueInvalid", "Invalid value: bad port or protocol");
+    }
+    json_array_foreach(json_object_get(r, peers), n, p) {
+      int set = (json_object_get(p, "podSelector") != NULL) + (json_object_get(p, "namespaceSelector") != NULL);
+      snprintf(f, sizeof(f), "%s[%zu].%s[%zu]", dir, i, peers, n);
+      if (json_object_get(p, "ipBlock") != NULL ? set != 0 || !nonempty_str(json_path(p, "ipBlock.cidr"))
+                                                : set == 0)
+        return invalid(e, K_NETWORKPOLICY, j, f, "FieldValueRequired",
+                       "Required value: must specify a peer (podSelector and/or namespaceSelector, "
+                       "or ipBlock with a cidr)");
+    }
+  }
+  return 0;
+}
+
+static int check_netpol(json_t *j, struct sim_err *e) {
+  json_t *types = json_path(j, "spec.policyTypes"), *t;
+  size_t i;
+
+  if (!json_is_object(json_path(j, "spec.podSelector")))
+    return invalid(e, K_NETWORKPOLICY, j, "spec.podSelector", "FieldValueRequired", "Required value");
+  json_array_foreach(types, i, t) {
+    const char *v = json_string_value(t);
+    if (v == NULL || (strcmp(v, "Ingress") != 0 && strcmp(v, "Egress") != 0))
+      return invalid(e, K_NETWORKPOLICY, j, "spec.policyTypes", "FieldValueNotSupported",
+                     "Unsupported value: \"%s\": supported values: \"Ingress\", \"Egress\"", v ? v : "");
+  }
+  if (check_peers(j, json_path(j, "spec.ingress"), "spec.ingress", "from", e) != 0 ||
+      check_peers(j, json_path(j, "spec.egress"), "spec.egress", "to", e) != 0)
+    return -1;
+  return 0;
+}
+
+static int check_service(json_t *j, struct sim_err *e) {
+  json_t *spec = json_obj(j, "spec"), *ports = json_object_get(spec, "ports"), *p;
+  const char *type = json_get_str(spec, "type"), *cip = json_get_str(spec, "clusterIP");
+  char f[64];
+  size_t i;
+
+  if (type == NULL)
+    json_object_set_new(spec, "type", json_string(type = "ClusterIP"));
+  if (strcmp(type, "ClusterIP") != 0 && strcmp(type, "NodePort") != 0 &&
+      strcmp(type, "LoadBalancer") != 0 && strcmp(type, "ExternalName") != 0)
+    return invalid(e, K_SERVICE, j, "spec.type", "FieldValueNotSupported", "Unsupported value: \"%s\"", type);
+  if (json_array_size(ports) == 0 && strcmp(type, "ExternalName") != 0 &&
+      (cip == NULL || strcmp(cip, "None") != 0))
+    return invalid(e, K_SERVICE, j, "spec.ports", "FieldValueRequired", "Required value");
+  json_array_foreach(ports, i, p) {
+    snprintf(f, sizeof(f), "spec.ports[%zu].port", i);
+    if (!json_is_integer(json_object_get(p, "port")) || !check_port(p))
+      return invalid(e, K_SERVICE, j, f, "FieldValueInvalid", "Invalid value: must be between 1 and 65535");
+    if (json_object_get(p, "protocol") == NULL)
+      json_object_set_new(p, "protocol", json_string("TCP"));
+    if (json_object_get(p, "targetPort") == NULL)
+      json_object_set(p, "targetPort", json_object_get(p, "port"));
+  }
+  return 0;
+}
+
+static int check_pdb(json_t *j, struct sim_err *e) {
+  json_t *spec = json_object_get(j, "spec");
+  int min = json_object_get(spec, "minAvailable") != NULL, max = json_object_get(spec, "maxUnavailable") != NULL;
+
+  if (min && max)
+    return invalid(e, K_PDB, j, "spec", "FieldValueInvalid",
+                   "Invalid value: minAvailable and maxUnavailable cannot be both set");
+  if (!json_is_object(json_object_get(spec, "selector")))
+    return invalid(e, K_PDB, j, "spec.selector", "FieldValueRequired", "Required value");
+  return 0;
+}
+
+static int check_hpa(json_t *j, struct sim_err *e) {
+  json_t *spec = json_object_get(j, "spec"), *ref = json_object_get(spec, "scaleTargetRef");
+  int64_t max = json_get_int(spec, "maxReplicas", 0), min = json_get_int(spec, "minReplicas", 1);
+
+  if (!nonempty_str(json_object_get(ref, "kind")) || !nonempty_str(json_object_get(ref, "name")))
+    return invalid(e, K_HPA, j, "spec.scaleTargetRef", "FieldValueRequired", "Required value: kind and name");
+  if (max < 1)
+    return invalid(e, K_HPA, j, "spec.maxReplicas", "FieldValueInvalid",
+                   "Invalid value: %" PRId64 ": must be greater than or equal to 1", max);
+  if (min < 1 || min > max)
+    return invalid(e, K_HPA, j, "spec.minReplicas", "FieldValueInvalid",
+                   "Invalid value: %" PRId64 ": must be between 1 and maxReplicas", min);
+  return 0;
+}
+
+int kind_validate(enum sim_kind k, json_t *old, json_t *j, struct sim_err *e) {
+  switch (k) {
+  case K_SECRET: return check_secret(j, e);
+  case K_CONFIGMAP: {
+    json_t *v;
+    const char *key;
+    json_object_foreach(json_object_get(j, "data"), key, v) {
+      if (!json_is_string(v))
+        return invalid(e, k, j, "data", "FieldValueInvalid", "Invalid value: values must be strings");
+    }
+    return 0;
+  }
+  case K_LIMITRANGE: return check_limitrange(j, e);
+  case K_SERVICE: return check_service(j, e);
+  case K_ROLE:
+  case K_CLUSTERROLE: return check_rules(k, j, e);
+  case K_ROLEBINDING:
+  case K_CLUSTERROLEBINDING: return check_binding(k, old, j, e);
+  case K_NETWORKPOLICY: return check_netpol(j, e);
+  case K_RUNTIMECLASS:
+    if (!dns_label(json_get_str(j, "handler")))
+      return invalid(e, k, j, "handler", "FieldValueInvalid",
+                     "Invalid value: a lowercase RFC 1123 label is required");
+    if (old != NULL && !json_equal(json_object_get(old, "handler"), json_object_get(j, "handler")))
+      return invalid(e, k, j, "handler", "FieldValueInvalid", "Invalid value: field is immutable");
+    return 0;
+  case K_DEPLOYMENT:
+    if (old != NULL && !json_equal(json_path(old, "spec.selector"), json_path(j, "spec.selector")))
+      return invalid(e, k, j, "spec.selector", "FieldValueInvalid", "Invalid value: field is immutable");
+    if (rs_validate(j, e) != 0) {
+      /* The same checks as a ReplicaSet's; name the right kind. */
+      char msg[sizeof(e->msg)];
+      if (strncmp(e->msg, "ReplicaSet", 10) == 0) {
+        snprintf(msg, sizeof(msg), "Deployment%s", e->msg + 10);
+        snprintf(e->msg, sizeof(e->msg), "%s", msg);
+      }
+      return -1;
+    }
+    return 0;
+  case K_PDB: return check_pdb(j, e);
+  case K_HPA: return check_hpa(j, e);
+  default: return 0;
+  }
+}
 
 struct column {
   const char *name, *type, *format, *desc;
@@ -63,6 +613,10 @@ static const struct column rs_cols[] = {
     {"Desired", "integer", "", "Number of desired pods.", 0},
     {"Current", "integer", "", "Number of actual replicas.", 0},
     {"Ready", "integer", "", "Number of ready replicas.", 0},
+    {"Age", "string", "", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0},
+};
+static const struct column meta_cols[] = {
+    {"Name", "string", "name", "Name must be unique within a namespace.", 0},
     {"Age", "string", "", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0},
 };
 static const struct column quota_cols[] = {
@@ -221,7 +775,8 @@ int table_render(struct sim *s, enum sim_kind k, struct objver **vs, size_t n, c
   case K_NODE: cols = node_cols; ncols = FR_ARRAY_SIZE(node_cols); break;
   case K_NAMESPACE: cols = ns_cols; ncols = FR_ARRAY_SIZE(ns_cols); break;
   case K_RS: cols = rs_cols; ncols = FR_ARRAY_SIZE(rs_cols); break;
-  default: cols = quota_cols; ncols = FR_ARRAY_SIZE(quota_cols); break;
+  case K_QUOTA: cols = quota_cols; ncols = FR_ARRAY_SIZE(quota_cols); break;
+  default: cols = meta_cols; ncols = FR_ARRAY_SIZE(meta_cols); break;
   }
   json_object_set_new(t, "kind", json_string("Table"));
   json_object_set_new(t, "apiVersion", json_string("meta.k8s.io/v1"));
@@ -254,7 +809,8 @@ int table_render(struct sim *s, enum sim_kind k, struct objver **vs, size_t n, c
       json_array_append_new(cells, json_integer(json_get_int(json_object_get(obj, "status"), "readyReplicas", 0)));
       json_array_append_new(cells, age_cell(obj));
       break;
-    default: quota_cells(obj, cells); break;
+    case K_QUOTA: quota_cells(obj, cells); break;
+    default: json_array_append_new(cells, age_cell(obj)); break;
     }
     json_object_set_new(row, "cells", cells);
     if (include_object) {

@@ -29,7 +29,33 @@
 #include "fr/http.h"
 #include "fr/labels.h"
 
-enum sim_kind { K_NAMESPACE, K_NODE, K_POD, K_QUOTA, K_RS, K_COUNT };
+/* The first five kinds are simulated (scheduler, lifecycle, quota, the
+ * ReplicaSet controller). The rest are stored kinds: validated, defaulted,
+ * listed, watched, patched and deleted like the API server does, but no
+ * controller acts on them (kubectl apply of a deploy/ bundle). */
+enum sim_kind {
+  K_NAMESPACE,
+  K_NODE,
+  K_POD,
+  K_QUOTA,
+  K_RS,
+  K_SERVICEACCOUNT,
+  K_SECRET,
+  K_CONFIGMAP,
+  K_LIMITRANGE,
+  K_SERVICE,
+  K_ROLE,
+  K_ROLEBINDING,
+  K_CLUSTERROLE,
+  K_CLUSTERROLEBINDING,
+  K_NETWORKPOLICY,
+  K_RUNTIMECLASS,
+  K_DEPLOYMENT,
+  K_PDB,
+  K_HPA,
+  K_COUNT
+};
+#define K_FIRST_STORED K_SERVICEACCOUNT
 
 /* Fields usable in field selectors (pods use all, others the first two). */
 enum sim_field {
@@ -286,6 +312,25 @@ const char *kind_list_name(enum sim_kind k);     /* "PodList" */
 const char *kind_resource(enum sim_kind k);      /* "pods" */
 const char *kind_api_version(enum sim_kind k);   /* "v1" / "apps/v1" */
 int kind_namespaced(enum sim_kind k);
+/* Finds the kind served as <resource> in <group> ("" = core) / <version>;
+ * 0 or -ENOENT. */
+int kind_lookup(const char *group, const char *version, const char *resource, enum sim_kind *k);
+/* 1 if /apis/<group>/<version> is served (any group but the core one). */
+int kind_group_known(const char *group, const char *version);
+/* Checks and defaults a stored kind's object <j> (borrowed, edited in
+ * place) as the API server's validation would: <old> is the stored version
+ * on an update (immutable fields), NULL on a create. 0, or -1 with <e> set
+ * (422 Invalid with causes). Simulated kinds are checked elsewhere: 0. */
+int kind_validate(enum sim_kind k, json_t *old, json_t *j, struct sim_err *e);
+/* Answers the discovery and OpenAPI documents generated from the kinds
+ * table (/apis, /apis/G, /apis/G/V, /openapi/v3, /openapi/v3/apis/G/V,
+ * /openapi/v3/api/v1) except /api/v1 and /apis/apps/v1, whose resource
+ * lists (with their subresources) live in api.c; returns 1 if it answered. */
+int kinds_discovery(struct sim *s, struct fr_http_req *req);
+/* Answers the APIResourceList <base> (JSON text, borrowed) for <group>/
+ * <version> plus every stored kind of that group version it lacks. */
+void kinds_resource_list(struct fr_http_req *req, const char *group, const char *version,
+                         const char *base);
 /* Appends a meta.k8s.io Table with one row per version (NULL-terminated
  * array or a single one) to <b>. */
 struct fr_buf;

@@ -20,7 +20,7 @@ import json
 import os
 import sys
 
-TARGET_MIB = 512           # issue 6: 500k sandboxes with router RSS <= 512 MiB
+TARGET_MIB = 512           # the target: 500k sandboxes with router RSS <= 512 MiB
 TARGET_SANDBOXES = 500000
 
 

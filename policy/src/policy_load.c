@@ -234,27 +234,14 @@ static const config_setting_t *str_elem(const config_setting_t *s, int i) {
  * <*out> keeps its default when absent. */
 static int get_number(struct loader *l, const config_setting_t *group, const char *key, double lo,
                       int lo_open, double hi, double *out, int *present) {
-  config_setting_t *s = config_setting_get_member(group, key);
-  double v;
+  const config_setting_t *s;
+  double v = 0;
+  int rc = fr_cfg_get_number(&l->cfg, group, key, &v, &s);
 
   if (present != NULL)
     *present = s != NULL;
-  if (s == NULL)
-    return 0;
-  switch (config_setting_type(s)) {
-  case CONFIG_TYPE_INT:
-  case CONFIG_TYPE_INT64:
-    v = (double)config_setting_get_int64(s);
-    break;
-  case CONFIG_TYPE_FLOAT:
-    v = config_setting_get_float(s);
-    break;
-  case CONFIG_TYPE_STRING:
-    return bad(l, s, "expected a number, got a string (\"%s\"); write numbers without quotes",
-               config_setting_get_string(s));
-  default:
-    return bad(l, s, "expected a number, got %s", type_name(config_setting_type(s)));
-  }
+  if (rc < 0 || s == NULL)
+    return rc;
   if (!isfinite(v) || (lo_open ? v <= lo : v < lo))
     return bad(l, s, "must be %s %g, got %g", lo_open ? ">" : ">=", lo, v);
   if (v > hi)

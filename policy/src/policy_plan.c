@@ -49,6 +49,7 @@ struct cand {
 struct planner {
   const struct fr_policy *p;
   const struct fr_cluster_state *st;
+  size_t n;              /* states */
   const struct fr_placement_request *req;
   int split;
   long client_region;    /* region id, or -1 */
@@ -58,6 +59,11 @@ struct planner {
   size_t *ord;
   int64_t remaining;
   long seq;
+  /* Scratch of one decision, one block starting at <tmp> (planner_alloc). */
+  struct fr_plan_entry *tmp; /* per state, by index: its entry while the plan forms */
+  long *cand_of;         /* per state: its candidate; -1 skipped, -2 last resort not needed */
+  uint8_t *matched;      /* per rule: it matches the request */
+  uint8_t *bits;         /* per state and rule: facts of clusters the policy does not know */
 };
 
 /* ---- a bounded string builder (reasons are built on every decision, so
@@ -422,17 +428,334 @@ static void fill_entry(struct fr_plan_entry *e, size_t idx, int tier) {
 
 /* ---- the decision ---- */
 
+/* The scratch of one decision, in one block (freed with x->tmp), plus the
+ * entries the caller gets in <*entries> (NULL when there are no states). */
+static int planner_alloc(struct planner *x, struct fr_plan_entry **entries) {
+  size_t n = x->n, nrules = x->p->nrules;
+  size_t sz = n * sizeof(struct fr_plan_entry) + n * sizeof(struct cand) + n * sizeof(size_t) +
+              n * sizeof(long) + nrules + n * nrules + 16;
+  char *blk = malloc(sz);
+
+  *entries = NULL;
+  if (blk == NULL)
+    return -ENOMEM;
+  x->tmp = (struct fr_plan_entry *)blk;
+  x->c = (struct cand *)(x->tmp + n);
+  x->ord = (size_t *)(x->c + n);
+  x->cand_of = (long *)(x->ord + n);
+  x->matched = (uint8_t *)(x->cand_of + n);
+  x->bits = x->matched + nrules;
+  if (n > 0 && (*entries = malloc(n * sizeof(**entries))) == NULL) {
+    free(x->tmp);
+    return -ENOMEM;
+  }
+  return 0;
+}
+
+static void sb_reset(struct sb *b, char *buf, size_t cap) {
+  b->buf = buf;
+  b->cap = cap;
+  b->len = 0;
+  buf[0] = '\0';
+}
+
+/* 1. The rules that match the request: their names go to out->rules, the
+ * last one that sets a split decides it. */
+static void match_rules(struct planner *x, struct fr_plan *out) {
+  const struct fr_policy *p = x->p;
+  struct sb sb;
+  size_t r;
+
+  x->split = p->split;
+  sb_reset(&sb, out->rules, sizeof(out->rules));
+  for (r = 0; r < p->nrules; r++) {
+    x->matched[r] = (uint8_t)rule_matches(&p->rules[r], x->req);
+    if (!x->matched[r])
+      continue;
+    if (p->rules[r].split >= 0)
+      x->split = p->rules[r].split;
+    if (sb.len > 0)
+      sb_str(&sb, ",");
+    sb_str(&sb, p->rules[r].name);
+  }
+  out->split = x->split == SPLIT_SPREAD ? "spread" : "fill_first";
+}
+
+/* The client's region, or a group named like it ("apac"). */
+static void locate_client(struct planner *x) {
+  const struct fr_policy *p = x->p;
+  const char *region = x->req->region;
+  size_t k;
+
+  x->client_region = policy_region_id(p, region);
+  x->client_group = x->client_region >= 0 ? p->region_group[x->client_region] : -1;
+  if (x->client_group < 0 && region != NULL)
+    for (k = 0; k < p->ngroups; k++)
+      if (strcmp(p->groups[k].name, region) == 0)
+        x->client_group = (long)k;
+}
+
+/* 2. Whether state <i> is filtered away, unhealthy, unsynced or stale: the
+ * reason goes to <sb> and the answer is 1; 0 keeps it. */
+static int skipped(const struct planner *x, size_t i, const struct facts *f, long region, struct sb *sb) {
+  const struct fr_policy *p = x->p;
+  const struct fr_cluster_state *s = &x->st[i];
+  int st = ELIG_OK;
+  size_t r, by = 0;
+
+  if (x->req->clusters != NULL && !in_request_list(x->req, s->name)) {
+    sb_str(sb, "skipped: not in the request's cluster list");
+    return 1;
+  }
+  for (r = 0; r < p->nrules; r++)
+    if (x->matched[r])
+      policy_rule_apply(&p->rules[r], r, f->rule_bits[r], region, &st, &by);
+  if (st == ELIG_NOT_PINNED) {
+    sb_str(sb, "skipped: not pinned by ");
+    sb_rule(sb, &p->rules[by]);
+    return 1;
+  }
+  if (st == ELIG_REGION) {
+    sb_str(sb, "skipped: region ");
+    sb_str(sb, s->region != NULL ? s->region : "(none)");
+    sb_str(sb, " is not in only_regions of ");
+    sb_rule(sb, &p->rules[by]);
+    return 1;
+  }
+  if (st == ELIG_DENIED) {
+    sb_str(sb, "skipped: denied by ");
+    sb_rule(sb, &p->rules[by]);
+    return 1;
+  }
+  if (!s->healthy) {
+    sb_str(sb, "skipped: unhealthy (circuit breaker open)");
+    return 1;
+  }
+  if (!s->synced) {
+    sb_str(sb, "skipped: not synced (capacity unknown until its caches are complete)");
+    return 1;
+  }
+  if (!(s->age_ms <= p->max_age_ms)) { /* NaN counts as stale too */
+    sb_str(sb, "skipped: stale, capacity view ");
+    if (isfinite(s->age_ms)) {
+      sb_ms(sb, s->age_ms);
+      sb_str(sb, " old");
+    } else {
+      sb_str(sb, "of unknown age");
+    }
+    sb_str(sb, " (max ");
+    sb_ms(sb, p->max_age_ms);
+    sb_str(sb, "): unknown, not free");
+    return 1;
+  }
+  return 0;
+}
+
+/* 2. State <i> becomes the next candidate, with its proximity to the
+ * client (tier 0 same region, 0/1 same group, the group's near rank, or
+ * unlisted). */
+static void add_candidate(struct planner *x, size_t i, const struct facts *f, long region) {
+  const struct fr_policy *p = x->p;
+  const struct fr_cluster_state *s = &x->st[i];
+  const char *client = x->req->region;
+  struct cand *c = &x->c[x->nc];
+
+  memset(c, 0, sizeof(*c));
+  c->idx = i;
+  c->region = region;
+  c->region_name = s->region;
+  c->tier = f->tier;
+  c->lat = isfinite(s->latency_ms) && s->latency_ms > 0 ? s->latency_ms : 0;
+  c->cold_ms = f->cold_start_ms;
+  c->ceiling_ms = f->ceiling_ms;
+  c->last_resort = f->ceiling_ms > 0 && c->lat > f->ceiling_ms;
+  c->free = clamp_units(s->free_slots);
+  c->warm = clamp_units(s->warm_ready);
+  c->avail = c->free + c->warm;
+  c->seq = -1;
+  c->beat = -1;
+  if (x->client_region >= 0 ? region == x->client_region
+                            : (client != NULL && s->region != NULL && strcmp(client, s->region) == 0)) {
+    c->prox = 0;
+    c->sub = 0;
+  } else if (x->client_group >= 0 && region >= 0 && (size_t)region < p->nregions &&
+             p->region_group[region] == x->client_group) {
+    c->prox = 0;
+    c->sub = 1;
+  } else if (x->client_group >= 0 && region >= 0 && (size_t)region < p->near_stride &&
+             p->near_rank[(size_t)x->client_group * p->near_stride + (size_t)region] > 0) {
+    c->prox = p->near_rank[(size_t)x->client_group * p->near_stride + (size_t)region];
+  } else {
+    c->prox = NEAR_UNLISTED;
+  }
+  x->cand_of[i] = (long)x->nc;
+  x->nc++;
+}
+
+/* 2. Every state: its entry (a skip with its reason until step 4 uses
+ * it) and, when it passes the filters, a candidate. */
+static void filter(struct planner *x) {
+  const struct fr_policy *p = x->p;
+  size_t i;
+
+  for (i = 0; i < x->n; i++) {
+    const struct fr_cluster_state *s = &x->st[i];
+    const struct known_cluster *kc = policy_find_known(p, s->name);
+    struct fr_plan_entry *e = &x->tmp[i];
+    struct facts f;
+    struct sb sb;
+    long region;
+
+    x->cand_of[i] = -1;
+    if (kc != NULL) {
+      f = kc->facts;
+      region = s->region != NULL && strcmp(p->regions[kc->region], s->region) == 0
+                   ? (long)kc->region
+                   : policy_region_id(p, s->region);
+    } else {
+      policy_compute_facts(p, s->name, &f, x->bits + i * p->nrules);
+      region = policy_region_id(p, s->region);
+    }
+    fill_entry(e, i, f.tier);
+    sb_reset(&sb, e->reason, sizeof(e->reason));
+    if (!skipped(x, i, &f, region, &sb))
+      add_candidate(x, i, &f, region);
+  }
+}
+
+/* Regions the policy does not know get ids of their own for this plan. */
+static void number_unknown_regions(struct planner *x) {
+  size_t i, j;
+
+  for (i = 0; i < x->nc; i++) {
+    struct cand *c = &x->c[i];
+    if (c->region >= 0 || c->region_name == NULL)
+      continue;
+    c->region = (long)(x->p->nregions + i);
+    for (j = 0; j < i; j++)
+      if (x->c[j].region >= (long)x->p->nregions && x->c[j].region_name != NULL &&
+          strcmp(x->c[j].region_name, c->region_name) == 0) {
+        c->region = x->c[j].region;
+        break;
+      }
+  }
+}
+
+/* 3. Scores. Each term is in [0, 1] before its weight:
+ *   latency  = ref / (ref + latency_ms)
+ *   warm     = min(warm_ready, count) / count
+ *   capacity = avail / (avail + count)          (avail = free + warm)
+ *   cost     = cref / (cref + cost_per_hour), 0.5 when the cost is unknown
+ * and each candidate's region latency is the lowest of its region's. */
+static void score(struct planner *x, int64_t count) {
+  const struct fr_policy *p = x->p;
+  double cnt = count > 0 ? (double)count : 1.0;
+  size_t i, j;
+
+  for (i = 0; i < x->nc; i++) {
+    struct cand *c = &x->c[i];
+    const struct fr_cluster_state *s = &x->st[c->idx];
+    double w = (double)(c->warm < (int64_t)cnt ? c->warm : (int64_t)cnt);
+    double cost = isfinite(s->cost_per_hour) && s->cost_per_hour > 0 ? s->cost_per_hour : 0;
+
+    c->sl = p->w_latency * (p->latency_ref_ms / (p->latency_ref_ms + c->lat));
+    c->sw = p->w_warm * (w / cnt);
+    c->sc = p->w_capacity * ((double)c->avail / ((double)c->avail + cnt));
+    c->scost = p->w_cost * (cost > 0 ? p->cost_ref / (p->cost_ref + cost) : 0.5);
+    c->score = c->sl + c->sw + c->sc + c->scost;
+    c->region_lat = c->lat;
+  }
+  for (i = 0; i < x->nc; i++)
+    for (j = 0; j < x->nc; j++)
+      if (x->c[j].region == x->c[i].region && x->c[j].region_lat < x->c[i].region_lat)
+        x->c[i].region_lat = x->c[j].region_lat;
+}
+
+/* 4. Split <count> over the ranked clusters within their ceilings, then
+ * the others if needed. Returns how many ranked candidates the plan may
+ * list as usable: all of them when the last-resort ones were needed. */
+static size_t split_count(struct planner *x, int64_t count) {
+  size_t normal;
+
+  x->remaining = count;
+  for (normal = 0; normal < x->nc && !x->c[x->ord[normal]].last_resort; normal++)
+    ;
+  allocate(x, x->ord, normal);
+  if (x->remaining > 0 && normal < x->nc) {
+    allocate(x, x->ord + normal, x->nc - normal);
+    return x->nc;
+  }
+  return normal;
+}
+
+/* The plan's entries into <entries>: used (in order of use), unused with
+ * room, full (both by rank among the first <limit>), skipped (by name).
+ * Returns how many. */
+static size_t order_entries(struct planner *x, size_t limit, struct fr_plan_entry *entries) {
+  size_t i, j, k, nout = 0, first;
+  struct sb sb;
+  long s;
+  int pass;
+
+  for (s = 0; s < x->seq; s++)
+    for (i = 0; i < x->nc; i++)
+      if (x->c[i].seq == s) {
+        entries[nout++] = x->tmp[x->c[i].idx];
+        break;
+      }
+  for (pass = 0; pass < 2; pass++)
+    for (i = 0; i < limit; i++) {
+      const struct cand *c = &x->c[x->ord[i]];
+      if (c->count == 0 && ((pass == 0) == (c->avail > 0)))
+        entries[nout++] = x->tmp[c->idx];
+    }
+  /* Fill in the USE entries in place. */
+  for (k = 0; k < nout; k++) {
+    struct fr_plan_entry *e = &entries[k];
+    const struct cand *c = &x->c[x->cand_of[e->cluster]];
+    e->verdict = FR_PLAN_USE;
+    e->count = c->count;
+    e->warm = c->wcount;
+    e->score = c->score;
+    e->s_latency = c->sl;
+    e->s_warm = c->sw;
+    e->s_capacity = c->sc;
+    e->s_cost = c->scost;
+    sb_reset(&sb, e->reason, sizeof(e->reason));
+    use_reason(x, c, &sb);
+  }
+  /* Last-resort clusters that were not needed are skipped. */
+  for (i = limit; i < x->nc; i++) {
+    const struct cand *c = &x->c[x->ord[i]];
+    sb_reset(&sb, x->tmp[c->idx].reason, sizeof(x->tmp[c->idx].reason));
+    sb_str(&sb, "skipped: latency ");
+    sb_ms(&sb, c->lat);
+    sb_str(&sb, " over the ");
+    sb_ms(&sb, c->ceiling_ms);
+    sb_str(&sb, " ceiling (other clusters can take the request)");
+    x->cand_of[c->idx] = -2;
+  }
+  /* Skipped, by name. */
+  first = nout;
+  for (i = 0; i < x->n; i++) {
+    if (x->cand_of[i] >= 0)
+      continue;
+    entries[nout] = x->tmp[i];
+    for (j = nout; j > first && strcmp(x->st[entries[j - 1].cluster].name, x->st[i].name) > 0; j--)
+      entries[j] = entries[j - 1];
+    if (j != nout)
+      entries[j] = x->tmp[i];
+    nout++;
+  }
+  return nout;
+}
+
 int fr_policy_plan(const struct fr_policy *p, const struct fr_cluster_state *states, size_t n,
                    const struct fr_placement_request *req, struct fr_plan *out) {
   struct planner x;
-  struct fr_plan_entry *tmp = NULL, *entries = NULL;
-  uint8_t *matched = NULL, *bits = NULL;
-  long *cand_of = NULL;
-  size_t i, j, r, k, nrules, nout = 0;
+  struct fr_plan_entry *entries;
   int64_t count;
-  int used_last_resort = 0;
-  size_t normal;
-  struct sb sb;
+  size_t i, limit;
 
   if (out == NULL)
     return -EINVAL;
@@ -443,288 +766,27 @@ int fr_policy_plan(const struct fr_policy *p, const struct fr_cluster_state *sta
   for (i = 0; i < n; i++)
     if (states[i].name == NULL)
       return -EINVAL;
-  nrules = p->nrules;
 
   memset(&x, 0, sizeof(x));
   x.p = p;
   x.st = states;
+  x.n = n;
   x.req = req;
-  /* One block for the scratch arrays, one for the entries the caller gets. */
-  {
-    size_t sz = n * sizeof(struct fr_plan_entry) + n * sizeof(struct cand) +
-                n * sizeof(size_t) + n * sizeof(long) + nrules + n * nrules + 16;
-    char *blk = malloc(sz);
-    if (blk == NULL)
-      return -ENOMEM;
-    tmp = (struct fr_plan_entry *)blk;
-    x.c = (struct cand *)(tmp + n);
-    x.ord = (size_t *)(x.c + n);
-    cand_of = (long *)(x.ord + n);
-    matched = (uint8_t *)(cand_of + n);
-    bits = matched + nrules;
-  }
-  if (n > 0 && (entries = malloc(n * sizeof(*entries))) == NULL) {
-    free(tmp);
+  if (planner_alloc(&x, &entries) != 0)
     return -ENOMEM;
-  }
-
-  /* 1. Rules. */
-  x.split = p->split;
-  sb.buf = out->rules;
-  sb.cap = sizeof(out->rules);
-  sb.len = 0;
-  out->rules[0] = '\0';
-  for (r = 0; r < nrules; r++) {
-    matched[r] = (uint8_t)rule_matches(&p->rules[r], req);
-    if (!matched[r])
-      continue;
-    if (p->rules[r].split >= 0)
-      x.split = p->rules[r].split;
-    if (sb.len > 0)
-      sb_str(&sb, ",");
-    sb_str(&sb, p->rules[r].name);
-  }
-  out->split = x.split == SPLIT_SPREAD ? "spread" : "fill_first";
-
-  /* The client's region, or a group named like it ("apac"). */
-  x.client_region = policy_region_id(p, req->region);
-  x.client_group = x.client_region >= 0 ? p->region_group[x.client_region] : -1;
-  if (x.client_group < 0 && req->region != NULL)
-    for (k = 0; k < p->ngroups; k++)
-      if (strcmp(p->groups[k].name, req->region) == 0)
-        x.client_group = (long)k;
-
+  match_rules(&x, out);     /* 1 */
+  locate_client(&x);
   count = clamp_units(req->count);
-
-  /* 2. Filter, and build the candidates. */
-  for (i = 0; i < n; i++) {
-    const struct fr_cluster_state *s = &states[i];
-    const struct known_cluster *kc = policy_find_known(p, s->name);
-    struct fr_plan_entry *e = &tmp[i];
-    struct facts f;
-    long region;
-    int st = ELIG_OK;
-    size_t by = 0;
-
-    cand_of[i] = -1;
-    if (kc != NULL) {
-      f = kc->facts;
-      region = s->region != NULL && strcmp(p->regions[kc->region], s->region) == 0
-                   ? (long)kc->region
-                   : policy_region_id(p, s->region);
-    } else {
-      policy_compute_facts(p, s->name, &f, bits + i * nrules);
-      region = policy_region_id(p, s->region);
-    }
-    fill_entry(e, i, f.tier);
-    sb.buf = e->reason;
-    sb.cap = sizeof(e->reason);
-    sb.len = 0;
-
-    if (req->clusters != NULL && !in_request_list(req, s->name)) {
-      sb_str(&sb, "skipped: not in the request's cluster list");
-      continue;
-    }
-    for (r = 0; r < nrules; r++)
-      if (matched[r])
-        policy_rule_apply(&p->rules[r], r, f.rule_bits[r], region, &st, &by);
-    if (st == ELIG_NOT_PINNED) {
-      sb_str(&sb, "skipped: not pinned by ");
-      sb_rule(&sb, &p->rules[by]);
-      continue;
-    }
-    if (st == ELIG_REGION) {
-      sb_str(&sb, "skipped: region ");
-      sb_str(&sb, s->region != NULL ? s->region : "(none)");
-      sb_str(&sb, " is not in only_regions of ");
-      sb_rule(&sb, &p->rules[by]);
-      continue;
-    }
-    if (st == ELIG_DENIED) {
-      sb_str(&sb, "skipped: denied by ");
-      sb_rule(&sb, &p->rules[by]);
-      continue;
-    }
-    if (!s->healthy) {
-      sb_str(&sb, "skipped: unhealthy (circuit breaker open)");
-      continue;
-    }
-    if (!s->synced) {
-      sb_str(&sb, "skipped: not synced (capacity unknown until its caches are complete)");
-      continue;
-    }
-    if (!(s->age_ms <= p->max_age_ms)) { /* NaN counts as stale too */
-      sb_str(&sb, "skipped: stale, capacity view ");
-      if (isfinite(s->age_ms)) {
-        sb_ms(&sb, s->age_ms);
-        sb_str(&sb, " old");
-      } else {
-        sb_str(&sb, "of unknown age");
-      }
-      sb_str(&sb, " (max ");
-      sb_ms(&sb, p->max_age_ms);
-      sb_str(&sb, "): unknown, not free");
-      continue;
-    }
-
-    {
-      struct cand *c = &x.c[x.nc];
-      memset(c, 0, sizeof(*c));
-      c->idx = i;
-      c->region = region;
-      c->region_name = s->region;
-      c->tier = f.tier;
-      c->lat = isfinite(s->latency_ms) && s->latency_ms > 0 ? s->latency_ms : 0;
-      c->cold_ms = f.cold_start_ms;
-      c->ceiling_ms = f.ceiling_ms;
-      c->last_resort = f.ceiling_ms > 0 && c->lat > f.ceiling_ms;
-      c->free = clamp_units(s->free_slots);
-      c->warm = clamp_units(s->warm_ready);
-      c->avail = c->free + c->warm;
-      c->seq = -1;
-      c->beat = -1;
-      if (x.client_region >= 0 ? region == x.client_region
-                               : (req->region != NULL && s->region != NULL &&
-                                  strcmp(req->region, s->region) == 0)) {
-        c->prox = 0;
-        c->sub = 0;
-      } else if (x.client_group >= 0 && region >= 0 && (size_t)region < p->nregions &&
-                 p->region_group[region] == x.client_group) {
-        c->prox = 0;
-        c->sub = 1;
-      } else if (x.client_group >= 0 && region >= 0 && (size_t)region < p->near_stride &&
-                 p->near_rank[(size_t)x.client_group * p->near_stride + (size_t)region] > 0) {
-        c->prox = p->near_rank[(size_t)x.client_group * p->near_stride + (size_t)region];
-      } else {
-        c->prox = NEAR_UNLISTED;
-      }
-      cand_of[i] = (long)x.nc;
-      x.nc++;
-    }
-  }
-
-  /* Regions the policy does not know get ids of their own for this plan. */
-  for (i = 0; i < x.nc; i++) {
-    struct cand *c = &x.c[i];
-    if (c->region >= 0 || c->region_name == NULL)
-      continue;
-    c->region = (long)(p->nregions + i);
-    for (j = 0; j < i; j++)
-      if (x.c[j].region >= (long)p->nregions && x.c[j].region_name != NULL &&
-          strcmp(x.c[j].region_name, c->region_name) == 0) {
-        c->region = x.c[j].region;
-        break;
-      }
-  }
-
-  /* 3. Scores and ranking. Each term is in [0, 1] before its weight:
-   *   latency  = ref / (ref + latency_ms)
-   *   warm     = min(warm_ready, count) / count
-   *   capacity = avail / (avail + count)          (avail = free + warm)
-   *   cost     = cref / (cref + cost_per_hour), 0.5 when the cost is unknown */
-  {
-    double cnt = count > 0 ? (double)count : 1.0;
-    for (i = 0; i < x.nc; i++) {
-      struct cand *c = &x.c[i];
-      const struct fr_cluster_state *s = &states[c->idx];
-      double w = (double)(c->warm < (int64_t)cnt ? c->warm : (int64_t)cnt);
-      double cost = isfinite(s->cost_per_hour) && s->cost_per_hour > 0 ? s->cost_per_hour : 0;
-
-      c->sl = p->w_latency * (p->latency_ref_ms / (p->latency_ref_ms + c->lat));
-      c->sw = p->w_warm * (w / cnt);
-      c->sc = p->w_capacity * ((double)c->avail / ((double)c->avail + cnt));
-      c->scost = p->w_cost * (cost > 0 ? p->cost_ref / (p->cost_ref + cost) : 0.5);
-      c->score = c->sl + c->sw + c->sc + c->scost;
-      c->region_lat = c->lat;
-    }
-    for (i = 0; i < x.nc; i++)
-      for (j = 0; j < x.nc; j++)
-        if (x.c[j].region == x.c[i].region && x.c[j].region_lat < x.c[i].region_lat)
-          x.c[i].region_lat = x.c[j].region_lat;
-  }
+  filter(&x);               /* 2 */
+  number_unknown_regions(&x);
+  score(&x, count);         /* 3 */
   rank(&x);
-
-  /* 4. Split: the clusters within their ceilings, then the others if needed. */
-  x.remaining = count;
-  for (normal = 0; normal < x.nc && !x.c[x.ord[normal]].last_resort; normal++)
-    ;
-  allocate(&x, x.ord, normal);
-  if (x.remaining > 0 && normal < x.nc) {
-    used_last_resort = 1;
-    allocate(&x, x.ord + normal, x.nc - normal);
-  }
+  limit = split_count(&x, count); /* 4 */
   out->planned = count - x.remaining;
   out->shortfall = x.remaining;
-
-  /* Entries: used (in order of use), unused with room, full, skipped. */
-  {
-    size_t limit = used_last_resort ? x.nc : normal;
-    long s;
-    int pass;
-
-    for (s = 0; s < x.seq; s++)
-      for (i = 0; i < x.nc; i++)
-        if (x.c[i].seq == s) {
-          entries[nout++] = tmp[x.c[i].idx];
-          break;
-        }
-    for (pass = 0; pass < 2; pass++)
-      for (i = 0; i < limit; i++) {
-        const struct cand *c = &x.c[x.ord[i]];
-        if (c->count == 0 && ((pass == 0) == (c->avail > 0)))
-          entries[nout++] = tmp[c->idx];
-      }
-    /* Fill in the USE entries in place. */
-    for (k = 0; k < nout; k++) {
-      struct fr_plan_entry *e = &entries[k];
-      const struct cand *c = &x.c[cand_of[e->cluster]];
-      e->verdict = FR_PLAN_USE;
-      e->count = c->count;
-      e->warm = c->wcount;
-      e->score = c->score;
-      e->s_latency = c->sl;
-      e->s_warm = c->sw;
-      e->s_capacity = c->sc;
-      e->s_cost = c->scost;
-      sb.buf = e->reason;
-      sb.cap = sizeof(e->reason);
-      sb.len = 0;
-      e->reason[0] = '\0';
-      use_reason(&x, c, &sb);
-    }
-    /* Last-resort clusters that were not needed are skipped. */
-    for (i = limit; i < x.nc; i++) {
-      const struct cand *c = &x.c[x.ord[i]];
-      struct fr_plan_entry *e = &tmp[c->idx];
-      sb.buf = e->reason;
-      sb.cap = sizeof(e->reason);
-      sb.len = 0;
-      sb_str(&sb, "skipped: latency ");
-      sb_ms(&sb, c->lat);
-      sb_str(&sb, " over the ");
-      sb_ms(&sb, c->ceiling_ms);
-      sb_str(&sb, " ceiling (other clusters can take the request)");
-      cand_of[c->idx] = -2;
-    }
-    /* Skipped, by name. */
-    {
-      size_t first = nout;
-      for (i = 0; i < n; i++) {
-        if (cand_of[i] >= 0)
-          continue;
-        entries[nout] = tmp[i];
-        for (j = nout; j > first && strcmp(states[entries[j - 1].cluster].name, states[i].name) > 0;
-             j--)
-          entries[j] = entries[j - 1];
-        if (j != nout)
-          entries[j] = tmp[i];
-        nout++;
-      }
-    }
-  }
-  free(tmp);
   out->entries = entries;
-  out->nentries = nout;
+  out->nentries = order_entries(&x, limit, entries);
+  free(x.tmp);
   return 0;
 }
 

@@ -79,6 +79,19 @@ long policy_region_id(const struct fr_policy *p, const char *name) {
   return -1;
 }
 
+int fr_policy_knows_region(const struct fr_policy *p, const char *name) {
+  size_t i;
+
+  if (p == NULL || name == NULL)
+    return 0;
+  if (policy_region_id(p, name) >= 0)
+    return 1;
+  for (i = 0; i < p->ngroups; i++)
+    if (strcmp(p->groups[i].name, name) == 0)
+      return 1;
+  return 0;
+}
+
 void policy_compute_facts(const struct fr_policy *p, const char *name, struct facts *f,
                           uint8_t *bits) {
   size_t i;

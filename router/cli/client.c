@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "fedctl.h"
+#include "fr/version.h"
 
 /* Connecting to a router is loopback or LAN: 10 s is long enough to mean
  * "not there". */
@@ -158,7 +159,7 @@ int fc_easy_setup(struct fc_ctx *ctx, CURL *easy, const char *method, const char
   curl_easy_setopt(easy, CURLOPT_URL, url.data);
   curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(easy, CURLOPT_USERAGENT, "fedctl/0.1");
+  curl_easy_setopt(easy, CURLOPT_USERAGENT, "fedctl/" FR_VERSION);
   curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT, FC_CONNECT_TIMEOUT_S);
   curl_easy_setopt(easy, CURLOPT_TIMEOUT, timeout_s);
   curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, r->err);

@@ -46,6 +46,8 @@ void api_defer(struct api_req *q) {
   q->refs++;
   q->deferred = 1;
   q->r->inflight++;
+  if (q->ts != NULL)
+    q->ts->inflight++;
   if (q->req != NULL)
     q->req->abort_cb = on_abort;
 }
@@ -74,12 +76,39 @@ void api_reply(struct api_req *q, int status, json_t *body, const char *extra) {
   if (q->deferred) {
     q->deferred = 0;
     q->r->inflight--;
+    if (q->ts != NULL)
+      q->ts->inflight--;
     api_req_unref(q);
   }
 }
 
+/* <msg> with every byte that is not printable ASCII as '?': a message that
+ * quotes client input (an id, a query value, cut at a byte count) may not
+ * be UTF-8, and jansson refuses such strings. */
+static json_t *safe_string(const char *msg) {
+  json_t *j = json_string(msg);
+  char *copy;
+  size_t i;
+
+  if (j != NULL || (copy = strdup(msg)) == NULL)
+    return j;
+  for (i = 0; copy[i] != '\0'; i++)
+    if ((unsigned char)copy[i] < 0x20 || (unsigned char)copy[i] > 0x7e)
+      copy[i] = '?';
+  j = json_string(copy);
+  free(copy);
+  return j;
+}
+
 json_t *api_err_body(const char *code, const char *msg) {
-  return json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg);
+  return json_pack("{s:{s:s,s:o}}", "error", "code", code, "message", safe_string(msg));
+}
+
+json_t *api_limit_body(const char *msg, const char *limit) {
+  json_t *b = api_err_body("tenant_limit", msg);
+
+  json_object_set_new(json_object_get(b, "error"), "limit", json_string(limit));
+  return b;
 }
 
 void api_fail(struct api_req *q, int status, const char *code, const char *msg, const char *extra) {
@@ -136,6 +165,10 @@ int api_owned_by(const struct fr_pod *pod, const char *tenant) {
   return pod->state && pod->tenant && strcmp(pod->state, "claimed") == 0 && strcmp(pod->tenant, tenant) == 0;
 }
 
+int api_pool_usable(const struct api_req *q, const struct fr_adapter_pool_view *pv) {
+  return pv->owner == NULL || strcmp(pv->owner, q->tenant) == 0;
+}
+
 static const char *sandbox_state(const struct fr_pod *pod) {
   if (pod->terminating)
     return "terminating";
@@ -184,8 +217,10 @@ const struct fr_pod *api_find_sandbox(struct api_req *q, const char *id, struct 
   const struct fr_pod *pod;
   char msg[400];
 
+  /* Cluster and pod names are DNS labels: anything else cannot be an id. */
   if (dot == NULL || dot == id || dot[1] == '\0' || (size_t)(dot - id) >= sizeof(cluster) ||
-      strlen(dot + 1) >= sizeof(pod_name) || strchr(dot + 1, '/') != NULL) {
+      strlen(dot + 1) >= sizeof(pod_name) ||
+      strspn(id, "abcdefghijklmnopqrstuvwxyz0123456789-.") != strlen(id)) {
     api_fail(q, 400, "invalid_id", "a sandbox id looks like <cluster>.<pod>", NULL);
     return NULL;
   }

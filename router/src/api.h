@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 struct router;
+struct tenant_state;
 struct fr_http_req;
 struct fr_adapter;
 struct fr_pod;
@@ -26,6 +27,7 @@ struct api_req {
   struct fr_http_req *req;      /* NULL once answered or the client is gone */
   char rid[129];                /* request id (X-Request-Id) */
   char tenant[64];              /* "" until authenticated */
+  struct tenant_state *ts;      /* its limits and counts; NULL until authenticated */
   int refs;
   int deferred;                 /* api_defer() was called and not finished yet */
 };
@@ -48,6 +50,8 @@ void api_reply(struct api_req *q, int status, json_t *body, const char *extra);
 /* {"error":{"code":<code>,"message":<msg>}}. */
 json_t *api_err_body(const char *code, const char *msg);
 void api_fail(struct api_req *q, int status, const char *code, const char *msg, const char *extra);
+/* 429 tenant_limit body naming the <limit> (a config key) that was hit. */
+json_t *api_limit_body(const char *msg, const char *limit);
 /* 400 invalid_field naming <field>. */
 void api_field_fail(struct api_req *q, const char *field, const char *msg);
 /* 503 out_of_memory. */
@@ -62,6 +66,9 @@ struct fr_adapter *api_adapter(struct router *r, const char *name);
 /* A claimed sandbox of <tenant>? Warm pool pods and other tenants' pods are
  * invisible. */
 int api_owned_by(const struct fr_pod *pod, const char *tenant);
+/* May the tenant of <q> use pool record <pv> (its own, or shared)? */
+struct fr_adapter_pool_view;
+int api_pool_usable(const struct api_req *q, const struct fr_adapter_pool_view *pv);
 /* The sandbox as the API shows it. */
 json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod);
 /* "<cluster>.<pod>" -> the adapter and the cached pod, owned by the

@@ -52,14 +52,37 @@ fail:
   return NULL;
 }
 
-void batch_add_cand(struct batch *b, struct fr_adapter *a, int64_t budget, int64_t reserve) {
+void batch_add_cand(struct batch *b, struct fr_adapter *a, int64_t budget, int64_t warm) {
   struct batch_cand *cd = &b->cands[b->ncands++];
 
+  if (warm > budget)
+    warm = budget;
+  if (warm < 0 || b->spec.pool == NULL)
+    warm = 0;
   cd->a = a;
   cd->budget = budget;
-  cd->reserved = reserve > 0 ? reserve : 0;
+  cd->reserved_warm = warm;
+  cd->reserved = budget - warm;
   if (cd->reserved > 0)
     fr_adapter_reserve(a, cd->reserved);
+  if (cd->reserved_warm > 0)
+    fr_adapter_reserve_warm(a, b->spec.pool, cd->reserved_warm);
+}
+
+/* Gives back one reservation of <cd> for a create that started (the
+ * adapter counts it in flight itself), or all of them (<all>). */
+static void unreserve(struct batch *b, struct batch_cand *cd, int all) {
+  int64_t w = all ? cd->reserved_warm : cd->reserved_warm > 0;
+  int64_t c = all ? cd->reserved : (w == 0 && cd->reserved > 0);
+
+  if (w > 0) {
+    cd->reserved_warm -= w;
+    fr_adapter_reserve_warm(cd->a, b->spec.pool, -w);
+  }
+  if (c > 0) {
+    cd->reserved -= c;
+    fr_adapter_reserve(cd->a, -c);
+  }
 }
 
 void batch_free(struct batch *b) {
@@ -69,8 +92,7 @@ void batch_free(struct batch *b) {
     return;
   /* Whatever the plan reserved and never started goes back. */
   for (i = 0; i < b->ncands; i++)
-    if (b->cands[i].reserved > 0)
-      fr_adapter_reserve(b->cands[i].a, -b->cands[i].reserved);
+    unreserve(b, &b->cands[i], 1);
   for (i = 0; i < b->n; i++)
     if (b->items[i].user != NULL && b->hooks->item_free != NULL)
       b->hooks->item_free(b->items[i].user);
@@ -229,11 +251,7 @@ static int start_item(struct batch *b, struct batch_item *it, int k) {
   it->cand = k;
   cd->inflight++;
   b->pending++;
-  /* The started create is counted in flight by the adapter now. */
-  if (cd->reserved > 0) {
-    cd->reserved--;
-    fr_adapter_reserve(cd->a, -1);
-  }
+  unreserve(b, cd, 0);
   return 0;
 }
 

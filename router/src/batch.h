@@ -51,7 +51,8 @@ struct batch_cand {
   int full;                   /* answered no room / unavailable during this batch */
   int inflight;
   int64_t budget;             /* the plan's count for it */
-  int64_t reserved;           /* of the budget, still reserved on the adapter */
+  int64_t reserved;           /* of the budget, cold slots still reserved on the adapter */
+  int64_t reserved_warm;      /* of the budget, warm pods still reserved on the adapter */
   int created, warm;
   char reason[300];           /* the last no-room or failure message */
 };
@@ -93,10 +94,13 @@ struct batch {
  * are borrowed and must outlive the batch. NULL on out of memory. */
 struct batch *batch_new(const struct fr_sandbox_spec *spec, const char *name, int n, int partial_ok,
                         int max_cands, const struct batch_hooks *hooks, void *arg);
-/* Adds the plan's next cluster with its <budget>, of which <reserve> slots
- * are reserved on the adapter at once (so a concurrent plan sees them
- * taken); the batch gives back whatever it does not use. */
-void batch_add_cand(struct batch *b, struct fr_adapter *a, int64_t budget, int64_t reserve);
+/* Adds the plan's next cluster with its <budget>: <warm> of it expected
+ * from the pool's ready pods, the rest cold. Both are reserved on the
+ * adapter at once (cold slots, and the pool's warm pods), so a concurrent
+ * plan sees them taken; each started create takes one over (warm first,
+ * as the adapter claims before it creates), and the batch gives back
+ * whatever it does not use. */
+void batch_add_cand(struct batch *b, struct fr_adapter *a, int64_t budget, int64_t warm);
 /* PLANNED -> RUNNING: starts the first creates. */
 void batch_start(struct batch *b);
 /* Sandboxes made so far. */

@@ -47,12 +47,17 @@ struct body_spec {
 struct create {
   struct api_req *q;
   struct batch *b;
+  int64_t counted;            /* sandboxes counted in the tenant's `creating` */
   char name[NAME_MAX_LEN + 1];
+  char region[64];            /* the client region placement used */
+  int region_known;           /* a cluster's region or one the policy names */
   char *pool, *image;
   json_t *env, *labels;
 };
 
 static void create_free(struct create *cr) {
+  if (cr->q->ts != NULL)
+    cr->q->ts->creating -= cr->counted;
   batch_free(cr->b);
   free(cr->pool);
   free(cr->image);
@@ -189,15 +194,26 @@ static int parse_create(struct api_req *q, json_t *j, struct body_spec *s) {
   return 0;
 }
 
-/* The pool's shape from any cluster that has it; NULL when none does. */
-static const struct fr_adapter_pool_view *pool_shape(struct router *r, const char *pool) {
+/* The shape of pool <pool> from any cluster that has it, if the tenant of
+ * <q> may use it (its own or a shared one); NULL otherwise. */
+static const struct fr_adapter_pool_view *pool_shape(struct api_req *q, const char *pool) {
   const struct fr_adapter_pool_view *pv;
   size_t i;
 
-  for (i = 0; i < r->nadapters; i++)
-    if ((pv = fr_adapter_pool(r->adapters[i], pool)) != NULL && pv->image[0] != '\0')
+  for (i = 0; i < q->r->nadapters; i++)
+    if ((pv = fr_adapter_pool(q->r->adapters[i], pool)) != NULL && pv->image[0] != '\0' && api_pool_usable(q, pv))
       return pv;
   return NULL;
+}
+
+/* A region some cluster is in, or one the policy knows (groups too). */
+static int region_known(struct router *r, const char *region) {
+  size_t i;
+
+  for (i = 0; i < r->cfg->nclusters; i++)
+    if (strcmp(r->cfg->clusters[i].region, region) == 0)
+      return 1;
+  return fr_policy_knows_region(r->policy, region) || strcmp(r->cfg->region, region) == 0;
 }
 
 static int64_t tenant_count(struct router *r, const char *tenant) {
@@ -283,7 +299,7 @@ static void on_item_done(struct batch *b, struct batch_item *it, struct batch_ca
     metrics_label(&l, "reason", sb_outcome(res->err));
     metrics_inc(r->metrics, "fedrouter_spills_total", l.data ? l.data : "", 1);
     snprintf(why, sizeof(why), "%s: %s", sb_outcome(res->err), res->message ? res->message : "");
-    router_event(r, fr_adapter_name(cd->a), why, cr->q->rid);
+    router_event(r, fr_adapter_name(cd->a), why, cr->q->rid, cr->q->tenant);
   }
   fr_buf_free(&l);
   if (res->err == FR_SB_OK && res->pod != NULL)
@@ -313,26 +329,33 @@ static json_t *placement_json(const struct batch *b) {
                    "cold", created - warm, "shortfall", b->n - created, "clusters", cl);
 }
 
+/* Where the client was taken to be, for the answer. */
+static void set_client_region(json_t *placement, const struct create *cr) {
+  json_object_set_new(placement, "client_region", json_string(cr->region));
+  json_object_set_new(placement, "client_region_known", json_boolean(cr->region_known));
+}
+
 static void on_batch_done(struct batch *b, void *arg) {
   struct create *cr = arg;
   struct api_req *q = cr->q;
   int i;
 
   if (b->state == BATCH_COMMITTED) {
-    json_t *arr = json_array();
-    struct fr_buf pl;
+    json_t *arr = json_array(), *placement = placement_json(b);
+    struct fr_buf note;
 
-    fr_buf_init(&pl);
+    fr_buf_init(&note);
     for (i = 0; i < b->ncands; i++)
       if (b->cands[i].created > 0)
-        fr_buf_printf(&pl, "%s%s:%d", pl.len ? "," : "", fr_adapter_name(b->cands[i].a), b->cands[i].created);
+        fr_buf_printf(&note, "%s%s:%d", note.len ? "," : "", fr_adapter_name(b->cands[i].a), b->cands[i].created);
     if (q->req != NULL)
-      router_note(q->req, "placement", pl.data ? pl.data : "");
-    fr_buf_free(&pl);
+      router_note(q->req, "placement", note.data ? note.data : "");
+    fr_buf_free(&note);
     for (i = 0; i < b->n; i++)
       if (b->items[i].ok && b->items[i].user != NULL)
         json_array_append(arr, b->items[i].user);
-    api_reply(q, 201, json_pack("{s:o,s:o}", "sandboxes", arr, "placement", placement_json(b)), NULL);
+    set_client_region(placement, cr);
+    api_reply(q, 201, json_pack("{s:o,s:o}", "sandboxes", arr, "placement", placement), NULL);
   } else {
     json_t *body = api_err_body("no_capacity",
                                 "the federation cannot place the whole batch; what was created has been deleted");
@@ -388,7 +411,7 @@ void create_sandboxes(struct api_req *q, int explain) {
   struct router *r = q->r;
   json_t *j = api_body_object(q, create_fields, 0);
   const struct fr_adapter_pool_view *pv = NULL;
-  const struct fr_config_tenant *t = NULL;
+  struct tenant_state *ts = q->ts;
   struct fr_sandbox_spec spec;
   struct body_spec s;
   struct create *cr = NULL;
@@ -403,18 +426,18 @@ void create_sandboxes(struct api_req *q, int explain) {
   memset(&plan, 0, sizeof(plan));
   if (j == NULL || parse_create(q, j, &s) != 0)
     goto out;
-  if (s.pool != NULL && (pv = pool_shape(r, s.pool)) == NULL) {
+  if (s.pool != NULL && (pv = pool_shape(q, s.pool)) == NULL) {
     snprintf(msg, sizeof(msg), "no pool named \"%.100s\"", s.pool);
     api_fail(q, 404, "pool_not_found", msg, NULL);
     goto out;
   }
-  for (i = 0; i < r->cfg->ntenants; i++)
-    if (strcmp(r->cfg->tenants[i].name, q->tenant) == 0)
-      t = &r->cfg->tenants[i];
-  if (t != NULL && t->max_sandboxes > 0 && tenant_count(r, q->tenant) + s.n > t->max_sandboxes) {
+  /* Sandboxes the tenant holds, plus those its other batches are still
+   * making: concurrent creates cannot all slip under the limit. */
+  if (ts != NULL && ts->max_sandboxes > 0 &&
+      tenant_count(r, q->tenant) + ts->creating + s.n > ts->max_sandboxes) {
     snprintf(msg, sizeof(msg), "tenant %s may hold %" PRId64 " sandboxes; this request would exceed that",
-             q->tenant, t->max_sandboxes);
-    api_fail(q, 429, "tenant_limit", msg, "Retry-After: 10\r\n");
+             q->tenant, ts->max_sandboxes);
+    api_reply(q, 429, api_limit_body(msg, "max_sandboxes"), "Retry-After: 10\r\n");
     goto out;
   }
   cr = calloc(1, sizeof(*cr));
@@ -447,12 +470,19 @@ void create_sandboxes(struct api_req *q, int explain) {
   region = s.region ? s.region : fr_http_req_header(q->req, "X-Client-Region");
   if (region == NULL || *region == '\0')
     region = r->cfg->region;
+  /* A region no cluster is in and the policy does not name ("eu" for
+   * "europe", or a client region this deployment does not serve) gives no
+   * preference: every cluster is equally far. Placed all the same, but
+   * the answer says so (client_region_known), never silently. */
+  cr->region_known = region_known(r, region);
+  snprintf(cr->region, sizeof(cr->region), "%s", region);
   if (make_plan(r, cr, &s, region, &plan, &states, &pol) != 0)
     goto oom;
   if (explain) {
-    json_t *out = json_pack("{s:{s:s,s:s},s:{s:s,s:s?,s:s,s:i},s:o}", "policy", "source", fr_policy_source(pol),
-                            "version", fr_policy_version(pol), "request", "tenant", q->tenant, "pool", cr->pool,
-                            "region", region, "num_sandboxes", cr->b->n, "plan", fr_plan_json(&plan, states));
+    json_t *out = json_pack("{s:{s:s,s:s},s:{s:s,s:s?,s:s,s:b,s:i},s:o}", "policy", "source",
+                            fr_policy_source(pol), "version", fr_policy_version(pol), "request", "tenant",
+                            q->tenant, "pool", cr->pool, "region", region, "region_known", cr->region_known,
+                            "num_sandboxes", cr->b->n, "plan", fr_plan_json(&plan, states));
     api_reply(q, 200, out, NULL);
     goto out;
   }
@@ -464,15 +494,18 @@ void create_sandboxes(struct api_req *q, int explain) {
   }
   for (i = 0; i < plan.nentries; i++) {
     const struct fr_plan_entry *e = &plan.entries[i];
-    /* Warm claims use pods that already hold their slots: only the cold
-     * part of the plan needs reserving. */
+    /* Warm claims use pods that already hold their slots: the cold part
+     * reserves slots, the warm part reserves the pool's ready pods. */
     if (e->verdict == FR_PLAN_USE)
-      batch_add_cand(cr->b, r->adapters[e->cluster], e->count, e->count > e->warm ? e->count - e->warm : 0);
+      batch_add_cand(cr->b, r->adapters[e->cluster], e->count, e->warm);
   }
   fr_plan_free(&plan);
   free(states);
   fr_policy_unref(pol);
   json_decref(j); /* <region> and <s> borrowed from it until here */
+  cr->counted = s.n;
+  if (ts != NULL)
+    ts->creating += cr->counted;
   api_defer(q);
   batch_start(cr->b); /* the batch's done hook answers and frees cr */
   return;

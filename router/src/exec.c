@@ -25,12 +25,39 @@
 struct exec_call {
   struct api_req *q;
   struct fr_adapter *a;
+  struct tenant_state *ts;  /* counted in its execs while this runs */
 };
 
-/* Output as a JSON string when it is UTF-8, else base64 with <enc_key>
- * saying so: never corrupted silently. */
+static void exec_call_free(struct exec_call *x) {
+  if (x != NULL && x->ts != NULL)
+    x->ts->execs--;
+  free(x);
+}
+
+/* Bytes <data> takes as a JSON string: control characters become \u00XX
+ * (6 bytes), a few of them and the quote and backslash 2. */
+static size_t json_escaped_len(const char *data, size_t len) {
+  size_t i, n = 0;
+
+  for (i = 0; i < len; i++) {
+    unsigned char ch = (unsigned char)data[i];
+    if (ch == '"' || ch == '\\' || ch == '\n' || ch == '\t' || ch == '\r' || ch == '\b' || ch == '\f')
+      n += 2;
+    else if (ch < 0x20)
+      n += 6;
+    else
+      n += 1;
+  }
+  return n;
+}
+
+/* Output as a JSON string when it is UTF-8 and escaping at most doubles
+ * it (ordinary text, even all newlines); else base64 with <enc_key> saying
+ * so. Never corrupted silently, and never more than twice the raw bytes in
+ * the answer: a stream of NUL or other control bytes, sixfold as JSON,
+ * goes out as base64 (4/3). */
 static void put_output(json_t *body, const char *key, const char *enc_key, const char *data, size_t len) {
-  json_t *s = json_stringn(data, len); /* jansson validates UTF-8 */
+  json_t *s = json_escaped_len(data, len) <= 2 * len ? json_stringn(data, len) : NULL;
 
   if (s != NULL) {
     json_object_set_new(body, key, s);
@@ -45,13 +72,14 @@ static void put_output(json_t *body, const char *key, const char *enc_key, const
   }
 }
 
-static void exec_metrics(struct exec_call *x, const char *outcome, double ms) {
+static void exec_metrics(struct exec_call *x, const char *outcome, double ms, int via_agent) {
   struct router *r = x->q->r;
   struct fr_buf l;
 
   fr_buf_init(&l);
   metrics_label(&l, "cluster", fr_adapter_name(x->a));
   metrics_label(&l, "outcome", outcome);
+  metrics_label(&l, "via", via_agent ? "agent" : "pods_exec");
   metrics_inc(r->metrics, "fedrouter_execs_total", l.data ? l.data : "", 1);
   fr_buf_reset(&l);
   metrics_label(&l, "cluster", fr_adapter_name(x->a));
@@ -68,7 +96,8 @@ static void on_exec(const struct fr_exec_result *res, void *arg) {
 
   switch (res->err) {
   case FR_EXEC_OK:
-    exec_metrics(x, res->timed_out ? "timed_out" : res->exit_code == 0 ? "ok" : "nonzero", res->duration_ms);
+    exec_metrics(x, res->timed_out ? "timed_out" : res->exit_code == 0 ? "ok" : "nonzero", res->duration_ms,
+                 res->via_agent);
     body = json_object();
     put_output(body, "stdout", "stdout_encoding", res->out, res->out_len);
     put_output(body, "stderr", "stderr_encoding", res->errout, res->err_len);
@@ -80,23 +109,23 @@ static void on_exec(const struct fr_exec_result *res, void *arg) {
     api_reply(q, 200, body, NULL);
     break;
   case FR_EXEC_NOT_FOUND:
-    exec_metrics(x, "error", res->duration_ms);
+    exec_metrics(x, "error", res->duration_ms, res->via_agent);
     api_fail(q, 404, "sandbox_not_found", res->message, NULL);
     break;
   case FR_EXEC_NOT_RUNNING:
-    exec_metrics(x, "error", res->duration_ms);
+    exec_metrics(x, "error", res->duration_ms, res->via_agent);
     api_fail(q, 409, "sandbox_not_running", res->message, NULL);
     break;
   case FR_EXEC_UNAVAILABLE:
-    exec_metrics(x, "error", res->duration_ms);
+    exec_metrics(x, "error", res->duration_ms, res->via_agent);
     api_fail(q, 503, "cluster_unavailable", res->message, "Retry-After: 5\r\n");
     break;
   default:
-    exec_metrics(x, "error", res->duration_ms);
+    exec_metrics(x, "error", res->duration_ms, res->via_agent);
     api_fail(q, 502, "exec_failed", res->message, NULL);
     break;
   }
-  free(x);
+  exec_call_free(x);
 }
 
 /* The argv of the body as a NULL-terminated array borrowing its strings,
@@ -192,6 +221,12 @@ void exec_sandbox(struct api_req *q, const char *id) {
   }
   if (api_find_sandbox(q, id, &a) == NULL)
     goto out;
+  if (q->ts != NULL && q->ts->execs >= q->ts->max_execs) {
+    snprintf(msg, sizeof(msg), "tenant %s has %" PRId64 " execs running (max_concurrent_execs)", q->tenant,
+             q->ts->execs);
+    api_reply(q, 429, api_limit_body(msg, "max_concurrent_execs"), "Retry-After: 1\r\n");
+    goto out;
+  }
   x = calloc(1, sizeof(*x));
   if (x == NULL) {
     api_oom(q);
@@ -199,6 +234,9 @@ void exec_sandbox(struct api_req *q, const char *id) {
   }
   x->q = q;
   x->a = a;
+  x->ts = q->ts;
+  if (x->ts != NULL)
+    x->ts->execs++;
   memset(&spec, 0, sizeof(spec));
   spec.argv = argv;
   spec.env = env;
@@ -209,6 +247,7 @@ void exec_sandbox(struct api_req *q, const char *id) {
   }
   spec.timeout_s = timeout;
   spec.max_output = (size_t)maxout;
+  spec.budget = &q->r->exec_budget;
   spec.request_id = q->rid;
   /* Deferred first: the answer on a failure to start is the finish too. */
   api_defer(q);
@@ -218,13 +257,19 @@ void exec_sandbox(struct api_req *q, const char *id) {
   } else if (rc == -EHOSTDOWN) {
     snprintf(msg, sizeof(msg), "cluster %s is unavailable", fr_adapter_name(a));
     api_fail(q, 503, "cluster_unavailable", msg, "Retry-After: 5\r\n");
+  } else if (rc == -E2BIG) {
+    snprintf(msg, sizeof(msg),
+             "argv and env take more than %d bytes once URL-encoded, the most an exec through the "
+             "cluster's pods/exec can carry; pass large input on stdin or in a file",
+             FR_EXEC_MAX_ARGV_BYTES);
+    api_fail(q, 400, "invalid_argv", msg, NULL);
   } else if (rc == -ENOENT) {
     api_fail(q, 404, "sandbox_not_found", "the sandbox no longer exists", NULL);
   } else {
     api_oom(q);
   }
 out:
-  free(x);
+  exec_call_free(x);
   free(argv);
   json_decref(j);
 }

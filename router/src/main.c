@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -19,9 +20,8 @@
 #include "fr/log.h"
 #include "fr/policy.h"
 #include "metrics.h"
+#include "fr/version.h"
 #include "router.h"
-
-#define FEDROUTER_VERSION "0.1.0"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -286,6 +286,32 @@ static int resolve_host(uv_loop_t *loop, const char *host, char *out, size_t cap
   return 0;
 }
 
+/* Descriptors kept out of the client connection limit: every cluster's
+ * API connections, watches and exec streams, the policy file, logs. */
+#define FD_RESERVE 1024
+
+/* Raises the soft descriptor limit to the hard one (a server wants every
+ * descriptor it is allowed) and returns what client connections may use:
+ * the limit less FD_RESERVE, at least 64. So idle clients can never take
+ * the descriptors the clusters need. */
+static size_t auto_max_connections(void) {
+  struct rlimit rl;
+
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return 1024;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 1048576 ? 1048576 : rl.rlim_max;
+    if (want > rl.rlim_cur) {
+      rl.rlim_cur = want;
+      (void)setrlimit(RLIMIT_NOFILE, &rl);
+      (void)getrlimit(RLIMIT_NOFILE, &rl);
+    }
+  }
+  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > 1048576)
+    return 1048576 - FD_RESERVE;
+  return rl.rlim_cur > FD_RESERVE + 64 ? (size_t)(rl.rlim_cur - FD_RESERVE) : 64;
+}
+
 int main(int argc, char **argv) {
   static const struct option longopts[] = {
       {"config", required_argument, NULL, 'c'},
@@ -325,7 +351,7 @@ int main(int argc, char **argv) {
       }
       fr_log_set_level(lvl);
       break;
-    case 'V': printf("fedrouter %s\n", FEDROUTER_VERSION); return 0;
+    case 'V': printf("fedrouter %s\n", FR_VERSION); return 0;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -341,6 +367,12 @@ int main(int argc, char **argv) {
     print_config_error(&cerr);
     return 1;
   }
+  if (router_tenants_init(&r) != 0)
+    return 1;
+  r.agent.image = r.cfg->agent_image;
+  r.agent.port = r.cfg->agent_port;
+  r.agent.key = r.cfg->agent_key;
+  r.agent.key_len = r.cfg->agent_key_len;
   if (placement_init(&r) != 0)
     return 1;
   r.metrics = metrics_new();
@@ -352,7 +384,8 @@ int main(int argc, char **argv) {
     return 1;
   for (i = 0; i < r.cfg->nclusters; i++) {
     const struct fr_config_cluster *cc = &r.cfg->clusters[i];
-    struct fr_adapter_opts ao = {cc->name, cc->region, cc->kubeconfig, cc->context, cc->ns};
+    struct fr_adapter_opts ao = {cc->name, cc->region, cc->kubeconfig, cc->context, cc->ns,
+                                 r.cfg->agent_image != NULL ? &r.agent : NULL};
     char err[768];
     if (fr_adapter_new(r.loop, &ao, &r.adapters[i], err, sizeof(err)) != 0) {
       fprintf(stderr, "fedrouter: cluster \"%s\": %s\n", r.cfg->clusters[i].name, err);
@@ -369,6 +402,11 @@ int main(int argc, char **argv) {
   hopts.name = "fedrouter";
   hopts.ssl_ctx = ssl;
   hopts.max_body_bytes = r.cfg->max_body_bytes;
+  hopts.max_conns = (size_t)r.cfg->max_connections;
+  if (hopts.max_conns == 0)
+    hopts.max_conns = auto_max_connections();
+  hopts.max_conns_per_ip = (size_t)r.cfg->max_connections_per_ip;
+  r.exec_budget.max = (size_t)r.cfg->exec_output_budget_bytes;
   hopts.done_cb = router_request_done;
   hopts.done_arg = &r;
   if (fr_http_server_new(r.loop, &hopts, router_handle, &r, &r.http) != 0)
@@ -412,6 +450,7 @@ int main(int argc, char **argv) {
   if (rc != 0)
     FR_WARN("fedrouter", "loop closed with handles still open");
   free(r.adapters);
+  free(r.tenants);
   free(obs);
   placement_free(&r);
   metrics_free(r.metrics);

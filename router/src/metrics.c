@@ -9,8 +9,10 @@
 
 #include "fr/adapter.h"
 #include "fr/buf.h"
+#include "fr/http.h"
 #include "fr/config.h"
 #include "fr/policy.h"
+#include "fr/version.h"
 #include "metrics.h"
 #include "router.h"
 
@@ -202,7 +204,7 @@ static void render_gauges(struct router *r, struct fr_buf *b) {
   if (views == NULL)
     return;
   head(b, "fedrouter_build_info", "gauge", "Always 1; the version label says which fedrouter.");
-  gauge(b, "fedrouter_build_info", NULL, NULL, "version", FR_ROUTER_VERSION, NULL, NULL, 1);
+  gauge(b, "fedrouter_build_info", NULL, NULL, "version", FR_VERSION, NULL, NULL, 1);
 
   head(b, "fedrouter_cluster_healthy", "gauge", "1 while the cluster's circuit breaker is closed.");
   for (i = 0; i < r->nadapters; i++) {
@@ -260,6 +262,17 @@ static void render_gauges(struct router *r, struct fr_buf *b) {
   }
   head(b, "fedrouter_http_requests_in_flight", "gauge", "Requests being answered later (creates, execs, ...).");
   sample(b, "fedrouter_http_requests_in_flight", "", (double)r->inflight);
+  {
+    struct fr_http_server_stats hs;
+    fr_http_server_stats(r->http, &hs);
+    head(b, "fedrouter_http_connections", "gauge", "Client connections: open, and idle between requests.");
+    sample(b, "fedrouter_http_connections", "state=\"open\"", (double)fr_http_server_nconns(r->http));
+    sample(b, "fedrouter_http_connections", "state=\"idle\"", (double)hs.idle);
+    head(b, "fedrouter_http_connections_limited_total", "counter",
+         "Connections closed by the connection limits: idle ones evicted for new clients, new ones refused.");
+    sample(b, "fedrouter_http_connections_limited_total", "action=\"evicted\"", (double)hs.evicted);
+    sample(b, "fedrouter_http_connections_limited_total", "action=\"refused\"", (double)hs.refused);
+  }
   head(b, "fedrouter_policy_info", "gauge", "The loaded routing policy; always 1.");
   gauge(b, "fedrouter_policy_info", NULL, NULL, "source", fr_policy_source(r->policy), "version",
         fr_policy_version(r->policy), 1);

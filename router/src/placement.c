@@ -209,7 +209,8 @@ struct fr_cluster_state *placement_states(struct router *r, const struct fr_sand
     st[i].free_slots = fr_adapter_free_slots(a, spec->cpu_m, spec->mem_b);
     for (k = 0; spec->pool != NULL && k < v.npools; k++)
       if (strcmp(v.pools[k].name, spec->pool) == 0)
-        st[i].warm_ready = v.pools[k].ready;
+        /* What concurrent batches already plan to claim is not there for this one. */
+        st[i].warm_ready = v.pools[k].ready > v.pools[k].reserved ? v.pools[k].ready - v.pools[k].reserved : 0;
     /* What one sandbox of this shape costs here per hour, from the
      * cluster's price; 0 (unknown) where none is configured, which the
      * planner scores as neutral. */

@@ -4,7 +4,14 @@
  * of its pools (fr_adapter_pool), so nothing here reads Kubernetes
  * objects. A change (create, resize, delete) goes to every cluster that has
  * the pool (or is named) and answers once all of them have.
+ *
+ * A pool belongs to the tenant that made it (label fedrouter.io/owner on
+ * its ReplicaSets): only that tenant sees, uses and changes it, and its
+ * warm pods count against the tenant's max_pool_replicas. An admin tenant
+ * may make a pool shared (no owner): every tenant sees and uses it, only
+ * admins change it. Another tenant's pool is "not found", as a sandbox is.
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,21 +32,34 @@ struct pool_op {
   json_t *results;
   char name[64];
   int creating;
+  int shared;           /* a shared pool (for the answer before the caches see it) */
 };
 
-/* The pool across clusters as the API shows it, or NULL if no cluster has
- * it. */
-static json_t *pool_json(struct router *r, const char *name) {
+/* Pool <name> in any cluster, whoever owns it (names are one namespace:
+ * the ReplicaSet is fr-pool-<name> in every cluster). */
+static int pool_exists(struct router *r, const char *name) {
+  size_t i;
+
+  for (i = 0; i < r->nadapters; i++)
+    if (fr_adapter_pool(r->adapters[i], name) != NULL)
+      return 1;
+  return 0;
+}
+
+/* The pool across clusters as the API shows it to the tenant of <q>, or
+ * NULL if no cluster has one it may use. */
+static json_t *pool_json(struct api_req *q, const char *name) {
+  struct router *r = q->r;
   json_t *clusters = json_array(), *out = NULL;
   size_t i;
 
   for (i = 0; i < r->nadapters; i++) {
     const struct fr_adapter_pool_view *pv = fr_adapter_pool(r->adapters[i], name);
-    if (pv == NULL)
+    if (pv == NULL || !api_pool_usable(q, pv))
       continue;
     if (out == NULL)
-      out = json_pack("{s:s,s:s,s:f,s:f}", "name", name, "image", pv->image, "cpus", pv->cpu_m / 1000.0,
-                      "memory_gb", pv->mem_b / 1073741824.0);
+      out = json_pack("{s:s,s:s,s:f,s:f,s:b}", "name", name, "image", pv->image, "cpus", pv->cpu_m / 1000.0,
+                      "memory_gb", pv->mem_b / 1073741824.0, "shared", pv->owner == NULL);
     json_array_append_new(clusters, json_pack("{s:s,s:I,s:I}", "cluster", fr_adapter_name(r->adapters[i]),
                                               "target", (json_int_t)pv->target, "ready", (json_int_t)pv->ready));
   }
@@ -55,9 +75,9 @@ static void pool_reply(struct pool_op *p) {
   struct api_req *q = p->q;
 
   if (p->status == 0) {
-    json_t *pj = pool_json(q->r, p->name);
+    json_t *pj = pool_json(q, p->name);
     if (pj == NULL) /* the caches have not seen it yet */
-      pj = json_pack("{s:s}", "name", p->name);
+      pj = json_pack("{s:s,s:b}", "name", p->name, "shared", p->shared);
     json_object_set(pj, "results", p->results);
     api_reply(q, p->creating ? 201 : 200, pj, NULL);
   } else {
@@ -104,6 +124,38 @@ static void pool_op_start_done(struct pool_op *p) {
   on_pool_call(200, NULL, p);
 }
 
+/* Warm pods the pools <q>'s tenant owns ask for, over every cluster,
+ * leaving out pool <except> (NULL: none). */
+static int64_t owned_replicas(struct api_req *q, const char *except) {
+  int64_t n = 0;
+  size_t i, k;
+
+  for (i = 0; i < q->r->nadapters; i++) {
+    struct fr_adapter_view v;
+    fr_adapter_view(q->r->adapters[i], &v);
+    for (k = 0; k < v.npools; k++)
+      if (v.pools[k].owner != NULL && strcmp(v.pools[k].owner, q->tenant) == 0 &&
+          (except == NULL || strcmp(v.pools[k].name, except) != 0))
+        n += v.pools[k].target;
+  }
+  return n;
+}
+
+/* 429 when <want> more warm pods would take <q>'s tenant past its
+ * max_pool_replicas; 0 when they fit. */
+static int pool_quota_exceeded(struct api_req *q, int64_t have, int64_t want) {
+  char msg[300];
+
+  if (q->ts == NULL || q->ts->max_pool_replicas == 0 || have + want <= q->ts->max_pool_replicas)
+    return 0;
+  snprintf(msg, sizeof(msg),
+           "tenant %s may keep %" PRId64 " warm pods over all its pools and clusters; it has %" PRId64
+           " and this asks for %" PRId64,
+           q->tenant, q->ts->max_pool_replicas, have, want);
+  api_reply(q, 429, api_limit_body(msg, "max_pool_replicas"), "Retry-After: 10\r\n");
+  return 1;
+}
+
 static int pool_name_valid(const char *n) {
   size_t len = strlen(n);
 
@@ -123,12 +175,13 @@ static int in_list(json_t *names, const char *name) {
 }
 
 static void create_pool(struct api_req *q) {
-  static const char *const known[] = {"name", "image", "cpus", "memory_gb", "replicas", "clusters", NULL};
+  static const char *const known[] = {"name", "image", "cpus", "memory_gb", "replicas", "clusters", "shared", NULL};
   json_t *j = api_body_object(q, known, 0), *v, *clusters;
   struct fr_pool_spec spec;
   struct pool_op *p;
   char msg[300];
-  size_t i;
+  size_t i, ncl;
+  int shared = 0;
 
   if (j == NULL)
     return;
@@ -162,6 +215,10 @@ static void create_pool(struct api_req *q) {
   }
   spec.replicas = json_integer_value(v);
   clusters = json_object_get(j, "clusters");
+  if (clusters != NULL && (!json_is_array(clusters) || json_array_size(clusters) == 0)) {
+    api_field_fail(q, "clusters", "clusters must be a non-empty array of cluster names (omit it for all)");
+    goto out;
+  }
   if (clusters != NULL) {
     json_array_foreach(clusters, i, v) {
       if (!json_is_string(v) || api_adapter(q->r, json_string_value(v)) == NULL) {
@@ -171,17 +228,29 @@ static void create_pool(struct api_req *q) {
       }
     }
   }
-  {
-    json_t *existing = pool_json(q->r, spec.name);
-    if (existing != NULL) {
-      json_decref(existing);
-      api_fail(q, 409, "pool_exists", "a pool with that name exists", NULL);
+  if ((v = json_object_get(j, "shared")) != NULL) {
+    if (!json_is_boolean(v)) {
+      api_field_fail(q, "shared", "shared must be true or false");
+      goto out;
+    }
+    shared = json_is_true(v);
+    if (shared && (q->ts == NULL || !q->ts->admin)) {
+      api_fail(q, 403, "forbidden", "only an admin token may create a shared pool", NULL);
       goto out;
     }
   }
+  if (pool_exists(q->r, spec.name)) {
+    api_fail(q, 409, "pool_exists", "a pool with that name exists", NULL);
+    goto out;
+  }
+  ncl = clusters != NULL ? json_array_size(clusters) : q->r->nadapters;
+  if (!shared && pool_quota_exceeded(q, owned_replicas(q, NULL), spec.replicas * (int64_t)ncl))
+    goto out;
+  spec.owner = shared ? NULL : q->tenant;
   if ((p = pool_op_new(q, spec.name)) == NULL)
     goto out;
   p->creating = 1;
+  p->shared = shared;
   for (i = 0; i < q->r->nadapters; i++) {
     struct fr_adapter *a = q->r->adapters[i];
     if (clusters != NULL && !in_list(clusters, fr_adapter_name(a)))
@@ -198,14 +267,21 @@ out:
 static void change_pool(struct api_req *q, const char *name, int del) {
   struct pool_op *p;
   int64_t replicas = 0;
-  json_t *pj = pool_json(q->r, name);
-  size_t i;
+  json_t *pj = pool_json(q, name);
+  int shared = 0;
+  size_t i, ncl = 0;
 
   if (pj == NULL) {
     api_fail(q, 404, "pool_not_found", "no such pool", NULL);
     return;
   }
+  shared = json_is_true(json_object_get(pj, "shared"));
+  ncl = json_array_size(json_object_get(pj, "clusters"));
   json_decref(pj);
+  if (shared && (q->ts == NULL || !q->ts->admin)) {
+    api_fail(q, 403, "forbidden", "a shared pool is changed by an admin token only", NULL);
+    return;
+  }
   if (!del) {
     json_t *j = json_loadb(q->req->body, q->req->body_len, 0, NULL), *v = json_object_get(j, "replicas");
     int ok = json_is_object(j) && json_object_size(j) == 1 && json_is_integer(v) && json_integer_value(v) >= 0 &&
@@ -219,13 +295,16 @@ static void change_pool(struct api_req *q, const char *name, int del) {
     json_decref(j);
     if (!ok)
       return;
+    if (!shared && pool_quota_exceeded(q, owned_replicas(q, name), replicas * (int64_t)ncl))
+      return;
   }
   if ((p = pool_op_new(q, name)) == NULL)
     return;
   for (i = 0; i < q->r->nadapters; i++) {
     struct fr_adapter *a = q->r->adapters[i];
     int rc;
-    if (fr_adapter_pool(a, name) == NULL)
+    const struct fr_adapter_pool_view *pv = fr_adapter_pool(a, name);
+    if (pv == NULL || !api_pool_usable(q, pv))
       continue;
     p->pending++;
     rc = del ? fr_adapter_pool_delete(a, name, on_pool_call, p) : fr_adapter_pool_resize(a, name, replicas, on_pool_call, p);
@@ -244,10 +323,11 @@ static void list_pools(struct api_req *q) {
     struct fr_adapter_view v;
     fr_adapter_view(q->r->adapters[i], &v);
     for (k = 0; k < v.npools; k++)
-      json_object_set_new(names, v.pools[k].name, json_true());
+      if (api_pool_usable(q, &v.pools[k]))
+        json_object_set_new(names, v.pools[k].name, json_true());
   }
   json_object_foreach(names, key, dummy) {
-    json_t *pj = pool_json(q->r, key);
+    json_t *pj = pool_json(q, key);
     if (pj != NULL)
       json_array_append_new(arr, pj);
   }
@@ -274,7 +354,7 @@ int pools_route(struct api_req *q) {
   if (*p == '\0' || strchr(p, '/') != NULL) {
     api_fail(q, 404, "not_found", "no such endpoint", NULL);
   } else if (strcmp(req->method, "GET") == 0) {
-    json_t *pj = pool_json(q->r, p);
+    json_t *pj = pool_json(q, p);
     if (pj != NULL)
       api_reply(q, 200, pj, NULL);
     else

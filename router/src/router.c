@@ -1,5 +1,7 @@
 /* router.c - the fedrouter HTTP API: authentication, request ids, JSON
- * errors, and the endpoints that exist so far (health, readiness, clusters).
+ * errors, the access log, and the endpoints that need no sandbox work
+ * (health, readiness, /metrics, the dashboard, clusters, events, policy);
+ * /v1/sandboxes, /v1/pools and /v1/placement go on to sandboxes.c.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -48,8 +50,11 @@ void router_note(struct fr_http_req *req, const char *key, const char *value) {
   fr_buf_free(&b);
 }
 
-void router_event(struct router *r, const char *cluster, const char *reason, const char *request_id) {
+void router_event(struct router *r, const char *cluster, const char *reason, const char *request_id,
+                  const char *tenant) {
   struct router_event *e = &r->events[r->next_event];
+
+  snprintf(e->tenant, sizeof(e->tenant), "%s", tenant ? tenant : "");
 
   e->t_ms = fr_wall_ms();
   snprintf(e->cluster, sizeof(e->cluster), "%s", cluster);
@@ -115,6 +120,56 @@ void router_request_done(const struct fr_http_req *req, int status, size_t bytes
 
 static int is_loopback(const char *ip) {
   return strncmp(ip, "127.", 4) == 0 || strcmp(ip, "::1") == 0 || strncmp(ip, "::ffff:127.", 11) == 0;
+}
+
+int router_tenants_init(struct router *r) {
+  size_t i, n = r->cfg->ntenants ? r->cfg->ntenants : 1;
+
+  r->tenants = calloc(n, sizeof(*r->tenants));
+  if (r->tenants == NULL)
+    return -ENOMEM;
+  r->ntenants = n;
+  for (i = 0; i < n; i++) {
+    struct tenant_state *t = &r->tenants[i];
+    if (r->cfg->ntenants == 0) {
+      /* the loopback-only router: one user, the defaults of a tenant */
+      t->name = "local";
+      t->max_inflight = 4096;
+      t->max_execs = 2048;
+      t->admin = 1;
+    } else {
+      t->name = r->cfg->tenants[i].name;
+      t->max_inflight = r->cfg->tenants[i].max_requests_in_flight;
+      t->max_execs = r->cfg->tenants[i].max_concurrent_execs;
+      t->max_sandboxes = r->cfg->tenants[i].max_sandboxes;
+      t->max_pool_replicas = r->cfg->tenants[i].max_pool_replicas;
+      t->admin = r->cfg->tenants[i].admin;
+    }
+  }
+  return 0;
+}
+
+struct tenant_state *router_tenant(struct router *r, const char *name) {
+  size_t i;
+
+  for (i = 0; i < r->ntenants; i++)
+    if (strcmp(r->tenants[i].name, name) == 0)
+      return &r->tenants[i];
+  return NULL;
+}
+
+/* /metrics is open unless the config names a metrics token; then only
+ * that token (compared as its SHA-256, in constant time) reads it. */
+static int metrics_allowed(struct router *r, struct fr_http_req *req) {
+  const char *h = fr_http_req_header(req, "Authorization");
+  char hash[65];
+
+  if (r->cfg->metrics_token_sha256[0] == '\0')
+    return 1;
+  if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0 || h[7] == '\0')
+    return 0;
+  fr_sha256_hex(h + 7, strlen(h + 7), hash);
+  return fr_secret_equal(hash, r->cfg->metrics_token_sha256);
 }
 
 /* Returns the tenant name for <req>, or NULL after answering 401/403. */
@@ -296,6 +351,9 @@ void router_handle(struct fr_http_req *req, void *arg) {
                     "Cache-Control: no-cache\r\nContent-Security-Policy: default-src 'self'; "
                     "style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'\r\n",
                     html, len);
+  } else if (strcmp(req->path, "/metrics") == 0 && get && !metrics_allowed(r, req)) {
+    router_error(req, 401, "unauthorized", "/metrics wants the metrics token: Authorization: Bearer <token>",
+                 "WWW-Authenticate: Bearer realm=\"fedrouter-metrics\"\r\n");
   } else if (strcmp(req->path, "/metrics") == 0 && get) {
     struct fr_buf m;
     fr_buf_init(&m);
@@ -314,6 +372,15 @@ void router_handle(struct fr_http_req *req, void *arg) {
     if (tenant != NULL) {
       router_note(req, "tenant", tenant);
       snprintf(q->tenant, sizeof(q->tenant), "%s", tenant);
+      q->ts = router_tenant(r, tenant);
+      /* Admission: a tenant with too much going at once waits, others not. */
+      if (q->ts != NULL && q->ts->inflight >= q->ts->max_inflight) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "tenant %s has %" PRId64 " requests in flight (max_requests_in_flight)",
+                 tenant, q->ts->inflight);
+        api_reply(q, 429, api_limit_body(msg, "max_requests_in_flight"), "Retry-After: 1\r\n");
+        tenant = NULL;
+      }
     }
     if (tenant == NULL) {
       /* answered */
@@ -330,6 +397,8 @@ void router_handle(struct fr_http_req *req, void *arg) {
         const struct router_event *e =
             &r->events[(r->next_event + FR_ARRAY_SIZE(r->events) - 1 - n) % FR_ARRAY_SIZE(r->events)];
         char t[21];
+        if (strcmp(e->tenant, tenant) != 0)
+          continue; /* another tenant's: its clusters' names are not secret, its requests are */
         fr_time_rfc3339(e->t_ms / 1000, t);
         json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s}", "time", t, "cluster", e->cluster, "reason",
                                              e->reason, "request_id", e->request_id));

@@ -7,7 +7,8 @@
 #include <stdint.h>
 #include <uv.h>
 
-#define FR_ROUTER_VERSION "0.1.0"
+#include "fr/adapter.h" /* struct fr_adapter_agent */
+#include "fr/kube.h"    /* struct fr_kube_exec_budget */
 
 struct fr_config;
 struct fr_adapter;
@@ -19,6 +20,18 @@ struct fr_sandbox_spec;
 struct fr_http_server;
 struct fr_http_req;
 
+/* What one tenant has going at once, against its limits (config tenants;
+ * the loopback-only router's "local" tenant gets the defaults). */
+struct tenant_state {
+  const char *name;               /* borrowed from the config */
+  int64_t inflight;               /* requests answered later */
+  int64_t execs;                  /* execs running */
+  int64_t creating;               /* sandboxes of batches not finished yet */
+  int64_t max_inflight, max_execs, max_sandboxes; /* max_sandboxes 0 = none */
+  int64_t max_pool_replicas;      /* 0 = none */
+  int admin;                      /* may create and change shared pools */
+};
+
 struct router {
   uv_loop_t *loop;
   struct fr_config *cfg;          /* one reference held */
@@ -27,6 +40,10 @@ struct router {
   size_t nadapters;
   int stopping;                   /* draining: new requests get 503 */
   size_t inflight;                /* requests answered later (creates, execs, ...) */
+  struct fr_kube_exec_budget exec_budget; /* all execs' buffered output (limits.exec_output_budget_bytes) */
+  struct fr_adapter_agent agent;  /* the config's agent group, for the adapters (image NULL: none) */
+  struct tenant_state *tenants;   /* one per configured tenant, or one "local" */
+  size_t ntenants;
 
   struct metrics *metrics;
   /* Recent spillover events for the dashboard (ring, newest at next-1). */
@@ -35,6 +52,7 @@ struct router {
     char cluster[64];
     char reason[240];
     char request_id[64];
+    char tenant[64];              /* whose request it was: /v1/events shows a tenant its own */
   } events[64];
   size_t nevents, next_event;
 
@@ -59,12 +77,19 @@ struct router_cost {
   int known;                      /* the cluster has a price */
 };
 void router_cluster_cost(struct router *r, size_t i, const struct fr_adapter_view *v, struct router_cost *out);
-/* Records a spillover event (a cluster answered no room and the batch moved on). */
-void router_event(struct router *r, const char *cluster, const char *reason, const char *request_id);
+/* Records a spillover event (a cluster answered no room and the batch moved
+ * on) of <tenant>'s request <request_id>. */
+void router_event(struct router *r, const char *cluster, const char *reason, const char *request_id,
+                  const char *tenant);
 /* The HTTP server's done callback: access log line and request metrics. */
 void router_request_done(const struct fr_http_req *req, int status, size_t bytes, uint64_t ms, void *arg);
 /* Appends ,"key":"value" (JSON-escaped) to req->note for the access log. */
 void router_note(struct fr_http_req *req, const char *key, const char *value);
+
+/* Builds r->tenants from the config; -ENOMEM. */
+int router_tenants_init(struct router *r);
+/* The state of tenant <name>, or NULL. */
+struct tenant_state *router_tenant(struct router *r, const char *name);
 
 /* Loads the policy named by the config (or the built-in one) at start-up
  * and watches the file. 0, or -EINVAL after printing the file:line error. */

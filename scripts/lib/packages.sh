@@ -16,6 +16,7 @@ FR_PACKAGES=(
   check libsubunit-dev libhttp-parser-dev libyaml-dev libbsd-dev
   openssl ca-certificates procps python3 curl
   prometheus chromium
+  python3-yaml
 )
 
 fr_install_packages() {

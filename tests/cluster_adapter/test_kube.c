@@ -10,6 +10,7 @@
  * reset before every test. Pod names are unique per test.
  */
 #define _GNU_SOURCE /* prctl */
+#include "fr/buf.h"
 #include "fr/kube.h"
 #include "fr/kubeconfig.h"
 #include "fr/log.h"
@@ -714,6 +715,112 @@ START_TEST(slow_server_request_timeout_reports_status_0) {
   ck_assert_int_eq(r.attempts, 1);
   result_free(&r);
   set_faults("{\"latency_ms\":0}");
+  client_free_wait(c);
+  finish_test();
+}
+END_TEST
+
+/* fr_kube_request_opts: its timeout overrides the client's both ways, and
+ * a header line that could end the request head is refused. */
+START_TEST(request_opts_timeout_overrides_client_and_bad_header_refused) {
+  struct fr_kube_client_opts o = fast_opts;
+  struct fr_kube_request_opts ro;
+  struct fr_kube_client *c;
+  struct result r;
+
+  o.request_timeout_ms = 300;
+  o.max_retries = 0;
+  c = client_new(creds, &o);
+  set_faults("{\"latency_ms\":1000}");
+  memset(&ro, 0, sizeof(ro));
+  ro.timeout_ms = 5000; /* longer than the client's 300 ms: the slow answer arrives */
+  ro.header = "X-Access-Token: abc";
+  memset(&r, 0, sizeof(r));
+  ck_assert_int_eq(fr_kube_request_opts(c, "GET", "/version", NULL, NULL, 0, &ro, on_resp, &r, NULL), 0);
+  run_until(&r.done);
+  ck_assert_int_eq(r.status, 200);
+  result_free(&r);
+  ro.timeout_ms = 100; /* shorter: times out */
+  memset(&r, 0, sizeof(r));
+  ck_assert_int_eq(fr_kube_request_opts(c, "GET", "/version", NULL, NULL, 0, &ro, on_resp, &r, NULL), 0);
+  run_until(&r.done);
+  ck_assert_int_eq(r.status, 0);
+  ck_assert_msg(r.error != NULL && strstr(r.error, "timed out") != NULL, "error: %s", r.error);
+  result_free(&r);
+  set_faults("{\"latency_ms\":0}");
+  ro.timeout_ms = 0;
+  ro.header = "X-Evil: a\r\nX-Other: b";
+  ck_assert_int_eq(fr_kube_request_opts(c, "GET", "/version", NULL, NULL, 0, &ro, on_resp, &r, NULL), -EINVAL);
+  ro.header = "no colon here";
+  ck_assert_int_eq(fr_kube_request_opts(c, "GET", "/version", NULL, NULL, 0, &ro, on_resp, &r, NULL), -EINVAL);
+  ro.header = NULL;
+  ro.flags = 1 << 7; /* unknown flag */
+  ck_assert_int_eq(fr_kube_request_opts(c, "GET", "/version", NULL, NULL, 0, &ro, on_resp, &r, NULL), -EINVAL);
+  client_free_wait(c);
+  finish_test();
+}
+END_TEST
+
+struct streamed {
+  struct fr_buf got;
+  int chunks;
+  int stop_after;               /* stop after this many chunks; 0 = never */
+};
+
+static struct streamed *cur_stream;
+
+static int on_stream_data(const char *data, size_t len, void *arg) {
+  (void)arg;
+  cur_stream->chunks++;
+  ck_assert_int_eq(fr_buf_append(&cur_stream->got, data, len), 0);
+  return cur_stream->stop_after > 0 && cur_stream->chunks >= cur_stream->stop_after;
+}
+
+/* on_data: a 2xx body handed over as it arrives, all of it, and <cb> gets
+ * the status with an empty body; a reader that stops ends the call. */
+START_TEST(request_opts_on_data_streams_body_and_can_stop) {
+  struct fr_kube_client *c = client_new(creds, NULL);
+  struct fr_kube_request_opts ro;
+  struct streamed st;
+  struct result r;
+  json_t *j;
+  int i;
+
+  for (i = 0; i < 30; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "stream-p%d", i);
+    create_pod(c, name, 2000);
+  }
+  memset(&st, 0, sizeof(st));
+  fr_buf_init(&st.got);
+  cur_stream = &st;
+  memset(&ro, 0, sizeof(ro));
+  ro.on_data = on_stream_data;
+  memset(&r, 0, sizeof(r));
+  ck_assert_int_eq(fr_kube_request_opts(c, "GET", PODS, NULL, NULL, 0, &ro, on_resp, &r, NULL), 0);
+  run_until(&r.done);
+  ck_assert_int_eq(r.status, 200);
+  ck_assert_uint_eq(r.body_len, 0);
+  ck_assert_int_gt(st.chunks, 0);
+  j = json_loadb(st.got.data, st.got.len, 0, NULL);
+  ck_assert_ptr_nonnull(j);
+  ck_assert_uint_ge(json_array_size(json_object_get(j, "items")), 30);
+  json_decref(j);
+  result_free(&r);
+  /* Stopped by its reader after the first chunk. */
+  fr_buf_reset(&st.got);
+  st.chunks = 0;
+  st.stop_after = 1;
+  ck_assert_int_eq(fr_kube_request_opts(c, "GET", PODS, NULL, NULL, 0, &ro, on_resp, &r, NULL), 0);
+  run_until(&r.done);
+  ck_assert_int_eq(r.status, 0);
+  ck_assert_int_eq(st.chunks, 1);
+  ck_assert_msg(r.error != NULL && strstr(r.error, "stopped by its reader") != NULL, "error: %s", r.error);
+  result_free(&r);
+  /* Streaming and retrying do not go together. */
+  ro.flags = FR_KUBE_IDEMPOTENT;
+  ck_assert_int_eq(fr_kube_request_opts(c, "GET", PODS, NULL, NULL, 0, &ro, on_resp, &r, NULL), -EINVAL);
+  fr_buf_free(&st.got);
   client_free_wait(c);
   finish_test();
 }
@@ -1575,6 +1682,8 @@ static Suite *kube_suite(void) {
   tcase_add_test(tc, server_down_reports_status_0_with_error);
   tcase_add_test(tc, concurrent_calls_share_max_host_connections);
   tcase_add_test(tc, slow_server_request_timeout_reports_status_0);
+  tcase_add_test(tc, request_opts_timeout_overrides_client_and_bad_header_refused);
+  tcase_add_test(tc, request_opts_on_data_streams_body_and_can_stop);
   tcase_add_test(tc, burst_beyond_max_active_queues_and_answers_each_once);
   tcase_add_test(tc, queued_calls_time_out_from_dispatch_not_from_queueing);
   tcase_add_test(tc, queued_call_past_queue_timeout_fails_unsent);

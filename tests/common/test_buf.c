@@ -100,6 +100,35 @@ START_TEST(time_rfc3339_roundtrip) {
 }
 END_TEST
 
+/* RFC 4231, test case 2. */
+START_TEST(hmac_sha256_hex_rfc4231_vector) {
+  char out[65];
+  static const char msg[] = "what do ya want for nothing?";
+
+  ck_assert_int_eq(fr_hmac_sha256_hex("Jefe", 4, msg, sizeof(msg) - 1, out), 0);
+  ck_assert_str_eq(out, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+END_TEST
+
+/* A buffer only reserved, never appended to, is "" (fr/buf.h keeps the
+ * data terminated): a kubesim proxy once sent such a buffer's garbage as
+ * response headers. */
+START_TEST(buf_reserved_only_reads_as_empty_string) {
+  struct fr_buf b;
+
+  fr_buf_init(&b);
+  ck_assert_int_eq(fr_buf_reserve(&b, 0), 0);
+  ck_assert_ptr_nonnull(b.data);
+  ck_assert_str_eq(b.data, "");
+  ck_assert_int_eq(fr_buf_reserve(&b, 1000), 0); /* grown: still terminated */
+  ck_assert_str_eq(b.data, "");
+  ck_assert_int_eq(fr_buf_puts(&b, "ab"), 0);
+  ck_assert_int_eq(fr_buf_reserve(&b, 100000), 0);
+  ck_assert_str_eq(b.data, "ab");
+  fr_buf_free(&b);
+}
+END_TEST
+
 START_TEST(sha256_hex_known_vector) {
   char out[65];
 
@@ -139,6 +168,8 @@ int main(void) {
   tcase_add_test(tc, parse_int64_rejects_junk_and_range);
   tcase_add_test(tc, time_rfc3339_roundtrip);
   tcase_add_test(tc, sha256_hex_known_vector);
+  tcase_add_test(tc, buf_reserved_only_reads_as_empty_string);
+  tcase_add_test(tc, hmac_sha256_hex_rfc4231_vector);
   tcase_add_test(tc, secret_equal_compares_whole_strings);
   tcase_add_test(tc, edit_distance_counts_edits);
   suite_add_tcase(s, tc);

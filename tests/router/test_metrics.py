@@ -174,8 +174,8 @@ def main():
         check(get(s, "fedrouter_pool_warm_pods", cluster="m2", pool="p", state="target") == 1, "pool target")
         check(get(s, "fedrouter_pool_warm_pods", cluster="m2", pool="p", state="ready") == 1, "pool ready")
         check(get(s, "fedrouter_creates_total", cluster="m1", outcome="ok", start="cold") == 4, "creates_total")
-        check(get(s, "fedrouter_execs_total", cluster="m1", outcome="ok") == 1, "execs ok")
-        check(get(s, "fedrouter_execs_total", cluster="m1", outcome="nonzero") == 1, "execs nonzero")
+        check(get(s, "fedrouter_execs_total", cluster="m1", outcome="ok", via="pods_exec") == 1, "execs ok")
+        check(get(s, "fedrouter_execs_total", cluster="m1", outcome="nonzero", via="pods_exec") == 1, "execs nonzero")
         check(get(s, "fedrouter_exec_duration_seconds_count", cluster="m1") == 2, "exec histogram count")
         check(get(s, "fedrouter_http_requests_total", route="/v1/sandboxes", method="POST", status="503") == 1,
               "the refused batch is counted")

@@ -39,15 +39,28 @@ import threading
 import time
 import traceback
 import urllib.parse
+import urllib.request
 
 ARGS = None
 ALL_PROCS = []          # every Popen we started, for the watchdog and atexit
 WATCHDOG_S = 560        # ctest's TIMEOUT is 600: clean up ourselves before it
 TOKEN_A = "tenant-a-" + os.urandom(8).hex()
 TOKEN_B = "tenant-b-" + os.urandom(8).hex()
+# A tenant with small limits (test_tenant_limits_hold_under_concurrency).
+TOKEN_C = "tenant-c-" + os.urandom(8).hex()
+C_MAX_SANDBOXES = 20
+# An admin tenant (shared pools).
+TOKEN_ADMIN = "tenant-ops-" + os.urandom(8).hex()
+C_MAX_EXECS = 4
 SIM_TOKEN = "kubesim-" + os.urandom(8).hex()
 IMAGE = "python:3.12"
 MAX_BODY = 65536
+# limits.max_connections_per_ip of the test routers: small, so the idle flood
+# test passes it with a few hundred sockets.
+MAX_CONNS_PER_IP = 200
+# limits.exec_output_budget_bytes: 1.5 x max_exec_output_bytes, so one exec
+# filling both streams to their caps runs into it.
+EXEC_BUDGET = 1572864
 
 
 class TestFailure(Exception):
@@ -326,10 +339,14 @@ listen = "127.0.0.1:0";
 region = "us";
 sandbox = {{ default_lifetime_s = {lifetime[0]}; max_lifetime_s = {lifetime[1]}; }};
 limits = {{ max_batch = 5000; max_body_bytes = {MAX_BODY}; max_exec_output_bytes = 1048576;
-           max_exec_timeout_s = 600; }};
+           max_exec_timeout_s = 600; max_connections_per_ip = {MAX_CONNS_PER_IP};
+           exec_output_budget_bytes = {EXEC_BUDGET}; }};
 tenants = (
   {{ name = "a"; token_sha256 = "{sha(TOKEN_A)}"; }},
-  {{ name = "b"; token_sha256 = "{sha(TOKEN_B)}"; }}
+  {{ name = "b"; token_sha256 = "{sha(TOKEN_B)}"; }},
+  {{ name = "c"; token_sha256 = "{sha(TOKEN_C)}"; max_sandboxes = {C_MAX_SANDBOXES};
+     max_concurrent_execs = {C_MAX_EXECS}; }},
+  {{ name = "ops"; token_sha256 = "{sha(TOKEN_ADMIN)}"; admin = true; }}
 );
 clusters = (
 {cl}
@@ -545,6 +562,21 @@ def test_output_caps_and_binary(fed):
           f"non-UTF-8 stderr: {r}")
     check(r.get("stdout") == "h\u00e9" and r.get("stdout_encoding") in (None, "utf-8", "utf8"),
           f"valid UTF-8 stdout next to binary stderr: {r}")
+    # NUL bytes are UTF-8 but six bytes each as JSON: base64 keeps the answer
+    # small; ordinary text (here all newlines) stays text.
+    r = fed.exec_ok(sid, ["head", "-c", "100000", "/dev/zero"])
+    check(r.get("stdout_encoding") == "base64" and base64.b64decode(r.get("stdout", "")) == b"\0" * 100000,
+          f"100,000 NUL bytes: encoding {r.get('stdout_encoding')}, {len(r.get('stdout') or '')} chars")
+    r = fed.exec_ok(sid, ["sh", "-c", "yes '' | head -n 5000"])
+    check(r.get("stdout") == "\n" * 5000 and r.get("stdout_encoding") is None,
+          f"5000 newlines: encoding {r.get('stdout_encoding')}")
+    # The router-wide budget bounds what all execs hold at once: both streams
+    # at their 1 MiB caps need 2 MiB, the budget is 1.5 MiB.
+    r = fed.exec_ok(sid, ["sh", "-c", "head -c 1048576 /dev/zero | tr '\\0' o; head -c 1048576 /dev/zero | tr '\\0' e >&2"])
+    total = len(r.get("stdout") or "") + len(r.get("stderr") or "")
+    check(total == EXEC_BUDGET and (r.get("stdout_truncated") or r.get("stderr_truncated")),
+          f"over the output budget: {total} bytes kept (budget {EXEC_BUDGET}), flags "
+          f"{r.get('stdout_truncated')}/{r.get('stderr_truncated')}")
 
 
 def test_terminate_removes_pod(fed):
@@ -684,6 +716,11 @@ def test_bad_input(fed):
                       (["ec\u0000ho"], "argv with NUL")):
         expect_error(fed.exec(sid, bad), 400, "invalid_argv", what)
     expect_error(fed.api("POST", f"{P}/{sid}/exec", {"stdin": ""}), 400, "invalid_argv", "argv missing")
+    # Too long for the pods/exec URL: a clear 400 naming the limit, not a 502 from the cluster.
+    e = expect_error(fed.exec(sid, ["echo", "x" * 20000]), 400, "invalid_argv", "argv of 20 KB")
+    check("14336" in e.get("message", ""), f"the limit is named: {e}")
+    r = fed.exec_ok(sid, ["sh", "-c", "echo ${#1}", "sh", "y" * 10000])
+    check(r.get("stdout") == "10000\n", f"argv of 10 KB runs: {short(r)}")
     expect_error(fed.api("POST", f"{P}/{sid}/exec", raw=b"{argv"), 400, "invalid_json", "exec malformed JSON")
     # ids
     expect_error(fed.api("GET", P + "/no-dot-here"), 400, "invalid_id", "id without a cluster part")
@@ -1077,12 +1114,238 @@ def test_batch_quota_rollback(fed):
     check(wait_until(clean, 30, 0.3), "sandboxes left after DELETE by label")
 
 
+def metric(fed, name, labels=""):
+    """One sample of /metrics (labels as printed, e.g. 'action="evicted"')."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{fed.router.port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    key = f"{name}{{{labels}}}" if labels else name
+    for line in text.splitlines():
+        if line.startswith(key + " "):
+            return float(line.split()[-1])
+    raise TestFailure(f"/metrics has no {key}")
+
+
+def test_idle_connection_flood_does_not_lock_out(fed):
+    """Twice the per-address connection limit held idle (no token needed to
+    open a socket): new clients still get in, because each new connection
+    closes the longest-idle one; the router's descriptors stay bounded."""
+    socks = []
+    try:
+        for _ in range(2 * MAX_CONNS_PER_IP):
+            socks.append(socket.create_connection(("127.0.0.1", fed.router.port), timeout=5))
+        t0 = time.monotonic()
+        st, r = fed.api("GET", "/healthz", token=None)
+        check(st == 200, f"/healthz under an idle flood: {st} {short(r)}")
+        st, r = fed.api("GET", "/v1/clusters")
+        check(st == 200, f"/v1/clusters under an idle flood: {st} {short(r)}")
+        elapsed = time.monotonic() - t0
+        check(elapsed < 10, f"answers under the flood took {elapsed:.1f} s")
+        check(metric(fed, "fedrouter_http_connections", 'state="open"') <= MAX_CONNS_PER_IP,
+              "more connections open than the per-address limit")
+        check(metric(fed, "fedrouter_http_connections_limited_total", 'action="evicted"') >= MAX_CONNS_PER_IP,
+              "idle connections were not evicted")
+        # The oldest of the flood were closed by the router.
+        closed = 0
+        for sk in socks[:MAX_CONNS_PER_IP // 2]:
+            sk.settimeout(5)
+            try:
+                closed += sk.recv(1) == b""
+            except (ConnectionResetError, socket.timeout):
+                closed += 1
+        check(closed == MAX_CONNS_PER_IP // 2, f"only {closed} of the oldest idle connections were closed")
+    finally:
+        for sk in socks:
+            sk.close()
+
+
+def test_tenant_limits_hold_under_concurrency(fed):
+    """max_sandboxes counts creates in flight: 80 concurrent creates by a
+    tenant limited to 20 make at most 20; max_concurrent_execs bounds execs
+    running at once. Both answer 429 tenant_limit naming the limit."""
+    results = []
+    lock = threading.Lock()
+
+    def one_create(i):
+        st, r = fed.api("POST", "/v1/sandboxes", {"image": IMAGE, "name": f"lim-{i}", "labels": {"run": "limits"}},
+                        token=TOKEN_C, timeout=120)
+        with lock:
+            results.append((st, r))
+
+    threads = [threading.Thread(target=one_create, args=(i,)) for i in range(80)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(150)
+    made = [r for st, r in results if st == 201]
+    refused = [r for st, r in results if st == 429]
+    check(len(results) == 80, f"{len(results)} of 80 creates answered")
+    check(len(made) <= C_MAX_SANDBOXES, f"{len(made)} sandboxes made for a tenant limited to {C_MAX_SANDBOXES}")
+    check(len(made) + len(refused) == 80, f"other answers: {[st for st, _ in results if st not in (201, 429)]}")
+    check(all(r.get("error", {}).get("code") == "tenant_limit" and r["error"].get("limit") == "max_sandboxes"
+              for r in refused), f"429 bodies: {short(refused[:2])}")
+    st, r = fed.api("GET", "/v1/sandboxes?label=run=limits", token=TOKEN_C)
+    check(st == 200 and len(r.get("sandboxes", [])) == len(made) <= C_MAX_SANDBOXES,
+          f"the tenant lists {len(r.get('sandboxes', []))} sandboxes, {len(made)} made")
+    # Execs: C_MAX_EXECS * 3 at once, each running 2 s.
+    sid = made[0]["sandboxes"][0]["id"]
+    ex = []
+
+    def one_exec():
+        st, r = fed.api("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["sleep", "2"]}, token=TOKEN_C, timeout=60)
+        with lock:
+            ex.append((st, r))
+
+    threads = [threading.Thread(target=one_exec) for _ in range(C_MAX_EXECS * 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    ok = [r for st, r in ex if st == 200]
+    limited = [r for st, r in ex if st == 429]
+    check(1 <= len(ok) and len(limited) >= 1 and len(ok) + len(limited) == len(ex),
+          f"execs: {len(ok)} ran, {len(limited)} refused, others {[st for st, _ in ex if st not in (200, 429)]}")
+    check(all(r["error"].get("limit") == "max_concurrent_execs" for r in limited), f"exec 429s: {short(limited[:2])}")
+    # Another tenant is not affected by c's limits.
+    st, r = fed.api("GET", "/v1/sandboxes")
+    check(st == 200, f"tenant a while c is limited: {st}")
+    st, d = fed.api("DELETE", "/v1/sandboxes?label=run=limits", token=TOKEN_C, timeout=120)
+    check(st == 200, f"cleanup: {st} {short(d)}")
+
+
+def test_pools_belong_to_their_tenant(fed):
+    """A pool is its creator's: other tenants neither see, use, resize nor
+    delete it; warm replicas count against max_pool_replicas; only an admin
+    token makes a shared pool, which every tenant uses and only admins change."""
+    st, r = fed.api("POST", "/v1/pools", {"name": "mine", "image": IMAGE, "replicas": 0})
+    check(st == 201 and r.get("shared") is False, f"a creates pool mine: {st} {short(r)}")
+    check(wait_until(lambda: fed.api("GET", "/v1/pools/mine")[0] == 200, 10), "pool mine not visible to a")
+    for method, body in (("GET", None), ("PATCH", {"replicas": 5}), ("DELETE", None)):
+        expect_error(fed.api(method, "/v1/pools/mine", body, token=TOKEN_B), 404, "pool_not_found",
+                     f"{method} another tenant's pool")
+    st, r = fed.api("GET", "/v1/pools", token=TOKEN_B)
+    check(st == 200 and "mine" not in [p["name"] for p in r.get("pools", [])], f"b lists a's pool: {short(r)}")
+    expect_error(fed.api("POST", "/v1/sandboxes", {"pool": "mine"}, token=TOKEN_B), 404, "pool_not_found",
+                 "create from another tenant's pool")
+    expect_error(fed.api("POST", "/v1/pools", {"name": "mine", "image": IMAGE, "replicas": 0}, token=TOKEN_B),
+                 409, "pool_exists", "a pool name taken by another tenant")
+    # max_pool_replicas (default 1000) over every cluster: 600 x 2 clusters is too many.
+    e = expect_error(fed.api("POST", "/v1/pools", {"name": "huge", "image": IMAGE, "replicas": 600}, token=TOKEN_B),
+                     429, "tenant_limit", "a pool past max_pool_replicas")
+    check(e.get("limit") == "max_pool_replicas", f"limit named: {e}")
+    e = expect_error(fed.api("PATCH", "/v1/pools/mine", {"replicas": 100000}), 429, "tenant_limit",
+                     "a resize past max_pool_replicas")
+    # Shared pools: admin only.
+    expect_error(fed.api("POST", "/v1/pools", {"name": "common", "image": IMAGE, "replicas": 0, "shared": True}),
+                 403, "forbidden", "a shared pool from a non-admin token")
+    st, r = fed.api("POST", "/v1/pools", {"name": "common", "image": IMAGE, "replicas": 0, "shared": True},
+                    token=TOKEN_ADMIN)
+    check(st == 201 and r.get("shared") is True, f"admin creates shared pool: {st} {short(r)}")
+    check(wait_until(lambda: fed.api("GET", "/v1/pools/common", token=TOKEN_B)[0] == 200, 10),
+          "the shared pool is not visible to b")
+    expect_error(fed.api("PATCH", "/v1/pools/common", {"replicas": 1}, token=TOKEN_B), 403, "forbidden",
+                 "a tenant resizing a shared pool")
+    st, r = fed.api("PATCH", "/v1/pools/common", {"replicas": 0}, token=TOKEN_ADMIN)
+    check(st == 200, f"admin resizes the shared pool: {st} {short(r)}")
+    for name, token in (("common", TOKEN_ADMIN), ("mine", TOKEN_A)):
+        st, r = fed.api("DELETE", f"/v1/pools/{name}", token=token)
+        check(st == 200, f"DELETE pool {name}: {st} {short(r)}")
+
+
+def test_metrics_token_guards_metrics(fed):
+    """With metrics_token_sha256 in the config, /metrics wants that bearer
+    token (Prometheus' bearer_token); /healthz stays open; tenant tokens do
+    not open it."""
+    token = "metrics-" + os.urandom(6).hex()
+    cfg2 = os.path.join(fed.root, "fedrouter-metrics.conf")
+    with open(fed.config) as f:
+        text = f.read()
+    with open(cfg2, "w") as f:
+        f.write(text + f'metrics_token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}";\n')
+    r2 = fed.start_router(cfg2)
+    try:
+        for tok, what in ((None, "no token"), ("wrong", "a wrong token"), (TOKEN_A, "a tenant token")):
+            st, body = api_call(r2.port, "GET", "/metrics", None, tok, None)
+            check(st == 401 and isinstance(body, dict) and body.get("error", {}).get("code") == "unauthorized",
+                  f"/metrics with {what}: {st} {short(body)}")
+        conn = http.client.HTTPConnection("127.0.0.1", r2.port, timeout=10)
+        conn.request("GET", "/metrics", headers={"Authorization": "Bearer " + token})
+        resp = conn.getresponse()
+        text = resp.read().decode()
+        conn.close()
+        check(resp.status == 200 and "fedrouter_build_info" in text, f"/metrics with the token: {resp.status}")
+        check(api_call(r2.port, "GET", "/healthz", None, None, None)[0] == 200, "/healthz needs no token")
+    finally:
+        r2.expected_dead = True
+        stop_proc(r2.proc)
+
+
+def test_probe_defects_answered_cleanly(fed):
+    """Inputs found by probing the router as an attacker would: each gets a
+    clear 4xx, never a crash (the ASan build aborts on a use-after-free),
+    a 503 out_of_memory, or a silent "everything"."""
+    # PATCH /v1/pools/{name} with a bad body read the body after freeing it.
+    st, r = fed.api("POST", "/v1/pools", {"name": "probe", "image": IMAGE, "replicas": 0})
+    check(st == 201, f"create pool probe: {st} {short(r)}")
+    for body, what in (({"replicas": -1}, "replicas -1"), ({"replicas": "3"}, "replicas as a string"),
+                       ({"replicas": 1, "x": 2}, "an extra field")):
+        expect_error(fed.api("PATCH", "/v1/pools/probe", body), 400, "invalid_field", f"PATCH pool with {what}")
+    expect_error(fed.api("PATCH", "/v1/pools/probe", raw=b"[1"), 400, "invalid_json", "PATCH pool with bad JSON")
+    check(fed.api("GET", "/healthz", token=None)[0] == 200, "router alive after the PATCH probes")
+    # Pool bodies that cannot be used are refused, not accepted with nothing made.
+    for clusters in ("c1", [], [3]):
+        st, r = fed.api("POST", "/v1/pools", {"name": "probe2", "image": IMAGE, "replicas": 1, "clusters": clusters})
+        check(st in (400, 404) and r.get("error", {}).get("code") in ("invalid_field", "cluster_not_found"),
+              f"POST pool with clusters={clusters!r}: {st} {short(r)}")
+    check(fed.api("GET", "/v1/pools/probe2")[0] == 404, "a refused pool was created anyway")
+    st, r = fed.api("DELETE", "/v1/pools/probe")
+    check(st == 200, f"delete pool probe: {st} {short(r)}")
+    # A long image reference with a tab: its pool spec annotation was hand-made
+    # JSON cut at ~190 characters; now it round-trips.
+    img = "registry.example.com/" + "a" * 280 + "\t:tag"
+    st, r = fed.api("POST", "/v1/pools", {"name": "probe3", "image": img, "replicas": 0, "clusters": ["c1"]})
+    check(st == 201, f"create pool with a long image: {st} {short(r)}")
+    check(wait_until(lambda: fed.api("GET", "/v1/pools/probe3")[1].get("image") == img, 10),
+          f"pool image round trip: {short(fed.api('GET', '/v1/pools/probe3')[1])}")
+    fed.api("DELETE", "/v1/pools/probe3")
+    # Ids with bytes that are not UTF-8, or cut mid-character: 400 invalid_id, not 503.
+    for raw_id in ("%FF.x", "c1.%C3", "c1.%FF%FE", "C1.Upper"):
+        st, r = fed.api("GET", "/v1/sandboxes/" + raw_id)
+        check(st == 400 and r.get("error", {}).get("code") == "invalid_id",
+              f"GET /v1/sandboxes/{raw_id}: expected 400 invalid_id, got {st} {short(r)}")
+    # Empty filter values are refused; above all for DELETE, where "" meant "all of them".
+    keep = fed.create_one(name="keepme")
+    for q in ("name_prefix=", "pool=", "cluster=", "label="):
+        expect_error(fed.api("DELETE", "/v1/sandboxes?" + q), 400, "invalid_field", f"DELETE ?{q}")
+        expect_error(fed.api("GET", "/v1/sandboxes?" + q), 400, "invalid_field", f"GET ?{q}")
+    st, r = fed.api("GET", "/v1/sandboxes/" + keep["id"])
+    check(st == 200 and r.get("state") in ("running", "pending"), f"sandbox survived the empty filters: {st} {short(r)}")
+    fed.api("DELETE", "/v1/sandboxes/" + keep["id"])
+    # A region nobody knows is placed without preference, and said so.
+    r = fed.create({"name": "where", "region": "eu"})
+    pl = r.get("placement", {})
+    check(pl.get("client_region") == "eu" and pl.get("client_region_known") is False,
+          f"create with region eu: placement {short(pl)}")
+    fed.api("DELETE", "/v1/sandboxes/" + r["sandboxes"][0]["id"])
+    st, r = fed.api("POST", "/v1/placement/explain", {"image": IMAGE}, headers={"X-Client-Region": "eu"})
+    check(st == 200 and r.get("request", {}).get("region_known") is False, f"explain for eu: {st} {short(r)}")
+    st, r = fed.api("POST", "/v1/placement/explain", {"image": IMAGE, "region": "us"})
+    check(st == 200 and r.get("request", {}).get("region_known") is True, f"explain for us: {st} {short(r)}")
+    # /v1/events: a tenant sees its own events only.
+    st, r = fed.api("GET", "/v1/events", token=TOKEN_B)
+    check(st == 200 and all(isinstance(e, dict) for e in r.get("events", [])), f"events for b: {st} {short(r)}")
+    mine = {e.get("request_id") for e in fed.api("GET", "/v1/events")[1].get("events", [])}
+    theirs = {e.get("request_id") for e in r.get("events", [])}
+    check(not (mine & theirs), f"tenant b sees tenant a's events: {sorted(mine & theirs)[:3]}")
+
+
 # --------------------------------------------------------------------------
 # runner
 
 MAIN_TESTS = [test_create_exec_python, test_exit_code_and_stderr, test_exec_stdin_env_workdir,
               test_exec_timeout_kills, test_output_caps_and_binary, test_terminate_removes_pod,
-              test_tenant_isolation, test_bad_input, test_expired_reaped, test_router_kill9_restart,
+              test_tenant_isolation, test_bad_input, test_probe_defects_answered_cleanly,
+              test_idle_connection_flood_does_not_lock_out, test_tenant_limits_hold_under_concurrency,
+              test_pools_belong_to_their_tenant, test_metrics_token_guards_metrics, test_expired_reaped, test_router_kill9_restart,
               test_second_router_same_sandboxes, test_killed_cluster_failover]
 
 BIG = ["--node-cpu", "64", "--node-memory", "256Gi"]

@@ -12,6 +12,8 @@
  *   fedrouter.io/pool=<name>      pool pods and the pool's ReplicaSet
  *   fedrouter.io/state=warm|claimed
  *   fedrouter.io/tenant=<tenant>  claimed or created sandboxes
+ *   fedrouter.io/owner=<tenant>   a pool's ReplicaSet: the tenant it belongs to
+ *                                 (absent: a shared pool, usable by every tenant)
  */
 #ifndef FR_ADAPTER_H
 #define FR_ADAPTER_H
@@ -22,17 +24,33 @@
 #include <uv.h>
 
 struct fr_kube_client;
+struct fr_kube_exec_budget;
 struct fr_adapter;
 
 /* What an adapter needs to know about its cluster. Every string is
  * borrowed and must outlive the adapter (the router passes its config
  * snapshot's strings). */
+/* The in-sandbox agent (fedrouter-agent, agent/README.md): new sandbox
+ * pods get an init container from <image> that copies the static binary
+ * into an emptyDir, and their command wrapped to run it on <port>; the
+ * adapter then reaches it through the API server's pod proxy. Requests
+ * carry the sandbox's token, HMAC-SHA256(<key>, "<cluster>.<pod>") in hex,
+ * which every router replica derives alike. Borrowed; must outlive the
+ * adapter. */
+struct fr_adapter_agent {
+  const char *image;
+  int port;
+  const void *key;
+  size_t key_len;
+};
+
 struct fr_adapter_opts {
   const char *name;
   const char *region;
   const char *kubeconfig;   /* path */
   const char *context;      /* NULL = current-context */
   const char *ns;           /* namespace for sandboxes; NULL = "default" */
+  const struct fr_adapter_agent *agent; /* NULL: sandboxes without an agent (pods/exec only) */
 };
 
 #define FR_LABEL_SANDBOX "fedrouter.io/sandbox"
@@ -40,6 +58,9 @@ struct fr_adapter_opts {
 #define FR_LABEL_STATE "fedrouter.io/state"
 #define FR_LABEL_TENANT "fedrouter.io/tenant"
 #define FR_LABEL_NAME "fedrouter.io/name"
+#define FR_LABEL_OWNER "fedrouter.io/owner"
+/* On a sandbox or pool pod: it runs fedrouter-agent on this port. */
+#define FR_LABEL_AGENT "fedrouter.io/agent"
 #define FR_ANN_CREATED "fedrouter.io/created-at"
 #define FR_ANN_EXPIRES "fedrouter.io/expires-at"
 #define FR_ANN_WARM "fedrouter.io/warm"
@@ -85,10 +106,12 @@ int fr_pod_done(const struct fr_pod *p);
 /* A warm pool in one cluster: its ReplicaSet, parsed once per change. */
 struct fr_adapter_pool_view {
   const char *name;
+  const char *owner;        /* the tenant it belongs to; NULL = shared */
   const char *image;        /* "" when the pool's spec annotation is unreadable */
   int64_t cpu_m, mem_b;     /* each pod's requests (= limits) */
   int64_t target;           /* spec.replicas */
   int64_t ready;            /* ready, unclaimed pool pods */
+  int64_t reserved;         /* of them, planned by batches not yet started (fr_adapter_reserve_warm) */
 };
 
 struct fr_adapter_view {
@@ -208,6 +231,10 @@ int fr_adapter_pod_leaving(struct fr_adapter *a, const struct fr_pod *pod);
  * planned here but not started yet, so a concurrent plan sees them as
  * taken at once. */
 void fr_adapter_reserve(struct fr_adapter *a, int64_t delta);
+/* The same for warm pods of <pool> a batch plans to claim here, so a
+ * concurrent plan does not count on the same ready pods (no-op for a pool
+ * this cluster does not have). */
+void fr_adapter_reserve_warm(struct fr_adapter *a, const char *pool, int64_t delta);
 /* Creates in flight on this adapter (reserved against its capacity). */
 int64_t fr_adapter_inflight(const struct fr_adapter *a);
 
@@ -222,6 +249,8 @@ struct fr_exec_spec {
   size_t stdin_len;
   int64_t timeout_s;        /* > 0: the command and its process group are killed then */
   size_t max_output;        /* cap per stream; beyond it output is dropped and flagged */
+  struct fr_kube_exec_budget *budget; /* shared bound on all execs' buffered output (fr/kube.h);
+                                         NULL = none; must outlive the exec */
   const char *request_id;   /* sent to the cluster; may be NULL */
 };
 
@@ -242,21 +271,30 @@ struct fr_exec_result {
   size_t out_len, err_len;
   int out_truncated, err_truncated;
   double duration_ms;
+  int via_agent;            /* ran through the sandbox's agent (else pods/exec) */
 };
 
 typedef void (*fr_exec_cb)(const struct fr_exec_result *res, void *arg);
 
 /* Runs <spec> in sandbox pod <pod> and calls <cb> once, from a later loop
  * turn, with the outcome; the cluster's circuit breaker is fed from it.
+ * A pod with an agent (label fedrouter.io/agent) runs it through the agent
+ * (one pod-proxy request on a kept-alive connection; the agent kills the
+ * command's whole process group and everything it started at the
+ * timeout); if the agent cannot be reached before the command started,
+ * through pods/exec as for any other pod.
  * Never retried (a command is not idempotent). Returns 0, or without
  * calling <cb>: -ENOENT (no such pod in the cache), -EHOSTDOWN (the
- * cluster's breaker is open: fail fast), -EINVAL (bad spec), -ENOMEM. */
+ * cluster's breaker is open: fail fast), -E2BIG (argv and env too long for
+ * the transport: FR_EXEC_MAX_ARGV_BYTES), -EINVAL (bad spec), -ENOMEM. */
+#define FR_EXEC_MAX_ARGV_BYTES 14336  /* argv and env, percent-encoded, through pods/exec */
 int fr_adapter_exec(struct fr_adapter *a, const char *pod, const struct fr_exec_spec *spec,
                     fr_exec_cb cb, void *arg);
 
 /* ---- pools (sandbox.c) ---- */
 struct fr_pool_spec {
   const char *name;
+  const char *owner;        /* tenant the pool belongs to; NULL = shared by all */
   const char *image;
   int64_t cpu_m, mem_b;
   int64_t replicas;

@@ -103,6 +103,31 @@ int fr_kube_request(struct fr_kube_client *c, const char *method, const char *pa
                     const char *request_id, fr_kube_response_cb cb, void *arg,
                     struct fr_kube_call **out);
 
+/* A 2xx response body as it arrives (fr_kube_request_opts.on_data), from
+ * inside curl's write callback: it must not cancel the call or free the
+ * client. Nonzero stops the transfer (the call then ends with status 0). */
+typedef int (*fr_kube_data_cb)(const char *data, size_t len, void *arg);
+
+/* What fr_kube_request_opts() takes beyond fr_kube_request()'s arguments.
+ * Strings are copied. */
+struct fr_kube_request_opts {
+  int flags;                    /* enum fr_kube_flags */
+  const char *request_id;       /* sent as X-Request-Id; may be NULL */
+  uint64_t timeout_ms;          /* per attempt; 0 = the client's request_timeout_ms */
+  const char *header;           /* one more header line "Name: value" (no CR/LF); may be NULL */
+  fr_kube_data_cb on_data;      /* NULL: buffer the body for <cb>; else hand a 2xx body over
+                                   as it arrives (<cb> then gets an empty body); not with
+                                   FR_KUBE_IDEMPOTENT */
+};
+
+/* fr_kube_request() with a per-call timeout and one extra header (e.g. a
+ * pod proxy call carrying the in-sandbox agent's token, or running as long
+ * as the command it starts). Same contract otherwise. */
+int fr_kube_request_opts(struct fr_kube_client *c, const char *method, const char *path,
+                         const char *content_type, const void *body, size_t len,
+                         const struct fr_kube_request_opts *o, fr_kube_response_cb cb, void *arg,
+                         struct fr_kube_call **out);
+
 /* Starts a streaming GET (a watch). <on_line> gets each line as it arrives;
  * <on_done> gets the end (status and, for non-2xx, the body). Not retried:
  * the caller relists/rewatches. Never queued, and not counted against
@@ -140,6 +165,13 @@ struct fr_kube_client_stats {
  * be called from any callback. */
 void fr_kube_client_stats(const struct fr_kube_client *c, struct fr_kube_client_stats *out);
 
+/* Output buffered by every exec that shares it, bounded as a whole: past
+ * <max> bytes, further output of any of them is dropped and flagged
+ * truncated, as past a per-stream cap. Loop thread only. */
+struct fr_kube_exec_budget {
+  size_t used, max;
+};
+
 struct fr_kube_exec_opts {
   char *const *argv;            /* NULL-terminated, at least one element */
   const char *container;        /* NULL = the pod's first container */
@@ -148,6 +180,7 @@ struct fr_kube_exec_opts {
   size_t max_stdout, max_stderr;/* caps; beyond them output is dropped and flagged */
   uint64_t timeout_ms;          /* 0 = none; on expiry the stream is closed and timed_out set */
   const char *request_id;
+  struct fr_kube_exec_budget *budget; /* NULL = none; borrowed, must outlive the exec */
 };
 
 struct fr_kube_exec_result {

@@ -64,6 +64,14 @@ int fr_cfg_get_group(struct fr_cfgread *c, const config_setting_t *parent, const
 int fr_cfg_get_list(struct fr_cfgread *c, const config_setting_t *parent, const char *key,
                     const config_setting_t **out);
 
+/* The number <key> of <group>, an integer or a float, into <*out>, which
+ * keeps its value when the key is absent. A quoted number or any other
+ * type is an error. <setting> (optional) gets the setting, NULL when
+ * absent: the caller checks the range and reports on it (config and
+ * policy word their ranges differently). */
+int fr_cfg_get_number(struct fr_cfgread *c, const config_setting_t *group, const char *key,
+                      double *out, const config_setting_t **setting);
+
 /* The non-empty string <key> of <group>, borrowed from the tree; an error
  * when absent and <required> (<what> completes the "missing" message).
  * <setting> (optional) gets the setting, NULL when absent. */

@@ -58,6 +58,13 @@ struct fr_http_server_opts {
   uint64_t idle_timeout_ms;   /* keep-alive between requests; default 60 s */
   size_t max_ws_message;      /* largest WebSocket message accepted; default 16 MiB */
   SSL_CTX *ssl_ctx;           /* borrowed, must outlive the server; NULL = plain */
+  /* Connection limits (0 = none). Past one, a new connection first evicts
+   * the longest-idle keep-alive connection (of its own address for the
+   * per-address limit, of anyone for the global one), so idle connections
+   * can never lock out new clients; when none is idle it is refused with
+   * 503 and closed at once. */
+  size_t max_conns;
+  size_t max_conns_per_ip;
   const char *name;           /* for logs; default "http" */
   fr_http_done_cb done_cb;    /* optional */
   void *done_arg;
@@ -136,6 +143,13 @@ int fr_http_server_port(const struct fr_http_server *srv);
 void fr_http_server_unlisten(struct fr_http_server *srv, int drop_conns);
 /* Number of open connections. */
 size_t fr_http_server_nconns(const struct fr_http_server *srv);
+/* Connections closed to make room (idle ones evicted) and refused (no room
+ * and nothing idle) under the connection limits, since the start. */
+struct fr_http_server_stats {
+  uint64_t evicted, refused;
+  size_t idle;                /* keep-alive connections between requests now */
+};
+void fr_http_server_stats(const struct fr_http_server *srv, struct fr_http_server_stats *out);
 /* Closes the listener and every connection; <cb> runs once everything is
  * closed, after which the server memory is gone. Accepts NULL srv. */
 void fr_http_server_free(struct fr_http_server *srv, fr_http_server_close_cb cb,

@@ -35,6 +35,10 @@ void fr_random_name_suffix(char *out, size_t n);
 /* Lowercase hex of SHA-256(<data>) into <out> (65 bytes). */
 void fr_sha256_hex(const void *data, size_t n, char out[65]);
 
+/* Lowercase hex of HMAC-SHA256(<key>, <msg>) into <out> (65 bytes);
+ * 0, or -EIO (then <out> is ""). */
+int fr_hmac_sha256_hex(const void *key, size_t key_len, const void *msg, size_t n, char out[65]);
+
 /* Strict decimal parse of a whole string into [min, max]; 0 or -EINVAL/-ERANGE. */
 int fr_parse_int64(const char *s, int64_t min, int64_t max, int64_t *out);
 

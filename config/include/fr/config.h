@@ -14,8 +14,12 @@
  *   policy = "policy.conf";               # optional, relative to this file
  *   sandbox = { default_lifetime_s = 3600; max_lifetime_s = 86400; };
  *   limits = { max_batch = 5000; max_body_bytes = 1048576;
- *              max_exec_output_bytes = 16777216; max_exec_timeout_s = 3600; };
- *   tenants = ( { name = "rl"; token_sha256 = "<64 hex>"; max_sandboxes = 20000; } );
+ *              max_exec_output_bytes = 16777216; max_exec_timeout_s = 3600;
+ *              max_connections = 0; max_connections_per_ip = 4096;
+ *              exec_output_budget_bytes = 268435456; };
+ *   agent = { image = "registry/fedrouter-agent:0.1.0"; port = 49983; key_file = "agent.key"; };
+ *   tenants = ( { name = "rl"; token_sha256 = "<64 hex>"; max_sandboxes = 20000;
+ *                 max_requests_in_flight = 4096; max_concurrent_execs = 2048; } );
  *   clusters = ( { name = "us-east"; region = "us";
  *                  kubeconfig = "us-east.kubeconfig"; context = "us-east";
  *                  namespace = "default";
@@ -39,7 +43,11 @@ struct fr_config_error {
 struct fr_config_tenant {
   char *name;
   char token_sha256[65];   /* lowercase hex */
-  int64_t max_sandboxes;   /* 0 = unlimited */
+  int64_t max_sandboxes;   /* 0 = unlimited; creates in flight count */
+  int64_t max_requests_in_flight; /* answered later at once (default 4096) */
+  int64_t max_concurrent_execs;   /* execs running at once (default 2048) */
+  int64_t max_pool_replicas;      /* warm pods over all its pools and clusters (default 1000; 0 = none) */
+  int admin;                      /* may create and change shared pools */
 };
 
 struct fr_config_cost {
@@ -82,11 +90,20 @@ struct fr_config {
   size_t max_body_bytes;
   int64_t max_exec_output_bytes;
   int64_t max_exec_timeout_s;
+  int64_t max_connections;        /* 0: the descriptor limit less a reserve (router main) */
+  int64_t max_connections_per_ip; /* 0: none */
+  int64_t exec_output_budget_bytes; /* all execs' buffered output together */
   struct fr_config_tenant *tenants;
   size_t ntenants;
   struct fr_config_cluster *clusters;
   size_t nclusters;
   struct fr_config_hosted hosted; /* the defaults when the file has no `hosted` */
+  char metrics_token_sha256[65];  /* "" = /metrics is open to whoever reaches the port */
+  /* The sandbox agent (`agent` group); agent_image NULL = no agent. */
+  char *agent_image;
+  int agent_port;
+  unsigned char *agent_key;       /* HMAC key of the sandbox tokens (a secret) */
+  size_t agent_key_len;
 };
 
 /* Parses and validates <path>. Returns 0 and a snapshot with one reference

@@ -55,6 +55,9 @@ void fr_policy_unref(struct fr_policy *p);   /* accepts NULL */
  * hex of the file bytes, or of the built-in text). */
 const char *fr_policy_source(const struct fr_policy *p);
 const char *fr_policy_version(const struct fr_policy *p);
+/* 1 when <name> is a region or a region group <p> knows (the regions of
+ * the clusters it was loaded for and those its file names), else 0. */
+int fr_policy_knows_region(const struct fr_policy *p, const char *name);
 
 /* What the router knows about one cluster when it decides. */
 struct fr_cluster_state {

@@ -1,0 +1,333 @@
+/* agent.h — private header of fedrouter-agent, the in-sandbox daemon.
+ *
+ * One process, one thread, one epoll loop (struct agent). Every fd the loop
+ * watches is a struct io embedded in its owner (a connection, a process's
+ * pipe, the listener, the signalfd); every deadline is a struct timer
+ * embedded the same way. Owners are recovered with container_of.
+ *
+ * Re-entrancy rules this code keeps:
+ *  - An object that may be referenced by events later in the same epoll
+ *    batch is never freed inside a callback: conn_close() closes the fd and
+ *    marks the conn dead; the struct is freed by agent_collect() after the
+ *    batch (Redis freeClientAsync).
+ *  - Pipelined requests are parsed from agent_collect(), never from inside
+ *    the call that finished the previous response.
+ *  - A process is freed only when it has ended and no stream is attached.
+ */
+#ifndef FR_AGENT_H
+#define FR_AGENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#define AGENT_VERSION "0.1.0"
+/* The envd version we claim (GET /version; the router reports it to the E2B
+ * SDK as envdVersion). 0.5.7 turns on in the SDK what we implement: stdin
+ * on/off (>= 0.3.0), no implicit "user" (>= 0.4.0), CloseStdin (>= 0.5.2),
+ * octet-stream uploads (>= 0.5.7); it keeps off what we do not: file
+ * metadata as xattrs (0.6.2) and watch options (0.6.3, 0.6.4), which the SDK
+ * then refuses client-side with a clear message. */
+#define AGENT_ENVD_VERSION "0.5.7"
+
+#define container_of(ptr, type, member) \
+  ((type *)((char *)(ptr) - offsetof(type, member)))
+
+struct agent;
+
+/* ---- growable byte buffer (util.c) ---- */
+struct buf {
+  char *p;
+  size_t off; /* consumed prefix */
+  size_t len; /* end of data */
+  size_t cap;
+};
+int buf_append(struct buf *b, const void *data, size_t n);
+int buf_printf(struct buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+size_t buf_size(const struct buf *b);
+void buf_consume(struct buf *b, size_t n);
+void buf_free(struct buf *b);
+
+/* ---- util.c ---- */
+size_t b64_encoded_len(size_t n);
+void b64_encode(const unsigned char *in, size_t n, char *out); /* NUL-terminates */
+/* Decodes standard or URL-safe base64, padding optional. Returns the length
+ * or -EINVAL. <out> must hold 3 * (n / 4) + 3 bytes. */
+ssize_t b64_decode(const char *in, size_t n, unsigned char *out);
+uint64_t now_ms(void);
+bool token_equal(const char *a, const char *b);
+int percent_decode(const char *in, size_t n, char *out, size_t outcap);
+int mkdir_p(const char *path, mode_t mode);
+void log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- loop (loop.c) ---- */
+struct io;
+typedef void (*io_cb)(struct agent *a, struct io *io, uint32_t events);
+struct io {
+  int fd;
+  uint32_t events; /* registered epoll mask, 0 = not registered */
+  io_cb cb;
+};
+int io_start(struct agent *a, struct io *io, uint32_t events);
+void io_stop(struct agent *a, struct io *io);
+
+struct timer;
+typedef void (*timer_cb)(struct agent *a, struct timer *t);
+struct timer {
+  uint64_t due;
+  timer_cb cb;
+  struct timer *prev, *next;
+  bool active;
+};
+void timer_start(struct agent *a, struct timer *t, uint64_t delay_ms, timer_cb cb);
+void timer_stop(struct agent *a, struct timer *t);
+
+/* ---- http connections (http.c) ---- */
+#define HTTP_MAX_HEAD 16384
+#define HTTP_IN_CAP (64 * 1024 + HTTP_MAX_HEAD)
+#define HTTP_MAX_CONNS 256
+#define HTTP_LOW_WATER (256 * 1024)
+
+enum body_mode { BODY_BUFFER, BODY_SINK };
+
+struct req {
+  char method[16];
+  char target[4096];
+  char path[1024];
+  const char *query; /* into target, after '?', or "" */
+  bool http10;
+  bool keep_alive;
+  bool chunked;
+  bool expect_continue;
+  int64_t content_length; /* -1 when absent */
+  char content_type[256];
+  char content_encoding[64];
+  char token[512];
+  bool has_token;
+  char bearer[512];
+  bool has_bearer;
+  int route;             /* set by route_head() */
+  char rpc[48];          /* Connect method name */
+  bool rpc_stream;       /* enveloped (connect+json) request */
+  int keepalive_s;       /* Keepalive-Ping-Interval, 0 = absent */
+  int64_t timeout_ms;    /* Connect-Timeout-Ms, 0 = absent */
+};
+
+struct conn;
+struct proc;
+struct sub;
+struct upload;
+
+struct conn {
+  struct io io;
+  struct agent *a;
+  struct conn *prev, *next;
+  bool dead;
+  bool want_parse;  /* pipelined input waits for agent_collect() */
+  bool close_after; /* close once the response is written */
+  enum conn_state { C_HEAD, C_BODY, C_HANDLING } state;
+  char in[HTTP_IN_CAP];
+  size_t in_len;
+  struct req req;
+  /* body */
+  enum body_mode body_mode;
+  struct buf body;
+  size_t body_limit;
+  int64_t body_left; /* Content-Length bodies */
+  int chunk_state;   /* chunked decoder */
+  uint64_t chunk_left;
+  char chunk_line[32];
+  size_t chunk_line_len;
+  struct upload *up;
+  /* response */
+  struct buf out;
+  bool streaming;   /* chunked response under way */
+  bool raw_body;    /* streamed body with a Content-Length: no chunking */
+  bool resp_done;   /* last byte of the response is queued */
+  int file_fd;      /* GET /files in progress, -1 otherwise */
+  uint64_t file_left;
+  struct sub *sub;  /* process stream attached, or NULL */
+  struct timer timer;    /* head/body/idle deadlines */
+  struct timer ka_timer; /* stream keepalive events */
+  struct timer dl_timer; /* Connect-Timeout-Ms of a stream */
+  int ka_interval_s;
+};
+
+void http_accept(struct agent *a, struct io *io, uint32_t events);
+/* Queue a complete response. <body> is copied. */
+void http_respond(struct conn *c, int status, const char *ctype,
+                  const char *extra_headers, const void *body, size_t len);
+void http_respond_json(struct conn *c, int status, json_t *j); /* takes <j> */
+/* envd's HTTP error shape: {"code":<status>,"message":...} */
+void http_error(struct conn *c, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int http_stream_begin(struct conn *c, int status, const char *ctype,
+                      const char *extra_headers);
+/* A streamed body of known <length> (files): written raw. */
+int http_body_begin(struct conn *c, int status, const char *ctype,
+                    const char *extra_headers, uint64_t length);
+int http_stream_write(struct conn *c, const void *data, size_t len);
+void http_stream_end(struct conn *c);
+/* Write what is queued and run the connection's producer (file or process
+ * stream) while the socket takes it. Safe from any callback. */
+void conn_service(struct conn *c);
+void conn_close(struct conn *c);
+
+/* ---- routing and RPC handlers (rpc.c) ---- */
+/* Called once the head is parsed: decide how to take the body. */
+void route_head(struct conn *c);
+/* Called when the whole body has been read (BODY_BUFFER) or sunk. */
+void route_body_done(struct conn *c);
+/* Connect error code -> HTTP status (Connect protocol table). */
+int connect_http_status(const char *code);
+void rpc_error(struct conn *c, bool streaming, const char *code,
+               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Append one Connect envelope (flags, 4-byte big-endian length, JSON). */
+int envelope_write(struct conn *c, uint8_t flags, json_t *msg); /* takes msg */
+
+/* ---- files (files.c) ---- */
+void files_get(struct conn *c, const char *path);
+int files_pump(struct conn *c); /* 1 produced, 0 nothing to do */
+/* Starts an upload; on success the conn's body is sunk into it. */
+int upload_begin(struct conn *c, const char *path);
+int upload_feed(struct conn *c, const char *data, size_t n);
+void upload_finish(struct conn *c);
+void upload_free(struct upload *up);
+/* Filesystem service unary RPCs. */
+json_t *fs_entry_json(const char *path, int *err);
+void fs_rpc(struct conn *c, const char *method, json_t *req);
+
+/* ---- processes (proc.c) ---- */
+struct chunk {
+  struct chunk *next;
+  uint64_t off; /* stream offset of data[0] */
+  uint8_t kind; /* 1 stdout, 2 stderr, 3 pty */
+  size_t len, cap;
+  char data[];
+};
+
+struct sub {
+  struct proc *p;
+  struct conn *c;
+  struct sub *next;
+  uint64_t cursor;
+  bool kill_on_disconnect;
+  bool is_start; /* Start stream: its deadline kills the process */
+  bool end_sent;
+};
+
+struct pipe_io {
+  struct io io;
+  struct proc *p;
+  uint8_t kind;
+  bool eof;
+};
+
+struct proc {
+  struct agent *a;
+  struct proc *prev, *next;
+  uint64_t id;
+  pid_t pid;
+  char *tag;
+  json_t *config; /* ProcessConfig as the client sent it (cmd,args,envs,cwd) */
+  bool pty;
+  struct pipe_io out, err; /* err unused for a pty */
+  struct io in;            /* stdin pipe (or the pty master), fd -1 if none */
+  struct buf in_buf;       /* stdin bytes the pipe did not take yet */
+  bool in_close_pending;
+  bool stdin_closed;
+  bool paused; /* not reading: a lagging stream would lose bytes */
+  /* output ring */
+  struct chunk *head, *tail;
+  uint64_t out_end;     /* offset after the last byte ever read */
+  uint64_t dropped;     /* bytes dropped from the front */
+  size_t buffered;      /* bytes held in chunks (capacity) */
+  struct sub *subs;
+  /* lifetime */
+  bool ended;
+  int status; /* waitpid status */
+  char end_error[128];
+  bool timed_out;
+  bool deadline_from_header; /* the timeout came from Connect-Timeout-Ms */
+  uint64_t ended_at;
+  struct timer timeout; /* timeoutMs extension */
+  struct timer expire;  /* forget a finished process */
+  char marker[64];      /* FR_AGENT_PROC value */
+};
+
+struct start_opts {
+  const char *cmd;
+  char **argv;     /* NULL-terminated, argv[0] = cmd */
+  char **envp;     /* built by the caller */
+  const char *cwd;
+  bool pty;
+  unsigned short cols, rows;
+  bool stdin_open;
+  const char *tag;
+  uint64_t timeout_ms;
+  json_t *config; /* borrowed; the proc keeps a reference */
+};
+
+int proc_start(struct agent *a, const struct start_opts *o, struct proc **out,
+               char *err, size_t errlen);
+struct proc *proc_find_pid(struct agent *a, pid_t pid);
+struct proc *proc_find_tag(struct agent *a, const char *tag);
+/* Attach a stream from <from> (UINT64_MAX: only new output). */
+struct sub *proc_attach(struct proc *p, struct conn *c, uint64_t from);
+void sub_detach(struct sub *s, bool peer_gone);
+/* Send what the stream may take now; 1 if anything was produced. */
+int sub_pump(struct sub *s);
+int proc_signal(struct proc *p, int sig);
+void proc_kill_all(struct proc *p); /* group + marked escapees, SIGKILL */
+int proc_write_stdin(struct proc *p, const void *data, size_t n);
+int proc_close_stdin(struct proc *p);
+int proc_resize(struct proc *p, unsigned short cols, unsigned short rows);
+void proc_reap(struct agent *a);
+void proc_shutdown_all(struct agent *a);
+void proc_maybe_free(struct proc *p);
+void proc_set_timeout(struct proc *p, uint64_t ms);
+void proc_free_all(struct agent *a);
+
+/* ---- the agent ---- */
+struct agent {
+  int epfd;
+  struct timer *timers;
+  struct io listener;
+  struct io sigio;
+  struct timer accept_timer; /* listener paused after EMFILE */
+  struct rlimit nofile;      /* the limit children get back */
+  struct conn *conns;
+  int nconns;
+  struct proc *procs;
+  int nprocs_running;
+  int nprocs_done;
+  uint64_t next_proc_id;
+  size_t max_buffer;      /* per process */
+  size_t max_total;       /* all processes */
+  size_t buffered_total;
+  char *token;            /* NULL until the first /init */
+  char **init_env;        /* "K=V", NULL-terminated, from /init */
+  size_t init_env_n;
+  char *default_workdir;
+  char *default_user;
+  char nonce[17];
+  char home[1024];        /* agent_home() cache */
+  /* PID 1 wrapper */
+  pid_t main_pid;
+  bool main_exited;
+  int main_status;
+  bool stop;
+  bool trace; /* FR_AGENT_TRACE=1: log connection state changes */
+  int exit_code;
+  struct conn *dead_conns;
+};
+
+void agent_collect(struct agent *a); /* deferred frees and parses */
+const char *agent_home(struct agent *a);
+
+#endif

@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""loadtest/abuse.py - the router under abuse: what one tenant (or anyone who
+can open a socket) can do to everyone else, measured.
+
+Starts one kubesim cluster and fedrouter on loopback with two tenants,
+"abuser" (the router's default tenant limits, max_sandboxes 50) and
+"victim", then runs four phases and reports the router's RSS and open
+descriptors, /healthz latency while each abuse runs, and the answers by
+status:
+
+  idle     IDLE_CONNS idle TCP connections, no token (the per-address
+           limit evicts the oldest; /healthz and the victim still get in)
+  floods   FLOODS concurrent execs printing 20 MiB of NUL bytes on stdout
+           and 20 MiB on stderr (the output budget and base64 bound it)
+  burst    BURST concurrent execs from the abuser (max_concurrent_execs
+           sheds the excess with 429) while the victim creates and execs
+  creates  300 concurrent creates by the abuser, limited to 50 sandboxes
+
+Usage: abuse.py --build-dir DIR [--smoke] [--json-out FILE]
+Exit 0 when every phase ran and the invariants held (the victim was never
+refused, no cluster breaker opened, the sandbox limit held, nothing
+leaked); the figures themselves are for docs/benchmarks.md.
+Python 3 standard library only; loopback only; cleans up after itself.
+"""
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+ABUSER = "abuser-" + os.urandom(6).hex()
+VICTIM = "victim-" + os.urandom(6).hex()
+PROCS = []
+
+
+def die(msg):
+    print(f"abuse.py: {msg}", file=sys.stderr, flush=True)
+    raise SystemExit(1)
+
+
+def start(cmd, log):
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(log, "w"), stdin=subprocess.DEVNULL,
+                         start_new_session=True)
+    PROCS.append(p)
+    return p
+
+
+def stop_all():
+    for p in reversed(PROCS):
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+                p.wait(20)
+            except (OSError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+
+def proc_status(pid):
+    rss = 0
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1]) * 1024
+    return rss, len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def req(port, method, path, body=None, token=None, timeout=120):
+    data = json.dumps(body).encode() if body is not None else None
+    r = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
+    if token:
+        r.add_header("Authorization", "Bearer " + token)
+    if data is not None:
+        r.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(r, timeout=timeout) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw[:1] in (b"{", b"[") else raw
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        try:
+            return e.code, json.loads(raw)
+        except ValueError:
+            return e.code, raw
+
+
+class Sampler:
+    """Router RSS/fds and /healthz latency, sampled every 100 ms in a thread."""
+
+    def __init__(self, port, pid):
+        self.port, self.pid = port, pid
+        self.rss, self.fds, self.lat = [], [], []
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        while not self.stop.is_set():
+            rss, fds = proc_status(self.pid)
+            self.rss.append(rss)
+            self.fds.append(fds)
+            t0 = time.monotonic()
+            try:
+                st, _ = req(self.port, "GET", "/healthz", timeout=30)
+            except OSError:
+                st = 0
+            self.lat.append((time.monotonic() - t0) * 1000 if st == 200 else float("inf"))
+            self.stop.wait(0.1)
+
+    def done(self):
+        self.stop.set()
+        self.t.join()
+        lat = sorted(self.lat) or [0]
+        return {"rss_max_mib": round(max(self.rss or [0]) / 2**20, 1), "fds_max": max(self.fds or [0]),
+                "healthz_p50_ms": round(statistics.median(lat), 2),
+                "healthz_max_ms": round(max(lat), 2) if lat[-1] != float("inf") else None,
+                "healthz_failed": sum(1 for x in lat if x == float("inf")), "healthz_samples": len(lat)}
+
+
+async def http_post(port, path, body, token, timeout=300):
+    """One POST on a fresh connection; (status, parsed body or None)."""
+    try:
+        r, w = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 30)
+    except (OSError, asyncio.TimeoutError):
+        return 0, None
+    data = json.dumps(body).encode()
+    w.write(f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
+            + data)
+    try:
+        raw = await asyncio.wait_for(r.read(), timeout)
+    except (OSError, asyncio.TimeoutError):
+        raw = b""
+    w.close()
+    try:
+        head, _, payload = raw.partition(b"\r\n\r\n")
+        status = int(head.split()[1])
+    except (IndexError, ValueError):
+        return 0, None
+    try:
+        return status, json.loads(payload)
+    except ValueError:
+        return status, None
+
+
+def count(statuses):
+    out = {}
+    for s in statuses:
+        out[str(s)] = out.get(str(s), 0) + 1
+    return out
+
+
+def breakers_closed(port):
+    st, r = req(port, "GET", "/v1/clusters", token=VICTIM)
+    return st == 200 and all(c.get("breaker") in (None, "closed") and c.get("healthy", True) for c in r["clusters"])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-dir", required=True)
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--json-out")
+    a = ap.parse_args()
+    idle_conns, floods, flood_mib, burst = (2000, 2, 4, 200) if a.smoke else (20000, 10, 20, 3000)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(hard, idle_conns + 4096)
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    root = tempfile.mkdtemp(prefix="fr-abuse-")
+    report = {"scenario": "abuse", "smoke": a.smoke, "idle_conns": idle_conns, "floods": floods,
+              "flood_mib_per_stream": flood_mib, "burst": burst}
+    ok = True
+    try:
+        sim = start([os.path.join(a.build_dir, "kubesim"), "--name", "c1", "--port-file", f"{root}/c1.port",
+                     "--write-kubeconfig", f"{root}/c1.kubeconfig", "--token", "t", "--nodes", "4",
+                     "--node-cpu", "64", "--node-memory", "256Gi", "--node-pods", "200", "--fast-exec",
+                     "--workdir", f"{root}/c1.wd", "--log-level", "warn"], f"{root}/c1.log")
+        for _ in range(300):
+            if os.path.exists(f"{root}/c1.port") and os.path.getsize(f"{root}/c1.port"):
+                break
+            time.sleep(0.05)
+        sha = lambda t: hashlib.sha256(t.encode()).hexdigest()  # noqa: E731
+        with open(f"{root}/fedrouter.conf", "w") as f:
+            f.write(f'listen = "127.0.0.1:0";\nregion = "us";\n'
+                    f'tenants = ( {{ name = "abuser"; token_sha256 = "{sha(ABUSER)}"; max_sandboxes = 50; }},\n'
+                    f'            {{ name = "victim"; token_sha256 = "{sha(VICTIM)}"; }} );\n'
+                    f'clusters = ( {{ name = "c1"; region = "us"; kubeconfig = "c1.kubeconfig"; }} );\n')
+        router = start([os.path.join(a.build_dir, "fedrouter"), "--config", f"{root}/fedrouter.conf"],
+                       f"{root}/fedrouter.log")
+        line = router.stdout.readline().decode()
+        if not line.startswith("fedrouter listening on http://127.0.0.1:"):
+            die(f"router did not start: {line!r}")
+        port = int(line.rsplit(":", 1)[1])
+        for _ in range(300):
+            if req(port, "GET", "/readyz")[0] == 200:
+                break
+            time.sleep(0.1)
+        st, vsb = req(port, "POST", "/v1/sandboxes", {"image": "python:3.12", "name": "victim"}, VICTIM)
+        if st != 201:
+            die(f"victim create: {st} {vsb}")
+        vid = vsb["sandboxes"][0]["id"]
+        # The baseline after a little ordinary work, so the router's pooled
+        # connections to the cluster are already counted in it.
+        for _ in range(20):
+            req(port, "POST", f"/v1/sandboxes/{vid}/exec", {"argv": ["echo", "warm"]}, VICTIM)
+        time.sleep(1)
+        rss0, fds0 = proc_status(router.pid)
+        report["baseline"] = {"rss_mib": round(rss0 / 2**20, 1), "fds": fds0}
+
+        # ---- idle connections
+        s = Sampler(port, router.pid)
+        socks = []
+        t0 = time.monotonic()
+        for _ in range(idle_conns):
+            try:
+                socks.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+            except OSError:
+                break
+        victim_during = [req(port, "GET", "/v1/sandboxes", token=VICTIM)[0] for _ in range(20)]
+        phase = s.done()
+        phase.update({"opened": len(socks), "seconds": round(time.monotonic() - t0, 1),
+                      "victim_answers": count(victim_during)})
+        st, text = req(port, "GET", "/metrics")
+        for ln in (text.decode() if isinstance(text, bytes) else "").splitlines():
+            if ln.startswith("fedrouter_http_connections_limited_total{action=\"evicted\"}"):
+                phase["evicted"] = int(float(ln.split()[-1]))
+        for sk in socks:
+            sk.close()
+        report["idle"] = phase
+        ok &= all(x == 200 for x in victim_during) and phase["healthz_failed"] == 0
+
+        # ---- output floods
+        st, asb = req(port, "POST", "/v1/sandboxes", {"image": "python:3.12", "name": "flood"}, ABUSER)
+        if st != 201:
+            die(f"abuser create: {st} {asb}")
+        aid = asb["sandboxes"][0]["id"]
+        cmd = f"head -c {flood_mib}M /dev/zero; head -c {flood_mib}M /dev/zero >&2"
+
+        async def flood_all():
+            return await asyncio.gather(*[http_post(port, f"/v1/sandboxes/{aid}/exec",
+                                                    {"argv": ["sh", "-c", cmd], "timeout_s": 120}, ABUSER)
+                                          for _ in range(floods)])
+        s = Sampler(port, router.pid)
+        t0 = time.monotonic()
+        res = asyncio.run(flood_all())
+        phase = s.done()
+        kept = [len(r.get("stdout", "")) + len(r.get("stderr", "")) for st_, r in res if st_ == 200 and r]
+        phase.update({"seconds": round(time.monotonic() - t0, 1), "answers": count(st_ for st_, _ in res),
+                      "encodings": sorted({r.get("stdout_encoding") for st_, r in res if st_ == 200 and r},
+                                          key=str),
+                      "answer_chars_max": max(kept or [0])})
+        report["floods"] = phase
+        ok &= phase["healthz_failed"] == 0
+
+        # ---- exec burst by one tenant, the victim alongside
+        async def burst_all():
+            ab = [http_post(port, f"/v1/sandboxes/{aid}/exec", {"argv": ["true"]}, ABUSER) for _ in range(burst)]
+            vi = [http_post(port, f"/v1/sandboxes/{vid}/exec", {"argv": ["echo", "ok"]}, VICTIM) for _ in range(20)]
+            return await asyncio.gather(asyncio.gather(*ab), asyncio.gather(*vi))
+        s = Sampler(port, router.pid)
+        t0 = time.monotonic()
+        ab, vi = asyncio.run(burst_all())
+        phase = s.done()
+        phase.update({"seconds": round(time.monotonic() - t0, 1), "abuser_answers": count(x for x, _ in ab),
+                      "victim_answers": count(x for x, _ in vi), "breakers_closed": breakers_closed(port)})
+        report["burst"] = phase
+        ok &= all(x == 200 for x, _ in vi) and phase["breakers_closed"]
+
+        # ---- creates past the tenant's sandbox limit
+        async def creates_all():
+            return await asyncio.gather(*[http_post(port, "/v1/sandboxes",
+                                                    {"image": "python:3.12", "name": f"c{i}",
+                                                     "labels": {"run": "abuse"}}, ABUSER)
+                                          for i in range(300 if not a.smoke else 100)])
+        s = Sampler(port, router.pid)
+        res = asyncio.run(creates_all())
+        phase = s.done()
+        st, lst = req(port, "GET", "/v1/sandboxes", token=ABUSER)
+        phase.update({"answers": count(x for x, _ in res), "abuser_sandboxes": len(lst.get("sandboxes", []))})
+        report["creates"] = phase
+        ok &= phase["abuser_sandboxes"] <= 50
+
+        # ---- clean up, and what is left
+        req(port, "DELETE", "/v1/sandboxes?label=run=abuse", token=ABUSER)
+        req(port, "DELETE", f"/v1/sandboxes/{aid}", token=ABUSER)
+        req(port, "DELETE", f"/v1/sandboxes/{vid}", token=VICTIM)
+        time.sleep(2)
+        rss1, fds1 = proc_status(router.pid)
+        report["after"] = {"rss_mib": round(rss1 / 2**20, 1), "fds": fds1}
+        report["leaked_fds"] = max(0, fds1 - fds0)
+        # The cluster client keeps up to 2 x max_host_connections pooled; what
+        # passes that is a leak.
+        ok &= fds1 <= fds0 + 64
+    finally:
+        stop_all()
+        shutil.rmtree(root, ignore_errors=True)
+    report["ok"] = bool(ok)
+    print(json.dumps(report, indent=1))
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    finally:
+        stop_all()

@@ -1,0 +1,946 @@
+#!/usr/bin/env python3
+"""fedrouter-agent black-box tests: the real binary on 127.0.0.1:0, spoken
+to over HTTP exactly as the E2B SDK (Connect JSON, /files) and the router
+speak to it. agent/README.md is the contract.
+
+Usage: test_agent.py --agent PATH [--only NAME ...]
+Prints `ok NAME` / `FAIL NAME: details` per test and `N passed, M failed`;
+exits 1 if any test failed. Python 3 standard library only. Every agent
+started is stopped with SIGTERM and must exit 0; every temporary file is
+removed.
+"""
+import argparse
+import base64
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+ARGS = None
+TMP = None
+TOKEN = "tok-" + os.urandom(12).hex()
+SECRET_VALUE = "s3cr3t-" + os.urandom(12).hex()
+WATCHDOG_S = 110
+LIVE = []  # every Agent started, for the watchdog
+
+
+class TestFailure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise TestFailure(msg)
+
+
+def wait_until(cond, timeout=10.0, what="condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise TestFailure("timed out waiting for " + what)
+
+
+def pid_alive(pid):
+    """True while the process exists and is not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+class Agent:
+    def __init__(self, extra=(), cmd=None, name="agent"):
+        self.port_file = os.path.join(TMP, name + ".port")
+        self.log_path = os.path.join(TMP, name + ".log")
+        if os.path.exists(self.port_file):
+            os.unlink(self.port_file)
+        argv = [ARGS.agent, "--listen", "127.0.0.1:0", "--port-file", self.port_file] + list(extra)
+        if cmd:
+            argv += ["--"] + cmd
+        self.log = open(self.log_path, "wb")
+        env = dict(os.environ)
+        env["HOME"] = TMP
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=self.log, env=env)
+        LIVE.append(self)
+        wait_until(lambda: os.path.exists(self.port_file) or self.proc.poll() is not None,
+                   what="the agent's port file")
+        check(self.proc.poll() is None, "agent exited at start: " + self.logtext())
+        self.port = int(open(self.port_file).read())
+
+    def logtext(self):
+        if not self.log.closed:
+            self.log.flush()
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def conn(self, timeout=30):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None, token=TOKEN):
+        h = dict(headers or {})
+        if token is not None:
+            h["X-Access-Token"] = token
+        c = self.conn()
+        try:
+            c.request(method, path, body=body, headers=h)
+            r = c.getresponse()
+            return r.status, dict((k.lower(), v) for k, v in r.getheaders()), r.read()
+        finally:
+            c.close()
+
+    def init(self, env=None, token=TOKEN, auth=None):
+        body = {"accessToken": token, "envVars": env or {}}
+        return self.request("POST", "/init", json.dumps(body),
+                            {"Content-Type": "application/json"}, token=auth)
+
+    def rpc(self, method, msg, token=TOKEN):
+        st, h, body = self.request("POST", "/" + method, json.dumps(msg),
+                                   {"Content-Type": "application/json"}, token=token)
+        try:
+            j = json.loads(body) if body else None
+        except ValueError:
+            j = None
+        return st, j
+
+    def stream(self, method, msg, headers=None, token=TOKEN):
+        return Stream(self, method, msg, headers, token)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise TestFailure("agent did not stop on SIGTERM")
+        self.log.close()
+        return self.proc.returncode
+
+
+def envelope(msg):
+    b = json.dumps(msg).encode()
+    return struct.pack(">BI", 0, len(b)) + b
+
+
+class Stream:
+    """A server-streaming Connect call; events are read one by one."""
+
+    def __init__(self, agent, method, msg, headers, token):
+        self.c = agent.conn()
+        h = {"Content-Type": "application/connect+json"}
+        if token is not None:
+            h["X-Access-Token"] = token
+        h.update(headers or {})
+        self.c.request("POST", "/" + method, body=envelope(msg), headers=h)
+        self.r = self.c.getresponse()
+        self.headers = dict((k.lower(), v) for k, v in self.r.getheaders())
+        self.status = self.r.status
+        self.end = None       # end-stream JSON once read
+        self.out = {"stdout": bytearray(), "stderr": bytearray(), "pty": bytearray()}
+        self.exit = None      # the end event
+
+    def _read_exact(self, n):
+        b = b""
+        while len(b) < n:
+            chunk = self.r.read(n - len(b))
+            if not chunk:
+                raise TestFailure("stream ended inside an envelope")
+            b += chunk
+        return b
+
+    def next(self):
+        """Returns ('msg', obj) or ('end', obj)."""
+        flags, n = struct.unpack(">BI", self._read_exact(5))
+        obj = json.loads(self._read_exact(n))
+        if flags & 2:
+            self.end = obj
+            return "end", obj
+        ev = obj.get("event", {})
+        if "data" in ev:
+            for k, v in ev["data"].items():
+                self.out[k] += base64.b64decode(v)
+        if "end" in ev:
+            self.exit = ev["end"]
+        return "msg", obj
+
+    def until(self, pred, what="event"):
+        while True:
+            kind, obj = self.next()
+            if pred(kind, obj):
+                return kind, obj
+            if kind == "end":
+                raise TestFailure("stream ended before " + what + ": " + json.dumps(obj))
+
+    def drain(self):
+        while self.end is None:
+            self.next()
+        return self
+
+    def close(self):
+        self.c.close()
+
+
+def start(agent, cmd, args=(), **kw):
+    msg = {"process": {"cmd": cmd, "args": list(args)}}
+    headers = kw.pop("headers", None)
+    msg.update(kw)
+    s = agent.stream("process.Process/Start", msg, headers)
+    check(s.status == 200, "Start status %d" % s.status)
+    kind, obj = s.next()
+    check(kind == "msg" and "start" in obj["event"], "first event is not start: %r" % (obj,))
+    s.pid = obj["event"]["start"]["pid"]
+    return s
+
+
+def run(agent, script, **kw):
+    s = start(agent, "/bin/sh", ["-c", script], **kw)
+    s.drain()
+    s.close()
+    return s
+
+
+def b64(b):
+    return base64.b64encode(b).decode()
+
+
+def under_asan(pid):
+    with open("/proc/%d/maps" % pid) as f:
+        return "libasan" in f.read()
+
+
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+# ---------------------------------------------------------------- tests
+
+def test_auth(a):
+    st, _, _ = a.request("GET", "/health", token=None)
+    check(st == 204, "health before init: %d" % st)
+    st, _, _ = a.request("GET", "/version", token=None)
+    check(st == 401, "version before init: %d" % st)
+    st, j = a.rpc("process.Process/List", {}, token="whatever")
+    check(st == 401 and j["code"] == "unauthenticated", "List before init: %d %r" % (st, j))
+    st, _, _ = a.request("GET", "/files?path=/etc/hostname", token=None)
+    check(st == 401, "files before init: %d" % st)
+    st, _, _ = a.init({"FOO": "bar", "SECRET_TOKEN": SECRET_VALUE})
+    check(st == 204, "first /init: %d" % st)
+    st, j = a.rpc("process.Process/List", {})
+    check(st == 200 and j == {"processes": []}, "List with token: %d %r" % (st, j))
+    st, j = a.rpc("process.Process/List", {}, token=TOKEN + "x")
+    check(st == 401, "wrong token: %d" % st)
+    st, j = a.rpc("process.Process/List", {}, token=None)
+    check(st == 401, "no token: %d" % st)
+    st, _, _ = a.request("POST", "/process.Process/List", "{}",
+                         {"Content-Type": "application/json", "Authorization": "Bearer " + TOKEN},
+                         token=None)
+    check(st == 200, "Bearer token refused: %d" % st)
+    # a later /init must carry the current token
+    st, _, _ = a.init({"FOO": "evil"}, token="attacker", auth=None)
+    check(st == 401, "second /init without token: %d" % st)
+    st, _, _ = a.init({"FOO": "evil"}, token="attacker", auth="wrong")
+    check(st == 401, "second /init with a wrong token: %d" % st)
+    st, _, _ = a.init({"EXTRA": "1"}, token=TOKEN, auth=TOKEN)
+    check(st == 204, "second /init with the token: %d" % st)
+    st, _, body = a.request("GET", "/version")
+    check(st == 200 and json.loads(body)["version"] == "0.5.7", "version: %d %r" % (st, body))
+
+
+def test_init_env_inherited(a):
+    s = run(a, 'echo "$FOO/$EXTRA/$REQ"; printf %s "$SECRET_TOKEN" | wc -c',
+            process={"cmd": "/bin/sh", "args": ["-c", 'echo "$FOO/$EXTRA/$REQ"; printf %s "$SECRET_TOKEN" | wc -c'],
+                     "envs": {"REQ": "r1"}})
+    lines = s.out["stdout"].decode().split()
+    check(lines[0] == "bar/1/r1", "env not inherited: %r" % s.out)
+    check(int(lines[1]) == len(SECRET_VALUE), "secret env not inherited: %r" % s.out)
+    check(SECRET_VALUE not in a.logtext(), "secret value in the agent log")
+
+
+def test_start_streams_before_end(a):
+    s = start(a, "/bin/sh", ["-c", "echo a; sleep 1; echo b"])
+    kind, obj = s.until(lambda k, o: k == "msg" and "data" in o["event"], "first data")
+    check(s.out["stdout"] == b"a\n", "first chunk %r" % s.out)
+    check(s.exit is None, "end before the first chunk")
+    # streamed, not buffered: the command is still running when "a" arrives
+    st, j = a.rpc("process.Process/List", {})
+    check(any(p["pid"] == s.pid for p in j["processes"]), "process not running at first chunk")
+    s.drain()
+    check(s.out["stdout"] == b"a\nb\n", "output %r" % s.out)
+    check(s.exit["exitCode"] == 0 and s.exit["exited"] is True, "end %r" % s.exit)
+    check(s.end == {}, "end-stream %r" % s.end)
+    s.close()
+
+
+def test_exit_codes(a):
+    s = run(a, "echo out; echo err >&2; exit 7")
+    check(s.exit["exitCode"] == 7 and s.exit["status"] == "exit status 7", "exit 7: %r" % s.exit)
+    check(s.out["stdout"] == b"out\n" and s.out["stderr"] == b"err\n", "split: %r" % s.out)
+    s = run(a, "kill -9 $$")
+    check(s.exit["exitCode"] == -1 and s.exit["exited"] is False and
+          s.exit["status"] == "signal: killed", "killed: %r" % s.exit)
+
+
+def test_missing_command(a):
+    s = a.stream("process.Process/Start", {"process": {"cmd": "/nonexistent/cmd"}})
+    kind, obj = s.next()
+    check(kind == "end" and obj["error"]["code"] == "not_found", "missing command: %r" % (obj,))
+    s.close()
+    s = a.stream("process.Process/Start", {"process": {"cmd": "/bin/true", "cwd": "/nonexistent-dir"}})
+    kind, obj = s.next()
+    check(kind == "end" and "error" in obj, "bad cwd: %r" % (obj,))
+    s.close()
+
+
+def test_stdin_and_close(a):
+    s = start(a, "/bin/cat", stdin=True)
+    st, j = a.rpc("process.Process/SendInput",
+                  {"process": {"pid": s.pid}, "input": {"stdin": b64(b"hello\n\x00bin")}})
+    check(st == 200 and j == {}, "SendInput: %d %r" % (st, j))
+    st, j = a.rpc("process.Process/CloseStdin", {"process": {"pid": s.pid}})
+    check(st == 200, "CloseStdin: %d %r" % (st, j))
+    s.drain()
+    check(s.out["stdout"] == b"hello\n\x00bin" and s.exit["exitCode"] == 0, "cat: %r %r" % (s.out, s.exit))
+    s.close()
+    # stdinData: all of stdin in the Start request, then EOF
+    s = start(a, "/bin/sh", ["-c", "wc -c; cat /dev/null"], stdinData=b64(b"z" * 300000))
+    s.drain()
+    check(s.out["stdout"].strip() == b"300000" and s.exit["exitCode"] == 0, "stdinData: %r" % s.out)
+    # stdin not asked for: /dev/null, and SendInput is refused
+    s = start(a, "/bin/sh", ["-c", "cat; echo done"])
+    s.drain()
+    check(s.out["stdout"] == b"done\n", "stdin not /dev/null: %r" % s.out)
+    st, j = a.rpc("process.Process/SendInput", {"process": {"pid": 999999999}, "input": {"stdin": "YQ=="}})
+    check(st == 404 and j["code"] == "not_found", "SendInput unknown pid: %d %r" % (st, j))
+
+
+def test_pty(a):
+    s = start(a, "/bin/sh", ["-c", "tty; stty size; read x; stty size"],
+              pty={"size": {"cols": 100, "rows": 30}})
+    s.until(lambda k, o: b"30 100" in s.out["pty"], "first stty size")
+    check(b"/dev/pts/" in s.out["pty"], "tty does not report a pty: %r" % s.out["pty"])
+    st, j = a.rpc("process.Process/Update", {"process": {"pid": s.pid}, "pty": {"size": {"cols": 120, "rows": 50}}})
+    check(st == 200, "Update: %d %r" % (st, j))
+    st, j = a.rpc("process.Process/SendInput", {"process": {"pid": s.pid}, "input": {"pty": b64(b"go\n")}})
+    check(st == 200, "SendInput pty: %d %r" % (st, j))
+    s.drain()
+    check(b"50 120" in s.out["pty"], "resize not visible: %r" % s.out["pty"])
+    check(s.exit["exitCode"] == 0, "pty exit %r" % s.exit)
+    st, j = a.rpc("process.Process/Update", {"process": {"pid": s.pid}, "pty": {"size": {"cols": 0, "rows": 5}}})
+    check(st == 400, "bad size accepted: %d" % st)
+    s.close()
+
+
+def test_connect_reattach(a):
+    s = start(a, "/bin/sh", ["-c", "echo one; echo two >&2; read x; echo three"], stdin=True, tag="re1")
+    pid = s.pid
+    s.close()  # the client goes away; the process keeps running
+    time.sleep(0.3)
+    st, j = a.rpc("process.Process/List", {})
+    check(any(p["pid"] == pid and p.get("tag") == "re1" for p in j["processes"]),
+          "process gone after disconnect: %r" % j)
+    c = a.stream("process.Process/Connect", {"process": {"tag": "re1"}})
+    check(c.headers.get("fr-output-dropped") == "0", "dropped header: %r" % c.headers)
+    kind, obj = c.next()
+    check(obj["event"]["start"]["pid"] == pid, "connect start %r" % obj)
+    c.until(lambda k, o: c.out["stdout"] == b"one\n" and c.out["stderr"] == b"two\n", "replay")
+    a.rpc("process.Process/SendInput", {"process": {"pid": pid}, "input": {"stdin": b64(b"x\n")}})
+    c.drain()
+    check(c.out["stdout"] == b"one\nthree\n" and c.exit["exitCode"] == 0, "after attach: %r %r" % (c.out, c.exit))
+    c.close()
+    # a finished process can still be read back, exit code included
+    c = a.stream("process.Process/Connect", {"process": {"pid": pid}})
+    c.drain()
+    check(c.out["stdout"] == b"one\nthree\n" and c.exit["exitCode"] == 0, "finished replay: %r" % c.out)
+    c.close()
+    c = a.stream("process.Process/Connect", {"process": {"pid": 999999999}})
+    kind, obj = c.next()
+    check(kind == "end" and obj["error"]["code"] == "not_found", "unknown pid: %r" % obj)
+    c.close()
+
+
+def test_connect_loss_flag(a):
+    b = Agent(["--max-buffer", "8192"], name="small")
+    try:
+        b.init()
+        s = start(b, "/bin/sh", ["-c", "i=0; while [ $i -lt 2000 ]; do echo line-$i; i=$((i+1)); done; sleep 30"])
+        pid = s.pid
+        s.close()
+        time.sleep(0.5)
+        c = b.stream("process.Process/Connect", {"process": {"pid": pid}})
+        dropped = int(c.headers.get("fr-output-dropped", "-1"))
+        check(dropped > 0, "no loss flagged: %r" % c.headers)
+        first = int(c.headers["fr-output-start"])
+        check(first == dropped, "start %d != dropped %d" % (first, dropped))
+        c.next()
+        c.until(lambda k, o: c.out["stdout"].endswith(b"line-1999\n"), "tail of the output")
+        total = sum(len("line-%d\n" % i) for i in range(2000))
+        check(len(c.out["stdout"]) == total - dropped, "replayed %d + dropped %d != %d" % (len(c.out["stdout"]), dropped, total))
+        check(len(c.out["stdout"]) <= 8192 + 70000, "kept more than the bound: %d" % len(c.out["stdout"]))
+        st, j = b.rpc("process.Process/SendSignal", {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"})
+        check(st == 200, "kill: %d" % st)
+        c.drain()
+        check(c.exit["exitCode"] == -1, "exit after kill %r" % c.exit)
+        c.close()
+    finally:
+        check(b.stop() == 0, "small agent exit status")
+
+
+def test_slow_reader_backpressure(a):
+    b = Agent(["--max-buffer", "8192"], name="slow")
+    try:
+        b.init()
+        base = rss_kb(b.proc.pid)
+        total = 10 * 1024 * 1024
+        s = start(b, "/bin/sh", ["-c", "dd if=/dev/zero bs=65536 count=160 2>/dev/null; echo done >&2"])
+        s.until(lambda k, o: len(s.out["stdout"]) > 0, "first output")
+        time.sleep(1)  # a slow reader: the command must wait, not the agent's memory grow
+        grew = rss_kb(b.proc.pid) - base
+        # ASan keeps freed blocks in quarantine and grows shadow memory:
+        # the bound there only catches buffering the whole 10 MiB (~13 MiB
+        # of JSON events, several times over).
+        bound = 96 * 1024 if under_asan(b.proc.pid) else 8 * 1024
+        check(grew < bound, "agent RSS grew by %d KiB behind a slow reader" % grew)
+        s.drain()
+        check(len(s.out["stdout"]) == total and s.out["stdout"].count(b"\0") == total,
+              "lost output behind a slow reader: %d of %d bytes" % (len(s.out["stdout"]), total))
+        check(s.out["stderr"] == b"done\n" and s.exit["exitCode"] == 0, "end %r" % s.exit)
+        s.close()
+    finally:
+        check(b.stop() == 0, "slow agent exit status")
+
+
+def test_list(a):
+    s = start(a, "/bin/sleep", ["30"], tag="lister", process={"cmd": "/bin/sleep", "args": ["30"], "envs": {"K": "v"}, "cwd": "/tmp"})
+    st, j = a.rpc("process.Process/List", {})
+    mine = [p for p in j["processes"] if p["pid"] == s.pid]
+    check(len(mine) == 1, "List: %r" % j)
+    p = mine[0]
+    check(p["tag"] == "lister" and p["config"] == {"cmd": "/bin/sleep", "args": ["30"], "envs": {"K": "v"}, "cwd": "/tmp"},
+          "List entry %r" % p)
+    check(SECRET_VALUE not in json.dumps(j), "secret in List")
+    st, j = a.rpc("process.Process/SendSignal", {"process": {"pid": s.pid}, "signal": "SIGNAL_SIGTERM"})
+    check(st == 200, "SendSignal: %d %r" % (st, j))
+    s.drain()
+    check(s.exit["status"] == "signal: terminated", "sleep end %r" % s.exit)
+    s.close()
+    st, j = a.rpc("process.Process/List", {})
+    check(all(p["pid"] != s.pid for p in j["processes"]), "ended process still listed")
+
+
+def test_signal_kills_group(a):
+    s = start(a, "/bin/sh", ["-c", "sleep 300 & echo $!; wait"])
+    s.until(lambda k, o: s.out["stdout"].endswith(b"\n"), "child pid")
+    child = int(s.out["stdout"])
+    check(pid_alive(child), "child not running")
+    st, j = a.rpc("process.Process/SendSignal", {"process": {"pid": s.pid}, "signal": "SIGNAL_SIGTERM"})
+    check(st == 200, "SendSignal %d" % st)
+    s.drain()
+    wait_until(lambda: not pid_alive(child), 5, "the group's sleep to die")
+    s.close()
+    st, j = a.rpc("process.Process/SendSignal", {"process": {"pid": s.pid}, "signal": "SIGNAL_SIGKILL"})
+    check(st == 404, "signal to an ended process: %d" % st)
+    st, j = a.rpc("process.Process/SendSignal", {"process": {"pid": 1}, "signal": "SIGNAL_NOPE"})
+    check(st == 400, "unknown signal: %d" % st)
+
+
+def test_timeout_kills_escaped_grandchild(a):
+    s = start(a, "/bin/sh", ["-c", "setsid sleep 300 & echo $!; sleep 300"], timeoutMs=1500)
+    s.until(lambda k, o: s.out["stdout"].endswith(b"\n"), "grandchild pid")
+    gc = int(s.out["stdout"])
+    check(pid_alive(gc), "grandchild not running")
+    def own_session():
+        return int(open("/proc/%d/stat" % gc).read().rsplit(")", 1)[1].split()[3]) == gc
+    wait_until(own_session, 5, "the grandchild to leave the session (setsid)")
+    s.drain()
+    check(s.exit["status"] == "signal: killed" and "timed out" in s.exit.get("error", ""), "timeout end %r" % s.exit)
+    wait_until(lambda: not pid_alive(gc), 5, "the setsid grandchild to die")
+    s.close()
+
+
+def test_background_grandchild_does_not_hold_stream(a):
+    s = start(a, "/bin/bash", ["-c", "(sleep 304 &); echo started"])
+    s.drain()
+    check(s.out["stdout"] == b"started\n" and s.exit["exitCode"] == 0, "got %r %r" % (s.out, s.exit))
+    # the backgrounded sleep is still running: the stream did not wait for it
+    # (its exec may still be under way when the stream ends: poll)
+    def sleepers():
+        found = []
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    if open("/proc/%s/cmdline" % d, "rb").read() == b"sleep\x00304\x00" and \
+                            b"FR_AGENT_PROC=" in open("/proc/%s/environ" % d, "rb").read():
+                        found.append(int(d))
+                except OSError:
+                    pass
+        return found
+    found = wait_until(sleepers, 5, "the backgrounded sleep 304 to show up")
+    s.close()
+    for p in found:  # the agent's shutdown would kill it too; do not wait
+        os.kill(p, signal.SIGKILL)
+
+
+def test_kill_on_disconnect(a):
+    s = start(a, "/bin/sleep", ["300"], killOnDisconnect=True)
+    pid = s.pid
+    s.close()
+    wait_until(lambda: not pid_alive(pid), 5, "killOnDisconnect to kill")
+    s = start(a, "/bin/sleep", ["300"])
+    pid = s.pid
+    s.close()
+    time.sleep(0.3)
+    check(pid_alive(pid), "process died on disconnect without killOnDisconnect")
+    a.rpc("process.Process/SendSignal", {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"})
+    wait_until(lambda: not pid_alive(pid), 5, "kill")
+
+
+def test_keepalive_and_deadline(a):
+    # Connect-Timeout-Ms on Start is the command's lifetime (envd)
+    s = start(a, "/bin/sleep", ["300"], headers={"Keepalive-Ping-Interval": "1", "Connect-Timeout-Ms": "2500"})
+    kind, obj = s.next()
+    check(kind == "msg" and obj == {"event": {"keepalive": {}}}, "keepalive: %r" % obj)
+    s.drain()
+    check(s.exit["status"] == "signal: killed" and "deadline" in s.exit.get("error", "") and s.end == {},
+          "deadline end: %r %r" % (s.exit, s.end))
+    s.close()
+    # ... even when the client left before it
+    s = start(a, "/bin/sleep", ["300"], headers={"Connect-Timeout-Ms": "800"})
+    pid = s.pid
+    s.close()
+    check(pid_alive(pid), "killed on disconnect")
+    wait_until(lambda: not pid_alive(pid), 5, "the deadline to kill the command")
+    # on Connect it is only the stream's deadline
+    s = start(a, "/bin/sleep", ["300"])
+    s.close()
+    c = a.stream("process.Process/Connect", {"process": {"pid": s.pid}}, headers={"Connect-Timeout-Ms": "700"})
+    c.drain()
+    check(c.end["error"]["code"] == "deadline_exceeded", "Connect deadline: %r" % c.end)
+    c.close()
+    check(pid_alive(s.pid), "a Connect deadline killed the process")
+    a.rpc("process.Process/SendSignal", {"process": {"pid": s.pid}, "signal": "SIGNAL_SIGKILL"})
+    wait_until(lambda: not pid_alive(s.pid), 5, "kill")
+
+
+def test_files_round_trip(a):
+    d = os.path.join(TMP, "files")
+    data = bytes(range(256)) * 40 + b"\x00\x00end"
+    st, _, body = a.request("POST", "/files?path=" + d + "/sub/bin.dat", data,
+                            {"Content-Type": "application/octet-stream"})
+    check(st == 200, "raw upload: %d %r" % (st, body))
+    j = json.loads(body)
+    check(j == [{"name": "bin.dat", "type": "file", "path": d + "/sub/bin.dat"}], "upload answer %r" % j)
+    st, h, got = a.request("GET", "/files?path=" + d + "/sub/bin.dat")
+    check(st == 200 and got == data and h["content-type"] == "application/octet-stream", "download differs")
+    # multipart, as the SDK sends it (two files named by their paths)
+    bnd = "----fr" + os.urandom(8).hex()
+    parts = b""
+    for name, content in (("m1.txt", b"hello\r\n--not-a-boundary\r\n"), ("m2.bin", b"\x00\xff" * 1000)):
+        parts += ("--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s/%s\"\r\n"
+                  "Content-Type: application/octet-stream\r\n\r\n" % (bnd, d, name)).encode() + content + b"\r\n"
+    parts += ("--%s--\r\n" % bnd).encode()
+    st, _, body = a.request("POST", "/files", parts, {"Content-Type": "multipart/form-data; boundary=" + bnd})
+    check(st == 200 and len(json.loads(body)) == 2, "multipart upload: %d %r" % (st, body))
+    check(open(d + "/m1.txt", "rb").read() == b"hello\r\n--not-a-boundary\r\n", "multipart m1")
+    check(open(d + "/m2.bin", "rb").read() == b"\x00\xff" * 1000, "multipart m2")
+    st, _, body = a.request("GET", "/files?path=" + d + "/missing")
+    check(st == 404 and (d + "/missing") in json.loads(body)["message"], "missing: %d %r" % (st, body))
+    st, _, body = a.request("GET", "/files?path=relative/x")
+    check(st == 400, "relative path: %d" % st)
+    st, _, body = a.request("POST", "/files?path=relative/x", b"x", {"Content-Type": "application/octet-stream"})
+    check(st == 400, "relative upload path: %d" % st)
+    st, _, body = a.request("GET", "/files?path=" + d)
+    check(st == 400, "directory download: %d" % st)
+    if os.geteuid() != 0:
+        os.makedirs(d + "/ro", exist_ok=True)
+        os.chmod(d + "/ro", 0o500)
+        st, _, body = a.request("POST", "/files?path=" + d + "/ro/x", b"x", {"Content-Type": "application/octet-stream"})
+        check(st == 403, "permission error: %d" % st)
+    # empty file
+    st, _, _ = a.request("POST", "/files?path=" + d + "/empty", b"", {"Content-Type": "application/octet-stream"})
+    st, h, got = a.request("GET", "/files?path=" + d + "/empty")
+    check(st == 200 and got == b"" and h["content-length"] == "0", "empty file")
+
+
+def test_files_large_flat_memory(a):
+    size = 50 * 1024 * 1024
+    path = os.path.join(TMP, "big.bin")
+    block = os.urandom(1 << 20)
+    sha = hashlib.sha256()
+    peak = [0]
+    base = rss_kb(a.proc.pid)
+
+    def gen():
+        for i in range(size // len(block)):
+            b = block[:1] + bytes([i & 255]) + block[2:]
+            sha.update(b)
+            peak[0] = max(peak[0], rss_kb(a.proc.pid))
+            yield b
+
+    c = a.conn(120)
+    c.request("POST", "/files?path=" + path, body=gen(),
+              headers={"Content-Type": "application/octet-stream", "X-Access-Token": TOKEN,
+                       "Transfer-Encoding": "chunked"}, encode_chunked=True)
+    r = c.getresponse()
+    check(r.status == 200, "big upload: %d %r" % (r.status, r.read()))
+    r.read()
+    check(os.path.getsize(path) == size, "size on disk %d" % os.path.getsize(path))
+    # download, reading slowly at first so the agent must hold back
+    c.request("GET", "/files?path=" + path, headers={"X-Access-Token": TOKEN})
+    r = c.getresponse()
+    check(r.status == 200 and int(r.getheader("Content-Length")) == size, "big download head")
+    dsha = hashlib.sha256()
+    n = 0
+    while True:
+        b = r.read(1 << 20)
+        if not b:
+            break
+        n += len(b)
+        dsha.update(b)
+        peak[0] = max(peak[0], rss_kb(a.proc.pid))
+        if n < 4 << 20:
+            time.sleep(0.05)
+    c.close()
+    check(n == size and dsha.digest() == sha.digest(), "download differs (%d bytes)" % n)
+    grew = peak[0] - base
+    bound = 40 * 1024 if under_asan(a.proc.pid) else 16 * 1024  # ASan: quarantine, shadow
+    check(grew < bound, "agent RSS grew by %d KiB moving 50 MiB" % grew)
+    os.unlink(path)
+
+
+def test_filesystem_rpcs(a):
+    d = os.path.join(TMP, "fs")
+    st, j = a.rpc("filesystem.Filesystem/MakeDir", {"path": d + "/a/b"})
+    check(st == 200 and j["entry"]["type"] == "FILE_TYPE_DIRECTORY" and j["entry"]["path"] == d + "/a/b",
+          "MakeDir: %d %r" % (st, j))
+    st, j = a.rpc("filesystem.Filesystem/MakeDir", {"path": d + "/a/b"})
+    check(st == 409 and j["code"] == "already_exists", "MakeDir twice: %d %r" % (st, j))
+    with open(d + "/a/f.txt", "wb") as f:
+        f.write(b"12345")
+    st, j = a.rpc("filesystem.Filesystem/Stat", {"path": d + "/a/f.txt"})
+    e = j["entry"]
+    check(st == 200 and e["name"] == "f.txt" and e["type"] == "FILE_TYPE_FILE" and e["size"] == "5"
+          and e["permissions"].startswith("-rw") and re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$", e["modifiedTime"]),
+          "Stat: %r" % j)
+    os.symlink("f.txt", d + "/a/link")
+    st, j = a.rpc("filesystem.Filesystem/ListDir", {"path": d, "depth": 1})
+    check(st == 200 and [x["path"] for x in j["entries"]] == [d + "/a"], "ListDir depth 1: %r" % j)
+    st, j = a.rpc("filesystem.Filesystem/ListDir", {"path": d, "depth": 3})
+    paths = sorted(x["path"] for x in j["entries"])
+    check(paths == sorted([d + "/a", d + "/a/b", d + "/a/f.txt", d + "/a/link"]), "ListDir depth 3: %r" % paths)
+    link = [x for x in j["entries"] if x["name"] == "link"][0]
+    check(link["type"] == "FILE_TYPE_SYMLINK" and link["symlinkTarget"] == "f.txt", "symlink %r" % link)
+    st, j = a.rpc("filesystem.Filesystem/Move", {"source": d + "/a/f.txt", "destination": d + "/c/g.txt"})
+    check(st == 200 and j["entry"]["path"] == d + "/c/g.txt" and os.path.exists(d + "/c/g.txt"), "Move: %r" % j)
+    st, j = a.rpc("filesystem.Filesystem/Move", {"source": d + "/nope", "destination": d + "/x"})
+    check(st == 404, "Move missing: %d" % st)
+    st, j = a.rpc("filesystem.Filesystem/Remove", {"path": d + "/a"})
+    check(st == 200 and not os.path.exists(d + "/a"), "Remove tree: %d %r" % (st, j))
+    st, j = a.rpc("filesystem.Filesystem/Stat", {"path": d + "/a"})
+    check(st == 404 and j["code"] == "not_found" and d + "/a" in j["message"], "Stat removed: %d %r" % (st, j))
+    st, j = a.rpc("filesystem.Filesystem/Remove", {"path": d + "/a"})
+    check(st == 404, "Remove missing: %d" % st)
+    st, j = a.rpc("filesystem.Filesystem/ListDir", {"path": "rel"})
+    check(st == 400 and j["code"] == "invalid_argument", "relative ListDir: %d" % st)
+    st, j = a.rpc("filesystem.Filesystem/CreateWatcher", {"path": d})
+    check(st == 501 and j["code"] == "unimplemented", "watcher: %d %r" % (st, j))
+
+
+def raw_exchange(a, data, read_until_close=True):
+    s = socket.create_connection(("127.0.0.1", a.port), timeout=10)
+    s.sendall(data)
+    out = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+            if not read_until_close and b"\r\n\r\n" in out:
+                break
+    except socket.timeout:
+        pass
+    s.close()
+    return out
+
+
+def test_bad_input(a):
+    st, j = a.rpc("filesystem.Filesystem/Stat", "not an object")
+    check(st == 400 and j["code"] == "invalid_argument", "string body: %d %r" % (st, j))
+    st, _, body = a.request("POST", "/filesystem.Filesystem/Stat", b"{bad json",
+                            {"Content-Type": "application/json"})
+    check(st == 400 and json.loads(body)["code"] == "invalid_argument", "bad json: %d" % st)
+    st, _, body = a.request("POST", "/filesystem.Filesystem/Stat", b"\x08\x01", {"Content-Type": "application/proto"})
+    check(st == 415, "proto codec: %d" % st)
+    st, j = a.rpc("process.Process/NoSuch", {})
+    check(st == 501 and j["code"] == "unimplemented", "unknown method: %d" % st)
+    st, _, body = a.request("GET", "/nope")
+    check(st == 404, "unknown path: %d" % st)
+    s = a.stream("process.Process/Start", {"process": {"cmd": ""}})
+    kind, obj = s.next()
+    check(kind == "end" and obj["error"]["code"] == "invalid_argument", "empty cmd: %r" % obj)
+    s.close()
+    s = a.stream("process.Process/Start", {"process": {"cmd": "/bin/true", "args": [1, 2]}})
+    kind, obj = s.next()
+    check(kind == "end" and obj["error"]["code"] == "invalid_argument", "numeric args: %r" % obj)
+    s.close()
+    s = a.stream("process.Process/StreamInput", {})
+    kind, obj = s.next()
+    check(kind == "end" and obj["error"]["code"] == "unimplemented", "StreamInput: %r" % obj)
+    s.close()
+    # envelope whose length lies
+    out = raw_exchange(a, b"POST /process.Process/Start HTTP/1.1\r\nHost: x\r\nX-Access-Token: " + TOKEN.encode() +
+                       b"\r\nContent-Type: application/connect+json\r\nContent-Length: 9\r\nConnection: close\r\n\r\n"
+                       b"\x00\x00\x00\x01\x00{}}}")
+    check(b"invalid_argument" in out, "lying envelope: %r" % out[:300])
+    out = raw_exchange(a, b"POST /process.Process/SendInput HTTP/1.1\r\nX-Access-Token: " + TOKEN.encode() +
+                       b"\r\nContent-Type: application/json\r\nContent-Length: 9437184\r\n\r\n{")
+    check(out.startswith(b"HTTP/1.1 413"), "huge body: %r" % out[:100])
+    out = raw_exchange(a, b"GARBAGE\r\n\r\n")
+    check(out.startswith(b"HTTP/1.1 400"), "garbage: %r" % out[:100])
+    out = raw_exchange(a, b"GET /health HTTP/1.1\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n")
+    check(out.startswith(b"HTTP/1.1 431"), "big head: %r" % out[:100])
+    out = raw_exchange(a, b"POST /files?path=/tmp/x HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n")
+    check(out.startswith(b"HTTP/1.1 400"), "CL+TE: %r" % out[:100])
+    # pipelined keep-alive requests are answered in order
+    out = raw_exchange(a, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /version HTTP/1.1\r\nHost: x\r\nX-Access-Token: " +
+                       TOKEN.encode() + b"\r\nConnection: close\r\n\r\n")
+    check(out.startswith(b"HTTP/1.1 204") and out.count(b"HTTP/1.1 ") == 2 and b"0.5.7" in out, "pipelined: %r" % out)
+    # bad /init bodies
+    st, _, _ = a.request("POST", "/init", b'{"envVars":{"A":1}}', {"Content-Type": "application/json"})
+    check(st == 400, "bad init env: %d" % st)
+    st, _, _ = a.request("GET", "/health")
+    check(st == 204, "agent unhealthy after bad input")
+
+
+def test_curl_speaks_to_it(a):
+    if shutil.which("curl") is None:
+        return
+    path = os.path.join(TMP, "curl.txt")
+    with open(path, "wb") as f:
+        f.write(b"via curl\n" * 1000)
+    out = subprocess.run(["curl", "-sS", "--fail", "-H", "X-Access-Token: " + TOKEN,
+                          "-F", "file=@%s;filename=%s" % (path, path + ".up"),
+                          "http://127.0.0.1:%d/files" % a.port], capture_output=True, timeout=30)
+    check(out.returncode == 0 and json.loads(out.stdout)[0]["path"] == path + ".up", "curl -F: %r" % (out,))
+    out = subprocess.run(["curl", "-sS", "--fail", "-H", "X-Access-Token: " + TOKEN,
+                          "http://127.0.0.1:%d/files?path=%s" % (a.port, path + ".up")], capture_output=True, timeout=30)
+    check(out.stdout == b"via curl\n" * 1000, "curl download")
+
+
+NODE_SCRIPT = r'''
+const [port, token, dir] = process.argv.slice(1);
+const base = `http://127.0.0.1:${port}`;
+const H = { 'X-Access-Token': token };
+const must = (c, m) => { if (!c) { console.error('FAIL ' + m); process.exit(1); } };
+(async () => {
+  let r = await fetch(base + '/health');
+  must(r.status === 204, 'health ' + r.status);
+  // streamed upload (chunked, duplex half) as the SDK does for streams
+  const parts = [new Uint8Array([0, 1, 2]), new Uint8Array(100000).fill(7)];
+  const body = new ReadableStream({ pull(c) { const p = parts.shift(); if (p) c.enqueue(p); else c.close(); } });
+  r = await fetch(base + '/files?path=' + dir + '/node.bin', { method: 'POST', body, duplex: 'half',
+    headers: { ...H, 'Content-Type': 'application/octet-stream' } });
+  const up = await r.text();
+  must(r.status === 200 && JSON.parse(up)[0].path === dir + '/node.bin', 'upload ' + r.status + ' ' + up);
+  r = await fetch(base + '/files?path=' + dir + '/node.bin', { headers: H });
+  const got = new Uint8Array(await r.arrayBuffer());
+  must(got.length === 100003 && got[2] === 2 && got[100002] === 7, 'download ' + got.length);
+  // a Connect stream read as it comes, on a kept-alive connection
+  const msg = new TextEncoder().encode(JSON.stringify({ process: { cmd: '/bin/sh', args: ['-c', 'echo x; sleep 0.3; echo y'] } }));
+  const env = new Uint8Array(5 + msg.length);
+  new DataView(env.buffer).setUint32(1, msg.length);
+  env.set(msg, 5);
+  r = await fetch(base + '/process.Process/Start', { method: 'POST', body: env,
+    headers: { ...H, 'Content-Type': 'application/connect+json' } });
+  const buf = new Uint8Array(await r.arrayBuffer());
+  let off = 0, events = [];
+  while (off < buf.length) {
+    const len = new DataView(buf.buffer, off + 1, 4).getUint32(0);
+    events.push([buf[off], JSON.parse(new TextDecoder().decode(buf.slice(off + 5, off + 5 + len)))]);
+    off += 5 + len;
+  }
+  const last = events[events.length - 1];
+  must(last[0] === 2 && JSON.stringify(last[1]) === '{}', 'end-stream ' + JSON.stringify(last));
+  must(events.some(e => e[1].event && e[1].event.end && e[1].event.end.exitCode === 0), 'end event');
+  console.log('node ok');
+})().catch(e => { console.error('FAIL ' + e); process.exit(1); });
+'''
+
+
+def test_node_fetch_speaks_to_it(a):
+    node = shutil.which("node")
+    if node is None:
+        print("  (node not installed: Node fetch/undici check skipped)")
+        return
+    d = os.path.join(TMP, "node")
+    os.makedirs(d, exist_ok=True)
+    out = subprocess.run([node, "-e", NODE_SCRIPT, str(a.port), TOKEN, d], capture_output=True, timeout=60)
+    check(out.returncode == 0 and b"node ok" in out.stdout, "node fetch: %r %r" % (out.stdout, out.stderr))
+
+
+def test_e2b_sdk(a):
+    mods = os.environ.get("FR_E2B_NODE_MODULES")
+    node = shutil.which("node")
+    if not mods or not node or not os.path.isdir(os.path.join(mods, "e2b")):
+        print("  (FR_E2B_NODE_MODULES unset or without e2b: official E2B SDK check skipped)")
+        return
+    d = os.path.join(TMP, "e2b")
+    os.makedirs(d, exist_ok=True)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2b_sdk_smoke.mjs")
+    out = subprocess.run([node, script, str(a.port), TOKEN, d], capture_output=True, timeout=90)
+    check(out.returncode == 0 and b"e2b sdk ok" in out.stdout, "E2B SDK: %r %r" % (out.stdout, out.stderr[-2000:]))
+
+
+def test_connection_limit(a):
+    socks = []
+    try:
+        for _ in range(256):
+            socks.append(socket.create_connection(("127.0.0.1", a.port), timeout=10))
+        # the agent has accepted all of them once one answers on the last
+        socks[-1].sendall(b"GET /health HTTP/1.1\r\n\r\n")
+        check(socks[-1].recv(100).startswith(b"HTTP/1.1 204"), "256th connection not served")
+        extra = socket.create_connection(("127.0.0.1", a.port), timeout=10)
+        got = b""
+        while True:
+            b = extra.recv(4096)
+            if not b:
+                break
+            got += b
+        extra.close()
+        check(got.startswith(b"HTTP/1.1 503") and got.endswith(b"}") and b"too many" in got,
+              "257th connection: %r" % got)
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_no_fd_leak(a):
+    def count():
+        return len(os.listdir("/proc/%d/fd" % a.proc.pid))
+    # 0-2, listener, epoll, signalfd: every connection and pipe is closed
+    wait_until(lambda: count() == 6, 5, "the agent's fds back to 6 (now %d)" % count())
+
+
+def test_orphans_reaped(a):
+    # the grandchild is orphaned at once and adopted by the agent (subreaper)
+    s = run(a, "(sleep 0.3; exit 4) & echo $!")
+    orphan = int(s.out["stdout"])
+
+    def adopted_then_gone():
+        try:
+            st = open("/proc/%d/stat" % orphan).read().rsplit(")", 1)[1].split()
+        except OSError:
+            return True  # reaped
+        check(int(st[1]) == a.proc.pid, "orphan not adopted by the agent (ppid %s)" % st[1])
+        return False
+    wait_until(adopted_then_gone, 10, "the orphan to be reaped")
+
+
+def test_agent_killed_takes_commands(a):
+    b = Agent(name="doomed")
+    b.init()
+    s = start(b, "/bin/sleep", ["300"])
+    pid = s.pid
+    s.close()
+    check(pid_alive(pid), "sleep not running")
+    b.proc.kill()  # SIGKILL: no chance to clean up
+    b.proc.wait()
+    b.log.close()
+    wait_until(lambda: not pid_alive(pid), 5, "the command to die with its agent")
+
+
+def test_main_command_mode(a):
+    b = Agent(cmd=["/bin/sh", "-c", "(sleep 0.2; exit 0) & sleep 0.5; exit 5"], name="main")
+    try:
+        rc = b.proc.wait(10)
+    except subprocess.TimeoutExpired:
+        b.proc.kill()
+        raise TestFailure("agent did not exit with its command")
+    b.log.close()
+    check(rc == 5, "exit status %d, want 5" % rc)
+
+
+TESTS = [
+    test_auth, test_init_env_inherited, test_start_streams_before_end, test_missing_command,
+    test_stdin_and_close, test_pty, test_connect_reattach, test_connect_loss_flag,
+    test_slow_reader_backpressure, test_list,
+    test_signal_kills_group, test_timeout_kills_escaped_grandchild,
+    test_background_grandchild_does_not_hold_stream, test_kill_on_disconnect,
+    test_keepalive_and_deadline, test_files_round_trip, test_files_large_flat_memory,
+    test_filesystem_rpcs, test_bad_input, test_curl_speaks_to_it, test_node_fetch_speaks_to_it,
+    test_e2b_sdk, test_connection_limit, test_no_fd_leak, test_orphans_reaped, test_agent_killed_takes_commands,
+    test_main_command_mode,
+]
+
+
+def main():
+    global ARGS, TMP
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--agent", required=True)
+    ap.add_argument("--only", nargs="*")
+    ARGS = ap.parse_args()
+    TMP = tempfile.mkdtemp(prefix="fr-agent-test-")
+    def watchdog():
+        print("watchdog: giving up", flush=True)
+        for ag in LIVE:
+            if ag.proc.poll() is None:
+                ag.proc.kill()
+        shutil.rmtree(TMP, ignore_errors=True)
+        os._exit(2)
+    timer = threading.Timer(WATCHDOG_S, watchdog)
+    timer.daemon = True
+    timer.start()
+    passed = failed = 0
+    a = None
+    try:
+        a = Agent()
+        for t in TESTS:
+            name = t.__name__[5:]
+            if ARGS.only and name not in ARGS.only and "auth" not in t.__name__:
+                continue
+            try:
+                t(a)
+                print("ok", name, flush=True)
+                passed += 1
+            except Exception as e:  # noqa: BLE001 - report and go on
+                failed += 1
+                print("FAIL %s: %s" % (name, e), flush=True)
+                if not isinstance(e, TestFailure):
+                    traceback.print_exc()
+        rc = a.stop()
+        if rc != 0:
+            failed += 1
+            print("FAIL shutdown: agent exit status %d\n%s" % (rc, a.logtext()[-3000:]))
+        if SECRET_VALUE in a.logtext():
+            failed += 1
+            print("FAIL secret: the secret value reached the agent log")
+    finally:
+        if a and a.proc.poll() is None:
+            a.proc.kill()
+        shutil.rmtree(TMP, ignore_errors=True)
+    print("%d passed, %d failed" % (passed, failed))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

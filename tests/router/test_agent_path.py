@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""fedrouter through the in-sandbox agent, black-box: kubesim runs the real
+fedrouter-agent in every pod whose command starts it (--agent-binary), the
+router has an `agent` group (image, port, HMAC key file), so new sandbox and
+pool pods get the agent injected, /init hands them their token and env, and
+exec goes through the agent on the pod proxy.
+
+Proves: cold and warm sandboxes get the agent and run exec through it
+(fedrouter_execs_total{via="agent"}); the create-time env reaches every
+command but never the pod spec or its annotations; a command that exits
+while a backgrounded grandchild holds its output answers at once with its
+own exit code; a timeout kills the grandchild that escaped with setsid;
+the exec contract (exit codes, stdin, workdir, caps, not found) is the one
+of pods/exec; a second router replica (same key) serves the same sandbox.
+
+Usage: test_agent_path.py --fedrouter PATH --kubesim PATH --agent PATH [--keep]
+Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import time
+import urllib.request
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_router as tr  # noqa: E402
+from test_router import TestFailure, check, short, wait_until  # noqa: E402
+
+ARGS = None
+SECRET_ENV = "s3cr3t-" + os.urandom(4).hex()
+
+
+class AgentFed(tr.Fed):
+    """tr.Fed whose router has an `agent` group and whose kubesims run the
+    real agent."""
+
+    def write_config(self, path, lifetime):
+        super().write_config(path, lifetime)
+        key = os.path.join(self.root, "agent.key")
+        with open(key, "w") as f:
+            f.write(os.urandom(32).hex() + "\n")
+        with open(path, "a") as f:
+            f.write('agent = { image = "registry.example/fedrouter-agent:test"; port = 49983; '
+                    f'key_file = "{key}"; }};\n')
+
+
+def metric(fed, name, **labels):
+    with urllib.request.urlopen(f"http://127.0.0.1:{fed.router.port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        ls = dict(re.findall(r'(\w+)="([^"]*)"', line[:line.rindex("}")]))
+        if all(ls.get(k) == v for k, v in labels.items()):
+            total += float(line.split()[-1])
+    return total
+
+
+def test_cold_sandbox_runs_exec_through_its_agent(fed):
+    sb = fed.create_one(name="cold", env={"GREETING": SECRET_ENV})
+    sid = sb["id"]
+    sim, pod = fed.sim_of(sid)
+    obj = sim.pod(pod)
+    labels = obj["metadata"].get("labels", {})
+    check(labels.get("fedrouter.io/agent") == "49983", f"the pod has no agent label: {labels}")
+    spec = obj["spec"]
+    check(any(c.get("name") == "fr-agent-install" for c in spec.get("initContainers", [])),
+          f"no agent init container: {short(spec, 800)}")
+    check(spec["containers"][0]["command"][0] == "/fr-agent/fedrouter-agent",
+          f"the command is not wrapped: {spec['containers'][0].get('command')}")
+    # The env is the agent's (via /init), never in the pod object.
+    check(SECRET_ENV not in json.dumps(obj), "the create-time env landed in the pod object")
+    before = metric(fed, "fedrouter_execs_total", via="agent")
+    r = fed.exec_ok(sid, ["sh", "-c", "echo $GREETING; echo err >&2; exit 3"])
+    check(r.get("stdout") == SECRET_ENV + "\n" and r.get("stderr") == "err\n" and r.get("exit_code") == 3,
+          f"exec through the agent: {short(r)}")
+    check(metric(fed, "fedrouter_execs_total", via="agent") == before + 1, "the exec did not go via the agent")
+    # The call's env over the sandbox's, stdin, workdir.
+    r = fed.exec_ok(sid, ["sh", "-c", "cat; echo $GREETING $X; pwd"], stdin="in\n", env={"X": "y"},
+                    workdir="/tmp")
+    check(r.get("stdout") == f"in\n{SECRET_ENV} y\n/tmp\n", f"stdin, env, workdir: {short(r)}")
+    # Not found, as a shell says it.
+    r = fed.exec_ok(sid, ["no-such-command-here"])
+    check(r.get("exit_code") == 127 and r.get("timed_out") is False, f"missing command: {short(r)}")
+    # Caps and binary output, as on the pods/exec path.
+    r = fed.exec_ok(sid, ["sh", "-c", "head -c 5000 /dev/zero | tr '\\0' a"], max_output_bytes=1000)
+    check(r.get("stdout") == "a" * 1000 and r.get("stdout_truncated") is True, f"cap: {short(r)}")
+    r = fed.exec_ok(sid, ["printf", "\\377\\376"])
+    check(r.get("stdout_encoding") == "base64", f"binary output: {short(r)}")
+    fed.shared["cold"] = sid
+
+
+def test_backgrounded_grandchild_neither_holds_nor_survives(fed):
+    sid = fed.shared.get("cold") or fed.create_one()["id"]
+    t0 = time.monotonic()
+    r = fed.exec_ok(sid, ["sh", "-c", "(sleep 3041 &); echo started"], timeout_s=3)
+    took = time.monotonic() - t0
+    check(r.get("stdout") == "started\n" and r.get("exit_code") == 0 and r.get("timed_out") is False,
+          f"the command's own answer: {short(r)}")
+    check(took < 3, f"held {took:.1f} s by the grandchild holding stdout")
+    # The timeout kills what the command started, setsid escapees included.
+    r = fed.exec_ok(sid, ["sh", "-c", "setsid sleep 3042 & sleep 60"], timeout_s=2)
+    check(r.get("timed_out") is True and r.get("exit_code") is None, f"timeout: {short(r)}")
+
+    def left():
+        return fed.exec_ok(sid, ["sh", "-c", "ps -eo pid,args | grep 'sleep 304[12]' || true"]).get("stdout")
+    check(wait_until(lambda: left() == "", 10, 0.5),
+          f"a backgrounded or setsid'd grandchild outlived its command's timeout: {left()!r}")
+
+
+def test_warm_claim_gets_token_and_env(fed):
+    st, r = fed.api("POST", "/v1/pools", {"name": "agentpool", "image": tr.IMAGE, "replicas": 2,
+                                          "cpus": 1, "memory_gb": 1})
+    check(st == 201, f"pool: {st} {short(r)}")
+    check(wait_until(lambda: all(c["ready"] >= 2 for c in fed.api("GET", "/v1/pools/agentpool")[1]
+                                 .get("clusters", [])), 60, 0.3), "pool not warm")
+    r = fed.create({"pool": "agentpool", "env": {"WHO": "warm-" + SECRET_ENV}})
+    sb = r["sandboxes"][0]
+    check(sb.get("warm") is True, f"not a warm claim: {short(sb)}")
+    r = fed.exec_ok(sb["id"], ["sh", "-c", "echo $WHO"])
+    check(r.get("stdout") == f"warm-{SECRET_ENV}\n", f"env on a warm claim: {short(r)}")
+    sim, pod = fed.sim_of(sb["id"])
+    check(SECRET_ENV not in json.dumps(sim.pod(pod)), "the env landed in the claimed pod")
+    fed.shared["warm"] = sb["id"]
+    fed.api("DELETE", "/v1/pools/agentpool")
+
+
+def test_second_replica_same_key_serves_the_sandbox(fed):
+    sid = fed.shared.get("warm") or fed.shared.get("cold")
+    cfg2 = os.path.join(fed.root, "fedrouter-2.conf")
+    shutil.copy(fed.config, cfg2)
+    r2 = fed.start_router(cfg2)
+    try:
+        st, r = fed.exec(sid, ["echo", "from-2"], router=r2)
+        check(st == 200 and r.get("stdout") == "from-2\n", f"exec from the second replica: {st} {short(r)}")
+    finally:
+        r2.expected_dead = True
+        tr.stop_proc(r2.proc)
+
+
+TESTS = [test_cold_sandbox_runs_exec_through_its_agent, test_backgrounded_grandchild_neither_holds_nor_survives,
+         test_warm_claim_gets_token_and_env, test_second_replica_same_key_serves_the_sandbox]
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fedrouter", required=True)
+    ap.add_argument("--kubesim", required=True)
+    ap.add_argument("--agent", required=True)
+    ap.add_argument("--only", action="append", default=[])
+    ap.add_argument("--keep", action="store_true")
+    ARGS = ap.parse_args()
+    tr.ARGS = ARGS
+    results = []
+    tests = [t for t in TESTS if not ARGS.only or t.__name__ in ARGS.only]
+    fed = None
+    try:
+        fed = AgentFed("agent", [("a1", "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
+                                               "--agent-binary", os.path.abspath(ARGS.agent)])])
+        fed.shared = {}
+        for t in tests:
+            tr.run_test(t, fed, results)
+    except TestFailure as e:
+        results.append(("federation", False, str(e)))
+        print(f"FAIL federation: {e}", flush=True)
+    finally:
+        if fed is not None:
+            problems = fed.teardown()
+            results.append(("teardown", not problems, "; ".join(problems)))
+            print("ok   teardown" if not problems else "FAIL teardown: " + "; ".join(problems), flush=True)
+    failed = [r for r in results if not r[1]]
+    print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    rc = 1
+    try:
+        rc = main()
+    finally:
+        for p in tr.ALL_PROCS:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+    sys.exit(rc)
