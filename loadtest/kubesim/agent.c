@@ -427,18 +427,13 @@ void agent_stop(struct sim_pod *p) {
   }
 }
 
-int agent_target(struct sim *s, struct sim_obj *o, int port, int *local) {
+int agent_target(struct sim *s, struct sim_obj *o, json_t *j, int port, int *local) {
   struct sim_pod *p = o->u.pod;
-  json_t *j, *c, *pt;
+  json_t *c, *pt;
   size_t i, k;
   int declared = port == AGENT_PORT;
 
-  if (p == NULL || p->stage != PS_RUNNING)
-    return -ECONNREFUSED;
-  if (s->opts.agent_mode == AGENT_MODE_NONE)
-    return -ECONNREFUSED;
-  j = obj_json(o);
-  if (j == NULL)
+  if (p == NULL || p->stage != PS_RUNNING || s->opts.agent_mode == AGENT_MODE_NONE)
     return -ECONNREFUSED;
   json_array_foreach(json_path(j, "spec.containers"), i, c) {
     json_array_foreach(json_object_get(c, "ports"), k, pt) {
@@ -446,11 +441,8 @@ int agent_target(struct sim *s, struct sim_obj *o, int port, int *local) {
         declared = 1;
     }
   }
-  if (!declared || !agent_pod_runs_agent(j)) {
-    json_decref(j);
+  if (!declared || !agent_pod_runs_agent(j))
     return -ECONNREFUSED;
-  }
-  json_decref(j);
   if (s->opts.agent_mode == AGENT_MODE_INPROC)
     return 1;
   if (p->agent == NULL || p->agent->local_port == 0)

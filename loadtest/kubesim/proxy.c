@@ -749,8 +749,8 @@ void proxy_handle(struct sim *s, struct fr_http_req *req) {
   }
   ctx = (struct connect_ctx *)(p + 1);
   snprintf(p->target, sizeof(p->target), "%s:%d", ip, port);
+  rc = agent_target(s, o, pj, port, &local);
   json_decref(pj);
-  rc = agent_target(s, o, port, &local);
   if (rc == 1) {
     free(p);
     agent_inproc_serve(s, o, req, msg[0] ? msg : "/");

@@ -407,10 +407,11 @@ void agent_stop(struct sim_pod *p);
  * (starting the pod's supervisor if needed), or NULL when kubesim does not
  * isolate pods. Owned by the pod's agent state. */
 char **agent_exec_wrap(struct sim *s, struct sim_obj *o);
-/* Where pod port <port> of <o> is served: 0 with <*local> the loopback
- * port of a listener, 1 when kubesim answers in-process
- * (agent_inproc_serve()), -ECONNREFUSED when nothing listens. */
-int agent_target(struct sim *s, struct sim_obj *o, int port, int *local);
+/* Where pod port <port> of <o> (whose current JSON is <j>, borrowed) is
+ * served: 0 with <*local> the loopback port of a listener, 1 when kubesim
+ * answers in-process (agent_inproc_serve()), -ECONNREFUSED when nothing
+ * listens. */
+int agent_target(struct sim *s, struct sim_obj *o, json_t *j, int port, int *local);
 /* Serves one proxied request for an agent pod in --agent-mode=inproc:
  * GET /health, POST /init, POST /process.Process/Start for the exec fast
  * path's commands. <path> is the path after /proxy (raw). */
