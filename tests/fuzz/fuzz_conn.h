@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,11 +70,27 @@ static void fuzz_conn_feed(uv_loop_t *loop, struct fr_http_server *srv, int port
   a.sin_family = AF_INET;
   a.sin_port = htons((uint16_t)port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-    perror("fuzz: connect");
-    abort();
-  }
+  /* Non-blocking from the start: libFuzzer's timers send signals, and a
+   * blocking connect() they interrupt (EINTR) cannot simply be retried.
+   * The kernel completes a loopback handshake against the listen backlog
+   * without the server's help, so waiting for it here is safe. */
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+    struct pollfd pfd = {fd, POLLOUT, 0};
+    int e = 0;
+    socklen_t elen = sizeof(e);
+
+    if (errno != EINPROGRESS && errno != EINTR) {
+      perror("fuzz: connect");
+      abort();
+    }
+    while (poll(&pfd, 1, 10000) < 0 && errno == EINTR)
+      ;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &elen) != 0 || e != 0 || !(pfd.revents & POLLOUT)) {
+      fprintf(stderr, "fuzz: connect: %s\n", strerror(e ? e : ETIMEDOUT));
+      abort();
+    }
+  }
 
   for (;;) {
     int moved = 0;
@@ -87,7 +104,7 @@ static void fuzz_conn_feed(uv_loop_t *loop, struct fr_http_server *srv, int port
       if (n > 0) {
         st->sent += (size_t)n;
         moved = 1;
-      } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         st->server_closed = 1; /* reset by the server */
       }
     }
@@ -98,6 +115,8 @@ static void fuzz_conn_feed(uv_loop_t *loop, struct fr_http_server *srv, int port
         moved = 1;
         continue;
       }
+      if (n < 0 && errno == EINTR)
+        continue;
       if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
         st->server_closed = 1;
       break;
