@@ -123,7 +123,15 @@ static void setup(void) {
   check(r.adapters != NULL);
   {
     const struct fr_config_cluster *cc = &r.cfg->clusters[0];
-    struct fr_adapter_opts ao = {cc->name, cc->region, cc->kubeconfig, cc->context, cc->ns};
+    struct fr_adapter_opts ao;
+
+    /* Field by field: new options stay zero (off) without touching this. */
+    memset(&ao, 0, sizeof(ao));
+    ao.name = cc->name;
+    ao.region = cc->region;
+    ao.kubeconfig = cc->kubeconfig;
+    ao.context = cc->context;
+    ao.ns = cc->ns;
     if (fr_adapter_new(r.loop, &ao, &r.adapters[0], err, sizeof(err)) != 0) {
       fprintf(stderr, "fuzz: adapter: %s\n", err);
       abort();
