@@ -23,9 +23,10 @@
  *   'D'  DELETE /v1/sandboxes?<rest>              where the URL needs it)
  * Any other first byte picks one of these by its value modulo 7.
  *
- * Checked beyond "no crash": every request gets an answer or the
- * connection stays open for one (never a silent close), and the router's
- * in-flight counts return to zero once the client is gone.
+ * Checked beyond "no crash": every request reaches the router's handler
+ * (the head built here is well-formed and within the limits whenever the
+ * whole request is under 8 KiB), and no exec stays counted against the
+ * tenant once the client is gone.
  */
 #include <signal.h>
 #include <stdint.h>
