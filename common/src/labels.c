@@ -228,6 +228,13 @@ static int builder_value(struct builder *b, struct req *r, const char *v) {
   return 0;
 }
 
+/* The values of the requirement whose first value is at <first>. A
+ * selector with no values at all ("a", "!a") has no array: NULL then, as
+ * NULL + 0 is undefined behaviour in C (clang's UBSan reports it). */
+static const char **values_at(const struct builder *b, size_t first) {
+  return b->values != NULL ? b->values + first : NULL;
+}
+
 /* Hands the arrays over to a new selector; <b> is empty afterwards. */
 static int builder_finish(struct builder *b, bool missing_is_empty, struct fr_selector **out) {
   struct fr_selector *sel = calloc(1, sizeof(*sel));
@@ -235,7 +242,7 @@ static int builder_finish(struct builder *b, bool missing_is_empty, struct fr_se
   if (sel == NULL)
     return -ENOMEM;
   for (size_t i = 0; i < b->nreqs; i++)
-    b->reqs[i].values = b->values + b->reqs[i].first;
+    b->reqs[i].values = values_at(b, b->reqs[i].first);
   sel->reqs = b->reqs;
   sel->n = b->nreqs;
   sel->values = b->values;
@@ -480,7 +487,7 @@ static int parse_exact_value(struct parser *p, struct req *r) {
 
 /* Checks what NewRequirement checks once the values are known. */
 static int validate_requirement(struct parser *p, struct req *r) {
-  const char *const *vals = p->b->values + r->first;
+  const char *const *vals = values_at(p->b, r->first);
 
   if ((r->op == OP_GT || r->op == OP_LT) && !parse_int64(vals[0], &r->num))
     return fail(p, "for 'Gt', 'Lt' operators, the value must be an integer");

@@ -1,6 +1,8 @@
 # scripts/lib/packages.sh — the Debian 12 packages fedrouter needs, and the
 # function that installs the missing ones. Sourced (bash) by scripts/test and
 # scripts/demo, so both install exactly the same set the same way.
+# clang and libclang-rt-dev (libFuzzer and clang's sanitizer runtimes) are
+# for the fuzz build only (scripts/fuzz, tests/fuzz).
 #
 #   FR_PACKAGES           the package names
 #   fr_install_packages   installs whichever of them are not installed yet:
@@ -17,6 +19,7 @@ FR_PACKAGES=(
   openssl ca-certificates procps python3 curl
   prometheus chromium
   python3-yaml
+  clang libclang-rt-dev
 )
 
 fr_install_packages() {

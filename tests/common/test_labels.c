@@ -378,6 +378,36 @@ static const struct error_case error_cases[] = {
                                "value must be an integer"},
 };
 
+/* Found by tests/fuzz/fuzz_selector (corpus: regress-exists-no-values):
+ * a selector of existence tests only ("v", "!v") has no value array at all,
+ * and the parser computed NULL + 0 for every requirement's values, which
+ * is undefined behaviour; clang's UBSan (-fsanitize=pointer-overflow, as
+ * the fuzz build and a clang FR_SANITIZE build use) aborts on it. GCC's
+ * UBSan has no such check, so in the gcc builds this test asserts only the
+ * semantics around the fix. */
+START_TEST(selector_existence_only_parses_and_matches) {
+  struct fr_selector *sel = NULL;
+  char err[128] = "";
+
+  ck_assert_int_eq(fr_selector_parse_labels("app", &sel, err, sizeof(err)), 0);
+  ck_assert_ptr_nonnull(sel);
+  ck_assert(!fr_selector_empty(sel));
+  ck_assert(fr_selector_matches(sel, lookup_cb, &web));
+  ck_assert(!fr_selector_matches(sel, lookup_cb, &bare));
+  ck_assert_ptr_null(fr_selector_exact(sel, "app"));
+  fr_selector_free(sel);
+
+  ck_assert_int_eq(fr_selector_parse_labels("!app,!nope", &sel, err, sizeof(err)), 0);
+  ck_assert(!fr_selector_matches(sel, lookup_cb, &web));
+  ck_assert(fr_selector_matches(sel, lookup_cb, &bare));
+  fr_selector_free(sel);
+
+  ck_assert_int_eq(fr_selector_parse_labels("v", &sel, err, sizeof(err)), 0);
+  ck_assert(!fr_selector_matches(sel, lookup_cb, &web));
+  fr_selector_free(sel);
+}
+END_TEST
+
 START_TEST(label_selector_table_errors) {
   const struct error_case *c = &error_cases[_i];
   struct fr_selector *sel = (struct fr_selector *)&sel; /* must be reset */
@@ -552,6 +582,7 @@ static Suite *labels_suite(void) {
   tcase_add_test(tc, selector_does_not_borrow_text);
   tcase_add_test(tc, selector_many_requirements_all_kept);
   tcase_add_test(tc, selector_many_requirements_each_checked);
+  tcase_add_test(tc, selector_existence_only_parses_and_matches);
   tcase_add_loop_test(tc, label_selector_table_errors, 0, (int)FR_ARRAY_SIZE(error_cases));
   tcase_add_test(tc, label_selector_error_short_buffer_truncated);
   suite_add_tcase(s, tc);
