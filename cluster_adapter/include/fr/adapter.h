@@ -297,6 +297,88 @@ typedef void (*fr_exec_cb)(const struct fr_exec_result *res, void *arg);
 int fr_adapter_exec(struct fr_adapter *a, const char *pod, const struct fr_exec_spec *spec,
                     fr_exec_cb cb, void *arg);
 
+/* ---- the sandbox's agent, raw (agent.c) ----
+ *
+ * One HTTP request to the fedrouter-agent of a sandbox pod, through the
+ * cluster's pod proxy (kept-alive connections, the sandbox's access token
+ * added), streaming both ways: the seam the v1 data plane (processes,
+ * files, streaming exec) and the E2B endpoint's in-sandbox proxy share,
+ * and the one a per-cluster gateway would replace. */
+struct fr_agent_call;
+
+enum fr_agent_err {
+  FR_AGENT_OK = 0,          /* the agent answered: see status */
+  FR_AGENT_UNAVAILABLE,     /* the agent or the cluster was not reached, or the answer was lost */
+  FR_AGENT_CANCELED,        /* on_data asked to stop (returned -1) */
+};
+
+struct fr_agent_result {
+  enum fr_agent_err err;
+  int status;               /* the agent's HTTP status (FR_AGENT_OK) */
+  const char *body;         /* a non-2xx answer's body (the agent's error JSON), "" else */
+  size_t body_len;
+  const char *message;      /* why, for errors */
+};
+
+/* Returned by on_data to stop reading until fr_agent_call_resume(). */
+#define FR_AGENT_PAUSE 1
+
+struct fr_agent_call_opts {
+  const char *method;       /* GET, HEAD, POST, PUT, DELETE */
+  const char *path;         /* the agent's path and query, from '/': "/files?path=%2Ftmp%2Fx" */
+  const char *content_type; /* of the body; may be NULL */
+  const char *headers;      /* more request headers, "Name: value" lines separated by '\n'
+                               (no CR); may be NULL. Never Host, Content-Length,
+                               Transfer-Encoding, X-Access-Token or Authorization. */
+  const void *body;         /* the whole body (copied), or NULL */
+  size_t body_len;
+  int stream_body;          /* 1: the body comes through fr_agent_call_write()/_end() */
+  int64_t body_size;        /* with stream_body: its length, -1 = unknown (sent chunked) */
+  uint64_t timeout_ms;      /* the whole call; 0 = none (streams that last as long as a process) */
+  const char *request_id;   /* may be NULL */
+  /* A 2xx answer: its head, once, before any data (content type may be NULL). */
+  void (*on_head)(int status, const char *content_type, void *arg);
+  /* A 2xx answer's body as it arrives. 0: go on; FR_AGENT_PAUSE: nothing
+   * more until fr_agent_call_resume(); -1: stop (on_done gets
+   * FR_AGENT_CANCELED). Must not cancel the call or free the adapter. */
+  int (*on_data)(const char *data, size_t len, void *arg);
+  /* stream_body: everything written so far has been handed to the
+   * connection; write more. May be NULL. */
+  void (*on_drain)(void *arg);
+  /* Exactly once, from a later loop turn, unless cancelled. */
+  void (*on_done)(const struct fr_agent_result *res, void *arg);
+  void *arg;
+};
+
+/* Starts <o> against the agent of sandbox pod <pod>. Returns 0, or without
+ * calling anything: -ENOENT (no such pod in the cache), -ENOTSUP (the pod
+ * has no agent, or this router has no agent key), -EHOSTDOWN (the cluster's
+ * breaker is open), -EINVAL, -ENOMEM. <out> (may be NULL) gets the call,
+ * valid until on_done runs or it is cancelled. */
+int fr_adapter_agent_call(struct fr_adapter *a, const char *pod, const struct fr_agent_call_opts *o,
+                          struct fr_agent_call **out);
+/* stream_body: queues <len> bytes (copied) of the body. Callers keep
+ * fr_agent_call_pending() bounded (write while it is low, else wait for
+ * on_drain). -EPIPE after _end() or once the call has finished. */
+int fr_agent_call_write(struct fr_agent_call *c, const void *data, size_t len);
+size_t fr_agent_call_pending(const struct fr_agent_call *c);
+/* stream_body: the body is complete. */
+int fr_agent_call_end(struct fr_agent_call *c);
+/* Reading resumes after on_data returned FR_AGENT_PAUSE. */
+void fr_agent_call_resume(struct fr_agent_call *c);
+/* Stops the call; no callback runs afterwards. Accepts NULL. */
+void fr_agent_call_cancel(struct fr_agent_call *c);
+
+/* 1 if sandbox pod <pod> has an agent this router can reach. */
+int fr_adapter_pod_has_agent(struct fr_adapter *a, const struct fr_pod *pod);
+/* The access token of sandbox pod <pod> (64 hex + NUL): what the agent
+ * checks, and what E2B clients get as envdAccessToken. -EINVAL without an
+ * agent key. */
+int fr_adapter_agent_token(struct fr_adapter *a, const char *pod, char out[65]);
+/* 1 if <token> is the access token of <pod> under the current or the
+ * previous agent key (constant time). */
+int fr_adapter_agent_token_ok(struct fr_adapter *a, const char *pod, const char *token);
+
 /* ---- pools (sandbox.c) ---- */
 struct fr_pool_spec {
   const char *name;
