@@ -336,8 +336,10 @@ struct fr_agent_call_opts {
   int64_t body_size;        /* with stream_body: its length, -1 = unknown (sent chunked) */
   uint64_t timeout_ms;      /* the whole call; 0 = none (streams that last as long as a process) */
   const char *request_id;   /* may be NULL */
-  /* A 2xx answer: its head, once, before any data (content type may be NULL). */
-  void (*on_head)(int status, const char *content_type, void *arg);
+  /* A 2xx answer: its head, once, before any data. <content_type> may be
+   * NULL; <headers> are the answer's header lines as received ("Name:
+   * value\r\n" each; read one with fr_agent_header()). May be NULL. */
+  void (*on_head)(int status, const char *content_type, const char *headers, void *arg);
   /* A 2xx answer's body as it arrives. 0: go on; FR_AGENT_PAUSE: nothing
    * more until fr_agent_call_resume(); -1: stop (on_done gets
    * FR_AGENT_CANCELED). Must not cancel the call or free the adapter. */
@@ -369,6 +371,9 @@ void fr_agent_call_resume(struct fr_agent_call *c);
 /* Stops the call; no callback runs afterwards. Accepts NULL. */
 void fr_agent_call_cancel(struct fr_agent_call *c);
 
+/* Header <name> (case-insensitive) of an on_head <headers> block, copied
+ * trimmed into <out>; 0, or -ENOENT / -ENOSPC. */
+int fr_agent_header(const char *headers, const char *name, char *out, size_t cap);
 /* 1 if sandbox pod <pod> has an agent this router can reach. */
 int fr_adapter_pod_has_agent(struct fr_adapter *a, const struct fr_pod *pod);
 /* The access token of sandbox pod <pod> (64 hex + NUL): what the agent
