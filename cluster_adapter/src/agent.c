@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "adapter_internal.h"
 #include "fr/util.h"
@@ -108,42 +109,314 @@ int agent_init(struct fr_adapter *a, const char *pod, int port, json_t *env, con
   return rc;
 }
 
-/* ---- raw calls (seam; being implemented) ---- */
+/* ---- raw calls ---- */
 
-int fr_adapter_agent_call(struct fr_adapter *a, const char *pod, const struct fr_agent_call_opts *o,
+struct fr_agent_call {
+  struct fr_adapter *a;
+  struct fr_kube_call *kc;
+  struct fr_agent_call_opts o;  /* the caller's, its strings pointing into <strs> */
+  char *strs[5];                /* copies: method, path, content type, headers, request id */
+  char pod[256];
+  char *body;                   /* a whole body, kept for a retry with the previous key */
+  size_t body_len;
+  int port;
+  int previous_key;             /* this attempt uses the previous key's token */
+  int got_head;                 /* the agent's 2xx head arrived */
+  int pause_next;               /* on_data asked to pause after the piece it took */
+  int stopped;                  /* on_data asked to stop */
+};
+
+static int call_send(struct fr_agent_call *ac);
+
+static void call_free(struct fr_agent_call *ac) {
+  free(ac->body);
+  free(ac->strs[0]);
+  free(ac->strs[1]);
+  free(ac->strs[2]);
+  free(ac->strs[3]);
+  free(ac->strs[4]);
+  free(ac);
+}
+
+static char *dup_or_null(const char *s, int *failed) {
+  char *d = s != NULL ? strdup(s) : NULL;
+
+  if (s != NULL && d == NULL)
+    *failed = 1;
+  return d;
+}
+
+static void on_call_head(int status, const char *headers, void *arg) {
+  struct fr_agent_call *ac = arg;
+  char ctype[200];
+
+  ac->got_head = 1;
+  if (ac->o.on_head != NULL)
+    ac->o.on_head(status, fr_agent_header(headers, "Content-Type", ctype, sizeof(ctype)) == 0 ? ctype : NULL,
+                  headers, ac->o.arg);
+}
+
+static int on_call_data(const char *data, size_t len, void *arg) {
+  struct fr_agent_call *ac = arg;
+  int r;
+
+  if (ac->pause_next) {
+    ac->pause_next = 0;
+    return FR_KUBE_PAUSE;   /* curl keeps this piece until resumed */
+  }
+  r = ac->o.on_data != NULL ? ac->o.on_data(data, len, ac->o.arg) : 0;
+  if (r == FR_AGENT_PAUSE)
+    ac->pause_next = 1;
+  else if (r != 0)
+    ac->stopped = 1;
+  return r == FR_AGENT_PAUSE ? 0 : r != 0 ? -1 : 0;
+}
+
+static void on_call_drain(void *arg) {
+  struct fr_agent_call *ac = arg;
+
+  if (ac->o.on_drain != NULL)
+    ac->o.on_drain(ac->o.arg);
+}
+
+/* An answer of the API server itself (its pod proxy could not reach the
+ * agent, the pod is gone, RBAC) rather than of the agent: a Status. */
+static int api_server_status(const struct fr_kube_response *r) {
+  return r->body_len > 0 && strstr(r->body, "\"kind\":\"Status\"") != NULL;
+}
+
+static void on_call_done(const struct fr_kube_response *resp, void *arg) {
+  struct fr_agent_call *ac = arg;
+  struct fr_agent_result res;
+  char msg[400];
+
+  ac->kc = NULL;
+  memset(&res, 0, sizeof(res));
+  res.body = "";
+  if (resp->status == 401 && !ac->got_head && !ac->previous_key && !ac->o.stream_body &&
+      ac->a->cc.agent->prev_key != NULL && !api_server_status(resp)) {
+    /* Initialised before a key rotation: its token is from the old key. */
+    ac->previous_key = 1;
+    if (call_send(ac) == 0)
+      return;
+  }
+  if (ac->stopped) {
+    res.err = FR_AGENT_CANCELED;
+    res.message = "stopped by its reader";
+  } else if (resp->status == 0) {
+    /* Not reached at all: the cluster's fault, unless something started. */
+    if (!ac->got_head)
+      fr_adapter_report(ac->a, 0);
+    snprintf(msg, sizeof(msg), "%s: %.300s", ac->got_head ? "the agent's answer was cut" : "cannot reach the sandbox's agent",
+             resp->error != NULL ? resp->error : "no answer");
+    res.err = FR_AGENT_UNAVAILABLE;
+    res.message = msg;
+  } else if (resp->status >= 400 && api_server_status(resp)) {
+    fr_adapter_report(ac->a, 1);
+    snprintf(msg, sizeof(msg), "cannot reach the sandbox's agent: %d %.300s", resp->status, resp->body);
+    res.err = FR_AGENT_UNAVAILABLE;
+    res.status = resp->status;
+    res.message = msg;
+  } else {
+    fr_adapter_report(ac->a, 1);
+    res.err = FR_AGENT_OK;
+    res.status = resp->status;
+    res.body = resp->body;
+    res.body_len = resp->body_len;
+  }
+  ac->o.on_done(&res, ac->o.arg);
+  call_free(ac);
+}
+
+/* Bytes of "X-Access-Token: <64 hex>\n" ahead of the caller's headers. */
+#define TOKEN_HEADER_LEN (16 + 64 + 1)
+
+static int call_send(struct fr_agent_call *ac) {
+  struct fr_kube_request_opts ko;
+  char token[65], path[2300];
+  char *headers;
+  size_t extra = ac->o.headers != NULL ? strlen(ac->o.headers) : 0;
+  int rc;
+
+  ac->got_head = ac->pause_next = ac->stopped = 0;
+  if (agent_token(ac->a, ac->pod, ac->previous_key, token) != 0 ||
+      agent_path(ac->a, ac->pod, ac->port, ac->o.path + 1, path, sizeof(path)) != 0)
+    return -EINVAL;
+  headers = malloc(TOKEN_HEADER_LEN + extra + 1);
+  if (headers == NULL)
+    return -ENOMEM;
+  snprintf(headers, TOKEN_HEADER_LEN + extra + 1, "X-Access-Token: %s\n%s", token,
+           ac->o.headers != NULL ? ac->o.headers : "");
+  memset(&ko, 0, sizeof(ko));
+  ko.flags = FR_KUBE_STREAM;
+  ko.request_id = ac->o.request_id;
+  ko.timeout_ms = ac->o.timeout_ms;
+  ko.header = headers;
+  ko.on_data = on_call_data;
+  ko.on_head = on_call_head;
+  ko.stream_body = ac->o.stream_body;
+  ko.body_size = ac->o.stream_body ? ac->o.body_size : 0;
+  ko.on_drain = on_call_drain;
+  rc = fr_kube_request_opts(ac->a->client, ac->o.method, path, ac->o.content_type, ac->body,
+                            ac->body_len, &ko, on_call_done, ac, &ac->kc);
+  free(headers);
+  return rc;
+}
+
+/* Headers a caller may not set: the transport's and the credentials. */
+static int header_allowed(const char *h) {
+  static const char *const no[] = {"host:", "content-length:", "transfer-encoding:", "x-access-token:",
+                                   "authorization:", "connection:", "expect:", "upgrade:", NULL};
+  const char *line, *nl;
+  size_t i;
+
+  for (line = h; line != NULL && *line != '\0'; line = *nl ? nl + 1 : nl) {
+    nl = line + strcspn(line, "\n");
+    for (i = 0; no[i] != NULL; i++)
+      if ((size_t)(nl - line) >= strlen(no[i]) && strncasecmp(line, no[i], strlen(no[i])) == 0)
+        return 0;
+  }
+  return 1;
+}
+
+int fr_adapter_agent_call(struct fr_adapter *a, const char *pod_name, const struct fr_agent_call_opts *o,
                           struct fr_agent_call **out) {
-  (void)a; (void)pod; (void)o; (void)out;
-  return -ENOTSUP;
-}
-int fr_agent_call_write(struct fr_agent_call *c, const void *data, size_t len) {
-  (void)c; (void)data; (void)len;
-  return -EPIPE;
-}
-size_t fr_agent_call_pending(const struct fr_agent_call *c) {
-  (void)c;
+  const struct fr_pod *pod;
+  struct fr_agent_call *ac;
+  int port, rc;
+
+  if (out != NULL)
+    *out = NULL;
+  if (a == NULL || pod_name == NULL || o == NULL || o->method == NULL || o->path == NULL ||
+      o->path[0] != '/' || o->on_done == NULL || strlen(pod_name) >= sizeof(ac->pod) ||
+      (o->stream_body && o->body != NULL) || !header_allowed(o->headers))
+    return -EINVAL;
+  pod = podstore_get(&a->pods, pod_name);
+  if (pod == NULL)
+    return -ENOENT;
+  port = agent_port_of(a, pod);
+  if (port == 0)
+    return -ENOTSUP;
+  if (a->breaker != BR_CLOSED)
+    return -EHOSTDOWN;
+  ac = calloc(1, sizeof(*ac));
+  if (ac == NULL)
+    return -ENOMEM;
+  ac->a = a;
+  ac->o = *o;
+  ac->o.body = NULL;
+  {
+    int failed = 0;
+
+    ac->o.method = ac->strs[0] = dup_or_null(o->method, &failed);
+    ac->o.path = ac->strs[1] = dup_or_null(o->path, &failed);
+    ac->o.content_type = ac->strs[2] = dup_or_null(o->content_type, &failed);
+    ac->o.headers = ac->strs[3] = dup_or_null(o->headers, &failed);
+    ac->o.request_id = ac->strs[4] = dup_or_null(o->request_id, &failed);
+    if (failed) {
+      call_free(ac);
+      return -ENOMEM;
+    }
+  }
+  ac->port = port;
+  snprintf(ac->pod, sizeof(ac->pod), "%s", pod_name);
+  if (o->body != NULL) {
+    ac->body = malloc(o->body_len + 1);
+    if (ac->body == NULL) {
+      free(ac);
+      return -ENOMEM;
+    }
+    memcpy(ac->body, o->body, o->body_len);
+    ac->body_len = o->body_len;
+  }
+  rc = call_send(ac);
+  if (rc != 0) {
+    call_free(ac);
+    return rc;
+  }
+  if (out != NULL)
+    *out = ac;
   return 0;
 }
+
+int fr_agent_call_write(struct fr_agent_call *c, const void *data, size_t len) {
+  return c != NULL && c->kc != NULL ? fr_kube_call_write(c->kc, data, len) : -EPIPE;
+}
+
+size_t fr_agent_call_pending(const struct fr_agent_call *c) {
+  return c != NULL && c->kc != NULL ? fr_kube_call_pending(c->kc) : 0;
+}
+
 int fr_agent_call_end(struct fr_agent_call *c) {
-  (void)c;
-  return -EPIPE;
+  return c != NULL && c->kc != NULL ? fr_kube_call_end(c->kc) : -EPIPE;
 }
+
 void fr_agent_call_resume(struct fr_agent_call *c) {
-  (void)c;
+  if (c == NULL || c->kc == NULL)
+    return;
+  if (c->pause_next) {
+    c->pause_next = 0;   /* the pause had not taken effect yet */
+    return;
+  }
+  fr_kube_call_resume(c->kc);
 }
+
 void fr_agent_call_cancel(struct fr_agent_call *c) {
-  (void)c;
+  if (c == NULL)
+    return;
+  fr_kube_cancel(c->kc);
+  call_free(c);
 }
+
+int fr_agent_header(const char *headers, const char *name, char *out, size_t cap) {
+  size_t nlen = strlen(name), len;
+  const char *line, *v, *end;
+
+  for (line = headers; line != NULL && *line != '\0'; line += len + (line[len] != '\0')) {
+    len = strcspn(line, "\n");
+    if (len > nlen && strncasecmp(line, name, nlen) == 0 && line[nlen] == ':') {
+      v = line + nlen + 1;
+      end = line + len;
+      while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+      while (end > v && (end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+      if ((size_t)(end - v) >= cap)
+        return -ENOSPC;
+      memcpy(out, v, (size_t)(end - v));
+      out[end - v] = '\0';
+      return 0;
+    }
+  }
+  return -ENOENT;
+}
+
 int fr_adapter_pod_has_agent(struct fr_adapter *a, const struct fr_pod *pod) {
   return agent_port_of(a, pod) != 0;
 }
+
 int fr_adapter_agent_token(struct fr_adapter *a, const char *pod, char out[65]) {
   return agent_token(a, pod, 0, out);
 }
-int fr_adapter_agent_token_ok(struct fr_adapter *a, const char *pod, const char *token) {
-  (void)a; (void)pod; (void)token;
-  return 0;
+
+static int token_eq(const char *a, const char *b) {
+  unsigned char d = 0;
+  size_t i;
+
+  for (i = 0; i < 64; i++)
+    d |= (unsigned char)(a[i] ^ b[i]);
+  return d == 0;
 }
-int fr_agent_header(const char *headers, const char *name, char *out, size_t cap) {
-  (void)headers; (void)name; (void)out; (void)cap;
-  return -ENOENT;
+
+int fr_adapter_agent_token_ok(struct fr_adapter *a, const char *pod, const char *token) {
+  char want[65];
+  int ok = 0;
+
+  if (token == NULL || strlen(token) != 64)
+    return 0;
+  if (agent_token(a, pod, 0, want) == 0 && token_eq(want, token))
+    ok = 1;
+  if (agent_token(a, pod, 1, want) == 0 && token_eq(want, token))
+    ok = 1;
+  return ok;
 }

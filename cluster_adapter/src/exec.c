@@ -506,6 +506,7 @@ static int start_agent(struct exec_op *op, int port) {
   memset(&o, 0, sizeof(o));
   o.request_id = op->request_id;
   o.timeout_ms = (uint64_t)op->timeout_s * 1000 + EXEC_ANSWER_GRACE_MS;
+  o.flags = FR_KUBE_STREAM;   /* as long as the command: not on the REST calls' connections */
   o.header = header;
   o.on_data = on_agent_data;
   op->start_ms = uv_now(op->a->loop);

@@ -61,6 +61,8 @@ extern char **environ;
 /* One watch event: a single object, whose etcd limit is 1.5 MiB; 16 MiB is
  * far past anything legitimate. */
 #define KUBE_MAX_LINE ((size_t)16 << 20)
+/* A streamed answer's head. */
+#define KUBE_MAX_HEAD ((size_t)64 << 10)
 /* ExecCredential output is a few KiB (a token or a cert + key). */
 #define KUBE_PLUGIN_MAX_OUT ((size_t)1 << 20)
 /* How much of a plugin's stderr is kept for the error text. */
@@ -146,6 +148,7 @@ struct fr_kube_client {
   struct fr_kube_client_opts opts;    /* defaults filled in; strings below */
   char *name, *user_agent;
   struct fr_curluv curl;              /* the multi handle on the loop */
+  struct fr_curluv scurl;             /* FR_KUBE_STREAM calls' multi: connections of their own */
   uv_timer_t kick;                    /* delivers credential waits a turn later */
   struct fr_kube_call *calls;         /* live calls, queued ones too, for free */
   struct rest_call *zombies;          /* cancelled inside a curl callback */
@@ -154,7 +157,7 @@ struct fr_kube_client {
   uv_timer_t qtimer;                  /* dispatches into free slots; expires the head */
   struct rest_call *qhead, *qtail;    /* oldest first */
   size_t max_active;
-  size_t nactive, npriority, nwatches, nqueued, nin_curl;
+  size_t nactive, npriority, nwatches, nstreams, nqueued, nin_curl;
   size_t active_peak, queued_peak;
   uint64_t nexpired;
   unsigned nopen;                     /* open uv handles (curl's: one) + pending fs requests */
@@ -191,6 +194,7 @@ enum call_kind {
   KIND_BULK,         /* bounded by max_active, queued beyond it */
   KIND_PRIORITY,     /* FR_KUBE_PRIORITY: never queued, not counted */
   KIND_WATCH,        /* never queued, not counted */
+  KIND_STREAM,       /* FR_KUBE_STREAM: its own multi, never queued, counted apart */
 };
 
 /* What a dispatched call needs, from dispatch to release. Kept out of
@@ -208,6 +212,12 @@ struct rest_io {
   double elapsed_ms;                  /* last attempt */
   const char *abort_why;              /* we aborted the transfer ourselves */
   struct rest_call *zombie_next;
+  struct fr_curluv *cu;               /* the multi the easy handle is in */
+  struct fr_buf hdrs;                 /* KIND_STREAM: the response's header lines */
+  unsigned head_sent : 1;             /* on_head was called */
+  unsigned paused_recv : 1;           /* on_data said FR_KUBE_PAUSE */
+  unsigned paused_send : 1;           /* the read callback ran dry and paused */
+  unsigned drain_due : 1, resume_due : 1; /* work for the io timer (next loop turn) */
   int retries, retry_after_s, refreshed, waiting, zombie;
   char errbuf[CURL_ERROR_SIZE];       /* CURLOPT_ERRORBUFFER: must be this big */
 };
@@ -222,6 +232,13 @@ struct rest_call {
   fr_kube_response_cb cb;
   fr_kube_line_cb on_line;
   fr_kube_data_cb on_data;            /* fr_kube_request_opts: a 2xx body as it arrives */
+  fr_kube_head_cb on_head;            /* and its head */
+  void (*on_drain)(void *arg);        /* stream_body: written bytes mostly sent */
+  struct fr_buf up;                   /* stream_body: bytes written, not yet read by curl */
+  size_t up_off;                      /* of <up>, already read */
+  int64_t body_size;                  /* stream_body: length or -1 */
+  unsigned stream_body : 1, up_ended : 1;
+  unsigned drain_armed : 1;           /* on_drain is due once <up> is low */
   void *arg;
   const char *url;                    /* server + path, in <strs> */
   const char *content_type, *request_id, *body;   /* in <strs>, or NULL */
@@ -244,6 +261,7 @@ static void creds_kick(struct fr_kube_client *c);
 static void creds_loaded(struct fr_kube_client *c, int status);
 static void plugin_close(struct kube_plugin *p);
 static void on_creds(struct fr_kube_client *c, int status, void *arg);
+static void on_io_timer(uv_timer_t *t);
 
 /* ------------------------------------------------------------ small helpers */
 
@@ -1126,8 +1144,10 @@ static void call_free(struct rest_call *rc) {
   if (rc->io != NULL) {
     fr_buf_free(&rc->io->resp);
     fr_buf_free(&rc->io->line);
+    fr_buf_free(&rc->io->hdrs);
     free(rc->io);
   }
+  fr_buf_free(&rc->up);
   free(rc);
 }
 
@@ -1174,13 +1194,13 @@ static void detach_easy(struct rest_call *rc) {
 
   if (io == NULL || io->easy == NULL || io->zombie)
     return;
-  if (fr_curluv_in_curl(&c->curl)) {
+  if (fr_curluv_in_curl(&c->curl) || fr_curluv_in_curl(&c->scurl)) {
     io->zombie = 1;
     io->zombie_next = c->zombies;
     c->zombies = rc;
     return;
   }
-  curl_multi_remove_handle(c->curl.multi, io->easy);
+  curl_multi_remove_handle(io->cu->multi, io->easy);
   c->nin_curl--;
   easy_free(rc);
 }
@@ -1190,7 +1210,7 @@ static void reap_zombies(struct fr_kube_client *c) {
 
   while ((rc = c->zombies) != NULL) {
     c->zombies = rc->io->zombie_next;
-    curl_multi_remove_handle(c->curl.multi, rc->io->easy);
+    curl_multi_remove_handle(rc->io->cu->multi, rc->io->easy);
     c->nin_curl--;
     easy_free(rc);
     rc->io->zombie = 0;
@@ -1274,6 +1294,9 @@ static void call_count(struct rest_call *rc) {
   case KIND_WATCH:
     c->nwatches++;
     break;
+  case KIND_STREAM:
+    c->nstreams++;
+    break;
   }
   rc->counted = 1;
 }
@@ -1299,6 +1322,9 @@ static void call_uncount(struct rest_call *rc) {
   case KIND_WATCH:
     c->nwatches--;
     break;
+  case KIND_STREAM:
+    c->nstreams--;
+    break;
   }
 }
 
@@ -1313,6 +1339,7 @@ void fr_kube_client_stats(const struct fr_kube_client *c, struct fr_kube_client_
   out->queued_peak = c->queued_peak;
   out->priority = c->npriority;
   out->watches = c->nwatches;
+  out->streams = c->nstreams;
   out->in_curl = c->nin_curl;
   out->expired = c->nexpired;
 }
@@ -1417,6 +1444,8 @@ static int dispatch(struct rest_call *rc) {
     return -ENOMEM;
   fr_buf_init(&io->resp);
   fr_buf_init(&io->line);
+  fr_buf_init(&io->hdrs);
+  io->cu = rc->kind == KIND_STREAM ? &c->scurl : &c->curl;
   uv_timer_init(c->loop, &io->timer);
   io->timer.data = rc;
   rc->io = io;
@@ -1504,7 +1533,21 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata) {
   if (rc->kind == KIND_WATCH && io->code >= 200 && io->code < 300)
     return watch_feed(rc, ptr, n);
   if (rc->on_data != NULL && io->code >= 200 && io->code < 300) {
-    if (rc->on_data(ptr, n, rc->arg) != 0) {
+    int r;
+
+    if (rc->on_head != NULL && !io->head_sent) {
+      io->head_sent = 1;   /* a head without an end line (HTTP/1.0 style): give it now */
+      rc->on_head((int)io->code, io->hdrs.data != NULL ? io->hdrs.data : "", rc->arg);
+      if (rc->state != CALL_RUNNING)
+        return 0;
+    }
+    r = rc->on_data(ptr, n, rc->arg);
+    if (r == FR_KUBE_PAUSE && rc->kind == KIND_STREAM && rc->state == CALL_RUNNING) {
+      /* curl keeps this piece and hands it over again on resume. */
+      io->paused_recv = 1;
+      return CURL_WRITEFUNC_PAUSE;
+    }
+    if (r != 0) {
       io->abort_why = "stopped by its reader";
       return 0;
     }
@@ -1519,6 +1562,108 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata) {
     return 0;
   }
   return n;
+}
+
+/* KIND_STREAM: collects the response's header lines; at the blank line
+ * that ends a final 2xx head, hands them to on_head. */
+static size_t on_header(char *ptr, size_t size, size_t nmemb, void *userdata) {
+  struct rest_call *rc = userdata;
+  struct rest_io *io = rc->io;
+  size_t n = size * nmemb;
+
+  if (rc->state != CALL_RUNNING)
+    return 0;
+  if (n >= 5 && memcmp(ptr, "HTTP/", 5) == 0) {
+    fr_buf_reset(&io->hdrs);   /* a new head (after a 1xx) */
+    return n;
+  }
+  if (n <= 2 && (n == 0 || ptr[0] == '\r' || ptr[0] == '\n')) {
+    long code = 0;
+
+    curl_easy_getinfo(io->easy, CURLINFO_RESPONSE_CODE, &code);
+    if (code >= 200 && code < 300 && rc->on_head != NULL && !io->head_sent) {
+      io->head_sent = 1;
+      rc->on_head((int)code, io->hdrs.data != NULL ? io->hdrs.data : "", rc->arg);
+      if (rc->state != CALL_RUNNING)
+        return 0;
+    }
+    return n;
+  }
+  if (io->hdrs.len + n > KUBE_MAX_HEAD) {
+    io->abort_why = "response head larger than 64 KiB";
+    return 0;
+  }
+  if (fr_buf_append(&io->hdrs, ptr, n) != 0) {
+    io->abort_why = "out of memory reading the response head";
+    return 0;
+  }
+  return n;
+}
+
+/* Below this many unsent body bytes a writer waiting for on_drain is told
+ * to write more. */
+#define KUBE_DRAIN_LOW ((size_t)256 << 10)
+
+/* stream_body: curl asks for the next piece of the body. */
+static size_t on_read(char *buf, size_t size, size_t nitems, void *userdata) {
+  struct rest_call *rc = userdata;
+  struct rest_io *io = rc->io;
+  size_t want = size * nitems, have, n;
+
+  if (rc->state != CALL_RUNNING)
+    return CURL_READFUNC_ABORT;
+  have = rc->up.len - rc->up_off;
+  if (have == 0) {
+    if (rc->up_ended)
+      return 0;
+    io->paused_send = 1;
+    return CURL_READFUNC_PAUSE;
+  }
+  n = have < want ? have : want;
+  memcpy(buf, rc->up.data + rc->up_off, n);
+  rc->up_off += n;
+  if (rc->up_off == rc->up.len) {
+    fr_buf_reset(&rc->up);
+    rc->up_off = 0;
+  } else if (rc->up_off >= ((size_t)1 << 20)) {
+    fr_buf_consume(&rc->up, rc->up_off);
+    rc->up_off = 0;
+  }
+  if (rc->drain_armed && rc->up.len - rc->up_off <= KUBE_DRAIN_LOW) {
+    rc->drain_armed = 0;
+    io->drain_due = 1;
+    uv_timer_start(&io->timer, on_io_timer, 0, 0);
+  }
+  return n;
+}
+
+/* The pause state curl should have now. */
+static void apply_pause(struct rest_call *rc) {
+  struct rest_io *io = rc->io;
+
+  curl_easy_pause(io->easy, (io->paused_recv ? CURLPAUSE_RECV : 0) | (io->paused_send ? CURLPAUSE_SEND : 0));
+}
+
+/* KIND_STREAM work kept out of curl's callbacks: a due on_drain, a resume
+ * or body bytes asked for from inside one. A call's timer is free for this
+ * while it runs (streams are never retried, so never back off). */
+static void on_io_timer(uv_timer_t *t) {
+  struct rest_call *rc = t->data;
+  struct rest_io *io = rc->io;
+
+  if (rc->state != CALL_RUNNING || io->easy == NULL)
+    return;
+  if (io->resume_due) {
+    io->resume_due = 0;
+    apply_pause(rc);
+    if (rc->state != CALL_RUNNING || rc->io->easy == NULL)
+      return;
+  }
+  if (io->drain_due) {
+    io->drain_due = 0;
+    if (rc->on_drain != NULL)
+      rc->on_drain(rc->arg);
+  }
 }
 
 static int attempt_begin(struct rest_call *rc) {
@@ -1544,7 +1689,24 @@ static int attempt_begin(struct rest_call *rc) {
     goto fail;
   headers = h;
   if (rc->header != NULL) {
-    if ((h = curl_slist_append(headers, rc->header)) == NULL)
+    const char *line = rc->header, *nl;
+    char one[1024];
+
+    for (; *line != '\0'; line = *nl ? nl + 1 : nl) {
+      nl = line + strcspn(line, "\n");
+      if (nl == line)
+        continue;
+      if ((size_t)(nl - line) >= sizeof(one))
+        goto fail;
+      memcpy(one, line, (size_t)(nl - line));
+      one[nl - line] = '\0';
+      if ((h = curl_slist_append(headers, one)) == NULL)
+        goto fail;
+      headers = h;
+    }
+  }
+  if (rc->stream_body && rc->body_size < 0) {
+    if ((h = curl_slist_append(headers, "Transfer-Encoding: chunked")) == NULL)
       goto fail;
     headers = h;
   }
@@ -1566,7 +1728,19 @@ static int attempt_begin(struct rest_call *rc) {
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_write);
   curl_easy_setopt(easy, CURLOPT_WRITEDATA, rc);
   curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
-  if (strcmp(rc->method, "GET") == 0) {
+  if (rc->kind == KIND_STREAM) {
+    curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(easy, CURLOPT_HEADERDATA, rc);
+    if (rc->c->share != NULL)
+      curl_easy_setopt(easy, CURLOPT_SHARE, kube_share_handle(rc->c->share));
+  }
+  if (rc->stream_body) {
+    curl_easy_setopt(easy, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, rc->method);
+    curl_easy_setopt(easy, CURLOPT_READFUNCTION, on_read);
+    curl_easy_setopt(easy, CURLOPT_READDATA, rc);
+    curl_easy_setopt(easy, CURLOPT_INFILESIZE_LARGE, (curl_off_t)rc->body_size);
+  } else if (strcmp(rc->method, "GET") == 0) {
     curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
   } else if (strcmp(rc->method, "HEAD") == 0) {
     curl_easy_setopt(easy, CURLOPT_NOBODY, 1L);
@@ -1582,7 +1756,7 @@ static int attempt_begin(struct rest_call *rc) {
    * timeoutSeconds) and no low-speed limit either: without bookmarks a
    * quiet watch is legitimately silent for minutes. TCP keepalive (set in
    * kube_easy_setup) notices a dead peer. */
-  if (rc->kind == KIND_WATCH)
+  if (rc->kind == KIND_WATCH || (rc->kind == KIND_STREAM && rc->timeout_ms == 0))
     curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, 0L);
   else if (rc->timeout_ms > 0)
     curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, (long)rc->timeout_ms);
@@ -1593,12 +1767,14 @@ static int attempt_begin(struct rest_call *rc) {
   io->code = 0;
   io->abort_why = NULL;
   io->errbuf[0] = '\0';
+  fr_buf_reset(&io->hdrs);
+  io->head_sent = io->paused_recv = io->paused_send = 0;
   io->easy = easy;
   io->headers = headers;
   set_state(rc, CALL_RUNNING);
   /* request_timeout_ms counts from here: time spent queued is not part of
    * the attempt. */
-  if (curl_multi_add_handle(c->curl.multi, easy) != CURLM_OK) {
+  if (curl_multi_add_handle(io->cu->multi, easy) != CURLM_OK) {
     io->easy = NULL;
     io->headers = NULL;
     r = -ENOMEM;
@@ -1732,7 +1908,7 @@ static void on_transfer_done(struct rest_call *rc, CURLcode result) {
   }
   /* A 401 is decided before the body is processed, so even a
    * non-idempotent call may be sent again once, with fresh credentials. */
-  if (code == 401 && creds_refreshable(c) && !io->refreshed) {
+  if (code == 401 && creds_refreshable(c) && !io->refreshed && !rc->stream_body) {
     io->refreshed = 1;
     if (io->gen == c->creds_gen)
       kube_creds_invalidate(c);
@@ -1774,6 +1950,10 @@ static void on_curl_done(struct fr_curluv *cu, CURL *easy, CURLcode result) {
  * easy handles of calls cancelled inside curl's callbacks may go. */
 static void on_curl_action(struct fr_curluv *cu) {
   reap_zombies(fr_container_of(cu, struct fr_kube_client, curl));
+}
+
+static void on_scurl_action(struct fr_curluv *cu) {
+  reap_zombies(fr_container_of(cu, struct fr_kube_client, scurl));
 }
 
 static void rest_cancel(struct fr_kube_call *base) {
@@ -1826,12 +2006,20 @@ static const char *put_str(char **p, const void *s, size_t len) {
   return at;
 }
 
-/* A header line "Name: value" a caller may add: a token-like name, a colon,
- * nothing that could end the line. */
+/* Header lines "Name: value" a caller may add, '\n'-separated: each a
+ * token-like name, a colon, nothing that could end the line. */
 static int header_line_ok(const char *h) {
-  const char *colon = h != NULL ? strchr(h, ':') : NULL;
+  size_t len, name;
 
-  return h == NULL || (colon != NULL && colon > h && strcspn(h, " \t:") == (size_t)(colon - h) && header_safe(h));
+  for (; h != NULL && *h != '\0'; h += len + (h[len] == '\n')) {
+    len = strcspn(h, "\n");
+    if (len == 0)
+      continue;
+    name = strcspn(h, " \t:\r\n");
+    if (name == 0 || name >= len || h[name] != ':' || memchr(h, '\r', len) != NULL || len >= 1024)
+      return 0;
+  }
+  return 1;
 }
 
 static int call_start(struct fr_kube_client *c, enum call_kind kind, const char *method,
@@ -1893,6 +2081,12 @@ static int call_start(struct fr_kube_client *c, enum call_kind kind, const char 
   kube_call_track(c, &rc->base);
   /* First come, first served: behind the queue even when a slot is free
    * (it is about to be taken from the queue). */
+  if (kind == KIND_STREAM && c->nstreams >= (size_t)c->opts.max_streams) {
+    rc->state = CALL_CANCELLED;
+    kube_call_untrack(&rc->base);
+    call_release(rc);
+    return -EAGAIN;
+  }
   if (kind == KIND_BULK && (c->qhead != NULL || c->nactive >= c->max_active)) {
     queue_push(c, rc);
   } else {
@@ -1932,16 +2126,27 @@ int fr_kube_request_opts(struct fr_kube_client *c, const char *method, const cha
   struct rest_call *rc;
   int r;
 
-  /* A body handed out as it arrives cannot be taken back for a retry. */
-  if (o == NULL || (o->flags & ~(FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY)) != 0 ||
-      (o->on_data != NULL && (o->flags & FR_KUBE_IDEMPOTENT)))
+  int stream = o != NULL && (o->flags & FR_KUBE_STREAM);
+
+  /* A body handed out as it arrives cannot be taken back for a retry; a
+   * streamed request body cannot be sent twice. */
+  if (o == NULL || (o->flags & ~(FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY | FR_KUBE_STREAM)) != 0 ||
+      (o->on_data != NULL && (o->flags & FR_KUBE_IDEMPOTENT)) ||
+      (stream && (o->flags & (FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY))) ||
+      (o->stream_body && (!stream || body != NULL || o->body_size < -1)) ||
+      (o->on_head != NULL && o->on_data == NULL))
     return -EINVAL;
-  r = call_start(c, (o->flags & FR_KUBE_PRIORITY) ? KIND_PRIORITY : KIND_BULK, method, path,
-                 content_type, body, len, o->flags & FR_KUBE_IDEMPOTENT, o->request_id, o->header,
-                 o->timeout_ms, NULL, cb, arg, (struct fr_kube_call **)&rc);
+  r = call_start(c, stream ? KIND_STREAM : (o->flags & FR_KUBE_PRIORITY) ? KIND_PRIORITY : KIND_BULK,
+                 method, path, content_type, body, len, o->flags & FR_KUBE_IDEMPOTENT, o->request_id,
+                 o->header, o->timeout_ms, NULL, cb, arg, (struct fr_kube_call **)&rc);
   /* Set before the loop runs again: nothing is sent from inside call_start. */
-  if (r == 0)
+  if (r == 0) {
     rc->on_data = o->on_data;
+    rc->on_head = o->on_head;
+    rc->on_drain = o->on_drain;
+    rc->stream_body = o->stream_body != 0;
+    rc->body_size = o->body_size;
+  }
   if (r == 0 && out != NULL)
     *out = &rc->base;
   return r;
@@ -1958,6 +2163,81 @@ void fr_kube_cancel(struct fr_kube_call *call) {
     call->cancel(call);
 }
 
+/* The REST call behind <call> when it is a FR_KUBE_STREAM one. */
+static struct rest_call *stream_call(const struct fr_kube_call *call) {
+  struct rest_call *rc;
+
+  if (call == NULL || call->cancel != rest_cancel)
+    return NULL;
+  rc = fr_container_of(call, struct rest_call, base);
+  return rc->kind == KIND_STREAM ? rc : NULL;
+}
+
+/* Body bytes arrived for a send side that ran dry: unpause it, now or
+ * (inside curl's callbacks) on the next loop turn. */
+static void wake_send(struct rest_call *rc) {
+  struct rest_io *io = rc->io;
+
+  if (rc->state != CALL_RUNNING || io == NULL || io->easy == NULL || !io->paused_send)
+    return;
+  io->paused_send = 0;
+  if (fr_curluv_in_curl(io->cu)) {
+    io->resume_due = 1;
+    uv_timer_start(&io->timer, on_io_timer, 0, 0);
+  } else {
+    apply_pause(rc);
+  }
+}
+
+int fr_kube_call_write(struct fr_kube_call *call, const void *data, size_t len) {
+  struct rest_call *rc = stream_call(call);
+
+  if (rc == NULL || !rc->stream_body)
+    return -EINVAL;
+  if (rc->up_ended || rc->state == CALL_DONE || rc->state == CALL_CANCELLED)
+    return -EPIPE;
+  if (len == 0)
+    return 0;
+  if (fr_buf_append(&rc->up, data, len) != 0)
+    return -ENOMEM;
+  if (rc->up.len - rc->up_off > KUBE_DRAIN_LOW)
+    rc->drain_armed = 1;
+  wake_send(rc);
+  return 0;
+}
+
+int fr_kube_call_end(struct fr_kube_call *call) {
+  struct rest_call *rc = stream_call(call);
+
+  if (rc == NULL || !rc->stream_body)
+    return -EINVAL;
+  if (rc->up_ended || rc->state == CALL_DONE || rc->state == CALL_CANCELLED)
+    return -EPIPE;
+  rc->up_ended = 1;
+  wake_send(rc);
+  return 0;
+}
+
+size_t fr_kube_call_pending(const struct fr_kube_call *call) {
+  const struct rest_call *rc = stream_call(call);
+
+  return rc != NULL ? rc->up.len - rc->up_off : 0;
+}
+
+void fr_kube_call_resume(struct fr_kube_call *call) {
+  struct rest_call *rc = stream_call(call);
+  struct rest_io *io;
+
+  if (rc == NULL || rc->state != CALL_RUNNING || (io = rc->io) == NULL || io->easy == NULL ||
+      !io->paused_recv)
+    return;
+  io->paused_recv = 0;
+  /* curl hands the kept piece over from inside curl_easy_pause(): never
+   * from inside this call's own callbacks. */
+  io->resume_due = 1;
+  uv_timer_start(&io->timer, on_io_timer, 0, 0);
+}
+
 int fr_kube_exec(struct fr_kube_client *c, const char *ns, const char *pod,
                  const struct fr_kube_exec_opts *opts, fr_kube_exec_cb cb, void *arg,
                  struct fr_kube_call **out) {
@@ -1972,6 +2252,13 @@ int fr_kube_exec(struct fr_kube_client *c, const char *ns, const char *pod,
 
 static void on_curl_closed(struct fr_curluv *cu) {
   struct fr_kube_client *c = fr_container_of(cu, struct fr_kube_client, curl);
+
+  c->nopen--;
+  maybe_finalize(c);
+}
+
+static void on_scurl_closed(struct fr_curluv *cu) {
+  struct fr_kube_client *c = fr_container_of(cu, struct fr_kube_client, scurl);
 
   c->nopen--;
   maybe_finalize(c);
@@ -2047,9 +2334,10 @@ static void maybe_finalize(struct fr_kube_client *c) {
  * on_curl_action) and of the drain (fr_curluv_close cleans up the multi). */
 static void teardown(struct fr_kube_client *c) {
   cancel_all(c);   /* queued calls too: they are tracked like the others */
-  if (!fr_curluv_in_curl(&c->curl))
+  if (!fr_curluv_in_curl(&c->curl) && !fr_curluv_in_curl(&c->scurl))
     reap_zombies(c);
   fr_curluv_close(&c->curl, on_curl_closed);
+  fr_curluv_close(&c->scurl, on_scurl_closed);
   uv_close((uv_handle_t *)&c->qtimer, on_qtimer_closed);
   uv_close((uv_handle_t *)&c->kick, on_kick_closed);
   if (c->plugin != NULL) {
@@ -2122,6 +2410,10 @@ int fr_kube_client_new(uv_loop_t *loop, const struct fr_kube_creds *creds,
   c->max_active = (size_t)c->opts.max_active;
   if (c->opts.queue_timeout_ms == 0)
     c->opts.queue_timeout_ms = KUBE_QUEUE_TIMEOUT_MS;
+  if (c->opts.max_stream_connections <= 0)
+    c->opts.max_stream_connections = 1024;
+  if (c->opts.max_streams <= 0)
+    c->opts.max_streams = 8192;
   name = c->opts.name != NULL ? c->opts.name : creds->context != NULL ? creds->context : "kube";
   c->name = strdup(name);
   fr_buf_init(&ua);
@@ -2146,16 +2438,27 @@ int fr_kube_client_new(uv_loop_t *loop, const struct fr_kube_creds *creds,
   r = fr_curluv_init(loop, &c->curl, on_curl_done, on_curl_action);
   if (r != 0)
     goto fail;
+  r = fr_curluv_init(loop, &c->scurl, on_curl_done, on_scurl_action);
+  if (r != 0) {
+    /* The first multi has handles now: close it like a teardown would. */
+    c->closing = 1;
+    c->nopen = 1;
+    fr_curluv_close(&c->curl, on_curl_closed);
+    return r;
+  }
   /* Without a share execs still work, each with a full handshake. */
   c->share = share_new();
   curl_multi_setopt(c->curl.multi, CURLMOPT_MAX_HOST_CONNECTIONS, c->opts.max_host_connections);
   /* Keep as many idle connections as we may open, for reuse. */
   curl_multi_setopt(c->curl.multi, CURLMOPT_MAXCONNECTS, c->opts.max_host_connections);
+  curl_multi_setopt(c->scurl.multi, CURLMOPT_MAX_HOST_CONNECTIONS, c->opts.max_stream_connections);
+  curl_multi_setopt(c->scurl.multi, CURLMOPT_MAXCONNECTS,
+                    c->opts.max_stream_connections < 256 ? c->opts.max_stream_connections : 256L);
   uv_timer_init(loop, &c->kick);
   c->kick.data = c;
   uv_timer_init(loop, &c->qtimer);
   c->qtimer.data = c;
-  c->nopen = 3;   /* curl's handles (as one), kick, qtimer */
+  c->nopen = 4;   /* the two multis' handles (one each), kick, qtimer */
   if (c->creds->exec != NULL || (c->creds->token_file != NULL && c->token == NULL))
     c->cstate = CREDS_NONE;
   else

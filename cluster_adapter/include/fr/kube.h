@@ -44,6 +44,8 @@ struct fr_kube_client_opts {
   long max_active;              /* REST calls handed to curl at once, the rest queue;
                                    default 2 * max_host_connections */
   uint64_t queue_timeout_ms;    /* a call still queued this long fails unsent; default 300000 */
+  long max_stream_connections;  /* FR_KUBE_STREAM calls' connections; default 1024 */
+  long max_streams;             /* FR_KUBE_STREAM calls at once (more get -EAGAIN); default 8192 */
   const char *user_agent;       /* default "fedrouter/<version>" */
 };
 
@@ -80,6 +82,12 @@ enum fr_kube_flags {
    * still wait inside curl for a free connection behind the calls already
    * handed to it (at most max_active; about one request's latency). */
   FR_KUBE_PRIORITY = 1 << 1,
+  /* A long call whose body streams (fr_kube_request_opts() with on_data):
+   * it runs on connections of its own (max_stream_connections), never
+   * queued and not counted against max_active, so streams that last as
+   * long as the processes they follow never hold up the REST calls and
+   * watches the cluster's state depends on. Never retried. */
+  FR_KUBE_STREAM = 1 << 2,
 };
 
 /* Starts a REST call. <path> is the path and query ("/api/v1/namespaces/
@@ -105,19 +113,36 @@ int fr_kube_request(struct fr_kube_client *c, const char *method, const char *pa
 
 /* A 2xx response body as it arrives (fr_kube_request_opts.on_data), from
  * inside curl's write callback: it must not cancel the call or free the
- * client. Nonzero stops the transfer (the call then ends with status 0). */
+ * client. FR_KUBE_PAUSE stops reading until fr_kube_call_resume(); any
+ * other nonzero value stops the transfer (the call then ends with status
+ * 0). */
 typedef int (*fr_kube_data_cb)(const char *data, size_t len, void *arg);
+#define FR_KUBE_PAUSE 2
+/* A 2xx response's head (fr_kube_request_opts.on_head), once, before its
+ * body: <headers> are the header lines as received ("Name: value\r\n"
+ * each, NUL-terminated). Same rules as fr_kube_data_cb. */
+typedef void (*fr_kube_head_cb)(int status, const char *headers, void *arg);
 
 /* What fr_kube_request_opts() takes beyond fr_kube_request()'s arguments.
  * Strings are copied. */
 struct fr_kube_request_opts {
   int flags;                    /* enum fr_kube_flags */
   const char *request_id;       /* sent as X-Request-Id; may be NULL */
-  uint64_t timeout_ms;          /* per attempt; 0 = the client's request_timeout_ms */
-  const char *header;           /* one more header line "Name: value" (no CR/LF); may be NULL */
+  uint64_t timeout_ms;          /* per attempt; 0 = the client's request_timeout_ms
+                                   (FR_KUBE_STREAM: 0 = none) */
+  const char *header;           /* more header lines "Name: value", separated by '\n' (no CR);
+                                   may be NULL */
   fr_kube_data_cb on_data;      /* NULL: buffer the body for <cb>; else hand a 2xx body over
                                    as it arrives (<cb> then gets an empty body); not with
                                    FR_KUBE_IDEMPOTENT */
+  fr_kube_head_cb on_head;      /* with on_data: the 2xx head first; may be NULL */
+  /* FR_KUBE_STREAM only: the body comes through fr_kube_call_write() and
+   * fr_kube_call_end() (<body> must be NULL); <body_size> is its length or
+   * -1 (sent chunked). on_drain (may be NULL) runs, on a later loop turn,
+   * once what was written has mostly been sent. */
+  int stream_body;
+  int64_t body_size;
+  void (*on_drain)(void *arg);
 };
 
 /* fr_kube_request() with a per-call timeout and one extra header (e.g. a
@@ -146,6 +171,19 @@ void fr_kube_client_set_observer(struct fr_kube_client *c, fr_kube_observer_cb c
  * afterwards. A queued call leaves the queue at once. Accepts NULL. */
 void fr_kube_cancel(struct fr_kube_call *call);
 
+/* A FR_KUBE_STREAM call started with stream_body: queues <len> bytes of
+ * the body (copied; the caller keeps fr_kube_call_pending() bounded and
+ * waits for on_drain when it is high). -EPIPE after fr_kube_call_end() or
+ * once the call is over; -ENOMEM. */
+int fr_kube_call_write(struct fr_kube_call *call, const void *data, size_t len);
+/* The body is complete. */
+int fr_kube_call_end(struct fr_kube_call *call);
+/* Body bytes written but not yet handed to the connection. */
+size_t fr_kube_call_pending(const struct fr_kube_call *call);
+/* Reading resumes after on_data returned FR_KUBE_PAUSE. Not from inside
+ * that call's own callbacks. */
+void fr_kube_call_resume(struct fr_kube_call *call);
+
 /* A client's load, for metrics and tests. */
 struct fr_kube_client_stats {
   size_t max_active;            /* the bound (opts.max_active after defaults) */
@@ -156,6 +194,7 @@ struct fr_kube_client_stats {
   size_t queued_peak;
   size_t priority;              /* FR_KUBE_PRIORITY calls in flight, outside the bound */
   size_t watches;               /* watches in flight, outside the bound */
+  size_t streams;               /* FR_KUBE_STREAM calls in flight, outside the bound */
   size_t in_curl;               /* easy handles in the multi now (every kind; not exec);
                                    never more than active + priority + watches */
   uint64_t expired;             /* calls failed unsent after queue_timeout_ms */
