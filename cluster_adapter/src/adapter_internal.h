@@ -86,6 +86,27 @@ void sandbox_cluster_down(struct fr_adapter *a);
  * none. Borrowed: valid until the next sandbox pod event. */
 const struct strmap *warm_ready_pods(const struct fr_adapter *a, const char *pool);
 
+struct fr_buf;
+/* proc.c: Connect envelopes of the agent's streams. */
+/* The largest Connect envelope the agent's stream may carry: its data
+ * events are at most a ring chunk, base64-encoded. */
+#define AGENT_MAX_ENVELOPE ((size_t)16 << 20)
+/* A unary call to the agent answers at once or not at all. */
+#define AGENT_RPC_TIMEOUT_MS 30000
+/* <msg> as one envelope (flag 0) in *<out> (malloc'd). */
+int connect_envelope(json_t *msg, char **out, size_t *outlen);
+/* Appends <data> to <pending> and calls <on_msg> for every complete
+ * envelope (flags, JSON text); a negative return of <on_msg> stops and is
+ * returned. -E2BIG for an envelope over AGENT_MAX_ENVELOPE. */
+int connect_feed(struct fr_buf *pending, const char *data, size_t len,
+                 int (*on_msg)(int flags, const char *msg, size_t len, void *arg), void *arg);
+/* The Start request of <spec> (NULL: invalid or out of memory). */
+struct fr_proc_spec;
+json_t *proc_start_request(const struct fr_proc_spec *spec);
+/* The exit code a shell would report for Go's ProcessState text
+ * ("exit status 3", "signal: killed"). */
+int agent_exit_code(const char *status, int exit_code, int exited);
+
 /* agent.c: the in-sandbox agent through the pod proxy. */
 typedef void (*agent_done_cb)(int rc, const char *message, void *arg);
 /* The agent port of <pod> when it has an agent and this router speaks to

@@ -61,9 +61,6 @@ static size_t query_bytes(char *const *argv) {
  * timeout (or later) is read as the timeout, not as the command's own. */
 #define EXEC_TIMEOUT_SLACK_MS 50
 
-/* The largest Connect envelope the agent's stream may carry: its data
- * events are at most a ring chunk, base64-encoded. */
-#define AGENT_MAX_ENVELOPE ((size_t)16 << 20)
 
 struct exec_op {
   struct fr_adapter *a;
@@ -307,24 +304,6 @@ static void agent_append(struct exec_op *op, struct fr_buf *b, int *trunc, const
   }
 }
 
-/* The exit code a shell would report for Go's ProcessState text
- * ("exit status 3", "signal: killed"). */
-static int status_exit_code(const char *status, int exit_code, int exited) {
-  static const struct {
-    const char *name;
-    int sig;
-  } sigs[] = {{"hangup", 1}, {"interrupt", 2}, {"quit", 3}, {"aborted", 6}, {"killed", 9},
-              {"segmentation fault", 11}, {"broken pipe", 13}, {"terminated", 15}};
-  size_t i;
-
-  if (exited || status == NULL || strncmp(status, "signal: ", 8) != 0)
-    return exit_code;
-  for (i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-    if (strcmp(status + 8, sigs[i].name) == 0)
-      return 128 + sigs[i].sig;
-  return 128 + 9;
-}
-
 /* One message of the Start stream. Returns nonzero to stop reading. */
 static int agent_message(struct exec_op *op, int flags, const char *data, size_t len) {
   json_t *j = json_loadb(data, len, 0, NULL), *ev, *x;
@@ -367,7 +346,7 @@ static int agent_message(struct exec_op *op, int flags, const char *data, size_t
       const char *err = json_string_value(json_object_get(x, "error"));
       op->ended = 1;
       op->timed_out = err != NULL && strstr(err, "timed out") != NULL;
-      op->exit_code = status_exit_code(status, (int)json_integer_value(json_object_get(x, "exitCode")),
+      op->exit_code = agent_exit_code(status, (int)json_integer_value(json_object_get(x, "exitCode")),
                                        json_is_true(json_object_get(x, "exited")));
     }
   }
@@ -375,27 +354,17 @@ static int agent_message(struct exec_op *op, int flags, const char *data, size_t
   return stop;
 }
 
+static int on_agent_msg(int flags, const char *data, size_t len, void *arg) {
+  /* After the end-stream envelope nothing more is expected; the HTTP end
+   * follows and completes the call. */
+  (void)agent_message(arg, flags, data, len);
+  return 0;
+}
+
 static int on_agent_data(const char *data, size_t len, void *arg) {
   struct exec_op *op = arg;
-  const unsigned char *b;
-  size_t n;
 
-  if (fr_buf_append(&op->pending, data, len) != 0)
-    return 1;
-  while (op->pending.len >= 5) {
-    b = (const unsigned char *)op->pending.data;
-    n = (size_t)b[1] << 24 | (size_t)b[2] << 16 | (size_t)b[3] << 8 | (size_t)b[4];
-    if (n > AGENT_MAX_ENVELOPE)
-      return 1;
-    if (op->pending.len < 5 + n)
-      break;
-    /* After the end-stream envelope nothing more is expected; the HTTP
-     * end follows and completes the call. */
-    (void)agent_message(op, b[0], op->pending.data + 5, n);
-    memmove(op->pending.data, op->pending.data + 5 + n, op->pending.len - 5 - n);
-    op->pending.len -= 5 + n;
-  }
-  return 0;
+  return connect_feed(&op->pending, data, len, on_agent_msg, op) < 0 ? 1 : 0;
 }
 
 static int start_agent(struct exec_op *op, int port);
@@ -450,48 +419,24 @@ static void on_agent_done(const struct fr_kube_response *resp, void *arg) {
 /* The Start request: {"process":{"cmd","args","envs","cwd"},"timeoutMs",
  * "stdinData","killOnDisconnect"} in one Connect envelope. */
 static int agent_request(struct exec_op *op, const struct fr_exec_spec *spec) {
-  json_t *proc, *args = json_array(), *req;
-  char *text, *b64 = NULL;
-  size_t i, n;
+  struct fr_proc_spec ps;
+  json_t *req;
+  int rc;
 
-  for (i = 1; spec->argv[i] != NULL; i++)
-    json_array_append_new(args, json_string(spec->argv[i]));
-  proc = json_pack("{s:s,s:o}", "cmd", spec->argv[0], "args", args);
-  if (proc != NULL && spec->env != NULL)
-    json_object_set(proc, "envs", spec->env);
-  if (proc != NULL && spec->workdir != NULL)
-    json_object_set_new(proc, "cwd", json_string(spec->workdir));
-  req = json_pack("{s:o,s:I,s:b}", "process", proc, "timeoutMs", (json_int_t)(spec->timeout_s * 1000),
-                  "killOnDisconnect", 1);
-  if (req != NULL && op->stdin_data != NULL) {
-    b64 = malloc(fr_base64_len(op->stdin_len));
-    if (b64 == NULL) {
-      json_decref(req);
-      return -ENOMEM;
-    }
-    fr_base64_encode(op->stdin_data, op->stdin_len, b64);
-    json_object_set_new(req, "stdinData", json_string(b64));
-    free(b64);
-  }
-  text = req != NULL ? json_dumps(req, JSON_COMPACT) : NULL;
+  memset(&ps, 0, sizeof(ps));
+  ps.argv = spec->argv;
+  ps.env = spec->env;
+  ps.workdir = spec->workdir;
+  ps.stdin_data = op->stdin_data;
+  ps.stdin_len = op->stdin_len;
+  ps.timeout_ms = spec->timeout_s * 1000;
+  ps.kill_on_disconnect = 1;
+  req = proc_start_request(&ps);
+  if (req == NULL)
+    return -ENOMEM;
+  rc = connect_envelope(req, &op->agent_body, &op->agent_body_len);
   json_decref(req);
-  if (text == NULL)
-    return -ENOMEM;
-  n = strlen(text);
-  op->agent_body = malloc(n + 5);
-  if (op->agent_body == NULL) {
-    free(text);
-    return -ENOMEM;
-  }
-  op->agent_body[0] = 0;
-  op->agent_body[1] = (char)(n >> 24);
-  op->agent_body[2] = (char)(n >> 16);
-  op->agent_body[3] = (char)(n >> 8);
-  op->agent_body[4] = (char)n;
-  memcpy(op->agent_body + 5, text, n);
-  op->agent_body_len = n + 5;
-  free(text);
-  return 0;
+  return rc;
 }
 
 static int start_agent(struct exec_op *op, int port) {

@@ -384,6 +384,81 @@ int fr_adapter_agent_token(struct fr_adapter *a, const char *pod, char out[65]);
  * previous agent key (constant time). */
 int fr_adapter_agent_token_ok(struct fr_adapter *a, const char *pod, const char *token);
 
+/* ---- processes through the agent (proc.c) ----
+ *
+ * The agent's process service as events, on top of fr_adapter_agent_call:
+ * the router never sees a Connect envelope. */
+struct fr_proc_stream;
+
+enum fr_proc_event_kind {
+  FR_PROC_ATTACHED,         /* attach only, first: where the replay starts and what was lost */
+  FR_PROC_START,            /* the process runs: pid */
+  FR_PROC_STDOUT,           /* output bytes: data, len */
+  FR_PROC_STDERR,
+  FR_PROC_PTY,              /* a PTY process's output */
+  FR_PROC_END,              /* it ended: exit_code, timed_out, error */
+};
+
+struct fr_proc_event {
+  enum fr_proc_event_kind kind;
+  int64_t pid;              /* FR_PROC_START */
+  const char *data;         /* output, decoded; valid during the callback */
+  size_t len;
+  int exit_code;            /* FR_PROC_END: as a shell reports it (128+N for signal N) */
+  int timed_out;            /* FR_PROC_END: the agent killed it at its timeout */
+  const char *error;        /* FR_PROC_END: why the agent ended it, or NULL */
+  int64_t out_start, out_end; /* FR_PROC_ATTACHED: output offsets replayed from / produced so far */
+  int64_t dropped;          /* FR_PROC_ATTACHED: bytes this attach will never see (-1 unknown) */
+};
+
+/* A process to start. Strings and <env> are borrowed for the call. */
+struct fr_proc_spec {
+  char *const *argv;        /* NULL-terminated; or <cmd> */
+  const char *cmd;          /* a shell command line: /bin/sh -c <cmd> */
+  json_t *env;              /* object of strings or NULL */
+  const char *workdir;      /* absolute or NULL */
+  int stdin_open;           /* keep stdin open for fr_adapter_agent_rpc SendInput */
+  const void *stdin_data;   /* the whole stdin, then closed (not with a pty) */
+  size_t stdin_len;
+  int pty_cols, pty_rows;   /* > 0: on a pseudo-terminal of that size */
+  const char *tag;          /* may be NULL */
+  int64_t timeout_ms;       /* > 0: killed then, with everything it started */
+  int kill_on_disconnect;   /* the stream's end before the process's kills it */
+  const char *request_id;
+};
+
+/* 0 go on; FR_AGENT_PAUSE: taken, deliver nothing more until
+ * fr_proc_stream_resume(); -1: stop (the stream is cancelled). */
+typedef int (*fr_proc_event_cb)(const struct fr_proc_event *ev, void *arg);
+/* The stream ended (once, unless cancelled). <code> and <message> are the
+ * agent's error that ended it ("not_found" for an unknown pid, ...), NULL
+ * when it ended cleanly. */
+typedef void (*fr_proc_done_cb)(const struct fr_agent_result *res, const char *code, const char *message,
+                                void *arg);
+
+/* Starts <spec> in sandbox pod <pod> and streams its events. Same returns
+ * as fr_adapter_agent_call. */
+int fr_adapter_proc_start(struct fr_adapter *a, const char *pod, const struct fr_proc_spec *spec,
+                          fr_proc_event_cb on_event, fr_proc_done_cb on_done, void *arg,
+                          struct fr_proc_stream **out);
+/* Reattaches to process <pid>: FR_PROC_ATTACHED, FR_PROC_START, the output
+ * the agent kept from offset <replay_from> (0: its oldest byte), live
+ * output, FR_PROC_END. Leaving never kills the process. */
+int fr_adapter_proc_attach(struct fr_adapter *a, const char *pod, int64_t pid, int64_t replay_from,
+                           const char *request_id, fr_proc_event_cb on_event, fr_proc_done_cb on_done,
+                           void *arg, struct fr_proc_stream **out);
+void fr_proc_stream_resume(struct fr_proc_stream *s);
+/* No callback runs afterwards. Accepts NULL. */
+void fr_proc_stream_cancel(struct fr_proc_stream *s);
+
+/* One unary call of the agent's Connect services ("process.Process/List",
+ * "filesystem.Filesystem/Stat", ...) with JSON <req> (borrowed). <answer>
+ * is the parsed JSON answer of a 2xx, or the agent's error object
+ * {"code","message"} of a non-2xx (NULL when unreadable or unreached). */
+typedef void (*fr_agent_rpc_cb)(const struct fr_agent_result *res, json_t *answer, void *arg);
+int fr_adapter_agent_rpc(struct fr_adapter *a, const char *pod, const char *method, json_t *req,
+                         const char *request_id, fr_agent_rpc_cb cb, void *arg);
+
 /* ---- pools (sandbox.c) ---- */
 struct fr_pool_spec {
   const char *name;
