@@ -55,6 +55,7 @@
  * clusters: warm pods hold cluster capacity for everyone, so one tenant's
  * pools must not fill a cluster. */
 #define DEFAULT_TENANT_POOL_REPLICAS 1000
+#define DEFAULT_TENANT_FILE_BYTES FR_DEFAULT_TENANT_FILE_BYTES
 /* Exec output the router holds at once, all execs together (raw bytes; the
  * answer's JSON adds at most a third, see router/src/exec.c): 16 execs at
  * the default 16 MiB per stream, or thousands of ordinary ones. */
@@ -379,7 +380,7 @@ static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_ex
                                           "max_exec_timeout_s", "max_connections",
                                           "max_connections_per_ip", "exec_output_budget_bytes", NULL};
 static const char *const tenant_keys[] = {"name", "token_sha256", "max_sandboxes", "max_requests_in_flight",
-                                          "max_concurrent_execs", "max_pool_replicas", "admin", NULL};
+                                          "max_concurrent_execs", "max_pool_replicas", "max_file_bytes", "admin", NULL};
 static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context",
                                            "namespace", "cost", NULL};
 static const char *const cost_keys[] = {"per_core_hour", "per_gib_hour", "node_hour",
@@ -582,6 +583,7 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
     t->max_requests_in_flight = DEFAULT_TENANT_REQUESTS_IN_FLIGHT;
     t->max_concurrent_execs = DEFAULT_TENANT_CONCURRENT_EXECS;
     t->max_pool_replicas = DEFAULT_TENANT_POOL_REPLICAS;
+    t->max_file_bytes = DEFAULT_TENANT_FILE_BYTES;
 
     if ((rc = check_keys(l, g, tenant_keys)) < 0 ||
         (rc = get_string(l, g, "name", 1, "every tenant needs a name", &name, &name_s)) < 0 ||
@@ -598,6 +600,7 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
                       NULL)) < 0 ||
         (rc = get_int(l, g, "max_pool_replicas", 0, MAX_TENANT_SANDBOXES, &t->max_pool_replicas,
                       NULL)) < 0 ||
+        (rc = get_int(l, g, "max_file_bytes", 1, INT64_MAX, &t->max_file_bytes, NULL)) < 0 ||
         (rc = get_bool(l, g, "admin", &t->admin)) < 0)
       return rc;
     for (j = 0; j < i; j++) {

@@ -40,6 +40,51 @@ static void on_abort(struct fr_http_req *req) {
   struct api_req *q = req->data;
 
   q->req = NULL;
+  if (q->gone_cb != NULL) {
+    void (*cb)(struct api_req *, void *) = q->gone_cb;
+
+    q->gone_cb = NULL;
+    cb(q, q->gone_arg);
+  }
+}
+
+int api_stream_begin(struct api_req *q, int status, const char *content_type, const char *extra, int64_t length) {
+  struct fr_buf h;
+  int rc;
+
+  if (q->req == NULL)
+    return -EPIPE;
+  fr_buf_init(&h);
+  if (fr_buf_printf(&h, "X-Request-Id: %s\r\nCache-Control: no-store\r\n%s", q->rid, extra ? extra : "") != 0) {
+    fr_buf_free(&h);
+    return -ENOMEM;
+  }
+  rc = fr_http_stream_begin_length(q->req, status, content_type, h.data, length);
+  fr_buf_free(&h);
+  q->streaming = 1;
+  return rc < 0 ? -EPIPE : 0;
+}
+
+void api_stream_end(struct api_req *q, int ok) {
+  struct fr_http_req *req = q->req;
+
+  q->gone_cb = NULL;
+  q->gone_arg = NULL;
+  if (req != NULL) {
+    req->abort_cb = NULL;
+    q->req = NULL;
+    if (ok)
+      fr_http_stream_end(req);
+    else
+      fr_http_abort(req);
+  }
+  if (q->deferred) {
+    q->deferred = 0;
+    q->r->inflight--;
+    if (q->ts != NULL)
+      q->ts->inflight--;
+    api_req_unref(q);
+  }
 }
 
 void api_defer(struct api_req *q) {
@@ -56,7 +101,14 @@ void api_reply(struct api_req *q, int status, json_t *body, const char *extra) {
   static const char oom[] = "{\"error\":{\"code\":\"out_of_memory\",\"message\":\"the router is out of memory\"}}";
   struct fr_http_req *req = q->req;
 
-  if (req != NULL) {
+  q->gone_cb = NULL;
+  q->gone_arg = NULL;
+  if (req != NULL && q->streaming) {
+    /* The head went out already: the only honest signal left is a cut. */
+    req->abort_cb = NULL;
+    q->req = NULL;
+    fr_http_abort(req);
+  } else if (req != NULL) {
     char *s = body != NULL ? json_dumps(body, JSON_COMPACT) : NULL;
     struct fr_buf h;
 

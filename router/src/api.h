@@ -30,6 +30,11 @@ struct api_req {
   struct tenant_state *ts;      /* its limits and counts; NULL until authenticated */
   int refs;
   int deferred;                 /* api_defer() was called and not finished yet */
+  int streaming;                /* api_stream_begin() sent the head */
+  /* Called once if the client goes away before the finish (deferred
+   * requests only): the operation stops and finishes itself. */
+  void (*gone_cb)(struct api_req *q, void *arg);
+  void *gone_arg;
 };
 
 /* The record of <req> (req->data); every request of the router has one. */
@@ -47,6 +52,14 @@ void api_defer(struct api_req *q);
  * ("Name: value\r\n" lines or NULL) if the client is still there; for a
  * deferred request this is its finish: the operation's reference goes. */
 void api_reply(struct api_req *q, int status, json_t *body, const char *extra);
+/* A streamed answer: sends the head (<status>, <content_type>, <length>
+ * as fr_http_stream_begin_length() takes it, <extra> header lines or NULL)
+ * if the client is still there; 0, or -EPIPE when it is gone. */
+int api_stream_begin(struct api_req *q, int status, const char *content_type, const char *extra, int64_t length);
+/* The finish of a deferred, streamed request: ends the stream (<ok> 0:
+ * drops the connection instead, so a cut answer never looks complete) and
+ * drops the operation's reference. */
+void api_stream_end(struct api_req *q, int ok);
 /* {"error":{"code":<code>,"message":<msg>}}. */
 json_t *api_err_body(const char *code, const char *msg);
 void api_fail(struct api_req *q, int status, const char *code, const char *msg, const char *extra);
@@ -76,9 +89,23 @@ json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod);
  * returns NULL when there is none. */
 const struct fr_pod *api_find_sandbox(struct api_req *q, const char *id, struct fr_adapter **out_a);
 
+/* The body's "argv" as a NULL-terminated array borrowing its strings, or
+ * NULL after answering invalid_argv / out_of_memory (exec.c). */
+char **api_body_argv(struct api_req *q, json_t *argv);
+/* The body's "env" (object of strings) and "workdir" (absolute), borrowed
+ * from <j> (NULL when absent); -1 after answering invalid_field. */
+int api_body_env_workdir(struct api_req *q, json_t *j, json_t **env, const char **workdir);
+
 /* The handler files' entry points (each answers now or later). */
 void create_sandboxes(struct api_req *q, int explain); /* create.c: POST /v1/sandboxes, explain */
 void exec_sandbox(struct api_req *q, const char *id);  /* exec.c: POST /v1/sandboxes/{id}/exec */
 int pools_route(struct api_req *q);                    /* pools.c: 0 when not a /v1/pools path */
+/* data.c: inside a sandbox through its agent. */
+struct fr_exec_spec;
+void data_exec_stream(struct api_req *q, struct fr_adapter *a, const char *id, const struct fr_exec_spec *spec);
+/* /v1/sandboxes/{id}/processes[/...] and /files: 0 when <rest> is not one. */
+int data_route(struct api_req *q, const char *id, const char *rest);
+/* Requests whose body the router streams instead of buffering (uploads). */
+int data_streams_body(const struct fr_http_req *req);
 
 #endif

@@ -130,7 +130,7 @@ static void on_exec(const struct fr_exec_result *res, void *arg) {
 
 /* The argv of the body as a NULL-terminated array borrowing its strings,
  * or NULL after answering invalid_argv / out_of_memory. */
-static char **body_argv(struct api_req *q, json_t *argv) {
+char **api_body_argv(struct api_req *q, json_t *argv) {
   json_t *v;
   char **out;
   size_t i;
@@ -155,15 +155,50 @@ static char **body_argv(struct api_req *q, json_t *argv) {
   return out;
 }
 
+int api_body_env_workdir(struct api_req *q, json_t *j, json_t **env_out, const char **workdir_out) {
+  json_t *v, *env, *e;
+  const char *k;
+
+  *env_out = NULL;
+  *workdir_out = NULL;
+  if ((v = json_object_get(j, "workdir")) != NULL) {
+    if (!json_is_string(v) || json_string_value(v)[0] != '/') {
+      api_field_fail(q, "workdir", "workdir must be an absolute path");
+      return -1;
+    }
+    if (strlen(json_string_value(v)) != json_string_length(v)) {
+      api_field_fail(q, "workdir", "workdir must not contain NUL");
+      return -1;
+    }
+    *workdir_out = json_string_value(v);
+  }
+  if ((env = json_object_get(j, "env")) != NULL) {
+    if (!json_is_object(env)) {
+      api_field_fail(q, "env", "env must be an object of strings");
+      return -1;
+    }
+    json_object_foreach(env, k, e) {
+      if (!json_is_string(e) || *k == '\0' || strchr(k, '=') != NULL ||
+          strlen(json_string_value(e)) != json_string_length(e)) {
+        api_field_fail(q, "env", "env must map names (without '=') to strings without NUL");
+        return -1;
+      }
+    }
+    *env_out = env;
+  }
+  return 0;
+}
+
 void exec_sandbox(struct api_req *q, const char *id) {
-  static const char *const known[] = {"argv", "stdin", "env", "workdir", "timeout_s", "max_output_bytes", NULL};
+  static const char *const known[] = {"argv",      "stdin", "env", "workdir", "timeout_s", "max_output_bytes",
+                                      "stream", NULL};
   const struct fr_config *cfg = q->r->cfg;
   struct fr_exec_spec spec;
   struct exec_call *x = NULL;
   struct fr_adapter *a;
   json_t *j, *v, *env = NULL;
   char **argv = NULL, msg[300];
-  const char *k, *workdir = NULL;
+  const char *workdir = NULL;
   int64_t timeout = 60, maxout = cfg->max_exec_output_bytes;
   int rc;
 
@@ -172,8 +207,12 @@ void exec_sandbox(struct api_req *q, const char *id) {
   j = api_body_object(q, known, JSON_ALLOW_NUL);
   if (j == NULL)
     return;
-  if ((argv = body_argv(q, json_object_get(j, "argv"))) == NULL)
+  if ((argv = api_body_argv(q, json_object_get(j, "argv"))) == NULL)
     goto out;
+  if ((v = json_object_get(j, "stream")) != NULL && !json_is_boolean(v)) {
+    api_field_fail(q, "stream", "stream must be true or false");
+    goto out;
+  }
   if ((v = json_object_get(j, "timeout_s")) != NULL) {
     if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > cfg->max_exec_timeout_s) {
       snprintf(msg, sizeof(msg), "timeout_s must be an integer from 1 to %" PRId64, cfg->max_exec_timeout_s);
@@ -194,31 +233,8 @@ void exec_sandbox(struct api_req *q, const char *id) {
     api_field_fail(q, "stdin", "stdin must be a string");
     goto out;
   }
-  if ((v = json_object_get(j, "workdir")) != NULL) {
-    if (!json_is_string(v) || json_string_value(v)[0] != '/') {
-      api_field_fail(q, "workdir", "workdir must be an absolute path");
-      goto out;
-    }
-    if (strlen(json_string_value(v)) != json_string_length(v)) {
-      api_field_fail(q, "workdir", "workdir must not contain NUL");
-      goto out;
-    }
-    workdir = json_string_value(v);
-  }
-  if ((env = json_object_get(j, "env")) != NULL) {
-    json_t *e;
-    if (!json_is_object(env)) {
-      api_field_fail(q, "env", "env must be an object of strings");
-      goto out;
-    }
-    json_object_foreach(env, k, e) {
-      if (!json_is_string(e) || *k == '\0' || strchr(k, '=') != NULL ||
-          strlen(json_string_value(e)) != json_string_length(e)) {
-        api_field_fail(q, "env", "env must map names (without '=') to strings without NUL");
-        goto out;
-      }
-    }
-  }
+  if (api_body_env_workdir(q, j, &env, &workdir) != 0)
+    goto out;
   if (api_find_sandbox(q, id, &a) == NULL)
     goto out;
   if (q->ts != NULL && q->ts->execs >= q->ts->max_execs) {
@@ -249,6 +265,15 @@ void exec_sandbox(struct api_req *q, const char *id) {
   spec.max_output = (size_t)maxout;
   spec.budget = &q->r->exec_budget;
   spec.request_id = q->rid;
+  if (json_is_true(json_object_get(j, "stream"))) {
+    x->ts = NULL;   /* the stream counts itself */
+    exec_call_free(x);
+    x = NULL;
+    if (q->ts != NULL)
+      q->ts->execs--;
+    data_exec_stream(q, a, id, &spec);
+    goto out;
+  }
   /* Deferred first: the answer on a failure to start is the finish too. */
   api_defer(q);
   rc = fr_adapter_exec(a, strchr(id, '.') + 1, &spec, on_exec, x);

@@ -409,6 +409,7 @@ int main(int argc, char **argv) {
     hopts.max_conns = auto_max_connections();
   hopts.max_conns_per_ip = (size_t)r.cfg->max_connections_per_ip;
   r.exec_budget.max = (size_t)r.cfg->exec_output_budget_bytes;
+  hopts.stream_body_cb = router_streams_body;
   hopts.done_cb = router_request_done;
   hopts.done_arg = &r;
   if (fr_http_server_new(r.loop, &hopts, router_handle, &r, &r.http) != 0)

@@ -136,6 +136,7 @@ int router_tenants_init(struct router *r) {
       t->name = "local";
       t->max_inflight = 4096;
       t->max_execs = 2048;
+      t->max_file_bytes = FR_DEFAULT_TENANT_FILE_BYTES;
       t->admin = 1;
     } else {
       t->name = r->cfg->tenants[i].name;
@@ -143,6 +144,7 @@ int router_tenants_init(struct router *r) {
       t->max_execs = r->cfg->tenants[i].max_concurrent_execs;
       t->max_sandboxes = r->cfg->tenants[i].max_sandboxes;
       t->max_pool_replicas = r->cfg->tenants[i].max_pool_replicas;
+      t->max_file_bytes = r->cfg->tenants[i].max_file_bytes;
       t->admin = r->cfg->tenants[i].admin;
     }
   }
@@ -418,4 +420,9 @@ void router_handle(struct fr_http_req *req, void *arg) {
     router_error(req, 404, "not_found", "no such endpoint", NULL);
   }
   api_req_unref(q);
+}
+
+int router_streams_body(const struct fr_http_req *req, void *arg) {
+  (void)arg;
+  return data_streams_body(req);
 }

@@ -29,6 +29,7 @@ struct tenant_state {
   int64_t creating;               /* sandboxes of batches not finished yet */
   int64_t max_inflight, max_execs, max_sandboxes; /* max_sandboxes 0 = none */
   int64_t max_pool_replicas;      /* 0 = none */
+  int64_t max_file_bytes;         /* largest upload into a sandbox */
   int admin;                      /* may create and change shared pools */
 };
 
@@ -107,6 +108,9 @@ void placement_policy_json(struct router *r, struct fr_http_req *req, const char
 
 /* The HTTP handler (fr_http_handler_cb) with <arg> = struct router. */
 void router_handle(struct fr_http_req *req, void *arg);
+/* The HTTP core's stream_body_cb: 1 for requests whose body is streamed to
+ * a sandbox (uploads) instead of buffered up to max_body_bytes. */
+int router_streams_body(const struct fr_http_req *req, void *arg);
 /* Answers {"error":{"code":<code>,"message":<message>}} with <status>;
  * <extra_headers> is NULL or "Name: value\r\n" lines. */
 void router_error(struct fr_http_req *req, int status, const char *code, const char *message,

@@ -289,6 +289,8 @@ static void sandbox_route(struct api_req *q, const char *rest) {
       exec_sandbox(q, id);
     else
       not_allowed(q, "POST");
+  } else if (slash != NULL && data_route(q, id, slash)) {
+    /* processes, files: data.c */
   } else if (slash != NULL) {
     api_fail(q, 404, "not_found", "no such endpoint", NULL);
   } else if (method_is(q, "GET")) {

@@ -40,6 +40,9 @@ struct fr_config_error {
   char msg[512];        /* "clusters.[1].region: missing (every cluster needs a region)" */
 };
 
+/* A tenant's largest upload into a sandbox unless its max_file_bytes says. */
+#define FR_DEFAULT_TENANT_FILE_BYTES ((int64_t)10 << 30)
+
 struct fr_config_tenant {
   char *name;
   char token_sha256[65];   /* lowercase hex */
@@ -47,6 +50,7 @@ struct fr_config_tenant {
   int64_t max_requests_in_flight; /* answered later at once (default 4096) */
   int64_t max_concurrent_execs;   /* execs running at once (default 2048) */
   int64_t max_pool_replicas;      /* warm pods over all its pools and clusters (default 1000; 0 = none) */
+  int64_t max_file_bytes;         /* largest file upload into a sandbox (default 10 GiB) */
   int admin;                      /* may create and change shared pools */
 };
 

@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""The v1 data plane, black-box: streaming exec, background processes
+(start, list, output with and without follow, reattach from a second
+replica, stdin, signals, a PTY with resize) and files (streamed upload and
+download, list, remove, limits) through the router and the real
+fedrouter-agent in kubesim pods (docs/api.md "Inside a sandbox").
+
+Usage: test_data_plane.py --fedrouter PATH --kubesim PATH --agent PATH [--keep]
+Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
+"""
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import sys
+import time
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_router as tr  # noqa: E402
+import test_agent_path as tap  # noqa: E402
+from test_router import TestFailure, check, short, wait_until  # noqa: E402
+
+ARGS = None
+FILE_LIMIT_B = 1 << 20   # tenant b's max_file_bytes
+
+
+class DataFed(tap.AgentFed):
+    def write_config(self, path, lifetime):
+        super().write_config(path, lifetime)
+        with open(path) as f:
+            text = f.read()
+        text = text.replace('{ name = "b"; token_sha256', '{ name = "b"; max_file_bytes = %d; token_sha256' % FILE_LIMIT_B, 1)
+        with open(path, "w") as f:
+            f.write(text)
+
+
+def stream(fed, method, path, body=None, token=tr.TOKEN_A, raw=None, router=None, timeout=60):
+    """Opens a request and returns (connection, response) without reading."""
+    port = (router or fed.router).port
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    h = {"Authorization": "Bearer " + token}
+    data = raw
+    if body is not None:
+        h["Content-Type"] = "application/json"
+        data = json.dumps(body).encode()
+    c.request(method, path, body=data, headers=h)
+    return c, c.getresponse()
+
+
+def ndjson(resp, t0=None):
+    """All lines of an NDJSON answer as (seconds since t0, object)."""
+    out, buf = [], b""
+    while True:
+        data = resp.read1(65536)   # what has arrived (readline may stop at a chunk edge)
+        if not data:
+            break
+        buf += data
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            out.append((time.monotonic() - (t0 or 0), json.loads(line)))
+    check(buf == b"", f"an NDJSON answer ended inside a line: {buf[:200]!r}")
+    return out
+
+
+def text_of(lines, key="stdout"):
+    return "".join(o.get(key, "") for _, o in lines)
+
+
+def test_streaming_exec_sends_output_as_it_comes(fed):
+    sid = fed.create_one(name="dp")["id"]
+    fed.shared["sid"] = sid
+    t0 = time.monotonic()
+    c, r = stream(fed, "POST", f"/v1/sandboxes/{sid}/exec",
+                  {"argv": ["sh", "-c", "echo a; sleep 1; echo b; echo e >&2; exit 3"], "stream": True})
+    check(r.status == 200 and r.getheader("Content-Type", "").startswith("application/x-ndjson"),
+          f"stream exec head: {r.status} {r.getheaders()}")
+    lines = ndjson(r, t0)
+    c.close()
+    check(lines and lines[0][1] == {"stdout": "a\n"}, f"first line: {lines[:2]}")
+    check(lines[0][0] < 0.9, f"the first chunk came {lines[0][0]:.2f} s after the request: not streamed")
+    last = lines[-1][1]
+    check(last.get("exit_code") == 3 and last.get("timed_out") is False and "duration_ms" in last,
+          f"last line: {last}")
+    check(lines[-1][0] >= 1.0, "the end came before the command could have ended")
+    check(text_of(lines) == "a\nb\n" and text_of(lines, "stderr") == "e\n", f"output: {lines}")
+    print(f"     first chunk after {lines[0][0] * 1000:.0f} ms, end after {lines[-1][0] * 1000:.0f} ms")
+
+
+def test_streaming_exec_binary_timeout_and_missing_command(fed):
+    sid = fed.shared["sid"]
+    c, r = stream(fed, "POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["printf", "\\377\\376ok"], "stream": True})
+    lines = ndjson(r)
+    c.close()
+    check(any("stdout_b64" in o for _, o in lines), f"non-UTF-8 output not base64: {lines}")
+    # A multi-byte character split by the pipe still comes out as text.
+    c, r = stream(fed, "POST", f"/v1/sandboxes/{sid}/exec",
+                  {"argv": ["sh", "-c", "printf '\\342\\202'; sleep 0.3; printf '\\254\\n'"], "stream": True})
+    lines = ndjson(r)
+    c.close()
+    check(text_of(lines) == "\u20ac\n" and not any("stdout_b64" in o for _, o in lines),
+          f"a character split across pieces: {lines}")
+    c, r = stream(fed, "POST", f"/v1/sandboxes/{sid}/exec",
+                  {"argv": ["sh", "-c", "echo x; sleep 30"], "stream": True, "timeout_s": 1})
+    lines = ndjson(r)
+    c.close()
+    check(lines[-1][1].get("timed_out") is True and lines[-1][1].get("exit_code") is None, f"timeout: {lines}")
+    c, r = stream(fed, "POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["no-such-cmd-x"], "stream": True})
+    lines = ndjson(r)
+    c.close()
+    check(lines[-1][1].get("exit_code") == 127, f"missing command: {lines}")
+    st, e = fed.api("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["true"], "stream": "yes"})
+    check(st == 400 and e["error"]["code"] == "invalid_field", f"stream must be a boolean: {st} {e}")
+
+
+def test_streaming_exec_client_gone_kills_the_command(fed):
+    sid = fed.shared["sid"]
+    c, r = stream(fed, "POST", f"/v1/sandboxes/{sid}/exec",
+                  {"argv": ["sh", "-c", "echo up; exec sleep 3051"], "stream": True})
+    first = r.read1(65536)
+    check(json.loads(first) == {"stdout": "up\n"}, f"no first line: {first!r}")
+    c.close()
+
+    def left():
+        return fed.exec_ok(sid, ["sh", "-c", "ps -eo args | grep '^sleep 3051' || true"]).get("stdout")
+    check(wait_until(lambda: left() == "", 10, 0.3), f"the command outlived its client: {left()!r}")
+
+
+def test_background_process_output_stdin_signal(fed):
+    sid = fed.shared["sid"]
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes", {"cmd": "echo hi; exec sleep 3061", "tag": "t1"})
+    check(st == 201 and isinstance(r.get("pid"), int), f"start: {st} {r}")
+    pid = r["pid"]
+    st, r = fed.api("GET", f"/v1/sandboxes/{sid}/processes")
+    mine = [p for p in r.get("processes", []) if p.get("pid") == pid]
+    check(st == 200 and mine and mine[0].get("tag") == "t1" and mine[0]["argv"][0] == "/bin/sh",
+          f"list: {st} {short(r)}")
+
+    def output(follow=False, router=None):
+        c, resp = stream(fed, "GET", f"/v1/sandboxes/{sid}/processes/{pid}/output" + ("?follow=1" if follow else ""),
+                         router=router)
+        if resp.status != 200:
+            raise TestFailure(f"output: {resp.status} {resp.read()[:300]}")
+        lines = ndjson(resp)
+        c.close()
+        return lines
+    check(wait_until(lambda: text_of(output()) == "hi\n", 10, 0.3), f"output kept: {output()}")
+    lines = output()
+    check(lines[-1][1] == {"running": True}, f"without follow the last line says it runs: {lines}")
+    # Reattach from a second replica with the same key.
+    r2 = fed.shared.get("r2") or fed.start_router()
+    fed.shared["r2"] = r2
+    check(text_of(output(router=r2)) == "hi\n", "a second replica does not serve the process's output")
+    # SIGTERM ends it; a follow stream sees the end.
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes/{pid}/signal", {"signal": "SIGTERM"})
+    check(st == 204, f"signal: {st} {r}")
+    lines = output(follow=True)
+    check(lines[-1][1].get("exit_code") == 143, f"end after SIGTERM: {lines}")
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes/{pid}/signal", {"signal": "SIGNOPE"})
+    check(st == 400 and r["error"]["code"] == "invalid_field", f"bad signal: {st} {r}")
+    # stdin
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes", {"argv": ["cat"], "stdin": True})
+    check(st == 201, f"start cat: {st} {r}")
+    cat = r["pid"]
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes/{cat}/stdin", raw=b"hello\n",
+                    headers={"Content-Type": "application/octet-stream"})
+    check(st == 204, f"stdin: {st} {r}")
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes/{cat}/stdin?close=1", raw=b"bye\n",
+                    headers={"Content-Type": "application/octet-stream"})
+    check(st == 204, f"stdin + close: {st} {r}")
+    c, resp = stream(fed, "GET", f"/v1/sandboxes/{sid}/processes/{cat}/output?follow=1")
+    lines = ndjson(resp)
+    c.close()
+    check(text_of(lines) == "hello\nbye\n" and lines[-1][1].get("exit_code") == 0, f"cat: {lines}")
+    st, r = fed.api("GET", f"/v1/sandboxes/{sid}/processes/999999/output")
+    check(st == 404 and r["error"]["code"] == "process_not_found", f"unknown pid: {st} {r}")
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes", {"argv": ["x"], "cmd": "y"})
+    check(st == 400, f"argv and cmd: {st} {r}")
+
+
+def test_pty_process_with_resize(fed):
+    sid = fed.shared["sid"]
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes", {"argv": ["sh"], "pty": {"cols": 90, "rows": 30}})
+    check(st == 201, f"pty start: {st} {r}")
+    pid = r["pid"]
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes/{pid}/stdin", raw=b"stty size\n",
+                    headers={"Content-Type": "application/octet-stream"})
+    check(st == 204, f"pty input: {st} {r}")
+    def seen(text):
+        c, resp = stream(fed, "GET", f"/v1/sandboxes/{sid}/processes/{pid}/output")
+        out = text_of(ndjson(resp))
+        c.close()
+        return text in out
+    check(wait_until(lambda: seen("30 90"), 10, 0.2), "stty size did not show the start size")
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes/{pid}/resize", {"cols": 100, "rows": 40})
+    check(st == 204, f"resize: {st} {r}")
+    fed.api("POST", f"/v1/sandboxes/{sid}/processes/{pid}/stdin", raw=b"stty size; exit 3\n",
+            headers={"Content-Type": "application/octet-stream"})
+    c, resp = stream(fed, "GET", f"/v1/sandboxes/{sid}/processes/{pid}/output?follow=1")
+    lines = ndjson(resp)
+    c.close()
+    out = text_of(lines)
+    check("30 90" in out and "40 100" in out and lines[-1][1].get("exit_code") == 3, f"pty session: {lines}")
+
+
+def test_files_round_trip_list_remove(fed):
+    sid = fed.shared["sid"]
+    data = os.urandom(5 << 20)
+    st, r = fed.api("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/d%20p/blob.bin", raw=data,
+                    headers={"Content-Type": "application/octet-stream"})
+    check(st == 201 and r == {"path": "/tmp/d p/blob.bin", "size": len(data)}, f"upload: {st} {short(r)}")
+    c, resp = stream(fed, "GET", f"/v1/sandboxes/{sid}/files?path=/tmp/d%20p/blob.bin")
+    got = resp.read()
+    c.close()
+    check(resp.status == 200 and int(resp.getheader("Content-Length")) == len(data), f"download head: {resp.status}")
+    check(hashlib.sha256(got).digest() == hashlib.sha256(data).digest(), "download differs from upload")
+    st, r = fed.api("GET", f"/v1/sandboxes/{sid}/files?path=/tmp/d%20p&list=1")
+    check(st == 200 and [e["name"] for e in r["entries"]] == ["blob.bin"] and r["entries"][0]["type"] == "file"
+          and r["entries"][0]["size"] == len(data), f"list: {st} {short(r)}")
+    st, r = fed.api("DELETE", f"/v1/sandboxes/{sid}/files?path=/tmp/d%20p")
+    check(st == 204, f"remove: {st} {r}")
+    st, r = fed.api("GET", f"/v1/sandboxes/{sid}/files?path=/tmp/d%20p/blob.bin")
+    check(st == 404 and r["error"]["code"] == "path_not_found" and "/tmp/d p/blob.bin" in r["error"]["message"],
+          f"gone: {st} {r}")
+    st, r = fed.api("GET", f"/v1/sandboxes/{sid}/files?path=relative")
+    check(st == 400 and r["error"]["code"] == "invalid_path", f"relative: {st} {r}")
+    # Chunked upload (no Content-Length) works too.
+    port = fed.router.port
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.putrequest("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/chunked.txt")
+    c.putheader("Authorization", "Bearer " + tr.TOKEN_A)
+    c.putheader("Transfer-Encoding", "chunked")
+    c.endheaders()
+    for piece in (b"one ", b"two ", b"three"):
+        c.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+    c.send(b"0\r\n\r\n")
+    resp = c.getresponse()
+    body = json.loads(resp.read())
+    c.close()
+    check(resp.status == 201 and body["size"] == 13, f"chunked upload: {resp.status} {body}")
+    r = fed.exec_ok(sid, ["cat", "/tmp/chunked.txt"])
+    check(r["stdout"] == "one two three", f"chunked content: {r}")
+
+
+def test_tenant_rules(fed):
+    sid = fed.shared["sid"]
+    for path in ("/processes", "/files?path=/tmp", "/processes/1/output"):
+        st, r = fed.api("GET", f"/v1/sandboxes/{sid}{path}", token=tr.TOKEN_B)
+        check(st == 404 and r["error"]["code"] == "sandbox_not_found", f"tenant b reads a's {path}: {st} {r}")
+    sb = fed.create_one(token=tr.TOKEN_B, name="bfiles")["id"]
+    st, r = fed.api("PUT", f"/v1/sandboxes/{sb}/files?path=/tmp/big", raw=b"x" * (FILE_LIMIT_B + 1),
+                    token=tr.TOKEN_B, headers={"Content-Type": "application/octet-stream"})
+    check(st == 413 and r["error"]["code"] == "file_too_large", f"over max_file_bytes: {st} {r}")
+    st, r = fed.api("PUT", f"/v1/sandboxes/{sb}/files?path=/tmp/ok", raw=b"x" * 1000,
+                    token=tr.TOKEN_B, headers={"Content-Type": "application/octet-stream"})
+    check(st == 201, f"under the limit: {st} {r}")
+
+
+TESTS = [
+    test_streaming_exec_sends_output_as_it_comes,
+    test_streaming_exec_binary_timeout_and_missing_command,
+    test_streaming_exec_client_gone_kills_the_command,
+    test_background_process_output_stdin_signal,
+    test_pty_process_with_resize,
+    test_files_round_trip_list_remove,
+    test_tenant_rules,
+]
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fedrouter", required=True)
+    ap.add_argument("--kubesim", required=True)
+    ap.add_argument("--agent", required=True)
+    ap.add_argument("--only", action="append", default=[])
+    ap.add_argument("--keep", action="store_true")
+    ARGS = ap.parse_args()
+    tr.ARGS = ARGS
+    tap.ARGS = ARGS
+    results = []
+    tests = [t for t in TESTS if not ARGS.only or t.__name__ in ARGS.only]
+    fed = None
+    try:
+        fed = DataFed("data", [("d1", "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
+                                             "--agent-binary", os.path.abspath(ARGS.agent)])])
+        fed.shared = {}
+        for t in tests:
+            tr.run_test(t, fed, results)
+    except TestFailure as e:
+        results.append(("federation", False, str(e)))
+        print(f"FAIL federation: {e}", flush=True)
+    finally:
+        if fed is not None:
+            problems = fed.teardown()
+            results.append(("teardown", not problems, "; ".join(problems)))
+            print("ok   teardown" if not problems else "FAIL teardown: " + "; ".join(problems), flush=True)
+    failed = [r for r in results if not r[1]]
+    print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
