@@ -48,6 +48,17 @@ static void on_abort(struct fr_http_req *req) {
   }
 }
 
+/* A deferred request's operation is over: its reference goes. */
+static void finish_deferred(struct api_req *q) {
+  if (q->deferred) {
+    q->deferred = 0;
+    q->r->inflight--;
+    if (q->ts != NULL)
+      q->ts->inflight--;
+    api_req_unref(q);
+  }
+}
+
 int api_stream_begin(struct api_req *q, int status, const char *content_type, const char *extra, int64_t length) {
   struct fr_buf h;
   int rc;
@@ -78,13 +89,7 @@ void api_stream_end(struct api_req *q, int ok) {
     else
       fr_http_abort(req);
   }
-  if (q->deferred) {
-    q->deferred = 0;
-    q->r->inflight--;
-    if (q->ts != NULL)
-      q->ts->inflight--;
-    api_req_unref(q);
-  }
+  finish_deferred(q);
 }
 
 void api_defer(struct api_req *q) {
@@ -125,13 +130,7 @@ void api_reply(struct api_req *q, int status, json_t *body, const char *extra) {
     fr_buf_free(&h);
   }
   json_decref(body);
-  if (q->deferred) {
-    q->deferred = 0;
-    q->r->inflight--;
-    if (q->ts != NULL)
-      q->ts->inflight--;
-    api_req_unref(q);
-  }
+  finish_deferred(q);
 }
 
 /* <msg> with every byte that is not printable ASCII as '?': a message that

@@ -883,6 +883,23 @@ static void xfer_gone(struct api_req *q, void *arg) {
   xfer_free(x);
 }
 
+/* Starts <x>'s agent call; the request then waits for it. On failure
+ * answers, frees <x> and returns -1. */
+static int xfer_start(struct xfer *x, const char *id, struct fr_agent_call_opts *o) {
+  struct api_req *q = x->q;
+  int rc = fr_adapter_agent_call(x->a, pod_of(id), o, &x->call);
+
+  if (rc != 0) {
+    start_failed(q, x->a, rc);
+    xfer_free(x);
+    return -1;
+  }
+  api_defer(q);
+  q->gone_cb = xfer_gone;
+  q->gone_arg = x;
+  return 0;
+}
+
 /* download */
 
 static void dl_on_drain(struct fr_http_req *req) {
@@ -953,7 +970,6 @@ static void file_download(struct api_req *q, struct fr_adapter *a, const char *i
   struct fr_agent_call_opts o;
   struct xfer *x;
   char url[3 * MAX_PATH_BYTES + 32];
-  int rc;
 
   if (files_path(path, url, sizeof(url)) != 0) {
     api_fail(q, 400, "invalid_path", "the path is too long", NULL);
@@ -969,15 +985,8 @@ static void file_download(struct api_req *q, struct fr_adapter *a, const char *i
   o.on_data = dl_data;
   o.on_done = dl_done;
   o.arg = x;
-  rc = fr_adapter_agent_call(a, pod_of(id), &o, &x->call);
-  if (rc != 0) {
-    xfer_free(x);
-    start_failed(q, a, rc);
+  if (xfer_start(x, id, &o) != 0)
     return;
-  }
-  api_defer(q);
-  q->gone_cb = xfer_gone;
-  q->gone_arg = x;
 }
 
 static json_t *shape_entries(json_t *answer) {
@@ -1082,7 +1091,6 @@ static void file_upload(struct api_req *q, struct fr_adapter *a, const char *id,
   const char *cl = fr_http_req_header(q->req, "Content-Length");
   char url[3 * MAX_PATH_BYTES + 32], msg[200];
   int64_t size = -1;
-  int rc;
 
   if (files_path(path, url, sizeof(url)) != 0) {
     api_fail(q, 400, "invalid_path", "the path is too long", NULL);
@@ -1110,15 +1118,8 @@ static void file_upload(struct api_req *q, struct fr_adapter *a, const char *id,
   o.on_drain = up_drain;
   o.on_done = up_done;
   o.arg = x;
-  rc = fr_adapter_agent_call(a, pod_of(id), &o, &x->call);
-  if (rc != 0) {
-    xfer_free(x);
-    start_failed(q, a, rc);
+  if (xfer_start(x, id, &o) != 0)
     return;
-  }
-  api_defer(q);
-  q->gone_cb = xfer_gone;
-  q->gone_arg = x;
   if (q->req->body_streaming) {
     q->req->body_cb = up_body;
   } else {
