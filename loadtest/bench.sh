@@ -4,7 +4,7 @@
 # build/loadgen, stop everything (also on failure or Ctrl-C).
 #
 #   loadtest/bench.sh seed|overhead|fanout|spillover|regions|failover|
-#                     scale|soak|abuse|all
+#                     scale|soak|abuse|agent|all
 #                     [--smoke] [--build-dir DIR]
 #                     [--out DIR] [--plots DIR] [-- extra loadgen arguments]
 #
@@ -54,6 +54,12 @@
 #                 x 2 x 20 MiB; smoke 2 x 2 x 4 MiB), an exec burst (3,000;
 #                 smoke 200) beside a victim tenant, creates past a tenant
 #                 limit; router RSS, fds and /healthz latency during each.
+#   agent:        loadtest/agent_bench.py: one kubesim running the real
+#                 agent in its pods, routers with and without the agent:
+#                 exec/s and latency via the agent vs via pods/exec, the
+#                 router's added latency, streaming first chunk, 1 GiB
+#                 (smoke 16 MiB) file upload/download with the router's RSS,
+#                 and exec/s against kubesim's in-process agent.
 #   soak:         3 clusters, same delays; 8 workers creating batches of 5,
 #                 exec in each, terminate each, for SOAK_S seconds (600;
 #                 smoke 8), router RSS and fds sampled every 5 s (smoke 1 s);
@@ -77,7 +83,7 @@ usage() { sed -n '2,/^# (Functions/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^#
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    seed|overhead|fanout|spillover|regions|failover|scale|soak|abuse|all) SCENARIO="$1" ;;
+    seed|overhead|fanout|spillover|regions|failover|scale|soak|abuse|agent|all) SCENARIO="$1" ;;
     --smoke) SMOKE=1 ;;
     --build-dir) [ $# -ge 2 ] || { usage >&2; exit 2; }; BUILD="$2"; shift ;;
     --out) [ $# -ge 2 ] || { usage >&2; exit 2; }; OUT="$2"; shift ;;
@@ -379,10 +385,18 @@ scenario_abuse() {
   python3 "$ROOT/loadtest/abuse.py" --build-dir "$BUILD" --json-out "$RAN_JSON" "${smoke[@]}"
 }
 
+scenario_agent() {
+  local smoke=()
+  [ "$SMOKE" = 1 ] && smoke=(--smoke)
+  RAN_JSON="$OUT/agent.json"
+  say "loadtest/agent_bench.py ${smoke[*]}"
+  python3 "$ROOT/loadtest/agent_bench.py" --build-dir "$BUILD" --json-out "$RAN_JSON" "${smoke[@]}"
+}
+
 ulimit -n 65536 2>/dev/null || true
 rc=0
 if [ "$SCENARIO" = all ]; then
-  list=(seed overhead fanout spillover regions failover scale soak abuse)
+  list=(seed overhead fanout spillover regions failover scale soak abuse agent)
 else
   list=("$SCENARIO")
 fi
