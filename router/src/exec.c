@@ -51,11 +51,89 @@ static size_t json_escaped_len(const char *data, size_t len) {
   return n;
 }
 
-/* Output as a JSON string when it is UTF-8 and escaping at most doubles
- * it (ordinary text, even all newlines); else base64 with <enc_key> saying
- * so. Never corrupted silently, and never more than twice the raw bytes in
- * the answer: a stream of NUL or other control bytes, sixfold as JSON,
- * goes out as base64 (4/3). */
+/* Appends <data> JSON-escaped: json_escaped_len() bytes, <b> has room. */
+static void json_escape(struct fr_buf *b, const char *data, size_t len) {
+  static const char hex[] = "0123456789abcdef";
+  char *o = b->data + b->len;
+  size_t i;
+
+  for (i = 0; i < len; i++) {
+    unsigned char ch = (unsigned char)data[i];
+    switch (ch) {
+    case '"': *o++ = '\\'; *o++ = '"'; break;
+    case '\\': *o++ = '\\'; *o++ = '\\'; break;
+    case '\n': *o++ = '\\'; *o++ = 'n'; break;
+    case '\t': *o++ = '\\'; *o++ = 't'; break;
+    case '\r': *o++ = '\\'; *o++ = 'r'; break;
+    case '\b': *o++ = '\\'; *o++ = 'b'; break;
+    case '\f': *o++ = '\\'; *o++ = 'f'; break;
+    default:
+      if (ch < 0x20) {
+        memcpy(o, "\\u00", 4);
+        o[4] = hex[ch >> 4];
+        o[5] = hex[ch & 15];
+        o += 6;
+      } else {
+        *o++ = (char)ch;
+      }
+    }
+  }
+  b->len = (size_t)(o - b->data);
+  b->data[b->len] = '\0';
+}
+
+/* 1 when <d> is well-formed UTF-8 (no overlongs, surrogates or code points
+ * past U+10FFFF: what a JSON string may carry). */
+static int utf8_valid(const unsigned char *d, size_t len) {
+  size_t i = 0, k, n;
+  uint32_t cp;
+
+  while (i < len) {
+    unsigned char c = d[i];
+
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    if (c >= 0xc2 && c <= 0xdf)
+      n = 1, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef)
+      n = 2, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4)
+      n = 3, cp = c & 0x07;
+    else
+      return 0;
+    if (len - i <= n)
+      return 0;
+    for (k = 1; k <= n; k++) {
+      if ((d[i + k] & 0xc0) != 0x80)
+        return 0;
+      cp = (cp << 6) | (d[i + k] & 0x3f);
+    }
+    if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
+      return 0;
+    i += n + 1;
+  }
+  return 1;
+}
+
+/* Output goes out as a JSON string when it is UTF-8 and escaping at most
+ * doubles it (ordinary text, even all newlines); else as base64 with
+ * "<stream>_encoding":"base64" saying so. Never corrupted silently, and
+ * never more than twice the raw bytes in the answer: a stream of NUL or
+ * other control bytes, sixfold as JSON, goes out as base64 (4/3).
+ *
+ * Small answers (the common case) are one jansson document. Larger ones are
+ * written by hand in pieces: ANSWER_PIECE raw bytes encoded per loop turn
+ * at most, and none while the client has ANSWER_HIGH bytes unread, so tens
+ * of MiB of output never hold the loop or sit encoded in memory; the raw
+ * copy stays charged to the router-wide exec output budget until the
+ * client has it. */
+#define ANSWER_ONE_SHOT (64 * 1024)
+#define ANSWER_PIECE (3 * 64 * 1024) /* a multiple of 3: base64 pieces join */
+#define ANSWER_HIGH (1024 * 1024)
+#define ANSWER_LOW (256 * 1024)
+
 static void put_output(json_t *body, const char *key, const char *enc_key, const char *data, size_t len) {
   json_t *s = json_escaped_len(data, len) <= 2 * len ? json_stringn(data, len) : NULL;
 
@@ -70,6 +148,163 @@ static void put_output(json_t *body, const char *key, const char *enc_key, const
       free(b64);
     }
   }
+}
+
+struct answer {
+  struct api_req *q;
+  struct fr_kube_exec_budget *budget;
+  size_t charged;               /* of budget->used */
+  char *raw[2];                 /* stdout, stderr (copies) */
+  size_t len[2], enc_len[2];
+  int b64[2];
+  struct fr_buf head[3];        /* before stdout, between, after stderr */
+  int part;                     /* 0..4: head[0], stdout, head[1], stderr, head[2] */
+  size_t off;                   /* in raw[] of the current part */
+  uv_timer_t *timer;            /* the next piece's loop turn */
+};
+
+static void answer_timer_closed(uv_handle_t *h) {
+  free(h);
+}
+
+static void answer_free(struct answer *w) {
+  int i;
+
+  if (w->budget != NULL)
+    w->budget->used -= w->charged;
+  for (i = 0; i < 3; i++)
+    fr_buf_free(&w->head[i]);
+  free(w->raw[0]);
+  free(w->raw[1]);
+  if (w->timer != NULL)
+    uv_close((uv_handle_t *)w->timer, answer_timer_closed);
+  free(w);
+}
+
+static void answer_pump(struct answer *w);
+
+static void answer_on_timer(uv_timer_t *t) {
+  answer_pump(t->data);
+}
+
+static void answer_on_drain(struct fr_http_req *req) {
+  struct api_req *q = api_req_of(req);
+
+  if (q->gone_arg != NULL)
+    answer_pump(q->gone_arg);
+}
+
+static void answer_gone(struct api_req *q, void *arg) {
+  struct answer *w = arg;
+
+  (void)q;
+  api_stream_end(w->q, 0);
+  answer_free(w);
+}
+
+/* Writes the next piece; then waits for the client or the next loop turn. */
+static void answer_pump(struct answer *w) {
+  struct fr_http_req *req = w->q->req;
+  struct fr_buf b;
+  size_t n;
+  int s;
+
+  if (req == NULL)
+    return;
+  if (w->part % 2 == 0) {
+    fr_http_stream_write(req, w->head[w->part / 2].data, w->head[w->part / 2].len);
+    w->part++;
+  } else {
+    s = w->part / 2;
+    n = w->len[s] - w->off < ANSWER_PIECE ? w->len[s] - w->off : ANSWER_PIECE;
+    fr_buf_init(&b);
+    if (n > 0 && fr_buf_reserve(&b, w->b64[s] ? fr_base64_len(n) : 6 * n) != 0) {
+      api_stream_end(w->q, 0);
+      answer_free(w);
+      return;
+    }
+    if (n > 0 && w->b64[s])
+      b.len = fr_base64_encode(w->raw[s] + w->off, n, b.data);
+    else if (n > 0)
+      json_escape(&b, w->raw[s] + w->off, n);
+    fr_http_stream_write(req, b.data, b.len);
+    fr_buf_free(&b);
+    w->off += n;
+    if (w->off == w->len[s]) {
+      w->part++;
+      w->off = 0;
+    }
+  }
+  if (w->part == 5) {
+    api_stream_end(w->q, 1);
+    answer_free(w);
+    return;
+  }
+  if (fr_http_pending_bytes(req) > ANSWER_HIGH && fr_http_on_drain(req, answer_on_drain, ANSWER_LOW) == 0)
+    return;
+  uv_timer_start(w->timer, answer_on_timer, 0, 0);
+}
+
+/* Answers <res> (FR_EXEC_OK) in pieces; 0 (answered, or the client is
+ * gone), or -ENOMEM with nothing sent. */
+static int answer_start(struct api_req *q, const struct fr_exec_result *res) {
+  static const char *const names[2] = {"stdout", "stderr"};
+  const char *data[2] = {res->out, res->errout};
+  struct answer *w = calloc(1, sizeof(*w));
+  int64_t total;
+  int i, bad = 0;
+
+  if (w == NULL)
+    return -ENOMEM;
+  w->q = q;
+  w->len[0] = res->out_len;
+  w->len[1] = res->err_len;
+  for (i = 0; i < 3; i++)
+    fr_buf_init(&w->head[i]);
+  bad |= fr_buf_puts(&w->head[0], "{\"stdout\":\"");
+  for (i = 0; i < 2; i++) {
+    w->enc_len[i] = json_escaped_len(data[i], w->len[i]);
+    w->b64[i] = w->enc_len[i] > 2 * w->len[i] || !utf8_valid((const unsigned char *)data[i], w->len[i]);
+    if (w->b64[i])
+      w->enc_len[i] = 4 * ((w->len[i] + 2) / 3);
+    bad |= (w->raw[i] = malloc(w->len[i] + 1)) == NULL;
+    if (w->raw[i] != NULL && w->len[i] > 0)
+      memcpy(w->raw[i], data[i], w->len[i]);
+    bad |= fr_buf_putc(&w->head[i + 1], '"');
+    if (w->b64[i])
+      bad |= fr_buf_printf(&w->head[i + 1], ",\"%s_encoding\":\"base64\"", names[i]);
+  }
+  bad |= fr_buf_puts(&w->head[1], ",\"stderr\":\"");
+  if (res->timed_out)
+    bad |= fr_buf_puts(&w->head[2], ",\"exit_code\":null");
+  else
+    bad |= fr_buf_printf(&w->head[2], ",\"exit_code\":%d", res->exit_code);
+  bad |= fr_buf_printf(&w->head[2], ",\"timed_out\":%s,\"stdout_truncated\":%s,\"stderr_truncated\":%s,"
+                       "\"duration_ms\":%" PRId64 "}", res->timed_out ? "true" : "false",
+                       res->out_truncated ? "true" : "false", res->err_truncated ? "true" : "false",
+                       (int64_t)(res->duration_ms + 0.5));
+  bad |= (w->timer = malloc(sizeof(*w->timer))) == NULL;
+  if (bad) {
+    free(w->timer); /* never initialised */
+    w->timer = NULL;
+    answer_free(w);
+    return -ENOMEM;
+  }
+  uv_timer_init(q->r->loop, w->timer);
+  w->timer->data = w;
+  w->budget = &q->r->exec_budget;
+  w->charged = w->len[0] + w->len[1];
+  w->budget->used += w->charged;
+  total = (int64_t)(w->head[0].len + w->head[1].len + w->head[2].len + w->enc_len[0] + w->enc_len[1]);
+  if (api_stream_begin(q, 200, "application/json", NULL, total) != 0) {
+    api_stream_end(q, 0);
+    answer_free(w);
+    return 0;
+  }
+  q->gone_cb = answer_gone;
+  q->gone_arg = w;
+  answer_pump(w);
+  return 0;
 }
 
 static void exec_metrics(struct exec_call *x, const char *outcome, double ms, int via_agent) {
@@ -98,6 +333,8 @@ static void on_exec(const struct fr_exec_result *res, void *arg) {
   case FR_EXEC_OK:
     exec_metrics(x, res->timed_out ? "timed_out" : res->exit_code == 0 ? "ok" : "nonzero", res->duration_ms,
                  res->via_agent);
+    if (res->out_len + res->err_len > ANSWER_ONE_SHOT && answer_start(q, res) == 0)
+      break;
     body = json_object();
     put_output(body, "stdout", "stdout_encoding", res->out, res->out_len);
     put_output(body, "stderr", "stderr_encoding", res->errout, res->err_len);

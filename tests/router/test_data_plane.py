@@ -9,10 +9,12 @@ Usage: test_data_plane.py --fedrouter PATH --kubesim PATH --agent PATH [--keep]
 Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
 """
 import argparse
+import base64
 import hashlib
 import http.client
 import json
 import os
+import socket
 import sys
 import time
 
@@ -243,6 +245,49 @@ def test_files_round_trip_list_remove(fed):
     check(r["stdout"] == "one two three", f"chunked content: {r}")
 
 
+BIG_TEXT = r"""
+import sys
+sys.stdout.write("".join(chr(32 + i % 90) + ('"\\\t\n' if i % 7 == 0 else "") + ("\u00e9\u6f22" if i % 11 == 0 else "")
+                         for i in range(300000)))
+sys.stderr.buffer.write(bytes(range(256)) * 1000)
+"""
+
+
+def test_large_answers_go_out_in_pieces(fed):
+    """Outputs past the one-shot size are written in pieces: exact JSON
+    escaping of text, base64 where not UTF-8, the same keys and flags."""
+    sid = fed.shared["sid"]
+    want = {}
+    exec(BIG_TEXT.replace("sys.stdout.write", "want['out'] = ").replace("sys.stderr.buffer.write", "want['err'] = "),
+         {"want": want, "sys": sys})
+    r = fed.exec_ok(sid, ["python3", "-c", BIG_TEXT])
+    check(r.get("stdout") == want["out"] and "stdout_encoding" not in r,
+          f"text answer differs: {len(r.get('stdout', ''))} chars vs {len(want['out'])}")
+    check(r.get("stderr_encoding") == "base64" and base64.b64decode(r.get("stderr", "")) == want["err"],
+          "binary stderr did not come back as exact base64")
+    check(r.get("exit_code") == 0 and r.get("timed_out") is False and r.get("stdout_truncated") is False and
+          r.get("stderr_truncated") is False and isinstance(r.get("duration_ms"), int),
+          f"flags: { {k: v for k, v in r.items() if k not in ('stdout', 'stderr')} }")
+    # Truncated and NUL-only, on the same path.
+    r = fed.exec_ok(sid, ["sh", "-c", "head -c 300000 /dev/zero"], max_output_bytes=200000)
+    check(r.get("stdout_encoding") == "base64" and base64.b64decode(r["stdout"]) == b"\0" * 200000 and
+          r.get("stdout_truncated") is True, "200,000 NULs, truncated, as base64")
+    # A client that stops reading and goes away mid-answer: the router
+    # drops the rest and goes on serving.
+    body = json.dumps({"argv": ["sh", "-c", "head -c 2000000 /dev/zero; head -c 2000000 /dev/zero >&2"]}).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the router's writes back up
+    sock.settimeout(60)
+    sock.connect(("127.0.0.1", fed.router.port))
+    sock.sendall(f"POST /v1/sandboxes/{sid}/exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {tr.TOKEN_A}\r\n"
+                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    head = sock.recv(1000)
+    check(head.startswith(b"HTTP/1.1 200"), f"a large answer: {head[:200]!r}")
+    sock.close()
+    r = fed.exec_ok(sid, ["echo", "still"])
+    check(r.get("stdout") == "still\n", f"after a client left mid-answer: {r}")
+
+
 def test_tenant_rules(fed):
     sid = fed.shared["sid"]
     for path in ("/processes", "/files?path=/tmp", "/processes/1/output"):
@@ -264,6 +309,7 @@ TESTS = [
     test_background_process_output_stdin_signal,
     test_pty_process_with_resize,
     test_files_round_trip_list_remove,
+    test_large_answers_go_out_in_pieces,
     test_tenant_rules,
 ]
 
