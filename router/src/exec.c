@@ -37,17 +37,16 @@ static void exec_call_free(struct exec_call *x) {
 /* Bytes <data> takes as a JSON string: control characters become \u00XX
  * (6 bytes), a few of them and the quote and backslash 2. */
 static size_t json_escaped_len(const char *data, size_t len) {
+  static unsigned char width[256];
   size_t i, n = 0;
 
-  for (i = 0; i < len; i++) {
-    unsigned char ch = (unsigned char)data[i];
-    if (ch == '"' || ch == '\\' || ch == '\n' || ch == '\t' || ch == '\r' || ch == '\b' || ch == '\f')
-      n += 2;
-    else if (ch < 0x20)
-      n += 6;
-    else
-      n += 1;
+  if (width['a'] == 0) {
+    for (i = 0; i < 256; i++)
+      width[i] = i < 0x20 ? 6 : 1;
+    width['"'] = width['\\'] = width['\n'] = width['\t'] = width['\r'] = width['\b'] = width['\f'] = 2;
   }
+  for (i = 0; i < len; i++)
+    n += width[(unsigned char)data[i]];
   return n;
 }
 
@@ -82,9 +81,11 @@ static void json_escape(struct fr_buf *b, const char *data, size_t len) {
   b->data[b->len] = '\0';
 }
 
-/* 1 when <d> is well-formed UTF-8 (no overlongs, surrogates or code points
- * past U+10FFFF: what a JSON string may carry). */
-static int utf8_valid(const unsigned char *d, size_t len) {
+/* How much of <d> is well-formed UTF-8 (no overlongs, surrogates or code
+ * points past U+10FFFF: what a JSON string may carry) up to a character
+ * boundary: <len>, or less when a character is cut at the end (the rest
+ * goes with the next piece); -1 at a malformed byte. */
+static ssize_t utf8_scan(const unsigned char *d, size_t len) {
   size_t i = 0, k, n;
   uint32_t cp;
 
@@ -102,19 +103,23 @@ static int utf8_valid(const unsigned char *d, size_t len) {
     else if (c >= 0xf0 && c <= 0xf4)
       n = 3, cp = c & 0x07;
     else
-      return 0;
-    if (len - i <= n)
-      return 0;
+      return -1;
+    if (i + n >= len) { /* cut at the end: what is there must fit */
+      for (k = 1; i + k < len; k++)
+        if ((d[i + k] & 0xc0) != 0x80)
+          return -1;
+      return (ssize_t)i;
+    }
     for (k = 1; k <= n; k++) {
       if ((d[i + k] & 0xc0) != 0x80)
-        return 0;
+        return -1;
       cp = (cp << 6) | (d[i + k] & 0x3f);
     }
     if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-      return 0;
+      return -1;
     i += n + 1;
   }
-  return 1;
+  return (ssize_t)i;
 }
 
 /* Output goes out as a JSON string when it is UTF-8 and escaping at most
@@ -124,13 +129,16 @@ static int utf8_valid(const unsigned char *d, size_t len) {
  * other control bytes, sixfold as JSON, goes out as base64 (4/3).
  *
  * Small answers (the common case) are one jansson document. Larger ones are
- * written by hand in pieces: ANSWER_PIECE raw bytes encoded per loop turn
- * at most, and none while the client has ANSWER_HIGH bytes unread, so tens
+ * written by hand in pieces: the output is first scanned for its encoding
+ * (the exact Content-Length depends on it), ANSWER_SCAN bytes per loop
+ * turn, then ANSWER_PIECE raw bytes are encoded per turn at most, and none
+ * while the client has ANSWER_HIGH bytes unread, so tens
  * of MiB of output never hold the loop or sit encoded in memory; the raw
  * copy stays charged to the router-wide exec output budget until the
  * client has it. */
 #define ANSWER_ONE_SHOT (64 * 1024)
 #define ANSWER_PIECE (3 * 64 * 1024) /* a multiple of 3: base64 pieces join */
+#define ANSWER_SCAN (256 * 1024)     /* bytes scanned for the encoding per turn */
 #define ANSWER_HIGH (1024 * 1024)
 #define ANSWER_LOW (256 * 1024)
 
@@ -156,10 +164,13 @@ struct answer {
   size_t charged;               /* of budget->used */
   char *raw[2];                 /* stdout, stderr (copies) */
   size_t len[2], enc_len[2];
-  int b64[2];
+  int b64[2];                   /* base64: not UTF-8, or escaping more than doubles it */
   struct fr_buf head[3];        /* before stdout, between, after stderr */
-  int part;                     /* 0..4: head[0], stdout, head[1], stderr, head[2] */
-  size_t off;                   /* in raw[] of the current part */
+  char tail[256];               /* exit code and flags, closing the object */
+  int part;                     /* -1: scanning; 0..4: head[0], stdout, head[1], stderr, head[2] */
+  size_t off;                   /* in raw[] of the current stream (scanning or sending) */
+  int scan_s;                   /* the stream being scanned */
+  size_t u8;                    /* its UTF-8 checked up to this character boundary */
   uv_timer_t *timer;            /* the next piece's loop turn */
 };
 
@@ -202,7 +213,52 @@ static void answer_gone(struct api_req *q, void *arg) {
   answer_free(w);
 }
 
-/* Writes the next piece; then waits for the client or the next loop turn. */
+/* Scans the next piece of output for its encoding; once all is scanned,
+ * sends the head. 0, or -1 when the answer is over (failed). */
+static int answer_scan(struct answer *w) {
+  int s = w->scan_s, i, bad = 0;
+  size_t n = w->len[s] - w->off < ANSWER_SCAN ? w->len[s] - w->off : ANSWER_SCAN;
+  ssize_t ok;
+  int64_t total;
+
+  w->enc_len[s] += json_escaped_len(w->raw[s] + w->off, n);
+  if (!w->b64[s]) {
+    /* from the last character boundary: a character may span pieces */
+    ok = utf8_scan((const unsigned char *)w->raw[s] + w->u8, w->off + n - w->u8);
+    if (ok < 0)
+      w->b64[s] = 1;
+    else
+      w->u8 += (size_t)ok;
+    if (w->off + n == w->len[s] && w->u8 != w->len[s])
+      w->b64[s] = 1; /* cut at the very end */
+  }
+  w->off += n;
+  if (w->off < w->len[s])
+    return 0;
+  w->off = 0;
+  w->u8 = 0;
+  if (++w->scan_s < 2)
+    return 0;
+  /* Both scanned: the encodings and so the exact length are known. */
+  bad |= fr_buf_puts(&w->head[0], "{\"stdout\":\"");
+  for (i = 0; i < 2; i++) {
+    w->b64[i] |= w->enc_len[i] > 2 * w->len[i];
+    if (w->b64[i])
+      w->enc_len[i] = 4 * ((w->len[i] + 2) / 3);
+    bad |= fr_buf_putc(&w->head[i + 1], '"');
+    if (w->b64[i])
+      bad |= fr_buf_printf(&w->head[i + 1], ",\"%s_encoding\":\"base64\"", i == 0 ? "stdout" : "stderr");
+  }
+  bad |= fr_buf_puts(&w->head[1], ",\"stderr\":\"");
+  bad |= fr_buf_puts(&w->head[2], w->tail);
+  total = (int64_t)(w->head[0].len + w->head[1].len + w->head[2].len + w->enc_len[0] + w->enc_len[1]);
+  if (bad || api_stream_begin(w->q, 200, "application/json", NULL, total) != 0)
+    return -1;
+  w->part = 0;
+  return 0;
+}
+
+/* Does the next step; then waits for the client or the next loop turn. */
 static void answer_pump(struct answer *w) {
   struct fr_http_req *req = w->q->req;
   struct fr_buf b;
@@ -211,18 +267,18 @@ static void answer_pump(struct answer *w) {
 
   if (req == NULL)
     return;
-  if (w->part % 2 == 0) {
+  if (w->part < 0) {
+    if (answer_scan(w) != 0)
+      goto fail;
+  } else if (w->part % 2 == 0) {
     fr_http_stream_write(req, w->head[w->part / 2].data, w->head[w->part / 2].len);
     w->part++;
   } else {
     s = w->part / 2;
     n = w->len[s] - w->off < ANSWER_PIECE ? w->len[s] - w->off : ANSWER_PIECE;
     fr_buf_init(&b);
-    if (n > 0 && fr_buf_reserve(&b, w->b64[s] ? fr_base64_len(n) : 6 * n) != 0) {
-      api_stream_end(w->q, 0);
-      answer_free(w);
-      return;
-    }
+    if (n > 0 && fr_buf_reserve(&b, w->b64[s] ? fr_base64_len(n) : 6 * n) != 0)
+      goto fail;
     if (n > 0 && w->b64[s])
       b.len = fr_base64_encode(w->raw[s] + w->off, n, b.data);
     else if (n > 0)
@@ -240,49 +296,44 @@ static void answer_pump(struct answer *w) {
     answer_free(w);
     return;
   }
-  if (fr_http_pending_bytes(req) > ANSWER_HIGH && fr_http_on_drain(req, answer_on_drain, ANSWER_LOW) == 0)
+  if (w->part >= 0 && fr_http_pending_bytes(req) > ANSWER_HIGH &&
+      fr_http_on_drain(req, answer_on_drain, ANSWER_LOW) == 0)
     return;
   uv_timer_start(w->timer, answer_on_timer, 0, 0);
+  return;
+fail:
+  api_stream_end(w->q, 0);
+  answer_free(w);
 }
 
-/* Answers <res> (FR_EXEC_OK) in pieces; 0 (answered, or the client is
- * gone), or -ENOMEM with nothing sent. */
+/* Answers <res> (FR_EXEC_OK) in pieces from the next loop turn on; 0, or
+ * -ENOMEM with nothing sent. */
 static int answer_start(struct api_req *q, const struct fr_exec_result *res) {
-  static const char *const names[2] = {"stdout", "stderr"};
   const char *data[2] = {res->out, res->errout};
   struct answer *w = calloc(1, sizeof(*w));
-  int64_t total;
   int i, bad = 0;
 
   if (w == NULL)
     return -ENOMEM;
   w->q = q;
+  w->part = -1;
   w->len[0] = res->out_len;
   w->len[1] = res->err_len;
   for (i = 0; i < 3; i++)
     fr_buf_init(&w->head[i]);
-  bad |= fr_buf_puts(&w->head[0], "{\"stdout\":\"");
   for (i = 0; i < 2; i++) {
-    w->enc_len[i] = json_escaped_len(data[i], w->len[i]);
-    w->b64[i] = w->enc_len[i] > 2 * w->len[i] || !utf8_valid((const unsigned char *)data[i], w->len[i]);
-    if (w->b64[i])
-      w->enc_len[i] = 4 * ((w->len[i] + 2) / 3);
     bad |= (w->raw[i] = malloc(w->len[i] + 1)) == NULL;
     if (w->raw[i] != NULL && w->len[i] > 0)
       memcpy(w->raw[i], data[i], w->len[i]);
-    bad |= fr_buf_putc(&w->head[i + 1], '"');
-    if (w->b64[i])
-      bad |= fr_buf_printf(&w->head[i + 1], ",\"%s_encoding\":\"base64\"", names[i]);
   }
-  bad |= fr_buf_puts(&w->head[1], ",\"stderr\":\"");
   if (res->timed_out)
-    bad |= fr_buf_puts(&w->head[2], ",\"exit_code\":null");
+    snprintf(w->tail, sizeof(w->tail), ",\"exit_code\":null");
   else
-    bad |= fr_buf_printf(&w->head[2], ",\"exit_code\":%d", res->exit_code);
-  bad |= fr_buf_printf(&w->head[2], ",\"timed_out\":%s,\"stdout_truncated\":%s,\"stderr_truncated\":%s,"
-                       "\"duration_ms\":%" PRId64 "}", res->timed_out ? "true" : "false",
-                       res->out_truncated ? "true" : "false", res->err_truncated ? "true" : "false",
-                       (int64_t)(res->duration_ms + 0.5));
+    snprintf(w->tail, sizeof(w->tail), ",\"exit_code\":%d", res->exit_code);
+  snprintf(w->tail + strlen(w->tail), sizeof(w->tail) - strlen(w->tail),
+           ",\"timed_out\":%s,\"stdout_truncated\":%s,\"stderr_truncated\":%s,\"duration_ms\":%" PRId64 "}",
+           res->timed_out ? "true" : "false", res->out_truncated ? "true" : "false",
+           res->err_truncated ? "true" : "false", (int64_t)(res->duration_ms + 0.5));
   bad |= (w->timer = malloc(sizeof(*w->timer))) == NULL;
   if (bad) {
     free(w->timer); /* never initialised */
@@ -295,15 +346,9 @@ static int answer_start(struct api_req *q, const struct fr_exec_result *res) {
   w->budget = &q->r->exec_budget;
   w->charged = w->len[0] + w->len[1];
   w->budget->used += w->charged;
-  total = (int64_t)(w->head[0].len + w->head[1].len + w->head[2].len + w->enc_len[0] + w->enc_len[1]);
-  if (api_stream_begin(q, 200, "application/json", NULL, total) != 0) {
-    api_stream_end(q, 0);
-    answer_free(w);
-    return 0;
-  }
   q->gone_cb = answer_gone;
   q->gone_arg = w;
-  answer_pump(w);
+  uv_timer_start(w->timer, answer_on_timer, 0, 0);
   return 0;
 }
 

@@ -268,6 +268,10 @@ def test_large_answers_go_out_in_pieces(fed):
     check(r.get("exit_code") == 0 and r.get("timed_out") is False and r.get("stdout_truncated") is False and
           r.get("stderr_truncated") is False and isinstance(r.get("duration_ms"), int),
           f"flags: { {k: v for k, v in r.items() if k not in ('stdout', 'stderr')} }")
+    # Characters cut by the pieces the router scans (256 KiB) are whole.
+    r = fed.exec_ok(sid, ["python3", "-c", "import sys; sys.stdout.write('ab' + '\\u6f22' * 300000)"])
+    check(r.get("stdout") == "ab" + "\u6f22" * 300000 and "stdout_encoding" not in r,
+          f"three-byte characters across pieces: {r.get('stdout_encoding')} {len(r.get('stdout', ''))}")
     # Truncated and NUL-only, on the same path.
     r = fed.exec_ok(sid, ["sh", "-c", "head -c 300000 /dev/zero"], max_output_bytes=200000)
     check(r.get("stdout_encoding") == "base64" and base64.b64decode(r["stdout"]) == b"\0" * 200000 and
