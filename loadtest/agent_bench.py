@@ -185,7 +185,13 @@ def stream_first_chunk(port, sid):
     conn.request("POST", f"/v1/sandboxes/{sid}/exec",
                  json.dumps({"argv": ["sh", "-c", "echo a; sleep 1; echo b"], "stream": True}),
                  {"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json"})
-    resp = conn.getresponse()
+    first, buf = read_first_stdout(conn.getresponse(), t0)
+    conn.close()
+    return round(first or -1, 1), round((time.monotonic() - t0) * 1000, 1), b'"exit_code":0' in buf
+
+
+def read_first_stdout(resp, t0):
+    """Reads <resp> to its end: (ms from t0 to the first stdout, all bytes)."""
     first, buf = None, b""
     while True:
         chunk = resp.read1(65536)
@@ -194,8 +200,7 @@ def stream_first_chunk(port, sid):
         buf += chunk
         if first is None and b'"stdout"' in buf:
             first = (time.monotonic() - t0) * 1000
-    conn.close()
-    return round(first or -1, 1), round((time.monotonic() - t0) * 1000, 1), b'"exit_code":0' in buf
+    return first, buf
 
 
 def file_transfer(port, sid, pid, mib, rep):
@@ -334,16 +339,7 @@ def main():
                      b"\x00" + len(req).to_bytes(4, "big") + req,
                      {"Authorization": "Bearer " + SIM_TOKEN, "X-Access-Token": tok,
                       "Content-Type": "application/connect+json"})
-        resp = conn.getresponse()
-        first = None
-        buf = b""
-        while True:
-            chunk = resp.read1(65536)
-            if not chunk:
-                break
-            buf += chunk
-            if first is None and b'"stdout"' in buf:
-                first = (time.monotonic() - t0) * 1000
+        first, _ = read_first_stdout(conn.getresponse(), t0)
         rep["direct_stream_first_chunk_ms"] = round(first or -1, 1)
         rep["direct_stream_total_ms"] = round((time.monotonic() - t0) * 1000, 1)
         conn.close()
