@@ -10,6 +10,7 @@
 
 #include "fedctl.h"
 #include "fr/util.h"
+#include "ndjson.h"
 
 /* How often a batch create polls the list for progress (the brief: 250 ms). */
 #define FC_POLL_MS 250
@@ -18,22 +19,6 @@ static int64_t mono_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Appends "?key=value" or "&key=value" to <b>, the value escaped. */
-static int add_query(struct fr_buf *b, const char *key, const char *val) {
-  int rc = fr_buf_printf(b, "%c%s=", strchr(b->data ? b->data : "", '?') ? '&' : '?', key);
-  return rc ? rc : fc_buf_put_escaped(b, val);
-}
-
-/* "/v1/sandboxes/<escaped id><suffix>" into <b>. */
-static int sandbox_path(struct fr_buf *b, const char *id, const char *suffix) {
-  int rc = fr_buf_puts(b, "/v1/sandboxes/");
-  if (rc == 0)
-    rc = fc_buf_put_escaped(b, id);
-  if (rc == 0)
-    rc = fr_buf_puts(b, suffix);
-  return rc;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -635,6 +620,79 @@ static int write_stream(const json_t *res, const char *key, FILE *f) {
   return fflush(f) == 0 ? 0 : -EIO;
 }
 
+/* The exit status for the command's end: its code (like a shell, 8 bits,
+ * never turning a failure into 0), or FC_EXIT_TIMEDOUT with a warning
+ * naming <timeout_s> (0: the router's default). */
+static int exit_status(int timed_out, int64_t code, int64_t timeout_s) {
+  int rc;
+
+  if (timed_out) {
+    if (timeout_s > 0)
+      fprintf(stderr, "fedctl: warning: the command timed out after %" PRId64 "s and was killed\n",
+              timeout_s);
+    else
+      fprintf(stderr, "fedctl: warning: the command timed out and was killed\n");
+    return FC_EXIT_TIMEDOUT;
+  }
+  rc = (int)(code & 0xff);
+  return rc == 0 && code != 0 ? 1 : rc;
+}
+
+static int out_to_fd(int fd, const void *data, size_t len, void *arg) {
+  (void)arg;
+  return fc_write_all(fd, data, len);
+}
+
+static int feed_nd(const char *data, size_t len, void *arg) {
+  return fc_nd_feed(arg, data, len);
+}
+
+/* Runs the exec <body> (borrowed, with "stream":true) on <path>: output is
+ * written to fds 1 and 2 as it arrives. Returns the exit status, or
+ * -ENOTSUP when the sandbox has no agent (the buffered exec still works
+ * there). */
+static int exec_streamed(struct fc_ctx *ctx, const char *path, json_t *body, long call_timeout_s,
+                         int64_t timeout_s) {
+  struct fc_resp r;
+  struct fc_sink k;
+  struct fc_nd nd;
+  CURL *easy;
+  CURLcode crc;
+  int rc;
+
+  fc_resp_init(&r);
+  fc_nd_init(&nd, out_to_fd, NULL);
+  if ((rc = fc_ctx_easy(ctx, &easy)) != 0 ||
+      (rc = fc_easy_setup(ctx, easy, "POST", path, body, call_timeout_s, &r)) != 0) {
+    rc = rc == -EINVAL ? FC_EXIT_USAGE : fc_oom();
+    goto done;
+  }
+  fc_sink_attach(&k, easy, &r, feed_nd, &nd);
+  crc = curl_easy_perform(easy);
+  fc_sink_finish(&k, crc);
+  if (!k.ok || k.err != 0 || crc != CURLE_OK) {
+    if (r.status == 501 && strcmp(fc_jstr(json_object_get(r.json, "error"), "code", ""), "agent_required") == 0)
+      rc = -ENOTSUP;
+    else
+      rc = fc_sink_report(ctx, &k, k.err == -EPROTO ? "the router's answer is not the NDJSON of an exec"
+                                                      : "writing the command's output");
+    goto done;
+  }
+  if (nd.failed) {
+    fprintf(stderr, "fedctl: %s: %s\n", nd.err_code, nd.err_msg);
+    rc = FC_EXIT_FAIL;
+  } else if (fc_nd_finish(&nd) != 0 || !nd.ended) {
+    fprintf(stderr, "fedctl: the exec stream ended before the command did\n");
+    rc = FC_EXIT_FAIL;
+  } else {
+    rc = exit_status(nd.timed_out, nd.exit_code, timeout_s);
+  }
+done:
+  fc_nd_close(&nd);
+  fc_resp_close(&r);
+  return rc;
+}
+
 int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv) {
   struct fc_args a;
   struct fc_resp r;
@@ -742,9 +800,18 @@ int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv) {
     }
     json_object_set_new(body, "stdin", v);
   }
-  if (sandbox_path(&path, id, "/exec") != 0) {
+  if (fc_sandbox_path(&path, id, "/exec") != 0) {
     rc = fc_oom();
     goto done;
+  }
+  /* Output as it comes, through the sandbox's agent; --json wants the one
+   * buffered answer, and a sandbox without an agent only has that. */
+  if (!ctx->json) {
+    json_object_set_new(body, "stream", json_true());
+    rc = exec_streamed(ctx, path.data, body, (long)(timeout_s > 0 ? timeout_s : 60) + 120, timeout_s);
+    if (rc != -ENOTSUP)
+      goto done;
+    json_object_del(body, "stream");
   }
   /* The router kills the command at timeout_s (default 60); allow time on
    * top for start-up and for moving up to 2 x 16 MiB of output. */
@@ -774,24 +841,13 @@ int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv) {
     fprintf(stderr, "fedctl: warning: stdout was truncated (output cap reached)\n");
   if (json_is_true(json_object_get(r.json, "stderr_truncated")))
     fprintf(stderr, "fedctl: warning: stderr was truncated (output cap reached)\n");
-  if (json_is_true(json_object_get(r.json, "timed_out"))) {
-    if (timeout_s > 0)
-      fprintf(stderr, "fedctl: warning: the command timed out after %" PRId64 "s and was killed\n",
-              timeout_s);
-    else
-      fprintf(stderr, "fedctl: warning: the command timed out and was killed\n");
-    rc = FC_EXIT_TIMEDOUT;
-    goto done;
-  }
   code = fc_jint(r.json, "exit_code", -1000);
-  if (code == -1000 || !json_is_integer(json_object_get(r.json, "exit_code"))) {
+  if (!json_is_true(json_object_get(r.json, "timed_out")) &&
+      (code == -1000 || !json_is_integer(json_object_get(r.json, "exit_code")))) {
     rc = fc_bad_answer(&r);
     goto done;
   }
-  /* Like a shell: the status is 8 bits; never turn a failure into 0. */
-  rc = (int)(code & 0xff);
-  if (rc == 0 && code != 0)
-    rc = 1;
+  rc = exit_status(json_is_true(json_object_get(r.json, "timed_out")), code, timeout_s);
 done:
   fr_buf_free(&path);
   fr_buf_free(&in);
@@ -822,7 +878,7 @@ static int add_filter(const char *cmd, struct fr_buf *q, int opt, const char *va
     return FC_EXIT_USAGE;
   if (opt != F_LABEL && *val == '\0')
     return fc_usage_error(cmd, "--%s must not be empty", filter_opts[opt - 1].name);
-  if (add_query(q, keys[opt], val) != 0)
+  if (fc_add_query(q, keys[opt], val) != 0)
     return fc_oom();
   return 0;
 }
@@ -920,7 +976,7 @@ int fc_cmd_terminate(struct fc_ctx *ctx, int argc, char **argv) {
     fc_resp_close(&r);
     fc_resp_init(&r);
     fr_buf_reset(&path);
-    if (sandbox_path(&path, ids[i], "") != 0) {
+    if (fc_sandbox_path(&path, ids[i], "") != 0) {
       rc = fc_oom();
       goto done;
     }

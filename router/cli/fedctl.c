@@ -323,7 +323,8 @@ struct command {
 static const struct command commands[] = {
     {"create", fc_cmd_create}, {"exec", fc_cmd_exec},   {"terminate", fc_cmd_terminate},
     {"ls", fc_cmd_ls},         {"pools", fc_cmd_pools}, {"clusters", fc_cmd_clusters},
-    {"explain", fc_cmd_explain},
+    {"explain", fc_cmd_explain}, {"cp", fc_cmd_cp},        {"ps", fc_cmd_ps},
+    {"kill", fc_cmd_kill},       {"shell", fc_cmd_shell},
 };
 
 int main(int argc, char **argv) {
