@@ -1,5 +1,5 @@
 /* cmd_sandbox.c - the sandbox commands: create (with a live progress bar
- * for batches), exec, terminate and ls.
+ * for batches), exec (streamed, or buffered), terminate and ls.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -551,9 +551,11 @@ static const char exec_usage[] =
     "                   [--workdir D] [--] COMMAND [ARG...]\n"
     "\n"
     "Runs COMMAND (argv as given, no shell) in sandbox ID and writes its stdout\n"
-    "and stderr to fedctl's stdout and stderr, byte for byte. Exits with the\n"
-    "command's exit status (124 when it timed out and was killed; 1 with a\n"
-    "message when the API call itself failed). Options must come before the\n"
+    "and stderr to fedctl's stdout and stderr, byte for byte, as it runs\n"
+    "(through the sandbox's agent; a sandbox without one answers when the\n"
+    "command ended). Exits with the command's exit status (124 when it timed\n"
+    "out and was killed; 1 with a message when the API call itself failed).\n"
+    "Stopping fedctl stops a streamed command. Options must come before the\n"
     "command; use `--` when the command's first word starts with '-'.\n"
     "\n"
     "  --timeout S        kill the command after S seconds (router default 60)\n"
@@ -561,7 +563,8 @@ static const char exec_usage[] =
     "  --stdin-file F     send the contents of file F as stdin\n"
     "  --env K=V          environment variable (repeatable)\n"
     "  --workdir D        working directory inside the sandbox\n"
-    "  --json             print the API response verbatim (exit status as above)\n";
+    "  --json             print the buffered API response verbatim (no streaming;\n"
+    "                     exit status as above)\n";
 
 enum { E_TIMEOUT = 1, E_STDIN, E_STDIN_FILE, E_ENV, E_WORKDIR };
 

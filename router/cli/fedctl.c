@@ -1,8 +1,10 @@
 /* fedctl.c - the fedrouter command-line client: global options, argument
  * parsing, flag validation and command dispatch.
  *
- * The commands live in cmd_sandbox.c (create, exec, terminate, ls) and
- * cmd_infra.c (pools, clusters); HTTP in client.c; tables in output.c.
+ * The commands live in cmd_sandbox.c (create, exec, terminate, ls),
+ * cmd_data.c (cp, ps, kill), cmd_shell.c (shell) and cmd_infra.c (pools,
+ * clusters); HTTP in client.c; NDJSON answers in ndjson.c; tables in
+ * output.c.
  */
 #include <errno.h>
 #include <math.h>
@@ -26,7 +28,11 @@ static const char usage_text[] =
     "\n"
     "Commands:\n"
     "  create      create one sandbox or a batch (-n N)\n"
-    "  exec        run a command in a sandbox\n"
+    "  exec        run a command in a sandbox, its output streamed as it runs\n"
+    "  shell       an interactive terminal session in a sandbox\n"
+    "  cp          copy a file into or out of a sandbox (streamed, any size)\n"
+    "  ps          list the processes started in a sandbox\n"
+    "  kill        signal a process in a sandbox\n"
     "  terminate   terminate sandboxes by id or by label\n"
     "  ls          list sandboxes\n"
     "  pools       list, create, resize, get and delete warm pools\n"
@@ -40,8 +46,11 @@ static const char usage_text[] =
     "  --json          print the API's JSON responses verbatim\n"
     "  -h, --help      this help; `fedctl COMMAND --help` for a command\n"
     "\n"
+    "shell, cp, ps and kill need the sandbox's fedrouter agent.\n"
+    "\n"
     "Exit status: 0 ok, 1 API or connection error, 2 usage error;\n"
-    "`exec` exits with the command's own status (124 when it timed out).\n";
+    "`exec` and `shell` exit with the command's own status (124 when it\n"
+    "timed out).\n";
 
 static void usage(FILE *f) {
   fputs(usage_text, f);

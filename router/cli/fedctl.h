@@ -7,7 +7,8 @@
  *   0   success
  *   1   the API answered with an error, or the router could not be reached
  *   2   usage error (bad flag, bad number, missing argument)
- *   N   `exec` only: the remote command's exit code (124 when timed out)
+ *   N   `exec` and `shell`: the remote command's exit code (124 when
+ *       timed out); `shell` killed by signal S: 128 + S
  */
 #ifndef FEDCTL_H
 #define FEDCTL_H
