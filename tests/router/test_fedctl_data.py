@@ -26,6 +26,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_router as tr  # noqa: E402
 import test_agent_path as tap  # noqa: E402
+import test_data_plane as tdp  # noqa: E402
 from test_router import TestFailure, check, short, wait_until  # noqa: E402
 
 ARGS = None
@@ -39,15 +40,79 @@ def env_of(fed):
     return e
 
 
-def fc(fed, *args, stdin=b"", timeout=60):
+def fc(fed, *args, stdin=b"", timeout=60, token=tr.TOKEN_A):
     """Runs fedctl to the end: (rc, stdout bytes, stderr text)."""
-    p = subprocess.run([ARGS.fedctl, *args], input=stdin, capture_output=True, timeout=timeout, env=env_of(fed))
+    p = subprocess.run([ARGS.fedctl, *args], input=stdin, capture_output=True, timeout=timeout,
+                       env=dict(env_of(fed), FEDROUTER_TOKEN=token))
     return p.returncode, p.stdout, p.stderr.decode(errors="replace")
 
 
+def vm_hwm_kib(pid):
+    """Peak resident size of a running process, from /proc, in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise TestFailure(f"no VmHWM for pid {pid}")
+
+
+def upload_peak_kib(fed, sid, data, path):
+    """fedctl cp - ID:<path> fed <data> through a pipe; its peak memory
+    read once all of <data> went into the pipe, before its end."""
+    p = subprocess.Popen([ARGS.fedctl, "cp", "-", f"{sid}:{path}"], stdin=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env_of(fed))
+    try:
+        for i in range(0, len(data), 1 << 20):
+            p.stdin.write(data[i:i + (1 << 20)])
+        p.stdin.flush()
+        peak = vm_hwm_kib(p.pid)
+        p.stdin.close()
+        err = p.stderr.read()
+        rc = p.wait(60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stderr.close()
+    check(rc == 0, f"upload of {len(data)} bytes: rc {rc} err {err!r}")
+    return peak
+
+
+def download_peak_kib(fed, sid, path, size):
+    """fedctl cp ID:<path> - into a pipe; its peak memory read when all but
+    the last MiB arrived (fedctl still running)."""
+    p = subprocess.Popen([ARGS.fedctl, "cp", f"{sid}:{path}", "-"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env_of(fed))
+    got, peak = 0, None
+    try:
+        while True:
+            chunk = p.stdout.read1(1 << 16)
+            if not chunk:
+                break
+            got += len(chunk)
+            if peak is None and got >= size - (1 << 20):
+                peak = vm_hwm_kib(p.pid)
+        err = p.stderr.read()
+        rc = p.wait(60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        p.stderr.close()
+    check(rc == 0 and got == size and peak is not None, f"download: rc {rc}, {got} of {size} bytes, err {err!r}")
+    return peak
+
+
+def sandbox_of(fed):
+    """The sandbox the tests share (created by the first that needs it)."""
+    if "sid" not in fed.shared:
+        fed.shared["sid"] = fed.create_one(name="fc")["id"]
+    return fed.shared["sid"]
+
+
 def test_exec_streams_output_as_it_runs(fed):
-    sid = fed.create_one(name="fc")["id"]
-    fed.shared["sid"] = sid
+    sid = sandbox_of(fed)
     t0 = time.monotonic()
     p = subprocess.Popen([ARGS.fedctl, "exec", sid, "--", "sh", "-c", "echo a; sleep 2; echo b"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env_of(fed))
@@ -75,7 +140,7 @@ def test_exec_streams_output_as_it_runs(fed):
 
 
 def test_exec_exit_codes_streams_and_bytes(fed):
-    sid = fed.shared["sid"]
+    sid = sandbox_of(fed)
     rc, out, err = fc(fed, "exec", sid, "--", "sh", "-c", "echo to-out; echo to-err >&2; exit 7")
     check(rc == 7 and out == b"to-out\n" and err == "to-err\n", f"rc {rc} out {out!r} err {err!r}")
     rc, out, err = fc(fed, "exec", sid, "--", "sh", "-c", r"printf '\377\376A\000B'")
@@ -104,7 +169,7 @@ def sha(b):
 
 
 def test_cp_round_trip_both_ways(fed):
-    sid = fed.shared["sid"]
+    sid = sandbox_of(fed)
     d = os.path.join(fed.root, "cp")
     os.makedirs(d)
     data = os.urandom(20 << 20)
@@ -124,7 +189,17 @@ def test_cp_round_trip_both_ways(fed):
     check(rc == 0 and err == "", f"download: rc {rc} err {err!r}")
     with open(dst, "rb") as f:
         check(sha(f.read()) == sha(data), "the downloaded copy differs")
-    print(f"     20 MiB up {t_up:.2f} s, down {t_down:.2f} s")
+    # Streamed, not buffered: 20 MiB cost fedctl less than 8 MiB more
+    # memory than 2 MiB do (more than a pipe holds, so fedctl is running
+    # its transfer when the peak is read).
+    base_up = upload_peak_kib(fed, sid, data[:2 << 20], "/tmp/small2.bin")
+    base_down = download_peak_kib(fed, sid, "/tmp/small2.bin", 2 << 20)
+    up = upload_peak_kib(fed, sid, data, "/tmp/big2.bin")
+    down = download_peak_kib(fed, sid, "/tmp/big2.bin", len(data))
+    check(up - base_up < 8192 and down - base_down < 8192,
+          f"fedctl peak memory: {base_up}/{base_down} KiB up/down for 2 MiB, {up}/{down} KiB for 20 MiB")
+    print(f"     20 MiB up {t_up:.2f} s, down {t_down:.2f} s; fedctl peak RSS up/down "
+          f"{base_up}/{base_down} KiB for 2 MiB, {up}/{down} KiB for 20 MiB")
     # stdin and stdout, bytes of every value, an empty file.
     small = bytes(range(256)) * 3
     rc, out, err = fc(fed, "cp", "-", f"{sid}:/tmp/small.bin", stdin=small)
@@ -158,6 +233,23 @@ def test_cp_round_trip_both_ways(fed):
         check(rc == 2 and "fedctl cp:" in err, f"cp {args}: rc {rc} err {err!r}")
 
 
+def test_cp_over_the_tenant_file_limit(fed):
+    sid = fed.create_one(token=tr.TOKEN_B, name="fcb")["id"]
+    big = os.path.join(fed.root, "over-limit.bin")
+    with open(big, "wb") as f:
+        f.write(b"x" * (tdp.FILE_LIMIT_B + 1))
+    # A file says its size: refused before the bytes move.
+    rc, out, err = fc(fed, "cp", big, f"{sid}:/tmp/big", token=tr.TOKEN_B)
+    check(rc == 1 and err.startswith("fedctl: file_too_large: "), f"file over the limit: rc {rc} err {err!r}")
+    # A pipe goes chunked: refused when the count passes the limit.
+    with open(big, "rb") as f:
+        data = f.read()
+    rc, out, err = fc(fed, "cp", "-", f"{sid}:/tmp/big", stdin=data, token=tr.TOKEN_B)
+    check(rc == 1 and "file_too_large" in err, f"pipe over the limit: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "cp", "-", f"{sid}:/tmp/ok", stdin=data[:1000], token=tr.TOKEN_B)
+    check(rc == 0, f"under the limit: rc {rc} err {err!r}")
+
+
 def ps_rows(fed, sid):
     rc, out, err = fc(fed, "ps", sid)
     check(rc == 0, f"ps: rc {rc} err {err!r}")
@@ -167,7 +259,7 @@ def ps_rows(fed, sid):
 
 
 def test_ps_and_kill(fed):
-    sid = fed.shared["sid"]
+    sid = sandbox_of(fed)
     st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes",
                     {"argv": ["sleep", "3071"], "tag": "nap", "workdir": "/tmp"})
     check(st == 201, f"start: {st} {r}")
@@ -256,7 +348,7 @@ class PtySession:
 
 
 def test_shell_on_a_pty(fed):
-    sid = fed.shared["sid"]
+    sid = sandbox_of(fed)
     s = PtySession(fed, sid, 30, 90)
     try:
         s.type(b"echo $((6*7))\r")
@@ -298,7 +390,7 @@ def test_shell_on_a_pty(fed):
 
 
 def test_shell_killed_restores_the_terminal_and_hangs_up(fed):
-    sid = fed.shared["sid"]
+    sid = sandbox_of(fed)
     s = PtySession(fed, sid, 24, 80)
     try:
         s.type(b"echo ready-$((2+2))\r")
@@ -315,7 +407,7 @@ def test_shell_killed_restores_the_terminal_and_hangs_up(fed):
 
 
 def test_shell_with_a_pipe(fed):
-    sid = fed.shared["sid"]
+    sid = sandbox_of(fed)
     rc, out, err = fc(fed, "shell", sid, stdin=b"echo piped-$((2*3))\nexit 5\n")
     check(rc == 5 and out == b"piped-6\n", f"shell on a pipe: rc {rc} out {out!r} err {err!r}")
     rc, out, err = fc(fed, "shell", sid, "--", "cat", stdin=b"through cat\n")
@@ -328,6 +420,7 @@ TESTS = [
     test_exec_streams_output_as_it_runs,
     test_exec_exit_codes_streams_and_bytes,
     test_cp_round_trip_both_ways,
+    test_cp_over_the_tenant_file_limit,
     test_ps_and_kill,
     test_shell_on_a_pty,
     test_shell_killed_restores_the_terminal_and_hangs_up,
@@ -352,7 +445,7 @@ def main():
     fed = None
     t0 = time.monotonic()
     try:
-        fed = tap.AgentFed("fedctl-data", [("d1", "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
+        fed = tdp.DataFed("fedctl-data", [("d1", "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
                                                          "--agent-binary", os.path.abspath(ARGS.agent)])])
         fed.shared = {}
         for t in tests:
