@@ -566,11 +566,11 @@ static const char exec_usage[] =
     "  --json             print the buffered API response verbatim (no streaming;\n"
     "                     exit status as above)\n";
 
-enum { E_TIMEOUT = 1, E_STDIN, E_STDIN_FILE, E_ENV, E_WORKDIR };
+enum { E_TIMEOUT = 1, E_STDIN, E_STDIN_FILE };
 
 static const struct fc_opt exec_opts[] = {
-    {"timeout", 0, 1, E_TIMEOUT}, {"stdin", 'i', 0, E_STDIN},     {"stdin-file", 0, 1, E_STDIN_FILE},
-    {"env", 0, 1, E_ENV},         {"workdir", 0, 1, E_WORKDIR}, {NULL, 0, 0, 0},
+    {"timeout", 0, 1, E_TIMEOUT},     {"stdin", 'i', 0, E_STDIN},          {"stdin-file", 0, 1, E_STDIN_FILE},
+    {"env", 0, 1, FC_OPT_ENV},        {"workdir", 0, 1, FC_OPT_WORKDIR}, {NULL, 0, 0, 0},
 };
 
 /* Reads all of <f> into <b>; 0, -EIO or -ENOMEM. */
@@ -699,22 +699,28 @@ done:
 int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv) {
   struct fc_args a;
   struct fc_resp r;
+  struct fc_run run;
   struct fr_buf in, path;
-  json_t *body = json_object(), *env = json_object(), *args = json_array(), *v;
-  const char *val, *eq, *id = NULL, *stdin_file = NULL;
-  char **cmd_argv = NULL;
-  int cmd_argc = 0, opt, rc = FC_EXIT_USAGE, use_stdin = 0, err;
+  json_t *body, *v;
+  const char *val, *stdin_file = NULL;
+  int opt, rc = FC_EXIT_USAGE, use_stdin = 0, err;
   int64_t timeout_s = 0, code;
 
   fc_resp_init(&r);
   fr_buf_init(&in);
   fr_buf_init(&path);
-  if (body == NULL || env == NULL || args == NULL) {
+  if (fc_run_init(&run, "exec") != 0) {
     rc = fc_oom();
     goto done;
   }
+  body = run.body;
   fc_args_init(&a, ctx, "exec", exec_opts, argc, argv);
-  while (cmd_argv == NULL && (opt = fc_args_next(&a, &val)) != FC_ARG_END) {
+  while (run.argv == NULL && (opt = fc_args_next(&a, &val)) != FC_ARG_END) {
+    if ((err = fc_run_arg(&run, &a, opt, val)) != 0) {
+      if (err < 0)
+        goto done;
+      continue;
+    }
     switch (opt) {
     case FC_ARG_HELP:
       fputs(exec_usage, stdout);
@@ -722,16 +728,6 @@ int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv) {
       goto done;
     case FC_ARG_ERR:
       goto done;
-    case FC_ARG_POS:
-      if (id == NULL) {
-        id = val;
-      } else {
-        /* The first word after the id starts the command: everything
-         * from here on is its argv, options included. */
-        cmd_argv = argv + a.pos_index;
-        cmd_argc = argc - a.pos_index;
-      }
-      break;
     case E_TIMEOUT:
       if (fc_parse_int("exec", "--timeout", val, 1, FC_MAX_SECONDS, &timeout_s) != 0)
         goto done;
@@ -742,42 +738,14 @@ int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv) {
     case E_STDIN_FILE:
       stdin_file = val;
       break;
-    case E_ENV:
-      if (fc_check_env("exec", val, &eq) != 0)
-        goto done;
-      fc_obj_set_kv(env, val, eq);
-      break;
-    case E_WORKDIR:
-      if (*val == '\0') {
-        fc_usage_error("exec", "--workdir must not be empty");
-        goto done;
-      }
-      json_object_set_new(body, "workdir", json_string(val));
-      break;
     }
   }
-  if (id == NULL) {
-    fc_usage_error("exec", "missing sandbox ID");
+  if (fc_run_finish(&run, NULL) != FC_EXIT_OK)
     goto done;
-  }
-  if (cmd_argv == NULL || cmd_argc == 0) {
-    fc_usage_error("exec", "missing the command to run (fedctl exec ID -- COMMAND [ARG...])");
-    goto done;
-  }
   if (use_stdin && stdin_file != NULL) {
     fc_usage_error("exec", "use either -i or --stdin-file, not both");
     goto done;
   }
-  for (opt = 0; opt < cmd_argc; opt++) {
-    if ((v = json_string(cmd_argv[opt])) == NULL) {
-      fc_usage_error("exec", "argument %d is not valid UTF-8", opt + 1);
-      goto done;
-    }
-    json_array_append_new(args, v);
-  }
-  json_object_set(body, "argv", args);
-  if (json_object_size(env) > 0)
-    json_object_set(body, "env", env);
   if (timeout_s > 0)
     json_object_set_new(body, "timeout_s", json_integer(timeout_s));
   if (use_stdin || stdin_file != NULL) {
@@ -803,7 +771,7 @@ int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv) {
     }
     json_object_set_new(body, "stdin", v);
   }
-  if (fc_sandbox_path(&path, id, "/exec") != 0) {
+  if (fc_sandbox_path(&path, run.id, "/exec") != 0) {
     rc = fc_oom();
     goto done;
   }
@@ -855,9 +823,7 @@ done:
   fr_buf_free(&path);
   fr_buf_free(&in);
   fc_resp_close(&r);
-  json_decref(args);
-  json_decref(env);
-  json_decref(body);
+  fc_run_close(&run);
   return rc;
 }
 

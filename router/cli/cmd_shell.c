@@ -61,11 +61,11 @@ static const char shell_usage[] =
     "  --env K=V          environment variable (repeatable; TERM is passed on)\n"
     "  --workdir D        working directory inside the sandbox\n";
 
-enum { S_TTY = 1, S_NO_TTY, S_ENV, S_WORKDIR };
+enum { S_TTY = 1, S_NO_TTY };
 
 static const struct fc_opt shell_opts[] = {
-    {"tty", 't', 0, S_TTY},       {"no-tty", 'T', 0, S_NO_TTY}, {"env", 0, 1, S_ENV},
-    {"workdir", 0, 1, S_WORKDIR}, {NULL, 0, 0, 0},
+    {"tty", 't', 0, S_TTY},            {"no-tty", 'T', 0, S_NO_TTY}, {"env", 0, 1, FC_OPT_ENV},
+    {"workdir", 0, 1, FC_OPT_WORKDIR}, {NULL, 0, 0, 0},
 };
 
 /* One call of the session, on the multi handle while <busy>. */
@@ -373,7 +373,7 @@ static int read_signals(struct shell *sh) {
 
 /* The session loop: returns when the output ended (0), when a signal says
  * quit (that signal), or on a local error (negative errno). */
-static int run(struct shell *sh) {
+static int session_loop(struct shell *sh) {
   struct curl_waitfd fds[2];
   unsigned nfds;
   int running, rc, quit;
@@ -444,11 +444,10 @@ done:
 int fc_cmd_shell(struct fc_ctx *ctx, int argc, char **argv) {
   struct shell sh;
   struct fc_args a;
-  json_t *body = json_object(), *env = json_object(), *args = json_array(), *v;
-  const char *val, *eq, *term;
-  int opt, rc = FC_EXIT_USAGE, want_pty = -1, quit = 0, i, err;
-  char **cmd_argv = NULL;
-  int cmd_argc = 0;
+  struct fc_run run;
+  json_t *v;
+  const char *val, *term;
+  int opt, rc = FC_EXIT_USAGE, want_pty = -1, quit = 0, err;
 
   memset(&sh, 0, sizeof(sh));
   sh.ctx = ctx;
@@ -458,12 +457,17 @@ int fc_cmd_shell(struct fc_ctx *ctx, int argc, char **argv) {
   fc_resp_init(&sh.in.r);
   fc_resp_init(&sh.rs.r);
   fc_nd_init(&sh.nd, out_write, NULL);
-  if (body == NULL || env == NULL || args == NULL) {
+  if (fc_run_init(&run, "shell") != 0) {
     rc = fc_oom();
     goto done;
   }
   fc_args_init(&a, ctx, "shell", shell_opts, argc, argv);
-  while (cmd_argv == NULL && (opt = fc_args_next(&a, &val)) != FC_ARG_END) {
+  while (run.argv == NULL && (opt = fc_args_next(&a, &val)) != FC_ARG_END) {
+    if ((err = fc_run_arg(&run, &a, opt, val)) != 0) {
+      if (err < 0)
+        goto done;
+      continue;
+    }
     switch (opt) {
     case FC_ARG_HELP:
       fputs(shell_usage, stdout);
@@ -471,61 +475,28 @@ int fc_cmd_shell(struct fc_ctx *ctx, int argc, char **argv) {
       goto done;
     case FC_ARG_ERR:
       goto done;
-    case FC_ARG_POS:
-      if (sh.id == NULL) {
-        sh.id = val;
-      } else {
-        cmd_argv = argv + a.pos_index;
-        cmd_argc = argc - a.pos_index;
-      }
-      break;
     case S_TTY:
       want_pty = 1;
       break;
     case S_NO_TTY:
       want_pty = 0;
       break;
-    case S_ENV:
-      if (fc_check_env("shell", val, &eq) != 0)
-        goto done;
-      fc_obj_set_kv(env, val, eq);
-      break;
-    case S_WORKDIR:
-      if (*val == '\0') {
-        fc_usage_error("shell", "--workdir must not be empty");
-        goto done;
-      }
-      json_object_set_new(body, "workdir", json_string(val));
-      break;
     }
   }
-  if (sh.id == NULL) {
-    fc_usage_error("shell", "missing sandbox ID");
-    goto done;
-  }
-  for (i = 0; i < cmd_argc; i++) {
-    if ((v = json_string(cmd_argv[i])) == NULL) {
-      fc_usage_error("shell", "argument %d is not valid UTF-8", i + 1);
-      goto done;
-    }
-    json_array_append_new(args, v);
-  }
-  if (cmd_argc == 0)
-    json_array_append_new(args, json_string("/bin/sh"));
   sh.pty = want_pty >= 0 ? want_pty : isatty(STDIN_FILENO);
   term = getenv("TERM");
-  if (sh.pty && term != NULL && *term != '\0' && json_object_get(env, "TERM") == NULL &&
+  if (sh.pty && term != NULL && *term != '\0' && json_object_get(run.env, "TERM") == NULL &&
       (v = json_string(term)) != NULL)
-    json_object_set_new(env, "TERM", v);
-  json_object_set(body, "argv", args);
-  json_object_set_new(body, "tag", json_string("shell"));
-  if (json_object_size(env) > 0)
-    json_object_set(body, "env", env);
+    json_object_set_new(run.env, "TERM", v);
+  if (fc_run_finish(&run, "/bin/sh") != FC_EXIT_OK)
+    goto done;
+  sh.id = run.id;
+  json_object_set_new(run.body, "tag", json_string("shell"));
   if (sh.pty) {
     term_size(&sh.rows, &sh.cols);
-    json_object_set_new(body, "pty", json_pack("{s:i,s:i}", "cols", (int)sh.cols, "rows", (int)sh.rows));
+    json_object_set_new(run.body, "pty", json_pack("{s:i,s:i}", "cols", (int)sh.cols, "rows", (int)sh.rows));
   } else {
-    json_object_set_new(body, "stdin", json_true());
+    json_object_set_new(run.body, "stdin", json_true());
   }
 
   /* Everything the loop needs exists before the process starts, so no
@@ -544,7 +515,7 @@ int fc_cmd_shell(struct fc_ctx *ctx, int argc, char **argv) {
   }
   the_shell = &sh;
   signals_set(1);
-  if ((rc = start_process(&sh, body)) != FC_EXIT_OK)
+  if ((rc = start_process(&sh, run.body)) != FC_EXIT_OK)
     goto done;
   if ((err = call_setup(&sh, &sh.out, "GET", "/output?follow=1", NULL, NULL, 0)) != 0) {
     rc = fc_oom();
@@ -563,7 +534,7 @@ int fc_cmd_shell(struct fc_ctx *ctx, int argc, char **argv) {
     goto hang_up;
   }
 
-  quit = run(&sh);
+  quit = session_loop(&sh);
   raw_off(&sh);
   if (quit > 0) {
     rc = 128 + quit;
@@ -617,8 +588,6 @@ done:
     close(sh.sig_pipe[1]);
   fc_nd_close(&sh.nd);
   fr_buf_free(&sh.pending);
-  json_decref(args);
-  json_decref(env);
-  json_decref(body);
+  fc_run_close(&run);
   return rc;
 }

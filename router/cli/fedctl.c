@@ -322,6 +322,82 @@ int fc_obj_set_kv(json_t *obj, const char *kv, const char *eq) {
 }
 
 /* ---------------------------------------------------------------------- */
+/* a command to run (exec, shell)                                          */
+
+int fc_run_init(struct fc_run *r, const char *cmd) {
+  memset(r, 0, sizeof(*r));
+  r->cmd = cmd;
+  r->body = json_object();
+  r->env = json_object();
+  return r->body != NULL && r->env != NULL ? 0 : -ENOMEM;
+}
+
+void fc_run_close(struct fc_run *r) {
+  json_decref(r->env);
+  json_decref(r->body);
+  r->env = r->body = NULL;
+}
+
+int fc_run_arg(struct fc_run *r, const struct fc_args *a, int opt, const char *val) {
+  const char *eq;
+
+  switch (opt) {
+  case FC_ARG_POS:
+    if (r->id == NULL) {
+      r->id = val;
+    } else {
+      /* The first word after the id starts the command: everything from
+       * here on is its argv, options included. */
+      r->argv = a->argv + a->pos_index;
+      r->argc = a->argc - a->pos_index;
+    }
+    return 1;
+  case FC_OPT_ENV:
+    if (fc_check_env(r->cmd, val, &eq) != 0)
+      return -1;
+    if (fc_obj_set_kv(r->env, val, eq) != 0)
+      return fc_oom(), -1;
+    return 1;
+  case FC_OPT_WORKDIR:
+    if (*val == '\0')
+      return fc_usage_error(r->cmd, "--workdir must not be empty"), -1;
+    if (json_object_set_new(r->body, "workdir", json_string(val)) != 0)
+      return fc_usage_error(r->cmd, "--workdir is not valid UTF-8"), -1;
+    return 1;
+  }
+  return 0;
+}
+
+int fc_run_finish(struct fc_run *r, const char *dflt) {
+  json_t *args = json_array(), *v;
+  int i;
+
+  if (r->id == NULL) {
+    json_decref(args);
+    return fc_usage_error(r->cmd, "missing sandbox ID");
+  }
+  if (r->argc == 0 && dflt == NULL) {
+    json_decref(args);
+    return fc_usage_error(r->cmd, "missing the command to run (fedctl %s ID -- COMMAND [ARG...])", r->cmd);
+  }
+  if (args == NULL)
+    return fc_oom(), FC_EXIT_USAGE;
+  for (i = 0; i < r->argc; i++) {
+    if ((v = json_string(r->argv[i])) == NULL) {
+      json_decref(args);
+      return fc_usage_error(r->cmd, "argument %d is not valid UTF-8", i + 1);
+    }
+    json_array_append_new(args, v);
+  }
+  if (r->argc == 0)
+    json_array_append_new(args, json_string(dflt));
+  json_object_set_new(r->body, "argv", args);
+  if (json_object_size(r->env) > 0)
+    json_object_set(r->body, "env", r->env);
+  return FC_EXIT_OK;
+}
+
+/* ---------------------------------------------------------------------- */
 /* main                                                                    */
 
 struct command {

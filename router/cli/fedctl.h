@@ -108,6 +108,33 @@ int fc_check_env(const char *cmd, const char *s, const char **eq);
 /* Adds "K=V" to the JSON object <obj> (borrowed); 0 or -ENOMEM. */
 int fc_obj_set_kv(json_t *obj, const char *kv, const char *eq);
 
+/* What exec and shell share: "ID [--] COMMAND [ARG...]", --env K=V and
+ * --workdir D, gathered into the request body. Their option tables carry
+ * {"env", 0, 1, FC_OPT_ENV} and {"workdir", 0, 1, FC_OPT_WORKDIR}. */
+enum { FC_OPT_ENV = 900, FC_OPT_WORKDIR };
+
+struct fc_run {
+  const char *cmd;        /* "exec", "shell": for messages */
+  const char *id;         /* the sandbox; NULL until given */
+  char **argv;            /* the command, from the first word after the id */
+  int argc;
+  json_t *body;           /* the request body (owned) */
+  json_t *env;            /* (owned) */
+};
+
+/* 0 or -ENOMEM (fc_run_close() is still due). */
+int fc_run_init(struct fc_run *r, const char *cmd);
+void fc_run_close(struct fc_run *r);
+/* Takes one result of fc_args_next() on <a> if it is the id, the command's
+ * first word (then everything after it is the command: stop calling
+ * fc_args_next() once r->argv is set), --env or --workdir. Returns 1 when
+ * taken, 0 when not one of those, -1 after printing a usage error. */
+int fc_run_arg(struct fc_run *r, const struct fc_args *a, int opt, const char *val);
+/* Puts "argv" (each word checked to be UTF-8; <dflt> when no command was
+ * given, a usage error when <dflt> is NULL too) and "env" into the body.
+ * Returns FC_EXIT_OK, or FC_EXIT_USAGE with the error printed. */
+int fc_run_finish(struct fc_run *r, const char *dflt);
+
 /* --------------------------------------------------------------- HTTP/API */
 
 /* One API response. */

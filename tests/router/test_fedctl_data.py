@@ -410,6 +410,8 @@ def test_shell_with_a_pipe(fed):
     sid = sandbox_of(fed)
     rc, out, err = fc(fed, "shell", sid, stdin=b"echo piped-$((2*3))\nexit 5\n")
     check(rc == 5 and out == b"piped-6\n", f"shell on a pipe: rc {rc} out {out!r} err {err!r}")
+    rc, out, err = fc(fed, "shell", "--env", "X=y z", "--workdir", "/tmp", sid, stdin=b'echo "$X"; pwd\n')
+    check(rc == 0 and out == b"y z\n/tmp\n", f"shell --env --workdir: rc {rc} out {out!r} err {err!r}")
     rc, out, err = fc(fed, "shell", sid, "--", "cat", stdin=b"through cat\n")
     check(rc == 0 and out == b"through cat\n", f"shell -- cat: rc {rc} out {out!r} err {err!r}")
     rc, out, err = fc(fed, "shell", "d1.no-such-pod", stdin=b"")
