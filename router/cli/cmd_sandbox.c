@@ -709,25 +709,14 @@ int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv) {
   fc_resp_init(&r);
   fr_buf_init(&in);
   fr_buf_init(&path);
-  if (fc_run_init(&run, "exec") != 0) {
+  if (fc_run_init(&run, "exec", exec_usage) != 0) {
     rc = fc_oom();
     goto done;
   }
   body = run.body;
   fc_args_init(&a, ctx, "exec", exec_opts, argc, argv);
-  while (run.argv == NULL && (opt = fc_args_next(&a, &val)) != FC_ARG_END) {
-    if ((err = fc_run_arg(&run, &a, opt, val)) != 0) {
-      if (err < 0)
-        goto done;
-      continue;
-    }
+  while ((opt = fc_run_next(&run, &a, &val)) > 0) {
     switch (opt) {
-    case FC_ARG_HELP:
-      fputs(exec_usage, stdout);
-      rc = FC_EXIT_OK;
-      goto done;
-    case FC_ARG_ERR:
-      goto done;
     case E_TIMEOUT:
       if (fc_parse_int("exec", "--timeout", val, 1, FC_MAX_SECONDS, &timeout_s) != 0)
         goto done;
@@ -739,6 +728,10 @@ int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv) {
       stdin_file = val;
       break;
     }
+  }
+  if (opt == FC_ARG_HELP || opt == FC_ARG_ERR) {
+    rc = opt == FC_ARG_HELP ? FC_EXIT_OK : FC_EXIT_USAGE;
+    goto done;
   }
   if (fc_run_finish(&run, NULL) != FC_EXIT_OK)
     goto done;

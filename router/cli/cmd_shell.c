@@ -457,24 +457,13 @@ int fc_cmd_shell(struct fc_ctx *ctx, int argc, char **argv) {
   fc_resp_init(&sh.in.r);
   fc_resp_init(&sh.rs.r);
   fc_nd_init(&sh.nd, out_write, NULL);
-  if (fc_run_init(&run, "shell") != 0) {
+  if (fc_run_init(&run, "shell", shell_usage) != 0) {
     rc = fc_oom();
     goto done;
   }
   fc_args_init(&a, ctx, "shell", shell_opts, argc, argv);
-  while (run.argv == NULL && (opt = fc_args_next(&a, &val)) != FC_ARG_END) {
-    if ((err = fc_run_arg(&run, &a, opt, val)) != 0) {
-      if (err < 0)
-        goto done;
-      continue;
-    }
+  while ((opt = fc_run_next(&run, &a, &val)) > 0) {
     switch (opt) {
-    case FC_ARG_HELP:
-      fputs(shell_usage, stdout);
-      rc = FC_EXIT_OK;
-      goto done;
-    case FC_ARG_ERR:
-      goto done;
     case S_TTY:
       want_pty = 1;
       break;
@@ -482,6 +471,10 @@ int fc_cmd_shell(struct fc_ctx *ctx, int argc, char **argv) {
       want_pty = 0;
       break;
     }
+  }
+  if (opt == FC_ARG_HELP || opt == FC_ARG_ERR) {
+    rc = opt == FC_ARG_HELP ? FC_EXIT_OK : FC_EXIT_USAGE;
+    goto done;
   }
   sh.pty = want_pty >= 0 ? want_pty : isatty(STDIN_FILENO);
   term = getenv("TERM");

@@ -324,9 +324,10 @@ int fc_obj_set_kv(json_t *obj, const char *kv, const char *eq) {
 /* ---------------------------------------------------------------------- */
 /* a command to run (exec, shell)                                          */
 
-int fc_run_init(struct fc_run *r, const char *cmd) {
+int fc_run_init(struct fc_run *r, const char *cmd, const char *usage) {
   memset(r, 0, sizeof(*r));
   r->cmd = cmd;
+  r->usage = usage;
   r->body = json_object();
   r->env = json_object();
   return r->body != NULL && r->env != NULL ? 0 : -ENOMEM;
@@ -338,34 +339,42 @@ void fc_run_close(struct fc_run *r) {
   r->env = r->body = NULL;
 }
 
-int fc_run_arg(struct fc_run *r, const struct fc_args *a, int opt, const char *val) {
+int fc_run_next(struct fc_run *r, struct fc_args *a, const char **val) {
   const char *eq;
+  int opt;
 
-  switch (opt) {
-  case FC_ARG_POS:
-    if (r->id == NULL) {
-      r->id = val;
-    } else {
-      /* The first word after the id starts the command: everything from
-       * here on is its argv, options included. */
-      r->argv = a->argv + a->pos_index;
-      r->argc = a->argc - a->pos_index;
+  while (r->argv == NULL && (opt = fc_args_next(a, val)) != FC_ARG_END) {
+    switch (opt) {
+    case FC_ARG_HELP:
+      fputs(r->usage, stdout);
+      return FC_ARG_HELP;
+    case FC_ARG_POS:
+      if (r->id == NULL) {
+        r->id = *val;
+      } else {
+        /* The first word after the id starts the command: everything
+         * from here on is its argv, options included. */
+        r->argv = a->argv + a->pos_index;
+        r->argc = a->argc - a->pos_index;
+      }
+      break;
+    case FC_OPT_ENV:
+      if (fc_check_env(r->cmd, *val, &eq) != 0)
+        return FC_ARG_ERR;
+      if (fc_obj_set_kv(r->env, *val, eq) != 0)
+        return fc_oom(), FC_ARG_ERR;
+      break;
+    case FC_OPT_WORKDIR:
+      if (**val == '\0')
+        return fc_usage_error(r->cmd, "--workdir must not be empty"), FC_ARG_ERR;
+      if (json_object_set_new(r->body, "workdir", json_string(*val)) != 0)
+        return fc_usage_error(r->cmd, "--workdir is not valid UTF-8"), FC_ARG_ERR;
+      break;
+    default:
+      return opt;   /* the command's own, or FC_ARG_ERR */
     }
-    return 1;
-  case FC_OPT_ENV:
-    if (fc_check_env(r->cmd, val, &eq) != 0)
-      return -1;
-    if (fc_obj_set_kv(r->env, val, eq) != 0)
-      return fc_oom(), -1;
-    return 1;
-  case FC_OPT_WORKDIR:
-    if (*val == '\0')
-      return fc_usage_error(r->cmd, "--workdir must not be empty"), -1;
-    if (json_object_set_new(r->body, "workdir", json_string(val)) != 0)
-      return fc_usage_error(r->cmd, "--workdir is not valid UTF-8"), -1;
-    return 1;
   }
-  return 0;
+  return FC_ARG_END;
 }
 
 int fc_run_finish(struct fc_run *r, const char *dflt) {

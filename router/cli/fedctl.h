@@ -115,6 +115,7 @@ enum { FC_OPT_ENV = 900, FC_OPT_WORKDIR };
 
 struct fc_run {
   const char *cmd;        /* "exec", "shell": for messages */
+  const char *usage;
   const char *id;         /* the sandbox; NULL until given */
   char **argv;            /* the command, from the first word after the id */
   int argc;
@@ -122,14 +123,16 @@ struct fc_run {
   json_t *env;            /* (owned) */
 };
 
-/* 0 or -ENOMEM (fc_run_close() is still due). */
-int fc_run_init(struct fc_run *r, const char *cmd);
+/* <usage> is the command's --help text. 0 or -ENOMEM (fc_run_close() is
+ * still due). */
+int fc_run_init(struct fc_run *r, const char *cmd, const char *usage);
 void fc_run_close(struct fc_run *r);
-/* Takes one result of fc_args_next() on <a> if it is the id, the command's
- * first word (then everything after it is the command: stop calling
- * fc_args_next() once r->argv is set), --env or --workdir. Returns 1 when
- * taken, 0 when not one of those, -1 after printing a usage error. */
-int fc_run_arg(struct fc_run *r, const struct fc_args *a, int opt, const char *val);
+/* fc_args_next() that takes the id, the command (its first word and all
+ * after it), --env and --workdir itself. Returns the id of another option
+ * of the command (> 0, its value in *<val>), FC_ARG_END when the
+ * arguments are used up, FC_ARG_HELP after printing the usage, or
+ * FC_ARG_ERR after printing a usage error. */
+int fc_run_next(struct fc_run *r, struct fc_args *a, const char **val);
 /* Puts "argv" (each word checked to be UTF-8; <dflt> when no command was
  * given, a usage error when <dflt> is NULL too) and "env" into the body.
  * Returns FC_EXIT_OK, or FC_EXIT_USAGE with the error printed. */
