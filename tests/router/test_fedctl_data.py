@@ -10,6 +10,7 @@ Usage: test_fedctl_data.py --fedctl PATH --fedrouter PATH --kubesim PATH --agent
 Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
 """
 import argparse
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -47,6 +48,22 @@ def fc(fed, *args, stdin=b"", timeout=60, token=tr.TOKEN_A):
     return p.returncode, p.stdout, p.stderr.decode(errors="replace")
 
 
+@contextlib.contextmanager
+def fedctl_running(fed, *args, **popen_kw):
+    """fedctl started with <popen_kw> (pipes); killed if still running at
+    the end of the block, its pipes closed."""
+    p = subprocess.Popen([ARGS.fedctl, *args], env=env_of(fed), **popen_kw)
+    try:
+        yield p
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for f in (p.stdin, p.stdout, p.stderr):
+            if f is not None:
+                f.close()
+
+
 def vm_hwm_kib(pid):
     """Peak resident size of a running process, from /proc, in KiB."""
     with open(f"/proc/{pid}/status") as f:
@@ -59,9 +76,8 @@ def vm_hwm_kib(pid):
 def upload_peak_kib(fed, sid, data, path):
     """fedctl cp - ID:<path> fed <data> through a pipe; its peak memory
     read once all of <data> went into the pipe, before its end."""
-    p = subprocess.Popen([ARGS.fedctl, "cp", "-", f"{sid}:{path}"], stdin=subprocess.PIPE,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env_of(fed))
-    try:
+    with fedctl_running(fed, "cp", "-", f"{sid}:{path}", stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE) as p:
         for i in range(0, len(data), 1 << 20):
             p.stdin.write(data[i:i + (1 << 20)])
         p.stdin.flush()
@@ -69,11 +85,6 @@ def upload_peak_kib(fed, sid, data, path):
         p.stdin.close()
         err = p.stderr.read()
         rc = p.wait(60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        p.stderr.close()
     check(rc == 0, f"upload of {len(data)} bytes: rc {rc} err {err!r}")
     return peak
 
@@ -81,10 +92,8 @@ def upload_peak_kib(fed, sid, data, path):
 def download_peak_kib(fed, sid, path, size):
     """fedctl cp ID:<path> - into a pipe; its peak memory read when all but
     the last MiB arrived (fedctl still running)."""
-    p = subprocess.Popen([ARGS.fedctl, "cp", f"{sid}:{path}", "-"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, env=env_of(fed))
     got, peak = 0, None
-    try:
+    with fedctl_running(fed, "cp", f"{sid}:{path}", "-", stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
         while True:
             chunk = p.stdout.read1(1 << 16)
             if not chunk:
@@ -94,12 +103,6 @@ def download_peak_kib(fed, sid, path, size):
                 peak = vm_hwm_kib(p.pid)
         err = p.stderr.read()
         rc = p.wait(60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        p.stdout.close()
-        p.stderr.close()
     check(rc == 0 and got == size and peak is not None, f"download: rc {rc}, {got} of {size} bytes, err {err!r}")
     return peak
 
@@ -114,9 +117,8 @@ def sandbox_of(fed):
 def test_exec_streams_output_as_it_runs(fed):
     sid = sandbox_of(fed)
     t0 = time.monotonic()
-    p = subprocess.Popen([ARGS.fedctl, "exec", sid, "--", "sh", "-c", "echo a; sleep 2; echo b"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env_of(fed))
-    try:
+    with fedctl_running(fed, "exec", sid, "--", "sh", "-c", "echo a; sleep 2; echo b",
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
         ready, _, _ = select.select([p.stdout], [], [], 30)
         check(ready, "no output within 30 s")
         first = os.read(p.stdout.fileno(), 65536)
@@ -125,12 +127,6 @@ def test_exec_streams_output_as_it_runs(fed):
         rest = p.stdout.read()
         err = p.stderr.read()
         rc = p.wait(30)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        p.stdout.close()
-        p.stderr.close()
     t_end = time.monotonic() - t0
     check(first == b"a\n", f"first chunk {first!r}")
     check(running, "fedctl had ended when the first chunk came: not streamed")
