@@ -14,9 +14,10 @@
  * Signals reach the loop through a self-pipe. The local terminal is in raw
  * mode while the session runs (Ctrl-C is a byte for the remote terminal);
  * every way out of fc_cmd_shell() after raw mode went on passes through
- * the one place that restores it. A signal that ends fedctl (TERM, HUP,
- * and INT/QUIT when not in raw mode) hangs the remote session up (SIGHUP
- * to its process group) first.
+ * the one place that restores it (SIGPIPE is ignored meanwhile, so even a
+ * closed stdout comes back as an error). A signal that ends fedctl (TERM,
+ * HUP, and INT/QUIT when not in raw mode) or a lost output stream hangs
+ * the remote session up (SIGHUP to its process group) on the way out.
  *
  * Without a local terminal (stdin a pipe or file) the process gets no PTY
  * by default: stdin is streamed to it and closed at EOF.
@@ -53,8 +54,9 @@ static const char shell_usage[] =
     "(Ctrl-C goes to the remote program), window size changes followed.\n"
     "Exits with the remote command's exit status when it ends. With stdin\n"
     "not a terminal, COMMAND reads stdin as a pipe (no PTY) until its end.\n"
-    "The sandbox needs the fedrouter agent. If fedctl is killed (TERM, HUP)\n"
-    "the remote session is hung up (SIGHUP).\n"
+    "The sandbox needs the fedrouter agent. When fedctl is killed (TERM, HUP,\n"
+    "exit 128 + the signal) or loses the session's output, the remote\n"
+    "command is hung up (SIGHUP).\n"
     "\n"
     "  -t, --tty          use a PTY even when stdin is not a terminal\n"
     "  -T, --no-tty       no PTY even when stdin is a terminal\n"
@@ -125,6 +127,10 @@ static void signals_set(int on) {
   sa.sa_flags = SA_RESTART;
   for (i = 0; i < sizeof(caught) / sizeof(caught[0]); i++)
     sigaction(caught[i], &sa, NULL);
+  /* A closed stdout is an error of the output's write (EPIPE), which ends
+   * the session through the path that restores the terminal. */
+  sa.sa_handler = on ? SIG_IGN : SIG_DFL;
+  sigaction(SIGPIPE, &sa, NULL);
 }
 
 /* A message while the session runs: in raw mode "\n" does not return the
@@ -400,17 +406,23 @@ static int session_loop(struct shell *sh) {
   }
 }
 
-/* Tells the remote session it lost its terminal; best effort, bounded. */
+/* Tells the remote session it lost its terminal; best effort, bounded.
+ * When that fails, says how to end it by hand. */
 static void hang_up(struct shell *sh) {
   struct fc_resp r;
   struct fr_buf path;
   json_t *b = json_pack("{s:s}", "signal", "SIGHUP");
+  const char *code;
 
   fc_resp_init(&r);
   fr_buf_init(&path);
   if (b != NULL && fc_sandbox_path(&path, sh->id, "/processes/") == 0 &&
       fr_buf_printf(&path, "%" PRId64 "/signal", sh->pid) == 0)
     fc_request(sh->ctx, "POST", path.data, b, SH_HANGUP_TIMEOUT_S, &r);
+  code = fc_jstr(json_object_get(r.json, "error"), "code", "");
+  if ((r.status < 200 || r.status > 299) && strcmp(code, "process_not_found") != 0)
+    fprintf(stderr, "fedctl: the process (pid %" PRId64 ") may still run: fedctl kill %s %" PRId64 "\n", sh->pid,
+            sh->id, sh->pid);
   fr_buf_free(&path);
   fc_resp_close(&r);
   json_decref(b);
@@ -538,23 +550,21 @@ int fc_cmd_shell(struct fc_ctx *ctx, int argc, char **argv) {
     rc = FC_EXIT_FAIL;
     goto hang_up;
   }
-  /* The output ended: normally with the process's exit. */
+  /* The output ended: normally with the process's exit. Otherwise the
+   * session is lost (fedctl's stdout closed, the router went away): hang
+   * it up rather than leave it waiting for input. */
   if (!sh.out_sink.ok || sh.out_sink.err != 0 || sh.out.r.curl_rc != CURLE_OK) {
     rc = fc_sink_report(ctx, &sh.out_sink, sh.out_sink.err == -EPROTO ? "the router's answer is not NDJSON"
                                                                       : "writing the session's output");
-    fprintf(stderr, "fedctl: the process (pid %" PRId64 ") may still run: fedctl kill %s %" PRId64 "\n", sh.pid,
-            sh.id, sh.pid);
-    goto done;
+    goto hang_up;
   }
   if (sh.nd.failed || fc_nd_finish(&sh.nd) != 0 || !sh.nd.ended) {
     if (sh.nd.failed)
       fprintf(stderr, "fedctl: %s: %s\n", sh.nd.err_code, sh.nd.err_msg);
     else
       fprintf(stderr, "fedctl: the session's output ended before the process did\n");
-    fprintf(stderr, "fedctl: the process (pid %" PRId64 ") may still run: fedctl kill %s %" PRId64 "\n", sh.pid,
-            sh.id, sh.pid);
     rc = FC_EXIT_FAIL;
-    goto done;
+    goto hang_up;
   }
   rc = sh.nd.timed_out ? FC_EXIT_TIMEDOUT : (int)(sh.nd.exit_code & 0xff);
   if (rc == 0 && sh.nd.exit_code != 0)

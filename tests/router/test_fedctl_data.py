@@ -410,6 +410,16 @@ def test_shell_with_a_pipe(fed):
     check(rc == 0 and out == b"y z\n/tmp\n", f"shell --env --workdir: rc {rc} out {out!r} err {err!r}")
     rc, out, err = fc(fed, "shell", sid, "--", "cat", stdin=b"through cat\n")
     check(rc == 0 and out == b"through cat\n", f"shell -- cat: rc {rc} out {out!r} err {err!r}")
+    # fedctl's stdout closed: the session ends (exit 1) and is hung up.
+    with fedctl_running(fed, "shell", sid, "--", "sh", "-c", "while :; do echo y; sleep 0.05; done",
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
+        check(p.stdout.read1(100).startswith(b"y\n"), "no output from the loop")
+        p.stdout.close()
+        rc = p.wait(20)
+        err = p.stderr.read().decode(errors="replace")
+    check(rc == 1 and "Broken pipe" in err and "may still run" not in err, f"stdout closed: rc {rc} err {err!r}")
+    check(wait_until(lambda: not [x for x in ps_rows(fed, sid) if x.split()[1] == "shell"], 10, 0.3),
+          "the session outlived fedctl's closed stdout")
     rc, out, err = fc(fed, "shell", "d1.no-such-pod", stdin=b"")
     check(rc == 1 and "sandbox_not_found" in err, f"unknown sandbox: rc {rc} err {err!r}")
 
