@@ -103,13 +103,15 @@ struct shell {
   unsigned short rows, cols;
 };
 
-static struct shell *the_shell;   /* for the signal handler only */
+/* The write end of the session's signal pipe: a signal handler has no
+ * other way to reach it. -1 outside a session. */
+static volatile sig_atomic_t sig_fd = -1;
 
 static void on_signal(int sig) {
   int saved = errno;
   unsigned char b = (unsigned char)sig;
 
-  if (the_shell != NULL && write(the_shell->sig_pipe[1], &b, 1) < 0) {
+  if (sig_fd >= 0 && write(sig_fd, &b, 1) < 0) {
     /* The pipe is full: a signal of each kind is already waiting. */
   }
   errno = saved;
@@ -518,7 +520,7 @@ int fc_cmd_shell(struct fc_ctx *ctx, int argc, char **argv) {
     rc = fc_oom();
     goto done;
   }
-  the_shell = &sh;
+  sig_fd = sh.sig_pipe[1];
   signals_set(1);
   if ((rc = start_process(&sh, run.body)) != FC_EXIT_OK)
     goto done;
@@ -576,9 +578,9 @@ hang_up:
   hang_up(&sh);
 done:
   raw_off(&sh);
-  if (the_shell == &sh) {
+  if (sig_fd >= 0) {
     signals_set(0);
-    the_shell = NULL;
+    sig_fd = -1;
   }
   call_close(&sh, &sh.out);
   call_close(&sh, &sh.in);
