@@ -117,7 +117,7 @@ static void on_signal(int sig) {
   errno = saved;
 }
 
-static const int caught[] = {SIGWINCH, SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+static const int caught[] = {SIGWINCH, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP};
 
 static void signals_set(int on) {
   struct sigaction sa;
@@ -371,6 +371,14 @@ static int read_signals(struct shell *sh) {
           sh->cols = cols;
           sh->rs_wanted = 1;
         }
+      } else if (b[i] == SIGTSTP) {
+        /* Stopped from outside (in raw mode Ctrl-Z is the remote's):
+         * give the terminal back while stopped, take it again after. */
+        int was_raw = sh->raw;
+        raw_off(sh);
+        raise(SIGSTOP);
+        if (was_raw && raw_on(sh) != 0 && quit == 0)
+          quit = SIGTSTP;
       } else if (quit == 0) {
         quit = b[i];
       }

@@ -285,6 +285,13 @@ def test_ps_and_kill(fed):
     check(rc == 1 and "process_not_found" in err, f"unknown pid: rc {rc} err {err!r}")
 
 
+def proc_state(pid):
+    """The state letter of /proc/<pid>/stat (R, S, T, Z, ...)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    return stat[stat.rindex(b")") + 2:].split()[0].decode()
+
+
 class PtySession:
     """fedctl shell on a pseudo-terminal whose other end the test holds."""
 
@@ -385,13 +392,22 @@ def test_shell_on_a_pty(fed):
     check(rows == [], f"shell processes left: {rows}")
 
 
-def test_shell_killed_restores_the_terminal_and_hangs_up(fed):
+def test_shell_stopped_or_killed_gives_the_terminal_back(fed):
     sid = sandbox_of(fed)
     s = PtySession(fed, sid, 24, 80)
     try:
         s.type(b"echo ready-$((2+2))\r")
         s.expect(b"ready-4\r\n")
         check(not s.restored(), "the local terminal is not in raw mode during the session")
+        # Stopped from outside: the terminal is given back while stopped,
+        # taken again (raw) after SIGCONT, and the session goes on.
+        os.kill(s.p.pid, signal.SIGTSTP)
+        check(wait_until(lambda: proc_state(s.p.pid) == "T", 10), "fedctl did not stop on SIGTSTP")
+        check(s.restored(), "the terminal stayed raw while fedctl was stopped")
+        os.kill(s.p.pid, signal.SIGCONT)
+        check(wait_until(lambda: not s.restored(), 10), "the terminal is not raw again after SIGCONT")
+        s.type(b"echo back-$((3+4))\r")
+        s.expect(b"back-7\r\n")
         os.kill(s.p.pid, signal.SIGTERM)
         rc = s.wait()
         check(rc == 128 + signal.SIGTERM, f"fedctl exited {rc} on SIGTERM, want 143")
@@ -431,7 +447,7 @@ TESTS = [
     test_cp_over_the_tenant_file_limit,
     test_ps_and_kill,
     test_shell_on_a_pty,
-    test_shell_killed_restores_the_terminal_and_hangs_up,
+    test_shell_stopped_or_killed_gives_the_terminal_back,
     test_shell_with_a_pipe,
 ]
 
