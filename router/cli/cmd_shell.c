@@ -316,10 +316,9 @@ static void call_done(struct shell *sh, struct call *c, CURLcode crc) {
     fr_buf_reset(&sh->pending);
     return;
   }
-  if (c == &sh->in && strcmp(code, "process_not_found") != 0)
-    say_failed(sh, "sending input", &c->r);
-  else if (c == &sh->rs && strcmp(code, "process_not_found") != 0)
-    say_failed(sh, "resizing", &c->r);
+  /* A resize that finds the process gone is no news either. */
+  if (strcmp(code, "process_not_found") != 0)
+    say_failed(sh, c == &sh->in ? "sending input" : "resizing", &c->r);
 }
 
 static void drain_messages(struct shell *sh) {
