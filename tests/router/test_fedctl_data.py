@@ -373,8 +373,9 @@ def test_shell_on_a_pty(fed):
         check(seen, "stty size never showed 40 100 after the resize")
         # Ctrl-C is a byte for the remote terminal: it stops sleep, not the shell.
         t0 = time.monotonic()
-        s.type(b"sleep 100; echo after-sleep\r")
-        time.sleep(0.5)
+        s.type(b"echo st$((1))art; sleep 100; echo after-sleep\r")
+        s.expect(b"st1art\r\n")
+        time.sleep(0.3)   # let the shell start sleep after the echo
         s.type(b"\x03")
         s.type(b"echo alive-$((1+1))\r")
         s.expect(b"alive-2\r\n", 15)
