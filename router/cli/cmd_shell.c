@@ -354,6 +354,18 @@ static int read_stdin(struct shell *sh) {
   return fr_buf_append(&sh->pending, buf, (size_t)n);
 }
 
+/* The local window's size changed: the remote's follows. */
+static void follow_size(struct shell *sh) {
+  unsigned short rows, cols;
+
+  term_size(&rows, &cols);
+  if (sh->pty && (rows != sh->rows || cols != sh->cols)) {
+    sh->rows = rows;
+    sh->cols = cols;
+    sh->rs_wanted = 1;
+  }
+}
+
 /* Returns 0, or the signal that tells fedctl to quit. */
 static int read_signals(struct shell *sh) {
   unsigned char b[64];
@@ -363,13 +375,7 @@ static int read_signals(struct shell *sh) {
   while ((n = read(sh->sig_pipe[0], b, sizeof(b))) > 0) {
     for (i = 0; i < n; i++) {
       if (b[i] == SIGWINCH) {
-        unsigned short rows, cols;
-        term_size(&rows, &cols);
-        if (sh->pty && (rows != sh->rows || cols != sh->cols)) {
-          sh->rows = rows;
-          sh->cols = cols;
-          sh->rs_wanted = 1;
-        }
+        follow_size(sh);
       } else if (b[i] == SIGTSTP) {
         /* Stopped from outside (in raw mode Ctrl-Z is the remote's):
          * give the terminal back while stopped, take it again after. */
@@ -378,6 +384,7 @@ static int read_signals(struct shell *sh) {
         raise(SIGSTOP);
         if (was_raw && raw_on(sh) != 0 && quit == 0)
           quit = SIGTSTP;
+        follow_size(sh);   /* the window may have changed meanwhile */
       } else if (quit == 0) {
         quit = b[i];
       }
