@@ -425,6 +425,13 @@ def test_shell_with_a_pipe(fed):
     check(rc == 5 and out == b"piped-6\n", f"shell on a pipe: rc {rc} out {out!r} err {err!r}")
     rc, out, err = fc(fed, "shell", "--env", "X=y z", "--workdir", "/tmp", sid, stdin=b'echo "$X"; pwd\n')
     check(rc == 0 and out == b"y z\n/tmp\n", f"shell --env --workdir: rc {rc} out {out!r} err {err!r}")
+    # More input than one request carries (and than the router's
+    # max_body_bytes): sent in order, every byte.
+    data = os.urandom(1 << 20)
+    t0 = time.monotonic()
+    rc, out, err = fc(fed, "shell", sid, "--", "sha256sum", stdin=data)
+    check(rc == 0 and out.split()[0].decode() == sha(data), f"1 MiB through stdin: rc {rc} out {out!r} err {err!r}")
+    print(f"     1 MiB of stdin through a shell in {time.monotonic() - t0:.2f} s")
     rc, out, err = fc(fed, "shell", sid, "--", "cat", stdin=b"through cat\n")
     check(rc == 0 and out == b"through cat\n", f"shell -- cat: rc {rc} out {out!r} err {err!r}")
     # fedctl's stdout closed: the session ends (exit 1) and is hung up.
