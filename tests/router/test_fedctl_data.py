@@ -285,6 +285,11 @@ def test_ps_and_kill(fed):
     check(rc == 1 and "process_not_found" in err, f"unknown pid: rc {rc} err {err!r}")
 
 
+def shells(fed, sid):
+    """`fedctl ps` rows of the sandbox's shell sessions (tag "shell")."""
+    return [x for x in ps_rows(fed, sid) if x.split()[1] == "shell"]
+
+
 def proc_state(pid):
     """The state letter of /proc/<pid>/stat (R, S, T, Z, ...)."""
     with open(f"/proc/{pid}/stat", "rb") as f:
@@ -389,8 +394,7 @@ def test_shell_on_a_pty(fed):
     finally:
         s.close()
     # Nothing of the session is left in the sandbox.
-    rows = [x for x in ps_rows(fed, sid) if x.split()[1] == "shell"]
-    check(rows == [], f"shell processes left: {rows}")
+    check(wait_until(lambda: not shells(fed, sid), 10, 0.3), f"shell processes left: {shells(fed, sid)}")
 
 
 def test_shell_stopped_or_killed_gives_the_terminal_back(fed):
@@ -415,7 +419,7 @@ def test_shell_stopped_or_killed_gives_the_terminal_back(fed):
         check(s.restored(), "SIGTERM left the local terminal in raw mode")
     finally:
         s.close()
-    check(wait_until(lambda: not [x for x in ps_rows(fed, sid) if x.split()[1] == "shell"], 10, 0.3),
+    check(wait_until(lambda: not shells(fed, sid), 10, 0.3),
           "the remote shell outlived the session it was hung up from")
 
 
@@ -442,7 +446,7 @@ def test_shell_with_a_pipe(fed):
         rc = p.wait(20)
         err = p.stderr.read().decode(errors="replace")
     check(rc == 1 and "Broken pipe" in err and "may still run" not in err, f"stdout closed: rc {rc} err {err!r}")
-    check(wait_until(lambda: not [x for x in ps_rows(fed, sid) if x.split()[1] == "shell"], 10, 0.3),
+    check(wait_until(lambda: not shells(fed, sid), 10, 0.3),
           "the session outlived fedctl's closed stdout")
     rc, out, err = fc(fed, "shell", "d1.no-such-pod", stdin=b"")
     check(rc == 1 and "sandbox_not_found" in err, f"unknown sandbox: rc {rc} err {err!r}")
