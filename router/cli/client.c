@@ -7,10 +7,12 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "fedctl.h"
 #include "fr/version.h"
@@ -79,6 +81,20 @@ int fc_buf_put_escaped(struct fr_buf *b, const char *s) {
   return rc;
 }
 
+int fc_add_query(struct fr_buf *b, const char *key, const char *val) {
+  int rc = fr_buf_printf(b, "%c%s=", strchr(b->data ? b->data : "", '?') ? '&' : '?', key);
+  return rc ? rc : fc_buf_put_escaped(b, val);
+}
+
+int fc_sandbox_path(struct fr_buf *b, const char *id, const char *suffix) {
+  int rc = fr_buf_puts(b, "/v1/sandboxes/");
+  if (rc == 0)
+    rc = fc_buf_put_escaped(b, id);
+  if (rc == 0)
+    rc = fr_buf_puts(b, suffix);
+  return rc;
+}
+
 /* ---------------------------------------------------------------------- */
 /* curl callbacks                                                          */
 
@@ -116,16 +132,27 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *arg) {
 
 int fc_easy_setup(struct fc_ctx *ctx, CURL *easy, const char *method, const char *path,
                   json_t *body, long timeout_s, struct fc_resp *r) {
+  char *text = NULL;
+  int rc;
+
+  if (body != NULL && (text = json_dumps(body, JSON_COMPACT)) == NULL)
+    return -ENOMEM;
+  rc = fc_easy_setup_raw(ctx, easy, method, path, text != NULL ? "application/json" : NULL, text,
+                         text != NULL ? strlen(text) : 0, timeout_s, r);
+  free(text);
+  return rc;
+}
+
+int fc_easy_setup_raw(struct fc_ctx *ctx, CURL *easy, const char *method, const char *path,
+                      const char *content_type, const void *data, size_t len, long timeout_s,
+                      struct fc_resp *r) {
   struct fr_buf url, h;
   struct curl_slist *hl = NULL, *t;
-  char *text = NULL;
   int rc = -ENOMEM;
 
   fr_buf_init(&url);
   fr_buf_init(&h);
   if (fr_buf_printf(&url, "%s%s", ctx->base, path) != 0)
-    goto fail;
-  if (body != NULL && (text = json_dumps(body, JSON_COMPACT)) == NULL)
     goto fail;
 
   /* Request headers: built per request, freed with <r>. */
@@ -136,12 +163,14 @@ int fc_easy_setup(struct fc_ctx *ctx, CURL *easy, const char *method, const char
   if ((t = curl_slist_append(hl, "Expect:")) == NULL)
     goto fail;
   hl = t;
-  if (body != NULL) {
-    if ((t = curl_slist_append(hl, "Content-Type: application/json")) == NULL)
+  if (content_type != NULL) {
+    if (fr_buf_printf(&h, "Content-Type: %s", content_type) != 0 ||
+        (t = curl_slist_append(hl, h.data)) == NULL)
       goto fail;
     hl = t;
   }
   if (ctx->token != NULL) {
+    fr_buf_reset(&h);
     if (fr_buf_printf(&h, "Authorization: Bearer %s", ctx->token) != 0 ||
         (t = curl_slist_append(hl, h.data)) == NULL)
       goto fail;
@@ -168,12 +197,13 @@ int fc_easy_setup(struct fc_ctx *ctx, CURL *easy, const char *method, const char
   curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(easy, CURLOPT_HEADERDATA, r);
   curl_easy_setopt(easy, CURLOPT_HTTPHEADER, hl);
-  if (text != NULL) {
-    /* COPYPOSTFIELDS: curl keeps its own copy, so <text> can go now. */
-    curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE, (long)strlen(text));
-    curl_easy_setopt(easy, CURLOPT_COPYPOSTFIELDS, text);
+  if (data != NULL) {
+    /* COPYPOSTFIELDS after the size: curl keeps its own copy of <len>
+     * bytes (NULs included), so <data> can go now. */
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    curl_easy_setopt(easy, CURLOPT_COPYPOSTFIELDS, len > 0 ? data : "");
   }
-  if (strcmp(method, "GET") != 0 && !(strcmp(method, "POST") == 0 && text != NULL))
+  if (strcmp(method, "GET") != 0 && !(strcmp(method, "POST") == 0 && data != NULL))
     curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, method);
   r->err[0] = '\0';
   r->headers = hl;
@@ -181,7 +211,6 @@ int fc_easy_setup(struct fc_ctx *ctx, CURL *easy, const char *method, const char
   rc = 0;
 fail:
   curl_slist_free_all(hl);
-  free(text);
   fr_buf_free(&h);
   fr_buf_free(&url);
   return rc;
@@ -203,15 +232,25 @@ void fc_resp_finish(CURL *easy, CURLcode rc, struct fc_resp *r) {
     r->json = json_loadb(r->body.data, r->body.len, JSON_ALLOW_NUL, &jerr);
 }
 
-int fc_request(struct fc_ctx *ctx, const char *method, const char *path, json_t *body,
-               long timeout_s, struct fc_resp *r) {
-  CURLcode rc;
+int fc_ctx_easy(struct fc_ctx *ctx, CURL **easy) {
   int err;
 
   if ((err = fc_ctx_init(ctx)) != 0)
     return err;
   if (ctx->easy == NULL && (ctx->easy = curl_easy_init()) == NULL)
     return -ENOMEM;
+  *easy = ctx->easy;
+  return 0;
+}
+
+int fc_request(struct fc_ctx *ctx, const char *method, const char *path, json_t *body,
+               long timeout_s, struct fc_resp *r) {
+  CURLcode rc;
+  CURL *easy;
+  int err;
+
+  if ((err = fc_ctx_easy(ctx, &easy)) != 0)
+    return err;
   if ((err = fc_easy_setup(ctx, ctx->easy, method, path, body, timeout_s, r)) != 0)
     return err;
   rc = curl_easy_perform(ctx->easy);
@@ -327,4 +366,93 @@ int fc_call(struct fc_ctx *ctx, const char *method, const char *path, json_t *bo
   if (rc != 0 || r->status < 200 || r->status > 299)
     return fc_report(ctx, r);
   return FC_EXIT_OK;
+}
+
+/* ---------------------------------------------------------------------- */
+/* answers read as they arrive                                             */
+
+/* An error answer is a small JSON body; more than this is not ours. */
+#define FC_MAX_ERROR_BODY ((size_t)1 << 20)
+
+static size_t on_sink_body(char *data, size_t size, size_t nmemb, void *arg) {
+  struct fc_sink *k = arg;
+  size_t n = size * nmemb;
+  long status = 0;
+
+  if (!k->decided) {
+    /* Called only once the head is complete: the status is final. */
+    curl_easy_getinfo(k->easy, CURLINFO_RESPONSE_CODE, &status);
+    k->ok = status >= 200 && status <= 299;
+    k->decided = 1;
+  }
+  if (!k->ok) {
+    if (k->r->body.len + n <= FC_MAX_ERROR_BODY && fr_buf_append(&k->r->body, data, n) != 0)
+      return 0;
+    return n;
+  }
+  if ((k->err = k->cb(data, n, k->arg)) != 0)
+    return 0;   /* stops the transfer */
+  return n;
+}
+
+void fc_sink_attach(struct fc_sink *k, CURL *easy, struct fc_resp *r, fc_data_cb cb, void *arg) {
+  memset(k, 0, sizeof(*k));
+  k->easy = easy;
+  k->r = r;
+  k->cb = cb;
+  k->arg = arg;
+  curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_sink_body);
+  curl_easy_setopt(easy, CURLOPT_WRITEDATA, k);
+}
+
+void fc_sink_finish(struct fc_sink *k, CURLcode rc) {
+  long status = 0;
+
+  fc_resp_finish(k->easy, rc, k->r);
+  if (!k->decided && rc == CURLE_OK) {
+    /* A body-less answer never reached on_sink_body. */
+    curl_easy_getinfo(k->easy, CURLINFO_RESPONSE_CODE, &status);
+    k->ok = status >= 200 && status <= 299;
+    k->decided = 1;
+  }
+}
+
+int fc_sink_report(struct fc_ctx *ctx, const struct fc_sink *k, const char *what) {
+  if (k->err == -ENOMEM)
+    return fc_oom();
+  if (k->err != 0) {
+    fprintf(stderr, "fedctl: %s: %s\n", what, strerror(-k->err));
+    return FC_EXIT_FAIL;
+  }
+  if (k->decided && k->ok && k->r->curl_rc != CURLE_OK) {
+    /* It began, then the connection failed. */
+    fprintf(stderr, "fedctl: the answer from %s broke off: %s\n", ctx->base, k->r->err);
+    return FC_EXIT_FAIL;
+  }
+  return fc_report(ctx, k->r);
+}
+
+int fc_write_all(int fd, const void *data, size_t len) {
+  const char *p = data;
+  ssize_t n;
+
+  while (len > 0) {
+    n = write(fd, p, len);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        /* A non-blocking terminal or pipe (shared with another program):
+         * wait until it takes more. */
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+          return -errno;
+        continue;
+      }
+      return -errno;
+    }
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
 }

@@ -1,5 +1,5 @@
 /* cmd_sandbox.c - the sandbox commands: create (with a live progress bar
- * for batches), exec, terminate and ls.
+ * for batches), exec (streamed, or buffered), terminate and ls.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -10,6 +10,7 @@
 
 #include "fedctl.h"
 #include "fr/util.h"
+#include "ndjson.h"
 
 /* How often a batch create polls the list for progress (the brief: 250 ms). */
 #define FC_POLL_MS 250
@@ -18,22 +19,6 @@ static int64_t mono_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Appends "?key=value" or "&key=value" to <b>, the value escaped. */
-static int add_query(struct fr_buf *b, const char *key, const char *val) {
-  int rc = fr_buf_printf(b, "%c%s=", strchr(b->data ? b->data : "", '?') ? '&' : '?', key);
-  return rc ? rc : fc_buf_put_escaped(b, val);
-}
-
-/* "/v1/sandboxes/<escaped id><suffix>" into <b>. */
-static int sandbox_path(struct fr_buf *b, const char *id, const char *suffix) {
-  int rc = fr_buf_puts(b, "/v1/sandboxes/");
-  if (rc == 0)
-    rc = fc_buf_put_escaped(b, id);
-  if (rc == 0)
-    rc = fr_buf_puts(b, suffix);
-  return rc;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -566,9 +551,11 @@ static const char exec_usage[] =
     "                   [--workdir D] [--] COMMAND [ARG...]\n"
     "\n"
     "Runs COMMAND (argv as given, no shell) in sandbox ID and writes its stdout\n"
-    "and stderr to fedctl's stdout and stderr, byte for byte. Exits with the\n"
-    "command's exit status (124 when it timed out and was killed; 1 with a\n"
-    "message when the API call itself failed). Options must come before the\n"
+    "and stderr to fedctl's stdout and stderr, byte for byte, as it runs\n"
+    "(through the sandbox's agent; a sandbox without one answers when the\n"
+    "command ended). Exits with the command's exit status (124 when it timed\n"
+    "out and was killed; 1 with a message when the API call itself failed).\n"
+    "Stopping fedctl stops a streamed command. Options must come before the\n"
     "command; use `--` when the command's first word starts with '-'.\n"
     "\n"
     "  --timeout S        kill the command after S seconds (router default 60)\n"
@@ -576,13 +563,14 @@ static const char exec_usage[] =
     "  --stdin-file F     send the contents of file F as stdin\n"
     "  --env K=V          environment variable (repeatable)\n"
     "  --workdir D        working directory inside the sandbox\n"
-    "  --json             print the API response verbatim (exit status as above)\n";
+    "  --json             print the buffered API response verbatim (no streaming;\n"
+    "                     exit status as above)\n";
 
-enum { E_TIMEOUT = 1, E_STDIN, E_STDIN_FILE, E_ENV, E_WORKDIR };
+enum { E_TIMEOUT = 1, E_STDIN, E_STDIN_FILE };
 
 static const struct fc_opt exec_opts[] = {
-    {"timeout", 0, 1, E_TIMEOUT}, {"stdin", 'i', 0, E_STDIN},     {"stdin-file", 0, 1, E_STDIN_FILE},
-    {"env", 0, 1, E_ENV},         {"workdir", 0, 1, E_WORKDIR}, {NULL, 0, 0, 0},
+    {"timeout", 0, 1, E_TIMEOUT},     {"stdin", 'i', 0, E_STDIN},          {"stdin-file", 0, 1, E_STDIN_FILE},
+    {"env", 0, 1, FC_OPT_ENV},        {"workdir", 0, 1, FC_OPT_WORKDIR}, {NULL, 0, 0, 0},
 };
 
 /* Reads all of <f> into <b>; 0, -EIO or -ENOMEM. */
@@ -635,42 +623,100 @@ static int write_stream(const json_t *res, const char *key, FILE *f) {
   return fflush(f) == 0 ? 0 : -EIO;
 }
 
+/* The exit status for the command's end: its code (like a shell, 8 bits,
+ * never turning a failure into 0), or FC_EXIT_TIMEDOUT with a warning
+ * naming <timeout_s> (0: the router's default). */
+static int exit_status(int timed_out, int64_t code, int64_t timeout_s) {
+  int rc;
+
+  if (timed_out) {
+    if (timeout_s > 0)
+      fprintf(stderr, "fedctl: warning: the command timed out after %" PRId64 "s and was killed\n",
+              timeout_s);
+    else
+      fprintf(stderr, "fedctl: warning: the command timed out and was killed\n");
+    return FC_EXIT_TIMEDOUT;
+  }
+  rc = (int)(code & 0xff);
+  return rc == 0 && code != 0 ? 1 : rc;
+}
+
+static int out_to_fd(int fd, const void *data, size_t len, void *arg) {
+  (void)arg;
+  return fc_write_all(fd, data, len);
+}
+
+static int feed_nd(const char *data, size_t len, void *arg) {
+  return fc_nd_feed(arg, data, len);
+}
+
+/* Runs the exec <body> (borrowed, with "stream":true) on <path>: output is
+ * written to fds 1 and 2 as it arrives. Returns the exit status, or
+ * -ENOTSUP when the sandbox has no agent (the buffered exec still works
+ * there). */
+static int exec_streamed(struct fc_ctx *ctx, const char *path, json_t *body, long call_timeout_s,
+                         int64_t timeout_s) {
+  struct fc_resp r;
+  struct fc_sink k;
+  struct fc_nd nd;
+  CURL *easy;
+  CURLcode crc;
+  int rc;
+
+  fc_resp_init(&r);
+  fc_nd_init(&nd, out_to_fd, NULL);
+  if ((rc = fc_ctx_easy(ctx, &easy)) != 0 ||
+      (rc = fc_easy_setup(ctx, easy, "POST", path, body, call_timeout_s, &r)) != 0) {
+    rc = rc == -EINVAL ? FC_EXIT_USAGE : fc_oom();
+    goto done;
+  }
+  fc_sink_attach(&k, easy, &r, feed_nd, &nd);
+  crc = curl_easy_perform(easy);
+  fc_sink_finish(&k, crc);
+  if (!k.ok || k.err != 0 || crc != CURLE_OK) {
+    if (r.status == 501 && strcmp(fc_jstr(json_object_get(r.json, "error"), "code", ""), "agent_required") == 0)
+      rc = -ENOTSUP;
+    else
+      rc = fc_sink_report(ctx, &k, k.err == -EPROTO ? "the router's answer is not the NDJSON of an exec"
+                                                      : "writing the command's output");
+    goto done;
+  }
+  if (nd.failed) {
+    fprintf(stderr, "fedctl: %s: %s\n", nd.err_code, nd.err_msg);
+    rc = FC_EXIT_FAIL;
+  } else if (fc_nd_finish(&nd) != 0 || !nd.ended) {
+    fprintf(stderr, "fedctl: the exec stream ended before the command did\n");
+    rc = FC_EXIT_FAIL;
+  } else {
+    rc = exit_status(nd.timed_out, nd.exit_code, timeout_s);
+  }
+done:
+  fc_nd_close(&nd);
+  fc_resp_close(&r);
+  return rc;
+}
+
 int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv) {
   struct fc_args a;
   struct fc_resp r;
+  struct fc_run run;
   struct fr_buf in, path;
-  json_t *body = json_object(), *env = json_object(), *args = json_array(), *v;
-  const char *val, *eq, *id = NULL, *stdin_file = NULL;
-  char **cmd_argv = NULL;
-  int cmd_argc = 0, opt, rc = FC_EXIT_USAGE, use_stdin = 0, err;
+  json_t *body, *v;
+  const char *val, *stdin_file = NULL;
+  int opt, rc = FC_EXIT_USAGE, use_stdin = 0, err;
   int64_t timeout_s = 0, code;
 
   fc_resp_init(&r);
   fr_buf_init(&in);
   fr_buf_init(&path);
-  if (body == NULL || env == NULL || args == NULL) {
+  if (fc_run_init(&run, "exec", exec_usage) != 0) {
     rc = fc_oom();
     goto done;
   }
+  body = run.body;
   fc_args_init(&a, ctx, "exec", exec_opts, argc, argv);
-  while (cmd_argv == NULL && (opt = fc_args_next(&a, &val)) != FC_ARG_END) {
+  while ((opt = fc_run_next(&run, &a, &val)) > 0) {
     switch (opt) {
-    case FC_ARG_HELP:
-      fputs(exec_usage, stdout);
-      rc = FC_EXIT_OK;
-      goto done;
-    case FC_ARG_ERR:
-      goto done;
-    case FC_ARG_POS:
-      if (id == NULL) {
-        id = val;
-      } else {
-        /* The first word after the id starts the command: everything
-         * from here on is its argv, options included. */
-        cmd_argv = argv + a.pos_index;
-        cmd_argc = argc - a.pos_index;
-      }
-      break;
     case E_TIMEOUT:
       if (fc_parse_int("exec", "--timeout", val, 1, FC_MAX_SECONDS, &timeout_s) != 0)
         goto done;
@@ -681,42 +727,18 @@ int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv) {
     case E_STDIN_FILE:
       stdin_file = val;
       break;
-    case E_ENV:
-      if (fc_check_env("exec", val, &eq) != 0)
-        goto done;
-      fc_obj_set_kv(env, val, eq);
-      break;
-    case E_WORKDIR:
-      if (*val == '\0') {
-        fc_usage_error("exec", "--workdir must not be empty");
-        goto done;
-      }
-      json_object_set_new(body, "workdir", json_string(val));
-      break;
     }
   }
-  if (id == NULL) {
-    fc_usage_error("exec", "missing sandbox ID");
+  if (opt == FC_ARG_HELP || opt == FC_ARG_ERR) {
+    rc = opt == FC_ARG_HELP ? FC_EXIT_OK : FC_EXIT_USAGE;
     goto done;
   }
-  if (cmd_argv == NULL || cmd_argc == 0) {
-    fc_usage_error("exec", "missing the command to run (fedctl exec ID -- COMMAND [ARG...])");
+  if (fc_run_finish(&run, NULL) != FC_EXIT_OK)
     goto done;
-  }
   if (use_stdin && stdin_file != NULL) {
     fc_usage_error("exec", "use either -i or --stdin-file, not both");
     goto done;
   }
-  for (opt = 0; opt < cmd_argc; opt++) {
-    if ((v = json_string(cmd_argv[opt])) == NULL) {
-      fc_usage_error("exec", "argument %d is not valid UTF-8", opt + 1);
-      goto done;
-    }
-    json_array_append_new(args, v);
-  }
-  json_object_set(body, "argv", args);
-  if (json_object_size(env) > 0)
-    json_object_set(body, "env", env);
   if (timeout_s > 0)
     json_object_set_new(body, "timeout_s", json_integer(timeout_s));
   if (use_stdin || stdin_file != NULL) {
@@ -742,9 +764,18 @@ int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv) {
     }
     json_object_set_new(body, "stdin", v);
   }
-  if (sandbox_path(&path, id, "/exec") != 0) {
+  if (fc_sandbox_path(&path, run.id, "/exec") != 0) {
     rc = fc_oom();
     goto done;
+  }
+  /* Output as it comes, through the sandbox's agent; --json wants the one
+   * buffered answer, and a sandbox without an agent only has that. */
+  if (!ctx->json) {
+    json_object_set_new(body, "stream", json_true());
+    rc = exec_streamed(ctx, path.data, body, (long)(timeout_s > 0 ? timeout_s : 60) + 120, timeout_s);
+    if (rc != -ENOTSUP)
+      goto done;
+    json_object_del(body, "stream");
   }
   /* The router kills the command at timeout_s (default 60); allow time on
    * top for start-up and for moving up to 2 x 16 MiB of output. */
@@ -774,31 +805,18 @@ int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv) {
     fprintf(stderr, "fedctl: warning: stdout was truncated (output cap reached)\n");
   if (json_is_true(json_object_get(r.json, "stderr_truncated")))
     fprintf(stderr, "fedctl: warning: stderr was truncated (output cap reached)\n");
-  if (json_is_true(json_object_get(r.json, "timed_out"))) {
-    if (timeout_s > 0)
-      fprintf(stderr, "fedctl: warning: the command timed out after %" PRId64 "s and was killed\n",
-              timeout_s);
-    else
-      fprintf(stderr, "fedctl: warning: the command timed out and was killed\n");
-    rc = FC_EXIT_TIMEDOUT;
-    goto done;
-  }
   code = fc_jint(r.json, "exit_code", -1000);
-  if (code == -1000 || !json_is_integer(json_object_get(r.json, "exit_code"))) {
+  if (!json_is_true(json_object_get(r.json, "timed_out")) &&
+      (code == -1000 || !json_is_integer(json_object_get(r.json, "exit_code")))) {
     rc = fc_bad_answer(&r);
     goto done;
   }
-  /* Like a shell: the status is 8 bits; never turn a failure into 0. */
-  rc = (int)(code & 0xff);
-  if (rc == 0 && code != 0)
-    rc = 1;
+  rc = exit_status(json_is_true(json_object_get(r.json, "timed_out")), code, timeout_s);
 done:
   fr_buf_free(&path);
   fr_buf_free(&in);
   fc_resp_close(&r);
-  json_decref(args);
-  json_decref(env);
-  json_decref(body);
+  fc_run_close(&run);
   return rc;
 }
 
@@ -822,7 +840,7 @@ static int add_filter(const char *cmd, struct fr_buf *q, int opt, const char *va
     return FC_EXIT_USAGE;
   if (opt != F_LABEL && *val == '\0')
     return fc_usage_error(cmd, "--%s must not be empty", filter_opts[opt - 1].name);
-  if (add_query(q, keys[opt], val) != 0)
+  if (fc_add_query(q, keys[opt], val) != 0)
     return fc_oom();
   return 0;
 }
@@ -920,7 +938,7 @@ int fc_cmd_terminate(struct fc_ctx *ctx, int argc, char **argv) {
     fc_resp_close(&r);
     fc_resp_init(&r);
     fr_buf_reset(&path);
-    if (sandbox_path(&path, ids[i], "") != 0) {
+    if (fc_sandbox_path(&path, ids[i], "") != 0) {
       rc = fc_oom();
       goto done;
     }

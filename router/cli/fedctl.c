@@ -1,8 +1,10 @@
 /* fedctl.c - the fedrouter command-line client: global options, argument
  * parsing, flag validation and command dispatch.
  *
- * The commands live in cmd_sandbox.c (create, exec, terminate, ls) and
- * cmd_infra.c (pools, clusters); HTTP in client.c; tables in output.c.
+ * The commands live in cmd_sandbox.c (create, exec, terminate, ls),
+ * cmd_data.c (cp, ps, kill), cmd_shell.c (shell) and cmd_infra.c (pools,
+ * clusters); HTTP in client.c; NDJSON answers in ndjson.c; tables in
+ * output.c.
  */
 #include <errno.h>
 #include <math.h>
@@ -26,7 +28,11 @@ static const char usage_text[] =
     "\n"
     "Commands:\n"
     "  create      create one sandbox or a batch (-n N)\n"
-    "  exec        run a command in a sandbox\n"
+    "  exec        run a command in a sandbox, its output streamed as it runs\n"
+    "  shell       an interactive terminal session in a sandbox\n"
+    "  cp          copy a file into or out of a sandbox (streamed, any size)\n"
+    "  ps          list the processes started in a sandbox\n"
+    "  kill        signal a process in a sandbox\n"
     "  terminate   terminate sandboxes by id or by label\n"
     "  ls          list sandboxes\n"
     "  pools       list, create, resize, get and delete warm pools\n"
@@ -40,8 +46,11 @@ static const char usage_text[] =
     "  --json          print the API's JSON responses verbatim\n"
     "  -h, --help      this help; `fedctl COMMAND --help` for a command\n"
     "\n"
+    "shell, cp, ps and kill need the sandbox's fedrouter agent.\n"
+    "\n"
     "Exit status: 0 ok, 1 API or connection error, 2 usage error;\n"
-    "`exec` exits with the command's own status (124 when it timed out).\n";
+    "`exec` and `shell` exit with the command's own status (124 when it\n"
+    "timed out).\n";
 
 static void usage(FILE *f) {
   fputs(usage_text, f);
@@ -313,6 +322,91 @@ int fc_obj_set_kv(json_t *obj, const char *kv, const char *eq) {
 }
 
 /* ---------------------------------------------------------------------- */
+/* a command to run (exec, shell)                                          */
+
+int fc_run_init(struct fc_run *r, const char *cmd, const char *usage) {
+  memset(r, 0, sizeof(*r));
+  r->cmd = cmd;
+  r->usage = usage;
+  r->body = json_object();
+  r->env = json_object();
+  return r->body != NULL && r->env != NULL ? 0 : -ENOMEM;
+}
+
+void fc_run_close(struct fc_run *r) {
+  json_decref(r->env);
+  json_decref(r->body);
+  r->env = r->body = NULL;
+}
+
+int fc_run_next(struct fc_run *r, struct fc_args *a, const char **val) {
+  const char *eq;
+  int opt;
+
+  while (r->argv == NULL && (opt = fc_args_next(a, val)) != FC_ARG_END) {
+    switch (opt) {
+    case FC_ARG_HELP:
+      fputs(r->usage, stdout);
+      return FC_ARG_HELP;
+    case FC_ARG_POS:
+      if (r->id == NULL) {
+        r->id = *val;
+      } else {
+        /* The first word after the id starts the command: everything
+         * from here on is its argv, options included. */
+        r->argv = a->argv + a->pos_index;
+        r->argc = a->argc - a->pos_index;
+      }
+      break;
+    case FC_OPT_ENV:
+      if (fc_check_env(r->cmd, *val, &eq) != 0)
+        return FC_ARG_ERR;
+      if (fc_obj_set_kv(r->env, *val, eq) != 0)
+        return fc_oom(), FC_ARG_ERR;
+      break;
+    case FC_OPT_WORKDIR:
+      if (**val == '\0')
+        return fc_usage_error(r->cmd, "--workdir must not be empty"), FC_ARG_ERR;
+      if (json_object_set_new(r->body, "workdir", json_string(*val)) != 0)
+        return fc_usage_error(r->cmd, "--workdir is not valid UTF-8"), FC_ARG_ERR;
+      break;
+    default:
+      return opt;   /* the command's own, or FC_ARG_ERR */
+    }
+  }
+  return FC_ARG_END;
+}
+
+int fc_run_finish(struct fc_run *r, const char *dflt) {
+  json_t *args = json_array(), *v;
+  int i;
+
+  if (r->id == NULL) {
+    json_decref(args);
+    return fc_usage_error(r->cmd, "missing sandbox ID");
+  }
+  if (r->argc == 0 && dflt == NULL) {
+    json_decref(args);
+    return fc_usage_error(r->cmd, "missing the command to run (fedctl %s ID -- COMMAND [ARG...])", r->cmd);
+  }
+  if (args == NULL)
+    return fc_oom(), FC_EXIT_USAGE;
+  for (i = 0; i < r->argc; i++) {
+    if ((v = json_string(r->argv[i])) == NULL) {
+      json_decref(args);
+      return fc_usage_error(r->cmd, "argument %d is not valid UTF-8", i + 1);
+    }
+    json_array_append_new(args, v);
+  }
+  if (r->argc == 0)
+    json_array_append_new(args, json_string(dflt));
+  json_object_set_new(r->body, "argv", args);
+  if (json_object_size(r->env) > 0)
+    json_object_set(r->body, "env", r->env);
+  return FC_EXIT_OK;
+}
+
+/* ---------------------------------------------------------------------- */
 /* main                                                                    */
 
 struct command {
@@ -323,7 +417,8 @@ struct command {
 static const struct command commands[] = {
     {"create", fc_cmd_create}, {"exec", fc_cmd_exec},   {"terminate", fc_cmd_terminate},
     {"ls", fc_cmd_ls},         {"pools", fc_cmd_pools}, {"clusters", fc_cmd_clusters},
-    {"explain", fc_cmd_explain},
+    {"explain", fc_cmd_explain}, {"cp", fc_cmd_cp},        {"ps", fc_cmd_ps},
+    {"kill", fc_cmd_kill},       {"shell", fc_cmd_shell},
 };
 
 int main(int argc, char **argv) {

@@ -7,7 +7,8 @@
  *   0   success
  *   1   the API answered with an error, or the router could not be reached
  *   2   usage error (bad flag, bad number, missing argument)
- *   N   `exec` only: the remote command's exit code (124 when timed out)
+ *   N   `exec` and `shell`: the remote command's exit code (124 when
+ *       timed out); `shell` killed by signal S: 128 + S
  */
 #ifndef FEDCTL_H
 #define FEDCTL_H
@@ -107,6 +108,36 @@ int fc_check_env(const char *cmd, const char *s, const char **eq);
 /* Adds "K=V" to the JSON object <obj> (borrowed); 0 or -ENOMEM. */
 int fc_obj_set_kv(json_t *obj, const char *kv, const char *eq);
 
+/* What exec and shell share: "ID [--] COMMAND [ARG...]", --env K=V and
+ * --workdir D, gathered into the request body. Their option tables carry
+ * {"env", 0, 1, FC_OPT_ENV} and {"workdir", 0, 1, FC_OPT_WORKDIR}. */
+enum { FC_OPT_ENV = 900, FC_OPT_WORKDIR };
+
+struct fc_run {
+  const char *cmd;        /* "exec", "shell": for messages */
+  const char *usage;
+  const char *id;         /* the sandbox; NULL until given */
+  char **argv;            /* the command, from the first word after the id */
+  int argc;
+  json_t *body;           /* the request body (owned) */
+  json_t *env;            /* (owned) */
+};
+
+/* <usage> is the command's --help text. 0 or -ENOMEM (fc_run_close() is
+ * still due). */
+int fc_run_init(struct fc_run *r, const char *cmd, const char *usage);
+void fc_run_close(struct fc_run *r);
+/* fc_args_next() that takes the id, the command (its first word and all
+ * after it), --env and --workdir itself. Returns the id of another option
+ * of the command (> 0, its value in *<val>), FC_ARG_END when the
+ * arguments are used up, FC_ARG_HELP after printing the usage, or
+ * FC_ARG_ERR after printing a usage error. */
+int fc_run_next(struct fc_run *r, struct fc_args *a, const char **val);
+/* Puts "argv" (each word checked to be UTF-8; <dflt> when no command was
+ * given, a usage error when <dflt> is NULL too) and "env" into the body.
+ * Returns FC_EXIT_OK, or FC_EXIT_USAGE with the error printed. */
+int fc_run_finish(struct fc_run *r, const char *dflt);
+
 /* --------------------------------------------------------------- HTTP/API */
 
 /* One API response. */
@@ -134,9 +165,18 @@ void fc_resp_close(struct fc_resp *r);
  * For the blocking path and for curl multi. Returns 0 or -ENOMEM. */
 int fc_easy_setup(struct fc_ctx *ctx, CURL *easy, const char *method, const char *path,
                   json_t *body, long timeout_s, struct fc_resp *r);
+/* The same with a body of <len> bytes at <data> (borrowed, copied; NULL:
+ * no body) of type <content_type> (NULL: no Content-Type header). */
+int fc_easy_setup_raw(struct fc_ctx *ctx, CURL *easy, const char *method, const char *path,
+                      const char *content_type, const void *data, size_t len, long timeout_s,
+                      struct fc_resp *r);
 /* Fills <r>'s status and parsed body once the transfer on <easy> ended with
  * <rc>. */
 void fc_resp_finish(CURL *easy, CURLcode rc, struct fc_resp *r);
+
+/* The context's easy handle (created on first use) in *<easy>, after
+ * checking the URL; 0, -EINVAL (usage error printed) or -ENOMEM. */
+int fc_ctx_easy(struct fc_ctx *ctx, CURL **easy);
 
 /* Blocking request. Returns 0 when an HTTP answer arrived (any status),
  * -EIO when the router could not be reached (text in r->err), -ENOMEM. */
@@ -159,8 +199,41 @@ int fc_bad_answer(const struct fc_resp *r);
 /* Writes the body verbatim to stdout (newline-terminated). */
 void fc_print_body(const struct fc_resp *r);
 
+/* A successful answer's body as it arrives, in pieces: 0, or a negative
+ * errno that stops the transfer. */
+typedef int (*fc_data_cb)(const char *data, size_t len, void *arg);
+
+/* Routes the body of the transfer on <easy> (set up with fc_easy_setup*)
+ * to <cb> when the status is 2xx, else (an API error) into <r>'s body,
+ * bounded. Nothing of a failed answer reaches <cb>. */
+struct fc_sink {
+  CURL *easy;
+  struct fc_resp *r;
+  fc_data_cb cb;
+  void *arg;
+  int decided;            /* the status is known */
+  int ok;                 /* ... and it is 2xx */
+  int err;                /* what <cb> returned, when it failed */
+};
+
+void fc_sink_attach(struct fc_sink *k, CURL *easy, struct fc_resp *r, fc_data_cb cb, void *arg);
+/* After the transfer ended with <rc>: fills <r> as fc_resp_finish() does
+ * and decides ok for a body-less answer. */
+void fc_sink_finish(struct fc_sink *k, CURLcode rc);
+/* Prints why a sink transfer failed: <cb>'s error (prefixed by <what>), a
+ * stream cut after it began, or the API error (fc_report). Returns
+ * FC_EXIT_FAIL. */
+int fc_sink_report(struct fc_ctx *ctx, const struct fc_sink *k, const char *what);
+
+/* Writes all <len> bytes to <fd>, through EINTR and EAGAIN; 0 or -errno. */
+int fc_write_all(int fd, const void *data, size_t len);
+
 /* Appends <s> percent-encoded for a path segment or query value. */
 int fc_buf_put_escaped(struct fr_buf *b, const char *s);
+/* Appends "?<key>=<val>" or "&<key>=<val>" to <b>, <val> escaped. */
+int fc_add_query(struct fr_buf *b, const char *key, const char *val);
+/* Appends "/v1/sandboxes/<escaped id><suffix>" to <b>. */
+int fc_sandbox_path(struct fr_buf *b, const char *id, const char *suffix);
 
 /* ----------------------------------------------------------------- output */
 
@@ -201,5 +274,9 @@ int fc_cmd_ls(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_explain(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_pools(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_clusters(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_cp(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_ps(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_kill(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_shell(struct fc_ctx *ctx, int argc, char **argv);
 
 #endif

@@ -296,9 +296,23 @@ fc explain
 expect_rc 2 && expect_err "give --pool or --image"
 fc
 expect_rc 2
+fc cp only-one-arg
+expect_rc 2 && expect_err "give a source and a destination"
+fc cp a.txt b.txt
+expect_rc 2 && expect_err "one side must be ID:/abs/path"
+fc cp us-a.x:/a us-a.y:/b
+expect_rc 2 && expect_err "both sides are in a sandbox"
+fc ps
+expect_rc 2 && expect_err "missing sandbox ID"
+fc kill us-a.x
+expect_rc 2 && expect_err "give the sandbox ID and the PID"
+fc kill us-a.x 12 -s 0
+expect_rc 2
+fc shell
+expect_rc 2 && expect_err "missing sandbox ID"
 
 step "--help per command exits 0 and shows the command's usage"
-for c in create exec terminate ls pools clusters; do
+for c in create exec terminate ls pools clusters cp ps kill shell; do
   fc "$c" --help
   expect_rc 0 && expect_out "usage: fedctl $c"
 done
@@ -534,6 +548,20 @@ expect_rc 1 && expect_err "^fedctl: sandbox_not_found: "
 fc --json exec us-a.no-such-pod -- echo hi
 expect_rc 1 && expect_json
 [ "$(pyjson "d['error']['code']")" = "sandbox_not_found" ] || fail "--json error body code"
+
+step "a sandbox without the agent: exec still works (buffered), the data-plane commands say agent_required"
+fc exec "$SB" -- sh -c 'echo still; exit 4'
+expect_rc 4 && expect_out "still"
+fc ps "$SB"
+expect_rc 1 && expect_err "^fedctl: agent_required: "
+fc cp "$SB:/tmp/x" "$T/x"
+expect_rc 1 && expect_err "^fedctl: agent_required: "
+[ ! -e "$T/x" ] || fail "a failed cp created the local file"
+printf 'data' >"$T/up.txt"
+fc cp "$T/up.txt" "$SB:/tmp/up.txt"
+expect_rc 1 && expect_err "^fedctl: agent_required: "
+fc shell "$SB" </dev/null
+expect_rc 1 && expect_err "^fedctl: agent_required: "
 
 # ------------------------------------------------------------------ terminate
 step "terminate ID: terminated, then gone from ls (or terminating) within 20s"

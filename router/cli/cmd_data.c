@@ -1,0 +1,498 @@
+/* cmd_data.c - inside a sandbox, through its agent (docs/api.md "Inside a
+ * sandbox"): cp (files both ways, streamed), ps and kill. exec is in
+ * cmd_sandbox.c, shell in cmd_shell.c.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fedctl.h"
+
+/* A transfer that moves less than 1 byte/s for this long is stalled. */
+#define FC_STALL_S 120L
+
+static const struct fc_opt no_opts[] = {{NULL, 0, 0, 0}};
+
+/* ---------------------------------------------------------------------- */
+/* cp                                                                      */
+
+static const char cp_usage[] =
+    "usage: fedctl cp LOCAL ID:/abs/path\n"
+    "       fedctl cp ID:/abs/path LOCAL\n"
+    "\n"
+    "Copies one file into or out of sandbox ID, streamed (any size up to the\n"
+    "tenant's max_file_bytes; fedctl holds no more than a buffer of it).\n"
+    "LOCAL `-` is stdin or stdout. A remote path ending in '/' and a LOCAL\n"
+    "that is a directory take the other side's file name. Parent directories\n"
+    "in the sandbox are created; an existing file is replaced.\n"
+    "\n"
+    "  --json             print the API response of an upload verbatim\n";
+
+/* "ID:/abs/path": sets *<id> (allocated) and *<path> (inside <arg>).
+ * Sandbox ids (<cluster>.<pod>) have no ':' or '/', so "./a:/b" is local. */
+static int split_remote(const char *arg, char **id, const char **path) {
+  const char *colon = strchr(arg, ':');
+
+  if (colon == NULL || colon == arg || colon[1] != '/' || memchr(arg, '/', (size_t)(colon - arg)) != NULL)
+    return -EINVAL;
+  if ((*id = strndup(arg, (size_t)(colon - arg))) == NULL)
+    return -ENOMEM;
+  *path = colon + 1;
+  return 0;
+}
+
+static const char *base_name(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s != NULL ? s + 1 : path;
+}
+
+/* "/v1/sandboxes/<id>/files?path=<path>[<tail>]" into <b>. */
+static int files_path(struct fr_buf *b, const char *id, const char *path, const char *tail) {
+  int rc = fc_sandbox_path(b, id, "/files");
+  if (rc == 0)
+    rc = fc_add_query(b, "path", path);
+  if (rc == 0 && tail != NULL)
+    rc = fr_buf_puts(b, tail);
+  return rc;
+}
+
+struct upload {
+  int fd;
+  int64_t sent;
+  int err;                /* read error (positive errno) */
+};
+
+static size_t on_read(char *buf, size_t size, size_t nitems, void *arg) {
+  struct upload *u = arg;
+  ssize_t n;
+
+  do
+    n = read(u->fd, buf, size * nitems);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    u->err = errno;
+    return CURL_READFUNC_ABORT;
+  }
+  u->sent += n;
+  return (size_t)n;
+}
+
+static int cp_upload(struct fc_ctx *ctx, const char *local, const char *id, const char *rpath) {
+  struct upload u = {.fd = -1};
+  struct fr_buf path, dest;
+  struct fc_resp r;
+  struct stat st;
+  CURL *easy;
+  CURLcode crc;
+  int rc;
+
+  memset(&st, 0, sizeof(st));
+  fc_resp_init(&r);
+  fr_buf_init(&path);
+  fr_buf_init(&dest);
+  if (fr_buf_puts(&dest, rpath) != 0) {
+    rc = fc_oom();
+    goto done;
+  }
+  if (rpath[strlen(rpath) - 1] == '/') {
+    if (strcmp(local, "-") == 0) {
+      rc = fc_usage_error("cp", "stdin has no file name: give the whole remote path");
+      goto done;
+    }
+    if (fr_buf_puts(&dest, base_name(local)) != 0) {
+      rc = fc_oom();
+      goto done;
+    }
+  }
+  if (strcmp(local, "-") == 0) {
+    u.fd = STDIN_FILENO;
+  } else if ((u.fd = open(local, O_RDONLY | O_CLOEXEC)) < 0) {
+    fprintf(stderr, "fedctl: %s: %s\n", local, strerror(errno));
+    rc = FC_EXIT_FAIL;
+    goto done;
+  }
+  if (fstat(u.fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "fedctl: %s is a directory (cp copies one file)\n", local);
+    rc = FC_EXIT_FAIL;
+    goto done;
+  }
+  if ((rc = files_path(&path, id, dest.data, NULL)) != 0 || (rc = fc_ctx_easy(ctx, &easy)) != 0 ||
+      (rc = fc_easy_setup_raw(ctx, easy, "PUT", path.data, "application/octet-stream", NULL, 0, 0, &r)) != 0) {
+    rc = rc == -EINVAL ? FC_EXIT_USAGE : fc_oom();
+    goto done;
+  }
+  curl_easy_setopt(easy, CURLOPT_UPLOAD, 1L);
+  curl_easy_setopt(easy, CURLOPT_READFUNCTION, on_read);
+  curl_easy_setopt(easy, CURLOPT_READDATA, &u);
+  /* A regular file says its size (Content-Length: the router refuses one
+   * over the limit before any byte moves); a pipe goes chunked. */
+  if (S_ISREG(st.st_mode))
+    curl_easy_setopt(easy, CURLOPT_INFILESIZE_LARGE, (curl_off_t)st.st_size);
+  curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, FC_STALL_S);
+  crc = curl_easy_perform(easy);
+  fc_resp_finish(easy, crc, &r);
+  if (u.err != 0) {
+    fprintf(stderr, "fedctl: reading %s: %s\n", local, strerror(u.err));
+    rc = FC_EXIT_FAIL;
+    goto done;
+  }
+  if (r.status == 0 || crc != CURLE_OK || r.status < 200 || r.status > 299) {
+    /* The router may answer (413, 404) before it took the whole body:
+     * then the answer, not the broken send, is the news. */
+    long status = 0;
+    curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
+    if (r.status == 0 && status >= 400 && r.body.len > 0) {
+      json_error_t jerr;
+      r.status = status;
+      r.json = json_loadb(r.body.data, r.body.len, 0, &jerr);
+    }
+    rc = fc_report(ctx, &r);
+    goto done;
+  }
+  if (ctx->json)
+    fc_print_body(&r);
+  if (fc_jint(r.json, "size", -1) != u.sent) {
+    fprintf(stderr, "fedctl: the sandbox stored %" PRId64 " bytes of the %" PRId64 " sent\n",
+            fc_jint(r.json, "size", -1), u.sent);
+    rc = FC_EXIT_FAIL;
+    goto done;
+  }
+  rc = FC_EXIT_OK;
+done:
+  if (u.fd > STDIN_FILENO)
+    close(u.fd);
+  fr_buf_free(&dest);
+  fr_buf_free(&path);
+  fc_resp_close(&r);
+  return rc;
+}
+
+struct download {
+  const char *name;       /* LOCAL, or "stdout" */
+  int fd;                 /* -1 until the first byte of a good answer */
+  int created;            /* the file did not exist: remove it on failure */
+  int64_t got;
+};
+
+/* Opens the local file once the answer is known to be good, so a failed
+ * copy never truncates it. */
+static int dl_open(struct download *d) {
+  if (d->fd >= 0)
+    return 0;
+  d->fd = open(d->name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (d->fd >= 0) {
+    d->created = 1;
+    return 0;
+  }
+  if (errno == EEXIST)
+    d->fd = open(d->name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  return d->fd >= 0 ? 0 : -errno;
+}
+
+static int on_file_data(const char *data, size_t len, void *arg) {
+  struct download *d = arg;
+  int rc = dl_open(d);
+
+  if (rc == 0)
+    rc = fc_write_all(d->fd, data, len);
+  d->got += (int64_t)len;
+  return rc;
+}
+
+static int cp_download(struct fc_ctx *ctx, const char *id, const char *rpath, const char *local) {
+  struct download d = {.fd = -1};
+  struct fr_buf path, name;
+  struct fc_resp r;
+  struct fc_sink k;
+  struct stat st;
+  CURL *easy;
+  CURLcode crc;
+  int rc;
+
+  fc_resp_init(&r);
+  fr_buf_init(&path);
+  fr_buf_init(&name);
+  if (rpath[strlen(rpath) - 1] == '/') {
+    rc = fc_usage_error("cp", "%s names a directory; cp copies one file", rpath);
+    goto done;
+  }
+  if (strcmp(local, "-") == 0) {
+    d.fd = STDOUT_FILENO;
+    d.name = "stdout";
+  } else {
+    rc = fr_buf_puts(&name, local);
+    if (rc == 0 && stat(local, &st) == 0 && S_ISDIR(st.st_mode))
+      rc = fr_buf_printf(&name, "%s%s", local[strlen(local) - 1] == '/' ? "" : "/", base_name(rpath));
+    if (rc != 0) {
+      rc = fc_oom();
+      goto done;
+    }
+    d.name = name.data;
+  }
+  if ((rc = files_path(&path, id, rpath, NULL)) != 0 || (rc = fc_ctx_easy(ctx, &easy)) != 0 ||
+      (rc = fc_easy_setup_raw(ctx, easy, "GET", path.data, NULL, NULL, 0, 0, &r)) != 0) {
+    rc = rc == -EINVAL ? FC_EXIT_USAGE : fc_oom();
+    goto done;
+  }
+  curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, FC_STALL_S);
+  fc_sink_attach(&k, easy, &r, on_file_data, &d);
+  crc = curl_easy_perform(easy);
+  fc_sink_finish(&k, crc);
+  if (!k.ok || k.err != 0 || crc != CURLE_OK) {
+    char what[600];
+    snprintf(what, sizeof(what), "writing %s", d.name);
+    rc = fc_sink_report(ctx, &k, what);
+    goto done;
+  }
+  /* An empty file never reached on_file_data. */
+  if ((rc = dl_open(&d)) != 0) {
+    fprintf(stderr, "fedctl: writing %s: %s\n", d.name, strerror(-rc));
+    rc = FC_EXIT_FAIL;
+    goto done;
+  }
+  if (d.fd != STDOUT_FILENO && close(d.fd) != 0) {
+    d.fd = -1;
+    fprintf(stderr, "fedctl: writing %s: %s\n", d.name, strerror(errno));
+    rc = FC_EXIT_FAIL;
+    goto done;
+  }
+  d.fd = -1;
+  d.created = 0;
+  rc = FC_EXIT_OK;
+done:
+  if (d.fd > STDOUT_FILENO)
+    close(d.fd);
+  if (d.created)
+    unlink(d.name);   /* a partial copy is worse than none */
+  fr_buf_free(&name);
+  fr_buf_free(&path);
+  fc_resp_close(&r);
+  return rc;
+}
+
+int fc_cmd_cp(struct fc_ctx *ctx, int argc, char **argv) {
+  struct fc_args a;
+  const char *val, *pos[2] = {NULL, NULL}, *src_path = NULL, *dst_path = NULL;
+  char *src_id = NULL, *dst_id = NULL;
+  int opt, npos = 0, rc = FC_EXIT_USAGE, e1, e2;
+
+  fc_args_init(&a, ctx, "cp", no_opts, argc, argv);
+  while ((opt = fc_args_next(&a, &val)) != FC_ARG_END) {
+    if (opt == FC_ARG_HELP) {
+      fputs(cp_usage, stdout);
+      return FC_EXIT_OK;
+    }
+    if (opt == FC_ARG_ERR)
+      return FC_EXIT_USAGE;
+    if (npos == 2)
+      return fc_usage_error("cp", "unexpected argument '%s'", val);
+    pos[npos++] = val;
+  }
+  if (npos < 2)
+    return fc_usage_error("cp", "give a source and a destination (fedctl cp LOCAL ID:/abs/path)");
+  e1 = split_remote(pos[0], &src_id, &src_path);
+  e2 = split_remote(pos[1], &dst_id, &dst_path);
+  if (e1 == -ENOMEM || e2 == -ENOMEM) {
+    rc = fc_oom();
+  } else if (src_id != NULL && dst_id != NULL) {
+    fc_usage_error("cp", "both sides are in a sandbox; copy through a local file");
+  } else if (src_id == NULL && dst_id == NULL) {
+    fc_usage_error("cp", "one side must be ID:/abs/path (a sandbox id, a colon, an absolute path)");
+  } else if (*(src_id != NULL ? pos[1] : pos[0]) == '\0') {
+    fc_usage_error("cp", "the local path is empty");
+  } else if (src_id != NULL) {
+    rc = cp_download(ctx, src_id, src_path, pos[1]);
+  } else {
+    rc = cp_upload(ctx, pos[0], dst_id, dst_path);
+  }
+  free(src_id);
+  free(dst_id);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+/* ps                                                                      */
+
+static const char ps_usage[] =
+    "usage: fedctl ps ID\n"
+    "\n"
+    "Lists the processes started in sandbox ID through its agent (background\n"
+    "processes, shells, running execs) that still run.\n"
+    "\n"
+    "  --json             print the API response verbatim\n";
+
+/* argv joined by spaces; words with blanks or quotes single-quoted. */
+static int join_argv(struct fr_buf *b, const json_t *argv) {
+  const json_t *w;
+  size_t i;
+  int rc = 0;
+
+  json_array_foreach(argv, i, w) {
+    const char *s = json_is_string(w) ? json_string_value(w) : "?";
+    if (i > 0)
+      rc = fr_buf_putc(b, ' ');
+    if (rc == 0 && (*s == '\0' || strpbrk(s, " \t\n'\"\\$`") != NULL)) {
+      rc = fr_buf_putc(b, '\'');
+      for (; rc == 0 && *s != '\0'; s++)
+        rc = *s == '\'' ? fr_buf_puts(b, "'\\''") : fr_buf_putc(b, *s);
+      if (rc == 0)
+        rc = fr_buf_putc(b, '\'');
+    } else if (rc == 0) {
+      rc = fr_buf_puts(b, s);
+    }
+  }
+  return rc;
+}
+
+int fc_cmd_ps(struct fc_ctx *ctx, int argc, char **argv) {
+  struct fc_args a;
+  struct fc_resp r;
+  struct fc_table t;
+  struct fr_buf path, cmd;
+  const json_t *arr, *p;
+  const char *val, *id = NULL;
+  int opt, rc = FC_EXIT_USAGE;
+  size_t i;
+
+  fc_args_init(&a, ctx, "ps", no_opts, argc, argv);
+  while ((opt = fc_args_next(&a, &val)) != FC_ARG_END) {
+    if (opt == FC_ARG_HELP) {
+      fputs(ps_usage, stdout);
+      return FC_EXIT_OK;
+    }
+    if (opt == FC_ARG_ERR)
+      return FC_EXIT_USAGE;
+    if (id != NULL)
+      return fc_usage_error("ps", "unexpected argument '%s'", val);
+    id = val;
+  }
+  if (id == NULL)
+    return fc_usage_error("ps", "missing sandbox ID");
+  fc_resp_init(&r);
+  fc_table_init(&t, 4);
+  fr_buf_init(&path);
+  fr_buf_init(&cmd);
+  if (fc_sandbox_path(&path, id, "/processes") != 0) {
+    rc = fc_oom();
+    goto done;
+  }
+  if ((rc = fc_call(ctx, "GET", path.data, NULL, FC_CALL_TIMEOUT_S, &r)) != FC_EXIT_OK)
+    goto done;
+  if (ctx->json) {
+    fc_print_body(&r);
+    goto done;
+  }
+  arr = json_object_get(r.json, "processes");
+  if (!json_is_array(arr)) {
+    rc = fc_bad_answer(&r);
+    goto done;
+  }
+  fc_table_add(&t, "PID");
+  fc_table_add(&t, "TAG");
+  fc_table_add(&t, "WORKDIR");
+  fc_table_add(&t, "COMMAND");
+  json_array_foreach(arr, i, p) {
+    fr_buf_reset(&cmd);
+    if (fc_table_addf(&t, "%" PRId64, fc_jint(p, "pid", -1)) != 0 ||
+        fc_table_add(&t, fc_jstr(p, "tag", "-")) != 0 || fc_table_add(&t, fc_jstr(p, "workdir", "-")) != 0 ||
+        join_argv(&cmd, json_object_get(p, "argv")) != 0 || fc_table_add(&t, cmd.data ? cmd.data : "") != 0) {
+      rc = fc_oom();
+      goto done;
+    }
+  }
+  fc_table_print(&t, stdout);
+done:
+  fr_buf_free(&cmd);
+  fr_buf_free(&path);
+  fc_table_close(&t);
+  fc_resp_close(&r);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+/* kill                                                                    */
+
+static const char kill_usage[] =
+    "usage: fedctl kill ID PID [-s SIGNAL]\n"
+    "\n"
+    "Sends SIGNAL (default SIGTERM) to process PID of sandbox ID and its\n"
+    "whole process group (PIDs as `fedctl ps` shows them). SIGNAL is a name\n"
+    "(TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP, CONT, with or without\n"
+    "SIG) or a number from 1 to 64.\n"
+    "\n"
+    "  -s, --signal SIG   the signal to send\n";
+
+enum { K_SIGNAL = 1 };
+
+static const struct fc_opt kill_opts[] = {{"signal", 's', 1, K_SIGNAL}, {NULL, 0, 0, 0}};
+
+int fc_cmd_kill(struct fc_ctx *ctx, int argc, char **argv) {
+  struct fc_args a;
+  struct fc_resp r;
+  struct fr_buf path;
+  const char *val, *id = NULL, *pid_s = NULL, *sig = "SIGTERM";
+  json_t *body = NULL;
+  int64_t pid, num;
+  int opt, rc = FC_EXIT_USAGE;
+
+  fc_args_init(&a, ctx, "kill", kill_opts, argc, argv);
+  while ((opt = fc_args_next(&a, &val)) != FC_ARG_END) {
+    switch (opt) {
+    case FC_ARG_HELP:
+      fputs(kill_usage, stdout);
+      return FC_EXIT_OK;
+    case FC_ARG_ERR:
+      return FC_EXIT_USAGE;
+    case K_SIGNAL:
+      sig = val;
+      break;
+    case FC_ARG_POS:
+      if (id == NULL)
+        id = val;
+      else if (pid_s == NULL)
+        pid_s = val;
+      else
+        return fc_usage_error("kill", "unexpected argument '%s'", val);
+      break;
+    }
+  }
+  if (id == NULL || pid_s == NULL)
+    return fc_usage_error("kill", "give the sandbox ID and the PID (fedctl kill ID PID)");
+  if (fc_parse_int("kill", "PID", pid_s, 1, INT32_MAX, &pid) != 0)
+    return FC_EXIT_USAGE;
+  if (*sig >= '0' && *sig <= '9') {
+    if (fc_parse_int("kill", "--signal", sig, 1, 64, &num) != 0)
+      return FC_EXIT_USAGE;
+    body = json_pack("{s:I}", "signal", (json_int_t)num);
+  } else if (*sig == '\0') {
+    return fc_usage_error("kill", "--signal needs a name or a number");
+  } else {
+    /* The router knows which names it accepts and says so. */
+    json_t *name = json_string(sig);
+    if (name == NULL)
+      return fc_usage_error("kill", "--signal is not valid UTF-8");
+    body = json_pack("{s:o}", "signal", name);
+  }
+  fc_resp_init(&r);
+  fr_buf_init(&path);
+  if (body == NULL || fc_sandbox_path(&path, id, "/processes/") != 0 ||
+      fr_buf_printf(&path, "%" PRId64 "/signal", pid) != 0) {
+    rc = fc_oom();
+    goto done;
+  }
+  rc = fc_call(ctx, "POST", path.data, body, FC_CALL_TIMEOUT_S, &r);
+  if (rc == FC_EXIT_OK && ctx->json)
+    fc_print_body(&r);
+done:
+  fr_buf_free(&path);
+  fc_resp_close(&r);
+  json_decref(body);
+  return rc;
+}

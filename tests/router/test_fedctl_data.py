@@ -1,0 +1,503 @@
+#!/usr/bin/env python3
+"""fedctl's data-plane commands, black-box: the real fedctl against a
+router and a kubesim cluster whose pods run the real fedrouter-agent.
+exec streams output as the command runs and exits with its code; cp
+copies files both ways (20 MiB, stdin/stdout, directories); ps and kill;
+shell on a pseudo-terminal driven from here (typing, window resize,
+Ctrl-C, exit code, the local terminal restored) and on a pipe.
+
+Usage: test_fedctl_data.py --fedctl PATH --fedrouter PATH --kubesim PATH --agent PATH [--keep]
+Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
+"""
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_router as tr  # noqa: E402
+import test_agent_path as tap  # noqa: E402
+import test_data_plane as tdp  # noqa: E402
+from test_router import TestFailure, check, short, wait_until  # noqa: E402
+
+ARGS = None
+
+
+def env_of(fed):
+    e = dict(os.environ)
+    e["FEDROUTER_URL"] = f"http://127.0.0.1:{fed.router.port}"
+    e["FEDROUTER_TOKEN"] = tr.TOKEN_A
+    e.pop("TERM", None)
+    return e
+
+
+def fc(fed, *args, stdin=b"", timeout=60, token=tr.TOKEN_A):
+    """Runs fedctl to the end: (rc, stdout bytes, stderr text)."""
+    p = subprocess.run([ARGS.fedctl, *args], input=stdin, capture_output=True, timeout=timeout,
+                       env=dict(env_of(fed), FEDROUTER_TOKEN=token))
+    return p.returncode, p.stdout, p.stderr.decode(errors="replace")
+
+
+@contextlib.contextmanager
+def fedctl_running(fed, *args, **popen_kw):
+    """fedctl started with <popen_kw> (pipes); killed if still running at
+    the end of the block, its pipes closed."""
+    p = subprocess.Popen([ARGS.fedctl, *args], env=env_of(fed), **popen_kw)
+    try:
+        yield p
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for f in (p.stdin, p.stdout, p.stderr):
+            if f is not None:
+                f.close()
+
+
+def vm_hwm_kib(pid):
+    """Peak resident size of a running process, from /proc, in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise TestFailure(f"no VmHWM for pid {pid}")
+
+
+def upload_peak_kib(fed, sid, data, path):
+    """fedctl cp - ID:<path> fed <data> through a pipe; its peak memory
+    read once all of <data> went into the pipe, before its end."""
+    with fedctl_running(fed, "cp", "-", f"{sid}:{path}", stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE) as p:
+        for i in range(0, len(data), 1 << 20):
+            p.stdin.write(data[i:i + (1 << 20)])
+        p.stdin.flush()
+        peak = vm_hwm_kib(p.pid)
+        p.stdin.close()
+        err = p.stderr.read()
+        rc = p.wait(60)
+    check(rc == 0, f"upload of {len(data)} bytes: rc {rc} err {err!r}")
+    return peak
+
+
+def download_peak_kib(fed, sid, path, size):
+    """fedctl cp ID:<path> - into a pipe; its peak memory read when all but
+    the last MiB arrived (fedctl still running)."""
+    got, peak = 0, None
+    with fedctl_running(fed, "cp", f"{sid}:{path}", "-", stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
+        while True:
+            chunk = p.stdout.read1(1 << 16)
+            if not chunk:
+                break
+            got += len(chunk)
+            if peak is None and got >= size - (1 << 20):
+                peak = vm_hwm_kib(p.pid)
+        err = p.stderr.read()
+        rc = p.wait(60)
+    check(rc == 0 and got == size and peak is not None, f"download: rc {rc}, {got} of {size} bytes, err {err!r}")
+    return peak
+
+
+def sandbox_of(fed):
+    """The sandbox the tests share (created by the first that needs it)."""
+    if "sid" not in fed.shared:
+        fed.shared["sid"] = fed.create_one(name="fc")["id"]
+    return fed.shared["sid"]
+
+
+def test_exec_streams_output_as_it_runs(fed):
+    sid = sandbox_of(fed)
+    t0 = time.monotonic()
+    with fedctl_running(fed, "exec", sid, "--", "sh", "-c", "echo a; sleep 2; echo b",
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
+        ready, _, _ = select.select([p.stdout], [], [], 30)
+        check(ready, "no output within 30 s")
+        first = os.read(p.stdout.fileno(), 65536)
+        t_first = time.monotonic() - t0
+        running = p.poll() is None
+        rest = p.stdout.read()
+        err = p.stderr.read()
+        rc = p.wait(30)
+    t_end = time.monotonic() - t0
+    check(first == b"a\n", f"first chunk {first!r}")
+    check(running, "fedctl had ended when the first chunk came: not streamed")
+    check(t_end - t_first >= 1.5, f"first chunk at {t_first:.2f} s, end at {t_end:.2f} s: not streamed")
+    check(first + rest == b"a\nb\n" and rc == 0 and err == b"", f"rc {rc} out {first + rest!r} err {err!r}")
+    print(f"     first chunk after {t_first * 1000:.0f} ms, end after {t_end * 1000:.0f} ms")
+
+
+def test_exec_exit_codes_streams_and_bytes(fed):
+    sid = sandbox_of(fed)
+    rc, out, err = fc(fed, "exec", sid, "--", "sh", "-c", "echo to-out; echo to-err >&2; exit 7")
+    check(rc == 7 and out == b"to-out\n" and err == "to-err\n", f"rc {rc} out {out!r} err {err!r}")
+    rc, out, err = fc(fed, "exec", sid, "--", "sh", "-c", r"printf '\377\376A\000B'")
+    check(rc == 0 and out == b"\xff\xfeA\x00B", f"binary: rc {rc} out {out!r} err {err!r}")
+    rc, out, err = fc(fed, "exec", "-i", sid, "--", "wc", "-l", stdin=b"1\n2\n3\n")
+    check(rc == 0 and out.strip() == b"3", f"stdin: rc {rc} out {out!r} err {err!r}")
+    rc, out, err = fc(fed, "exec", "--env", "FOO=bar baz", "--workdir", "/tmp", sid, "--",
+                      "sh", "-c", 'echo "$FOO"; pwd')
+    check(rc == 0 and out == b"bar baz\n/tmp\n", f"env/workdir: rc {rc} out {out!r} err {err!r}")
+    t0 = time.monotonic()
+    rc, out, err = fc(fed, "exec", "--timeout", "1", sid, "--", "sh", "-c", "echo x; sleep 30")
+    check(rc == 124 and out == b"x\n" and "timed out after 1s" in err and time.monotonic() - t0 < 20,
+          f"timeout: rc {rc} out {out!r} err {err!r}")
+    rc, out, err = fc(fed, "exec", sid, "--", "no-such-cmd-x")
+    check(rc == 127, f"missing command: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "exec", "d1.no-such-pod", "--", "true")
+    check(rc == 1 and err.startswith("fedctl: sandbox_not_found: "), f"unknown sandbox: rc {rc} err {err!r}")
+    # --json keeps the buffered answer verbatim.
+    rc, out, err = fc(fed, "--json", "exec", sid, "--", "sh", "-c", "echo hi; exit 2")
+    d = json.loads(out)
+    check(rc == 2 and d.get("stdout") == "hi\n" and d.get("exit_code") == 2, f"--json: rc {rc} {out!r}")
+
+
+def sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def test_cp_round_trip_both_ways(fed):
+    sid = sandbox_of(fed)
+    d = os.path.join(fed.root, "cp")
+    os.makedirs(d)
+    data = os.urandom(20 << 20)
+    src = os.path.join(d, "big.bin")
+    with open(src, "wb") as f:
+        f.write(data)
+    t0 = time.monotonic()
+    rc, out, err = fc(fed, "cp", src, f"{sid}:/tmp/cp dir/big.bin")
+    t_up = time.monotonic() - t0
+    check(rc == 0 and out == b"" and err == "", f"upload: rc {rc} out {out!r} err {err!r}")
+    r = fed.exec_ok(sid, ["sha256sum", "/tmp/cp dir/big.bin"])
+    check(r["stdout"].split()[0] == sha(data), f"the sandbox's copy differs: {r}")
+    dst = os.path.join(d, "back.bin")
+    t0 = time.monotonic()
+    rc, out, err = fc(fed, "cp", f"{sid}:/tmp/cp dir/big.bin", dst)
+    t_down = time.monotonic() - t0
+    check(rc == 0 and err == "", f"download: rc {rc} err {err!r}")
+    with open(dst, "rb") as f:
+        check(sha(f.read()) == sha(data), "the downloaded copy differs")
+    # Streamed, not buffered: 20 MiB cost fedctl less than 8 MiB more
+    # memory than 2 MiB do (more than a pipe holds, so fedctl is running
+    # its transfer when the peak is read).
+    base_up = upload_peak_kib(fed, sid, data[:2 << 20], "/tmp/small2.bin")
+    base_down = download_peak_kib(fed, sid, "/tmp/small2.bin", 2 << 20)
+    up = upload_peak_kib(fed, sid, data, "/tmp/big2.bin")
+    down = download_peak_kib(fed, sid, "/tmp/big2.bin", len(data))
+    check(up - base_up < 8192 and down - base_down < 8192,
+          f"fedctl peak memory: {base_up}/{base_down} KiB up/down for 2 MiB, {up}/{down} KiB for 20 MiB")
+    print(f"     20 MiB up {t_up:.2f} s, down {t_down:.2f} s; fedctl peak RSS up/down "
+          f"{base_up}/{base_down} KiB for 2 MiB, {up}/{down} KiB for 20 MiB")
+    # stdin and stdout, bytes of every value, an empty file.
+    small = bytes(range(256)) * 3
+    rc, out, err = fc(fed, "cp", "-", f"{sid}:/tmp/small.bin", stdin=small)
+    check(rc == 0, f"upload from stdin: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "cp", f"{sid}:/tmp/small.bin", "-")
+    check(rc == 0 and out == small, f"download to stdout: rc {rc} {len(out)} bytes, err {err!r}")
+    rc, out, err = fc(fed, "cp", "-", f"{sid}:/tmp/empty", stdin=b"")
+    check(rc == 0, f"empty upload: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "cp", f"{sid}:/tmp/empty", os.path.join(d, "empty"))
+    check(rc == 0 and os.path.getsize(os.path.join(d, "empty")) == 0, f"empty download: rc {rc} err {err!r}")
+    # A remote directory (trailing '/') and a local directory take the name.
+    rc, out, err = fc(fed, "cp", src, f"{sid}:/tmp/into/")
+    check(rc == 0, f"upload into a directory: rc {rc} err {err!r}")
+    os.makedirs(os.path.join(d, "sub"))
+    rc, out, err = fc(fed, "cp", f"{sid}:/tmp/into/big.bin", os.path.join(d, "sub"))
+    check(rc == 0 and os.path.getsize(os.path.join(d, "sub", "big.bin")) == len(data),
+          f"download into a directory: rc {rc} err {err!r}")
+    # Errors: the API's code, no local file left; usage errors exit 2.
+    rc, out, err = fc(fed, "cp", f"{sid}:/tmp/no-such-file", os.path.join(d, "none"))
+    check(rc == 1 and "path_not_found" in err and not os.path.exists(os.path.join(d, "none")),
+          f"missing remote: rc {rc} err {err!r}")
+    with open(os.path.join(d, "keep"), "wb") as f:
+        f.write(b"keep")
+    rc, out, err = fc(fed, "cp", f"{sid}:/tmp/no-such-file", os.path.join(d, "keep"))
+    with open(os.path.join(d, "keep"), "rb") as f:
+        check(rc == 1 and f.read() == b"keep", f"a failed copy touched the local file: rc {rc}")
+    rc, out, err = fc(fed, "cp", os.path.join(d, "no-such-local"), f"{sid}:/tmp/x")
+    check(rc == 1 and "No such file" in err, f"missing local: rc {rc} err {err!r}")
+    for args in ((src, f"{sid}:relative"), (src, os.path.join(d, "x")), (f"{sid}:/a", f"{sid}:/b"), (src,)):
+        rc, out, err = fc(fed, "cp", *args)
+        check(rc == 2 and "fedctl cp:" in err, f"cp {args}: rc {rc} err {err!r}")
+
+
+def test_cp_over_the_tenant_file_limit(fed):
+    sid = fed.create_one(token=tr.TOKEN_B, name="fcb")["id"]
+    big = os.path.join(fed.root, "over-limit.bin")
+    with open(big, "wb") as f:
+        f.write(b"x" * (tdp.FILE_LIMIT_B + 1))
+    # A file says its size: refused before the bytes move.
+    rc, out, err = fc(fed, "cp", big, f"{sid}:/tmp/big", token=tr.TOKEN_B)
+    check(rc == 1 and err.startswith("fedctl: file_too_large: "), f"file over the limit: rc {rc} err {err!r}")
+    # A pipe goes chunked: refused when the count passes the limit.
+    with open(big, "rb") as f:
+        data = f.read()
+    rc, out, err = fc(fed, "cp", "-", f"{sid}:/tmp/big", stdin=data, token=tr.TOKEN_B)
+    check(rc == 1 and "file_too_large" in err, f"pipe over the limit: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "cp", "-", f"{sid}:/tmp/ok", stdin=data[:1000], token=tr.TOKEN_B)
+    check(rc == 0, f"under the limit: rc {rc} err {err!r}")
+
+
+def ps_rows(fed, sid):
+    rc, out, err = fc(fed, "ps", sid)
+    check(rc == 0, f"ps: rc {rc} err {err!r}")
+    lines = out.decode().splitlines()
+    check(lines and lines[0].split() == ["PID", "TAG", "WORKDIR", "COMMAND"], f"ps header: {lines[:1]}")
+    return lines[1:]
+
+
+def test_ps_and_kill(fed):
+    sid = sandbox_of(fed)
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes",
+                    {"argv": ["sleep", "3071"], "tag": "nap", "workdir": "/tmp"})
+    check(st == 201, f"start: {st} {r}")
+    pid = r["pid"]
+    rows = [x for x in ps_rows(fed, sid) if x.split()[0] == str(pid)]
+    check(len(rows) == 1 and rows[0].split()[1:] == ["nap", "/tmp", "sleep", "3071"], f"ps row: {rows}")
+    rc, out, err = fc(fed, "--json", "ps", sid)
+    check(rc == 0 and any(p["pid"] == pid and p["argv"] == ["sleep", "3071"] for p in json.loads(out)["processes"]),
+          f"ps --json: rc {rc} {out[:300]!r}")
+    rc, out, err = fc(fed, "kill", sid, str(pid), "-s", "NOPE")
+    check(rc == 1 and "invalid_field" in err, f"bad signal name: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "kill", sid, str(pid), "-s", "65")
+    check(rc == 2, f"signal 65: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "kill", sid, "abc")
+    check(rc == 2, f"bad pid: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "kill", sid, str(pid))
+    check(rc == 0 and out == b"" and err == "", f"kill: rc {rc} err {err!r}")
+    check(wait_until(lambda: all(x.split()[0] != str(pid) for x in ps_rows(fed, sid)), 10, 0.3),
+          "the process still runs after fedctl kill")
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes", {"argv": ["sleep", "3072"]})
+    pid = r["pid"]
+    rc, out, err = fc(fed, "kill", "-s", "9", sid, str(pid))
+    check(rc == 0, f"kill -s 9: rc {rc} err {err!r}")
+    check(wait_until(lambda: all(x.split()[0] != str(pid) for x in ps_rows(fed, sid)), 10, 0.3),
+          "the process still runs after fedctl kill -s 9")
+    rc, out, err = fc(fed, "kill", sid, "999999")
+    check(rc == 1 and "process_not_found" in err, f"unknown pid: rc {rc} err {err!r}")
+
+
+def shells(fed, sid):
+    """`fedctl ps` rows of the sandbox's shell sessions (tag "shell")."""
+    return [x for x in ps_rows(fed, sid) if x.split()[1] == "shell"]
+
+
+def proc_state(pid):
+    """The state letter of /proc/<pid>/stat (R, S, T, Z, ...)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    return stat[stat.rindex(b")") + 2:].split()[0].decode()
+
+
+class PtySession:
+    """fedctl shell on a pseudo-terminal whose other end the test holds."""
+
+    def __init__(self, fed, sid, rows, cols, *extra):
+        self.master, self.slave = os.openpty()
+        self.winsize(rows, cols)
+        self.before = termios.tcgetattr(self.slave)
+        self.buf = b""
+        self.p = subprocess.Popen([ARGS.fedctl, "shell", sid, *extra], stdin=self.slave, stdout=self.slave,
+                                  stderr=self.slave, env=dict(env_of(fed), TERM="dumb"), start_new_session=True)
+
+    def winsize(self, rows, cols):
+        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    def type(self, data):
+        os.write(self.master, data)
+
+    def expect(self, text, timeout=15):
+        """Reads until <text> (bytes) appears after what earlier expects
+        consumed; returns what came before it."""
+        end = time.monotonic() + timeout
+        while text not in self.buf:
+            left = end - time.monotonic()
+            check(left > 0, f"did not see {text!r} within {timeout} s; got {self.buf[-400:]!r}")
+            r, _, _ = select.select([self.master], [], [], min(left, 0.5))
+            if r:
+                try:
+                    self.buf += os.read(self.master, 65536)
+                except OSError:
+                    break
+        check(text in self.buf, f"no {text!r} before the terminal closed: {self.buf[-400:]!r}")
+        before, _, self.buf = self.buf.partition(text)
+        return before
+
+    def wait(self, timeout=20):
+        end = time.monotonic() + timeout
+        while self.p.poll() is None and time.monotonic() < end:
+            r, _, _ = select.select([self.master], [], [], 0.2)
+            if r:
+                try:
+                    self.buf += os.read(self.master, 65536)
+                except OSError:
+                    pass
+        return self.p.poll()
+
+    def restored(self):
+        """The local terminal's mode is what it was before fedctl."""
+        now = termios.tcgetattr(self.slave)
+        return now[:6] == self.before[:6]
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+        os.close(self.master)
+        os.close(self.slave)
+
+
+def test_shell_on_a_pty(fed):
+    sid = sandbox_of(fed)
+    s = PtySession(fed, sid, 30, 90)
+    try:
+        s.type(b"echo $((6*7))\r")
+        s.expect(b"42\r\n")
+        s.type(b"stty size\r")
+        s.expect(b"30 90\r\n")
+        s.winsize(40, 100)
+        os.kill(s.p.pid, signal.SIGWINCH)
+        # The resize is asynchronous: ask until the remote sees it.
+        seen = False
+        for _ in range(20):
+            s.type(b"stty size\r")
+            try:
+                s.expect(b"40 100\r\n", 1.5)
+                seen = True
+                break
+            except TestFailure:
+                continue
+        check(seen, "stty size never showed 40 100 after the resize")
+        # Ctrl-C is a byte for the remote terminal: it stops sleep, not the shell.
+        t0 = time.monotonic()
+        s.type(b"echo st$((1))art; sleep 100; echo after-sleep\r")
+        s.expect(b"st1art\r\n")
+        time.sleep(0.3)   # let the shell start sleep after the echo
+        s.type(b"\x03")
+        s.type(b"echo alive-$((1+1))\r")
+        s.expect(b"alive-2\r\n", 15)
+        check(time.monotonic() - t0 < 15, "Ctrl-C did not interrupt sleep 100")
+        check(b"after-sleep\r\n" not in s.buf, "the command list went on after Ctrl-C")
+        check(s.p.poll() is None, "fedctl ended on Ctrl-C")
+        s.type(b"exit 3\r")
+        rc = s.wait()
+        check(rc == 3, f"fedctl shell exited {rc}, want 3 (the shell's exit)")
+        check(s.restored(), "the local terminal was left in raw mode")
+    finally:
+        s.close()
+    # Nothing of the session is left in the sandbox.
+    check(wait_until(lambda: not shells(fed, sid), 10, 0.3), f"shell processes left: {shells(fed, sid)}")
+
+
+def test_shell_stopped_or_killed_gives_the_terminal_back(fed):
+    sid = sandbox_of(fed)
+    s = PtySession(fed, sid, 24, 80)
+    try:
+        s.type(b"echo ready-$((2+2))\r")
+        s.expect(b"ready-4\r\n")
+        check(not s.restored(), "the local terminal is not in raw mode during the session")
+        # Stopped from outside: the terminal is given back while stopped,
+        # taken again (raw) after SIGCONT, and the session goes on.
+        os.kill(s.p.pid, signal.SIGTSTP)
+        check(wait_until(lambda: proc_state(s.p.pid) == "T", 10), "fedctl did not stop on SIGTSTP")
+        check(s.restored(), "the terminal stayed raw while fedctl was stopped")
+        os.kill(s.p.pid, signal.SIGCONT)
+        check(wait_until(lambda: not s.restored(), 10), "the terminal is not raw again after SIGCONT")
+        s.type(b"echo back-$((3+4))\r")
+        s.expect(b"back-7\r\n")
+        os.kill(s.p.pid, signal.SIGTERM)
+        rc = s.wait()
+        check(rc == 128 + signal.SIGTERM, f"fedctl exited {rc} on SIGTERM, want 143")
+        check(s.restored(), "SIGTERM left the local terminal in raw mode")
+    finally:
+        s.close()
+    check(wait_until(lambda: not shells(fed, sid), 10, 0.3),
+          "the remote shell outlived the session it was hung up from")
+
+
+def test_shell_with_a_pipe(fed):
+    sid = sandbox_of(fed)
+    rc, out, err = fc(fed, "shell", sid, stdin=b"echo piped-$((2*3))\nexit 5\n")
+    check(rc == 5 and out == b"piped-6\n", f"shell on a pipe: rc {rc} out {out!r} err {err!r}")
+    rc, out, err = fc(fed, "shell", "--env", "X=y z", "--workdir", "/tmp", sid, stdin=b'echo "$X"; pwd\n')
+    check(rc == 0 and out == b"y z\n/tmp\n", f"shell --env --workdir: rc {rc} out {out!r} err {err!r}")
+    # More input than one request carries (and than the router's
+    # max_body_bytes): sent in order, every byte.
+    data = os.urandom(1 << 20)
+    t0 = time.monotonic()
+    rc, out, err = fc(fed, "shell", sid, "--", "sha256sum", stdin=data)
+    check(rc == 0 and out.split()[0].decode() == sha(data), f"1 MiB through stdin: rc {rc} out {out!r} err {err!r}")
+    print(f"     1 MiB of stdin through a shell in {time.monotonic() - t0:.2f} s")
+    rc, out, err = fc(fed, "shell", sid, "--", "cat", stdin=b"through cat\n")
+    check(rc == 0 and out == b"through cat\n", f"shell -- cat: rc {rc} out {out!r} err {err!r}")
+    # fedctl's stdout closed: the session ends (exit 1) and is hung up.
+    with fedctl_running(fed, "shell", sid, "--", "sh", "-c", "while :; do echo y; sleep 0.05; done",
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
+        check(p.stdout.read1(100).startswith(b"y\n"), "no output from the loop")
+        p.stdout.close()
+        rc = p.wait(20)
+        err = p.stderr.read().decode(errors="replace")
+    check(rc == 1 and "Broken pipe" in err and "may still run" not in err, f"stdout closed: rc {rc} err {err!r}")
+    check(wait_until(lambda: not shells(fed, sid), 10, 0.3),
+          "the session outlived fedctl's closed stdout")
+    rc, out, err = fc(fed, "shell", "d1.no-such-pod", stdin=b"")
+    check(rc == 1 and "sandbox_not_found" in err, f"unknown sandbox: rc {rc} err {err!r}")
+
+
+TESTS = [
+    test_exec_streams_output_as_it_runs,
+    test_exec_exit_codes_streams_and_bytes,
+    test_cp_round_trip_both_ways,
+    test_cp_over_the_tenant_file_limit,
+    test_ps_and_kill,
+    test_shell_on_a_pty,
+    test_shell_stopped_or_killed_gives_the_terminal_back,
+    test_shell_with_a_pipe,
+]
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fedctl", required=True)
+    ap.add_argument("--fedrouter", required=True)
+    ap.add_argument("--kubesim", required=True)
+    ap.add_argument("--agent", required=True)
+    ap.add_argument("--only", action="append", default=[])
+    ap.add_argument("--keep", action="store_true")
+    ARGS = ap.parse_args()
+    tr.ARGS = ARGS
+    tap.ARGS = ARGS
+    results = []
+    tests = [t for t in TESTS if not ARGS.only or t.__name__ in ARGS.only]
+    fed = None
+    t0 = time.monotonic()
+    try:
+        fed = tdp.DataFed("fedctl-data", [("d1", "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
+                                                         "--agent-binary", os.path.abspath(ARGS.agent)])])
+        fed.shared = {}
+        for t in tests:
+            tr.run_test(t, fed, results)
+    except TestFailure as e:
+        results.append(("federation", False, str(e)))
+        print(f"FAIL federation: {e}", flush=True)
+    finally:
+        if fed is not None:
+            problems = fed.teardown()
+            results.append(("teardown", not problems, "; ".join(problems)))
+            print("ok   teardown" if not problems else "FAIL teardown: " + "; ".join(problems), flush=True)
+    failed = [r for r in results if not r[1]]
+    print(f"{len(results) - len(failed)} passed, {len(failed)} failed ({time.monotonic() - t0:.1f} s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
