@@ -53,8 +53,8 @@ struct fr_adapter_opts {
   const char *kubeconfig;   /* path */
   const char *context;      /* NULL = current-context */
   const char *ns;           /* namespace for sandboxes; NULL = "default" */
-  const char *gpu_resource; /* the extended resource pod option gpus asks for; NULL = "nvidia.com/gpu" */
   const struct fr_adapter_agent *agent; /* NULL: sandboxes without an agent (pods/exec only) */
+  const char *gpu_resource; /* the extended resource pod option gpus asks for; NULL = "nvidia.com/gpu" */
 };
 
 #define FR_LABEL_SANDBOX "fedrouter.io/sandbox"
