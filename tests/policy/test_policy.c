@@ -968,11 +968,11 @@ struct skip_case {
 };
 
 static const struct skip_case skip_cases[] = {
-    {0, 1, 100, "skipped: unhealthy (circuit breaker open)"},
-    {1, 0, 100, "skipped: not synced (capacity unknown until its caches are complete)"},
-    {1, 1, 15001, "skipped: stale, capacity view 15001 ms old (max 15000 ms): unknown, not free"},
+    {0, 1, 100, "skipped: unhealthy (circuit breaker open)", NULL, NULL},
+    {1, 0, 100, "skipped: not synced (capacity unknown until its caches are complete)", NULL, NULL},
+    {1, 1, 15001, "skipped: stale, capacity view 15001 ms old (max 15000 ms): unknown, not free", NULL, NULL},
     {1, 1, INFINITY, "skipped: stale, capacity view of unknown age (max 15000 ms): unknown, not "
-                     "free"},
+                     "free", NULL, NULL},
     {1, 1, 100, "skipped: no_runtime_class (RuntimeClass \"gvisor\" not found)", "no_runtime_class",
      "RuntimeClass \"gvisor\" not found"},
     {1, 1, 100, "skipped: no_gpu_node", "no_gpu_node", NULL},
