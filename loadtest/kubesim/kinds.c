@@ -48,6 +48,8 @@ static const struct {
                "poddisruptionbudget", "policy", "v1", "policy/v1", "pdb", 1},
     [K_HPA] = {"HorizontalPodAutoscaler", "HorizontalPodAutoscalerList", "horizontalpodautoscalers",
                "horizontalpodautoscaler", "autoscaling", "v2", "autoscaling/v2", "hpa", 1},
+    [K_PVC] = {"PersistentVolumeClaim", "PersistentVolumeClaimList", "persistentvolumeclaims",
+               "persistentvolumeclaim", "", "v1", "v1", "pvc", 1},
 };
 
 const char *kind_name(enum sim_kind k) { return kinds[k].kind; }
