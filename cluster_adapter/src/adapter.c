@@ -670,50 +670,6 @@ static void quota_room(struct fr_adapter *a, int64_t *pods, int64_t *cpu_m, int6
   }
 }
 
-/* 1 if toleration <t> tolerates taint <taint> (the scheduler's rule). */
-static int tolerates(json_t *t, json_t *taint) {
-  const char *tk = json_string_value(json_object_get(t, "key"));
-  const char *op = json_string_value(json_object_get(t, "operator"));
-  const char *te = json_string_value(json_object_get(t, "effect"));
-  const char *k = json_string_value(json_object_get(taint, "key"));
-  const char *v = json_string_value(json_object_get(taint, "value"));
-  const char *tv = json_string_value(json_object_get(t, "value"));
-
-  if (te != NULL && strcmp(te, json_string_value(json_object_get(taint, "effect"))) != 0)
-    return 0;
-  if (tk == NULL) /* operator Exists with no key: every taint */
-    return 1;
-  if (k == NULL || strcmp(tk, k) != 0)
-    return 0;
-  return (op != NULL && strcmp(op, "Exists") == 0) || strcmp(tv ? tv : "", v ? v : "") == 0;
-}
-
-/* 1 if pods with <opts> may go on <node> at all: its labels match the node
- * selector and the tolerations tolerate its NoSchedule and NoExecute
- * taints (PreferNoSchedule only steers). */
-static int node_admits(json_t *node, const struct fr_podopts *opts) {
-  json_t *labels = json_object_get(json_object_get(node, "metadata"), "labels"), *v, *taint, *t;
-  json_t *tols = podopts_field(opts, "tolerations");
-  const char *k;
-  size_t i, j;
-
-  json_object_foreach(podopts_field(opts, "node_selector"), k, v) {
-    const char *have = json_string_value(json_object_get(labels, k));
-    if (have == NULL || strcmp(have, json_string_value(v)) != 0)
-      return 0;
-  }
-  json_array_foreach(json_object_get(json_object_get(node, "spec"), "taints"), i, taint) {
-    const char *effect = json_string_value(json_object_get(taint, "effect"));
-    int ok = 0;
-    if (effect == NULL || (strcmp(effect, "NoSchedule") != 0 && strcmp(effect, "NoExecute") != 0))
-      continue;
-    json_array_foreach(tols, j, t) ok |= tolerates(t, taint);
-    if (!ok)
-      return 0;
-  }
-  return 1;
-}
-
 /* What stops the cluster from hosting pods with <opts> at all (the
  * fr_adapter_fit_slots codes), or NULL. */
 static const char *unfit_objects(struct fr_adapter *a, const struct fr_podopts *opts, char *detail, size_t len) {
@@ -754,7 +710,7 @@ static int64_t slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b, const s
     const char *name = json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
     int64_t fc, fm, fp, fg = 0, fit;
 
-    if (!node_schedulable(node) || (opts != NULL && !node_admits(node, opts)))
+    if (!node_schedulable(node) || (opts != NULL && !podopts_node_admits(opts, node)))
       continue;
     na++;
     if (gpus > 0) {

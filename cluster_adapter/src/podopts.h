@@ -21,6 +21,11 @@ int podopts_apply(const struct fr_podopts *o, const char *gpu_resource, json_t *
  * containers of array <containers> request (their limits where requests
  * leave it out, as the API server defaults them), summed. */
 int64_t pod_gpus(json_t *containers, const char *res);
+/* 1 if pods with <o> (may be NULL) may go on node <node> (a Node object,
+ * borrowed) at all: its labels match the node selector and the
+ * tolerations tolerate its NoSchedule and NoExecute taints
+ * (PreferNoSchedule only steers). Readiness and room are the caller's. */
+int podopts_node_admits(const struct fr_podopts *o, json_t *node);
 /* Its runtime_class, or NULL. */
 const char *podopts_runtime_class(const struct fr_podopts *o);
 /* Canonical field <name> ("node_selector", "tolerations", "volumes"), or
