@@ -108,6 +108,9 @@ GOOD = [
                "ingress": [{"from": [{"ipBlock": {"cidr": "192.0.2.0/24"}}], "ports": [{"port": 49983}]}]}}),
     ("/apis/node.k8s.io/v1/runtimeclasses", {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
                                              "metadata": {"name": "gvisor"}, "handler": "runsc"}),
+    (NS + "/persistentvolumeclaims", {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
+                                      "spec": {"accessModes": ["ReadWriteMany"],
+                                               "resources": {"requests": {"storage": "1Gi"}}}}),
     ("/apis/apps/v1/namespaces/sbx/deployments",
      {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
       "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "x"}},
@@ -208,6 +211,8 @@ def test_create_get_list(sim):
               [i["metadata"]["name"] for i in lst["items"]] == [obj["metadata"]["name"]],
               "list %s: %s" % (path, lst))
         check(sim.call("POST", path, obj)[0] == 409, "create %s twice: 409 AlreadyExists" % path)
+    st, claim = sim.call("GET", NS + "/persistentvolumeclaims/data")
+    check(claim.get("status", {}).get("phase") == "Bound", "a PVC is Bound once it exists: %s" % claim)
     st, sec = sim.call("GET", NS + "/secrets/hf")
     check(sec.get("data") == {"HF_TOKEN": "YWJj"} and "stringData" not in sec and sec.get("type") == "Opaque",
           "stringData folded into base64 data, type defaulted: %s" % sec)
