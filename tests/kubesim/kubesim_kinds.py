@@ -30,13 +30,14 @@ def check(cond, msg):
 
 
 class Sim:
-    def __init__(self, binary):
+    def __init__(self, binary, extra=()):
         self.dir = tempfile.mkdtemp(prefix="kubesim-kinds-")
         port_file = os.path.join(self.dir, "port")
+        self.kubeconfig = os.path.join(self.dir, "kubeconfig")
         self.log = open(os.path.join(self.dir, "log"), "w")
         self.proc = subprocess.Popen([binary, "--port-file", port_file, "--workdir",
-                                      os.path.join(self.dir, "work")],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                      os.path.join(self.dir, "work"), "--write-kubeconfig", self.kubeconfig]
+                                     + list(extra), stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 15
         while not os.path.exists(port_file) or not open(port_file).read().strip():
             if time.monotonic() > deadline or self.proc.poll() is not None:

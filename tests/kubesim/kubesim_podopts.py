@@ -16,36 +16,22 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
-FAILS = []
+sys.dont_write_bytecode = True   # do not leave __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kubesim_kinds as kk  # noqa: E402  (Sim: kubesim started and stopped; check, FAILS)
+from kubesim_kinds import FAILS, check  # noqa: E402
+
+NODE_FLAGS = ["--nodes", "3", "--gpu-nodes", "1", "--node-gpus", "2", "--node-label", "1@accel=a100",
+              "--node-taint", "1@nvidia.com/gpu=present:NoSchedule", "--node-label", "zone=z1"]
 
 
-def check(cond, msg):
-    if not cond:
-        FAILS.append(msg)
-        print("FAIL: " + msg)
-    return cond
+class Sim(kk.Sim):
+    """kubesim with GPU, label and taint flags, driven by kubectl."""
 
-
-class Sim:
     def __init__(self, binary):
-        self.dir = tempfile.mkdtemp(prefix="kubesim-podopts-")
-        self.kubeconfig = os.path.join(self.dir, "kubeconfig")
-        port_file = os.path.join(self.dir, "port")
-        self.log = open(os.path.join(self.dir, "log"), "w")
-        self.proc = subprocess.Popen([binary, "--port-file", port_file, "--write-kubeconfig", self.kubeconfig,
-                                      "--workdir", os.path.join(self.dir, "work"), "--nodes", "3",
-                                      "--gpu-nodes", "1", "--node-gpus", "2", "--node-label", "1@accel=a100",
-                                      "--node-taint", "1@nvidia.com/gpu=present:NoSchedule",
-                                      "--node-label", "zone=z1"],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 15
-        while not os.path.exists(port_file) or not open(port_file).read().strip():
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError("kubesim did not start")
-            time.sleep(0.05)
+        super().__init__(binary, NODE_FLAGS)
 
     def kubectl(self, *args, stdin=None):
         p = subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, "--request-timeout=10s"] + list(args),
@@ -56,18 +42,6 @@ class Sim:
         rc, out = self.kubectl("get", "-o", "json", *args)
         check(rc == 0, "kubectl get %s: %s" % (" ".join(args), out))
         return json.loads(out) if rc == 0 else {}
-
-    def close(self):
-        self.proc.terminate()
-        try:
-            check(self.proc.wait(timeout=20) == 0, "kubesim exited with %s after SIGTERM: %s"
-                  % (self.proc.returncode, open(self.log.name).read()[-2000:]))
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            check(False, "kubesim did not stop within 20 s of SIGTERM")
-        self.log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def pod(name, gpus=0, tolerations=None, selector=None, claim=None, runtime_class=None):

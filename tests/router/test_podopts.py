@@ -262,24 +262,14 @@ TESTS = [test_bad_bodies_name_the_field, test_gpus_only_where_gpu_nodes_are, tes
          test_pool_premounts_volume_warm_claim]
 
 
-def watchdog():
-    time.sleep(WATCHDOG_S)
-    print(f"FAIL watchdog: the suite ran over {WATCHDOG_S} s; killing everything", flush=True)
-    for p in tr.ALL_PROCS:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except OSError:
-            pass
-    os._exit(1)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fedrouter", required=True)
     ap.add_argument("--kubesim", required=True)
     ap.add_argument("--keep", action="store_true", help="keep the temporary directories (logs)")
     tr.ARGS = ap.parse_args()
-    threading.Thread(target=watchdog, daemon=True).start()
+    tr.WATCHDOG_S = WATCHDOG_S
+    threading.Thread(target=tr.watchdog, daemon=True).start()
     results = []
     t_all = time.monotonic()
     fed = tr.Fed("podopts", CLUSTERS)
