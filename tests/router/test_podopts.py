@@ -14,9 +14,11 @@ harness of test_router.py):
 Each option must place only where the cluster can host it, the pod must
 carry it, explain must name why every other cluster was skipped, bad
 bodies get 400 naming the field, and a pool that pre-mounts a volume
-serves warm claims only to creates asking for exactly its options.
+serves warm claims only to creates asking for exactly its options. The
+router injects the agent (kubesim runs the real fedrouter-agent), so the
+options must sit beside the agent's init container, volume and mount.
 
-Usage: test_podopts.py --fedrouter PATH --kubesim PATH [--keep]
+Usage: test_podopts.py --fedrouter PATH --kubesim PATH --agent PATH [--keep]
 Prints `ok NAME` / `FAIL NAME: details` per test and `N passed, M failed`;
 exits 1 if any test failed. Python 3 standard library only.
 """
@@ -32,6 +34,7 @@ import time
 sys.dont_write_bytecode = True   # do not leave __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_router as tr  # noqa: E402
+import test_agent_path as tap  # noqa: E402  (AgentFed: the router's `agent` group)
 from test_router import TestFailure, check, expect_error, short, wait_until, tail  # noqa: E402
 
 WATCHDOG_S = 110        # ctest's TIMEOUT is 120
@@ -201,6 +204,13 @@ def test_volumes_only_where_the_pvc_is(fed):
     claim = [n for n, v in vols.items() if v.get("persistentVolumeClaim", {}).get("claimName") == "data"]
     check(len(claim) == 1 and {"name": claim[0], "mountPath": "/data"} in mounts,
           f"pod volumes {vols} mounts {mounts}")
+    # The agent's emptyDir, mount and init container are still there, and
+    # exec reaches the sandbox through the agent.
+    check("emptyDir" in vols.get("fr-agent", {}) and any(m["name"] == "fr-agent" for m in mounts) and
+          [c["name"] for c in p["spec"].get("initContainers", [])] == ["fr-agent-install"],
+          f"agent wiring beside the volume: volumes {vols} mounts {mounts}")
+    r = fed.exec_ok(sb["id"], ["echo", "mounted"])
+    check(r.get("stdout") == "mounted\n", f"exec in the sandbox with a volume: {r}")
     expect_placed(fed, {"volumes": {"/data": "other"}}, "plain", {"gpu": "no_pvc", "tainted": "no_pvc"})
     st, r = fed.api("POST", "/v1/sandboxes", {"image": IMAGE, "volumes": {"/data": "missing"}})
     check(st == 503 and all("no_pvc" in c["reason"] for c in r["error"]["clusters"]), f"missing claim: {st} {short(r)}")
@@ -266,13 +276,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fedrouter", required=True)
     ap.add_argument("--kubesim", required=True)
+    ap.add_argument("--agent", required=True, help="fedrouter-agent, run by kubesim in every sandbox")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directories (logs)")
     tr.ARGS = ap.parse_args()
     tr.WATCHDOG_S = WATCHDOG_S
     threading.Thread(target=tr.watchdog, daemon=True).start()
     results = []
     t_all = time.monotonic()
-    fed = tr.Fed("podopts", CLUSTERS)
+    agent = ["--agent-binary", os.path.abspath(tr.ARGS.agent)]
+    fed = tap.AgentFed("podopts", [(n, r, extra + agent) for n, r, extra in CLUSTERS])
     try:
         setup_objects(fed)
         for t in TESTS:
