@@ -157,6 +157,9 @@ def test_gpus_only_where_gpu_nodes_are(fed):
     check(res["limits"].get("nvidia.com/gpu") == "1" and res["requests"].get("nvidia.com/gpu") == "1",
           f"gpu pod resources: {res}")
     check(p["spec"]["nodeName"] == "gpu-node-1", f"gpu pod on {p['spec']['nodeName']}")
+    req = explain(fed, {"gpus": 1, "tolerations": GPU_TOL})["request"]
+    check(req.get("pod_options") == {"gpus": 1, "tolerations": GPU_TOL},
+          f"explain's request.pod_options: {req.get('pod_options')}")
     check(p["spec"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists",
                                         "effect": "NoSchedule"}], f"tolerations: {p['spec'].get('tolerations')}")
     # The node has 2: one more of 1 fits, then the cluster is full for GPUs.
@@ -194,6 +197,12 @@ def test_runtime_class_only_where_it_exists(fed):
     st, r = fed.api("POST", "/v1/sandboxes", {"image": IMAGE, "runtime_class": "kata"})
     check(st == 503 and all("no_runtime_class" in c["reason"] for c in r["error"]["clusters"]),
           f"unknown runtime class: {st} {short(r)}")
+    # A pool no cluster can host is refused with every cluster's reason.
+    st, r = fed.api("POST", "/v1/pools", {"name": "kata", "image": IMAGE, "replicas": 1, "runtime_class": "kata"})
+    check(st == 409 and r["error"]["code"] == "no_cluster_fits" and
+          sorted(c["cluster"] for c in r["error"]["clusters"]) == ["gpu", "plain", "tainted"] and
+          all("no_runtime_class" in c["reason"] for c in r["error"]["clusters"]), f"pool nowhere: {st} {short(r)}")
+    check(fed.api("GET", "/v1/pools/kata")[0] == 404, "the refused pool exists")
 
 
 def test_volumes_only_where_the_pvc_is(fed):
