@@ -814,6 +814,14 @@ int64_t fr_adapter_total_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_
   return slots(a, cpu_m, mem_b, NULL, 0, NULL, NULL);
 }
 
+void fr_adapter_pool_slots(struct fr_adapter *a, const struct fr_adapter_pool_view *pv, int64_t *free_slots,
+                           int64_t *total_slots) {
+  const char *unfit;
+
+  *free_slots = fr_adapter_fit_slots(a, pv->cpu_m, pv->mem_b, pv->opts, &unfit, NULL, 0);
+  *total_slots = unfit != NULL ? 0 : slots(a, pv->cpu_m, pv->mem_b, pv->opts, 0, NULL, NULL);
+}
+
 void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v) {
   json_t *obj;
   const char *key;

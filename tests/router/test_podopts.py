@@ -170,6 +170,21 @@ def test_gpus_only_where_gpu_nodes_are(fed):
           f"gpu cluster with its GPUs taken: want full (not unfit), got {rs['gpu']}")
     st, r = fed.api("POST", "/v1/sandboxes", {"image": IMAGE, "gpus": 1, "tolerations": GPU_TOL})
     check(st == 503 and r["error"]["code"] == "no_capacity", f"third GPU create: {st} {short(r)}")
+    # A GPU pool's slots count GPU nodes only: 2 in all (one node of 2
+    # GPUs), none free while g1 and g2 hold them.
+    st, r = fed.api("POST", "/v1/pools", {"name": "gp", "image": IMAGE, "replicas": 0, "gpus": 1,
+                                          "tolerations": GPU_TOL})
+    check(st == 201 and {s["cluster"] for s in r.get("skipped", [])} == {"plain", "tainted"},
+          f"GPU pool: {st} {short(r)}")
+
+    def gp_slots():
+        st, r = fed.api("GET", "/v1/clusters")
+        return {c["name"]: [s for s in c["slots"] if s["pool"] == "gp"] for c in r["clusters"]}
+    wait_until(lambda: gp_slots()["gpu"], 10, 0.1)
+    slots = gp_slots()
+    check([(s["free"], s["total"]) for s in slots["gpu"]] == [(0, 2)] and not slots["plain"],
+          f"GPU pool slots: {slots}")
+    fed.api("DELETE", "/v1/pools/gp")
     # Without the toleration the GPU node refuses it and no other node has GPUs.
     rs = reasons(explain(fed, {"gpus": 1}))
     check(all(v[0] == "skip" for v in rs.values()) and "no_gpu_node" in rs["gpu"][1], f"gpus without toleration: {rs}")

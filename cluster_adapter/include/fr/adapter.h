@@ -202,6 +202,10 @@ int64_t fr_adapter_free_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b
  * <detail> (may be NULL) a message. NULL when it can. */
 int64_t fr_adapter_fit_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b, const struct fr_podopts *opts,
                              const char **unfit, char *detail, size_t detail_len);
+/* Free and total slots of pool <pv>'s pods here: its size and pod options
+ * (both 0 where the cluster cannot host those). */
+void fr_adapter_pool_slots(struct fr_adapter *a, const struct fr_adapter_pool_view *pv, int64_t *free_slots,
+                           int64_t *total_slots);
 /* The same count for empty nodes: what the cluster holds in all. */
 int64_t fr_adapter_total_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b);
 /* Live sandboxes of <tenant> here (same rule as the view's sandboxes). */
