@@ -251,7 +251,8 @@ static void pool_update(struct fr_adapter *a, json_t *rs) {
       /* Not what fedrouter wrote: claims could hand out pods of an
        * unknown shape, so the pool is shown but never used. */
       FR_WARN("adapter", "%s: pool %s has unreadable options (%s): not used", a->cc.name, name, msg);
-      ((char *)nv.image)[0] = '\0';
+      if (nv.image != NULL)
+        ((char *)nv.image)[0] = '\0';
     }
   }
   nv.target = json_integer_value(json_object_get(json_object_get(rs, "spec"), "replicas"));
