@@ -63,7 +63,8 @@ static json_t *taint_parse(const char *t) {
 
   if (colon == NULL || (eq != NULL && eq > colon))
     eq = NULL;
-  if (colon == NULL || colon == t)
+  if (colon == NULL || colon == t || (size_t)(colon - t) >= sizeof(key) ||
+      (eq != NULL && (size_t)(colon - eq - 1) >= sizeof(value)))
     return NULL;
   snprintf(key, sizeof(key), "%.*s", (int)((eq ? eq : colon) - t), t);
   snprintf(value, sizeof(value), "%.*s", eq ? (int)(colon - eq - 1) : 0, eq ? eq + 1 : "");
