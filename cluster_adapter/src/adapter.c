@@ -13,6 +13,7 @@
 #include "fr/quantity.h"
 #include "fr/util.h"
 #include "adapter_internal.h"
+#include "podopts.h"
 
 /* Health probe: GET /version every PROBE_MS feeds the latency EWMA and, with
  * the informers' contact times, the health flag. */
@@ -82,10 +83,22 @@ static void warm_ready_free(struct fr_adapter *a) {
   strmap_close(&a->warm_ready);
 }
 
+/* GPUs in use on <node>: column <col> 0 for fedrouter's pods, 1 for the others. */
+static void gpu_usage_add(struct fr_adapter *a, const char *node, int col, int64_t gpus, int sign) {
+  struct strmap_entry *u;
+
+  if (node == NULL || gpus == 0 || (u = strmap_put(&a->gpu_usage, node, NULL)) == NULL)
+    return;
+  u->v.n[col] += sign * gpus;
+}
+
 /* A pod of the cluster-wide watch (reduced by slim_any_pod). */
 static void other_usage_add(struct fr_adapter *a, json_t *slim, int sign) {
-  usage_add(&a->node_usage, json_string_value(json_object_get(slim, "n")),
-            json_integer_value(json_object_get(slim, "c")), json_integer_value(json_object_get(slim, "m")), sign);
+  const char *node = json_string_value(json_object_get(slim, "n"));
+
+  usage_add(&a->node_usage, node, json_integer_value(json_object_get(slim, "c")),
+            json_integer_value(json_object_get(slim, "m")), sign);
+  gpu_usage_add(a, node, 1, json_integer_value(json_object_get(slim, "g")), sign);
 }
 
 static int64_t requests_of(json_t *pod, const char *res, int milli);
@@ -96,8 +109,10 @@ static int64_t requests_of(json_t *pod, const char *res, int milli);
 static void pods_count(struct fr_adapter *a, const struct fr_pod *p, int sign) {
   /* A sandbox holds its node's resources until it finishes, terminating
    * or not. */
-  if (!fr_pod_finished(p))
+  if (!fr_pod_finished(p)) {
     usage_add(&a->sb_node_usage, p->node, p->cpu_m, p->mem_b, sign);
+    gpu_usage_add(a, p->node, 0, p->gpus, sign);
+  }
   if (fr_pod_done(p))
     return;
   if (p->state != NULL && strcmp(p->state, "warm") == 0) {
@@ -180,6 +195,7 @@ static void pool_view_clear(struct fr_adapter_pool_view *p) {
   free((char *)p->name);
   free((char *)p->owner);
   free((char *)p->image);
+  fr_podopts_unref(p->opts);
   memset(p, 0, sizeof(*p));
 }
 
@@ -223,6 +239,22 @@ static void pool_update(struct fr_adapter *a, json_t *rs) {
   nv.image = strdup(json_string_value(json_object_get(spec, "image")) ? json_string_value(json_object_get(spec, "image")) : "");
   nv.cpu_m = json_integer_value(json_object_get(spec, "cpu_millis"));
   nv.mem_b = json_integer_value(json_object_get(spec, "memory_bytes"));
+  if (json_object_get(spec, "options") != NULL) {
+    const char *field;
+    char msg[200];
+    int rc = fr_podopts_parse(json_object_get(spec, "options"), &nv.opts, &field, msg, sizeof(msg));
+    if (rc == -ENOMEM) {
+      json_decref(spec);
+      goto oom;
+    }
+    if (rc != 0) {
+      /* Not what fedrouter wrote: claims could hand out pods of an
+       * unknown shape, so the pool is shown but never used. */
+      FR_WARN("adapter", "%s: pool %s has unreadable options (%s): not used", a->cc.name, name, msg);
+      if (nv.image != NULL)
+        ((char *)nv.image)[0] = '\0';
+    }
+  }
   nv.target = json_integer_value(json_object_get(json_object_get(rs, "spec"), "replicas"));
   json_decref(spec);
   if (nv.name == NULL || nv.image == NULL)
@@ -276,17 +308,20 @@ static void on_informer(struct fr_informer *inf, enum fr_informer_event ev, json
 
 /* Every pod in the cluster, reduced to what node usage needs: ~150 bytes
  * a pod instead of a few KiB. Finished pods use nothing. */
-static json_t *slim_any_pod(json_t *pod) {
+static json_t *slim_any_pod(json_t *pod, void *arg) {
+  struct fr_adapter *a = arg;
   json_t *meta = json_object_get(pod, "metadata");
   const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
   const char *node = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
   int done = phase != NULL && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0);
 
-  return json_pack("{s:{s:O,s:O,s:O},s:s?,s:I,s:I}", "metadata", "namespace",
+  return json_pack("{s:{s:O,s:O,s:O},s:s?,s:I,s:I,s:I}", "metadata", "namespace",
                    json_object_get(meta, "namespace"), "name", json_object_get(meta, "name"),
                    "resourceVersion", json_object_get(meta, "resourceVersion"), "n",
                    done ? NULL : node, "c", (json_int_t)requests_of(pod, "cpu", 1), "m",
-                   (json_int_t)requests_of(pod, "memory", 0));
+                   (json_int_t)requests_of(pod, "memory", 0), "g",
+                   (json_int_t)pod_gpus(json_object_get(json_object_get(pod, "spec"), "containers"),
+                                        a->cc.gpu_resource));
 }
 
 static const char *const breaker_names[] = {"closed", "open", "half-open"};
@@ -380,6 +415,7 @@ static void adapter_release(struct fr_adapter *a) {
   strmap_close(&a->abandoned);
   strmap_close(&a->node_usage);
   strmap_close(&a->sb_node_usage);
+  strmap_close(&a->gpu_usage);
   warm_ready_free(a);
   strmap_close(&a->tenant_counts);
   podstore_free(&a->pods);
@@ -430,6 +466,13 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/resourcequotas", a->ns);
   if (rc == 0)
     rc = fr_informer_new(a->client, path, NULL, on_informer, a, &a->inf[INF_QUOTAS]);
+  /* What pod options can ask for: a few small objects each. */
+  if (rc == 0)
+    rc = fr_informer_new(a->client, "/apis/node.k8s.io/v1/runtimeclasses", NULL, on_informer, a,
+                         &a->inf[INF_RUNTIMECLASSES]);
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims", a->ns);
+  if (rc == 0)
+    rc = fr_informer_new(a->client, path, NULL, on_informer, a, &a->inf[INF_PVCS]);
   /* The strmap tables start empty as calloc left them. */
   if (rc == 0 && podstore_init(&a->pods) != 0)
     rc = -ENOMEM;
@@ -438,7 +481,8 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
     goto fail;
   }
   fr_informer_set_owner_store(a->inf[INF_PODS], store_rv, store_each, a);
-  fr_informer_set_transform(a->inf[INF_ALLPODS], slim_any_pod);
+  fr_informer_set_transform(a->inf[INF_ALLPODS], slim_any_pod, a);
+  a->pods.gpu_resource = a->cc.gpu_resource;
   if (sandbox_init(a) != 0) {
     rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", cc->name);
@@ -627,21 +671,58 @@ static void quota_room(struct fr_adapter *a, int64_t *pods, int64_t *cpu_m, int6
   }
 }
 
+/* What stops the cluster from hosting pods with <opts> at all (the
+ * fr_adapter_fit_slots codes), or NULL. */
+static const char *unfit_objects(struct fr_adapter *a, const struct fr_podopts *opts, char *detail, size_t len) {
+  const char *rc = podopts_runtime_class(opts), *k;
+  json_t *v;
+
+  if (rc != NULL && fr_informer_get(a->inf[INF_RUNTIMECLASSES], "", rc) == NULL) {
+    snprintf(detail, len, "RuntimeClass \"%.100s\" not found%s", rc,
+             fr_informer_synced(a->inf[INF_RUNTIMECLASSES]) ? "" : " (RuntimeClasses not listed yet)");
+    return "no_runtime_class";
+  }
+  json_object_foreach(podopts_field(opts, "volumes"), k, v) {
+    if (fr_informer_get(a->inf[INF_PVCS], a->ns, json_string_value(v)) == NULL) {
+      snprintf(detail, len, "PersistentVolumeClaim \"%.100s\" not found in namespace %s%s",
+               json_string_value(v), a->ns,
+               fr_informer_synced(a->inf[INF_PVCS]) ? "" : " (claims not listed yet)");
+      return "no_pvc";
+    }
+  }
+  return NULL;
+}
+
 /* <free>: subtract usage, quotas and reservations; else the total the
- * ready nodes hold when empty. */
-static int64_t slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b, int free_only) {
+ * ready nodes hold when empty. Only nodes that admit pods with <opts>
+ * (may be NULL) and have its GPUs count; <admit> (may be NULL) gets how
+ * many admit them (before GPUs) and <gpu_nodes> how many of those have
+ * enough GPU allocatable. */
+static int64_t slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b, const struct fr_podopts *opts,
+                     int free_only, int64_t *admit, int64_t *gpu_nodes) {
   int exact = usage_exact(a);
+  int64_t gpus = fr_podopts_gpus(opts), n = 0, qp, qc, qm, u[3] = {0, 0, 0}, na = 0, ng = 0;
+  const char *res = a->cc.gpu_resource ? a->cc.gpu_resource : "nvidia.com/gpu";
   json_t *node;
-  int64_t n = 0, qp, qc, qm, u[3] = {0, 0, 0};
   const char *key;
 
   json_object_foreach(fr_informer_items(a->inf[INF_NODES]), key, node) {
     json_t *alloc = json_object_get(json_object_get(node, "status"), "allocatable");
     const char *name = json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
-    int64_t fc, fm, fp, fit;
+    int64_t fc, fm, fp, fg = 0, fit;
 
-    if (!node_schedulable(node))
+    if (!node_schedulable(node) || (opts != NULL && !podopts_node_admits(opts, node)))
       continue;
+    na++;
+    if (gpus > 0) {
+      /* GPUs count per node like cpu: allocatable less what pods ask. */
+      const struct strmap_entry *g = free_only && name ? strmap_get(&a->gpu_usage, name) : NULL;
+      if ((fg = qty(alloc, res, 0)) < gpus)
+        continue;
+      ng++;
+      if (g != NULL)
+        fg -= g->v.n[0] + (exact ? g->v.n[1] : 0);
+    }
     if (free_only)
       node_used(a, name, exact, u);
     fc = qty(alloc, "cpu", 1) - u[0];
@@ -654,9 +735,15 @@ static int64_t slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b, int fre
       fit = fc / cpu_m;
     if (mem_b > 0 && fm / mem_b < fit)
       fit = fm / mem_b;
+    if (gpus > 0 && fg / gpus < fit)
+      fit = fg / gpus;
     if (fit > 0)
       n += fit;
   }
+  if (admit != NULL)
+    *admit = na;
+  if (gpu_nodes != NULL)
+    *gpu_nodes = ng;
   if (!free_only)
     return n;
   quota_room(a, &qp, &qc, &qm);
@@ -687,11 +774,53 @@ void fr_adapter_reserve_warm(struct fr_adapter *a, const char *pool, int64_t del
 }
 
 int64_t fr_adapter_free_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b) {
-  return slots(a, cpu_m, mem_b, 1);
+  return slots(a, cpu_m, mem_b, NULL, 1, NULL, NULL);
+}
+
+int64_t fr_adapter_fit_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b, const struct fr_podopts *opts,
+                             const char **unfit, char *detail, size_t detail_len) {
+  char scratch[8];
+  const char *why;
+  int64_t n, admit, gpu_nodes;
+
+  if (detail == NULL) {
+    detail = scratch;
+    detail_len = sizeof(scratch);
+  }
+  if (detail_len > 0)
+    detail[0] = '\0';
+  if (unfit != NULL)
+    *unfit = NULL;
+  if (opts == NULL)
+    return slots(a, cpu_m, mem_b, NULL, 1, NULL, NULL);
+  if ((why = unfit_objects(a, opts, detail, detail_len)) != NULL) {
+    if (unfit != NULL)
+      *unfit = why;
+    return 0;
+  }
+  n = slots(a, cpu_m, mem_b, opts, 1, &admit, &gpu_nodes);
+  why = admit == 0 ? "no_matching_node" : fr_podopts_gpus(opts) > 0 && gpu_nodes == 0 ? "no_gpu_node" : NULL;
+  if (why != NULL && unfit != NULL)
+    *unfit = why;
+  if (admit == 0)
+    snprintf(detail, detail_len, "no ready node matches the node selector and has only taints the "
+             "tolerations tolerate");
+  else if (why != NULL)
+    snprintf(detail, detail_len, "no such node has %lld allocatable %s", (long long)fr_podopts_gpus(opts),
+             a->cc.gpu_resource ? a->cc.gpu_resource : "nvidia.com/gpu");
+  return why != NULL ? 0 : n;
 }
 
 int64_t fr_adapter_total_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b) {
-  return slots(a, cpu_m, mem_b, 0);
+  return slots(a, cpu_m, mem_b, NULL, 0, NULL, NULL);
+}
+
+void fr_adapter_pool_slots(struct fr_adapter *a, const struct fr_adapter_pool_view *pv, int64_t *free_slots,
+                           int64_t *total_slots) {
+  const char *unfit;
+
+  *free_slots = fr_adapter_fit_slots(a, pv->cpu_m, pv->mem_b, pv->opts, &unfit, NULL, 0);
+  *total_slots = unfit != NULL ? 0 : slots(a, pv->cpu_m, pv->mem_b, pv->opts, 0, NULL, NULL);
 }
 
 void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v) {

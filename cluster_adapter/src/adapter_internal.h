@@ -13,8 +13,10 @@
 #include "strmap.h"
 
 /* PODS, POOLS and NODES gate readiness; ALLPODS (every pod in the cluster,
- * reduced to node and requests) and QUOTAS refine capacity when allowed. */
-enum { INF_PODS, INF_POOLS, INF_NODES, INF_ALLPODS, INF_QUOTAS, INF_COUNT };
+ * reduced to node and requests) and QUOTAS refine capacity when allowed;
+ * RUNTIMECLASSES and PVCS (the sandbox namespace's claims) say which pod
+ * options the cluster can serve. */
+enum { INF_PODS, INF_POOLS, INF_NODES, INF_ALLPODS, INF_QUOTAS, INF_RUNTIMECLASSES, INF_PVCS, INF_COUNT };
 #define INF_REQUIRED 3
 
 enum breaker_state { BR_CLOSED, BR_OPEN, BR_HALF_OPEN };
@@ -40,6 +42,7 @@ struct fr_adapter {
   size_t npools, pools_cap;
   struct strmap node_usage;      /* node name -> v.n [cpu_m, mem_b, pods] of the other pods on it */
   struct strmap sb_node_usage;   /* the same for fedrouter's pods (sandboxes and pool pods) */
+  struct strmap gpu_usage;       /* node name -> v.n [GPUs of fedrouter's pods, of the other pods] */
   /* Kept from the sandbox pod cache's events (adapter.c pods_count), so
    * views, claims, quotas and cost never walk the cache. */
   int64_t n_sandboxes, n_warm;   /* live sandboxes; ready warm pool pods */

@@ -40,6 +40,7 @@ struct fr_informer {
   fr_informer_cb cb;
   void *arg;
   fr_informer_transform_fn transform;
+  void *transform_arg;
   enum inf_state state;
   struct fr_kube_call *call;
   uv_timer_t *timer;       /* heap-allocated so free() need not wait for it */
@@ -274,7 +275,7 @@ static void on_list_page(const struct fr_kube_response *resp, void *arg) {
   /* Page by page into the cache, so a relist never holds a second copy of
    * everything; what was not listed goes in the sweep at the end. */
   json_array_foreach(items, i, item) {
-    json_t *t = inf->transform != NULL ? inf->transform(item) : json_incref(item);
+    json_t *t = inf->transform != NULL ? inf->transform(item, inf->transform_arg) : json_incref(item);
     if (t != NULL)
       apply(inf, t, 0, 1);
     json_decref(t);
@@ -359,7 +360,7 @@ static void on_watch_line(const char *line, size_t len, void *arg) {
     inf->stats.events++;
     note_rv(inf, obj_rv(obj));
     if (strcmp(type, "BOOKMARK") != 0) {
-      json_t *t = inf->transform ? inf->transform(obj) : json_incref(obj);
+      json_t *t = inf->transform ? inf->transform(obj, inf->transform_arg) : json_incref(obj);
       if (t != NULL)
         apply(inf, t, strcmp(type, "DELETED") == 0, 0);
       json_decref(t);
@@ -446,8 +447,9 @@ int fr_informer_new(struct fr_kube_client *client, const char *path, const char 
   return 0;
 }
 
-void fr_informer_set_transform(struct fr_informer *inf, fr_informer_transform_fn fn) {
+void fr_informer_set_transform(struct fr_informer *inf, fr_informer_transform_fn fn, void *arg) {
   inf->transform = fn;
+  inf->transform_arg = arg;
 }
 
 int fr_informer_start(struct fr_informer *inf) {
@@ -487,7 +489,7 @@ void fr_informer_observe(struct fr_informer *inf, json_t *obj) {
   prev = cached_rv(inf, ns, name, key);
   if (prev != NULL && !rv_older(prev, obj_rv(obj)))
     return;
-  t = inf->transform ? inf->transform(obj) : json_incref(obj);
+  t = inf->transform ? inf->transform(obj, inf->transform_arg) : json_incref(obj);
   if (t != NULL)
     apply(inf, t, 0, 0);
   json_decref(t);

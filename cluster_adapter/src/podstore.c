@@ -7,6 +7,7 @@
 #include "fr/buf.h"
 #include "fr/quantity.h"
 #include "fr/util.h"
+#include "podopts.h"
 #include "podstore.h"
 
 #define MIN_CAP 64
@@ -85,9 +86,10 @@ static void conditions(struct fr_pod *p, json_t *conds, int *oom) {
   }
 }
 
-static void requests(struct fr_pod *p, json_t *containers) {
+static void requests(const struct podstore *s, struct fr_pod *p, json_t *containers) {
   json_t *c;
   size_t i;
+  int64_t gpus = 0;
 
   json_array_foreach(containers, i, c) {
     json_t *req = json_object_get(json_object_get(c, "resources"), "requests");
@@ -99,6 +101,8 @@ static void requests(struct fr_pod *p, json_t *containers) {
     if (mem != NULL && fr_quantity_parse_value(mem, &v) == 0)
       p->mem_b += v;
   }
+  gpus = pod_gpus(containers, s->gpu_resource);
+  p->gpus = gpus > UINT16_MAX ? UINT16_MAX : (uint16_t)gpus;
 }
 
 static int labels(struct podstore *s, struct fr_pod *p, json_t *labels) {
@@ -153,7 +157,7 @@ struct fr_pod *podstore_parse(struct podstore *s, json_t *pod) {
   p->reason = intern(s, json_string_value(json_object_get(status, "reason")));
   p->env = dup_or_null(json_string_value(json_object_get(ann, FR_ANN_ENV)));
   oom |= json_object_get(ann, FR_ANN_ENV) != NULL && p->env == NULL;
-  requests(p, json_object_get(json_object_get(pod, "spec"), "containers"));
+  requests(s, p, json_object_get(json_object_get(pod, "spec"), "containers"));
   p->created_s = time_or_none(json_string_value(json_object_get(ann, FR_ANN_CREATED)));
   p->expires_s = time_or_none(json_string_value(json_object_get(ann, FR_ANN_EXPIRES)));
   p->creation_s = time_or_none(json_string_value(json_object_get(meta, "creationTimestamp")));

@@ -21,6 +21,7 @@ struct podstore {
   struct fr_pod **slots;    /* linear probing, NULL = empty; cap is a power of 2 */
   size_t cap, n;
   struct strmap strings;    /* interned string -> v.n[0] reference count */
+  const char *gpu_resource; /* counted into fr_pod.gpus (borrowed); NULL = "nvidia.com/gpu" */
 };
 
 int podstore_init(struct podstore *s);

@@ -22,6 +22,7 @@
 #include "fr/log.h"
 #include "fr/quantity.h"
 #include "fr/util.h"
+#include "podopts.h"
 
 #define MAX_CLAIM_CONFLICTS 3
 #define DEFAULT_READY_TIMEOUT_MS 120000
@@ -41,6 +42,7 @@ struct create_op {
   int64_t cpu_m, mem_b, lifetime_s;
   uint64_t ready_timeout_ms;
   json_t *env, *labels;
+  struct fr_podopts *opts;  /* pod options of a cold create; NULL = none */
   fr_sandbox_cb cb;
   void *arg;
   int conflicts;
@@ -79,6 +81,7 @@ static void op_free(struct create_op *op) {
   free(op->request_id);
   json_decref(op->env);
   json_decref(op->labels);
+  fr_podopts_unref(op->opts);
   free(op);
 }
 
@@ -269,7 +272,7 @@ static void on_created(const struct fr_kube_response *r, void *arg) {
 }
 
 /* Where the init container puts the agent, and the sandbox finds it. */
-#define AGENT_DIR "/fr-agent"
+#define AGENT_DIR PODOPTS_AGENT_DIR
 #define AGENT_VOLUME "fr-agent"
 
 static json_t *container_json(const struct fr_adapter *a, const char *image, int64_t cpu_m, int64_t mem_b,
@@ -331,6 +334,10 @@ static void add_agent(const struct fr_adapter *a, json_t *spec, json_t *labels) 
                                                  "sizeLimit", "64Mi"));
 }
 
+static const char *gpu_resource(const struct fr_adapter *a) {
+  return a->cc.gpu_resource != NULL ? a->cc.gpu_resource : "nvidia.com/gpu";
+}
+
 static void start_cold(struct create_op *op) {
   json_t *pod, *labels;
   char *body;
@@ -355,7 +362,9 @@ static void start_cold(struct create_op *op) {
                   "restartPolicy", "Never", "activeDeadlineSeconds", (json_int_t)op->lifetime_s,
                   "terminationGracePeriodSeconds", 1, "automountServiceAccountToken", 0);
   add_agent(op->a, json_object_get(pod, "spec"), json_object_get(json_object_get(pod, "metadata"), "labels"));
-  body = pod ? json_dumps(pod, JSON_COMPACT) : NULL;
+  body = pod && podopts_apply(op->opts, gpu_resource(op->a), json_object_get(pod, "spec")) == 0
+             ? json_dumps(pod, JSON_COMPACT)
+             : NULL;
   json_decref(pod);
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", op->a->ns);
   rc = body ? fr_kube_request(op->a->client, "POST", path, "application/json", body, strlen(body), 0,
@@ -452,11 +461,16 @@ static void claim(struct create_op *op, const struct fr_pod *pod) {
 static void pick(struct create_op *op) {
   /* The pool's ready, unclaimed pods, kept from the cache's events. */
   const struct strmap *ready = warm_ready_pods(op->a, op->pool);
+  const struct fr_adapter_pool_view *pv = op->pool != NULL ? fr_adapter_pool(op->a, op->pool) : NULL;
   const struct strmap_entry *e;
   const struct fr_pod *pod;
   size_t cur = 0;
 
   set_state(op, CS_PICK);
+  /* A pool's pods carry its options (volumes mounted, node chosen): they
+   * serve only a create that asks for the same. */
+  if (pv != NULL && !fr_podopts_equal(pv->opts, op->opts))
+    ready = NULL;
   while (ready != NULL && (e = strmap_next(ready, &cur)) != NULL) {
     const char *name = e->key;
     int lost = 0, k;
@@ -510,6 +524,7 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
   op->ready_timeout_ms = spec->ready_timeout_ms ? spec->ready_timeout_ms : DEFAULT_READY_TIMEOUT_MS;
   op->env = spec->env ? json_incref(spec->env) : NULL;
   op->labels = spec->labels ? json_incref(spec->labels) : NULL;
+  op->opts = fr_podopts_ref(spec->opts);
   op->cb = cb;
   op->arg = arg;
   op->timer = malloc(sizeof(*op->timer));
@@ -664,6 +679,8 @@ int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec
    * pool_update): written by jansson so any image reference is escaped. */
   shape = json_pack("{s:s,s:I,s:I}", "image", spec->image, "cpu_millis", (json_int_t)spec->cpu_m,
                     "memory_bytes", (json_int_t)spec->mem_b);
+  if (shape != NULL && spec->opts != NULL)
+    json_object_set(shape, "options", fr_podopts_json(spec->opts));
   spec_ann = shape != NULL ? json_dumps(shape, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
   json_decref(shape);
   if (spec_ann == NULL)
@@ -689,6 +706,11 @@ int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec
             json_object_get(json_object_get(json_object_get(json_object_get(rs, "spec"), "template"),
                                             "metadata"),
                             "labels"));
+  if (podopts_apply(spec->opts, gpu_resource(a),
+                    json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec")) != 0) {
+    json_decref(rs);
+    return -ENOMEM;
+  }
   rc = simple_request(a, "POST", path, "application/json", rs, 0, NULL, cb, arg);
   json_decref(rs);
   return rc;

@@ -14,6 +14,7 @@
  * 2^31, so this only matters for absurd values, which may wrap into range.
  */
 #include "fr/config.h"
+#include "fr/labels.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -375,7 +376,7 @@ static const char *const root_keys[] = {"listen", "tls", "region", "policy", "sa
                                         "metrics_token_sha256", "agent", NULL};
 static const char *const agent_keys[] = {"image", "port", "key_file", "previous_key_file", NULL};
 static const char *const tls_keys[] = {"cert", "key", NULL};
-static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s", NULL};
+static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s", "gpu_resource", NULL};
 static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_exec_output_bytes",
                                           "max_exec_timeout_s", "max_connections",
                                           "max_connections_per_ip", "exec_output_budget_bytes", NULL};
@@ -476,7 +477,8 @@ static int load_agent(struct loader *l, const config_setting_t *root, struct fr_
 }
 
 static int load_sandbox(struct loader *l, const config_setting_t *root, struct fr_config *c) {
-  const config_setting_t *g;
+  const config_setting_t *g, *s;
+  const char *v;
   int rc, has_default, has_max;
 
   if ((rc = get_group(l, root, "sandbox", &g)) < 0 || g == NULL)
@@ -488,6 +490,17 @@ static int load_sandbox(struct loader *l, const config_setting_t *root, struct f
     return rc;
   if ((rc = get_int(l, g, "max_lifetime_s", 1, MAX_SECONDS, &c->max_lifetime_s, &has_max)) < 0)
     return rc;
+  if ((rc = get_string(l, g, "gpu_resource", 0, NULL, &v, &s)) < 0)
+    return rc;
+  /* An extended resource name: a domain prefix, '/', a name ("nvidia.com/gpu",
+   * "amd.com/gpu"); Kubernetes refuses unprefixed ones outside its own. */
+  if (v != NULL) {
+    if (strchr(v, '/') == NULL || !fr_label_key_valid(v) || strncmp(v, "kubernetes.io/", 14) == 0)
+      return bad(l, s, "\"%s\" is not an extended resource name such as \"nvidia.com/gpu\"", v);
+    free(c->gpu_resource);
+    if ((c->gpu_resource = strdup(v)) == NULL)
+      return oom(l);
+  }
   if (c->default_lifetime_s > c->max_lifetime_s) {
     if (has_default)
       return bad(l, config_setting_get_member(g, "default_lifetime_s"),
@@ -863,6 +876,7 @@ static void config_free(struct fr_config *c) {
   free(c->region);
   free(c->policy);
   free(c->agent_image);
+  free(c->gpu_resource);
   if (c->agent_key != NULL)
     memset(c->agent_key, 0, c->agent_key_len); /* a secret: not left in freed memory */
   free(c->agent_key);
@@ -901,6 +915,10 @@ int fr_config_load(const char *path, struct fr_config **out, struct fr_config_er
   c->refs = 1;
   c->default_lifetime_s = DEFAULT_LIFETIME_S;
   c->max_lifetime_s = DEFAULT_MAX_LIFETIME_S;
+  if ((c->gpu_resource = strdup("nvidia.com/gpu")) == NULL) {
+    rc = oom(&l);
+    goto fail;
+  }
   c->max_batch = DEFAULT_MAX_BATCH;
   c->max_body_bytes = DEFAULT_MAX_BODY_BYTES;
   c->max_exec_output_bytes = DEFAULT_MAX_EXEC_OUTPUT_BYTES;

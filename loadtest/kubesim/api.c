@@ -686,9 +686,15 @@ static void handle_create(struct sim *s, struct fr_http_req *req, const struct r
       json_decref(j);
       return;
     }
+    /* No volumes behind claims here: one is Bound once it exists. */
+    if (r->kind == K_PVC)
+      json_object_set_new(json_obj(j, "status"), "phase", json_string("Bound"));
     if (dry)
       break;
     o = store_commit(s, r->kind, NULL, j, EV_ADDED);
+    /* Pods waiting for this claim may now schedule. */
+    if (o != NULL && r->kind == K_PVC)
+      sched_room_freed(s);
     break;
   }
   if (dry) {
@@ -914,14 +920,7 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
     }
     break;
   }
-  case K_NODE:
-    {
-      json_t *cur = obj_json(o);
-      o->u.node->unschedulable = json_is_true(json_path(cur, "spec.unschedulable"));
-      json_decref(cur);
-    }
-    sched_room_freed(s);
-    break;
+  case K_NODE: node_changed(s, o); break;
   default: break;
   }
   api_raw(req, 200, o->cur->json, o->cur->json_len);

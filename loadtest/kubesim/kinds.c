@@ -48,6 +48,8 @@ static const struct {
                "poddisruptionbudget", "policy", "v1", "policy/v1", "pdb", 1},
     [K_HPA] = {"HorizontalPodAutoscaler", "HorizontalPodAutoscalerList", "horizontalpodautoscalers",
                "horizontalpodautoscaler", "autoscaling", "v2", "autoscaling/v2", "hpa", 1},
+    [K_PVC] = {"PersistentVolumeClaim", "PersistentVolumeClaimList", "persistentvolumeclaims",
+               "persistentvolumeclaim", "", "v1", "v1", "pvc", 1},
 };
 
 const char *kind_name(enum sim_kind k) { return kinds[k].kind; }
@@ -626,6 +628,16 @@ static const struct column quota_cols[] = {
     {"Limit", "string", "", "Limits control the maximum amount of cpu/memory that a container can use independent of contention on the node.", 0},
 };
 
+static const struct column pvc_cols[] = {
+    {"Name", "string", "name", "Name must be unique within a namespace.", 0},
+    {"Status", "string", "", "Phase represents the current phase of PersistentVolumeClaim.", 0},
+    {"Volume", "string", "", "VolumeName is the binding reference to the PersistentVolume backing this claim.", 0},
+    {"Capacity", "string", "", "Capacity represents the actual resources of the underlying volume.", 0},
+    {"Access Modes", "string", "", "AccessModes contains the actual access modes the volume backing the PVC has.", 0},
+    {"StorageClass", "string", "", "StorageClassName is the name of the StorageClass required by the claim.", 0},
+    {"Age", "string", "", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0},
+};
+
 /* Kubernetes' duration.HumanDuration, as kubectl shows AGE. */
 static void human_age(int64_t created, char *out, size_t cap) {
   int64_t d = fr_wall_ms() / 1000 - created;
@@ -776,6 +788,7 @@ int table_render(struct sim *s, enum sim_kind k, struct objver **vs, size_t n, c
   case K_NAMESPACE: cols = ns_cols; ncols = FR_ARRAY_SIZE(ns_cols); break;
   case K_RS: cols = rs_cols; ncols = FR_ARRAY_SIZE(rs_cols); break;
   case K_QUOTA: cols = quota_cols; ncols = FR_ARRAY_SIZE(quota_cols); break;
+  case K_PVC: cols = pvc_cols; ncols = FR_ARRAY_SIZE(pvc_cols); break;
   default: cols = meta_cols; ncols = FR_ARRAY_SIZE(meta_cols); break;
   }
   json_object_set_new(t, "kind", json_string("Table"));
@@ -810,6 +823,28 @@ int table_render(struct sim *s, enum sim_kind k, struct objver **vs, size_t n, c
       json_array_append_new(cells, age_cell(obj));
       break;
     case K_QUOTA: quota_cells(obj, cells); break;
+    case K_PVC: {
+      /* No PersistentVolumes here: a claim shows the storage it asked for. */
+      static const char *const modes[][2] = {{"ReadWriteOnce", "RWO"}, {"ReadOnlyMany", "ROX"},
+                                              {"ReadWriteMany", "RWX"}, {"ReadWriteOncePod", "RWOP"}};
+      struct fr_buf m;
+      json_t *am;
+      size_t ai, mi;
+      fr_buf_init(&m);
+      json_array_foreach(json_path(obj, "spec.accessModes"), ai, am) {
+        for (mi = 0; mi < FR_ARRAY_SIZE(modes); mi++)
+          if (json_is_string(am) && strcmp(json_string_value(am), modes[mi][0]) == 0)
+            fr_buf_printf(&m, "%s%s", m.len ? "," : "", modes[mi][1]);
+      }
+      json_array_append_new(cells, str_or_none(json_path(obj, "status.phase")));
+      json_array_append_new(cells, json_string(""));
+      json_array_append_new(cells, str_or_none(json_path(obj, "spec.resources.requests.storage")));
+      json_array_append_new(cells, json_string(m.data ? m.data : ""));
+      json_array_append_new(cells, str_or_none(json_path(obj, "spec.storageClassName")));
+      json_array_append_new(cells, age_cell(obj));
+      fr_buf_free(&m);
+      break;
+    }
     default: json_array_append_new(cells, age_cell(obj)); break;
     }
     json_object_set_new(row, "cells", cells);

@@ -38,6 +38,11 @@ static void usage(FILE *f) {
           "  --node-cpu QTY            allocatable cpu per node (default 8)\n"
           "  --node-memory QTY         allocatable memory per node (default 32Gi)\n"
           "  --node-pods N             pods per node (default 110)\n"
+          "  --gpu-nodes N             the first N nodes have GPUs (default 0)\n"
+          "  --node-gpus N             GPUs on each of them (default 8)\n"
+          "  --gpu-resource NAME       their extended resource name (default nvidia.com/gpu)\n"
+          "  --node-label [I@]K=V      label every node (or node I only); repeatable\n"
+          "  --node-taint [I@]K[=V]:EFFECT  taint every node (or node I only); repeatable\n"
           "  --tls                     serve HTTPS with a generated self-signed certificate\n"
           "  --token TOKEN             require Authorization: Bearer TOKEN\n"
           "  --write-kubeconfig FILE   write a kubeconfig for this cluster\n"
@@ -334,6 +339,7 @@ static void sim_teardown(struct sim *s) {
     for (k = 0; k < o->u.node->nimages; k++)
       free(o->u.node->images[k]);
     free(o->u.node->images);
+    json_decref(o->u.node->taints);
     free(o->u.node);
     o->u.node = NULL;
   }
@@ -390,6 +396,11 @@ int main(int argc, char **argv) {
       {"agent-binary", required_argument, NULL, 12},
       {"agent-mode", required_argument, NULL, 13},
       {"no-pod-namespaces", no_argument, NULL, 14},
+      {"gpu-nodes", required_argument, NULL, 15},
+      {"node-gpus", required_argument, NULL, 16},
+      {"gpu-resource", required_argument, NULL, 17},
+      {"node-label", required_argument, NULL, 18},
+      {"node-taint", required_argument, NULL, 19},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -414,6 +425,7 @@ int main(int argc, char **argv) {
   s.opts.node_cpu = "8";
   s.opts.node_memory = "32Gi";
   s.opts.node_pods = 110;
+  s.opts.node_gpus = 8;
   s.opts.history = 20000;
   s.opts.bookmark_ms = 5000;
   while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -448,6 +460,20 @@ int main(int argc, char **argv) {
     case 12: s.opts.agent_binary = optarg; break;
     case 13: agent_mode = optarg; break;
     case 14: no_pod_ns = 1; break;
+    case 15: num = &s.opts.gpu_nodes; hi = 100000; break;
+    case 16: num = &s.opts.node_gpus; hi = 1024; break;
+    case 17: s.opts.gpu_resource = optarg; break;
+    case 18:
+    case 19: {
+      int taint = opt == 19, *n = taint ? &s.opts.nnode_taints : &s.opts.nnode_labels;
+      if (*n == 16 || node_flag_valid(optarg, taint) != 0) {
+        fprintf(stderr, "kubesim: --node-%s \"%s\": expected %s (at most 16)\n", taint ? "taint" : "label",
+                optarg, taint ? "[INDEX@]KEY[=VALUE]:NoSchedule|PreferNoSchedule|NoExecute" : "[INDEX@]KEY=VALUE");
+        return 2;
+      }
+      (taint ? s.opts.node_taints : s.opts.node_labels)[(*n)++] = optarg;
+      break;
+    }
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }

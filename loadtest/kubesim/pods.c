@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 
 #include "fr/buf.h"
+#include "fr/labels.h"
 #include "fr/log.h"
 #include "fr/quantity.h"
 #include "fr/util.h"
@@ -30,6 +31,114 @@ static void usage_release(struct sim *s, struct sim_obj *o);
 
 /* ---------------------------------------------------------------------- */
 /* nodes                                                                   */
+
+static const char *gpu_resource(const struct sim *s) {
+  return s->opts.gpu_resource != NULL ? s->opts.gpu_resource : "nvidia.com/gpu";
+}
+
+/* A --node-label / --node-taint flag: "[INDEX@]KEY=VALUE" or, for taints,
+ * "[INDEX@]KEY[=VALUE]:EFFECT". Returns the part after any index prefix
+ * when it applies to node <index> (any node for index 0), else NULL. */
+static const char *node_flag_for(const char *spec, int index) {
+  const char *at = strchr(spec, '@');
+  int64_t n;
+  char num[16];
+
+  if (at == NULL)
+    return spec;
+  if ((size_t)(at - spec) >= sizeof(num))
+    return NULL;
+  memcpy(num, spec, (size_t)(at - spec));
+  num[at - spec] = '\0';
+  if (fr_parse_int64(num, 1, 100000, &n) != 0)
+    return NULL;
+  return index == 0 || n == index ? at + 1 : NULL;
+}
+
+/* Splits a taint "KEY[=VALUE]:EFFECT" into JSON; NULL when malformed. */
+static json_t *taint_parse(const char *t) {
+  const char *colon = strrchr(t, ':'), *eq = strchr(t, '=');
+  char key[256], value[64];
+  json_t *j;
+
+  if (colon == NULL || (eq != NULL && eq > colon))
+    eq = NULL;
+  if (colon == NULL || colon == t || (size_t)(colon - t) >= sizeof(key) ||
+      (eq != NULL && (size_t)(colon - eq - 1) >= sizeof(value)))
+    return NULL;
+  snprintf(key, sizeof(key), "%.*s", (int)((eq ? eq : colon) - t), t);
+  snprintf(value, sizeof(value), "%.*s", eq ? (int)(colon - eq - 1) : 0, eq ? eq + 1 : "");
+  if (!fr_label_key_valid(key) || !fr_label_value_valid(value) ||
+      (strcmp(colon + 1, "NoSchedule") != 0 && strcmp(colon + 1, "PreferNoSchedule") != 0 &&
+       strcmp(colon + 1, "NoExecute") != 0))
+    return NULL;
+  j = json_pack("{s:s,s:s}", "key", key, "effect", colon + 1);
+  if (j != NULL && *value != '\0')
+    json_object_set_new(j, "value", json_string(value));
+  return j;
+}
+
+int node_flag_valid(const char *spec, int taint) {
+  const char *f = node_flag_for(spec, 0), *eq;
+  char key[256];
+  json_t *t;
+
+  if (f == NULL)
+    return -EINVAL;
+  if (taint) {
+    t = taint_parse(f);
+    json_decref(t);
+    return t != NULL ? 0 : -EINVAL;
+  }
+  if ((eq = strchr(f, '=')) == NULL || (size_t)(eq - f) >= sizeof(key))
+    return -EINVAL;
+  snprintf(key, sizeof(key), "%.*s", (int)(eq - f), f);
+  return fr_label_key_valid(key) && fr_label_value_valid(eq + 1) ? 0 : -EINVAL;
+}
+
+/* The labels, taints and GPUs the flags give node <index>. */
+static void node_extras(struct sim *s, int index, json_t *labels, json_t *spec, json_t *alloc, json_t *cap) {
+  json_t *taints = json_array();
+  const char *f;
+  int i;
+
+  for (i = 0; i < s->opts.nnode_labels; i++) {
+    const char *eq;
+    char key[256];
+    if ((f = node_flag_for(s->opts.node_labels[i], index)) == NULL || (eq = strchr(f, '=')) == NULL)
+      continue;
+    snprintf(key, sizeof(key), "%.*s", (int)(eq - f), f);
+    json_object_set_new(labels, key, json_string(eq + 1));
+  }
+  for (i = 0; i < s->opts.nnode_taints; i++)
+    if ((f = node_flag_for(s->opts.node_taints[i], index)) != NULL)
+      json_array_append_new(taints, taint_parse(f));
+  if (json_array_size(taints) > 0)
+    json_object_set(spec, "taints", taints);
+  json_decref(taints);
+  if (index <= s->opts.gpu_nodes) {
+    char n[24];
+    snprintf(n, sizeof(n), "%d", s->opts.node_gpus);
+    json_object_set_new(alloc, gpu_resource(s), json_string(n));
+    json_object_set_new(cap, gpu_resource(s), json_string(n));
+  }
+}
+
+void node_changed(struct sim *s, struct sim_obj *o) {
+  json_t *cur = obj_json(o), *t;
+  struct sim_node *nd = o->u.node;
+  const char *q;
+  int64_t v = 0;
+
+  nd->unschedulable = json_is_true(json_path(cur, "spec.unschedulable"));
+  t = json_path(cur, "spec.taints");
+  json_decref(nd->taints);
+  nd->taints = json_array_size(t) > 0 ? json_incref(t) : NULL;
+  q = json_string_value(json_object_get(json_path(cur, "status.allocatable"), gpu_resource(s)));
+  nd->alloc_gpu = q != NULL && fr_quantity_parse_value(q, &v) == 0 ? v : 0;
+  json_decref(cur);
+  sched_room_freed(s);
+}
 
 int node_create(struct sim *s, int index) {
   char name[128], ip[32], cpu[32], mem[32], pods[32], ts[21];
@@ -71,6 +180,8 @@ int node_create(struct sim *s, int index) {
       "kubesim://1.0", "operatingSystem", "linux", "architecture", "amd64");
   if (j == NULL)
     return -ENOMEM;
+  node_extras(s, index, labels, json_object_get(j, "spec"), json_path(j, "status.allocatable"),
+              json_path(j, "status.capacity"));
   {
     char uid[40];
     uid_new(uid);
@@ -82,8 +193,10 @@ int node_create(struct sim *s, int index) {
     json_decref(j);
     return -ENOMEM;
   }
+  n->taints = json_path(j, "spec.taints") ? json_incref(json_path(j, "spec.taints")) : NULL;
   o = store_commit(s, K_NODE, NULL, j, EV_ADDED);
   if (o == NULL) {
+    json_decref(n->taints);
     free(n);
     return -ENOMEM;
   }
@@ -91,6 +204,7 @@ int node_create(struct sim *s, int index) {
   n->alloc_cpu_m = cpu_m;
   n->alloc_mem_m = mem_b;
   n->alloc_pods = s->opts.node_pods;
+  n->alloc_gpu = index <= s->opts.gpu_nodes ? s->opts.node_gpus : 0;
   o->u.node = n;
   return 0;
 }
@@ -331,6 +445,7 @@ static void usage_release(struct sim *s, struct sim_obj *o) {
     struct sim_node *n = p->node->u.node;
     n->used_cpu_m -= p->req_cpu_m;
     n->used_mem_m -= p->req_mem_m;
+    n->used_gpu -= p->req_gpu;
     n->used_pods--;
     p->node = NULL;
     sched_room_freed(s);
@@ -377,8 +492,48 @@ static void q_push(struct sim *s, struct sim_pod *p) {
 
 static void sched_kick(struct sim *s, uint64_t delay_ms);
 
+/* 1 if one of <tolerations> tolerates <taint> (the scheduler's rule). */
+static int tolerated(json_t *tolerations, json_t *taint) {
+  const char *k = json_get_str(taint, "key"), *v = json_get_str(taint, "value");
+  const char *eff = json_get_str(taint, "effect");
+  json_t *t;
+  size_t i;
+
+  json_array_foreach(tolerations, i, t) {
+    const char *tk = json_get_str(t, "key"), *op = json_get_str(t, "operator");
+    const char *tv = json_get_str(t, "value"), *te = json_get_str(t, "effect");
+    int exists = op != NULL && strcmp(op, "Exists") == 0;
+    if (te != NULL && *te != '\0' && (eff == NULL || strcmp(te, eff) != 0))
+      continue;
+    if (tk == NULL || *tk == '\0') {
+      if (exists)
+        return 1;
+      continue;
+    }
+    if (k == NULL || strcmp(tk, k) != 0)
+      continue;
+    if (exists || strcmp(tv ? tv : "", v ? v : "") == 0)
+      return 1;
+  }
+  return 0;
+}
+
+/* The first NoSchedule/NoExecute taint of <nd> <tolerations> leave
+ * untolerated, or NULL. */
+static json_t *untolerated(struct sim_node *nd, json_t *tolerations) {
+  json_t *t;
+  size_t i;
+
+  json_array_foreach(nd->taints, i, t) {
+    const char *eff = json_get_str(t, "effect");
+    if (eff != NULL && strcmp(eff, "PreferNoSchedule") != 0 && !tolerated(tolerations, t))
+      return t;
+  }
+  return NULL;
+}
+
 static struct sim_obj *pick_node(struct sim *s, struct sim_pod *p, json_t *node_selector,
-                                 int *why) {
+                                 json_t *tolerations, int *why, char *taint, size_t taint_len) {
   struct sim_obj *n, *best = NULL;
   double best_score = -1;
 
@@ -399,6 +554,21 @@ static struct sim_obj *pick_node(struct sim *s, struct sim_pod *p, json_t *node_
     }
     if (!ok) {
       *why |= 8;
+      continue;
+    }
+    {
+      json_t *t = untolerated(nd, tolerations);
+      if (t != NULL) {
+        /* As the scheduler words it: {key: value}. */
+        if (!(*why & 64))
+          snprintf(taint, taint_len, "{%s: %s}", json_get_str(t, "key") ? json_get_str(t, "key") : "",
+                   json_get_str(t, "value") ? json_get_str(t, "value") : "");
+        *why |= 64;
+        continue;
+      }
+    }
+    if (p->req_gpu > 0 && nd->used_gpu + p->req_gpu > nd->alloc_gpu) {
+      *why |= 32;
       continue;
     }
     if (nd->used_pods + 1 > nd->alloc_pods) {
@@ -462,6 +632,7 @@ static void bind_pod(struct sim *s, struct sim_obj *o, struct sim_obj *node, jso
   set_container_states(j, "waiting", json_pack("{s:s}", "reason", "ContainerCreating"), 0);
   nd->used_cpu_m += p->req_cpu_m;
   nd->used_mem_m += p->req_mem_m;
+  nd->used_gpu += p->req_gpu;
   nd->used_pods++;
   p->node = node;
   p->stage = PS_BOUND;
@@ -476,16 +647,24 @@ static void bind_pod(struct sim *s, struct sim_obj *o, struct sim_obj *node, jso
   pod_timer_start(p, on_pod_started, delay);
 }
 
-static void report_unschedulable(struct sim *s, struct sim_obj *o, int why) {
+/* <detail>: what the scheduler says instead of the per-node reasons (a
+ * missing claim), or the untolerated taint with bit 64; may be NULL. */
+static void report_unschedulable(struct sim *s, struct sim_obj *o, int why, const char *detail) {
   struct sim_pod *p = pod_of(o);
   json_t *j;
-  char msg[256];
+  char msg[512];
   struct fr_buf b;
 
   if (p->unsched_reported)
     return;
   p->unsched_reported = 1;
   fr_buf_init(&b);
+  if (why & 128)
+    fr_buf_printf(&b, "%s", detail);
+  if (why & 32)
+    fr_buf_printf(&b, "%sInsufficient %s", b.len ? ", " : "", gpu_resource(s));
+  if (why & 64)
+    fr_buf_printf(&b, "%snode(s) had untolerated taint %s", b.len ? ", " : "", detail ? detail : "");
   if (why & 1)
     fr_buf_printf(&b, "%sInsufficient cpu", b.len ? ", " : "");
   if (why & 2)
@@ -504,6 +683,22 @@ static void report_unschedulable(struct sim *s, struct sim_obj *o, int why) {
   pod_commit(s, o, j);
 }
 
+/* 1 if pod <j> mounts a PersistentVolumeClaim its namespace lacks; <msg>
+ * gets the scheduler's words for it. */
+static int missing_claim(struct sim *s, struct sim_obj *o, json_t *j, char *msg, size_t len) {
+  json_t *v;
+  size_t i;
+
+  json_array_foreach(json_path(j, "spec.volumes"), i, v) {
+    const char *claim = json_string_value(json_path(v, "persistentVolumeClaim.claimName"));
+    if (claim != NULL && store_get(s, K_PVC, o->ns, claim) == NULL) {
+      snprintf(msg, len, "persistentvolumeclaim \"%s\" not found", claim);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 static void sched_run(struct sim *s) {
   uint64_t now = uv_now(s->loop);
   int64_t fail_cpu = INT64_MAX, fail_mem = INT64_MAX;
@@ -519,6 +714,7 @@ static void sched_run(struct sim *s) {
     struct sim_pod *p = s->q_head;
     struct sim_obj *o = p->obj, *node;
     json_t *j, *sel;
+    char detail[300];
     int why;
 
     if (s->opts.scheduler_qps > 0 && s->sched_tokens < 1.0) {
@@ -532,7 +728,7 @@ static void sched_run(struct sim *s) {
      * either until room frees; skip the node scan for it. */
     if (fail_known && p->req_cpu_m >= fail_cpu && p->req_mem_m >= fail_mem) {
       p->unsched_idx = -1;
-      report_unschedulable(s, o, fail_why);
+      report_unschedulable(s, o, fail_why, NULL);
       goto park;
     }
     if (s->opts.scheduler_qps > 0)
@@ -541,14 +737,20 @@ static void sched_run(struct sim *s) {
     if (j == NULL)
       continue;
     sel = json_path(j, "spec.nodeSelector");
-    node = pick_node(s, p, sel, &why);
+    if (missing_claim(s, o, j, detail, sizeof(detail))) {
+      json_decref(j);
+      report_unschedulable(s, o, 128, detail);
+      goto park;
+    }
+    node = pick_node(s, p, sel, json_path(j, "spec.tolerations"), &why, detail, sizeof(detail));
     if (node != NULL) {
       p->counted = 1;
       bind_pod(s, o, node, j);
       continue;
     }
     json_decref(j);
-    if (!(why & 8)) {
+    /* Only resource shortfalls say anything about the next pods. */
+    if (!(why & (8 | 32 | 64))) {
       fail_known = 1;
       fail_why = why ? why : 16;
       if (p->req_cpu_m < fail_cpu || p->req_mem_m < fail_mem) {
@@ -556,7 +758,7 @@ static void sched_run(struct sim *s) {
         fail_mem = p->req_mem_m;
       }
     }
-    report_unschedulable(s, o, why ? why : 16);
+    report_unschedulable(s, o, why ? why : 16, detail);
   park:
     if (s->nunsched == s->unsched_cap) {
       size_t ncap = s->unsched_cap ? s->unsched_cap * 2 : 256;
@@ -1006,6 +1208,22 @@ static void default_pod(json_t *j, int64_t cpu, int64_t mem, int64_t lcpu, int64
   json_object_set_new(j, "status", st);
 }
 
+/* The --gpu-resource the containers ask for (requests, else limits). */
+static int64_t gpus_of(struct sim *s, json_t *containers) {
+  json_t *c;
+  size_t i;
+  int64_t n = 0, v;
+
+  json_array_foreach(containers, i, c) {
+    const char *q = json_string_value(json_object_get(json_path(c, "resources.requests"), gpu_resource(s)));
+    if (q == NULL)
+      q = json_string_value(json_object_get(json_path(c, "resources.limits"), gpu_resource(s)));
+    if (q != NULL && fr_quantity_parse_value(q, &v) == 0 && v > 0)
+      n += v;
+  }
+  return n;
+}
+
 static const char *controller_uid(json_t *j) {
   size_t i;
   json_t *r;
@@ -1022,7 +1240,7 @@ int pod_create(struct sim *s, const char *ns, json_t *j, struct sim_obj **out,
                struct sim_err *e) {
   const char *name = json_string_value(json_path(j, "metadata.name"));
   json_t *containers = json_path(j, "spec.containers"), *c;
-  int64_t cpu, mem, lcpu, lmem, deadline;
+  int64_t cpu, mem, lcpu, lmem, deadline, gpus;
   struct sim_pod *p;
   struct sim_obj *o;
   const char *node_name, *owner;
@@ -1060,9 +1278,18 @@ int pod_create(struct sim *s, const char *ns, json_t *j, struct sim_obj **out,
   }
   if (sum_resources(containers, name, &cpu, &mem, &lcpu, &lmem, e) != 0)
     goto fail;
+  /* The RuntimeClass admission plugin: the class must exist. */
+  {
+    const char *rc = json_string_value(json_path(j, "spec.runtimeClassName"));
+    if (rc != NULL && store_get(s, K_RUNTIMECLASS, "", rc) == NULL) {
+      sim_err_set(e, 403, "Forbidden", "pod rejected: RuntimeClass \"%s\" not found", rc);
+      goto fail;
+    }
+  }
   if (quota_check(s, ns, name, cpu, mem, lcpu, lmem, e) != 0)
     goto fail;
   default_pod(j, cpu, mem, lcpu, lmem);
+  gpus = gpus_of(s, containers);
   p = calloc(1, sizeof(*p));
   if (p == NULL) {
     sim_err_set(e, 503, "ServiceUnavailable", "out of memory");
@@ -1083,6 +1310,7 @@ int pod_create(struct sim *s, const char *ns, json_t *j, struct sim_obj **out,
   p->req_mem_m = mem;
   p->lim_cpu_m = lcpu;
   p->lim_mem_m = lmem;
+  p->req_gpu = gpus;
   p->deadline_s = deadline;
   p->unsched_idx = -1;
   p->stage = PS_PENDING;

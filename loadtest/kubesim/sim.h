@@ -53,6 +53,7 @@ enum sim_kind {
   K_DEPLOYMENT,
   K_PDB,
   K_HPA,
+  K_PVC,
   K_COUNT
 };
 #define K_FIRST_STORED K_SERVICEACCOUNT
@@ -89,6 +90,8 @@ struct sim_node {
   int index;
   int64_t alloc_cpu_m, alloc_mem_m, alloc_pods;  /* allocatable */
   int64_t used_cpu_m, used_mem_m, used_pods;     /* requests of bound, non-terminal pods */
+  int64_t alloc_gpu, used_gpu;                   /* the --gpu-resource extended resource */
+  json_t *taints;                                /* spec.taints (owned copy), NULL = none */
   char **images;                                 /* pulled images (cache) */
   size_t nimages;
   int unschedulable;
@@ -111,6 +114,7 @@ struct sim_pod {
   enum pod_stage stage;
   struct sim_obj *node;        /* bound node */
   int64_t req_cpu_m, req_mem_m, lim_cpu_m, lim_mem_m;
+  int64_t req_gpu;             /* of the --gpu-resource extended resource */
   int64_t deadline_s;          /* activeDeadlineSeconds, 0 = none */
   int64_t start_ms;            /* when Running (wall clock) */
   char *workdir;               /* per-pod exec directory, created lazily */
@@ -209,6 +213,12 @@ struct sim_opts {
   const char *agent_binary;    /* --agent-binary */
   int agent_mode;              /* AGENT_MODE_* */
   int pod_namespaces;          /* per-pod PID and mount namespaces (root only) */
+  int gpu_nodes, node_gpus;    /* the first gpu_nodes nodes have node_gpus GPUs each */
+  const char *gpu_resource;    /* their resource name (default nvidia.com/gpu) */
+  const char *node_labels[16]; /* --node-label [INDEX@]KEY=VALUE */
+  int nnode_labels;
+  const char *node_taints[16]; /* --node-taint [INDEX@]KEY[=VALUE]:EFFECT */
+  int nnode_taints;
 };
 
 enum { AGENT_MODE_NONE, AGENT_MODE_PROCESS, AGENT_MODE_INPROC };
@@ -368,6 +378,10 @@ void pod_changed(struct sim *s, struct sim_obj *o);
 void sched_init(struct sim *s);
 void sched_free(struct sim *s);
 void sched_room_freed(struct sim *s);
+/* Node <o> changed (kubectl taint, cordon): the scheduler's copy follows. */
+void node_changed(struct sim *s, struct sim_obj *o);
+/* 0 if <spec> (node labels or taints flag) is well formed. */
+int node_flag_valid(const char *spec, int taint);
 void pod_exec(struct sim *s, struct fr_http_req *req, struct sim_obj *o);
 int node_create(struct sim *s, int index);
 void quota_init_ns(struct sim *s, const char *ns);

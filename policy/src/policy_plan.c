@@ -535,6 +535,16 @@ static int skipped(const struct planner *x, size_t i, const struct facts *f, lon
     sb_str(sb, "skipped: not synced (capacity unknown until its caches are complete)");
     return 1;
   }
+  if (s->unfit != NULL) {
+    sb_str(sb, "skipped: ");
+    sb_str(sb, s->unfit);
+    if (s->unfit_detail != NULL && *s->unfit_detail != '\0') {
+      sb_str(sb, " (");
+      sb_str(sb, s->unfit_detail);
+      sb_str(sb, ")");
+    }
+    return 1;
+  }
   if (!(s->age_ms <= p->max_age_ms)) { /* NaN counts as stale too */
     sb_str(sb, "skipped: stale, capacity view ");
     if (isfinite(s->age_ms)) {

@@ -28,7 +28,8 @@
 
 static const char *const create_fields[] = {"name", "num_sandboxes", "pool", "image", "cpus", "memory_gb",
                                             "env", "secrets", "volumes", "labels", "region", "clusters",
-                                            "timeout_s", "partial_ok", NULL};
+                                            "timeout_s", "partial_ok", "runtime_class", "node_selector",
+                                            "tolerations", "gpus", NULL};
 
 /* The create body, validated; strings borrowed from its JSON. */
 struct body_spec {
@@ -53,6 +54,8 @@ struct create {
   int region_known;           /* a cluster's region or one the policy names */
   char *pool, *image;
   json_t *env, *labels;
+  struct fr_podopts *opts;    /* the sandboxes' pod options; NULL = none */
+  char cold_reason[300];      /* why the named pool's warm pods cannot serve it, "" = they can */
 };
 
 static void create_free(struct create *cr) {
@@ -63,6 +66,7 @@ static void create_free(struct create *cr) {
   free(cr->image);
   json_decref(cr->env);
   json_decref(cr->labels);
+  fr_podopts_unref(cr->opts);
   free(cr);
 }
 
@@ -78,8 +82,8 @@ static int parse_create(struct api_req *q, json_t *j, struct body_spec *s) {
   s->name = "sandbox";
   s->n = 1;
   s->timeout_s = cfg->default_lifetime_s;
-  if (json_object_get(j, "secrets") || json_object_get(j, "volumes")) {
-    api_field_fail(q, json_object_get(j, "secrets") ? "secrets" : "volumes", "secrets and volumes are not supported yet");
+  if (json_object_get(j, "secrets")) {
+    api_field_fail(q, "secrets", "secrets are not supported yet");
     return -1;
   }
 #define STR_FIELD(key, dst)                                                  \
@@ -190,6 +194,38 @@ static int parse_create(struct api_req *q, json_t *j, struct body_spec *s) {
   if (s->pool == NULL && s->image == NULL) {
     api_field_fail(q, "image", "either pool or image is required");
     return -1;
+  }
+  return 0;
+}
+
+/* The pod options of create body <j> into cr->opts: the request's own, or
+ * the pool's when it asks for none (a pool fixes the shape). Options that
+ * differ from the pool's make the create cold, and cr->cold_reason says
+ * why. Answers and returns -1 on a bad option. */
+static int create_podopts(struct api_req *q, json_t *j, const struct fr_adapter_pool_view *pv,
+                          struct create *cr) {
+  const char *field;
+  char msg[300], *have;
+  int rc = fr_podopts_parse(j, &cr->opts, &field, msg, sizeof(msg));
+
+  if (rc == -EINVAL) {
+    api_field_fail(q, field, msg);
+    return -1;
+  }
+  if (rc != 0) {
+    api_oom(q);
+    return -1;
+  }
+  if (pv == NULL)
+    return 0;
+  if (cr->opts == NULL) {
+    cr->opts = fr_podopts_ref(pv->opts);
+  } else if (!fr_podopts_equal(cr->opts, pv->opts)) {
+    have = pv->opts ? json_dumps(fr_podopts_json(pv->opts), JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    snprintf(cr->cold_reason, sizeof(cr->cold_reason),
+             "pool %s has other pod options (%.200s): its warm pods cannot serve this request", pv->name,
+             have ? have : "none");
+    free(have);
   }
   return 0;
 }
@@ -362,6 +398,8 @@ static void on_batch_done(struct batch *b, void *arg) {
       if (b->items[i].ok && b->items[i].user != NULL)
         json_array_append(arr, b->items[i].user);
     set_client_region(placement, cr);
+    if (cr->cold_reason[0] != '\0')
+      json_object_set_new(placement, "cold_reason", json_string(cr->cold_reason));
     api_reply(q, 201, json_pack("{s:o,s:o}", "sandboxes", arr, "placement", placement), NULL);
   } else {
     json_t *body = api_err_body("no_capacity",
@@ -458,6 +496,8 @@ void create_sandboxes(struct api_req *q, int explain) {
   cr->labels = s.labels ? json_incref(s.labels) : NULL;
   if (cr->image == NULL || (s.pool != NULL && cr->pool == NULL))
     goto oom;
+  if (create_podopts(q, j, pv, cr) != 0)
+    goto out;
   memset(&spec, 0, sizeof(spec));
   spec.tenant = q->tenant;
   spec.pool = cr->pool;
@@ -465,6 +505,7 @@ void create_sandboxes(struct api_req *q, int explain) {
   /* A pool fixes the shape; otherwise the request's (default 1 cpu, 2 GiB). */
   spec.cpu_m = pv ? pv->cpu_m : (int64_t)((s.cpus > 0 ? s.cpus : 1.0) * 1000 + 0.5);
   spec.mem_b = pv ? pv->mem_b : (int64_t)((s.memory_gb > 0 ? s.memory_gb : 2.0) * 1073741824.0);
+  spec.opts = cr->opts;
   spec.env = cr->env;
   spec.labels = cr->labels;
   spec.lifetime_s = s.timeout_s;
@@ -490,6 +531,10 @@ void create_sandboxes(struct api_req *q, int explain) {
                             fr_policy_source(pol), "version", fr_policy_version(pol), "request", "tenant",
                             q->tenant, "pool", cr->pool, "region", region, "region_known", cr->region_known,
                             "num_sandboxes", cr->b->n, "plan", fr_plan_json(&plan, states));
+    if (out != NULL && cr->opts != NULL)
+      json_object_set(json_object_get(out, "request"), "pod_options", fr_podopts_json(cr->opts));
+    if (out != NULL && cr->cold_reason[0] != '\0')
+      json_object_set_new(out, "cold_reason", json_string(cr->cold_reason));
     api_reply(q, 200, out, NULL);
     goto out;
   }

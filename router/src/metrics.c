@@ -225,12 +225,14 @@ static void render_gauges(struct router *r, struct fr_buf *b) {
           (double)fr_adapter_total_slots(a, 1000, 2147483648LL));
     for (k = 0; k < views[i].npools; k++) {
       const struct fr_adapter_pool_view *pv = &views[i].pools[k];
+      int64_t fs, ts;
       if (pv->image[0] == '\0')
         continue; /* its shape is unreadable */
+      fr_adapter_pool_slots(a, pv, &fs, &ts);
       gauge(b, "fedrouter_cluster_capacity_slots", views[i].name, views[i].region, "pool", pv->name, "state",
-            "free", (double)fr_adapter_free_slots(a, pv->cpu_m, pv->mem_b));
+            "free", (double)fs);
       gauge(b, "fedrouter_cluster_capacity_slots", views[i].name, views[i].region, "pool", pv->name, "state",
-            "total", (double)fr_adapter_total_slots(a, pv->cpu_m, pv->mem_b));
+            "total", (double)ts);
     }
   }
   head(b, "fedrouter_cluster_sandboxes", "gauge", "Claimed or created sandboxes, running or starting.");

@@ -189,8 +189,13 @@ void placement_free(struct router *r) {
   free(r->cluster_regions);
 }
 
+/* Room after the states for each cluster's unfit detail. */
+#define UNFIT_DETAIL_LEN 200
+
 struct fr_cluster_state *placement_states(struct router *r, const struct fr_sandbox_spec *spec) {
-  struct fr_cluster_state *st = calloc(r->nadapters ? r->nadapters : 1, sizeof(*st));
+  size_t n = r->nadapters ? r->nadapters : 1;
+  struct fr_cluster_state *st = calloc(1, n * (sizeof(*st) + UNFIT_DETAIL_LEN));
+  char *details = (char *)(st + n);
   size_t i, k;
 
   if (st == NULL)
@@ -206,9 +211,13 @@ struct fr_cluster_state *placement_states(struct router *r, const struct fr_sand
     st[i].synced = v.synced;
     st[i].age_ms = v.last_contact_age_ms == UINT64_MAX ? 1e12 : (double)v.last_contact_age_ms;
     st[i].latency_ms = v.api_latency_ms;
-    st[i].free_slots = fr_adapter_free_slots(a, spec->cpu_m, spec->mem_b);
+    /* Pod options narrow the nodes that count, or rule the cluster out. */
+    st[i].free_slots = fr_adapter_fit_slots(a, spec->cpu_m, spec->mem_b, spec->opts, &st[i].unfit,
+                                            details + i * UNFIT_DETAIL_LEN, UNFIT_DETAIL_LEN);
+    st[i].unfit_detail = details + i * UNFIT_DETAIL_LEN;
+    /* Warm pods serve only a request with their pool's options. */
     for (k = 0; spec->pool != NULL && k < v.npools; k++)
-      if (strcmp(v.pools[k].name, spec->pool) == 0)
+      if (strcmp(v.pools[k].name, spec->pool) == 0 && fr_podopts_equal(v.pools[k].opts, spec->opts))
         /* What concurrent batches already plan to claim is not there for this one. */
         st[i].warm_ready = v.pools[k].ready > v.pools[k].reserved ? v.pools[k].ready - v.pools[k].reserved : 0;
     /* What one sandbox of this shape costs here per hour, from the

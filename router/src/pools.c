@@ -11,6 +11,7 @@
  * may make a pool shared (no owner): every tenant sees and uses it, only
  * admins change it. Another tenant's pool is "not found", as a sandbox is.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@ struct pool_op {
   int pending;
   int status;           /* worst HTTP status seen; 0 = all fine */
   json_t *results;
+  json_t *skipped;      /* clusters that cannot host the pool's pod options, or NULL */
   char name[64];
   int creating;
   int shared;           /* a shared pool (for the answer before the caches see it) */
@@ -57,9 +59,12 @@ static json_t *pool_json(struct api_req *q, const char *name) {
     const struct fr_adapter_pool_view *pv = fr_adapter_pool(r->adapters[i], name);
     if (pv == NULL || !api_pool_usable(q, pv))
       continue;
-    if (out == NULL)
+    if (out == NULL) {
       out = json_pack("{s:s,s:s,s:f,s:f,s:b}", "name", name, "image", pv->image, "cpus", pv->cpu_m / 1000.0,
                       "memory_gb", pv->mem_b / 1073741824.0, "shared", pv->owner == NULL);
+      if (out != NULL && pv->opts != NULL)
+        json_object_update(out, fr_podopts_json(pv->opts));
+    }
     json_array_append_new(clusters, json_pack("{s:s,s:I,s:I}", "cluster", fr_adapter_name(r->adapters[i]),
                                               "target", (json_int_t)pv->target, "ready", (json_int_t)pv->ready));
   }
@@ -79,6 +84,8 @@ static void pool_reply(struct pool_op *p) {
     if (pj == NULL) /* the caches have not seen it yet */
       pj = json_pack("{s:s,s:b}", "name", p->name, "shared", p->shared);
     json_object_set(pj, "results", p->results);
+    if (p->skipped != NULL)
+      json_object_set(pj, "skipped", p->skipped);
     api_reply(q, p->creating ? 201 : 200, pj, NULL);
   } else {
     json_t *b = api_err_body(p->status == 409 ? "pool_exists" : p->status == 404 ? "pool_not_found" : "cluster_unavailable",
@@ -89,6 +96,7 @@ static void pool_reply(struct pool_op *p) {
     api_reply(q, p->status == 409 || p->status == 404 ? p->status : 503, b, NULL);
   }
   json_decref(p->results);
+  json_decref(p->skipped);
   free(p);
 }
 
@@ -174,14 +182,49 @@ static int in_list(json_t *names, const char *name) {
   return 0;
 }
 
+/* The clusters (of <names>, or all) that cannot host pods of <spec>'s
+ * options: [{"cluster", "reason"}], the pool is not made there. NULL when
+ * out of memory. */
+static json_t *unfit_clusters(struct router *r, const struct fr_pool_spec *spec, json_t *names) {
+  json_t *out = json_array();
+  size_t i;
+
+  for (i = 0; out != NULL && i < r->nadapters; i++) {
+    const char *unfit;
+    char detail[200], why[300];
+    if (names != NULL && !in_list(names, fr_adapter_name(r->adapters[i])))
+      continue;
+    fr_adapter_fit_slots(r->adapters[i], spec->cpu_m, spec->mem_b, spec->opts, &unfit, detail, sizeof(detail));
+    if (unfit == NULL)
+      continue;
+    snprintf(why, sizeof(why), "%s (%s)", unfit, detail);
+    json_array_append_new(out, json_pack("{s:s,s:s}", "cluster", fr_adapter_name(r->adapters[i]), "reason", why));
+  }
+  return out;
+}
+
+static int skipped_has(json_t *skipped, const char *cluster) {
+  size_t i;
+  json_t *e;
+
+  json_array_foreach(skipped, i, e) {
+    if (strcmp(json_string_value(json_object_get(e, "cluster")), cluster) == 0)
+      return 1;
+  }
+  return 0;
+}
+
 static void create_pool(struct api_req *q) {
-  static const char *const known[] = {"name", "image", "cpus", "memory_gb", "replicas", "clusters", "shared", NULL};
-  json_t *j = api_body_object(q, known, 0), *v, *clusters;
+  static const char *const known[] = {"name",         "image",         "cpus",        "memory_gb", "replicas",
+                                      "clusters",     "shared",        "runtime_class", "node_selector",
+                                      "tolerations",  "gpus",          "volumes",     NULL};
+  json_t *j = api_body_object(q, known, 0), *v, *clusters, *skipped = NULL;
   struct fr_pool_spec spec;
   struct pool_op *p;
+  const char *field;
   char msg[300];
   size_t i, ncl;
-  int shared = 0;
+  int shared = 0, rc;
 
   if (j == NULL)
     return;
@@ -214,6 +257,15 @@ static void create_pool(struct api_req *q) {
     goto out;
   }
   spec.replicas = json_integer_value(v);
+  /* Pod options (volumes pre-mounted, GPUs, ...): claims from the pool
+   * serve creates that ask for exactly these. */
+  if ((rc = fr_podopts_parse(j, &spec.opts, &field, msg, sizeof(msg))) != 0) {
+    if (rc == -EINVAL)
+      api_field_fail(q, field, msg);
+    else
+      api_oom(q);
+    goto out;
+  }
   clusters = json_object_get(j, "clusters");
   if (clusters != NULL && (!json_is_array(clusters) || json_array_size(clusters) == 0)) {
     api_field_fail(q, "clusters", "clusters must be a non-empty array of cluster names (omit it for all)");
@@ -247,20 +299,36 @@ static void create_pool(struct api_req *q) {
   if (!shared && pool_quota_exceeded(q, owned_replicas(q, NULL), spec.replicas * (int64_t)ncl))
     goto out;
   spec.owner = shared ? NULL : q->tenant;
+  if (spec.opts != NULL && (skipped = unfit_clusters(q->r, &spec, clusters)) == NULL)
+    goto oom;
+  if (skipped != NULL && json_array_size(skipped) == ncl) {
+    json_t *b = api_err_body("no_cluster_fits", "no cluster can host pods with these options");
+    json_object_set(json_object_get(b, "error"), "clusters", skipped);
+    api_reply(q, 409, b, NULL);
+    goto out;
+  }
   if ((p = pool_op_new(q, spec.name)) == NULL)
     goto out;
   p->creating = 1;
   p->shared = shared;
+  p->skipped = json_incref(skipped);
   for (i = 0; i < q->r->nadapters; i++) {
     struct fr_adapter *a = q->r->adapters[i];
     if (clusters != NULL && !in_list(clusters, fr_adapter_name(a)))
+      continue;
+    if (skipped_has(skipped, fr_adapter_name(a)))
       continue;
     p->pending++;
     if (fr_adapter_pool_create(a, &spec, on_pool_call, p) != 0)
       on_pool_call(0, "cannot send the create", p);
   }
   pool_op_start_done(p);
+  goto out;
+oom:
+  api_oom(q);
 out:
+  json_decref(skipped);
+  fr_podopts_unref(spec.opts);
   json_decref(j);
 }
 

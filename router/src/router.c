@@ -207,10 +207,9 @@ static const char *authenticate(struct router *r, struct fr_http_req *req) {
 /* ---------------------------------------------------------------------- */
 /* endpoints                                                               */
 
-static json_t *slot_json(struct fr_adapter *a, const char *pool, int64_t cpu_m, int64_t mem_b) {
+static json_t *slot_json(const char *pool, int64_t cpu_m, int64_t mem_b, int64_t free_slots, int64_t total) {
   json_t *j = json_pack("{s:f,s:f,s:I,s:I}", "cpus", cpu_m / 1000.0, "memory_gb", mem_b / 1073741824.0, "free",
-                        (json_int_t)fr_adapter_free_slots(a, cpu_m, mem_b), "total",
-                        (json_int_t)fr_adapter_total_slots(a, cpu_m, mem_b));
+                        (json_int_t)free_slots, "total", (json_int_t)total);
 
   if (j != NULL)
     json_object_set_new(j, "pool", pool ? json_string(pool) : json_null());
@@ -224,11 +223,18 @@ static json_t *slots_json(struct fr_adapter *a) {
   struct fr_adapter_view v;
   size_t k;
 
-  json_array_append_new(arr, slot_json(a, NULL, 1000, 2147483648LL));
+  int64_t fs, ts;
+
+  json_array_append_new(arr, slot_json(NULL, 1000, 2147483648LL, fr_adapter_free_slots(a, 1000, 2147483648LL),
+                                       fr_adapter_total_slots(a, 1000, 2147483648LL)));
   fr_adapter_view(a, &v);
-  for (k = 0; k < v.npools; k++)
-    if (v.pools[k].image[0] != '\0') /* a pool whose shape is unreadable has no slots to show */
-      json_array_append_new(arr, slot_json(a, v.pools[k].name, v.pools[k].cpu_m, v.pools[k].mem_b));
+  for (k = 0; k < v.npools; k++) {
+    if (v.pools[k].image[0] == '\0') /* a pool whose shape is unreadable has no slots to show */
+      continue;
+    /* Its pod options (GPUs, node selector, ...) narrow the nodes that count. */
+    fr_adapter_pool_slots(a, &v.pools[k], &fs, &ts);
+    json_array_append_new(arr, slot_json(v.pools[k].name, v.pools[k].cpu_m, v.pools[k].mem_b, fs, ts));
+  }
   return arr;
 }
 

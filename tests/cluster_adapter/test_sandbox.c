@@ -661,6 +661,79 @@ START_TEST(create_unschedulable_reports_no_room) {
 }
 END_TEST
 
+/* Pod options: the cold create's pod carries them (GPUs as requests =
+ * limits of the configured resource, the claim as a volume and mount). */
+START_TEST(create_with_pod_options_posts_them) {
+  struct fr_sandbox_spec s = spec_of(NULL);
+  json_t *in = json_pack("{s:s,s:i,s:{s:s},s:[{s:s,s:s}]}", "runtime_class", "gvisor", "gpus", 2, "volumes",
+                         "/data", "shared", "tolerations", "key", "gpu", "operator", "Exists");
+  const char *field;
+  char msg[200];
+  const struct fk_request *r;
+  json_t *body, *c;
+  struct outcome o;
+
+  ck_assert_int_eq(fr_podopts_parse(in, &s.opts, &field, msg, sizeof(msg)), 0);
+  json_decref(in);
+  start_adapter();
+  create(&s, &o);
+  fr_podopts_unref(s.opts); /* the create holds its own reference */
+  wait_requests("POST", FK_PODS, 1);
+  r = fk_nth(fk, "POST", FK_PODS, 0);
+  ck_assert_ptr_nonnull(r);
+  body = body_of(r);
+  c = json_array_get(json_object_get(json_object_get(body, "spec"), "containers"), 0);
+  ck_assert_str_eq(jstr(body, "spec.runtimeClassName"), "gvisor");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(c, "resources"), "limits"),
+                                                     "nvidia.com/gpu")), "2");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(c, "resources"), "requests"),
+                                                     "nvidia.com/gpu")), "2");
+  ck_assert_str_eq(jstr(json_array_get(json_object_get(json_object_get(body, "spec"), "volumes"), 0),
+                        "persistentVolumeClaim.claimName"), "shared");
+  ck_assert_str_eq(jstr(json_array_get(json_object_get(c, "volumeMounts"), 0), "mountPath"), "/data");
+  ck_assert_str_eq(jstr(json_array_get(json_object_get(json_object_get(body, "spec"), "tolerations"), 0), "key"),
+                   "gpu");
+  json_decref(body);
+  finish_test();
+}
+END_TEST
+
+/* What the fake cluster lacks for pod options (no GPUs, no RuntimeClasses
+ * or claims it can list, node-1 without labels): each has its code, and
+ * no options count as free_slots does. */
+START_TEST(fit_slots_names_what_the_cluster_lacks) {
+  static const struct {
+    const char *opts, *unfit;
+  } cases[] = {
+      {"{\"runtime_class\":\"gvisor\"}", "no_runtime_class"},
+      {"{\"volumes\":{\"/d\":\"data\"}}", "no_pvc"},
+      {"{\"node_selector\":{\"accel\":\"a100\"}}", "no_matching_node"},
+      {"{\"gpus\":1}", "no_gpu_node"},
+  };
+  const char *field, *unfit;
+  char msg[200], detail[200];
+  size_t i;
+
+  start_adapter();
+  ck_assert_int_gt(fr_adapter_free_slots(ad, 500, 256LL << 20), 0);
+  ck_assert_int_eq(fr_adapter_fit_slots(ad, 500, 256LL << 20, NULL, &unfit, detail, sizeof(detail)),
+                   fr_adapter_free_slots(ad, 500, 256LL << 20));
+  ck_assert_ptr_null(unfit);
+  for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    json_t *j = json_loads(cases[i].opts, 0, NULL);
+    struct fr_podopts *o = NULL;
+    ck_assert_int_eq(fr_podopts_parse(j, &o, &field, msg, sizeof(msg)), 0);
+    ck_assert_int_eq(fr_adapter_fit_slots(ad, 500, 256LL << 20, o, &unfit, detail, sizeof(detail)), 0);
+    ck_assert_msg(unfit != NULL && strcmp(unfit, cases[i].unfit) == 0, "%s: %s", cases[i].opts,
+                  unfit ? unfit : "(fits)");
+    ck_assert_msg(detail[0] != '\0', "%s: no detail", cases[i].opts);
+    fr_podopts_unref(o);
+    json_decref(j);
+  }
+  finish_test();
+}
+END_TEST
+
 /* Our random pod name collided (409 AlreadyExists on the POST): the
  * create tries again under another name. */
 START_TEST(create_name_collision_409_retries_with_new_name) {
@@ -1060,6 +1133,8 @@ static Suite *sandbox_suite(void) {
   tcase_add_test(tc, create_quota_403_reports_no_room);
   tcase_add_test(tc, create_unschedulable_reports_no_room);
   tcase_add_test(tc, create_name_collision_409_retries_with_new_name);
+  tcase_add_test(tc, create_with_pod_options_posts_them);
+  tcase_add_test(tc, fit_slots_names_what_the_cluster_lacks);
   tcase_add_test(tc, create_not_ready_in_time_times_out_and_deletes);
   tcase_add_test(tc, create_pod_failed_before_ready_reports_failed_and_deletes);
   tcase_add_test(tc, create_pod_deleted_while_waiting_reports_failed);

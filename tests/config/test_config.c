@@ -108,6 +108,7 @@ START_TEST(example_fedrouter_conf_loads_with_documented_values) {
   ck_assert_str_eq(c->policy, want);
   ck_assert_int_eq(c->default_lifetime_s, 3600);
   ck_assert_int_eq(c->max_lifetime_s, 86400);
+  ck_assert_str_eq(c->gpu_resource, "nvidia.com/gpu");
   ck_assert_int_eq(c->max_batch, 5000);
   ck_assert_uint_eq(c->max_body_bytes, 1048576);
   ck_assert_int_eq(c->max_exec_output_bytes, 16777216);
@@ -189,6 +190,7 @@ START_TEST(config_minimal_gets_defaults) {
   ck_assert_int_eq(c->refs, 1);
   ck_assert_int_eq(c->default_lifetime_s, 3600);
   ck_assert_int_eq(c->max_lifetime_s, 86400);
+  ck_assert_str_eq(c->gpu_resource, "nvidia.com/gpu");
   ck_assert_int_eq(c->max_batch, 5000);
   ck_assert_uint_eq(c->max_body_bytes, 1024 * 1024);
   ck_assert_int_eq(c->max_exec_output_bytes, 16 * 1024 * 1024);
@@ -208,7 +210,8 @@ END_TEST
 
 START_TEST(config_all_limits_set_are_kept) {
   struct fr_config *c = load_ok(MINIMAL
-                                "sandbox = { default_lifetime_s = 60; max_lifetime_s = 600; };\n"
+                                "sandbox = { default_lifetime_s = 60; max_lifetime_s = 600;\n"
+                                "  gpu_resource = \"amd.com/gpu\"; };\n"
                                 "limits = { max_batch = 100000; max_body_bytes = 1024;\n"
                                 "  max_exec_output_bytes = 1; max_exec_timeout_s = 5L; };\n"
                                 "tenants = ( { name = \"t\"; token_sha256 = \"" HASH_A "\";\n"
@@ -216,6 +219,7 @@ START_TEST(config_all_limits_set_are_kept) {
 
   ck_assert_int_eq(c->default_lifetime_s, 60);
   ck_assert_int_eq(c->max_lifetime_s, 600);
+  ck_assert_str_eq(c->gpu_resource, "amd.com/gpu");
   ck_assert_int_eq(c->max_batch, 100000);
   ck_assert_uint_eq(c->max_body_bytes, 1024);
   ck_assert_int_eq(c->max_exec_output_bytes, 1);
@@ -375,6 +379,10 @@ static const struct err_case err_cases[] = {
      "sandbox.default_lifetime_s: 0 is out of range (1-"},
     {"max_lifetime_negative", MINIMAL "sandbox = {\n  max_lifetime_s = -5;\n};\n", 5,
      "sandbox.max_lifetime_s: -5 is out of range (1-"},
+    {"gpu_resource_unprefixed", MINIMAL "sandbox = {\n  gpu_resource = \"gpu\";\n};\n", 5,
+     "sandbox.gpu_resource: \"gpu\" is not an extended resource name"},
+    {"gpu_resource_kubernetes_io", MINIMAL "sandbox = {\n  gpu_resource = \"kubernetes.io/gpu\";\n};\n", 5,
+     "sandbox.gpu_resource: \"kubernetes.io/gpu\" is not an extended resource name"},
     {"default_lifetime_above_max",
      MINIMAL "sandbox = {\n  default_lifetime_s = 7200;\n  max_lifetime_s = 3600;\n};\n", 5,
      "sandbox.default_lifetime_s: 7200 is above max_lifetime_s (3600)"},

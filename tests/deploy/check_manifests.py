@@ -368,13 +368,15 @@ def check_member(objs):
     need = {("", "pods", "create"), ("", "pods", "delete"), ("", "pods", "watch"), ("", "pods/exec", "create"),
             ("", "pods/exec", "get"), ("", "pods/proxy", "get"), ("", "pods/proxy", "create"),
             ("", "pods/proxy", "update"), ("", "pods/proxy", "delete"), ("", "secrets", "get"),
-            ("apps", "replicasets", "patch"), ("", "resourcequotas", "watch")}
+            ("apps", "replicasets", "patch"), ("", "resourcequotas", "watch"),
+            ("", "persistentvolumeclaims", "watch")}
     have = {(g, r, v) for (_, g, r, v) in role}
     for n in sorted(need - have):
         problem("%s: the Role does not grant %s %s%s" % (where, n[2], n[0] + "/" if n[0] else "", n[1]))
     for (name, g, r, v) in sorted(rules_of(objs, "ClusterRole")):
-        if r not in ("nodes",):
-            problem("%s: ClusterRole %s grants %s on %s: only nodes are cluster-wide" % (where, name, v, r))
+        if r not in ("nodes", "runtimeclasses") or v not in ("get", "list", "watch"):
+            problem("%s: ClusterRole %s grants %s on %s: only reading nodes and RuntimeClasses is "
+                    "cluster-wide" % (where, name, v, r))
     if any(r == "secrets" and v != "get" for (_, _, r, v) in role):
         problem("%s: Secrets: only get (by name) is needed" % where)
     sas = find(objs, "ServiceAccount")

@@ -30,13 +30,14 @@ def check(cond, msg):
 
 
 class Sim:
-    def __init__(self, binary):
+    def __init__(self, binary, extra=()):
         self.dir = tempfile.mkdtemp(prefix="kubesim-kinds-")
         port_file = os.path.join(self.dir, "port")
+        self.kubeconfig = os.path.join(self.dir, "kubeconfig")
         self.log = open(os.path.join(self.dir, "log"), "w")
         self.proc = subprocess.Popen([binary, "--port-file", port_file, "--workdir",
-                                      os.path.join(self.dir, "work")],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                      os.path.join(self.dir, "work"), "--write-kubeconfig", self.kubeconfig]
+                                     + list(extra), stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 15
         while not os.path.exists(port_file) or not open(port_file).read().strip():
             if time.monotonic() > deadline or self.proc.poll() is not None:
@@ -108,6 +109,9 @@ GOOD = [
                "ingress": [{"from": [{"ipBlock": {"cidr": "192.0.2.0/24"}}], "ports": [{"port": 49983}]}]}}),
     ("/apis/node.k8s.io/v1/runtimeclasses", {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
                                              "metadata": {"name": "gvisor"}, "handler": "runsc"}),
+    (NS + "/persistentvolumeclaims", {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
+                                      "spec": {"accessModes": ["ReadWriteMany"],
+                                               "resources": {"requests": {"storage": "1Gi"}}}}),
     ("/apis/apps/v1/namespaces/sbx/deployments",
      {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
       "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "x"}},
@@ -208,6 +212,8 @@ def test_create_get_list(sim):
               [i["metadata"]["name"] for i in lst["items"]] == [obj["metadata"]["name"]],
               "list %s: %s" % (path, lst))
         check(sim.call("POST", path, obj)[0] == 409, "create %s twice: 409 AlreadyExists" % path)
+    st, claim = sim.call("GET", NS + "/persistentvolumeclaims/data")
+    check(claim.get("status", {}).get("phase") == "Bound", "a PVC is Bound once it exists: %s" % claim)
     st, sec = sim.call("GET", NS + "/secrets/hf")
     check(sec.get("data") == {"HF_TOKEN": "YWJj"} and "stringData" not in sec and sec.get("type") == "Opaque",
           "stringData folded into base64 data, type defaulted: %s" % sec)

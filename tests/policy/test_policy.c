@@ -623,8 +623,8 @@ START_TEST(weights_decide_between_clusters_of_one_region) {
   PATHF(text, "weights = { %s };\nwarm = { beats_cold = false; };\n", t->weights);
   p = load_ok(text);
   memset(st, 0, sizeof(st));
-  st[0] = (struct fr_cluster_state){"us-east", "us-east", 1, 1, 0, 5, 10, 1, 0.20};
-  st[1] = (struct fr_cluster_state){"onprem-iad", "us-east", 1, 1, 0, 50, 1000, 0, 0.01};
+  st[0] = (struct fr_cluster_state){"us-east", "us-east", 1, 1, 0, 5, 10, 1, 0.20, NULL, NULL};
+  st[1] = (struct fr_cluster_state){"onprem-iad", "us-east", 1, 1, 0, 50, 1000, 0, 0.01, NULL, NULL};
   plan_ok(p, st, 2, &req, &plan, got, sizeof(got));
   ck_assert_str_eq(got, t->want);
   fr_plan_free(&plan);
@@ -635,7 +635,7 @@ END_TEST
 START_TEST(weights_components_follow_documented_formula) {
   struct fr_policy *p = load_ok("weights = { latency = 2.0; warm = 1.0; capacity = 0.5; cost = 4.0;"
                                 " latency_ref_ms = 50; cost_ref_per_hour = 0.1; };\n");
-  struct fr_cluster_state st[1] = {{"us-east", "us-east", 1, 1, 0, 150, 30, 10, 0.3}};
+  struct fr_cluster_state st[1] = {{"us-east", "us-east", 1, 1, 0, 150, 30, 10, 0.3, NULL, NULL}};
   struct fr_placement_request req = request("t", "us-east", 20);
   struct fr_plan plan;
   char got[256];
@@ -849,9 +849,9 @@ START_TEST(batch_split_gives_exact_counts) {
   char text[256];
   struct fr_policy *p;
   struct fr_cluster_state st[3] = {
-      {"c", "r1", 1, 1, 0, 30, 100, 0, 0},
-      {"a", "r1", 1, 1, 0, 10, 500, 100, 0},
-      {"b", "r1", 1, 1, 0, 20, 300, 0, 0},
+      {"c", "r1", 1, 1, 0, 30, 100, 0, 0, NULL, NULL},
+      {"a", "r1", 1, 1, 0, 10, 500, 100, 0, NULL, NULL},
+      {"b", "r1", 1, 1, 0, 20, 300, 0, 0, NULL, NULL},
   };
   struct fr_placement_request req = request("t", "r1", t->count);
   struct fr_plan plan;
@@ -940,8 +940,8 @@ START_TEST(warm_farther_beats_cold_nearer_only_when_cold_start_is_longer) {
   char text[1024];
   struct fr_policy *p;
   struct fr_cluster_state st[2] = {
-      {"ap-tokyo", "ap-tokyo", 1, 1, 0, 10, 10, 0, 0},
-      {"us-west", "us-west", 1, 1, 0, 120, 10, 3, 0},
+      {"ap-tokyo", "ap-tokyo", 1, 1, 0, 10, 10, 0, 0, NULL, NULL},
+      {"us-west", "us-west", 1, 1, 0, 120, 10, 3, 0, NULL, NULL},
   };
   struct fr_placement_request req = request("t", "ap-tokyo", t->count);
   struct fr_plan plan;
@@ -964,14 +964,18 @@ struct skip_case {
   int healthy, synced;
   double age_ms;
   const char *reason;
+  const char *unfit, *unfit_detail; /* pod options the cluster cannot host */
 };
 
 static const struct skip_case skip_cases[] = {
-    {0, 1, 100, "skipped: unhealthy (circuit breaker open)"},
-    {1, 0, 100, "skipped: not synced (capacity unknown until its caches are complete)"},
-    {1, 1, 15001, "skipped: stale, capacity view 15001 ms old (max 15000 ms): unknown, not free"},
+    {0, 1, 100, "skipped: unhealthy (circuit breaker open)", NULL, NULL},
+    {1, 0, 100, "skipped: not synced (capacity unknown until its caches are complete)", NULL, NULL},
+    {1, 1, 15001, "skipped: stale, capacity view 15001 ms old (max 15000 ms): unknown, not free", NULL, NULL},
     {1, 1, INFINITY, "skipped: stale, capacity view of unknown age (max 15000 ms): unknown, not "
-                     "free"},
+                     "free", NULL, NULL},
+    {1, 1, 100, "skipped: no_runtime_class (RuntimeClass \"gvisor\" not found)", "no_runtime_class",
+     "RuntimeClass \"gvisor\" not found"},
+    {1, 1, 100, "skipped: no_gpu_node", "no_gpu_node", NULL},
 };
 
 START_TEST(unusable_cluster_is_skipped_with_reason) {
@@ -988,6 +992,8 @@ START_TEST(unusable_cluster_is_skipped_with_reason) {
   s->healthy = t->healthy;
   s->synced = t->synced;
   s->age_ms = t->age_ms;
+  s->unfit = t->unfit;
+  s->unfit_detail = t->unfit_detail;
   s->free_slots = 1000; /* plenty, and still not used */
   plan_ok(p, st, NFED, &req, &plan, got, sizeof(got));
   ck_assert_str_eq(got, "onprem-iad=100 us-central=20 us-west=0 onprem-sjc=0 eu-west=0 "
@@ -1042,9 +1048,9 @@ END_TEST
 START_TEST(ties_are_broken_by_name_whatever_the_input_order) {
   struct fr_policy *p = fr_policy_default();
   struct fr_cluster_state st[3] = {
-      {"zeta", "r", 1, 1, 0, 10, 5, 0, 0},
-      {"alpha", "r", 1, 1, 0, 10, 5, 0, 0},
-      {"mid", "r", 1, 1, 0, 10, 5, 0, 0},
+      {"zeta", "r", 1, 1, 0, 10, 5, 0, 0, NULL, NULL},
+      {"alpha", "r", 1, 1, 0, 10, 5, 0, 0, NULL, NULL},
+      {"mid", "r", 1, 1, 0, 10, 5, 0, 0, NULL, NULL},
   };
   struct fr_cluster_state rev[3] = {st[2], st[1], st[0]};
   struct fr_placement_request req = request("t", "r", 7);
@@ -1094,9 +1100,9 @@ END_TEST
 START_TEST(plan_json_lists_every_cluster_with_verdict_and_reason) {
   struct fr_policy *p = load_ok("rules = ( { name = \"no-b\"; deny = \"ap-tokyo\"; } );\n");
   struct fr_cluster_state st[3] = {
-      {"us-east", "us-east", 1, 1, 0, 5, 1, 1, 0},
-      {"ap-tokyo", "ap-tokyo", 1, 1, 0, 150, 9, 0, 0},
-      {"eu-west", "eu-west", 1, 1, 0, 80, 9, 0, 0},
+      {"us-east", "us-east", 1, 1, 0, 5, 1, 1, 0, NULL, NULL},
+      {"ap-tokyo", "ap-tokyo", 1, 1, 0, 150, 9, 0, 0, NULL, NULL},
+      {"eu-west", "eu-west", 1, 1, 0, 80, 9, 0, 0, NULL, NULL},
   };
   struct fr_placement_request req = request("t", "us-east", 3);
   struct fr_plan plan;
@@ -1148,10 +1154,10 @@ START_TEST(plan_handles_clusters_unknown_to_policy_and_empty_input) {
   struct fr_policy_error err;
   char path[PATH_MAX];
   struct fr_cluster_state st[4] = {
-      {"y-1", "north", 1, 1, 0, 1, 5, 0, 0},
-      {"x-1", "north", 1, 1, 0, 9, 5, 0, 0},
-      {"x-2", "south", 1, 1, 0, 1, 5, 0, 0},
-      {"x-3", "west", 1, 1, 0, 1, 5, 0, 0},
+      {"y-1", "north", 1, 1, 0, 1, 5, 0, 0, NULL, NULL},
+      {"x-1", "north", 1, 1, 0, 9, 5, 0, 0, NULL, NULL},
+      {"x-2", "south", 1, 1, 0, 1, 5, 0, 0, NULL, NULL},
+      {"x-3", "west", 1, 1, 0, 1, 5, 0, 0, NULL, NULL},
   };
   struct fr_placement_request req = request("t", "north", 8);
   struct fr_plan plan;

@@ -54,6 +54,7 @@ struct fr_adapter_opts {
   const char *context;      /* NULL = current-context */
   const char *ns;           /* namespace for sandboxes; NULL = "default" */
   const struct fr_adapter_agent *agent; /* NULL: sandboxes without an agent (pods/exec only) */
+  const char *gpu_resource; /* the extended resource pod option gpus asks for; NULL = "nvidia.com/gpu" */
 };
 
 #define FR_LABEL_SANDBOX "fedrouter.io/sandbox"
@@ -91,6 +92,7 @@ struct fr_pod {
   int64_t cpu_m, mem_b;     /* requests, summed over containers */
   int64_t created_s, expires_s; /* annotations fedrouter.io/created-at, expires-at; -1 absent */
   int64_t creation_s, start_s;  /* metadata.creationTimestamp, status.startTime; -1 absent */
+  uint16_t gpus;            /* GPUs (the configured resource) requested, summed */
   unsigned phase : 3;       /* enum fr_pod_phase */
   unsigned ready : 1;       /* condition Ready is True */
   unsigned terminating : 1; /* metadata.deletionTimestamp is set */
@@ -106,12 +108,45 @@ int fr_pod_finished(const struct fr_pod *p);
 /* 1 when it finished or is terminating. */
 int fr_pod_done(const struct fr_pod *p);
 
+/* ---- pod options (podopts.c) ----
+ *
+ * What a pool or a cold create may ask of its pods beyond image and size:
+ * runtime_class (spec.runtimeClassName), node_selector, tolerations, gpus
+ * (requests = limits of the configured GPU resource) and volumes (mount
+ * path -> PersistentVolumeClaim in the sandbox namespace). Parsed and
+ * validated once into an immutable, reference-counted record; two records
+ * are the same shape when their canonical JSON texts are equal. */
+struct fr_podopts;
+
+#define FR_PODOPTS_MAX_SELECTOR 16
+#define FR_PODOPTS_MAX_TOLERATIONS 16
+#define FR_PODOPTS_MAX_VOLUMES 8
+#define FR_PODOPTS_MAX_GPUS 64
+
+/* Reads the option fields of <obj> (a create or pool body, or a pool-spec
+ * "options" object; borrowed; other keys are ignored). *<out> gets a new
+ * record, or NULL when <obj> asks for none (gpus 0 counts as none). On a
+ * bad value: -EINVAL, <field> names it ("tolerations", ...) and <msg>
+ * says why. -ENOMEM when out of memory. */
+int fr_podopts_parse(json_t *obj, struct fr_podopts **out, const char **field, char *msg, size_t msglen);
+struct fr_podopts *fr_podopts_ref(struct fr_podopts *o);
+/* Accepts NULL. */
+void fr_podopts_unref(struct fr_podopts *o);
+/* 1 when <a> and <b> ask for the same (NULL is "no options"). */
+int fr_podopts_equal(const struct fr_podopts *a, const struct fr_podopts *b);
+/* The options as the API shows them: {"runtime_class", "node_selector",
+ * "tolerations", "gpus", "volumes"}, only the fields set; borrowed, valid
+ * while <o> is (NULL for NULL). */
+json_t *fr_podopts_json(const struct fr_podopts *o);
+int64_t fr_podopts_gpus(const struct fr_podopts *o);
+
 /* A warm pool in one cluster: its ReplicaSet, parsed once per change. */
 struct fr_adapter_pool_view {
   const char *name;
   const char *owner;        /* the tenant it belongs to; NULL = shared */
   const char *image;        /* "" when the pool's spec annotation is unreadable */
   int64_t cpu_m, mem_b;     /* each pod's requests (= limits) */
+  struct fr_podopts *opts;  /* its pods' options (volumes pre-mounted, ...); NULL = none */
   int64_t target;           /* spec.replicas */
   int64_t ready;            /* ready, unclaimed pool pods */
   int64_t reserved;         /* of them, planned by batches not yet started (fr_adapter_reserve_warm) */
@@ -158,6 +193,19 @@ void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v);
  * nodes (so fragmentation counts), bounded by the namespace's
  * ResourceQuotas, minus creates in flight and planned (reserved). */
 int64_t fr_adapter_free_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b);
+/* fr_adapter_free_slots for pods with options <opts> (may be NULL): only
+ * nodes whose labels match the node selector, whose NoSchedule/NoExecute
+ * taints the tolerations tolerate and that have the GPUs free count. When
+ * the cluster cannot host such pods at all, *<unfit> (may be NULL) gets
+ * why, a stable code: "no_runtime_class", "no_pvc" (a volume's claim is
+ * not in the sandbox namespace), "no_gpu_node", "no_matching_node"; and
+ * <detail> (may be NULL) a message. NULL when it can. */
+int64_t fr_adapter_fit_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b, const struct fr_podopts *opts,
+                             const char **unfit, char *detail, size_t detail_len);
+/* Free and total slots of pool <pv>'s pods here: its size and pod options
+ * (both 0 where the cluster cannot host those). */
+void fr_adapter_pool_slots(struct fr_adapter *a, const struct fr_adapter_pool_view *pv, int64_t *free_slots,
+                           int64_t *total_slots);
 /* The same count for empty nodes: what the cluster holds in all. */
 int64_t fr_adapter_total_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b);
 /* Live sandboxes of <tenant> here (same rule as the view's sandboxes). */
@@ -191,6 +239,8 @@ struct fr_sandbox_spec {
   const char *pool;         /* claim from this pool first; NULL = cold only */
   const char *image;        /* for cold starts */
   int64_t cpu_m, mem_b;     /* requests = limits */
+  struct fr_podopts *opts;  /* cold creates' pod options, NULL = none (a reference is taken); a
+                               warm claim needs spec->pool's options to be the same */
   json_t *env;              /* object of strings or NULL (borrowed) */
   json_t *labels;           /* user labels or NULL (borrowed) */
   int64_t lifetime_s;
@@ -465,6 +515,7 @@ struct fr_pool_spec {
   const char *owner;        /* tenant the pool belongs to; NULL = shared by all */
   const char *image;
   int64_t cpu_m, mem_b;
+  struct fr_podopts *opts;  /* NULL = none; borrowed for the call */
   int64_t replicas;
 };
 /* Creates the pool's ReplicaSet; <cb> gets the HTTP status (201 created,

@@ -44,8 +44,8 @@ int fr_informer_new(struct fr_kube_client *client, const char *path,
  * reference (or NULL to drop the object). The result must keep
  * metadata.namespace, metadata.name and metadata.resourceVersion. Set it
  * before fr_informer_start(). */
-typedef json_t *(*fr_informer_transform_fn)(json_t *obj);
-void fr_informer_set_transform(struct fr_informer *inf, fr_informer_transform_fn fn);
+typedef json_t *(*fr_informer_transform_fn)(json_t *obj, void *arg);
+void fr_informer_set_transform(struct fr_informer *inf, fr_informer_transform_fn fn, void *arg);
 /* The owner keeps the objects itself (a compact store, say) and the
  * informer caches nothing: it asks <rv> for the resourceVersion the owner
  * holds for an object (NULL: none) and, after every complete list, <each>

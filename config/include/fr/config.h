@@ -90,6 +90,7 @@ struct fr_config {
   char *region;
   char *policy;            /* absolute path or NULL */
   int64_t default_lifetime_s, max_lifetime_s;
+  char *gpu_resource;      /* sandbox.gpu_resource: what pod option gpus requests */
   int64_t max_batch;
   size_t max_body_bytes;
   int64_t max_exec_output_bytes;

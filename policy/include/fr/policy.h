@@ -71,6 +71,9 @@ struct fr_cluster_state {
                               after reservations of creates in flight */
   int64_t warm_ready;      /* ready warm pods of the request's pool */
   double cost_per_hour;    /* per sandbox of the request's shape; 0 if unknown */
+  const char *unfit;       /* the cluster cannot host the request's pods at all (pod options it
+                              lacks): a stable code such as "no_runtime_class"; NULL = it can */
+  const char *unfit_detail;/* what it lacks, for the reason; may be NULL */
 };
 
 struct fr_placement_request {
@@ -98,7 +101,7 @@ struct fr_plan_entry {
   int tier;                /* spillover tier (0 first) */
   double score;            /* higher is better; rank within a tier */
   double s_latency, s_warm, s_capacity, s_cost; /* weighted components */
-  char reason[160];        /* "region apac (client region), tier onprem", "skipped: unhealthy", ... */
+  char reason[256];        /* "region apac (client region), tier onprem", "skipped: unhealthy", ... */
 };
 
 struct fr_plan {

@@ -496,8 +496,10 @@ class Client:
                 ``sky.sandbox``). Without ``pool`` and ``image`` the client's
                 ``default_pool`` is used.
             image, cpus, memory_gb: shape of cold-started sandboxes.
-            secrets, env, volumes, labels: as in the API (``secrets`` and
-                ``volumes`` need a router that supports them).
+            secrets, env, volumes, labels: as in the API (``volumes`` maps
+                mount paths to PersistentVolumeClaims, ``{"/data": "pvc"}``:
+                placed only where the claims exist; ``secrets`` needs a
+                router that supports them).
             region: preferred region (else the client's region hint).
             clusters: restrict placement to these clusters.
             timeout_s: sandbox lifetime in seconds (``timeout`` is an alias).
