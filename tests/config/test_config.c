@@ -432,7 +432,7 @@ static const struct err_case err_cases[] = {
      "limits.max_bach: unknown key (did you mean \"max_batch\"?)"},
     {"top_key_unknown", MINIMAL "colour = \"blue\";\n", 4,
      "colour: unknown key (known keys here: listen, tls, region, policy, sandbox, limits, "
-     "tenants, clusters, hosted, metrics_token_sha256, agent)"},
+     "tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms)"},
 
     /* names */
     {"cluster_name_uppercase", LISTEN REGION "clusters = (\n  { name = \"US_East\"; region = \"us\"; kubeconfig = \"k\"; }\n);\n",
