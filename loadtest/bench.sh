@@ -4,7 +4,7 @@
 # build/loadgen, stop everything (also on failure or Ctrl-C).
 #
 #   loadtest/bench.sh seed|overhead|fanout|spillover|regions|failover|
-#                     scale|soak|abuse|all
+#                     scale|soak|abuse|replicas|all
 #                     [--smoke] [--build-dir DIR]
 #                     [--out DIR] [--plots DIR] [-- extra loadgen arguments]
 #
@@ -54,6 +54,13 @@
 #                 x 2 x 20 MiB; smoke 2 x 2 x 4 MiB), an exec burst (3,000;
 #                 smoke 200) beside a victim tenant, creates past a tenant
 #                 limit; router RSS, fds and /healthz latency during each.
+#   replicas:     loadtest/replicas.py: three routers behind HAProxy
+#                 (deploy/haproxy/haproxy.cfg) over two clusters, 16 client
+#                 threads of two tenants cycling create -> exec -> terminate;
+#                 a rolling restart, a kill -9, the sweep for hidden and
+#                 leaked sandboxes, bursts through all three at once against
+#                 nearly full clusters. Needs haproxy; not part of `all` (its
+#                 short version is the ctest replicas_haproxy).
 #   soak:         3 clusters, same delays; 8 workers creating batches of 5,
 #                 exec in each, terminate each, for SOAK_S seconds (600;
 #                 smoke 8), router RSS and fds sampled every 5 s (smoke 1 s);
@@ -77,7 +84,7 @@ usage() { sed -n '2,/^# (Functions/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^#
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    seed|overhead|fanout|spillover|regions|failover|scale|soak|abuse|all) SCENARIO="$1" ;;
+    seed|overhead|fanout|spillover|regions|failover|scale|soak|abuse|replicas|all) SCENARIO="$1" ;;
     --smoke) SMOKE=1 ;;
     --build-dir) [ $# -ge 2 ] || { usage >&2; exit 2; }; BUILD="$2"; shift ;;
     --out) [ $# -ge 2 ] || { usage >&2; exit 2; }; OUT="$2"; shift ;;
@@ -377,6 +384,14 @@ scenario_abuse() {
   RAN_JSON="$OUT/abuse.json"
   say "loadtest/abuse.py ${smoke[*]}"
   python3 "$ROOT/loadtest/abuse.py" --build-dir "$BUILD" --json-out "$RAN_JSON" "${smoke[@]}"
+}
+
+scenario_replicas() {
+  local smoke=()
+  [ "$SMOKE" = 1 ] && smoke=(--smoke)
+  RAN_JSON="$OUT/replicas.json"
+  say "loadtest/replicas.py ${smoke[*]}"
+  python3 "$ROOT/loadtest/replicas.py" --build-dir "$BUILD" --json-out "$RAN_JSON" "${smoke[@]}"
 }
 
 ulimit -n 65536 2>/dev/null || true
