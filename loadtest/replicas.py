@@ -394,12 +394,13 @@ def phase_rolling(routers, lb, report):
 
 
 def phase_kill(routers, lb, report, victim):
-    t_kill = time.monotonic()
-    report["phase_b_kill_at"] = round(t_kill - T_START, 3)
+    t_before = time.monotonic()
     victim.proc.kill()
+    t_kill = (t_before, time.monotonic())  # the process died in between
+    report["phase_b_kill_at"] = round(t_before - T_START, 4)
     victim.proc.wait(10)
     down = wait_until(lambda: lb.status().get(victim.name, "").startswith("DOWN"), 10, 0.02)
-    report["phase_b_haproxy_down_after_s"] = round(time.monotonic() - t_kill, 2) if down else None
+    report["phase_b_haproxy_down_after_s"] = round(time.monotonic() - t_before, 2) if down else None
     time.sleep(ARGS_PHASE["kill_hold_s"])
     victim.start()
     wait_until(victim.ready, 30, 0.05)
@@ -415,11 +416,13 @@ def classify_kill(reqs, t_kill, victim):
     request (so the request carries no X-Fedrouter-Replica): a failure
     without one that was in flight at the kill is counted as the killed
     replica's."""
-    out = {"inflight_at_kill_all_replicas": sum(1 for r in reqs if r["t0"] <= t_kill <= r["t1"]),
+    def spanning(r):
+        return r["t0"] <= t_kill[1] and r["t1"] >= t_kill[0]
+    out = {"inflight_at_kill_all_replicas": sum(1 for r in reqs if spanning(r)),
            "inflight_on_killed": 0, "failed_inflight_on_killed": 0, "failed_on_killed_after_kill": 0,
            "failed_elsewhere": 0, "failures_elsewhere": []}
     for r in reqs:
-        spans = r["t0"] <= t_kill <= r["t1"]
+        spans = spanning(r)
         on_victim = r["replica"] == victim or (r["replica"] is None and spans and not r["ok"])
         if spans and on_victim:
             out["inflight_on_killed"] += 1
@@ -643,8 +646,8 @@ def main():
         report["steady"] = summarize(in_window(reqs, 0, t_a))
         # Phase a: what started after the first SIGTERM and ended before the
         # kill; phase b: everything after, and what the kill caught in flight.
-        phase_a = [r for r in in_window(reqs, t_a, t_b) if r["t1"] < t_kill]
-        phase_b = [r for r in in_window(reqs, t_a, t_end) if r["t0"] >= t_b or r["t1"] >= t_kill]
+        phase_a = [r for r in in_window(reqs, t_a, t_b) if r["t1"] < t_kill[0]]
+        phase_b = [r for r in in_window(reqs, t_a, t_end) if r["t0"] >= t_b or r["t1"] >= t_kill[0]]
         report["phase_a"] = summarize(phase_a)
         report["phase_a"]["seconds"] = round(t_b - t_a, 1)
         report["phase_b"] = summarize(phase_b)
