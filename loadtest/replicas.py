@@ -350,10 +350,15 @@ def summarize(reqs):
             k["failed"] += 1
             out["failed"] += 1
             if len(out["failures"]) < 20:
-                f = {x: r.get(x) for x in ("kind", "status", "error", "replica")}
-                f["t0"], f["t1"] = round(r["t0"] - T_START, 3), round(r["t1"] - T_START, 3)
-                out["failures"].append(f)
+                out["failures"].append(failure(r))
     return out
+
+
+def failure(r):
+    """A failed request as the report shows it."""
+    f = {x: r.get(x) for x in ("kind", "status", "error", "replica")}
+    f["t0"], f["t1"] = round(r["t0"] - T_START, 3), round(r["t1"] - T_START, 3)
+    return f
 
 
 def in_window(reqs, t0, t1):
@@ -439,9 +444,7 @@ def classify_kill(reqs, t_kill, victim):
         else:
             out["failed_elsewhere"] += 1
             if len(out["failures_elsewhere"]) < 20:
-                f = {x: r.get(x) for x in ("kind", "status", "error", "replica")}
-                f["t0"], f["t1"] = round(r["t0"] - T_START, 3), round(r["t1"] - T_START, 3)
-                out["failures_elsewhere"].append(f)
+                out["failures_elsewhere"].append(failure(r))
     return out
 
 
