@@ -126,6 +126,20 @@ def drain_ms(root):
     return int(m.group(1))
 
 
+def shutdown_delay_ms(root):
+    """The overlay config's shutdown_delay_ms, else the router's default."""
+    with open(os.path.join(root, "deploy/router/overlays/example/fedrouter.conf"), encoding="utf-8") as f:
+        m = re.search(r"(?m)^\s*shutdown_delay_ms\s*=\s*(\d+)\s*;", f.read())
+    if m:
+        return int(m.group(1))
+    with open(os.path.join(root, "config/src/config.c"), encoding="utf-8") as f:
+        m = re.search(r"#define\s+DEFAULT_SHUTDOWN_DELAY_MS\s+(\d+)", f.read())
+    if not m:
+        problem("config/src/config.c: no DEFAULT_SHUTDOWN_DELAY_MS: how long does /readyz fail before the drain?")
+        return 2000
+    return int(m.group(1))
+
+
 def check_router(root, objs, secret_objs):
     where = "router overlay"
     deps = find(objs, "Deployment")
@@ -174,10 +188,11 @@ def check_router(root, objs, secret_objs):
     if sleep_s is None:
         problem("%s: no preStop sleep: Services would still send connections to a stopping replica" % where)
         sleep_s = 0
-    drain_s = drain_ms(root) / 1000.0
+    # SIGTERM: /readyz fails for shutdown_delay_ms, then the drain.
+    drain_s = (shutdown_delay_ms(root) + drain_ms(root)) / 1000.0
     grace = pod.get("terminationGracePeriodSeconds", 30)
     if grace < sleep_s + drain_s:
-        problem("%s: terminationGracePeriodSeconds %s < preStop %s s + drain %s s: the kubelet would "
+        problem("%s: terminationGracePeriodSeconds %s < preStop %s s + shutdown delay and drain %s s: the kubelet would "
                 "SIGKILL replicas with requests in flight" % (where, grace, sleep_s, drain_s))
     if grace > sleep_s + drain_s + 30:
         problem("%s: terminationGracePeriodSeconds %s is far past preStop + drain (%s s)"
