@@ -1434,6 +1434,15 @@ void fr_http_server_unlisten(struct fr_http_server *srv, int drop_conns) {
   }
 }
 
+size_t fr_http_server_nbusy(const struct fr_http_server *srv) {
+  const struct conn *c;
+  size_t n = 0;
+
+  for (c = srv->conns; c != NULL; c = c->next)
+    n += c->pending_bytes > 0 || (c->state == CS_IDLE ? c->in.len > 0 : c->state != CS_LINGER);
+  return n;
+}
+
 void fr_http_server_drain(struct fr_http_server *srv) {
   struct conn *c, *next;
 

@@ -216,11 +216,15 @@ static void on_trim(uv_timer_t *t) {
 
 static void on_drain(uv_timer_t *t) {
   struct shutdown *sd = t->data;
+  size_t busy = fr_http_server_nbusy(sd->r->http);
 
-  if (sd->r->inflight > 0 && uv_now(t->loop) < sd->deadline)
+  /* Requests answered later, and answers still being written (a large
+   * listing to a slow client): closing under them would cut them. */
+  if ((sd->r->inflight > 0 || busy > 0) && uv_now(t->loop) < sd->deadline)
     return;
-  if (sd->r->inflight > 0)
-    FR_WARN("fedrouter", "drain timed out with %zu request(s) in flight", sd->r->inflight);
+  if (sd->r->inflight > 0 || busy > 0)
+    FR_WARN("fedrouter", "drain timed out with %zu request(s) in flight, %zu connection(s) busy", sd->r->inflight,
+            busy);
   uv_timer_stop(t);
   finish_shutdown(sd);
 }
@@ -236,7 +240,8 @@ static void on_sighup(uv_signal_t *h, int signum) {
 
 /* The drain: stop accepting, close idle keep-alive connections, answer
  * what is already on its way with Connection: close, and exit once no
- * request is in flight (or DRAIN_MS has passed). */
+ * request is in flight and every answer is written (or DRAIN_MS has
+ * passed). */
 static void start_drain(struct shutdown *sd) {
   struct router *r = sd->r;
 

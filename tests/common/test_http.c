@@ -2041,12 +2041,19 @@ static int held_and_idle(struct fx *f) {
   return f->held != NULL && st.idle == 1;
 }
 
+static size_t busy_at_drain;
+
 static void drain(struct fx *f) {
   struct fr_http_server_stats st;
 
   fr_http_server_drain(f->srv);
   fr_http_server_stats(f->srv, &st);
   f->nconns_mid = st.idle;
+  busy_at_drain = fr_http_server_nbusy(f->srv);
+}
+
+static int none_busy(struct fx *f) {
+  return fr_http_server_nbusy(f->srv) == 0;
 }
 
 static void answer_held(struct fx *f) {
@@ -2074,7 +2081,9 @@ static void client_drain(struct fx *f) {
   cl_close(&f->cl[2]);
   if (loop_call(f, answer_held) != 0 || cl_response(f, &f->cl[1], 0, &f->r[1]) != 0)
     return;
-  cl_expect_closed(f, &f->cl[1], "held connection after its answer");
+  if (cl_expect_closed(f, &f->cl[1], "held connection after its answer") != 0)
+    return;
+  wait_for(f, none_busy, "no busy connection once the answer is out");
 }
 
 START_TEST(drain_closes_idle_refuses_new_answers_held_with_close) {
@@ -2082,6 +2091,7 @@ START_TEST(drain_closes_idle_refuses_new_answers_held_with_close) {
   fx_run(client_drain);
   ck_assert_int_eq(fx.r[0].status, 200);
   ck_assert_uint_eq(fx.nconns_mid, 0); /* no idle connection left once drain() returned */
+  ck_assert_uint_eq(busy_at_drain, 1);   /* the held request; the lingering idle one is not busy */
   ck_assert_int_eq(fx.connect_rc, -ECONNREFUSED);
   ck_assert_int_eq(fx.r[1].status, 200);
   ck_assert_str_eq(fx.r[1].body, "held");

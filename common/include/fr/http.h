@@ -149,6 +149,11 @@ void fr_http_server_unlisten(struct fr_http_server *srv, int drop_conns);
  * back: free the server when nconns reaches zero or the caller's bound
  * runs out. */
 void fr_http_server_drain(struct fr_http_server *srv);
+/* Connections with a request being received or answered, response bytes
+ * not yet handed to the kernel, or the start of a next request waiting:
+ * what a drain waits for (idle and lingering ones are not). Walks every
+ * connection. */
+size_t fr_http_server_nbusy(const struct fr_http_server *srv);
 /* Number of open connections. */
 size_t fr_http_server_nconns(const struct fr_http_server *srv);
 /* Connections closed to make room (idle ones evicted) and refused (no room
