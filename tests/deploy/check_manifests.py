@@ -117,13 +117,19 @@ def matches(selector, labels):
     return bool(ml) and all(labels.get(k) == v for k, v in ml.items())
 
 
-def drain_ms(root):
-    with open(os.path.join(root, "router/src/main.c"), encoding="utf-8") as f:
-        m = re.search(r"#define\s+DRAIN_MS\s+(\d+)", f.read())
+def c_define_ms(root, path, name, what, fallback):
+    """The number a `#define <name> N` in <path> gives, or <fallback> after
+    a problem saying <what> is unknown."""
+    with open(os.path.join(root, path), encoding="utf-8") as f:
+        m = re.search(r"#define\s+%s\s+(\d+)" % name, f.read())
     if not m:
-        problem("router/src/main.c: no DRAIN_MS: how long does SIGTERM drain?")
-        return 30000
+        problem("%s: no %s: %s" % (path, name, what))
+        return fallback
     return int(m.group(1))
+
+
+def drain_ms(root):
+    return c_define_ms(root, "router/src/main.c", "DRAIN_MS", "how long does SIGTERM drain?", 30000)
 
 
 def shutdown_delay_ms(root):
@@ -132,12 +138,8 @@ def shutdown_delay_ms(root):
         m = re.search(r"(?m)^\s*shutdown_delay_ms\s*=\s*(\d+)\s*;", f.read())
     if m:
         return int(m.group(1))
-    with open(os.path.join(root, "config/src/config.c"), encoding="utf-8") as f:
-        m = re.search(r"#define\s+DEFAULT_SHUTDOWN_DELAY_MS\s+(\d+)", f.read())
-    if not m:
-        problem("config/src/config.c: no DEFAULT_SHUTDOWN_DELAY_MS: how long does /readyz fail before the drain?")
-        return 2000
-    return int(m.group(1))
+    return c_define_ms(root, "config/src/config.c", "DEFAULT_SHUTDOWN_DELAY_MS",
+                       "how long does /readyz fail before the drain?", 2000)
 
 
 def check_router(root, objs, secret_objs):
