@@ -4,7 +4,7 @@
 # build/loadgen, stop everything (also on failure or Ctrl-C).
 #
 #   loadtest/bench.sh seed|overhead|fanout|spillover|regions|failover|
-#                     scale|soak|abuse|agent|all
+#                     scale|soak|abuse|agent|replicas|all
 #                     [--smoke] [--build-dir DIR]
 #                     [--out DIR] [--plots DIR] [-- extra loadgen arguments]
 #
@@ -60,6 +60,13 @@
 #                 router's added latency, streaming first chunk, 1 GiB
 #                 (smoke 16 MiB) file upload/download with the router's RSS,
 #                 and exec/s against kubesim's in-process agent.
+#   replicas:     loadtest/replicas.py: three routers behind HAProxy
+#                 (deploy/haproxy/haproxy.cfg) over two clusters, 16 client
+#                 threads of two tenants cycling create -> exec -> terminate;
+#                 a rolling restart, a kill -9, the sweep for hidden and
+#                 leaked sandboxes, bursts through all three at once against
+#                 nearly full clusters. Needs haproxy; not part of `all` (its
+#                 short version is the ctest replicas_haproxy).
 #   soak:         3 clusters, same delays; 8 workers creating batches of 5,
 #                 exec in each, terminate each, for SOAK_S seconds (600;
 #                 smoke 8), router RSS and fds sampled every 5 s (smoke 1 s);
@@ -83,7 +90,7 @@ usage() { sed -n '2,/^# (Functions/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^#
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    seed|overhead|fanout|spillover|regions|failover|scale|soak|abuse|agent|all) SCENARIO="$1" ;;
+    seed|overhead|fanout|spillover|regions|failover|scale|soak|abuse|agent|replicas|all) SCENARIO="$1" ;;
     --smoke) SMOKE=1 ;;
     --build-dir) [ $# -ge 2 ] || { usage >&2; exit 2; }; BUILD="$2"; shift ;;
     --out) [ $# -ge 2 ] || { usage >&2; exit 2; }; OUT="$2"; shift ;;
@@ -377,21 +384,19 @@ scenario_soak() {
     --router-pid "${PIDS[-1]}"
 }
 
-scenario_abuse() {
+# py_scenario <name> <script>: a scenario run by a Python script of
+# loadtest/ that starts its own clusters and routers.
+py_scenario() {
   local smoke=()
   [ "$SMOKE" = 1 ] && smoke=(--smoke)
-  RAN_JSON="$OUT/abuse.json"
-  say "loadtest/abuse.py ${smoke[*]}"
-  python3 "$ROOT/loadtest/abuse.py" --build-dir "$BUILD" --json-out "$RAN_JSON" "${smoke[@]}"
+  RAN_JSON="$OUT/$1.json"
+  say "loadtest/$2 ${smoke[*]}"
+  python3 "$ROOT/loadtest/$2" --build-dir "$BUILD" --json-out "$RAN_JSON" "${smoke[@]}"
 }
 
-scenario_agent() {
-  local smoke=()
-  [ "$SMOKE" = 1 ] && smoke=(--smoke)
-  RAN_JSON="$OUT/agent.json"
-  say "loadtest/agent_bench.py ${smoke[*]}"
-  python3 "$ROOT/loadtest/agent_bench.py" --build-dir "$BUILD" --json-out "$RAN_JSON" "${smoke[@]}"
-}
+scenario_abuse() { py_scenario abuse abuse.py; }
+scenario_agent() { py_scenario agent agent_bench.py; }
+scenario_replicas() { py_scenario replicas replicas.py; }
 
 ulimit -n 65536 2>/dev/null || true
 rc=0

@@ -573,6 +573,10 @@ const struct fr_pod *fr_adapter_pod_next(struct fr_adapter *a, size_t *cursor) {
   return podstore_next(&a->pods, cursor);
 }
 
+int fr_adapter_pods_synced(const struct fr_adapter *a) {
+  return fr_informer_synced(a->inf[INF_PODS]);
+}
+
 /* ---------------------------------------------------------------------- */
 /* view                                                                    */
 

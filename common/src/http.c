@@ -81,6 +81,7 @@ struct fr_http_server {
   uv_timer_t defer;        /* closed by _free() so the end is always async */
   int defer_closed;
   int freeing;
+  int draining;            /* fr_http_server_drain(): every response closes its connection */
   fr_http_server_close_cb close_cb;
   void *close_arg;
 };
@@ -1433,6 +1434,30 @@ void fr_http_server_unlisten(struct fr_http_server *srv, int drop_conns) {
   }
 }
 
+size_t fr_http_server_nbusy(const struct fr_http_server *srv) {
+  const struct conn *c;
+  size_t n = 0;
+
+  for (c = srv->conns; c != NULL; c = c->next)
+    n += c->pending_bytes > 0 || (c->state == CS_IDLE ? c->in.len > 0 : c->state != CS_LINGER);
+  return n;
+}
+
+void fr_http_server_drain(struct fr_http_server *srv) {
+  struct conn *c, *next;
+
+  fr_http_server_unlisten(srv, 0);
+  srv->draining = 1;
+  /* Idle connections with nothing received go now, with the lingering
+   * close; one holding the start of its next request is left to answer it
+   * (with Connection: close, like every response from now on). */
+  for (c = srv->idle_head; c != NULL; c = next) {
+    next = c->idle_next;
+    if (c->pending_bytes == 0 && c->in.len == 0)
+      conn_linger(c);
+  }
+}
+
 static void server_maybe_finish_free(struct fr_http_server *srv) {
   fr_http_server_close_cb cb;
   void *arg;
@@ -1619,6 +1644,8 @@ static int write_head(struct conn *c, int status, const char *content_type,
   int rc;
 
   fr_buf_init(&h);
+  if (c->srv->draining)
+    c->keep_alive = 0;
   rc = fr_buf_printf(&h, "HTTP/1.1 %d %s\r\n", status, fr_http_status_text(status));
   if (rc == 0 && content_type != NULL)
     rc = fr_buf_printf(&h, "Content-Type: %s\r\n", content_type);

@@ -43,6 +43,12 @@
  * what one well-behaved client keeps (loadgen's 1,000 concurrent execs),
  * far below the descriptors an attacker would need to starve the rest. */
 #define DEFAULT_MAX_CONNECTIONS_PER_IP 4096
+/* SIGTERM: how long /readyz fails before the listener closes. A load
+ * balancer checking every 500 ms and taking a replica out after one failed
+ * check (deploy/haproxy/haproxy.cfg) has stopped sending to it well within
+ * 2 s; past 10 s a stop would mostly be waiting. */
+#define DEFAULT_SHUTDOWN_DELAY_MS 2000
+#define MAX_SHUTDOWN_DELAY_MS 10000
 /* Bound of both connection keys; 0 = none (max_connections: derived from
  * the descriptor limit at start-up). */
 #define MAX_CONNECTIONS INT64_C(1048576)
@@ -373,7 +379,7 @@ static int parse_listen(struct loader *l, const config_setting_t *s, const char 
 
 static const char *const root_keys[] = {"listen", "tls", "region", "policy", "sandbox",
                                         "limits", "tenants", "clusters", "hosted",
-                                        "metrics_token_sha256", "agent", NULL};
+                                        "metrics_token_sha256", "agent", "shutdown_delay_ms", NULL};
 static const char *const agent_keys[] = {"image", "port", "key_file", "previous_key_file", NULL};
 static const char *const tls_keys[] = {"cert", "key", NULL};
 static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s", "gpu_resource", NULL};
@@ -786,6 +792,8 @@ static int load_root(struct loader *l, const config_setting_t *root, struct fr_c
       return rc;
     snprintf(c->metrics_token_sha256, sizeof(c->metrics_token_sha256), "%s", v);
   }
+  if ((rc = get_int(l, root, "shutdown_delay_ms", 0, MAX_SHUTDOWN_DELAY_MS, &c->shutdown_delay_ms, NULL)) < 0)
+    return rc;
   if ((rc = get_path(l, root, "policy", 0, "the placement policy file", &c->policy, NULL)) < 0 ||
       (rc = load_sandbox(l, root, c)) < 0 || (rc = load_limits(l, root, c)) < 0 ||
       (rc = load_tenants(l, root, c)) < 0 || (rc = load_clusters(l, root, c)) < 0 ||
@@ -924,6 +932,7 @@ int fr_config_load(const char *path, struct fr_config **out, struct fr_config_er
   c->max_exec_output_bytes = DEFAULT_MAX_EXEC_OUTPUT_BYTES;
   c->max_exec_timeout_s = DEFAULT_MAX_EXEC_TIMEOUT_S;
   c->max_connections_per_ip = DEFAULT_MAX_CONNECTIONS_PER_IP;
+  c->shutdown_delay_ms = DEFAULT_SHUTDOWN_DELAY_MS;
   c->exec_output_budget_bytes = DEFAULT_EXEC_OUTPUT_BUDGET_BYTES;
   c->hosted.per_core_second = DEFAULT_HOSTED_PER_CORE_SECOND;
   c->hosted.per_gib_second = DEFAULT_HOSTED_PER_GIB_SECOND;

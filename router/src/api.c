@@ -283,6 +283,12 @@ const struct fr_pod *api_find_sandbox(struct api_req *q, const char *id, struct 
   snprintf(pod_name, sizeof(pod_name), "%s", dot + 1);
   a = api_adapter(q->r, cluster);
   pod = a ? fr_adapter_pod(a, pod_name) : NULL;
+  if (pod == NULL && a != NULL && !fr_adapter_pods_synced(a)) {
+    snprintf(msg, sizeof(msg), "cluster %s is not synced yet (this router started recently); retry shortly or "
+             "on another replica", cluster);
+    api_fail(q, 503, "not_synced", msg, "Retry-After: 1\r\n");
+    return NULL;
+  }
   if (pod == NULL || !api_owned_by(pod, q->tenant) || fr_adapter_pod_leaving(a, pod)) {
     snprintf(msg, sizeof(msg), "no sandbox %.200s for this tenant", id);
     api_fail(q, 404, "sandbox_not_found", msg, NULL);

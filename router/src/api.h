@@ -86,7 +86,8 @@ int api_pool_usable(const struct api_req *q, const struct fr_adapter_pool_view *
 json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod);
 /* "<cluster>.<pod>" -> the adapter and the cached pod, owned by the
  * request's tenant and not on its way out. Answers 400/404 itself and
- * returns NULL when there is none. */
+ * returns NULL when there is none; 503 not_synced (Retry-After) when the
+ * pod is not in the cache because the cluster's first list is not done. */
 const struct fr_pod *api_find_sandbox(struct api_req *q, const char *id, struct fr_adapter **out_a);
 
 /* The body's "argv" as a NULL-terminated array borrowing its strings, or

@@ -1,6 +1,7 @@
 /* main.c - fedrouter: flags, `config check`, start-up and shutdown. */
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -157,14 +158,15 @@ static void on_api_call(void *arg, const char *method, int status, double elapse
 
 struct shutdown {
   uv_signal_t sigint, sigterm, sighup;
+  uv_timer_t delay;               /* SIGTERM: shutdown_delay_ms of failing /readyz */
   uv_timer_t drain;
   uv_timer_t trim;
   uint64_t deadline;
   struct router *r;
 };
 
-/* How long SIGTERM waits for requests in flight (creates wait for pods to
- * become ready, execs for commands) before closing anyway. */
+/* How long the drain waits for requests in flight (creates wait for pods
+ * to become ready, execs for commands) before closing anyway. */
 #define DRAIN_MS 30000
 
 static void on_adapter_freed(void *arg) {
@@ -184,6 +186,7 @@ static void finish_shutdown(struct shutdown *sd) {
   uv_close((uv_handle_t *)&sd->sigint, NULL);
   uv_close((uv_handle_t *)&sd->sigterm, NULL);
   uv_close((uv_handle_t *)&sd->sighup, NULL);
+  uv_close((uv_handle_t *)&sd->delay, NULL);
   uv_close((uv_handle_t *)&sd->drain, NULL);
   uv_close((uv_handle_t *)&sd->trim, NULL);
 }
@@ -213,11 +216,15 @@ static void on_trim(uv_timer_t *t) {
 
 static void on_drain(uv_timer_t *t) {
   struct shutdown *sd = t->data;
+  size_t busy = fr_http_server_nbusy(sd->r->http);
 
-  if (sd->r->inflight > 0 && uv_now(t->loop) < sd->deadline)
+  /* Requests answered later, and answers still being written (a large
+   * listing to a slow client): closing under them would cut them. */
+  if ((sd->r->inflight > 0 || busy > 0) && uv_now(t->loop) < sd->deadline)
     return;
-  if (sd->r->inflight > 0)
-    FR_WARN("fedrouter", "drain timed out with %zu request(s) in flight", sd->r->inflight);
+  if (sd->r->inflight > 0 || busy > 0)
+    FR_WARN("fedrouter", "drain timed out with %zu request(s) in flight, %zu connection(s) busy", sd->r->inflight,
+            busy);
   uv_timer_stop(t);
   finish_shutdown(sd);
 }
@@ -231,23 +238,54 @@ static void on_sighup(uv_signal_t *h, int signum) {
   placement_reload(sd->r);
 }
 
+/* The drain: stop accepting, close idle keep-alive connections, answer
+ * what is already on its way with Connection: close, and exit once no
+ * request is in flight and every answer is written (or DRAIN_MS has
+ * passed). */
+static void start_drain(struct shutdown *sd) {
+  struct router *r = sd->r;
+
+  FR_INFO("fedrouter", "draining %zu request(s) in flight, then exiting", r->inflight);
+  r->stopping = 1;
+  fr_http_server_drain(r->http);
+  sd->deadline = uv_now(r->loop) + DRAIN_MS;
+  uv_timer_start(&sd->drain, on_drain, 0, 50);
+}
+
+static void on_delay(uv_timer_t *t) {
+  start_drain(t->data);
+}
+
+/* Shutdown, in three steps (docs/operations.md, Signals):
+ *   1. SIGTERM: /readyz answers 503 shutting_down for shutdown_delay_ms
+ *      while everything else is served as before, so a load balancer that
+ *      health-checks /readyz takes the replica out of rotation while it is
+ *      still listening (closing first would fail the requests the balancer
+ *      sends until its next check);
+ *   2. the drain (start_drain);
+ *   3. exit.
+ * SIGINT (an operator at a terminal) skips step 1; a second signal skips
+ * what is left. */
 static void on_signal(uv_signal_t *h, int signum) {
   struct shutdown *sd = h->data;
   struct router *r = sd->r;
 
-  if (r->stopping) {
+  if (r->shutting_down) {
     FR_WARN("fedrouter", "signal %d again: stopping now", signum);
+    uv_timer_stop(&sd->delay);
     uv_timer_stop(&sd->drain);
     finish_shutdown(sd);
     return;
   }
-  FR_INFO("fedrouter", "signal %d: draining %zu request(s), then exiting", signum, r->inflight);
-  /* Stop accepting; keep open connections so requests in flight get their
-   * answers, and answer new ones on them with 503 shutting_down. */
-  r->stopping = 1;
-  fr_http_server_unlisten(r->http, 0);
-  sd->deadline = uv_now(r->loop) + DRAIN_MS;
-  uv_timer_start(&sd->drain, on_drain, 0, 50);
+  r->shutting_down = 1;
+  if (signum == SIGINT || r->cfg->shutdown_delay_ms == 0) {
+    FR_INFO("fedrouter", "signal %d: stopping", signum);
+    start_drain(sd);
+    return;
+  }
+  FR_INFO("fedrouter", "signal %d: /readyz fails for %" PRId64 " ms (shutdown_delay_ms), then the drain",
+          signum, r->cfg->shutdown_delay_ms);
+  uv_timer_start(&sd->delay, on_delay, (uint64_t)r->cfg->shutdown_delay_ms, 0);
 }
 
 static SSL_CTX *tls_context(const struct fr_config *cfg) {
@@ -440,9 +478,10 @@ int main(int argc, char **argv) {
   uv_signal_init(r.loop, &sd.sigint);
   uv_signal_init(r.loop, &sd.sigterm);
   uv_signal_init(r.loop, &sd.sighup);
+  uv_timer_init(r.loop, &sd.delay);
   uv_timer_init(r.loop, &sd.drain);
   uv_timer_init(r.loop, &sd.trim);
-  sd.sigint.data = sd.sigterm.data = sd.sighup.data = sd.drain.data = &sd;
+  sd.sigint.data = sd.sigterm.data = sd.sighup.data = sd.delay.data = sd.drain.data = &sd;
   uv_timer_start(&sd.trim, on_trim, TRIM_EVERY_MS, TRIM_EVERY_MS);
   uv_unref((uv_handle_t *)&sd.trim);
   uv_signal_start(&sd.sighup, on_sighup, SIGHUP);

@@ -299,7 +299,7 @@ static void get_readyz(struct router *r, struct fr_http_req *req) {
     if (!v.synced)
       fr_buf_printf(&waiting, "%s%s", waiting.len ? ", " : "", v.name);
   }
-  if (r->stopping) {
+  if (r->shutting_down) {
     router_error(req, 503, "shutting_down", "the router is shutting down", NULL);
   } else if (waiting.len > 0) {
     char msg[600];
@@ -342,10 +342,10 @@ void router_handle(struct fr_http_req *req, void *arg) {
   }
   router_note(req, "request_id", rid);
 
-  if (r->stopping && strcmp(req->path, "/healthz") != 0 && strcmp(req->path, "/readyz") != 0) {
-    router_error(req, 503, "shutting_down", "the router is shutting down; retry on another replica",
-                 "Retry-After: 1\r\n");
-  } else if (strcmp(req->path, "/healthz") == 0) {
+  /* While shutting down every request still gets its answer: the load
+   * balancer stops sending once /readyz fails, and what was already on its
+   * way (also after the listener closed, on open connections) is served. */
+  if (strcmp(req->path, "/healthz") == 0) {
     if (get)
       send_json(req, 200, json_pack("{s:s}", "status", "ok"), NULL);
     else

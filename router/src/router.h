@@ -39,7 +39,8 @@ struct router {
   struct fr_http_server *http;
   struct fr_adapter **adapters;   /* one per configured cluster, same order */
   size_t nadapters;
-  int stopping;                   /* draining: new requests get 503 */
+  int shutting_down;              /* got SIGTERM/SIGINT: /readyz answers 503 from now on */
+  int stopping;                   /* draining: no new connections, each closes after its answer */
   size_t inflight;                /* requests answered later (creates, execs, ...) */
   struct fr_kube_exec_budget exec_budget; /* all execs' buffered output (limits.exec_output_budget_bytes) */
   struct fr_adapter_agent agent;  /* the config's agent group, for the adapters (image NULL: none) */

@@ -110,9 +110,26 @@ static int matches(struct filters *f, struct fr_adapter *a, const struct fr_pod 
   return fr_selector_matches(f->sel, pod_label_lookup, pod);
 }
 
+/* The clusters whose sandbox cache has not completed its first list, as a
+ * JSON array, or NULL when there are none: a listing (or a terminate by
+ * filter) cannot speak for them yet, and says so. */
+static json_t *not_synced(struct router *r) {
+  json_t *arr = NULL;
+  size_t i;
+
+  for (i = 0; i < r->nadapters; i++) {
+    if (fr_adapter_pods_synced(r->adapters[i]))
+      continue;
+    if (arr == NULL && (arr = json_array()) == NULL)
+      return NULL;
+    json_array_append_new(arr, json_string(fr_adapter_name(r->adapters[i])));
+  }
+  return arr;
+}
+
 static void list_sandboxes(struct api_req *q) {
   struct filters f;
-  json_t *arr = json_array();
+  json_t *arr = json_array(), *body, *ns;
   const struct fr_pod *pod;
   size_t i, cur;
 
@@ -128,7 +145,10 @@ static void list_sandboxes(struct api_req *q) {
     }
   }
   fr_selector_free(f.sel);
-  api_reply(q, 200, json_pack("{s:o}", "sandboxes", arr), NULL);
+  body = json_pack("{s:o}", "sandboxes", arr);
+  if (body != NULL && (ns = not_synced(q->r)) != NULL)
+    json_object_set_new(body, "not_synced", ns);
+  api_reply(q, 200, body, NULL);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -136,6 +156,7 @@ static void list_sandboxes(struct api_req *q) {
 
 struct term {
   struct api_req *q;
+  json_t *not_synced;   /* terminate by filter: clusters it could not look in yet (NULL: none) */
   int pending;
   int single;           /* DELETE /v1/sandboxes/{id}: answer {"id","terminated"} */
   json_t *ids;
@@ -155,10 +176,13 @@ static void term_done(struct term *t) {
     json_t *b = json_pack("{s:I,s:O}", "terminated", (json_int_t)json_array_size(t->ids), "ids", t->ids);
     if (json_array_size(t->failed) > 0)
       json_object_set(b, "failed", t->failed);
+    if (b != NULL && t->not_synced != NULL)
+      json_object_set(b, "not_synced", t->not_synced);
     api_reply(t->q, 200, b, NULL);
   }
   json_decref(t->ids);
   json_decref(t->failed);
+  json_decref(t->not_synced);
   free(t);
 }
 
@@ -254,6 +278,7 @@ static void terminate_many(struct api_req *q) {
     }
   }
   fr_selector_free(f.sel);
+  t->not_synced = not_synced(q->r);
   t->pending--;
   term_done(t);
 }

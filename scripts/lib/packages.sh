@@ -2,7 +2,8 @@
 # function that installs the missing ones. Sourced (bash) by scripts/test and
 # scripts/demo, so both install exactly the same set the same way.
 # clang and libclang-rt-dev (libFuzzer and clang's sanitizer runtimes) are
-# for the fuzz build only (scripts/fuzz, tests/fuzz).
+# for the fuzz build only (scripts/fuzz, tests/fuzz). haproxy runs the
+# replicas_haproxy test and the `replicas` benchmark (three routers behind it).
 #
 #   FR_PACKAGES           the package names
 #   fr_install_packages   installs whichever of them are not installed yet:
@@ -18,6 +19,7 @@ FR_PACKAGES=(
   check libsubunit-dev libhttp-parser-dev libyaml-dev libbsd-dev
   openssl ca-certificates procps python3 curl
   prometheus chromium
+  haproxy
   python3-yaml
   clang libclang-rt-dev
 )

@@ -2034,6 +2034,74 @@ START_TEST(unlisten_then_listen_in_one_callback_serves_at_once) {
 }
 END_TEST
 
+static int held_and_idle(struct fx *f) {
+  struct fr_http_server_stats st;
+
+  fr_http_server_stats(f->srv, &st);
+  return f->held != NULL && st.idle == 1;
+}
+
+static size_t busy_at_drain;
+
+static void drain(struct fx *f) {
+  struct fr_http_server_stats st;
+
+  fr_http_server_drain(f->srv);
+  fr_http_server_stats(f->srv, &st);
+  f->nconns_mid = st.idle;
+  busy_at_drain = fr_http_server_nbusy(f->srv);
+}
+
+static int none_busy(struct fx *f) {
+  return fr_http_server_nbusy(f->srv) == 0;
+}
+
+static void answer_held(struct fx *f) {
+  struct fr_http_req *req = f->held;
+
+  f->held = NULL;
+  if (req == NULL || fr_http_respond(req, 200, "text/plain", NULL, "held", 4) != 0)
+    f->cb_errors++;
+}
+
+static void client_drain(struct fx *f) {
+  struct client *cl = &f->cl[0];
+
+  /* cl[0] idle after one answer; cl[1] waiting for /hold's answer. */
+  if (cl_exchange(f, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n") != 0)
+    return;
+  if (cl_connect(f, &f->cl[1]) != 0 ||
+      cl_sends(f, &f->cl[1], "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n") != 0)
+    return;
+  if (wait_for(f, held_and_idle, "one idle and one held connection") != 0)
+    return;
+  if (loop_call(f, drain) != 0 || cl_expect_closed(f, cl, "idle connection at the drain") != 0)
+    return;
+  f->connect_rc = cl_connect_port(f, &f->cl[2], f->port);
+  cl_close(&f->cl[2]);
+  if (loop_call(f, answer_held) != 0 || cl_response(f, &f->cl[1], 0, &f->r[1]) != 0)
+    return;
+  if (cl_expect_closed(f, &f->cl[1], "held connection after its answer") != 0)
+    return;
+  wait_for(f, none_busy, "no busy connection once the answer is out");
+}
+
+START_TEST(drain_closes_idle_refuses_new_answers_held_with_close) {
+  fx_start(NULL);
+  fx_run(client_drain);
+  ck_assert_int_eq(fx.r[0].status, 200);
+  ck_assert_uint_eq(fx.nconns_mid, 0); /* no idle connection left once drain() returned */
+  ck_assert_uint_eq(busy_at_drain, 1);   /* the held request; the lingering idle one is not busy */
+  ck_assert_int_eq(fx.connect_rc, -ECONNREFUSED);
+  ck_assert_int_eq(fx.r[1].status, 200);
+  ck_assert_str_eq(fx.r[1].body, "held");
+  assert_header(&fx.r[1], "Connection", "close");
+  ck_assert_int_eq(fx.closed, 2);
+  ck_assert_int_eq(fx.aborts, 0);
+  ck_assert_int_eq(fx.cb_errors, 0);
+}
+END_TEST
+
 static int four_conns_one_held(struct fx *f) {
   return fr_http_server_nconns(f->srv) == 4 && f->held != NULL;
 }
@@ -2375,6 +2443,7 @@ static Suite *http_suite(void) {
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, unlisten_refuses_then_relisten_same_port_serves);
   tcase_add_test(tc, unlisten_then_listen_in_one_callback_serves_at_once);
+  tcase_add_test(tc, drain_closes_idle_refuses_new_answers_held_with_close);
   tcase_add_test(tc, server_free_with_open_conns_closes_everything);
   tcase_add_test(tc, server_free_without_connections_calls_back_once);
   tcase_add_test(tc, listen_on_busy_port_fails_eaddrinuse);

@@ -195,6 +195,7 @@ START_TEST(config_minimal_gets_defaults) {
   ck_assert_uint_eq(c->max_body_bytes, 1024 * 1024);
   ck_assert_int_eq(c->max_exec_output_bytes, 16 * 1024 * 1024);
   ck_assert_int_eq(c->max_exec_timeout_s, 3600);
+  ck_assert_int_eq(c->shutdown_delay_ms, 2000);
   ck_assert_ptr_null(c->tls_cert);
   ck_assert_ptr_null(c->policy);
   ck_assert_uint_eq(c->ntenants, 0);
@@ -215,7 +216,8 @@ START_TEST(config_all_limits_set_are_kept) {
                                 "limits = { max_batch = 100000; max_body_bytes = 1024;\n"
                                 "  max_exec_output_bytes = 1; max_exec_timeout_s = 5L; };\n"
                                 "tenants = ( { name = \"t\"; token_sha256 = \"" HASH_A "\";\n"
-                                "  max_sandboxes = 7; } );\n");
+                                "  max_sandboxes = 7; } );\n"
+                                "shutdown_delay_ms = 0;\n");
 
   ck_assert_int_eq(c->default_lifetime_s, 60);
   ck_assert_int_eq(c->max_lifetime_s, 600);
@@ -225,6 +227,7 @@ START_TEST(config_all_limits_set_are_kept) {
   ck_assert_int_eq(c->max_exec_output_bytes, 1);
   ck_assert_int_eq(c->max_exec_timeout_s, 5);
   ck_assert_int_eq(c->tenants[0].max_sandboxes, 7);
+  ck_assert_int_eq(c->shutdown_delay_ms, 0);
   fr_config_unref(c);
 }
 END_TEST
@@ -398,6 +401,10 @@ static const struct err_case err_cases[] = {
      "out of range (1024-1073741824)"},
     {"max_exec_output_bytes_zero", MINIMAL "limits = { max_exec_output_bytes = 0; };\n", 4,
      "limits.max_exec_output_bytes: 0 is out of range (1-1073741824)"},
+    {"shutdown_delay_above_10000", MINIMAL "shutdown_delay_ms = 10001;\n", 4,
+     "shutdown_delay_ms: 10001 is out of range (0-10000)"},
+    {"shutdown_delay_negative", MINIMAL "shutdown_delay_ms = -1;\n", 4,
+     "shutdown_delay_ms: -1 is out of range (0-10000)"},
     {"max_exec_timeout_zero", MINIMAL "limits = { max_exec_timeout_s = 0; };\n", 4,
      "limits.max_exec_timeout_s: 0 is out of range"},
     {"tenant_max_sandboxes_negative",
@@ -433,7 +440,7 @@ static const struct err_case err_cases[] = {
      "limits.max_bach: unknown key (did you mean \"max_batch\"?)"},
     {"top_key_unknown", MINIMAL "colour = \"blue\";\n", 4,
      "colour: unknown key (known keys here: listen, tls, region, policy, sandbox, limits, "
-     "tenants, clusters, hosted, metrics_token_sha256, agent)"},
+     "tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms)"},
 
     /* names */
     {"cluster_name_uppercase", LISTEN REGION "clusters = (\n  { name = \"US_East\"; region = \"us\"; kubeconfig = \"k\"; }\n);\n",

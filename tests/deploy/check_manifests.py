@@ -117,13 +117,29 @@ def matches(selector, labels):
     return bool(ml) and all(labels.get(k) == v for k, v in ml.items())
 
 
-def drain_ms(root):
-    with open(os.path.join(root, "router/src/main.c"), encoding="utf-8") as f:
-        m = re.search(r"#define\s+DRAIN_MS\s+(\d+)", f.read())
+def c_define_ms(root, path, name, what, fallback):
+    """The number a `#define <name> N` in <path> gives, or <fallback> after
+    a problem saying <what> is unknown."""
+    with open(os.path.join(root, path), encoding="utf-8") as f:
+        m = re.search(r"#define\s+%s\s+(\d+)" % name, f.read())
     if not m:
-        problem("router/src/main.c: no DRAIN_MS: how long does SIGTERM drain?")
-        return 30000
+        problem("%s: no %s: %s" % (path, name, what))
+        return fallback
     return int(m.group(1))
+
+
+def drain_ms(root):
+    return c_define_ms(root, "router/src/main.c", "DRAIN_MS", "how long does SIGTERM drain?", 30000)
+
+
+def shutdown_delay_ms(root):
+    """The overlay config's shutdown_delay_ms, else the router's default."""
+    with open(os.path.join(root, "deploy/router/overlays/example/fedrouter.conf"), encoding="utf-8") as f:
+        m = re.search(r"(?m)^\s*shutdown_delay_ms\s*=\s*(\d+)\s*;", f.read())
+    if m:
+        return int(m.group(1))
+    return c_define_ms(root, "config/src/config.c", "DEFAULT_SHUTDOWN_DELAY_MS",
+                       "how long does /readyz fail before the drain?", 2000)
 
 
 def check_router(root, objs, secret_objs):
@@ -174,10 +190,11 @@ def check_router(root, objs, secret_objs):
     if sleep_s is None:
         problem("%s: no preStop sleep: Services would still send connections to a stopping replica" % where)
         sleep_s = 0
-    drain_s = drain_ms(root) / 1000.0
+    # SIGTERM: /readyz fails for shutdown_delay_ms, then the drain.
+    drain_s = (shutdown_delay_ms(root) + drain_ms(root)) / 1000.0
     grace = pod.get("terminationGracePeriodSeconds", 30)
     if grace < sleep_s + drain_s:
-        problem("%s: terminationGracePeriodSeconds %s < preStop %s s + drain %s s: the kubelet would "
+        problem("%s: terminationGracePeriodSeconds %s < preStop %s s + shutdown delay and drain %s s: the kubelet would "
                 "SIGKILL replicas with requests in flight" % (where, grace, sleep_s, drain_s))
     if grace > sleep_s + drain_s + 30:
         problem("%s: terminationGracePeriodSeconds %s is far past preStop + drain (%s s)"

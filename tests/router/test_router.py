@@ -841,6 +841,113 @@ def test_second_router_same_sandboxes(fed):
     check(rc == 0, f"second router exited {rc} on SIGTERM:\n{tail(r2.log)}")
 
 
+def start_router_nowait(fed, extra_config=""):
+    """Another router on the federation's config plus <extra_config>, not
+    waited ready."""
+    cfg = os.path.join(fed.root, f"fedrouter-{len(fed.routers)}.conf")
+    with open(fed.config) as src, open(cfg, "w") as dst:
+        dst.write(src.read() + extra_config)
+    r = Router(cfg, os.path.join(fed.root, f"fedrouter-{len(fed.routers)}.log"))
+    fed.routers.append(r)
+    return r
+
+
+def test_unsynced_cluster_lookup_is_503_not_404(fed):
+    """a router whose cache of c2 has not completed its first list (every
+    c2 API call fails) answers lookups of c2 sandboxes with 503 not_synced
+    and Retry-After, never 404; c1 is served; once c2 answers, the same
+    sandbox is found, untouched."""
+    sid = fed.create_one(name="unsynced", clusters=["c2"])["id"]
+    c1sid = fed.create_one(name="synced", clusters=["c1"])["id"]
+    c2 = fed.sims["c2"]
+    st, _ = c2.admin("POST", "/_sim/faults", {"error_rate": 1.0})
+    check(st == 200, f"set c2 faults: {st}")
+    r = None
+    try:
+        r = start_router_nowait(fed)
+        check(wait_until(lambda: fed.api("GET", "/v1/sandboxes/" + c1sid, router=r)[0] == 200, 20),
+              f"the new router does not serve c1's {c1sid}:\n{tail(r.log)}")
+        st, body = api_call(r.port, "GET", "/readyz")
+        expect_error((st, body), 503, "not_ready", "readyz with c2 unsynced")
+        for method, path, body in (("GET", "/v1/sandboxes/" + sid, None),
+                                   ("POST", f"/v1/sandboxes/{sid}/exec", {"argv": ["echo", "x"]}),
+                                   ("DELETE", "/v1/sandboxes/" + sid, None)):
+            st, resp, hdrs = fed.api(method, path, body, router=r, full=True)
+            expect_error((st, resp), 503, "not_synced", f"{method} {path} on the unsynced router")
+            check(hdrs.get("retry-after") == "1", f"{method} {path}: Retry-After {hdrs.get('retry-after')!r}")
+        # An id naming no configured cluster is still a plain 404.
+        expect_error(fed.api("GET", "/v1/sandboxes/c9.nope", router=r), 404, "sandbox_not_found",
+                     "unknown cluster on the unsynced router")
+        st, resp = fed.api("GET", "/v1/sandboxes", router=r)
+        check(st == 200 and resp.get("not_synced") == ["c2"] and c1sid in {s["id"] for s in resp["sandboxes"]},
+              f"list on the unsynced router: {st} {short(resp)}")
+    finally:
+        c2.admin("POST", "/_sim/faults", {"error_rate": 0})
+    check(wait_until(lambda: fed.api("GET", "/v1/sandboxes/" + sid, router=r)[0] == 200, 30),
+          f"after c2 recovered the new router still does not find {sid}: {fed.api('GET', '/v1/sandboxes/' + sid, router=r)}")
+    st, resp = fed.api("GET", "/v1/sandboxes", router=r)
+    check(st == 200 and "not_synced" not in resp, f"list still says not_synced: {short(resp)}")
+    check(c2.pod(sid.split(".", 1)[1]) is not None, f"{sid} is gone from c2")
+    r.expected_dead = True
+    rc = stop_proc(r.proc)
+    check(rc == 0, f"the extra router exited {rc} on SIGTERM:\n{tail(r.log)}")
+
+
+def test_sigterm_fails_readyz_then_drains(fed):
+    """SIGTERM: for shutdown_delay_ms /readyz is 503 shutting_down while
+    every other request is served (new connections too); then the listener
+    closes, idle keep-alive connections are closed, an exec started before
+    finishes with its answer and Connection: close, and the router exits 0."""
+    sid = fed.create_one(name="drain")["id"]
+    r = start_router_nowait(fed, "shutdown_delay_ms = 1500;\n")
+    r.wait_ready()
+    busy = http.client.HTTPConnection("127.0.0.1", r.port, timeout=30)
+    idle = socket.create_connection(("127.0.0.1", r.port), timeout=10)
+    idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    got = b""
+    while b"\r\n\r\n" not in got or len(got.partition(b"\r\n\r\n")[2]) < int(
+            re.search(rb"Content-Length: (\d+)", got).group(1)):
+        piece = idle.recv(4096)
+        check(piece, f"the idle connection closed during its first answer: {got!r}")
+        got += piece
+    check(got.startswith(b"HTTP/1.1 200 "), f"GET /healthz on the idle connection: {got!r}")
+    t0 = time.monotonic()
+    r.expected_dead = True
+    r.proc.send_signal(signal.SIGTERM)
+    # The signal reaches the loop a moment later.
+    check(wait_until(lambda: api_call(r.port, "GET", "/readyz")[0] == 503, 1, 0.02),
+          "readyz still 200 1 s after SIGTERM")
+    st, body = api_call(r.port, "GET", "/readyz")
+    expect_error((st, body), 503, "shutting_down", "readyz after SIGTERM")
+    # Still served during the delay, on new connections and kept ones.
+    busy.request("POST", f"/v1/sandboxes/{sid}/exec", body=json.dumps({"argv": ["sleep", "2.5"]}),
+                 headers={"Authorization": "Bearer " + TOKEN_A, "Content-Type": "application/json"})
+    st, resp = fed.api("GET", "/v1/sandboxes/" + sid, router=r)
+    check(st == 200 and resp.get("id") == sid, f"GET during the delay: {st} {short(resp)}")
+    check(time.monotonic() - t0 < 1.2, "the checks during the delay took too long to mean anything")
+
+    def refused():
+        try:
+            api_call(r.port, "GET", "/healthz", timeout=2)
+            return False
+        except OSError:
+            return True
+    check(wait_until(refused, 5, 0.05), "the listener is still open 5 s after SIGTERM")
+    el = time.monotonic() - t0
+    check(el >= 1.4, f"the listener closed {el:.2f} s after SIGTERM, before shutdown_delay_ms (1.5 s)")
+    check(idle.recv(4096) == b"", "the idle keep-alive connection is still open while draining")
+    idle.close()
+    resp = busy.getresponse()
+    body = json.loads(resp.read())
+    check(resp.status == 200 and body.get("exit_code") == 0,
+          f"the exec in flight across the drain: {resp.status} {short(body)}")
+    check((resp.getheader("Connection") or "").lower() == "close",
+          f"an answer while draining does not close its connection: {resp.getheaders()}")
+    busy.close()
+    rc = r.proc.wait(20)
+    check(rc == 0, f"exited {rc} after the drain:\n{tail(r.log)}")
+
+
 def test_killed_cluster_failover(fed):
     """SIGKILL c2's kubesim: exec into a c2 sandbox is a quick 503
     cluster_unavailable, and creates go to c1."""
@@ -1346,7 +1453,8 @@ MAIN_TESTS = [test_create_exec_python, test_exit_code_and_stderr, test_exec_stdi
               test_tenant_isolation, test_bad_input, test_probe_defects_answered_cleanly,
               test_idle_connection_flood_does_not_lock_out, test_tenant_limits_hold_under_concurrency,
               test_pools_belong_to_their_tenant, test_metrics_token_guards_metrics, test_expired_reaped, test_router_kill9_restart,
-              test_second_router_same_sandboxes, test_killed_cluster_failover]
+              test_second_router_same_sandboxes, test_unsynced_cluster_lookup_is_503_not_404,
+              test_sigterm_fails_readyz_then_drains, test_killed_cluster_failover]
 
 BIG = ["--node-cpu", "64", "--node-memory", "256Gi"]
 FEDERATIONS = [

@@ -230,6 +230,11 @@ const struct fr_adapter_pool_view *fr_adapter_pool(struct fr_adapter *a, const c
  * loop run during a walk). */
 const struct fr_pod *fr_adapter_pod(struct fr_adapter *a, const char *pod);
 const struct fr_pod *fr_adapter_pod_next(struct fr_adapter *a, size_t *cursor);
+/* 1 once that cache has completed its first list, so a pod missing from it
+ * is missing from the cluster (as of the last watch event); 0 before, when
+ * a miss says nothing (a freshly started replica must not call live
+ * sandboxes missing). */
+int fr_adapter_pods_synced(const struct fr_adapter *a);
 
 /* ---- sandboxes (sandbox.c) ---- */
 

@@ -141,6 +141,19 @@ int fr_http_server_port(const struct fr_http_server *srv);
 /* Stops accepting (new connections are refused by the kernel) and, if
  * <drop_conns>, closes every open connection (their requests are aborted). */
 void fr_http_server_unlisten(struct fr_http_server *srv, int drop_conns);
+/* Graceful stop: stops accepting like fr_http_server_unlisten(srv, 0),
+ * closes the keep-alive connections that sit idle with nothing received,
+ * and from now on ends every connection after the response it is giving
+ * or about to give ("Connection: close"), so requests already on their way
+ * are still answered while the open connections run out. There is no way
+ * back: free the server when nconns reaches zero or the caller's bound
+ * runs out. */
+void fr_http_server_drain(struct fr_http_server *srv);
+/* Connections with a request being received or answered, response bytes
+ * not yet handed to the kernel, or the start of a next request waiting:
+ * what a drain waits for (idle and lingering ones are not). Walks every
+ * connection. */
+size_t fr_http_server_nbusy(const struct fr_http_server *srv);
 /* Number of open connections. */
 size_t fr_http_server_nconns(const struct fr_http_server *srv);
 /* Connections closed to make room (idle ones evicted) and refused (no room

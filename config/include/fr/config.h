@@ -11,6 +11,7 @@
  *   listen = "127.0.0.1:8080";            # HOST:PORT, required
  *   tls = { cert = "x.pem"; key = "x.key"; };   # optional
  *   region = "us";                        # the router's own region, required
+ *   shutdown_delay_ms = 2000;             # SIGTERM: /readyz fails this long, then drain
  *   policy = "policy.conf";               # optional, relative to this file
  *   sandbox = { default_lifetime_s = 3600; max_lifetime_s = 86400; };
  *   limits = { max_batch = 5000; max_body_bytes = 1048576;
@@ -98,6 +99,7 @@ struct fr_config {
   int64_t max_connections;        /* 0: the descriptor limit less a reserve (router main) */
   int64_t max_connections_per_ip; /* 0: none */
   int64_t exec_output_budget_bytes; /* all execs' buffered output together */
+  int64_t shutdown_delay_ms;      /* SIGTERM: /readyz fails this long before the drain */
   struct fr_config_tenant *tenants;
   size_t ntenants;
   struct fr_config_cluster *clusters;
