@@ -23,6 +23,7 @@
 #include "batch.h"
 #include "metrics.h"
 #include "router.h"
+#include "secrets.h"
 
 #define NAME_MAX_LEN 48
 
@@ -36,7 +37,7 @@ struct body_spec {
   int64_t n;
   const char *pool, *image;
   double cpus, memory_gb;
-  json_t *env, *labels, *clusters;
+  json_t *env, *labels, *clusters, *secrets;
   const char *region;
   int64_t timeout_s;
   int partial_ok;
@@ -53,11 +54,13 @@ struct create {
   int region_known;           /* a cluster's region or one the policy names */
   char *pool, *image;
   json_t *env, *labels;
+  struct secrets_fetch *sf;   /* the values of `secrets`, read before the batch starts */
 };
 
 static void create_free(struct create *cr) {
   if (cr->counted != 0 && cr->q->ts != NULL)
     cr->q->ts->creating -= cr->counted;
+  secrets_fetch_free(cr->sf); /* first: it unhooks its values from the batch */
   batch_free(cr->b);
   free(cr->pool);
   free(cr->image);
@@ -78,8 +81,8 @@ static int parse_create(struct api_req *q, json_t *j, struct body_spec *s) {
   s->name = "sandbox";
   s->n = 1;
   s->timeout_s = cfg->default_lifetime_s;
-  if (json_object_get(j, "secrets") || json_object_get(j, "volumes")) {
-    api_field_fail(q, json_object_get(j, "secrets") ? "secrets" : "volumes", "secrets and volumes are not supported yet");
+  if (json_object_get(j, "volumes")) {
+    api_field_fail(q, "volumes", "volumes are not supported yet");
     return -1;
   }
 #define STR_FIELD(key, dst)                                                  \
@@ -151,6 +154,8 @@ static int parse_create(struct api_req *q, json_t *j, struct body_spec *s) {
     }
     s->env = v;
   }
+  if (secrets_parse(q, json_object_get(j, "secrets"), s->env, &s->secrets) != 0)
+    return -1;
   if ((v = json_object_get(j, "labels")) != NULL) {
     json_t *e;
     if (!json_is_object(v)) {
@@ -381,6 +386,20 @@ static void item_json_free(void *user) {
 
 static const struct batch_hooks create_hooks = {on_item_done, on_wanted, on_batch_done, item_json_free};
 
+/* Every planned cluster's Secret is read: start the batch, or refuse
+ * with nothing created. */
+static void on_secrets(int status, json_t *body, void *arg) {
+  struct create *cr = arg;
+  struct api_req *q = cr->q;
+
+  if (status == 0 && q->req != NULL) {
+    batch_start(cr->b);
+    return;
+  }
+  create_free(cr); /* settles the tenant's count while <q> is alive */
+  api_reply(q, status ? status : 499, body, NULL);
+}
+
 /* ---- the handler ---- */
 
 /* 503 no_capacity at once, with every cluster's reason: the federation's
@@ -506,6 +525,8 @@ void create_sandboxes(struct api_req *q, int explain) {
     if (e->verdict == FR_PLAN_USE)
       batch_add_cand(cr->b, r->adapters[e->cluster], e->count, e->warm);
   }
+  if (s.secrets != NULL && (cr->sf = secrets_fetch_new(q, s.secrets)) == NULL)
+    goto oom;
   fr_plan_free(&plan);
   free(states);
   fr_policy_unref(pol);
@@ -514,7 +535,10 @@ void create_sandboxes(struct api_req *q, int explain) {
   if (ts != NULL)
     ts->creating += cr->counted;
   api_defer(q);
-  batch_start(cr->b); /* the batch's done hook answers and frees cr */
+  if (cr->sf != NULL)
+    secrets_fetch_start(cr->sf, cr->b, on_secrets, cr); /* then the batch, or a refusal */
+  else
+    batch_start(cr->b); /* the batch's done hook answers and frees cr */
   return;
 oom:
   api_oom(q);
