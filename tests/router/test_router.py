@@ -692,8 +692,12 @@ def test_bad_input(fed):
                      "unknown create field")
     check(e.get("field") == "bogus_field" or "bogus_field" in e.get("message", ""),
           f"unknown field not named: {e}")
-    e = expect_error(fed.api("POST", P, {"image": IMAGE, "secrets": ["HF_TOKEN"]}), 400, "invalid_field",
-                     "secrets (not accepted yet)")
+    # This federation runs no agent, and secrets reach a sandbox only through one.
+    e = expect_error(fed.api("POST", P, {"image": IMAGE, "secrets": ["HF_TOKEN"]}), 400, "agent_required",
+                     "secrets without an agent")
+    e = expect_error(fed.api("POST", P, {"image": IMAGE, "secrets": ["HF-TOKEN"]}), 400, "invalid_field",
+                     "a secret name that is no env var name")
+    check(e.get("field") == "secrets", f"field for secrets: {e}")
     e = expect_error(fed.api("POST", P, {"image": IMAGE, "clusters": ["nowhere"]}), 404, "cluster_not_found",
                      "clusters naming an unknown cluster")
     e = expect_error(fed.exec(sid, ["true"], colour="blue"), 400, "invalid_field", "unknown exec field")
