@@ -233,13 +233,18 @@ def test_agent_disabled_is_agent_required(fed):
 
 
 def test_python_sdk_sends_secrets(fed):
-    from fedrouter import Client  # noqa: E402
+    from fedrouter import Client, SecretNotFound  # noqa: E402
     c = Client(f"http://127.0.0.1:{fed.router.port}", tr.TOKEN_A)
     try:
         sb = c.create(image=tr.IMAGE, secrets=["ONLY_A"], env={"X": "1"})
         r = sb.exec("sh", "-c", 'printf %s/%s "$ONLY_A" "$X"')
         check(r.stdout == f"{VAL_ONLY_A}/1", f"SDK create with secrets=: {r.stdout!r}")
         sb.terminate()
+        try:
+            c.create(image=tr.IMAGE, secrets=["NOPE_KEY"])
+            check(False, "SDK create with a missing key did not raise")
+        except SecretNotFound as e:
+            check(e.key == "NOPE_KEY" and e.cluster in fed.sims, f"SecretNotFound fields: {e.key} {e.cluster}")
     finally:
         c.close()
 

@@ -114,6 +114,37 @@ class InvalidField(APIError):
         return v if isinstance(v, str) else None
 
 
+class SecretNotFound(APIError):
+    """A create's ``secrets`` names a key (``key``) the tenant's Secret lacks
+    in ``cluster``, or the Secret is missing there; nothing was created."""
+    code_default = "secret_not_found"
+
+    @property
+    def key(self) -> Optional[str]:
+        v = self.body.get("key")
+        return v if isinstance(v, str) else None
+
+    @property
+    def cluster(self) -> Optional[str]:
+        v = self.body.get("cluster")
+        return v if isinstance(v, str) else None
+
+
+class SecretInvalid(APIError):
+    """A requested Secret value cannot be an env var value."""
+    code_default = "secret_invalid"
+
+
+class SecretTooLarge(APIError):
+    """The requested Secret values are too large together."""
+    code_default = "secret_too_large"
+
+
+class AgentRequired(APIError):
+    """``secrets`` on a router that runs sandboxes without the agent."""
+    code_default = "agent_required"
+
+
 class InvalidArgv(APIError):
     code_default = "invalid_argv"
 
@@ -240,7 +271,7 @@ class NotSupported(FedrouterError):
 
 ERROR_CLASSES: Dict[str, Type[APIError]] = {
     c.code_default: c for c in (
-        InvalidJson, InvalidField, InvalidArgv, InvalidId, Unauthorized, Forbidden, NotFound,
+        InvalidJson, InvalidField, SecretNotFound, SecretInvalid, SecretTooLarge, AgentRequired, InvalidArgv, InvalidId, Unauthorized, Forbidden, NotFound,
         SandboxNotFound, PoolNotFound, ClusterNotFound, ProcessNotFound, MethodNotAllowed,
         RequestTimeout, PoolExists, SandboxNotRunning, BodyTooLarge, TenantLimit, HeadersTooLarge,
         InternalError, ExecFailed, NoCapacity, ClusterUnavailable, AgentUnavailable, NotReady,
