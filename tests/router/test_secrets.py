@@ -249,6 +249,29 @@ def test_python_sdk_sends_secrets(fed):
         c.close()
 
 
+def test_cluster_that_cannot_answer_gets_none_of_the_create(fed):
+    sim = fed.sims["s2"]
+    before = pod_count(fed)
+    st, _ = sim.admin("POST", "/_sim/faults", {"error_rate": 1.0, "error_code": 503})
+    check(st == 200, "cannot switch kubesim s2's fault on")
+    try:
+        st, r = fed.api("POST", "/v1/sandboxes", {"image": tr.IMAGE, "secrets": ["HF_TOKEN"], "clusters": ["s2"]})
+    finally:
+        sim.admin("POST", "/_sim/faults", {"error_rate": 0.0})
+    check(st == 503 and r["error"]["code"] == "no_capacity", f"a failed Secret read: {st} {short(r)}")
+    why = " ".join(c.get("reason", "") for c in r["error"].get("clusters", []) if c.get("cluster") == "s2")
+    check("Secret" in why and "503" in why, f"the reason must say the Secret read failed: {short(r)}")
+    leaks(fed, json.dumps(r), "the no_capacity answer")
+    check(pod_count(fed) == before, "a pod was made in a cluster whose Secret read failed")
+
+    def healthy():
+        cl = {c["name"]: c for c in fed.api("GET", "/v1/clusters")[1].get("clusters", [])}
+        return cl.get("s2", {}).get("healthy") is True
+    check(wait_until(healthy, 30, 0.2), "s2 did not come back healthy")
+    sb = fed.create_one(secrets=["HF_TOKEN"], clusters=["s2"])
+    check(printenv(fed, sb["id"]) == VAL_A, "s2 serves secrets again once it answers")
+
+
 def test_logs_hold_no_value(fed):
     for i, r in enumerate(fed.routers):
         with open(r.log, errors="replace") as f:
@@ -264,7 +287,7 @@ TESTS = [test_kubectl_makes_the_tenant_secrets, test_cold_create_every_process_s
          test_warm_claim_with_secret_stays_warm, test_changed_value_seen_by_next_create,
          test_missing_key_or_secret_is_400_and_creates_nothing, test_tenant_reads_only_its_own_secret,
          test_bad_secret_names_are_400, test_agent_disabled_is_agent_required, test_python_sdk_sends_secrets,
-         test_logs_hold_no_value]
+         test_cluster_that_cannot_answer_gets_none_of_the_create, test_logs_hold_no_value]
 
 
 def main():
