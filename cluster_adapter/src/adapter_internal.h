@@ -67,6 +67,9 @@ struct fr_adapter {
   struct reap_due *due;          /* min-heap by time: when each sandbox is due for reaping */
   size_t ndue, due_cap;
   int stopping;
+
+  /* secret.c */
+  struct fr_secret_call *secret_calls; /* Secret reads in flight */
 };
 
 /* sandbox.c hooks, called by adapter.c */
@@ -78,6 +81,8 @@ int sandbox_init(struct fr_adapter *a);
 void sandbox_start(struct fr_adapter *a);
 /* Fails every create in flight (adapter going away) and closes the reaper. */
 void sandbox_stop(struct fr_adapter *a);
+/* secret.c: fails every Secret read in flight (adapter going away). */
+void secret_stop(struct fr_adapter *a);
 /* The breaker opened: creates waiting for their pods give up now, so their
  * batches move on instead of waiting for the cluster to come back. */
 void sandbox_cluster_down(struct fr_adapter *a);

@@ -20,6 +20,7 @@
 #define SECRET_TIMEOUT_MS 5000
 
 struct fr_secret_call {
+  struct fr_secret_call *prev, *next; /* the adapter's reads in flight */
   struct fr_adapter *a;
   struct fr_kube_call *kc;
   fr_secret_cb cb;
@@ -29,9 +30,21 @@ struct fr_secret_call {
   char *keys[];
 };
 
+/* Takes <sc> out of its adapter's list (again: a no-op). */
+static void call_unlink(struct fr_secret_call *sc) {
+  if (sc->prev != NULL)
+    sc->prev->next = sc->next;
+  else if (sc->a->secret_calls == sc)
+    sc->a->secret_calls = sc->next;
+  if (sc->next != NULL)
+    sc->next->prev = sc->prev;
+  sc->prev = sc->next = NULL;
+}
+
 static void call_free(struct fr_secret_call *sc) {
   size_t i;
 
+  call_unlink(sc);
   for (i = 0; i < sc->nkeys; i++)
     free(sc->keys[i]);
   free(sc);
@@ -76,6 +89,9 @@ static void on_got(const struct fr_kube_response *r, void *arg) {
   size_t i;
 
   sc->kc = NULL;
+  /* Out of the adapter's list before the callback, which may cancel
+   * other reads or stop the adapter. */
+  call_unlink(sc);
   memset(&res, 0, sizeof(res));
   if (r->status == 200) {
     fr_adapter_report(a, 1);
@@ -180,9 +196,30 @@ int fr_adapter_secret_get(struct fr_adapter *a, const char *secret, const char *
     call_free(sc);
     return rc;
   }
+  sc->next = a->secret_calls;
+  if (a->secret_calls != NULL)
+    a->secret_calls->prev = sc;
+  a->secret_calls = sc;
   if (out != NULL)
     *out = sc;
   return 0;
+}
+
+void secret_stop(struct fr_adapter *a) {
+  struct fr_secret_call *sc;
+  struct fr_secret_result res;
+
+  memset(&res, 0, sizeof(res));
+  res.err = FR_SECRET_UNAVAILABLE;
+  res.message = "the router is shutting down";
+  /* The head each time: a callback may cancel other reads. */
+  while ((sc = a->secret_calls) != NULL) {
+    fr_kube_cancel(sc->kc);
+    sc->kc = NULL;
+    call_unlink(sc);
+    sc->cb(&res, sc->arg);
+    call_free(sc);
+  }
 }
 
 void fr_secret_call_cancel(struct fr_secret_call *c) {
