@@ -98,9 +98,12 @@ static int map_entry(json_t *obj, const unsigned char *d, size_t n, int bytes) {
   if (r < 0 || kd == NULL || (key = strndup((const char *)kd, kn)) == NULL)
     return -1;
   val = bytes ? b64_of(vd, vn) : str_of(vd, vn);
-  r = val != NULL && strlen(key) == kn ? json_object_set_new(obj, key, val) : -1;
-  if (r != 0)
+  if (val == NULL || strlen(key) != kn) {
     json_decref(val);
+    r = -1;
+  } else {
+    r = json_object_set_new(obj, key, val); /* takes <val>, even when it fails (a key not UTF-8) */
+  }
   free(key);
   return r;
 }
