@@ -18,11 +18,8 @@ agent answers 400 agent_required; the Python SDK sends `secrets=`.
 Usage: test_secrets.py --fedrouter PATH --kubesim PATH --agent PATH [--keep]
 Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
 """
-import argparse
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
 
@@ -31,9 +28,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "sdk", "python"))
 import test_router as tr  # noqa: E402
-from test_router import TestFailure, check, expect_error, short, wait_until  # noqa: E402
+from test_router import check, expect_error, short, wait_until  # noqa: E402
 
-ARGS = None
 # Values that must show up in the sandbox and nowhere else.
 VAL_A = "hfA-" + os.urandom(6).hex()
 VAL_A2 = "hfA2-" + os.urandom(6).hex()
@@ -61,6 +57,13 @@ class SecretFed(tr.Fed):
         with open(path, "w") as f:
             f.write(text + 'agent = { image = "registry.example/fedrouter-agent:test"; port = 49983; '
                     f'key_file = "{key}"; }};\n')
+
+    def __init__(self, name, clusters):
+        super().__init__(name, clusters)
+        # The tenants' Secrets, made with the real kubectl (protobuf bodies).
+        for s in self.sims.values():
+            put_secret(s, "a-sandbox-secrets", HF_TOKEN=VAL_A, ONLY_A=VAL_ONLY_A)
+            put_secret(s, SECRET_B, HF_TOKEN=VAL_B)
 
     def start_router(self, config=None):
         n = len(self.routers)
@@ -111,12 +114,6 @@ def leaks(fed, text, where):
 
 def printenv(fed, sid, name="HF_TOKEN", token=tr.TOKEN_A):
     return fed.exec_ok(sid, ["sh", "-c", f'printf %s "${name}"'], token=token).get("stdout")
-
-
-def test_kubectl_makes_the_tenant_secrets(fed):
-    for s in fed.sims.values():
-        put_secret(s, "a-sandbox-secrets", HF_TOKEN=VAL_A, ONLY_A=VAL_ONLY_A)
-        put_secret(s, SECRET_B, HF_TOKEN=VAL_B)
 
 
 def test_cold_create_every_process_sees_the_secret(fed):
@@ -283,55 +280,16 @@ def test_logs_hold_no_value(fed):
           "the debug log does not show the Secret reads (the check above proves little)")
 
 
-TESTS = [test_kubectl_makes_the_tenant_secrets, test_cold_create_every_process_sees_the_secret,
+TESTS = [test_cold_create_every_process_sees_the_secret,
          test_warm_claim_with_secret_stays_warm, test_changed_value_seen_by_next_create,
          test_missing_key_or_secret_is_400_and_creates_nothing, test_tenant_reads_only_its_own_secret,
          test_bad_secret_names_are_400, test_agent_disabled_is_agent_required, test_python_sdk_sends_secrets,
          test_cluster_that_cannot_answer_gets_none_of_the_create, test_logs_hold_no_value]
 
 
-def main():
-    global ARGS
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--fedrouter", required=True)
-    ap.add_argument("--kubesim", required=True)
-    ap.add_argument("--agent", required=True)
-    ap.add_argument("--only", action="append", default=[])
-    ap.add_argument("--keep", action="store_true")
-    ARGS = ap.parse_args()
-    tr.ARGS = ARGS
-    results = []
-    tests = [t for t in TESTS if not ARGS.only or t.__name__ in ARGS.only or t is TESTS[0]]
-    fed = None
-    agent = ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi", "--agent-binary",
-             os.path.abspath(ARGS.agent)]
-    try:
-        fed = SecretFed("secrets", [("s1", "us", agent), ("s2", "us", agent)])
-        fed.shared = {}
-        for t in tests:
-            tr.run_test(t, fed, results)
-    except TestFailure as e:
-        results.append(("federation", False, str(e)))
-        print(f"FAIL federation: {e}", flush=True)
-    finally:
-        if fed is not None:
-            problems = fed.teardown()
-            results.append(("teardown", not problems, "; ".join(problems)))
-            print("ok   teardown" if not problems else "FAIL teardown: " + "; ".join(problems), flush=True)
-    failed = [r for r in results if not r[1]]
-    print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    rc = 1
-    try:
-        rc = main()
-    finally:
-        for p in tr.ALL_PROCS:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-    sys.exit(rc)
+    sys.exit(tr.run_one_federation(
+        __doc__, lambda: SecretFed("secrets", [(n, "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
+                                                          "--agent-binary", os.path.abspath(tr.ARGS.agent)])
+                                               for n in ("s1", "s2")]),
+        TESTS, ["--agent"]))
