@@ -76,6 +76,10 @@ def _rebuild(cls, message, status, code, request_id, body, retry_after, headers)
 class APIError(FedrouterError):
     """The router answered with an error (an HTTP status >= 400)."""
 
+    def _body_str(self, key: str) -> Optional[str]:
+        v = self.body.get(key)
+        return v if isinstance(v, str) else None
+
 
 class TransportError(FedrouterError):
     """No complete answer from the router (connection, protocol, timeout)."""
@@ -110,8 +114,7 @@ class InvalidField(APIError):
 
     @property
     def field(self) -> Optional[str]:
-        v = self.body.get("field")
-        return v if isinstance(v, str) else None
+        return self._body_str("field")
 
 
 class SecretNotFound(APIError):
@@ -121,13 +124,11 @@ class SecretNotFound(APIError):
 
     @property
     def key(self) -> Optional[str]:
-        v = self.body.get("key")
-        return v if isinstance(v, str) else None
+        return self._body_str("key")
 
     @property
     def cluster(self) -> Optional[str]:
-        v = self.body.get("cluster")
-        return v if isinstance(v, str) else None
+        return self._body_str("cluster")
 
 
 class SecretInvalid(APIError):
@@ -215,8 +216,7 @@ class TenantLimit(_RetryAfter):
 
     @property
     def limit(self) -> Optional[str]:
-        v = self.body.get("limit")
-        return v if isinstance(v, str) else None
+        return self._body_str("limit")
 
 
 class HeadersTooLarge(APIError):
