@@ -8,6 +8,7 @@ fedrouter-agent in kubesim pods (docs/api.md "Inside a sandbox").
 Usage: test_data_plane.py --fedrouter PATH --kubesim PATH --agent PATH [--keep]
 Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
 """
+import argparse
 import hashlib
 import http.client
 import json
@@ -21,6 +22,7 @@ import test_router as tr  # noqa: E402
 import test_agent_path as tap  # noqa: E402
 from test_router import TestFailure, check, short, wait_until  # noqa: E402
 
+ARGS = None
 FILE_LIMIT_B = 1 << 20   # tenant b's max_file_bytes
 
 
@@ -266,8 +268,38 @@ TESTS = [
 ]
 
 
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fedrouter", required=True)
+    ap.add_argument("--kubesim", required=True)
+    ap.add_argument("--agent", required=True)
+    ap.add_argument("--only", action="append", default=[])
+    ap.add_argument("--keep", action="store_true")
+    ARGS = ap.parse_args()
+    tr.ARGS = ARGS
+    tap.ARGS = ARGS
+    results = []
+    tests = [t for t in TESTS if not ARGS.only or t.__name__ in ARGS.only]
+    fed = None
+    try:
+        fed = DataFed("data", [("d1", "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
+                                             "--agent-binary", os.path.abspath(ARGS.agent)])])
+        fed.shared = {}
+        for t in tests:
+            tr.run_test(t, fed, results)
+    except TestFailure as e:
+        results.append(("federation", False, str(e)))
+        print(f"FAIL federation: {e}", flush=True)
+    finally:
+        if fed is not None:
+            problems = fed.teardown()
+            results.append(("teardown", not problems, "; ".join(problems)))
+            print("ok   teardown" if not problems else "FAIL teardown: " + "; ".join(problems), flush=True)
+    failed = [r for r in results if not r[1]]
+    print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
 if __name__ == "__main__":
-    sys.exit(tr.run_one_federation(
-        __doc__, lambda: DataFed("data", [("d1", "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
-                                                        "--agent-binary", os.path.abspath(tr.ARGS.agent)])]),
-        TESTS, ["--agent"]))
+    sys.exit(main())
