@@ -40,8 +40,8 @@ struct create_op {
   char *tenant, *name, *pool, *image, *request_id;
   int64_t cpu_m, mem_b, lifetime_s;
   uint64_t ready_timeout_ms;
-  json_t *env, *labels;
   json_t *secrets;          /* a reference: env only the agent gets, never the pod */
+  json_t *env, *labels;
   fr_sandbox_cb cb;
   void *arg;
   int conflicts;
@@ -78,9 +78,9 @@ static void op_free(struct create_op *op) {
   free(op->pool);
   free(op->image);
   free(op->request_id);
+  fr_secret_values_free(op->secrets);
   json_decref(op->env);
   json_decref(op->labels);
-  fr_secret_values_free(op->secrets);
   free(op);
 }
 
@@ -524,9 +524,9 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
   op->mem_b = spec->mem_b;
   op->lifetime_s = spec->lifetime_s;
   op->ready_timeout_ms = spec->ready_timeout_ms ? spec->ready_timeout_ms : DEFAULT_READY_TIMEOUT_MS;
+  op->secrets = spec->secrets && json_object_size(spec->secrets) ? json_incref(spec->secrets) : NULL;
   op->env = spec->env ? json_incref(spec->env) : NULL;
   op->labels = spec->labels ? json_incref(spec->labels) : NULL;
-  op->secrets = spec->secrets && json_object_size(spec->secrets) ? json_incref(spec->secrets) : NULL;
   op->cb = cb;
   op->arg = arg;
   op->timer = malloc(sizeof(*op->timer));
