@@ -536,6 +536,7 @@ void fr_adapter_free(struct fr_adapter *a, void (*cb)(void *arg), void *arg) {
   if (a == NULL)
     return;
   sandbox_stop(a);
+  secret_stop(a);
   for (i = 0; i < INF_COUNT; i++)
     fr_informer_free(a->inf[i]);
   uv_close((uv_handle_t *)a->probe, on_probe_closed);

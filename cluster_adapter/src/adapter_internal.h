@@ -70,6 +70,9 @@ struct fr_adapter {
   struct reap_due *due;          /* min-heap by time: when each sandbox is due for reaping */
   size_t ndue, due_cap;
   int stopping;
+
+  /* secret.c */
+  struct fr_secret_call *secret_calls; /* Secret reads in flight */
 };
 
 /* sandbox.c hooks, called by adapter.c */
@@ -81,6 +84,8 @@ int sandbox_init(struct fr_adapter *a);
 void sandbox_start(struct fr_adapter *a);
 /* Fails every create in flight (adapter going away) and closes the reaper. */
 void sandbox_stop(struct fr_adapter *a);
+/* secret.c: fails every Secret read in flight (adapter going away). */
+void secret_stop(struct fr_adapter *a);
 /* The breaker opened: creates waiting for their pods give up now, so their
  * batches move on instead of waiting for the cluster to come back. */
 void sandbox_cluster_down(struct fr_adapter *a);
@@ -121,11 +126,12 @@ int agent_token(const struct fr_adapter *a, const char *pod, int previous, char 
 /* The pod proxy path to <rest> (no leading slash) on <pod>:<port>. */
 int agent_path(const struct fr_adapter *a, const char *pod, int port, const char *rest, char *out,
                size_t cap);
-/* POST /init: sets the sandbox's token and its env (<env>: object of
- * strings or NULL, borrowed); <cb> gets 0 or -EIO with a message, unless
- * the call (*<out>, for fr_kube_cancel) is cancelled first. */
-int agent_init(struct fr_adapter *a, const char *pod, int port, json_t *env, const char *request_id,
-               agent_done_cb cb, void *arg, struct fr_kube_call **out);
+/* POST /init: sets the sandbox's token and its env (<env>, then
+ * <secrets> over it: objects of strings or NULL, borrowed); with secrets
+ * the request is FR_KUBE_SENSITIVE. <cb> gets 0 or -EIO with a message,
+ * unless the call (*<out>, for fr_kube_cancel) is cancelled first. */
+int agent_init(struct fr_adapter *a, const char *pod, int port, json_t *env, json_t *secrets,
+               const char *request_id, agent_done_cb cb, void *arg, struct fr_kube_call **out);
 
 /* Small JSON accessors shared by the adapter sources. */
 const char *pod_label(json_t *obj, const char *key);

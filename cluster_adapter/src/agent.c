@@ -71,26 +71,32 @@ static void on_init(const struct fr_kube_response *r, void *arg) {
   free(ic);
 }
 
-int agent_init(struct fr_adapter *a, const char *pod, int port, json_t *env, const char *request_id,
-               agent_done_cb cb, void *arg, struct fr_kube_call **out) {
+int agent_init(struct fr_adapter *a, const char *pod, int port, json_t *env, json_t *secrets,
+               const char *request_id, agent_done_cb cb, void *arg, struct fr_kube_call **out) {
   struct fr_kube_request_opts o;
   struct init_call *ic;
   char token[65], path[400], header[96];
-  json_t *body;
+  json_t *body, *vars;
   char *text;
   int rc;
 
   if (agent_token(a, pod, 0, token) != 0 || agent_path(a, pod, port, "init", path, sizeof(path)) != 0)
     return -EINVAL;
   /* The token (set by the first /init, then required) and the sandbox's
-   * env, which every later process inherits: it never lands in the pod
-   * spec or an annotation. */
-  body = json_pack("{s:s,s:o}", "accessToken", token, "envVars", env != NULL ? json_incref(env) : json_object());
+   * env with its secrets over it, which every later process inherits: it
+   * never lands in the pod spec or an annotation. */
+  vars = json_object();
+  if (vars == NULL || (env != NULL && json_object_update(vars, env) != 0) ||
+      (secrets != NULL && json_object_update(vars, secrets) != 0)) {
+    json_decref(vars);
+    return -ENOMEM;
+  }
+  body = json_pack("{s:s,s:o}", "accessToken", token, "envVars", vars);
   text = body != NULL ? json_dumps(body, JSON_COMPACT) : NULL;
-  json_decref(body);
+  json_decref(body); /* the values stay in <secrets>, whose owner wipes them */
   ic = malloc(sizeof(*ic));
   if (text == NULL || ic == NULL) {
-    free(text);
+    fr_secret_free(text);
     free(ic);
     return -ENOMEM;
   }
@@ -98,12 +104,13 @@ int agent_init(struct fr_adapter *a, const char *pod, int port, json_t *env, con
   ic->arg = arg;
   snprintf(header, sizeof(header), "X-Access-Token: %s", token);
   memset(&o, 0, sizeof(o));
+  o.flags = secrets != NULL ? FR_KUBE_SENSITIVE : 0;
   o.request_id = request_id;
   o.timeout_ms = AGENT_INIT_TIMEOUT_MS;
   o.header = header;
   rc = fr_kube_request_opts(a->client, "POST", path, "application/json", text, strlen(text), &o, on_init, ic,
                             out);
-  free(text);
+  fr_secret_free(text);
   if (rc != 0)
     free(ic);
   return rc;

@@ -251,6 +251,7 @@ struct rest_call {
   int attempts;
   unsigned idempotent : 1;
   unsigned counted : 1;               /* in the client's nactive/npriority/nwatches */
+  unsigned sensitive : 1;             /* FR_KUBE_SENSITIVE: bodies zeroed before they are freed */
   char method[16];                    /* method_ok(): at most 15 letters */
   char strs[];                        /* url, content type, request id, body (NUL-ended) */
 };
@@ -1141,6 +1142,12 @@ static void set_state(struct rest_call *rc, enum call_state s) {
 }
 
 static void call_free(struct rest_call *rc) {
+  if (rc->sensitive) {
+    if (rc->io != NULL && rc->io->resp.data != NULL)
+      explicit_bzero(rc->io->resp.data, rc->io->resp.cap);
+    if (rc->body != NULL)
+      explicit_bzero((char *)rc->body, rc->body_len);
+  }
   if (rc->io != NULL) {
     fr_buf_free(&rc->io->resp);
     fr_buf_free(&rc->io->line);
@@ -2130,7 +2137,8 @@ int fr_kube_request_opts(struct fr_kube_client *c, const char *method, const cha
 
   /* A body handed out as it arrives cannot be taken back for a retry; a
    * streamed request body cannot be sent twice. */
-  if (o == NULL || (o->flags & ~(FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY | FR_KUBE_STREAM)) != 0 ||
+  if (o == NULL ||
+      (o->flags & ~(FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY | FR_KUBE_STREAM | FR_KUBE_SENSITIVE)) != 0 ||
       (o->on_data != NULL && (o->flags & FR_KUBE_IDEMPOTENT)) ||
       (stream && (o->flags & (FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY))) ||
       (o->stream_body && (!stream || body != NULL || o->body_size < -1)) ||
@@ -2141,6 +2149,7 @@ int fr_kube_request_opts(struct fr_kube_client *c, const char *method, const cha
                  o->header, o->timeout_ms, NULL, cb, arg, (struct fr_kube_call **)&rc);
   /* Set before the loop runs again: nothing is sent from inside call_start. */
   if (r == 0) {
+    rc->sensitive = (o->flags & FR_KUBE_SENSITIVE) != 0;
     rc->on_data = o->on_data;
     rc->on_head = o->on_head;
     rc->on_drain = o->on_drain;

@@ -41,6 +41,7 @@ struct create_op {
   char *tenant, *name, *pool, *image, *request_id;
   int64_t cpu_m, mem_b, lifetime_s;
   uint64_t ready_timeout_ms;
+  json_t *secrets;          /* a reference: env only the agent gets, never the pod */
   json_t *env, *labels;
   struct fr_podopts *opts;  /* pod options of a cold create; NULL = none */
   fr_sandbox_cb cb;
@@ -79,6 +80,7 @@ static void op_free(struct create_op *op) {
   free(op->pool);
   free(op->image);
   free(op->request_id);
+  fr_secret_values_free(op->secrets);
   json_decref(op->env);
   json_decref(op->labels);
   fr_podopts_unref(op->opts);
@@ -131,13 +133,20 @@ static void on_inited(int rc, const char *message, void *arg) {
 static void succeed(struct create_op *op, const struct fr_pod *pod, int warm) {
   int port = agent_port_of(op->a, pod);
 
-  if (port == 0) {
+  if (port == 0 && op->secrets == NULL) {
     finish(op, FR_SB_OK, NULL, pod, warm);
+    return;
+  }
+  if (port == 0) {
+    /* Secrets reach a sandbox only through its agent (pick() never claims
+     * a pod without one; this is a pod that lost its label). */
+    fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+    finish(op, FR_SB_FAILED, "the sandbox has no agent to hand its secrets to", NULL, 0);
     return;
   }
   set_state(op, CS_INIT);
   op->init_warm = warm;
-  if (agent_init(op->a, op->pod, port, op->env, op->request_id, on_inited, op, &op->call) != 0) {
+  if (agent_init(op->a, op->pod, port, op->env, op->secrets, op->request_id, on_inited, op, &op->call) != 0) {
     fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
     finish(op, FR_SB_FAILED, "cannot send the agent's /init", NULL, 0);
   }
@@ -348,6 +357,10 @@ static void start_cold(struct create_op *op) {
     finish(op, FR_SB_NO_ROOM, "no ready warm pod and the pool's image is unknown here", NULL, 0);
     return;
   }
+  if (op->secrets != NULL && op->a->cc.agent == NULL) {
+    finish(op, FR_SB_FAILED, "secrets need the sandbox agent, which this router does not run", NULL, 0);
+    return;
+  }
   set_state(op, CS_CREATING);
   fr_random_name_suffix(suffix, 10);
   snprintf(op->pod, sizeof(op->pod), "sb-%s", suffix);
@@ -479,6 +492,9 @@ static void pick(struct create_op *op) {
     if (lost || strmap_get(&op->a->claiming, name) != NULL || strlen(name) >= sizeof(op->pod) ||
         (pod = fr_adapter_pod(op->a, name)) == NULL || fr_adapter_pod_leaving(op->a, pod))
       continue;
+    /* A pool pod from before the agent was enabled cannot take secrets. */
+    if (op->secrets != NULL && agent_port_of(op->a, pod) == 0)
+      continue;
     snprintf(op->pod, sizeof(op->pod), "%s", name);
     claim(op, pod);
     return;
@@ -522,6 +538,7 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
   op->mem_b = spec->mem_b;
   op->lifetime_s = spec->lifetime_s;
   op->ready_timeout_ms = spec->ready_timeout_ms ? spec->ready_timeout_ms : DEFAULT_READY_TIMEOUT_MS;
+  op->secrets = spec->secrets && json_object_size(spec->secrets) ? json_incref(spec->secrets) : NULL;
   op->env = spec->env ? json_incref(spec->env) : NULL;
   op->labels = spec->labels ? json_incref(spec->labels) : NULL;
   op->opts = fr_podopts_ref(spec->opts);

@@ -192,3 +192,10 @@ int fr_secret_equal(const char *a, const char *b) {
     diff |= (unsigned char)(a[i] ^ b[i]);
   return diff == 0;
 }
+
+void fr_secret_free(char *s) {
+  if (s == NULL)
+    return;
+  explicit_bzero(s, strlen(s));
+  free(s);
+}

@@ -387,7 +387,7 @@ static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_ex
                                           "max_exec_timeout_s", "max_connections",
                                           "max_connections_per_ip", "exec_output_budget_bytes", NULL};
 static const char *const tenant_keys[] = {"name", "token_sha256", "max_sandboxes", "max_requests_in_flight",
-                                          "max_concurrent_execs", "max_pool_replicas", "max_file_bytes", "admin", NULL};
+                                          "max_concurrent_execs", "max_pool_replicas", "max_file_bytes", "admin", "secret", NULL};
 static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context",
                                            "namespace", "cost", NULL};
 static const char *const cost_keys[] = {"per_core_hour", "per_gib_hour", "node_hour",
@@ -579,6 +579,49 @@ static int check_token_hash(struct loader *l, const config_setting_t *s, const c
   return 0;
 }
 
+/* A Secret name is a DNS-1123 subdomain: at most 253 of [a-z0-9-.], dot-
+ * separated labels that begin and end with a letter or digit. */
+static int secret_name_valid(const char *v) {
+  size_t i, n = strlen(v);
+
+  if (n == 0 || n > 253)
+    return 0;
+  for (i = 0; i < n; i++) {
+    int alnum = (v[i] >= 'a' && v[i] <= 'z') || (v[i] >= '0' && v[i] <= '9');
+    int edge = i == 0 || i == n - 1 || v[i - 1] == '.' || v[i + 1] == '.';
+    if (!alnum && (edge || (v[i] != '-' && v[i] != '.')))
+      return 0;
+  }
+  return 1;
+}
+
+/* The tenant's Secret: its `secret` key, else "<tenant>-sandbox-secrets"
+ * with the name lowercased and every character but a-z0-9 made '-'. */
+static int tenant_secret(struct loader *l, const config_setting_t *g, struct fr_config_tenant *t) {
+  const config_setting_t *s;
+  const char *v;
+  size_t i;
+  int rc;
+
+  if ((rc = get_string(l, g, "secret", 0, NULL, &v, &s)) < 0)
+    return rc;
+  if (v != NULL && !secret_name_valid(v))
+    return bad(l, s, "\"%s\" is not a Kubernetes Secret name (at most 253 of a-z, 0-9, '-' and '.', "
+               "beginning and ending with a letter or digit)", v);
+  if (v != NULL) {
+    t->secret = strdup(v);
+    return t->secret != NULL ? 0 : oom(l);
+  }
+  if ((t->secret = malloc(strlen(t->name) + sizeof(FR_SECRET_SUFFIX))) == NULL)
+    return oom(l);
+  for (i = 0; t->name[i] != '\0'; i++) {
+    char ch = t->name[i] >= 'A' && t->name[i] <= 'Z' ? (char)(t->name[i] - 'A' + 'a') : t->name[i];
+    t->secret[i] = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ? ch : '-';
+  }
+  memcpy(t->secret + i, FR_SECRET_SUFFIX, sizeof(FR_SECRET_SUFFIX));
+  return 0;
+}
+
 static int load_tenants(struct loader *l, const config_setting_t *root, struct fr_config *c) {
   const config_setting_t *list;
   int rc, i, n;
@@ -636,6 +679,15 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
     if (t->name == NULL)
       return oom(l);
     memcpy(t->token_sha256, tok, 65);
+    if ((rc = tenant_secret(l, g, t)) < 0)
+      return rc;
+    /* Each tenant reads its own Secret: one naming another's (or two
+     * names that map to the same default) would share it. */
+    for (j = 0; j < i; j++)
+      if (strcmp(c->tenants[j].secret, t->secret) == 0)
+        return bad(l, config_setting_get_member(g, "secret") ? config_setting_get_member(g, "secret") : name_s,
+                   "tenants \"%s\" and \"%s\" would both read Secret \"%s\"; every tenant needs its own "
+                   "(set `secret` on one of them)", c->tenants[j].name, t->name, t->secret);
   }
   return 0;
 }
@@ -866,8 +918,10 @@ static void config_free(struct fr_config *c) {
 
   if (c == NULL)
     return;
-  for (i = 0; i < c->ntenants; i++)
+  for (i = 0; i < c->ntenants; i++) {
     free(c->tenants[i].name);
+    free(c->tenants[i].secret);
+  }
   free(c->tenants);
   for (i = 0; i < c->nclusters; i++) {
     free(c->clusters[i].name);

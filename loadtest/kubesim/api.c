@@ -466,10 +466,19 @@ static void handle_get(struct sim *s, struct fr_http_req *req, const struct rout
 /* create                                                                  */
 
 static json_t *parse_body(struct fr_http_req *req) {
+  const char *ctype = fr_http_req_header(req, "Content-Type");
   json_error_t e;
   json_t *j;
-  char msg[300];
+  char msg[600], why[400];
 
+  if (ctype != NULL && strncasecmp(ctype, "application/vnd.kubernetes.protobuf", 35) == 0) {
+    if ((j = proto_decode(req->body, req->body_len, why, sizeof(why))) == NULL) {
+      snprintf(msg, sizeof(msg), "the body of the request was in an unknown format - accepted media types "
+               "include: application/json, application/vnd.kubernetes.protobuf (%s)", why);
+      api_status(req, 415, "UnsupportedMediaType", msg, NULL, NULL, NULL);
+    }
+    return j;
+  }
   j = json_loadb(req->body, req->body_len, 0, &e);
   if (j == NULL || !json_is_object(j)) {
     snprintf(msg, sizeof(msg), "the body of the request was in an unknown format - accepted "

@@ -316,6 +316,12 @@ void watch_start(struct sim *s, struct fr_http_req *req, enum sim_kind k, const 
 void watch_notify(struct sim *s, const struct sim_event *ev);
 void watch_drop_all(struct sim *s);
 
+/* ---- proto.c ---- */
+/* A create body in the Kubernetes protobuf encoding (what kubectl create
+ * secret/configmap/namespace sends) as JSON; NULL with <err> filled when
+ * it is malformed or not one of those kinds. */
+json_t *proto_decode(const void *body, size_t len, char *err, size_t errlen);
+
 /* ---- kinds.c: names, API paths, tables ---- */
 const char *kind_name(enum sim_kind k);          /* "Pod" */
 const char *kind_list_name(enum sim_kind k);     /* "PodList" */

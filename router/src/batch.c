@@ -85,6 +85,14 @@ static void unreserve(struct batch *b, struct batch_cand *cd, int all) {
   }
 }
 
+void batch_drop_cand(struct batch *b, int k, const char *reason) {
+  struct batch_cand *cd = &b->cands[k];
+
+  cd->full = 1;
+  snprintf(cd->reason, sizeof(cd->reason), "unavailable: %s", reason);
+  unreserve(b, cd, 1);
+}
+
 void batch_free(struct batch *b) {
   int i;
 
@@ -240,6 +248,7 @@ static int start_item(struct batch *b, struct batch_item *it, int k) {
   else
     snprintf(name, sizeof(name), "%s", b->name);
   spec.name = name;
+  spec.secrets = cd->secrets;
   if (ref == NULL || fr_adapter_sandbox_create(cd->a, &spec, on_create, ref) != 0) {
     free(ref);
     cd->full = 1;

@@ -55,6 +55,8 @@ struct batch_cand {
   int64_t reserved_warm;      /* of the budget, warm pods still reserved on the adapter */
   int created, warm;
   char reason[300];           /* the last no-room or failure message */
+  json_t *secrets;            /* secret values for this cluster's sandboxes (spec.secrets), borrowed
+                                 from the owner; NULL: none */
 };
 
 struct batch_hooks {
@@ -101,6 +103,10 @@ struct batch *batch_new(const struct fr_sandbox_spec *spec, const char *name, in
  * as the adapter claims before it creates), and the batch gives back
  * whatever it does not use. */
 void batch_add_cand(struct batch *b, struct fr_adapter *a, int64_t budget, int64_t warm);
+/* Before batch_start: candidate <k> takes no part (the owner could not
+ * prepare it, e.g. read its Secret): it is closed with <reason> as if it
+ * had answered unavailable, and its reservations go back. */
+void batch_drop_cand(struct batch *b, int k, const char *reason);
 /* PLANNED -> RUNNING: starts the first creates. */
 void batch_start(struct batch *b);
 /* Sandboxes made so far. */

@@ -23,6 +23,7 @@
 #include "batch.h"
 #include "metrics.h"
 #include "router.h"
+#include "secrets.h"
 
 #define NAME_MAX_LEN 48
 
@@ -37,7 +38,7 @@ struct body_spec {
   int64_t n;
   const char *pool, *image;
   double cpus, memory_gb;
-  json_t *env, *labels, *clusters;
+  json_t *env, *labels, *clusters, *secrets;
   const char *region;
   int64_t timeout_s;
   int partial_ok;
@@ -56,11 +57,13 @@ struct create {
   json_t *env, *labels;
   struct fr_podopts *opts;    /* the sandboxes' pod options; NULL = none */
   char cold_reason[300];      /* why the named pool's warm pods cannot serve it, "" = they can */
+  struct secrets_fetch *sf;   /* the values of `secrets`, read before the batch starts */
 };
 
 static void create_free(struct create *cr) {
   if (cr->counted != 0 && cr->q->ts != NULL)
     cr->q->ts->creating -= cr->counted;
+  secrets_fetch_free(cr->sf); /* first: it unhooks its values from the batch */
   batch_free(cr->b);
   free(cr->pool);
   free(cr->image);
@@ -82,10 +85,6 @@ static int parse_create(struct api_req *q, json_t *j, struct body_spec *s) {
   s->name = "sandbox";
   s->n = 1;
   s->timeout_s = cfg->default_lifetime_s;
-  if (json_object_get(j, "secrets")) {
-    api_field_fail(q, "secrets", "secrets are not supported yet");
-    return -1;
-  }
 #define STR_FIELD(key, dst)                                                  \
   if ((v = json_object_get(j, key)) != NULL) {                               \
     if (!json_is_string(v) || json_string_length(v) == 0) {                  \
@@ -155,6 +154,8 @@ static int parse_create(struct api_req *q, json_t *j, struct body_spec *s) {
     }
     s->env = v;
   }
+  if (secrets_parse(q, json_object_get(j, "secrets"), s->env, &s->secrets) != 0)
+    return -1;
   if ((v = json_object_get(j, "labels")) != NULL) {
     json_t *e;
     if (!json_is_object(v)) {
@@ -419,6 +420,20 @@ static void item_json_free(void *user) {
 
 static const struct batch_hooks create_hooks = {on_item_done, on_wanted, on_batch_done, item_json_free};
 
+/* Every planned cluster's Secret is read: start the batch, or refuse
+ * with nothing created. */
+static void on_secrets(int status, json_t *body, void *arg) {
+  struct create *cr = arg;
+  struct api_req *q = cr->q;
+
+  if (status == 0 && q->req != NULL) {
+    batch_start(cr->b);
+    return;
+  }
+  create_free(cr); /* settles the tenant's count while <q> is alive */
+  api_reply(q, status ? status : 499, body, NULL);
+}
+
 /* ---- the handler ---- */
 
 /* 503 no_capacity at once, with every cluster's reason: the federation's
@@ -551,6 +566,8 @@ void create_sandboxes(struct api_req *q, int explain) {
     if (e->verdict == FR_PLAN_USE)
       batch_add_cand(cr->b, r->adapters[e->cluster], e->count, e->warm);
   }
+  if (s.secrets != NULL && (cr->sf = secrets_fetch_new(q, s.secrets)) == NULL)
+    goto oom;
   fr_plan_free(&plan);
   free(states);
   fr_policy_unref(pol);
@@ -559,7 +576,10 @@ void create_sandboxes(struct api_req *q, int explain) {
   if (ts != NULL)
     ts->creating += cr->counted;
   api_defer(q);
-  batch_start(cr->b); /* the batch's done hook answers and frees cr */
+  if (cr->sf != NULL)
+    secrets_fetch_start(cr->sf, cr->b, on_secrets, cr); /* then the batch, or a refusal */
+  else
+    batch_start(cr->b); /* the batch's done hook answers and frees cr */
   return;
 oom:
   api_oom(q);

@@ -138,6 +138,7 @@ int router_tenants_init(struct router *r) {
       t->max_execs = 2048;
       t->max_file_bytes = FR_DEFAULT_TENANT_FILE_BYTES;
       t->admin = 1;
+      t->secret = FR_LOCAL_SECRET;
     } else {
       t->name = r->cfg->tenants[i].name;
       t->max_inflight = r->cfg->tenants[i].max_requests_in_flight;
@@ -146,6 +147,7 @@ int router_tenants_init(struct router *r) {
       t->max_pool_replicas = r->cfg->tenants[i].max_pool_replicas;
       t->max_file_bytes = r->cfg->tenants[i].max_file_bytes;
       t->admin = r->cfg->tenants[i].admin;
+      t->secret = r->cfg->tenants[i].secret;
     }
   }
   return 0;

@@ -31,6 +31,7 @@ struct tenant_state {
   int64_t max_pool_replicas;      /* 0 = none */
   int64_t max_file_bytes;         /* largest upload into a sandbox */
   int admin;                      /* may create and change shared pools */
+  const char *secret;             /* the Secret its creates' `secrets` read (borrowed) */
 };
 
 struct router {

@@ -1119,6 +1119,157 @@ START_TEST(adapter_free_with_creates_in_flight_calls_each_once) {
 }
 END_TEST
 
+/* ------------------------------------------------------------ Secrets */
+
+#define SECRET_PATH "/api/v1/namespaces/" FK_NS "/secrets/"
+
+struct secret_outcome {
+  int calls, calls_in_get;
+  enum fr_secret_err err;
+  char key[64];
+  char message[600];
+  char *values;             /* the values, as compact sorted JSON */
+};
+
+static void on_secret(const struct fr_secret_result *r, void *arg) {
+  struct secret_outcome *o = arg;
+
+  if (abandoned)
+    return;
+  o->calls++;
+  o->calls_in_get += in_create;
+  o->err = r->err;
+  snprintf(o->key, sizeof(o->key), "%s", r->key ? r->key : "");
+  snprintf(o->message, sizeof(o->message), "%s", r->message ? r->message : "");
+  free(o->values);
+  o->values = r->values ? json_dumps(r->values, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+}
+
+static int secret_done(void *arg) {
+  return ((struct secret_outcome *)arg)->calls > 0;
+}
+
+/* Reads <keys> of Secret <name>; its callback must not run inside the call. */
+static void secret_get(const char *name, const char *const *keys, size_t n, struct secret_outcome *o) {
+  int rc;
+
+  memset(o, 0, sizeof(*o));
+  in_create = 1;
+  rc = fr_adapter_secret_get(ad, name, keys, n, "req-test", on_secret, o, NULL);
+  in_create = 0;
+  ck_assert_int_eq(rc, 0);
+  ck_assert_int_eq(o->calls, 0);
+}
+
+static void secret_get_and_wait(const char *name, const char *const *keys, size_t n, struct secret_outcome *o) {
+  secret_get(name, keys, n, o);
+  wait_for(secret_done, o, WAIT_MS, "the Secret read's callback");
+  ck_assert_int_eq(o->calls, 1);
+  ck_assert_int_eq(o->calls_in_get, 0);
+}
+
+/* data: "HF_TOKEN" = "hf-1", "OTHER" = "x", "NUL" = "a\0b", "LATIN1" = "\xff". */
+static void add_team_secret(void) {
+  json_t *data = json_pack("{s:s,s:s,s:s,s:s}", "HF_TOKEN", "aGYtMQ==", "OTHER", "eA==", "NUL", "YQBi",
+                           "LATIN1", "/w==");
+
+  fk_add_secret(fk, "team-sec", data);
+  json_decref(data);
+}
+
+/* Only the keys asked for come back, decoded; one GET of that Secret. */
+START_TEST(secret_get_returns_the_keys_asked_decoded) {
+  static const char *const keys[] = {"HF_TOKEN"};
+  struct secret_outcome o;
+
+  add_team_secret();
+  start_adapter();
+  secret_get_and_wait("team-sec", keys, 1, &o);
+  ck_assert_int_eq(o.err, FR_SECRET_OK);
+  ck_assert_str_eq(o.values, "{\"HF_TOKEN\":\"hf-1\"}");
+  ck_assert_str_eq(o.key, "");
+  ck_assert_int_eq(fk_count(fk, "GET", SECRET_PATH "team-sec"), 1);
+  free(o.values);
+  finish_test();
+}
+END_TEST
+
+/* A missing key or Secret is NOT_FOUND naming it; a value no env var can
+ * hold is INVALID; no message quotes a value. */
+START_TEST(secret_get_missing_or_unusable_is_named_never_quoted) {
+  static const char *const missing[] = {"HF_TOKEN", "NOPE"}, *const nul[] = {"NUL"}, *const latin[] = {"LATIN1"};
+  struct secret_outcome o;
+
+  add_team_secret();
+  start_adapter();
+  secret_get_and_wait("team-sec", missing, 2, &o);
+  ck_assert_int_eq(o.err, FR_SECRET_NOT_FOUND);
+  ck_assert_str_eq(o.key, "NOPE");
+  ck_assert_ptr_nonnull(strstr(o.message, "NOPE"));
+  ck_assert_ptr_null(strstr(o.message, "hf-1"));
+  ck_assert_ptr_null(o.values);
+  secret_get_and_wait("no-such-secret", missing, 1, &o);
+  ck_assert_int_eq(o.err, FR_SECRET_NOT_FOUND);
+  ck_assert_str_eq(o.key, "");
+  ck_assert_ptr_nonnull(strstr(o.message, "no Secret no-such-secret"));
+  secret_get_and_wait("team-sec", nul, 1, &o);
+  ck_assert_int_eq(o.err, FR_SECRET_INVALID);
+  ck_assert_str_eq(o.key, "NUL");
+  secret_get_and_wait("team-sec", latin, 1, &o);
+  ck_assert_int_eq(o.err, FR_SECRET_INVALID);
+  ck_assert_str_eq(o.key, "LATIN1");
+  finish_test();
+}
+END_TEST
+
+/* 403 (RBAC) and 503 are UNAVAILABLE, saying which; no retry. */
+START_TEST(secret_get_forbidden_or_5xx_is_unavailable) {
+  static const char *const keys[] = {"HF_TOKEN"};
+  struct secret_outcome o;
+
+  add_team_secret();
+  start_adapter();
+  fk_script_path(fk, "GET", SECRET_PATH, 1, 403, "secrets is forbidden");
+  secret_get_and_wait("team-sec", keys, 1, &o);
+  ck_assert_int_eq(o.err, FR_SECRET_UNAVAILABLE);
+  ck_assert_ptr_nonnull(strstr(o.message, "forbidden"));
+  fk_script_path(fk, "GET", SECRET_PATH, 1, 503, "etcd is gone");
+  secret_get_and_wait("team-sec", keys, 1, &o);
+  ck_assert_int_eq(o.err, FR_SECRET_UNAVAILABLE);
+  ck_assert_ptr_nonnull(strstr(o.message, "503"));
+  ck_assert_int_eq(fk_count(fk, "GET", SECRET_PATH), 2);
+  finish_test();
+}
+END_TEST
+
+/* The adapter freed with a read out: its callback runs once, UNAVAILABLE,
+ * before fr_adapter_free returns; a cancelled read never calls back. */
+START_TEST(adapter_free_with_secret_read_in_flight_calls_it_once) {
+  static const char *const keys[] = {"HF_TOKEN"};
+  struct secret_outcome held, cancelled;
+  struct fr_secret_call *call = NULL;
+  int freed = 0;
+
+  add_team_secret();
+  start_adapter();
+  fk_script_path(fk, "GET", SECRET_PATH, 2, FK_HOLD, NULL);
+  secret_get("team-sec", keys, 1, &held);
+  memset(&cancelled, 0, sizeof(cancelled));
+  ck_assert_int_eq(fr_adapter_secret_get(ad, "team-sec", keys, 1, NULL, on_secret, &cancelled, &call), 0);
+  wait_held(2);
+  fr_secret_call_cancel(call);
+  fr_adapter_free(ad, on_freed, &freed);
+  ad = NULL;
+  ck_assert_int_eq(held.calls, 1);
+  ck_assert_int_eq(held.err, FR_SECRET_UNAVAILABLE);
+  ck_assert_int_eq(cancelled.calls, 0);
+  wait_for(flag_set, &freed, WAIT_MS, "the adapter's free");
+  finish_test();
+  ck_assert_int_eq(held.calls, 1);
+  ck_assert_int_eq(cancelled.calls, 0);
+}
+END_TEST
+
 /* ------------------------------------------------------------ suite */
 
 static Suite *sandbox_suite(void) {
@@ -1143,6 +1294,10 @@ static Suite *sandbox_suite(void) {
   tcase_add_test(tc, delete_accepted_hides_pod_until_gone);
   tcase_add_test(tc, create_callbacks_deferred_and_run_once);
   tcase_add_test(tc, adapter_free_with_creates_in_flight_calls_each_once);
+  tcase_add_test(tc, secret_get_returns_the_keys_asked_decoded);
+  tcase_add_test(tc, secret_get_missing_or_unusable_is_named_never_quoted);
+  tcase_add_test(tc, secret_get_forbidden_or_5xx_is_unavailable);
+  tcase_add_test(tc, adapter_free_with_secret_read_in_flight_calls_it_once);
   suite_add_tcase(s, tc);
   {
     /* Bugs the suite found, fixed; slower cases (breaker cool-down). */

@@ -119,6 +119,8 @@ START_TEST(example_fedrouter_conf_loads_with_documented_values) {
   ck_assert_int_eq(c->tenants[0].max_sandboxes, 20000);
   ck_assert_str_eq(c->tenants[1].name, "eval");
   ck_assert_int_eq(c->tenants[1].max_sandboxes, 0);
+  ck_assert_str_eq(c->tenants[0].secret, "rl-sandbox-secrets");
+  ck_assert_str_eq(c->tenants[1].secret, "eval-sandbox-secrets");
   ck_assert_ptr_eq(fr_config_tenant_by_token(c, "rl-team-token"), &c->tenants[0]);
   ck_assert_ptr_eq(fr_config_tenant_by_token(c, "eval-token"), &c->tenants[1]);
 
@@ -407,6 +409,17 @@ static const struct err_case err_cases[] = {
      "shutdown_delay_ms: -1 is out of range (0-10000)"},
     {"max_exec_timeout_zero", MINIMAL "limits = { max_exec_timeout_s = 0; };\n", 4,
      "limits.max_exec_timeout_s: 0 is out of range"},
+    {"tenant_secret_not_a_secret_name",
+     MINIMAL "tenants = ( { name = \"t\"; token_sha256 = \"" HASH_A "\"; secret = \"Team_A\"; } );\n",
+     4, "tenants.[0].secret: \"Team_A\" is not a Kubernetes Secret name"},
+    {"tenant_secret_names_another_tenants",
+     MINIMAL "tenants = ( { name = \"t\"; token_sha256 = \"" HASH_A "\"; },\n"
+             "  { name = \"u\"; token_sha256 = \"" HASH_B "\"; secret = \"t-sandbox-secrets\"; } );\n",
+     5, "tenants \"t\" and \"u\" would both read Secret \"t-sandbox-secrets\""},
+    {"tenant_default_secrets_collide",
+     MINIMAL "tenants = ( { name = \"Team_A\"; token_sha256 = \"" HASH_A "\"; },\n"
+             "  { name = \"team-a\"; token_sha256 = \"" HASH_B "\"; } );\n",
+     5, "would both read Secret \"team-a-sandbox-secrets\""},
     {"tenant_max_sandboxes_negative",
      MINIMAL "tenants = ( { name = \"t\"; token_sha256 = \"" HASH_A "\"; max_sandboxes = -1; } );\n",
      4, "tenants.[0].max_sandboxes: -1 is out of range (0-"},
@@ -717,6 +730,18 @@ START_TEST(tenant_by_token_finds_the_matching_tenant_only) {
 }
 END_TEST
 
+START_TEST(tenant_secret_defaults_to_the_lowercased_name) {
+  struct fr_config *c = load_ok(MINIMAL "tenants = (\n"
+                                        "  { name = \"RL_team.x\"; token_sha256 = \"" HASH_A "\"; },\n"
+                                        "  { name = \"eval\"; token_sha256 = \"" HASH_B "\"; "
+                                        "secret = \"eval.keys\"; }\n);\n");
+
+  ck_assert_str_eq(c->tenants[0].secret, "rl-team-x-sandbox-secrets");
+  ck_assert_str_eq(c->tenants[1].secret, "eval.keys");
+  fr_config_unref(c);
+}
+END_TEST
+
 START_TEST(tenant_by_token_without_tenants_returns_null) {
   struct fr_config *c = load_ok(MINIMAL);
 
@@ -785,6 +810,7 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, config_ref_and_unref_free_at_zero);
   tcase_add_test(tc, tenant_by_token_finds_the_matching_tenant_only);
   tcase_add_test(tc, tenant_by_token_without_tenants_returns_null);
+  tcase_add_test(tc, tenant_secret_defaults_to_the_lowercased_name);
   tcase_add_test(tc, cluster_by_name_finds_exact_name_only);
   suite_add_tcase(s, tc);
   return s;

@@ -332,6 +332,27 @@ if expect_rc 0 "kubectl create -f big.yaml"; then
   fi
 fi
 
+# --------------------------------------------------------------- protobuf creates
+# kubectl create secret generic / configmap / namespace post the object as
+# application/vnd.kubernetes.protobuf; kubesim decodes those kinds.
+step "kubectl create secret generic / configmap / namespace (protobuf bodies)"
+k create namespace proto-ns
+expect_rc 0 "kubectl create namespace proto-ns"
+k create secret generic s1 -n proto-ns --from-literal=HF_TOKEN=hf-x1 --from-literal=EMPTY=
+if expect_rc 0 "kubectl create secret generic s1"; then
+  k get secret s1 -n proto-ns -o 'jsonpath={.data.HF_TOKEN}/{.type}'
+  expect_rc 0 "get secret s1" && out_is "aGYteDE=/Opaque" "secret s1 data.HF_TOKEN and type"
+  k get secret s1 -n proto-ns -o yaml
+  expect_rc 0 "get secret s1 -o yaml" && { grep -q '^  EMPTY: ""' "$OUT" || fail "EMPTY key missing: $(cat "$OUT")"; }
+fi
+k create configmap c1 -n proto-ns --from-literal=a=b
+if expect_rc 0 "kubectl create configmap c1"; then
+  k get configmap c1 -n proto-ns -o 'jsonpath={.data.a}'
+  expect_rc 0 "get configmap c1" && out_is "b" "configmap c1 data.a"
+fi
+k delete secret s1 -n proto-ns
+expect_rc 0 "kubectl delete secret s1"
+
 # --------------------------------------------------------------- quota
 step "creating pods past the quota (pods=12) is Forbidden: exceeded quota"
 k get pods -o name

@@ -223,6 +223,41 @@ START_TEST(query_bool_reads_like_the_api_server) {
 }
 END_TEST
 
+/* kubectl v1.32's body for `kubectl create secret generic s --from-literal=K=V -n sbx`. */
+static const unsigned char secret_pb[] = {
+    0x6b, 0x38, 0x73, 0x00, 0x0a, 0x0c, 0x0a, 0x02, 0x76, 0x31, 0x12, 0x06, 0x53, 0x65, 0x63, 0x72,
+    0x65, 0x74, 0x12, 0x20, 0x0a, 0x14, 0x0a, 0x01, 0x73, 0x12, 0x00, 0x1a, 0x03, 0x73, 0x62, 0x78,
+    0x22, 0x00, 0x2a, 0x00, 0x32, 0x00, 0x38, 0x00, 0x42, 0x00, 0x12, 0x06, 0x0a, 0x01, 0x4b, 0x12,
+    0x01, 0x56, 0x1a, 0x00, 0x1a, 0x00, 0x22, 0x00};
+
+START_TEST(proto_decodes_kubectl_create_secret_generic) {
+  char err[300] = "";
+  json_t *j = proto_decode(secret_pb, sizeof(secret_pb), err, sizeof(err));
+  char *text;
+
+  ck_assert_msg(j != NULL, "%s", err);
+  text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+  ck_assert_str_eq(text, "{\"apiVersion\":\"v1\",\"data\":{\"K\":\"Vg==\"},\"kind\":\"Secret\","
+                         "\"metadata\":{\"name\":\"s\",\"namespace\":\"sbx\"}}");
+  free(text);
+  json_decref(j);
+}
+END_TEST
+
+/* A map key that is not UTF-8 is refused (it once freed the value twice). */
+START_TEST(proto_map_key_not_utf8_is_refused) {
+  unsigned char b[sizeof(secret_pb)];
+  char err[300] = "";
+
+  memcpy(b, secret_pb, sizeof(b));
+  b[46] = 0x95; /* the data key "K" */
+  ck_assert_ptr_null(proto_decode(b, sizeof(b), err, sizeof(err)));
+  ck_assert_ptr_nonnull(strstr(err, "Secret"));
+  ck_assert_ptr_null(proto_decode("k8s", 3, err, sizeof(err)));
+  ck_assert_ptr_nonnull(strstr(err, "envelope"));
+}
+END_TEST
+
 int main(void) {
 Suite *s = suite_create("kubesim_store");
   TCase *tc = tcase_create("store");
@@ -240,6 +275,8 @@ Suite *s = suite_create("kubesim_store");
   tcase_add_test(tc, json_patch_ops_and_failed_test);
   tcase_add_test(tc, quantities_normalize_numbers_to_strings);
   tcase_add_test(tc, query_bool_reads_like_the_api_server);
+  tcase_add_test(tc, proto_decodes_kubectl_create_secret_generic);
+  tcase_add_test(tc, proto_map_key_not_utf8_is_refused);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

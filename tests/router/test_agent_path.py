@@ -16,12 +16,10 @@ of pods/exec; a second router replica (same key) serves the same sandbox.
 Usage: test_agent_path.py --fedrouter PATH --kubesim PATH --agent PATH [--keep]
 Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
 """
-import argparse
 import json
 import os
 import re
 import shutil
-import signal
 import sys
 import time
 import urllib.request
@@ -29,9 +27,8 @@ import urllib.request
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_router as tr  # noqa: E402
-from test_router import TestFailure, check, short, wait_until  # noqa: E402
+from test_router import check, short, wait_until  # noqa: E402
 
-ARGS = None
 SECRET_ENV = "s3cr3t-" + os.urandom(4).hex()
 
 
@@ -177,47 +174,8 @@ TESTS = [test_cold_sandbox_runs_exec_through_its_agent, test_backgrounded_grandc
          test_key_rotation_previous_key_reaches_old_sandboxes]
 
 
-def main():
-    global ARGS
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--fedrouter", required=True)
-    ap.add_argument("--kubesim", required=True)
-    ap.add_argument("--agent", required=True)
-    ap.add_argument("--only", action="append", default=[])
-    ap.add_argument("--keep", action="store_true")
-    ARGS = ap.parse_args()
-    tr.ARGS = ARGS
-    results = []
-    tests = [t for t in TESTS if not ARGS.only or t.__name__ in ARGS.only]
-    fed = None
-    try:
-        fed = AgentFed("agent", [("a1", "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
-                                               "--agent-binary", os.path.abspath(ARGS.agent)])])
-        fed.shared = {}
-        for t in tests:
-            tr.run_test(t, fed, results)
-    except TestFailure as e:
-        results.append(("federation", False, str(e)))
-        print(f"FAIL federation: {e}", flush=True)
-    finally:
-        if fed is not None:
-            problems = fed.teardown()
-            results.append(("teardown", not problems, "; ".join(problems)))
-            print("ok   teardown" if not problems else "FAIL teardown: " + "; ".join(problems), flush=True)
-    failed = [r for r in results if not r[1]]
-    print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    rc = 1
-    try:
-        rc = main()
-    finally:
-        for p in tr.ALL_PROCS:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-    sys.exit(rc)
+    sys.exit(tr.run_one_federation(
+        __doc__, lambda: AgentFed("agent", [("a1", "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
+                                                          "--agent-binary", os.path.abspath(tr.ARGS.agent)])]),
+        TESTS, ["--agent"]))

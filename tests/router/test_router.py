@@ -692,8 +692,12 @@ def test_bad_input(fed):
                      "unknown create field")
     check(e.get("field") == "bogus_field" or "bogus_field" in e.get("message", ""),
           f"unknown field not named: {e}")
-    e = expect_error(fed.api("POST", P, {"image": IMAGE, "secrets": ["HF_TOKEN"]}), 400, "invalid_field",
-                     "secrets (not accepted yet)")
+    # This federation runs no agent, and secrets reach a sandbox only through one.
+    e = expect_error(fed.api("POST", P, {"image": IMAGE, "secrets": ["HF_TOKEN"]}), 400, "agent_required",
+                     "secrets without an agent")
+    e = expect_error(fed.api("POST", P, {"image": IMAGE, "secrets": ["HF-TOKEN"]}), 400, "invalid_field",
+                     "a secret name that is no env var name")
+    check(e.get("field") == "secrets", f"field for secrets: {e}")
     e = expect_error(fed.api("POST", P, {"image": IMAGE, "clusters": ["nowhere"]}), 404, "cluster_not_found",
                      "clusters naming an unknown cluster")
     e = expect_error(fed.exec(sid, ["true"], colour="blue"), 400, "invalid_field", "unknown exec field")
@@ -1485,6 +1489,51 @@ def run_test(fn, fed, results):
         print(f"FAIL {fn.__name__} ({time.monotonic() - t0:.1f} s): {detail}", flush=True)
 
 
+def kill_leftovers():
+    """SIGKILLs the process group of every process the suite started that
+    still runs."""
+    for p in ALL_PROCS:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def run_one_federation(doc, make_fed, tests, extra_paths=()):
+    """The main() of a suite of <tests> on one federation: parses
+    --fedrouter, --kubesim, each of <extra_paths> ("--agent"), --only and
+    --keep into ARGS, runs the tests on make_fed(), tears it down, prints
+    `N passed, M failed` and kills whatever it started that is left.
+    Returns the exit code."""
+    global ARGS
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    for opt in ("--fedrouter", "--kubesim") + tuple(extra_paths):
+        ap.add_argument(opt, required=True)
+    ap.add_argument("--only", action="append", default=[])
+    ap.add_argument("--keep", action="store_true")
+    ARGS = ap.parse_args()
+    results, fed = [], None
+    try:
+        fed = make_fed()
+        fed.shared = {}
+        for t in tests:
+            if not ARGS.only or t.__name__ in ARGS.only:
+                run_test(t, fed, results)
+    except TestFailure as e:
+        results.append(("federation", False, str(e)))
+        print(f"FAIL federation: {e}", flush=True)
+    finally:
+        if fed is not None:
+            problems = fed.teardown()
+            results.append(("teardown", not problems, "; ".join(problems)))
+            print("ok   teardown" if not problems else "FAIL teardown: " + "; ".join(problems), flush=True)
+        kill_leftovers()
+    failed = [r for r in results if not r[1]]
+    print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
 def watchdog():
     time.sleep(WATCHDOG_S)
     print(f"FAIL watchdog: the suite ran over {WATCHDOG_S} s; killing everything", flush=True)
@@ -1543,10 +1592,5 @@ if __name__ == "__main__":
     try:
         rc = main()
     finally:
-        for p in ALL_PROCS:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except OSError:
-                    pass
+        kill_leftovers()
     sys.exit(rc)

@@ -23,6 +23,7 @@
 #define ALLPODS "/api/v1/pods"
 #define REPLICASETS "/apis/apps/v1/namespaces/" FK_NS "/replicasets"
 #define QUOTAS "/api/v1/namespaces/" FK_NS "/resourcequotas"
+#define SECRETS "/api/v1/namespaces/" FK_NS "/secrets/"
 
 enum pend_kind { PEND_WATCH, PEND_HELD };
 
@@ -50,6 +51,7 @@ struct script {
   int count;         /* < 0: forever */
   int status;
   char *message;
+  char *path_prefix; /* NULL: any path */
 };
 
 struct fake_kube {
@@ -57,6 +59,7 @@ struct fake_kube {
   struct fr_http_server *srv;
   char kubeconfig[256];
   json_t *pods;      /* name -> pod object */
+  json_t *secrets;   /* name -> Secret object */
   uint64_t rv;       /* last resourceVersion handed out */
   struct hist *hist;
   size_t nhist, hist_cap;
@@ -379,12 +382,13 @@ static void delete_pod(struct fake_kube *fk, struct fr_http_req *req, size_t li,
   json_decref(pod);
 }
 
-static struct script *script_take(struct fake_kube *fk, const char *method) {
+static struct script *script_take(struct fake_kube *fk, const char *method, const char *path) {
   size_t i;
 
   for (i = 0; i < fk->nscripts; i++) {
     struct script *s = &fk->scripts[i];
-    if (s->count != 0 && strcmp(s->method, method) == 0) {
+    if (s->count != 0 && strcmp(s->method, method) == 0 &&
+        (s->path_prefix == NULL || strncmp(path, s->path_prefix, strlen(s->path_prefix)) == 0)) {
       if (s->count > 0)
         s->count--;
       return s;
@@ -409,7 +413,7 @@ static void handle(struct fr_http_req *req, void *arg) {
     reply_status(fk, req, li, 503, "the fake API server is down");
     return;
   }
-  if ((sc = script_take(fk, req->method)) != NULL) {
+  if ((sc = script_take(fk, req->method, req->path)) != NULL) {
     if (sc->status == FK_HOLD)
       hold(fk, req, li);
     else
@@ -446,6 +450,12 @@ static void handle(struct fr_http_req *req, void *arg) {
       reply_json(fk, req, li, 200, fk_pod(fk, name));
     else
       reply_status(fk, req, li, is_get ? 404 : 405, "pods not found");
+  } else if (is_get && strncmp(req->path, SECRETS, strlen(SECRETS)) == 0) {
+    json_t *sec = json_object_get(fk->secrets, req->path + strlen(SECRETS));
+    if (sec != NULL)
+      reply_json(fk, req, li, 200, sec);
+    else
+      reply_status(fk, req, li, 404, "secrets not found");
   } else if (is_get && (strcmp(req->path, NODES) == 0 || strcmp(req->path, ALLPODS) == 0 ||
                         strcmp(req->path, REPLICASETS) == 0 || strcmp(req->path, QUOTAS) == 0)) {
     /* The other caches: static, so their watches never send anything. */
@@ -472,6 +482,7 @@ int fk_new(uv_loop_t *loop, const char *dir, struct fake_kube **out) {
   fk->loop = loop;
   fk->rv = 100;
   fk->pods = json_object();
+  fk->secrets = json_object();
   rc = fr_http_server_new(loop, NULL, handle, fk, &fk->srv);
   if (rc == 0)
     rc = fr_http_server_listen(fk->srv, "127.0.0.1", 0);
@@ -519,6 +530,7 @@ static void on_server_closed(struct fr_http_server *srv, void *arg) {
   free(fk->hist);
   fk_script_clear(fk);
   json_decref(fk->pods);
+  json_decref(fk->secrets);
   free(fk);
   if (cb != NULL)
     cb(cb_arg);
@@ -542,6 +554,12 @@ void fk_free(struct fake_kube *fk, void (*cb)(void *arg), void *arg) {
   } else {
     on_server_closed(NULL, fk);
   }
+}
+
+void fk_add_secret(struct fake_kube *fk, const char *name, json_t *data) {
+  json_object_set_new(fk->secrets, name,
+                      json_pack("{s:s,s:s,s:{s:s,s:s},s:s,s:O}", "apiVersion", "v1", "kind", "Secret",
+                                "metadata", "name", name, "namespace", FK_NS, "type", "Opaque", "data", data));
 }
 
 json_t *fk_warm_pod(const char *name, const char *pool) {
@@ -652,7 +670,8 @@ int fk_pod_watches(const struct fake_kube *fk) {
   return n;
 }
 
-void fk_script(struct fake_kube *fk, const char *method, int count, int status, const char *message) {
+void fk_script_path(struct fake_kube *fk, const char *method, const char *path_prefix, int count, int status,
+                    const char *message) {
   struct script *s;
 
   fk->scripts = xrealloc(fk->scripts, (fk->nscripts + 1) * sizeof(*fk->scripts));
@@ -661,13 +680,20 @@ void fk_script(struct fake_kube *fk, const char *method, int count, int status, 
   s->count = count;
   s->status = status;
   s->message = xstrdup(message);
+  s->path_prefix = path_prefix != NULL ? xstrdup(path_prefix) : NULL;
+}
+
+void fk_script(struct fake_kube *fk, const char *method, int count, int status, const char *message) {
+  fk_script_path(fk, method, NULL, count, status, message);
 }
 
 void fk_script_clear(struct fake_kube *fk) {
   size_t i;
 
-  for (i = 0; i < fk->nscripts; i++)
+  for (i = 0; i < fk->nscripts; i++) {
     free(fk->scripts[i].message);
+    free(fk->scripts[i].path_prefix);
+  }
   free(fk->scripts);
   fk->scripts = NULL;
   fk->nscripts = 0;

@@ -75,6 +75,9 @@ int fk_pod_merge(struct fake_kube *fk, const char *name, const char *merge);
 /* Removes pod <name> at once and publishes DELETED (someone else deleted
  * it). Returns 0, or -1 when there is no such pod. */
 int fk_pod_delete(struct fake_kube *fk, const char *name);
+/* Stores Secret <name> with <data> (key -> base64 value, borrowed), served
+ * to GET .../secrets/<name>; other names get 404. */
+void fk_add_secret(struct fake_kube *fk, const char *name, json_t *data);
 
 /* ---- watch control ---- */
 
@@ -93,6 +96,9 @@ int fk_pod_watches(const struct fake_kube *fk);
  * instead of the default behaviour, or held when <status> is FK_HOLD.
  * Scripts are consulted in the order they were added. */
 void fk_script(struct fake_kube *fk, const char *method, int count, int status, const char *message);
+/* The same for requests whose path starts with <path_prefix>. */
+void fk_script_path(struct fake_kube *fk, const char *method, const char *path_prefix, int count, int status,
+                    const char *message);
 /* Forgets every script. */
 void fk_script_clear(struct fake_kube *fk);
 /* <down>: every new request is answered 503 (logged with that status). */

@@ -248,6 +248,11 @@ struct fr_sandbox_spec {
                                warm claim needs spec->pool's options to be the same */
   json_t *env;              /* object of strings or NULL (borrowed) */
   json_t *labels;           /* user labels or NULL (borrowed) */
+  /* Secret values (object of strings) or NULL (borrowed; a reference is
+   * kept while the create runs, dropped with fr_secret_values_free): env
+   * that only the sandbox's agent gets, by /init, never the pod spec or an
+   * annotation. Only pods with an agent are claimed for it. */
+  json_t *secrets;
   int64_t lifetime_s;
   uint64_t ready_timeout_ms;/* give up on a cold start after this; 0 = 120 s */
   const char *request_id;
@@ -298,6 +303,43 @@ void fr_adapter_reserve(struct fr_adapter *a, int64_t delta);
 void fr_adapter_reserve_warm(struct fr_adapter *a, const char *pool, int64_t delta);
 /* Creates in flight on this adapter (reserved against its capacity). */
 int64_t fr_adapter_inflight(const struct fr_adapter *a);
+
+/* ---- Secrets of the sandbox namespace (secret.c) ---- */
+
+struct fr_secret_call;
+
+enum fr_secret_err {
+  FR_SECRET_OK = 0,
+  FR_SECRET_NOT_FOUND,      /* no such Secret, or it lacks a key (<key> says which) */
+  FR_SECRET_INVALID,        /* a value is not usable as an env var (not UTF-8, a NUL) */
+  FR_SECRET_UNAVAILABLE,    /* the cluster did not answer usefully (403 included) */
+};
+
+struct fr_secret_result {
+  enum fr_secret_err err;
+  const char *key;          /* NOT_FOUND (NULL: the Secret itself) and INVALID: which key */
+  const char *message;      /* why, for errors; never holds a value */
+  /* FR_SECRET_OK: key -> decoded value for every key asked, borrowed for
+   * the callback (json_incref to keep it, and let go of it with
+   * fr_secret_values_free). */
+  json_t *values;
+};
+
+typedef void (*fr_secret_cb)(const struct fr_secret_result *res, void *arg);
+
+/* Reads keys <keys> (<nkeys>, borrowed for the call) of Secret <secret> in
+ * the sandbox namespace: one GET, not retried, at most 5 s, nothing cached,
+ * so a changed value is what the next read gets. Bodies are
+ * FR_KUBE_SENSITIVE. <cb> runs once, from a later loop turn, unless the
+ * call is cancelled. Returns 0, -EHOSTDOWN (the breaker is open), -EINVAL,
+ * -ENOMEM. <out> (may be NULL) gets the call for fr_secret_call_cancel. */
+int fr_adapter_secret_get(struct fr_adapter *a, const char *secret, const char *const *keys, size_t nkeys,
+                          const char *request_id, fr_secret_cb cb, void *arg, struct fr_secret_call **out);
+/* No callback runs afterwards. Accepts NULL. */
+void fr_secret_call_cancel(struct fr_secret_call *c);
+/* Drops a reference to an object of secret values; the last one zeroes
+ * the values before jansson frees them. Accepts NULL. */
+void fr_secret_values_free(json_t *values);
 
 /* ---- exec (exec.c) ---- */
 

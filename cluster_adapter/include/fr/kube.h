@@ -88,6 +88,10 @@ enum fr_kube_flags {
    * long as the processes they follow never hold up the REST calls and
    * watches the cluster's state depends on. Never retried. */
   FR_KUBE_STREAM = 1 << 2,
+  /* The request or response body holds secrets (a Secret read, an agent's
+   * /init): both are zeroed before their memory is freed. Copies libcurl
+   * or a growing buffer made on the way are not reached. */
+  FR_KUBE_SENSITIVE = 1 << 3,
 };
 
 /* Starts a REST call. <path> is the path and query ("/api/v1/namespaces/

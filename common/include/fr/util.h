@@ -48,5 +48,7 @@ size_t fr_edit_distance(const char *a, const char *b);
 
 /* Constant-time comparison of two NUL-terminated secrets. Returns 1 if equal. */
 int fr_secret_equal(const char *a, const char *b);
+/* Zeroes the NUL-terminated string <s> (a secret) and frees it. Accepts NULL. */
+void fr_secret_free(char *s);
 
 #endif

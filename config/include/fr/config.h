@@ -20,7 +20,8 @@
  *              exec_output_budget_bytes = 268435456; };
  *   agent = { image = "registry/fedrouter-agent:0.1.0"; port = 49983; key_file = "agent.key"; };
  *   tenants = ( { name = "rl"; token_sha256 = "<64 hex>"; max_sandboxes = 20000;
- *                 max_requests_in_flight = 4096; max_concurrent_execs = 2048; } );
+ *                 max_requests_in_flight = 4096; max_concurrent_execs = 2048;
+ *                 secret = "rl-sandbox-secrets"; } );  # the default for "rl"
  *   clusters = ( { name = "us-east"; region = "us";
  *                  kubeconfig = "us-east.kubeconfig"; context = "us-east";
  *                  namespace = "default";
@@ -53,7 +54,16 @@ struct fr_config_tenant {
   int64_t max_pool_replicas;      /* warm pods over all its pools and clusters (default 1000; 0 = none) */
   int64_t max_file_bytes;         /* largest file upload into a sandbox (default 10 GiB) */
   int admin;                      /* may create and change shared pools */
+  /* The Secret of the sandbox namespace its creates' `secrets` name keys
+   * of: `secret`, else "<name>-sandbox-secrets" (name lowercased, other
+   * characters than a-z0-9 made '-'). No two tenants share one. */
+  char *secret;
 };
+
+/* What a default tenant Secret name ends with. */
+#define FR_SECRET_SUFFIX "-sandbox-secrets"
+/* The Secret of the loopback-only router (no tenants). */
+#define FR_LOCAL_SECRET "fedrouter-sandbox-secrets"
 
 struct fr_config_cost {
   double per_core_hour;    /* $ per vCPU-hour of requested cpu */

@@ -7,12 +7,13 @@ API (``sandbox.create``, ``sb.exec``, ``.aio`` siblings, ...);
 from . import errors, sandbox
 from .client import (Client, ExecChunk, ExecResult, Files, Process, Processes, Record, Sandbox, SandboxList,
                      collect)
-from .errors import (APIError, ConnectError, ConnectionLost, FedrouterError, InvalidField, NoCapacity,
-                     NotFound, NotSupported, SandboxNotFound, TenantLimit, Timeout, TransportError)
+from .errors import (AgentRequired, APIError, ConnectError, ConnectionLost, FedrouterError, InvalidField,
+                     NoCapacity, NotFound, NotSupported, SandboxNotFound, SecretNotFound, TenantLimit, Timeout,
+                     TransportError)
 
 __version__ = "0.1.0"
 
 __all__ = ["sandbox", "errors", "Client", "Sandbox", "SandboxList", "ExecResult", "ExecChunk", "Files",
            "Process", "Processes", "Record", "collect", "FedrouterError", "APIError", "TransportError",
            "ConnectError", "ConnectionLost", "Timeout", "NotFound", "SandboxNotFound", "NoCapacity",
-           "TenantLimit", "InvalidField", "NotSupported", "__version__"]
+           "TenantLimit", "InvalidField", "NotSupported", "SecretNotFound", "AgentRequired", "__version__"]

@@ -76,6 +76,10 @@ def _rebuild(cls, message, status, code, request_id, body, retry_after, headers)
 class APIError(FedrouterError):
     """The router answered with an error (an HTTP status >= 400)."""
 
+    def _body_str(self, key: str) -> Optional[str]:
+        v = self.body.get(key)
+        return v if isinstance(v, str) else None
+
 
 class TransportError(FedrouterError):
     """No complete answer from the router (connection, protocol, timeout)."""
@@ -110,8 +114,36 @@ class InvalidField(APIError):
 
     @property
     def field(self) -> Optional[str]:
-        v = self.body.get("field")
-        return v if isinstance(v, str) else None
+        return self._body_str("field")
+
+
+class SecretNotFound(APIError):
+    """A create's ``secrets`` names a key (``key``) the tenant's Secret lacks
+    in ``cluster``, or the Secret is missing there; nothing was created."""
+    code_default = "secret_not_found"
+
+    @property
+    def key(self) -> Optional[str]:
+        return self._body_str("key")
+
+    @property
+    def cluster(self) -> Optional[str]:
+        return self._body_str("cluster")
+
+
+class SecretInvalid(APIError):
+    """A requested Secret value cannot be an env var value."""
+    code_default = "secret_invalid"
+
+
+class SecretTooLarge(APIError):
+    """The requested Secret values are too large together."""
+    code_default = "secret_too_large"
+
+
+class AgentRequired(APIError):
+    """``secrets`` on a router that runs sandboxes without the agent."""
+    code_default = "agent_required"
 
 
 class InvalidArgv(APIError):
@@ -184,8 +216,7 @@ class TenantLimit(_RetryAfter):
 
     @property
     def limit(self) -> Optional[str]:
-        v = self.body.get("limit")
-        return v if isinstance(v, str) else None
+        return self._body_str("limit")
 
 
 class HeadersTooLarge(APIError):
@@ -240,7 +271,7 @@ class NotSupported(FedrouterError):
 
 ERROR_CLASSES: Dict[str, Type[APIError]] = {
     c.code_default: c for c in (
-        InvalidJson, InvalidField, InvalidArgv, InvalidId, Unauthorized, Forbidden, NotFound,
+        InvalidJson, InvalidField, SecretNotFound, SecretInvalid, SecretTooLarge, AgentRequired, InvalidArgv, InvalidId, Unauthorized, Forbidden, NotFound,
         SandboxNotFound, PoolNotFound, ClusterNotFound, ProcessNotFound, MethodNotAllowed,
         RequestTimeout, PoolExists, SandboxNotRunning, BodyTooLarge, TenantLimit, HeadersTooLarge,
         InternalError, ExecFailed, NoCapacity, ClusterUnavailable, AgentUnavailable, NotReady,

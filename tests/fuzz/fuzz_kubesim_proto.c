@@ -1,0 +1,36 @@
+/* fuzz_kubesim_proto.c - kubesim's protobuf create bodies
+ * (loadtest/kubesim/proto.c): the envelope kubectl create secret generic,
+ * create configmap and create namespace send.
+ *
+ * Input: the request body as received. Properties checked beyond "no
+ * crash": a decode either gives a JSON object whose kind is one of the
+ * three it knows, with a metadata object, or leaves a message and no
+ * object.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  char err[512];
+  json_t *j;
+  const char *kind;
+
+  err[0] = '\0';
+  j = proto_decode(data, size, err, sizeof(err));
+  if (j == NULL) {
+    if (err[0] == '\0')
+      abort();
+    return 0;
+  }
+  kind = json_string_value(json_object_get(j, "kind"));
+  if (kind == NULL || !json_is_object(json_object_get(j, "metadata")) ||
+      (strcmp(kind, "Secret") != 0 && strcmp(kind, "ConfigMap") != 0 && strcmp(kind, "Namespace") != 0))
+    abort();
+  json_decref(j);
+  return 0;
+}
