@@ -100,6 +100,16 @@ static json_t *shape(struct api_req *q, int *status, json_t *body) {
   json_t *err = json_object_get(body, "error"), *out;
 
   if (*status >= 400 && json_is_object(err)) {
+    /* A refused create names the E2B field the client sent. */
+    static const char *const fields[][2] = {{"pool", "templateID"}, {"labels", "metadata"}, {"env", "envVars"},
+                                            {"timeout_s", "timeout"}};
+    const char *f = json_string_value(json_object_get(err, "field"));
+    size_t i;
+    for (i = 0; f != NULL && q->shape_kind == K_CREATE && i < sizeof(fields) / sizeof(fields[0]); i++)
+      if (strcmp(f, fields[i][0]) == 0) {
+        json_object_set_new(err, "field", json_string(fields[i][1]));
+        break;
+      }
     out = json_pack("{s:i,s:O,s:O}", "code", *status, "message", json_object_get(err, "message"), "error", err);
     json_decref(body);
     return out;
@@ -115,6 +125,15 @@ static json_t *shape(struct api_req *q, int *status, json_t *body) {
     return out;
   }
   return body;
+}
+
+/* The tenant of <q> (set) may start one more request; else answers 429. */
+static int admitted(struct api_req *q) {
+  if (q->ts == NULL || q->ts->inflight < q->ts->max_inflight)
+    return 1;
+  api_reply(q, 429, api_limit_body("too many requests in flight (max_requests_in_flight)", "max_requests_in_flight"),
+            "Retry-After: 1\r\n");
+  return 0;
 }
 
 static void unsupported(struct api_req *q, const char *what) {
@@ -250,7 +269,8 @@ static void set_timeout(struct api_req *q, const char *id, int connect) {
 
   if (pod == NULL || (t = body_timeout(q, connect)) < 0)
     return;
-  if (t == 0) {
+  /* E2B's connect only ever lengthens a running sandbox's life. */
+  if (t == 0 || (connect && pod->expires_s >= fr_wall_ms() / 1000 + t)) {
     api_reply(q, 200, sandbox_json(a, pod, 1), NULL);
     return;
   }
@@ -464,7 +484,7 @@ static void in_sandbox(struct api_req *q, const char *id, const char *tenant) {
   }
   snprintf(q->tenant, sizeof(q->tenant), "%s", p->tenant);
   q->ts = router_tenant(q->r, q->tenant);
-  if (find(q, id, &a) == NULL)
+  if (find(q, id, &a) == NULL || !admitted(q))
     return;
   fr_buf_init(&h);
   for (i = 0; pass[i] != NULL; i++) {
@@ -569,9 +589,8 @@ void e2b_handle(struct api_req *q) {
   snprintf(q->tenant, sizeof(q->tenant), "%s", tenant);
   q->ts = router_tenant(q->r, tenant);
   router_note(q->req, "tenant", tenant);
-  if (q->ts != NULL && q->ts->inflight >= q->ts->max_inflight) {
-    api_reply(q, 429, api_limit_body("too many requests in flight (max_requests_in_flight)", "max_requests_in_flight"),
-              "Retry-After: 1\r\n");
+  if (!admitted(q)) {
+    /* answered */
   } else if (strcmp(p, "/v2/sandboxes") == 0 || strcmp(p, "/sandboxes") == 0) {
     if (strcmp(m, "POST") == 0)
       create(q);

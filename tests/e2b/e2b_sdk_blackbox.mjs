@@ -54,6 +54,9 @@ try {
     await sbx.setTimeout(600_000)
     const left = (await sbx.getInfo()).endAt.getTime() - Date.now()
     must(left > 500_000 && left <= 601_000, 'endAt after setTimeout: ' + left)
+    await sbx.setTimeout(300_000)
+    const shorter = (await sbx.getInfo()).endAt.getTime() - Date.now()
+    must(shorter > 250_000 && shorter <= 301_000, 'endAt after a shorter setTimeout: ' + shorter)
   })
   await run('commands.run env and exit codes', async () => {
     const r = await sbx.commands.run('echo "$GREETING"; echo oops >&2')
@@ -135,6 +138,13 @@ try {
     const again = await Sandbox.connect(second.sandboxId)
     const r = await again.commands.run('echo connected')
     must(r.stdout === 'connected\n', 'run after connect')
+    // A connect's timeout only lengthens the sandbox's life (E2B's rule).
+    await Sandbox.connect(second.sandboxId, { timeoutMs: 10_000 })
+    let left = (await again.getInfo()).endAt.getTime() - Date.now()
+    must(left > 90_000, 'a shorter connect timeout shortened the life: ' + left)
+    await Sandbox.connect(second.sandboxId, { timeoutMs: 900_000 })
+    left = (await again.getInfo()).endAt.getTime() - Date.now()
+    must(left > 850_000 && left <= 901_000, 'a longer connect timeout: ' + left)
   })
   await run('another tenant gets nothing', async () => {
     await throwsLike(() => Sandbox.getInfo(sbx.sandboxId, { apiKey: OTHER_KEY }), (e) => e instanceof SandboxNotFoundError,

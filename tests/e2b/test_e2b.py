@@ -73,7 +73,7 @@ def test_wire_answers(fed):
     st, r = e2b(fed, "POST", "/v2/sandboxes", body={"metadata": {}})
     check(st == 400 and r["error"]["field"] == "templateID", f"no templateID: {st} {r}")
     st, r = e2b(fed, "POST", "/v2/sandboxes", body={"templateID": POOL, "timeout": 10 ** 9})
-    check(st == 400 and r.get("code") == 400, f"timeout beyond the maximum: {st} {r}")
+    check(st == 400 and r.get("code") == 400 and r["error"]["field"] == "timeout", f"timeout beyond the maximum: {st} {r}")
     st, r = e2b(fed, "POST", "/v2/sandboxes", body={"templateID": POOL, "metadata": {"bad key!": "x"}})
     check(st == 400 and "label" in r.get("message", ""), f"metadata that is no label: {st} {r}")
     st, r = e2b(fed, "POST", "/v2/sandboxes", body={"templateID": POOL, "mcp": {"x": {}}})
