@@ -884,6 +884,18 @@ static void xfer_gone(struct api_req *q, void *arg) {
   xfer_free(x);
 }
 
+/* <x>'s agent call has finished: nothing more comes from it or from the
+ * client's body. Returns the request, still to be answered. */
+static struct api_req *xfer_call_over(struct xfer *x) {
+  struct api_req *q = x->q;
+
+  x->call = NULL;
+  q->gone_cb = NULL;
+  if (q->req != NULL)
+    q->req->body_cb = NULL;
+  return q;
+}
+
 /* Starts <x>'s agent call; the request then waits for it. On failure
  * answers, frees <x> and returns -1. */
 static int xfer_start(struct xfer *x, const char *id, struct fr_agent_call_opts *o) {
@@ -1033,12 +1045,8 @@ static void up_drain(void *arg) {
 
 static void up_done(const struct fr_agent_result *res, void *arg) {
   struct xfer *x = arg;
-  struct api_req *q = x->q;
+  struct api_req *q = xfer_call_over(x);
 
-  x->call = NULL;
-  q->gone_cb = NULL;
-  if (q->req != NULL)
-    q->req->body_cb = NULL;
   if (x->answered) {
     ;
   } else if (res->err == FR_AGENT_OK && res->status >= 200 && res->status < 300 && x->body_done) {
@@ -1165,12 +1173,8 @@ static void files(struct api_req *q, struct fr_adapter *a, const char *id) {
 
 static void raw_done(const struct fr_agent_result *res, void *arg) {
   struct xfer *x = arg;
-  struct api_req *q = x->q;
+  struct api_req *q = xfer_call_over(x);
 
-  x->call = NULL;
-  q->gone_cb = NULL;
-  if (q->req != NULL)
-    q->req->body_cb = NULL;
   if (x->answered)
     ;
   else if (q->streaming)

@@ -56,6 +56,15 @@ def e2b(fed, method, path, body=None, key=tr.TOKEN_A, headers=None):
     return tr.api_call(fed.router.port, method, "/e2b" + path, body, None, h)
 
 
+def test_pool_is_warm(fed):
+    st, r = fed.api("POST", "/v1/pools", {"name": POOL, "image": tr.IMAGE, "replicas": 2, "cpus": 0.5,
+                                          "memory_gb": 0.5})
+    check(st == 201, f"pool: {st} {r}")
+    check(tr.wait_until(lambda: any(p.get("name") == POOL and p.get("ready", 0) >= 2
+                                    for c in fed.api("GET", "/v1/clusters")[1]["clusters"] for p in c["pools"]), 30),
+          "the pool did not fill in 30 s")
+
+
 def test_wire_answers(fed):
     st, r = e2b(fed, "GET", "/v2/sandboxes", key=None)
     check(st == 401 and r.get("code") == 401 and r["error"]["code"] == "unauthorized", f"no key: {st} {r}")
@@ -104,7 +113,7 @@ def test_official_sdk(fed):
     check(st == 200 and r["sandboxes"] == [], f"sandboxes left behind: {short(r)}")
 
 
-TESTS = [test_wire_answers, test_official_sdk]
+TESTS = [test_pool_is_warm, test_wire_answers, test_official_sdk]
 
 
 def main():
@@ -122,30 +131,13 @@ def main():
         print("SKIPPED: the official E2B JS SDK could not be installed (node or npm missing, or the npm registry "
               "unreachable); the E2B endpoint was NOT tested", flush=True)
         return SKIP
-    results = []
-    fed = None
-    try:
+
+    def make_fed():
         fed = tap.AgentFed("e2b", [("e1", "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
                                                  "--agent-binary", os.path.abspath(ARGS.agent)])])
         fed.shared = {"mods": mods}
-        st, r = fed.api("POST", "/v1/pools", {"name": POOL, "image": tr.IMAGE, "replicas": 2, "cpus": 0.5,
-                                              "memory_gb": 0.5})
-        check(st == 201, f"pool: {st} {r}")
-        tr.wait_until(lambda: any(p.get("name") == POOL and p.get("ready", 0) >= 2
-                                  for c in fed.api("GET", "/v1/clusters")[1]["clusters"] for p in c["pools"]), 30)
-        for t in TESTS:
-            tr.run_test(t, fed, results)
-    except tr.TestFailure as e:
-        results.append(("federation", False, str(e)))
-        print(f"FAIL federation: {e}", flush=True)
-    finally:
-        if fed is not None:
-            problems = fed.teardown()
-            results.append(("teardown", not problems, "; ".join(problems)))
-            print("ok   teardown" if not problems else "FAIL teardown: " + "; ".join(problems), flush=True)
-    failed = [r for r in results if not r[1]]
-    print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
+        return fed
+    return tr.run_suite(make_fed, TESTS)
 
 
 if __name__ == "__main__":

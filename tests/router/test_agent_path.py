@@ -29,7 +29,7 @@ import urllib.request
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_router as tr  # noqa: E402
-from test_router import TestFailure, check, short, wait_until  # noqa: E402
+from test_router import check, short, wait_until  # noqa: E402
 
 ARGS = None
 SECRET_ENV = "s3cr3t-" + os.urandom(4).hex()
@@ -187,26 +187,14 @@ def main():
     ap.add_argument("--keep", action="store_true")
     ARGS = ap.parse_args()
     tr.ARGS = ARGS
-    results = []
     tests = [t for t in TESTS if not ARGS.only or t.__name__ in ARGS.only]
-    fed = None
-    try:
+
+    def make_fed():
         fed = AgentFed("agent", [("a1", "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
                                                "--agent-binary", os.path.abspath(ARGS.agent)])])
         fed.shared = {}
-        for t in tests:
-            tr.run_test(t, fed, results)
-    except TestFailure as e:
-        results.append(("federation", False, str(e)))
-        print(f"FAIL federation: {e}", flush=True)
-    finally:
-        if fed is not None:
-            problems = fed.teardown()
-            results.append(("teardown", not problems, "; ".join(problems)))
-            print("ok   teardown" if not problems else "FAIL teardown: " + "; ".join(problems), flush=True)
-    failed = [r for r in results if not r[1]]
-    print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
+        return fed
+    return tr.run_suite(make_fed, tests)
 
 
 if __name__ == "__main__":

@@ -1388,6 +1388,28 @@ def watchdog():
     os._exit(1)
 
 
+def run_suite(make_fed, tests):
+    """Makes a federation with <make_fed>(), runs <tests> on it, tears it
+    down, prints `N passed, M failed` and returns the exit code."""
+    results = []
+    fed = None
+    try:
+        fed = make_fed()
+        for t in tests:
+            run_test(t, fed, results)
+    except TestFailure as e:
+        results.append(("federation", False, str(e)))
+        print(f"FAIL federation: {e}", flush=True)
+    finally:
+        if fed is not None:
+            problems = fed.teardown()
+            results.append(("teardown", not problems, "; ".join(problems)))
+            print("ok   teardown" if not problems else "FAIL teardown: " + "; ".join(problems), flush=True)
+    failed = [r for r in results if not r[1]]
+    print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
