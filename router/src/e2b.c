@@ -105,7 +105,7 @@ static json_t *shape(struct api_req *q, int *status, json_t *body) {
                                             {"timeout_s", "timeout"}};
     const char *f = json_string_value(json_object_get(err, "field"));
     size_t i;
-    for (i = 0; f != NULL && q->shape_kind == K_CREATE && i < sizeof(fields) / sizeof(fields[0]); i++)
+    for (i = 0; f != NULL && q->shape_kind == K_CREATE && i < FR_ARRAY_SIZE(fields); i++)
       if (strcmp(f, fields[i][0]) == 0) {
         json_object_set_new(err, "field", json_string(fields[i][1]));
         break;
