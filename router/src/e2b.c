@@ -39,6 +39,9 @@
  * fedrouter-agent implements (agent/README.md "Which envd version we
  * claim"). The SDK turns features on and off by it. */
 #define ENVD_VERSION "0.5.7"
+/* envd's port, which the SDK names in E2b-Sandbox-Port for its own calls
+ * (whatever port the agent listens on in the pod). */
+#define ENVD_PORT "49983"
 #define LIST_DEFAULT 100
 #define LIST_MAX 1000
 
@@ -457,6 +460,7 @@ static void in_sandbox(struct api_req *q, const char *id, const char *tenant) {
   static const char *const pass[] = {"Connect-Protocol-Version", "Connect-Timeout-Ms", "Keepalive-Ping-Interval",
                                      "Accept", NULL};
   const char *token = fr_http_req_header(q->req, "X-Access-Token");
+  const char *port = fr_http_req_header(q->req, "E2b-Sandbox-Port");
   const char *path = q->req->path + 4, *pod;
   struct fr_adapter *a;
   const struct fr_pod *p;
@@ -464,6 +468,12 @@ static void in_sandbox(struct api_req *q, const char *id, const char *tenant) {
   struct fr_buf h;
   size_t i;
 
+  /* The SDK names envd's port; any other port is a user's service in the
+   * sandbox, which this endpoint does not reach. */
+  if (port != NULL && strcmp(port, ENVD_PORT) != 0) {
+    unsupported(q, "reaching other ports of a sandbox (E2b-Sandbox-Port)");
+    return;
+  }
   if (!agent_path_ok(path)) {
     snprintf(msg, sizeof(msg), "inside a sandbox, %.200s", path);
     unsupported(q, msg);
