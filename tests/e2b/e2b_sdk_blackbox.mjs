@@ -75,10 +75,20 @@ try {
   })
   await run('background, list, kill', async () => {
     const h = await sbx.commands.run('sleep 300', { background: true })
-    must((await sbx.commands.list()).some((p) => p.pid === h.pid), 'not listed')
+    must((await sbx.commands.list()).some((p) => p.pid === h.pid && p.args.join(' ').includes('sleep 300')), 'not listed')
     must(await sbx.commands.kill(h.pid) === true, 'kill')
     await h.wait().catch(() => {})
     must(!(await sbx.commands.list()).some((p) => p.pid === h.pid), 'still listed after kill')
+  })
+  await run('timeoutMs kills the command', async () => {
+    const t0 = Date.now()
+    await throwsLike(() => sbx.commands.run('sleep 37', { timeoutMs: 800 }), (e) => !(e instanceof CommandExitError),
+      'timeoutMs')
+    must(Date.now() - t0 < 5000, 'timeoutMs took ' + (Date.now() - t0) + ' ms')
+    const gone = async () => !(await sbx.commands.list()).some((p) => p.args && p.args.join(' ').includes('sleep 37'))
+    let ok = false
+    for (let i = 0; i < 20 && !(ok = await gone()); i++) await new Promise((resolve) => setTimeout(resolve, 100))
+    must(ok, 'the command outlived its timeoutMs')
   })
   await run('sendStdin', async () => {
     const h = await sbx.commands.run('cat', { background: true, stdin: true })
