@@ -1,5 +1,5 @@
 /* api.h - the request record of the v1 API and the helpers every handler
- * file shares (sandboxes.c, create.c, exec.c, pools.c).
+ * file shares (sandboxes.c, create.c, exec.c, pools.c, data.c, e2b.c).
  *
  * Ownership: router_handle() makes one struct api_req per request, puts it
  * in req->data for the whole request, and holds one reference while the

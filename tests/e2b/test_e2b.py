@@ -60,9 +60,26 @@ def test_pool_is_warm(fed):
     st, r = fed.api("POST", "/v1/pools", {"name": POOL, "image": tr.IMAGE, "replicas": 2, "cpus": 0.5,
                                           "memory_gb": 0.5})
     check(st == 201, f"pool: {st} {r}")
-    check(tr.wait_until(lambda: any(p.get("name") == POOL and p.get("ready", 0) >= 2
-                                    for c in fed.api("GET", "/v1/clusters")[1]["clusters"] for p in c["pools"]), 30),
+    check(tr.wait_until(lambda: all(any(p.get("name") == POOL and p.get("ready", 0) >= 2 for p in c["pools"])
+                                    for c in fed.api("GET", "/v1/clusters")[1]["clusters"]), 30),
           "the pool did not fill in 30 s")
+
+
+def test_region_header_places_the_create(fed):
+    ids = {}
+    for region, cluster in (("apac", "e2"), (None, "e1")):
+        st, r = e2b(fed, "POST", "/v2/sandboxes", body={"templateID": POOL, "timeout": 60},
+                    headers={"X-Client-Region": region} if region else None)
+        check(st == 201 and r.get("templateID") == POOL and r.get("envdVersion") == "0.5.7"
+              and len(r.get("envdAccessToken", "")) == 64 and r.get("clientID") == cluster,
+              f"create with region {region}: {st} {r}")
+        check(r["sandboxID"].startswith(cluster + "."), f"region {region} placed it in {r['sandboxID']}")
+        ids[cluster] = r["sandboxID"]
+    for sid in ids.values():
+        st, r = e2b(fed, "DELETE", "/sandboxes/" + sid)
+        check(st == 204, f"kill {sid}: {st} {r}")
+        st, r = e2b(fed, "GET", "/sandboxes/" + sid)
+        check(st == 404, f"{sid} after kill: {st} {r}")
 
 
 def test_wire_answers(fed):
@@ -115,7 +132,7 @@ def test_official_sdk(fed):
     check(st == 200 and r["sandboxes"] == [], f"sandboxes left behind: {short(r)}")
 
 
-TESTS = [test_pool_is_warm, test_wire_answers, test_official_sdk]
+TESTS = [test_pool_is_warm, test_wire_answers, test_region_header_places_the_create, test_official_sdk]
 
 
 def main():
@@ -135,8 +152,8 @@ def main():
         return SKIP
 
     def make_fed():
-        fed = tap.AgentFed("e2b", [("e1", "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
-                                                 "--agent-binary", os.path.abspath(ARGS.agent)])])
+        sim = ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi", "--agent-binary", os.path.abspath(ARGS.agent)]
+        fed = tap.AgentFed("e2b", [("e1", "us", sim), ("e2", "apac", sim)])
         fed.shared = {"mods": mods}
         return fed
     return tr.run_suite(make_fed, TESTS)
