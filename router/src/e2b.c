@@ -211,6 +211,7 @@ struct op {
   struct api_req *q;
   char id[256];
   int answer_sandbox;           /* connect: the sandbox, else 204 */
+  int64_t expires;              /* the expiry set (the cache may not show it yet) */
 };
 
 static void op_done(int status, const char *message, void *arg) {
@@ -232,7 +233,10 @@ static void op_done(int status, const char *message, void *arg) {
     api_reply(q, 204, NULL, NULL);
   } else if (split_id(o->id, cluster, sizeof(cluster), &pod) == 0 && (a = api_adapter(q->r, cluster)) != NULL &&
              (p = fr_adapter_pod(a, pod)) != NULL) {
-    api_reply(q, 200, sandbox_json(a, p, 1), NULL);
+    json_t *j = sandbox_json(a, p, 1);
+    if (j != NULL && o->expires > 0)
+      json_object_set_new(j, "endAt", api_time_json(o->expires));
+    api_reply(q, 200, j, NULL);
   } else {
     api_fail(q, 404, "sandbox_not_found", "the sandbox no longer exists", NULL);
   }
@@ -284,7 +288,8 @@ static void set_timeout(struct api_req *q, const char *id, int connect) {
   o->q = q;
   o->answer_sandbox = connect;
   snprintf(o->id, sizeof(o->id), "%s", id);
-  rc = fr_adapter_sandbox_set_expiry(a, pod->name, fr_wall_ms() / 1000 + t, q->rid, op_done, o);
+  o->expires = fr_wall_ms() / 1000 + t;
+  rc = fr_adapter_sandbox_set_expiry(a, pod->name, o->expires, q->rid, op_done, o);
   if (rc != 0) {
     free(o);
     api_fail(q, 503, "cluster_unavailable", "cannot send the change to the cluster", "Retry-After: 5\r\n");
