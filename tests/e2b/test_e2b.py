@@ -11,6 +11,8 @@ with a loud message only when the SDK cannot be installed (npm registry
 unreachable). Python 3 stdlib only.
 """
 import argparse
+import http.client
+import json
 import os
 import shutil
 import subprocess
@@ -113,6 +115,48 @@ def test_wire_answers(fed):
     check(st == 501 and "other ports" in r.get("message", ""), f"another port of a sandbox: {st} {r}")
 
 
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_files_stream_both_ways_with_backpressure(fed):
+    """48 MiB up through /e2b/files (a body far past max_body_bytes: it is
+    streamed, not buffered), then down to a reader that stops: the router
+    does not take the file into memory (half of it is the bound: ASan's
+    quarantine alone grows RSS by ~10 MiB); the bytes come back intact."""
+    st, sb = e2b(fed, "POST", "/v2/sandboxes", body={"templateID": POOL, "timeout": 120})
+    check(st == 201, f"create: {st} {sb}")
+    sid, token = sb["sandboxID"], sb["envdAccessToken"]
+    size, chunk = 48 << 20, bytes(range(256)) * 4096   # 1 MiB pieces
+    h = {"E2b-Sandbox-Id": sid, "X-Access-Token": token, "Content-Type": "application/octet-stream"}
+    c = http.client.HTTPConnection("127.0.0.1", fed.router.port, timeout=60)
+    c.request("POST", "/e2b/files?path=/tmp/big.bin", body=(chunk for _ in range(size // len(chunk))),
+              headers=h, encode_chunked=True)
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    check(r.status == 200 and json.loads(body)[0]["path"] == "/tmp/big.bin", f"upload: {r.status} {body[:300]!r}")
+    base = rss_kib(fed.router.proc.pid)
+    c = http.client.HTTPConnection("127.0.0.1", fed.router.port, timeout=60)
+    c.request("GET", "/e2b/files?path=/tmp/big.bin", headers={"E2b-Sandbox-Id": sid, "X-Access-Token": token})
+    r = c.getresponse()
+    check(r.status == 200 and r.getheader("Content-Length") == str(size), f"download head: {r.status} {r.getheaders()}")
+    got = r.read(1 << 20)
+    time.sleep(1.5)   # the reader stops; the agent's stream must stop too
+    grown = rss_kib(fed.router.proc.pid) - base
+    rest = r.read()
+    c.close()
+    check(len(got) + len(rest) == size and got == chunk and rest[-len(chunk):] == chunk, "the file came back different")
+    check(grown < 24 << 10, f"the router grew by {grown} KiB while the reader stood still: no backpressure")
+    print(f"     router RSS grew {grown} KiB holding a {size >> 20} MiB download for a stopped reader")
+    st, r = e2b(fed, "DELETE", "/sandboxes/" + sid)
+    check(st == 204, f"kill: {st} {r}")
+
+
 def test_official_sdk(fed):
     mods = fed.shared["mods"]
     env = dict(os.environ, FR_E2B_NODE_MODULES=mods, E2B_API_URL=f"http://127.0.0.1:{fed.router.port}/e2b",
@@ -132,7 +176,8 @@ def test_official_sdk(fed):
     check(st == 200 and r["sandboxes"] == [], f"sandboxes left behind: {short(r)}")
 
 
-TESTS = [test_pool_is_warm, test_wire_answers, test_region_header_places_the_create, test_official_sdk]
+TESTS = [test_pool_is_warm, test_wire_answers, test_region_header_places_the_create,
+         test_files_stream_both_ways_with_backpressure, test_official_sdk]
 
 
 def main():
