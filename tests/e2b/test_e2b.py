@@ -115,14 +115,6 @@ def test_wire_answers(fed):
     check(st == 501 and "other ports" in r.get("message", ""), f"another port of a sandbox: {st} {r}")
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def test_files_stream_both_ways_with_backpressure(fed):
     """48 MiB up through /e2b/files (a body far past max_body_bytes: it is
     streamed, not buffered), then down to a reader that stops: the router
@@ -140,14 +132,14 @@ def test_files_stream_both_ways_with_backpressure(fed):
     body = r.read()
     c.close()
     check(r.status == 200 and json.loads(body)[0]["path"] == "/tmp/big.bin", f"upload: {r.status} {body[:300]!r}")
-    base = rss_kib(fed.router.proc.pid)
+    base = tr.rss_kib(fed.router.proc.pid)
     c = http.client.HTTPConnection("127.0.0.1", fed.router.port, timeout=60)
     c.request("GET", "/e2b/files?path=/tmp/big.bin", headers={"E2b-Sandbox-Id": sid, "X-Access-Token": token})
     r = c.getresponse()
     check(r.status == 200 and r.getheader("Content-Length") == str(size), f"download head: {r.status} {r.getheaders()}")
     got = r.read(1 << 20)
     time.sleep(1.5)   # the reader stops; the agent's stream must stop too
-    grown = rss_kib(fed.router.proc.pid) - base
+    grown = tr.rss_kib(fed.router.proc.pid) - base
     rest = r.read()
     c.close()
     check(len(got) + len(rest) == size and got == chunk and rest[-len(chunk):] == chunk, "the file came back different")

@@ -247,6 +247,15 @@ class Kubesim:
         return body["items"]
 
 
+def rss_kib(pid):
+    """Resident set size of process <pid> in KiB (0 when unreadable)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 # --------------------------------------------------------------------------
 # fedrouter
 
