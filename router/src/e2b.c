@@ -376,7 +376,8 @@ static int parse_metadata(char *buf, char **keys, char **vals, int cap) {
 }
 
 static void list(struct api_req *q) {
-  char meta[2048], state[64], lim[16], next[256], hdr[300];
+  char meta[2048], state[64], lim[16], next[256], hdr[300], tmpl[64], after[40];
+  int64_t after_s = -1;
   char *keys[16], *vals[16];
   struct listed *all = NULL;
   size_t n = 0, cap = 0, i, start = 0;
@@ -384,7 +385,7 @@ static void list(struct api_req *q) {
   int nmeta = 0, k;
   json_t *arr;
 
-  meta[0] = state[0] = next[0] = '\0';
+  meta[0] = state[0] = next[0] = tmpl[0] = '\0';
   if (fr_http_query_get(q->req->query, "metadata", meta, sizeof(meta)) == -ENOSPC ||
       (meta[0] != '\0' && (nmeta = parse_metadata(meta, keys, vals, 16)) < 0)) {
     api_field_fail(q, "metadata", "metadata must be at most 16 URL-encoded key=value pairs joined by '&'");
@@ -393,6 +394,15 @@ static void list(struct api_req *q) {
   if (fr_http_query_get(q->req->query, "limit", lim, sizeof(lim)) >= 0 &&
       fr_parse_int64(lim, 1, LIST_MAX, &limit) != 0) {
     api_field_fail(q, "limit", "limit must be an integer from 1 to 1000");
+    return;
+  }
+  if (fr_http_query_get(q->req->query, "template", tmpl, sizeof(tmpl)) == -ENOSPC) {
+    api_field_fail(q, "template", "template is a pool name (at most 63 characters)");
+    return;
+  }
+  if (fr_http_query_get(q->req->query, "startedAfter", after, sizeof(after)) >= 0 &&
+      fr_time_parse_rfc3339(after, &after_s) != 0) {
+    api_field_fail(q, "startedAfter", "startedAfter must be an RFC 3339 UTC time (2026-01-02T03:04:05Z)");
     return;
   }
   if (fr_http_query_get(q->req->query, "nextToken", next, sizeof(next)) == -ENOSPC) {
@@ -410,6 +420,9 @@ static void list(struct api_req *q) {
     size_t cur = 0;
     while ((pod = fr_adapter_pod_next(a, &cur)) != NULL) {
       if (!api_owned_by(pod, q->tenant) || fr_adapter_pod_leaving(a, pod))
+        continue;
+      if ((tmpl[0] != '\0' && (pod->pool == NULL || strcmp(pod->pool, tmpl) != 0)) ||
+          (after_s >= 0 && (pod->created_s >= 0 ? pod->created_s : pod->creation_s) < after_s))
         continue;
       for (k = 0; k < nmeta; k++) {
         const char *v = fr_pod_label(pod, keys[k]);
