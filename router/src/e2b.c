@@ -611,6 +611,11 @@ void e2b_handle(struct api_req *q) {
     in_sandbox(q, sid, tenant);
     return;
   }
+  if (agent_path_ok(p)) {
+    api_fail(q, 400, "sandbox_id_required",
+             "calls into a sandbox need the E2b-Sandbox-Id header (pre-signed file URLs are not supported)", NULL);
+    return;
+  }
   if (tenant == NULL) {
     api_fail(q, 401, "unauthorized", "missing X-API-Key: set E2B_API_KEY to a fedrouter tenant token", NULL);
     return;

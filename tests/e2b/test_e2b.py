@@ -111,6 +111,8 @@ def test_wire_answers(fed):
     # In-sandbox calls need the access token; a missing one is 401 whatever the id.
     st, r = e2b(fed, "POST", "/process.Process/List", body={}, key=None, headers={"E2b-Sandbox-Id": "e1.nope"})
     check(st == 401, f"in-sandbox call without a token: {st} {r}")
+    st, r = e2b(fed, "GET", "/files?path=/tmp/x&signature=v1_abc", key=None)
+    check(st == 400 and r["error"]["code"] == "sandbox_id_required", f"a pre-signed file URL: {st} {r}")
     st, r = e2b(fed, "GET", "/health", key=None, headers={"E2b-Sandbox-Id": "e1.nope", "E2b-Sandbox-Port": "8000"})
     check(st == 501 and "other ports" in r.get("message", ""), f"another port of a sandbox: {st} {r}")
 
