@@ -675,6 +675,29 @@ int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char 
   return delete_pod(a, pod, request_id, 1, cb, arg);
 }
 
+int fr_adapter_sandbox_set_expiry(struct fr_adapter *a, const char *pod, int64_t expires_s, const char *request_id,
+                                  void (*cb)(int status, const char *message, void *arg), void *arg) {
+  const struct fr_pod *p = fr_adapter_pod(a, pod);
+  char when[21], path[300];
+  json_t *patch;
+  int rc;
+
+  if (p == NULL)
+    return -ENOENT;
+  fr_time_rfc3339(expires_s, when);
+  patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", FR_ANN_EXPIRES, when);
+  if (patch == NULL)
+    return -ENOMEM;
+  /* The deadline counts from the pod's start; a pod not started yet keeps
+   * the one it was created with. */
+  if (p->start_s >= 0 && expires_s > p->start_s)
+    json_object_set_new(patch, "spec", json_pack("{s:I}", "activeDeadlineSeconds", (json_int_t)(expires_s - p->start_s)));
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", a->ns, pod);
+  rc = simple_request(a, "PATCH", path, "application/merge-patch+json", patch, 1, request_id, cb, arg);
+  json_decref(patch);
+  return rc;
+}
+
 int fr_adapter_pod_leaving(struct fr_adapter *a, const struct fr_pod *pod) {
   return pod->terminating || strmap_get(&a->deleting, pod->name) != NULL;
 }

@@ -108,6 +108,12 @@ void api_reply(struct api_req *q, int status, json_t *body, const char *extra) {
 
   q->gone_cb = NULL;
   q->gone_arg = NULL;
+  if (req != NULL && !q->streaming && q->shape_cb != NULL) {
+    json_t *(*shape)(struct api_req *, int *, json_t *) = q->shape_cb;
+
+    q->shape_cb = NULL;
+    body = shape(q, &status, body);
+  }
   if (req != NULL && q->streaming) {
     /* The head went out already: the only honest signal left is a cut. */
     req->abort_cb = NULL;
@@ -130,6 +136,27 @@ void api_reply(struct api_req *q, int status, json_t *body, const char *extra) {
     fr_buf_free(&h);
   }
   json_decref(body);
+  finish_deferred(q);
+}
+
+void api_reply_raw(struct api_req *q, int status, const char *content_type, const void *body, size_t len) {
+  struct fr_http_req *req = q->req;
+  struct fr_buf h;
+
+  q->gone_cb = NULL;
+  q->gone_arg = NULL;
+  if (req != NULL && !q->streaming) {
+    fr_buf_init(&h);
+    fr_buf_printf(&h, "X-Request-Id: %s\r\nCache-Control: no-store\r\n", q->rid);
+    req->abort_cb = NULL;
+    q->req = NULL;
+    fr_http_respond(req, status, content_type, h.data, body, len);
+    fr_buf_free(&h);
+  } else if (req != NULL) {
+    req->abort_cb = NULL;
+    q->req = NULL;
+    fr_http_abort(req);
+  }
   finish_deferred(q);
 }
 
@@ -232,7 +259,7 @@ static const char *sandbox_state(const struct fr_pod *pod) {
   return "pending";
 }
 
-static json_t *time_or_null(int64_t s) {
+json_t *api_time_json(int64_t s) {
   char t[21];
 
   if (s < 0)
@@ -241,17 +268,23 @@ static json_t *time_or_null(int64_t s) {
   return json_string(t);
 }
 
-json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod) {
-  char id[256];
+json_t *api_labels_json(const struct fr_pod *pod) {
   json_t *labels = json_object();
   const char *k, *v;
   size_t off = 0;
-  int64_t created = pod->created_s >= 0 ? pod->created_s : pod->creation_s;
 
   while (fr_pod_label_next(pod, &off, &k, &v)) {
     if (strncmp(k, FR_LABEL_PREFIX, strlen(FR_LABEL_PREFIX)) != 0)
       json_object_set_new(labels, k, json_string(v));
   }
+  return labels;
+}
+
+json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod) {
+  char id[256];
+  json_t *labels = api_labels_json(pod);
+  int64_t created = pod->created_s >= 0 ? pod->created_s : pod->creation_s;
+
   snprintf(id, sizeof(id), "%s.%s", fr_adapter_name(a), pod->name);
   /* A delete the cluster did not take yet (being retried): on its way out. */
   return json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:s,s:o,s:o,s:o}", "id", id, "name",
@@ -260,8 +293,8 @@ json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod) {
                    pod->warm, "state",
                    fr_adapter_pod_delete_pending(a, pod) ? "terminating" : sandbox_state(pod), "labels", labels,
                    "created_at",
-                   created >= 0 ? time_or_null(created) : json_string(""),
-                   "expires_at", time_or_null(pod->expires_s));
+                   created >= 0 ? api_time_json(created) : json_string(""),
+                   "expires_at", api_time_json(pod->expires_s));
 }
 
 const struct fr_pod *api_find_sandbox(struct api_req *q, const char *id, struct fr_adapter **out_a) {

@@ -1,5 +1,5 @@
 /* api.h - the request record of the v1 API and the helpers every handler
- * file shares (sandboxes.c, create.c, exec.c, pools.c).
+ * file shares (sandboxes.c, create.c, exec.c, pools.c, data.c, e2b.c).
  *
  * Ownership: router_handle() makes one struct api_req per request, puts it
  * in req->data for the whole request, and holds one reference while the
@@ -35,6 +35,11 @@ struct api_req {
    * requests only): the operation stops and finishes itself. */
   void (*gone_cb)(struct api_req *q, void *arg);
   void *gone_arg;
+  /* Set by an endpoint with its own wire shape (e2b.c): rewrites every
+   * JSON answer before it goes out (it may change *<status>; it takes
+   * <body> and returns the body to send, NULL for none). */
+  json_t *(*shape_cb)(struct api_req *q, int *status, json_t *body);
+  int shape_kind;               /* for shape_cb: what the request was */
 };
 
 /* The record of <req> (req->data); every request of the router has one. */
@@ -60,6 +65,9 @@ int api_stream_begin(struct api_req *q, int status, const char *content_type, co
  * drops the connection instead, so a cut answer never looks complete) and
  * drops the operation's reference. */
 void api_stream_end(struct api_req *q, int ok);
+/* Answers <status> with <len> bytes of <body> (borrowed) of <content_type>
+ * as they are, past shape_cb: an answer relayed from a sandbox's agent. */
+void api_reply_raw(struct api_req *q, int status, const char *content_type, const void *body, size_t len);
 /* {"error":{"code":<code>,"message":<msg>}}. */
 json_t *api_err_body(const char *code, const char *msg);
 void api_fail(struct api_req *q, int status, const char *code, const char *msg, const char *extra);
@@ -84,6 +92,10 @@ struct fr_adapter_pool_view;
 int api_pool_usable(const struct api_req *q, const struct fr_adapter_pool_view *pv);
 /* The sandbox as the API shows it. */
 json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod);
+/* The user's labels of <pod> (fedrouter.io/ ones left out) as an object. */
+json_t *api_labels_json(const struct fr_pod *pod);
+/* RFC 3339 UTC time of <s> (unix seconds), null when < 0. */
+json_t *api_time_json(int64_t s);
 /* "<cluster>.<pod>" -> the adapter and the cached pod, owned by the
  * request's tenant and not on its way out. Answers 400/404 itself and
  * returns NULL when there is none; 503 not_synced (Retry-After) when the
@@ -99,6 +111,9 @@ int api_body_env_workdir(struct api_req *q, json_t *j, json_t **env, const char 
 
 /* The handler files' entry points (each answers now or later). */
 void create_sandboxes(struct api_req *q, int explain); /* create.c: POST /v1/sandboxes, explain */
+/* The same for a body already parsed into <j> (taken, even on failure),
+ * as another endpoint builds it (e2b.c): same checks, placement and answer. */
+void create_sandboxes_from(struct api_req *q, json_t *j, int explain);
 void exec_sandbox(struct api_req *q, const char *id);  /* exec.c: POST /v1/sandboxes/{id}/exec */
 int pools_route(struct api_req *q);                    /* pools.c: 0 when not a /v1/pools path */
 /* data.c: inside a sandbox through its agent. */
@@ -108,5 +123,16 @@ void data_exec_stream(struct api_req *q, struct fr_adapter *a, const char *id, c
 int data_route(struct api_req *q, const char *id, const char *rest);
 /* Requests whose body the router streams instead of buffering (uploads). */
 int data_streams_body(const struct fr_http_req *req);
+/* The request <q> as it came (method, body, the header lines <headers>
+ * as fr_agent_call_opts takes them) to <agent_path> (path and query) of
+ * the agent of sandbox <id>, and the agent's answer back as it is
+ * (status, type, body), streamed both ways with backpressure; a streamed
+ * body is bounded by the tenant's max_file_bytes. */
+void data_proxy(struct api_req *q, struct fr_adapter *a, const char *id, const char *agent_path,
+                const char *headers);
+
+/* e2b.c: the E2B-compatible endpoint under /e2b (docs/e2b.md). */
+void e2b_handle(struct api_req *q);
+int e2b_streams_body(const struct fr_http_req *req);
 
 #endif

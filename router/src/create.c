@@ -468,8 +468,14 @@ static void refuse_no_room(struct api_req *q, const struct fr_plan *plan, const 
 }
 
 void create_sandboxes(struct api_req *q, int explain) {
-  struct router *r = q->r;
   json_t *j = api_body_object(q, create_fields, 0);
+
+  if (j != NULL)
+    create_sandboxes_from(q, j, explain);
+}
+
+void create_sandboxes_from(struct api_req *q, json_t *j, int explain) {
+  struct router *r = q->r;
   const struct fr_adapter_pool_view *pv = NULL;
   struct tenant_state *ts = q->ts;
   struct fr_sandbox_spec spec;

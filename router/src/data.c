@@ -866,6 +866,7 @@ struct xfer {
   char path[MAX_PATH_BYTES + 1];
   int64_t limit, received;      /* upload: the tenant's bound, bytes so far */
   int body_paused, body_done, answered;
+  int raw;                      /* data_proxy: the agent's status, type and errors go back as they are */
 };
 
 static void xfer_free(struct xfer *x) {
@@ -881,6 +882,18 @@ static void xfer_gone(struct api_req *q, void *arg) {
   x->call = NULL;
   api_stream_end(x->q, 0);
   xfer_free(x);
+}
+
+/* <x>'s agent call has finished: nothing more comes from it or from the
+ * client's body. Returns the request, still to be answered. */
+static struct api_req *xfer_call_over(struct xfer *x) {
+  struct api_req *q = x->q;
+
+  x->call = NULL;
+  q->gone_cb = NULL;
+  if (q->req != NULL)
+    q->req->body_cb = NULL;
+  return q;
 }
 
 /* Starts <x>'s agent call; the request then waits for it. On failure
@@ -914,11 +927,12 @@ static void dl_head(int status, const char *content_type, const char *headers, v
   char v[32];
   int64_t len = FR_HTTP_CHUNKED, n;
 
-  (void)status;
-  (void)content_type;
   if (fr_agent_header(headers, "Content-Length", v, sizeof(v)) == 0 && fr_parse_int64(v, 0, INT64_MAX, &n) == 0)
     len = n;
-  api_stream_begin(x->q, 200, "application/octet-stream", NULL, len);
+  if (x->raw)
+    api_stream_begin(x->q, status, content_type != NULL ? content_type : "application/octet-stream", NULL, len);
+  else
+    api_stream_begin(x->q, 200, "application/octet-stream", NULL, len);
 }
 
 static int dl_data(const char *data, size_t len, void *arg) {
@@ -1031,12 +1045,8 @@ static void up_drain(void *arg) {
 
 static void up_done(const struct fr_agent_result *res, void *arg) {
   struct xfer *x = arg;
-  struct api_req *q = x->q;
+  struct api_req *q = xfer_call_over(x);
 
-  x->call = NULL;
-  q->gone_cb = NULL;
-  if (q->req != NULL)
-    q->req->body_cb = NULL;
   if (x->answered) {
     ;
   } else if (res->err == FR_AGENT_OK && res->status >= 200 && res->status < 300 && x->body_done) {
@@ -1085,6 +1095,22 @@ static void up_body(struct fr_http_req *req, const char *data, size_t len) {
   }
 }
 
+/* Starts the upload call <o> of <x> and feeds it the request's body. */
+static void up_start(struct xfer *x, const char *id, struct fr_agent_call_opts *o) {
+  struct api_req *q = x->q;
+
+  if (xfer_start(x, id, o) != 0)
+    return;
+  if (q->req->body_streaming) {
+    q->req->body_cb = up_body;
+  } else {
+    /* A buffered body (a router without streamed uploads): all at once. */
+    up_body(q->req, q->req->body, q->req->body_len);
+    if (q->req != NULL)
+      up_body(q->req, NULL, 0);
+  }
+}
+
 static void file_upload(struct api_req *q, struct fr_adapter *a, const char *id, const char *path) {
   struct fr_agent_call_opts o;
   struct xfer *x;
@@ -1118,16 +1144,7 @@ static void file_upload(struct api_req *q, struct fr_adapter *a, const char *id,
   o.on_drain = up_drain;
   o.on_done = up_done;
   o.arg = x;
-  if (xfer_start(x, id, &o) != 0)
-    return;
-  if (q->req->body_streaming) {
-    q->req->body_cb = up_body;
-  } else {
-    /* A buffered body (a router without streamed uploads): all at once. */
-    up_body(q->req, q->req->body, q->req->body_len);
-    if (q->req != NULL)
-      up_body(q->req, NULL, 0);
-  }
+  up_start(x, id, &o);
 }
 
 static void files(struct api_req *q, struct fr_adapter *a, const char *id) {
@@ -1149,6 +1166,59 @@ static void files(struct api_req *q, struct fr_adapter *a, const char *id) {
   } else {
     api_fail(q, 405, "method_not_allowed", "method not allowed here", "Allow: GET, PUT, DELETE\r\n");
   }
+}
+
+/* ---------------------------------------------------------------------- */
+/* a request relayed as it is                                              */
+
+static void raw_done(const struct fr_agent_result *res, void *arg) {
+  struct xfer *x = arg;
+  struct api_req *q = xfer_call_over(x);
+
+  if (x->answered)
+    ;
+  else if (q->streaming)
+    api_stream_end(q, res->err == FR_AGENT_OK);
+  else if (res->err == FR_AGENT_OK)
+    /* The agent's own error answer (Connect's {"code":"not_found",...} or
+     * envd's {"code":404,...}): the client's SDK reads exactly that. */
+    api_reply_raw(q, res->status, "application/json", res->body, res->body_len);
+  else
+    agent_error(q, res, NULL, "path");
+  xfer_free(x);
+}
+
+void data_proxy(struct api_req *q, struct fr_adapter *a, const char *id, const char *agent_path,
+                const char *headers) {
+  struct fr_agent_call_opts o;
+  struct xfer *x;
+
+  if ((x = xfer_new(q, a)) == NULL)
+    return;
+  x->raw = 1;
+  x->limit = q->ts != NULL ? q->ts->max_file_bytes : FR_DEFAULT_TENANT_FILE_BYTES;
+  memset(&o, 0, sizeof(o));
+  o.method = q->req->method;
+  o.path = agent_path;
+  o.content_type = fr_http_req_header(q->req, "Content-Type");
+  o.headers = headers;
+  o.request_id = q->rid;
+  o.on_head = dl_head;
+  o.on_data = dl_data;
+  o.on_done = raw_done;
+  o.arg = x;
+  if (q->req->body_streaming) {
+    const char *cl = fr_http_req_header(q->req, "Content-Length");
+    o.stream_body = 1;
+    if (cl == NULL || fr_parse_int64(cl, 0, INT64_MAX, &o.body_size) != 0)
+      o.body_size = -1;
+    o.on_drain = up_drain;
+    up_start(x, id, &o);
+    return;
+  }
+  o.body = q->req->body_len > 0 ? q->req->body : NULL;
+  o.body_len = q->req->body_len;
+  xfer_start(x, id, &o);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -162,6 +162,12 @@ const char *metrics_route(const char *path) {
   }
   if (strncmp(path, "/v1/pools/", 10) == 0)
     return "/v1/pools/{name}";
+  /* The E2B endpoint: calls relayed into sandboxes, and its control API. */
+  if (strncmp(path, "/e2b/process.", 13) == 0 || strncmp(path, "/e2b/filesystem.", 16) == 0 ||
+      strcmp(path, "/e2b/files") == 0 || strcmp(path, "/e2b/health") == 0)
+    return "/e2b/{envd}";
+  if (strncmp(path, "/e2b/", 5) == 0)
+    return "/e2b/{api}";
   return "other";
 }
 

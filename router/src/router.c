@@ -1,7 +1,8 @@
 /* router.c - the fedrouter HTTP API: authentication, request ids, JSON
  * errors, the access log, and the endpoints that need no sandbox work
  * (health, readiness, /metrics, the dashboard, clusters, events, policy);
- * /v1/sandboxes, /v1/pools and /v1/placement go on to sandboxes.c.
+ * /v1/sandboxes, /v1/pools and /v1/placement go on to sandboxes.c, /e2b/
+ * to e2b.c.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -377,6 +378,8 @@ void router_handle(struct fr_http_req *req, void *arg) {
       get_readyz(r, req);
     else
       router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
+  } else if (strncmp(req->path, "/e2b/", 5) == 0) {
+    e2b_handle(q);   /* its own auth (X-API-Key, access tokens) and answer shapes */
   } else if (strncmp(req->path, "/v1/", 4) == 0) {
     tenant = authenticate(r, req);
     if (tenant != NULL) {
@@ -432,5 +435,5 @@ void router_handle(struct fr_http_req *req, void *arg) {
 
 int router_streams_body(const struct fr_http_req *req, void *arg) {
   (void)arg;
-  return data_streams_body(req);
+  return data_streams_body(req) || e2b_streams_body(req);
 }

@@ -14,6 +14,7 @@
  * -DFR_TEST_KNOWN_BUGS builds any further known-bug cases (none today).
  */
 #include <check.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@
 #include "fr/adapter.h"
 #include "fr/log.h"
 #include "fr/quantity.h"
+#include "fr/util.h"
 #include "fr_test_loop.h"
 
 /* Bounds on waits, so that a test that hangs fails instead; generous
@@ -1028,6 +1030,59 @@ START_TEST(delete_accepted_hides_pod_until_gone) {
 }
 END_TEST
 
+/* ------------------------------------------------------------ expiry */
+
+struct expiry_arg {
+  const char *pod;
+  int64_t want;
+};
+
+static int pod_expires_at(void *arg) {
+  struct expiry_arg *e = arg;
+  const struct fr_pod *p = fr_adapter_pod(ad, e->pod);
+
+  return p != NULL && p->expires_s == e->want;
+}
+
+/* A new expiry is one merge patch: the annotation every router's reaper
+ * reads and activeDeadlineSeconds counted from the pod's start, which the
+ * cluster enforces; the cache then shows it. */
+START_TEST(set_expiry_patches_annotation_and_deadline) {
+  struct deleted d;
+  struct expiry_arg e;
+  const struct fr_pod *p;
+  char when[21];
+  json_t *j;
+  int64_t expires;
+
+  memset(&d, 0, sizeof(d));
+  fk_add_pod(fk, fk_sandbox_pod("sb-time", "acme", "job-1"));
+  start_adapter();
+  ck_assert_int_eq(fr_adapter_sandbox_set_expiry(ad, "sb-none", 1, NULL, on_deleted, &d), -ENOENT);
+  p = fr_adapter_pod(ad, "sb-time");
+  ck_assert_ptr_nonnull(p);
+  ck_assert_int_ge(p->start_s, 0);
+  expires = p->start_s + 4000;
+  ck_assert_int_eq(fr_adapter_sandbox_set_expiry(ad, "sb-time", expires, "req-t", on_deleted, &d), 0);
+  ck_assert_int_eq(d.calls, 0);
+  wait_for(flag_set, &d.calls, WAIT_MS, "the patch's callback");
+  ck_assert_int_eq(d.status, 200);
+  ck_assert_str_eq(path_pod(fk_nth(fk, "PATCH", FK_PODS, 0)), "sb-time");
+  j = body_of(fk_nth(fk, "PATCH", FK_PODS, 0));
+  fr_time_rfc3339(expires, when);
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(j, "metadata"), "annotations"),
+                                                     FR_ANN_EXPIRES)),
+                   when);
+  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "spec"), "activeDeadlineSeconds")), 4000);
+  ck_assert_ptr_null(json_object_get(json_object_get(j, "metadata"), "labels"));
+  json_decref(j);
+  e.pod = "sb-time";
+  e.want = expires;
+  wait_for(pod_expires_at, &e, WAIT_MS, "the new expiry in the cache");
+  finish_test();
+}
+END_TEST
+
 /* ------------------------------------------------------------ callbacks */
 
 /* Claims, a cold create and an immediate failure started back to back:
@@ -1292,6 +1347,7 @@ static Suite *sandbox_suite(void) {
   tcase_add_test(tc, claim_server_error_reports_unavailable_and_frees_pod);
   tcase_add_test(tc, cluster_down_while_waiting_gives_up);
   tcase_add_test(tc, delete_accepted_hides_pod_until_gone);
+  tcase_add_test(tc, set_expiry_patches_annotation_and_deadline);
   tcase_add_test(tc, create_callbacks_deferred_and_run_once);
   tcase_add_test(tc, adapter_free_with_creates_in_flight_calls_each_once);
   tcase_add_test(tc, secret_get_returns_the_keys_asked_decoded);

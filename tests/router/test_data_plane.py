@@ -329,26 +329,14 @@ def main():
     ARGS = ap.parse_args()
     tr.ARGS = ARGS
     tap.ARGS = ARGS
-    results = []
     tests = [t for t in TESTS if not ARGS.only or t.__name__ in ARGS.only]
-    fed = None
-    try:
+
+    def make_fed():
         fed = DataFed("data", [("d1", "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
                                              "--agent-binary", os.path.abspath(ARGS.agent)])])
         fed.shared = {}
-        for t in tests:
-            tr.run_test(t, fed, results)
-    except TestFailure as e:
-        results.append(("federation", False, str(e)))
-        print(f"FAIL federation: {e}", flush=True)
-    finally:
-        if fed is not None:
-            problems = fed.teardown()
-            results.append(("teardown", not problems, "; ".join(problems)))
-            print("ok   teardown" if not problems else "FAIL teardown: " + "; ".join(problems), flush=True)
-    failed = [r for r in results if not r[1]]
-    print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
+        return fed
+    return tr.run_suite(make_fed, tests)
 
 
 if __name__ == "__main__":

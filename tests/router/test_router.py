@@ -247,6 +247,15 @@ class Kubesim:
         return body["items"]
 
 
+def rss_kib(pid):
+    """Resident set size of process <pid> in KiB (0 when unreadable)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 # --------------------------------------------------------------------------
 # fedrouter
 
@@ -1513,25 +1522,15 @@ def run_one_federation(doc, make_fed, tests, extra_paths=()):
     ap.add_argument("--only", action="append", default=[])
     ap.add_argument("--keep", action="store_true")
     ARGS = ap.parse_args()
-    results, fed = [], None
-    try:
+
+    def make():
         fed = make_fed()
         fed.shared = {}
-        for t in tests:
-            if not ARGS.only or t.__name__ in ARGS.only:
-                run_test(t, fed, results)
-    except TestFailure as e:
-        results.append(("federation", False, str(e)))
-        print(f"FAIL federation: {e}", flush=True)
+        return fed
+    try:
+        return run_suite(make, [t for t in tests if not ARGS.only or t.__name__ in ARGS.only])
     finally:
-        if fed is not None:
-            problems = fed.teardown()
-            results.append(("teardown", not problems, "; ".join(problems)))
-            print("ok   teardown" if not problems else "FAIL teardown: " + "; ".join(problems), flush=True)
         kill_leftovers()
-    failed = [r for r in results if not r[1]]
-    print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
 
 
 def watchdog():
@@ -1543,6 +1542,28 @@ def watchdog():
         except OSError:
             pass
     os._exit(1)
+
+
+def run_suite(make_fed, tests):
+    """Makes a federation with <make_fed>(), runs <tests> on it, tears it
+    down, prints `N passed, M failed` and returns the exit code."""
+    results = []
+    fed = None
+    try:
+        fed = make_fed()
+        for t in tests:
+            run_test(t, fed, results)
+    except TestFailure as e:
+        results.append(("federation", False, str(e)))
+        print(f"FAIL federation: {e}", flush=True)
+    finally:
+        if fed is not None:
+            problems = fed.teardown()
+            results.append(("teardown", not problems, "; ".join(problems)))
+            print("ok   teardown" if not problems else "FAIL teardown: " + "; ".join(problems), flush=True)
+    failed = [r for r in results if not r[1]]
+    print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
 
 
 def main():

@@ -286,6 +286,14 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
  * <cb> (may be NULL) gets the API response. */
 int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char *request_id,
                               void (*cb)(int status, const char *message, void *arg), void *arg);
+/* Moves the expiry of sandbox pod <pod> to <expires_s> (unix seconds,
+ * in the future): annotation fedrouter.io/expires-at, which the reapers of
+ * every router enforce, and the pod's activeDeadlineSeconds, which the
+ * cluster enforces (a real API server refuses to raise it: 422, and the
+ * expiry stays as it was). <cb> (may be NULL) gets the API's status and
+ * message. -ENOENT when <pod> is not in the cache, -ENOMEM. */
+int fr_adapter_sandbox_set_expiry(struct fr_adapter *a, const char *pod, int64_t expires_s, const char *request_id,
+                                  void (*cb)(int status, const char *message, void *arg), void *arg);
 /* 1 if <pod> is on its way out: it has a deletionTimestamp, or this router
  * has sent its delete and the watch has not yet reported it gone. Lists
  * and lookups treat such pods as gone. */

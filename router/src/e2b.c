@@ -1,0 +1,657 @@
+/* e2b.c - the E2B-compatible endpoint under /e2b (docs/e2b.md): what the
+ * official E2B SDKs call, so that they run unmodified with
+ * E2B_API_URL = E2B_SANDBOX_URL = <router>/e2b and E2B_API_KEY = a tenant
+ * token.
+ *
+ * Two kinds of request arrive here:
+ *   - the control API (X-API-Key): create, connect, list, get, set timeout,
+ *     kill, answered from the clusters' caches and through create.c's
+ *     placement path, in E2B's JSON shapes;
+ *   - in-sandbox calls (E2b-Sandbox-Id, X-Access-Token): envd's Connect
+ *     services and /files, relayed as they are to the sandbox's
+ *     fedrouter-agent (data_proxy), which speaks envd's protocol.
+ * Nothing is kept between requests: the sandbox id is fedrouter's own
+ * (<cluster>.<pod>) and the access token is the sandbox's HMAC token, which
+ * every replica derives alike, so any replica serves any sandbox.
+ *
+ * Every answer this file makes, errors included, goes through shape():
+ * errors carry E2B's {"code":<status>,"message":...} (what the SDK reads)
+ * next to fedrouter's {"error":{"code","message"}}.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <jansson.h>
+
+#include "fr/adapter.h"
+#include "fr/buf.h"
+#include "fr/config.h"
+#include "fr/http.h"
+#include "fr/util.h"
+#include "api.h"
+#include "router.h"
+
+/* The envd version the control API reports for every sandbox: the one
+ * fedrouter-agent implements (agent/README.md "Which envd version we
+ * claim"). The SDK turns features on and off by it. */
+#define ENVD_VERSION "0.5.7"
+/* envd's port, which the SDK names in E2b-Sandbox-Port for its own calls
+ * (whatever port the agent listens on in the pod). */
+#define ENVD_PORT "49983"
+#define LIST_DEFAULT 100
+#define LIST_MAX 1000
+
+enum { K_PLAIN, K_CREATE };
+
+/* ---------------------------------------------------------------------- */
+/* answers                                                                 */
+
+static int split_id(const char *id, char *cluster, size_t ccap, const char **pod) {
+  const char *dot = strchr(id, '.');
+
+  if (dot == NULL || dot == id || (size_t)(dot - id) >= ccap)
+    return -1;
+  memcpy(cluster, id, (size_t)(dot - id));
+  cluster[dot - id] = '\0';
+  *pod = dot + 1;
+  return 0;
+}
+
+/* A sandbox as E2B's API shows it (ListedSandbox; <detail> adds what
+ * SandboxDetail and Sandbox carry: the envd access token). */
+static json_t *sandbox_json(struct fr_adapter *a, const struct fr_pod *pod, int detail) {
+  char id[256], token[65];
+  int64_t started = pod->created_s >= 0 ? pod->created_s : pod->creation_s;
+  int64_t cpus = (pod->cpu_m + 999) / 1000;
+  json_t *j;
+
+  snprintf(id, sizeof(id), "%s.%s", fr_adapter_name(a), pod->name);
+  j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:i,s:o,s:s,s:[]}", "templateID",
+                pod->pool ? pod->pool : "", "alias", pod->pool ? pod->pool : "", "sandboxID", id, "clientID",
+                fr_adapter_name(a), "envdVersion", ENVD_VERSION, "startedAt", api_time_json(started), "endAt",
+                api_time_json(pod->expires_s), "cpuCount", (json_int_t)(cpus > 0 ? cpus : 1), "memoryMB",
+                (json_int_t)(pod->mem_b >> 20), "diskSizeMB", 0, "metadata", api_labels_json(pod), "state",
+                "running", "volumeMounts");
+  if (j != NULL && detail) {
+    if (fr_adapter_agent_token(a, pod->name, token) == 0)
+      json_object_set_new(j, "envdAccessToken", json_string(token));
+    json_object_set_new(j, "domain", json_null());
+  }
+  return j;
+}
+
+/* The create's v1 answer {"sandboxes":[{"id":...}]} as E2B's Sandbox. */
+static json_t *created_json(struct api_req *q, json_t *body) {
+  const char *id = json_string_value(json_object_get(json_array_get(json_object_get(body, "sandboxes"), 0), "id"));
+  char cluster[64];
+  const char *pod;
+  struct fr_adapter *a;
+  const struct fr_pod *p;
+
+  if (id == NULL || split_id(id, cluster, sizeof(cluster), &pod) != 0 || (a = api_adapter(q->r, cluster)) == NULL ||
+      (p = fr_adapter_pod(a, pod)) == NULL)
+    return NULL;
+  return sandbox_json(a, p, 1);
+}
+
+/* shape_cb: every answer of /e2b in the SDK's shapes. */
+static json_t *shape(struct api_req *q, int *status, json_t *body) {
+  json_t *err = json_object_get(body, "error"), *out;
+
+  if (*status >= 400 && json_is_object(err)) {
+    /* A refused create names the E2B field the client sent. */
+    static const char *const fields[][2] = {{"pool", "templateID"}, {"labels", "metadata"}, {"env", "envVars"},
+                                            {"timeout_s", "timeout"}};
+    const char *f = json_string_value(json_object_get(err, "field"));
+    size_t i;
+    for (i = 0; f != NULL && q->shape_kind == K_CREATE && i < FR_ARRAY_SIZE(fields); i++)
+      if (strcmp(f, fields[i][0]) == 0) {
+        json_object_set_new(err, "field", json_string(fields[i][1]));
+        break;
+      }
+    out = json_pack("{s:i,s:O,s:O}", "code", *status, "message", json_object_get(err, "message"), "error", err);
+    json_decref(body);
+    return out;
+  }
+  if (q->shape_kind == K_CREATE && *status == 201) {
+    out = created_json(q, body);
+    json_decref(body);
+    if (out == NULL) {
+      *status = 502;
+      return json_pack("{s:i,s:s,s:{s:s,s:s}}", "code", 502, "message", "the sandbox was created but is gone",
+                       "error", "code", "sandbox_not_found", "message", "the sandbox was created but is gone");
+    }
+    return out;
+  }
+  return body;
+}
+
+/* The tenant of <q> (set) may start one more request; else answers 429. */
+static int admitted(struct api_req *q) {
+  if (q->ts == NULL || q->ts->inflight < q->ts->max_inflight)
+    return 1;
+  api_reply(q, 429, api_limit_body("too many requests in flight (max_requests_in_flight)", "max_requests_in_flight"),
+            "Retry-After: 1\r\n");
+  return 0;
+}
+
+static void unsupported(struct api_req *q, const char *what) {
+  char msg[400];
+
+  snprintf(msg, sizeof(msg), "fedrouter does not support %.200s through its E2B-compatible endpoint (docs/e2b.md)",
+           what);
+  api_fail(q, 501, "not_supported", msg, NULL);
+}
+
+/* ---------------------------------------------------------------------- */
+/* control API                                                             */
+
+static void create(struct api_req *q) {
+  static const char *const refused[] = {"mcp", "volumeMounts", NULL};
+  json_error_t jerr;
+  json_t *b = json_loadb(q->req->body, q->req->body_len, 0, &jerr), *v1, *v;
+  const char *tmpl;
+  size_t i;
+  char msg[300];
+
+  if (!json_is_object(b)) {
+    snprintf(msg, sizeof(msg), "the body must be a JSON object (%s)", b ? "got another JSON value" : jerr.text);
+    json_decref(b);
+    api_fail(q, 400, "invalid_json", msg, NULL);
+    return;
+  }
+  tmpl = json_string_value(json_object_get(b, "templateID"));
+  if (tmpl == NULL || *tmpl == '\0') {
+    json_decref(b);
+    api_field_fail(q, "templateID", "templateID (the name of a fedrouter pool) is required");
+    return;
+  }
+  for (i = 0; refused[i] != NULL; i++) {
+    v = json_object_get(b, refused[i]);
+    if (v != NULL && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0)) {
+      json_decref(b);
+      unsupported(q, strcmp(refused[i], "mcp") == 0 ? "MCP gateways" : "volume mounts");
+      return;
+    }
+  }
+  if (json_is_true(json_object_get(b, "autoPause"))) {
+    json_decref(b);
+    unsupported(q, "pausing sandboxes (autoPause)");
+    return;
+  }
+  /* The v1 create of one sandbox from pool <templateID>: the same checks,
+   * tenant limits, policy, region (X-Client-Region) and spillover. */
+  v1 = json_pack("{s:s,s:s}", "name", "e2b", "pool", tmpl);
+  if (v1 == NULL) {
+    json_decref(b);
+    api_oom(q);
+    return;
+  }
+  if ((v = json_object_get(b, "metadata")) != NULL && !json_is_null(v))
+    json_object_set(v1, "labels", v);
+  if ((v = json_object_get(b, "envVars")) != NULL && !json_is_null(v))
+    json_object_set(v1, "env", v);
+  if ((v = json_object_get(b, "timeout")) != NULL && !json_is_null(v))
+    json_object_set(v1, "timeout_s", v);
+  json_decref(b);
+  q->shape_kind = K_CREATE;
+  create_sandboxes_from(q, v1, 0);
+}
+
+/* The sandbox <id> of the request's tenant, or NULL after answering 404. */
+static const struct fr_pod *find(struct api_req *q, const char *id, struct fr_adapter **a) {
+  return api_find_sandbox(q, id, a);
+}
+
+struct op {
+  struct api_req *q;
+  char id[256];
+  int answer_sandbox;           /* connect: the sandbox, else 204 */
+  int64_t expires;              /* the expiry set (the cache may not show it yet) */
+};
+
+static void op_done(int status, const char *message, void *arg) {
+  struct op *o = arg;
+  struct api_req *q = o->q;
+  struct fr_adapter *a;
+  char cluster[64];
+  const char *pod;
+  const struct fr_pod *p;
+
+  if (status == 404) {
+    api_fail(q, 404, "sandbox_not_found", "the sandbox no longer exists", NULL);
+  } else if (status < 200 || status >= 300) {
+    char msg[700];
+    snprintf(msg, sizeof(msg), "the cluster refused the change (%d): %s", status, message);
+    api_fail(q, status == 0 ? 503 : status == 422 ? 400 : 502, status == 0 ? "cluster_unavailable" : "cluster_error",
+             msg, status == 0 ? "Retry-After: 5\r\n" : NULL);
+  } else if (!o->answer_sandbox) {
+    api_reply(q, 204, NULL, NULL);
+  } else if (split_id(o->id, cluster, sizeof(cluster), &pod) == 0 && (a = api_adapter(q->r, cluster)) != NULL &&
+             (p = fr_adapter_pod(a, pod)) != NULL) {
+    json_t *j = sandbox_json(a, p, 1);
+    if (j != NULL && o->expires > 0)
+      json_object_set_new(j, "endAt", api_time_json(o->expires));
+    api_reply(q, 200, j, NULL);
+  } else {
+    api_fail(q, 404, "sandbox_not_found", "the sandbox no longer exists", NULL);
+  }
+  free(o);
+}
+
+/* The body's "timeout" in seconds: 1..max_lifetime_s, or 0 when absent
+ * and <optional>; -1 after answering. */
+static int64_t body_timeout(struct api_req *q, int optional) {
+  json_t *b = q->req->body_len > 0 ? json_loadb(q->req->body, q->req->body_len, 0, NULL) : NULL;
+  json_t *t = json_object_get(b, "timeout");
+  int64_t v = json_is_integer(t) ? json_integer_value(t) : -1;
+  char msg[200];
+
+  if (t == NULL && optional) {
+    json_decref(b);
+    return 0;
+  }
+  json_decref(b);
+  if (v < 1 || v > q->r->cfg->max_lifetime_s) {
+    snprintf(msg, sizeof(msg), "timeout must be an integer number of seconds from 1 to %" PRId64,
+             q->r->cfg->max_lifetime_s);
+    api_field_fail(q, "timeout", msg);
+    return -1;
+  }
+  return v;
+}
+
+/* POST /sandboxes/{id}/timeout and /connect: a new expiry (connect: when
+ * a timeout is given), then 204 or the sandbox. */
+static void set_timeout(struct api_req *q, const char *id, int connect) {
+  struct fr_adapter *a;
+  const struct fr_pod *pod = find(q, id, &a);
+  int64_t t;
+  struct op *o;
+  int rc;
+
+  if (pod == NULL || (t = body_timeout(q, connect)) < 0)
+    return;
+  /* E2B's connect only ever lengthens a running sandbox's life. */
+  if (t == 0 || (connect && pod->expires_s >= fr_wall_ms() / 1000 + t)) {
+    api_reply(q, 200, sandbox_json(a, pod, 1), NULL);
+    return;
+  }
+  if ((o = calloc(1, sizeof(*o))) == NULL) {
+    api_oom(q);
+    return;
+  }
+  o->q = q;
+  o->answer_sandbox = connect;
+  snprintf(o->id, sizeof(o->id), "%s", id);
+  o->expires = fr_wall_ms() / 1000 + t;
+  rc = fr_adapter_sandbox_set_expiry(a, pod->name, o->expires, q->rid, op_done, o);
+  if (rc != 0) {
+    free(o);
+    api_fail(q, 503, "cluster_unavailable", "cannot send the change to the cluster", "Retry-After: 5\r\n");
+    return;
+  }
+  api_defer(q);
+}
+
+static void kill_sandbox(struct api_req *q, const char *id) {
+  struct fr_adapter *a;
+  const struct fr_pod *pod = find(q, id, &a);
+  struct op *o;
+
+  if (pod == NULL)
+    return;
+  if ((o = calloc(1, sizeof(*o))) == NULL) {
+    api_oom(q);
+    return;
+  }
+  o->q = q;
+  if (fr_adapter_sandbox_delete(a, pod->name, q->rid, op_done, o) != 0) {
+    free(o);
+    api_fail(q, 503, "cluster_unavailable", "cannot send the delete to the cluster", "Retry-After: 5\r\n");
+    return;
+  }
+  api_defer(q);
+}
+
+/* list */
+
+struct listed {
+  char id[256];
+  struct fr_adapter *a;
+  const struct fr_pod *pod;
+};
+
+static int listed_cmp(const void *x, const void *y) {
+  return strcmp(((const struct listed *)x)->id, ((const struct listed *)y)->id);
+}
+
+static int hexval(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* In place: %XX and '+' of <s> decoded. */
+static void unescape(char *s) {
+  char *o = s;
+
+  for (; *s != '\0'; s++) {
+    if (*s == '%' && hexval(s[1]) >= 0 && hexval(s[2]) >= 0) {
+      *o++ = (char)(hexval(s[1]) * 16 + hexval(s[2]));
+      s += 2;
+    } else {
+      *o++ = *s == '+' ? ' ' : *s;
+    }
+  }
+  *o = '\0';
+}
+
+/* The SDK's metadata query: "k=v&k2=v2" with each key and value encoded
+ * once more inside. <keys>/<vals> point into <buf>; returns the count or
+ * -1 when malformed or more than <cap>. */
+static int parse_metadata(char *buf, char **keys, char **vals, int cap) {
+  int n = 0;
+  char *p = buf, *amp, *eq;
+
+  while (*p != '\0') {
+    amp = strchr(p, '&');
+    if (amp != NULL)
+      *amp = '\0';
+    eq = strchr(p, '=');
+    if (eq == NULL || eq == p || n == cap)
+      return -1;
+    *eq = '\0';
+    unescape(p);
+    unescape(eq + 1);
+    keys[n] = p;
+    vals[n++] = eq + 1;
+    if (amp == NULL)
+      break;
+    p = amp + 1;
+  }
+  return n;
+}
+
+static void list(struct api_req *q) {
+  char meta[2048], state[64], lim[16], next[256], hdr[300], tmpl[64], after[40];
+  int64_t after_s = -1;
+  char *keys[16], *vals[16];
+  struct listed *all = NULL;
+  size_t n = 0, cap = 0, i, start = 0;
+  int64_t limit = LIST_DEFAULT;
+  int nmeta = 0, k;
+  json_t *arr;
+
+  meta[0] = state[0] = next[0] = tmpl[0] = '\0';
+  if (fr_http_query_get(q->req->query, "metadata", meta, sizeof(meta)) == -ENOSPC ||
+      (meta[0] != '\0' && (nmeta = parse_metadata(meta, keys, vals, 16)) < 0)) {
+    api_field_fail(q, "metadata", "metadata must be at most 16 URL-encoded key=value pairs joined by '&'");
+    return;
+  }
+  if (fr_http_query_get(q->req->query, "limit", lim, sizeof(lim)) >= 0 &&
+      fr_parse_int64(lim, 1, LIST_MAX, &limit) != 0) {
+    api_field_fail(q, "limit", "limit must be an integer from 1 to 1000");
+    return;
+  }
+  if (fr_http_query_get(q->req->query, "template", tmpl, sizeof(tmpl)) == -ENOSPC) {
+    api_field_fail(q, "template", "template is a pool name (at most 63 characters)");
+    return;
+  }
+  if (fr_http_query_get(q->req->query, "startedAfter", after, sizeof(after)) >= 0 &&
+      fr_time_parse_rfc3339(after, &after_s) != 0) {
+    api_field_fail(q, "startedAfter", "startedAfter must be an RFC 3339 UTC time (2026-01-02T03:04:05Z)");
+    return;
+  }
+  if (fr_http_query_get(q->req->query, "nextToken", next, sizeof(next)) == -ENOSPC) {
+    api_field_fail(q, "nextToken", "nextToken is not one this endpoint gave");
+    return;
+  }
+  /* Nothing here is ever paused: a list of paused sandboxes only is empty. */
+  if (fr_http_query_get(q->req->query, "state", state, sizeof(state)) >= 0 && strstr(state, "running") == NULL) {
+    api_reply(q, 200, json_array(), NULL);
+    return;
+  }
+  for (i = 0; i < q->r->nadapters; i++) {
+    struct fr_adapter *a = q->r->adapters[i];
+    const struct fr_pod *pod;
+    size_t cur = 0;
+    while ((pod = fr_adapter_pod_next(a, &cur)) != NULL) {
+      if (!api_owned_by(pod, q->tenant) || fr_adapter_pod_leaving(a, pod))
+        continue;
+      if ((tmpl[0] != '\0' && (pod->pool == NULL || strcmp(pod->pool, tmpl) != 0)) ||
+          (after_s >= 0 && (pod->created_s >= 0 ? pod->created_s : pod->creation_s) < after_s))
+        continue;
+      for (k = 0; k < nmeta; k++) {
+        const char *v = fr_pod_label(pod, keys[k]);
+        if (v == NULL || strcmp(v, vals[k]) != 0)
+          break;
+      }
+      if (k < nmeta)
+        continue;
+      if (n == cap) {
+        size_t ncap = cap ? cap * 2 : 64;
+        struct listed *m = realloc(all, ncap * sizeof(*m));
+        if (m == NULL) {
+          free(all);
+          api_oom(q);
+          return;
+        }
+        all = m;
+        cap = ncap;
+      }
+      snprintf(all[n].id, sizeof(all[n].id), "%s.%s", fr_adapter_name(a), pod->name);
+      all[n].a = a;
+      all[n++].pod = pod;
+    }
+  }
+  /* Pages in id order; the next token is the last id given, so any
+   * replica continues a listing without remembering it. */
+  if (n > 1)
+    qsort(all, n, sizeof(*all), listed_cmp);
+  if (next[0] != '\0')
+    while (start < n && strcmp(all[start].id, next) <= 0)
+      start++;
+  arr = json_array();
+  for (i = start; i < n && i < start + (size_t)limit; i++)
+    json_array_append_new(arr, sandbox_json(all[i].a, all[i].pod, 0));
+  hdr[0] = '\0';
+  if (i < n)
+    snprintf(hdr, sizeof(hdr), "X-Next-Token: %s\r\n", all[i - 1].id);
+  free(all);
+  api_reply(q, 200, arr, hdr[0] ? hdr : NULL);
+}
+
+/* ---------------------------------------------------------------------- */
+/* in-sandbox calls                                                        */
+
+/* The agent's paths a client may reach: envd's services, files, health.
+ * Never /init (it sets the agent's token and env). */
+static int agent_path_ok(const char *p) {
+  return strncmp(p, "/process.Process/", 17) == 0 || strncmp(p, "/filesystem.Filesystem/", 23) == 0 ||
+         strcmp(p, "/files") == 0 || strcmp(p, "/health") == 0;
+}
+
+static void in_sandbox(struct api_req *q, const char *id, const char *tenant) {
+  static const char *const pass[] = {"Connect-Protocol-Version", "Connect-Timeout-Ms", "Keepalive-Ping-Interval",
+                                     "Accept", NULL};
+  const char *token = fr_http_req_header(q->req, "X-Access-Token");
+  const char *port = fr_http_req_header(q->req, "E2b-Sandbox-Port");
+  const char *path = q->req->path + 4, *pod;
+  struct fr_adapter *a;
+  const struct fr_pod *p;
+  char cluster[64], msg[400];
+  struct fr_buf h;
+  size_t i;
+
+  /* The SDK names envd's port; any other port is a user's service in the
+   * sandbox, which this endpoint does not reach. */
+  if (port != NULL && strcmp(port, ENVD_PORT) != 0) {
+    unsupported(q, "reaching other ports of a sandbox (E2b-Sandbox-Port)");
+    return;
+  }
+  if (!agent_path_ok(path)) {
+    snprintf(msg, sizeof(msg), "inside a sandbox, %.200s", path);
+    unsupported(q, msg);
+    return;
+  }
+  if (token == NULL || *token == '\0') {
+    api_fail(q, 401, "unauthorized", "missing X-Access-Token (the sandbox's envdAccessToken)", NULL);
+    return;
+  }
+  /* A token that is not this sandbox's is answered like an id that does
+   * not exist: nothing tells a guesser which ids are real. */
+  if (split_id(id, cluster, sizeof(cluster), &pod) != 0 || (a = api_adapter(q->r, cluster)) == NULL ||
+      !fr_adapter_agent_token_ok(a, pod, token) || (p = fr_adapter_pod(a, pod)) == NULL || p->tenant == NULL ||
+      (tenant != NULL && strcmp(tenant, p->tenant) != 0)) {
+    snprintf(msg, sizeof(msg), "no sandbox %.200s for this access token", id);
+    api_fail(q, 404, "sandbox_not_found", msg, NULL);
+    return;
+  }
+  snprintf(q->tenant, sizeof(q->tenant), "%s", p->tenant);
+  q->ts = router_tenant(q->r, q->tenant);
+  router_note(q->req, "tenant", q->tenant);
+  if (find(q, id, &a) == NULL || !admitted(q))
+    return;
+  fr_buf_init(&h);
+  for (i = 0; pass[i] != NULL; i++) {
+    const char *v = fr_http_req_header(q->req, pass[i]);
+    if (v != NULL && strpbrk(v, "\r\n") == NULL)
+      fr_buf_printf(&h, "%s: %s\n", pass[i], v);
+  }
+  /* The agent's path with the client's query, as it came. */
+  {
+    struct fr_buf u;
+    fr_buf_init(&u);
+    fr_buf_printf(&u, "%s%s%s", path, q->req->query[0] ? "?" : "", q->req->query);
+    if (u.data == NULL || (h.len > 0 && h.data == NULL))
+      api_oom(q);
+    else
+      data_proxy(q, a, id, u.data, h.data);
+    fr_buf_free(&u);
+  }
+  fr_buf_free(&h);
+  if (q->req != NULL)
+    router_note(q->req, "cluster", cluster);
+}
+
+/* ---------------------------------------------------------------------- */
+/* dispatch                                                                */
+
+/* The tenant of X-API-Key (NULL when absent), "local" for a router
+ * without tenants; answers 401/403 and returns -1. */
+static int authenticate(struct api_req *q, const char **tenant) {
+  const char *key = fr_http_req_header(q->req, "X-API-Key");
+  const struct fr_config_tenant *t;
+  const char *ip = q->req->peer_ip;
+
+  *tenant = NULL;
+  if (q->r->cfg->ntenants == 0) {
+    if (strncmp(ip, "127.", 4) != 0 && strcmp(ip, "::1") != 0 && strncmp(ip, "::ffff:127.", 11) != 0) {
+      api_fail(q, 403, "forbidden", "this router has no tenants configured and accepts loopback clients only", NULL);
+      return -1;
+    }
+    *tenant = "local";
+    return 0;
+  }
+  if (key == NULL || *key == '\0')
+    return 0;
+  if ((t = fr_config_tenant_by_token(q->r->cfg, key)) == NULL) {
+    api_fail(q, 401, "unauthorized", "unknown API key: E2B_API_KEY must be a fedrouter tenant token", NULL);
+    return -1;
+  }
+  *tenant = t->name;
+  return 0;
+}
+
+/* After /e2b/sandboxes/ or /e2b/v2/sandboxes/: {id}[/what]. */
+static void sandbox_route(struct api_req *q, const char *rest, int v2) {
+  const char *slash = strchr(rest, '/'), *m = q->req->method;
+  char id[256];
+  size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
+
+  if (n == 0 || n >= sizeof(id)) {
+    api_fail(q, 404, "sandbox_not_found", "no such sandbox", NULL);
+    return;
+  }
+  memcpy(id, rest, n);
+  id[n] = '\0';
+  if (slash == NULL && !v2 && strcmp(m, "GET") == 0) {
+    struct fr_adapter *a;
+    const struct fr_pod *pod = find(q, id, &a);
+    if (pod != NULL)
+      api_reply(q, 200, sandbox_json(a, pod, 1), NULL);
+  } else if (slash == NULL && !v2 && strcmp(m, "DELETE") == 0) {
+    kill_sandbox(q, id);
+  } else if (slash != NULL && strcmp(slash, "/timeout") == 0 && strcmp(m, "POST") == 0) {
+    set_timeout(q, id, 0);
+  } else if (slash != NULL && strcmp(slash, "/connect") == 0 && strcmp(m, "POST") == 0) {
+    set_timeout(q, id, 1);
+  } else if (slash != NULL && (strcmp(slash, "/pause") == 0 || strcmp(slash, "/resume") == 0)) {
+    unsupported(q, "pausing and resuming sandboxes");
+  } else if (slash != NULL && strcmp(slash, "/snapshots") == 0) {
+    unsupported(q, "snapshots");
+  } else {
+    char what[300];
+    snprintf(what, sizeof(what), "%s %.200s", m, q->req->path + 4);
+    unsupported(q, what);
+  }
+}
+
+void e2b_handle(struct api_req *q) {
+  const char *p = q->req->path + 4, *m = q->req->method, *sid = fr_http_req_header(q->req, "E2b-Sandbox-Id");
+  const char *tenant;
+
+  q->shape_cb = shape;
+  if (authenticate(q, &tenant) != 0)
+    return;
+  if (sid != NULL) {
+    in_sandbox(q, sid, tenant);
+    return;
+  }
+  if (agent_path_ok(p)) {
+    api_fail(q, 400, "sandbox_id_required",
+             "calls into a sandbox need the E2b-Sandbox-Id header (pre-signed file URLs are not supported)", NULL);
+    return;
+  }
+  if (tenant == NULL) {
+    api_fail(q, 401, "unauthorized", "missing X-API-Key: set E2B_API_KEY to a fedrouter tenant token", NULL);
+    return;
+  }
+  snprintf(q->tenant, sizeof(q->tenant), "%s", tenant);
+  q->ts = router_tenant(q->r, tenant);
+  router_note(q->req, "tenant", tenant);
+  if (!admitted(q)) {
+    /* answered */
+  } else if (strcmp(p, "/v2/sandboxes") == 0 || strcmp(p, "/sandboxes") == 0) {
+    if (strcmp(m, "POST") == 0)
+      create(q);
+    else if (strcmp(m, "GET") == 0)
+      list(q);
+    else
+      api_fail(q, 405, "method_not_allowed", "use GET or POST", "Allow: GET, POST\r\n");
+  } else if (strncmp(p, "/sandboxes/", 11) == 0) {
+    sandbox_route(q, p + 11, 0);
+  } else if (strncmp(p, "/v2/sandboxes/", 14) == 0) {
+    sandbox_route(q, p + 14, 1);
+  } else if (strncmp(p, "/templates", 10) == 0 || strncmp(p, "/v2/templates", 13) == 0 ||
+             strncmp(p, "/v3/templates", 13) == 0) {
+    unsupported(q, "templates (use fedrouter pools: POST /v1/pools)");
+  } else if (strncmp(p, "/snapshots", 10) == 0) {
+    unsupported(q, "snapshots");
+  } else if (strncmp(p, "/volumes", 8) == 0) {
+    unsupported(q, "volumes");
+  } else {
+    char what[300];
+    snprintf(what, sizeof(what), "%s %.200s", m, p);
+    unsupported(q, what);
+  }
+}
+
+int e2b_streams_body(const struct fr_http_req *req) {
+  return strcmp(req->path, "/e2b/files") == 0 &&
+         (strcmp(req->method, "POST") == 0 || strcmp(req->method, "PUT") == 0) &&
+         fr_http_req_header(req, "E2b-Sandbox-Id") != NULL;
+}
