@@ -107,9 +107,13 @@ class Federation:
 
     def __init__(self, kubesim: str, fedrouter: str, clusters: Sequence[Tuple[str, str, Sequence[str]]],
                  tenants: Dict[str, Tuple[str, str]], prefix: str = "fr-sdk-", fast_exec: bool = False,
-                 max_batch: int = 5000, python_alias: bool = False, tls: bool = True) -> None:
+                 max_batch: int = 5000, python_alias: bool = False, tls: bool = True,
+                 agent: Optional[str] = None) -> None:
         self.root = tempfile.mkdtemp(prefix=prefix)
         self.tls = tls
+        # agent: the fedrouter-agent binary; kubesim runs it in agent pods
+        # and the router gets an `agent` config (a fresh HMAC key).
+        self.agent = agent
         # Sandboxes of a python:3.12 image have `python`; this machine's
         # default PATH (the one kubesim gives pods) has only python3. With
         # python_alias, each kubesim runs in a private mount namespace where
@@ -166,7 +170,8 @@ class Federation:
         argv = [kubesim] + (["--tls"] if self.tls else []) + ["--token", self.sim_token, "--write-kubeconfig", kc, "--port-file", pf,
                 "--admin-listen", "127.0.0.1:0", "--admin-port-file", apf, "--name", name,
                 "--workdir", os.path.join(d, "wd"), "--log-level", "warn"] + \
-            (["--fast-exec"] if fast_exec else []) + extra
+            (["--fast-exec"] if fast_exec else []) + \
+            (["--agent-binary", os.path.abspath(self.agent)] if self.agent else []) + extra
         p = _start(self._wrap + argv, log)
         self.procs.append(p)
         ok = wait_until(lambda: p.poll() is not None or (os.path.exists(pf) and os.path.exists(apf)
@@ -184,6 +189,12 @@ class Federation:
         cl = ",\n".join(f'  {{ name = "{n}"; region = "{s["region"]}"; kubeconfig = "{s["kubeconfig"]}"; }}'
                         for n, s in self.sims.items())
         conf = os.path.join(self.root, "fedrouter.conf")
+        agent = ""
+        if self.agent:
+            key = os.path.join(self.root, "agent.key")
+            with open(key, "w") as f:
+                f.write(os.urandom(32).hex())
+            agent = f'agent = {{ image = "fedrouter-agent:test"; key_file = "{key}"; }};\n'
         with open(conf, "w") as f:
             f.write(f"""listen = "127.0.0.1:0";
 region = "us";
@@ -195,7 +206,7 @@ tenants = (
 clusters = (
 {cl}
 );
-""")
+{agent}""")
         self.router_log = os.path.join(self.root, "fedrouter.log")
         p = _start([fedrouter, "--config", conf], self.router_log, stdout=subprocess.PIPE)
         self.procs.append(p)

@@ -13,8 +13,8 @@ a `default` warm pool of 3 per cluster. Tenants: `a` (most tests), `lim`
 Covers every SDK entry point blocking and .aio; a 200-sandbox batch; 500
 concurrent exec.aio on one event loop; the context managers terminating on
 exceptions; typed errors for 404/429/503 (and 400/401); the SPEC §8 calls
-(exec_stream, files, processes), skipped with the reason while the router
-answers 404 not_found / 400 invalid_field; examples/rl_reward.py and
+(exec_stream, files, processes) against a second, one-cluster federation
+whose sandboxes run the real fedrouter-agent (--agent); examples/rl_reward.py and
 examples/quickstart.py run and their output checked; every
 `<!-- snippet -->` block of docs/sdk-python.md run verbatim.
 
@@ -374,11 +374,31 @@ def _skip_unsupported(test, e):
 
 
 class TestAgentEndpoints(SDKTest):
-    """SPEC §8 calls: skipped while the router answers 404 not_found / 400
-    invalid_field, run by themselves once it serves them."""
+    """SPEC §8 calls (exec_stream, files, processes) against a federation of
+    its own whose sandboxes run the real fedrouter-agent (--agent)."""
+    fed = None
+
+    @classmethod
+    def setUpClass(cls):
+        if not ARGS.agent:
+            raise unittest.SkipTest("no --agent binary: the data-plane calls need the sandbox agent")
+        cls.fed = H.Federation(ARGS.kubesim, ARGS.fedrouter, [("g1", "us", NODES)],
+                               {"a": (TOK["a"], "")}, prefix="fr-sdk-agent-", tls=not ARGS.sanitized,
+                               agent=ARGS.agent)
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.fed is not None:
+            problems = cls.fed.stop()
+            if problems:
+                raise RuntimeError("teardown: " + "; ".join(problems))
+
+    def setUp(self):
+        self.c = Client(self.fed.url, TOK["a"])
+        self.t0 = time.monotonic()
 
     def sandbox_(self):
-        return self.c.create(name="agent")
+        return self.c.create(name="agent", image=IMAGE)
 
     def test_exec_stream(self):
         with self.sandbox_() as sb:
@@ -554,6 +574,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fedrouter", required=True)
     ap.add_argument("--kubesim", required=True)
+    ap.add_argument("--agent", help="fedrouter-agent: the data-plane calls run against sandboxes with it")
     ap.add_argument("--suite", choices=["api", "docs", "all"], default="all",
                     help="api: the SDK's calls; docs: the examples and the doc snippets (ctest runs them "
                          "as two tests, each with its own federation)")
