@@ -33,6 +33,7 @@
 /* Defaults (documented in config/examples/fedrouter.conf). */
 #define DEFAULT_LIFETIME_S 3600
 #define DEFAULT_MAX_LIFETIME_S 86400
+#define DEFAULT_BATCH_COMMIT_TIMEOUT_S 30
 #define DEFAULT_MAX_BATCH 5000
 #define DEFAULT_MAX_BODY_BYTES (1024 * 1024)
 #define DEFAULT_MAX_EXEC_OUTPUT_BYTES (16 * 1024 * 1024)
@@ -375,7 +376,7 @@ static const char *const root_keys[] = {"listen", "tls", "region", "policy", "sa
                                         "metrics_token_sha256", "agent", NULL};
 static const char *const agent_keys[] = {"image", "port", "key_file", "previous_key_file", NULL};
 static const char *const tls_keys[] = {"cert", "key", NULL};
-static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s", NULL};
+static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s", "batch_commit_timeout_s", NULL};
 static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_exec_output_bytes",
                                           "max_exec_timeout_s", "max_connections",
                                           "max_connections_per_ip", "exec_output_budget_bytes", NULL};
@@ -487,6 +488,11 @@ static int load_sandbox(struct loader *l, const config_setting_t *root, struct f
                     &has_default)) < 0)
     return rc;
   if ((rc = get_int(l, g, "max_lifetime_s", 1, MAX_SECONDS, &c->max_lifetime_s, &has_max)) < 0)
+    return rc;
+  /* Below 10 s a batch's renewals (every third of it) would come as often
+   * as the reaper looks; above an hour a dead router's pods outlive most
+   * sandboxes anyway. */
+  if ((rc = get_int(l, g, "batch_commit_timeout_s", 10, 3600, &c->batch_commit_timeout_s, NULL)) < 0)
     return rc;
   if (c->default_lifetime_s > c->max_lifetime_s) {
     if (has_default)
@@ -901,6 +907,7 @@ int fr_config_load(const char *path, struct fr_config **out, struct fr_config_er
   c->refs = 1;
   c->default_lifetime_s = DEFAULT_LIFETIME_S;
   c->max_lifetime_s = DEFAULT_MAX_LIFETIME_S;
+  c->batch_commit_timeout_s = DEFAULT_BATCH_COMMIT_TIMEOUT_S;
   c->max_batch = DEFAULT_MAX_BATCH;
   c->max_body_bytes = DEFAULT_MAX_BODY_BYTES;
   c->max_exec_output_bytes = DEFAULT_MAX_EXEC_OUTPUT_BYTES;

@@ -12,7 +12,8 @@
  *   tls = { cert = "x.pem"; key = "x.key"; };   # optional
  *   region = "us";                        # the router's own region, required
  *   policy = "policy.conf";               # optional, relative to this file
- *   sandbox = { default_lifetime_s = 3600; max_lifetime_s = 86400; };
+ *   sandbox = { default_lifetime_s = 3600; max_lifetime_s = 86400;
+ *               batch_commit_timeout_s = 30; };
  *   limits = { max_batch = 5000; max_body_bytes = 1048576;
  *              max_exec_output_bytes = 16777216; max_exec_timeout_s = 3600;
  *              max_connections = 0; max_connections_per_ip = 4096;
@@ -90,6 +91,7 @@ struct fr_config {
   char *region;
   char *policy;            /* absolute path or NULL */
   int64_t default_lifetime_s, max_lifetime_s;
+  int64_t batch_commit_timeout_s; /* pods of a batch not committed go this long after its last progress */
   int64_t max_batch;
   size_t max_body_bytes;
   int64_t max_exec_output_bytes;
