@@ -509,6 +509,76 @@ START_TEST(config_unknown_key_is_reported_before_missing_key) {
 }
 END_TEST
 
+/* What fr_config_check reported, in order. */
+struct heard {
+  int n;
+  int lines[16];
+  char msgs[16][512];
+};
+
+static void hear(void *arg, const struct fr_config_error *e) {
+  struct heard *h = arg;
+
+  ck_assert_int_lt(h->n, 16);
+  ck_assert_msg(strstr(e->file, "/t.conf") != NULL, "file \"%s\"", e->file);
+  h->lines[h->n] = e->line;
+  snprintf(h->msgs[h->n++], sizeof(h->msgs[0]), "%s", e->msg);
+}
+
+/* A check lists every error, each with its line: unknown keys at the top
+ * and in a tenant, a bad value, a bad tenant, a duplicate cluster. */
+START_TEST(config_check_reports_every_error_with_its_line) {
+  char path[PATH_MAX];
+  struct fr_config *c = (struct fr_config *)&c;
+  struct heard h;
+  int rc;
+
+  memset(&h, 0, sizeof(h));
+  write_file("t.conf",
+             LISTEN REGION
+             "colour = 1;\n"
+             "sandbox = { default_lifetime_s = 0; };\n"
+             "tenants = ( { name = \"Bad Name\"; token_sha256 = \"00\"; },\n"
+             "            { name = \"ok\"; token_sha256 = \"" "0000000000000000000000000000000000000000000000000000000000000000" "\"; sizee = 1; } );\n"
+             "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\"; },\n"
+             "             { name = \"a\"; region = \"us\"; kubeconfig = \"k\"; } );\n",
+             path, sizeof(path));
+  write_file("k", "", path, sizeof(path));
+  PATHF(path, "%s/t.conf", realtmp);
+  rc = fr_config_check(path, hear, &h, &c);
+  ck_assert_int_eq(rc, -EINVAL);
+  ck_assert_ptr_null(c);
+  ck_assert_int_eq(h.n, 5);
+  ck_assert_int_eq(h.lines[0], 3);
+  ck_assert_str_eq(h.msgs[0], "colour: unknown key (known keys here: listen, tls, region, policy, sandbox, "
+                              "limits, tenants, clusters, hosted, metrics_token_sha256, agent)");
+  ck_assert_int_eq(h.lines[1], 4);
+  ck_assert_ptr_nonnull(strstr(h.msgs[1], "sandbox.default_lifetime_s: 0 is out of range"));
+  ck_assert_int_eq(h.lines[2], 5);
+  ck_assert_ptr_nonnull(strstr(h.msgs[2], "tenants.[0].name"));
+  ck_assert_int_eq(h.lines[3], 6);
+  ck_assert_ptr_nonnull(strstr(h.msgs[3], "tenants.[1].sizee: unknown key"));
+  ck_assert_int_eq(h.lines[4], 8);
+  ck_assert_ptr_nonnull(strstr(h.msgs[4], "duplicate cluster name \"a\" (first defined at line 7)"));
+}
+END_TEST
+
+/* A syntax error stops libconfig: it is the one error, with its line. */
+START_TEST(config_check_syntax_error_is_the_one_error) {
+  char path[PATH_MAX];
+  struct fr_config *c = NULL;
+  struct heard h;
+
+  memset(&h, 0, sizeof(h));
+  write_file("t.conf", LISTEN "region = ;\ncolour = 1;\n", path, sizeof(path));
+  PATHF(path, "%s/t.conf", realtmp);
+  ck_assert_int_eq(fr_config_check(path, hear, &h, &c), -EINVAL);
+  ck_assert_int_eq(h.n, 1);
+  ck_assert_int_eq(h.lines[0], 2);
+  ck_assert_ptr_nonnull(strstr(h.msgs[0], "parse error"));
+}
+END_TEST
+
 START_TEST(config_missing_file_returns_enoent) {
   struct fr_config *c = NULL;
   struct fr_config_error err;
@@ -739,6 +809,8 @@ static Suite *config_suite(void) {
   tc = tcase_create("values");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, config_minimal_gets_defaults);
+  tcase_add_test(tc, config_check_reports_every_error_with_its_line);
+  tcase_add_test(tc, config_check_syntax_error_is_the_one_error);
   tcase_add_test(tc, config_all_limits_set_are_kept);
   tcase_add_test(tc, config_empty_tenant_list_is_allowed);
   tcase_add_test(tc, cluster_name_of_32_chars_is_accepted);

@@ -4,7 +4,8 @@
  * A reload builds a new snapshot and swaps it in; requests in flight keep
  * the one they started with (fr_config_ref/unref). Every error names the
  * file and line and says what is wrong (and, for misspelled keys, what was
- * probably meant).
+ * probably meant); a load goes on after one where it can, so a check lists
+ * them all (fr_config_check), and the first is the one returned.
  *
  * File format (see config/examples/fedrouter.conf for a commented example):
  *
@@ -118,6 +119,14 @@ struct fr_config {
  * in <out>, or -EINVAL / -ENOENT / -ENOMEM with <err> filled. Blocking file
  * I/O: call at start-up or from a worker thread, never on the loop. */
 int fr_config_load(const char *path, struct fr_config **out, struct fr_config_error *err);
+/* `fedrouter config check`: loads <path> like fr_config_load() but goes on
+ * after an error wherever the rest can still be checked (every unknown
+ * key, every tenant and cluster, every section) and calls <cb> for each
+ * error in the order found, with its file and line. A syntax error stops
+ * libconfig: it is the one error then. On success <*out> holds the
+ * snapshot as fr_config_load() gives it. Blocking file I/O. */
+typedef void (*fr_config_error_cb)(void *arg, const struct fr_config_error *e);
+int fr_config_check(const char *path, fr_config_error_cb cb, void *arg, struct fr_config **out);
 struct fr_config *fr_config_ref(struct fr_config *c);
 /* Accepts NULL. */
 void fr_config_unref(struct fr_config *c);
