@@ -3,9 +3,9 @@
 
 Three kubesim clusters and a real fedrouter (batch_commit_timeout_s = 10).
 Two tenants run create -> exec -> terminate loops, while a driver flips
-kubesim faults at random (down, API latency, 5xx, 429, rejected watches)
-and now and then kills the router with SIGKILL and starts a new one on the
-same config. A monitor asks /healthz every 0.25 s.
+kubesim faults at random (down, API latency, 5xx, 429, every watch dropped
+and new ones rejected) and now and then kills the router with SIGKILL and
+starts a new one on the same config. A monitor asks /healthz every 0.25 s.
 
 Invariants, asserted once the faults are cleared:
   - every sandbox the client saw created was terminated, or is still
@@ -130,7 +130,7 @@ def driver(fed, st: State, args, rnd: random.Random, seconds: float) -> None:
         kind = rnd.choice(["down", "latency", "5xx", "429", "watches"])
         fault = {"down": {"down": True}, "latency": {"latency_ms": rnd.randint(200, 1500)},
                  "5xx": {"error_rate": 0.3, "error_code": rnd.choice([500, 503])},
-                 "429": {"throttle_rate": 0.3}, "watches": {"reject_watches": True}}[kind]
+                 "429": {"throttle_rate": 0.3}, "watches": {"reject_watches": True, "drop_watches": True}}[kind]
         fed.sim_admin(sim, "POST", "/_sim/faults", fault)
         with st.lock:
             st.counts["faults"] += 1
