@@ -893,25 +893,8 @@ static void config_free(struct fr_config *c) {
   free(c);
 }
 
-/* fr_config_check()'s listener, behind the reader's on_error. */
-struct error_sink {
-  fr_config_error_cb cb;
-  void *arg;
-  int n;                  /* errors heard */
-};
-
-static void sink_error(void *arg, const char *file, int line, const char *msg) {
-  struct error_sink *k = arg;
-  struct fr_config_error e;
-
-  snprintf(e.file, sizeof(e.file), "%s", file);
-  e.line = line;
-  snprintf(e.msg, sizeof(e.msg), "%s", msg);
-  k->n++;
-  k->cb(k->arg, &e);
-}
-
-static int load(const char *path, struct fr_config **out, struct fr_config_error *err, struct error_sink *sink) {
+static int load(const char *path, struct fr_config **out, struct fr_config_error *err, fr_cfg_error_cb on_error,
+                void *arg) {
   struct fr_config_error scratch;
   struct loader l = {0};
   struct fr_config *c = NULL;
@@ -925,14 +908,13 @@ static int load(const char *path, struct fr_config **out, struct fr_config_error
   l.err = err;
   l.path = path != NULL ? path : "";
   l.cfg = FR_CFGREAD_FOR(err, l.path);
-  if (sink != NULL) {
-    l.cfg.on_error = sink_error;
-    l.cfg.on_error_arg = sink;
-  }
+  l.cfg.on_error = on_error;
+  l.cfg.on_error_arg = arg;
   snprintf(err->file, sizeof(err->file), "%s", l.path);
   if (out == NULL || path == NULL || path[0] == '\0') {
     snprintf(err->msg, sizeof(err->msg), "no config file given");
-    return -EINVAL;
+    rc = -EINVAL;
+    goto fail;
   }
   *out = NULL;
 
@@ -979,6 +961,10 @@ static int load(const char *path, struct fr_config **out, struct fr_config_error
   return 0;
 
 fail:
+  /* Errors before the tree (an unreadable file, a syntax error: libconfig
+   * stops there) and out of memory never went through the reader. */
+  if (on_error != NULL && l.cfg.count == 0)
+    on_error(arg, err->file, err->line, err->msg);
   if (cf_inited)
     config_destroy(&cf);
   free(l.dir);
@@ -987,21 +973,12 @@ fail:
 }
 
 int fr_config_load(const char *path, struct fr_config **out, struct fr_config_error *err) {
-  return load(path, out, err, NULL);
+  return load(path, out, err, NULL, NULL);
 }
 
-int fr_config_check(const char *path, fr_config_error_cb cb, void *arg, struct fr_config **out) {
-  struct error_sink sink = {cb, arg, 0};
-  struct fr_config_error first;
-  int rc;
-
-  memset(&first, 0, sizeof(first));
-  rc = load(path, out, &first, &sink);
-  /* Errors before the tree (an unreadable file, a syntax error: libconfig
-   * stops there) and out of memory never went through the reader. */
-  if (rc < 0 && sink.n == 0)
-    cb(arg, &first);
-  return rc;
+int fr_config_check(const char *path, void (*cb)(void *arg, const char *file, int line, const char *msg),
+                    void *arg, struct fr_config **out) {
+  return load(path, out, NULL, cb, arg);
 }
 
 /* The count may be dropped from a worker thread (a reload) while the loop

@@ -1218,27 +1218,9 @@ static int parse_text(struct loader *l, const char *text, size_t len, const char
   return rc;
 }
 
-/* fr_policy_check()'s listener, behind the reader's on_error. */
-struct error_sink {
-  fr_policy_error_cb cb;
-  void *arg;
-  int n;                  /* errors heard */
-};
-
-static void sink_error(void *arg, const char *file, int line, const char *msg) {
-  struct error_sink *k = arg;
-  struct fr_policy_error e;
-
-  snprintf(e.file, sizeof(e.file), "%s", file);
-  e.line = line;
-  snprintf(e.msg, sizeof(e.msg), "%s", msg);
-  k->n++;
-  k->cb(k->arg, &e);
-}
-
 static int load(const char *path, const char *const *clusters, const char *const *regions,
                 struct fr_policy **out, struct fr_policy_error *err, struct fr_policy_warning **warnings,
-                size_t *nwarnings, struct error_sink *sink) {
+                size_t *nwarnings, fr_cfg_error_cb on_error, void *arg) {
   struct fr_policy_error scratch;
   struct loader l;
   char *text = NULL, *dir = NULL, *real = NULL;
@@ -1256,14 +1238,13 @@ static int load(const char *path, const char *const *clusters, const char *const
   l.err = err;
   l.path = path != NULL ? path : "";
   l.cfg = FR_CFGREAD_FOR(err, l.path);
-  if (sink != NULL) {
-    l.cfg.on_error = sink_error;
-    l.cfg.on_error_arg = sink;
-  }
+  l.cfg.on_error = on_error;
+  l.cfg.on_error_arg = arg;
   snprintf(err->file, sizeof(err->file), "%s", l.path);
   if (out == NULL || path == NULL || path[0] == '\0') {
     snprintf(err->msg, sizeof(err->msg), "no policy file given");
-    return -EINVAL;
+    rc = -EINVAL;
+    goto fail;
   }
   *out = NULL;
   if (clusters != NULL) {
@@ -1273,7 +1254,8 @@ static int load(const char *path, const char *const *clusters, const char *const
       l.nclusters++;
     if (regions == NULL) {
       snprintf(err->msg, sizeof(err->msg), "the clusters' regions were not given");
-      return -EINVAL;
+      rc = -EINVAL;
+      goto fail;
     }
     l.cluster_regions = regions;
   }
@@ -1309,6 +1291,10 @@ static int load(const char *path, const char *const *clusters, const char *const
   return 0;
 
 fail:
+  /* Errors before the tree (an unreadable file, a syntax error: libconfig
+   * stops there) and out of memory never went through the reader. */
+  if (on_error != NULL && l.cfg.count == 0)
+    on_error(arg, err->file, err->line, err->msg);
   free(text);
   free(dir);
   free(l.warn);
@@ -1319,22 +1305,15 @@ fail:
 int fr_policy_load(const char *path, const char *const *clusters, const char *const *regions,
                    struct fr_policy **out, struct fr_policy_error *err,
                    struct fr_policy_warning **warnings, size_t *nwarnings) {
-  return load(path, clusters, regions, out, err, warnings, nwarnings, NULL);
+  return load(path, clusters, regions, out, err, warnings, nwarnings, NULL, NULL);
 }
 
 int fr_policy_check(const char *path, const char *const *clusters, const char *const *regions,
-                    fr_policy_error_cb cb, void *arg, struct fr_policy_warning **warnings, size_t *nwarnings) {
-  struct error_sink sink = {cb, arg, 0};
-  struct fr_policy_error first;
+                    void (*cb)(void *arg, const char *file, int line, const char *msg), void *arg,
+                    struct fr_policy_warning **warnings, size_t *nwarnings) {
   struct fr_policy *p = NULL;
-  int rc;
+  int rc = load(path, clusters, regions, &p, NULL, warnings, nwarnings, cb, arg);
 
-  memset(&first, 0, sizeof(first));
-  rc = load(path, clusters, regions, &p, &first, warnings, nwarnings, &sink);
-  /* Errors before the tree (an unreadable file, a syntax error: libconfig
-   * stops there) and out of memory never went through the reader. */
-  if (rc < 0 && sink.n == 0)
-    cb(arg, &first);
   fr_policy_unref(p);
   return rc;
 }

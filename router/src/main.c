@@ -50,7 +50,10 @@ struct check_errors {
   int oom;
 };
 
-static void check_error_add(struct check_errors *ce, const char *file, int line, const char *msg) {
+/* An fr_cfg_error_cb. */
+static void check_error_add(void *arg, const char *file, int line, const char *msg) {
+  struct check_errors *ce = arg;
+
   if (ce->n == ce->cap) {
     size_t cap = ce->cap ? ce->cap * 2 : 16;
     struct fr_config_error *v = realloc(ce->v, cap * sizeof(*v));
@@ -67,13 +70,7 @@ static void check_error_add(struct check_errors *ce, const char *file, int line,
   ce->n++;
 }
 
-static void on_policy_error(void *arg, const struct fr_policy_error *e) {
-  check_error_add(arg, e->file, e->line, e->msg);
-}
 
-static void on_config_error(void *arg, const struct fr_config_error *e) {
-  check_error_add(arg, e->file, e->line, e->msg);
-}
 
 /* Prints and frees the errors in file and line order (equal places in
  * the order found: an insertion sort, stable, and a check has few);
@@ -111,7 +108,7 @@ static int config_check(const char *path) {
   size_t i;
   int bad = 0;
 
-  if (fr_config_check(path, on_config_error, &ce, &cfg) != 0) {
+  if (fr_config_check(path, check_error_add, &ce, &cfg) != 0) {
     check_errors_print(&ce, path);
     return 1;
   }
@@ -175,7 +172,7 @@ static int policy_check(int argc, char **argv) {
     }
   }
   /* Without the router config there are no names to check against. */
-  if (fr_policy_check(file, names, regions, on_policy_error, &ce, &w, &nw) != 0) {
+  if (fr_policy_check(file, names, regions, check_error_add, &ce, &w, &nw) != 0) {
     check_errors_print(&ce, file);
     goto out;
   }

@@ -516,13 +516,13 @@ struct heard {
   char msgs[16][512];
 };
 
-static void hear(void *arg, const struct fr_config_error *e) {
+static void hear(void *arg, const char *file, int line, const char *msg) {
   struct heard *h = arg;
 
   ck_assert_int_lt(h->n, 16);
-  ck_assert_msg(strstr(e->file, "/t.conf") != NULL, "file \"%s\"", e->file);
-  h->lines[h->n] = e->line;
-  snprintf(h->msgs[h->n++], sizeof(h->msgs[0]), "%s", e->msg);
+  ck_assert_msg(strstr(file, "/t.conf") != NULL, "file \"%s\"", file);
+  h->lines[h->n] = line;
+  snprintf(h->msgs[h->n++], sizeof(h->msgs[0]), "%s", msg);
 }
 
 /* A check lists every error, each with its line: unknown keys at the top

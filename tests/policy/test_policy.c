@@ -1321,13 +1321,13 @@ struct heard {
   char msgs[16][512];
 };
 
-static void hear(void *arg, const struct fr_policy_error *e) {
+static void hear(void *arg, const char *file, int line, const char *msg) {
   struct heard *h = arg;
 
   ck_assert_int_lt(h->n, 16);
-  ck_assert_msg(strstr(e->file, "/p.conf") != NULL, "file \"%s\"", e->file);
-  h->lines[h->n] = e->line;
-  snprintf(h->msgs[h->n++], sizeof(h->msgs[0]), "%s", e->msg);
+  ck_assert_msg(strstr(file, "/p.conf") != NULL, "file \"%s\"", file);
+  h->lines[h->n] = line;
+  snprintf(h->msgs[h->n++], sizeof(h->msgs[0]), "%s", msg);
 }
 
 /* A check lists every error with its line: a bad value and an unknown key

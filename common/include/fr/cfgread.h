@@ -17,6 +17,9 @@
 #include <libconfig.h>
 #include <stddef.h>
 
+/* Hears one error: <file>, <line> (0: none) and "<path>: <what>". */
+typedef void (*fr_cfg_error_cb)(void *arg, const char *file, int line, const char *msg);
+
 struct fr_cfgread {
   const char *path;   /* the main file as given: used in messages */
   const char *dir;    /* resolves relative @include names; NULL: as libconfig gives them */
@@ -27,7 +30,7 @@ struct fr_cfgread {
   size_t msg_size;
   int count;          /* errors recorded so far */
   /* Called for every error (NULL: none), after the record holds the first. */
-  void (*on_error)(void *arg, const char *file, int line, const char *msg);
+  fr_cfg_error_cb on_error;
   void *on_error_arg;
 };
 

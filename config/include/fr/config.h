@@ -122,11 +122,12 @@ int fr_config_load(const char *path, struct fr_config **out, struct fr_config_er
 /* `fedrouter config check`: loads <path> like fr_config_load() but goes on
  * after an error wherever the rest can still be checked (every unknown
  * key, every tenant and cluster, every section) and calls <cb> for each
- * error in the order found, with its file and line. A syntax error stops
+ * error in the order found: its file, line (0: none) and message ("<path>:
+ * <what>", as fr_config_error's). A syntax error stops
  * libconfig: it is the one error then. On success <*out> holds the
  * snapshot as fr_config_load() gives it. Blocking file I/O. */
-typedef void (*fr_config_error_cb)(void *arg, const struct fr_config_error *e);
-int fr_config_check(const char *path, fr_config_error_cb cb, void *arg, struct fr_config **out);
+int fr_config_check(const char *path, void (*cb)(void *arg, const char *file, int line, const char *msg),
+                    void *arg, struct fr_config **out);
 struct fr_config *fr_config_ref(struct fr_config *c);
 /* Accepts NULL. */
 void fr_config_unref(struct fr_config *c);
