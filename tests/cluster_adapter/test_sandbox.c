@@ -1243,6 +1243,11 @@ static Suite *sandbox_suite(void) {
   tcase_add_test(tc, delete_accepted_hides_pod_until_gone);
   tcase_add_test(tc, create_callbacks_deferred_and_run_once);
   tcase_add_test(tc, adapter_free_with_creates_in_flight_calls_each_once);
+  tcase_add_test(tc, reaper_uncommitted_batch_deleted_after_timeout_others_kept);
+  tcase_add_test(tc, reaper_stale_pending_marker_pod_deleted_then_marker);
+  tcase_add_test(tc, batch_held_renews_pending_marker_and_is_not_reaped);
+  tcase_add_test(tc, batch_commit_writes_marker_over_pending);
+  tcase_add_test(tc, create_carries_batch_label);
   suite_add_tcase(s, tc);
   {
     /* Bugs the suite found, fixed; slower cases (breaker cool-down). */
@@ -1253,17 +1258,6 @@ static Suite *sandbox_suite(void) {
     tcase_add_test(fixed, delete_failure_keeps_pod_visible);
     tcase_add_test(fixed, cluster_down_while_creating_gives_up_and_cleans_up);
     suite_add_tcase(s, fixed);
-  }
-  {
-    TCase *commit = tcase_create("commit_markers");
-    tcase_add_checked_fixture(commit, setup, teardown);
-    tcase_set_timeout(commit, 60);
-    tcase_add_test(commit, reaper_uncommitted_batch_deleted_after_timeout_others_kept);
-    tcase_add_test(commit, reaper_stale_pending_marker_pod_deleted_then_marker);
-    tcase_add_test(commit, batch_held_renews_pending_marker_and_is_not_reaped);
-    tcase_add_test(commit, batch_commit_writes_marker_over_pending);
-    tcase_add_test(commit, create_carries_batch_label);
-    suite_add_tcase(s, commit);
   }
   return s;
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "fr/util.h"
+#include "fr_test_errors.h"
 
 #ifndef FR_CONFIG_EXAMPLES_DIR
 #error "FR_CONFIG_EXAMPLES_DIR must point at config/examples"
@@ -509,28 +510,12 @@ START_TEST(config_unknown_key_is_reported_before_missing_key) {
 }
 END_TEST
 
-/* What fr_config_check reported, in order. */
-struct heard {
-  int n;
-  int lines[16];
-  char msgs[16][512];
-};
-
-static void hear(void *arg, const char *file, int line, const char *msg) {
-  struct heard *h = arg;
-
-  ck_assert_int_lt(h->n, 16);
-  ck_assert_msg(strstr(file, "/t.conf") != NULL, "file \"%s\"", file);
-  h->lines[h->n] = line;
-  snprintf(h->msgs[h->n++], sizeof(h->msgs[0]), "%s", msg);
-}
-
 /* A check lists every error, each with its line: unknown keys at the top
  * and in a tenant, a bad value, a bad tenant, a duplicate cluster. */
 START_TEST(config_check_reports_every_error_with_its_line) {
   char path[PATH_MAX];
   struct fr_config *c = (struct fr_config *)&c;
-  struct heard h;
+  struct fr_test_heard h;
   int rc;
 
   memset(&h, 0, sizeof(h));
@@ -545,10 +530,12 @@ START_TEST(config_check_reports_every_error_with_its_line) {
              path, sizeof(path));
   write_file("k", "", path, sizeof(path));
   PATHF(path, "%s/t.conf", realtmp);
-  rc = fr_config_check(path, hear, &h, &c);
+  rc = fr_config_check(path, fr_test_hear, &h, &c);
   ck_assert_int_eq(rc, -EINVAL);
   ck_assert_ptr_null(c);
   ck_assert_int_eq(h.n, 5);
+  for (rc = 0; rc < h.n; rc++)
+    ck_assert_msg(strstr(h.files[rc], "/t.conf") != NULL, "file \"%s\"", h.files[rc]);
   ck_assert_int_eq(h.lines[0], 3);
   ck_assert_str_eq(h.msgs[0], "colour: unknown key (known keys here: listen, tls, region, policy, sandbox, "
                               "limits, tenants, clusters, hosted, metrics_token_sha256, agent)");
@@ -567,12 +554,12 @@ END_TEST
 START_TEST(config_check_syntax_error_is_the_one_error) {
   char path[PATH_MAX];
   struct fr_config *c = NULL;
-  struct heard h;
+  struct fr_test_heard h;
 
   memset(&h, 0, sizeof(h));
   write_file("t.conf", LISTEN "region = ;\ncolour = 1;\n", path, sizeof(path));
   PATHF(path, "%s/t.conf", realtmp);
-  ck_assert_int_eq(fr_config_check(path, hear, &h, &c), -EINVAL);
+  ck_assert_int_eq(fr_config_check(path, fr_test_hear, &h, &c), -EINVAL);
   ck_assert_int_eq(h.n, 1);
   ck_assert_int_eq(h.lines[0], 2);
   ck_assert_ptr_nonnull(strstr(h.msgs[0], "parse error"));

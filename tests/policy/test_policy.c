@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "fr/util.h"
+#include "fr_test_errors.h"
 
 #ifndef FR_POLICY_EXAMPLES_DIR
 #error "FR_POLICY_EXAMPLES_DIR must point at policy/examples"
@@ -1314,28 +1315,12 @@ START_TEST(policy_missing_file_returns_enoent) {
 }
 END_TEST
 
-/* What fr_policy_check reported, in order. */
-struct heard {
-  int n;
-  int lines[16];
-  char msgs[16][512];
-};
-
-static void hear(void *arg, const char *file, int line, const char *msg) {
-  struct heard *h = arg;
-
-  ck_assert_int_lt(h->n, 16);
-  ck_assert_msg(strstr(file, "/p.conf") != NULL, "file \"%s\"", file);
-  h->lines[h->n] = line;
-  snprintf(h->msgs[h->n++], sizeof(h->msgs[0]), "%s", msg);
-}
-
 /* A check lists every error with its line: a bad value and an unknown key
  * at the top, a bad override, an unknown cluster, an unknown key in one
  * rule, a rule with no action, a duplicate rule name. */
 START_TEST(policy_check_reports_every_error_with_its_line) {
   char path[PATH_MAX];
-  struct heard h;
+  struct fr_test_heard h;
   int rc;
 
   memset(&h, 0, sizeof(h));
@@ -1349,9 +1334,11 @@ START_TEST(policy_check_reports_every_error_with_its_line) {
              "  { name = \"a\"; tenant = \"t3\"; deny = \"us-east\"; }\n"
              ");\n",
              path, sizeof(path));
-  rc = fr_policy_check(path, fed_names, fed_regions, hear, &h, NULL, NULL);
+  rc = fr_policy_check(path, fed_names, fed_regions, fr_test_hear, &h, NULL, NULL);
   ck_assert_int_eq(rc, -EINVAL);
   ck_assert_int_eq(h.n, 7);
+  for (rc = 0; rc < h.n; rc++)
+    ck_assert_msg(strstr(h.files[rc], "/p.conf") != NULL, "file \"%s\"", h.files[rc]);
   /* In the order found: the top's keys first, then section by section. */
   ck_assert_int_eq(h.lines[0], 2);
   ck_assert_str_eq(h.msgs[0], "weigths: unknown key (did you mean \"weights\"?)");
@@ -1374,17 +1361,17 @@ END_TEST
  * a valid file reports none. */
 START_TEST(policy_check_syntax_error_is_the_one_error) {
   char path[PATH_MAX];
-  struct heard h;
+  struct fr_test_heard h;
 
   memset(&h, 0, sizeof(h));
   write_file("split = \"spread\";\nweights = ;\ncolour = 1;\n", path, sizeof(path));
-  ck_assert_int_eq(fr_policy_check(path, fed_names, fed_regions, hear, &h, NULL, NULL), -EINVAL);
+  ck_assert_int_eq(fr_policy_check(path, fed_names, fed_regions, fr_test_hear, &h, NULL, NULL), -EINVAL);
   ck_assert_int_eq(h.n, 1);
   ck_assert_int_eq(h.lines[0], 2);
   ck_assert_ptr_nonnull(strstr(h.msgs[0], "parse error"));
   memset(&h, 0, sizeof(h));
   write_file("split = \"spread\";\n", path, sizeof(path));
-  ck_assert_int_eq(fr_policy_check(path, fed_names, fed_regions, hear, &h, NULL, NULL), 0);
+  ck_assert_int_eq(fr_policy_check(path, fed_names, fed_regions, fr_test_hear, &h, NULL, NULL), 0);
   ck_assert_int_eq(h.n, 0);
 }
 END_TEST
