@@ -17,9 +17,10 @@
  * never reaps a batch it holds itself, whatever its marker cache says.
  *
  * Markers are deleted once no pod of their batch is left (counted from the
- * sandbox pod cache's events) and their progress is a timeout old, or at
- * data.expires (the batch's lifetime). Every router does it; deletes are
- * idempotent.
+ * sandbox pod cache's events) and their progress is a timeout old. Never
+ * while a pod of theirs is left, even past data.expires (the batch's
+ * lifetime when it committed, for operators): a sandbox that outlives it
+ * must not lose its marker. Every router does it; deletes are idempotent.
  *
  * Marker writes are tracked (commit_ops) so that shutdown can answer and
  * free them: the client drops the callbacks of cancelled calls.
@@ -309,28 +310,26 @@ static int renew(struct strmap_entry *e, void *arg) {
   return 0;
 }
 
-/* Markers no longer needed: expired, or a timeout past their progress
- * with no pod of their batch left (a pending one whose pods were all
- * reaped, a committed one whose sandboxes all ended). */
+/* Markers no longer needed: a timeout past their progress with no pod of
+ * their batch left (a pending one whose pods were all reaped, a committed
+ * one whose sandboxes all ended). */
 static void markers_gc(struct fr_adapter *a) {
   int64_t now = fr_wall_ms() / 1000;
-  int pods_known = fr_informer_synced(a->inf[INF_PODS]) && fr_informer_healthy(a->inf[INF_PODS]);
   const char *key;
   json_t *m;
 
+  if (!fr_informer_synced(a->inf[INF_PODS]) || !fr_informer_healthy(a->inf[INF_PODS]))
+    return;
   json_object_foreach(fr_informer_items(a->inf[INF_MARKERS]), key, m) {
     const char *batch = json_string_value(
         json_object_get(json_object_get(json_object_get(m, "metadata"), "labels"), FR_LABEL_BATCH));
-    int64_t exp = marker_time(m, "expires"), progress = marker_time(m, "progress");
+    int64_t progress = marker_time(m, "progress");
 
-    if (batch == NULL || json_object_get(json_object_get(m, "metadata"), "deletionTimestamp") != NULL)
+    if (batch == NULL || json_object_get(json_object_get(m, "metadata"), "deletionTimestamp") != NULL ||
+        strmap_get(&a->held, batch) != NULL || strmap_get(&a->batch_pods, batch) != NULL ||
+        (progress >= 0 && progress + timeout_s(a) > now))
       continue;
-    if (exp >= 0 && exp <= now) {
-      FR_DEBUG("commit", "%s: marker of batch %s expired", a->cc.name, batch);
-    } else if (!pods_known || strmap_get(&a->held, batch) != NULL || strmap_get(&a->batch_pods, batch) != NULL ||
-               (progress >= 0 && progress + timeout_s(a) > now)) {
-      continue;
-    }
+    FR_DEBUG("commit", "%s: deleting the marker of batch %s (no sandbox of it left)", a->cc.name, batch);
     send_op(a, OP_DELETE, batch);
   }
 }

@@ -264,7 +264,7 @@ int64_t fr_adapter_inflight(const struct fr_adapter *a);
  * data.progress, which a running batch renews (state "pending") every
  * third of the timeout. A router that dies mid-batch so leaves nothing
  * behind: any router on the same clusters cleans up. Markers go once no
- * pod of theirs remains, or at their expiry. */
+ * pod of theirs remains. */
 
 /* Holds batch <batch> (<hold> 1) or lets it go (0); holds nest. While held
  * here its pods are never reaped by this router, and its pending marker is
