@@ -1196,6 +1196,27 @@ START_TEST(batch_commit_writes_marker_over_pending) {
 }
 END_TEST
 
+/* A claimed warm pod carries the batch id too; with no commit marker it
+ * is deleted a timeout after the claim (it holds the env of a user it
+ * was never handed to). */
+START_TEST(claim_carries_batch_label_and_uncommitted_claim_is_reaped) {
+  struct fr_sandbox_spec sp = spec_of("py");
+  struct outcome o;
+
+  commit_timeout_s = 3;
+  sp.batch = "warm0000";
+  fk_add_pod(fk, fk_warm_pod("warm-a", "py"));
+  start_adapter();
+  create_and_wait(&sp, &o);
+  ck_assert_int_eq(o.err, FR_SB_OK);
+  ck_assert_int_eq(o.warm, 1);
+  ck_assert_str_eq(label_of(fk_pod(fk, "warm-a"), FR_LABEL_BATCH), "warm0000");
+  ck_assert_int_eq(fk_count(fk, "DELETE", FK_PODS), 0);
+  wait_for(lost_deleted, "warm-a", WAIT_MS, "the reaper's delete of the uncommitted claim");
+  finish_test();
+}
+END_TEST
+
 /* Creates carry the batch id as a label. */
 START_TEST(create_carries_batch_label) {
   struct fr_sandbox_spec sp;
@@ -1248,6 +1269,7 @@ static Suite *sandbox_suite(void) {
   tcase_add_test(tc, batch_held_renews_pending_marker_and_is_not_reaped);
   tcase_add_test(tc, batch_commit_writes_marker_over_pending);
   tcase_add_test(tc, create_carries_batch_label);
+  tcase_add_test(tc, claim_carries_batch_label_and_uncommitted_claim_is_reaped);
   suite_add_tcase(s, tc);
   {
     /* Bugs the suite found, fixed; slower cases (breaker cool-down). */
