@@ -445,6 +445,7 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
   }
   fr_informer_set_owner_store(a->inf[INF_PODS], store_rv, store_each, a);
   fr_informer_set_transform(a->inf[INF_ALLPODS], slim_any_pod);
+  fr_informer_set_transform(a->inf[INF_MARKERS], commit_slim_marker);
   if (sandbox_init(a) != 0) {
     rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", cc->name);

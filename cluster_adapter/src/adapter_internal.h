@@ -96,6 +96,10 @@ void sandbox_cluster_down(struct fr_adapter *a);
 /* When the commit rule makes <pod> due for reaping (unix seconds), or -1:
  * it carries no batch, its batch is committed, or it is not a sandbox. */
 int64_t commit_due_at(struct fr_adapter *a, const struct fr_pod *pod);
+/* The informer transform of the marker cache: a marker reduced to what
+ * the rule reads (name, resourceVersion, batch label, deletion, data), so
+ * one per live create stays small (a real API server adds managedFields). */
+json_t *commit_slim_marker(json_t *obj);
 /* 1 when the marker cache is complete and current, so a missing marker
  * means the batch was never committed. */
 int commit_markers_known(struct fr_adapter *a);

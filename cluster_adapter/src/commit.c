@@ -84,6 +84,26 @@ static int marker_committed(json_t *m) {
   return st != NULL && strcmp(st, "committed") == 0;
 }
 
+json_t *commit_slim_marker(json_t *obj) {
+  json_t *meta = json_object_get(obj, "metadata"), *data = json_object_get(obj, "data");
+  json_t *out = json_pack("{s:{s:O*,s:O*,s:O*,s:{s:O*}},s:{}}", "metadata", "namespace",
+                          json_object_get(meta, "namespace"), "name", json_object_get(meta, "name"),
+                          "resourceVersion", json_object_get(meta, "resourceVersion"), "labels", FR_LABEL_BATCH,
+                          json_object_get(json_object_get(meta, "labels"), FR_LABEL_BATCH), "data");
+  const char *const keep[] = {"state", "progress", "expires"};
+  size_t i;
+
+  if (out == NULL)
+    return NULL;
+  if (json_object_get(meta, "deletionTimestamp") != NULL)
+    json_object_set(json_object_get(out, "metadata"), "deletionTimestamp",
+                    json_object_get(meta, "deletionTimestamp"));
+  for (i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
+    if (json_is_string(json_object_get(data, keep[i])))
+      json_object_set(json_object_get(out, "data"), keep[i], json_object_get(data, keep[i]));
+  return out;
+}
+
 int commit_markers_known(struct fr_adapter *a) {
   return fr_informer_synced(a->inf[INF_MARKERS]) && fr_informer_healthy(a->inf[INF_MARKERS]);
 }
