@@ -485,17 +485,17 @@ static int load_sandbox(struct loader *l, const config_setting_t *root, struct f
 
   if ((rc = get_group(l, root, "sandbox", &g)) < 0 || g == NULL)
     return rc;
-  if ((rc = check_keys(l, g, sandbox_keys)) < 0)
-    return rc;
-  if ((rc = get_int(l, g, "default_lifetime_s", 1, MAX_SECONDS, &c->default_lifetime_s,
-                    &has_default)) < 0)
-    return rc;
-  if ((rc = get_int(l, g, "max_lifetime_s", 1, MAX_SECONDS, &c->max_lifetime_s, &has_max)) < 0)
-    return rc;
+  /* Each key is checked (a check reports them all); the two lifetimes
+   * are compared only when both are valid. */
+  rc = check_keys(l, g, sandbox_keys);
+  rc = fr_cfg_first(rc, get_int(l, g, "default_lifetime_s", 1, MAX_SECONDS, &c->default_lifetime_s,
+                                &has_default));
+  rc = fr_cfg_first(rc, get_int(l, g, "max_lifetime_s", 1, MAX_SECONDS, &c->max_lifetime_s, &has_max));
   /* Below 10 s a batch's renewals (every third of it) would come as often
    * as the reaper looks; above an hour a dead router's pods outlive most
    * sandboxes anyway. */
-  if ((rc = get_int(l, g, "batch_commit_timeout_s", 10, 3600, &c->batch_commit_timeout_s, NULL)) < 0)
+  rc = fr_cfg_first(rc, get_int(l, g, "batch_commit_timeout_s", 10, 3600, &c->batch_commit_timeout_s, NULL));
+  if (rc < 0)
     return rc;
   if (c->default_lifetime_s > c->max_lifetime_s) {
     if (has_default)
@@ -516,16 +516,18 @@ static int load_limits(struct loader *l, const config_setting_t *root, struct fr
 
   if ((rc = get_group(l, root, "limits", &g)) < 0 || g == NULL)
     return rc;
-  if ((rc = check_keys(l, g, limits_keys)) < 0 ||
-      (rc = get_int(l, g, "max_batch", 1, MAX_BATCH_LIMIT, &c->max_batch, NULL)) < 0 ||
-      (rc = get_int(l, g, "max_body_bytes", MIN_BODY_BYTES, MAX_BYTES, &body, NULL)) < 0 ||
-      (rc = get_int(l, g, "max_exec_output_bytes", 1, MAX_BYTES, &c->max_exec_output_bytes,
-                    NULL)) < 0 ||
-      (rc = get_int(l, g, "max_exec_timeout_s", 1, MAX_SECONDS, &c->max_exec_timeout_s, NULL)) < 0 ||
-      (rc = get_int(l, g, "max_connections", 0, MAX_CONNECTIONS, &c->max_connections, NULL)) < 0 ||
-      (rc = get_int(l, g, "max_connections_per_ip", 0, MAX_CONNECTIONS, &c->max_connections_per_ip, NULL)) < 0 ||
-      (rc = get_int(l, g, "exec_output_budget_bytes", MIN_BODY_BYTES, MAX_BYTES, &c->exec_output_budget_bytes,
-                    NULL)) < 0)
+  /* Each key is checked (a check reports them all). */
+  rc = check_keys(l, g, limits_keys);
+  rc = fr_cfg_first(rc, get_int(l, g, "max_batch", 1, MAX_BATCH_LIMIT, &c->max_batch, NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "max_body_bytes", MIN_BODY_BYTES, MAX_BYTES, &body, NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "max_exec_output_bytes", 1, MAX_BYTES, &c->max_exec_output_bytes, NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "max_exec_timeout_s", 1, MAX_SECONDS, &c->max_exec_timeout_s, NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "max_connections", 0, MAX_CONNECTIONS, &c->max_connections, NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "max_connections_per_ip", 0, MAX_CONNECTIONS, &c->max_connections_per_ip,
+                                NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "exec_output_budget_bytes", MIN_BODY_BYTES, MAX_BYTES,
+                                &c->exec_output_budget_bytes, NULL));
+  if (rc < 0)
     return rc;
   c->max_body_bytes = (size_t)body;
   return 0;

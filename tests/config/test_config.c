@@ -190,6 +190,7 @@ START_TEST(config_minimal_gets_defaults) {
   ck_assert_int_eq(c->refs, 1);
   ck_assert_int_eq(c->default_lifetime_s, 3600);
   ck_assert_int_eq(c->max_lifetime_s, 86400);
+  ck_assert_int_eq(c->batch_commit_timeout_s, 30);
   ck_assert_int_eq(c->max_batch, 5000);
   ck_assert_uint_eq(c->max_body_bytes, 1024 * 1024);
   ck_assert_int_eq(c->max_exec_output_bytes, 16 * 1024 * 1024);
@@ -203,6 +204,14 @@ START_TEST(config_minimal_gets_defaults) {
   ck_assert_ptr_null(c->clusters[0].context);
   ck_assert_double_eq(c->clusters[0].cost.per_core_hour, 0);
   ck_assert_int_eq(c->clusters[0].cost.sandboxes_per_node, 0);
+  fr_config_unref(c);
+}
+END_TEST
+
+START_TEST(config_batch_commit_timeout_is_kept) {
+  struct fr_config *c = load_ok(MINIMAL "sandbox = { batch_commit_timeout_s = 120; };\n");
+
+  ck_assert_int_eq(c->batch_commit_timeout_s, 120);
   fr_config_unref(c);
 }
 END_TEST
@@ -511,7 +520,8 @@ START_TEST(config_unknown_key_is_reported_before_missing_key) {
 END_TEST
 
 /* A check lists every error, each with its line: unknown keys at the top
- * and in a tenant, a bad value, a bad tenant, a duplicate cluster. */
+ * and in a tenant, two bad values in one group, a bad tenant, a duplicate
+ * cluster. */
 START_TEST(config_check_reports_every_error_with_its_line) {
   char path[PATH_MAX];
   struct fr_config *c = (struct fr_config *)&c;
@@ -522,7 +532,7 @@ START_TEST(config_check_reports_every_error_with_its_line) {
   write_file("t.conf",
              LISTEN REGION
              "colour = 1;\n"
-             "sandbox = { default_lifetime_s = 0; };\n"
+             "sandbox = { default_lifetime_s = 0;\n  batch_commit_timeout_s = 5; };\n"
              "tenants = ( { name = \"Bad Name\"; token_sha256 = \"00\"; },\n"
              "            { name = \"ok\"; token_sha256 = \"" "0000000000000000000000000000000000000000000000000000000000000000" "\"; sizee = 1; } );\n"
              "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\"; },\n"
@@ -533,7 +543,7 @@ START_TEST(config_check_reports_every_error_with_its_line) {
   rc = fr_config_check(path, fr_test_hear, &h, &c);
   ck_assert_int_eq(rc, -EINVAL);
   ck_assert_ptr_null(c);
-  ck_assert_int_eq(h.n, 5);
+  ck_assert_int_eq(h.n, 6);
   for (rc = 0; rc < h.n; rc++)
     ck_assert_msg(strstr(h.files[rc], "/t.conf") != NULL, "file \"%s\"", h.files[rc]);
   ck_assert_int_eq(h.lines[0], 3);
@@ -542,11 +552,13 @@ START_TEST(config_check_reports_every_error_with_its_line) {
   ck_assert_int_eq(h.lines[1], 4);
   ck_assert_ptr_nonnull(strstr(h.msgs[1], "sandbox.default_lifetime_s: 0 is out of range"));
   ck_assert_int_eq(h.lines[2], 5);
-  ck_assert_ptr_nonnull(strstr(h.msgs[2], "tenants.[0].name"));
+  ck_assert_str_eq(h.msgs[2], "sandbox.batch_commit_timeout_s: 5 is out of range (10-3600)");
   ck_assert_int_eq(h.lines[3], 6);
-  ck_assert_ptr_nonnull(strstr(h.msgs[3], "tenants.[1].sizee: unknown key"));
-  ck_assert_int_eq(h.lines[4], 8);
-  ck_assert_ptr_nonnull(strstr(h.msgs[4], "duplicate cluster name \"a\" (first defined at line 7)"));
+  ck_assert_ptr_nonnull(strstr(h.msgs[3], "tenants.[0].name"));
+  ck_assert_int_eq(h.lines[4], 7);
+  ck_assert_ptr_nonnull(strstr(h.msgs[4], "tenants.[1].sizee: unknown key"));
+  ck_assert_int_eq(h.lines[5], 9);
+  ck_assert_ptr_nonnull(strstr(h.msgs[5], "duplicate cluster name \"a\" (first defined at line 8)"));
 }
 END_TEST
 
@@ -796,6 +808,7 @@ static Suite *config_suite(void) {
   tc = tcase_create("values");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, config_minimal_gets_defaults);
+  tcase_add_test(tc, config_batch_commit_timeout_is_kept);
   tcase_add_test(tc, config_check_reports_every_error_with_its_line);
   tcase_add_test(tc, config_check_syntax_error_is_the_one_error);
   tcase_add_test(tc, config_all_limits_set_are_kept);
