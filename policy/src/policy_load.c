@@ -9,7 +9,7 @@
  * range- and name-checked. Every error carries the file and line of the
  * offending setting (of the enclosing group when a key is missing); the
  * load goes on after one where the rest can still be checked (the next
- * key, rule, override or section), so `policy check` lists them all, and
+ * key, rule, tier, override or section), so `policy check` lists them all, and
  * keeps the first. Checks that need the whole file (a cluster in two
  * tiers, rules that can never place anything) run at the end, on a file
  * without errors.
@@ -640,55 +640,60 @@ static int load_region_groups(struct loader *l, const config_setting_t *root) {
 static int load_spillover(struct loader *l, const config_setting_t *root) {
   struct fr_policy *p = l->p;
   const config_setting_t *g, *list;
-  int rc, i, n;
+  int rc, i, n, first;
 
   if ((rc = get_group(l, root, "spillover", &g)) < 0 || g == NULL)
     return rc;
-  if ((rc = check_keys(l, g, spillover_keys)) < 0 ||
-      (rc = get_enum(l, g, "order", order_values, &p->order)) < 0 ||
-      (rc = get_list(l, g, "tiers", &list)) < 0 || list == NULL)
-    return rc;
+  first = check_keys(l, g, spillover_keys);
+  first = fr_cfg_first(first, get_enum(l, g, "order", order_values, &p->order));
+  if ((rc = get_list(l, g, "tiers", &list)) < 0 || list == NULL)
+    return fr_cfg_first(first, rc);
   n = config_setting_length(list);
   if (n == 0)
-    return 0;
+    return first;
   p->tiers = calloc((size_t)n, sizeof(*p->tiers));
   if (p->tiers == NULL)
     return oom(l);
   for (i = 0; i < n; i++) {
     const config_setting_t *e = config_setting_get_elem(list, (unsigned)i), *name_s, *cl;
-    struct tier *t = &p->tiers[i];
+    /* A tier that failed before it was counted leaves its slot to the next. */
+    struct tier *t = &p->tiers[p->ntiers];
     const char *name;
     size_t k, m, j;
     int nc;
 
-    if ((rc = check_keys(l, e, tier_keys)) < 0 ||
-        (rc = get_string(l, e, "name", 1, "every tier needs a name", &name, &name_s)) < 0 ||
+    memset(t, 0, sizeof(*t));
+    first = fr_cfg_first(first, check_keys(l, e, tier_keys));
+    if ((rc = get_string(l, e, "name", 1, "every tier needs a name", &name, &name_s)) < 0 ||
         (rc = check_token(l, name_s, name, 0, "tier name")) < 0)
-      return rc;
-    for (k = 0; k < p->ntiers; k++)
+      goto next;
+    for (k = 0; k < p->ntiers && rc == 0; k++)
       if (strcmp(p->tiers[k].name, name) == 0)
-        return bad(l, name_s, "duplicate tier \"%s\" (first defined at line %d)", name,
-                   p->tiers[k].line);
-    if ((rc = get_strings(l, e, "clusters", &cl, &nc)) < 0)
-      return rc;
-    if (cl == NULL)
-      return missing(l, e, "clusters", "missing (the clusters in this tier, by name or glob)");
+        rc = bad(l, name_s, "duplicate tier \"%s\" (first defined at line %d)", name, p->tiers[k].line);
+    if (rc < 0 || (rc = get_strings(l, e, "clusters", &cl, &nc)) < 0)
+      goto next;
+    if (cl == NULL) {
+      rc = missing(l, e, "clusters", "missing (the clusters in this tier, by name or glob)");
+      goto next;
+    }
     t->line = line_of(e);
     if ((t->name = strdup(name)) == NULL)
       return oom(l);
     p->ntiers++;
     if ((rc = load_patterns(l, cl, nc, 1, "cluster", &t->clusters)) < 0)
-      return rc;
+      goto next;
     /* The same name in two tiers, checkable without the router's list. */
-    for (j = 0; j < t->clusters.n; j++)
-      for (k = 0; k + 1 < p->ntiers; k++)
-        for (m = 0; m < p->tiers[k].clusters.n; m++)
+    for (j = 0; j < t->clusters.n && rc == 0; j++)
+      for (k = 0; k + 1 < p->ntiers && rc == 0; k++)
+        for (m = 0; m < p->tiers[k].clusters.n && rc == 0; m++)
           if (strcmp(p->tiers[k].clusters.pats[m], t->clusters.pats[j]) == 0)
-            return bad(l, str_elem(cl, (int)j), "\"%s\" is already in tier \"%s\" (line %d); a "
-                       "cluster belongs to one tier", t->clusters.pats[j], p->tiers[k].name,
-                       p->tiers[k].clusters.lines[m]);
+            rc = bad(l, str_elem(cl, (int)j), "\"%s\" is already in tier \"%s\" (line %d); a "
+                     "cluster belongs to one tier", t->clusters.pats[j], p->tiers[k].name,
+                     p->tiers[k].clusters.lines[m]);
+  next:
+    first = fr_cfg_first(first, rc); /* and on to the next tier */
   }
-  return 0;
+  return first;
 }
 
 /* A cluster the router named in two tiers through patterns. */

@@ -1316,8 +1316,9 @@ START_TEST(policy_missing_file_returns_enoent) {
 END_TEST
 
 /* A check lists every error with its line: a bad value and an unknown key
- * at the top, a bad override, an unknown cluster, an unknown key in one
- * rule, a rule with no action, a duplicate rule name. */
+ * at the top, an unknown key in a tier and a duplicate tier, a bad
+ * override, an unknown cluster, an unknown key in one rule, a rule with no
+ * action, a duplicate rule name. */
 START_TEST(policy_check_reports_every_error_with_its_line) {
   char path[PATH_MAX];
   struct fr_test_heard h;
@@ -1332,11 +1333,13 @@ START_TEST(policy_check_reports_every_error_with_its_line) {
              "  { name = \"a\"; tenant = \"t1\"; pin = \"us-east\"; colour = \"red\"; },\n"
              "  { name = \"b\"; tenant = \"t2\"; },\n"
              "  { name = \"a\"; tenant = \"t3\"; deny = \"us-east\"; }\n"
-             ");\n",
+             ");\n"
+             "spillover = { tiers = ( { name = \"x\"; clusters = \"us-east\"; size = 1; },\n"
+             "                        { name = \"x\"; clusters = \"us-west\"; } ); };\n",
              path, sizeof(path));
   rc = fr_policy_check(path, fed_names, fed_regions, fr_test_hear, &h, NULL, NULL);
   ck_assert_int_eq(rc, -EINVAL);
-  ck_assert_int_eq(h.n, 7);
+  ck_assert_int_eq(h.n, 9);
   for (rc = 0; rc < h.n; rc++)
     ck_assert_msg(strstr(h.files[rc], "/p.conf") != NULL, "file \"%s\"", h.files[rc]);
   /* In the order found: the top's keys first, then section by section. */
@@ -1344,16 +1347,20 @@ START_TEST(policy_check_reports_every_error_with_its_line) {
   ck_assert_str_eq(h.msgs[0], "weigths: unknown key (did you mean \"weights\"?)");
   ck_assert_int_eq(h.lines[1], 1);
   ck_assert_str_eq(h.msgs[1], "split: unknown value \"fill_firts\" (did you mean \"fill_first\"?)");
-  ck_assert_int_eq(h.lines[2], 3);
-  ck_assert_ptr_nonnull(strstr(h.msgs[2], "clusters.[0].cold_start_s: must be >= 0"));
-  ck_assert_int_eq(h.lines[3], 4);
-  ck_assert_ptr_nonnull(strstr(h.msgs[3], "unknown cluster \"us-eastt\" (did you mean \"us-east\"?)"));
-  ck_assert_int_eq(h.lines[4], 6);
-  ck_assert_ptr_nonnull(strstr(h.msgs[4], "rules.[0].colour: unknown key"));
-  ck_assert_int_eq(h.lines[5], 7);
-  ck_assert_ptr_nonnull(strstr(h.msgs[5], "rule \"b\" has no action"));
-  ck_assert_int_eq(h.lines[6], 8);
-  ck_assert_ptr_nonnull(strstr(h.msgs[6], "duplicate rule name \"a\" (first used at line 6)"));
+  ck_assert_int_eq(h.lines[2], 10);
+  ck_assert_ptr_nonnull(strstr(h.msgs[2], "spillover.tiers.[0].size: unknown key"));
+  ck_assert_int_eq(h.lines[3], 11);
+  ck_assert_ptr_nonnull(strstr(h.msgs[3], "duplicate tier \"x\" (first defined at line 10)"));
+  ck_assert_int_eq(h.lines[4], 3);
+  ck_assert_ptr_nonnull(strstr(h.msgs[4], "clusters.[0].cold_start_s: must be >= 0"));
+  ck_assert_int_eq(h.lines[5], 4);
+  ck_assert_ptr_nonnull(strstr(h.msgs[5], "unknown cluster \"us-eastt\" (did you mean \"us-east\"?)"));
+  ck_assert_int_eq(h.lines[6], 6);
+  ck_assert_ptr_nonnull(strstr(h.msgs[6], "rules.[0].colour: unknown key"));
+  ck_assert_int_eq(h.lines[7], 7);
+  ck_assert_ptr_nonnull(strstr(h.msgs[7], "rule \"b\" has no action"));
+  ck_assert_int_eq(h.lines[8], 8);
+  ck_assert_ptr_nonnull(strstr(h.msgs[8], "duplicate rule name \"a\" (first used at line 6)"));
 }
 END_TEST
 
