@@ -413,6 +413,8 @@ static void adapter_release(struct fr_adapter *a) {
   strmap_close(&a->reaping);
   strmap_close(&a->deleting);
   strmap_close(&a->abandoned);
+  strmap_close(&a->held);
+  strmap_close(&a->batch_pods);
   strmap_close(&a->node_usage);
   strmap_close(&a->sb_node_usage);
   strmap_close(&a->gpu_usage);
@@ -435,6 +437,7 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
     return -ENOMEM;
   a->loop = loop;
   a->cc = *cc;
+  a->commit_timeout_s = cc->batch_commit_timeout_s > 0 ? cc->batch_commit_timeout_s : FR_BATCH_COMMIT_TIMEOUT_S;
   rc = fr_kubeconfig_load(cc->kubeconfig, cc->context, &creds, err, errlen);
   if (rc != 0)
     goto fail;
@@ -473,6 +476,9 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims", a->ns);
   if (rc == 0)
     rc = fr_informer_new(a->client, path, NULL, on_informer, a, &a->inf[INF_PVCS]);
+  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps", a->ns);
+  if (rc == 0)
+    rc = fr_informer_new(a->client, path, FR_LABEL_BATCH, on_informer, a, &a->inf[INF_MARKERS]);
   /* The strmap tables start empty as calloc left them. */
   if (rc == 0 && podstore_init(&a->pods) != 0)
     rc = -ENOMEM;
@@ -483,6 +489,7 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
   fr_informer_set_owner_store(a->inf[INF_PODS], store_rv, store_each, a);
   fr_informer_set_transform(a->inf[INF_ALLPODS], slim_any_pod, a);
   a->pods.gpu_resource = a->cc.gpu_resource;
+  fr_informer_set_transform(a->inf[INF_MARKERS], commit_slim_marker, NULL);
   if (sandbox_init(a) != 0) {
     rc = -ENOMEM;
     snprintf(err, errlen, "%s: out of memory", cc->name);

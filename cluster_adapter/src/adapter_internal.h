@@ -15,14 +15,16 @@
 /* PODS, POOLS and NODES gate readiness; ALLPODS (every pod in the cluster,
  * reduced to node and requests) and QUOTAS refine capacity when allowed;
  * RUNTIMECLASSES and PVCS (the sandbox namespace's claims) say which pod
- * options the cluster can serve. */
-enum { INF_PODS, INF_POOLS, INF_NODES, INF_ALLPODS, INF_QUOTAS, INF_RUNTIMECLASSES, INF_PVCS, INF_COUNT };
+ * options the cluster can serve. MARKERS holds the batches' commit markers
+ * (commit.c). */
+enum { INF_PODS, INF_POOLS, INF_NODES, INF_ALLPODS, INF_QUOTAS, INF_RUNTIMECLASSES, INF_PVCS, INF_MARKERS, INF_COUNT };
 #define INF_REQUIRED 3
 
 enum breaker_state { BR_CLOSED, BR_OPEN, BR_HALF_OPEN };
 
 struct create_op;
 struct reap_due;
+struct commit_op;
 
 struct fr_adapter {
   uv_loop_t *loop;
@@ -73,6 +75,13 @@ struct fr_adapter {
 
   /* secret.c */
   struct fr_secret_call *secret_calls; /* Secret reads in flight */
+  /* commit.c */
+  int64_t commit_timeout_s;
+  struct strmap held;            /* batch -> n[0] holds, n[1] held since, n[2] last pending
+                                    marker write (wall ms) */
+  struct strmap batch_pods;      /* batch -> n[0] cached sandbox pods carrying it (> 0) */
+  struct commit_op *commit_ops;  /* marker writes in flight */
+  int64_t markers_gc_ms;         /* last sweep of the markers (wall ms) */
 };
 
 /* sandbox.c hooks, called by adapter.c */
@@ -89,6 +98,26 @@ void secret_stop(struct fr_adapter *a);
 /* The breaker opened: creates waiting for their pods give up now, so their
  * batches move on instead of waiting for the cluster to come back. */
 void sandbox_cluster_down(struct fr_adapter *a);
+
+/* commit.c hooks, called by sandbox.c */
+/* When the commit rule makes <pod> due for reaping (unix seconds), or -1:
+ * it carries no batch, its batch is committed, or it is not a sandbox. */
+int64_t commit_due_at(struct fr_adapter *a, const struct fr_pod *pod);
+/* The informer transform of the marker cache: a marker reduced to what
+ * the rule reads (name, resourceVersion, batch label, deletion, data), so
+ * one per live create stays small (a real API server adds managedFields). */
+json_t *commit_slim_marker(json_t *obj, void *arg);
+/* 1 when the marker cache is complete and current, so a missing marker
+ * means the batch was never committed. */
+int commit_markers_known(struct fr_adapter *a);
+/* Keeps the per-batch pod counts from the sandbox pod cache's events. */
+void commit_on_pod(struct fr_adapter *a, enum fr_informer_event ev, const struct fr_pod *p,
+                   const struct fr_pod *old);
+/* From the reaper's timer: renews the pending markers of held batches and
+ * deletes markers no longer needed. */
+void commit_sweep(struct fr_adapter *a);
+/* Answers every marker write in flight with status 0. */
+void commit_stop(struct fr_adapter *a);
 
 /* The ready, unclaimed pods of <pool> (a set of pod names), or NULL for
  * none. Borrowed: valid until the next sandbox pod event. */

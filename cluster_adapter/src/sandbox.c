@@ -38,7 +38,7 @@ struct create_op {
   struct fr_adapter *a;
   enum cstate state;
   /* spec, owned */
-  char *tenant, *name, *pool, *image, *request_id;
+  char *tenant, *name, *pool, *image, *request_id, *batch;
   int64_t cpu_m, mem_b, lifetime_s;
   uint64_t ready_timeout_ms;
   json_t *secrets;          /* a reference: env only the agent gets, never the pod */
@@ -81,6 +81,7 @@ static void op_free(struct create_op *op) {
   free(op->image);
   free(op->request_id);
   fr_secret_values_free(op->secrets);
+  free(op->batch);
   json_decref(op->env);
   json_decref(op->labels);
   fr_podopts_unref(op->opts);
@@ -165,11 +166,14 @@ static void status_message(const char *body, size_t len, char *out, size_t cap) 
   json_decref(j);
 }
 
+/* The user's labels, and the batch's (commit.c), added to <labels>. */
 static json_t *user_labels_plus(struct create_op *op, json_t *labels) {
   const char *k;
   json_t *v;
 
   json_object_foreach(op->labels, k, v) json_object_set(labels, k, v);
+  if (op->batch != NULL)
+    json_object_set_new(labels, FR_LABEL_BATCH, json_string(op->batch));
   return labels;
 }
 
@@ -230,6 +234,7 @@ void sandbox_on_pod(struct fr_adapter *a, enum fr_informer_event ev, const struc
                     const struct fr_pod *old) {
   struct create_op *op, *nx;
 
+  commit_on_pod(a, ev, p, old);
   if (ev == FR_INF_DELETED)
     strmap_del(&a->deleting, p->name);
   else
@@ -534,6 +539,7 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
   op->pool = dup_or_null(spec->pool);
   op->image = dup_or_null(spec->image);
   op->request_id = dup_or_null(spec->request_id);
+  op->batch = dup_or_null(spec->batch);
   op->cpu_m = spec->cpu_m;
   op->mem_b = spec->mem_b;
   op->lifetime_s = spec->lifetime_s;
@@ -551,7 +557,8 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
   a->creates = op;
   a->inflight++;
   if (op->tenant == NULL || op->name == NULL || op->timer == NULL ||
-      (spec->pool && op->pool == NULL) || (spec->image && op->image == NULL)) {
+      (spec->pool && op->pool == NULL) || (spec->image && op->image == NULL) ||
+      (spec->batch && op->batch == NULL)) {
     free(op->timer);
     op->timer = NULL;
     op_free(op);
@@ -789,14 +796,22 @@ static void on_reaped(int status, const char *message, void *arg) {
   (void)arg;
 }
 
-/* When a sandbox pod is due for reaping, in wall-clock seconds: 0 at once
- * (it finished: DeadlineExceeded, or its command exited), else its
- * expiry annotation; -1 for pods the reaper leaves alone (warm pool pods,
- * pods already terminating, no expiry). */
-static int64_t due_at(const struct fr_pod *pod) {
+/* When a sandbox pod expires, in wall-clock seconds: 0 at once (it
+ * finished: DeadlineExceeded, or its command exited), else its expiry
+ * annotation; -1 for pods the reaper leaves alone (warm pool pods, pods
+ * already terminating, no expiry). */
+static int64_t expiry_at(const struct fr_pod *pod) {
   if (pod->state == NULL || strcmp(pod->state, "claimed") != 0 || pod->terminating)
     return -1;
   return fr_pod_finished(pod) ? 0 : pod->expires_s;
+}
+
+/* When a sandbox pod is due for reaping: it expires, or its batch was
+ * never committed (commit.c); -1 when neither applies. */
+static int64_t due_at(struct fr_adapter *a, const struct fr_pod *pod) {
+  int64_t e = expiry_at(pod), c = commit_due_at(a, pod);
+
+  return e < 0 || (c >= 0 && c < e) ? c : e;
 }
 
 struct reap_due {
@@ -816,22 +831,30 @@ static void due_clear(struct fr_adapter *a) {
     free(a->due[--a->ndue].pod);
 }
 
-static void due_push(struct fr_adapter *a, const char *pod, int64_t at) {
+/* Adds <pod> (taken: freed here when it cannot go in) due at <at>. */
+static void due_insert(struct fr_adapter *a, char *pod, int64_t at) {
   size_t i;
 
+  if (pod == NULL)
+    return;
   if (a->ndue == a->due_cap) {
     size_t cap = a->due_cap ? a->due_cap * 2 : 256;
     struct reap_due *n = realloc(a->due, cap * sizeof(*n));
-    if (n == NULL)
+    if (n == NULL) {
+      free(pod);
       return;
+    }
     a->due = n;
     a->due_cap = cap;
   }
-  if ((a->due[a->ndue].pod = strdup(pod)) == NULL)
-    return;
+  a->due[a->ndue].pod = pod;
   a->due[a->ndue].at = at;
   for (i = a->ndue++; i > 0 && a->due[(i - 1) / 2].at > a->due[i].at; i = (i - 1) / 2)
     due_swap(a->due, i, (i - 1) / 2);
+}
+
+static void due_push(struct fr_adapter *a, const char *pod, int64_t at) {
+  due_insert(a, strdup(pod), at);
 }
 
 /* Entries of sandboxes terminated early stay until they come due; when
@@ -844,17 +867,17 @@ static void due_rebuild(struct fr_adapter *a) {
 
   due_clear(a);
   while ((p = fr_adapter_pod_next(a, &cur)) != NULL)
-    if (due_at(p) >= 0)
-      due_push(a, p->name, due_at(p));
+    if (due_at(a, p) >= 0)
+      due_push(a, p->name, due_at(a, p));
 }
 
 /* A pod's entry goes in when its due time appears or changes; entries
  * are checked against the cache when they come up (stale ones are
  * dropped then), so nothing needs finding or removing early. */
 static void due_note(struct fr_adapter *a, const struct fr_pod *pod, const struct fr_pod *old) {
-  int64_t at = due_at(pod);
+  int64_t at = due_at(a, pod);
 
-  if (at < 0 || (old != NULL && due_at(old) == at))
+  if (at < 0 || (old != NULL && due_at(a, old) == at))
     return;
   if (a->ndue >= 1024 && a->ndue / 2 > (size_t)(a->n_sandboxes > 0 ? a->n_sandboxes : 0))
     due_rebuild(a); /* includes <pod>: it is in the cache already */
@@ -921,16 +944,29 @@ static void on_reap(uv_timer_t *t) {
   while (a->ndue > 0 && a->due[0].at <= now) {
     struct reap_due d = due_pop(a);
     int64_t at;
+    int uncommitted;
 
     pod = fr_adapter_pod(a, d.pod);
-    at = pod != NULL ? due_at(pod) : -1;
-    if (at >= 0 && at <= now && strmap_get(&a->reaping, d.pod) == NULL) {
-      FR_INFO("reaper", "%s: deleting %s (%s)", a->cc.name, d.pod, at > 0 ? "expired" : "finished");
-      if (fr_adapter_sandbox_delete(a, d.pod, NULL, on_reaped, NULL) == 0)
-        strmap_put(&a->reaping, d.pod, NULL);
+    at = pod != NULL ? due_at(a, pod) : -1;
+    if (at < 0 || strmap_get(&a->reaping, d.pod) != NULL) {
+      free(d.pod);
+      continue;
     }
+    /* Not yet (a batch made progress since), or not known yet (a marker
+     * this router has not seen may exist): looked at again then. The
+     * entry moves, so the queue does not grow. */
+    uncommitted = expiry_at(pod) < 0 || expiry_at(pod) > now;
+    if (at > now || (uncommitted && !commit_markers_known(a))) {
+      due_insert(a, d.pod, at > now ? at : now + REAP_EVERY_MS / 1000);
+      continue;
+    }
+    FR_INFO("reaper", "%s: deleting %s (%s)", a->cc.name, d.pod,
+            uncommitted ? "its batch was never committed" : at > 0 ? "expired" : "finished");
+    if (fr_adapter_sandbox_delete(a, d.pod, NULL, on_reaped, NULL) == 0)
+      strmap_put(&a->reaping, d.pod, NULL);
     free(d.pod);
   }
+  commit_sweep(a);
 }
 
 int sandbox_init(struct fr_adapter *a) {
@@ -967,6 +1003,7 @@ void sandbox_stop(struct fr_adapter *a) {
   a->stopping = 1;
   while (a->creates != NULL)
     finish(a->creates, FR_SB_UNAVAILABLE, "the router is shutting down", NULL, 0);
+  commit_stop(a);
   due_clear(a);
   free(a->due);
   a->due = NULL;

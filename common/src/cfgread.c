@@ -74,20 +74,30 @@ void fr_cfg_set_error_file(struct fr_cfgread *c, const char *file) {
 __attribute__((format(printf, 4, 0)))
 static int vfail(struct fr_cfgread *c, const config_setting_t *s, const char *key,
                  const char *fmt, va_list ap) {
-  char path[256];
+  char path[256], file[1024], msg[1024];
+  struct fr_cfgread one = *c;
   size_t n = 0;
 
-  fr_cfg_set_error_file(c, s != NULL ? config_setting_source_file(s) : NULL);
-  *c->line = fr_cfg_line(s);
+  /* Formatted apart, so that the record keeps the first error. */
+  one.file = file;
+  one.file_size = sizeof(file);
+  fr_cfg_set_error_file(&one, s != NULL ? config_setting_source_file(s) : NULL);
   fr_cfg_setting_path(s, key, path, sizeof(path));
-  c->msg[0] = '\0';
+  msg[0] = '\0';
   if (path[0] != '\0') {
-    int w = snprintf(c->msg, c->msg_size, "%s: ", path);
+    int w = snprintf(msg, sizeof(msg), "%s: ", path);
     n = w > 0 ? (size_t)w : 0;
-    if (n >= c->msg_size)
-      n = c->msg_size - 1;
+    if (n >= sizeof(msg))
+      n = sizeof(msg) - 1;
   }
-  vsnprintf(c->msg + n, c->msg_size - n, fmt, ap);
+  vsnprintf(msg + n, sizeof(msg) - n, fmt, ap);
+  if (c->count++ == 0) {
+    snprintf(c->file, c->file_size, "%s", file);
+    *c->line = fr_cfg_line(s);
+    snprintf(c->msg, c->msg_size, "%s", msg);
+  }
+  if (c->on_error != NULL)
+    c->on_error(c->on_error_arg, file, fr_cfg_line(s), msg);
   return -EINVAL;
 }
 

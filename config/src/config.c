@@ -34,6 +34,7 @@
 /* Defaults (documented in config/examples/fedrouter.conf). */
 #define DEFAULT_LIFETIME_S 3600
 #define DEFAULT_MAX_LIFETIME_S 86400
+#define DEFAULT_BATCH_COMMIT_TIMEOUT_S 30
 #define DEFAULT_MAX_BATCH 5000
 #define DEFAULT_MAX_BODY_BYTES (1024 * 1024)
 #define DEFAULT_MAX_EXEC_OUTPUT_BYTES (16 * 1024 * 1024)
@@ -113,7 +114,7 @@ struct loader {
  * the closest known key when it is within SUGGEST_MAX_DISTANCE edits, as
  * HAProxy does for its keywords. */
 static int check_keys(struct loader *l, const config_setting_t *group, const char *const *known) {
-  int i, n = config_setting_length(group);
+  int i, n = config_setting_length(group), rc = 0;
 
   for (i = 0; i < n; i++) {
     const config_setting_t *m = config_setting_get_elem(group, (unsigned)i);
@@ -136,8 +137,11 @@ static int check_keys(struct loader *l, const config_setting_t *group, const cha
     }
     if (known[k] != NULL)
       continue;
-    if (best != NULL && best_d <= SUGGEST_MAX_DISTANCE)
-      return bad(l, m, "unknown key (did you mean \"%s\"?)", best);
+    /* Every unknown key is reported (a check lists them all). */
+    if (best != NULL && best_d <= SUGGEST_MAX_DISTANCE) {
+      rc = fr_cfg_first(rc, bad(l, m, "unknown key (did you mean \"%s\"?)", best));
+      continue;
+    }
     list[0] = '\0';
     for (k = 0; known[k] != NULL && len < sizeof(list); k++) {
       int w = snprintf(list + len, sizeof(list) - len, "%s%s", k > 0 ? ", " : "", known[k]);
@@ -145,9 +149,9 @@ static int check_keys(struct loader *l, const config_setting_t *group, const cha
         break;
       len += (size_t)w;
     }
-    return bad(l, m, "unknown key (known keys here: %s)", list);
+    rc = fr_cfg_first(rc, bad(l, m, "unknown key (known keys here: %s)", list));
   }
-  return 0;
+  return rc;
 }
 
 /* ---- typed getters ---- */
@@ -382,7 +386,8 @@ static const char *const root_keys[] = {"listen", "tls", "region", "policy", "sa
                                         "metrics_token_sha256", "agent", "shutdown_delay_ms", NULL};
 static const char *const agent_keys[] = {"image", "port", "key_file", "previous_key_file", NULL};
 static const char *const tls_keys[] = {"cert", "key", NULL};
-static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s", "gpu_resource", NULL};
+static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s", "gpu_resource",
+                                           "batch_commit_timeout_s", NULL};
 static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_exec_output_bytes",
                                           "max_exec_timeout_s", "max_connections",
                                           "max_connections_per_ip", "exec_output_budget_bytes", NULL};
@@ -489,12 +494,17 @@ static int load_sandbox(struct loader *l, const config_setting_t *root, struct f
 
   if ((rc = get_group(l, root, "sandbox", &g)) < 0 || g == NULL)
     return rc;
-  if ((rc = check_keys(l, g, sandbox_keys)) < 0)
-    return rc;
-  if ((rc = get_int(l, g, "default_lifetime_s", 1, MAX_SECONDS, &c->default_lifetime_s,
-                    &has_default)) < 0)
-    return rc;
-  if ((rc = get_int(l, g, "max_lifetime_s", 1, MAX_SECONDS, &c->max_lifetime_s, &has_max)) < 0)
+  /* Each key is checked (a check reports them all); the two lifetimes
+   * are compared only when both are valid. */
+  rc = check_keys(l, g, sandbox_keys);
+  rc = fr_cfg_first(rc, get_int(l, g, "default_lifetime_s", 1, MAX_SECONDS, &c->default_lifetime_s,
+                                &has_default));
+  rc = fr_cfg_first(rc, get_int(l, g, "max_lifetime_s", 1, MAX_SECONDS, &c->max_lifetime_s, &has_max));
+  /* Below 10 s a batch's renewals (every third of it) would come as often
+   * as the reaper looks; above an hour a dead router's pods outlive most
+   * sandboxes anyway. */
+  rc = fr_cfg_first(rc, get_int(l, g, "batch_commit_timeout_s", 10, 3600, &c->batch_commit_timeout_s, NULL));
+  if (rc < 0)
     return rc;
   if ((rc = get_string(l, g, "gpu_resource", 0, NULL, &v, &s)) < 0)
     return rc;
@@ -526,16 +536,18 @@ static int load_limits(struct loader *l, const config_setting_t *root, struct fr
 
   if ((rc = get_group(l, root, "limits", &g)) < 0 || g == NULL)
     return rc;
-  if ((rc = check_keys(l, g, limits_keys)) < 0 ||
-      (rc = get_int(l, g, "max_batch", 1, MAX_BATCH_LIMIT, &c->max_batch, NULL)) < 0 ||
-      (rc = get_int(l, g, "max_body_bytes", MIN_BODY_BYTES, MAX_BYTES, &body, NULL)) < 0 ||
-      (rc = get_int(l, g, "max_exec_output_bytes", 1, MAX_BYTES, &c->max_exec_output_bytes,
-                    NULL)) < 0 ||
-      (rc = get_int(l, g, "max_exec_timeout_s", 1, MAX_SECONDS, &c->max_exec_timeout_s, NULL)) < 0 ||
-      (rc = get_int(l, g, "max_connections", 0, MAX_CONNECTIONS, &c->max_connections, NULL)) < 0 ||
-      (rc = get_int(l, g, "max_connections_per_ip", 0, MAX_CONNECTIONS, &c->max_connections_per_ip, NULL)) < 0 ||
-      (rc = get_int(l, g, "exec_output_budget_bytes", MIN_BODY_BYTES, MAX_BYTES, &c->exec_output_budget_bytes,
-                    NULL)) < 0)
+  /* Each key is checked (a check reports them all). */
+  rc = check_keys(l, g, limits_keys);
+  rc = fr_cfg_first(rc, get_int(l, g, "max_batch", 1, MAX_BATCH_LIMIT, &c->max_batch, NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "max_body_bytes", MIN_BODY_BYTES, MAX_BYTES, &body, NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "max_exec_output_bytes", 1, MAX_BYTES, &c->max_exec_output_bytes, NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "max_exec_timeout_s", 1, MAX_SECONDS, &c->max_exec_timeout_s, NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "max_connections", 0, MAX_CONNECTIONS, &c->max_connections, NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "max_connections_per_ip", 0, MAX_CONNECTIONS, &c->max_connections_per_ip,
+                                NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "exec_output_budget_bytes", MIN_BODY_BYTES, MAX_BYTES,
+                                &c->exec_output_budget_bytes, NULL));
+  if (rc < 0)
     return rc;
   c->max_body_bytes = (size_t)body;
   return 0;
@@ -624,7 +636,7 @@ static int tenant_secret(struct loader *l, const config_setting_t *g, struct fr_
 
 static int load_tenants(struct loader *l, const config_setting_t *root, struct fr_config *c) {
   const config_setting_t *list;
-  int rc, i, n;
+  int rc, i, n, first = 0;
 
   if ((rc = get_list(l, root, "tenants", &list)) < 0 || list == NULL)
     return rc;
@@ -647,8 +659,8 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
     t->max_pool_replicas = DEFAULT_TENANT_POOL_REPLICAS;
     t->max_file_bytes = DEFAULT_TENANT_FILE_BYTES;
 
-    if ((rc = check_keys(l, g, tenant_keys)) < 0 ||
-        (rc = get_string(l, g, "name", 1, "every tenant needs a name", &name, &name_s)) < 0 ||
+    first = fr_cfg_first(first, check_keys(l, g, tenant_keys));
+    if ((rc = get_string(l, g, "name", 1, "every tenant needs a name", &name, &name_s)) < 0 ||
         (rc = check_tenant_name(l, name_s, name)) < 0 ||
         (rc = get_string(l, g, "token_sha256", 1,
                          "every tenant needs the SHA-256 hex of its bearer token", &tok,
@@ -663,17 +675,25 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
         (rc = get_int(l, g, "max_pool_replicas", 0, MAX_TENANT_SANDBOXES, &t->max_pool_replicas,
                       NULL)) < 0 ||
         (rc = get_int(l, g, "max_file_bytes", 1, INT64_MAX, &t->max_file_bytes, NULL)) < 0 ||
-        (rc = get_bool(l, g, "admin", &t->admin)) < 0)
-      return rc;
-    for (j = 0; j < i; j++) {
+        (rc = get_bool(l, g, "admin", &t->admin)) < 0) {
+      first = fr_cfg_first(first, rc); /* and on to the next tenant */
+      continue;
+    }
+    for (j = 0, rc = 0; j < i && rc == 0; j++) {
       const config_setting_t *prev = config_setting_get_elem(list, (unsigned)j);
+      if (c->tenants[j].name == NULL) /* it had an error */
+        continue;
       if (strcmp(c->tenants[j].name, name) == 0)
-        return bad(l, name_s, "duplicate tenant name \"%s\" (first defined at line %u)", name,
-                   config_setting_source_line(config_setting_get_member(prev, "name")));
-      if (strcmp(c->tenants[j].token_sha256, tok) == 0)
-        return bad(l, tok_s, "same token as tenant \"%s\" (line %u); every tenant needs its own "
-                   "token", c->tenants[j].name,
-                   config_setting_source_line(config_setting_get_member(prev, "token_sha256")));
+        rc = bad(l, name_s, "duplicate tenant name \"%s\" (first defined at line %u)", name,
+                 config_setting_source_line(config_setting_get_member(prev, "name")));
+      else if (strcmp(c->tenants[j].token_sha256, tok) == 0)
+        rc = bad(l, tok_s, "same token as tenant \"%s\" (line %u); every tenant needs its own "
+                 "token", c->tenants[j].name,
+                 config_setting_source_line(config_setting_get_member(prev, "token_sha256")));
+    }
+    if (rc < 0) {
+      first = fr_cfg_first(first, rc);
+      continue;
     }
     t->name = strdup(name);
     if (t->name == NULL)
@@ -689,7 +709,7 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
                    "tenants \"%s\" and \"%s\" would both read Secret \"%s\"; every tenant needs its own "
                    "(set `secret` on one of them)", c->tenants[j].name, t->name, t->secret);
   }
-  return 0;
+  return first;
 }
 
 static int load_cost(struct loader *l, const config_setting_t *cluster,
@@ -763,7 +783,7 @@ static int check_namespace(struct loader *l, const config_setting_t *s, const ch
 
 static int load_clusters(struct loader *l, const config_setting_t *root, struct fr_config *c) {
   const config_setting_t *list;
-  int rc, i, n;
+  int rc, i, n, first = 0;
 
   if ((rc = get_list(l, root, "clusters", &list)) < 0)
     return rc;
@@ -783,38 +803,41 @@ static int load_clusters(struct loader *l, const config_setting_t *root, struct 
     const char *name, *region, *context, *ns;
     int j;
 
-    if ((rc = check_keys(l, g, cluster_keys)) < 0 ||
-        (rc = get_string(l, g, "name", 1, "every cluster needs a name", &name, &name_s)) < 0 ||
+    first = fr_cfg_first(first, check_keys(l, g, cluster_keys));
+    if ((rc = get_string(l, g, "name", 1, "every cluster needs a name", &name, &name_s)) < 0 ||
         (rc = check_cluster_name(l, name_s, name)) < 0)
-      return rc;
-    for (j = 0; j < i; j++)
-      if (strcmp(c->clusters[j].name, name) == 0)
-        return bad(l, name_s, "duplicate cluster name \"%s\" (first defined at line %u)", name,
+      goto next;
+    for (j = 0; j < i && rc == 0; j++)
+      if (c->clusters[j].name != NULL && strcmp(c->clusters[j].name, name) == 0)
+        rc = bad(l, name_s, "duplicate cluster name \"%s\" (first defined at line %u)", name,
                    config_setting_source_line(config_setting_get_member(
                        config_setting_get_elem(list, (unsigned)j), "name")));
+    if (rc < 0)
+      goto next;
     if ((cl->name = strdup(name)) == NULL)
       return oom(l);
     if ((rc = get_string(l, g, "region", 1, "every cluster needs a region", &region,
                          &region_s)) < 0 ||
         (rc = check_region(l, region_s, region)) < 0)
-      return rc;
+      goto next;
     if ((cl->region = strdup(region)) == NULL)
       return oom(l);
     if ((rc = get_path(l, g, "kubeconfig", 1, "the kubeconfig file to reach this cluster with",
                        &cl->kubeconfig, NULL)) < 0 ||
         (rc = get_string(l, g, "context", 0, "a context of the kubeconfig", &context, NULL)) < 0)
-      return rc;
+      goto next;
     if (context != NULL && (cl->context = strdup(context)) == NULL)
       return oom(l);
     if ((rc = get_string(l, g, "namespace", 0, "the namespace for sandboxes", &ns, &ns_s)) < 0 ||
         (ns != NULL && (rc = check_namespace(l, ns_s, ns)) < 0))
-      return rc;
+      goto next;
     if ((cl->ns = strdup(ns != NULL ? ns : DEFAULT_NAMESPACE)) == NULL)
       return oom(l);
-    if ((rc = load_cost(l, g, &cl->cost)) < 0)
-      return rc;
+    rc = load_cost(l, g, &cl->cost);
+  next:
+    first = fr_cfg_first(first, rc); /* and on to the next cluster */
   }
-  return 0;
+  return first;
 }
 
 static int load_root(struct loader *l, const config_setting_t *root, struct fr_config *c) {
@@ -822,36 +845,36 @@ static int load_root(struct loader *l, const config_setting_t *root, struct fr_c
   const char *v;
   int rc;
 
-  if ((rc = check_keys(l, root, root_keys)) < 0)
-    return rc;
+  /* Every part is checked even after an error in another, so that a check
+   * reports them all; the first error is the one returned. */
+  int first = check_keys(l, root, root_keys);
+
   if ((rc = get_string(l, root, "listen", 1, "HOST:PORT to serve on, e.g. \"127.0.0.1:8080\"",
                        &v, &s)) < 0 ||
       (rc = parse_listen(l, s, v, &c->listen_host, &c->listen_port)) < 0)
-    return rc;
-  if ((rc = load_tls(l, root, c)) < 0 || (rc = load_agent(l, root, c)) < 0)
-    return rc;
+    first = fr_cfg_first(first, rc);
+  first = fr_cfg_first(first, load_tls(l, root, c));
+  first = fr_cfg_first(first, load_agent(l, root, c));
   if ((rc = get_string(l, root, "region", 1, "the region this router runs in, e.g. \"us\"", &v,
                        &s)) < 0 ||
       (rc = check_region(l, s, v)) < 0)
-    return rc;
-  if ((c->region = strdup(v)) == NULL)
+    first = fr_cfg_first(first, rc);
+  else if ((c->region = strdup(v)) == NULL)
     return oom(l);
   /* Optional: /metrics then wants this token (Prometheus' bearer_token). */
-  if ((rc = get_string(l, root, "metrics_token_sha256", 0, NULL, &v, &s)) < 0)
-    return rc;
-  if (s != NULL) {
-    if ((rc = check_token_hash(l, s, v)) < 0)
-      return rc;
+  if ((rc = get_string(l, root, "metrics_token_sha256", 0, NULL, &v, &s)) < 0 ||
+      (s != NULL && (rc = check_token_hash(l, s, v)) < 0))
+    first = fr_cfg_first(first, rc);
+  else if (s != NULL)
     snprintf(c->metrics_token_sha256, sizeof(c->metrics_token_sha256), "%s", v);
-  }
-  if ((rc = get_int(l, root, "shutdown_delay_ms", 0, MAX_SHUTDOWN_DELAY_MS, &c->shutdown_delay_ms, NULL)) < 0)
-    return rc;
-  if ((rc = get_path(l, root, "policy", 0, "the placement policy file", &c->policy, NULL)) < 0 ||
-      (rc = load_sandbox(l, root, c)) < 0 || (rc = load_limits(l, root, c)) < 0 ||
-      (rc = load_tenants(l, root, c)) < 0 || (rc = load_clusters(l, root, c)) < 0 ||
-      (rc = load_hosted(l, root, c)) < 0)
-    return rc;
-  return 0;
+  first = fr_cfg_first(first, get_int(l, root, "shutdown_delay_ms", 0, MAX_SHUTDOWN_DELAY_MS, &c->shutdown_delay_ms, NULL));
+  first = fr_cfg_first(first, get_path(l, root, "policy", 0, "the placement policy file", &c->policy, NULL));
+  first = fr_cfg_first(first, load_sandbox(l, root, c));
+  first = fr_cfg_first(first, load_limits(l, root, c));
+  first = fr_cfg_first(first, load_tenants(l, root, c));
+  first = fr_cfg_first(first, load_clusters(l, root, c));
+  first = fr_cfg_first(first, load_hosted(l, root, c));
+  return first;
 }
 
 /* ---- the file ---- */
@@ -948,7 +971,8 @@ static void config_free(struct fr_config *c) {
   free(c);
 }
 
-int fr_config_load(const char *path, struct fr_config **out, struct fr_config_error *err) {
+static int load(const char *path, struct fr_config **out, struct fr_config_error *err, fr_cfg_error_cb on_error,
+                void *arg) {
   struct fr_config_error scratch;
   struct loader l = {0};
   struct fr_config *c = NULL;
@@ -962,10 +986,13 @@ int fr_config_load(const char *path, struct fr_config **out, struct fr_config_er
   l.err = err;
   l.path = path != NULL ? path : "";
   l.cfg = FR_CFGREAD_FOR(err, l.path);
+  l.cfg.on_error = on_error;
+  l.cfg.on_error_arg = arg;
   snprintf(err->file, sizeof(err->file), "%s", l.path);
   if (out == NULL || path == NULL || path[0] == '\0') {
     snprintf(err->msg, sizeof(err->msg), "no config file given");
-    return -EINVAL;
+    rc = -EINVAL;
+    goto fail;
   }
   *out = NULL;
 
@@ -981,6 +1008,7 @@ int fr_config_load(const char *path, struct fr_config **out, struct fr_config_er
     rc = oom(&l);
     goto fail;
   }
+  c->batch_commit_timeout_s = DEFAULT_BATCH_COMMIT_TIMEOUT_S;
   c->max_batch = DEFAULT_MAX_BATCH;
   c->max_body_bytes = DEFAULT_MAX_BODY_BYTES;
   c->max_exec_output_bytes = DEFAULT_MAX_EXEC_OUTPUT_BYTES;
@@ -1016,11 +1044,24 @@ int fr_config_load(const char *path, struct fr_config **out, struct fr_config_er
   return 0;
 
 fail:
+  /* Errors before the tree (an unreadable file, a syntax error: libconfig
+   * stops there) and out of memory never went through the reader. */
+  if (on_error != NULL && l.cfg.count == 0)
+    on_error(arg, err->file, err->line, err->msg);
   if (cf_inited)
     config_destroy(&cf);
   free(l.dir);
   config_free(c);
   return rc;
+}
+
+int fr_config_load(const char *path, struct fr_config **out, struct fr_config_error *err) {
+  return load(path, out, err, NULL, NULL);
+}
+
+int fr_config_check(const char *path, void (*cb)(void *arg, const char *file, int line, const char *msg),
+                    void *arg, struct fr_config **out) {
+  return load(path, out, NULL, cb, arg);
 }
 
 /* The count may be dropped from a worker thread (a reload) while the loop

@@ -6,10 +6,13 @@
  * loaded. Validation is one pass over the libconfig tree in the style of
  * config/src/config.c: each group's keys are checked against the keys known
  * there (a near miss gets a "did you mean"), then each value is type-,
- * range- and name-checked. The first error stops the load and carries the
- * file and line of the offending setting (of the enclosing group when a key
- * is missing). Checks that need the whole file (a cluster in two tiers,
- * rules that can never place anything) run at the end.
+ * range- and name-checked. Every error carries the file and line of the
+ * offending setting (of the enclosing group when a key is missing); the
+ * load goes on after one where the rest can still be checked (the next
+ * key, rule, tier, override or section), so `policy check` lists them all, and
+ * keeps the first. Checks that need the whole file (a cluster in two
+ * tiers, rules that can never place anything) run at the end, on a file
+ * without errors.
  *
  * Names of clusters and regions are checked against the lists the router
  * passes in; when it passes none (NULL), names cannot be checked and any
@@ -157,8 +160,9 @@ static const char *join(const char *const *cands, size_t n, char *buf, size_t si
   return buf;
 }
 
+/* Reports every unknown key of <group>; the first error, or 0. */
 static int check_keys(struct loader *l, const config_setting_t *group, const char *const *known) {
-  int i, n = config_setting_length(group);
+  int i, n = config_setting_length(group), rc = 0;
   size_t nknown = 0;
 
   while (known[nknown] != NULL)
@@ -176,10 +180,11 @@ static int check_keys(struct loader *l, const config_setting_t *group, const cha
       continue;
     best = suggest(name, known, nknown);
     if (best != NULL)
-      return bad(l, m, "unknown key (did you mean \"%s\"?)", best);
-    return bad(l, m, "unknown key (known keys here: %s)", join(known, nknown, list, sizeof(list)));
+      rc = fr_cfg_first(rc, bad(l, m, "unknown key (did you mean \"%s\"?)", best));
+    else
+      rc = fr_cfg_first(rc, bad(l, m, "unknown key (known keys here: %s)", join(known, nknown, list, sizeof(list))));
   }
-  return 0;
+  return rc;
 }
 
 /* ---- typed getters ---- */
@@ -635,55 +640,60 @@ static int load_region_groups(struct loader *l, const config_setting_t *root) {
 static int load_spillover(struct loader *l, const config_setting_t *root) {
   struct fr_policy *p = l->p;
   const config_setting_t *g, *list;
-  int rc, i, n;
+  int rc, i, n, first;
 
   if ((rc = get_group(l, root, "spillover", &g)) < 0 || g == NULL)
     return rc;
-  if ((rc = check_keys(l, g, spillover_keys)) < 0 ||
-      (rc = get_enum(l, g, "order", order_values, &p->order)) < 0 ||
-      (rc = get_list(l, g, "tiers", &list)) < 0 || list == NULL)
-    return rc;
+  first = check_keys(l, g, spillover_keys);
+  first = fr_cfg_first(first, get_enum(l, g, "order", order_values, &p->order));
+  if ((rc = get_list(l, g, "tiers", &list)) < 0 || list == NULL)
+    return fr_cfg_first(first, rc);
   n = config_setting_length(list);
   if (n == 0)
-    return 0;
+    return first;
   p->tiers = calloc((size_t)n, sizeof(*p->tiers));
   if (p->tiers == NULL)
     return oom(l);
   for (i = 0; i < n; i++) {
     const config_setting_t *e = config_setting_get_elem(list, (unsigned)i), *name_s, *cl;
-    struct tier *t = &p->tiers[i];
+    /* A tier that failed before it was counted leaves its slot to the next. */
+    struct tier *t = &p->tiers[p->ntiers];
     const char *name;
     size_t k, m, j;
     int nc;
 
-    if ((rc = check_keys(l, e, tier_keys)) < 0 ||
-        (rc = get_string(l, e, "name", 1, "every tier needs a name", &name, &name_s)) < 0 ||
+    memset(t, 0, sizeof(*t));
+    first = fr_cfg_first(first, check_keys(l, e, tier_keys));
+    if ((rc = get_string(l, e, "name", 1, "every tier needs a name", &name, &name_s)) < 0 ||
         (rc = check_token(l, name_s, name, 0, "tier name")) < 0)
-      return rc;
-    for (k = 0; k < p->ntiers; k++)
+      goto next;
+    for (k = 0; k < p->ntiers && rc == 0; k++)
       if (strcmp(p->tiers[k].name, name) == 0)
-        return bad(l, name_s, "duplicate tier \"%s\" (first defined at line %d)", name,
-                   p->tiers[k].line);
-    if ((rc = get_strings(l, e, "clusters", &cl, &nc)) < 0)
-      return rc;
-    if (cl == NULL)
-      return missing(l, e, "clusters", "missing (the clusters in this tier, by name or glob)");
+        rc = bad(l, name_s, "duplicate tier \"%s\" (first defined at line %d)", name, p->tiers[k].line);
+    if (rc < 0 || (rc = get_strings(l, e, "clusters", &cl, &nc)) < 0)
+      goto next;
+    if (cl == NULL) {
+      rc = missing(l, e, "clusters", "missing (the clusters in this tier, by name or glob)");
+      goto next;
+    }
     t->line = line_of(e);
     if ((t->name = strdup(name)) == NULL)
       return oom(l);
     p->ntiers++;
     if ((rc = load_patterns(l, cl, nc, 1, "cluster", &t->clusters)) < 0)
-      return rc;
+      goto next;
     /* The same name in two tiers, checkable without the router's list. */
-    for (j = 0; j < t->clusters.n; j++)
-      for (k = 0; k + 1 < p->ntiers; k++)
-        for (m = 0; m < p->tiers[k].clusters.n; m++)
+    for (j = 0; j < t->clusters.n && rc == 0; j++)
+      for (k = 0; k + 1 < p->ntiers && rc == 0; k++)
+        for (m = 0; m < p->tiers[k].clusters.n && rc == 0; m++)
           if (strcmp(p->tiers[k].clusters.pats[m], t->clusters.pats[j]) == 0)
-            return bad(l, str_elem(cl, (int)j), "\"%s\" is already in tier \"%s\" (line %d); a "
-                       "cluster belongs to one tier", t->clusters.pats[j], p->tiers[k].name,
-                       p->tiers[k].clusters.lines[m]);
+            rc = bad(l, str_elem(cl, (int)j), "\"%s\" is already in tier \"%s\" (line %d); a "
+                     "cluster belongs to one tier", t->clusters.pats[j], p->tiers[k].name,
+                     p->tiers[k].clusters.lines[m]);
+  next:
+    first = fr_cfg_first(first, rc); /* and on to the next tier */
   }
-  return 0;
+  return first;
 }
 
 /* A cluster the router named in two tiers through patterns. */
@@ -721,7 +731,7 @@ static int check_tier_overlap(struct loader *l, const config_setting_t *root) {
 static int load_overrides(struct loader *l, const config_setting_t *root) {
   struct fr_policy *p = l->p;
   const config_setting_t *list;
-  int rc, i, n;
+  int rc, i, n, first = 0;
 
   if ((rc = get_list(l, root, "clusters", &list)) < 0 || list == NULL)
     return rc;
@@ -733,28 +743,33 @@ static int load_overrides(struct loader *l, const config_setting_t *root) {
     return oom(l);
   for (i = 0; i < n; i++) {
     const config_setting_t *e = config_setting_get_elem(list, (unsigned)i), *name_s;
-    struct override *o = &p->overrides[i];
+    struct override *o = &p->overrides[p->noverrides];
     const char *name;
     double cold_s = 0;
 
-    if ((rc = check_keys(l, e, override_keys)) < 0 ||
-        (rc = get_string(l, e, "name", 1, "the cluster name or glob these settings apply to",
+    memset(o, 0, sizeof(*o));
+    first = fr_cfg_first(first, check_keys(l, e, override_keys));
+    if ((rc = get_string(l, e, "name", 1, "the cluster name or glob these settings apply to",
                          &name, &name_s)) < 0 ||
         (rc = check_cluster_pattern(l, name_s, name)) < 0 ||
         (rc = get_number(l, e, "cold_start_s", 0, 0, MAX_COLD_START_S, &cold_s,
                          &o->has_cold_start)) < 0 ||
         (rc = get_number(l, e, "latency_ceiling_ms", 0, 1, MAX_CEILING_MS, &o->ceiling_ms,
-                         &o->has_ceiling)) < 0)
-      return rc;
-    if (!o->has_cold_start && !o->has_ceiling)
-      return bad(l, e, "sets nothing (give cold_start_s and/or latency_ceiling_ms)");
+                         &o->has_ceiling)) < 0) {
+      first = fr_cfg_first(first, rc);
+      continue;
+    }
+    if (!o->has_cold_start && !o->has_ceiling) {
+      first = fr_cfg_first(first, bad(l, e, "sets nothing (give cold_start_s and/or latency_ceiling_ms)"));
+      continue;
+    }
     o->cold_start_ms = cold_s * 1000.0;
     o->line = line_of(e);
     if ((o->pattern = strdup(name)) == NULL)
       return oom(l);
     p->noverrides++;
   }
-  return 0;
+  return first;
 }
 
 /* "key=value-glob" or "key". Keys follow Kubernetes label keys: an
@@ -794,7 +809,7 @@ static int load_labels(struct loader *l, const config_setting_t *s, int n, struc
 static int load_rules(struct loader *l, const config_setting_t *root) {
   struct fr_policy *p = l->p;
   const config_setting_t *list;
-  int rc, i, n;
+  int rc, i, n, first = 0;
 
   if ((rc = get_list(l, root, "rules", &list)) < 0 || list == NULL)
     return rc;
@@ -806,21 +821,24 @@ static int load_rules(struct loader *l, const config_setting_t *root) {
     return oom(l);
   for (i = 0; i < n; i++) {
     const config_setting_t *e = config_setting_get_elem(list, (unsigned)i), *name_s, *s;
-    struct rule *r = &p->rules[i];
+    /* A rule that failed before it was counted leaves its slot to the next. */
+    struct rule *r = &p->rules[p->nrules];
     const char *name;
     int ns, j;
     char fallback[32];
     size_t k;
 
+    memset(r, 0, sizeof(*r));
     r->split = -1;
-    if ((rc = check_keys(l, e, rule_keys)) < 0 ||
-        (rc = get_string(l, e, "name", 0, "a name for this rule", &name, &name_s)) < 0 ||
+    first = fr_cfg_first(first, check_keys(l, e, rule_keys));
+    if ((rc = get_string(l, e, "name", 0, "a name for this rule", &name, &name_s)) < 0 ||
         (name != NULL && (rc = check_token(l, name_s, name, 0, "rule name")) < 0))
-      return rc;
+      goto next;
     for (k = 0; name != NULL && k < p->nrules; k++)
-      if (strcmp(p->rules[k].name, name) == 0)
-        return bad(l, name_s, "duplicate rule name \"%s\" (first used at line %d)", name,
-                   p->rules[k].line);
+      if (strcmp(p->rules[k].name, name) == 0) {
+        rc = bad(l, name_s, "duplicate rule name \"%s\" (first used at line %d)", name, p->rules[k].line);
+        goto next;
+      }
     snprintf(fallback, sizeof(fallback), "rules.[%d]", i);
     r->line = line_of(e);
     if ((r->name = strdup(name != NULL ? name : fallback)) == NULL)
@@ -834,22 +852,22 @@ static int load_rules(struct loader *l, const config_setting_t *root) {
         (s != NULL && (rc = load_patterns(l, s, ns, 0, "pool name or pattern", &r->pools)) < 0) ||
         (rc = get_strings(l, e, "labels", &s, &ns)) < 0 ||
         (s != NULL && (rc = load_labels(l, s, ns, r)) < 0))
-      return rc;
+      goto next;
 
     if ((rc = get_strings(l, e, "pin", &s, &ns)) < 0 ||
         (s != NULL && (rc = load_patterns(l, s, ns, 1, "cluster", &r->pin)) < 0))
-      return rc;
+      goto next;
     r->has_pin = s != NULL;
     if ((rc = get_strings(l, e, "allow", &s, &ns)) < 0 ||
         (s != NULL && (rc = load_patterns(l, s, ns, 1, "cluster", &r->allow)) < 0))
-      return rc;
+      goto next;
     r->has_allow = s != NULL;
     if ((rc = get_strings(l, e, "deny", &s, &ns)) < 0 ||
         (s != NULL && (rc = load_patterns(l, s, ns, 1, "cluster", &r->deny)) < 0))
-      return rc;
+      goto next;
     r->has_deny = s != NULL;
     if ((rc = get_strings(l, e, "only_regions", &s, &ns)) < 0)
-      return rc;
+      goto next;
     if (s != NULL) {
       /* Resolve every name first (unchecked names may grow the region
        * table), then size the membership array. */
@@ -857,7 +875,7 @@ static int load_rules(struct loader *l, const config_setting_t *root) {
         long gid, rid;
         if ((rc = resolve_place(l, str_elem(s, j), config_setting_get_string(str_elem(s, j)), 1,
                                 &gid, &rid)) < 0)
-          return rc;
+          goto next;
       }
       r->has_only_regions = 1;
       r->region_ok = calloc(p->nregions > 0 ? p->nregions : 1, 1);
@@ -877,12 +895,15 @@ static int load_rules(struct loader *l, const config_setting_t *root) {
       }
     }
     if ((rc = get_enum(l, e, "split", split_values, &r->split)) < 0)
-      return rc;
+      goto next;
     if (!r->has_pin && !r->has_allow && !r->has_deny && !r->has_only_regions && r->split < 0)
-      return bad(l, e, "rule \"%s\" has no action (give pin, allow, deny, only_regions or "
-                 "split)", r->name);
+      rc = bad(l, e, "rule \"%s\" has no action (give pin, allow, deny, only_regions or "
+               "split)", r->name);
+  next:
+    /* Every rule is checked: a check reports them all. */
+    first = fr_cfg_first(first, rc);
   }
-  return 0;
+  return first;
 }
 
 /* ---- whole-file checks ---- */
@@ -1059,15 +1080,21 @@ static int load_root(struct loader *l, const config_setting_t *root) {
   size_t i;
   int rc;
 
-  if ((rc = check_keys(l, root, root_keys)) < 0 ||
-      (rc = get_enum(l, root, "split", split_values, &p->split)) < 0 ||
-      (rc = get_number(l, root, "max_state_age_ms", 0, 1, MAX_AGE_MS, &p->max_age_ms, NULL)) < 0 ||
-      (rc = get_number(l, root, "latency_ceiling_ms", 0, 1, MAX_CEILING_MS, &p->ceiling_ms,
-                       NULL)) < 0 ||
-      (rc = load_weights(l, root)) < 0 || (rc = load_warm(l, root)) < 0 ||
-      (rc = load_region_groups(l, root)) < 0 || (rc = load_spillover(l, root)) < 0 ||
-      (rc = load_overrides(l, root)) < 0 || (rc = load_rules(l, root)) < 0)
-    return rc;
+  /* Each section is checked even after an error in another, so that a
+   * check reports them all; the whole-file checks below need every
+   * section loaded, so they run only on a file without errors. */
+  rc = check_keys(l, root, root_keys);
+  rc = fr_cfg_first(rc, get_enum(l, root, "split", split_values, &p->split));
+  rc = fr_cfg_first(rc, get_number(l, root, "max_state_age_ms", 0, 1, MAX_AGE_MS, &p->max_age_ms, NULL));
+  rc = fr_cfg_first(rc, get_number(l, root, "latency_ceiling_ms", 0, 1, MAX_CEILING_MS, &p->ceiling_ms, NULL));
+  rc = fr_cfg_first(rc, load_weights(l, root));
+  rc = fr_cfg_first(rc, load_warm(l, root));
+  rc = fr_cfg_first(rc, load_region_groups(l, root));
+  rc = fr_cfg_first(rc, load_spillover(l, root));
+  rc = fr_cfg_first(rc, load_overrides(l, root));
+  rc = fr_cfg_first(rc, load_rules(l, root));
+  if (rc < 0 || l->cfg.count > 0)
+    return rc < 0 ? rc : -EINVAL;
 
   p->region_group = malloc((p->nregions > 0 ? p->nregions : 1) * sizeof(*p->region_group));
   if (p->region_group == NULL)
@@ -1196,9 +1223,9 @@ static int parse_text(struct loader *l, const char *text, size_t len, const char
   return rc;
 }
 
-int fr_policy_load(const char *path, const char *const *clusters, const char *const *regions,
-                   struct fr_policy **out, struct fr_policy_error *err,
-                   struct fr_policy_warning **warnings, size_t *nwarnings) {
+static int load(const char *path, const char *const *clusters, const char *const *regions,
+                struct fr_policy **out, struct fr_policy_error *err, struct fr_policy_warning **warnings,
+                size_t *nwarnings, fr_cfg_error_cb on_error, void *arg) {
   struct fr_policy_error scratch;
   struct loader l;
   char *text = NULL, *dir = NULL, *real = NULL;
@@ -1216,10 +1243,13 @@ int fr_policy_load(const char *path, const char *const *clusters, const char *co
   l.err = err;
   l.path = path != NULL ? path : "";
   l.cfg = FR_CFGREAD_FOR(err, l.path);
+  l.cfg.on_error = on_error;
+  l.cfg.on_error_arg = arg;
   snprintf(err->file, sizeof(err->file), "%s", l.path);
   if (out == NULL || path == NULL || path[0] == '\0') {
     snprintf(err->msg, sizeof(err->msg), "no policy file given");
-    return -EINVAL;
+    rc = -EINVAL;
+    goto fail;
   }
   *out = NULL;
   if (clusters != NULL) {
@@ -1229,7 +1259,8 @@ int fr_policy_load(const char *path, const char *const *clusters, const char *co
       l.nclusters++;
     if (regions == NULL) {
       snprintf(err->msg, sizeof(err->msg), "the clusters' regions were not given");
-      return -EINVAL;
+      rc = -EINVAL;
+      goto fail;
     }
     l.cluster_regions = regions;
   }
@@ -1265,10 +1296,30 @@ int fr_policy_load(const char *path, const char *const *clusters, const char *co
   return 0;
 
 fail:
+  /* Errors before the tree (an unreadable file, a syntax error: libconfig
+   * stops there) and out of memory never went through the reader. */
+  if (on_error != NULL && l.cfg.count == 0)
+    on_error(arg, err->file, err->line, err->msg);
   free(text);
   free(dir);
   free(l.warn);
   policy_free(l.p);
+  return rc;
+}
+
+int fr_policy_load(const char *path, const char *const *clusters, const char *const *regions,
+                   struct fr_policy **out, struct fr_policy_error *err,
+                   struct fr_policy_warning **warnings, size_t *nwarnings) {
+  return load(path, clusters, regions, out, err, warnings, nwarnings, NULL, NULL);
+}
+
+int fr_policy_check(const char *path, const char *const *clusters, const char *const *regions,
+                    void (*cb)(void *arg, const char *file, int line, const char *msg), void *arg,
+                    struct fr_policy_warning **warnings, size_t *nwarnings) {
+  struct fr_policy *p = NULL;
+  int rc = load(path, clusters, regions, &p, NULL, warnings, nwarnings, cb, arg);
+
+  fr_policy_unref(p);
   return rc;
 }
 

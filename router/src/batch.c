@@ -4,18 +4,20 @@
 #include <string.h>
 
 #include "fr/log.h"
+#include "fr/util.h"
 #include "batch.h"
 
 #define NAME_CAP 80
 
-static const char *const state_names[] = {"planned", "running", "rolling_back", "committed", "rolled_back"};
+static const char *const state_names[] = {"planned",      "running",   "committing",
+                                          "rolling_back", "committed", "rolled_back"};
 
 const char *batch_state_name(enum batch_state s) {
   return state_names[s];
 }
 
 static void batch_set_state(struct batch *b, enum batch_state s) {
-  FR_DEBUG("batch", "%s (%s): %s -> %s", b->name, b->spec.request_id ? b->spec.request_id : "-",
+  FR_DEBUG("batch", "%s %s (%s): %s -> %s", b->name, b->id, b->spec.request_id ? b->spec.request_id : "-",
            state_names[b->state], state_names[s]);
   b->state = s;
 }
@@ -33,6 +35,8 @@ struct batch *batch_new(const struct fr_sandbox_spec *spec, const char *name, in
     goto fail;
   b->state = BATCH_PLANNED;
   b->spec = *spec;
+  fr_random_name_suffix(b->id, BATCH_ID_LEN);
+  b->spec.batch = b->id;
   b->name = name;
   b->n = n;
   b->partial_ok = partial_ok;
@@ -99,8 +103,11 @@ void batch_free(struct batch *b) {
   if (b == NULL)
     return;
   /* Whatever the plan reserved and never started goes back. */
-  for (i = 0; i < b->ncands; i++)
+  for (i = 0; i < b->ncands; i++) {
     unreserve(b, &b->cands[i], 1);
+    if (b->cands[i].held)
+      fr_adapter_batch_hold(b->cands[i].a, b->id, 0);
+  }
   for (i = 0; i < b->n; i++)
     if (b->items[i].user != NULL && b->hooks->item_free != NULL)
       b->hooks->item_free(b->items[i].user);
@@ -130,15 +137,10 @@ static void on_rollback(int status, const char *message, void *arg) {
   b->hooks->done(b, b->arg);
 }
 
-/* Every item is settled: commit, or delete everything this batch made. */
-static void settle(struct batch *b) {
-  int created = batch_created(b), i;
+/* Deletes everything this batch made. */
+static void roll_back(struct batch *b) {
+  int i;
 
-  if (b->hooks->wanted(b->arg) && (created == b->n || (b->partial_ok && created > 0))) {
-    batch_set_state(b, BATCH_COMMITTED);
-    b->hooks->done(b, b->arg);
-    return;
-  }
   batch_set_state(b, BATCH_ROLLING_BACK);
   b->deletes_pending = 1; /* a guard, so deletes answering early cannot finish it */
   for (i = 0; i < b->n; i++) {
@@ -150,6 +152,53 @@ static void settle(struct batch *b) {
       b->deletes_pending--;
   }
   on_rollback(0, NULL, b);
+}
+
+static void on_committed(int status, const char *message, void *arg) {
+  struct batch *b = arg;
+
+  if (!(status >= 200 && status < 300) && b->commit_error[0] == '\0')
+    snprintf(b->commit_error, sizeof(b->commit_error), "%s",
+             message != NULL && *message ? message : "a commit marker could not be written");
+  if (--b->commits_pending > 0)
+    return;
+  /* Markers written but the client gone: it cannot learn the ids. */
+  if (b->commit_error[0] != '\0' || !b->hooks->wanted(b->arg)) {
+    roll_back(b);
+    return;
+  }
+  batch_set_state(b, BATCH_COMMITTED);
+  b->hooks->done(b, b->arg);
+}
+
+/* Writes the commit marker on every cluster that got pods; the batch
+ * commits once all are written (on_committed), and rolls back if one
+ * is not. */
+static void commit(struct batch *b) {
+  int64_t expires = fr_wall_ms() / 1000 + (b->spec.lifetime_s > 0 ? b->spec.lifetime_s : 0);
+  int i;
+
+  batch_set_state(b, BATCH_COMMITTING);
+  b->commits_pending = 1; /* a guard, as in roll_back() */
+  for (i = 0; i < b->ncands; i++) {
+    struct batch_cand *cd = &b->cands[i];
+    if (cd->created == 0)
+      continue;
+    b->commits_pending++;
+    if (fr_adapter_batch_commit(cd->a, b->id, expires, on_committed, b) != 0)
+      on_committed(0, "cannot send a commit marker", b);
+  }
+  on_committed(200, NULL, b);
+}
+
+/* Every item is settled: commit, or delete everything this batch made. */
+static void settle(struct batch *b) {
+  int created = batch_created(b);
+
+  if (b->hooks->wanted(b->arg) && (created == b->n || (b->partial_ok && created > 0)))
+    commit(b);
+  else
+    roll_back(b);
 }
 
 static int is_spill(enum fr_sandbox_err e) {
@@ -258,6 +307,10 @@ static int start_item(struct batch *b, struct batch_item *it, int k) {
   ref->b = b;
   ref->it = it;
   it->cand = k;
+  if (!cd->held) {
+    fr_adapter_batch_hold(cd->a, b->id, 1);
+    cd->held = 1;
+  }
   cd->inflight++;
   b->pending++;
   unreserve(b, cd, 0);

@@ -11,9 +11,19 @@
  *
  * States (batch_set_state() traces every transition at debug level):
  *
- *   PLANNED --batch_start--> RUNNING --all placed, enough made--> COMMITTED
- *                               |
+ *   PLANNED --batch_start--> RUNNING --all placed, enough made--> COMMITTING --markers written--> COMMITTED
+ *                               |                                     |
+ *                               |                      a marker write failed (or the client left)
+ *                               |                                     v
  *                               +--short (or the client left)--> ROLLING_BACK --deletes answered--> ROLLED_BACK
+ *
+ * Every pod the batch makes carries its random id (spec.batch, label
+ * fedrouter.io/batch). The batch holds its id on every cluster it starts
+ * a create on (fr_adapter_batch_hold: a live batch is never reaped) and,
+ * before it commits, writes the commit marker on every cluster that got
+ * pods (fr_adapter_batch_commit). Should the router die before, every
+ * router's reaper deletes the pods of the batch a timeout later
+ * (cluster_adapter/src/commit.c has the rule).
  *
  * COMMITTED and ROLLED_BACK are final: the owner's done callback runs once,
  * from the callback of the last create or delete, or from inside
@@ -32,7 +42,17 @@
  * create pipeline full without flooding its API server. */
 #define BATCH_PER_CLUSTER_INFLIGHT 32
 
-enum batch_state { BATCH_PLANNED, BATCH_RUNNING, BATCH_ROLLING_BACK, BATCH_COMMITTED, BATCH_ROLLED_BACK };
+enum batch_state {
+  BATCH_PLANNED,
+  BATCH_RUNNING,
+  BATCH_COMMITTING,
+  BATCH_ROLLING_BACK,
+  BATCH_COMMITTED,
+  BATCH_ROLLED_BACK
+};
+
+/* Characters of a batch id: [a-z0-9], random (fr_random_name_suffix). */
+#define BATCH_ID_LEN 16
 
 struct batch;
 
@@ -54,6 +74,7 @@ struct batch_cand {
   int64_t reserved;           /* of the budget, cold slots still reserved on the adapter */
   int64_t reserved_warm;      /* of the budget, warm pods still reserved on the adapter */
   int created, warm;
+  int held;                   /* the batch's id is held on the adapter */
   char reason[300];           /* the last no-room or failure message */
   json_t *secrets;            /* secret values for this cluster's sandboxes (spec.secrets), borrowed
                                  from the owner; NULL: none */
@@ -87,12 +108,15 @@ struct batch {
   int next;                     /* first item that may still need placing */
   int failed;                   /* items that failed for good */
   int deletes_pending;
+  int commits_pending;
+  char commit_error[400];       /* why the commit failed ("" when it did not) */
+  char id[BATCH_ID_LEN + 1];    /* the batch id its pods carry */
   const struct batch_hooks *hooks;
   void *arg;
 };
 
 /* A batch of <n> items over up to <max_cands> candidates (add them with
- * batch_add_cand). <spec> is copied; the strings it points to and <name>
+ * batch_add_cand), with a fresh random id (its spec.batch). <spec> is copied; the strings it points to and <name>
  * are borrowed and must outlive the batch. NULL on out of memory. */
 struct batch *batch_new(const struct fr_sandbox_spec *spec, const char *name, int n, int partial_ok,
                         int max_cands, const struct batch_hooks *hooks, void *arg);

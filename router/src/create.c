@@ -403,8 +403,14 @@ static void on_batch_done(struct batch *b, void *arg) {
       json_object_set_new(placement, "cold_reason", json_string(cr->cold_reason));
     api_reply(q, 201, json_pack("{s:o,s:o}", "sandboxes", arr, "placement", placement), NULL);
   } else {
-    json_t *body = api_err_body("no_capacity",
-                                "the federation cannot place the whole batch; what was created has been deleted");
+    char why[600];
+    json_t *body;
+    /* Made, but a cluster did not take the commit marker: nothing kept. */
+    snprintf(why, sizeof(why), "the batch could not be committed (%s); what was created has been deleted",
+             b->commit_error);
+    body = b->commit_error[0] ? api_err_body("commit_failed", why)
+                              : api_err_body("no_capacity", "the federation cannot place the whole batch; "
+                                                            "what was created has been deleted");
     json_t *pl = placement_json(b);
     json_object_set_new(pl, "rolled_back", json_true());
     json_object_set(json_object_get(body, "error"), "clusters", json_object_get(pl, "clusters"));

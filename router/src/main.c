@@ -44,16 +44,73 @@ static void print_config_error(const struct fr_config_error *e) {
     fprintf(stderr, "%s: %s\n", e->file, e->msg);
 }
 
-/* `fedrouter config check FILE`: the config and every kubeconfig it names,
- * without contacting any cluster. */
+/* The errors of a check, printed in file and line order once all are in. */
+struct check_errors {
+  struct fr_config_error *v;   /* the same fields as fr_policy_error */
+  size_t n, cap;
+  int oom;
+};
+
+/* An fr_cfg_error_cb. */
+static void check_error_add(void *arg, const char *file, int line, const char *msg) {
+  struct check_errors *ce = arg;
+
+  if (ce->n == ce->cap) {
+    size_t cap = ce->cap ? ce->cap * 2 : 16;
+    struct fr_config_error *v = realloc(ce->v, cap * sizeof(*v));
+    if (v == NULL) {
+      ce->oom = 1;
+      return;
+    }
+    ce->v = v;
+    ce->cap = cap;
+  }
+  snprintf(ce->v[ce->n].file, sizeof(ce->v[0].file), "%s", file);
+  ce->v[ce->n].line = line;
+  snprintf(ce->v[ce->n].msg, sizeof(ce->v[0].msg), "%s", msg);
+  ce->n++;
+}
+
+
+
+/* Prints and frees the errors in file and line order (equal places in
+ * the order found: an insertion sort, stable, and a check has few);
+ * <file> names errors that carry none. */
+static void check_errors_print(struct check_errors *ce, const char *file) {
+  size_t i, j;
+
+  for (i = 1; i < ce->n; i++) {
+    struct fr_config_error t = ce->v[i];
+    for (j = i; j > 0; j--) {
+      int c = strcmp(ce->v[j - 1].file, t.file);
+      if (c < 0 || (c == 0 && ce->v[j - 1].line <= t.line))
+        break;
+      ce->v[j] = ce->v[j - 1];
+    }
+    ce->v[j] = t;
+  }
+  for (i = 0; i < ce->n; i++) {
+    if (ce->v[i].line > 0)
+      fprintf(stderr, "%s:%d: %s\n", ce->v[i].file[0] ? ce->v[i].file : file, ce->v[i].line, ce->v[i].msg);
+    else
+      fprintf(stderr, "%s: %s\n", ce->v[i].file[0] ? ce->v[i].file : file, ce->v[i].msg);
+  }
+  if (ce->oom)
+    fprintf(stderr, "%s: out of memory: not every error is listed\n", file);
+  free(ce->v);
+  memset(ce, 0, sizeof(*ce));
+}
+
+/* `fedrouter config check FILE`: every error of the config, then every
+ * kubeconfig it names, without contacting any cluster. */
 static int config_check(const char *path) {
   struct fr_config *cfg;
-  struct fr_config_error err;
+  struct check_errors ce = {NULL, 0, 0, 0};
   size_t i;
   int bad = 0;
 
-  if (fr_config_load(path, &cfg, &err) != 0) {
-    print_config_error(&err);
+  if (fr_config_check(path, check_error_add, &ce, &cfg) != 0) {
+    check_errors_print(&ce, path);
     return 1;
   }
   for (i = 0; i < cfg->nclusters; i++) {
@@ -75,14 +132,15 @@ static int config_check(const char *path) {
   return bad;
 }
 
-/* `fedrouter policy check FILE [--config ROUTER_CONF]`: with the router
- * config, cluster and region names are checked against it too. */
+/* `fedrouter policy check FILE [--config ROUTER_CONF]`: every error of the
+ * file, each as file:line: message; with the router config, cluster and
+ * region names are checked against it too. */
 static int policy_check(int argc, char **argv) {
   const char *file = NULL, *conf = NULL;
   struct fr_config *cfg = NULL;
   struct fr_config_error cerr;
   struct fr_policy *p = NULL;
-  struct fr_policy_error perr;
+  struct check_errors ce = {NULL, 0, 0, 0};
   struct fr_policy_warning *w = NULL;
   size_t nw = 0, i;
   const char **names = NULL, **regions = NULL;
@@ -115,15 +173,15 @@ static int policy_check(int argc, char **argv) {
     }
   }
   /* Without the router config there are no names to check against. */
-  if (fr_policy_load(file, names, regions, &p, &perr, &w, &nw) != 0) {
-    if (perr.line > 0)
-      fprintf(stderr, "%s:%d: %s\n", perr.file, perr.line, perr.msg);
-    else
-      fprintf(stderr, "%s: %s\n", perr.file[0] ? perr.file : file, perr.msg);
+  if (fr_policy_check(file, names, regions, check_error_add, &ce, &w, &nw) != 0) {
+    check_errors_print(&ce, file);
     goto out;
   }
   for (i = 0; i < nw; i++)
     fprintf(stderr, "%s:%d: warning: %s\n", file, w[i].line, w[i].msg);
+  /* The version of what was checked, as the router would load it. */
+  if (fr_policy_load(file, names, regions, &p, NULL, NULL, NULL) != 0)
+    goto out;
   printf("%s: OK (version %.12s%s%s)\n", file, fr_policy_version(p), conf ? ", checked against " : "",
          conf ? conf : "");
   rc = 0;
@@ -425,7 +483,8 @@ int main(int argc, char **argv) {
   for (i = 0; i < r.cfg->nclusters; i++) {
     const struct fr_config_cluster *cc = &r.cfg->clusters[i];
     struct fr_adapter_opts ao = {cc->name, cc->region, cc->kubeconfig, cc->context, cc->ns,
-                                 r.cfg->agent_image != NULL ? &r.agent : NULL, r.cfg->gpu_resource};
+                                 r.cfg->agent_image != NULL ? &r.agent : NULL, r.cfg->gpu_resource,
+                                 r.cfg->batch_commit_timeout_s};
     char err[768];
     if (fr_adapter_new(r.loop, &ao, &r.adapters[i], err, sizeof(err)) != 0) {
       fprintf(stderr, "fedrouter: cluster \"%s\": %s\n", r.cfg->clusters[i].name, err);

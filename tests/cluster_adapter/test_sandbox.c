@@ -47,6 +47,7 @@ static char dir[64];
 static struct fake_kube *fk;
 static struct fr_adapter *ad;
 static int in_create; /* set while fr_adapter_sandbox_create runs */
+static int64_t commit_timeout_s; /* the adapter's batch_commit_timeout_s (0: default) */
 /* Set by the teardown of a failed test: the records its callbacks would
  * write live in the dead test's stack frame, so they are ignored. */
 static int abandoned;
@@ -196,6 +197,7 @@ static void start_adapter(void) {
   opts.region = "test";
   opts.kubeconfig = fk_kubeconfig(fk);
   opts.ns = FK_NS;
+  opts.batch_commit_timeout_s = commit_timeout_s;
   ck_assert_msg(fr_adapter_new(&loop, &opts, &ad, err, sizeof(err)) == 0, "fr_adapter_new: %s", err);
   ck_assert_int_eq(fr_adapter_start(ad), 0);
   wait_for(adapter_ready, NULL, WAIT_MS, "the adapter's first sync");
@@ -233,6 +235,7 @@ static void finish_test(void) {
   spec_labels = spec_env = NULL;
   remove_dir();
   abandoned = 0;
+  commit_timeout_s = 0;
 }
 
 /* Checked teardown: after a test that finished (finish_test) there is
@@ -258,6 +261,7 @@ static void teardown(void) {
   spec_labels = spec_env = NULL;
   remove_dir();
   abandoned = 0;
+  commit_timeout_s = 0;
 }
 
 /* ------------------------------------------------------------ helpers */
@@ -1327,6 +1331,197 @@ END_TEST
 
 /* ------------------------------------------------------------ suite */
 
+/* ------------------------------------------------------------ commit markers */
+
+/* A running sandbox of batch <batch> created or claimed <age_s> ago. */
+static json_t *batch_pod(const char *name, const char *batch, int64_t age_s) {
+  json_t *pod = fk_sandbox_pod(name, "acme", name);
+  json_t *meta = json_object_get(pod, "metadata");
+  char at[21], exp[21];
+
+  fr_time_rfc3339(fr_wall_ms() / 1000 - age_s, at);
+  fr_time_rfc3339(fr_wall_ms() / 1000 + 3600, exp);
+  if (batch != NULL)
+    json_object_set_new(json_object_get(meta, "labels"), FR_LABEL_BATCH, json_string(batch));
+  json_object_set_new(meta, "annotations", json_pack("{s:s,s:s}", FR_ANN_CREATED, at, FR_ANN_EXPIRES, exp));
+  return pod;
+}
+
+/* Marker of <batch> in <state> whose progress was <age_s> ago. */
+static json_t *marker(const char *batch, const char *state, int64_t age_s) {
+  char name[64], at[21], exp[21];
+
+  snprintf(name, sizeof(name), "fr-batch-%s", batch);
+  fr_time_rfc3339(fr_wall_ms() / 1000 - age_s, at);
+  fr_time_rfc3339(fr_wall_ms() / 1000 + 3600, exp);
+  return json_pack("{s:s,s:s,s:{s:s,s:s,s:{s:s}},s:{s:s,s:s,s:s}}", "apiVersion", "v1", "kind", "ConfigMap",
+                   "metadata", "name", name, "namespace", FK_NS, "labels", FR_LABEL_BATCH, batch, "data",
+                   "state", state, "progress", at, "expires", exp);
+}
+
+static int deleted_pod(const char *pod) {
+  int i, n = fk_count(fk, "DELETE", NULL);
+
+  for (i = 0; i < n; i++)
+    if (strcmp(path_pod(fk_nth(fk, "DELETE", NULL, i)), pod) == 0)
+      return 1;
+  return 0;
+}
+
+static int lost_deleted(void *arg) {
+  return deleted_pod(arg);
+}
+
+/* The reaper's rule: a pod of a batch with no commit marker goes once the
+ * timeout has passed since its creation or claim; a committed marker, a
+ * pending marker with fresh progress, a young pod, and a pod with no
+ * batch (made before markers existed) all stay. All are due in the same
+ * sweep, so once the lost one is deleted the others were looked at. */
+START_TEST(reaper_uncommitted_batch_deleted_after_timeout_others_kept) {
+  fk_add_pod(fk, batch_pod("sb-lost", "lost0000", 100));
+  fk_add_pod(fk, batch_pod("sb-committed", "done0000", 100));
+  fk_add_configmap(fk, marker("done0000", "committed", 100));
+  fk_add_pod(fk, batch_pod("sb-slow", "slow0000", 100));
+  fk_add_configmap(fk, marker("slow0000", "pending", 1));
+  fk_add_pod(fk, batch_pod("sb-young", "young000", 1));
+  fk_add_pod(fk, batch_pod("sb-legacy", NULL, 100));
+  start_adapter();
+  wait_for(lost_deleted, "sb-lost", WAIT_MS, "the reaper's delete of the uncommitted pod");
+  ck_assert_int_eq(fk_count(fk, "DELETE", FK_PODS), 1);
+  ck_assert_ptr_nonnull(fk_pod(fk, "sb-committed"));
+  ck_assert_ptr_nonnull(fk_pod(fk, "sb-slow"));
+  ck_assert_ptr_nonnull(fk_pod(fk, "sb-young"));
+  ck_assert_ptr_nonnull(fk_pod(fk, "sb-legacy"));
+  finish_test();
+}
+END_TEST
+
+/* A stale pending marker (its router died) protects nothing: the pod
+ * goes a timeout after the marker's last progress. And a marker whose
+ * pods are gone is deleted. */
+START_TEST(reaper_stale_pending_marker_pod_deleted_then_marker) {
+  fk_add_pod(fk, batch_pod("sb-dead", "dead0000", 100));
+  fk_add_configmap(fk, marker("dead0000", "pending", 40));
+  fk_add_configmap(fk, marker("gone0000", "committed", 100));
+  start_adapter();
+  wait_for(lost_deleted, "sb-dead", WAIT_MS, "the reaper's delete of the stale batch's pod");
+  wait_for(lost_deleted, "fr-batch-gone0000", WAIT_MS, "the delete of the marker with no pods");
+  finish_test();
+}
+END_TEST
+
+/* A held batch is never reaped here, and its pending marker is written
+ * (then renewed) once it has been held a third of the timeout. */
+static int marker_written(void *arg) {
+  return fk_configmap(fk, arg) != NULL;
+}
+
+START_TEST(batch_held_renews_pending_marker_and_is_not_reaped) {
+  json_t *m;
+
+  commit_timeout_s = 3;
+  fk_add_pod(fk, batch_pod("sb-held", "held0000", 100));
+  start_adapter();
+  fr_adapter_batch_hold(ad, "held0000", 1);
+  wait_for(marker_written, "fr-batch-held0000", WAIT_MS, "the pending marker");
+  m = fk_configmap(fk, "fr-batch-held0000");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(m, "data"), "state")), "pending");
+  ck_assert_str_eq(json_string_value(json_object_get(
+                       json_object_get(json_object_get(m, "metadata"), "labels"), FR_LABEL_BATCH)),
+                   "held0000");
+  ck_assert_int_eq(fk_count(fk, "DELETE", FK_PODS), 0);
+  ck_assert_ptr_nonnull(fk_pod(fk, "sb-held"));
+  fr_adapter_batch_hold(ad, "held0000", 0);
+  finish_test();
+}
+END_TEST
+
+struct committed {
+  int calls, status;
+};
+
+static void on_committed(int status, const char *message, void *arg) {
+  struct committed *c = arg;
+
+  (void)message;
+  if (abandoned)
+    return;
+  c->calls++;
+  c->status = status;
+}
+
+/* The commit marker: created when absent; over a pending one (409), a
+ * merge patch makes it committed; the callback comes later, once. */
+START_TEST(batch_commit_writes_marker_over_pending) {
+  struct committed c1 = {0, 0}, c2 = {0, 0};
+  json_t *m;
+
+  fk_add_configmap(fk, marker("pend0000", "pending", 1));
+  start_adapter();
+  ck_assert_int_eq(fr_adapter_batch_commit(ad, "new00000", fr_wall_ms() / 1000 + 60, on_committed, &c1), 0);
+  ck_assert_int_eq(fr_adapter_batch_commit(ad, "pend0000", fr_wall_ms() / 1000 + 60, on_committed, &c2), 0);
+  ck_assert_int_eq(c1.calls + c2.calls, 0);
+  wait_for(flag_set, &c1.calls, WAIT_MS, "the first commit");
+  wait_for(flag_set, &c2.calls, WAIT_MS, "the second commit");
+  ck_assert_int_eq(c1.status, 201);
+  ck_assert_int_eq(c2.status, 200);
+  m = fk_configmap(fk, "fr-batch-new00000");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(m, "data"), "state")), "committed");
+  m = fk_configmap(fk, "fr-batch-pend0000");
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(m, "data"), "state")), "committed");
+  ck_assert_int_eq(fk_count(fk, "PATCH", "/api/v1/namespaces/" FK_NS "/configmaps/fr-batch-pend0000"), 1);
+  finish_test();
+}
+END_TEST
+
+/* A claimed warm pod carries the batch id too; with no commit marker it
+ * is deleted a timeout after the claim (it holds the env of a user it
+ * was never handed to). */
+START_TEST(claim_carries_batch_label_and_uncommitted_claim_is_reaped) {
+  struct fr_sandbox_spec sp = spec_of("py");
+  struct outcome o;
+
+  commit_timeout_s = 3;
+  sp.batch = "warm0000";
+  fk_add_pod(fk, fk_warm_pod("warm-a", "py"));
+  start_adapter();
+  create_and_wait(&sp, &o);
+  ck_assert_int_eq(o.err, FR_SB_OK);
+  ck_assert_int_eq(o.warm, 1);
+  ck_assert_str_eq(label_of(fk_pod(fk, "warm-a"), FR_LABEL_BATCH), "warm0000");
+  ck_assert_int_eq(fk_count(fk, "DELETE", FK_PODS), 0);
+  wait_for(lost_deleted, "warm-a", WAIT_MS, "the reaper's delete of the uncommitted claim");
+  finish_test();
+}
+END_TEST
+
+/* Creates carry the batch id as a label. */
+START_TEST(create_carries_batch_label) {
+  struct fr_sandbox_spec sp;
+  struct outcome o;
+  json_t *body;
+
+  start_adapter();
+  memset(&sp, 0, sizeof(sp));
+  sp.tenant = "acme";
+  sp.name = "job";
+  sp.image = "img";
+  sp.cpu_m = 100;
+  sp.mem_b = 1 << 20;
+  sp.lifetime_s = 60;
+  sp.ready_timeout_ms = 200;
+  sp.batch = "lbl00000";
+  create(&sp, &o);
+  wait_for(outcome_done, &o, WAIT_MS, "the create's callback");
+  body = body_of(fk_nth(fk, "POST", FK_PODS, 0));
+  ck_assert_str_eq(json_string_value(json_object_get(
+                       json_object_get(json_object_get(body, "metadata"), "labels"), FR_LABEL_BATCH)),
+                   "lbl00000");
+  json_decref(body);
+  finish_test();
+}
+END_TEST
+
 static Suite *sandbox_suite(void) {
   Suite *s = suite_create("sandbox");
   TCase *tc = tcase_create("adapter");
@@ -1354,6 +1549,12 @@ static Suite *sandbox_suite(void) {
   tcase_add_test(tc, secret_get_missing_or_unusable_is_named_never_quoted);
   tcase_add_test(tc, secret_get_forbidden_or_5xx_is_unavailable);
   tcase_add_test(tc, adapter_free_with_secret_read_in_flight_calls_it_once);
+  tcase_add_test(tc, reaper_uncommitted_batch_deleted_after_timeout_others_kept);
+  tcase_add_test(tc, reaper_stale_pending_marker_pod_deleted_then_marker);
+  tcase_add_test(tc, batch_held_renews_pending_marker_and_is_not_reaped);
+  tcase_add_test(tc, batch_commit_writes_marker_over_pending);
+  tcase_add_test(tc, create_carries_batch_label);
+  tcase_add_test(tc, claim_carries_batch_label_and_uncommitted_claim_is_reaped);
   suite_add_tcase(s, tc);
   {
     /* Bugs the suite found, fixed; slower cases (breaker cool-down). */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "fr/util.h"
+#include "fr_test_errors.h"
 
 #ifndef FR_CONFIG_EXAMPLES_DIR
 #error "FR_CONFIG_EXAMPLES_DIR must point at config/examples"
@@ -193,6 +194,7 @@ START_TEST(config_minimal_gets_defaults) {
   ck_assert_int_eq(c->default_lifetime_s, 3600);
   ck_assert_int_eq(c->max_lifetime_s, 86400);
   ck_assert_str_eq(c->gpu_resource, "nvidia.com/gpu");
+  ck_assert_int_eq(c->batch_commit_timeout_s, 30);
   ck_assert_int_eq(c->max_batch, 5000);
   ck_assert_uint_eq(c->max_body_bytes, 1024 * 1024);
   ck_assert_int_eq(c->max_exec_output_bytes, 16 * 1024 * 1024);
@@ -207,6 +209,14 @@ START_TEST(config_minimal_gets_defaults) {
   ck_assert_ptr_null(c->clusters[0].context);
   ck_assert_double_eq(c->clusters[0].cost.per_core_hour, 0);
   ck_assert_int_eq(c->clusters[0].cost.sandboxes_per_node, 0);
+  fr_config_unref(c);
+}
+END_TEST
+
+START_TEST(config_batch_commit_timeout_is_kept) {
+  struct fr_config *c = load_ok(MINIMAL "sandbox = { batch_commit_timeout_s = 120; };\n");
+
+  ck_assert_int_eq(c->batch_commit_timeout_s, 120);
   fr_config_unref(c);
 }
 END_TEST
@@ -537,6 +547,65 @@ START_TEST(config_unknown_key_is_reported_before_missing_key) {
 }
 END_TEST
 
+/* A check lists every error, each with its line: unknown keys at the top
+ * and in a tenant, two bad values in one group, a bad tenant, a duplicate
+ * cluster. */
+START_TEST(config_check_reports_every_error_with_its_line) {
+  char path[PATH_MAX];
+  struct fr_config *c = (struct fr_config *)&c;
+  struct fr_test_heard h;
+  int rc;
+
+  memset(&h, 0, sizeof(h));
+  write_file("t.conf",
+             LISTEN REGION
+             "colour = 1;\n"
+             "sandbox = { default_lifetime_s = 0;\n  batch_commit_timeout_s = 5; };\n"
+             "tenants = ( { name = \"Bad Name\"; token_sha256 = \"00\"; },\n"
+             "            { name = \"ok\"; token_sha256 = \"" "0000000000000000000000000000000000000000000000000000000000000000" "\"; sizee = 1; } );\n"
+             "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\"; },\n"
+             "             { name = \"a\"; region = \"us\"; kubeconfig = \"k\"; } );\n",
+             path, sizeof(path));
+  write_file("k", "", path, sizeof(path));
+  PATHF(path, "%s/t.conf", realtmp);
+  rc = fr_config_check(path, fr_test_hear, &h, &c);
+  ck_assert_int_eq(rc, -EINVAL);
+  ck_assert_ptr_null(c);
+  ck_assert_int_eq(h.n, 6);
+  for (rc = 0; rc < h.n; rc++)
+    ck_assert_msg(strstr(h.files[rc], "/t.conf") != NULL, "file \"%s\"", h.files[rc]);
+  ck_assert_int_eq(h.lines[0], 3);
+  ck_assert_str_eq(h.msgs[0], "colour: unknown key (known keys here: listen, tls, region, policy, sandbox, "
+                              "limits, tenants, clusters, hosted, metrics_token_sha256, agent)");
+  ck_assert_int_eq(h.lines[1], 4);
+  ck_assert_ptr_nonnull(strstr(h.msgs[1], "sandbox.default_lifetime_s: 0 is out of range"));
+  ck_assert_int_eq(h.lines[2], 5);
+  ck_assert_str_eq(h.msgs[2], "sandbox.batch_commit_timeout_s: 5 is out of range (10-3600)");
+  ck_assert_int_eq(h.lines[3], 6);
+  ck_assert_ptr_nonnull(strstr(h.msgs[3], "tenants.[0].name"));
+  ck_assert_int_eq(h.lines[4], 7);
+  ck_assert_ptr_nonnull(strstr(h.msgs[4], "tenants.[1].sizee: unknown key"));
+  ck_assert_int_eq(h.lines[5], 9);
+  ck_assert_ptr_nonnull(strstr(h.msgs[5], "duplicate cluster name \"a\" (first defined at line 8)"));
+}
+END_TEST
+
+/* A syntax error stops libconfig: it is the one error, with its line. */
+START_TEST(config_check_syntax_error_is_the_one_error) {
+  char path[PATH_MAX];
+  struct fr_config *c = NULL;
+  struct fr_test_heard h;
+
+  memset(&h, 0, sizeof(h));
+  write_file("t.conf", LISTEN "region = ;\ncolour = 1;\n", path, sizeof(path));
+  PATHF(path, "%s/t.conf", realtmp);
+  ck_assert_int_eq(fr_config_check(path, fr_test_hear, &h, &c), -EINVAL);
+  ck_assert_int_eq(h.n, 1);
+  ck_assert_int_eq(h.lines[0], 2);
+  ck_assert_ptr_nonnull(strstr(h.msgs[0], "parse error"));
+}
+END_TEST
+
 START_TEST(config_missing_file_returns_enoent) {
   struct fr_config *c = NULL;
   struct fr_config_error err;
@@ -779,6 +848,9 @@ static Suite *config_suite(void) {
   tc = tcase_create("values");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, config_minimal_gets_defaults);
+  tcase_add_test(tc, config_batch_commit_timeout_is_kept);
+  tcase_add_test(tc, config_check_reports_every_error_with_its_line);
+  tcase_add_test(tc, config_check_syntax_error_is_the_one_error);
   tcase_add_test(tc, config_all_limits_set_are_kept);
   tcase_add_test(tc, config_empty_tenant_list_is_allowed);
   tcase_add_test(tc, cluster_name_of_32_chars_is_accepted);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "fr/util.h"
+#include "fr_test_errors.h"
 
 #ifndef FR_POLICY_EXAMPLES_DIR
 #error "FR_POLICY_EXAMPLES_DIR must point at policy/examples"
@@ -1320,6 +1321,74 @@ START_TEST(policy_missing_file_returns_enoent) {
 }
 END_TEST
 
+/* A check lists every error with its line: a bad value and an unknown key
+ * at the top, an unknown key in a tier and a duplicate tier, a bad
+ * override, an unknown cluster, an unknown key in one rule, a rule with no
+ * action, a duplicate rule name. */
+START_TEST(policy_check_reports_every_error_with_its_line) {
+  char path[PATH_MAX];
+  struct fr_test_heard h;
+  int rc;
+
+  memset(&h, 0, sizeof(h));
+  write_file("split = \"fill_firts\";\n"
+             "weigths = { latency = 1.0; };\n"
+             "clusters = ( { name = \"us-east\"; cold_start_s = -1.0; },\n"
+             "             { name = \"us-eastt\"; cold_start_s = 1.0; } );\n"
+             "rules = (\n"
+             "  { name = \"a\"; tenant = \"t1\"; pin = \"us-east\"; colour = \"red\"; },\n"
+             "  { name = \"b\"; tenant = \"t2\"; },\n"
+             "  { name = \"a\"; tenant = \"t3\"; deny = \"us-east\"; }\n"
+             ");\n"
+             "spillover = { tiers = ( { name = \"x\"; clusters = \"us-east\"; size = 1; },\n"
+             "                        { name = \"x\"; clusters = \"us-west\"; } ); };\n",
+             path, sizeof(path));
+  rc = fr_policy_check(path, fed_names, fed_regions, fr_test_hear, &h, NULL, NULL);
+  ck_assert_int_eq(rc, -EINVAL);
+  ck_assert_int_eq(h.n, 9);
+  for (rc = 0; rc < h.n; rc++)
+    ck_assert_msg(strstr(h.files[rc], "/p.conf") != NULL, "file \"%s\"", h.files[rc]);
+  /* In the order found: the top's keys first, then section by section. */
+  ck_assert_int_eq(h.lines[0], 2);
+  ck_assert_str_eq(h.msgs[0], "weigths: unknown key (did you mean \"weights\"?)");
+  ck_assert_int_eq(h.lines[1], 1);
+  ck_assert_str_eq(h.msgs[1], "split: unknown value \"fill_firts\" (did you mean \"fill_first\"?)");
+  ck_assert_int_eq(h.lines[2], 10);
+  ck_assert_ptr_nonnull(strstr(h.msgs[2], "spillover.tiers.[0].size: unknown key"));
+  ck_assert_int_eq(h.lines[3], 11);
+  ck_assert_ptr_nonnull(strstr(h.msgs[3], "duplicate tier \"x\" (first defined at line 10)"));
+  ck_assert_int_eq(h.lines[4], 3);
+  ck_assert_ptr_nonnull(strstr(h.msgs[4], "clusters.[0].cold_start_s: must be >= 0"));
+  ck_assert_int_eq(h.lines[5], 4);
+  ck_assert_ptr_nonnull(strstr(h.msgs[5], "unknown cluster \"us-eastt\" (did you mean \"us-east\"?)"));
+  ck_assert_int_eq(h.lines[6], 6);
+  ck_assert_ptr_nonnull(strstr(h.msgs[6], "rules.[0].colour: unknown key"));
+  ck_assert_int_eq(h.lines[7], 7);
+  ck_assert_ptr_nonnull(strstr(h.msgs[7], "rule \"b\" has no action"));
+  ck_assert_int_eq(h.lines[8], 8);
+  ck_assert_ptr_nonnull(strstr(h.msgs[8], "duplicate rule name \"a\" (first used at line 6)"));
+}
+END_TEST
+
+/* A syntax error stops libconfig: it is the one error, with its line;
+ * a valid file reports none. */
+START_TEST(policy_check_syntax_error_is_the_one_error) {
+  char path[PATH_MAX];
+  struct fr_test_heard h;
+
+  memset(&h, 0, sizeof(h));
+  write_file("split = \"spread\";\nweights = ;\ncolour = 1;\n", path, sizeof(path));
+  ck_assert_int_eq(fr_policy_check(path, fed_names, fed_regions, fr_test_hear, &h, NULL, NULL), -EINVAL);
+  ck_assert_int_eq(h.n, 1);
+  ck_assert_int_eq(h.lines[0], 2);
+  ck_assert_ptr_nonnull(strstr(h.msgs[0], "parse error"));
+  memset(&h, 0, sizeof(h));
+  write_file("split = \"spread\";\n", path, sizeof(path));
+  ck_assert_int_eq(fr_policy_check(path, fed_names, fed_regions, fr_test_hear, &h, NULL, NULL), 0);
+  ck_assert_int_eq(h.n, 0);
+}
+END_TEST
+
 START_TEST(policy_without_router_lists_accepts_any_name) {
   struct fr_policy *p = NULL;
   struct fr_policy_error err;
@@ -1459,6 +1528,8 @@ static Suite *policy_suite(void) {
                       (int)FR_ARRAY_SIZE(err_cases));
   tcase_add_test(tc, policy_missing_file_returns_enoent);
   tcase_add_test(tc, policy_without_router_lists_accepts_any_name);
+  tcase_add_test(tc, policy_check_reports_every_error_with_its_line);
+  tcase_add_test(tc, policy_check_syntax_error_is_the_one_error);
   tcase_add_loop_test(tc, policy_warning_names_line_and_does_not_fail, 0,
                       (int)FR_ARRAY_SIZE(warn_cases));
   tcase_add_test(tc, policy_rule_after_narrower_rule_does_not_warn);

@@ -7,7 +7,10 @@
  * all-or-nothing rollback; partial_ok; a batch nobody waits for rolls back;
  * the plan's reservations are handed back; the per-cluster in-flight
  * bound; the plan's budgets are followed before spilling; a batch whose
- * creates cannot even start ends at once.
+ * creates cannot even start ends at once; every create carries the batch's
+ * id, which is held on each cluster used until the batch ends; the batch
+ * commits only once every cluster that got pods took its commit marker,
+ * and rolls back when one did not.
  */
 #include <check.h>
 #include <stdio.h>
@@ -23,7 +26,23 @@ struct fr_adapter {
   int64_t reserved;
   int64_t warm_reserved;      /* of the one pool the tests use */
   int refuse;                 /* fr_adapter_sandbox_create returns -1 */
+  int holds;                  /* fr_adapter_batch_hold balance */
+  int commits;                /* commit markers asked for */
+  int commit_status;          /* the answer to them (0: 201) */
+  char batch[32];             /* the last batch id seen */
 };
+
+/* Commit markers are answered at once from inside the call unless
+ * <defer_commits>: then the test answers them (answer_commits). The
+ * engine must cope with both. */
+static int defer_commits;
+struct commit {
+  struct fr_adapter *a;
+  void (*cb)(int, const char *, void *);
+  void *arg;
+};
+static struct commit commits[8];
+static int ncommits;
 
 struct call {
   struct fr_adapter *a;
@@ -56,6 +75,9 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
   c = &calls[ncalls++];
   c->a = a;
   snprintf(c->name, sizeof(c->name), "%s", spec->name);
+  ck_assert_ptr_nonnull(spec->batch);
+  ck_assert_int_eq(strlen(spec->batch), BATCH_ID_LEN);
+  snprintf(a->batch, sizeof(a->batch), "%s", spec->batch);
   c->cb = cb;
   c->arg = arg;
   c->answered = 0;
@@ -84,6 +106,37 @@ void fr_adapter_reserve_warm(struct fr_adapter *a, const char *pool, int64_t del
   ck_assert_str_eq(pool, "p");
   a->warm_reserved += delta;
   ck_assert_int_ge(a->warm_reserved, 0);
+}
+
+void fr_adapter_batch_hold(struct fr_adapter *a, const char *batch, int hold) {
+  ck_assert_int_eq(strlen(batch), BATCH_ID_LEN);
+  a->holds += hold ? 1 : -1;
+  ck_assert_int_ge(a->holds, 0);
+}
+
+int fr_adapter_batch_commit(struct fr_adapter *a, const char *batch, int64_t expires_s,
+                            void (*cb)(int status, const char *message, void *arg), void *arg) {
+  ck_assert_str_eq(batch, a->batch);
+  ck_assert_int_gt(expires_s, 0);
+  a->commits++;
+  if (defer_commits) {
+    ck_assert_int_lt(ncommits, 8);
+    commits[ncommits].a = a;
+    commits[ncommits].cb = cb;
+    commits[ncommits++].arg = arg;
+    return 0;
+  }
+  cb(a->commit_status ? a->commit_status : 201, a->commit_status ? "refused" : "", arg);
+  return 0;
+}
+
+static void answer_commits(void) {
+  int i;
+
+  for (i = 0; i < ncommits; i++)
+    commits[i].cb(commits[i].a->commit_status ? commits[i].a->commit_status : 201,
+                  commits[i].a->commit_status ? "marker refused" : "", commits[i].arg);
+  ncommits = 0;
 }
 
 const char *fr_adapter_name(const struct fr_adapter *a) {
@@ -196,7 +249,8 @@ static struct batch *new_batch(struct owner *o, int n, int partial_ok) {
 static void setup(void) {
   memset(calls, 0, sizeof(calls));
   memset(dels, 0, sizeof(dels));
-  ncalls = ndels = 0;
+  ncalls = ndels = ncommits = 0;
+  defer_commits = 0;
   memset(&ca, 0, sizeof(ca));
   memset(&cb, 0, sizeof(cb));
   snprintf(ca.name, sizeof(ca.name), "a");
@@ -416,6 +470,91 @@ START_TEST(batch_no_create_startable_ends_at_once) {
 }
 END_TEST
 
+START_TEST(batch_commits_only_after_every_marker_and_lets_go_after) {
+  struct owner o;
+  struct batch *b = new_batch(&o, 2, 0);
+
+  defer_commits = 1;
+  batch_add_cand(b, &ca, 1, 0);
+  batch_add_cand(b, &cb, 1, 0);
+  batch_start(b);
+  ck_assert_int_eq(ca.holds, 1);
+  ck_assert_int_eq(cb.holds, 1);
+  ck_assert_str_eq(ca.batch, b->id);
+  ck_assert_str_eq(cb.batch, b->id);
+  answer(0, FR_SB_OK, 0);
+  answer(1, FR_SB_OK, 0);
+  /* Made, but not answered before both markers are written. */
+  ck_assert_int_eq(b->state, BATCH_COMMITTING);
+  ck_assert_int_eq(ca.commits, 1);
+  ck_assert_int_eq(cb.commits, 1);
+  ck_assert_int_eq(o.done_calls, 0);
+  answer_commits();
+  ck_assert_int_eq(o.done_calls, 1);
+  ck_assert_int_eq(o.final, BATCH_COMMITTED);
+  ck_assert_int_eq(ndels, 0);
+  batch_free(b);
+  ck_assert_int_eq(ca.holds, 0);
+  ck_assert_int_eq(cb.holds, 0);
+}
+END_TEST
+
+START_TEST(batch_marker_refused_rolls_back_everything) {
+  struct owner o;
+  struct batch *b = new_batch(&o, 3, 0);
+
+  cb.commit_status = 503;
+  batch_add_cand(b, &ca, 2, 0);
+  batch_add_cand(b, &cb, 1, 0);
+  batch_start(b);
+  answer(0, FR_SB_OK, 0);
+  answer(1, FR_SB_OK, 0);
+  answer(2, FR_SB_OK, 0);
+  ck_assert_int_eq(b->state, BATCH_ROLLING_BACK);
+  ck_assert_int_eq(ndels, 3);
+  ck_assert_ptr_nonnull(strstr(b->commit_error, "refused"));
+  answer_deletes();
+  ck_assert_int_eq(o.done_calls, 1);
+  ck_assert_int_eq(o.final, BATCH_ROLLED_BACK);
+  batch_free(b);
+  ck_assert_int_eq(ca.holds, 0);
+  ck_assert_int_eq(cb.holds, 0);
+}
+END_TEST
+
+START_TEST(batch_client_gone_while_committing_rolls_back) {
+  struct owner o;
+  struct batch *b = new_batch(&o, 1, 0);
+
+  defer_commits = 1;
+  batch_add_cand(b, &ca, 1, 0);
+  batch_add_cand(b, &cb, 0, 0);
+  batch_start(b);
+  answer(0, FR_SB_OK, 0);
+  ck_assert_int_eq(b->state, BATCH_COMMITTING);
+  ck_assert_int_eq(cb.commits, 0); /* no pods there: no marker */
+  o.wanted = 0;
+  answer_commits();
+  ck_assert_int_eq(b->state, BATCH_ROLLING_BACK);
+  ck_assert_int_eq(ndels, 1);
+  answer_deletes();
+  ck_assert_int_eq(o.final, BATCH_ROLLED_BACK);
+  batch_free(b);
+}
+END_TEST
+
+START_TEST(batch_ids_differ_per_batch) {
+  struct owner o1, o2;
+  struct batch *b1 = new_batch(&o1, 1, 0), *b2 = new_batch(&o2, 1, 0);
+
+  ck_assert_int_eq(strlen(b1->id), BATCH_ID_LEN);
+  ck_assert_str_ne(b1->id, b2->id);
+  ck_assert_str_eq(b1->spec.batch, b1->id);
+  batch_free(b1);
+  batch_free(b2);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("batch");
   TCase *tc = tcase_create("batch");
@@ -430,6 +569,10 @@ int main(void) {
   tcase_add_test(tc, batch_reservations_follow_started_creates_and_come_back);
   tcase_add_test(tc, batch_in_flight_bounded_per_cluster_and_budgets_followed);
   tcase_add_test(tc, batch_no_create_startable_ends_at_once);
+  tcase_add_test(tc, batch_commits_only_after_every_marker_and_lets_go_after);
+  tcase_add_test(tc, batch_marker_refused_rolls_back_everything);
+  tcase_add_test(tc, batch_client_gone_while_committing_rolls_back);
+  tcase_add_test(tc, batch_ids_differ_per_batch);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

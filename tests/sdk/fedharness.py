@@ -108,7 +108,7 @@ class Federation:
     def __init__(self, kubesim: str, fedrouter: str, clusters: Sequence[Tuple[str, str, Sequence[str]]],
                  tenants: Dict[str, Tuple[str, str]], prefix: str = "fr-sdk-", fast_exec: bool = False,
                  max_batch: int = 5000, python_alias: bool = False, tls: bool = True,
-                 agent: Optional[str] = None) -> None:
+                 agent: Optional[str] = None, sandbox_conf: str = "") -> None:
         self.root = tempfile.mkdtemp(prefix=prefix)
         self.tls = tls
         # agent: the fedrouter-agent binary; kubesim runs it in agent pods
@@ -132,6 +132,7 @@ class Federation:
         self.procs: List[subprocess.Popen] = []
         self.router: Optional[subprocess.Popen] = None
         self.url = ""
+        self.sandbox_conf = sandbox_conf
         try:
             for name, region, extra in clusters:
                 self._start_sim(kubesim, name, region, list(extra), fast_exec)
@@ -198,7 +199,7 @@ class Federation:
         with open(conf, "w") as f:
             f.write(f"""listen = "127.0.0.1:0";
 region = "us";
-sandbox = {{ default_lifetime_s = 900; max_lifetime_s = 3600; }};
+sandbox = {{ default_lifetime_s = 900; max_lifetime_s = 3600; {self.sandbox_conf} }};
 limits = {{ max_batch = {max_batch}; max_exec_output_bytes = 1048576; max_exec_timeout_s = 600; }};
 tenants = (
 {tl}
@@ -207,10 +208,16 @@ clusters = (
 {cl}
 );
 {agent}""")
+        self.conf = conf
         self.router_log = os.path.join(self.root, "fedrouter.log")
-        p = _start([fedrouter, "--config", conf], self.router_log, stdout=subprocess.PIPE)
+        self.router, self.port = self.start_router(fedrouter)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def start_router(self, fedrouter: str) -> Tuple[subprocess.Popen, int]:
+        """Starts a router on the federation's config (one more replica, or
+        the restart of a killed one); returns it with its port once ready."""
+        p = _start([fedrouter, "--config", self.conf], self.router_log, stdout=subprocess.PIPE)
         self.procs.append(p)
-        self.router = p
         port: List[int] = []
         got = threading.Event()
 
@@ -225,18 +232,18 @@ clusters = (
         threading.Thread(target=reader, daemon=True).start()
         if not got.wait(20) or not port:
             raise RuntimeError(f"fedrouter did not print its port (rc {p.poll()}):\n{tail(self.router_log)}")
-        self.port = port[0]
-        self.url = f"http://127.0.0.1:{self.port}"
-        if not wait_until(lambda: self.raw("GET", "/readyz")[0] == 200, 60, 0.1):
+        if not wait_until(lambda: self.raw("GET", "/readyz", port=port[0])[0] == 200, 60, 0.1):
             raise RuntimeError(f"fedrouter not ready in 60 s:\n{tail(self.router_log)}")
+        return p, port[0]
 
     def raw(self, method: str, path: str, body: Any = None, token: Optional[str] = None,
-            timeout: float = 60) -> Tuple[int, Any]:
-        """One request on a fresh connection: (status, decoded JSON or text)."""
+            timeout: float = 60, port: int = 0) -> Tuple[int, Any]:
+        """One request on a fresh connection (to the router, or the one on
+        <port>): (status, decoded JSON or text)."""
         h = {"Content-Type": "application/json"}
         if token:
             h["Authorization"] = "Bearer " + token
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        c = http.client.HTTPConnection("127.0.0.1", port or self.port, timeout=timeout)
         try:
             c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
             r = c.getresponse()

@@ -24,6 +24,7 @@
 #define REPLICASETS "/apis/apps/v1/namespaces/" FK_NS "/replicasets"
 #define QUOTAS "/api/v1/namespaces/" FK_NS "/resourcequotas"
 #define SECRETS "/api/v1/namespaces/" FK_NS "/secrets/"
+#define CONFIGMAPS "/api/v1/namespaces/" FK_NS "/configmaps"
 
 enum pend_kind { PEND_WATCH, PEND_HELD };
 
@@ -60,6 +61,7 @@ struct fake_kube {
   char kubeconfig[256];
   json_t *pods;      /* name -> pod object */
   json_t *secrets;   /* name -> Secret object */
+  json_t *cms;       /* name -> ConfigMap (never sent on a watch) */
   uint64_t rv;       /* last resourceVersion handed out */
   struct hist *hist;
   size_t nhist, hist_cap;
@@ -382,6 +384,50 @@ static void delete_pod(struct fake_kube *fk, struct fr_http_req *req, size_t li,
   json_decref(pod);
 }
 
+/* ConfigMaps: stored, listed, created, merge-patched and deleted; their
+ * watches stay silent (the adapter reads its own writes back). */
+static void configmap(struct fake_kube *fk, struct fr_http_req *req, size_t li, const char *name, int is_watch) {
+  json_t *cm = name != NULL ? json_object_get(fk->cms, name) : NULL, *in;
+  const char *k;
+
+  if (name == NULL && strcmp(req->method, "GET") == 0) {
+    json_t *items = json_array(), *v;
+    if (is_watch) {
+      json_decref(items);
+      watch(fk, req, li, 0);
+      return;
+    }
+    json_object_foreach(fk->cms, k, v) json_array_append(items, v);
+    list(fk, req, li, "ConfigMapList", items);
+  } else if (name == NULL && strcmp(req->method, "POST") == 0) {
+    in = json_loadb(req->body, req->body_len, 0, NULL);
+    k = json_string_value(json_object_get(json_object_get(in, "metadata"), "name"));
+    if (k == NULL) {
+      reply_status(fk, req, li, 422, "a configmap needs metadata.name");
+    } else if (json_object_get(fk->cms, k) != NULL) {
+      reply_status(fk, req, li, 409, "configmaps already exists");
+    } else {
+      set_rv(in, ++fk->rv);
+      json_object_set(fk->cms, k, in);
+      reply_json(fk, req, li, 201, in);
+    }
+    json_decref(in);
+  } else if (cm == NULL) {
+    reply_status(fk, req, li, 404, "configmaps not found");
+  } else if (strcmp(req->method, "PATCH") == 0) {
+    in = json_loadb(req->body, req->body_len, 0, NULL);
+    merge_into(cm, in);
+    set_rv(cm, ++fk->rv);
+    reply_json(fk, req, li, 200, cm);
+    json_decref(in);
+  } else if (strcmp(req->method, "DELETE") == 0) {
+    reply_json(fk, req, li, 200, cm);
+    json_object_del(fk->cms, name);
+  } else {
+    reply_json(fk, req, li, 200, cm);
+  }
+}
+
 static struct script *script_take(struct fake_kube *fk, const char *method, const char *path) {
   size_t i;
 
@@ -456,6 +502,10 @@ static void handle(struct fr_http_req *req, void *arg) {
       reply_json(fk, req, li, 200, sec);
     else
       reply_status(fk, req, li, 404, "secrets not found");
+  } else if (strcmp(req->path, CONFIGMAPS) == 0) {
+    configmap(fk, req, li, NULL, is_watch);
+  } else if (strncmp(req->path, CONFIGMAPS "/", strlen(CONFIGMAPS) + 1) == 0) {
+    configmap(fk, req, li, req->path + strlen(CONFIGMAPS) + 1, 0);
   } else if (is_get && (strcmp(req->path, NODES) == 0 || strcmp(req->path, ALLPODS) == 0 ||
                         strcmp(req->path, REPLICASETS) == 0 || strcmp(req->path, QUOTAS) == 0)) {
     /* The other caches: static, so their watches never send anything. */
@@ -483,6 +533,7 @@ int fk_new(uv_loop_t *loop, const char *dir, struct fake_kube **out) {
   fk->rv = 100;
   fk->pods = json_object();
   fk->secrets = json_object();
+  fk->cms = json_object();
   rc = fr_http_server_new(loop, NULL, handle, fk, &fk->srv);
   if (rc == 0)
     rc = fr_http_server_listen(fk->srv, "127.0.0.1", 0);
@@ -531,6 +582,7 @@ static void on_server_closed(struct fr_http_server *srv, void *arg) {
   fk_script_clear(fk);
   json_decref(fk->pods);
   json_decref(fk->secrets);
+  json_decref(fk->cms);
   free(fk);
   if (cb != NULL)
     cb(cb_arg);
@@ -586,6 +638,15 @@ json_t *fk_sandbox_pod(const char *name, const char *tenant, const char *sbname)
   json_object_set_new(labels, "fedrouter.io/tenant", json_string(tenant));
   json_object_set_new(labels, "fedrouter.io/name", json_string(sbname));
   return pod;
+}
+
+void fk_add_configmap(struct fake_kube *fk, json_t *cm) {
+  set_rv(cm, ++fk->rv);
+  json_object_set_new(fk->cms, json_string_value(json_object_get(json_object_get(cm, "metadata"), "name")), cm);
+}
+
+json_t *fk_configmap(const struct fake_kube *fk, const char *name) {
+  return json_object_get(fk->cms, name);
 }
 
 void fk_add_pod(struct fake_kube *fk, json_t *pod) {

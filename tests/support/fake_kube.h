@@ -6,7 +6,8 @@
  * list and watch of the sandbox pods in namespace "default" (the only pods
  * it keeps; all of them count as fedrouter.io/sandbox=true), of the
  * cluster-wide pods (always empty), the ReplicaSets and ResourceQuotas
- * (empty) and the nodes (one ready node with room). Pods can be created
+ * (empty), the ConfigMaps (fk_add_configmap; create, merge-patch and delete
+ * too, never on a watch) and the nodes (one ready node with room). Pods can be created
  * (POST), merge-patched (PATCH, honouring a metadata.resourceVersion
  * precondition with 409) and deleted (DELETE); every change gets the next
  * resourceVersion and goes out on the pod watches as one JSON line.
@@ -78,6 +79,12 @@ int fk_pod_delete(struct fake_kube *fk, const char *name);
 /* Stores Secret <name> with <data> (key -> base64 value, borrowed), served
  * to GET .../secrets/<name>; other names get 404. */
 void fk_add_secret(struct fake_kube *fk, const char *name, json_t *data);
+
+/* Stores ConfigMap <cm> (taken) with the next resourceVersion; it is
+ * listed, never sent on a watch. */
+void fk_add_configmap(struct fake_kube *fk, json_t *cm);
+/* The stored ConfigMap, or NULL (borrowed). */
+json_t *fk_configmap(const struct fake_kube *fk, const char *name);
 
 /* ---- watch control ---- */
 

@@ -55,7 +55,13 @@ struct fr_adapter_opts {
   const char *ns;           /* namespace for sandboxes; NULL = "default" */
   const struct fr_adapter_agent *agent; /* NULL: sandboxes without an agent (pods/exec only) */
   const char *gpu_resource; /* the extended resource pod option gpus asks for; NULL = "nvidia.com/gpu" */
+  /* A batch's pods with no commit marker are deleted once this long has
+   * passed without progress (0 = FR_BATCH_COMMIT_TIMEOUT_S); see
+   * fr_adapter_batch_commit(). */
+  int64_t batch_commit_timeout_s;
 };
+
+#define FR_BATCH_COMMIT_TIMEOUT_S 30
 
 #define FR_LABEL_SANDBOX "fedrouter.io/sandbox"
 #define FR_LABEL_POOL "fedrouter.io/pool"
@@ -65,6 +71,8 @@ struct fr_adapter_opts {
 #define FR_LABEL_OWNER "fedrouter.io/owner"
 /* On a sandbox or pool pod: it runs fedrouter-agent on this port. */
 #define FR_LABEL_AGENT "fedrouter.io/agent"
+/* On every pod a create makes or claims: the batch it belongs to. */
+#define FR_LABEL_BATCH "fedrouter.io/batch"
 #define FR_ANN_CREATED "fedrouter.io/created-at"
 #define FR_ANN_EXPIRES "fedrouter.io/expires-at"
 #define FR_ANN_WARM "fedrouter.io/warm"
@@ -256,6 +264,7 @@ struct fr_sandbox_spec {
   int64_t lifetime_s;
   uint64_t ready_timeout_ms;/* give up on a cold start after this; 0 = 120 s */
   const char *request_id;
+  const char *batch;        /* batch id (label fedrouter.io/batch), or NULL for none */
 };
 
 enum fr_sandbox_err {
@@ -348,6 +357,30 @@ void fr_secret_call_cancel(struct fr_secret_call *c);
 /* Drops a reference to an object of secret values; the last one zeroes
  * the values before jansson frees them. Accepts NULL. */
 void fr_secret_values_free(json_t *values);
+/* ---- batch commit markers (commit.c) ----
+ *
+ * Every pod a create makes or claims carries label fedrouter.io/batch. A
+ * batch that succeeds writes a commit marker (ConfigMap fr-batch-<id>,
+ * data.state "committed") in every cluster that got pods, and answers only
+ * then. Every router's reaper deletes a batch's pods once no marker says
+ * "committed" and batch_commit_timeout_s has passed since the batch's last
+ * progress: the later of the pod's creation or claim and the marker's
+ * data.progress, which a running batch renews (state "pending") every
+ * third of the timeout. A router that dies mid-batch so leaves nothing
+ * behind: any router on the same clusters cleans up. Markers go once no
+ * pod of theirs remains. */
+
+/* Holds batch <batch> (<hold> 1) or lets it go (0); holds nest. While held
+ * here its pods are never reaped by this router, and its pending marker is
+ * renewed so other routers leave them too. Call with 1 before the first
+ * create of the batch on this cluster, with 0 when the batch ended. */
+void fr_adapter_batch_hold(struct fr_adapter *a, const char *batch, int hold);
+/* Writes batch <batch>'s commit marker, expiring at <expires_s> (unix
+ * seconds). <cb> gets the API status (2xx: committed) from a later loop
+ * turn; on shutdown it gets 0. Returns 0 or a negative errno (then <cb> is
+ * not called). */
+int fr_adapter_batch_commit(struct fr_adapter *a, const char *batch, int64_t expires_s,
+                            void (*cb)(int status, const char *message, void *arg), void *arg);
 
 /* ---- exec (exec.c) ---- */
 

@@ -5,12 +5,20 @@
  * report their first error the same way: the file, the line and
  * "<setting path>: <what is wrong>". The loaders embed a struct fr_cfgread
  * that points at their own error record and call these helpers.
+ *
+ * The loaders go on after an error where the rest can still be checked
+ * (the next key, the next list element, the next section), so a check
+ * reports every error in one run: the record keeps the first, and an
+ * optional <on_error> hears each one.
  */
 #ifndef FR_CFGREAD_H
 #define FR_CFGREAD_H
 
 #include <libconfig.h>
 #include <stddef.h>
+
+/* Hears one error: <file>, <line> (0: none) and "<path>: <what>". */
+typedef void (*fr_cfg_error_cb)(void *arg, const char *file, int line, const char *msg);
 
 struct fr_cfgread {
   const char *path;   /* the main file as given: used in messages */
@@ -20,12 +28,23 @@ struct fr_cfgread {
   int *line;
   char *msg;
   size_t msg_size;
+  int count;          /* errors recorded so far */
+  /* Called for every error (NULL: none), after the record holds the first. */
+  fr_cfg_error_cb on_error;
+  void *on_error_arg;
 };
+
+/* The first negative of <rc> and <next>, the error a loader that goes on
+ * returns in the end. */
+static inline int fr_cfg_first(int rc, int next) {
+  return rc < 0 ? rc : next;
+}
 
 /* A reader for main file <p> that records into <e>, any struct with
  * char file[], int line and char msg[] (fr_config_error, fr_policy_error). */
 #define FR_CFGREAD_FOR(e, p) \
-  ((struct fr_cfgread){(p), NULL, (e)->file, sizeof((e)->file), &(e)->line, (e)->msg, sizeof((e)->msg)})
+  ((struct fr_cfgread){(p), NULL, (e)->file, sizeof((e)->file), &(e)->line, (e)->msg, sizeof((e)->msg), \
+                       0, NULL, NULL})
 
 /* "a string", "an integer", ... for messages. */
 const char *fr_cfg_type_name(int type);
@@ -41,7 +60,8 @@ void fr_cfg_setting_path(const config_setting_t *s, const char *key, char *buf, 
  * (NULL: the main one). */
 void fr_cfg_set_error_file(struct fr_cfgread *c, const char *file);
 
-/* Records an error about <s> ("<path>: <fmt...>") and returns -EINVAL. */
+/* Records an error about <s> ("<path>: <fmt...>") and returns -EINVAL.
+ * The record keeps the first error; <on_error> hears every one. */
 __attribute__((format(printf, 3, 4)))
 int fr_cfg_bad(struct fr_cfgread *c, const config_setting_t *s, const char *fmt, ...);
 

@@ -4,7 +4,8 @@
  * A reload builds a new snapshot and swaps it in; requests in flight keep
  * the one they started with (fr_config_ref/unref). Every error names the
  * file and line and says what is wrong (and, for misspelled keys, what was
- * probably meant).
+ * probably meant); a load goes on after one where it can, so a check lists
+ * them all (fr_config_check), and the first is the one returned.
  *
  * File format (see config/examples/fedrouter.conf for a commented example):
  *
@@ -13,7 +14,8 @@
  *   region = "us";                        # the router's own region, required
  *   shutdown_delay_ms = 2000;             # SIGTERM: /readyz fails this long, then drain
  *   policy = "policy.conf";               # optional, relative to this file
- *   sandbox = { default_lifetime_s = 3600; max_lifetime_s = 86400; };
+ *   sandbox = { default_lifetime_s = 3600; max_lifetime_s = 86400;
+ *               batch_commit_timeout_s = 30; };
  *   limits = { max_batch = 5000; max_body_bytes = 1048576;
  *              max_exec_output_bytes = 16777216; max_exec_timeout_s = 3600;
  *              max_connections = 0; max_connections_per_ip = 4096;
@@ -102,6 +104,7 @@ struct fr_config {
   char *policy;            /* absolute path or NULL */
   int64_t default_lifetime_s, max_lifetime_s;
   char *gpu_resource;      /* sandbox.gpu_resource: what pod option gpus requests */
+  int64_t batch_commit_timeout_s; /* pods of a batch not committed go this long after its last progress */
   int64_t max_batch;
   size_t max_body_bytes;
   int64_t max_exec_output_bytes;
@@ -129,6 +132,15 @@ struct fr_config {
  * in <out>, or -EINVAL / -ENOENT / -ENOMEM with <err> filled. Blocking file
  * I/O: call at start-up or from a worker thread, never on the loop. */
 int fr_config_load(const char *path, struct fr_config **out, struct fr_config_error *err);
+/* `fedrouter config check`: loads <path> like fr_config_load() but goes on
+ * after an error wherever the rest can still be checked (every unknown
+ * key, every tenant and cluster, every section) and calls <cb> for each
+ * error in the order found: its file, line (0: none) and message ("<path>:
+ * <what>", as fr_config_error's). A syntax error stops
+ * libconfig: it is the one error then. On success <*out> holds the
+ * snapshot as fr_config_load() gives it. Blocking file I/O. */
+int fr_config_check(const char *path, void (*cb)(void *arg, const char *file, int line, const char *msg),
+                    void *arg, struct fr_config **out);
 struct fr_config *fr_config_ref(struct fr_config *c);
 /* Accepts NULL. */
 void fr_config_unref(struct fr_config *c);

@@ -44,6 +44,17 @@ struct fr_policy_warning {
 int fr_policy_load(const char *path, const char *const *clusters, const char *const *regions,
                    struct fr_policy **out, struct fr_policy_error *err,
                    struct fr_policy_warning **warnings, size_t *nwarnings);
+/* `fedrouter policy check`: validates <path> like fr_policy_load() but goes
+ * on after an error wherever the rest can still be checked (every unknown
+ * key, every rule and cluster override, every section), and calls <cb> for
+ * each error in the order found: its file, line (0: none) and message
+ * ("<path>: <what>", as fr_policy_error's). A syntax error
+ * stops libconfig: it is the one error then. Keeps no policy. Returns 0
+ * when the file is valid, else the first error's code (as
+ * fr_policy_load()); warnings as there. Blocking file I/O. */
+int fr_policy_check(const char *path, const char *const *clusters, const char *const *regions,
+                    void (*cb)(void *arg, const char *file, int line, const char *msg), void *arg,
+                    struct fr_policy_warning **warnings, size_t *nwarnings);
 /* The built-in policy used when the router config names no policy file:
  * client region first, then the others by latency; fill first; warm
  * preferred when the cold start would take longer than the latency
