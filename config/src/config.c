@@ -699,15 +699,23 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
     if (t->name == NULL)
       return oom(l);
     memcpy(t->token_sha256, tok, 65);
-    if ((rc = tenant_secret(l, g, t)) < 0)
-      return rc;
+    if ((rc = tenant_secret(l, g, t)) < 0) {
+      if (rc == -ENOMEM)
+        return rc;
+      first = fr_cfg_first(first, rc);
+      continue;
+    }
     /* Each tenant reads its own Secret: one naming another's (or two
      * names that map to the same default) would share it. */
     for (j = 0; j < i; j++)
-      if (strcmp(c->tenants[j].secret, t->secret) == 0)
-        return bad(l, config_setting_get_member(g, "secret") ? config_setting_get_member(g, "secret") : name_s,
-                   "tenants \"%s\" and \"%s\" would both read Secret \"%s\"; every tenant needs its own "
-                   "(set `secret` on one of them)", c->tenants[j].name, t->name, t->secret);
+      if (c->tenants[j].secret != NULL && strcmp(c->tenants[j].secret, t->secret) == 0) {
+        first = fr_cfg_first(first, bad(l, config_setting_get_member(g, "secret") ? config_setting_get_member(g, "secret")
+                                                                                 : name_s,
+                                        "tenants \"%s\" and \"%s\" would both read Secret \"%s\"; every tenant "
+                                        "needs its own (set `secret` on one of them)",
+                                        c->tenants[j].name, t->name, t->secret));
+        break;
+      }
   }
   return first;
 }

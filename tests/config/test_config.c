@@ -576,7 +576,7 @@ START_TEST(config_check_reports_every_error_with_its_line) {
     ck_assert_msg(strstr(h.files[rc], "/t.conf") != NULL, "file \"%s\"", h.files[rc]);
   ck_assert_int_eq(h.lines[0], 3);
   ck_assert_str_eq(h.msgs[0], "colour: unknown key (known keys here: listen, tls, region, policy, sandbox, "
-                              "limits, tenants, clusters, hosted, metrics_token_sha256, agent)");
+                              "limits, tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms)");
   ck_assert_int_eq(h.lines[1], 4);
   ck_assert_ptr_nonnull(strstr(h.msgs[1], "sandbox.default_lifetime_s: 0 is out of range"));
   ck_assert_int_eq(h.lines[2], 5);

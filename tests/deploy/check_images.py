@@ -215,7 +215,8 @@ def check_router_image(root, build):
 # Packages of scripts/lib/packages.sh that only the tests and tools need.
 TEST_ONLY = {"check", "libsubunit-dev", "prometheus", "chromium", "curl", "procps", "python3",
              "python3-yaml", "openssl", "ca-certificates",
-             "clang", "libclang-rt-dev"}   # the fuzz build (tests/fuzz) only
+             "clang", "libclang-rt-dev",   # the fuzz build (tests/fuzz) only
+             "haproxy"}                    # replicas_haproxy and the replicas benchmark
 
 
 def check_build_deps(root, name, instrs):
