@@ -183,7 +183,6 @@ def main():
     ap.add_argument("--keep", action="store_true")
     ARGS = ap.parse_args()
     tr.ARGS = ARGS
-    tap.ARGS = ARGS
     mods = sdk_modules()
     if mods is None:
         print("SKIPPED: the official E2B JS SDK could not be installed (node or npm missing, or the npm registry "

@@ -8,7 +8,6 @@ fedrouter-agent in kubesim pods (docs/api.md "Inside a sandbox").
 Usage: test_data_plane.py --fedrouter PATH --kubesim PATH --agent PATH [--keep]
 Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
 """
-import argparse
 import base64
 import hashlib
 import http.client
@@ -24,7 +23,6 @@ import test_router as tr  # noqa: E402
 import test_agent_path as tap  # noqa: E402
 from test_router import TestFailure, check, short, wait_until  # noqa: E402
 
-ARGS = None
 FILE_LIMIT_B = 1 << 20   # tenant b's max_file_bytes
 
 
@@ -318,26 +316,8 @@ TESTS = [
 ]
 
 
-def main():
-    global ARGS
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--fedrouter", required=True)
-    ap.add_argument("--kubesim", required=True)
-    ap.add_argument("--agent", required=True)
-    ap.add_argument("--only", action="append", default=[])
-    ap.add_argument("--keep", action="store_true")
-    ARGS = ap.parse_args()
-    tr.ARGS = ARGS
-    tap.ARGS = ARGS
-    tests = [t for t in TESTS if not ARGS.only or t.__name__ in ARGS.only]
-
-    def make_fed():
-        fed = DataFed("data", [("d1", "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
-                                             "--agent-binary", os.path.abspath(ARGS.agent)])])
-        fed.shared = {}
-        return fed
-    return tr.run_suite(make_fed, tests)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tr.run_one_federation(
+        __doc__, lambda: DataFed("data", [("d1", "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
+                                                         "--agent-binary", os.path.abspath(tr.ARGS.agent)])]),
+        TESTS, ["--agent"]))

@@ -9,7 +9,6 @@ Ctrl-C, exit code, the local terminal restored) and on a pipe.
 Usage: test_fedctl_data.py --fedctl PATH --fedrouter PATH --kubesim PATH --agent PATH [--keep]
 Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
 """
-import argparse
 import contextlib
 import fcntl
 import hashlib
@@ -30,7 +29,6 @@ import test_agent_path as tap  # noqa: E402
 import test_data_plane as tdp  # noqa: E402
 from test_router import TestFailure, check, short, wait_until  # noqa: E402
 
-ARGS = None
 
 
 def env_of(fed):
@@ -43,7 +41,7 @@ def env_of(fed):
 
 def fc(fed, *args, stdin=b"", timeout=60, token=tr.TOKEN_A):
     """Runs fedctl to the end: (rc, stdout bytes, stderr text)."""
-    p = subprocess.run([ARGS.fedctl, *args], input=stdin, capture_output=True, timeout=timeout,
+    p = subprocess.run([tr.ARGS.fedctl, *args], input=stdin, capture_output=True, timeout=timeout,
                        env=dict(env_of(fed), FEDROUTER_TOKEN=token))
     return p.returncode, p.stdout, p.stderr.decode(errors="replace")
 
@@ -52,7 +50,7 @@ def fc(fed, *args, stdin=b"", timeout=60, token=tr.TOKEN_A):
 def fedctl_running(fed, *args, **popen_kw):
     """fedctl started with <popen_kw> (pipes); killed if still running at
     the end of the block, its pipes closed."""
-    p = subprocess.Popen([ARGS.fedctl, *args], env=env_of(fed), **popen_kw)
+    p = subprocess.Popen([tr.ARGS.fedctl, *args], env=env_of(fed), **popen_kw)
     try:
         yield p
     finally:
@@ -305,7 +303,7 @@ class PtySession:
         self.winsize(rows, cols)
         self.before = termios.tcgetattr(self.slave)
         self.buf = b""
-        self.p = subprocess.Popen([ARGS.fedctl, "shell", sid, *extra], stdin=self.slave, stdout=self.slave,
+        self.p = subprocess.Popen([tr.ARGS.fedctl, "shell", sid, *extra], stdin=self.slave, stdout=self.slave,
                                   stderr=self.slave, env=dict(env_of(fed), TERM="dumb"), start_new_session=True)
 
     def winsize(self, rows, cols):
@@ -464,40 +462,9 @@ TESTS = [
 ]
 
 
-def main():
-    global ARGS
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--fedctl", required=True)
-    ap.add_argument("--fedrouter", required=True)
-    ap.add_argument("--kubesim", required=True)
-    ap.add_argument("--agent", required=True)
-    ap.add_argument("--only", action="append", default=[])
-    ap.add_argument("--keep", action="store_true")
-    ARGS = ap.parse_args()
-    tr.ARGS = ARGS
-    tap.ARGS = ARGS
-    results = []
-    tests = [t for t in TESTS if not ARGS.only or t.__name__ in ARGS.only]
-    fed = None
-    t0 = time.monotonic()
-    try:
-        fed = tdp.DataFed("fedctl-data", [("d1", "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
-                                                         "--agent-binary", os.path.abspath(ARGS.agent)])])
-        fed.shared = {}
-        for t in tests:
-            tr.run_test(t, fed, results)
-    except TestFailure as e:
-        results.append(("federation", False, str(e)))
-        print(f"FAIL federation: {e}", flush=True)
-    finally:
-        if fed is not None:
-            problems = fed.teardown()
-            results.append(("teardown", not problems, "; ".join(problems)))
-            print("ok   teardown" if not problems else "FAIL teardown: " + "; ".join(problems), flush=True)
-    failed = [r for r in results if not r[1]]
-    print(f"{len(results) - len(failed)} passed, {len(failed)} failed ({time.monotonic() - t0:.1f} s)")
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tr.run_one_federation(
+        __doc__, lambda: tdp.DataFed("fedctl-data", [("d1", "us", ["--nodes", "2", "--node-cpu", "64",
+                                                                   "--node-memory", "256Gi", "--agent-binary",
+                                                                   os.path.abspath(tr.ARGS.agent)])]),
+        TESTS, ["--fedctl", "--agent"]))
