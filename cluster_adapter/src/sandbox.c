@@ -40,6 +40,7 @@ struct create_op {
   /* spec, owned */
   char *tenant, *name, *pool, *image, *request_id, *batch;
   int64_t cpu_m, mem_b, lifetime_s;
+  int64_t deadline_s;       /* activeDeadlineSeconds: >= lifetime_s */
   uint64_t ready_timeout_ms;
   json_t *secrets;          /* a reference: env only the agent gets, never the pod */
   json_t *env, *labels;
@@ -377,7 +378,7 @@ static void start_cold(struct create_op *op) {
   pod = json_pack("{s:s,s:s,s:{s:s,s:o,s:o},s:{s:[o],s:s,s:I,s:i,s:b}}", "apiVersion", "v1", "kind", "Pod",
                   "metadata", "name", op->pod, "labels", labels, "annotations", sandbox_annotations(op, 0, op->a->cc.agent != NULL),
                   "spec", "containers", container_json(op->a, op->image, op->cpu_m, op->mem_b, op->env),
-                  "restartPolicy", "Never", "activeDeadlineSeconds", (json_int_t)op->lifetime_s,
+                  "restartPolicy", "Never", "activeDeadlineSeconds", (json_int_t)op->deadline_s,
                   "terminationGracePeriodSeconds", 1, "automountServiceAccountToken", 0);
   add_agent(op->a, json_object_get(pod, "spec"), json_object_get(json_object_get(pod, "metadata"), "labels"));
   body = pod && podopts_apply(op->opts, gpu_resource(op->a), json_object_get(pod, "spec")) == 0
@@ -461,7 +462,7 @@ static void claim(struct create_op *op, const struct fr_pod *pod) {
   user_labels_plus(op, labels);
   patch = json_pack("{s:{s:s,s:o,s:o},s:{s:I}}", "metadata", "resourceVersion", rv ? rv : "", "labels",
                     labels, "annotations", sandbox_annotations(op, 1, agent_port_of(op->a, pod) > 0), "spec", "activeDeadlineSeconds",
-                    (json_int_t)(started_s_ago(pod) + op->lifetime_s));
+                    (json_int_t)(started_s_ago(pod) + op->deadline_s));
   body = patch ? json_dumps(patch, JSON_COMPACT) : NULL;
   json_decref(patch);
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", op->a->ns, op->pod);
@@ -543,6 +544,7 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
   op->cpu_m = spec->cpu_m;
   op->mem_b = spec->mem_b;
   op->lifetime_s = spec->lifetime_s;
+  op->deadline_s = spec->deadline_s > spec->lifetime_s ? spec->deadline_s : spec->lifetime_s;
   op->ready_timeout_ms = spec->ready_timeout_ms ? spec->ready_timeout_ms : DEFAULT_READY_TIMEOUT_MS;
   op->secrets = spec->secrets && json_object_size(spec->secrets) ? json_incref(spec->secrets) : NULL;
   op->env = spec->env ? json_incref(spec->env) : NULL;
@@ -695,9 +697,9 @@ int fr_adapter_sandbox_set_expiry(struct fr_adapter *a, const char *pod, int64_t
   patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", FR_ANN_EXPIRES, when);
   if (patch == NULL)
     return -ENOMEM;
-  /* The deadline counts from the pod's start; a pod not started yet keeps
-   * the one it was created with. */
-  if (p->start_s >= 0 && expires_s > p->start_s)
+  /* The deadline counts from the pod's start and only ever goes down; a
+   * pod not started yet keeps the one it was created with. */
+  if (p->start_s >= 0 && expires_s > p->start_s && (p->expires_s < 0 || expires_s < p->expires_s))
     json_object_set_new(patch, "spec", json_pack("{s:I}", "activeDeadlineSeconds", (json_int_t)(expires_s - p->start_s)));
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", a->ns, pod);
   rc = simple_request(a, "PATCH", path, "application/merge-patch+json", patch, 1, request_id, cb, arg);

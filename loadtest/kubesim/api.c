@@ -872,6 +872,21 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
     api_status(req, 422, "Invalid", msg, "pods", r->name, NULL);
     goto out_nw;
   }
+  /* A pod's deadline may be set or lowered, never raised or removed (the
+   * API server's ValidatePodUpdate). */
+  if (r->kind == K_POD && !status_sub && json_path(old, "spec.activeDeadlineSeconds") != NULL) {
+    json_t *od = json_path(old, "spec.activeDeadlineSeconds"), *nd = json_path(nw, "spec.activeDeadlineSeconds");
+    if (nd == NULL || json_integer_value(nd) > json_integer_value(od)) {
+      if (nd == NULL)
+        snprintf(msg, sizeof(msg), "Pod \"%s\" is invalid: spec.activeDeadlineSeconds: Invalid value: "
+                 "\"null\": must not update from a positive integer to nil value", r->name);
+      else
+        snprintf(msg, sizeof(msg), "Pod \"%s\" is invalid: spec.activeDeadlineSeconds: Invalid value: %lld: "
+                 "must be less than or equal to previous value", r->name, (long long)json_integer_value(nd));
+      api_status(req, 422, "Invalid", msg, "pods", r->name, NULL);
+      goto out_nw;
+    }
+  }
   if (r->kind == K_RS && !status_sub) {
     int64_t reps = json_get_int(json_object_get(nw, "spec"), "replicas", 1);
     if (!json_equal(json_path(old, "spec.selector"), json_path(nw, "spec.selector")) || reps < 0) {

@@ -112,8 +112,11 @@ int api_body_env_workdir(struct api_req *q, json_t *j, json_t **env, const char 
 /* The handler files' entry points (each answers now or later). */
 void create_sandboxes(struct api_req *q, int explain); /* create.c: POST /v1/sandboxes, explain */
 /* The same for a body already parsed into <j> (taken, even on failure),
- * as another endpoint builds it (e2b.c): same checks, placement and answer. */
-void create_sandboxes_from(struct api_req *q, json_t *j, int explain);
+ * as another endpoint builds it (e2b.c): same checks, placement and answer.
+ * <extendable>: the pods' deadline in the cluster is sandbox.max_lifetime_s
+ * rather than the lifetime asked, so the expiry can later be moved up to
+ * that (E2B's setTimeout) while routers enforce the one asked. */
+void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extendable);
 void exec_sandbox(struct api_req *q, const char *id);  /* exec.c: POST /v1/sandboxes/{id}/exec */
 int pools_route(struct api_req *q);                    /* pools.c: 0 when not a /v1/pools path */
 /* data.c: inside a sandbox through its agent. */

@@ -154,41 +154,114 @@ static void roll_back(struct batch *b) {
   on_rollback(0, NULL, b);
 }
 
-static void on_committed(int status, const char *message, void *arg) {
-  struct batch *b = arg;
+static void on_uncommitted_delete(int status, const char *message, void *arg) {
+  (void)status;
+  (void)message;
+  (void)arg;
+}
 
-  if (!(status >= 200 && status < 300) && b->commit_error[0] == '\0')
-    snprintf(b->commit_error, sizeof(b->commit_error), "%s",
-             message != NULL && *message ? message : "a commit marker could not be written");
+/* Candidate <k> could not take its commit marker: it gets no more of the
+ * batch, the pods it made are deleted (should that fail too, any router
+ * reaps them as uncommitted) and its items go back to be placed
+ * elsewhere. */
+static void uncommit_cand(struct batch *b, int k) {
+  struct batch_cand *cd = &b->cands[k];
+  int i;
+
+  cd->full = 1;
+  cd->commit_failed = 0;
+  for (i = 0; i < b->n; i++) {
+    struct batch_item *it = &b->items[i];
+    if (!it->ok || it->cand != k)
+      continue;
+    fr_adapter_sandbox_delete(cd->a, it->pod, b->spec.request_id, on_uncommitted_delete, NULL);
+    if (it->user != NULL && b->hooks->item_free != NULL)
+      b->hooks->item_free(it->user);
+    it->user = NULL;
+    it->ok = it->done = it->warm = 0;
+    it->pod[0] = '\0';
+    it->cand = -1;
+    if (it->index - 1 < b->next)
+      b->next = it->index - 1;
+  }
+  cd->created = cd->warm = 0;
+}
+
+/* The batch and the candidate a commit marker is for. */
+struct commit_ref {
+  struct batch *b;
+  int k;
+};
+
+/* One marker write less to wait for; after the last, the batch commits,
+ * or places elsewhere what the clusters that failed theirs had made. */
+static void commit_step(struct batch *b) {
+  int k, failed = 0;
+
   if (--b->commits_pending > 0)
     return;
   /* Markers written but the client gone: it cannot learn the ids. */
-  if (b->commit_error[0] != '\0' || !b->hooks->wanted(b->arg)) {
+  if (!b->hooks->wanted(b->arg)) {
     roll_back(b);
+    return;
+  }
+  for (k = 0; k < b->ncands; k++)
+    if (b->cands[k].commit_failed) {
+      uncommit_cand(b, k);
+      failed = 1;
+    }
+  if (failed) {
+    batch_set_state(b, BATCH_RUNNING);
+    pump(b);
     return;
   }
   batch_set_state(b, BATCH_COMMITTED);
   b->hooks->done(b, b->arg);
 }
 
-/* Writes the commit marker on every cluster that got pods; the batch
- * commits once all are written (on_committed), and rolls back if one
- * is not. */
+static void on_committed(int status, const char *message, void *arg) {
+  struct commit_ref *ref = arg;
+  struct batch *b = ref->b;
+  struct batch_cand *cd = &b->cands[ref->k];
+
+  free(ref);
+  if (status >= 200 && status < 300) {
+    cd->committed = 1;
+  } else {
+    cd->commit_failed = 1;
+    snprintf(cd->reason, sizeof(cd->reason), "unavailable: commit marker: %s",
+             message != NULL && *message ? message : "not written");
+    if (b->commit_error[0] == '\0')
+      snprintf(b->commit_error, sizeof(b->commit_error), "%s: %s", fr_adapter_name(cd->a),
+               message != NULL && *message ? message : "a commit marker could not be written");
+  }
+  commit_step(b);
+}
+
+/* Writes the commit marker on every cluster that got pods and has none
+ * yet; the batch commits once all are written (commit_step). */
 static void commit(struct batch *b) {
   int64_t expires = fr_wall_ms() / 1000 + (b->spec.lifetime_s > 0 ? b->spec.lifetime_s : 0);
+  struct commit_ref *ref;
   int i;
 
   batch_set_state(b, BATCH_COMMITTING);
   b->commits_pending = 1; /* a guard, as in roll_back() */
   for (i = 0; i < b->ncands; i++) {
     struct batch_cand *cd = &b->cands[i];
-    if (cd->created == 0)
+    if (cd->created == 0 || cd->committed)
       continue;
+    if ((ref = malloc(sizeof(*ref))) == NULL) {
+      cd->commit_failed = 1;
+      continue;
+    }
+    ref->b = b;
+    ref->k = i;
     b->commits_pending++;
-    if (fr_adapter_batch_commit(cd->a, b->id, expires, on_committed, b) != 0)
-      on_committed(0, "cannot send a commit marker", b);
+    if (fr_adapter_batch_commit(cd->a, b->id, expires, on_committed, ref) != 0)
+      on_committed(0, "cannot send a commit marker", ref);
   }
-  on_committed(200, NULL, b);
+  commit_step(b);
 }
 
 /* Every item is settled: commit, or delete everything this batch made. */

@@ -12,8 +12,11 @@
  * States (batch_set_state() traces every transition at debug level):
  *
  *   PLANNED --batch_start--> RUNNING --all placed, enough made--> COMMITTING --markers written--> COMMITTED
+ *                             ^ |                                     |
+ *                             | |        a cluster's marker failed: --+ (its items go back to be placed
+ *                             +-|----------------------------------- -+  elsewhere, its pods are deleted)
  *                               |                                     |
- *                               |                      a marker write failed (or the client left)
+ *                               |                              the client left
  *                               |                                     v
  *                               +--short (or the client left)--> ROLLING_BACK --deletes answered--> ROLLED_BACK
  *
@@ -75,6 +78,8 @@ struct batch_cand {
   int64_t reserved_warm;      /* of the budget, warm pods still reserved on the adapter */
   int created, warm;
   int held;                   /* the batch's id is held on the adapter */
+  int committed;              /* its commit marker is written */
+  int commit_failed;          /* its commit marker could not be written (this round) */
   char reason[300];           /* the last no-room or failure message */
   json_t *secrets;            /* secret values for this cluster's sandboxes (spec.secrets), borrowed
                                  from the owner; NULL: none */

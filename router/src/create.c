@@ -477,10 +477,10 @@ void create_sandboxes(struct api_req *q, int explain) {
   json_t *j = api_body_object(q, create_fields, 0);
 
   if (j != NULL)
-    create_sandboxes_from(q, j, explain);
+    create_sandboxes_from(q, j, explain, 0);
 }
 
-void create_sandboxes_from(struct api_req *q, json_t *j, int explain) {
+void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extendable) {
   struct router *r = q->r;
   const struct fr_adapter_pool_view *pv = NULL;
   struct tenant_state *ts = q->ts;
@@ -536,6 +536,7 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain) {
   spec.env = cr->env;
   spec.labels = cr->labels;
   spec.lifetime_s = s.timeout_s;
+  spec.deadline_s = extendable ? r->cfg->max_lifetime_s : 0;
   spec.request_id = q->rid;
   cr->b = batch_new(&spec, cr->name, (int)s.n, s.partial_ok, (int)r->nadapters, &create_hooks, cr);
   if (cr->b == NULL)

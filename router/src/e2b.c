@@ -199,7 +199,7 @@ static void create(struct api_req *q) {
     json_object_set(v1, "timeout_s", v);
   json_decref(b);
   q->shape_kind = K_CREATE;
-  create_sandboxes_from(q, v1, 0);
+  create_sandboxes_from(q, v1, 0, 1);
 }
 
 /* The sandbox <id> of the request's tenant, or NULL after answering 404. */

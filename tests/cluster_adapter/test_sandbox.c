@@ -1048,9 +1048,34 @@ static int pod_expires_at(void *arg) {
   return p != NULL && p->expires_s == e->want;
 }
 
+/* An extendable sandbox: its pod's deadline is deadline_s (what the
+ * cluster enforces), its expiry annotation the lifetime asked (what the
+ * routers enforce), so the expiry can later move up to that deadline. */
+START_TEST(deadline_beyond_lifetime_goes_to_the_pod_not_the_expiry) {
+  struct fr_sandbox_spec s = spec_of(NULL);
+  struct outcome o;
+  json_t *body;
+  int64_t expires;
+
+  start_adapter();
+  s.deadline_s = 3600;
+  create(&s, &o);
+  wait_requests("POST", FK_PODS, 1);
+  body = body_of(fk_nth(fk, "POST", FK_PODS, 0));
+  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(body, "spec"), "activeDeadlineSeconds")),
+                   3600);
+  ck_assert_int_eq(fr_time_parse_rfc3339(json_string_value(json_object_get(json_object_get(
+                                             json_object_get(body, "metadata"), "annotations"), FR_ANN_EXPIRES)),
+                                         &expires), 0);
+  ck_assert_int_le(llabs(expires - (fr_wall_ms() / 1000 + 600)), 5);
+  json_decref(body);
+  finish_test();
+}
+END_TEST
+
 /* A new expiry is one merge patch: the annotation every router's reaper
- * reads and activeDeadlineSeconds counted from the pod's start, which the
- * cluster enforces; the cache then shows it. */
+ * reads and, when it comes earlier, activeDeadlineSeconds counted from the
+ * pod's start, which the cluster enforces; the cache then shows it. */
 START_TEST(set_expiry_patches_annotation_and_deadline) {
   struct deleted d;
   struct expiry_arg e;
@@ -1083,6 +1108,22 @@ START_TEST(set_expiry_patches_annotation_and_deadline) {
   e.pod = "sb-time";
   e.want = expires;
   wait_for(pod_expires_at, &e, WAIT_MS, "the new expiry in the cache");
+  /* Later: the annotation only (an API server never raises a deadline). */
+  d.calls = 0;
+  ck_assert_int_eq(fr_adapter_sandbox_set_expiry(ad, "sb-time", expires + 2000, "req-t", on_deleted, &d), 0);
+  wait_for(flag_set, &d.calls, WAIT_MS, "the second patch's callback");
+  j = body_of(fk_nth(fk, "PATCH", FK_PODS, 1));
+  ck_assert_ptr_null(json_object_get(j, "spec"));
+  json_decref(j);
+  e.want = expires + 2000;
+  wait_for(pod_expires_at, &e, WAIT_MS, "the later expiry in the cache");
+  /* Earlier again: the deadline goes down with it. */
+  d.calls = 0;
+  ck_assert_int_eq(fr_adapter_sandbox_set_expiry(ad, "sb-time", expires - 1000, "req-t", on_deleted, &d), 0);
+  wait_for(flag_set, &d.calls, WAIT_MS, "the third patch's callback");
+  j = body_of(fk_nth(fk, "PATCH", FK_PODS, 2));
+  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "spec"), "activeDeadlineSeconds")), 3000);
+  json_decref(j);
   finish_test();
 }
 END_TEST
@@ -1543,6 +1584,7 @@ static Suite *sandbox_suite(void) {
   tcase_add_test(tc, cluster_down_while_waiting_gives_up);
   tcase_add_test(tc, delete_accepted_hides_pod_until_gone);
   tcase_add_test(tc, set_expiry_patches_annotation_and_deadline);
+  tcase_add_test(tc, deadline_beyond_lifetime_goes_to_the_pod_not_the_expiry);
   tcase_add_test(tc, create_callbacks_deferred_and_run_once);
   tcase_add_test(tc, adapter_free_with_creates_in_flight_calls_each_once);
   tcase_add_test(tc, secret_get_returns_the_keys_asked_decoded);

@@ -204,6 +204,21 @@ req PATCH "$NS/pods/dup" '{"metadata":{"labels":{"x":null}}}' application/merge-
 expect_status 200 "patch removing a label" && pycheck "label removed" '
 assert "x" not in d["metadata"].get("labels", {}), d["metadata"].get("labels")'
 
+step "activeDeadlineSeconds: set, lowered, never raised or removed (422)"
+req PATCH "$NS/pods/dup" '{"spec":{"activeDeadlineSeconds":600}}' application/merge-patch+json
+expect_status 200 "setting a deadline"
+req PATCH "$NS/pods/dup" '{"spec":{"activeDeadlineSeconds":300}}' application/merge-patch+json
+expect_status 200 "lowering it"
+req PATCH "$NS/pods/dup" '{"spec":{"activeDeadlineSeconds":900}}' application/merge-patch+json
+expect_status 422 "raising it" && status_check 422 Invalid && pycheck "message" '
+assert "must be less than or equal to previous value" in d["message"], d["message"]'
+req PATCH "$NS/pods/dup" '{"spec":{"activeDeadlineSeconds":null}}' application/merge-patch+json
+expect_status 422 "removing it" && pycheck "message" '
+assert "must not update from a positive integer to nil value" in d["message"], d["message"]'
+req GET "$NS/pods/dup"
+expect_status 200 "the pod" && pycheck "deadline kept" '
+assert d["spec"]["activeDeadlineSeconds"] == 300, d["spec"]'
+
 # ------------------------------------------------------------------ pagination
 step "pagination: limit/continue keeps the list resourceVersion"
 for i in 1 2 3 4 5 6 7; do

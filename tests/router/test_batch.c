@@ -9,8 +9,9 @@
  * bound; the plan's budgets are followed before spilling; a batch whose
  * creates cannot even start ends at once; every create carries the batch's
  * id, which is held on each cluster used until the batch ends; the batch
- * commits only once every cluster that got pods took its commit marker,
- * and rolls back when one did not.
+ * commits only once every cluster that got pods took its commit marker;
+ * a cluster that did not gets no more of it and its items are placed
+ * elsewhere, and with nowhere left the batch rolls back.
  */
 #include <check.h>
 #include <stdio.h>
@@ -499,9 +500,12 @@ START_TEST(batch_commits_only_after_every_marker_and_lets_go_after) {
 }
 END_TEST
 
-START_TEST(batch_marker_refused_rolls_back_everything) {
+/* A cluster that does not take the marker gets no more of the batch: its
+ * pods are deleted and its items placed elsewhere, then committed there. */
+START_TEST(batch_marker_refused_moves_that_clusters_items_elsewhere) {
   struct owner o;
   struct batch *b = new_batch(&o, 3, 0);
+  int i;
 
   cb.commit_status = 503;
   batch_add_cand(b, &ca, 2, 0);
@@ -510,11 +514,51 @@ START_TEST(batch_marker_refused_rolls_back_everything) {
   answer(0, FR_SB_OK, 0);
   answer(1, FR_SB_OK, 0);
   answer(2, FR_SB_OK, 0);
-  ck_assert_int_eq(b->state, BATCH_ROLLING_BACK);
+  ck_assert_int_eq(calls[2].a == &cb, 1);
+  /* cb's marker refused: its pod deleted, its item started again on ca. */
+  ck_assert_int_eq(b->state, BATCH_RUNNING);
+  ck_assert_int_eq(ndels, 1);
+  ck_assert_ptr_eq(dels[0].a, &cb);
+  ck_assert_str_eq(dels[0].pod, "pod-run-0003");
+  ck_assert_int_eq(ncalls, 4);
+  ck_assert_ptr_eq(calls[3].a, &ca);
+  ck_assert_str_eq(calls[3].name, "run-0003");
+  answer(3, FR_SB_OK, 0);
+  /* ca already holds its marker: nothing more to write. */
+  ck_assert_int_eq(ca.commits, 1);
+  ck_assert_int_eq(cb.commits, 1);
+  ck_assert_int_eq(o.done_calls, 1);
+  ck_assert_int_eq(o.final, BATCH_COMMITTED);
+  ck_assert_int_eq(o.created_at_done, 3);
+  for (i = 0; i < 3; i++)
+    ck_assert_ptr_eq(b->cands[b->items[i].cand].a, &ca);
+  answer_deletes();
+  batch_free(b);
+  ck_assert_int_eq(ca.holds, 0);
+  ck_assert_int_eq(cb.holds, 0);
+}
+END_TEST
+
+/* No cluster takes the marker: nothing is kept, and the answer says why. */
+START_TEST(batch_marker_refused_everywhere_rolls_back_everything) {
+  struct owner o;
+  struct batch *b = new_batch(&o, 3, 0);
+
+  ca.commit_status = 503;
+  cb.commit_status = 503;
+  batch_add_cand(b, &ca, 2, 0);
+  batch_add_cand(b, &cb, 1, 0);
+  batch_start(b);
+  answer(0, FR_SB_OK, 0);
+  answer(1, FR_SB_OK, 0);
+  answer(2, FR_SB_OK, 0);
+  /* Both clusters are closed for the batch: nothing left to place it on,
+   * and what they made is being deleted (or is reaped, uncommitted). */
+  ck_assert_int_eq(ncalls, 3);
   ck_assert_int_eq(ndels, 3);
   ck_assert_ptr_nonnull(strstr(b->commit_error, "refused"));
-  answer_deletes();
   ck_assert_int_eq(o.done_calls, 1);
+  answer_deletes();
   ck_assert_int_eq(o.final, BATCH_ROLLED_BACK);
   batch_free(b);
   ck_assert_int_eq(ca.holds, 0);
@@ -570,7 +614,8 @@ int main(void) {
   tcase_add_test(tc, batch_in_flight_bounded_per_cluster_and_budgets_followed);
   tcase_add_test(tc, batch_no_create_startable_ends_at_once);
   tcase_add_test(tc, batch_commits_only_after_every_marker_and_lets_go_after);
-  tcase_add_test(tc, batch_marker_refused_rolls_back_everything);
+  tcase_add_test(tc, batch_marker_refused_moves_that_clusters_items_elsewhere);
+  tcase_add_test(tc, batch_marker_refused_everywhere_rolls_back_everything);
   tcase_add_test(tc, batch_client_gone_while_committing_rolls_back);
   tcase_add_test(tc, batch_ids_differ_per_batch);
   suite_add_tcase(s, tc);

@@ -13,6 +13,8 @@ Invariants, asserted once the faults are cleared:
   - after a sweep (delete what is visible) and one commit timeout, the
     clusters hold 0 sandbox pods: nothing leaked (pods the API did not
     show: uncommitted batches of a killed router) and none left Pending;
+  - each tenant's listing holds only its own sandboxes, and the other
+    tenant's ids answer it 404;
   - /healthz answered 200 whenever the router was up;
   - no sanitizer report in the router's log, and the last router exits
     cleanly (in the ASan build: no leak).
@@ -212,6 +214,23 @@ def main() -> int:
         if lost:
             problems.append(f"{len(lost)} sandboxes the client saw created are neither terminated nor "
                             f"visible: {lost[:5]}")
+
+        # Tenants never see each other's sandboxes: a listing holds only
+        # what that tenant created (or an id a killed router never
+        # answered), and the other's ids answer 404.
+        listed = {}
+        for t, tok in TENANTS.items():
+            code, b = request(fed, "GET", "/v1/sandboxes", token=tok, timeout=60)
+            listed[t] = [x["id"] for x in b.get("sandboxes", [])] if code == 200 and isinstance(b, dict) else []
+            foreign = [i for i in listed[t] if st.created.get(i) not in (None, t)]
+            if code != 200 or foreign:
+                problems.append(f"listing of {t}: {code}, another tenant's sandboxes in it: {foreign[:5]}")
+        for t, tok in TENANTS.items():
+            for other, ids in listed.items():
+                for sid in ids[:10] if other != t else []:
+                    code, _ = request(fed, "GET", f"/v1/sandboxes/{sid}", token=tok)
+                    if code != 404:
+                        problems.append(f"{t} GET {other}'s sandbox {sid}: {code}, not 404")
 
         # Sweep: delete what the API shows; the rest must be reaped.
         for t, tok in TENANTS.items():

@@ -262,6 +262,11 @@ struct fr_sandbox_spec {
    * annotation. Only pods with an agent are claimed for it. */
   json_t *secrets;
   int64_t lifetime_s;
+  /* The pod's activeDeadlineSeconds (counted from its start), what the
+   * cluster enforces when no router is left: 0 = lifetime_s. More lets
+   * fr_adapter_sandbox_set_expiry() move the expiry later, up to it: a
+   * real API server never raises a pod's deadline. */
+  int64_t deadline_s;
   uint64_t ready_timeout_ms;/* give up on a cold start after this; 0 = 120 s */
   const char *request_id;
   const char *batch;        /* batch id (label fedrouter.io/batch), or NULL for none */
@@ -297,10 +302,13 @@ int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char 
                               void (*cb)(int status, const char *message, void *arg), void *arg);
 /* Moves the expiry of sandbox pod <pod> to <expires_s> (unix seconds,
  * in the future): annotation fedrouter.io/expires-at, which the reapers of
- * every router enforce, and the pod's activeDeadlineSeconds, which the
- * cluster enforces (a real API server refuses to raise it: 422, and the
- * expiry stays as it was). <cb> (may be NULL) gets the API's status and
- * message. -ENOENT when <pod> is not in the cache, -ENOMEM. */
+ * every router enforce. An earlier expiry lowers the pod's
+ * activeDeadlineSeconds too, which the cluster enforces; a later one
+ * leaves it (a real API server refuses to raise it), so a sandbox lives
+ * past its create-time deadline (fr_sandbox_spec.deadline_s) only while a
+ * router is there to reap it — never past that deadline. <cb> (may be
+ * NULL) gets the API's status and message. -ENOENT when <pod> is not in
+ * the cache, -ENOMEM. */
 int fr_adapter_sandbox_set_expiry(struct fr_adapter *a, const char *pod, int64_t expires_s, const char *request_id,
                                   void (*cb)(int status, const char *message, void *arg), void *arg);
 /* 1 if <pod> is on its way out: it has a deletionTimestamp, or this router
