@@ -349,6 +349,31 @@ static void add_agent(const struct fr_adapter *a, json_t *spec, json_t *labels) 
                                                  "sizeLimit", "64Mi"));
 }
 
+/* With sandbox.run_as_user, what Pod Security "restricted" asks of pod
+ * spec <spec>: a non-root uid for the pod, and for every container and
+ * init container no privilege escalation and no capabilities. */
+static int add_security(const struct fr_adapter *a, json_t *spec) {
+  static const char *const lists[] = {"containers", "initContainers"};
+  json_int_t uid = (json_int_t)a->cc.run_as_user;
+  json_t *c;
+  size_t i, k;
+
+  if (uid <= 0 || spec == NULL)
+    return 0;
+  if (json_object_set_new(spec, "securityContext",
+                          json_pack("{s:b,s:I,s:I,s:I,s:{s:s}}", "runAsNonRoot", 1, "runAsUser", uid, "runAsGroup",
+                                    uid, "fsGroup", uid, "seccompProfile", "type", "RuntimeDefault")) != 0)
+    return -1;
+  for (k = 0; k < 2; k++)
+    json_array_foreach(json_object_get(spec, lists[k]), i, c) {
+      if (json_object_set_new(c, "securityContext",
+                              json_pack("{s:b,s:{s:[s]}}", "allowPrivilegeEscalation", 0, "capabilities", "drop",
+                                        "ALL")) != 0)
+        return -1;
+    }
+  return 0;
+}
+
 static const char *gpu_resource(const struct fr_adapter *a) {
   return a->cc.gpu_resource != NULL ? a->cc.gpu_resource : "nvidia.com/gpu";
 }
@@ -381,7 +406,8 @@ static void start_cold(struct create_op *op) {
                   "restartPolicy", "Never", "activeDeadlineSeconds", (json_int_t)op->deadline_s,
                   "terminationGracePeriodSeconds", 1, "automountServiceAccountToken", 0);
   add_agent(op->a, json_object_get(pod, "spec"), json_object_get(json_object_get(pod, "metadata"), "labels"));
-  body = pod && podopts_apply(op->opts, gpu_resource(op->a), json_object_get(pod, "spec")) == 0
+  body = pod && podopts_apply(op->opts, gpu_resource(op->a), json_object_get(pod, "spec")) == 0 &&
+                 add_security(op->a, json_object_get(pod, "spec")) == 0
              ? json_dumps(pod, JSON_COMPACT)
              : NULL;
   json_decref(pod);
@@ -756,7 +782,8 @@ int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec
                                             "metadata"),
                             "labels"));
   if (podopts_apply(spec->opts, gpu_resource(a),
-                    json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec")) != 0) {
+                    json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec")) != 0 ||
+      add_security(a, json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec")) != 0) {
     json_decref(rs);
     return -ENOMEM;
   }

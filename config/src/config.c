@@ -387,7 +387,7 @@ static const char *const root_keys[] = {"listen", "tls", "region", "policy", "sa
 static const char *const agent_keys[] = {"image", "port", "key_file", "previous_key_file", NULL};
 static const char *const tls_keys[] = {"cert", "key", NULL};
 static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s", "gpu_resource",
-                                           "batch_commit_timeout_s", NULL};
+                                           "batch_commit_timeout_s", "run_as_user", NULL};
 static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_exec_output_bytes",
                                           "max_exec_timeout_s", "max_connections",
                                           "max_connections_per_ip", "exec_output_budget_bytes", NULL};
@@ -504,6 +504,8 @@ static int load_sandbox(struct loader *l, const config_setting_t *root, struct f
    * as the reaper looks; above an hour a dead router's pods outlive most
    * sandboxes anyway. */
   rc = fr_cfg_first(rc, get_int(l, g, "batch_commit_timeout_s", 10, 3600, &c->batch_commit_timeout_s, NULL));
+  /* 0 is the image's own user; Kubernetes takes any uid up to 2^31 - 1. */
+  rc = fr_cfg_first(rc, get_int(l, g, "run_as_user", 0, 2147483647, &c->run_as_user, NULL));
   if (rc < 0)
     return rc;
   if ((rc = get_string(l, g, "gpu_resource", 0, NULL, &v, &s)) < 0)

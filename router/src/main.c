@@ -484,7 +484,7 @@ int main(int argc, char **argv) {
     const struct fr_config_cluster *cc = &r.cfg->clusters[i];
     struct fr_adapter_opts ao = {cc->name, cc->region, cc->kubeconfig, cc->context, cc->ns,
                                  r.cfg->agent_image != NULL ? &r.agent : NULL, r.cfg->gpu_resource,
-                                 r.cfg->batch_commit_timeout_s};
+                                 r.cfg->batch_commit_timeout_s, r.cfg->run_as_user};
     char err[768];
     if (fr_adapter_new(r.loop, &ao, &r.adapters[i], err, sizeof(err)) != 0) {
       fprintf(stderr, "fedrouter: cluster \"%s\": %s\n", r.cfg->clusters[i].name, err);

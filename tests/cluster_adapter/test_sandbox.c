@@ -48,6 +48,7 @@ static struct fake_kube *fk;
 static struct fr_adapter *ad;
 static int in_create; /* set while fr_adapter_sandbox_create runs */
 static int64_t commit_timeout_s; /* the adapter's batch_commit_timeout_s (0: default) */
+static int64_t run_as_user;      /* the adapter's run_as_user (0: the image's) */
 /* Set by the teardown of a failed test: the records its callbacks would
  * write live in the dead test's stack frame, so they are ignored. */
 static int abandoned;
@@ -198,6 +199,7 @@ static void start_adapter(void) {
   opts.kubeconfig = fk_kubeconfig(fk);
   opts.ns = FK_NS;
   opts.batch_commit_timeout_s = commit_timeout_s;
+  opts.run_as_user = run_as_user;
   ck_assert_msg(fr_adapter_new(&loop, &opts, &ad, err, sizeof(err)) == 0, "fr_adapter_new: %s", err);
   ck_assert_int_eq(fr_adapter_start(ad), 0);
   wait_for(adapter_ready, NULL, WAIT_MS, "the adapter's first sync");
@@ -236,6 +238,7 @@ static void finish_test(void) {
   remove_dir();
   abandoned = 0;
   commit_timeout_s = 0;
+  run_as_user = 0;
 }
 
 /* Checked teardown: after a test that finished (finish_test) there is
@@ -1068,6 +1071,57 @@ START_TEST(deadline_beyond_lifetime_goes_to_the_pod_not_the_expiry) {
                                              json_object_get(body, "metadata"), "annotations"), FR_ANN_EXPIRES)),
                                          &expires), 0);
   ck_assert_int_le(llabs(expires - (fr_wall_ms() / 1000 + 600)), 5);
+  ck_assert_ptr_null(json_object_get(json_object_get(body, "spec"), "securityContext"));
+  json_decref(body);
+  finish_test();
+}
+END_TEST
+
+static void check_restricted(json_t *spec) {
+  json_t *c;
+  size_t i;
+
+  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(spec, "securityContext"), "runAsUser")), 1000);
+  ck_assert(json_is_true(json_object_get(json_object_get(spec, "securityContext"), "runAsNonRoot")));
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(spec, "securityContext"),
+                                                                     "seccompProfile"), "type")),
+                   "RuntimeDefault");
+  json_array_foreach(json_object_get(spec, "containers"), i, c) {
+    ck_assert(json_is_false(json_object_get(json_object_get(c, "securityContext"), "allowPrivilegeEscalation")));
+    ck_assert_str_eq(json_string_value(json_array_get(
+                         json_object_get(json_object_get(json_object_get(c, "securityContext"), "capabilities"),
+                                         "drop"), 0)),
+                     "ALL");
+  }
+}
+
+/* sandbox.run_as_user: cold pods and pool templates carry what Pod
+ * Security "restricted" admits. */
+START_TEST(run_as_user_gives_pods_the_restricted_security_context) {
+  struct fr_sandbox_spec s = spec_of(NULL);
+  struct fr_pool_spec ps;
+  struct outcome o;
+  struct deleted d;
+  json_t *body;
+
+  run_as_user = 1000;
+  start_adapter();
+  create(&s, &o);
+  wait_requests("POST", FK_PODS, 1);
+  body = body_of(fk_nth(fk, "POST", FK_PODS, 0));
+  check_restricted(json_object_get(body, "spec"));
+  json_decref(body);
+  memset(&ps, 0, sizeof(ps));
+  memset(&d, 0, sizeof(d));
+  ps.name = "py";
+  ps.image = "python:3.12";
+  ps.cpu_m = 500;
+  ps.mem_b = 256LL << 20;
+  ps.replicas = 1;
+  ck_assert_int_eq(fr_adapter_pool_create(ad, &ps, on_deleted, &d), 0);
+  wait_for(flag_set, &d.calls, WAIT_MS, "the pool create's answer");
+  body = body_of(fk_nth(fk, "POST", "/apis/apps/v1/namespaces/" FK_NS "/replicasets", 0));
+  check_restricted(json_object_get(json_object_get(json_object_get(body, "spec"), "template"), "spec"));
   json_decref(body);
   finish_test();
 }
@@ -1585,6 +1639,7 @@ static Suite *sandbox_suite(void) {
   tcase_add_test(tc, delete_accepted_hides_pod_until_gone);
   tcase_add_test(tc, set_expiry_patches_annotation_and_deadline);
   tcase_add_test(tc, deadline_beyond_lifetime_goes_to_the_pod_not_the_expiry);
+  tcase_add_test(tc, run_as_user_gives_pods_the_restricted_security_context);
   tcase_add_test(tc, create_callbacks_deferred_and_run_once);
   tcase_add_test(tc, adapter_free_with_creates_in_flight_calls_each_once);
   tcase_add_test(tc, secret_get_returns_the_keys_asked_decoded);

@@ -214,9 +214,13 @@ START_TEST(config_minimal_gets_defaults) {
 END_TEST
 
 START_TEST(config_batch_commit_timeout_is_kept) {
-  struct fr_config *c = load_ok(MINIMAL "sandbox = { batch_commit_timeout_s = 120; };\n");
+  struct fr_config *c = load_ok(MINIMAL "sandbox = { batch_commit_timeout_s = 120; run_as_user = 1000; };\n");
 
   ck_assert_int_eq(c->batch_commit_timeout_s, 120);
+  ck_assert_int_eq(c->run_as_user, 1000);
+  fr_config_unref(c);
+  c = load_ok(MINIMAL);
+  ck_assert_int_eq(c->run_as_user, 0);
   fr_config_unref(c);
 }
 END_TEST
@@ -394,6 +398,8 @@ static const struct err_case err_cases[] = {
      "sandbox.default_lifetime_s: 0 is out of range (1-"},
     {"max_lifetime_negative", MINIMAL "sandbox = {\n  max_lifetime_s = -5;\n};\n", 5,
      "sandbox.max_lifetime_s: -5 is out of range (1-"},
+    {"run_as_user_negative", MINIMAL "sandbox = {\n  run_as_user = -1;\n};\n", 5,
+     "sandbox.run_as_user: -1 is out of range (0-2147483647)"},
     {"gpu_resource_unprefixed", MINIMAL "sandbox = {\n  gpu_resource = \"gpu\";\n};\n", 5,
      "sandbox.gpu_resource: \"gpu\" is not an extended resource name"},
     {"gpu_resource_kubernetes_io", MINIMAL "sandbox = {\n  gpu_resource = \"kubernetes.io/gpu\";\n};\n", 5,

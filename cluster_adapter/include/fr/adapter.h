@@ -59,6 +59,11 @@ struct fr_adapter_opts {
    * passed without progress (0 = FR_BATCH_COMMIT_TIMEOUT_S); see
    * fr_adapter_batch_commit(). */
   int64_t batch_commit_timeout_s;
+  /* > 0: sandbox and pool pods run as this uid (and gid) with the
+   * restricted Pod Security profile's securityContext (non-root, no
+   * privilege escalation, every capability dropped, RuntimeDefault
+   * seccomp); 0: as the image says. */
+  int64_t run_as_user;
 };
 
 #define FR_BATCH_COMMIT_TIMEOUT_S 30

@@ -15,7 +15,7 @@
  *   shutdown_delay_ms = 2000;             # SIGTERM: /readyz fails this long, then drain
  *   policy = "policy.conf";               # optional, relative to this file
  *   sandbox = { default_lifetime_s = 3600; max_lifetime_s = 86400;
- *               batch_commit_timeout_s = 30; };
+ *               batch_commit_timeout_s = 30; run_as_user = 1000; };
  *   limits = { max_batch = 5000; max_body_bytes = 1048576;
  *              max_exec_output_bytes = 16777216; max_exec_timeout_s = 3600;
  *              max_connections = 0; max_connections_per_ip = 4096;
@@ -105,6 +105,8 @@ struct fr_config {
   int64_t default_lifetime_s, max_lifetime_s;
   char *gpu_resource;      /* sandbox.gpu_resource: what pod option gpus requests */
   int64_t batch_commit_timeout_s; /* pods of a batch not committed go this long after its last progress */
+  int64_t run_as_user;     /* sandbox.run_as_user: > 0 runs sandbox pods as that uid under the
+                              restricted Pod Security profile; 0 = the image's user */
   int64_t max_batch;
   size_t max_body_bytes;
   int64_t max_exec_output_bytes;
