@@ -607,14 +607,24 @@ int64_t fr_adapter_inflight(const struct fr_adapter *a) {
 /* delete, pools                                                           */
 
 struct simple_call {
+  struct fr_informer *observe;  /* the cache a 2xx answer's object enters at once, or NULL */
   void (*cb)(int status, const char *message, void *arg);
   void *arg;
 };
 
 static void on_simple(const struct fr_kube_response *r, void *arg) {
   struct simple_call *sc = arg;
+  json_t *obj;
   char msg[600];
 
+  /* Read-your-own-writes: a lookup right after this write (a resize
+   * right after the pool's create, the expiry right after it moved) sees
+   * it even while the watch lags. */
+  if (sc->observe != NULL && r->status >= 200 && r->status < 300 &&
+      (obj = json_loadb(r->body, r->body_len, 0, NULL)) != NULL) {
+    fr_informer_observe(sc->observe, obj);
+    json_decref(obj);
+  }
   if (sc->cb != NULL) {
     if (r->status >= 200 && r->status < 300)
       msg[0] = '\0';
@@ -628,7 +638,7 @@ static void on_simple(const struct fr_kube_response *r, void *arg) {
 }
 
 static int simple_request(struct fr_adapter *a, const char *method, const char *path, const char *ctype,
-                          json_t *body, int idempotent, const char *request_id,
+                          json_t *body, int idempotent, struct fr_informer *observe, const char *request_id,
                           void (*cb)(int status, const char *message, void *arg), void *arg) {
   struct simple_call *sc = malloc(sizeof(*sc));
   char *b = body ? json_dumps(body, JSON_COMPACT) : NULL;
@@ -639,6 +649,7 @@ static int simple_request(struct fr_adapter *a, const char *method, const char *
     free(b);
     return -ENOMEM;
   }
+  sc->observe = observe;
   sc->cb = cb;
   sc->arg = arg;
   rc = fr_kube_request(a->client, method, path, ctype, b, b ? strlen(b) : 0,
@@ -693,7 +704,7 @@ static int delete_pod(struct fr_adapter *a, const char *pod, const char *request
   dc->arg = arg;
   snprintf(dc->pod, sizeof(dc->pod), "%s", pod);
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", a->ns, pod);
-  rc = simple_request(a, "DELETE", path, NULL, NULL, 1, request_id, on_deleted, dc);
+  rc = simple_request(a, "DELETE", path, NULL, NULL, 1, NULL, request_id, on_deleted, dc);
   if (rc != 0) {
     free(dc);
     return rc;
@@ -728,7 +739,8 @@ int fr_adapter_sandbox_set_expiry(struct fr_adapter *a, const char *pod, int64_t
   if (p->start_s >= 0 && expires_s > p->start_s && (p->expires_s < 0 || expires_s < p->expires_s))
     json_object_set_new(patch, "spec", json_pack("{s:I}", "activeDeadlineSeconds", (json_int_t)(expires_s - p->start_s)));
   snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", a->ns, pod);
-  rc = simple_request(a, "PATCH", path, "application/merge-patch+json", patch, 1, request_id, cb, arg);
+  rc = simple_request(a, "PATCH", path, "application/merge-patch+json", patch, 1, a->inf[INF_PODS], request_id, cb,
+                      arg);
   json_decref(patch);
   return rc;
 }
@@ -787,7 +799,7 @@ int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec
     json_decref(rs);
     return -ENOMEM;
   }
-  rc = simple_request(a, "POST", path, "application/json", rs, 0, NULL, cb, arg);
+  rc = simple_request(a, "POST", path, "application/json", rs, 0, a->inf[INF_POOLS], NULL, cb, arg);
   json_decref(rs);
   return rc;
 }
@@ -799,7 +811,7 @@ int fr_adapter_pool_resize(struct fr_adapter *a, const char *pool, int64_t repli
   int rc;
 
   snprintf(path, sizeof(path), "/apis/apps/v1/namespaces/%s/replicasets/fr-pool-%s", a->ns, pool);
-  rc = simple_request(a, "PATCH", path, "application/merge-patch+json", patch, 1, NULL, cb, arg);
+  rc = simple_request(a, "PATCH", path, "application/merge-patch+json", patch, 1, a->inf[INF_POOLS], NULL, cb, arg);
   json_decref(patch);
   return rc;
 }
@@ -811,7 +823,7 @@ int fr_adapter_pool_delete(struct fr_adapter *a, const char *pool,
   int rc;
 
   snprintf(path, sizeof(path), "/apis/apps/v1/namespaces/%s/replicasets/fr-pool-%s", a->ns, pool);
-  rc = simple_request(a, "DELETE", path, "application/json", opts, 1, NULL, cb, arg);
+  rc = simple_request(a, "DELETE", path, "application/json", opts, 1, NULL, NULL, cb, arg);
   json_decref(opts);
   return rc;
 }

@@ -1096,7 +1096,8 @@ static void check_restricted(json_t *spec) {
 }
 
 /* sandbox.run_as_user: cold pods and pool templates carry what Pod
- * Security "restricted" admits. */
+ * Security "restricted" admits. And a pool is known from its create's
+ * answer (read-your-own-writes). */
 START_TEST(run_as_user_gives_pods_the_restricted_security_context) {
   struct fr_sandbox_spec s = spec_of(NULL);
   struct fr_pool_spec ps;
@@ -1123,6 +1124,10 @@ START_TEST(run_as_user_gives_pods_the_restricted_security_context) {
   body = body_of(fk_nth(fk, "POST", "/apis/apps/v1/namespaces/" FK_NS "/replicasets", 0));
   check_restricted(json_object_get(json_object_get(json_object_get(body, "spec"), "template"), "spec"));
   json_decref(body);
+  /* The pool is known from the create's answer, before any watch event
+   * (this fake's never sends one): a resize right after finds it. */
+  ck_assert_int_eq(d.status, 201);
+  ck_assert_ptr_nonnull(fr_adapter_pool(ad, "py"));
   finish_test();
 }
 END_TEST

@@ -506,6 +506,18 @@ static void handle(struct fr_http_req *req, void *arg) {
     configmap(fk, req, li, NULL, is_watch);
   } else if (strncmp(req->path, CONFIGMAPS "/", strlen(CONFIGMAPS) + 1) == 0) {
     configmap(fk, req, li, req->path + strlen(CONFIGMAPS) + 1, 0);
+  } else if (strcmp(req->method, "POST") == 0 && strcmp(req->path, REPLICASETS) == 0) {
+    /* A pool's ReplicaSet: answered as created, never listed (the
+     * caches are static), so only the answer can show it. */
+    json_t *in = json_loadb(req->body, req->body_len, 0, NULL);
+    if (in == NULL) {
+      reply_status(fk, req, li, 400, "the body is not JSON");
+    } else {
+      json_object_set_new(json_object_get(in, "metadata"), "namespace", json_string(FK_NS));
+      set_rv(in, ++fk->rv);
+      reply_json(fk, req, li, 201, in);
+      json_decref(in);
+    }
   } else if (is_get && (strcmp(req->path, NODES) == 0 || strcmp(req->path, ALLPODS) == 0 ||
                         strcmp(req->path, REPLICASETS) == 0 || strcmp(req->path, QUOTAS) == 0)) {
     /* The other caches: static, so their watches never send anything. */
