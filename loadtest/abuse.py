@@ -16,7 +16,7 @@ status:
            sheds the excess with 429) while the victim creates and execs
   creates  300 concurrent creates by the abuser, limited to 50 sandboxes
 
-Usage: abuse.py --build-dir DIR [--smoke] [--json-out FILE]
+Usage: abuse.py --build-dir DIR [--smoke] [--json-out FILE] [--phases idle,floods,...]
 Exit 0 when every phase ran and the invariants held (the victim was never
 refused, no cluster breaker opened, the sandbox limit held, nothing
 leaked); the figures themselves are for docs/benchmarks.md.
@@ -179,7 +179,12 @@ def main():
     ap.add_argument("--build-dir", required=True)
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--json-out")
+    ap.add_argument("--phases", default="idle,floods,burst,creates",
+                    help="comma-separated subset of idle,floods,burst,creates (default: all)")
     a = ap.parse_args()
+    phases = set(a.phases.split(","))
+    if not phases <= {"idle", "floods", "burst", "creates"}:
+        die(f"unknown phase in --phases {a.phases!r}")
     idle_conns, floods, flood_mib, burst = (2000, 2, 4, 200) if a.smoke else (20000, 10, 20, 3000)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     # This process holds the idle sockets: at most its own limit (20,000 on
@@ -221,6 +226,10 @@ def main():
         if st != 201:
             die(f"victim create: {st} {vsb}")
         vid = vsb["sandboxes"][0]["id"]
+        st, asb = req(port, "POST", "/v1/sandboxes", {"image": "python:3.12", "name": "abuser"}, ABUSER)
+        if st != 201:
+            die(f"abuser create: {st} {asb}")
+        aid = asb["sandboxes"][0]["id"]
         # The baseline after a little ordinary work, so the router's pooled
         # connections to the cluster are already counted in it.
         for _ in range(20):
@@ -230,77 +239,77 @@ def main():
         report["baseline"] = {"rss_mib": round(rss0 / 2**20, 1), "fds": fds0}
 
         # ---- idle connections
-        s = Sampler(port, router.pid)
-        socks = []
-        t0 = time.monotonic()
-        for _ in range(idle_conns):
-            try:
-                socks.append(socket.create_connection(("127.0.0.1", port), timeout=10))
-            except OSError:
-                break
-        victim_during = [req(port, "GET", "/v1/sandboxes", token=VICTIM)[0] for _ in range(20)]
-        phase = s.done()
-        phase.update({"opened": len(socks), "seconds": round(time.monotonic() - t0, 1),
-                      "victim_answers": count(victim_during)})
-        st, text = req(port, "GET", "/metrics")
-        for ln in (text.decode() if isinstance(text, bytes) else "").splitlines():
-            if ln.startswith("fedrouter_http_connections_limited_total{action=\"evicted\"}"):
-                phase["evicted"] = int(float(ln.split()[-1]))
-        for sk in socks:
-            sk.close()
-        report["idle"] = phase
-        ok &= all(x == 200 for x in victim_during) and phase["healthz_failed"] == 0
+        if "idle" in phases:
+            s = Sampler(port, router.pid)
+            socks = []
+            t0 = time.monotonic()
+            for _ in range(idle_conns):
+                try:
+                    socks.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+                except OSError:
+                    break
+            victim_during = [req(port, "GET", "/v1/sandboxes", token=VICTIM)[0] for _ in range(20)]
+            phase = s.done()
+            phase.update({"opened": len(socks), "seconds": round(time.monotonic() - t0, 1),
+                          "victim_answers": count(victim_during)})
+            st, text = req(port, "GET", "/metrics")
+            for ln in (text.decode() if isinstance(text, bytes) else "").splitlines():
+                if ln.startswith("fedrouter_http_connections_limited_total{action=\"evicted\"}"):
+                    phase["evicted"] = int(float(ln.split()[-1]))
+            for sk in socks:
+                sk.close()
+            report["idle"] = phase
+            ok &= all(x == 200 for x in victim_during) and phase["healthz_failed"] == 0
 
         # ---- output floods
-        st, asb = req(port, "POST", "/v1/sandboxes", {"image": "python:3.12", "name": "flood"}, ABUSER)
-        if st != 201:
-            die(f"abuser create: {st} {asb}")
-        aid = asb["sandboxes"][0]["id"]
-        cmd = f"head -c {flood_mib}M /dev/zero; head -c {flood_mib}M /dev/zero >&2"
+        if "floods" in phases:
+            cmd = f"head -c {flood_mib}M /dev/zero; head -c {flood_mib}M /dev/zero >&2"
 
-        async def flood_all():
-            return await asyncio.gather(*[http_post(port, f"/v1/sandboxes/{aid}/exec",
-                                                    {"argv": ["sh", "-c", cmd], "timeout_s": 120}, ABUSER)
-                                          for _ in range(floods)])
-        s = Sampler(port, router.pid)
-        t0 = time.monotonic()
-        res = asyncio.run(flood_all())
-        phase = s.done()
-        kept = [len(r.get("stdout", "")) + len(r.get("stderr", "")) for st_, r in res if st_ == 200 and r]
-        phase.update({"seconds": round(time.monotonic() - t0, 1), "answers": count(st_ for st_, _ in res),
-                      "encodings": sorted({r.get("stdout_encoding") for st_, r in res if st_ == 200 and r},
-                                          key=str),
-                      "answer_chars_max": max(kept or [0])})
-        report["floods"] = phase
-        ok &= phase["healthz_failed"] == 0
+            async def flood_all():
+                return await asyncio.gather(*[http_post(port, f"/v1/sandboxes/{aid}/exec",
+                                                        {"argv": ["sh", "-c", cmd], "timeout_s": 120}, ABUSER)
+                                              for _ in range(floods)])
+            s = Sampler(port, router.pid)
+            t0 = time.monotonic()
+            res = asyncio.run(flood_all())
+            phase = s.done()
+            kept = [len(r.get("stdout", "")) + len(r.get("stderr", "")) for st_, r in res if st_ == 200 and r]
+            phase.update({"seconds": round(time.monotonic() - t0, 1), "answers": count(st_ for st_, _ in res),
+                          "encodings": sorted({r.get("stdout_encoding") for st_, r in res if st_ == 200 and r},
+                                              key=str),
+                          "answer_chars_max": max(kept or [0])})
+            report["floods"] = phase
+            ok &= phase["healthz_failed"] == 0
 
         # ---- exec burst by one tenant, the victim alongside
-        async def burst_all():
-            ab = [http_post(port, f"/v1/sandboxes/{aid}/exec", {"argv": ["true"]}, ABUSER) for _ in range(burst)]
-            vi = [http_post(port, f"/v1/sandboxes/{vid}/exec", {"argv": ["echo", "ok"]}, VICTIM) for _ in range(20)]
-            return await asyncio.gather(asyncio.gather(*ab), asyncio.gather(*vi))
-        s = Sampler(port, router.pid)
-        t0 = time.monotonic()
-        ab, vi = asyncio.run(burst_all())
-        phase = s.done()
-        phase.update({"seconds": round(time.monotonic() - t0, 1), "abuser_answers": count(x for x, _ in ab),
-                      "victim_answers": count(x for x, _ in vi), "breakers_closed": breakers_closed(port)})
-        report["burst"] = phase
-        ok &= all(x == 200 for x, _ in vi) and phase["breakers_closed"]
+        if "burst" in phases:
+            async def burst_all():
+                ab = [http_post(port, f"/v1/sandboxes/{aid}/exec", {"argv": ["true"]}, ABUSER) for _ in range(burst)]
+                vi = [http_post(port, f"/v1/sandboxes/{vid}/exec", {"argv": ["echo", "ok"]}, VICTIM) for _ in range(20)]
+                return await asyncio.gather(asyncio.gather(*ab), asyncio.gather(*vi))
+            s = Sampler(port, router.pid)
+            t0 = time.monotonic()
+            ab, vi = asyncio.run(burst_all())
+            phase = s.done()
+            phase.update({"seconds": round(time.monotonic() - t0, 1), "abuser_answers": count(x for x, _ in ab),
+                          "victim_answers": count(x for x, _ in vi), "breakers_closed": breakers_closed(port)})
+            report["burst"] = phase
+            ok &= all(x == 200 for x, _ in vi) and phase["breakers_closed"]
 
         # ---- creates past the tenant's sandbox limit
-        async def creates_all():
-            return await asyncio.gather(*[http_post(port, "/v1/sandboxes",
-                                                    {"image": "python:3.12", "name": f"c{i}",
-                                                     "labels": {"run": "abuse"}}, ABUSER)
-                                          for i in range(300 if not a.smoke else 100)])
-        s = Sampler(port, router.pid)
-        res = asyncio.run(creates_all())
-        phase = s.done()
-        st, lst = req(port, "GET", "/v1/sandboxes", token=ABUSER)
-        phase.update({"answers": count(x for x, _ in res), "abuser_sandboxes": len(lst.get("sandboxes", []))})
-        report["creates"] = phase
-        ok &= phase["abuser_sandboxes"] <= 50
+        if "creates" in phases:
+            async def creates_all():
+                return await asyncio.gather(*[http_post(port, "/v1/sandboxes",
+                                                        {"image": "python:3.12", "name": f"c{i}",
+                                                         "labels": {"run": "abuse"}}, ABUSER)
+                                              for i in range(300 if not a.smoke else 100)])
+            s = Sampler(port, router.pid)
+            res = asyncio.run(creates_all())
+            phase = s.done()
+            st, lst = req(port, "GET", "/v1/sandboxes", token=ABUSER)
+            phase.update({"answers": count(x for x, _ in res), "abuser_sandboxes": len(lst.get("sandboxes", []))})
+            report["creates"] = phase
+            ok &= phase["abuser_sandboxes"] <= 50
 
         # ---- clean up, and what is left
         req(port, "DELETE", "/v1/sandboxes?label=run=abuse", token=ABUSER)

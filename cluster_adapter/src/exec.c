@@ -156,6 +156,8 @@ static void on_kube_exec(const struct fr_kube_exec_result *res, void *arg) {
       r.timed_out = 1;
     r.out = res->out ? res->out : "";
     r.errout = res->err ? res->err : "";
+    r.out_buf = res->out_buf;
+    r.err_buf = res->err_buf;
     r.out_len = res->out_len;
     r.err_len = res->err_len;
     r.out_truncated = res->out_truncated;
@@ -384,6 +386,8 @@ static void on_agent_done(const struct fr_kube_response *resp, void *arg) {
     r.timed_out = op->timed_out;
     r.out = op->out.data != NULL ? op->out.data : "";
     r.errout = op->err.data != NULL ? op->err.data : "";
+    r.out_buf = &op->out;
+    r.err_buf = &op->err;
     r.out_len = op->out.len;
     r.err_len = op->err.len;
     r.out_truncated = op->out_truncated;

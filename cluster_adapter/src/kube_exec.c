@@ -82,9 +82,9 @@
  * leaves room without letting a bad server make us buffer without bound. */
 #define MAX_MESSAGE (8 * 1024 * 1024)
 #define READ_BUF 16384
-/* Reads per poll callback before yielding to the loop (resumed from a
- * 0 ms timer, since TLS may hold bytes the poll will not report). */
-#define READS_PER_TURN 64
+/* Reads (of READ_BUF) per poll callback before yielding to the loop (resumed
+ * on the next turn, since TLS may hold bytes the poll will not report). */
+#define READS_PER_TURN 16
 /* After the Status, how long to wait for the server's close frame. */
 #define DRAIN_GRACE_MS 2000
 
@@ -133,7 +133,7 @@ struct kube_exec {
   char errbuf[CURL_ERROR_SIZE];
   uv_poll_t io;                    /* the connection once connected */
   int io_open;                     /* <io> initialised, not yet closing */
-  uv_timer_t resume;               /* "resume reading" (see do_read) */
+  uv_idle_t resume;                /* "resume reading" (see do_read) */
   uv_timer_t deadline;             /* timeout_ms; later the drain grace */
   unsigned handles;                /* uv handles (curl's: one) not yet closed */
   int creds_pending;               /* kube_creds_wait() will still call back */
@@ -171,7 +171,7 @@ static void on_poll(uv_poll_t *p, int status, int events);
 static void on_creds(struct fr_kube_client *c, int status, void *arg);
 static void finish(struct kube_exec *e, int deliver);
 static void io_update(struct kube_exec *e);
-static void on_resume_read(uv_timer_t *t);
+static void on_resume_read(uv_idle_t *h);
 static void on_deadline(uv_timer_t *t);
 
 /* ---- small helpers ---- */
@@ -361,6 +361,8 @@ static void finish(struct kube_exec *e, int deliver) {
   res.exit_code = (e->error == 0 && !e->timed_out) ? e->exit_code : -1;
   res.timed_out = e->timed_out;
   res.out = e->out.data != NULL ? e->out.data : "";
+  res.out_buf = &e->out;
+  res.err_buf = &e->err;
   res.out_len = e->out.len;
   res.err = e->err.data != NULL ? e->err.data : "";
   res.err_len = e->err.len;
@@ -925,8 +927,10 @@ static void do_read(struct kube_exec *e) {
 
     if (turn == READS_PER_TURN) {
       /* Let the loop breathe; TLS may hold more than the poll will report,
-       * so resume from a timer rather than waiting for readability. */
-      uv_timer_start(&e->resume, on_resume_read, 0, 0);
+       * so resume on the next loop turn rather than waiting for
+       * readability (an idle handle: a 0 ms timer started from a timer
+       * callback runs again in the same turn before libuv 1.45). */
+      uv_idle_start(&e->resume, on_resume_read);
       return;
     }
     cc = curl_easy_recv(e->easy, buf, sizeof(buf), &n);
@@ -976,9 +980,10 @@ static void io_update(struct kube_exec *e) {
   uv_poll_start(&e->io, events, on_poll);
 }
 
-static void on_resume_read(uv_timer_t *t) {
-  struct kube_exec *e = fr_container_of(t, struct kube_exec, resume);
+static void on_resume_read(uv_idle_t *h) {
+  struct kube_exec *e = fr_container_of(h, struct kube_exec, resume);
 
+  uv_idle_stop(h);
   io_step(e, 1, 0);
 }
 
@@ -1339,7 +1344,7 @@ int kube_exec_start(struct fr_kube_client *c, const char *ns, const char *pod,
   e->curl_ref = 1;
 
   /* From here the handles exist: failures go through finish(e, 0). */
-  uv_timer_init(e->loop, &e->resume);
+  uv_idle_init(e->loop, &e->resume);
   uv_timer_init(e->loop, &e->deadline);
   e->resume.data = e;
   e->deadline.data = e;

@@ -78,8 +78,8 @@ struct fr_http_server {
   size_t ips_cap, ips_n;
   uint64_t evicted, refused;
   size_t nclosing;         /* connections whose handles are still closing */
-  uv_timer_t defer;        /* accepts past ACCEPTS_PER_TURN resume from it; closed by
-                              _free() so the end is always async */
+  uv_idle_t defer;         /* accepts past ACCEPTS_PER_TURN resume from it on the next
+                              loop turn; closed by _free() so the end is always async */
   uint64_t accept_ms;      /* the loop time of the accepts counted in <accepts> */
   unsigned accepts;
   int defer_closed;
@@ -1260,12 +1260,19 @@ static void conn_admit(struct conn *c) {
  * left pending (libuv stops polling the listener meanwhile) and taken from
  * the next turn on. */
 #define ACCEPTS_PER_TURN 64
+/* The kernel's queue of connections not yet accepted: what absorbs a burst
+ * while the loop takes ACCEPTS_PER_TURN a turn. When it is full the kernel
+ * drops the handshake and the client retries a second later (seen as 1 s
+ * /healthz answers under an 18,000-connection flood with 1024); Linux caps
+ * it at net.core.somaxconn (4096 by default since 5.4). */
+#define LISTEN_BACKLOG 4096
 
 static void on_connection(uv_stream_t *ls, int status);
 
-static void on_accept_resume(uv_timer_t *t) {
-  struct fr_http_server *srv = fr_container_of(t, struct fr_http_server, defer);
+static void on_accept_resume(uv_idle_t *h) {
+  struct fr_http_server *srv = fr_container_of(h, struct fr_http_server, defer);
 
+  uv_idle_stop(h);
   srv->accepts = 0;
   if (srv->listener != NULL)
     on_connection((uv_stream_t *)srv->listener, 0);
@@ -1285,7 +1292,7 @@ static void on_connection(uv_stream_t *ls, int status) {
   }
   if (++srv->accepts > ACCEPTS_PER_TURN) {
     if (!srv->freeing)
-      uv_timer_start(&srv->defer, on_accept_resume, 0, 0);
+      uv_idle_start(&srv->defer, on_accept_resume);
     return;
   }
   c = calloc(1, sizeof(*c));
@@ -1375,7 +1382,7 @@ int fr_http_server_new(uv_loop_t *loop, const struct fr_http_server_opts *opts,
     srv->opts.name = "http";
   srv->handler = handler;
   srv->arg = arg;
-  uv_timer_init(loop, &srv->defer);
+  uv_idle_init(loop, &srv->defer);
   *out = srv;
   return 0;
 }
@@ -1412,7 +1419,7 @@ static int do_listen(struct fr_http_server *srv) {
   l->data = srv;
   rc = uv_tcp_bind(l, (struct sockaddr *)&ss, 0);
   if (rc == 0)
-    rc = uv_listen((uv_stream_t *)l, 1024, on_connection);
+    rc = uv_listen((uv_stream_t *)l, LISTEN_BACKLOG, on_connection);
   if (rc != 0) {
     listener_close(srv, l);
     return rc;
@@ -1506,7 +1513,7 @@ static void server_maybe_finish_free(struct fr_http_server *srv) {
 }
 
 static void on_defer_closed(uv_handle_t *h) {
-  struct fr_http_server *srv = fr_container_of((uv_timer_t *)h, struct fr_http_server, defer);
+  struct fr_http_server *srv = fr_container_of((uv_idle_t *)h, struct fr_http_server, defer);
 
   srv->defer_closed = 1;
   server_maybe_finish_free(srv);

@@ -171,10 +171,10 @@ struct answer {
   size_t off;                   /* in raw[] of the current stream (scanning or sending) */
   int scan_s;                   /* the stream being scanned */
   size_t u8;                    /* its UTF-8 checked up to this character boundary */
-  uv_timer_t *timer;            /* the next piece's loop turn */
+  uv_idle_t *turn;              /* the next piece's loop turn */
 };
 
-static void answer_timer_closed(uv_handle_t *h) {
+static void answer_turn_closed(uv_handle_t *h) {
   free(h);
 }
 
@@ -187,15 +187,16 @@ static void answer_free(struct answer *w) {
     fr_buf_free(&w->head[i]);
   free(w->raw[0]);
   free(w->raw[1]);
-  if (w->timer != NULL)
-    uv_close((uv_handle_t *)w->timer, answer_timer_closed);
+  if (w->turn != NULL)
+    uv_close((uv_handle_t *)w->turn, answer_turn_closed);
   free(w);
 }
 
 static void answer_pump(struct answer *w);
 
-static void answer_on_timer(uv_timer_t *t) {
-  answer_pump(t->data);
+static void answer_on_turn(uv_idle_t *h) {
+  uv_idle_stop(h);
+  answer_pump(h->data);
 }
 
 static void answer_on_drain(struct fr_http_req *req) {
@@ -299,7 +300,9 @@ static void answer_pump(struct answer *w) {
   if (w->part >= 0 && fr_http_pending_bytes(req) > ANSWER_HIGH &&
       fr_http_on_drain(req, answer_on_drain, ANSWER_LOW) == 0)
     return;
-  uv_timer_start(w->timer, answer_on_timer, 0, 0);
+  /* An idle handle, not a 0 ms timer: libuv before 1.45 runs a timer
+   * started from a timer callback again in the same turn. */
+  uv_idle_start(w->turn, answer_on_turn);
   return;
 fail:
   api_stream_end(w->q, 0);
@@ -310,6 +313,7 @@ fail:
  * -ENOMEM with nothing sent. */
 static int answer_start(struct api_req *q, const struct fr_exec_result *res) {
   const char *data[2] = {res->out, res->errout};
+  struct fr_buf *own[2] = {res->out_buf, res->err_buf};
   struct answer *w = calloc(1, sizeof(*w));
   int i, bad = 0;
 
@@ -322,6 +326,13 @@ static int answer_start(struct api_req *q, const struct fr_exec_result *res) {
   for (i = 0; i < 3; i++)
     fr_buf_init(&w->head[i]);
   for (i = 0; i < 2; i++) {
+    /* Take the captured output over when offered: copying tens of MiB
+     * into fresh pages held the loop for tens of milliseconds. */
+    if (own[i] != NULL && own[i]->len == w->len[i] && own[i]->data == data[i]) {
+      w->raw[i] = fr_buf_detach(own[i], NULL);
+      bad |= w->raw[i] == NULL;
+      continue;
+    }
     bad |= (w->raw[i] = malloc(w->len[i] + 1)) == NULL;
     if (w->raw[i] != NULL && w->len[i] > 0)
       memcpy(w->raw[i], data[i], w->len[i]);
@@ -334,21 +345,21 @@ static int answer_start(struct api_req *q, const struct fr_exec_result *res) {
            ",\"timed_out\":%s,\"stdout_truncated\":%s,\"stderr_truncated\":%s,\"duration_ms\":%" PRId64 "}",
            res->timed_out ? "true" : "false", res->out_truncated ? "true" : "false",
            res->err_truncated ? "true" : "false", (int64_t)(res->duration_ms + 0.5));
-  bad |= (w->timer = malloc(sizeof(*w->timer))) == NULL;
+  bad |= (w->turn = malloc(sizeof(*w->turn))) == NULL;
   if (bad) {
-    free(w->timer); /* never initialised */
-    w->timer = NULL;
+    free(w->turn); /* never initialised */
+    w->turn = NULL;
     answer_free(w);
     return -ENOMEM;
   }
-  uv_timer_init(q->r->loop, w->timer);
-  w->timer->data = w;
+  uv_idle_init(q->r->loop, w->turn);
+  w->turn->data = w;
   w->budget = &q->r->exec_budget;
   w->charged = w->len[0] + w->len[1];
   w->budget->used += w->charged;
   q->gone_cb = answer_gone;
   q->gone_arg = w;
-  uv_timer_start(w->timer, answer_on_timer, 0, 0);
+  uv_idle_start(w->turn, answer_on_turn);
   return 0;
 }
 

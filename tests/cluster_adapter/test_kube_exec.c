@@ -1438,6 +1438,83 @@ START_TEST(exec_concurrent_execs_stay_separate) {
 }
 END_TEST
 
+/* ---- a large output is read a bounded piece per loop turn ---- */
+
+struct turns {
+  struct fr_kube_exec_budget budget;
+  size_t last, max_step;
+  int stalled;
+  struct xres x;
+  char *taken;               /* the output, taken over in the callback */
+  size_t taken_len;
+};
+
+/* Runs once per loop turn, after the poll: how much output the exec
+ * buffered since the previous turn. The first time output shows up, the
+ * loop stalls 300 ms so the simulator fills the socket and TLS buffers:
+ * the reader must still take it a piece per turn. */
+static void on_turn_check(uv_check_t *h) {
+  struct turns *tn = h->data;
+  size_t used = tn->budget.used;
+
+  if (used > tn->last && used - tn->last > tn->max_step && tn->stalled)
+    tn->max_step = used - tn->last;
+  tn->last = used;
+  if (used > 0 && !tn->stalled) {
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    tn->stalled = 1;
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void on_exec_take(const struct fr_kube_exec_result *r, void *arg) {
+  struct turns *tn = arg;
+
+  on_exec(r, &tn->x);
+  ck_assert_ptr_nonnull(r->out_buf);
+  ck_assert_ptr_eq(r->out_buf->data, r->out);
+  tn->taken = fr_buf_detach(r->out_buf, &tn->taken_len);
+}
+
+START_TEST(exec_large_output_is_read_a_piece_per_turn) {
+  struct ctx t;
+  struct turns tn;
+  uv_check_t check;
+  struct fr_kube_exec_opts o = opts_for(ARGV("head", "-c", "8388608", "/dev/zero"));
+  size_t i;
+
+  memset(&tn, 0, sizeof(tn));
+  tn.budget.max = 64u << 20;
+  o.max_stdout = 16u << 20;
+  o.budget = &tn.budget;
+  ctx_open(&t, &sim_tls);
+  uv_check_init(&t.loop, &check);
+  check.data = &tn;
+  uv_check_start(&check, on_turn_check);
+  ck_assert_int_eq(fr_kube_exec(t.c, "default", "p1", &o, on_exec_take, &tn, NULL), 0);
+  fr_test_run_until(&t.loop, &tn.x.calls);
+  uv_close((uv_handle_t *)&check, NULL);
+  ck_assert_int_eq(tn.x.error, 0);
+  ck_assert_int_eq(tn.x.exit_code, 0);
+  ck_assert_uint_eq(tn.x.out_len, 8u << 20);
+  /* Taken over: the same bytes, now ours. */
+  ck_assert_ptr_nonnull(tn.taken);
+  ck_assert_uint_eq(tn.taken_len, 8u << 20);
+  for (i = 0; i < tn.taken_len && tn.taken[i] == 0; i++)
+    ;
+  ck_assert_uint_eq(i, tn.taken_len);
+  free(tn.taken);
+  /* At most 16 reads of 16 KiB from the poll and 16 more from the resume
+   * per turn (plus a frame in progress); reading all that was buffered
+   * in one turn held the loop for hundreds of milliseconds. */
+  ck_assert_msg(tn.max_step <= (576u << 10), "%zu bytes read in one loop turn", tn.max_step);
+  xres_free(&tn.x);
+  ctx_close(&t);
+  /* The budget is given back once the exec is gone. */
+  ck_assert_uint_eq(tn.budget.used, 0);
+}
+END_TEST
+
 static Suite *kube_exec_suite(void) {
   Suite *s = suite_create("kube_exec");
   TCase *tc = tcase_create("exec");
@@ -1486,6 +1563,7 @@ static Suite *kube_exec_suite(void) {
   tcase_add_test(tc, exec_cancel_inside_own_callback_is_harmless);
   tcase_add_test(tc, exec_client_free_inside_callback_is_safe);
   tcase_add_test(tc, exec_concurrent_execs_stay_separate);
+  tcase_add_test(tc, exec_large_output_is_read_a_piece_per_turn);
   suite_add_tcase(s, tc);
   return s;
 }

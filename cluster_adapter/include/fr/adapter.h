@@ -23,6 +23,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+struct fr_buf;
+
 struct fr_kube_client;
 struct fr_kube_exec_budget;
 struct fr_adapter;
@@ -426,6 +428,8 @@ struct fr_exec_result {
   int timed_out;
   const char *out, *errout; /* captured stdout/stderr, valid during the callback */
   size_t out_len, err_len;
+  struct fr_buf *out_buf, *err_buf; /* when not NULL, hold out and errout: the callback may
+                                       take their memory (fr_buf_detach()) instead of copying */
   int out_truncated, err_truncated;
   double duration_ms;
   int via_agent;            /* ran through the sandbox's agent (else pods/exec) */

@@ -29,6 +29,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+struct fr_buf;
+
 struct fr_kube_creds;
 struct fr_kube_client;
 struct fr_kube_call;
@@ -234,6 +236,8 @@ struct fr_kube_exec_result {
   int timed_out;
   const char *out, *err;        /* captured output, NUL-terminated, valid during the callback */
   size_t out_len, err_len;
+  struct fr_buf *out_buf, *err_buf; /* hold out and err: the callback may take their memory
+                                       (fr_buf_detach()) instead of copying it */
   int out_truncated, err_truncated;
   const char *protocol;         /* negotiated subprotocol */
   double duration_ms;
