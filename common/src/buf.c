@@ -94,8 +94,7 @@ int fr_buf_printf(struct fr_buf *b, const char *fmt, ...) {
   return rc;
 }
 
-/* Length of the valid UTF-8 sequence at <s> (1-4), or 0 if invalid. */
-static size_t utf8_seq_len(const unsigned char *s, size_t avail) {
+int fr_utf8_char(const unsigned char *s, size_t avail) {
   unsigned char c = s[0];
   size_t n, i;
   uint32_t cp;
@@ -114,8 +113,12 @@ static size_t utf8_seq_len(const unsigned char *s, size_t avail) {
   } else {
     return 0;
   }
-  if (avail < n)
-    return 0;
+  if (avail < n) {
+    for (i = 1; i < avail; i++)
+      if ((s[i] & 0xC0) != 0x80)
+        return 0;
+    return -1;
+  }
   for (i = 1; i < n; i++) {
     if ((s[i] & 0xC0) != 0x80)
       return 0;
@@ -125,17 +128,35 @@ static size_t utf8_seq_len(const unsigned char *s, size_t avail) {
   if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF ||
       (cp >= 0xD800 && cp <= 0xDFFF))
     return 0;
+  return (int)n;
+}
+
+size_t fr_json_escaped_len(const char *s, size_t len) {
+  static unsigned char width[256];
+  size_t i, n = 0;
+
+  if (width['a'] == 0) {
+    for (i = 0; i < 256; i++)
+      width[i] = i < 0x20 ? 6 : 1;
+    width['"'] = width['\\'] = width['\n'] = width['\t'] = width['\r'] = width['\b'] = width['\f'] = 2;
+  }
+  for (i = 0; i < len; i++)
+    n += width[(unsigned char)s[i]];
   return n;
 }
 
 int fr_buf_put_json_str(struct fr_buf *b, const char *str, size_t len) {
+  if (fr_buf_putc(b, '"') != 0 || fr_buf_put_json_chars(b, str, len) != 0)
+    return -ENOMEM;
+  return fr_buf_putc(b, '"');
+}
+
+int fr_buf_put_json_chars(struct fr_buf *b, const char *str, size_t len) {
   static const char hex[] = "0123456789abcdef";
   const unsigned char *s = (const unsigned char *)str;
-  size_t i = 0, run = 0, n;
+  size_t i = 0, run = 0;
+  int n;
 
-  /* Worst case 6 bytes per input byte plus quotes; reserve lazily per run. */
-  if (fr_buf_putc(b, '"') != 0)
-    return -ENOMEM;
   while (i < len) {
     unsigned char c = s[i];
     const char *esc = NULL;
@@ -150,14 +171,14 @@ int fr_buf_put_json_str(struct fr_buf *b, const char *str, size_t len) {
       return -ENOMEM;
     run = 0;
     if (c >= 0x80) {
-      n = utf8_seq_len(s + i, len - i);
-      if (n == 0) {
+      n = fr_utf8_char(s + i, len - i);
+      if (n <= 0) {
         esc = "\xEF\xBF\xBD"; /* U+FFFD */
         n = 1;
       }
-      if (fr_buf_append(b, esc ? esc : (const char *)s + i, esc ? 3 : n) != 0)
+      if (fr_buf_append(b, esc ? esc : (const char *)s + i, esc ? 3 : (size_t)n) != 0)
         return -ENOMEM;
-      i += n;
+      i += (size_t)n;
       continue;
     }
     switch (c) {
@@ -179,7 +200,7 @@ int fr_buf_put_json_str(struct fr_buf *b, const char *str, size_t len) {
   }
   if (run && fr_buf_append(b, s + i - run, run) != 0)
     return -ENOMEM;
-  return fr_buf_putc(b, '"');
+  return 0;
 }
 
 void fr_buf_consume(struct fr_buf *b, size_t n) {

@@ -154,12 +154,6 @@ static void roll_back(struct batch *b) {
   on_rollback(0, NULL, b);
 }
 
-static void on_uncommitted_delete(int status, const char *message, void *arg) {
-  (void)status;
-  (void)message;
-  (void)arg;
-}
-
 /* Candidate <k> could not take its commit marker: it gets no more of the
  * batch, the pods it made are deleted (should that fail too, any router
  * reaps them as uncommitted) and its items go back to be placed
@@ -174,7 +168,7 @@ static void uncommit_cand(struct batch *b, int k) {
     struct batch_item *it = &b->items[i];
     if (!it->ok || it->cand != k)
       continue;
-    fr_adapter_sandbox_delete(cd->a, it->pod, b->spec.request_id, on_uncommitted_delete, NULL);
+    fr_adapter_sandbox_delete(cd->a, it->pod, b->spec.request_id, NULL, NULL);
     if (it->user != NULL && b->hooks->item_free != NULL)
       b->hooks->item_free(it->user);
     it->user = NULL;

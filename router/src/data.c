@@ -175,19 +175,15 @@ static void nd_line(struct nd *n, json_t *obj) {
   free(s);
 }
 
-/* Length of <d> without a trailing incomplete UTF-8 sequence. */
+/* Length of <d> without a trailing character cut short. */
 static size_t utf8_whole(const char *d, size_t len) {
-  size_t i, back;
+  size_t back;
 
   for (back = 1; back <= 3 && back <= len; back++) {
-    unsigned char c = (unsigned char)d[len - back];
-    if ((c & 0xC0) == 0x80)
-      continue;   /* a continuation byte: look further back */
-    if (c >= 0xC0) {
-      i = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-      return back < i ? len - back : len;
-    }
-    return len;   /* ASCII */
+    const unsigned char *c = (const unsigned char *)d + len - back;
+    if ((*c & 0xC0) == 0x80)
+      continue; /* a continuation byte: look further back */
+    return fr_utf8_char(c, back) < 0 ? len - back : len;
   }
   return len;
 }

@@ -34,90 +34,25 @@ static void exec_call_free(struct exec_call *x) {
   free(x);
 }
 
-/* Bytes <data> takes as a JSON string: control characters become \u00XX
- * (6 bytes), a few of them and the quote and backslash 2. */
-static size_t json_escaped_len(const char *data, size_t len) {
-  static unsigned char width[256];
-  size_t i, n = 0;
-
-  if (width['a'] == 0) {
-    for (i = 0; i < 256; i++)
-      width[i] = i < 0x20 ? 6 : 1;
-    width['"'] = width['\\'] = width['\n'] = width['\t'] = width['\r'] = width['\b'] = width['\f'] = 2;
-  }
-  for (i = 0; i < len; i++)
-    n += width[(unsigned char)data[i]];
-  return n;
-}
-
-/* Appends <data> JSON-escaped: json_escaped_len() bytes, <b> has room. */
-static void json_escape(struct fr_buf *b, const char *data, size_t len) {
-  static const char hex[] = "0123456789abcdef";
-  char *o = b->data + b->len;
-  size_t i;
-
-  for (i = 0; i < len; i++) {
-    unsigned char ch = (unsigned char)data[i];
-    switch (ch) {
-    case '"': *o++ = '\\'; *o++ = '"'; break;
-    case '\\': *o++ = '\\'; *o++ = '\\'; break;
-    case '\n': *o++ = '\\'; *o++ = 'n'; break;
-    case '\t': *o++ = '\\'; *o++ = 't'; break;
-    case '\r': *o++ = '\\'; *o++ = 'r'; break;
-    case '\b': *o++ = '\\'; *o++ = 'b'; break;
-    case '\f': *o++ = '\\'; *o++ = 'f'; break;
-    default:
-      if (ch < 0x20) {
-        memcpy(o, "\\u00", 4);
-        o[4] = hex[ch >> 4];
-        o[5] = hex[ch & 15];
-        o += 6;
-      } else {
-        *o++ = (char)ch;
-      }
-    }
-  }
-  b->len = (size_t)(o - b->data);
-  b->data[b->len] = '\0';
-}
-
 /* How much of <d> is well-formed UTF-8 (no overlongs, surrogates or code
  * points past U+10FFFF: what a JSON string may carry) up to a character
  * boundary: <len>, or less when a character is cut at the end (the rest
  * goes with the next piece); -1 at a malformed byte. */
 static ssize_t utf8_scan(const unsigned char *d, size_t len) {
-  size_t i = 0, k, n;
-  uint32_t cp;
+  size_t i = 0;
+  int n;
 
   while (i < len) {
-    unsigned char c = d[i];
-
-    if (c < 0x80) {
+    if (d[i] < 0x80) {
       i++;
       continue;
     }
-    if (c >= 0xc2 && c <= 0xdf)
-      n = 1, cp = c & 0x1f;
-    else if (c >= 0xe0 && c <= 0xef)
-      n = 2, cp = c & 0x0f;
-    else if (c >= 0xf0 && c <= 0xf4)
-      n = 3, cp = c & 0x07;
-    else
+    n = fr_utf8_char(d + i, len - i);
+    if (n < 0)
+      return (ssize_t)i; /* cut at the end: the rest goes with the next piece */
+    if (n == 0)
       return -1;
-    if (i + n >= len) { /* cut at the end: what is there must fit */
-      for (k = 1; i + k < len; k++)
-        if ((d[i + k] & 0xc0) != 0x80)
-          return -1;
-      return (ssize_t)i;
-    }
-    for (k = 1; k <= n; k++) {
-      if ((d[i + k] & 0xc0) != 0x80)
-        return -1;
-      cp = (cp << 6) | (d[i + k] & 0x3f);
-    }
-    if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-      return -1;
-    i += n + 1;
+    i += (size_t)n;
   }
   return (ssize_t)i;
 }
@@ -143,7 +78,7 @@ static ssize_t utf8_scan(const unsigned char *d, size_t len) {
 #define ANSWER_LOW (256 * 1024)
 
 static void put_output(json_t *body, const char *key, const char *enc_key, const char *data, size_t len) {
-  json_t *s = json_escaped_len(data, len) <= 2 * len ? json_stringn(data, len) : NULL;
+  json_t *s = fr_json_escaped_len(data, len) <= 2 * len ? json_stringn(data, len) : NULL;
 
   if (s != NULL) {
     json_object_set_new(body, key, s);
@@ -222,7 +157,7 @@ static int answer_scan(struct answer *w) {
   ssize_t ok;
   int64_t total;
 
-  w->enc_len[s] += json_escaped_len(w->raw[s] + w->off, n);
+  w->enc_len[s] += fr_json_escaped_len(w->raw[s] + w->off, n);
   if (!w->b64[s]) {
     /* from the last character boundary: a character may span pieces */
     ok = utf8_scan((const unsigned char *)w->raw[s] + w->u8, w->off + n - w->u8);
@@ -277,13 +212,16 @@ static void answer_pump(struct answer *w) {
   } else {
     s = w->part / 2;
     n = w->len[s] - w->off < ANSWER_PIECE ? w->len[s] - w->off : ANSWER_PIECE;
+    /* Text is cut between characters (the stream is checked UTF-8). */
+    while (!w->b64[s] && n > 0 && w->off + n < w->len[s] && ((unsigned char)w->raw[s][w->off + n] & 0xc0) == 0x80)
+      n--;
     fr_buf_init(&b);
     if (n > 0 && fr_buf_reserve(&b, w->b64[s] ? fr_base64_len(n) : 6 * n) != 0)
       goto fail;
     if (n > 0 && w->b64[s])
       b.len = fr_base64_encode(w->raw[s] + w->off, n, b.data);
     else if (n > 0)
-      json_escape(&b, w->raw[s] + w->off, n);
+      fr_buf_put_json_chars(&b, w->raw[s] + w->off, n); /* room reserved: cannot fail */
     fr_http_stream_write(req, b.data, b.len);
     fr_buf_free(&b);
     w->off += n;

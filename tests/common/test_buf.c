@@ -55,6 +55,42 @@ START_TEST(buf_json_str_escapes_and_replaces_invalid_utf8) {
 }
 END_TEST
 
+START_TEST(utf8_char_lengths_malformed_and_cut_short) {
+  const unsigned char *u;
+
+  ck_assert_int_eq(fr_utf8_char((const unsigned char *)"a", 1), 1);
+  u = (const unsigned char *)"\xC3\xA9";          /* é */
+  ck_assert_int_eq(fr_utf8_char(u, 2), 2);
+  ck_assert_int_eq(fr_utf8_char(u, 1), -1);       /* cut short */
+  u = (const unsigned char *)"\xE2\x82\xAC";      /* € */
+  ck_assert_int_eq(fr_utf8_char(u, 3), 3);
+  ck_assert_int_eq(fr_utf8_char(u, 2), -1);
+  u = (const unsigned char *)"\xF0\x9F\x98\x80";  /* U+1F600 */
+  ck_assert_int_eq(fr_utf8_char(u, 4), 4);
+  ck_assert_int_eq(fr_utf8_char(u, 3), -1);
+  /* malformed: a lone continuation, an overlong, a surrogate, past
+   * U+10FFFF, a cut start followed by a non-continuation byte */
+  ck_assert_int_eq(fr_utf8_char((const unsigned char *)"\x80", 1), 0);
+  ck_assert_int_eq(fr_utf8_char((const unsigned char *)"\xC0\xAF", 2), 0);
+  ck_assert_int_eq(fr_utf8_char((const unsigned char *)"\xE0\x80\xAF", 3), 0);
+  ck_assert_int_eq(fr_utf8_char((const unsigned char *)"\xED\xA0\x80", 3), 0);
+  ck_assert_int_eq(fr_utf8_char((const unsigned char *)"\xF4\x90\x80\x80", 4), 0);
+  ck_assert_int_eq(fr_utf8_char((const unsigned char *)"\xE2\x41", 2), 0);
+}
+END_TEST
+
+START_TEST(json_chars_length_matches_what_is_appended) {
+  static const char text[] = "a\"b\\c\n\t\r\b\f\x01\x1f\x7f \xC3\xA9\xE2\x82\xAC";
+  struct fr_buf b;
+
+  fr_buf_init(&b);
+  ck_assert_int_eq(fr_buf_put_json_chars(&b, text, sizeof(text) - 1), 0);
+  ck_assert_str_eq(b.data, "a\\\"b\\\\c\\n\\t\\r\\b\\f\\u0001\\u001f\x7f \xC3\xA9\xE2\x82\xAC");
+  ck_assert_uint_eq(fr_json_escaped_len(text, sizeof(text) - 1), b.len);
+  fr_buf_free(&b);
+}
+END_TEST
+
 START_TEST(base64_roundtrip_and_urlsafe_decode) {
   char enc[64];
   unsigned char dec[64];
@@ -165,6 +201,8 @@ int main(void) {
   tcase_add_test(tc, buf_printf_consume_detach_roundtrip);
   tcase_add_test(tc, buf_json_str_escapes_and_replaces_invalid_utf8);
   tcase_add_test(tc, base64_roundtrip_and_urlsafe_decode);
+  tcase_add_test(tc, utf8_char_lengths_malformed_and_cut_short);
+  tcase_add_test(tc, json_chars_length_matches_what_is_appended);
   tcase_add_test(tc, parse_int64_rejects_junk_and_range);
   tcase_add_test(tc, time_rfc3339_roundtrip);
   tcase_add_test(tc, sha256_hex_known_vector);

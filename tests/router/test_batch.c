@@ -171,7 +171,8 @@ static void answer_deletes(void) {
   for (i = 0; i < ndels; i++) {
     if (!dels[i].answered) {
       dels[i].answered = 1;
-      dels[i].cb(200, "", dels[i].arg);
+      if (dels[i].cb != NULL) /* may be NULL, as the adapter allows */
+        dels[i].cb(200, "", dels[i].arg);
     }
   }
 }

@@ -34,6 +34,17 @@ int fr_buf_vprintf(struct fr_buf *b, const char *fmt, va_list ap)
 /* Appends <s> as a JSON string literal, quotes included. Bytes that are not
  * valid UTF-8 are replaced by U+FFFD so the output is always valid JSON. */
 int fr_buf_put_json_str(struct fr_buf *b, const char *s, size_t len);
+/* The same without the quotes. */
+int fr_buf_put_json_chars(struct fr_buf *b, const char *s, size_t len);
+/* Bytes fr_buf_put_json_chars() appends for <s> when it is valid UTF-8:
+ * control characters take 6 (\u00XX), the quote, the backslash and
+ * \n \t \r \b \f take 2. */
+size_t fr_json_escaped_len(const char *s, size_t len);
+
+/* The well-formed UTF-8 character at <s> (no overlongs, surrogates or code
+ * points past U+10FFFF: what a JSON string may carry): its length 1-4; 0
+ * when malformed; -1 when the <avail> bytes are the start of one cut short. */
+int fr_utf8_char(const unsigned char *s, size_t avail);
 /* Drops the first <n> bytes. */
 void fr_buf_consume(struct fr_buf *b, size_t n);
 /* Hands the memory to the caller (free() it) and re-initialises <b>. Returns
