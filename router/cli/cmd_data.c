@@ -359,14 +359,15 @@ int fc_cmd_cp(struct fc_ctx *ctx, int argc, char **argv) {
     fc_usage_error("cp", "the local path is empty");
   } else if (recursive && strcmp(src_id != NULL ? pos[1] : pos[0], "-") == 0) {
     fc_usage_error("cp", "-r copies a directory tree: `-` (stdin or stdout) cannot be one");
-  } else if (recursive && src_id != NULL) {
-    rc = fc_cp_tree_down(ctx, src_id, src_path, pos[1], verbose);
-  } else if (recursive) {
-    rc = fc_cp_tree_up(ctx, pos[0], dst_id, dst_path, verbose);
   } else if (src_id != NULL) {
-    rc = cp_download(ctx, src_id, src_path, pos[1]);
+    /* -r on a file copies the file, as cp -r does. */
+    rc = recursive ? fc_cp_tree_down(ctx, src_id, src_path, pos[1], verbose) : -ENOTDIR;
+    if (rc == -ENOTDIR)
+      rc = cp_download(ctx, src_id, src_path, pos[1]);
   } else {
-    rc = cp_upload(ctx, pos[0], dst_id, dst_path);
+    rc = recursive ? fc_cp_tree_up(ctx, pos[0], dst_id, dst_path, verbose) : -ENOTDIR;
+    if (rc == -ENOTDIR)
+      rc = cp_upload(ctx, pos[0], dst_id, dst_path);
   }
   free(src_id);
   free(dst_id);

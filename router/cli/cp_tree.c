@@ -494,8 +494,10 @@ static int make_local_dir(struct tree *t, int *made) {
   }
   if (errno == EEXIST && stat(t->local.data, &st) == 0 && S_ISDIR(st.st_mode))
     return FC_EXIT_OK;
-  fprintf(stderr, "fedctl: %s: %s\n", t->local.data,
-          errno == EEXIST ? "exists and is not a directory" : strerror(errno));
+  if (errno == EEXIST)
+    fprintf(stderr, "fedctl: %s exists and is not a directory\n", t->local.data);
+  else
+    fprintf(stderr, "fedctl: %s: %s\n", t->local.data, strerror(errno));
   return FC_EXIT_FAIL;
 }
 

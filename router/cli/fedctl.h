@@ -261,7 +261,8 @@ int fc_cp_remote_is_dir(struct fc_ctx *ctx, const char *id, const char *rpath);
 /* cp -r (cp_tree.c): the tree at <local> into <rpath> of sandbox <id>, or
  * the tree at <rpath> into <local>; the destination rules are cp -r's
  * (cp_usage in cmd_data.c). <verbose>: one line per file on stderr.
- * Return an exit status, the error printed. */
+ * Return an exit status, the error printed, or -ENOTDIR (nothing printed)
+ * when the source is no directory: then it is one file to copy. */
 int fc_cp_tree_up(struct fc_ctx *ctx, const char *local, const char *id, const char *rpath, int verbose);
 int fc_cp_tree_down(struct fc_ctx *ctx, const char *id, const char *rpath, const char *local, int verbose);
 
