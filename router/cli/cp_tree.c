@@ -128,14 +128,18 @@ static int path_trimmed(struct fr_buf *b, const char *path) {
   return fr_buf_append(b, path, n) != 0 || fr_buf_puts(b, "") != 0 ? -ENOMEM : 0;
 }
 
-/* The last name of the trimmed <path>: "" for "/", and for "." and ".."
- * too, which cp -r copies the contents of rather than a directory named
- * so. */
-static const char *last_name(const char *path) {
-  const char *s = strrchr(path, '/');
+/* The last name of the trimmed <path>: "" for "/" and for "." and "..",
+ * which cp -r copies the contents of rather than a directory named so. A
+ * trailing "/." is dropped from <b> (only the messages would show it). */
+static const char *source_name(struct fr_buf *b) {
+  const char *s = strrchr(b->data, '/');
+  const char *name = s != NULL ? s + 1 : b->data;
 
-  s = s != NULL ? s + 1 : path;
-  return strcmp(s, ".") == 0 || strcmp(s, "..") == 0 ? "" : s;
+  if (strcmp(name, ".") != 0 && strcmp(name, "..") != 0)
+    return name;
+  if (strcmp(name, ".") == 0 && s != NULL)
+    path_cut(b, s == b->data ? 1 : (size_t)(s - b->data));
+  return "";
 }
 
 /* Remembers where the copy stopped (the first failure only). */
@@ -188,7 +192,11 @@ static int list_remote(struct fc_ctx *ctx, const char *id, const char *rpath, st
     return LIST_FAILED;
   if (r->status == 200 && json_is_array(json_object_get(r->json, "entries")))
     return LISTED;
-  if (r->status == 400 && strcmp(fc_jstr(json_object_get(r->json, "error"), "code", ""), "invalid_path") == 0)
+  /* The agent's words for a path that is there and no directory ("path
+   * is not a directory: P"); a parent that is a file ("list P: Not a
+   * directory") is an error to show as it is. */
+  if (r->status == 400 && strcmp(fc_jstr(json_object_get(r->json, "error"), "code", ""), "invalid_path") == 0 &&
+      strstr(fc_jstr(json_object_get(r->json, "error"), "message", ""), "is not a directory") != NULL)
     return NOT_A_DIR;
   if (r->status == 404 && strcmp(fc_jstr(json_object_get(r->json, "error"), "code", ""), "path_not_found") == 0)
     return NOT_FOUND;
@@ -422,7 +430,7 @@ int fc_cp_tree_up(struct fc_ctx *ctx, const char *local, const char *id, const c
     rc = fc_oom();
     goto done;
   }
-  base = last_name(t.local.data);
+  base = source_name(&t.local);
   switch (list_remote(ctx, id, t.remote.data, &r)) {
   case LISTED:
     /* An existing directory receives the source under its name. */
@@ -642,7 +650,7 @@ int fc_cp_tree_down(struct fc_ctx *ctx, const char *id, const char *rpath, const
     rc = list_failed(ctx, id, t.remote.data, &r);
     goto done;
   }
-  base = last_name(t.remote.data);
+  base = source_name(&t.remote);
   if (stat(t.local.data, &st) == 0) {
     if (!S_ISDIR(st.st_mode)) {
       fprintf(stderr, "fedctl: %s exists and is not a directory\n", t.local.data);

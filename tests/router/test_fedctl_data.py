@@ -404,6 +404,9 @@ def test_cp_recursive_errors(fed):
     fed.exec_ok(sid, ["sh", "-c", "echo x > /tmp/afile"])
     rc, out, err = fc(fed, "cp", "-r", src, f"{sid}:/tmp/afile")
     check(rc == 1 and f"{sid}:/tmp/afile exists and is not a directory" in err, f"remote file dest: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "cp", "-r", src, f"{sid}:/tmp/afile/x")
+    check(rc == 1 and "/tmp/afile/x" in err and "Not a directory" in err and "exists" not in err,
+          f"remote dest under a file: rc {rc} err {err!r}")
     rc, out, err = fc(fed, "cp", "-r", f"{sid}:/tmp/rdir", os.path.join(d, "file"))
     check(rc == 1 and "exists and is not a directory" in err, f"local file dest: rc {rc} err {err!r}")
     # ... or inside the tree: the path that failed is named.
