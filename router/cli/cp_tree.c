@@ -302,6 +302,8 @@ static int run_batched(struct tree *t, const struct later_list *l, const char *c
       cost += c;
     }
     rc = run_in_sandbox(t, argv, what);
+    if (rc == FC_EXIT_OK && t->verbose)
+      fprintf(stderr, "%s:%s %s -- (%zu paths)\n", t->id, cmd, with_mode ? m : "-p", json_array_size(argv) - 3);
     json_decref(argv);
   }
   return rc;

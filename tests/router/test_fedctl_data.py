@@ -378,6 +378,35 @@ def test_cp_recursive_both_ways(fed):
         os.umask(old_umask)
 
 
+def test_cp_recursive_many_modes_and_empty_dirs(fed):
+    """More modes to set and empty directories to make than one exec's argv
+    carries: the batches together do all of them, both ways."""
+    sid = sandbox_of(fed)
+    old_umask = os.umask(0o022)
+    try:
+        src = os.path.join(fed.root, "cpr-many", "m\u00e4ny")
+        os.makedirs(src)
+        for i in range(200):
+            p = os.path.join(src, f"scr\u00efpt-{i:03d}-" + "x" * 40)
+            with open(p, "wb") as f:
+                f.write(b"#!/bin/sh\n")
+            os.chmod(p, 0o755 if i % 10 == 0 else 0o700)
+            os.makedirs(os.path.join(src, f"\u00e9mpty-{i:03d}-" + "y" * 40))
+        want = walk_tree(src)
+        rc, out, err = fc(fed, "cp", "-r", "-v", src, f"{sid}:/tmp/many")
+        execs = [x for x in err.splitlines() if x.startswith(f"{sid}:mkdir -p -- (") or
+                 x.startswith(f"{sid}:chmod 0")]
+        check(rc == 0 and len(execs) >= 4 and sum(int(x.split("(")[1].split()[0]) for x in execs) == 400,
+              f"cp -r up: rc {rc} execs {execs} err {err[-300:]!r}")
+        same_tree(remote_tree(fed, sid, "/tmp/many"), want, "many modes and empty directories up")
+        down = os.path.join(fed.root, "cpr-many", "down")
+        rc, out, err = fc(fed, "cp", "-r", f"{sid}:/tmp/many", down)
+        check(rc == 0 and err == "", f"cp -r down: rc {rc} err {err[-500:]!r}")
+        same_tree(walk_tree(down), want, "many modes and empty directories down")
+    finally:
+        os.umask(old_umask)
+
+
 def test_cp_recursive_errors(fed):
     sid = sandbox_of(fed)
     d = os.path.join(fed.root, "cpr-err")
@@ -664,6 +693,7 @@ TESTS = [
     test_exec_exit_codes_streams_and_bytes,
     test_cp_round_trip_both_ways,
     test_cp_recursive_both_ways,
+    test_cp_recursive_many_modes_and_empty_dirs,
     test_cp_recursive_errors,
     test_cp_over_the_tenant_file_limit,
     test_ps_and_kill,
