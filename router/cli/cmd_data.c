@@ -238,7 +238,7 @@ static int on_file_data(const char *data, size_t len, void *arg) {
 }
 
 int fc_cp_get(struct fc_ctx *ctx, const char *id, const char *rpath, const char *local, unsigned mode,
-              int64_t *got) {
+              int64_t *got, long *status) {
   struct download d = {.fd = -1, .mode = mode};
   struct fr_buf path;
   struct fc_resp r;
@@ -269,9 +269,8 @@ int fc_cp_get(struct fc_ctx *ctx, const char *id, const char *rpath, const char 
     char what[600];
     snprintf(what, sizeof(what), "writing %s", d.name);
     rc = fc_sink_report(ctx, &k, what);
-    /* GET on a directory is a 400 (not a regular file): say what would do. */
-    if (k.decided && r.status == 400 && local != NULL && fc_cp_remote_is_dir(ctx, id, rpath) == 1)
-      fprintf(stderr, "fedctl: %s:%s is a directory (cp copies one file; cp -r copies a directory)\n", id, rpath);
+    if (status != NULL)
+      *status = r.status;
     goto done;
   }
   /* An empty file never reached on_file_data. */
@@ -304,17 +303,22 @@ done:
 static int cp_download(struct fc_ctx *ctx, const char *id, const char *rpath, const char *local) {
   struct fr_buf name;
   struct stat st;
+  long status = 0;
   int rc;
 
   if (rpath[strlen(rpath) - 1] == '/')
     return fc_usage_error("cp", "%s names a directory; cp copies one file (cp -r copies a directory)", rpath);
-  if (strcmp(local, "-") == 0)
-    return fc_cp_get(ctx, id, rpath, NULL, 0666, NULL);
   fr_buf_init(&name);
   rc = fr_buf_puts(&name, local);
-  if (rc == 0 && stat(local, &st) == 0 && S_ISDIR(st.st_mode))
+  if (rc == 0 && strcmp(local, "-") != 0 && stat(local, &st) == 0 && S_ISDIR(st.st_mode))
     rc = fr_buf_printf(&name, "%s%s", local[strlen(local) - 1] == '/' ? "" : "/", base_name(rpath));
-  rc = rc != 0 ? fc_oom() : fc_cp_get(ctx, id, rpath, name.data, 0666, NULL);
+  if (rc != 0)
+    rc = fc_oom();
+  else
+    rc = fc_cp_get(ctx, id, rpath, strcmp(local, "-") == 0 ? NULL : name.data, 0666, NULL, &status);
+  /* GET on a directory is a 400 (not a regular file): say what would do. */
+  if (rc != FC_EXIT_OK && status == 400 && fc_cp_remote_is_dir(ctx, id, rpath))
+    fprintf(stderr, "fedctl: %s:%s is a directory (cp copies one file; cp -r copies a directory)\n", id, rpath);
   fr_buf_free(&name);
   return rc;
 }

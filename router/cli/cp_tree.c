@@ -577,7 +577,7 @@ static int get_dir(struct tree *t, const json_t *entries, unsigned depth) {
     }
     if (strcmp(type, "file") == 0) {
       int64_t got = 0;
-      rc = fc_cp_get(t->ctx, t->id, t->remote.data, t->local.data, entry_mode(e, 0644), &got);
+      rc = fc_cp_get(t->ctx, t->id, t->remote.data, t->local.data, entry_mode(e, 0644), &got, NULL);
       if (rc == FC_EXIT_OK) {
         t->files++;
         t->bytes += got;

@@ -252,9 +252,10 @@ int fc_cp_put(struct fc_ctx *ctx, int fd, const char *local, const struct stat *
  * failed copy never truncates it); one this call created is removed on
  * failure and is created with <mode> (the umask applies). The bytes
  * written in *<got> (may be NULL). Returns an exit status, the error
- * printed. */
+ * printed, and the HTTP status of a refused answer in *<status> (may be
+ * NULL; left alone otherwise). */
 int fc_cp_get(struct fc_ctx *ctx, const char *id, const char *rpath, const char *local, unsigned mode,
-              int64_t *got);
+              int64_t *got, long *status);
 /* 1 when <rpath> of sandbox <id> lists as a directory, 0 when not (or when
  * that cannot be told); prints nothing. */
 int fc_cp_remote_is_dir(struct fc_ctx *ctx, const char *id, const char *rpath);
