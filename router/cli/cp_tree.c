@@ -457,7 +457,8 @@ int fc_cp_tree_up(struct fc_ctx *ctx, const char *local, const char *id, const c
     goto done;
   }
   rc = put_dir(&t, 0, st.st_mode & 0777, *base != '\0');
-  /* Files first (any order), then directories deepest first. */
+  /* Empty directories, then file modes (any order), then directory modes
+   * deepest first (put_dir() lists them after their contents). */
   if (rc == FC_EXIT_OK)
     rc = run_batched(&t, &t.mkdirs, "mkdir", 0, "creating empty directories");
   if (rc == FC_EXIT_OK) {
