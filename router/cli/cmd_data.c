@@ -1,6 +1,6 @@
 /* cmd_data.c - inside a sandbox, through its agent (docs/api.md "Inside a
- * sandbox"): cp (files both ways, streamed), ps and kill. exec is in
- * cmd_sandbox.c, shell in cmd_shell.c.
+ * sandbox"): cp (files both ways, streamed; -r's tree walk is in
+ * cp_tree.c), ps and kill. exec is in cmd_sandbox.c, shell in cmd_shell.c.
  */
 #include <errno.h>
 #include <fcntl.h>
