@@ -1,6 +1,6 @@
 /* cmd_data.c - inside a sandbox, through its agent (docs/api.md "Inside a
- * sandbox"): cp (files both ways, streamed), ps and kill. exec is in
- * cmd_sandbox.c, shell in cmd_shell.c.
+ * sandbox"): cp (files both ways, streamed; -r's tree walk is in
+ * cp_tree.c), ps and kill. exec is in cmd_sandbox.c, shell in cmd_shell.c.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,8 +22,8 @@ static const struct fc_opt no_opts[] = {{NULL, 0, 0, 0}};
 /* cp                                                                      */
 
 static const char cp_usage[] =
-    "usage: fedctl cp LOCAL ID:/abs/path\n"
-    "       fedctl cp ID:/abs/path LOCAL\n"
+    "usage: fedctl cp [-r] [-v] LOCAL ID:/abs/path\n"
+    "       fedctl cp [-r] [-v] ID:/abs/path LOCAL\n"
     "\n"
     "Copies one file into or out of sandbox ID, streamed (any size up to the\n"
     "tenant's max_file_bytes; fedctl holds no more than a buffer of it).\n"
@@ -31,7 +31,27 @@ static const char cp_usage[] =
     "that is a directory take the other side's file name. Parent directories\n"
     "in the sandbox are created; an existing file is replaced.\n"
     "\n"
+    "With -r a directory is copied with everything in it, one file at a time,\n"
+    "the way cp -r does: a destination that is an existing directory, or that\n"
+    "ends in '/', receives the source as a subdirectory of the same name (the\n"
+    "source's contents when it is `.` or `/`); a destination that does not\n"
+    "exist becomes the copy; an existing file there is an error. Merges into\n"
+    "what exists, replacing files of the same name. Permission bits (rwx) are\n"
+    "kept both ways; empty directories and modes other than 0644 (files) and\n"
+    "0755 (directories) are set in the sandbox with an exec of mkdir and chmod.\n"
+    "Symbolic links and special files inside the tree are skipped with a\n"
+    "warning (never followed); a named source that is a link is followed.\n"
+    "At most 64 directory levels. Stops at the first failure, naming the path\n"
+    "(what was copied before stays), and exits 1.\n"
+    "\n"
+    "  -r, --recursive    copy a directory tree\n"
+    "  -v, --verbose      with -r, print each file copied (on stderr)\n"
     "  --json             print the API response of an upload verbatim\n";
+
+enum { CP_RECURSIVE = 1, CP_VERBOSE };
+
+static const struct fc_opt cp_opts[] = {
+    {"recursive", 'r', 0, CP_RECURSIVE}, {"verbose", 'v', 0, CP_VERBOSE}, {NULL, 0, 0, 0}};
 
 /* "ID:/abs/path": sets *<id> (allocated) and *<path> (inside <arg>).
  * Sandbox ids (<cluster>.<pod>) have no ':' or '/', so "./a:/b" is local. */
@@ -51,8 +71,7 @@ static const char *base_name(const char *path) {
   return s != NULL ? s + 1 : path;
 }
 
-/* "/v1/sandboxes/<id>/files?path=<path>[<tail>]" into <b>. */
-static int files_path(struct fr_buf *b, const char *id, const char *path, const char *tail) {
+int fc_files_path(struct fr_buf *b, const char *id, const char *path, const char *tail) {
   int rc = fc_sandbox_path(b, id, "/files");
   if (rc == 0)
     rc = fc_add_query(b, "path", path);
@@ -82,46 +101,18 @@ static size_t on_read(char *buf, size_t size, size_t nitems, void *arg) {
   return (size_t)n;
 }
 
-static int cp_upload(struct fc_ctx *ctx, const char *local, const char *id, const char *rpath) {
-  struct upload u = {.fd = -1};
-  struct fr_buf path, dest;
+int fc_cp_put(struct fc_ctx *ctx, int fd, const char *local, const struct stat *st, const char *id,
+              const char *rpath, int64_t *sent) {
+  struct upload u = {.fd = fd};
+  struct fr_buf path;
   struct fc_resp r;
-  struct stat st;
   CURL *easy;
   CURLcode crc;
   int rc;
 
-  memset(&st, 0, sizeof(st));
   fc_resp_init(&r);
   fr_buf_init(&path);
-  fr_buf_init(&dest);
-  if (fr_buf_puts(&dest, rpath) != 0) {
-    rc = fc_oom();
-    goto done;
-  }
-  if (rpath[strlen(rpath) - 1] == '/') {
-    if (strcmp(local, "-") == 0) {
-      rc = fc_usage_error("cp", "stdin has no file name: give the whole remote path");
-      goto done;
-    }
-    if (fr_buf_puts(&dest, base_name(local)) != 0) {
-      rc = fc_oom();
-      goto done;
-    }
-  }
-  if (strcmp(local, "-") == 0) {
-    u.fd = STDIN_FILENO;
-  } else if ((u.fd = open(local, O_RDONLY | O_CLOEXEC)) < 0) {
-    fprintf(stderr, "fedctl: %s: %s\n", local, strerror(errno));
-    rc = FC_EXIT_FAIL;
-    goto done;
-  }
-  if (fstat(u.fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-    fprintf(stderr, "fedctl: %s is a directory (cp copies one file)\n", local);
-    rc = FC_EXIT_FAIL;
-    goto done;
-  }
-  if ((rc = files_path(&path, id, dest.data, NULL)) != 0 || (rc = fc_ctx_easy(ctx, &easy)) != 0 ||
+  if ((rc = fc_files_path(&path, id, rpath, NULL)) != 0 || (rc = fc_ctx_easy(ctx, &easy)) != 0 ||
       (rc = fc_easy_setup_raw(ctx, easy, "PUT", path.data, "application/octet-stream", NULL, 0, 0, &r)) != 0) {
     rc = rc == -EINVAL ? FC_EXIT_USAGE : fc_oom();
     goto done;
@@ -131,8 +122,8 @@ static int cp_upload(struct fc_ctx *ctx, const char *local, const char *id, cons
   curl_easy_setopt(easy, CURLOPT_READDATA, &u);
   /* A regular file says its size (Content-Length: the router refuses one
    * over the limit before any byte moves); a pipe goes chunked. */
-  if (S_ISREG(st.st_mode))
-    curl_easy_setopt(easy, CURLOPT_INFILESIZE_LARGE, (curl_off_t)st.st_size);
+  if (S_ISREG(st->st_mode))
+    curl_easy_setopt(easy, CURLOPT_INFILESIZE_LARGE, (curl_off_t)st->st_size);
   curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, FC_STALL_S);
   crc = curl_easy_perform(easy);
@@ -158,18 +149,58 @@ static int cp_upload(struct fc_ctx *ctx, const char *local, const char *id, cons
   if (ctx->json)
     fc_print_body(&r);
   if (fc_jint(r.json, "size", -1) != u.sent) {
-    fprintf(stderr, "fedctl: the sandbox stored %" PRId64 " bytes of the %" PRId64 " sent\n",
-            fc_jint(r.json, "size", -1), u.sent);
+    fprintf(stderr, "fedctl: the sandbox stored %" PRId64 " bytes of the %" PRId64 " sent to %s\n",
+            fc_jint(r.json, "size", -1), u.sent, rpath);
     rc = FC_EXIT_FAIL;
     goto done;
   }
   rc = FC_EXIT_OK;
 done:
-  if (u.fd > STDIN_FILENO)
-    close(u.fd);
-  fr_buf_free(&dest);
+  if (sent != NULL)
+    *sent = u.sent;
   fr_buf_free(&path);
   fc_resp_close(&r);
+  return rc;
+}
+
+static int cp_upload(struct fc_ctx *ctx, const char *local, const char *id, const char *rpath) {
+  struct fr_buf dest;
+  struct stat st;
+  int fd = -1, rc;
+
+  memset(&st, 0, sizeof(st));
+  fr_buf_init(&dest);
+  if (fr_buf_puts(&dest, rpath) != 0) {
+    rc = fc_oom();
+    goto done;
+  }
+  if (rpath[strlen(rpath) - 1] == '/') {
+    if (strcmp(local, "-") == 0) {
+      rc = fc_usage_error("cp", "stdin has no file name: give the whole remote path");
+      goto done;
+    }
+    if (fr_buf_puts(&dest, base_name(local)) != 0) {
+      rc = fc_oom();
+      goto done;
+    }
+  }
+  if (strcmp(local, "-") == 0) {
+    fd = STDIN_FILENO;
+  } else if ((fd = open(local, O_RDONLY | O_CLOEXEC)) < 0) {
+    fprintf(stderr, "fedctl: %s: %s\n", local, strerror(errno));
+    rc = FC_EXIT_FAIL;
+    goto done;
+  }
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "fedctl: %s is a directory (cp copies one file; cp -r copies a directory)\n", local);
+    rc = FC_EXIT_FAIL;
+    goto done;
+  }
+  rc = fc_cp_put(ctx, fd, local, &st, id, dest.data, NULL);
+done:
+  if (fd > STDIN_FILENO)
+    close(fd);
+  fr_buf_free(&dest);
   return rc;
 }
 
@@ -177,6 +208,7 @@ struct download {
   const char *name;       /* LOCAL, or "stdout" */
   int fd;                 /* -1 until the first byte of a good answer */
   int created;            /* the file did not exist: remove it on failure */
+  unsigned mode;          /* for a file this copy creates (the umask applies) */
   int64_t got;
 };
 
@@ -185,13 +217,13 @@ struct download {
 static int dl_open(struct download *d) {
   if (d->fd >= 0)
     return 0;
-  d->fd = open(d->name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  d->fd = open(d->name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)d->mode);
   if (d->fd >= 0) {
     d->created = 1;
     return 0;
   }
   if (errno == EEXIST)
-    d->fd = open(d->name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    d->fd = open(d->name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, (mode_t)d->mode);
   return d->fd >= 0 ? 0 : -errno;
 }
 
@@ -205,37 +237,25 @@ static int on_file_data(const char *data, size_t len, void *arg) {
   return rc;
 }
 
-static int cp_download(struct fc_ctx *ctx, const char *id, const char *rpath, const char *local) {
-  struct download d = {.fd = -1};
-  struct fr_buf path, name;
+int fc_cp_get(struct fc_ctx *ctx, const char *id, const char *rpath, const char *local, unsigned mode,
+              int64_t *got, long *status) {
+  struct download d = {.fd = -1, .mode = mode};
+  struct fr_buf path;
   struct fc_resp r;
   struct fc_sink k;
-  struct stat st;
   CURL *easy;
   CURLcode crc;
   int rc;
 
   fc_resp_init(&r);
   fr_buf_init(&path);
-  fr_buf_init(&name);
-  if (rpath[strlen(rpath) - 1] == '/') {
-    rc = fc_usage_error("cp", "%s names a directory; cp copies one file", rpath);
-    goto done;
-  }
-  if (strcmp(local, "-") == 0) {
+  if (local == NULL) {
     d.fd = STDOUT_FILENO;
     d.name = "stdout";
   } else {
-    rc = fr_buf_puts(&name, local);
-    if (rc == 0 && stat(local, &st) == 0 && S_ISDIR(st.st_mode))
-      rc = fr_buf_printf(&name, "%s%s", local[strlen(local) - 1] == '/' ? "" : "/", base_name(rpath));
-    if (rc != 0) {
-      rc = fc_oom();
-      goto done;
-    }
-    d.name = name.data;
+    d.name = local;
   }
-  if ((rc = files_path(&path, id, rpath, NULL)) != 0 || (rc = fc_ctx_easy(ctx, &easy)) != 0 ||
+  if ((rc = fc_files_path(&path, id, rpath, NULL)) != 0 || (rc = fc_ctx_easy(ctx, &easy)) != 0 ||
       (rc = fc_easy_setup_raw(ctx, easy, "GET", path.data, NULL, NULL, 0, 0, &r)) != 0) {
     rc = rc == -EINVAL ? FC_EXIT_USAGE : fc_oom();
     goto done;
@@ -249,6 +269,8 @@ static int cp_download(struct fc_ctx *ctx, const char *id, const char *rpath, co
     char what[600];
     snprintf(what, sizeof(what), "writing %s", d.name);
     rc = fc_sink_report(ctx, &k, what);
+    if (status != NULL)
+      *status = r.status;
     goto done;
   }
   /* An empty file never reached on_file_data. */
@@ -267,13 +289,37 @@ static int cp_download(struct fc_ctx *ctx, const char *id, const char *rpath, co
   d.created = 0;
   rc = FC_EXIT_OK;
 done:
+  if (got != NULL)
+    *got = d.got;
   if (d.fd > STDOUT_FILENO)
     close(d.fd);
   if (d.created)
     unlink(d.name);   /* a partial copy is worse than none */
-  fr_buf_free(&name);
   fr_buf_free(&path);
   fc_resp_close(&r);
+  return rc;
+}
+
+static int cp_download(struct fc_ctx *ctx, const char *id, const char *rpath, const char *local) {
+  struct fr_buf name;
+  struct stat st;
+  long status = 0;
+  int rc;
+
+  if (rpath[strlen(rpath) - 1] == '/')
+    return fc_usage_error("cp", "%s names a directory; cp copies one file (cp -r copies a directory)", rpath);
+  fr_buf_init(&name);
+  rc = fr_buf_puts(&name, local);
+  if (rc == 0 && strcmp(local, "-") != 0 && stat(local, &st) == 0 && S_ISDIR(st.st_mode))
+    rc = fr_buf_printf(&name, "%s%s", local[strlen(local) - 1] == '/' ? "" : "/", base_name(rpath));
+  if (rc != 0)
+    rc = fc_oom();
+  else
+    rc = fc_cp_get(ctx, id, rpath, strcmp(local, "-") == 0 ? NULL : name.data, 0666, NULL, &status);
+  /* GET on a directory is a 400 (not a regular file): say what would do. */
+  if (rc != FC_EXIT_OK && status == 400 && fc_cp_remote_is_dir(ctx, id, rpath))
+    fprintf(stderr, "fedctl: %s:%s is a directory (cp copies one file; cp -r copies a directory)\n", id, rpath);
+  fr_buf_free(&name);
   return rc;
 }
 
@@ -281,9 +327,9 @@ int fc_cmd_cp(struct fc_ctx *ctx, int argc, char **argv) {
   struct fc_args a;
   const char *val, *pos[2] = {NULL, NULL}, *src_path = NULL, *dst_path = NULL;
   char *src_id = NULL, *dst_id = NULL;
-  int opt, npos = 0, rc = FC_EXIT_USAGE, e1, e2;
+  int opt, npos = 0, rc = FC_EXIT_USAGE, e1, e2, recursive = 0, verbose = 0;
 
-  fc_args_init(&a, ctx, "cp", no_opts, argc, argv);
+  fc_args_init(&a, ctx, "cp", cp_opts, argc, argv);
   while ((opt = fc_args_next(&a, &val)) != FC_ARG_END) {
     if (opt == FC_ARG_HELP) {
       fputs(cp_usage, stdout);
@@ -291,6 +337,14 @@ int fc_cmd_cp(struct fc_ctx *ctx, int argc, char **argv) {
     }
     if (opt == FC_ARG_ERR)
       return FC_EXIT_USAGE;
+    if (opt == CP_RECURSIVE) {
+      recursive = 1;
+      continue;
+    }
+    if (opt == CP_VERBOSE) {
+      verbose = 1;
+      continue;
+    }
     if (npos == 2)
       return fc_usage_error("cp", "unexpected argument '%s'", val);
     pos[npos++] = val;
@@ -307,10 +361,17 @@ int fc_cmd_cp(struct fc_ctx *ctx, int argc, char **argv) {
     fc_usage_error("cp", "one side must be ID:/abs/path (a sandbox id, a colon, an absolute path)");
   } else if (*(src_id != NULL ? pos[1] : pos[0]) == '\0') {
     fc_usage_error("cp", "the local path is empty");
+  } else if (recursive && strcmp(src_id != NULL ? pos[1] : pos[0], "-") == 0) {
+    fc_usage_error("cp", "-r copies a directory tree: `-` (stdin or stdout) cannot be one");
   } else if (src_id != NULL) {
-    rc = cp_download(ctx, src_id, src_path, pos[1]);
+    /* -r on a file copies the file, as cp -r does. */
+    rc = recursive ? fc_cp_tree_down(ctx, src_id, src_path, pos[1], verbose) : -ENOTDIR;
+    if (rc == -ENOTDIR)
+      rc = cp_download(ctx, src_id, src_path, pos[1]);
   } else {
-    rc = cp_upload(ctx, pos[0], dst_id, dst_path);
+    rc = recursive ? fc_cp_tree_up(ctx, pos[0], dst_id, dst_path, verbose) : -ENOTDIR;
+    if (rc == -ENOTDIR)
+      rc = cp_upload(ctx, pos[0], dst_id, dst_path);
   }
   free(src_id);
   free(dst_id);

@@ -235,6 +235,38 @@ int fc_add_query(struct fr_buf *b, const char *key, const char *val);
 /* Appends "/v1/sandboxes/<escaped id><suffix>" to <b>. */
 int fc_sandbox_path(struct fr_buf *b, const char *id, const char *suffix);
 
+/* --------------------------------------------------------------------- cp */
+
+struct stat;
+
+/* Appends "/v1/sandboxes/<id>/files?path=<path>[<tail>]" to <b>. */
+int fc_files_path(struct fr_buf *b, const char *id, const char *path, const char *tail);
+/* Uploads <fd> (open for reading, borrowed; <local> names it in messages,
+ * <st> is its fstat: a regular file's size goes in Content-Length) to
+ * <rpath> in sandbox <id>, streamed. The bytes sent in *<sent> (may be
+ * NULL). Returns an exit status, the error printed. */
+int fc_cp_put(struct fc_ctx *ctx, int fd, const char *local, const struct stat *st, const char *id,
+              const char *rpath, int64_t *sent);
+/* Downloads <rpath> of sandbox <id> into the file <local> (NULL: stdout),
+ * streamed. The file is opened only once the answer is known good (a
+ * failed copy never truncates it); one this call created is removed on
+ * failure and is created with <mode> (the umask applies). The bytes
+ * written in *<got> (may be NULL). Returns an exit status, the error
+ * printed, and the HTTP status of a refused answer in *<status> (may be
+ * NULL; left alone otherwise). */
+int fc_cp_get(struct fc_ctx *ctx, const char *id, const char *rpath, const char *local, unsigned mode,
+              int64_t *got, long *status);
+/* 1 when <rpath> of sandbox <id> lists as a directory, 0 when not (or when
+ * that cannot be told); prints nothing. */
+int fc_cp_remote_is_dir(struct fc_ctx *ctx, const char *id, const char *rpath);
+/* cp -r (cp_tree.c): the tree at <local> into <rpath> of sandbox <id>, or
+ * the tree at <rpath> into <local>; the destination rules are cp -r's
+ * (cp_usage in cmd_data.c). <verbose>: one line per file on stderr.
+ * Return an exit status, the error printed, or -ENOTDIR (nothing printed)
+ * when the source is no directory: then it is one file to copy. */
+int fc_cp_tree_up(struct fc_ctx *ctx, const char *local, const char *id, const char *rpath, int verbose);
+int fc_cp_tree_down(struct fc_ctx *ctx, const char *id, const char *rpath, const char *local, int verbose);
+
 /* ----------------------------------------------------------------- output */
 
 /* A text table: cells are copied; columns are left-aligned, two spaces

@@ -2,7 +2,9 @@
 """fedctl's data-plane commands, black-box: the real fedctl against a
 router and a kubesim cluster whose pods run the real fedrouter-agent.
 exec streams output as the command runs and exits with its code; cp
-copies files both ways (20 MiB, stdin/stdout, directories); ps and kill;
+copies files both ways (20 MiB, stdin/stdout, directories) and, with -r,
+directory trees (structure, bytes and modes compared, cp -r's destination
+rules, symlinks skipped, the depth bound, errors naming the path); ps and kill;
 shell on a pseudo-terminal driven from here (typing, window resize,
 Ctrl-C, exit code, the local terminal restored) and on a pipe.
 
@@ -225,6 +227,242 @@ def test_cp_round_trip_both_ways(fed):
     for args in ((src, f"{sid}:relative"), (src, os.path.join(d, "x")), (f"{sid}:/a", f"{sid}:/b"), (src,)):
         rc, out, err = fc(fed, "cp", *args)
         check(rc == 2 and "fedctl cp:" in err, f"cp {args}: rc {rc} err {err!r}")
+
+
+# The tree cp -r is tested with: path -> bytes, or (bytes, mode); a path
+# ending in '/' is a directory (with its mode when a tuple).
+TREE = {
+    "a.txt": b"hello\n",
+    "empty": b"",
+    "bin.dat": bytes(range(256)) * 64 + b"\x00\r\n\xff",
+    "big.bin": None,   # 2 MiB of random bytes, made per run
+    "with space.txt": b"spaces in the name\n",
+    "\u00fcn\u00efc\u00f8d\u00e9 \u2603.txt": "snow \u2603\n".encode(),
+    "sub/dir/deep.txt": b"deep\n",
+    "sub dir \u00fc/x y": b"x y\n",
+    "run.sh": (b"#!/bin/sh\necho run\n", 0o755),
+    "secret": (b"s3cret", 0o600),
+    "private/": 0o700,
+    "private/p.txt": b"p\n",
+    "empty_dir/": 0o755,
+    "nested/empty/leaf/": 0o755,
+    "odd mode/": 0o750,
+}
+
+# Prints {relative path: [kind, mode, sha256]} for the tree at argv[1], kind
+# d (directory), f (file) or l (anything else); symlinks are not followed.
+WALK = r"""
+import hashlib, json, os, stat, sys
+root, out = sys.argv[1], {}
+for d, dirs, files in os.walk(root):
+    for n in dirs + files:
+        p = os.path.join(d, n)
+        st = os.lstat(p)
+        kind = "d" if stat.S_ISDIR(st.st_mode) else "f" if stat.S_ISREG(st.st_mode) else "l"
+        h = hashlib.sha256(open(p, "rb").read()).hexdigest() if kind == "f" else ""
+        out[os.path.relpath(p, root)] = [kind, oct(st.st_mode & 0o777), h]
+print(json.dumps(out, sort_keys=True))
+"""
+
+
+def make_tree(root):
+    """TREE under <root> plus two symlinks (one in the tree, one out of
+    it) cp -r must skip; returns what a copy must hold (walk_tree's shape)."""
+    for rel, v in TREE.items():
+        p = os.path.join(root, rel)
+        if rel.endswith("/"):
+            os.makedirs(p, exist_ok=True)
+            os.chmod(p, v)
+            continue
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        data, mode = (v, 0o644) if not isinstance(v, tuple) else v
+        if data is None:
+            data = os.urandom(2 << 20)
+        with open(p, "wb") as f:
+            f.write(data)
+        os.chmod(p, mode)
+    os.chmod(root, 0o755)
+    want = walk_tree(root)
+    os.symlink("a.txt", os.path.join(root, "link"))
+    os.symlink("/etc", os.path.join(root, "sub", "out"))
+    return want
+
+
+def walk_tree(root):
+    out = subprocess.run([sys.executable, "-c", WALK, root], capture_output=True, check=True)
+    return json.loads(out.stdout)
+
+
+def remote_tree(fed, sid, root):
+    r = fed.exec_ok(sid, ["python3", "-c", WALK, root])
+    check(r.get("exit_code") == 0, f"walking {root} in the sandbox: {short(r)}")
+    return json.loads(r["stdout"])
+
+
+def same_tree(got, want, what):
+    missing = sorted(set(want) - set(got))
+    extra = sorted(set(got) - set(want))
+    differ = sorted(k for k in want if k in got and got[k] != want[k])
+    check(not missing and not extra and not differ,
+          f"{what}: missing {missing}, extra {extra}, differ {[(k, got[k], want[k]) for k in differ]}")
+
+
+def test_cp_recursive_both_ways(fed):
+    sid = sandbox_of(fed)
+    old_umask = os.umask(0o022)
+    try:
+        d = os.path.join(fed.root, "cpr")
+        src = os.path.join(d, "tree src")
+        os.makedirs(src)
+        want = make_tree(src)
+        check(len(want) == 20, f"the test tree has {len(want)} entries")
+        # Up to a name that does not exist: it becomes the copy. The
+        # symlinks are skipped with a warning naming them; no -v, no
+        # progress; stdout stays empty.
+        rc, out, err = fc(fed, "cp", "-r", src, f"{sid}:/tmp/up")
+        check(rc == 0 and out == b"", f"cp -r up: rc {rc} out {out!r} err {err!r}")
+        warn = [x for x in err.splitlines() if x]
+        check(len(warn) == 2 and all("warning: skipped" in x and "symbolic link" in x for x in warn) and
+              any(x.count(src + "/link:") for x in warn) and any(x.count(src + "/sub/out:") for x in warn),
+              f"cp -r up: stderr {err!r}")
+        same_tree(remote_tree(fed, sid, "/tmp/up"), want, "cp -r to a new remote name")
+        # Into an existing directory: a subdirectory of the source's name,
+        # merged when there; -v prints each file (on stderr).
+        rc, out, err = fc(fed, "cp", "-r", "-v", src, f"{sid}:/tmp/up")
+        check(rc == 0 and out == b"", f"cp -r into: rc {rc} err {err!r}")
+        lines = err.splitlines()
+        check(sum(1 for x in lines if " -> " in x and x.endswith(" bytes)")) == 11 and
+              f"{src}/big.bin -> {sid}:/tmp/up/tree src/big.bin (2097152 bytes)" in lines and
+              any(x.startswith("copied 11 files (") for x in lines), f"cp -r -v: stderr {err!r}")
+        got = remote_tree(fed, sid, "/tmp/up")
+        same_tree({k[len("tree src/"):]: v for k, v in got.items() if k.startswith("tree src/")}, want,
+                  "cp -r into an existing remote directory")
+        check(got.get("tree src", [""])[0] == "d" and len(got) == 2 * len(want) + 1, f"into: {sorted(got)[:5]}")
+        # "D/" that does not exist: made, the source goes in under its name;
+        # "SRC/." copies the contents.
+        rc, out, err = fc(fed, "cp", "-r", src + "/", f"{sid}:/tmp/made/")
+        check(rc == 0, f"cp -r to D/: rc {rc} err {err!r}")
+        same_tree(remote_tree(fed, sid, "/tmp/made/tree src"), want, "cp -r to a new D/")
+        fed.exec_ok(sid, ["mkdir", "-p", "/tmp/dot"])
+        rc, out, err = fc(fed, "cp", "-r", src + "/.", f"{sid}:/tmp/dot")
+        check(rc == 0, f"cp -r SRC/. : rc {rc} err {err!r}")
+        same_tree(remote_tree(fed, sid, "/tmp/dot"), want, "cp -r SRC/. into a directory")
+
+        # Down: a new name becomes the copy, an existing directory gets a
+        # subdirectory, "D/" is made; byte for byte, modes, empty dirs.
+        down = os.path.join(d, "down")
+        rc, out, err = fc(fed, "cp", "-r", f"{sid}:/tmp/dot", down)
+        check(rc == 0 and out == b"" and err == "", f"cp -r down: rc {rc} out {out!r} err {err!r}")
+        same_tree(walk_tree(down), want, "cp -r down to a new name")
+        check(oct(os.stat(down).st_mode & 0o777) == "0o755", "the copy's own mode")
+        rc, out, err = fc(fed, "cp", "-r", "-v", f"{sid}:/tmp/up/tree src", down)
+        check(rc == 0 and err.count(" -> ") == 11, f"cp -r down into: rc {rc} err {err!r}")
+        got = walk_tree(down)
+        same_tree({k[len("tree src/"):]: v for k, v in got.items() if k.startswith("tree src/")}, want,
+                  "cp -r down into an existing directory")
+        rc, out, err = fc(fed, "cp", "-r", f"{sid}:/tmp/made/", os.path.join(d, "new") + "/")
+        check(rc == 0, f"cp -r down to D/: rc {rc} err {err!r}")
+        same_tree(walk_tree(os.path.join(d, "new", "made", "tree src")), want, "cp -r down to a new D/")
+        # A symlink in the sandbox is skipped with a warning, not followed.
+        fed.exec_ok(sid, ["ln", "-s", "/etc", "/tmp/dot/etc-link"])
+        rc, out, err = fc(fed, "cp", "-r", f"{sid}:/tmp/dot", os.path.join(d, "down-link"))
+        check(rc == 0 and "skipped" in err and f"{sid}:/tmp/dot/etc-link" in err and
+              not os.path.lexists(os.path.join(d, "down-link", "etc-link")), f"remote symlink: rc {rc} err {err!r}")
+        # -r on a file copies the file.
+        rc, out, err = fc(fed, "cp", "-r", os.path.join(src, "bin.dat"), f"{sid}:/tmp/one.dat")
+        check(rc == 0, f"cp -r FILE: rc {rc} err {err!r}")
+        rc, out, err = fc(fed, "cp", "-r", f"{sid}:/tmp/one.dat", os.path.join(d, "one.dat"))
+        with open(os.path.join(d, "one.dat"), "rb") as f:
+            check(rc == 0 and f.read() == TREE["bin.dat"], f"cp -r FILE down: rc {rc} err {err!r}")
+    finally:
+        os.umask(old_umask)
+
+
+def test_cp_recursive_many_modes_and_empty_dirs(fed):
+    """More modes to set and empty directories to make than one exec's argv
+    carries: the batches together do all of them, both ways."""
+    sid = sandbox_of(fed)
+    old_umask = os.umask(0o022)
+    try:
+        src = os.path.join(fed.root, "cpr-many", "m\u00e4ny")
+        os.makedirs(src)
+        for i in range(200):
+            p = os.path.join(src, f"scr\u00efpt-{i:03d}-" + "x" * 40)
+            with open(p, "wb") as f:
+                f.write(b"#!/bin/sh\n")
+            os.chmod(p, 0o755 if i % 10 == 0 else 0o700)
+            os.makedirs(os.path.join(src, f"\u00e9mpty-{i:03d}-" + "y" * 40))
+        want = walk_tree(src)
+        rc, out, err = fc(fed, "cp", "-r", "-v", src, f"{sid}:/tmp/many")
+        execs = [x for x in err.splitlines() if x.startswith(f"{sid}:mkdir -p -- (") or
+                 x.startswith(f"{sid}:chmod 0")]
+        check(rc == 0 and len(execs) >= 4 and sum(int(x.split("(")[1].split()[0]) for x in execs) == 400,
+              f"cp -r up: rc {rc} execs {execs} err {err[-300:]!r}")
+        same_tree(remote_tree(fed, sid, "/tmp/many"), want, "many modes and empty directories up")
+        down = os.path.join(fed.root, "cpr-many", "down")
+        rc, out, err = fc(fed, "cp", "-r", f"{sid}:/tmp/many", down)
+        check(rc == 0 and err == "", f"cp -r down: rc {rc} err {err[-500:]!r}")
+        same_tree(walk_tree(down), want, "many modes and empty directories down")
+    finally:
+        os.umask(old_umask)
+
+
+def test_cp_recursive_errors(fed):
+    sid = sandbox_of(fed)
+    d = os.path.join(fed.root, "cpr-err")
+    src = os.path.join(d, "src")
+    os.makedirs(os.path.join(src, "sub"))
+    with open(os.path.join(src, "sub", "f"), "wb") as f:
+        f.write(b"f")
+    with open(os.path.join(d, "file"), "wb") as f:
+        f.write(b"file")
+    # Without -r a directory is refused, with a hint.
+    rc, out, err = fc(fed, "cp", src, f"{sid}:/tmp/e1")
+    check(rc == 1 and "is a directory" in err and "cp -r" in err, f"cp DIR: rc {rc} err {err!r}")
+    fed.exec_ok(sid, ["mkdir", "-p", "/tmp/rdir/sub"])
+    rc, out, err = fc(fed, "cp", f"{sid}:/tmp/rdir", os.path.join(d, "x"))
+    check(rc == 1 and f"{sid}:/tmp/rdir is a directory" in err and "cp -r" in err and
+          not os.path.exists(os.path.join(d, "x")), f"cp REMOTE-DIR: rc {rc} err {err!r}")
+    # Missing sources.
+    rc, out, err = fc(fed, "cp", "-r", f"{sid}:/tmp/no-such-dir", os.path.join(d, "x"))
+    check(rc == 1 and "path_not_found" in err and "/tmp/no-such-dir" in err and
+          not os.path.exists(os.path.join(d, "x")), f"missing remote: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "cp", "-r", os.path.join(d, "no-such-dir"), f"{sid}:/tmp/x")
+    check(rc == 1 and "No such file" in err and "no-such-dir" in err, f"missing local: rc {rc} err {err!r}")
+    # A file where a directory is needed: the destination itself ...
+    fed.exec_ok(sid, ["sh", "-c", "echo x > /tmp/afile"])
+    rc, out, err = fc(fed, "cp", "-r", src, f"{sid}:/tmp/afile")
+    check(rc == 1 and f"{sid}:/tmp/afile exists and is not a directory" in err, f"remote file dest: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "cp", "-r", src, f"{sid}:/tmp/afile/x")
+    check(rc == 1 and "/tmp/afile/x" in err and "Not a directory" in err and "exists" not in err,
+          f"remote dest under a file: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "cp", "-r", f"{sid}:/tmp/rdir", os.path.join(d, "file"))
+    check(rc == 1 and "exists and is not a directory" in err, f"local file dest: rc {rc} err {err!r}")
+    # ... or inside the tree: the path that failed is named.
+    fed.exec_ok(sid, ["sh", "-c", "mkdir -p /tmp/clash && echo x > /tmp/clash/sub"])
+    rc, out, err = fc(fed, "cp", "-r", src + "/.", f"{sid}:/tmp/clash")
+    check(rc == 1 and "/tmp/clash/sub" in err and "stopped at" in err, f"remote clash: rc {rc} err {err!r}")
+    os.makedirs(os.path.join(d, "lclash"))
+    with open(os.path.join(d, "lclash", "sub"), "wb") as f:
+        f.write(b"in the way")
+    rc, out, err = fc(fed, "cp", "-r", f"{sid}:/tmp/rdir/.", os.path.join(d, "lclash"))
+    check(rc == 1 and os.path.join(d, "lclash", "sub") + " exists and is not a directory" in err,
+          f"local clash: rc {rc} err {err!r}")
+    # Depth: more than 64 levels is refused, naming where, both ways.
+    deep = os.path.join(d, "deep", *(["d"] * 70))
+    os.makedirs(deep)
+    rc, out, err = fc(fed, "cp", "-r", os.path.join(d, "deep"), f"{sid}:/tmp/deep")
+    check(rc == 1 and "more than 64 directory levels" in err, f"deep local tree: rc {rc} err {err!r}")
+    fed.exec_ok(sid, ["mkdir", "-p", "/tmp/rdeep/" + "/".join(["d"] * 70)])
+    rc, out, err = fc(fed, "cp", "-r", f"{sid}:/tmp/rdeep", os.path.join(d, "rdeep"))
+    check(rc == 1 and "more than 64 directory levels" in err and "/tmp/rdeep/" + "d/" * 64 in err,
+          f"deep remote tree: rc {rc} err {err!r}")
+    # Usage: a tree cannot come from stdin or go to stdout.
+    for args in (("-r", "-", f"{sid}:/tmp/x"), ("-r", f"{sid}:/tmp/rdir", "-")):
+        rc, out, err = fc(fed, "cp", *args)
+        check(rc == 2 and "fedctl cp:" in err, f"cp {args}: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "cp", "--help")
+    check(rc == 0 and b"-r, --recursive" in out and b"-v, --verbose" in out, f"cp --help: {out!r}")
 
 
 def test_cp_over_the_tenant_file_limit(fed):
@@ -454,6 +692,9 @@ TESTS = [
     test_exec_streams_output_as_it_runs,
     test_exec_exit_codes_streams_and_bytes,
     test_cp_round_trip_both_ways,
+    test_cp_recursive_both_ways,
+    test_cp_recursive_many_modes_and_empty_dirs,
+    test_cp_recursive_errors,
     test_cp_over_the_tenant_file_limit,
     test_ps_and_kill,
     test_shell_on_a_pty,
