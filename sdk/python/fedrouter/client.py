@@ -1268,7 +1268,8 @@ class Sandbox:
 
     Fields: ``id`` (``<cluster>.<pod>``), ``name``, ``cluster``, ``region``,
     ``pool``, ``warm``, ``state``, ``labels``, ``created_at``,
-    ``expires_at``; ``sb['name']`` works too. ``placement`` is the create's
+    ``expires_at``, ``secrets`` (the names of its create-time secrets,
+    never their values; ``[]`` for none); ``sb['name']`` works too. ``placement`` is the create's
     placement summary (for a sandbox from ``create``).
 
     ``with sandbox.create(...) as sb:`` (and ``async with``) terminates it on
@@ -1299,6 +1300,8 @@ class Sandbox:
     labels = property(lambda self: self._data.get("labels") or {})
     created_at = property(lambda self: self._data.get("created_at"))
     expires_at = property(lambda self: self._data.get("expires_at"))
+    secrets = property(lambda self: list(self._data.get("secrets") or []),
+                       doc="Names (never values) of the create-time secrets it was given; [] for none.")
 
     def __getitem__(self, key: str) -> Any:
         if key == "id":
