@@ -157,6 +157,8 @@ struct fr_pod *podstore_parse(struct podstore *s, json_t *pod) {
   p->reason = intern(s, json_string_value(json_object_get(status, "reason")));
   p->env = dup_or_null(json_string_value(json_object_get(ann, FR_ANN_ENV)));
   oom |= json_object_get(ann, FR_ANN_ENV) != NULL && p->env == NULL;
+  p->secrets = dup_or_null(json_string_value(json_object_get(ann, FR_ANN_SECRETS)));
+  oom |= json_string_value(json_object_get(ann, FR_ANN_SECRETS)) != NULL && p->secrets == NULL;
   requests(s, p, json_object_get(json_object_get(pod, "spec"), "containers"));
   p->created_s = time_or_none(json_string_value(json_object_get(ann, FR_ANN_CREATED)));
   p->expires_s = time_or_none(json_string_value(json_object_get(ann, FR_ANN_EXPIRES)));
@@ -185,6 +187,7 @@ void podstore_release(struct podstore *s, struct fr_pod *p) {
   free(p->sbname);
   free(p->labels);
   free(p->env);
+  free(p->secrets);
   free(p->unschedulable);
   free(p);
 }

@@ -178,6 +178,34 @@ static json_t *user_labels_plus(struct create_op *op, json_t *labels) {
   return labels;
 }
 
+static int name_cmp(const void *x, const void *y) {
+  return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+/* The names of the create's secrets, sorted and comma-separated (keys of
+ * <secrets>; never a value), or NULL when there are none or on ENOMEM. */
+static char *secret_names(json_t *secrets) {
+  size_t n = json_object_size(secrets), i = 0;
+  const char **names;
+  struct fr_buf b;
+  const char *k;
+  json_t *v;
+  char *out;
+  int rc = 0;
+
+  if (n == 0 || (names = malloc(n * sizeof(*names))) == NULL)
+    return NULL;
+  json_object_foreach(secrets, k, v) names[i++] = k;
+  qsort(names, n, sizeof(*names), name_cmp);
+  fr_buf_init(&b);
+  for (i = 0; i < n; i++)
+    rc |= (i > 0 ? fr_buf_putc(&b, ',') : 0) | fr_buf_puts(&b, names[i]);
+  free(names);
+  out = rc == 0 ? fr_buf_detach(&b, NULL) : NULL;
+  fr_buf_free(&b);
+  return out;
+}
+
 /* <agent>: the pod runs an agent, which gets the env by /init instead. */
 static json_t *sandbox_annotations(struct create_op *op, int warm, int agent) {
   char created[21], expires[21];
@@ -186,6 +214,15 @@ static json_t *sandbox_annotations(struct create_op *op, int warm, int agent) {
   char *env = !agent && op->env && json_object_size(op->env)
                   ? json_dumps(op->env, JSON_COMPACT | JSON_SORT_KEYS)
                   : NULL;
+  /* The secrets' names only, for GET: their values reach /init alone. */
+  char *names = secret_names(op->secrets);
+
+  if (op->secrets != NULL && json_object_size(op->secrets) && names == NULL) {
+    /* Out of memory: no pod or claim without the names (the caller fails). */
+    json_decref(ann);
+    free(env);
+    return NULL;
+  }
 
   now_rfc3339(created, 0);
   now_rfc3339(expires, op->lifetime_s);
@@ -194,7 +231,10 @@ static json_t *sandbox_annotations(struct create_op *op, int warm, int agent) {
   json_object_set_new(ann, FR_ANN_WARM, json_string(warm ? "true" : "false"));
   if (env != NULL)
     json_object_set_new(ann, FR_ANN_ENV, json_string(env));
+  if (names != NULL)
+    json_object_set_new(ann, FR_ANN_SECRETS, json_string(names));
   free(env);
+  free(names);
   return ann;
 }
 

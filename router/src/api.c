@@ -280,14 +280,44 @@ json_t *api_labels_json(const struct fr_pod *pod) {
   return labels;
 }
 
+/* The names in annotation fedrouter.io/secrets ("A,B"), as a JSON array;
+ * NULL when it has none. Anything that is not an env var name (the
+ * annotation is editable in the cluster) is left out. */
+static json_t *secret_names_json(const char *ann) {
+  static const char first[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_";
+  static const char rest[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_0123456789";
+  json_t *out;
+  const char *p = ann;
+  char name[129];
+
+  if (ann == NULL || *ann == '\0' || (out = json_array()) == NULL)
+    return NULL;
+  while (*p != '\0') {
+    size_t len = strcspn(p, ",");
+    if (len > 0 && len < sizeof(name) && strchr(first, p[0]) != NULL && strspn(p, rest) >= len) {
+      memcpy(name, p, len);
+      name[len] = '\0';
+      json_array_append_new(out, json_string(name));
+    }
+    p += len;
+    if (*p == ',')
+      p++;
+  }
+  if (json_array_size(out) == 0) {
+    json_decref(out);
+    return NULL;
+  }
+  return out;
+}
+
 json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod) {
   char id[256];
-  json_t *labels = api_labels_json(pod);
+  json_t *labels = api_labels_json(pod), *sb, *secrets;
   int64_t created = pod->created_s >= 0 ? pod->created_s : pod->creation_s;
 
   snprintf(id, sizeof(id), "%s.%s", fr_adapter_name(a), pod->name);
   /* A delete the cluster did not take yet (being retried): on its way out. */
-  return json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:s,s:o,s:o,s:o}", "id", id, "name",
+  sb = json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:s,s:o,s:o,s:o}", "id", id, "name",
                    pod->sbname ? pod->sbname : "", "cluster", fr_adapter_name(a), "region",
                    fr_adapter_region(a), "pool", pod->pool ? json_string(pod->pool) : json_null(), "warm",
                    pod->warm, "state",
@@ -295,6 +325,14 @@ json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod) {
                    "created_at",
                    created >= 0 ? api_time_json(created) : json_string(""),
                    "expires_at", api_time_json(pod->expires_s));
+  /* Which create-time secrets it was given (names, never values): only
+   * when it has any. */
+  secrets = secret_names_json(pod->secrets);
+  if (sb == NULL)
+    json_decref(secrets);
+  else if (secrets != NULL)
+    json_object_set_new(sb, "secrets", secrets);
+  return sb;
 }
 
 const struct fr_pod *api_find_sandbox(struct api_req *q, const char *id, struct fr_adapter **out_a) {

@@ -33,6 +33,9 @@ START_TEST(parse_keeps_what_the_router_needs) {
   size_t off = 0;
   int n = 0;
 
+  /* The names of its create-time secrets (a sandbox with an agent). */
+  json_object_set_new(json_object_get(json_object_get(j, "metadata"), "annotations"), FR_ANN_SECRETS,
+                      json_string("HF_TOKEN,ONLY_A"));
   ck_assert_int_eq(podstore_init(&s), 0);
   p = podstore_parse(&s, j);
   ck_assert_ptr_nonnull(p);
@@ -44,6 +47,7 @@ START_TEST(parse_keeps_what_the_router_needs) {
   ck_assert_str_eq(p->sbname, "job-1");
   ck_assert_str_eq(p->node, "node-7");
   ck_assert_str_eq(p->env, "{\"A\":\"1\"}");
+  ck_assert_str_eq(p->secrets, "HF_TOKEN,ONLY_A");
   ck_assert_int_eq(p->cpu_m, 1500);
   ck_assert_int_eq(p->mem_b, 1610612736);
   ck_assert_int_eq(p->phase, FR_POD_RUNNING);
@@ -78,6 +82,8 @@ START_TEST(parse_keeps_what_the_router_needs) {
   ck_assert_ptr_nonnull(p);
   ck_assert_str_eq(p->unschedulable, "0/3 nodes are available");
   ck_assert_int_eq(p->terminating, 1);
+  ck_assert_ptr_null(p->env);
+  ck_assert_ptr_null(p->secrets);
   ck_assert_int_eq(fr_pod_done(p), 1);
   ck_assert_int_eq(p->expires_s, -1);
   ck_assert_ptr_null(p->tenant);

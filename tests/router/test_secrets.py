@@ -10,7 +10,9 @@ a background process, a later exec; the env given with it too); a warm
 claim with secrets stays warm and has them; a changed value is what the
 next create gets; the values are nowhere in the pod object, the router's
 logs (run at debug level), or any API answer (create, GET, list, events);
-a missing key or Secret is 400 secret_not_found naming it and its cluster,
+GET, the listing and the create answer name a sandbox's secrets (sorted,
+cold, warm, through another replica; no "secrets" key without any); a
+missing key or Secret is 400 secret_not_found naming it and its cluster,
 with no pod made; tenant b reads its own Secret (its config `secret` key)
 and never tenant a's; bad names are 400 invalid_field; a router without an
 agent answers 400 agent_required; the Python SDK sends `secrets=`.
@@ -112,6 +114,37 @@ def leaks(fed, text, where):
         check(v not in text, f"a secret value leaked into {where}")
 
 
+def listed(fed, sid, token=tr.TOKEN_A, router=None):
+    """The sandbox <sid> as GET /v1/sandboxes lists it (None if absent)."""
+    st, lst = fed.api("GET", "/v1/sandboxes", token=token, router=router)
+    check(st == 200, f"GET /v1/sandboxes: {st} {short(lst)}")
+    leaks(fed, json.dumps(lst), "GET /v1/sandboxes")
+    return next((s for s in lst.get("sandboxes", []) if s.get("id") == sid), None)
+
+
+def check_secret_names(fed, sid, names, what, token=tr.TOKEN_A, router=None):
+    """GET and the listing both name exactly <names> (sorted), or have no
+    "secrets" key when <names> is empty; the pod carries the names only."""
+    st, one = fed.api("GET", f"/v1/sandboxes/{sid}", token=token, router=router)
+    check(st == 200, f"GET {what}: {st} {short(one)}")
+    leaks(fed, json.dumps(one), f"GET of {what}")
+    lst = listed(fed, sid, token, router)
+    check(lst is not None, f"{what} is not in the listing")
+    for where, sb in (("GET", one), ("the listing", lst)):
+        if names:
+            check(sb.get("secrets") == sorted(names), f"{where} of {what}: secrets {sb.get('secrets')!r}, "
+                  f"expected {sorted(names)!r}")
+        else:
+            check("secrets" not in sb, f"{where} of {what} (no secrets) has a secrets key: {short(sb)}")
+    sim, pod = fed.sim_of(sid)
+    ann = (sim.pod(pod).get("metadata") or {}).get("annotations") or {}
+    if names:
+        check(ann.get("fedrouter.io/secrets") == ",".join(sorted(names)),
+              f"the pod of {what} has annotation fedrouter.io/secrets {ann.get('fedrouter.io/secrets')!r}")
+    else:
+        check("fedrouter.io/secrets" not in ann, f"the pod of {what} (no secrets) has a secrets annotation")
+
+
 def printenv(fed, sid, name="HF_TOKEN", token=tr.TOKEN_A):
     return fed.exec_ok(sid, ["sh", "-c", f'printf %s "${name}"'], token=token).get("stdout")
 
@@ -123,6 +156,7 @@ def test_cold_create_every_process_sees_the_secret(fed):
     leaks(fed, json.dumps(r), "the create answer")
     sb = r["sandboxes"][0]
     check(sb.get("warm") is False, f"expected a cold start: {short(sb)}")
+    check(sb.get("secrets") == ["HF_TOKEN"], f"the create answer does not name the secret: {short(sb)}")
     sid = sb["id"]
     fed.shared["cold"] = sid
     r = fed.exec_ok(sid, ["sh", "-c", 'printf "%s/%s" "$HF_TOKEN" "$PROJECT"'])
@@ -147,6 +181,25 @@ def test_cold_create_every_process_sees_the_secret(fed):
     leaks(fed, json.dumps(lst), "GET /v1/sandboxes")
     st, ev = fed.api("GET", "/v1/events")
     leaks(fed, json.dumps(ev), "GET /v1/events")
+    # Its secrets' names (never values) in GET, the listing and the pod.
+    check_secret_names(fed, sid, ["HF_TOKEN"], "the cold sandbox")
+    # A sandbox without secrets: no "secrets" key at all.
+    plain = fed.create_one(clusters=["s1"])
+    check("secrets" not in plain, f"the create answer of a sandbox without secrets: {short(plain)}")
+    check_secret_names(fed, plain["id"], [], "a sandbox without secrets")
+    fed.api("DELETE", f"/v1/sandboxes/{plain['id']}")
+    # The annotation is editable in the cluster: only env var names of it
+    # are shown (what the router wrote is sorted, valid names).
+    sim, pod = fed.sim_of(sid)
+    rc, out = kubectl(sim, "annotate", "--overwrite", "pod", pod, "-n", "default",
+                      "fedrouter.io/secrets=HF_TOKEN,,bad name,1X,Z_2")
+    check(rc == 0, f"kubectl annotate: {out}")
+    check(wait_until(lambda: fed.api("GET", f"/v1/sandboxes/{sid}")[1].get("secrets") == ["HF_TOKEN", "Z_2"],
+                     10, 0.2),
+          f"an edited annotation: {short(fed.api('GET', f'/v1/sandboxes/{sid}')[1])}")
+    kubectl(sim, "annotate", "--overwrite", "pod", pod, "-n", "default", "fedrouter.io/secrets=HF_TOKEN")
+    check(wait_until(lambda: fed.api("GET", f"/v1/sandboxes/{sid}")[1].get("secrets") == ["HF_TOKEN"], 10, 0.2),
+          "the annotation did not come back")
 
 
 def test_warm_claim_with_secret_stays_warm(fed):
@@ -155,13 +208,29 @@ def test_warm_claim_with_secret_stays_warm(fed):
     check(st == 201, f"pool: {st} {short(r)}")
     check(wait_until(lambda: all(c["ready"] >= 1 for c in fed.api("GET", "/v1/pools/secpool")[1]
                                  .get("clusters", [])), 60, 0.3), "pool not warm")
-    r = fed.create({"pool": "secpool", "secrets": ["HF_TOKEN", "ONLY_A"], "clusters": ["s2"]})
+    # Unclaimed pool pods carry no secrets annotation.
+    for sim in fed.sims.values():
+        for p in sim.pods("fedrouter.io/pool=secpool,fedrouter.io/state=warm"):
+            ann = (p.get("metadata") or {}).get("annotations") or {}
+            check("fedrouter.io/secrets" not in ann, f"a warm pool pod has a secrets annotation: {ann}")
+    # Names given out of order and the answer sorted.
+    r = fed.create({"pool": "secpool", "secrets": ["ONLY_A", "HF_TOKEN"], "clusters": ["s2"]})
     sb = r["sandboxes"][0]
     check(sb.get("warm") is True and r["placement"].get("warm") == 1, f"not a warm claim: {short(r)}")
+    check(sb.get("secrets") == ["HF_TOKEN", "ONLY_A"], f"the claim's answer does not name its secrets: {short(sb)}")
+    leaks(fed, json.dumps(r), "the claim's create answer")
     check(printenv(fed, sb["id"]) == VAL_A and printenv(fed, sb["id"], "ONLY_A") == VAL_ONLY_A,
           "the warm claim lacks its secrets")
     sim, pod = fed.sim_of(sb["id"])
     leaks(fed, json.dumps(sim.pod(pod)), "the claimed pod")
+    check_secret_names(fed, sb["id"], ["HF_TOKEN", "ONLY_A"], "the warm claim")
+    fed.shared["warm"] = sb["id"]
+    # A warm claim without secrets: none shown.
+    r = fed.create({"pool": "secpool", "clusters": ["s1"]})
+    plain = r["sandboxes"][0]
+    check(plain.get("warm") is True and "secrets" not in plain, f"a warm claim without secrets: {short(plain)}")
+    check_secret_names(fed, plain["id"], [], "a warm claim without secrets")
+    fed.api("DELETE", f"/v1/sandboxes/{plain['id']}")
     fed.api("DELETE", "/v1/pools/secpool")
 
 
@@ -219,6 +288,13 @@ def test_bad_secret_names_are_400(fed):
 def test_agent_disabled_is_agent_required(fed):
     r2 = fed.start_router(fed.no_agent_config)
     try:
+        # Another replica (this one without an agent) shows the same names:
+        # they live on the pods, not in a router.
+        check("cold" in fed.shared and "warm" in fed.shared, "the cold and warm sandboxes were not made")
+        check_secret_names(fed, fed.shared["cold"], ["HF_TOKEN"], "the cold sandbox via another replica",
+                           router=r2)
+        check_secret_names(fed, fed.shared["warm"], ["HF_TOKEN", "ONLY_A"],
+                           "the warm claim via another replica", router=r2)
         e = expect_error(fed.api("POST", "/v1/sandboxes", {"image": tr.IMAGE, "secrets": ["HF_TOKEN"]},
                                  router=r2), 400, "agent_required", "secrets without an agent")
         check("agent" in e.get("message", ""), f"the message must say why: {e}")
@@ -236,7 +312,13 @@ def test_python_sdk_sends_secrets(fed):
         sb = c.create(image=tr.IMAGE, secrets=["ONLY_A"], env={"X": "1"})
         r = sb.exec("sh", "-c", 'printf %s/%s "$ONLY_A" "$X"')
         check(r.stdout == f"{VAL_ONLY_A}/1", f"SDK create with secrets=: {r.stdout!r}")
+        check(sb.secrets == ["ONLY_A"] and c.get(sb.id).secrets == ["ONLY_A"],
+              f"SDK Sandbox.secrets: {sb.secrets!r}")
+        check(any(s.id == sb.id and s.secrets == ["ONLY_A"] for s in c.ls()), "SDK ls(): secrets not named")
         sb.terminate()
+        plain = c.create(image=tr.IMAGE)
+        check(plain.secrets == [], f"SDK Sandbox.secrets without secrets: {plain.secrets!r}")
+        plain.terminate()
         try:
             c.create(image=tr.IMAGE, secrets=["NOPE_KEY"])
             check(False, "SDK create with a missing key did not raise")

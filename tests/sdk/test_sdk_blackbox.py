@@ -14,7 +14,9 @@ Covers every SDK entry point blocking and .aio; a 200-sandbox batch; 500
 concurrent exec.aio on one event loop; the context managers terminating on
 exceptions; typed errors for 404/429/503 (and 400/401); the SPEC §8 calls
 (exec_stream, files, processes) against a second, one-cluster federation
-whose sandboxes run the real fedrouter-agent (--agent); examples/rl_reward.py and
+whose sandboxes run the real fedrouter-agent (--agent); the create and pool
+pod options (runtime_class, node_selector, tolerations, gpus) against a third
+with a GPU node and a RuntimeClass, the pods read back from kubesim; examples/rl_reward.py and
 examples/quickstart.py run and their output checked; every
 `<!-- snippet -->` block of docs/sdk-python.md run verbatim.
 
@@ -22,6 +24,7 @@ Usage: test_sdk_blackbox.py --fedrouter PATH --kubesim PATH [unittest args]
 """
 import argparse
 import asyncio
+import http.client
 import json
 import os
 import re
@@ -462,6 +465,144 @@ class TestAgentEndpoints(SDKTest):
         self.assertIn("started", r.stdout)
 
 
+GPU_TOL = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+class TestPodOptions(SDKTest):
+    """create()/create_pool() pod options (runtime_class, node_selector,
+    tolerations, gpus) against a federation of their own: `gpu` (node 1 has 8
+    nvidia.com/gpu, label accel=a100, taint nvidia.com/gpu=present:NoSchedule;
+    RuntimeClass gvisor) and `plain` (neither). The pods are read back from
+    kubesim's API."""
+    fed = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.fed = H.Federation(ARGS.kubesim, ARGS.fedrouter, [
+            ("gpu", "us", ["--nodes", "2", "--gpu-nodes", "1", "--node-gpus", "8", "--node-label", "1@accel=a100",
+                           "--node-taint", "1@nvidia.com/gpu=present:NoSchedule"] + H.FAST),
+            ("plain", "us", ["--nodes", "2"] + H.FAST)],
+            {"a": (TOK["a"], "")}, prefix="fr-sdk-podopts-", tls=False)
+        st, body = cls.kube("gpu", "POST", "/apis/node.k8s.io/v1/runtimeclasses",
+                            {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "gvisor"},
+                             "handler": "runsc"})
+        if st != 201:
+            raise RuntimeError(f"kubesim gpu: POST runtimeclass: {st} {body}")
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.fed is not None:
+            problems = cls.fed.stop()
+            if problems:
+                raise RuntimeError("teardown: " + "; ".join(problems))
+
+    @classmethod
+    def kube(cls, sim, method, path, body=None):
+        """One call to kubesim <sim>'s Kubernetes API (plain HTTP here)."""
+        with open(os.path.join(cls.fed.root, sim, "port")) as f:
+            port = int(f.read())
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
+        try:
+            c.request(method, path, body=json.dumps(body) if body is not None else None,
+                      headers={"Authorization": "Bearer " + cls.fed.sim_token, "Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read()
+            return r.status, json.loads(data) if data else None
+        finally:
+            c.close()
+
+    def setUp(self):
+        self.c = Client(self.fed.url, TOK["a"])
+        self.t0 = time.monotonic()
+
+    def pod_of(self, sb):
+        cluster, pod = sb.id.split(".", 1)
+        st, p = self.kube(cluster, "GET", f"/api/v1/namespaces/default/pods/{pod}")
+        self.assertEqual(st, 200, f"GET pod {pod}: {p}")
+        return p
+
+    def assert_gpu_pod(self, sb, gpus, runtime_class="gvisor"):
+        self.assertEqual(sb.cluster, "gpu", f"{sb} placed off the GPU cluster")
+        p = self.pod_of(sb)
+        spec = p["spec"]
+        self.assertEqual(spec.get("runtimeClassName"), runtime_class)
+        self.assertEqual(spec.get("nodeSelector"), {"accel": "a100"})
+        self.assertEqual(spec.get("tolerations"), GPU_TOL)
+        self.assertEqual(spec.get("nodeName"), "gpu-node-1")
+        res = [c for c in spec["containers"] if c["name"] != "fr-agent"][0]["resources"]
+        self.assertEqual((res["requests"].get("nvidia.com/gpu"), res["limits"].get("nvidia.com/gpu")),
+                         (str(gpus), str(gpus)))
+        self.assertEqual(p["status"]["phase"], "Running")
+
+    def test_create_with_pod_options_sync_and_aio(self):
+        opts = dict(runtime_class="gvisor", node_selector={"accel": "a100"}, tolerations=GPU_TOL)
+        plan = self.c.explain(image=IMAGE, gpus=1, **opts)
+        self.assertEqual(plan.request.pod_options, dict(opts, gpus=1))
+        why = {c["cluster"]: c.get("reason", "") for c in plan.plan.get("clusters", [])}
+        self.assertIn("no_runtime_class", why.get("plain", ""), f"explain: {plan}")
+        sb = self.c.create(name="g1", image=IMAGE, gpus=1, **opts)
+        self.assertEqual(sb.state, "running")
+        self.assert_gpu_pod(sb, 1)
+        self.assertEqual(self.c.get(sb.id).cluster, "gpu")
+
+        async def main():
+            try:
+                return await self.c.create.aio(name="g2", image=IMAGE, gpus=2, **opts)
+            finally:
+                await self.c.aclose()
+        sb2 = run_async(main())
+        self.assert_gpu_pod(sb2, 2)
+        # A batch through the module function; then 4 of the 8 GPUs are
+        # taken and a sandbox of 5 finds no room (503 NoCapacity).
+        sandbox.configure(self.fed.url, TOK["a"])
+        try:
+            sbs = sandbox.create(name="gb", num_sandboxes=1, image=IMAGE, gpus=1, **opts)
+            self.assert_gpu_pod(sbs[0], 1)
+            with self.assertRaises(errors.NoCapacity):
+                sandbox.create(image=IMAGE, gpus=5, retry_budget_s=0, **opts)
+        finally:
+            sandbox.close()
+        for x in (sb, sb2, sbs[0]):
+            x.terminate()
+
+    def test_router_rules_raise_invalid_field(self):
+        before = self.fed.pod_counts()
+        for kw, field in ((dict(gpus=65), "gpus"), (dict(runtime_class="Not_A_Name"), "runtime_class"),
+                          (dict(node_selector={"bad key!": "x"}), "node_selector"),
+                          (dict(tolerations=[{"key": "k", "operator": "Maybe"}]), "tolerations")):
+            with self.subTest(field=field):
+                with self.assertRaises(errors.InvalidField) as cm:
+                    self.c.create(image=IMAGE, **kw)
+                self.assertEqual(cm.exception.field, field)
+                with self.assertRaises(errors.InvalidField) as cm:
+                    self.c.create_pool("bad", IMAGE, replicas=0, **kw)
+                self.assertEqual(cm.exception.field, field)
+        # No GPU node in `plain`, and a cluster list of only it: nothing fits.
+        with self.assertRaises(errors.FedrouterError) as cm:
+            self.c.create(image=IMAGE, gpus=1, clusters=["plain"], retry_budget_s=0)
+        self.assertIn(cm.exception.status, (409, 503), f"{cm.exception.code}: {cm.exception}")
+        self.assertEqual(self.fed.pod_counts(), before, "a refused create made pods")
+
+    def test_pool_with_pod_options_serves_warm_claims(self):
+        opts = dict(runtime_class="gvisor", node_selector={"accel": "a100"}, tolerations=GPU_TOL, gpus=1)
+        r = self.c.create_pool("gp", IMAGE, cpus=1, memory_gb=1, replicas=1, **opts)
+        try:
+            self.assertEqual([s["cluster"] for s in r.get("skipped", [])], ["plain"], f"create_pool: {r}")
+            self.assertTrue(self.fed.wait_pool(TOK["a"], "gp", 60), "pool gp not ready")
+            sb = self.c.create(pool="gp", **opts)
+            self.assertTrue(sb.warm, f"not a warm claim: {sb.info} {sb.placement}")
+            self.assert_gpu_pod(sb, 1)
+            # Other options than the pool's: a cold start, said why.
+            sb2 = self.c.create(pool="gp", **dict(opts, gpus=2))
+            self.assertFalse(sb2.warm)
+            self.assertTrue(sb2.placement.get("cold_reason"), f"no cold_reason: {sb2.placement}")
+            self.assert_gpu_pod(sb2, 2)
+            sb.terminate()
+            sb2.terminate()
+        finally:
+            self.c.delete_pool("gp")
+
+
 class TestExamplesAndDocs(unittest.TestCase):
     def run_py(self, tenant, args, code=None, timeout=200):
         env = dict(os.environ, FEDROUTER_URL=FED.url, FEDROUTER_TOKEN=TOK[tenant],
@@ -584,7 +725,8 @@ def main():
                          "batch snippet (1,000 sequential execs do not fit the time budget)")
     ARGS, rest = ap.parse_known_args()
     if not rest:
-        names = {"api": ["TestSync", "TestAsync", "TestAgentEndpoints"], "docs": ["TestExamplesAndDocs"],
+        names = {"api": ["TestSync", "TestAsync", "TestAgentEndpoints", "TestPodOptions"],
+                 "docs": ["TestExamplesAndDocs"],
                  "all": []}[ARGS.suite]
         rest = names
     prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2)

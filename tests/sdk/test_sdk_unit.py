@@ -196,6 +196,94 @@ class TestEncoding(Base):
         with self.assertRaises(ValueError):
             self.c.create(num_sandboxes=0)
 
+    def test_create_pod_options(self):
+        """runtime_class, node_selector, tolerations, gpus reach the body of
+        every create entry point (blocking, .aio, module, explain), as given."""
+        self.fake.routes[("POST", "/v1/sandboxes")] = created()
+        self.fake.routes[("POST", "/v1/placement/explain")] = lambda r: (200, {}, {"plan": {"planned": 1}})
+        tols = [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "zone", "value": "b", "effect": "NoExecute", "tolerationSeconds": 30}]
+        opts = dict(runtime_class="gvisor", node_selector={"accel": "a100"}, tolerations=tols, gpus=2)
+        want = {"image": "img", "volumes": {"/d": "v"}, "runtime_class": "gvisor",
+                "node_selector": {"accel": "a100"}, "tolerations": tols, "gpus": 2}
+        self.c.create(image="img", volumes={"/d": "v"}, **opts)
+        self.assertEqual(self.body(), want)
+        self.arun(self.c.create.aio(image="img", volumes={"/d": "v"}, **opts))
+        self.assertEqual(self.body(), want)
+        self.c.explain(image="img", volumes={"/d": "v"}, **opts)
+        self.assertEqual(self.body(), want)
+        self.arun(self.c.explain.aio(image="img", volumes={"/d": "v"}, **opts))
+        self.assertEqual(self.body(), want)
+        sandbox.configure(self.fake.url, "tok")
+        try:
+            sbs = sandbox.create(name="b", num_sandboxes=2, pool="p", tolerations=tuple(tols), gpus=0)
+            self.assertEqual(self.body(), {"name": "b", "num_sandboxes": 2, "pool": "p", "tolerations": tols,
+                                           "gpus": 0})
+            self.assertIsInstance(sbs, fedrouter.SandboxList)
+
+            async def module_aio():
+                try:
+                    return await sandbox.create.aio(image="img", runtime_class="kata", node_selector={})
+                finally:
+                    await sandbox.aclose()
+            asyncio.run(asyncio.wait_for(module_aio(), 60))
+            self.assertEqual(self.body(), {"image": "img", "runtime_class": "kata", "node_selector": {}})
+        finally:
+            sandbox.close()
+        # None (the default) sends nothing.
+        self.c.create(image="img", runtime_class=None, node_selector=None, tolerations=None, gpus=None)
+        self.assertEqual(self.body(), {"image": "img"})
+
+    def test_pod_options_type_checked_before_sending(self):
+        self.fake.routes[("POST", "/v1/sandboxes")] = created()
+        bad = [dict(runtime_class=1), dict(runtime_class=b"gvisor"), dict(node_selector=["a=b"]),
+               dict(node_selector={"a": 1}), dict(node_selector={1: "a"}), dict(tolerations={"key": "a"}),
+               dict(tolerations="key=a"), dict(tolerations=["a"]), dict(tolerations=[{"key": "a"}, 3]),
+               dict(gpus=True), dict(gpus="1"), dict(gpus=1.0)]
+        for kw in bad:
+            with self.subTest(**{k: repr(v) for k, v in kw.items()}):
+                with self.assertRaises(TypeError):
+                    self.c.create(image="img", **kw)
+                with self.assertRaises(TypeError):
+                    self.arun(self.c.create.aio(image="img", **kw))
+                with self.assertRaises(TypeError):
+                    self.c.create_pool("p", "img", **kw)
+                with self.assertRaises(TypeError):
+                    self.c.explain(image="img", **kw)
+        with self.assertRaises(TypeError):
+            self.c.create_pool("p", "img", volumes=["/d"])
+        self.assertEqual(len(self.fake.requests), 0, "a request was sent for a bad option")
+        # Rules (ranges, syntax) are the router's: its 400 is InvalidField.
+        self.fake.routes[("POST", "/v1/sandboxes")] = err(400, "invalid_field", "gpus must be an integer "
+                                                          "from 0 to 64", field="gpus")
+        with self.assertRaises(errors.InvalidField) as cm:
+            self.c.create(image="img", gpus=65)
+        self.assertEqual((cm.exception.field, self.body()), ("gpus", {"image": "img", "gpus": 65}))
+        self.assertEqual(self.fake.count("POST", "/v1/sandboxes"), 1, "a 400 was retried")
+
+    def test_pool_pod_options(self):
+        self.fake.routes[("POST", "/v1/pools")] = lambda r: (201, {}, {"name": "gpu", "skipped": []})
+        tols = [{"key": "gpu", "operator": "Exists"}]
+        want = {"name": "gpu", "image": "img", "replicas": 2, "runtime_class": "gvisor",
+                "node_selector": {"accel": "a100"}, "tolerations": tols, "gpus": 1, "volumes": {"/d": "v"}}
+        kw = dict(replicas=2, runtime_class="gvisor", node_selector={"accel": "a100"}, tolerations=tols, gpus=1,
+                  volumes={"/d": "v"})
+        self.assertEqual(self.c.create_pool("gpu", "img", **kw).name, "gpu")
+        self.assertEqual(self.body(), want)
+        self.arun(self.c.create_pool.aio("gpu", "img", **kw))
+        self.assertEqual(self.body(), want)
+        self.c.create_template(name="gpu", image="img", pool_replicas=2, **{k: v for k, v in kw.items()
+                                                                           if k != "replicas"})
+        self.assertEqual(self.body(), want)
+
+    def test_sandbox_secrets_names(self):
+        self.assertEqual(fedrouter.Sandbox(self.c, dict(SB, secrets=["A", "HF_TOKEN"])).secrets, ["A", "HF_TOKEN"])
+        self.assertEqual(fedrouter.Sandbox(self.c, SB).secrets, [])
+        self.fake.routes[("GET", "/v1/sandboxes/c1.pod-1")] = lambda r: (200, {}, dict(SB, secrets=["K"]))
+        sb = fedrouter.Sandbox(self.c, SB)
+        self.assertEqual(sb.refresh().secrets, ["K"])
+        self.assertEqual(sb["secrets"], ["K"])
+
     def test_exec_body_and_result(self):
         self.fake.routes[("POST", "/v1/sandboxes/c1.pod-1/exec")] = lambda r: (200, {}, EXEC_OK)
         sb = fedrouter.Sandbox(self.c, SB)

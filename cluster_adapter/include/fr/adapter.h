@@ -85,6 +85,9 @@ struct fr_adapter_opts {
 #define FR_ANN_WARM "fedrouter.io/warm"
 #define FR_ANN_ENV "fedrouter.io/env"
 #define FR_ANN_POOL_SPEC "fedrouter.io/pool-spec"
+/* The names (never the values) of the create-time secrets, comma-separated
+ * and sorted: what GET shows as "secrets". */
+#define FR_ANN_SECRETS "fedrouter.io/secrets"
 /* Label keys under this prefix belong to fedrouter; user labels may not use it. */
 #define FR_LABEL_PREFIX "fedrouter.io/"
 
@@ -103,6 +106,7 @@ struct fr_pod {
   const char *node;         /* spec.nodeName (interned) */
   const char *reason;       /* status.reason (interned) */
   char *env;                /* annotation fedrouter.io/env: JSON text */
+  char *secrets;            /* annotation fedrouter.io/secrets: "A,B" (names only) */
   char *unschedulable;      /* message of PodScheduled=False/Unschedulable */
   int64_t cpu_m, mem_b;     /* requests, summed over containers */
   int64_t created_s, expires_s; /* annotations fedrouter.io/created-at, expires-at; -1 absent */

@@ -169,6 +169,34 @@ def _seconds(v: Optional[float], what: str) -> Optional[int]:
     return int(math.ceil(v))
 
 
+def _pod_options(runtime_class: Optional[str], node_selector: Optional[Mapping[str, str]],
+                 tolerations: Optional[Sequence[Mapping[str, Any]]], gpus: Optional[int]) -> Dict[str, Any]:
+    """The pod options of a create or pool body (those given), type-checked
+    only: the router checks them as the API server would (``InvalidField``
+    with ``field`` naming the option)."""
+    out: Dict[str, Any] = {}
+    if runtime_class is not None:
+        if not isinstance(runtime_class, str):
+            raise TypeError("runtime_class must be a str (a RuntimeClass name, e.g. 'gvisor')")
+        out["runtime_class"] = runtime_class
+    if node_selector is not None:
+        if not isinstance(node_selector, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in node_selector.items()):
+            raise TypeError("node_selector must be a mapping of str label keys to str label values")
+        out["node_selector"] = dict(node_selector)
+    if tolerations is not None:
+        if isinstance(tolerations, (str, bytes, Mapping)) or not isinstance(tolerations, (list, tuple)) \
+                or not all(isinstance(t, Mapping) for t in tolerations):
+            raise TypeError("tolerations must be a list of mappings "
+                            "({'key': ..., 'operator': ..., 'value': ..., 'effect': ...})")
+        out["tolerations"] = [dict(t) for t in tolerations]
+    if gpus is not None:
+        if isinstance(gpus, bool) or not isinstance(gpus, int):
+            raise TypeError("gpus must be an int")
+        out["gpus"] = gpus
+    return out
+
+
 def _label_query(label: LabelFilter) -> List[Tuple[str, str]]:
     if label is None:
         return []
@@ -436,7 +464,9 @@ class Client:
                      secrets: Optional[Sequence[str]], env: Optional[Mapping[str, str]],
                      volumes: Optional[Mapping[str, str]], labels: Optional[Mapping[str, str]],
                      region: Optional[str], clusters: Optional[Sequence[str]], timeout_s: Optional[float],
-                     partial_ok: Optional[bool], template: Optional[str], timeout: Optional[float]
+                     partial_ok: Optional[bool], template: Optional[str], timeout: Optional[float], *,
+                     runtime_class: Optional[str] = None, node_selector: Optional[Mapping[str, str]] = None,
+                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None
                      ) -> Dict[str, Any]:
         if template is not None:
             if pool is not None and pool != template:
@@ -463,6 +493,7 @@ class Client:
             body["env"] = {str(k): str(v) for k, v in env.items()}
         if volumes:
             body["volumes"] = dict(volumes)
+        body.update(_pod_options(runtime_class, node_selector, tolerations, gpus))
         if labels:
             body["labels"] = {str(k): str(v) for k, v in labels.items()}
         if clusters:
@@ -500,6 +531,20 @@ class Client:
                 mount paths to PersistentVolumeClaims, ``{"/data": "pvc"}``:
                 placed only where the claims exist; ``secrets`` needs a
                 router that supports them).
+            runtime_class: the pods' RuntimeClass (``spec.runtimeClassName``,
+                e.g. ``'gvisor'``): placed only where it exists.
+            node_selector: ``{label key: value}`` the nodes must have
+                (``spec.nodeSelector``).
+            tolerations: a list of Kubernetes tolerations,
+                ``[{'key': 'gpu', 'operator': 'Exists', 'effect':
+                'NoSchedule'}]`` (``spec.tolerations``).
+            gpus: GPUs per sandbox (an int; the router's GPU resource,
+                ``nvidia.com/gpu`` by default): placed only on nodes with
+                that many free. Without these pod options a ``pool`` create
+                takes the pool's; with different ones it is a cold start.
+                They are checked for type here (``TypeError``) and by the
+                router as the API server would (``InvalidField`` with
+                ``field`` naming the option).
             region: preferred region (else the client's region hint).
             clusters: restrict placement to these clusters.
             timeout_s: sandbox lifetime in seconds (``timeout`` is an alias).
@@ -531,10 +576,14 @@ class Client:
                      clusters: Optional[Sequence[str]] = None, timeout_s: Optional[float] = None,
                      partial_ok: Optional[bool] = None, template: Optional[str] = None,
                      timeout: Optional[float] = None, retry_budget_s: Optional[float] = None,
-                     progress: ProgressArg = None, request_timeout: Optional[float] = None
+                     progress: ProgressArg = None, request_timeout: Optional[float] = None,
+                     runtime_class: Optional[str] = None, node_selector: Optional[Mapping[str, str]] = None,
+                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None
                      ) -> Any:
         body = self._create_body(name, num_sandboxes, pool, image, cpus, memory_gb, secrets, env, volumes,
-                                 labels, region, clusters, timeout_s, partial_ok, template, timeout)
+                                 labels, region, clusters, timeout_s, partial_ok, template, timeout,
+                                 runtime_class=runtime_class, node_selector=node_selector,
+                                 tolerations=tolerations, gpus=gpus)
         total = body.get("num_sandboxes", 1)
         report = make_reporter(progress, "create " + body.get("name", "sandbox"), total)
         if report is None:
@@ -573,9 +622,15 @@ class Client:
                             clusters: Optional[Sequence[str]] = None, timeout_s: Optional[float] = None,
                             partial_ok: Optional[bool] = None, template: Optional[str] = None,
                             timeout: Optional[float] = None, retry_budget_s: Optional[float] = None,
-                            progress: ProgressArg = None, request_timeout: Optional[float] = None) -> Any:
+                            progress: ProgressArg = None, request_timeout: Optional[float] = None,
+                            runtime_class: Optional[str] = None,
+                            node_selector: Optional[Mapping[str, str]] = None,
+                            tolerations: Optional[Sequence[Mapping[str, Any]]] = None,
+                            gpus: Optional[int] = None) -> Any:
         body = self._create_body(name, num_sandboxes, pool, image, cpus, memory_gb, secrets, env, volumes,
-                                 labels, region, clusters, timeout_s, partial_ok, template, timeout)
+                                 labels, region, clusters, timeout_s, partial_ok, template, timeout,
+                                 runtime_class=runtime_class, node_selector=node_selector,
+                                 tolerations=tolerations, gpus=gpus)
         total = body.get("num_sandboxes", 1)
         report = make_reporter(progress, "create " + body.get("name", "sandbox"), total)
         if report is None:
@@ -620,9 +675,14 @@ class Client:
                      labels: Optional[Mapping[str, str]] = None, region: Optional[str] = None,
                      clusters: Optional[Sequence[str]] = None, timeout_s: Optional[float] = None,
                      partial_ok: Optional[bool] = None, template: Optional[str] = None,
-                     timeout: Optional[float] = None) -> _Req:
+                     timeout: Optional[float] = None, runtime_class: Optional[str] = None,
+                     node_selector: Optional[Mapping[str, str]] = None,
+                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None
+                     ) -> _Req:
         body = self._create_body(name, num_sandboxes, pool, image, cpus, memory_gb, secrets, env, volumes,
-                                 labels, region, clusters, timeout_s, partial_ok, template, timeout)
+                                 labels, region, clusters, timeout_s, partial_ok, template, timeout,
+                                 runtime_class=runtime_class, node_selector=node_selector,
+                                 tolerations=tolerations, gpus=gpus)
         return _Req("POST", "/v1/placement/explain", body=body, idempotent=True, parse=_record)
 
     def _explain(self, *a: Any, **k: Any) -> Record:
@@ -1035,7 +1095,10 @@ class Client:
     def _create_pool_req(self, name: str, image: Optional[str] = None, *, cpus: Optional[float] = None,
                          memory_gb: Optional[float] = None, replicas: Optional[int] = None,
                          clusters: Optional[Sequence[str]] = None, pool_replicas: Optional[int] = None,
-                         shared: Optional[bool] = None, **extra: Any) -> _Req:
+                         shared: Optional[bool] = None, runtime_class: Optional[str] = None,
+                         node_selector: Optional[Mapping[str, str]] = None,
+                         tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None,
+                         volumes: Optional[Mapping[str, str]] = None, **extra: Any) -> _Req:
         body: Dict[str, Any] = {"name": name}
         if shared is not None:
             body["shared"] = bool(shared)
@@ -1046,6 +1109,11 @@ class Client:
                 body[k] = v
         if clusters:
             body["clusters"] = [clusters] if isinstance(clusters, str) else list(clusters)
+        body.update(_pod_options(runtime_class, node_selector, tolerations, gpus))
+        if volumes is not None:
+            if not isinstance(volumes, Mapping):
+                raise TypeError("volumes must be a mapping of mount paths to PersistentVolumeClaim names")
+            body["volumes"] = dict(volumes)
         body.update(extra)
         return _Req("POST", "/v1/pools", body=body, idempotent=False, parse=_record)
 
@@ -1053,7 +1121,13 @@ class Client:
         """Creates a warm pool (``POST /v1/pools``): ``name``, ``image``,
         ``cpus``, ``memory_gb``, ``replicas`` per cluster (``pool_replicas``
         is an alias, as in ``sky.sandbox.create_template``), ``clusters``,
-        ``shared`` (admin tokens only: every tenant may use the pool).
+        ``shared`` (admin tokens only: every tenant may use the pool), and
+        the pod options of :meth:`create` (``runtime_class``,
+        ``node_selector``, ``tolerations``, ``gpus``, ``volumes``), which go
+        on every pool pod: a create claims from the pool when it asks for
+        the same (or none). Clusters that cannot host such pods are left
+        out and listed in the answer's ``skipped``; when that is all of
+        them, :class:`APIError` ``no_cluster_fits`` (409).
         Raises :class:`PoolExists` for an existing name (any tenant's)."""
         return self._run(self._create_pool_req(name, image, **kw), 0)
 
@@ -1194,7 +1268,8 @@ class Sandbox:
 
     Fields: ``id`` (``<cluster>.<pod>``), ``name``, ``cluster``, ``region``,
     ``pool``, ``warm``, ``state``, ``labels``, ``created_at``,
-    ``expires_at``; ``sb['name']`` works too. ``placement`` is the create's
+    ``expires_at``, ``secrets`` (the names of its create-time secrets,
+    never their values; ``[]`` for none); ``sb['name']`` works too. ``placement`` is the create's
     placement summary (for a sandbox from ``create``).
 
     ``with sandbox.create(...) as sb:`` (and ``async with``) terminates it on
@@ -1225,6 +1300,8 @@ class Sandbox:
     labels = property(lambda self: self._data.get("labels") or {})
     created_at = property(lambda self: self._data.get("created_at"))
     expires_at = property(lambda self: self._data.get("expires_at"))
+    secrets = property(lambda self: list(self._data.get("secrets") or []),
+                       doc="Names (never values) of the create-time secrets it was given; [] for none.")
 
     def __getitem__(self, key: str) -> Any:
         if key == "id":
