@@ -679,7 +679,8 @@ void fs_rpc(struct conn *c, const char *method, json_t *req) {
     err = list_dir(path, (unsigned)depth, 0, arr, &nm);
     if (err == -E2BIG) {
       json_decref(arr);
-      rpc_error(c, false, "resource_exhausted", "more than %d entries under %s", LIST_MAX, path);
+      /* Not worth retrying, unlike the other resource_exhausted answers. */
+      rpc_error(c, false, "out_of_range", "more than %d entries under %s", LIST_MAX, path);
     } else if (err != 0) {
       json_decref(arr);
       fs_fail(c, err, "list", path);

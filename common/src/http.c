@@ -705,24 +705,31 @@ static int is_websocket_upgrade(struct conn *c) {
   return 1;
 }
 
+/* The connection limits' refusal: not the router running out of memory. */
+#define STATUS_TOO_MANY_CONNECTIONS 1503
+
 static void send_simple_and_close(struct conn *c, int status) {
+  int limited = status == STATUS_TOO_MANY_CONNECTIONS;
   char body[160];
   char head[256];
   int blen, hlen;
 
+  if (limited)
+    status = 503;
   blen = snprintf(body, sizeof(body),
                   "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}\n",
-                  status == 431   ? "headers_too_large"
+                  limited         ? "too_many_connections"
+                  : status == 431 ? "headers_too_large"
                   : status == 413 ? "body_too_large"
                   : status == 408 ? "request_timeout"
                   : status == 417 ? "expectation_failed"
                   : status == 503 ? "out_of_memory"
                                   : "bad_request",
-                  fr_http_status_text(status));
+                  limited ? "Too many connections" : fr_http_status_text(status));
   hlen = snprintf(head, sizeof(head),
                   "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
-                  "Content-Length: %d\r\nConnection: close\r\n\r\n",
-                  status, fr_http_status_text(status), blen);
+                  "Content-Length: %d\r\n%sConnection: close\r\n\r\n",
+                  status, fr_http_status_text(status), blen, limited ? "Retry-After: 1\r\n" : "");
   c->keep_alive = 0;
   if (c->state != CS_HANDLING) {
     /* refused before any handler saw it */
@@ -1251,7 +1258,7 @@ static void conn_admit(struct conn *c) {
   if (c->ssl != NULL)
     conn_close(c, 0);
   else
-    send_simple_and_close(c, 503);
+    send_simple_and_close(c, STATUS_TOO_MANY_CONNECTIONS);
 }
 
 /* libuv accepts every pending connection in one go: a flood of thousands

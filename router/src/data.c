@@ -104,8 +104,12 @@ static void agent_error(struct api_req *q, const struct fr_agent_result *res, js
     api_fail(q, 400, strcmp(what, "path") == 0 ? "invalid_path" : "invalid_request", text, NULL);
   } else if (strcmp(code, "failed_precondition") == 0 || strcmp(code, "already_exists") == 0) {
     api_fail(q, 409, code, text, NULL);
+  } else if (strcmp(code, "resource_exhausted") == 0 && strcmp(what, "path") == 0) {
+    api_fail(q, 507, "disk_full", text, NULL); /* what the agent says for ENOSPC */
   } else if (strcmp(code, "resource_exhausted") == 0) {
     api_fail(q, 429, "agent_busy", text, "Retry-After: 1\r\n");
+  } else if (strcmp(code, "out_of_range") == 0) {
+    api_fail(q, 400, "listing_too_large", text, NULL);
   } else if (strcmp(code, "disk_full") == 0) {
     api_fail(q, 507, "disk_full", text, NULL);
   } else {
@@ -448,7 +452,7 @@ static void bg_done(const struct fr_agent_result *res, const char *code, const c
   struct bg_start *b = arg;
 
   if (!b->answered) {
-    if (code != NULL && res->err == FR_AGENT_OK) {
+    if (code != NULL && res->err == FR_AGENT_OK && strcmp(code, "resource_exhausted") != 0) {
       char msg[600];
       snprintf(msg, sizeof(msg), "the process could not start: %s", message != NULL ? message : code);
       api_fail(b->q, strcmp(code, "not_found") == 0 || strcmp(code, "invalid_argument") == 0 ? 400 : 502,

@@ -332,6 +332,20 @@ out:
   json_decref(j);
 }
 
+/* The first key of object <j> other than <want>, else <want>: the field a
+ * body of just {"<want>": ...} got wrong. */
+static const char *other_key(json_t *j, const char *want) {
+  const char *k;
+  json_t *v;
+
+  json_object_foreach(j, k, v) {
+    (void)v;
+    if (strcmp(k, want) != 0)
+      return k;
+  }
+  return want;
+}
+
 static void change_pool(struct api_req *q, const char *name, int del) {
   struct pool_op *p;
   int64_t replicas = 0;
@@ -357,9 +371,10 @@ static void change_pool(struct api_req *q, const char *name, int del) {
 
     if (ok)
       replicas = json_integer_value(v);
+    else if (!json_is_object(j))
+      api_fail(q, 400, "invalid_json", "the body must be {\"replicas\": N} with 0 <= N <= 100000", NULL);
     else
-      api_fail(q, 400, json_is_object(j) ? "invalid_field" : "invalid_json",
-               "the body must be {\"replicas\": N} with 0 <= N <= 100000", NULL);
+      api_field_fail(q, other_key(j, "replicas"), "the body must be {\"replicas\": N} with 0 <= N <= 100000");
     json_decref(j);
     if (!ok)
       return;

@@ -353,7 +353,9 @@ void router_handle(struct fr_http_req *req, void *arg) {
       send_json(req, 200, json_pack("{s:s}", "status", "ok"), NULL);
     else
       router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
-  } else if (strcmp(req->path, "/dashboard") == 0 && get) {
+  } else if ((strcmp(req->path, "/dashboard") == 0 || strcmp(req->path, "/metrics") == 0) && !get) {
+    router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
+  } else if (strcmp(req->path, "/dashboard") == 0) {
     /* The page itself is public (it holds no data); it asks the API with
      * the user's token. */
     size_t len;
@@ -362,10 +364,10 @@ void router_handle(struct fr_http_req *req, void *arg) {
                     "Cache-Control: no-cache\r\nContent-Security-Policy: default-src 'self'; "
                     "style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'\r\n",
                     html, len);
-  } else if (strcmp(req->path, "/metrics") == 0 && get && !metrics_allowed(r, req)) {
+  } else if (strcmp(req->path, "/metrics") == 0 && !metrics_allowed(r, req)) {
     router_error(req, 401, "unauthorized", "/metrics wants the metrics token: Authorization: Bearer <token>",
                  "WWW-Authenticate: Bearer realm=\"fedrouter-metrics\"\r\n");
-  } else if (strcmp(req->path, "/metrics") == 0 && get) {
+  } else if (strcmp(req->path, "/metrics") == 0) {
     struct fr_buf m;
     fr_buf_init(&m);
     if (metrics_render(r, &m) == 0)
@@ -402,7 +404,9 @@ void router_handle(struct fr_http_req *req, void *arg) {
         get_clusters(r, req);
       else
         router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
-    } else if (strcmp(req->path, "/v1/events") == 0 && get) {
+    } else if (strcmp(req->path, "/v1/events") == 0 && !get) {
+      router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
+    } else if (strcmp(req->path, "/v1/events") == 0) {
       json_t *arr = json_array();
       size_t n;
       /* newest first */

@@ -2366,6 +2366,8 @@ START_TEST(conn_limit_global_refuses_with_503_when_none_idle) {
   fx_run(client_limit_refuses_when_none_idle);
   ck_assert_int_eq(fx.r[0].status, 503);
   assert_header(&fx.r[0], "Connection", "close");
+  assert_header(&fx.r[0], "Retry-After", "1");
+  ck_assert_msg(strstr(fx.r[0].body, "\"code\":\"too_many_connections\"") != NULL, "%s", fx.r[0].body);
   ck_assert_int_eq(fx.r[1].status, 200);
   ck_assert_msg(strstr(fx.r[1].body, "refused=1") != NULL && strstr(fx.r[1].body, "evicted=0") != NULL,
                 "%s", fx.r[1].body);

@@ -243,6 +243,20 @@ def test_files_round_trip_list_remove(fed):
     check(r["stdout"] == "one two three", f"chunked content: {r}")
 
 
+def test_listing_past_the_agents_bound_is_not_retryable(fed):
+    """More than 100,000 entries: 400 listing_too_large (retrying cannot
+    help, so no 429 with Retry-After)."""
+    sid = fed.shared["sid"]
+    r = fed.exec_ok(sid, ["python3", "-c",
+                          "import os\nos.makedirs('/tmp/many')\n"
+                          "for i in range(100001): open('/tmp/many/%d' % i, 'w').close()"], timeout_s=120)
+    check(r["exit_code"] == 0, f"made the files: {r}")
+    st, r = fed.api("GET", f"/v1/sandboxes/{sid}/files?path=/tmp/many&list=1")
+    check(st == 400 and r["error"]["code"] == "listing_too_large" and "100000" in r["error"]["message"],
+          f"listing: {st} {short(r)}")
+    fed.exec_ok(sid, ["rm", "-rf", "/tmp/many"], timeout_s=120)
+
+
 BIG_TEXT = r"""
 import sys
 sys.stdout.write("".join(chr(32 + i % 90) + ('"\\\t\n' if i % 7 == 0 else "") + ("\u00e9\u6f22" if i % 11 == 0 else "")
@@ -311,6 +325,7 @@ TESTS = [
     test_background_process_output_stdin_signal,
     test_pty_process_with_resize,
     test_files_round_trip_list_remove,
+    test_listing_past_the_agents_bound_is_not_retryable,
     test_large_answers_go_out_in_pieces,
     test_tenant_rules,
 ]

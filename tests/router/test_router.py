@@ -752,6 +752,8 @@ def test_bad_input(fed):
     expect_error(fed.api("PATCH", f"{P}/{sid}", {}), 405, "method_not_allowed", "PATCH a sandbox")
     expect_error(fed.api("GET", f"{P}/{sid}/exec"), 405, "method_not_allowed", "GET exec")
     expect_error(fed.api("POST", "/healthz", {}), 405, "method_not_allowed", "POST /healthz")
+    for path in ("/metrics", "/dashboard", "/v1/events"):
+        expect_error(fed.api("POST", path, {}), 405, "method_not_allowed", f"POST {path}")
     expect_error(fed.api("GET", "/v1/no-such-thing"), 404, "not_found", "unknown endpoint")
     # auth
     for path in (P, f"{P}/{sid}", "/v1/pools", "/v1/clusters"):
@@ -1406,9 +1408,11 @@ def test_probe_defects_answered_cleanly(fed):
     # PATCH /v1/pools/{name} with a bad body read the body after freeing it.
     st, r = fed.api("POST", "/v1/pools", {"name": "probe", "image": IMAGE, "replicas": 0})
     check(st == 201, f"create pool probe: {st} {short(r)}")
-    for body, what in (({"replicas": -1}, "replicas -1"), ({"replicas": "3"}, "replicas as a string"),
-                       ({"replicas": 1, "x": 2}, "an extra field")):
-        expect_error(fed.api("PATCH", "/v1/pools/probe", body), 400, "invalid_field", f"PATCH pool with {what}")
+    for body, what, field in (({"replicas": -1}, "replicas -1", "replicas"),
+                              ({"replicas": "3"}, "replicas as a string", "replicas"),
+                              ({"replicas": 1, "x": 2}, "an extra field", "x")):
+        e = expect_error(fed.api("PATCH", "/v1/pools/probe", body), 400, "invalid_field", f"PATCH pool with {what}")
+        check(e.get("field") == field, f"PATCH pool with {what}: field {e.get('field')!r}, expected {field!r}")
     expect_error(fed.api("PATCH", "/v1/pools/probe", raw=b"[1"), 400, "invalid_json", "PATCH pool with bad JSON")
     check(fed.api("GET", "/healthz", token=None)[0] == 200, "router alive after the PATCH probes")
     # Pool bodies that cannot be used are refused, not accepted with nothing made.

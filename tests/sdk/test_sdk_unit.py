@@ -382,6 +382,24 @@ class TestErrors(Base):
         self.assertEqual((cm.exception.status, cm.exception.code), (502, "http_502"))
         self.assertIn("bad gateway", cm.exception.message)
 
+    def test_every_router_code_has_its_class(self):
+        for code, cls, base in (("out_of_memory", errors.OutOfMemory, errors.InternalError),
+                                ("path_not_found", errors.PathNotFound, errors.NotFound),
+                                ("not_synced", errors.NotSynced, errors.APIError),
+                                ("commit_failed", errors.CommitFailed, errors.APIError),
+                                ("too_many_connections", errors.TooManyConnections, errors.APIError),
+                                ("agent_busy", errors.AgentBusy, errors.APIError),
+                                ("agent_error", errors.AgentError, errors.APIError),
+                                ("file_too_large", errors.FileTooLarge, errors.APIError),
+                                ("disk_full", errors.DiskFull, errors.APIError),
+                                ("listing_too_large", errors.ListingTooLarge, errors.APIError)):
+            self.assertIs(errors.error_class_for(code), cls, code)
+            self.assertTrue(issubclass(cls, base), code)
+        self.fake.routes[("GET", "/v1/clusters")] = err(503, "not_synced", "first list", {"Retry-After": "1"})
+        with self.assertRaises(errors.NotSynced) as cm:
+            self.c.clusters()
+        self.assertEqual(cm.exception.retry_after, 1.0)
+
     def test_error_pickles(self):
         import pickle
         e = errors.NoCapacity("full", status=503, retry_after=2.0, request_id="r1", body={"shortfall": 3})

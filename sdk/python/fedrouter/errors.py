@@ -20,7 +20,8 @@ __all__ = [
     "MethodNotAllowed", "RequestTimeout", "PoolExists", "SandboxNotRunning", "BodyTooLarge",
     "TenantLimit", "HeadersTooLarge", "InternalError", "ExecFailed", "NoCapacity",
     "ClusterUnavailable", "AgentUnavailable", "NotReady", "ShuttingDown", "error_class_for",
-    "ERROR_CLASSES", "NotSupported",
+    "ERROR_CLASSES", "NotSupported", "OutOfMemory", "NotSynced", "CommitFailed", "TooManyConnections",
+    "AgentBusy", "AgentError", "PathNotFound", "FileTooLarge", "DiskFull", "ListingTooLarge",
 ]
 
 
@@ -262,6 +263,60 @@ class ShuttingDown(_RetryAfter):
     code_default = "shutting_down"
 
 
+class OutOfMemory(InternalError):
+    """503: the router could not allocate what the answer needs (what it
+    answers for any failure of its own); worth a retry."""
+    code_default = "out_of_memory"
+
+
+class NotSynced(_RetryAfter):
+    """503: this router replica has not finished its first list of the
+    sandbox's cluster (it just started); the sandbox may well exist."""
+    code_default = "not_synced"
+
+
+class CommitFailed(_RetryAfter):
+    """503: the clusters that got a create's sandboxes did not take its
+    commit marker and no other cluster could; nothing was kept."""
+    code_default = "commit_failed"
+
+
+class TooManyConnections(_RetryAfter):
+    """503: the router's connection limits refused the connection."""
+    code_default = "too_many_connections"
+
+
+class AgentBusy(_RetryAfter):
+    """429: the sandbox's agent is out of a resource (stdin backlog,
+    process slots)."""
+    code_default = "agent_busy"
+
+
+class AgentError(APIError):
+    """502: the sandbox's agent failed the call in a way that has no code
+    of its own."""
+    code_default = "agent_error"
+
+
+class PathNotFound(NotFound):
+    code_default = "path_not_found"
+
+
+class FileTooLarge(APIError):
+    """413: an upload over the tenant's ``max_file_bytes``."""
+    code_default = "file_too_large"
+
+
+class DiskFull(APIError):
+    """507: the sandbox's disk is full."""
+    code_default = "disk_full"
+
+
+class ListingTooLarge(APIError):
+    """400: a directory of more than 100,000 entries; list a subdirectory."""
+    code_default = "listing_too_large"
+
+
 class NotSupported(FedrouterError):
     """The router does not serve this call yet (it answered 404 ``not_found``
     for the endpoint, or 400 ``invalid_field`` for the field that asks for
@@ -275,7 +330,8 @@ ERROR_CLASSES: Dict[str, Type[APIError]] = {
         SandboxNotFound, PoolNotFound, ClusterNotFound, ProcessNotFound, MethodNotAllowed,
         RequestTimeout, PoolExists, SandboxNotRunning, BodyTooLarge, TenantLimit, HeadersTooLarge,
         InternalError, ExecFailed, NoCapacity, ClusterUnavailable, AgentUnavailable, NotReady,
-        ShuttingDown)
+        ShuttingDown, OutOfMemory, NotSynced, CommitFailed, TooManyConnections, AgentBusy, AgentError,
+        PathNotFound, FileTooLarge, DiskFull, ListingTooLarge)
 }
 
 
