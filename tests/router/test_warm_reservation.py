@@ -31,7 +31,8 @@ one must answer 201 with 5 sandboxes, and by each sandbox's `cluster` and
 at most the 6 sandboxes it had warm pods for and every one of them is a
 warm claim (no cold start travelled to the far cluster for a warm pod
 someone else got); every cold start is in us-east, where the capacity is;
-and the 9 warm pods were all claimed. kubesim's own pods agree with the
+and the 9 warm pods were all claimed (us-east's pool may refill in
+time for a late create; ap-tokyo's takes 2 s). kubesim's own pods agree with the
 answers. Then everything is deleted and nothing is left.
 
 Usage: test_warm_reservation.py --fedrouter PATH --kubesim PATH [--only NAME] [--keep]
@@ -159,7 +160,10 @@ def test_concurrent_creates_do_not_share_warm_pods(fed):
               f"Per create (cluster created/warm): {per_answer}")
         check(cold["us-east"] == CREATES * PER_CREATE - sum(warm.values()),
               f"cold starts {cold}: every cold start belongs in us-east")
-        check(warm == WARM, f"warm claims {warm}, want every warm pod claimed once: {WARM}")
+        # Every warm pod was claimed: the reservations strand none. (us-east
+        # may claim more: its pool refills within ~0.3 s, ap-tokyo's in 2 s.)
+        check(warm["ap-tokyo"] == WARM["ap-tokyo"] and warm["us-east"] >= WARM["us-east"],
+              f"warm claims {warm}, want every warm pod claimed: {WARM}")
         # kubesim agrees: the sandboxes the answers name are the pods there.
         for c, sim in fed.sims.items():
             ids = {f"{c}.{p['metadata']['name']}" for p in sim.pods("fedrouter.io/state=claimed")}
