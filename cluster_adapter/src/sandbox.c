@@ -50,14 +50,30 @@ struct create_op {
   int conflicts;
   char conflicted[MAX_CLAIM_CONFLICTS][64]; /* pods whose claim this create lost: not again */
   int init_warm;            /* CS_INIT: the pod came from the pool */
+  int warm_held;            /* holds one of the pool's ready pods reserved (warm_hold) */
   char pod[64];
   struct fr_kube_call *call;
   uv_timer_t *timer;
 };
 
+/* A create from a pool holds one of the pool's ready pods reserved on the
+ * pool record (fr_adapter_reserve_warm) from its start until its claim is
+ * settled: the cache shows the pod claimed, or the create went cold. The
+ * batch hands its plan's warm reservation over to it when it starts the
+ * create (as for cold slots and the in-flight count), so a concurrent plan
+ * never counts on a pod a claim in flight is about to take. */
+static void warm_release(struct create_op *op) {
+  if (!op->warm_held)
+    return;
+  op->warm_held = 0;
+  fr_adapter_reserve_warm(op->a, op->pool, -1);
+}
+
 static void set_state(struct create_op *op, enum cstate s) {
   FR_DEBUG("sandbox", "%s: %s %s -> %s", op->a->cc.name, op->name, cstate_names[op->state], cstate_names[s]);
   op->state = s;
+  if (s != CS_PICK && s != CS_CLAIMING)
+    warm_release(op);
 }
 
 static void timer_closed(uv_handle_t *h) {
@@ -74,6 +90,7 @@ static void op_free(struct create_op *op) {
   if (op->next)
     op->next->prev = op->prev;
   a->inflight--;
+  warm_release(op);
   if (op->timer != NULL)
     uv_close((uv_handle_t *)op->timer, timer_closed);
   free(op->tenant);
@@ -593,6 +610,7 @@ static char *dup_or_null(const char *s) {
 
 int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec *spec,
                               fr_sandbox_cb cb, void *arg) {
+  const struct fr_adapter_pool_view *pv;
   struct create_op *op;
 
   if (a->stopping)
@@ -631,6 +649,11 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
     op->timer = NULL;
     op_free(op);
     return -ENOMEM;
+  }
+  pv = op->pool != NULL ? fr_adapter_pool(a, op->pool) : NULL;
+  if (pv != NULL && fr_podopts_equal(pv->opts, op->opts)) {
+    op->warm_held = 1;
+    fr_adapter_reserve_warm(a, op->pool, 1);
   }
   /* Start from the next loop turn: the callback never runs inside this call. */
   uv_timer_init(a->loop, op->timer);

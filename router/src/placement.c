@@ -218,7 +218,8 @@ struct fr_cluster_state *placement_states(struct router *r, const struct fr_sand
     /* Warm pods serve only a request with their pool's options. */
     for (k = 0; spec->pool != NULL && k < v.npools; k++)
       if (strcmp(v.pools[k].name, spec->pool) == 0 && fr_podopts_equal(v.pools[k].opts, spec->opts))
-        /* What concurrent batches already plan to claim is not there for this one. */
+        /* What concurrent batches already plan to claim, or are claiming
+         * now (creates in flight), is not there for this one. */
         st[i].warm_ready = v.pools[k].ready > v.pools[k].reserved ? v.pools[k].ready - v.pools[k].reserved : 0;
     /* What one sandbox of this shape costs here per hour, from the
      * cluster's price; 0 (unknown) where none is configured, which the

@@ -1132,6 +1132,82 @@ START_TEST(run_as_user_gives_pods_the_restricted_security_context) {
 }
 END_TEST
 
+/* The pool's record as the planner reads it: ready pods and, of them,
+ * those reserved (planned by batches, or held by creates in flight). */
+static void assert_pool(int64_t ready, int64_t reserved) {
+  const struct fr_adapter_pool_view *pv = fr_adapter_pool(ad, "py");
+
+  ck_assert_ptr_nonnull(pv);
+  ck_assert_int_eq(pv->ready, ready);
+  ck_assert_int_eq(pv->reserved, reserved);
+}
+
+/* A create from a pool holds one ready pod reserved on the pool record
+ * from its start until its claim is settled (issue 15 item 8: the batch
+ * gave its plan's warm reservation back when it started the create, but
+ * the ready count drops only when the claim is answered, so plans made
+ * while claims were in flight counted the same pods again and their
+ * creates went cold in the far cluster they had picked for its warm pods).
+ * A lost claim moves on still holding it; a settled claim gives it back as
+ * the pod leaves the ready count; a create that goes cold holds nothing
+ * while its pod is made. */
+START_TEST(claim_in_flight_holds_its_warm_pod_reserved) {
+  struct fr_sandbox_spec s = spec_of("py");
+  struct fr_pool_spec ps;
+  struct outcome o[3];
+  struct deleted d;
+
+  fk_add_pod(fk, fk_warm_pod("warm-a", "py"));
+  fk_add_pod(fk, fk_warm_pod("warm-b", "py"));
+  start_adapter();
+  memset(&ps, 0, sizeof(ps));
+  memset(&d, 0, sizeof(d));
+  ps.name = "py";
+  ps.image = "python:3.12";
+  ps.cpu_m = 500;
+  ps.mem_b = 256LL << 20;
+  ps.replicas = 2;
+  ck_assert_int_eq(fr_adapter_pool_create(ad, &ps, on_deleted, &d), 0);
+  wait_for(flag_set, &d.calls, WAIT_MS, "the pool create's answer");
+  ck_assert_int_eq(d.status, 201);
+  assert_pool(2, 0);
+
+  /* Held from the start, before the create's first loop turn... */
+  fk_script(fk, "PATCH", 1, FK_HOLD, NULL);
+  create(&s, &o[0]);
+  assert_pool(2, 1);
+  /* ...and while its claim is in flight (the pod still counts ready). */
+  wait_held(1);
+  assert_pool(2, 1);
+  /* Lost: the create claims the other pod, still holding one. */
+  ck_assert_int_eq(fk_answer_held(fk, 409, CONFLICT_MSG), 0);
+  wait_for(outcome_done, &o[0], WAIT_MS, "the create's callback");
+  ck_assert_int_eq(o[0].err, FR_SB_OK);
+  ck_assert_int_eq(o[0].warm, 1);
+  ck_assert_int_eq(fk_count(fk, "PATCH", FK_PODS), 2);
+  /* Claimed: out of the ready count and out of the reservation at once
+   * (the 409 was scripted, so the first pod is still warm). */
+  assert_pool(1, 0);
+  create_and_wait(&s, &o[1]);
+  ck_assert_int_eq(o[1].warm, 1);
+  ck_assert_str_ne(o[1].pod, o[0].pod);
+  assert_pool(0, 0);
+
+  /* No ready pod: the create goes cold and gives its hold back. */
+  fk_script_path(fk, "POST", FK_PODS, 1, FK_HOLD, NULL);
+  create(&s, &o[2]);
+  assert_pool(0, 1);
+  wait_held(1);
+  assert_pool(0, 0);
+  ck_assert_int_eq(fk_answer_held(fk, 403, "pods \"sb-x\" is forbidden: exceeded quota: q"), 0);
+  wait_for(outcome_done, &o[2], WAIT_MS, "the cold create's callback");
+  ck_assert_int_eq(o[2].err, FR_SB_NO_ROOM);
+  assert_pool(0, 0);
+  ck_assert_int_eq(fr_adapter_inflight(ad), 0);
+  finish_test();
+}
+END_TEST
+
 /* A new expiry is one merge patch: the annotation every router's reaper
  * reads and, when it comes earlier, activeDeadlineSeconds counted from the
  * pod's start, which the cluster enforces; the cache then shows it. */
@@ -1631,6 +1707,7 @@ static Suite *sandbox_suite(void) {
   tcase_add_test(tc, claim_conflict_409_after_watch_update_moves_to_next_warm_pod);
   tcase_add_test(tc, claim_conflicts_exhausted_cold_starts);
   tcase_add_test(tc, claim_answered_before_watch_is_visible);
+  tcase_add_test(tc, claim_in_flight_holds_its_warm_pod_reserved);
   tcase_add_test(tc, create_quota_403_reports_no_room);
   tcase_add_test(tc, create_unschedulable_reports_no_room);
   tcase_add_test(tc, create_name_collision_409_retries_with_new_name);

@@ -176,13 +176,14 @@ class PolicyFed(tr.Fed):
                   f"kubesim {[(n, len(self.router_pods(n))) for n in self.sims]}")
 
 
-def kube_req(sim, method, path, body=None, timeout=15):
-    """Any request on kubesim's Kubernetes API: (status, json)."""
+def kube_req(sim, method, path, body=None, timeout=15, content_type="application/json"):
+    """Any request on kubesim's Kubernetes API: (status, json). A PATCH
+    names its kind in <content_type> (application/merge-patch+json)."""
     import http.client
     c = http.client.HTTPSConnection("127.0.0.1", sim.port, timeout=timeout, context=sim.ssl)
     try:
         c.request(method, path, body=json.dumps(body) if body is not None else None,
-                  headers={"Authorization": "Bearer " + tr.SIM_TOKEN, "Content-Type": "application/json"})
+                  headers={"Authorization": "Bearer " + tr.SIM_TOKEN, "Content-Type": content_type})
         r = c.getresponse()
         data = r.read()
         try:

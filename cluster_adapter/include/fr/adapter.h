@@ -168,7 +168,8 @@ struct fr_adapter_pool_view {
   struct fr_podopts *opts;  /* its pods' options (volumes pre-mounted, ...); NULL = none */
   int64_t target;           /* spec.replicas */
   int64_t ready;            /* ready, unclaimed pool pods */
-  int64_t reserved;         /* of them, planned by batches not yet started (fr_adapter_reserve_warm) */
+  int64_t reserved;         /* of them, planned by batches not yet started (fr_adapter_reserve_warm)
+                             * or held by creates in flight until their claim is settled */
 };
 
 struct fr_adapter_view {
@@ -335,7 +336,9 @@ int fr_adapter_pod_delete_pending(struct fr_adapter *a, const struct fr_pod *pod
 void fr_adapter_reserve(struct fr_adapter *a, int64_t delta);
 /* The same for warm pods of <pool> a batch plans to claim here, so a
  * concurrent plan does not count on the same ready pods (no-op for a pool
- * this cluster does not have). */
+ * this cluster does not have). A started create from <pool> holds one
+ * itself until its claim is settled (claimed, or gone cold), so the batch
+ * gives its reservation back when it starts the create. */
 void fr_adapter_reserve_warm(struct fr_adapter *a, const char *pool, int64_t delta);
 /* Creates in flight on this adapter (reserved against its capacity). */
 int64_t fr_adapter_inflight(const struct fr_adapter *a);
