@@ -427,11 +427,12 @@ static int on_event(struct watch *w, const struct inotify_event *ev) {
   return rc;
 }
 
-/* Reads what the kernel queued, at most WATCH_READS_PER_TURN buffers (the
- * fd is level-triggered: the rest comes next turn). */
-static void drain(struct watch *w) {
+/* Reads what the kernel queued, at most <rounds> buffers (the fd is
+ * level-triggered: the rest comes next turn); rounds 0: until it is empty
+ * (bounded: the kernel's queue is, and so is a polling watcher's). */
+static void drain(struct watch *w, int rounds) {
   char buf[16 * 1024] __attribute__((aligned(__alignof__(struct inotify_event))));
-  for (int round = 0; round < WATCH_READS_PER_TURN && !w->dead && w->io.fd >= 0 && !w->paused;
+  for (int round = 0; (rounds == 0 || round < rounds) && !w->dead && w->io.fd >= 0 && !w->paused;
        round++) {
     ssize_t n = read(w->io.fd, buf, sizeof(buf));
     if (n <= 0) {
@@ -463,7 +464,7 @@ static void drain(struct watch *w) {
 static void watch_io_cb(struct agent *a, struct io *io, uint32_t events) {
   (void)a;
   (void)events;
-  drain(container_of(io, struct watch, io));
+  drain(container_of(io, struct watch, io), WATCH_READS_PER_TURN);
 }
 
 int watch_pump(struct watch *w) {
@@ -635,7 +636,7 @@ void watch_rpc(struct conn *c, const char *method, json_t *req) {
       return;
     /* What the kernel has queued so far belongs to this answer: a client
      * that changed a file and then polls sees the change. */
-    drain(w);
+    drain(w, 0);
     if (w->err_code[0]) {
       rpc_error(c, false, w->err_code, "%s", w->err_msg);
       return;
