@@ -346,6 +346,7 @@ struct agent {
   int nwatches;
   struct watch *dead_watches; /* freed by agent_collect() */
   uint64_t next_watch_id;
+  size_t watch_queued;        /* events waiting in all polling watchers */
 };
 
 void agent_collect(struct agent *a); /* deferred frees and parses */

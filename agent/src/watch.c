@@ -27,10 +27,12 @@
  *    queue overflows, events were lost: the watcher ends with an error
  *    (internal, as envd reports fsnotify's overflow).
  *  - A polling watcher keeps at most WATCH_MAX_QUEUED events between two
- *    GetWatcherEvents; one more and it fails (resource_exhausted, every
+ *    GetWatcherEvents (WATCH_MAX_QUEUED_TOTAL over all); one more and it fails (resource_exhausted, every
  *    later GetWatcherEvents says so, as envd's watcher error does) and its
  *    inotify instance is released. One not polled for WATCH_IDLE_MS is
  *    removed (a client that forgot RemoveWatcher).
+ *  - A directory moved in holding more than WATCH_MAX_REPORTED entries
+ *    (reported as created) ends the watcher: resource_exhausted.
  *
  * Lifetime: a stream's watcher is closed with its connection (client gone,
  * stop(), deadline); a polling one by RemoveWatcher, idle expiry or agent
@@ -54,6 +56,8 @@
 #define WATCH_MAX 64
 #define WATCH_MAX_DIRS 4096
 #define WATCH_MAX_QUEUED 10000
+#define WATCH_MAX_QUEUED_TOTAL 50000 /* over all polling watchers of the agent */
+#define WATCH_MAX_REPORTED 10000     /* entries reported for one directory moved in */
 #define WATCH_IDLE_MS 600000
 #define WATCH_MAX_DEPTH 128
 #define WATCH_READS_PER_TURN 8
@@ -77,6 +81,7 @@ struct watch {
   bool recursive;
   bool include_entry;
   bool paused; /* stream: not reading while the client lags */
+  unsigned reported; /* entries reported by the walk of a new directory */
   bool dead;
   struct wdir *dirs;
   size_t ndirs, capdirs;
@@ -226,7 +231,9 @@ static int walk(struct watch *w, const char *rel, unsigned depth, bool report) {
       is_dir = fp && lstat(fp, &st) == 0 && S_ISDIR(st.st_mode);
       free(fp);
     }
-    if (report)
+    if (report && ++w->reported > WATCH_MAX_REPORTED)
+      rc = -EOVERFLOW;
+    else if (report)
       rc = emit(w, sub, "EVENT_TYPE_CREATE", sub);
     if (rc == 0 && is_dir) {
       int r = dir_add(w, sub, IN_DONT_FOLLOW);
@@ -263,6 +270,8 @@ void watch_close(struct watch *w) {
   struct agent *a = w->a;
   w->dead = true;
   release(w);
+  a->watch_queued -= json_array_size(w->queue);
+  json_array_clear(w->queue);
   timer_stop(a, &w->idle);
   if (w->c != NULL) {
     w->c->watch = NULL;
@@ -315,6 +324,7 @@ static void watch_fail(struct watch *w, const char *code, const char *fmt, ...) 
     return;
   }
   release(w);
+  w->a->watch_queued -= json_array_size(w->queue);
   json_array_clear(w->queue);
   snprintf(w->err_code, sizeof(w->err_code), "%s", code);
   snprintf(w->err_msg, sizeof(w->err_msg), "%s", msg);
@@ -343,15 +353,17 @@ static int emit(struct watch *w, const char *name, const char *type, const char 
     envelope_write(w->c, 0, json_pack("{s:o}", "filesystem", ev));
     return 0;
   }
-  if (json_array_size(w->queue) >= WATCH_MAX_QUEUED) {
+  if (json_array_size(w->queue) >= WATCH_MAX_QUEUED ||
+      w->a->watch_queued >= WATCH_MAX_QUEUED_TOTAL) {
     json_decref(ev);
     watch_fail(w, "resource_exhausted",
-               "more than %d events waited for GetWatcherEvents: events were lost; remove this "
-               "watcher and create a new one, polling more often",
-               WATCH_MAX_QUEUED);
+               "more than %d events waited for GetWatcherEvents (%d over all watchers): events "
+               "were lost; remove this watcher and create a new one, polling more often",
+               WATCH_MAX_QUEUED, WATCH_MAX_QUEUED_TOTAL);
     return -1;
   }
-  json_array_append_new(w->queue, ev);
+  if (json_array_append_new(w->queue, ev) == 0)
+    w->a->watch_queued++;
   return 0;
 }
 
@@ -410,16 +422,22 @@ static int on_event(struct watch *w, const struct inotify_event *ev) {
     if (ev->mask & IN_MOVED_FROM) {
       dir_drop_tree(w, rel);
     } else if (ev->mask & (IN_CREATE | IN_MOVED_TO)) {
+      w->reported = 0;
       int r = dir_add(w, rel, IN_DONT_FOLLOW);
       if (r == 0)
         r = walk(w, rel, 1, true);
-      if (r == -E2BIG) {
-        watch_fail(w, "resource_exhausted", "more than %d directories to watch under %s",
-                   WATCH_MAX_DIRS, w->root);
+      if (r < 0)
         rc = -1;
-      } else if (r < 0 && !w->dead && w->io.fd >= 0) {
-        watch_fail(w, "internal", "watcher error: watch %s: %s", name, strerror(-r));
-        rc = -1;
+      if (r < 0 && !w->dead && w->io.fd >= 0) { /* else the walk's emit() failed it */
+        if (r == -E2BIG)
+          watch_fail(w, "resource_exhausted", "more than %d directories to watch under %s",
+                     WATCH_MAX_DIRS, w->root);
+        else if (r == -EOVERFLOW)
+          watch_fail(w, "resource_exhausted",
+                     "%s appeared holding more than %d entries: events were lost", name,
+                     WATCH_MAX_REPORTED);
+        else
+          watch_fail(w, "internal", "watcher error: watch %s: %s", name, strerror(-r));
       }
     }
   }
@@ -649,6 +667,7 @@ void watch_rpc(struct conn *c, const char *method, json_t *req) {
     }
     json_t *events = w->queue;
     w->queue = fresh;
+    c->a->watch_queued -= json_array_size(events);
     http_respond_json(c, 200, json_pack("{s:o}", "events", events));
   } else if (strcmp(method, "RemoveWatcher") == 0) {
     struct watch *w = find_polled(c, req);

@@ -865,6 +865,24 @@ def test_watchers_polling_and_limits(a):
         check(st == 429, "a failed watcher recovered: %d %r" % (st, j))
         check(b.rpc("filesystem.Filesystem/RemoveWatcher", {"watcherId": wid})[0] == 200, "remove the failed one")
 
+        # a directory moved in holding more than 10,000 entries: they cannot
+        # all be reported as created; the watch ends saying so
+        big = os.path.join(TMP, "big")
+        os.makedirs(big)
+        for i in range(10001):
+            open("%s/%d" % (big, i), "w").close()
+        s = b.stream("filesystem.Filesystem/WatchDir", {"path": d, "recursive": True})
+        check(s.next() == ("msg", {"start": {}}), "start (big)")
+        os.rename(big, d + "/big")
+        created = 0
+        while s.end is None:
+            kind, obj = s.next()
+            created += kind == "msg" and obj.get("filesystem", {}).get("type") == "EVENT_TYPE_CREATE"
+        check(s.end["error"]["code"] == "resource_exhausted" and "more than 10000 entries" in s.end["error"]["message"]
+              and created == 10001, "big directory moved in: %d creates, %r" % (created, s.end))
+        s.close()
+        shutil.rmtree(d + "/big")
+
         # a stream whose client stops reading: the agent stops reading the
         # kernel queue (memory flat); the kernel's overflow ends the stream
         sk = socket.socket()
