@@ -82,6 +82,7 @@ struct watch {
   bool include_entry;
   bool paused; /* stream: not reading while the client lags */
   unsigned reported; /* entries reported by the walk of a new directory */
+  uint32_t from_cookie; /* of the last directory moved away, to tell a move within */
   bool dead;
   struct wdir *dirs;
   size_t ndirs, capdirs;
@@ -421,11 +422,15 @@ static int on_event(struct watch *w, const struct inotify_event *ev) {
   if (rc == 0 && w->recursive && !self && (ev->mask & IN_ISDIR)) {
     if (ev->mask & IN_MOVED_FROM) {
       dir_drop_tree(w, rel);
+      w->from_cookie = ev->cookie;
     } else if (ev->mask & (IN_CREATE | IN_MOVED_TO)) {
+      /* A directory moved within the watched tree brings nothing new: its
+       * entries were reported where they were made. */
+      bool within = (ev->mask & IN_MOVED_TO) && ev->cookie != 0 && ev->cookie == w->from_cookie;
       w->reported = 0;
       int r = dir_add(w, rel, IN_DONT_FOLLOW);
       if (r == 0)
-        r = walk(w, rel, 1, true);
+        r = walk(w, rel, 1, !within);
       if (r < 0)
         rc = -1;
       if (r < 0 && !w->dead && w->io.fd >= 0) { /* else the walk's emit() failed it */
