@@ -867,6 +867,20 @@ def test_watchers_polling_and_limits(a):
         check(st == 429, "a failed watcher recovered: %d %r" % (st, j))
         check(b.rpc("filesystem.Filesystem/RemoveWatcher", {"watcherId": wid})[0] == 200, "remove the failed one")
 
+        # at most 50,000 events wait over all polling watchers: six watchers
+        # of 9,000 each cannot all keep theirs
+        ids = [b.rpc("filesystem.Filesystem/CreateWatcher", {"path": d})[1]["watcherId"] for _ in range(6)]
+        for i in range(4500):
+            os.utime(d + "/p", (i, i))
+            os.utime(d + "/q", (i, i))
+        answers = [b.rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": w}) for w in ids]
+        failed = [j for st, j in answers if st == 429 and "over all watchers" in j["message"]]
+        kept = sum(len(j["events"]) for st, j in answers if st == 200)
+        check(len(failed) >= 1 and kept <= 50000 and len(failed) + sum(st == 200 for st, _ in answers) == 6,
+              "the agent-wide event bound: %d failed, %d events kept, %r" % (len(failed), kept, [a[0] for a in answers]))
+        for w in ids:
+            check(b.rpc("filesystem.Filesystem/RemoveWatcher", {"watcherId": w})[0] == 200, "remove " + w)
+
         # a directory moved in holding more than 10,000 entries: they cannot
         # all be reported as created; the watch ends saying so
         big = os.path.join(TMP, "big")
