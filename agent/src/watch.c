@@ -116,10 +116,13 @@ static char *full_path(const struct watch *w, const char *rel) {
   char *s;
   if (rel[0] == '\0')
     return strdup(w->root);
-  if (asprintf(&s, "%s%s%s", w->root, strcmp(w->root, "/") == 0 ? "" : "/", rel) < 0)
+  if (asprintf(&s, "%s%s%s", w->root, strcmp(w->root, "/") == 0 ? "" : "/", rel) < 0) {
+    errno = ENOMEM;
     return NULL;
+  }
   if (strlen(s) >= 4096) {
     free(s);
+    errno = ENAMETOOLONG;
     return NULL;
   }
   return s;
