@@ -122,6 +122,7 @@ struct conn;
 struct proc;
 struct sub;
 struct upload;
+struct watch;
 
 struct conn {
   struct io io;
@@ -152,6 +153,7 @@ struct conn {
   int file_fd;      /* GET /files in progress, -1 otherwise */
   uint64_t file_left;
   struct sub *sub;  /* process stream attached, or NULL */
+  struct watch *watch; /* WatchDir stream attached, or NULL */
   struct timer timer;    /* head/body/idle deadlines */
   struct timer ka_timer; /* stream keepalive events */
   struct timer dl_timer; /* Connect-Timeout-Ms of a stream */
@@ -201,6 +203,21 @@ void upload_free(struct upload *up);
 /* Filesystem service unary RPCs. */
 json_t *fs_entry_json(const char *path, int *err);
 void fs_rpc(struct conn *c, const char *method, json_t *req);
+
+/* ---- directory watchers (watch.c) ---- */
+/* WatchDir: validates <req> (borrowed), begins the stream with its start
+ * message and attaches the watcher to <c>; 0, or -1 when the error was
+ * answered. The caller then starts the stream's timers and services <c>. */
+int watch_stream_start(struct conn *c, json_t *req);
+/* CreateWatcher, GetWatcherEvents, RemoveWatcher (unary). */
+void watch_rpc(struct conn *c, const char *method, json_t *req);
+/* The stream's connection has room again: resume reading events. */
+int watch_pump(struct watch *w);
+/* Stops watching now (fd closed, detached from its connection); the
+ * struct is freed by watch_collect(). Accepts NULL. */
+void watch_close(struct watch *w);
+void watch_collect(struct agent *a);
+void watch_close_all(struct agent *a);
 
 /* ---- processes (proc.c) ---- */
 struct chunk {
@@ -325,6 +342,11 @@ struct agent {
   bool trace; /* FR_AGENT_TRACE=1: log connection state changes */
   int exit_code;
   struct conn *dead_conns;
+  struct watch *watches;      /* live watchers, streams and polling */
+  int nwatches;
+  struct watch *dead_watches; /* freed by agent_collect() */
+  uint64_t next_watch_id;
+  size_t watch_queued;        /* events waiting in all polling watchers */
 };
 
 void agent_collect(struct agent *a); /* deferred frees and parses */

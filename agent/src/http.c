@@ -148,6 +148,7 @@ void conn_close(struct conn *c) {
   if (c->sub)
     sub_detach(c->sub, true);
   c->sub = NULL;
+  watch_close(c->watch);
   if (c->up) {
     upload_free(c->up);
     c->up = NULL;
@@ -190,6 +191,7 @@ void agent_collect(struct agent *a) {
     buf_free(&c->body);
     free(c);
   }
+  watch_collect(a);
 }
 
 static void reset_for_next(struct conn *c) {
@@ -198,6 +200,7 @@ static void reset_for_next(struct conn *c) {
     sub_detach(c->sub, false);
     c->sub = NULL;
   }
+  watch_close(c->watch);
   buf_free(&c->body);
   set_state(c, C_HEAD);
   memset(&c->req, 0, sizeof(c->req));
@@ -262,6 +265,8 @@ void conn_service(struct conn *c) {
       produced = files_pump(c);
     else if (c->sub)
       produced = sub_pump(c->sub);
+    else if (c->watch)
+      produced = watch_pump(c->watch);
     if (produced <= 0)
       break;
   }

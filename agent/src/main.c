@@ -326,6 +326,7 @@ int main(int argc, char **argv) {
 
   /* Stop: everything the agent started dies with it. */
   proc_shutdown_all(&a);
+  watch_close_all(&a);
   if (a.main_pid > 0 && !a.main_exited)
     kill(-a.main_pid, SIGKILL);
   while (a.conns)

@@ -1,5 +1,6 @@
 /* rpc.c — routing, auth, /init, and the Connect protocol for envd's
- * process.Process service (filesystem.Filesystem is in files.c).
+ * process.Process service (filesystem.Filesystem is in files.c, its
+ * watchers in watch.c).
  *
  * Connect over HTTP/1.1 with the JSON codec, as the E2B SDK speaks it:
  *  - unary: POST /<service>/<Method>, application/json in and out; errors
@@ -245,8 +246,7 @@ void route_head(struct conn *c) {
       http_respond(c, 415, "application/json", NULL, msg, sizeof(msg) - 1);
       return;
     }
-    if (strcmp(sm, "process.Process/StreamInput") == 0 ||
-        strcmp(sm, "filesystem.Filesystem/WatchDir") == 0) {
+    if (strcmp(sm, "process.Process/StreamInput") == 0) {
       c->close_after = true; /* the client stream is not read */
       rpc_error(c, true, "unimplemented", "%s is not implemented by fedrouter-agent", sm);
       return;
@@ -429,13 +429,20 @@ static struct proc *select_proc(struct conn *c, json_t *req, bool streaming) {
   return p;
 }
 
+/* Keepalive messages of a stream: a process stream's is
+ * {"event":{"keepalive":{}}}, WatchDir's {"keepalive":{}}. */
 static void ka_cb(struct agent *a, struct timer *t) {
   struct conn *c = container_of(t, struct conn, ka_timer);
-  if (c->dead || c->sub == NULL || c->sub->end_sent)
+  if (c->dead || c->resp_done)
     return;
-  envelope_write(c, 0, json_pack("{s:{s:{}}}", "event", "keepalive"));
+  if (c->watch)
+    envelope_write(c, 0, json_pack("{s:{}}", "keepalive"));
+  else if (c->sub && !c->sub->end_sent)
+    envelope_write(c, 0, json_pack("{s:{s:{}}}", "event", "keepalive"));
+  else
+    return;
   conn_service(c);
-  if (!c->dead && c->sub)
+  if (!c->dead && (c->sub || c->watch))
     timer_start(a, &c->ka_timer, (uint64_t)c->ka_interval_s * 1000, ka_cb);
 }
 
@@ -443,7 +450,19 @@ static void dl_cb(struct agent *a, struct timer *t) {
   struct conn *c = container_of(t, struct conn, dl_timer);
   (void)a;
   struct sub *s = c->sub;
-  if (c->dead || s == NULL || s->end_sent)
+  if (c->dead || c->resp_done)
+    return;
+  if (c->watch) {
+    /* WatchDir's deadline (the SDK's timeoutMs, 60 s by default) ends the
+     * stream with deadline_exceeded, as envd's context does. */
+    watch_close(c->watch);
+    envelope_write(c, 2, json_pack("{s:{s:s,s:s}}", "error", "code", "deadline_exceeded",
+                                   "message", "stream deadline (Connect-Timeout-Ms) exceeded"));
+    http_stream_end(c);
+    conn_service(c);
+    return;
+  }
+  if (s == NULL || s->end_sent)
     return;
   /* Only Connect streams carry a stream deadline; the process lives on. */
   s->end_sent = true;
@@ -855,6 +874,15 @@ static void handle_rpc(struct conn *c) {
     handle_update(c, req);
   else if (strcmp(m, "process.Process/CloseStdin") == 0)
     handle_close_stdin(c, req);
+  else if (strcmp(m, "filesystem.Filesystem/WatchDir") == 0) {
+    if (watch_stream_start(c, req) == 0) {
+      stream_timers(c, true);
+      conn_service(c);
+    }
+  } else if (strcmp(m, "filesystem.Filesystem/CreateWatcher") == 0 ||
+             strcmp(m, "filesystem.Filesystem/GetWatcherEvents") == 0 ||
+             strcmp(m, "filesystem.Filesystem/RemoveWatcher") == 0)
+    watch_rpc(c, m + 22, req);
   else if (strncmp(m, "filesystem.Filesystem/", 22) == 0)
     fs_rpc(c, m + 22, req);
   else

@@ -661,8 +661,283 @@ def test_filesystem_rpcs(a):
     check(st == 404, "Remove missing: %d" % st)
     st, j = a.rpc("filesystem.Filesystem/ListDir", {"path": "rel"})
     check(st == 400 and j["code"] == "invalid_argument", "relative ListDir: %d" % st)
-    st, j = a.rpc("filesystem.Filesystem/CreateWatcher", {"path": d})
-    check(st == 501 and j["code"] == "unimplemented", "watcher: %d %r" % (st, j))
+
+
+def fd_count(agent):
+    return len(os.listdir("/proc/%d/fd" % agent.proc.pid))
+
+
+def inotify_fds(agent):
+    n = 0
+    for fd in os.listdir("/proc/%d/fd" % agent.proc.pid):
+        try:
+            n += os.readlink("/proc/%d/fd/%s" % (agent.proc.pid, fd)) == "anon_inode:inotify"
+        except OSError:
+            pass
+    return n
+
+
+def fs_events(s, marker):
+    """(name, type) of a WatchDir stream's events up to <marker>'s CREATE."""
+    got = []
+    while True:
+        kind, obj = s.next()
+        check(kind == "msg", "the watch stream ended early: %r (after %r)" % (obj, got))
+        if "keepalive" in obj:
+            continue
+        ev = obj.get("filesystem")
+        check(ev is not None and set(obj) == {"filesystem"}, "not a filesystem event: %r" % obj)
+        t = ev["type"].replace("EVENT_TYPE_", "")
+        if ev["name"] == marker and t == "CREATE":
+            return got
+        if ev["name"] != marker:
+            got.append((ev["name"], t))
+
+
+def in_order(got, want):
+    """<want> appears in <got> as a subsequence."""
+    it = iter(got)
+    return all(any(x == w for x in it) for w in want)
+
+
+def test_watch_dir_stream(a):
+    d = os.path.join(TMP, "watch")
+    os.makedirs(d + "/pre")
+    base = 6   # 0-2, listener, epoll, signalfd: earlier tests' connections closed
+    wait_until(lambda: fd_count(a) == base, 5, "the agent's fds back to 6 (now %d)" % fd_count(a))
+    s = a.stream("filesystem.Filesystem/WatchDir", {"path": d, "recursive": False})
+    check(s.status == 200 and s.headers.get("content-type") == "application/connect+json", "status %d" % s.status)
+    kind, obj = s.next()
+    check(kind == "msg" and obj == {"start": {}}, "first message is not the start event: %r" % obj)
+    check(inotify_fds(a) == 1, "inotify instances while watching: %d" % inotify_fds(a))
+    with open(d + "/f", "w") as f:
+        f.write("x")
+    os.rename(d + "/f", d + "/g")
+    os.chmod(d + "/g", 0o600)
+    os.mkdir(d + "/sub")
+    with open(d + "/sub/x", "w") as f:
+        f.write("not seen: below a non-recursive watch")
+    with open(d + "/pre/y", "w") as f:
+        f.write("not seen either")
+    os.unlink(d + "/g")
+    open(d + "/m1", "w").close()
+    got = fs_events(s, "m1")
+    want = [("f", "CREATE"), ("f", "WRITE"), ("f", "RENAME"), ("g", "CREATE"), ("g", "CHMOD"),
+            ("sub", "CREATE"), ("g", "REMOVE")]
+    check(in_order(got, want), "non-recursive events: %r" % got)
+    check(not any("/" in n for n, _ in got), "a non-recursive watch reported below its directory: %r" % got)
+    s.close()
+    wait_until(lambda: fd_count(a) == base and inotify_fds(a) == 0, 5,
+               "the watch to be freed when its client left (fds %d, was %d)" % (fd_count(a), base))
+
+    # recursive: existing and new subdirectories, moves and removals
+    s = a.stream("filesystem.Filesystem/WatchDir", {"path": d + "/", "recursive": True})
+    check(s.next() == ("msg", {"start": {}}), "start (recursive)")
+    # paced as a client is: each change waits for its events (a directory
+    # renamed before the agent saw it appear cannot be watched under its
+    # first name, with inotify as with envd's fsnotify)
+    def step(change, want):
+        change()
+        got = []
+        while not all(w in got for w in want):
+            kind, obj = s.next()
+            check(kind == "msg", "the watch stream ended: %r (saw %r, want %r)" % (obj, got, want))
+            if "filesystem" in obj:
+                got.append((obj["filesystem"]["name"], obj["filesystem"]["type"].replace("EVENT_TYPE_", "")))
+        return got
+
+    def write(path, text):
+        with open(path, "w") as f:
+            f.write(text)
+    step(lambda: write(d + "/pre/y2", "y"), [("pre/y2", "CREATE"), ("pre/y2", "WRITE")])
+    step(lambda: os.makedirs(d + "/new/deep"), [("new", "CREATE"), ("new/deep", "CREATE")])
+    step(lambda: write(d + "/new/deep/z", "z"), [("new/deep/z", "CREATE"), ("new/deep/z", "WRITE")])
+    got = step(lambda: os.rename(d + "/new", d + "/moved"), [("new", "RENAME"), ("moved", "CREATE")])
+    check(in_order(got, [("new", "RENAME"), ("moved", "CREATE")]), "rename order: %r" % got)
+    got += step(lambda: write(d + "/moved/deep/w", "w"), [("moved/deep/w", "CREATE")])
+    check(("moved/deep", "CREATE") not in got and ("moved/deep/z", "CREATE") not in got,
+          "a directory moved within reported its entries again: %r" % got)
+    got = step(lambda: shutil.rmtree(d + "/moved"), [("moved/deep/w", "REMOVE"), ("moved/deep/z", "REMOVE"),
+                                                      ("moved/deep", "REMOVE"), ("moved", "REMOVE")])
+    check(in_order(got, [("moved/deep", "REMOVE"), ("moved", "REMOVE")]), "remove order: %r" % got)
+    check(not any(n.startswith("new/") for n, _ in got), "a moved directory kept its old name: %r" % got)
+    s.close()
+
+    # errors as envd gives them, before any start message
+    for msg, code in (({"path": d + "/missing"}, "not_found"), ({"path": d + "/m1"}, "invalid_argument"),
+                      ({"path": "relative"}, "invalid_argument"), ({"path": d, "recursive": "yes"}, "invalid_argument")):
+        e = a.stream("filesystem.Filesystem/WatchDir", msg)
+        kind, obj = e.next()
+        check(e.status == 200 and kind == "end" and obj["error"]["code"] == code, "%r: %r" % (msg, obj))
+        e.close()
+
+    # keepalives and the deadline (the SDK's timeoutMs)
+    s = a.stream("filesystem.Filesystem/WatchDir", {"path": d},
+                 headers={"Keepalive-Ping-Interval": "1", "Connect-Timeout-Ms": "2500"})
+    check(s.next() == ("msg", {"start": {}}), "start (deadline)")
+    check(s.next() == ("msg", {"keepalive": {}}), "keepalive")
+    s.drain()
+    check(s.end["error"]["code"] == "deadline_exceeded", "deadline: %r" % s.end)
+    s.close()
+
+    # the watched directory itself removed: REMOVE "." and the stream ends
+    os.mkdir(d + "/gone")
+    s = a.stream("filesystem.Filesystem/WatchDir", {"path": d + "/gone"})
+    check(s.next() == ("msg", {"start": {}}), "start (gone)")
+    os.rmdir(d + "/gone")
+    kinds = []
+    while s.end is None:
+        kinds.append(s.next()[1])
+    check({"filesystem": {"name": ".", "type": "EVENT_TYPE_REMOVE"}} in kinds and s.end == {},
+          "watched directory removed: %r" % kinds)
+    s.close()
+    wait_until(lambda: fd_count(a) == base and inotify_fds(a) == 0, 5, "watches freed (fds %d)" % fd_count(a))
+    shutil.rmtree(d)
+
+
+def test_watchers_polling_and_limits(a):
+    b = Agent(name="watch")
+    try:
+        b.init()
+        d = os.path.join(TMP, "pwatch")
+        os.makedirs(d)
+        base = 6   # 0-2, listener, epoll, signalfd
+        wait_until(lambda: fd_count(b) == base, 5, "a fresh agent's fds (%d)" % fd_count(b))
+        st, j = b.rpc("filesystem.Filesystem/CreateWatcher", {"path": d, "recursive": True})
+        check(st == 200 and re.match(r"^w[0-9a-f]+$", j.get("watcherId", "")) and set(j) == {"watcherId"},
+              "CreateWatcher: %d %r" % (st, j))
+        wid = j["watcherId"]
+        os.mkdir(d + "/s")
+        st, j = b.rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+        check(st == 200 and j == {"events": [{"name": "s", "type": "EVENT_TYPE_CREATE"}]},
+              "GetWatcherEvents after mkdir: %d %r" % (st, j))
+        with open(d + "/s/f", "w") as f:
+            f.write("1")
+        os.rename(d + "/s/f", d + "/s/g")
+        st, j = b.rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+        got = [(e["name"], e["type"].replace("EVENT_TYPE_", "")) for e in j["events"]]
+        check(st == 200 and got == [("s/f", "CREATE"), ("s/f", "WRITE"), ("s/f", "RENAME"), ("s/g", "CREATE")],
+              "GetWatcherEvents: %d %r" % (st, got))
+        st, j = b.rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+        check(st == 200 and j == {"events": []}, "second GetWatcherEvents: %d %r" % (st, j))
+        st, j = b.rpc("filesystem.Filesystem/RemoveWatcher", {"watcherId": wid})
+        check(st == 200 and j == {}, "RemoveWatcher: %d %r" % (st, j))
+        for m in ("RemoveWatcher", "GetWatcherEvents"):
+            st, j = b.rpc("filesystem.Filesystem/" + m, {"watcherId": wid})
+            check(st == 404 and j["code"] == "not_found" and wid in j["message"], "%s after remove: %d %r" % (m, st, j))
+        st, j = b.rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": 7})
+        check(st == 400 and j["code"] == "invalid_argument", "numeric id: %d %r" % (st, j))
+        st, j = b.rpc("filesystem.Filesystem/CreateWatcher", {"path": d + "/nope"})
+        check(st == 404 and j["code"] == "not_found", "missing dir: %d %r" % (st, j))
+        st, j = b.rpc("filesystem.Filesystem/CreateWatcher", {"path": d + "/s/g"})
+        check(st == 400 and j["code"] == "invalid_argument" and "not a directory" in j["message"], "file: %d %r" % (st, j))
+        wait_until(lambda: fd_count(b) == base, 5, "fds after RemoveWatcher: %d, was %d" % (fd_count(b), base))
+
+        # at most 64 watchers per agent, streams included
+        ids = []
+        for i in range(63):
+            st, j = b.rpc("filesystem.Filesystem/CreateWatcher", {"path": d})
+            check(st == 200, "watcher %d: %d %r" % (i, st, j))
+            ids.append(j["watcherId"])
+        s = b.stream("filesystem.Filesystem/WatchDir", {"path": d})
+        check(s.next() == ("msg", {"start": {}}), "the 64th watcher, a stream")
+        st, j = b.rpc("filesystem.Filesystem/CreateWatcher", {"path": d})
+        check(st == 429 and j["code"] == "resource_exhausted", "65th watcher: %d %r" % (st, j))
+        e = b.stream("filesystem.Filesystem/WatchDir", {"path": d})
+        kind, obj = e.next()
+        check(kind == "end" and obj["error"]["code"] == "resource_exhausted", "65th watcher, a stream: %r" % obj)
+        e.close()
+        s.close()
+        for w in ids:
+            check(b.rpc("filesystem.Filesystem/RemoveWatcher", {"watcherId": w})[0] == 200, "remove " + w)
+        wait_until(lambda: inotify_fds(b) == 0, 5, "all inotify instances closed (%d left)" % inotify_fds(b))
+
+        # a polling watcher keeps at most 10,000 events, then fails for good
+        st, j = b.rpc("filesystem.Filesystem/CreateWatcher", {"path": d})
+        wid = j["watcherId"]
+        open(d + "/p", "w").close()
+        open(d + "/q", "w").close()
+        for i in range(5100):   # alternating: the kernel does not merge them
+            os.utime(d + "/p", (i, i))
+            os.utime(d + "/q", (i, i))
+        st, j = b.rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+        check(st == 429 and j["code"] == "resource_exhausted" and "lost" in j["message"], "overflow: %d %r" % (st, j))
+        check(inotify_fds(b) == 0, "the failed watcher kept its inotify fd")
+        st, j = b.rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+        check(st == 429, "a failed watcher recovered: %d %r" % (st, j))
+        check(b.rpc("filesystem.Filesystem/RemoveWatcher", {"watcherId": wid})[0] == 200, "remove the failed one")
+
+        # at most 50,000 events wait over all polling watchers: six watchers
+        # of 9,000 each cannot all keep theirs
+        ids = [b.rpc("filesystem.Filesystem/CreateWatcher", {"path": d})[1]["watcherId"] for _ in range(6)]
+        for i in range(4500):
+            os.utime(d + "/p", (i, i))
+            os.utime(d + "/q", (i, i))
+        answers = [b.rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": w}) for w in ids]
+        failed = [j for st, j in answers if st == 429 and "over all watchers" in j["message"]]
+        kept = sum(len(j["events"]) for st, j in answers if st == 200)
+        check(len(failed) >= 1 and kept <= 50000 and len(failed) + sum(st == 200 for st, _ in answers) == 6,
+              "the agent-wide event bound: %d failed, %d events kept, %r" % (len(failed), kept, [a[0] for a in answers]))
+        for w in ids:
+            check(b.rpc("filesystem.Filesystem/RemoveWatcher", {"watcherId": w})[0] == 200, "remove " + w)
+
+        # a directory moved in holding more than 10,000 entries: they cannot
+        # all be reported as created; the watch ends saying so
+        big = os.path.join(TMP, "big")
+        os.makedirs(big)
+        for i in range(10001):
+            open("%s/%d" % (big, i), "w").close()
+        s = b.stream("filesystem.Filesystem/WatchDir", {"path": d, "recursive": True})
+        check(s.next() == ("msg", {"start": {}}), "start (big)")
+        os.rename(big, d + "/big")
+        created = 0
+        while s.end is None:
+            kind, obj = s.next()
+            created += kind == "msg" and obj.get("filesystem", {}).get("type") == "EVENT_TYPE_CREATE"
+        check(s.end["error"]["code"] == "resource_exhausted" and "more than 10000 entries" in s.end["error"]["message"]
+              and created == 10001, "big directory moved in: %d creates, %r" % (created, s.end))
+        s.close()
+        shutil.rmtree(d + "/big")
+
+        # a stream whose client stops reading: the agent stops reading the
+        # kernel queue (memory flat); the kernel's overflow ends the stream
+        sk = socket.socket()
+        sk.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sk.connect(("127.0.0.1", b.port))
+        req = envelope({"path": d})
+        sk.sendall(("POST /filesystem.Filesystem/WatchDir HTTP/1.1\r\nHost: x\r\nX-Access-Token: %s\r\n"
+                    "Content-Type: application/connect+json\r\nContent-Length: %d\r\n\r\n"
+                    % (TOKEN, len(req))).encode() + req)
+        time.sleep(0.3)
+        rss0 = rss_kb(b.proc.pid)
+        with open("/proc/sys/fs/inotify/max_queued_events") as f:
+            kq = int(f.read())
+        n = 0
+        while n < kq + 60000:
+            os.utime(d + "/p", (n, n))
+            os.utime(d + "/q", (n, n))
+            n += 2
+        time.sleep(0.5)
+        grew = rss_kb(b.proc.pid) - rss0
+        bound = 64 * 1024 if under_asan(b.proc.pid) else 8 * 1024
+        check(grew < bound, "agent RSS grew by %d KiB behind a client that does not read" % grew)
+        sk.settimeout(10)
+        data = b""
+        while True:
+            chunk = sk.recv(1 << 20)
+            if not chunk:
+                break
+            data += chunk
+            if data.endswith(b"0\r\n\r\n"):
+                break
+        sk.close()
+        events = data.count(b"EVENT_TYPE_CHMOD")
+        check(b'"code":"internal"' in data and b"overflowed" in data and events < n,
+              "a lagging stream: %d events of %d, tail %r" % (events, n, data[-300:]))
+        print("     lagging stream: %d of %d events delivered, then the overflow error; RSS +%d KiB" % (events, n, grew))
+        wait_until(lambda: fd_count(b) == base, 5, "fds back to %d (now %d)" % (base, fd_count(b)))
+    finally:
+        check(b.stop() == 0, "watch agent exit status")
 
 
 def raw_exchange(a, data, read_until_close=True):
@@ -887,7 +1162,7 @@ TESTS = [
     test_signal_kills_group, test_timeout_kills_escaped_grandchild,
     test_background_grandchild_does_not_hold_stream, test_kill_on_disconnect,
     test_keepalive_and_deadline, test_files_round_trip, test_files_large_flat_memory,
-    test_filesystem_rpcs, test_bad_input, test_curl_speaks_to_it, test_node_fetch_speaks_to_it,
+    test_filesystem_rpcs, test_watch_dir_stream, test_watchers_polling_and_limits, test_bad_input, test_curl_speaks_to_it, test_node_fetch_speaks_to_it,
     test_e2b_sdk, test_connection_limit, test_no_fd_leak, test_orphans_reaped, test_agent_killed_takes_commands,
     test_main_command_mode,
 ]

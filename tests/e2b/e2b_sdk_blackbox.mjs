@@ -7,7 +7,8 @@
 // and exits 1. Every sandbox it makes is killed before it exits.
 import { createRequire } from 'node:module'
 const require = createRequire(process.env.FR_E2B_NODE_MODULES + '/')
-const { Sandbox, CommandExitError, SandboxNotFoundError, NotFoundError, FileNotFoundError } = require('e2b')
+const { Sandbox, CommandExitError, SandboxNotFoundError, NotFoundError, FileNotFoundError, InvalidArgumentError,
+  TimeoutError } = require('e2b')
 
 const POOL = process.env.E2B_TEST_POOL
 const OTHER_KEY = process.env.E2B_TEST_OTHER_KEY
@@ -130,6 +131,73 @@ try {
     must(!(await sbx.files.exists('/tmp/e2b/a.txt')) && await sbx.files.exists('/tmp/e2b/c.txt'), 'after rename')
     await sbx.files.remove('/tmp/e2b/d')
     must(!(await sbx.files.exists('/tmp/e2b/d')), 'remove')
+  })
+  await run('files.watchDir', async () => {
+    const dir = '/tmp/e2b-watch'
+    await sbx.files.makeDir(dir + '/pre')
+    // The agent is the parent of every command's shell: its inotify
+    // instances are one per live watcher.
+    const watches = async () => Number((await sbx.commands.run(
+      'n=0; for f in /proc/$PPID/fd/*; do [ "$(readlink $f)" = anon_inode:inotify ] && n=$((n+1)); done; echo $n')).stdout.trim())
+    const seen = (evs, name, type) => evs.some((e) => e.name === name && e.type === type)
+    const waitFor = async (evs, want, what) => {
+      for (let i = 0; i < 100 && !want.every(([n, t]) => seen(evs, n, t)); i++) await new Promise((r) => setTimeout(r, 50))
+      must(want.every(([n, t]) => seen(evs, n, t)), what + ': got ' + JSON.stringify(evs.map((e) => [e.name, e.type])))
+    }
+    const waitWatches = async (n, what) => {
+      let got
+      for (let i = 0; i < 40 && (got = await watches()) !== n; i++) await new Promise((r) => setTimeout(r, 100))
+      must(got === n, what + ': the agent holds ' + got + ' inotify instances, not ' + n)
+    }
+    await waitWatches(0, 'before watching')
+    const evs = []
+    const h = await sbx.files.watchDir(dir, (e) => { evs.push(e) })
+    await waitWatches(1, 'while watching')
+    await sbx.files.write(dir + '/a.txt', 'hello')
+    await waitFor(evs, [['a.txt', 'create'], ['a.txt', 'write']], 'files.write')
+    await sbx.commands.run(`mv ${dir}/a.txt ${dir}/b.txt && chmod 600 ${dir}/b.txt`)
+    await waitFor(evs, [['a.txt', 'rename'], ['b.txt', 'create'], ['b.txt', 'chmod']], 'mv and chmod')
+    await sbx.files.rename(dir + '/b.txt', dir + '/c.txt')
+    await waitFor(evs, [['b.txt', 'rename'], ['c.txt', 'create']], 'files.rename')
+    await sbx.files.remove(dir + '/c.txt')
+    await sbx.files.makeDir(dir + '/sub')
+    await sbx.files.write(dir + '/sub/x', 'below: not reported without recursive')
+    await sbx.files.write(dir + '/pre/y', 'below: not reported without recursive')
+    await sbx.files.write(dir + '/marker', 'm')
+    await waitFor(evs, [['c.txt', 'remove'], ['sub', 'create'], ['marker', 'create']], 'remove, makeDir')
+    must(!evs.some((e) => e.name.includes('/')), 'non-recursive watch reported ' + JSON.stringify(evs.map((e) => e.name)))
+    must(evs.every((e) => e.entry === undefined), 'entry without includeEntry')
+    await h.stop()
+    await waitWatches(0, 'after stop()')
+
+    const rev = []
+    let exitErr = 'not yet'
+    const r = await sbx.files.watchDir(dir, (e) => { rev.push(e) }, { recursive: true, onExit: (e) => { exitErr = e } })
+    await sbx.files.write(dir + '/pre/y2', 'y')
+    await waitFor(rev, [['pre/y2', 'create'], ['pre/y2', 'write']], 'recursive: existing subdirectory')
+    await sbx.commands.run(`mkdir -p ${dir}/n1/n2 && echo z > ${dir}/n1/n2/z`)
+    await waitFor(rev, [['n1', 'create'], ['n1/n2', 'create'], ['n1/n2/z', 'create']], 'recursive: new subdirectories')
+    await sbx.files.write(dir + '/n1/n2/later', 'l')
+    await waitFor(rev, [['n1/n2/later', 'create'], ['n1/n2/later', 'write']], 'recursive: watched as it appeared')
+    await sbx.files.remove(dir + '/n1')
+    await waitFor(rev, [['n1/n2/later', 'remove'], ['n1/n2', 'remove'], ['n1', 'remove']], 'recursive: remove')
+    await r.stop()
+    await waitWatches(0, 'after the recursive stop()')
+
+    // timeoutMs ends the watch (envd's deadline): onExit gets the SDK's TimeoutError
+    const t0 = Date.now()
+    exitErr = 'not yet'
+    await sbx.files.watchDir(dir, () => {}, { timeoutMs: 1500, onExit: (e) => { exitErr = e } })
+    for (let i = 0; i < 100 && exitErr === 'not yet'; i++) await new Promise((r) => setTimeout(r, 50))
+    must(exitErr instanceof TimeoutError, 'onExit after timeoutMs: ' + exitErr)
+    must(Date.now() - t0 < 4500, 'the 1.5 s watch ended after ' + (Date.now() - t0) + ' ms')
+    await waitWatches(0, 'after timeoutMs')
+
+    await throwsLike(() => sbx.files.watchDir(dir + '/missing', () => {}), (e) => e instanceof FileNotFoundError,
+      'watching a missing directory')
+    await throwsLike(() => sbx.files.watchDir(dir + '/marker', () => {}),
+      (e) => e instanceof InvalidArgumentError && /not a directory/.test(e.message), 'watching a file')
+    await waitWatches(0, 'after the refused watches')
   })
   await run('pty', async () => {
     let out = ''

@@ -15,6 +15,7 @@ import http.client
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -151,6 +152,63 @@ def test_files_stream_both_ways_with_backpressure(fed):
     check(st == 204, f"kill: {st} {r}")
 
 
+def test_watch_stream_through_the_router(fed):
+    """WatchDir through /e2b: the start message and keepalives arrive as the
+    agent sends them (nothing buffers the stream), a stream quiet for
+    seconds is not cut (no idle timeout on the router, its agent calls or
+    kubesim's pod proxy while a response streams), and an event after the
+    quiet spell still arrives."""
+    st, sb = e2b(fed, "POST", "/v2/sandboxes", body={"templateID": POOL, "timeout": 60})
+    check(st == 201, f"create: {st} {sb}")
+    sid, token = sb["sandboxID"], sb["envdAccessToken"]
+    h = {"E2b-Sandbox-Id": sid, "X-Access-Token": token}
+    c = http.client.HTTPConnection("127.0.0.1", fed.router.port, timeout=30)
+    c.request("POST", "/e2b/files?path=/tmp/w/keep", body=b"k",
+              headers=dict(h, **{"Content-Type": "application/octet-stream"}))
+    r = c.getresponse()
+    check(r.status == 200, f"upload: {r.status} {r.read()[:200]!r}")
+    r.read()
+
+    def watch(interval):
+        body = json.dumps({"path": "/tmp/w"}).encode()
+        w = http.client.HTTPConnection("127.0.0.1", fed.router.port, timeout=30)
+        w.request("POST", "/e2b/filesystem.Filesystem/WatchDir", body=struct.pack(">BI", 0, len(body)) + body,
+                  headers=dict(h, **{"Content-Type": "application/connect+json", "Keepalive-Ping-Interval": interval}))
+        resp = w.getresponse()
+        check(resp.status == 200 and resp.getheader("Content-Type") == "application/connect+json",
+              f"WatchDir: {resp.status} {resp.getheaders()}")
+        return w, resp
+
+    def message(resp):
+        flags, n = struct.unpack(">BI", resp.read(5))
+        return flags, json.loads(resp.read(n))
+
+    w, resp = watch("1")
+    t0 = time.monotonic()
+    check(message(resp) == (0, {"start": {}}), "the start message")
+    for i in range(2):
+        m = message(resp)
+        check(m == (0, {"keepalive": {}}), f"keepalive {i}: {m}")
+    took = time.monotonic() - t0
+    check(1.5 < took < 4, f"two 1 s keepalives took {took:.1f} s: held back on the way")
+    w.close()
+    w, resp = watch("3600")
+    check(message(resp) == (0, {"start": {}}), "the start message (quiet stream)")
+    time.sleep(4)
+    c.request("POST", "/e2b/files?path=/tmp/w/after-quiet", body=b"q",
+              headers=dict(h, **{"Content-Type": "application/octet-stream"}))
+    r = c.getresponse()
+    r.read()
+    check(r.status == 200, f"upload after the quiet spell: {r.status}")
+    m = message(resp)
+    check(m == (0, {"filesystem": {"name": "after-quiet", "type": "EVENT_TYPE_CREATE"}}),
+          f"the event after 4 quiet seconds: {m}")
+    w.close()
+    c.close()
+    st, r = e2b(fed, "DELETE", "/sandboxes/" + sid)
+    check(st == 204, f"kill: {st} {r}")
+
+
 def test_official_sdk(fed):
     mods = fed.shared["mods"]
     env = dict(os.environ, FR_E2B_NODE_MODULES=mods, E2B_API_URL=f"http://127.0.0.1:{fed.router.port}/e2b",
@@ -171,7 +229,7 @@ def test_official_sdk(fed):
 
 
 TESTS = [test_pool_is_warm, test_wire_answers, test_region_header_places_the_create,
-         test_files_stream_both_ways_with_backpressure, test_official_sdk]
+         test_files_stream_both_ways_with_backpressure, test_watch_stream_through_the_router, test_official_sdk]
 
 
 def main():
