@@ -526,6 +526,9 @@ void sub_detach(struct sub *s, bool peer_gone) {
     snprintf(p->end_error, sizeof(p->end_error), "killed: client disconnected");
     proc_kill_all(p);
   }
+  /* What only this stream still needed can go now, also when the output
+   * all came in while it was attached (nothing appended later would trim). */
+  trim(p);
   maybe_resume(p);
   proc_maybe_free(p);
 }
