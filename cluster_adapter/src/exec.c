@@ -84,6 +84,7 @@ struct exec_op {
   int started, ended;       /* the agent reported the start / the end */
   int port;                 /* the agent's */
   int previous_key;         /* this attempt uses the previous key (a rotation) */
+  int needs_agent;          /* the sandbox's env or secrets came by /init: no pods/exec */
   int exit_code, timed_out;
   char end_message[300];    /* an error the stream ended with, if any */
   uint64_t start_ms;
@@ -255,7 +256,12 @@ static void fall_back_to_kube(struct exec_op *op) {
   struct fr_exec_result r;
 
   memset(&r, 0, sizeof(r));
-  if (op->argv == NULL) {
+  if (op->needs_agent) {
+    /* pods/exec would run it without them: refuse rather than mislead. */
+    r.err = FR_EXEC_AGENT_UNAVAILABLE;
+    r.message = "the sandbox's agent cannot be reached, and the sandbox's env and secrets reach "
+                "commands only through it";
+  } else if (op->argv == NULL) {
     r.err = FR_EXEC_FAILED;
     r.message = "the sandbox's agent is unreachable, and argv and env are too long for pods/exec";
   } else if (kube_begin(op) != 0) {
@@ -506,6 +512,7 @@ int fr_adapter_exec(struct fr_adapter *a, const char *pod_name, const struct fr_
     return -ENOMEM;
   }
   port = agent_port_of(a, pod);
+  op->needs_agent = port > 0 && (pod->init_env || pod->secrets != NULL);
   if (query_bytes(op->argv) > EXEC_MAX_QUERY_BYTES) {
     size_t i;
     /* Too long for pods/exec: the agent has no such limit. */
@@ -524,7 +531,7 @@ int fr_adapter_exec(struct fr_adapter *a, const char *pod_name, const struct fr_
       rc = start_agent(op, port);
     if (rc == 0)
       return 0;
-    if (op->argv == NULL) {
+    if (op->argv == NULL || op->needs_agent) {
       exec_op_free(op);
       return rc == -ENOMEM ? -ENOMEM : -EHOSTDOWN;
     }

@@ -158,6 +158,7 @@ struct fr_pod *podstore_parse(struct podstore *s, json_t *pod) {
   p->env = dup_or_null(json_string_value(json_object_get(ann, FR_ANN_ENV)));
   oom |= json_object_get(ann, FR_ANN_ENV) != NULL && p->env == NULL;
   p->secrets = dup_or_null(json_string_value(json_object_get(ann, FR_ANN_SECRETS)));
+  p->init_env = json_string_value(json_object_get(ann, FR_ANN_ENV_NAMES)) != NULL;
   oom |= json_string_value(json_object_get(ann, FR_ANN_SECRETS)) != NULL && p->secrets == NULL;
   requests(s, p, json_object_get(json_object_get(pod, "spec"), "containers"));
   p->created_s = time_or_none(json_string_value(json_object_get(ann, FR_ANN_CREATED)));

@@ -233,11 +233,16 @@ static json_t *sandbox_annotations(struct create_op *op, int warm, int agent) {
                   : NULL;
   /* The secrets' names only, for GET: their values reach /init alone. */
   char *names = secret_names(op->secrets);
+  /* With an agent, the env's names: that commands need the agent (exec.c). */
+  char *env_names = agent ? secret_names(op->env) : NULL;
 
-  if (op->secrets != NULL && json_object_size(op->secrets) && names == NULL) {
+  if ((op->secrets != NULL && json_object_size(op->secrets) && names == NULL) ||
+      (agent && op->env != NULL && json_object_size(op->env) && env_names == NULL)) {
     /* Out of memory: no pod or claim without the names (the caller fails). */
     json_decref(ann);
     free(env);
+    free(names);
+    free(env_names);
     return NULL;
   }
 
@@ -250,8 +255,11 @@ static json_t *sandbox_annotations(struct create_op *op, int warm, int agent) {
     json_object_set_new(ann, FR_ANN_ENV, json_string(env));
   if (names != NULL)
     json_object_set_new(ann, FR_ANN_SECRETS, json_string(names));
+  if (env_names != NULL)
+    json_object_set_new(ann, FR_ANN_ENV_NAMES, json_string(env_names));
   free(env);
   free(names);
+  free(env_names);
   return ann;
 }
 

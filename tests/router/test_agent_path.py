@@ -145,8 +145,11 @@ def test_second_replica_same_key_serves_the_sandbox(fed):
 def test_key_rotation_previous_key_reaches_old_sandboxes(fed):
     """A replica with a new key and the old one as previous_key_file still
     reaches a sandbox initialised with the old key through its agent; one
-    without the old key still runs the command, through pods/exec."""
-    sid = fed.shared.get("cold") or fed.create_one()["id"]
+    without the old key runs the command of a sandbox without create-time
+    env through pods/exec, and refuses (503 agent_unavailable) the one of a
+    sandbox whose env only its agent has: pods/exec would run it without."""
+    sid = fed.shared.get("cold") or fed.create_one(env={"GREETING": SECRET_ENV})["id"]
+    plain = fed.create_one()["id"]
     old_key = os.path.join(fed.root, "agent.key")
     new_key = os.path.join(fed.root, "agent-new.key")
     with open(new_key, "w") as f:
@@ -160,9 +163,16 @@ def test_key_rotation_previous_key_reaches_old_sandboxes(fed):
                     f'key_file = "{new_key}"; {extra}}};\n')
         r2 = fed.start_router(cfg)
         try:
-            st, r = fed.exec(sid, ["echo", name], router=r2)
-            check(st == 200 and r.get("stdout") == name + "\n", f"{name}: exec {st} {short(r)}")
-            check(metric(fed, "fedrouter_execs_total", router=r2, via=via) == 1,
+            if via == "agent":
+                st, r = fed.exec(sid, ["sh", "-c", "echo $GREETING"], router=r2)
+                check(st == 200 and r.get("stdout") == SECRET_ENV + "\n", f"{name}: exec {st} {short(r)}")
+            else:
+                st, r = fed.exec(sid, ["sh", "-c", "echo $GREETING"], router=r2)
+                check(st == 503 and r["error"]["code"] == "agent_unavailable" and "env" in r["error"]["message"],
+                      f"{name}: exec in a sandbox with create-time env: {st} {short(r)}")
+                st, r = fed.exec(plain, ["echo", name], router=r2)
+                check(st == 200 and r.get("stdout") == name + "\n", f"{name}: exec {st} {short(r)}")
+            check(metric(fed, "fedrouter_execs_total", router=r2, via=via, outcome="ok") == 1,
                   f"{name}: the exec did not go via {via}")
         finally:
             r2.expected_dead = True

@@ -88,6 +88,9 @@ struct fr_adapter_opts {
 /* The names (never the values) of the create-time secrets, comma-separated
  * and sorted: what GET shows as "secrets". */
 #define FR_ANN_SECRETS "fedrouter.io/secrets"
+/* The names of the env a sandbox with an agent got by /init ("A,B"; the
+ * values are nowhere in the pod). */
+#define FR_ANN_ENV_NAMES "fedrouter.io/env-names"
 /* Label keys under this prefix belong to fedrouter; user labels may not use it. */
 #define FR_LABEL_PREFIX "fedrouter.io/"
 
@@ -116,6 +119,7 @@ struct fr_pod {
   unsigned ready : 1;       /* condition Ready is True */
   unsigned terminating : 1; /* metadata.deletionTimestamp is set */
   unsigned warm : 1;        /* annotation fedrouter.io/warm is "true" */
+  unsigned init_env : 1;    /* annotation fedrouter.io/env-names is set */
 };
 
 /* Value of label <key> of <p> (fedrouter's or a user's), or NULL. */
@@ -426,6 +430,8 @@ enum fr_exec_err {
   FR_EXEC_NOT_RUNNING,      /* the pod exists but cannot run commands (not running) */
   FR_EXEC_UNAVAILABLE,      /* the cluster did not run it, or its answer was lost */
   FR_EXEC_FAILED,           /* the cluster could not start the command (message says) */
+  FR_EXEC_AGENT_UNAVAILABLE, /* the sandbox's agent cannot be reached, and the command
+                                needs it (the sandbox's env or secrets came by /init) */
 };
 
 struct fr_exec_result {
