@@ -30,6 +30,7 @@ fi
 TOKEN="drain-token-$$"
 N1=drn-node-1
 N2=drn-node-2
+N3=drn-node-3
 
 K_LIMIT=90
 k() { # k ARGS... — kubectl against kubesim; stdout $OUT, stderr $ERR, exit $RC
@@ -86,7 +87,10 @@ post_raw() {
 # ------------------------------------------------------------------ start
 echo "kubectl: $KUBECTL ($("$KUBECTL" version --client 2>/dev/null | head -n1))"
 mkdir -p "$T/kcache"
-start_kubesim "$KUBESIM" --tls --token "$TOKEN" --name drn --nodes 2 --terminate-ms 800 --start-ms 50
+# Node 3 starts with a NoExecute taint from the flag: nothing without a
+# toleration ever stays there, and the other steps never see it.
+start_kubesim "$KUBESIM" --tls --token "$TOKEN" --name drn --nodes 3 --terminate-ms 800 --start-ms 50 \
+  --node-taint 3@flagged=yes:NoExecute
 
 step "discovery: /api/v1 lists pods/eviction as policy/v1 Eviction, verbs [create]"
 k get --raw /api/v1
@@ -338,6 +342,12 @@ for i in 1 2; do
   wait_until 15 phase_is "s$i" Running || fail "s$i not Running"
   [ "$(node_of "s$i")" = "$N1" ] || fail "s$i scheduled on $(cat "$OUT"), want $N1"
 done
+
+step "--node-taint NoExecute: a pod bound there is evicted, one tolerating all taints stays"
+pod_on flag1 "$N3"
+pod_on flag2 "$N3" '[{"operator":"Exists"}]'
+wait_until 10 gone flag1 || fail "flag1 (bound to the --node-taint NoExecute node) not evicted"
+wait_until 15 phase_is flag2 Running || fail "flag2 (tolerates everything) should run on $N3"
 
 step "removing the taint before tolerationSeconds cancels the eviction"
 pod_on stay "$N1" '[{"key":"blip","operator":"Exists","effect":"NoExecute","tolerationSeconds":2}]'
