@@ -865,7 +865,9 @@ static int64_t noexec_stay_ms(struct sim_node *nd, json_t *tolerations) {
       return 0;
     secs = json_object_get(tol, "tolerationSeconds");
     if (json_is_integer(secs)) {
-      int64_t ms = json_integer_value(secs) <= 0 ? 0 : json_integer_value(secs) * 1000;
+      /* <= 0: at once, as the controller reads it; a huge value: never. */
+      json_int_t sec = json_integer_value(secs);
+      int64_t ms = sec <= 0 ? 0 : sec > INT64_MAX / 2000 ? INT64_MAX / 2 : (int64_t)sec * 1000;
       if (min < 0 || ms < min)
         min = ms;
     }

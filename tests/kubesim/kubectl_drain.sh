@@ -289,6 +289,15 @@ assert d["kind"] == "Status" and d["reason"] == "TooManyRequests" and d["code"] 
 c = d["details"]["causes"]
 assert c == [{"reason": "DisruptionBudget", "message": "The disruption budget guard needs 1 healthy pods and has 1 currently"}], c
 PY
+
+step "kubectl drain against an exhausted budget retries, then times out"
+k drain "$N2" --ignore-daemonsets --delete-emptydir-data --force --timeout=3s
+[ "$RC" -ne 0 ] || fail "drain succeeded although the budget keeps g2"
+grep -q "error when evicting pods/\"g2\" -n \"default\" (will retry after 5s): Cannot evict pod as it would violate the pod's disruption budget" "$ERR" \
+  || fail "drain did not report the budget and retry"
+phase_is g2 Running || fail "g2 should still run"
+k uncordon "$N2"
+expect_rc 0 "uncordon $N2"
 k delete pdb guard
 expect_rc 0 "delete pdb"
 k delete pod g2 --grace-period=0
@@ -299,7 +308,8 @@ step "kubectl taint NoExecute: evicts the untolerating pod, keeps the tolerating
 pod_on plain "$N2"
 pod_on keep "$N2" '[{"key":"maint","operator":"Equal","value":"yes","effect":"NoExecute"}]'
 pod_on brief "$N2" '[{"key":"maint","operator":"Exists","effect":"NoExecute","tolerationSeconds":2}]'
-for p in plain keep brief; do wait_until 15 phase_is "$p" Running || fail "$p not Running"; done
+pod_on huge "$N2" '[{"key":"maint","operator":"Exists","effect":"NoExecute","tolerationSeconds":9223372036854775807}]'
+for p in plain keep brief huge; do wait_until 15 phase_is "$p" Running || fail "$p not Running"; done
 t0=$(date +%s)
 k taint nodes "$N2" maint=yes:NoExecute
 expect_rc 0 "kubectl taint NoExecute" && { grep -q "node/$N2 tainted" "$OUT" || fail "no 'node/$N2 tainted'"; }
@@ -333,6 +343,7 @@ PY
   fail "taint manager's DisruptionTarget conditions / timing wrong"
 fi
 phase_is keep Running || fail "keep (tolerates without tolerationSeconds) should stay Running"
+phase_is huge Running || fail "huge (tolerationSeconds 2^63-1) should stay Running"
 
 step "a pod bound later to the NoExecute node is evicted; the scheduler never picks it"
 pod_on late "$N2"
