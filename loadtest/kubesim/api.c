@@ -1288,8 +1288,8 @@ static int budget_refuses(struct sim *s, struct fr_http_req *req, struct sim_obj
     snprintf(msg, sizeof(msg), "The disruption budget %s needs %" PRId64 " healthy pods and has %" PRId64
              " currently", found->name, desired, healthy);
     causes = json_pack("[{s:s,s:s}]", "reason", "DisruptionBudget", "message", msg);
-    api_status(req, 429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
-               NULL, NULL, causes);
+    api_status(req, 429, "TooManyRequests",
+               "Cannot evict pod as it would violate the pod's disruption budget.", NULL, NULL, causes);
     json_decref(causes);
   }
   json_decref(pdb);
@@ -1297,7 +1297,9 @@ static int budget_refuses(struct sim *s, struct fr_http_req *req, struct sim_obj
 }
 
 static void handle_eviction(struct sim *s, struct fr_http_req *req, const struct route *r) {
-  static const char ok[] = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Success\",\"code\":201}";
+  /* The create handler fills in the code of a Status that has none. */
+  static const char ok[] =
+      "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Success\",\"code\":201}";
   json_t *j, *opts, *pod = NULL;
   struct sim_obj *o;
   const char *name, *ns, *phase;

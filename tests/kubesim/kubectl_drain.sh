@@ -216,14 +216,17 @@ EOF
 step "Eviction of a missing pod: 404 NotFound"
 k create --raw /api/v1/namespaces/default/pods/nope/eviction -f "$T/ev-nope.json"
 [ "$RC" -ne 0 ] || fail "eviction of a missing pod succeeded"
-grep -q 'NotFound' "$ERR" && grep -q 'pods "nope" not found' "$ERR" || fail "want NotFound 'pods \"nope\" not found'"
+if ! grep -q 'NotFound' "$ERR" || ! grep -q 'pods "nope" not found' "$ERR"; then
+  fail "want NotFound 'pods \"nope\" not found'"
+fi
 
 step "Eviction whose body names another pod: 400 BadRequest"
 pod_on e1 "$N2"
 k create --raw /api/v1/namespaces/default/pods/e1/eviction -f "$T/ev-nope.json"
 [ "$RC" -ne 0 ] || fail "a mismatched eviction succeeded"
-grep -q 'BadRequest' "$ERR" && grep -q 'name in URL does not match name in Eviction object' "$ERR" \
-  || fail "want BadRequest 'name in URL does not match name in Eviction object'"
+if ! grep -q 'BadRequest' "$ERR" || ! grep -q 'name in URL does not match name in Eviction object' "$ERR"; then
+  fail "want BadRequest 'name in URL does not match name in Eviction object'"
+fi
 k get pod e1 -o name
 expect_rc 0 "e1 must still exist"
 
