@@ -121,9 +121,11 @@ for i in 1 2 3; do
 done
 # A pod only node 1 can take waits while it is cordoned, and runs after uncordon.
 pod_on only1 "" "" "\"nodeSelector\":{\"kubernetes.io/hostname\":\"$N1\"}"
-sleep 0.5
-k get pod only1 -o 'jsonpath={.status.phase}/{.status.conditions[?(@.type=="PodScheduled")].status}'
-out_is "Pending/False" "pod pinned to the cordoned node"
+only1_unschedulable() {
+  k get pod only1 -o 'jsonpath={.status.phase}/{.status.conditions[?(@.type=="PodScheduled")].status}'
+  [ "$RC" -eq 0 ] && [ "$(cat "$OUT")" = "Pending/False" ]
+}
+wait_until 10 only1_unschedulable || fail "pod pinned to the cordoned node: want Pending/False (PodScheduled)"
 k uncordon "$N1"
 expect_rc 0 "kubectl uncordon" && { grep -q "node/$N1 uncordoned" "$OUT" || fail "no 'node/$N1 uncordoned'"; }
 k get node "$N1" --no-headers
@@ -170,8 +172,11 @@ expect_rc 0 "list pods on $N1" && out_is "" "pods left on the drained node"
 k get node "$N1" --no-headers
 grep -q 'Ready,SchedulingDisabled' "$OUT" || fail "drained node should be Ready,SchedulingDisabled"
 # The ReplicaSet's replacements can only go to the cordoned node: Pending.
-k get pods -l app=web -o 'jsonpath={range .items[*]}{.status.phase}{" "}{end}'
-out_is "Pending Pending " "the ReplicaSet's replacements while $N1 is cordoned"
+web_pending() {
+  k get pods -l app=web -o 'jsonpath={range .items[*]}{.status.phase}{" "}{end}'
+  [ "$RC" -eq 0 ] && [ "$(cat "$OUT")" = "Pending Pending " ]
+}
+wait_until 10 web_pending || fail "want the ReplicaSet's 2 replacements Pending while $N1 is cordoned"
 sleep 0.3
 kill -TERM "$WATCH_PID" 2>/dev/null
 wait "$WATCH_PID" 2>/dev/null
