@@ -80,6 +80,7 @@ static const char *const api_resources_v1 =
     "{\"name\":\"pods\",\"singularName\":\"pod\",\"namespaced\":true,\"kind\":\"Pod\","
     "\"verbs\":[\"create\",\"delete\",\"deletecollection\",\"get\",\"list\",\"patch\",\"update\",\"watch\"],"
     "\"shortNames\":[\"po\"],\"categories\":[\"all\"]},"
+    "{\"name\":\"pods/eviction\",\"singularName\":\"\",\"namespaced\":true,\"group\":\"policy\",\"version\":\"v1\",\"kind\":\"Eviction\",\"verbs\":[\"create\"]},"
     "{\"name\":\"pods/exec\",\"singularName\":\"\",\"namespaced\":true,\"kind\":\"PodExecOptions\",\"verbs\":[\"create\",\"get\"]},"
     "{\"name\":\"pods/status\",\"singularName\":\"\",\"namespaced\":true,\"kind\":\"Pod\",\"verbs\":[\"get\",\"patch\",\"update\"]},"
     "{\"name\":\"resourcequotas\",\"singularName\":\"resourcequota\",\"namespaced\":true,\"kind\":\"ResourceQuota\","
@@ -135,7 +136,7 @@ struct route {
   enum sim_kind kind;
   const char *ns;     /* NULL: all namespaces / cluster-scoped */
   const char *name;   /* NULL: the collection */
-  const char *sub;    /* "status", "exec", "scale" or NULL */
+  const char *sub;    /* "status", "exec", "scale", "eviction" or NULL */
 };
 
 /* Splits <path> into at most <max> segments (in place in <buf>). */
@@ -980,6 +981,29 @@ static void delete_ns_contents(struct sim *s, const char *ns) {
   }
 }
 
+/* DeleteOptions.preconditions <pre> (borrowed, may be NULL) against <o>:
+ * 0 when they hold, else 1 after answering 409 Conflict. */
+static int preconditions_failed(struct fr_http_req *req, struct sim_obj *o, json_t *pre) {
+  char tmp[32], msg[300];
+
+  if (json_get_str(pre, "uid") && strcmp(json_get_str(pre, "uid"), o->uid) != 0) {
+    snprintf(msg, sizeof(msg), "Precondition failed: UID in precondition: %s, UID in object meta: %s",
+             json_get_str(pre, "uid"), o->uid);
+    api_status(req, 409, "Conflict", msg, kind_resource(o->kind), o->name, NULL);
+    return 1;
+  }
+  if (json_get_str(pre, "resourceVersion")) {
+    snprintf(tmp, sizeof(tmp), "%" PRIu64, o->cur->rv);
+    if (strcmp(json_get_str(pre, "resourceVersion"), tmp) != 0) {
+      snprintf(msg, sizeof(msg), "Precondition failed: ResourceVersion in precondition: %s, "
+               "ResourceVersion in object meta: %s", json_get_str(pre, "resourceVersion"), tmp);
+      api_status(req, 409, "Conflict", msg, kind_resource(o->kind), o->name, NULL);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 /* Deletes one object; returns the JSON to answer with (caller frees) or
  * NULL after answering an error itself. */
 static char *delete_one(struct sim *s, struct fr_http_req *req, struct sim_obj *o,
@@ -993,21 +1017,8 @@ static char *delete_one(struct sim *s, struct fr_http_req *req, struct sim_obj *
   char name[256], ns[256];
   int dry = qstr(req->query, "dryRun", tmp, sizeof(tmp)) >= 0; /* checked by the caller */
 
-  if (json_get_str(pre, "uid") && strcmp(json_get_str(pre, "uid"), o->uid) != 0) {
-    snprintf(msg, sizeof(msg), "Precondition failed: UID in precondition: %s, UID in object meta: %s",
-             json_get_str(pre, "uid"), o->uid);
-    api_status(req, 409, "Conflict", msg, kind_resource(k), o->name, NULL);
+  if (preconditions_failed(req, o, pre))
     return NULL;
-  }
-  if (json_get_str(pre, "resourceVersion")) {
-    snprintf(tmp, sizeof(tmp), "%" PRIu64, o->cur->rv);
-    if (strcmp(json_get_str(pre, "resourceVersion"), tmp) != 0) {
-      snprintf(msg, sizeof(msg), "Precondition failed: ResourceVersion in precondition: %s, "
-               "ResourceVersion in object meta: %s", json_get_str(pre, "resourceVersion"), tmp);
-      api_status(req, 409, "Conflict", msg, kind_resource(k), o->name, NULL);
-      return NULL;
-    }
-  }
   if (json_is_integer(json_object_get(opts, "gracePeriodSeconds")))
     grace = json_get_int(opts, "gracePeriodSeconds", -1);
   if (qstr(req->query, "gracePeriodSeconds", tmp, sizeof(tmp)) > 0)
@@ -1150,6 +1161,200 @@ static void handle_delete_collection(struct sim *s, struct fr_http_req *req, con
 }
 
 /* ---------------------------------------------------------------------- */
+/* eviction subresource (kubectl drain)                                    */
+
+/* The API server's eviction REST (pkg/registry/core/pod/storage/
+ * eviction.go): POST .../pods/NAME/eviction with a policy/v1 Eviction
+ * {metadata {name, namespace}, deleteOptions}. A pod that is Pending,
+ * Succeeded, Failed or already terminating is deleted without a look at
+ * disruption budgets; otherwise the one PodDisruptionBudget whose selector
+ * matches it must allow a disruption. kubesim runs no disruption
+ * controller, so the budget is worked out here, when asked, as that
+ * controller would: healthy = matching pods that are Ready and not
+ * terminating; expected = matching pods not terminating (for ReplicaSet
+ * pods, what the ReplicaSet keeps); desired = minAvailable, or expected
+ * minus maxUnavailable (percentages of expected, rounded up); allowed =
+ * healthy - desired. The PDB's status is not written. Then, as the API
+ * server does, the pod gets DisruptionTarget=True (EvictionByEvictionAPI)
+ * and is deleted with the Eviction's DeleteOptions, like a DELETE. */
+
+static const char *pod_label(const void *obj, const char *key) {
+  return json_string_value(json_object_get((json_t *)obj, key));
+}
+
+/* An intOrString budget field of <pdb>: 0 (set in <v>) or -ENOENT. */
+static int budget_value(json_t *pdb, const char *field, int64_t expected, int64_t *v) {
+  json_t *f = json_object_get(json_object_get(pdb, "spec"), field);
+  const char *str = json_string_value(f);
+  int64_t pct;
+  char num[24];
+  size_t n;
+
+  if (json_is_integer(f)) {
+    *v = json_integer_value(f);
+    return 0;
+  }
+  if (str == NULL || (n = strlen(str)) < 2 || n > sizeof(num) || str[n - 1] != '%')
+    return -ENOENT;
+  snprintf(num, sizeof(num), "%.*s", (int)(n - 1), str);
+  if (fr_parse_int64(num, 0, 100000, &pct) != 0)
+    return -ENOENT;
+  *v = (pct * expected + 99) / 100; /* rounded up, as the disruption controller does */
+  return 0;
+}
+
+static int pod_ready(json_t *pod) {
+  json_t *c;
+  size_t i;
+
+  json_array_foreach(json_path(pod, "status.conditions"), i, c) {
+    const char *t = json_get_str(c, "type"), *st = json_get_str(c, "status");
+    if (t != NULL && strcmp(t, "Ready") == 0)
+      return st != NULL && strcmp(st, "True") == 0;
+  }
+  return 0;
+}
+
+/* 0 when disruption budgets let pod <o> (<pod>: its JSON) go, else 1 after
+ * answering 429 (budget exhausted) or 500 (more than one budget). */
+static int budget_refuses(struct sim *s, struct fr_http_req *req, struct sim_obj *o, json_t *pod) {
+  struct sim_obj *b, *found = NULL, *q;
+  json_t *pdb = NULL, *causes;
+  int64_t healthy = 0, expected = 0, desired = 0, v;
+  char msg[600];
+  const char *policy;
+  int refused = 0;
+
+  for (b = store_first(s, K_PDB, o->ns); b != NULL && strcmp(b->ns, o->ns) == 0; b = store_next(s, b)) {
+    json_t *j = obj_json(b);
+    char *text = j ? label_selector_text(json_path(j, "spec.selector")) : NULL;
+    struct fr_selector *sel = NULL;
+    int match = text != NULL && *text != '\0' && fr_selector_parse_labels(text, &sel, NULL, 0) == 0 &&
+                fr_selector_matches(sel, pod_label, json_path(pod, "metadata.labels"));
+    fr_selector_free(sel);
+    free(text);
+    if (!match) { /* an empty or unparsable selector matches nothing (as in eviction.go) */
+      json_decref(j);
+      continue;
+    }
+    if (found != NULL) {
+      json_decref(j);
+      json_decref(pdb);
+      api_status(req, 500, "InternalError", "This pod has more than one PodDisruptionBudget, which the "
+                 "eviction subresource does not support.", "pods", o->name, NULL);
+      return 1;
+    }
+    found = b;
+    pdb = j;
+  }
+  if (found == NULL)
+    return 0;
+  {
+    char *text = label_selector_text(json_path(pdb, "spec.selector"));
+    struct fr_selector *sel = NULL;
+    if (text != NULL && fr_selector_parse_labels(text, &sel, NULL, 0) == 0) {
+      for (q = store_first(s, K_POD, o->ns); q != NULL && strcmp(q->ns, o->ns) == 0; q = store_next(s, q)) {
+        json_t *pj;
+        const char *ph = q->cur->fields[F_PHASE];
+        if (!fr_selector_matches(sel, objver_label, q->cur) ||
+            (ph != NULL && (strcmp(ph, "Succeeded") == 0 || strcmp(ph, "Failed") == 0)) ||
+            (pj = obj_json(q)) == NULL)
+          continue;
+        if (json_path(pj, "metadata.deletionTimestamp") == NULL) {
+          expected++;
+          healthy += pod_ready(pj);
+        }
+        json_decref(pj);
+      }
+    }
+    fr_selector_free(sel);
+    free(text);
+  }
+  if (budget_value(pdb, "minAvailable", expected, &v) == 0)
+    desired = v;
+  else if (budget_value(pdb, "maxUnavailable", expected, &v) == 0)
+    desired = expected - v > 0 ? expected - v : 0;
+  else
+    desired = expected; /* neither given: the API server's validation requires one */
+  policy = json_string_value(json_path(pdb, "spec.unhealthyPodEvictionPolicy"));
+  if (!pod_ready(pod)) {
+    /* An unready pod costs no healthy one: AlwaysAllow lets it go; the
+     * default IfHealthyBudget when the budget is met. */
+    refused = !(policy != NULL && strcmp(policy, "AlwaysAllow") == 0) && healthy < desired;
+  } else {
+    refused = healthy - desired <= 0;
+  }
+  if (refused) {
+    snprintf(msg, sizeof(msg), "The disruption budget %s needs %" PRId64 " healthy pods and has %" PRId64
+             " currently", found->name, desired, healthy);
+    causes = json_pack("[{s:s,s:s}]", "reason", "DisruptionBudget", "message", msg);
+    api_status(req, 429, "TooManyRequests",
+               "Cannot evict pod as it would violate the pod's disruption budget.", NULL, NULL, causes);
+    json_decref(causes);
+  }
+  json_decref(pdb);
+  return refused;
+}
+
+static void handle_eviction(struct sim *s, struct fr_http_req *req, const struct route *r) {
+  /* The create handler fills in the code of a Status that has none. */
+  static const char ok[] =
+      "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Success\",\"code\":201}";
+  json_t *j, *opts, *pod = NULL;
+  struct sim_obj *o;
+  const char *name, *ns, *phase;
+  int64_t grace = -1;
+  int dry;
+
+  if (strcmp(req->method, "POST") != 0) {
+    api_status(req, 405, "MethodNotAllowed", "the server does not allow this method on the requested resource",
+               NULL, NULL, NULL);
+    return;
+  }
+  if (dry_run(req, &dry) != 0 || (j = parse_body(req)) == NULL)
+    return;
+  name = json_string_value(json_path(j, "metadata.name"));
+  ns = json_string_value(json_path(j, "metadata.namespace"));
+  if (name == NULL || strcmp(name, r->name) != 0) {
+    api_status(req, 400, "BadRequest", "name in URL does not match name in Eviction object", NULL, NULL, NULL);
+    goto out;
+  }
+  if (ns != NULL && *ns != '\0' && strcmp(ns, r->ns) != 0) {
+    api_status(req, 400, "BadRequest", "the namespace of the provided object does not match the namespace "
+               "sent on the request", NULL, NULL, NULL);
+    goto out;
+  }
+  if ((o = lookup(s, r)) == NULL) {
+    not_found(req, K_POD, r->name);
+    goto out;
+  }
+  opts = json_object_get(j, "deleteOptions");
+  if (json_array_size(json_object_get(opts, "dryRun")) > 0)
+    dry = 1;
+  if (json_is_integer(json_object_get(opts, "gracePeriodSeconds")))
+    grace = json_integer_value(json_object_get(opts, "gracePeriodSeconds"));
+  if (preconditions_failed(req, o, json_object_get(opts, "preconditions")))
+    goto out;
+  if ((pod = obj_json(o)) == NULL) {
+    api_status(req, 503, "ServiceUnavailable", "out of memory", NULL, NULL, NULL);
+    goto out;
+  }
+  phase = o->cur->fields[F_PHASE];
+  if (!(phase != NULL && (strcmp(phase, "Pending") == 0 || strcmp(phase, "Succeeded") == 0 ||
+                          strcmp(phase, "Failed") == 0)) &&
+      json_path(pod, "metadata.deletionTimestamp") == NULL && budget_refuses(s, req, o, pod))
+    goto out;
+  if (!dry) {
+    pod_set_disruption(s, o, "EvictionByEvictionAPI", "Eviction API: evicting");
+    pod_delete(s, o, grace);
+  }
+  api_raw(req, 201, ok, sizeof(ok) - 1);
+out:
+  json_decref(pod);
+  json_decref(j);
+}
+
+/* ---------------------------------------------------------------------- */
 /* scale subresource (kubectl scale rs)                                    */
 
 static void handle_scale(struct sim *s, struct fr_http_req *req, const struct route *r) {
@@ -1240,6 +1445,10 @@ static void route_request(struct sim *s, struct fr_http_req *req) {
     }
     if (r.kind == K_RS && strcmp(r.sub, "scale") == 0) {
       handle_scale(s, req, &r);
+      return;
+    }
+    if (r.kind == K_POD && r.ns != NULL && strcmp(r.sub, "eviction") == 0) {
+      handle_eviction(s, req, &r);
       return;
     }
     if (strcmp(r.sub, "status") != 0) {

@@ -352,6 +352,7 @@ static void sim_teardown(struct sim *s) {
   fr_http_server_free(s->admin, NULL, NULL);
   s->admin = NULL;
   uv_close((uv_handle_t *)&s->sched_timer, NULL);
+  uv_close((uv_handle_t *)&s->noexec_timer, NULL);
   uv_close((uv_handle_t *)&s->sync_timer, NULL);
 }
 

@@ -124,8 +124,11 @@ static void node_extras(struct sim *s, int index, json_t *labels, json_t *spec, 
   }
 }
 
+static void noexec_check(struct sim *s, struct sim_obj *o);
+
 void node_changed(struct sim *s, struct sim_obj *o) {
   json_t *cur = obj_json(o), *t;
+  struct sim_obj *p;
   struct sim_node *nd = o->u.node;
   const char *q;
   int64_t v = 0;
@@ -138,6 +141,11 @@ void node_changed(struct sim *s, struct sim_obj *o) {
   nd->alloc_gpu = q != NULL && fr_quantity_parse_value(q, &v) == 0 ? v : 0;
   json_decref(cur);
   sched_room_freed(s);
+  /* The taint manager looks at every pod bound to the node again. A scan
+   * of all pods: node updates are rare next to pod ones. */
+  for (p = store_first(s, K_POD, NULL); p != NULL; p = store_next(s, p))
+    if (p->cur->fields[F_NODE_NAME] != NULL && strcmp(p->cur->fields[F_NODE_NAME], o->name) == 0)
+      noexec_check(s, p);
 }
 
 int node_create(struct sim *s, int index) {
@@ -492,8 +500,9 @@ static void q_push(struct sim *s, struct sim_pod *p) {
 
 static void sched_kick(struct sim *s, uint64_t delay_ms);
 
-/* 1 if one of <tolerations> tolerates <taint> (the scheduler's rule). */
-static int tolerated(json_t *tolerations, json_t *taint) {
+/* The first of <tolerations> that tolerates <taint> (the scheduler's and
+ * the taint manager's rule), or NULL. */
+static json_t *toleration_for(json_t *tolerations, json_t *taint) {
   const char *k = json_get_str(taint, "key"), *v = json_get_str(taint, "value");
   const char *eff = json_get_str(taint, "effect");
   json_t *t;
@@ -507,15 +516,19 @@ static int tolerated(json_t *tolerations, json_t *taint) {
       continue;
     if (tk == NULL || *tk == '\0') {
       if (exists)
-        return 1;
+        return t;
       continue;
     }
     if (k == NULL || strcmp(tk, k) != 0)
       continue;
     if (exists || strcmp(tv ? tv : "", v ? v : "") == 0)
-      return 1;
+      return t;
   }
-  return 0;
+  return NULL;
+}
+
+static int tolerated(json_t *tolerations, json_t *taint) {
+  return toleration_for(tolerations, taint) != NULL;
 }
 
 /* The first NoSchedule/NoExecute taint of <nd> <tolerations> leave
@@ -645,6 +658,7 @@ static void bind_pod(struct sim *s, struct sim_obj *o, struct sim_obj *node, jso
   if (pod_commit(s, o, j) == NULL)
     return;
   pod_timer_start(p, on_pod_started, delay);
+  noexec_check(s, o); /* a pod bound by spec.nodeName may land on a NoExecute taint */
 }
 
 /* <detail>: what the scheduler says instead of the per-node reasons (a
@@ -806,6 +820,8 @@ void sched_room_freed(struct sim *s) {
 void sched_init(struct sim *s) {
   uv_timer_init(s->loop, &s->sched_timer);
   s->sched_timer.data = s;
+  uv_timer_init(s->loop, &s->noexec_timer);
+  s->noexec_timer.data = s;
   s->sched_last_ms = uv_now(s->loop);
   s->sched_tokens = s->opts.scheduler_qps;
 }
@@ -814,6 +830,150 @@ void sched_free(struct sim *s) {
   free(s->unsched);
   s->unsched = NULL;
   s->nunsched = s->unsched_cap = 0;
+  free(s->noexec);
+  s->noexec = NULL;
+  s->nnoexec = s->noexec_cap = 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* taint manager: NoExecute taints evict                                   */
+
+/* As the taint eviction controller (pkg/controller/tainteviction) does: a
+ * pod on a node with NoExecute taints it does not tolerate is deleted at
+ * once; one whose tolerations of them carry tolerationSeconds is deleted
+ * that long after the taint was first seen (the smallest of them, counted
+ * from when the eviction was first planned); one tolerating them without
+ * tolerationSeconds stays. Evictions run from a timer, never inside the
+ * request or scheduler call that noticed them: the pod may be the object a
+ * caller still holds. */
+
+/* How long <tolerations> let a pod stay on <nd>: -2 when the node has no
+ * NoExecute taint, -1 forever, else milliseconds (0: evict now). */
+static int64_t noexec_stay_ms(struct sim_node *nd, json_t *tolerations) {
+  int64_t min = -1;
+  json_t *t;
+  size_t i;
+  int any = 0;
+
+  json_array_foreach(nd->taints, i, t) {
+    const char *eff = json_get_str(t, "effect");
+    json_t *tol, *secs;
+    if (eff == NULL || strcmp(eff, "NoExecute") != 0)
+      continue;
+    any = 1;
+    if ((tol = toleration_for(tolerations, t)) == NULL)
+      return 0;
+    secs = json_object_get(tol, "tolerationSeconds");
+    if (json_is_integer(secs)) {
+      /* <= 0: at once, as the controller reads it; a huge value: never. */
+      json_int_t sec = json_integer_value(secs);
+      int64_t ms = sec <= 0 ? 0 : sec > INT64_MAX / 2000 ? INT64_MAX / 2 : (int64_t)sec * 1000;
+      if (min < 0 || ms < min)
+        min = ms;
+    }
+  }
+  return any ? min : -2;
+}
+
+static void noexec_unqueue(struct sim *s, struct sim_pod *p) {
+  size_t i;
+
+  if (p->noexec_idx < 0)
+    return;
+  i = (size_t)p->noexec_idx;
+  s->noexec[i] = s->noexec[--s->nnoexec];
+  s->noexec[i]->noexec_idx = (long)i;
+  p->noexec_idx = -1;
+}
+
+static void on_noexec_timer(uv_timer_t *t);
+
+static void noexec_arm(struct sim *s) {
+  uint64_t now = uv_now(s->loop), due = UINT64_MAX;
+  size_t i;
+
+  for (i = 0; i < s->nnoexec; i++)
+    if (s->noexec[i]->noexec_due_ms < due)
+      due = s->noexec[i]->noexec_due_ms;
+  if (due == UINT64_MAX || s->stopping)
+    uv_timer_stop(&s->noexec_timer);
+  else
+    uv_timer_start(&s->noexec_timer, on_noexec_timer, due > now ? due - now : 0, 0);
+}
+
+/* (Re)plans the NoExecute eviction of pod <o> against its node's taints
+ * as they are now: planned, moved, or cancelled (taint removed). */
+static void noexec_check(struct sim *s, struct sim_obj *o) {
+  struct sim_pod *p = pod_of(o);
+  const char *nn = o->cur->fields[F_NODE_NAME];
+  struct sim_obj *node = nn != NULL ? store_get(s, K_NODE, "", nn) : NULL;
+  int64_t stay = -2;
+  uint64_t now = uv_now(s->loop);
+  json_t *j;
+
+  if (p == NULL)
+    return;
+  if (node != NULL && node->u.node != NULL && node->u.node->taints != NULL && p->stage != PS_TERMINATING &&
+      (j = obj_json(o)) != NULL) {
+    stay = noexec_stay_ms(node->u.node, json_path(j, "spec.tolerations"));
+    json_decref(j);
+  }
+  if (stay < 0) {
+    noexec_unqueue(s, p);
+    noexec_arm(s);
+    return;
+  }
+  if (p->noexec_idx < 0) {
+    if (s->nnoexec == s->noexec_cap) {
+      size_t ncap = s->noexec_cap ? s->noexec_cap * 2 : 64;
+      struct sim_pod **nq = realloc(s->noexec, ncap * sizeof(*nq));
+      if (nq == NULL) {
+        FR_WARN("taints", "out of memory planning the NoExecute eviction of %s/%s", o->ns, o->name);
+        return;
+      }
+      s->noexec = nq;
+      s->noexec_cap = ncap;
+    }
+    p->noexec_idx = (long)s->nnoexec;
+    s->noexec[s->nnoexec++] = p;
+    p->noexec_since_ms = now;
+  }
+  p->noexec_due_ms = p->noexec_since_ms + (uint64_t)stay;
+  noexec_arm(s);
+}
+
+static void on_noexec_timer(uv_timer_t *t) {
+  struct sim *s = t->data;
+  uint64_t now = uv_now(s->loop);
+  size_t i = 0;
+
+  while (i < s->nnoexec) {
+    struct sim_pod *p = s->noexec[i];
+    struct sim_obj *o = p->obj;
+    if (p->noexec_due_ms > now) {
+      i++;
+      continue;
+    }
+    /* Swapped out: the entry now at <i> is looked at next. An eviction
+     * that frees other queued pods only shortens the array. */
+    noexec_unqueue(s, p);
+    if (o == NULL || p->stage == PS_TERMINATING)
+      continue;
+    FR_INFO("taints", "deleting pod %s/%s (NoExecute taint on %s)", o->ns, o->name,
+                o->cur->fields[F_NODE_NAME] ? o->cur->fields[F_NODE_NAME] : "?");
+    pod_set_disruption(s, o, "DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint");
+    pod_delete(s, o, -1);
+  }
+  noexec_arm(s);
+}
+
+int pod_set_disruption(struct sim *s, struct sim_obj *o, const char *reason, const char *message) {
+  json_t *j = obj_json(o);
+
+  if (j == NULL)
+    return -ENOMEM;
+  set_condition(json_obj(j, "status"), "DisruptionTarget", "True", reason, message);
+  return pod_commit(s, o, j) != NULL ? 0 : -ENOMEM;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1024,6 +1184,7 @@ void pod_free_state(struct sim *s, struct sim_obj *o) {
   kill_execs(p);
   usage_release(s, o);
   q_unlink(s, p);
+  noexec_unqueue(s, p);
   rs_pod_gone(s, p);
   remove_workdir(s, p);
   p->obj = NULL;
@@ -1080,6 +1241,7 @@ void pod_delete(struct sim *s, struct sim_obj *o, int64_t grace_s) {
   json_object_set_new(meta, "deletionTimestamp", json_string(ts));
   json_object_set_new(meta, "deletionGracePeriodSeconds", json_integer(grace_s));
   p->stage = PS_TERMINATING;
+  noexec_unqueue(s, p);
   if (pod_commit(s, o, j) == NULL)
     return;
   rs_pod_event(s, o);
@@ -1313,6 +1475,7 @@ int pod_create(struct sim *s, const char *ns, json_t *j, struct sim_obj **out,
   p->req_gpu = gpus;
   p->deadline_s = deadline;
   p->unsched_idx = -1;
+  p->noexec_idx = -1;
   p->stage = PS_PENDING;
   uv_timer_init(s->loop, &p->timer);
   p->timer.data = p;

@@ -7,6 +7,10 @@
  * (1), kind (2)}, raw (2)} whose raw is the object's message
  * (k8s.io/api/core/v1/generated.proto). Only the fields those commands set
  * are decoded; any other field is refused rather than silently dropped.
+ *
+ * `kubectl drain` posts its policy/v1 Eviction (pods/eviction) the same
+ * way: {metadata (1), deleteOptions (2)} (k8s.io/api/policy/v1 and
+ * apimachinery's meta/v1 generated.proto).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -154,7 +158,7 @@ static json_t *object(const char *kind, const unsigned char *d, size_t n) {
   size_t xn;
   uint32_t f;
   uint64_t v;
-  int wt, r;
+  int wt, r = 0;
 
   if (!secret && !cm && strcmp(kind, "Namespace") != 0)
     return NULL;
@@ -180,6 +184,84 @@ static json_t *object(const char *kind, const unsigned char *d, size_t n) {
       json_decref(j);
       return NULL;
     }
+  }
+  if (r < 0) { /* a malformed field after the last good one */
+    json_decref(j);
+    return NULL;
+  }
+  return j;
+}
+
+/* meta/v1 DeleteOptions {gracePeriodSeconds (1), preconditions (2) {uid
+ * (1), resourceVersion (2)}, orphanDependents (3), propagationPolicy (4),
+ * dryRun (5, repeated), ignoreStoreReadErrorWithClusterBreakingPotential
+ * (6)} into <o>. */
+static int delete_options(json_t *o, const unsigned char *d, size_t n) {
+  struct pb b = {d, d + n}, pb2;
+  const unsigned char *x, *y;
+  size_t xn, yn;
+  uint32_t f, f2;
+  uint64_t v, v2;
+  int wt, wt2, r, r2;
+
+  while ((r = pb_next(&b, &f, &wt, &v, &x, &xn)) == 1) {
+    if (f == 1 && wt == 0) {
+      json_object_set_new(o, "gracePeriodSeconds", json_integer((json_int_t)(int64_t)v));
+    } else if (f == 2 && wt == 2) {
+      json_t *pre = obj_of(o, "preconditions");
+      pb2.p = x;
+      pb2.end = x + xn;
+      while ((r2 = pb_next(&pb2, &f2, &wt2, &v2, &y, &yn)) == 1) {
+        if (wt2 != 2 || (f2 != 1 && f2 != 2))
+          return -1;
+        json_object_set_new(pre, f2 == 1 ? "uid" : "resourceVersion", str_of(y, yn));
+      }
+      if (r2 < 0)
+        return -1;
+    } else if (f == 3 && wt == 0) {
+      json_object_set_new(o, "orphanDependents", json_boolean(v != 0));
+    } else if (f == 4 && wt == 2) {
+      json_object_set_new(o, "propagationPolicy", str_of(x, xn));
+    } else if (f == 5 && wt == 2) {
+      json_t *dr = json_object_get(o, "dryRun");
+      if (dr == NULL)
+        json_object_set_new(o, "dryRun", dr = json_array());
+      json_array_append_new(dr, str_of(x, xn));
+    } else if (f == 6 && wt == 0) {
+      json_object_set_new(o, "ignoreStoreReadErrorWithClusterBreakingPotential", json_boolean(v != 0));
+    } else {
+      return -1;
+    }
+  }
+  return r;
+}
+
+/* A policy/v1 Eviction {metadata (1), deleteOptions (2)} as JSON, or NULL. */
+static json_t *eviction(const unsigned char *d, size_t n) {
+  struct pb b = {d, d + n};
+  const unsigned char *x;
+  json_t *j;
+  size_t xn;
+  uint32_t f;
+  uint64_t v;
+  int wt, r = 0;
+
+  j = json_pack("{s:s,s:s,s:{}}", "apiVersion", "policy/v1", "kind", "Eviction", "metadata");
+  while (j != NULL && (r = pb_next(&b, &f, &wt, &v, &x, &xn)) == 1) {
+    if (f == 1 && wt == 2)
+      r = meta(json_object_get(j, "metadata"), x, xn);
+    else if (f == 2 && wt == 2)
+      r = delete_options(obj_of(j, "deleteOptions"), x, xn);
+    else
+      r = -1;
+    if (r != 0) {
+      json_decref(j);
+      return NULL;
+    }
+  }
+  if (r < 0) { /* a malformed field after the last good one */
+    json_decref(j);
+    return NULL;
   }
   return j;
 }
@@ -217,9 +299,14 @@ json_t *proto_decode(const void *body, size_t len, char *err, size_t errlen) {
     snprintf(err, errlen, "malformed protobuf envelope");
     return NULL;
   }
-  if (strcmp(apiv, "v1") != 0 || (j = object(kind, raw, rawn)) == NULL) {
-    snprintf(err, errlen, "kubesim decodes only v1 Secret, ConfigMap and Namespace from protobuf "
-             "(got %s %s, or a field it does not know); send application/json", apiv, kind);
+  if (strcmp(apiv, "policy/v1") == 0 && strcmp(kind, "Eviction") == 0)
+    j = eviction(raw, rawn);
+  else
+    j = strcmp(apiv, "v1") == 0 ? object(kind, raw, rawn) : NULL;
+  if (j == NULL) {
+    snprintf(err, errlen, "kubesim decodes only v1 Secret, ConfigMap and Namespace and policy/v1 "
+             "Eviction from protobuf (got %s %s, or a field it does not know); send application/json",
+             apiv, kind);
     return NULL;
   }
   return j;

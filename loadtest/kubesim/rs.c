@@ -25,8 +25,7 @@
 
 static void sync_arm_in(struct sim *s, uint64_t ms);
 
-/* Renders a LabelSelector object as selector text. */
-static char *selector_text(json_t *sel) {
+char *label_selector_text(json_t *sel) {
   struct fr_buf b;
   const char *k;
   json_t *v, *e;
@@ -78,7 +77,7 @@ int rs_validate(json_t *j, struct sim_err *e) {
     return rs_invalid(e, name, "spec.replicas: Invalid value: must be greater than or equal to 0");
   if (!json_is_object(sel))
     return rs_invalid(e, name, "spec.selector: Required value");
-  text = selector_text(sel);
+  text = label_selector_text(sel);
   if (text == NULL || *text == '\0') {
     free(text);
     return rs_invalid(e, name, "spec.selector: Invalid value: empty selector is invalid for deployment");
@@ -244,7 +243,7 @@ static void adopt_existing(struct sim *s, struct sim_obj *rs) {
 int rs_setup(struct sim *s, struct sim_obj *o) {
   struct sim_rs *r = calloc(1, sizeof(*r));
   json_t *j = obj_json(o);
-  char *text = j ? selector_text(json_path(j, "spec.selector")) : NULL;
+  char *text = j ? label_selector_text(json_path(j, "spec.selector")) : NULL;
 
   json_decref(j);
   if (r == NULL || text == NULL || fr_selector_parse_labels(text, &r->selector, NULL, 0) != 0) {

@@ -128,6 +128,9 @@ struct sim_pod {
   struct sim_obj *owner;       /* controlling ReplicaSet object, NULL = none */
   struct sim_pod *own_prev, *own_next; /* owner's list of pods */
   int counted;                 /* usage counted in node and namespace */
+  long noexec_idx;             /* index in sim->noexec, -1 when no eviction is due */
+  uint64_t noexec_since_ms;    /* loop time the pending NoExecute eviction was first planned */
+  uint64_t noexec_due_ms;      /* loop time it is due */
 };
 
 struct sim_rs {
@@ -249,6 +252,11 @@ struct sim {
   size_t nunsched, unsched_cap;
   uv_timer_t sched_timer;
   int sched_armed;
+
+  /* the taint manager: pods a NoExecute taint will evict (pods.c) */
+  struct sim_pod **noexec;
+  size_t nnoexec, noexec_cap;
+  uv_timer_t noexec_timer;
   double sched_tokens;
   uint64_t sched_last_ms;
 
@@ -318,8 +326,8 @@ void watch_drop_all(struct sim *s);
 
 /* ---- proto.c ---- */
 /* A create body in the Kubernetes protobuf encoding (what kubectl create
- * secret/configmap/namespace sends) as JSON; NULL with <err> filled when
- * it is malformed or not one of those kinds. */
+ * secret/configmap/namespace and kubectl drain's Eviction send) as JSON;
+ * NULL with <err> filled when it is malformed or not one of those kinds. */
 json_t *proto_decode(const void *body, size_t len, char *err, size_t errlen);
 
 /* ---- kinds.c: names, API paths, tables ---- */
@@ -379,6 +387,10 @@ int pod_create(struct sim *s, const char *ns, json_t *j, struct sim_obj **out,
 /* Starts deletion of a pod: graceful (deletionTimestamp, then removal after
  * --terminate-ms) unless <grace_s> is 0 or the pod never started. */
 void pod_delete(struct sim *s, struct sim_obj *o, int64_t grace_s);
+/* Marks pod <o> as about to be disrupted, as the eviction API and the taint
+ * manager do before they delete it: commits a status condition
+ * DisruptionTarget=True with <reason> and <message>. 0, or -ENOMEM. */
+int pod_set_disruption(struct sim *s, struct sim_obj *o, const char *reason, const char *message);
 /* Called after a committed pod update changed labels/owner/phase. */
 void pod_changed(struct sim *s, struct sim_obj *o);
 void sched_init(struct sim *s);
@@ -448,6 +460,9 @@ int proxy_is_proxy_path(const char *path);
 void proxy_handle(struct sim *s, struct fr_http_req *req);
 
 /* ---- rs.c ---- */
+/* A LabelSelector object <sel> (borrowed; NULL gives "") as selector text
+ * for fr_selector_parse_labels(); malloc'd, NULL on out-of-memory. */
+char *label_selector_text(json_t *sel);
 /* Checks a new ReplicaSet (selector present and valid, template labels
  * match it, replicas >= 0) before it is stored. */
 int rs_validate(json_t *j, struct sim_err *err);

@@ -1,10 +1,11 @@
 /* fuzz_kubesim_proto.c - kubesim's protobuf create bodies
  * (loadtest/kubesim/proto.c): the envelope kubectl create secret generic,
- * create configmap and create namespace send.
+ * create configmap and create namespace send, and client-go's policy/v1
+ * Eviction (pods/eviction).
  *
  * Input: the request body as received. Properties checked beyond "no
  * crash": a decode either gives a JSON object whose kind is one of the
- * three it knows, with a metadata object, or leaves a message and no
+ * four it knows, with a metadata object, or leaves a message and no
  * object.
  */
 #include <stdint.h>
@@ -29,7 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   kind = json_string_value(json_object_get(j, "kind"));
   if (kind == NULL || !json_is_object(json_object_get(j, "metadata")) ||
-      (strcmp(kind, "Secret") != 0 && strcmp(kind, "ConfigMap") != 0 && strcmp(kind, "Namespace") != 0))
+      (strcmp(kind, "Secret") != 0 && strcmp(kind, "ConfigMap") != 0 && strcmp(kind, "Namespace") != 0 &&
+       strcmp(kind, "Eviction") != 0))
     abort();
   json_decref(j);
   return 0;

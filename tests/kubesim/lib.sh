@@ -1,5 +1,5 @@
 # tests/kubesim/lib.sh — shared helpers for the kubesim black-box scripts.
-# Sourced (not executed) by kubectl_fidelity.sh and kubesim_api.sh.
+# Sourced (not executed) by kubectl_fidelity.sh, kubectl_drain.sh and kubesim_api.sh.
 #
 # Provides: a temp dir $T removed on every exit path, start_kubesim (own
 # session, killed with its children by the EXIT trap), named steps that keep
