@@ -119,21 +119,31 @@ class Sampler:
     process of its own (in a thread, the GIL held while this process
     parses a flood's 40 MB answers would show up as router latency)."""
 
-    def __init__(self, port, pid):
+    def __init__(self, port, pid, hport=None):
         self.stop = multiprocessing.Event()
-        self.rx, tx = multiprocessing.Pipe(duplex=False)
-        self.p = multiprocessing.Process(target=sample_loop, args=(port, pid, self.stop, tx), daemon=True)
-        self.p.start()
+        self.procs = []
+        for prt in (port, hport):
+            if prt is None:
+                continue
+            rx, tx = multiprocessing.Pipe(duplex=False)
+            p = multiprocessing.Process(target=sample_loop, args=(prt, pid, self.stop, tx), daemon=True)
+            p.start()
+            self.procs.append((p, rx))
 
     def done(self):
         self.stop.set()
-        self.rss, self.fds, self.lat = self.rx.recv()
-        self.p.join()
-        lat = sorted(self.lat) or [0]
-        return {"rss_max_mib": round(max(self.rss or [0]) / 2**20, 1), "fds_max": max(self.fds or [0]),
-                "healthz_p50_ms": round(statistics.median(lat), 2),
-                "healthz_max_ms": round(max(lat), 2) if lat[-1] != float("inf") else None,
-                "healthz_failed": sum(1 for x in lat if x == float("inf")), "healthz_samples": len(lat)}
+        out = {}
+        for i, (p, rx) in enumerate(self.procs):
+            rss, fds, lat = rx.recv()
+            p.join()
+            lat = sorted(lat) or [0]
+            key = "healthz" if i == 0 else "health_listener"
+            if i == 0:
+                out.update({"rss_max_mib": round(max(rss or [0]) / 2**20, 1), "fds_max": max(fds or [0])})
+            out.update({f"{key}_p50_ms": round(statistics.median(lat), 2),
+                        f"{key}_max_ms": round(max(lat), 2) if lat[-1] != float("inf") else None,
+                        f"{key}_failed": sum(1 for x in lat if x == float("inf")), f"{key}_samples": len(lat)})
+        return out
 
 
 async def http_post(port, path, body, token, timeout=300):
@@ -208,7 +218,7 @@ def main():
             time.sleep(0.05)
         sha = lambda t: hashlib.sha256(t.encode()).hexdigest()  # noqa: E731
         with open(f"{root}/fedrouter.conf", "w") as f:
-            f.write(f'listen = "127.0.0.1:0";\nregion = "us";\n'
+            f.write(f'listen = "127.0.0.1:0";\nhealth_listen = "127.0.0.1:0";\nregion = "us";\n'
                     f'tenants = ( {{ name = "abuser"; token_sha256 = "{sha(ABUSER)}"; max_sandboxes = 50; }},\n'
                     f'            {{ name = "victim"; token_sha256 = "{sha(VICTIM)}"; }} );\n'
                     f'clusters = ( {{ name = "c1"; region = "us"; kubeconfig = "c1.kubeconfig"; }} );\n')
@@ -218,6 +228,10 @@ def main():
         if not line.startswith("fedrouter listening on http://127.0.0.1:"):
             die(f"router did not start: {line!r}")
         port = int(line.rsplit(":", 1)[1])
+        line = router.stdout.readline().decode()
+        if not line.startswith("fedrouter health on http://127.0.0.1:"):
+            die(f"router did not report its health listener: {line!r}")
+        hport = int(line.rsplit(":", 1)[1])
         for _ in range(300):
             if req(port, "GET", "/readyz")[0] == 200:
                 break
@@ -240,7 +254,7 @@ def main():
 
         # ---- idle connections
         if "idle" in phases:
-            s = Sampler(port, router.pid)
+            s = Sampler(port, router.pid, hport)
             socks = []
             t0 = time.monotonic()
             for _ in range(idle_conns):
@@ -269,7 +283,7 @@ def main():
                 return await asyncio.gather(*[http_post(port, f"/v1/sandboxes/{aid}/exec",
                                                         {"argv": ["sh", "-c", cmd], "timeout_s": 120}, ABUSER)
                                               for _ in range(floods)])
-            s = Sampler(port, router.pid)
+            s = Sampler(port, router.pid, hport)
             t0 = time.monotonic()
             res = asyncio.run(flood_all())
             phase = s.done()
@@ -287,7 +301,7 @@ def main():
                 ab = [http_post(port, f"/v1/sandboxes/{aid}/exec", {"argv": ["true"]}, ABUSER) for _ in range(burst)]
                 vi = [http_post(port, f"/v1/sandboxes/{vid}/exec", {"argv": ["echo", "ok"]}, VICTIM) for _ in range(20)]
                 return await asyncio.gather(asyncio.gather(*ab), asyncio.gather(*vi))
-            s = Sampler(port, router.pid)
+            s = Sampler(port, router.pid, hport)
             t0 = time.monotonic()
             ab, vi = asyncio.run(burst_all())
             phase = s.done()
@@ -303,7 +317,7 @@ def main():
                                                         {"image": "python:3.12", "name": f"c{i}",
                                                          "labels": {"run": "abuse"}}, ABUSER)
                                               for i in range(300 if not a.smoke else 100)])
-            s = Sampler(port, router.pid)
+            s = Sampler(port, router.pid, hport)
             res = asyncio.run(creates_all())
             phase = s.done()
             st, lst = req(port, "GET", "/v1/sandboxes", token=ABUSER)

@@ -381,7 +381,7 @@ static int parse_listen(struct loader *l, const config_setting_t *s, const char 
 
 /* ---- sections ---- */
 
-static const char *const root_keys[] = {"listen", "tls", "region", "policy", "sandbox",
+static const char *const root_keys[] = {"listen", "health_listen", "tls", "region", "policy", "sandbox",
                                         "limits", "tenants", "clusters", "hosted",
                                         "metrics_token_sha256", "agent", "shutdown_delay_ms", NULL};
 static const char *const agent_keys[] = {"image", "port", "key_file", "previous_key_file", NULL};
@@ -863,6 +863,15 @@ static int load_root(struct loader *l, const config_setting_t *root, struct fr_c
                        &v, &s)) < 0 ||
       (rc = parse_listen(l, s, v, &c->listen_host, &c->listen_port)) < 0)
     first = fr_cfg_first(first, rc);
+  c->health_port = -1;
+  if ((rc = get_string(l, root, "health_listen", 0, "HOST:PORT for /healthz, /readyz and /metrics alone, "
+                       "e.g. \"0.0.0.0:9090\"", &v, &s)) < 0 ||
+      (v != NULL && (rc = parse_listen(l, s, v, &c->health_host, &c->health_port)) < 0))
+    first = fr_cfg_first(first, rc);
+  else if (v != NULL && c->health_port > 0 && c->health_port == c->listen_port && c->listen_host != NULL &&
+           strcmp(c->health_host, c->listen_host) == 0)
+    first = fr_cfg_first(first, bad(l, s, "\"%s\" is the listen address too: give the health listener a port of "
+                                           "its own", v));
   first = fr_cfg_first(first, load_tls(l, root, c));
   first = fr_cfg_first(first, load_agent(l, root, c));
   if ((rc = get_string(l, root, "region", 1, "the region this router runs in, e.g. \"us\"", &v,
@@ -966,6 +975,7 @@ static void config_free(struct fr_config *c) {
   free(c->clusters);
   free(c->source);
   free(c->listen_host);
+  free(c->health_host);
   free(c->tls_cert);
   free(c->tls_key);
   free(c->region);

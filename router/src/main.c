@@ -237,6 +237,8 @@ static void finish_shutdown(struct shutdown *sd) {
 
   fr_http_server_free(r->http, NULL, NULL);
   r->http = NULL;
+  fr_http_server_free(r->health, NULL, NULL);
+  r->health = NULL;
   placement_close(r);
   for (i = 0; i < r->nadapters; i++)
     fr_adapter_free(r->adapters[i], on_adapter_freed, NULL);
@@ -519,6 +521,28 @@ int main(int argc, char **argv) {
             r.cfg->listen_port, uv_strerror(rc));
     return 1;
   }
+  if (r.cfg->health_host != NULL) {
+    struct fr_http_server_opts ho;
+    char hhost[64];
+
+    memset(&ho, 0, sizeof(ho));
+    ho.name = "fedrouter-health";
+    ho.max_conns = 256;            /* probes and scrapers, not clients */
+    ho.max_conns_per_ip = 64;
+    ho.done_cb = router_request_done;
+    ho.done_arg = &r;
+    rc = fr_http_server_new(r.loop, &ho, router_handle_health, &r, &r.health) != 0 ? UV_ENOMEM : 0;
+    if (rc == 0)
+      rc = resolve_host(r.loop, r.cfg->health_host, hhost, sizeof(hhost));
+    if (rc == 0)
+      rc = fr_http_server_listen(r.health, hhost, r.cfg->health_port);
+    if (rc != 0) {
+      fprintf(stderr, "fedrouter: cannot listen on %s:%d (health_listen): %s\n", r.cfg->health_host,
+              r.cfg->health_port, uv_strerror(rc));
+      return 1;
+    }
+    FR_INFO("fedrouter", "health listener on http://%s:%d", hhost, fr_http_server_port(r.health));
+  }
   obs = calloc(r.nadapters ? r.nadapters : 1, sizeof(*obs));
   if (obs == NULL)
     return 1;
@@ -532,6 +556,8 @@ int main(int argc, char **argv) {
           host, fr_http_server_port(r.http), r.cfg->region, r.nadapters);
   printf("fedrouter listening on %s://%s:%d\n", ssl ? "https" : "http", host,
          fr_http_server_port(r.http));
+  if (r.health != NULL) /* the second line: its port when health_listen asked for port 0 */
+    printf("fedrouter health on http://%s:%d\n", r.cfg->health_host, fr_http_server_port(r.health));
   fflush(stdout);
   sd.r = &r;
   uv_signal_init(r.loop, &sd.sigint);

@@ -437,6 +437,21 @@ void router_handle(struct fr_http_req *req, void *arg) {
   api_req_unref(q);
 }
 
+/* The health listener (health_listen): /healthz, /readyz and /metrics
+ * only, on a socket of its own, so probes never wait in the accept queue
+ * behind a burst of API connections. */
+void router_handle_health(struct fr_http_req *req, void *arg) {
+  static const char nf[] = "{\"error\":{\"code\":\"not_found\",\"message\":"
+                           "\"the health listener serves /healthz, /readyz and /metrics only\"}}";
+
+  if (strcmp(req->path, "/healthz") == 0 || strcmp(req->path, "/readyz") == 0 ||
+      strcmp(req->path, "/metrics") == 0) {
+    router_handle(req, arg);
+    return;
+  }
+  fr_http_respond(req, 404, "application/json", NULL, nf, sizeof(nf) - 1);
+}
+
 int router_streams_body(const struct fr_http_req *req, void *arg) {
   (void)arg;
   return data_streams_body(req) || e2b_streams_body(req);

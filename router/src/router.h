@@ -38,6 +38,7 @@ struct router {
   uv_loop_t *loop;
   struct fr_config *cfg;          /* one reference held */
   struct fr_http_server *http;
+  struct fr_http_server *health;  /* health_listen's server, or NULL */
   struct fr_adapter **adapters;   /* one per configured cluster, same order */
   size_t nadapters;
   int shutting_down;              /* got SIGTERM/SIGINT: /readyz answers 503 from now on */
@@ -110,6 +111,9 @@ void placement_policy_json(struct router *r, struct fr_http_req *req, const char
 
 /* The HTTP handler (fr_http_handler_cb) with <arg> = struct router. */
 void router_handle(struct fr_http_req *req, void *arg);
+/* The health listener's handler: router_handle() for /healthz, /readyz and
+ * /metrics, 404 for anything else. */
+void router_handle_health(struct fr_http_req *req, void *arg);
 /* The HTTP core's stream_body_cb: 1 for requests whose body is streamed to
  * a sandbox (uploads) instead of buffered up to max_body_bytes. */
 int router_streams_body(const struct fr_http_req *req, void *arg);

@@ -102,6 +102,8 @@ START_TEST(example_fedrouter_conf_loads_with_documented_values) {
   ck_assert_str_eq(c->source, want);
   ck_assert_str_eq(c->listen_host, "127.0.0.1");
   ck_assert_int_eq(c->listen_port, 8080);
+  ck_assert_ptr_null(c->health_host); /* not in the example */
+  ck_assert_int_eq(c->health_port, -1);
   ck_assert_ptr_null(c->tls_cert);
   ck_assert_ptr_null(c->tls_key);
   ck_assert_str_eq(c->region, "us");
@@ -375,6 +377,9 @@ static const struct err_case err_cases[] = {
      6, "tenants.[0].max_sandboxes: expected an integer, got a string"},
 
     /* listen addresses */
+    {"health_listen_same_as_listen", MINIMAL "health_listen = \"127.0.0.1:8080\";\n", 4,
+     "health_listen: \"127.0.0.1:8080\" is the listen address too"},
+    {"health_listen_bad_port", MINIMAL "health_listen = \"127.0.0.1:x\";\n", 4, "health_listen: "},
     {"listen_port_above_65535", "listen = \"127.0.0.1:70000\";\n" REGION CLUSTER, 1,
      "port 70000 is out of range (0-65535)"},
     {"listen_port_negative", "listen = \"127.0.0.1:-1\";\n" REGION CLUSTER, 1, "out of range (0-65535)"},
@@ -468,7 +473,7 @@ static const struct err_case err_cases[] = {
     {"limits_key_misspelled", MINIMAL "limits = { max_bach = 10; };\n", 4,
      "limits.max_bach: unknown key (did you mean \"max_batch\"?)"},
     {"top_key_unknown", MINIMAL "colour = \"blue\";\n", 4,
-     "colour: unknown key (known keys here: listen, tls, region, policy, sandbox, limits, "
+     "colour: unknown key (known keys here: listen, health_listen, tls, region, policy, sandbox, limits, "
      "tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms)"},
 
     /* names */
@@ -581,7 +586,7 @@ START_TEST(config_check_reports_every_error_with_its_line) {
   for (rc = 0; rc < h.n; rc++)
     ck_assert_msg(strstr(h.files[rc], "/t.conf") != NULL, "file \"%s\"", h.files[rc]);
   ck_assert_int_eq(h.lines[0], 3);
-  ck_assert_str_eq(h.msgs[0], "colour: unknown key (known keys here: listen, tls, region, policy, sandbox, "
+  ck_assert_str_eq(h.msgs[0], "colour: unknown key (known keys here: listen, health_listen, tls, region, policy, sandbox, "
                               "limits, tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms)");
   ck_assert_int_eq(h.lines[1], 4);
   ck_assert_ptr_nonnull(strstr(h.msgs[1], "sandbox.default_lifetime_s: 0 is out of range"));

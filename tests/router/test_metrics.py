@@ -108,7 +108,7 @@ def main():
         sha = hashlib.sha256(TOKEN.encode()).hexdigest()
         conf = os.path.join(tmp, "fedrouter.conf")
         with open(conf, "w") as f:
-            f.write(f'listen = "127.0.0.1:0";\nregion = "us";\n'
+            f.write(f'listen = "127.0.0.1:0";\nhealth_listen = "127.0.0.1:0";\nregion = "us";\n'
                     f'tenants = ( {{ name = "t1"; token_sha256 = "{sha}"; }} );\n'
                     'hosted = { per_core_second = 0.00003942; per_gib_second = 0.00000672; };\n'
                     'clusters = (\n'
@@ -127,9 +127,23 @@ def main():
         if not check(m is not None, f"no listening line from fedrouter: {line!r}"):
             return 1
         port = int(m.group(1))
+        line = router.stdout.readline()
+        m = re.search(r"^fedrouter health on http://127\.0\.0\.1:(\d+)$", line.strip())
+        if not check(m is not None, f"no health line from fedrouter: {line!r}"):
+            return 1
+        hport = int(m.group(1))
         end = time.time() + 15
         while time.time() < end and api(port, "GET", "/readyz")[0] != 200:
             time.sleep(0.1)
+        # The health listener: /healthz, /readyz, /metrics there, nothing else.
+        check(hport != port, "the health listener has a port of its own")
+        check(api(hport, "GET", "/healthz")[0] == 200, "health listener /healthz")
+        check(api(hport, "GET", "/readyz")[0] == 200, "health listener /readyz")
+        st, r, _ = api(hport, "GET", "/v1/sandboxes")
+        check(st == 404 and r["error"]["code"] == "not_found", f"health listener /v1/sandboxes: {st} {r}")
+        st, r, _ = api(hport, "POST", "/healthz", {})
+        check(st == 405, f"health listener POST /healthz: {st}")
+        check("fedrouter_cluster_healthy{" in scrape(hport), "health listener /metrics")
 
         # Traffic: a pool, a batch of 4 cold sandboxes in m1 (1 cpu, 2 GiB
         # each), two execs (one non-zero), a refused batch.

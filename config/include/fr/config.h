@@ -10,6 +10,7 @@
  * File format (see config/examples/fedrouter.conf for a commented example):
  *
  *   listen = "127.0.0.1:8080";            # HOST:PORT, required
+ *   health_listen = "0.0.0.0:9090";       # optional: /healthz, /readyz, /metrics only
  *   tls = { cert = "x.pem"; key = "x.key"; };   # optional
  *   region = "us";                        # the router's own region, required
  *   shutdown_delay_ms = 2000;             # SIGTERM: /readyz fails this long, then drain
@@ -99,6 +100,8 @@ struct fr_config {
   char *source;            /* absolute path of the file */
   char *listen_host;
   int listen_port;
+  char *health_host;       /* health_listen: NULL when not set */
+  int health_port;         /* -1 when not set */
   char *tls_cert, *tls_key; /* absolute paths or NULL */
   char *region;
   char *policy;            /* absolute path or NULL */
