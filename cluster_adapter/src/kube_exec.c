@@ -64,6 +64,7 @@
 #include "fr/buf.h"
 #include "fr/curluv.h"
 #include "fr/log.h"
+#include "fr/turn.h"
 #include "fr/util.h"
 #include "fr/version.h"
 #include "fr/ws.h"
@@ -980,9 +981,14 @@ static void io_update(struct kube_exec *e) {
   uv_poll_start(&e->io, events, on_poll);
 }
 
+/* The next loop turn: the reading left off (READS_PER_TURN), or a
+ * readiness put off by the turn budget (on_poll). Over the budget again,
+ * it stays for the turn after. */
 static void on_resume_read(uv_idle_t *h) {
   struct kube_exec *e = fr_container_of(h, struct kube_exec, resume);
 
+  if (!fr_turn_take(e->loop))
+    return;
   uv_idle_stop(h);
   io_step(e, 1, 0);
 }
@@ -992,6 +998,14 @@ static void on_poll(uv_poll_t *p, int status, int events) {
 
   if (e->state == ST_DONE)
     return;
+  if (!fr_turn_take(e->loop)) {
+    /* Over this turn's budget (fr/turn.h): read from a later turn; the
+     * poll waits, so the ready socket does not come back meanwhile. */
+    uv_poll_stop(p);
+    if (!uv_is_active((uv_handle_t *)&e->resume))
+      uv_idle_start(&e->resume, on_resume_read);
+    return;
+  }
   /* An error on the socket normally shows up as a failing read. */
   io_step(e, status < 0 || (events & UV_READABLE), status >= 0 && (events & UV_WRITABLE));
   if (status < 0 && e->state != ST_DONE) {

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "fr/turn.h"
 #include "fr/util.h"
 
 /* One socket curl asked us to watch. */
@@ -11,6 +12,8 @@ struct fr_curluv_sock {
   uv_poll_t poll;
   struct fr_curluv *cu;
   curl_socket_t fd;
+  int events;        /* UV_READABLE/UV_WRITABLE curl asked for */
+  int deferred;      /* over the turn budget: the poll waits for <rearm> */
   struct fr_curluv_sock *prev, *next;
 };
 
@@ -32,6 +35,10 @@ static void on_sock_closed(uv_handle_t *h) {
 
 static void on_timer_closed(uv_handle_t *h) {
   handle_closed(fr_container_of((uv_timer_t *)h, struct fr_curluv, timer));
+}
+
+static void on_rearm_closed(uv_handle_t *h) {
+  handle_closed(fr_container_of((uv_idle_t *)h, struct fr_curluv, rearm));
 }
 
 /* Unlinks <s> and closes its poll; uv_close stops it at once (epoll
@@ -76,10 +83,42 @@ static void dispatch(struct fr_curluv *cu, curl_socket_t fd, int flags) {
     teardown(cu);
 }
 
+static void on_poll(uv_poll_t *h, int status, int events);
+
+/* The next loop turn: the polls put off are armed again (curl's socket
+ * state is untouched meanwhile: level-triggered, nothing is lost). */
+static void on_rearm(uv_idle_t *h) {
+  struct fr_curluv *cu = fr_container_of(h, struct fr_curluv, rearm);
+  struct fr_curluv_sock *s;
+  int timeout = cu->timeout_due;
+
+  /* A put-off timer is curl's work itself: it waits for the budget. */
+  if (timeout && !fr_turn_take(cu->loop))
+    return;
+  uv_idle_stop(h);
+  cu->timeout_due = 0;
+  if (cu->torn_down || cu->stopped)
+    return;
+  for (s = cu->socks; s != NULL; s = s->next) {
+    if (s->deferred) {
+      s->deferred = 0;
+      uv_poll_start(&s->poll, s->events, on_poll);
+    }
+  }
+  if (timeout)
+    dispatch(cu, CURL_SOCKET_TIMEOUT, 0); /* last: it may close <cu> */
+}
+
 static void on_poll(uv_poll_t *h, int status, int events) {
   struct fr_curluv_sock *s = fr_container_of(h, struct fr_curluv_sock, poll);
   int flags = 0;
 
+  if (!fr_turn_take(s->cu->loop)) {
+    uv_poll_stop(h);
+    s->deferred = 1;
+    uv_idle_start(&s->cu->rearm, on_rearm);
+    return;
+  }
   /* On an error let curl find out by reading and writing (multi-uv.c). */
   if (status < 0)
     flags = CURL_CSELECT_IN | CURL_CSELECT_OUT;
@@ -131,12 +170,24 @@ static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, v
     events |= UV_READABLE;
   if (what & CURL_POLL_OUT)
     events |= UV_WRITABLE;
-  uv_poll_start(&s->poll, events, on_poll);
+  s->events = events;
+  if (!s->deferred)   /* else <rearm> starts it with these events */
+    uv_poll_start(&s->poll, events, on_poll);
   return 0;
 }
 
 static void on_timeout(uv_timer_t *t) {
-  dispatch(fr_container_of(t, struct fr_curluv, timer), CURL_SOCKET_TIMEOUT, 0);
+  struct fr_curluv *cu = fr_container_of(t, struct fr_curluv, timer);
+
+  /* Thousands of transfers started together all come due at once (each
+   * connect and TLS hello costs ~0.1 ms): past the budget, from a later
+   * turn (not a 0 ms timer: libuv before 1.45 would run it in this one). */
+  if (!fr_turn_take(cu->loop)) {
+    cu->timeout_due = 1;
+    uv_idle_start(&cu->rearm, on_rearm);
+    return;
+  }
+  dispatch(cu, CURL_SOCKET_TIMEOUT, 0);
 }
 
 /* curl asks for one timer; 0 means "soon": a loop turn later, never a
@@ -167,7 +218,8 @@ int fr_curluv_init(uv_loop_t *loop, struct fr_curluv *cu, fr_curluv_done_cb done
   curl_multi_setopt(cu->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
   curl_multi_setopt(cu->multi, CURLMOPT_TIMERDATA, cu);
   uv_timer_init(loop, &cu->timer);
-  cu->nopen = 1;
+  uv_idle_init(loop, &cu->rearm);
+  cu->nopen = 2;
   return 0;
 }
 
@@ -180,6 +232,7 @@ void fr_curluv_stop(struct fr_curluv *cu) {
     return;
   cu->stopped = 1;
   uv_timer_stop(&cu->timer);
+  uv_idle_stop(&cu->rearm);
   while (cu->socks != NULL) {
     curl_multi_assign(cu->multi, cu->socks->fd, NULL);
     sock_close(cu, cu->socks);
@@ -200,6 +253,7 @@ static void teardown(struct fr_curluv *cu) {
   while (cu->socks != NULL)
     sock_close(cu, cu->socks);
   uv_close((uv_handle_t *)&cu->timer, on_timer_closed);
+  uv_close((uv_handle_t *)&cu->rearm, on_rearm_closed);
 }
 
 void fr_curluv_close(struct fr_curluv *cu, fr_curluv_close_cb cb) {

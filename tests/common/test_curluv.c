@@ -20,6 +20,7 @@
 #include "fr_test_loop.h"
 
 #include "fr/http.h"
+#include "fr/turn.h"
 #include "fr/util.h"
 
 #define WATCHDOG_MS 10000
@@ -273,6 +274,47 @@ START_TEST(transfers_each_finished_one_handed_to_done_cb_once) {
 }
 END_TEST
 
+START_TEST(turn_budget_is_per_millisecond_of_loop_time) {
+  uv_loop_t loop;
+  int i;
+
+  ck_assert_int_eq(uv_loop_init(&loop), 0);
+  uv_update_time(&loop);
+  for (i = 0; i < FR_TURN_BUDGET && fr_turn_take(&loop); i++)
+    ;
+  /* uv_now() stands still until the loop updates it: exactly the budget. */
+  ck_assert_int_eq(i, FR_TURN_BUDGET);
+  while (fr_turn_take(&loop))
+    uv_update_time(&loop);      /* spin until a take fails in one ms */
+  ck_assert_int_eq(fr_turn_take(&loop), 0);
+  usleep(2000);
+  uv_update_time(&loop);        /* the loop's clock moved: a new budget */
+  ck_assert_int_eq(fr_turn_take(&loop), 1);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
+/* Transfers whose sockets come ready after the turn's budget is spent
+ * are served from later turns, none lost and none twice. */
+START_TEST(transfers_past_the_turn_budget_still_finish_once) {
+  int i;
+
+  fx_start();
+  fr_turn_set_budget(1);     /* one socket event per millisecond: most wait */
+  for (i = 0; i < 4; i++)
+    add("/hello", fx.port, 0);
+  fx.want_done = 4;
+  fx_run();
+  fr_turn_set_budget(0);
+  for (i = 0; i < 4; i++) {
+    ck_assert_int_eq(fx.x[i].done, 1);
+    ck_assert_int_eq(fx.x[i].result, CURLE_OK);
+    ck_assert_int_eq(fx.x[i].status, 200);
+    ck_assert_int_eq(fx.x[i].body_len, 5);
+  }
+}
+END_TEST
+
 START_TEST(connect_refused_reported_to_done_cb) {
   fx_start();
   add("/hello", free_port(), 0);
@@ -369,6 +411,8 @@ int main(void) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   tcase_add_test(tc, transfers_each_finished_one_handed_to_done_cb_once);
   tcase_add_test(tc, connect_refused_reported_to_done_cb);
+  tcase_add_test(tc, turn_budget_is_per_millisecond_of_loop_time);
+  tcase_add_test(tc, transfers_past_the_turn_budget_still_finish_once);
   tcase_add_test(tc, close_inside_done_cb_defers_cleanup_and_stops_delivery);
   tcase_add_test(tc, close_inside_write_cb_waits_for_socket_action_to_return);
   tcase_add_test(tc, stop_hands_a_connect_only_connection_to_the_owner);

@@ -54,6 +54,8 @@ struct fr_curluv {
   /* Private. */
   uv_loop_t *loop;
   uv_timer_t timer;                  /* curl's timer callback */
+  uv_idle_t rearm;                   /* what fr_turn_take() put off: polls, the timer */
+  int timeout_due;                   /* curl's timer fired over the budget */
   struct fr_curluv_sock *socks;      /* live polls */
   fr_curluv_done_cb done_cb;
   fr_curluv_after_cb after_cb;
