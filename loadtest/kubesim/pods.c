@@ -1022,6 +1022,7 @@ void pod_free_state(struct sim *s, struct sim_obj *o) {
   if (p == NULL)
     return;
   kill_execs(p);
+  log_pod_free(p);
   usage_release(s, o);
   q_unlink(s, p);
   rs_pod_gone(s, p);
