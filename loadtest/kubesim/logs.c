@@ -998,8 +998,9 @@ static int decode_opts(struct fr_http_req *req, struct log_opts *o) {
   }
   return 0;
 bad:
-  if (n < 0 && n != -ENOENT)
-    snprintf(msg, sizeof(msg), "strconv.ParseInt: parsing \"%.64s...\": value out of range", v);
+  if (n < 0 && n != -ENOENT) /* longer than <v>: no number is that long */
+    snprintf(msg, sizeof(msg), "strconv.ParseInt: parsing a value longer than %zu bytes: invalid syntax",
+             sizeof(v) - 1);
   api_status(req, 400, "BadRequest", msg, NULL, NULL, NULL);
   return -1;
 }
