@@ -278,6 +278,27 @@ fi
 grep -qx line-1 "$OUT" && fail "line-1 still shown after rotation"
 ls "$T"/work/default_ag_*/.kubesim-agent.log.1 >/dev/null 2>&1 || fail "no rotated file .1 in the pod directory"
 
+step "a follower that reads slowly holds back kubesim's reading, not its memory (20 MB printed)"
+rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$KS_PID/status" 2>/dev/null || echo 0; }
+before=$(rss_kb)
+: >"$T/slow.out"
+curl -skN --max-time 60 --limit-rate 20k -H "Authorization: Bearer $TOKEN" \
+  "$BASE/api/v1/namespaces/default/pods/ag/log?container=agent&follow=true&tailLines=0" \
+  >"$T/slow.out" 2>/dev/null &
+SLOW=$!
+BG_PIDS+=("$SLOW")
+sleep 0.5
+for _ in 1 2 3 4; do agent_print ag "bytes=5000000"; done
+sleep 2
+after=$(rss_kb)
+LAST_CMD="VmRSS before $before kB, after $after kB; slow follower got $(wc -c <"$T/slow.out") bytes"
+echo "$LAST_CMD"
+[ "$((after - before))" -lt 32768 ] || fail "kubesim grew $((after - before)) kB with a slow follower"
+[ -s "$T/slow.out" ] || fail "the slow follower got nothing"
+kill -TERM "$SLOW" 2>/dev/null
+wait "$SLOW" 2>/dev/null
+wait_until 10 conns_back || fail "kubesim still holds the slow follower's connection"
+
 step "kubectl logs -f ends (exit 0) when the pod is deleted"
 LAST_CMD="kubectl logs -f ag -c agent --tail=1"
 : >"$T/f2.out"
