@@ -192,7 +192,13 @@ static int parse_rfc3339(const char *s, size_t len, int64_t *out) {
     return -1;
   }
   t = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - off;
-  *out = t * 1000000000 + frac;
+  /* int64 nanoseconds reach years 1677..2262; clamp beyond. */
+  if (t >= INT64_MAX / 1000000000)
+    *out = INT64_MAX;
+  else if (t <= INT64_MIN / 1000000000)
+    *out = INT64_MIN;
+  else
+    *out = t * 1000000000 + frac;
   return 0;
 }
 
@@ -740,7 +746,7 @@ static void on_fs(uv_fs_t *f) {
       break;
     }
     for (i = res - 1; i >= 0; i--) {
-      if (r->buf[i] == '\n' && ++r->nl == r->tail + 1) {
+      if (r->buf[i] == '\n' && ++r->nl > r->tail) {
         r->off = left + i + 1;
         r->state = R_READ;
         break;

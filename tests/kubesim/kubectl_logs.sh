@@ -373,6 +373,15 @@ expect_rc 200 "GET done/log"
 grep -qi '^content-type: text/plain' "$ERR" || fail "content type"
 grep -qi '^transfer-encoding: chunked' "$ERR" || fail "not chunked"
 
+step "raw: extreme values: tailLines=2^63-1 gives all, sinceTime=9999-... nothing, tailLines=2^63 is 400"
+c GET "$P/done/log?tailLines=9223372036854775807"
+expect_rc 200 "huge tailLines" && grep -qx out-line "$OUT" || fail "huge tailLines lost lines: '$(cat "$OUT")'"
+c GET "$P/done/log?sinceTime=9999-12-31T23:59:59Z"
+expect_rc 200 "sinceTime 9999" && out_is "" "since 9999"
+c GET "$P/done/log?tailLines=9223372036854775808"
+expect_rc 400 "tailLines 2^63" &&
+  status_is 400 BadRequest 'strconv.ParseInt: parsing "9223372036854775808": value out of range'
+
 step "raw: tailLines=abc is 400 with the API server's parse error"
 c GET "$P/done/log?tailLines=abc"
 expect_rc 400 "tailLines=abc" && status_is 400 BadRequest 'strconv.ParseInt: parsing "abc": invalid syntax'
