@@ -108,6 +108,17 @@ static void log_unref(struct sim_log *l) {
 
 static void wake_followers(struct sim_log *l);
 
+static const char *const wstate_names[] = {"opening", "idle",    "writing", "renaming",
+                                           "closing-old", "closing", "done"};
+
+/* Every capture transition goes through here (trace with --log-level debug). */
+static void capture_set_state(struct sim_log *l, int st) {
+  if (l->wstate != st)
+    FR_DEBUG(LOG_COMP, "%s: capture %s -> %s", l->path ? l->path : "-", wstate_names[l->wstate],
+             wstate_names[st]);
+  l->wstate = st;
+}
+
 /* ---------------------------------------------------------------------- */
 /* time                                                                    */
 
@@ -229,7 +240,7 @@ static void on_wreq(uv_fs_t *r) {
         wake_followers(l);
       }
     }
-    l->wstate = W_IDLE;
+    capture_set_state(l, W_IDLE);
     break;
   case W_WRITING:
     if (res < 0) {
@@ -241,26 +252,26 @@ static void on_wreq(uv_fs_t *r) {
       l->seq++;
       wake_followers(l);
     }
-    l->wstate = W_IDLE;
+    capture_set_state(l, W_IDLE);
     break;
   case W_RENAMING:
     /* Renamed or not (the pod directory may be gone), start a new file. */
-    l->wstate = W_CLOSING_OLD;
+    capture_set_state(l, W_CLOSING_OLD);
     break;
   case W_CLOSING_OLD:
     l->gen++;
     l->fd = -1;
-    l->wstate = W_OPENING;
+    capture_set_state(l, W_OPENING);
     if (uv_fs_open(l->sim->loop, &l->wreq, l->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
                    0640, on_wreq) == 0) {
       l->wbusy = 1;
       return;
     }
-    l->wstate = W_IDLE;
+    capture_set_state(l, W_IDLE);
     break;
   case W_CLOSING:
     l->fd = -1;
-    l->wstate = W_DONE;
+    capture_set_state(l, W_DONE);
     break;
   default:
     break;
@@ -286,13 +297,13 @@ static void capture_step(struct sim_log *l) {
     return;
   if (l->wstate == W_IDLE && l->fd >= 0 && l->pending.len > 0) {
     uv_buf_t b = uv_buf_init(l->pending.data, (unsigned int)l->pending.len);
-    l->wstate = W_WRITING;
+    capture_set_state(l, W_WRITING);
     if (uv_fs_write(loop, &l->wreq, l->fd, &b, 1, -1, on_wreq) == 0) {
       l->wbusy = 1;
       pipes_read(l, 0);
       return;
     }
-    l->wstate = W_IDLE;
+    capture_set_state(l, W_IDLE);
     fr_buf_reset(&l->pending);
   }
   if (l->wstate == W_IDLE && l->fd < 0)
@@ -303,14 +314,14 @@ static void capture_step(struct sim_log *l) {
     char *old = malloc(cap);
     if (old != NULL) {
       snprintf(old, cap, "%s.1", l->path);
-      l->wstate = W_RENAMING;
+      capture_set_state(l, W_RENAMING);
       if (uv_fs_rename(loop, &l->wreq, l->path, old, on_wreq) == 0) {
         l->wbusy = 1;
         free(old);
         return;
       }
       free(old);
-      l->wstate = W_IDLE;
+      capture_set_state(l, W_IDLE);
     }
   }
   if (l->wstate == W_CLOSING_OLD) {
@@ -319,7 +330,7 @@ static void capture_step(struct sim_log *l) {
       return;
     }
     l->fd = -1;
-    l->wstate = W_IDLE;
+    capture_set_state(l, W_IDLE);
   }
   if (l->wstate == W_IDLE) {
     if (l->pipe_open[0] || l->pipe_open[1]) {
@@ -327,12 +338,12 @@ static void capture_step(struct sim_log *l) {
       return;
     }
     /* Both pipes ended and everything is written. */
-    l->wstate = W_CLOSING;
+    capture_set_state(l, W_CLOSING);
     if (l->fd >= 0 && uv_fs_close(loop, &l->wreq, l->fd, on_wreq) == 0) {
       l->wbusy = 1;
       return;
     }
-    l->wstate = W_DONE;
+    capture_set_state(l, W_DONE);
   }
   if (l->wstate == W_DONE && l->capturing && !l->pipe_open[0] && !l->pipe_open[1]) {
     l->capturing = 0;
@@ -493,18 +504,18 @@ void log_capture_start(struct sim_pod *p, int ok) {
     for (i = 0; i < 2; i++)
       if (!uv_is_closing((uv_handle_t *)&l->pipes[i]))
         uv_close((uv_handle_t *)&l->pipes[i], on_pipe_closed);
-    l->wstate = W_IDLE;
+    capture_set_state(l, W_IDLE);
     return;
   }
   /* Reading starts once the file is open: the agent's first lines wait
    * in the pipes until then. */
-  l->wstate = W_OPENING;
+  capture_set_state(l, W_OPENING);
   if (uv_fs_open(l->sim->loop, &l->wreq, l->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
                  0640, on_wreq) == 0) {
     l->wbusy = 1;
     return;
   }
-  l->wstate = W_IDLE;
+  capture_set_state(l, W_IDLE);
   capture_step(l);
 }
 
@@ -557,6 +568,16 @@ struct log_reader {
 };
 
 static void reader_step(struct log_reader *r);
+
+static const char *const rstate_names[] = {"open", "stat", "tail", "read", "wait",
+                                           "reopen", "close", "done"};
+
+/* Every reader transition goes through here (trace with --log-level debug). */
+static void reader_set_state(struct log_reader *r, int st) {
+  if (r->state != st)
+    FR_DEBUG(LOG_COMP, "reader %p: %s -> %s", (void *)r, rstate_names[r->state], rstate_names[st]);
+  r->state = st;
+}
 
 static void reader_unlink(struct log_reader *r) {
   if (r->pprev != NULL) {
@@ -717,20 +738,20 @@ static void on_fs(uv_fs_t *f) {
     if (res < 0) {
       r->fd = -1;
       /* No file (yet): empty so far; a follower waits for one. */
-      r->state = r->follow ? R_WAIT : R_DONE;
+      reader_set_state(r, r->follow ? R_WAIT : R_DONE);
       break;
     }
     r->fd = (uv_file)res;
     r->off = 0;
     r->carry = 0;
-    r->state = r->tail >= 0 && r->state == R_OPEN ? R_STAT : R_READ;
+    reader_set_state(r, r->tail >= 0 && r->state == R_OPEN ? R_STAT : R_READ);
     break;
   case R_STAT:
     r->size = res == 0 ? (int64_t)f->statbuf.st_size : 0;
     r->scan_right = r->size;
     r->nl = 0;
     r->off = 0;
-    r->state = R_TAIL;
+    reader_set_state(r, R_TAIL);
     break;
   case R_TAIL: {
     /* Scanning backwards for the start of the last <tail> records: the
@@ -742,13 +763,13 @@ static void on_fs(uv_fs_t *f) {
       left = 0;
     if (res <= 0) {
       r->off = 0;
-      r->state = R_READ;
+      reader_set_state(r, R_READ);
       break;
     }
     for (i = res - 1; i >= 0; i--) {
       if (r->buf[i] == '\n' && ++r->nl > r->tail) {
         r->off = left + i + 1;
-        r->state = R_READ;
+        reader_set_state(r, R_READ);
         break;
       }
     }
@@ -756,34 +777,34 @@ static void on_fs(uv_fs_t *f) {
       r->scan_right = left;
       if (left == 0) {
         r->off = 0;
-        r->state = R_READ;
+        reader_set_state(r, R_READ);
       }
     }
     break;
   }
   case R_READ:
     if (res < 0) {
-      r->state = R_DONE;
+      reader_set_state(r, R_DONE);
       break;
     }
     if (res > 0) {
       r->off += res;
       reader_parse(r, r->carry + (size_t)res, 0);
       if (r->finish)
-        r->state = R_DONE;
+        reader_set_state(r, R_DONE);
       break;
     }
     /* End of the file. */
     if (!r->follow) {
       reader_parse(r, r->carry, 1);
-      r->state = R_DONE;
+      reader_set_state(r, R_DONE);
       break;
     }
-    r->state = R_WAIT;
+    reader_set_state(r, R_WAIT);
     break;
   case R_CLOSE:
     r->fd = -1;
-    r->state = R_REOPEN;
+    reader_set_state(r, R_REOPEN);
     break;
   default:
     break;
@@ -799,11 +820,11 @@ static void reader_step(struct log_reader *r) {
   if (r->busy)
     return;
   if (r->req == NULL && r->state != R_DONE)
-    r->state = R_DONE; /* the client left */
+    reader_set_state(r, R_DONE); /* the client left */
   if (r->req != NULL && r->out.len > 0) {
     reader_flush(r);
     if (r->req == NULL)
-      r->state = R_DONE;
+      reader_set_state(r, R_DONE);
     if (r->req != NULL && r->state != R_DONE && fr_http_pending_bytes(r->req) > LOG_HIGH_WATER &&
         fr_http_on_drain(r->req, on_client_drain, LOG_LOW_WATER) == 0) {
       r->draining = 1;
@@ -817,7 +838,7 @@ static void reader_step(struct log_reader *r) {
   case R_OPEN:
   case R_REOPEN:
     if (r->path == NULL || uv_fs_open(loop, &r->fs, r->path, O_RDONLY | O_CLOEXEC, 0, on_fs) != 0) {
-      r->state = r->follow ? R_WAIT : R_DONE;
+      reader_set_state(r, r->follow ? R_WAIT : R_DONE);
       reader_step(r);
       return;
     }
@@ -830,7 +851,7 @@ static void reader_step(struct log_reader *r) {
       r->busy = 1;
       return;
     }
-    r->state = R_DONE;
+    reader_set_state(r, R_DONE);
     break;
   case R_TAIL: {
     int64_t left = r->scan_right - (int64_t)LOG_READ_CHUNK;
@@ -839,7 +860,7 @@ static void reader_step(struct log_reader *r) {
       left = 0;
     if (r->scan_right <= 0) {
       r->off = 0;
-      r->state = R_READ;
+      reader_set_state(r, R_READ);
       reader_step(r);
       return;
     }
@@ -848,7 +869,7 @@ static void reader_step(struct log_reader *r) {
       r->busy = 1;
       return;
     }
-    r->state = R_DONE;
+    reader_set_state(r, R_DONE);
     break;
   }
   case R_READ: {
@@ -859,41 +880,41 @@ static void reader_step(struct log_reader *r) {
       r->busy = 1;
       return;
     }
-    r->state = R_DONE;
+    reader_set_state(r, R_DONE);
     break;
   }
   case R_WAIT:
     if (l == NULL) {
-      r->state = R_DONE;
+      reader_set_state(r, R_DONE);
       break;
     }
     if (r->fd >= 0 && l->gen != r->gen) {
       /* Rotated: the old file is complete (its last write finished before
        * the rename); read what is left of it, then go to the new one. */
       if (l->seq != r->seq_at_read) {
-        r->state = R_READ;
+        reader_set_state(r, R_READ);
         reader_step(r);
         return;
       }
-      r->state = R_CLOSE;
+      reader_set_state(r, R_CLOSE);
       if (uv_fs_close(loop, &r->fs, r->fd, on_fs) == 0) {
         r->busy = 1;
         return;
       }
       r->fd = -1;
-      r->state = R_REOPEN;
+      reader_set_state(r, R_REOPEN);
       reader_step(r);
       return;
     }
     if (r->fd < 0) {
       if (l->seq != r->seq_at_read && r->path != NULL) {
         r->seq_at_read = l->seq;
-        r->state = R_REOPEN;
+        reader_set_state(r, R_REOPEN);
         reader_step(r);
         return;
       }
     } else if (l->seq != r->seq_at_read) {
-      r->state = R_READ;
+      reader_set_state(r, R_READ);
       reader_step(r);
       return;
     }
@@ -901,7 +922,7 @@ static void reader_step(struct log_reader *r) {
       /* Everything is in and read. */
       if (r->carry > 0)
         reader_parse(r, r->carry, 1);
-      r->state = R_DONE;
+      reader_set_state(r, R_DONE);
       break;
     }
     return; /* woken by the next write, rotation or end */
@@ -917,7 +938,7 @@ static void reader_step(struct log_reader *r) {
   if (r->fd >= 0) {
     uv_file fd = r->fd;
     r->fd = -1;
-    r->state = R_DONE;
+    reader_set_state(r, R_DONE);
     if (uv_fs_close(loop, &r->fs, fd, on_fs) == 0) {
       r->busy = 1;
       return;
@@ -1209,7 +1230,7 @@ void log_handle(struct sim *s, struct fr_http_req *req, const char *ns, const ch
   }
   if (o.follow && r->log == NULL)
     r->follow = 0; /* nothing more will come: read what there is and end */
-  r->state = R_OPEN;
+  reader_set_state(r, R_OPEN);
   if (fr_http_stream_begin(req, 200, "text/plain", NULL) == 0) {
     req->data = r;
     req->abort_cb = on_client_abort;
