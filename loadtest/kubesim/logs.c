@@ -842,6 +842,10 @@ static void reader_step(struct log_reader *r) {
       reader_step(r);
       return;
     }
+    /* The generation is taken when the open is issued: an open that races
+     * a rotation may land on the new file while remembering the old
+     * generation, and then reads that file again from its start (lines
+     * shown twice, never lost). */
     if (l != NULL)
       r->gen = l->gen;
     r->busy = 1;
