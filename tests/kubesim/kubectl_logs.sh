@@ -266,10 +266,25 @@ wait_until 10 conns_back || fail "kubesim still holds the follower's connection:
 k logs ag -c agent --tail=1
 out_is "live-1" "log after the follower left"
 
-step "rotation: after 5 MB of output the log is the current file only (< 4.2 MB), ends with the last line"
+step "rotation: after 5 MB of output the log is the current file only (< 4.4 MB), ends with the last line; a follower got every line across the rotation"
+: >"$T/f3.out"
+timeout 60 kubectl --kubeconfig "$KCFG" --cache-dir "$T/kcache" logs -f ag -c agent --tail=0 \
+  >"$T/f3.out" 2>"$T/f3.err" &
+F3=$!
+BG_PIDS+=("$F3")
+sleep 1
 agent_print ag "bytes=5000000"
 last=$(printf '%099d' 49999)
 wait_until 20 log_has ag agent "$last" || fail "last big line not in the log"
+wait_until 20 grep -qx "$last" "$T/f3.out" || fail "the follower did not get the last line"
+kill -TERM "$F3" 2>/dev/null
+wait "$F3" 2>/dev/null
+python3 - "$T/f3.out" >"$T/py" 2>&1 <<'PY' || fail "follower across the rotation: $(cat "$T/py")"
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+want = ["%099d" % i for i in range(50000)]
+assert lines == want, "got %d lines, first %r, want 50000 numbered lines in order" % (len(lines), lines[:1])
+PY
 k logs ag -c agent
 n=$(wc -c <"$OUT")
 if [ "$n" -le 0 ] || [ "$n" -gt 4400000 ]; then
