@@ -77,6 +77,7 @@ struct sim_log {
   /* capture */
   uv_pipe_t pipes[2];          /* the supervisor's stdout, stderr */
   int pipe_open[2];
+  char *rbuf[2];               /* one read buffer per pipe, LOG_PIPE_READ each */
   int capturing;               /* holds a reference */
   uv_fs_t wreq;
   int wbusy;                   /* wreq in flight */
@@ -99,6 +100,8 @@ static void log_ref(struct sim_log *l) {
 static void log_unref(struct sim_log *l) {
   if (l == NULL || --l->refs > 0)
     return;
+  free(l->rbuf[0]);
+  free(l->rbuf[1]);
   fr_buf_free(&l->pending);
   fr_buf_free(&l->partial[0]);
   fr_buf_free(&l->partial[1]);
@@ -372,11 +375,14 @@ static void flush_partial(struct sim_log *l, int i, int64_t ts) {
   fr_buf_reset(&l->partial[i]);
 }
 
+/* Each pipe reads into its own buffer: a read is formatted into
+ * <pending> before the callback returns, so one buffer per pipe is enough. */
 static void on_pipe_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
-  (void)h;
+  struct sim_log *l = h->data;
+
   (void)hint;
-  buf->base = malloc(LOG_PIPE_READ);
-  buf->len = buf->base ? LOG_PIPE_READ : 0;
+  buf->base = l->rbuf[h == (uv_handle_t *)&l->pipes[0] ? 0 : 1];
+  buf->len = LOG_PIPE_READ;
 }
 
 static void on_pipe_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
@@ -418,7 +424,6 @@ static void on_pipe_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
     if (!uv_is_closing((uv_handle_t *)st))
       uv_close((uv_handle_t *)st, on_pipe_closed);
   }
-  free(buf->base);
   capture_step(l);
 }
 
@@ -478,7 +483,9 @@ int log_capture_init(struct sim *s, struct sim_obj *o, uv_stdio_container_t *std
   /* Container names are DNS labels (validated at create): safe in a path. */
   snprintf(path, sizeof(path), "%s/.kubesim-%s.log", p->workdir, l->container);
   l->path = strdup(path);
-  if (l->path == NULL)
+  l->rbuf[0] = malloc(LOG_PIPE_READ);
+  l->rbuf[1] = malloc(LOG_PIPE_READ);
+  if (l->path == NULL || l->rbuf[0] == NULL || l->rbuf[1] == NULL)
     return -ENOMEM;
   for (i = 0; i < 2; i++) {
     uv_pipe_init(s->loop, &l->pipes[i], 0);
