@@ -236,11 +236,14 @@ static int supervisor_start(struct sim *s, struct sim_obj *o, char **cmd) {
     argv[7 + i] = cmd[i];
   memset(stdio, 0, sizeof(stdio));
   stdio[0].flags = UV_IGNORE;
-  /* The agent's output goes where kubesim's goes (its log). */
+  /* The agent's output is the container's log (logs.c); a supervisor
+   * without one writes where kubesim does. */
   stdio[1].flags = UV_INHERIT_FD;
   stdio[1].data.fd = 2;
   stdio[2].flags = UV_INHERIT_FD;
   stdio[2].data.fd = 2;
+  if (cmd != NULL && log_capture_init(s, o, stdio) != 0)
+    FR_WARN(LOG_COMP, "pod %s/%s: agent output not captured; its log stays empty", o->ns, o->name);
   memset(&opts, 0, sizeof(opts));
   opts.file = s->self_exe;
   opts.args = argv;
@@ -253,6 +256,8 @@ static int supervisor_start(struct sim *s, struct sim_obj *o, char **cmd) {
   a->proc.data = a;
   rc = uv_spawn(s->loop, &a->proc, &opts);
   a->proc_open = 1;
+  if (cmd != NULL)
+    log_capture_start(p, rc == 0);
   if (rc != 0) {
     FR_WARN(LOG_COMP, "pod %s/%s: cannot start %s: %s", o->ns, o->name, s->self_exe,
             uv_strerror(rc));
@@ -399,6 +404,8 @@ void agent_stop(struct sim_pod *p) {
   struct sim_agent *a = p->agent;
   struct mark_work *mw;
 
+  /* The container ends here, whatever ended it: log followers finish. */
+  log_container_ended(p);
   if (a != NULL) {
     p->agent = NULL;
     a->pod = NULL;

@@ -82,6 +82,7 @@ static const char *const api_resources_v1 =
     "\"shortNames\":[\"po\"],\"categories\":[\"all\"]},"
     "{\"name\":\"pods/eviction\",\"singularName\":\"\",\"namespaced\":true,\"group\":\"policy\",\"version\":\"v1\",\"kind\":\"Eviction\",\"verbs\":[\"create\"]},"
     "{\"name\":\"pods/exec\",\"singularName\":\"\",\"namespaced\":true,\"kind\":\"PodExecOptions\",\"verbs\":[\"create\",\"get\"]},"
+    "{\"name\":\"pods/log\",\"singularName\":\"\",\"namespaced\":true,\"kind\":\"Pod\",\"verbs\":[\"get\"]},"
     "{\"name\":\"pods/status\",\"singularName\":\"\",\"namespaced\":true,\"kind\":\"Pod\",\"verbs\":[\"get\",\"patch\",\"update\"]},"
     "{\"name\":\"resourcequotas\",\"singularName\":\"resourcequota\",\"namespaced\":true,\"kind\":\"ResourceQuota\","
     "\"verbs\":[\"create\",\"delete\",\"deletecollection\",\"get\",\"list\",\"patch\",\"update\",\"watch\"],\"shortNames\":[\"quota\"]},"
@@ -1441,6 +1442,10 @@ static void route_request(struct sim *s, struct fr_http_req *req) {
         not_found(req, K_POD, r.name);
       else
         pod_exec(s, req, o);
+      return;
+    }
+    if (r.kind == K_POD && strcmp(r.sub, "log") == 0 && r.ns != NULL) {
+      log_handle(s, req, r.ns, r.name);
       return;
     }
     if (r.kind == K_RS && strcmp(r.sub, "scale") == 0) {

@@ -1182,6 +1182,7 @@ void pod_free_state(struct sim *s, struct sim_obj *o) {
   if (p == NULL)
     return;
   kill_execs(p);
+  log_pod_free(p);
   usage_release(s, o);
   q_unlink(s, p);
   noexec_unqueue(s, p);

@@ -120,6 +120,7 @@ struct sim_pod {
   char *workdir;               /* per-pod exec directory, created lazily */
   struct sim_exec_set execs;
   struct sim_agent *agent;     /* agent / namespace supervisor, NULL = none (agent.c) */
+  struct sim_log *log;         /* captured output and log followers, NULL = none (logs.c) */
   char owner_uid[40];          /* controller ReplicaSet uid, "" = none */
   struct sim_pod *q_prev, *q_next; /* scheduler FIFO links */
   int queued;
@@ -452,6 +453,24 @@ void agent_inproc_serve(struct sim *s, struct sim_obj *o, struct fr_http_req *re
 /* The supervisor side of agent.c, run as "kubesim __pod-init ..." and
  * "kubesim __pod-enter ..." from main(); returns the exit status. */
 int agent_helper_main(int argc, char **argv);
+
+/* ---- logs.c: container logs (pods/log) ---- */
+struct sim_log;
+/* Serves GET /api/v1/namespaces/<ns>/pods/<name>/log (auth and faults
+ * already applied): validates the query, answers the errors the API server
+ * and kubelet give, else streams the container's log (text/plain). */
+void log_handle(struct sim *s, struct fr_http_req *req, const char *ns, const char *name);
+/* Before uv_spawn of the agent's supervisor: sets up capture of its stdout
+ * and stderr (<stdio>[1] and [2]) into the pod's log file; 0 or -errno
+ * (then <stdio> is untouched). Pair with log_capture_start(). */
+int log_capture_init(struct sim *s, struct sim_obj *o, uv_stdio_container_t *stdio);
+/* After the spawn: <ok> 1 starts capturing, 0 abandons the pipes. */
+void log_capture_start(struct sim_pod *p, int ok);
+/* The pod's containers ended (agent exit, failure, deletion): followers
+ * finish once the capture has written everything. Safe without a log. */
+void log_container_ended(struct sim_pod *p);
+/* The pod's state is going away: drops its reference to the log. */
+void log_pod_free(struct sim_pod *p);
 
 /* ---- proxy.c ---- */
 /* 1 if <path> is /api/v1/namespaces/NS/pods/NAME/proxy[/...]. */
