@@ -13,19 +13,9 @@
 # Env: KEEP_TMP=1 keeps the temp dir for debugging.
 set -uo pipefail
 
-KUBESIM="${1:-}"
-if [ -z "$KUBESIM" ] || [ ! -x "$KUBESIM" ]; then
-  echo "FAIL: usage: $0 PATH/TO/kubesim (got '${KUBESIM}', not an executable)" >&2
-  exit 1
-fi
-KUBECTL="$(command -v kubectl || true)"
-if [ -z "$KUBECTL" ]; then
-  echo "FAIL: kubectl not found on PATH; this test needs the real kubectl v1.32" >&2
-  exit 1
-fi
-
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh"
+lib_require "${1:-}" kubectl
 
 TOKEN="drain-token-$$"
 N1=drn-node-1

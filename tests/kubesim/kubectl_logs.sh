@@ -17,19 +17,12 @@
 # kills kubesim and removes the temp dir.
 set -uo pipefail
 
-KUBESIM="${1:-}"
-if [ -z "$KUBESIM" ] || [ ! -x "$KUBESIM" ]; then
-  echo "FAIL: usage: $0 PATH/TO/kubesim (got '${KUBESIM}', not an executable)" >&2
-  exit 1
-fi
-for tool in kubectl curl python3; do
-  command -v "$tool" >/dev/null 2>&1 || { echo "FAIL: $tool not found on PATH" >&2; exit 1; }
-done
 HERE="$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")"
 AGENT="$HERE/fedrouter-agent"
 
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$HERE/lib.sh"
+lib_require "${1:-}" kubectl curl python3
 
 TOKEN="logs-token-$$"
 

@@ -11,17 +11,9 @@
 # Env: KEEP_TMP=1 keeps the temp dir.
 set -uo pipefail
 
-KUBESIM="${1:-}"
-if [ -z "$KUBESIM" ] || [ ! -x "$KUBESIM" ]; then
-  echo "FAIL: usage: $0 PATH/TO/kubesim (got '${KUBESIM}', not an executable)" >&2
-  exit 1
-fi
-for tool in curl python3; do
-  command -v "$tool" >/dev/null 2>&1 || { echo "FAIL: $tool not found on PATH" >&2; exit 1; }
-done
-
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh"
+lib_require "${1:-}" curl python3
 
 TOKEN="api-token-$$"
 OUT_LABEL="response body"

@@ -22,19 +22,12 @@
 # Loopback only, every wait bounded, everything killed and removed at exit.
 set -uo pipefail
 
-KUBESIM="${1:-}"
-if [ -z "$KUBESIM" ] || [ ! -x "$KUBESIM" ]; then
-  echo "FAIL: usage: $0 PATH/TO/kubesim (got '${KUBESIM}', not an executable)" >&2
-  exit 1
-fi
-for tool in curl python3 kubectl pgrep sha256sum; do
-  command -v "$tool" >/dev/null 2>&1 || { echo "FAIL: $tool not found on PATH" >&2; exit 1; }
-done
 HERE="$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")"
 AGENT="$HERE/fedrouter-agent"
 
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$HERE/lib.sh"
+lib_require "${1:-}" curl python3 kubectl pgrep sha256sum
 
 TOKEN="proxy-token-$$"
 TAG="$$$RANDOM"          # marks this run's sleep processes

@@ -1,7 +1,9 @@
 # tests/kubesim/lib.sh — shared helpers for the kubesim black-box scripts.
-# Sourced (not executed) by kubectl_fidelity.sh, kubectl_drain.sh and kubesim_api.sh.
+# Sourced (not executed) by kubectl_fidelity.sh, kubectl_drain.sh,
+# kubectl_logs.sh, kubesim_api.sh and kubesim_proxy.sh.
 #
-# Provides: a temp dir $T removed on every exit path, start_kubesim (own
+# Provides: lib_require (the kubesim argument and the tools needed), a temp
+# dir $T removed on every exit path, start_kubesim (own
 # session, killed with its children by the EXIT trap), named steps that keep
 # going after a failure, fail() that shows the last command's output and the
 # kubesim log tail, and finish() that prints the summary and sets the exit code.
@@ -53,6 +55,30 @@ lib_cleanup() {
 trap lib_cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+# lib_require KUBESIM_PATH TOOL... — the kubesim binary named on the
+# command line (sets $KUBESIM) and the tools the script needs on PATH (sets
+# $KUBECTL); exits 1 with what is missing.
+lib_require() {
+  KUBESIM="$1"
+  shift
+  if [ -z "$KUBESIM" ] || [ ! -x "$KUBESIM" ]; then
+    echo "FAIL: usage: $0 PATH/TO/kubesim (got '${KUBESIM}', not an executable)" >&2
+    exit 1
+  fi
+  local tool
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null 2>&1 && continue
+    if [ "$tool" = kubectl ]; then
+      echo "FAIL: kubectl not found on PATH; this test needs the real kubectl v1.32 (preinstalled on every machine)" >&2
+    else
+      echo "FAIL: $tool not found on PATH" >&2
+    fi
+    exit 1
+  done
+  # shellcheck disable=SC2034  # read by the scripts that source this file
+  KUBECTL="$(command -v kubectl || true)"
+}
 
 # ------------------------------------------------------------------ steps
 STEP=""
