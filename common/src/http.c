@@ -705,31 +705,20 @@ static int is_websocket_upgrade(struct conn *c) {
   return 1;
 }
 
-/* The connection limits' refusal: not the router running out of memory. */
-#define STATUS_TOO_MANY_CONNECTIONS 1503
-
-static void send_simple_and_close(struct conn *c, int status) {
-  int limited = status == STATUS_TOO_MANY_CONNECTIONS;
+/* An answer of the server's own, before or instead of a handler's, then
+ * the close: {"error":{"code","message"}} with <extra> headers ("" or
+ * lines ending in CRLF). */
+static void send_error_and_close(struct conn *c, int status, const char *code, const char *message,
+                                 const char *extra) {
   char body[160];
   char head[256];
   int blen, hlen;
 
-  if (limited)
-    status = 503;
-  blen = snprintf(body, sizeof(body),
-                  "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}\n",
-                  limited         ? "too_many_connections"
-                  : status == 431 ? "headers_too_large"
-                  : status == 413 ? "body_too_large"
-                  : status == 408 ? "request_timeout"
-                  : status == 417 ? "expectation_failed"
-                  : status == 503 ? "out_of_memory"
-                                  : "bad_request",
-                  limited ? "Too many connections" : fr_http_status_text(status));
+  blen = snprintf(body, sizeof(body), "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}\n", code, message);
   hlen = snprintf(head, sizeof(head),
                   "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
                   "Content-Length: %d\r\n%sConnection: close\r\n\r\n",
-                  status, fr_http_status_text(status), blen, limited ? "Retry-After: 1\r\n" : "");
+                  status, fr_http_status_text(status), blen, extra);
   c->keep_alive = 0;
   if (c->state != CS_HANDLING) {
     /* refused before any handler saw it */
@@ -744,6 +733,18 @@ static void send_simple_and_close(struct conn *c, int status) {
   c->close_after_flush = 1;
   conn_set_state(c, CS_HANDLING);
   conn_finish_request(c);
+}
+
+/* The status's own code and text: the parser's refusals and out of memory. */
+static void send_simple_and_close(struct conn *c, int status) {
+  send_error_and_close(c, status,
+                       status == 431   ? "headers_too_large"
+                       : status == 413 ? "body_too_large"
+                       : status == 408 ? "request_timeout"
+                       : status == 417 ? "expectation_failed"
+                       : status == 503 ? "out_of_memory"
+                                       : "bad_request",
+                       fr_http_status_text(status), "");
 }
 
 /* Fills what a request head tells (method, url, path, query, headers, peer)
@@ -1258,7 +1259,7 @@ static void conn_admit(struct conn *c) {
   if (c->ssl != NULL)
     conn_close(c, 0);
   else
-    send_simple_and_close(c, STATUS_TOO_MANY_CONNECTIONS);
+    send_error_and_close(c, 503, "too_many_connections", "Too many connections", "Retry-After: 1\r\n");
 }
 
 /* libuv accepts every pending connection in one go: a flood of thousands
