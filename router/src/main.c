@@ -384,6 +384,23 @@ static int resolve_host(uv_loop_t *loop, const char *host, char *out, size_t cap
   return 0;
 }
 
+/* Creates an HTTP server for <r> and listens on <cfg_host>:<port> (a host
+ * name is resolved once, into <resolved>, 64 bytes); 0, or says on stderr
+ * why not, naming the config key <what>. */
+static int serve(struct router *r, const struct fr_http_server_opts *opts, fr_http_handler_cb handler,
+                 const char *what, const char *cfg_host, int port, char resolved[64],
+                 struct fr_http_server **out) {
+  int rc = fr_http_server_new(r->loop, opts, handler, r, out) != 0 ? UV_ENOMEM : 0;
+
+  if (rc == 0)
+    rc = resolve_host(r->loop, cfg_host, resolved, 64);
+  if (rc == 0)
+    rc = fr_http_server_listen(*out, resolved, port);
+  if (rc != 0)
+    fprintf(stderr, "fedrouter: cannot listen on %s:%d (%s): %s\n", cfg_host, port, what, uv_strerror(rc));
+  return rc;
+}
+
 /* Descriptors kept out of the client connection limit: every cluster's
  * API connections, watches and exec streams, the policy file, logs. */
 #define FD_RESERVE 1024
@@ -511,16 +528,8 @@ int main(int argc, char **argv) {
   hopts.stream_body_cb = router_streams_body;
   hopts.done_cb = router_request_done;
   hopts.done_arg = &r;
-  if (fr_http_server_new(r.loop, &hopts, router_handle, &r, &r.http) != 0)
+  if (serve(&r, &hopts, router_handle, "listen", r.cfg->listen_host, r.cfg->listen_port, host, &r.http) != 0)
     return 1;
-  rc = resolve_host(r.loop, r.cfg->listen_host, host, sizeof(host));
-  if (rc == 0)
-    rc = fr_http_server_listen(r.http, host, r.cfg->listen_port);
-  if (rc != 0) {
-    fprintf(stderr, "fedrouter: cannot listen on %s:%d: %s\n", r.cfg->listen_host,
-            r.cfg->listen_port, uv_strerror(rc));
-    return 1;
-  }
   if (r.cfg->health_host != NULL) {
     struct fr_http_server_opts ho;
     char hhost[64];
@@ -531,16 +540,9 @@ int main(int argc, char **argv) {
     ho.max_conns_per_ip = 64;
     ho.done_cb = router_request_done;
     ho.done_arg = &r;
-    rc = fr_http_server_new(r.loop, &ho, router_handle_health, &r, &r.health) != 0 ? UV_ENOMEM : 0;
-    if (rc == 0)
-      rc = resolve_host(r.loop, r.cfg->health_host, hhost, sizeof(hhost));
-    if (rc == 0)
-      rc = fr_http_server_listen(r.health, hhost, r.cfg->health_port);
-    if (rc != 0) {
-      fprintf(stderr, "fedrouter: cannot listen on %s:%d (health_listen): %s\n", r.cfg->health_host,
-              r.cfg->health_port, uv_strerror(rc));
+    if (serve(&r, &ho, router_handle_health, "health_listen", r.cfg->health_host, r.cfg->health_port, hhost,
+              &r.health) != 0)
       return 1;
-    }
     FR_INFO("fedrouter", "health listener on http://%s:%d", hhost, fr_http_server_port(r.health));
   }
   obs = calloc(r.nadapters ? r.nadapters : 1, sizeof(*obs));
