@@ -104,14 +104,13 @@ static void agent_error(struct api_req *q, const struct fr_agent_result *res, js
     api_fail(q, 400, strcmp(what, "path") == 0 ? "invalid_path" : "invalid_request", text, NULL);
   } else if (strcmp(code, "failed_precondition") == 0 || strcmp(code, "already_exists") == 0) {
     api_fail(q, 409, code, text, NULL);
-  } else if (strcmp(code, "resource_exhausted") == 0 && strcmp(what, "path") == 0) {
-    api_fail(q, 507, "disk_full", text, NULL); /* what the agent says for ENOSPC */
+  } else if (strcmp(code, "disk_full") == 0 ||
+             (strcmp(code, "resource_exhausted") == 0 && strcmp(what, "path") == 0)) {
+    api_fail(q, 507, "disk_full", text, NULL); /* resource_exhausted: the agent's word for ENOSPC */
   } else if (strcmp(code, "resource_exhausted") == 0) {
     api_fail(q, 429, "agent_busy", text, "Retry-After: 1\r\n");
   } else if (strcmp(code, "out_of_range") == 0) {
     api_fail(q, 400, "listing_too_large", text, NULL);
-  } else if (strcmp(code, "disk_full") == 0) {
-    api_fail(q, 507, "disk_full", text, NULL);
   } else {
     api_fail(q, 502, "agent_error", text, NULL);
   }
