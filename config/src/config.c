@@ -360,10 +360,15 @@ static int parse_listen(struct loader *l, const config_setting_t *s, const char 
       }
       if (numeric) {
         struct in_addr a4;
-        memcpy(buf, host, hlen);
-        buf[hlen] = '\0';
-        if (inet_pton(AF_INET, buf, &a4) != 1)
-          return bad(l, s, "\"%s\": \"%s\" is not a valid IPv4 address", v, buf);
+        /* Digits and dots only: an IPv4 address, which fits in
+         * INET_ADDRSTRLEN; a longer one is not valid (and must not be
+         * copied into buf). */
+        if (hlen < INET_ADDRSTRLEN) {
+          memcpy(buf, host, hlen);
+          buf[hlen] = '\0';
+        }
+        if (hlen >= INET_ADDRSTRLEN || inet_pton(AF_INET, buf, &a4) != 1)
+          return bad(l, s, "\"%s\": \"%.*s\" is not a valid IPv4 address", v, (int)hlen, host);
       }
     }
   }

@@ -395,6 +395,12 @@ static const struct err_case err_cases[] = {
     {"listen_ipv6_no_port", "listen = \"[::1]8080\";\n" REGION CLUSTER, 1, "expected \":PORT\" after ']'"},
     {"listen_ipv4_invalid", "listen = \"300.1.1.1:80\";\n" REGION CLUSTER, 1,
      "\"300.1.1.1\" is not a valid IPv4 address"},
+    /* Digits and dots past an IPv4 address's length were copied into a
+     * 110-byte stack buffer (found by fuzz_config). */
+    {"listen_ipv4_too_long",
+     "listen = \"1111111111111111111111111111111111111111111111111111111111111111111111111111111111"
+     "111111111111111111111111111111111111111111111111111111111111.1:80\";\n" REGION CLUSTER, 1,
+     "is not a valid IPv4 address"},
     {"listen_host_bad_chars", "listen = \"my_host!:80\";\n" REGION CLUSTER, 1,
      "is not a valid IPv4 address or host name"},
 
