@@ -378,4 +378,18 @@ expect_rc 0 "create pdb bare"
 wait_until 15 is pdb/bare '{.status.currentHealthy}/{.status.expectedPods}/{.status.disruptionsAllowed}' "2/0/0" \
   || fail "pdb bare: want currentHealthy 2, expectedPods 0, disruptionsAllowed 0"
 
+step "a pod whose controller kubesim does not run: the sync fails safe (SyncFailed, nothing allowed)"
+cat >"$T/owned.json" <<'EOF'
+{"apiVersion":"v1","kind":"Pod","metadata":{"name":"owned","labels":{"app":"owned"},
+ "ownerReferences":[{"apiVersion":"apps/v1","kind":"StatefulSet","name":"db","uid":"0d3c1e4a-0000-4000-8000-000000000001","controller":true}]},
+ "spec":{"containers":[{"name":"main","image":"busybox"}]}}
+EOF
+k create -f "$T/owned.json"
+expect_rc 0 "create pod owned"
+printf '{"apiVersion":"policy/v1","kind":"PodDisruptionBudget","metadata":{"name":"owned"},"spec":{"maxUnavailable":1,"selector":{"matchLabels":{"app":"owned"}}}}' >"$T/pdb-owned.json"
+k create -f "$T/pdb-owned.json"
+expect_rc 0 "create pdb owned"
+wait_until 10 is pdb/owned '{.status.disruptionsAllowed}/{.status.conditions[0].status}/{.status.conditions[0].reason}/{.status.conditions[0].message}' \
+  '0/False/SyncFailed/found no controllers for pod "owned"' || fail "pdb owned: want SyncFailed naming the pod"
+
 finish
