@@ -1,6 +1,8 @@
 /* pods.c - nodes, pods and their lifecycle: validation and defaulting,
- * ResourceQuota admission, the scheduler, kubelet-like status steps,
- * activeDeadlineSeconds, graceful deletion and pods/exec.
+ * ResourceQuota and DefaultTolerationSeconds admission, the scheduler,
+ * kubelet-like status steps, activeDeadlineSeconds, graceful deletion, the
+ * taint manager and pods/exec. A pod on a node whose kubelet is lost
+ * (nodelife.c) neither starts nor finishes terminating until it is back.
  *
  * Lifecycle of a pod (each arrow is one committed version):
  *   create (Pending) --schedule-ms + scheduler--> bound (ContainerCreating,

@@ -30,9 +30,10 @@
 #include "fr/labels.h"
 
 /* The first five kinds are simulated (scheduler, lifecycle, quota, the
- * ReplicaSet controller). The rest are stored kinds: validated, defaulted,
- * listed, watched, patched and deleted like the API server does, but no
- * controller acts on them (kubectl apply of a deploy/ bundle). */
+ * ReplicaSet controller, the node lifecycle controller). The rest are
+ * stored kinds: validated, defaulted, listed, watched, patched and deleted
+ * like the API server does (kubectl apply of a deploy/ bundle); of those,
+ * only PodDisruptionBudgets have a controller (their status, pdb.c). */
 enum sim_kind {
   K_NAMESPACE,
   K_NODE,
