@@ -133,6 +133,12 @@ void kinds_resource_list(struct fr_http_req *req, const char *group, const char 
     }
     if (!have)
       json_array_append_new(res, api_resource(i));
+    /* A budget's status is the disruption controller's, written through
+     * its own subresource in a real cluster. */
+    if (!have && i == K_PDB)
+      json_array_append_new(res, json_pack("{s:s,s:s,s:b,s:s,s:[s,s,s]}", "name", "poddisruptionbudgets/status",
+                                           "singularName", "", "namespaced", 1, "kind", "PodDisruptionBudget",
+                                           "verbs", "get", "patch", "update"));
   }
   api_json(req, 200, doc);
 }

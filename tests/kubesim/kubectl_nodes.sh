@@ -293,6 +293,10 @@ pdb_table() {
 wait_until 5 pdb_table || fail "kubectl get pdb rows wrong"
 k get pdb
 head -n1 "$OUT" | grep -Eq '^NAME +MIN AVAILABLE +MAX UNAVAILABLE +ALLOWED DISRUPTIONS +AGE$' || fail "kubectl get pdb header wrong"
+k describe pdb web-max
+expect_rc 0 "describe pdb web-max" && { grep -Eq '^ +Allowed disruptions: +1$' "$OUT" || fail "describe: no 'Allowed disruptions:  1'"; }
+k get --raw /apis/policy/v1
+expect_rc 0 "get --raw /apis/policy/v1" && { grep -q '"name":"poddisruptionbudgets/status"' "$OUT" || fail "discovery lacks poddisruptionbudgets/status"; }
 
 step "status of maxUnavailable=1 over a ReplicaSet of 3: 3 healthy, 2 desired, 3 expected, 1 allowed"
 k get pdb web-max -o json
