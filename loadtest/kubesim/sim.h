@@ -544,8 +544,11 @@ void pdb_init_status(json_t *j);
 int pdb_eviction(struct sim *s, struct sim_obj *o, json_t *pod, int dry, struct sim_err *e);
 
 /* ---- nodelife.c: the node lifecycle controller ---- */
+/* Initialises its grace-period timer (s->node_timer) on s->loop. */
 void nodelife_init(struct sim *s);
+/* Closes that timer (shutdown). */
 void nodelife_close(struct sim *s);
+/* "ready", "not-ready" or "lost" (static storage). */
 const char *node_kubelet_name(enum node_kubelet k);
 /* 0 and <*k> for "ready", "not-ready" or "lost"; -EINVAL otherwise. */
 int node_kubelet_parse(const char *name, enum node_kubelet *k);
