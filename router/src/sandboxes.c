@@ -273,7 +273,8 @@ static void terminate_many(struct api_req *q) {
     const struct fr_pod *pod;
     size_t cur;
     for (cur = 0; (pod = fr_adapter_pod_next(a, &cur)) != NULL;) {
-      if (api_owned_by(pod, q->tenant) && matches(&f, a, pod) && !fr_adapter_pod_leaving(a, pod))
+      /* What the listing shows, evicted sandboxes included. */
+      if (api_owned_by(pod, q->tenant) && matches(&f, a, pod) && api_sandbox_visible(a, pod))
         term_start(t, a, pod->name);
     }
   }

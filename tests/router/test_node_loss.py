@@ -14,8 +14,11 @@ for 2 s, "stays" has only the 300 s tolerations every pod gets. Then node
 - the cluster evicts "brief" after its 2 s: while its pod is held
   Terminating (no kubelet to confirm the stop) the sandbox is still listed
   and found, state "evicted", not a silent 404;
-- the kubelet back: "stays" is "running" again and execs work, "brief"
-  goes away (404) once its pod is removed.
+- terminating by label (DELETE /v1/sandboxes?label=...) takes the evicted
+  sandbox like any listed one: 404 from then on, though its pod still
+  waits for the kubelet;
+- the kubelet back: "stays" is "running" again and execs work, "brief"'s
+  pod is removed.
 
 Usage: test_node_loss.py --fedrouter PATH --kubesim PATH [--only NAME] [--keep]
 Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
@@ -59,7 +62,7 @@ def kubelet(fed, what):
 
 
 def test_lost_node_sandboxes_unreachable_then_evicted(fed):
-    brief = fed.create_one(name="brief", node_selector=PIN, tolerations=UNREACHABLE_2S)["id"]
+    brief = fed.create_one(name="brief", node_selector=PIN, tolerations=UNREACHABLE_2S, labels={"t": "brief"})["id"]
     stays = fed.create_one(name="stays", node_selector=PIN)["id"]
     for sid in (brief, stays):
         wait_state(fed, sid, "running", 15)
@@ -83,12 +86,20 @@ def test_lost_node_sandboxes_unreachable_then_evicted(fed):
         listed = {s["id"]: s["state"] for s in fed.api("GET", "/v1/sandboxes")[1]["sandboxes"]}
         check(listed.get(brief) == "evicted", f"the listing shows {brief} as {listed.get(brief)!r}")
         check(state_of(fed, stays) == "unreachable", "stays (300 s tolerations) should not be evicted yet")
+        # Terminating what the listing shows takes the evicted one too; then
+        # it is gone for the router although its pod waits for the kubelet.
+        st, r = fed.api("DELETE", "/v1/sandboxes?label=t=brief")
+        check(st == 200 and r.get("terminated") == 1 and r.get("ids") == [brief],
+              f"DELETE /v1/sandboxes?label=t=brief: {st} {short(r)}")
+        check(state_of(fed, brief) == "404", "an evicted sandbox terminated by the tenant is still shown")
+        check(fed.sim_of(brief)[0].pod(fed.sim_of(brief)[1]) is not None, "brief's pod should wait for the kubelet")
     finally:
         kubelet(fed, "ready")
     wait_state(fed, stays, "running", 10)
     check(fed.exec_ok(stays, ["echo", "back"]).get("stdout") == "back\n", "exec after the node came back")
-    wait_state(fed, brief, "404", 10)
-    check(brief not in fed.list_ids(), f"{brief} still listed after its pod was removed")
+    check(wait_until(lambda: fed.sim_of(brief)[0].pod(fed.sim_of(brief)[1]) is None, 10, 0.1),
+          "brief's pod not removed once the kubelet was back")
+    check(state_of(fed, brief) == "404" and brief not in fed.list_ids(), f"{brief} still shown")
     st, r = fed.api("DELETE", f"/v1/sandboxes/{stays}")
     check(st == 200, f"DELETE {stays}: {st} {short(r)}")
 
