@@ -4,14 +4,14 @@
 One kubesim cluster "nl" (2 nodes, --node-monitor-grace-ms 300) behind the
 real router (the harness of test_router.py). Two sandboxes are pinned to
 node 1 with node_selector: "brief" tolerates node.kubernetes.io/unreachable
-for 2 s, "stays" has only the 300 s tolerations every pod gets. Then node
+for 4 s, "stays" has only the 300 s tolerations every pod gets. Then node
 1's kubelet is lost (kubesim's POST /_sim/nodes/NAME):
 
 - both sandboxes show state "unreachable" (their pods went Ready=False
   because the node went Unknown), not "pending" (which says "not yet
   exec-ready") — and an exec into one fails at once with 503 naming the
   API server's dial error, rather than hanging or succeeding;
-- the cluster evicts "brief" after its 2 s: while its pod is held
+- the cluster evicts "brief" after its 4 s: while its pod is held
   Terminating (no kubelet to confirm the stop) the sandbox is still listed
   and found, state "evicted", not a silent 404;
 - terminating by label (DELETE /v1/sandboxes?label=...) takes the evicted
@@ -35,8 +35,9 @@ tr.WATCHDOG_S = 80        # ctest's TIMEOUT is 90
 NODE = "nl-node-1"
 CLUSTERS = [("nl", "us", ["--nodes", "2", "--node-monitor-grace-ms", "300", "--terminate-ms", "200"])]
 PIN = {"kubernetes.io/hostname": NODE}
-UNREACHABLE_2S = [{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
-                   "tolerationSeconds": 2}]
+# Long enough for the router to be seen showing it "unreachable" first.
+UNREACHABLE_4S = [{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+                   "tolerationSeconds": 4}]
 
 
 def state_of(fed, sid):
@@ -62,7 +63,7 @@ def kubelet(fed, what):
 
 
 def test_lost_node_sandboxes_unreachable_then_evicted(fed):
-    brief = fed.create_one(name="brief", node_selector=PIN, tolerations=UNREACHABLE_2S, labels={"t": "brief"})["id"]
+    brief = fed.create_one(name="brief", node_selector=PIN, tolerations=UNREACHABLE_4S, labels={"t": "brief"})["id"]
     stays = fed.create_one(name="stays", node_selector=PIN)["id"]
     for sid in (brief, stays):
         wait_state(fed, sid, "running", 15)
@@ -80,7 +81,7 @@ def test_lost_node_sandboxes_unreachable_then_evicted(fed):
         check(st == 503 and r.get("error", {}).get("code") == "cluster_unavailable"
               and "no route to host" in r["error"].get("message", ""),
               f"exec into a sandbox on a lost node: {st} {short(r)}")
-        # The taint manager evicts "brief" 2 s after the taint; its pod stays
+        # The taint manager evicts "brief" 4 s after the taint; its pod stays
         # Terminating while the node is away, and so the sandbox is shown.
         wait_state(fed, brief, "evicted", 10)
         listed = {s["id"]: s["state"] for s in fed.api("GET", "/v1/sandboxes")[1]["sandboxes"]}
