@@ -632,6 +632,12 @@ static int64_t requests_of(json_t *pod, const char *res, int milli) {
   return sum;
 }
 
+int fr_adapter_node_unready(struct fr_adapter *a, const char *node) {
+  json_t *n = node != NULL ? fr_informer_get(a->inf[INF_NODES], "", node) : NULL;
+
+  return n != NULL && !pod_condition_true(n, "Ready");
+}
+
 static int node_schedulable(json_t *node) {
   return pod_condition_true(node, "Ready") &&
          !json_is_true(json_object_get(json_object_get(node, "spec"), "unschedulable"));

@@ -65,7 +65,7 @@ static enum fr_pod_phase phase_of(const char *s) {
   return FR_POD_UNKNOWN;
 }
 
-static void conditions(struct fr_pod *p, json_t *conds, int *oom) {
+static void conditions(struct podstore *s, struct fr_pod *p, json_t *conds, int *oom) {
   json_t *c;
   size_t i;
 
@@ -77,6 +77,9 @@ static void conditions(struct fr_pod *p, json_t *conds, int *oom) {
       continue;
     if (strcmp(t, "Ready") == 0) {
       p->ready = strcmp(st, "True") == 0;
+    } else if (strcmp(t, "DisruptionTarget") == 0 && strcmp(st, "True") == 0 && p->disruption == NULL) {
+      p->disruption = intern(s, why != NULL && *why != '\0' ? why : "DisruptionTarget");
+      *oom |= p->disruption == NULL;
     } else if (strcmp(t, "PodScheduled") == 0 && strcmp(st, "False") == 0 && why != NULL &&
                strcmp(why, "Unschedulable") == 0 && p->unschedulable == NULL) {
       const char *m = json_string_value(json_object_get(c, "message"));
@@ -168,7 +171,7 @@ struct fr_pod *podstore_parse(struct podstore *s, json_t *pod) {
   p->phase = phase_of(json_string_value(json_object_get(status, "phase")));
   p->terminating = json_object_get(meta, "deletionTimestamp") != NULL;
   p->warm = warm != NULL && strcmp(warm, "true") == 0;
-  conditions(p, json_object_get(status, "conditions"), &oom);
+  conditions(s, p, json_object_get(status, "conditions"), &oom);
   if (oom) {
     podstore_release(s, p);
     return NULL;
@@ -184,6 +187,7 @@ void podstore_release(struct podstore *s, struct fr_pod *p) {
   unintern(s, p->state);
   unintern(s, p->node);
   unintern(s, p->reason);
+  unintern(s, p->disruption);
   free(p->name);
   free(p->sbname);
   free(p->labels);

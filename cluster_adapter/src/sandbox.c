@@ -820,6 +820,10 @@ int fr_adapter_pod_leaving(struct fr_adapter *a, const struct fr_pod *pod) {
   return pod->terminating || strmap_get(&a->deleting, pod->name) != NULL;
 }
 
+int fr_adapter_pod_evicted(struct fr_adapter *a, const struct fr_pod *pod) {
+  return pod->terminating && pod->disruption != NULL && strmap_get(&a->deleting, pod->name) == NULL;
+}
+
 int fr_adapter_pod_delete_pending(struct fr_adapter *a, const struct fr_pod *pod) {
   return strmap_get(&a->abandoned, pod->name) != NULL;
 }

@@ -1,5 +1,6 @@
 /* admin.c - the /_sim/ admin surface: inspect the simulated cluster and
- * switch faults (down, latency, 5xx, 429, dropped watches) at run time. */
+ * switch faults (down, latency, 5xx, 429, dropped watches, a node's kubelet
+ * lost or NotReady) at run time. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,62 @@ static void admin_faults(struct sim *s, struct fr_http_req *req) {
   api_json(req, 200, faults_json(s));
 }
 
+static json_t *node_json(struct sim_obj *o) {
+  struct sim_node *nd = o->u.node;
+
+  return json_pack("{s:s,s:s,s:s}", "name", o->name, "kubelet", node_kubelet_name(nd->kubelet), "ready",
+                   nd->ready == 'T' ? "True" : nd->ready == 'F' ? "False" : "Unknown");
+}
+
+/* GET /_sim/nodes: every node's kubelet and Ready condition.
+ * POST /_sim/nodes/NAME {"kubelet":"ready"|"not-ready"|"lost"}: what the
+ * node's kubelet does from now on (nodelife.c). */
+static void admin_nodes(struct sim *s, struct fr_http_req *req) {
+  const char *name = req->path + strlen("/_sim/nodes");
+  struct sim_obj *o;
+  enum node_kubelet k;
+  json_t *in, *arr;
+  json_error_t e;
+
+  if (*name == '\0' && strcmp(req->method, "GET") == 0) {
+    arr = json_array();
+    for (o = store_first(s, K_NODE, NULL); o != NULL; o = store_next(s, o))
+      json_array_append_new(arr, node_json(o));
+    api_json(req, 200, json_pack("{s:i,s:o}", "node_monitor_grace_ms", s->opts.node_grace_ms, "nodes", arr));
+    return;
+  }
+  if (*name != '/' || name[1] == '\0' || strchr(name + 1, '/') != NULL) {
+    admin_error(req, 404, "not_found", "node endpoints: GET /_sim/nodes, GET|POST /_sim/nodes/NAME");
+    return;
+  }
+  o = store_get(s, K_NODE, "", name + 1);
+  if (o == NULL || o->u.node == NULL) {
+    admin_error(req, 404, "not_found", "no such node");
+    return;
+  }
+  if (strcmp(req->method, "GET") == 0) {
+    api_json(req, 200, node_json(o));
+    return;
+  }
+  if (strcmp(req->method, "POST") != 0 && strcmp(req->method, "PUT") != 0) {
+    admin_error(req, 405, "method_not_allowed", "GET or POST");
+    return;
+  }
+  in = json_loadb(req->body, req->body_len, 0, &e);
+  if (!json_is_object(in) || json_object_size(in) != 1 ||
+      node_kubelet_parse(json_string_value(json_object_get(in, "kubelet")), &k) != 0) {
+    json_decref(in);
+    admin_error(req, 400, "invalid_field", "body must be {\"kubelet\": \"ready\" | \"not-ready\" | \"lost\"}");
+    return;
+  }
+  json_decref(in);
+  if (node_set_kubelet(s, o, k) != 0) {
+    admin_error(req, 503, "out_of_memory", "out of memory");
+    return;
+  }
+  api_json(req, 200, node_json(o));
+}
+
 static void admin_state(struct sim *s, struct fr_http_req *req) {
   json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:o}", "name", s->opts.name,
                         "resource_version", (json_int_t)s->rv, "pods", (json_int_t)s->counts[K_POD],
@@ -149,12 +206,15 @@ void admin_handle(struct fr_http_req *req, void *arg) {
            (strcmp(req->method, "GET") == 0 || strcmp(req->method, "POST") == 0 ||
             strcmp(req->method, "PUT") == 0))
     admin_faults(s, req);
+  else if (strcmp(req->path, "/_sim/nodes") == 0 || strncmp(req->path, "/_sim/nodes/", 12) == 0)
+    admin_nodes(s, req);
   else if (strcmp(req->path, "/_sim/compact") == 0 && strcmp(req->method, "POST") == 0) {
     store_compact(s);
     api_json(req, 200, json_pack("{s:I}", "compacted_to", (json_int_t)s->rv));
   } else if (strcmp(req->path, "/_sim/healthz") == 0)
     fr_http_respond(req, 200, "text/plain", NULL, "ok", 2);
   else
-    admin_error(req, 404, "not_found", "admin endpoints: GET /_sim/state, GET|POST /_sim/faults, POST /_sim/compact");
+    admin_error(req, 404, "not_found", "admin endpoints: GET /_sim/state, GET|POST /_sim/faults, GET /_sim/nodes, "
+                "GET|POST /_sim/nodes/NAME, POST /_sim/compact");
 }
 

@@ -700,12 +700,16 @@ static void handle_create(struct sim *s, struct fr_http_req *req, const struct r
     /* No volumes behind claims here: one is Bound once it exists. */
     if (r->kind == K_PVC)
       json_object_set_new(json_obj(j, "status"), "phase", json_string("Bound"));
+    if (r->kind == K_PDB)
+      pdb_init_status(j);
     if (dry)
       break;
     o = store_commit(s, r->kind, NULL, j, EV_ADDED);
     /* Pods waiting for this claim may now schedule. */
     if (o != NULL && r->kind == K_PVC)
       sched_room_freed(s);
+    if (o != NULL && r->kind == K_PDB)
+      pdb_mark_dirty(s, o->ns);
     break;
   }
   if (dry) {
@@ -902,6 +906,9 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
       json_object_set_new(json_obj(nw, "metadata"), "generation",
                           json_integer(json_get_int(json_object_get(old, "metadata"), "generation", 1) + 1));
   }
+  if (r->kind == K_PDB && !status_sub && !json_equal(json_object_get(old, "spec"), json_object_get(nw, "spec")))
+    json_object_set_new(json_obj(nw, "metadata"), "generation",
+                        json_integer(json_get_int(json_object_get(old, "metadata"), "generation", 1) + 1));
   if (r->kind == K_QUOTA) {
     struct sim_err e;
     memset(&e, 0, sizeof(e));
@@ -947,6 +954,7 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
     break;
   }
   case K_NODE: node_changed(s, o); break;
+  case K_PDB: pdb_mark_dirty(s, o->ns); break;
   default: break;
   }
   api_raw(req, 200, o->cur->json, o->cur->json_len);
@@ -1169,133 +1177,10 @@ static void handle_delete_collection(struct sim *s, struct fr_http_req *req, con
  * {metadata {name, namespace}, deleteOptions}. A pod that is Pending,
  * Succeeded, Failed or already terminating is deleted without a look at
  * disruption budgets; otherwise the one PodDisruptionBudget whose selector
- * matches it must allow a disruption. kubesim runs no disruption
- * controller, so the budget is worked out here, when asked, as that
- * controller would: healthy = matching pods that are Ready and not
- * terminating; expected = matching pods not terminating (for ReplicaSet
- * pods, what the ReplicaSet keeps); desired = minAvailable, or expected
- * minus maxUnavailable (percentages of expected, rounded up); allowed =
- * healthy - desired. The PDB's status is not written. Then, as the API
- * server does, the pod gets DisruptionTarget=True (EvictionByEvictionAPI)
- * and is deleted with the Eviction's DeleteOptions, like a DELETE. */
-
-static const char *pod_label(const void *obj, const char *key) {
-  return json_string_value(json_object_get((json_t *)obj, key));
-}
-
-/* An intOrString budget field of <pdb>: 0 (set in <v>) or -ENOENT. */
-static int budget_value(json_t *pdb, const char *field, int64_t expected, int64_t *v) {
-  json_t *f = json_object_get(json_object_get(pdb, "spec"), field);
-  const char *str = json_string_value(f);
-  int64_t pct;
-  char num[24];
-  size_t n;
-
-  if (json_is_integer(f)) {
-    *v = json_integer_value(f);
-    return 0;
-  }
-  if (str == NULL || (n = strlen(str)) < 2 || n > sizeof(num) || str[n - 1] != '%')
-    return -ENOENT;
-  snprintf(num, sizeof(num), "%.*s", (int)(n - 1), str);
-  if (fr_parse_int64(num, 0, 100000, &pct) != 0)
-    return -ENOENT;
-  *v = (pct * expected + 99) / 100; /* rounded up, as the disruption controller does */
-  return 0;
-}
-
-static int pod_ready(json_t *pod) {
-  json_t *c;
-  size_t i;
-
-  json_array_foreach(json_path(pod, "status.conditions"), i, c) {
-    const char *t = json_get_str(c, "type"), *st = json_get_str(c, "status");
-    if (t != NULL && strcmp(t, "Ready") == 0)
-      return st != NULL && strcmp(st, "True") == 0;
-  }
-  return 0;
-}
-
-/* 0 when disruption budgets let pod <o> (<pod>: its JSON) go, else 1 after
- * answering 429 (budget exhausted) or 500 (more than one budget). */
-static int budget_refuses(struct sim *s, struct fr_http_req *req, struct sim_obj *o, json_t *pod) {
-  struct sim_obj *b, *found = NULL, *q;
-  json_t *pdb = NULL, *causes;
-  int64_t healthy = 0, expected = 0, desired = 0, v;
-  char msg[600];
-  const char *policy;
-  int refused = 0;
-
-  for (b = store_first(s, K_PDB, o->ns); b != NULL && strcmp(b->ns, o->ns) == 0; b = store_next(s, b)) {
-    json_t *j = obj_json(b);
-    char *text = j ? label_selector_text(json_path(j, "spec.selector")) : NULL;
-    struct fr_selector *sel = NULL;
-    int match = text != NULL && *text != '\0' && fr_selector_parse_labels(text, &sel, NULL, 0) == 0 &&
-                fr_selector_matches(sel, pod_label, json_path(pod, "metadata.labels"));
-    fr_selector_free(sel);
-    free(text);
-    if (!match) { /* an empty or unparsable selector matches nothing (as in eviction.go) */
-      json_decref(j);
-      continue;
-    }
-    if (found != NULL) {
-      json_decref(j);
-      json_decref(pdb);
-      api_status(req, 500, "InternalError", "This pod has more than one PodDisruptionBudget, which the "
-                 "eviction subresource does not support.", "pods", o->name, NULL);
-      return 1;
-    }
-    found = b;
-    pdb = j;
-  }
-  if (found == NULL)
-    return 0;
-  {
-    char *text = label_selector_text(json_path(pdb, "spec.selector"));
-    struct fr_selector *sel = NULL;
-    if (text != NULL && fr_selector_parse_labels(text, &sel, NULL, 0) == 0) {
-      for (q = store_first(s, K_POD, o->ns); q != NULL && strcmp(q->ns, o->ns) == 0; q = store_next(s, q)) {
-        json_t *pj;
-        const char *ph = q->cur->fields[F_PHASE];
-        if (!fr_selector_matches(sel, objver_label, q->cur) ||
-            (ph != NULL && (strcmp(ph, "Succeeded") == 0 || strcmp(ph, "Failed") == 0)) ||
-            (pj = obj_json(q)) == NULL)
-          continue;
-        if (json_path(pj, "metadata.deletionTimestamp") == NULL) {
-          expected++;
-          healthy += pod_ready(pj);
-        }
-        json_decref(pj);
-      }
-    }
-    fr_selector_free(sel);
-    free(text);
-  }
-  if (budget_value(pdb, "minAvailable", expected, &v) == 0)
-    desired = v;
-  else if (budget_value(pdb, "maxUnavailable", expected, &v) == 0)
-    desired = expected - v > 0 ? expected - v : 0;
-  else
-    desired = expected; /* neither given: the API server's validation requires one */
-  policy = json_string_value(json_path(pdb, "spec.unhealthyPodEvictionPolicy"));
-  if (!pod_ready(pod)) {
-    /* An unready pod costs no healthy one: AlwaysAllow lets it go; the
-     * default IfHealthyBudget when the budget is met. */
-    refused = !(policy != NULL && strcmp(policy, "AlwaysAllow") == 0) && healthy < desired;
-  } else {
-    refused = healthy - desired <= 0;
-  }
-  if (refused) {
-    snprintf(msg, sizeof(msg), "The disruption budget %s needs %" PRId64 " healthy pods and has %" PRId64
-             " currently", found->name, desired, healthy);
-    causes = json_pack("[{s:s,s:s}]", "reason", "DisruptionBudget", "message", msg);
-    api_status(req, 429, "TooManyRequests",
-               "Cannot evict pod as it would violate the pod's disruption budget.", NULL, NULL, causes);
-    json_decref(causes);
-  }
-  json_decref(pdb);
-  return refused;
-}
+ * matches it must allow a disruption (pdb_eviction(), which reads the
+ * status the disruption controller in pdb.c keeps). Then, as the API server
+ * does, the pod gets DisruptionTarget=True (EvictionByEvictionAPI) and is
+ * deleted with the Eviction's DeleteOptions, like a DELETE. */
 
 static void handle_eviction(struct sim *s, struct fr_http_req *req, const struct route *r) {
   /* The create handler fills in the code of a Status that has none. */
@@ -1303,6 +1188,7 @@ static void handle_eviction(struct sim *s, struct fr_http_req *req, const struct
       "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Success\",\"code\":201}";
   json_t *j, *opts, *pod = NULL;
   struct sim_obj *o;
+  struct sim_err e;
   const char *name, *ns, *phase;
   int64_t grace = -1;
   int dry;
@@ -1343,8 +1229,11 @@ static void handle_eviction(struct sim *s, struct fr_http_req *req, const struct
   phase = o->cur->fields[F_PHASE];
   if (!(phase != NULL && (strcmp(phase, "Pending") == 0 || strcmp(phase, "Succeeded") == 0 ||
                           strcmp(phase, "Failed") == 0)) &&
-      json_path(pod, "metadata.deletionTimestamp") == NULL && budget_refuses(s, req, o, pod))
+      json_path(pod, "metadata.deletionTimestamp") == NULL && pdb_eviction(s, o, pod, dry, &e) != 0) {
+    /* The 429 names no object, as NewTooManyRequests does. */
+    status_err(req, &e, e.code == 429 ? NULL : "pods", e.code == 429 ? NULL : o->name);
     goto out;
+  }
   if (!dry) {
     pod_set_disruption(s, o, "EvictionByEvictionAPI", "Eviction API: evicting");
     pod_delete(s, o, grace);

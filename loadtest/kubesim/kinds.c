@@ -133,6 +133,12 @@ void kinds_resource_list(struct fr_http_req *req, const char *group, const char 
     }
     if (!have)
       json_array_append_new(res, api_resource(i));
+    /* A budget's status is the disruption controller's, written through
+     * its own subresource in a real cluster. */
+    if (!have && i == K_PDB)
+      json_array_append_new(res, json_pack("{s:s,s:s,s:b,s:s,s:[s,s,s]}", "name", "poddisruptionbudgets/status",
+                                           "singularName", "", "namespaced", 1, "kind", "PodDisruptionBudget",
+                                           "verbs", "get", "patch", "update"));
   }
   api_json(req, 200, doc);
 }
@@ -621,6 +627,13 @@ static const struct column meta_cols[] = {
     {"Name", "string", "name", "Name must be unique within a namespace.", 0},
     {"Age", "string", "", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0},
 };
+static const struct column pdb_cols[] = {
+    {"Name", "string", "name", "Name must be unique within a namespace.", 0},
+    {"Min Available", "string", "", "The minimum number of pods that must be available.", 0},
+    {"Max Unavailable", "string", "", "The maximum number of pods that may be unavailable.", 0},
+    {"Allowed Disruptions", "integer", "", "Calculated number of pods that may be disrupted at this time.", 0},
+    {"Age", "string", "", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0},
+};
 static const struct column quota_cols[] = {
     {"Name", "string", "name", "Name must be unique within a namespace.", 0},
     {"Age", "string", "", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0},
@@ -675,6 +688,17 @@ static json_t *str_or_none(json_t *v) {
   const char *s = json_string_value(v);
 
   return json_string(s && *s ? s : "<none>");
+}
+
+/* An intOrString as kubectl's printer shows it: its value, or N/A. */
+static json_t *int_or_string_cell(json_t *v) {
+  char buf[32];
+
+  if (json_is_integer(v)) {
+    snprintf(buf, sizeof(buf), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    return json_string(buf);
+  }
+  return json_string(json_is_string(v) ? json_string_value(v) : "N/A");
 }
 
 static const char *cond_status(json_t *conds, const char *type) {
@@ -789,6 +813,7 @@ int table_render(struct sim *s, enum sim_kind k, struct objver **vs, size_t n, c
   case K_RS: cols = rs_cols; ncols = FR_ARRAY_SIZE(rs_cols); break;
   case K_QUOTA: cols = quota_cols; ncols = FR_ARRAY_SIZE(quota_cols); break;
   case K_PVC: cols = pvc_cols; ncols = FR_ARRAY_SIZE(pvc_cols); break;
+  case K_PDB: cols = pdb_cols; ncols = FR_ARRAY_SIZE(pdb_cols); break;
   default: cols = meta_cols; ncols = FR_ARRAY_SIZE(meta_cols); break;
   }
   json_object_set_new(t, "kind", json_string("Table"));
@@ -823,6 +848,12 @@ int table_render(struct sim *s, enum sim_kind k, struct objver **vs, size_t n, c
       json_array_append_new(cells, age_cell(obj));
       break;
     case K_QUOTA: quota_cells(obj, cells); break;
+    case K_PDB:
+      json_array_append_new(cells, int_or_string_cell(json_path(obj, "spec.minAvailable")));
+      json_array_append_new(cells, int_or_string_cell(json_path(obj, "spec.maxUnavailable")));
+      json_array_append_new(cells, json_integer(json_get_int(json_object_get(obj, "status"), "disruptionsAllowed", 0)));
+      json_array_append_new(cells, age_cell(obj));
+      break;
     case K_PVC: {
       /* No PersistentVolumes here: a claim shows the storage it asked for. */
       static const char *const modes[][2] = {{"ReadWriteOnce", "RWO"}, {"ReadOnlyMany", "ROX"},

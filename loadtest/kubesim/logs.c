@@ -1175,6 +1175,14 @@ void log_handle(struct sim *s, struct fr_http_req *req, const char *ns, const ch
     fr_http_stream_end(req);
     goto out;
   }
+  if (node_kubelet_lost(s, json_get_str(json_obj(j, "spec"), "nodeName"))) {
+    /* The API server asks the kubelet, which does not answer. */
+    const char *hip = json_string_value(json_path(j, "status.hostIP"));
+    snprintf(msg, sizeof(msg), "Get \"https://%s:10250/containerLogs/%s/%s/%s\": dial tcp %s:10250: connect: "
+             "no route to host", hip ? hip : "", ns, name, o.container, hip ? hip : "");
+    api_status(req, 500, "InternalError", msg, NULL, NULL, NULL);
+    goto out;
+  }
   /* The kubelet's checks (validateContainerLogStatus). */
   if (o.previous) {
     snprintf(msg, sizeof(msg), "previous terminated container \"%s\" in pod \"%s\" not found",

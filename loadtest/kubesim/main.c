@@ -43,6 +43,8 @@ static void usage(FILE *f) {
           "  --gpu-resource NAME       their extended resource name (default nvidia.com/gpu)\n"
           "  --node-label [I@]K=V      label every node (or node I only); repeatable\n"
           "  --node-taint [I@]K[=V]:EFFECT  taint every node (or node I only); repeatable\n"
+          "  --node-monitor-grace-ms MS  a lost node's kubelet is silent this long before\n"
+          "                            its node goes Unknown (default 1000)\n"
           "  --tls                     serve HTTPS with a generated self-signed certificate\n"
           "  --token TOKEN             require Authorization: Bearer TOKEN\n"
           "  --write-kubeconfig FILE   write a kubeconfig for this cluster\n"
@@ -354,6 +356,7 @@ static void sim_teardown(struct sim *s) {
   uv_close((uv_handle_t *)&s->sched_timer, NULL);
   uv_close((uv_handle_t *)&s->noexec_timer, NULL);
   uv_close((uv_handle_t *)&s->sync_timer, NULL);
+  nodelife_close(s);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -402,6 +405,7 @@ int main(int argc, char **argv) {
       {"gpu-resource", required_argument, NULL, 17},
       {"node-label", required_argument, NULL, 18},
       {"node-taint", required_argument, NULL, 19},
+      {"node-monitor-grace-ms", required_argument, NULL, 20},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -429,6 +433,7 @@ int main(int argc, char **argv) {
   s.opts.node_gpus = 8;
   s.opts.history = 20000;
   s.opts.bookmark_ms = 5000;
+  s.opts.node_grace_ms = 1000;
   while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     int *num = NULL;
     int64_t lo = 0, hi = 3600000;
@@ -475,6 +480,7 @@ int main(int argc, char **argv) {
       (taint ? s.opts.node_taints : s.opts.node_labels)[(*n)++] = optarg;
       break;
     }
+    case 20: num = &s.opts.node_grace_ms; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -555,6 +561,7 @@ int main(int argc, char **argv) {
   store_init(&s);
   sched_init(&s);
   sync_init(&s);
+  nodelife_init(&s);
   s.faults.latency_ms = s.opts.api_latency_ms;
   memset(&hopts, 0, sizeof(hopts));
   hopts.ssl_ctx = s.ssl_ctx;

@@ -1,6 +1,8 @@
 /* pods.c - nodes, pods and their lifecycle: validation and defaulting,
- * ResourceQuota admission, the scheduler, kubelet-like status steps,
- * activeDeadlineSeconds, graceful deletion and pods/exec.
+ * ResourceQuota and DefaultTolerationSeconds admission, the scheduler,
+ * kubelet-like status steps, activeDeadlineSeconds, graceful deletion, the
+ * taint manager and pods/exec. A pod on a node whose kubelet is lost
+ * (nodelife.c) neither starts nor finishes terminating until it is back.
  *
  * Lifecycle of a pod (each arrow is one committed version):
  *   create (Pending) --schedule-ms + scheduler--> bound (ContainerCreating,
@@ -213,6 +215,8 @@ int node_create(struct sim *s, int index) {
   n->alloc_mem_m = mem_b;
   n->alloc_pods = s->opts.node_pods;
   n->alloc_gpu = index <= s->opts.gpu_nodes ? s->opts.node_gpus : 0;
+  n->kubelet = KUBELET_READY;
+  n->ready = 'T';
   o->u.node = n;
   return 0;
 }
@@ -991,6 +995,7 @@ static void pod_timer_start(struct sim_pod *p, void (*cb)(uv_timer_t *), uint64_
 }
 
 static void pod_fail(struct sim *s, struct sim_obj *o, const char *reason, const char *message);
+static void on_terminated(uv_timer_t *t);
 
 static void on_deadline(uv_timer_t *t) {
   struct sim_pod *p = t->data;
@@ -1020,6 +1025,11 @@ static void on_pod_started(uv_timer_t *t) {
 
   if (o == NULL || p->stage != PS_BOUND)
     return;
+  /* No kubelet to start the containers: the pod waits for it (pod_kubelet_back()). */
+  if (node_kubelet_lost(s, o->cur->fields[F_NODE_NAME])) {
+    p->kubelet_pending = 1;
+    return;
+  }
   if (p->deadline_s > 0 && fr_wall_ms() - p->start_ms >= p->deadline_s * 1000) {
     on_deadline(t);
     return;
@@ -1075,6 +1085,47 @@ void pod_set_ready(struct sim *s, struct sim_obj *o) {
     json_object_set_new(c, "ready", json_true());
   if (pod_commit(s, o, j) != NULL)
     rs_pod_event(s, o);
+}
+
+void pod_node_ready(struct sim *s, struct sim_obj *o, int ready) {
+  struct sim_pod *p = pod_of(o);
+  json_t *j, *st;
+
+  if (p == NULL || (ready && !p->node_unready) || (j = obj_json(o)) == NULL)
+    return;
+  st = json_obj(j, "status");
+  if (!ready) {
+    /* MarkPodsNotReady: Ready goes False, nothing else (the kubelet that
+     * would report the containers is not there). */
+    if (!pod_json_ready(j)) {
+      json_decref(j);
+      return;
+    }
+    set_condition(st, "Ready", "False", NULL, NULL);
+    p->node_unready = 1;
+  } else {
+    /* The kubelet reports the pod again: Ready as its containers are. */
+    p->node_unready = 0;
+    if (p->stage != PS_RUNNING || json_path(j, "metadata.deletionTimestamp") != NULL) {
+      json_decref(j);
+      return;
+    }
+    set_condition(st, "Ready", "True", NULL, NULL);
+  }
+  if (pod_commit(s, o, j) != NULL)
+    rs_pod_event(s, o);
+}
+
+void pod_kubelet_back(struct sim *s, struct sim_obj *o) {
+  struct sim_pod *p = pod_of(o);
+
+  if (p == NULL || !p->kubelet_pending)
+    return;
+  p->kubelet_pending = 0;
+  if (p->stage == PS_TERMINATING)
+    pod_timer_start(p, on_terminated, 0);
+  else if (p->stage == PS_BOUND)
+    pod_timer_start(p, on_pod_started, (uint64_t)s->opts.start_ms);
 }
 
 void pod_main_exited(struct sim *s, struct sim_obj *o, int code) {
@@ -1205,8 +1256,16 @@ static void pod_finalize(struct sim *s, struct sim_obj *o) {
 static void on_terminated(uv_timer_t *t) {
   struct sim_pod *p = t->data;
 
-  if (p->obj != NULL)
-    pod_finalize(p->sim, p->obj);
+  if (p->obj == NULL)
+    return;
+  /* Only the kubelet confirms that the containers stopped: on a node that
+   * lost contact the pod stays Terminating until it is back (or a
+   * deletion with gracePeriodSeconds=0 forces it). */
+  if (node_kubelet_lost(p->sim, p->obj->cur->fields[F_NODE_NAME])) {
+    p->kubelet_pending = 1;
+    return;
+  }
+  pod_finalize(p->sim, p->obj);
 }
 
 void pod_delete(struct sim *s, struct sim_obj *o, int64_t grace_s) {
@@ -1223,7 +1282,8 @@ void pod_delete(struct sim *s, struct sim_obj *o, int64_t grace_s) {
   }
   /* A pod that never reached a node, or a zero grace period, goes at once;
    * otherwise it shows as Terminating for --terminate-ms. */
-  if (grace_s == 0 || s->opts.terminate_ms <= 0 || p->node == NULL) {
+  if (grace_s == 0 || p->node == NULL ||
+      (s->opts.terminate_ms <= 0 && !node_kubelet_lost(s, o->cur->fields[F_NODE_NAME]))) {
     pod_finalize(s, o);
     return;
   }
@@ -1371,6 +1431,34 @@ static void default_pod(json_t *j, int64_t cpu, int64_t mem, int64_t lcpu, int64
   json_object_set_new(j, "status", st);
 }
 
+/* The DefaultTolerationSeconds admission plugin: a pod that does not
+ * tolerate the NoExecute taints the node lifecycle controller puts on a
+ * not-ready or unreachable node gets tolerations of them for 300 s, so its
+ * pods outlive a short blip of the node. */
+static void default_tolerations(json_t *spec) {
+  static const char *const keys[] = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"};
+  json_t *tols = json_object_get(spec, "tolerations"), *t;
+  size_t i, k;
+
+  for (k = 0; k < FR_ARRAY_SIZE(keys); k++) {
+    int covered = 0;
+    json_array_foreach(tols, i, t) {
+      const char *key = json_get_str(t, "key"), *eff = json_get_str(t, "effect");
+      if ((key == NULL || *key == '\0' || strcmp(key, keys[k]) == 0) &&
+          (eff == NULL || *eff == '\0' || strcmp(eff, "NoExecute") == 0))
+        covered = 1;
+    }
+    if (covered)
+      continue;
+    if (!json_is_array(tols)) {
+      tols = json_array();
+      json_object_set_new(spec, "tolerations", tols);
+    }
+    json_array_append_new(tols, json_pack("{s:s,s:s,s:s,s:i}", "key", keys[k], "operator", "Exists", "effect",
+                                          "NoExecute", "tolerationSeconds", 300));
+  }
+}
+
 /* The --gpu-resource the containers ask for (requests, else limits). */
 static int64_t gpus_of(struct sim *s, json_t *containers) {
   json_t *c;
@@ -1452,6 +1540,7 @@ int pod_create(struct sim *s, const char *ns, json_t *j, struct sim_obj **out,
   if (quota_check(s, ns, name, cpu, mem, lcpu, lmem, e) != 0)
     goto fail;
   default_pod(j, cpu, mem, lcpu, lmem);
+  default_tolerations(json_obj(j, "spec"));
   gpus = gpus_of(s, containers);
   p = calloc(1, sizeof(*p));
   if (p == NULL) {
@@ -1584,6 +1673,15 @@ void pod_exec(struct sim *s, struct fr_http_req *req, struct sim_obj *o) {
   if (p->node == NULL && p->stage != PS_TERMINAL) {
     snprintf(msg, sizeof(msg), "pod %s does not have a host assigned", o->name);
     api_status(req, 400, "BadRequest", msg, "pods", o->name, NULL);
+    return;
+  }
+  if (node_kubelet_lost(s, o->cur->fields[F_NODE_NAME])) {
+    /* The API server dials the node's kubelet, which is out of reach. */
+    json_t *pj = obj_json(o);
+    const char *hip = json_string_value(json_path(pj, "status.hostIP"));
+    snprintf(msg, sizeof(msg), "error dialing backend: dial tcp %s:10250: connect: no route to host", hip ? hip : "");
+    json_decref(pj);
+    api_status(req, 500, "InternalError", msg, NULL, NULL, NULL);
     return;
   }
   if (p->stage != PS_RUNNING) {

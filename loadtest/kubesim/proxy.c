@@ -741,6 +741,14 @@ void proxy_handle(struct sim *s, struct fr_http_req *req) {
     api_status(req, 503, "ServiceUnavailable", m, NULL, NULL, NULL);
     return;
   }
+  if (node_kubelet_lost(s, o->cur->fields[F_NODE_NAME])) {
+    /* A node out of reach takes its pods' addresses along. */
+    char m[600];
+    snprintf(m, sizeof(m), "error trying to reach service: dial tcp %s:%d: connect: no route to host", ip, port);
+    json_decref(pj);
+    api_status(req, 503, "ServiceUnavailable", m, NULL, NULL, NULL);
+    return;
+  }
   p = calloc(1, sizeof(*p) + sizeof(*ctx));
   if (p == NULL) {
     json_decref(pj);

@@ -485,6 +485,14 @@ static void on_sync(uv_timer_t *t) {
         any = 1;
       }
     }
+    /* Budgets last: they count what the ReplicaSets just did. Their
+     * status commits dirty nothing. */
+    for (o = store_first(s, K_NAMESPACE, NULL); o != NULL; o = store_next(s, o)) {
+      if (o->u.nsstate != NULL && o->u.nsstate->pdb_dirty) {
+        pdb_sync_ns(s, o);
+        any = 1;
+      }
+    }
     if (!any)
       break;
   }

@@ -30,9 +30,10 @@
 #include "fr/labels.h"
 
 /* The first five kinds are simulated (scheduler, lifecycle, quota, the
- * ReplicaSet controller). The rest are stored kinds: validated, defaulted,
- * listed, watched, patched and deleted like the API server does, but no
- * controller acts on them (kubectl apply of a deploy/ bundle). */
+ * ReplicaSet controller, the node lifecycle controller). The rest are
+ * stored kinds: validated, defaulted, listed, watched, patched and deleted
+ * like the API server does (kubectl apply of a deploy/ bundle); of those,
+ * only PodDisruptionBudgets have a controller (their status, pdb.c). */
 enum sim_kind {
   K_NAMESPACE,
   K_NODE,
@@ -79,12 +80,21 @@ struct objver {
   struct fr_label *labels;
   size_t nlabels;
   char *fields[F_COUNT];      /* NULL when the object has no such field */
+  unsigned char ready;        /* pods: condition Ready is True (the disruption controller's "healthy") */
+  unsigned char deleting;     /* metadata.deletionTimestamp is set */
   size_t json_len;
   char *json;                 /* compact JSON, NUL-terminated */
 };
 
 struct sim;
 struct sim_obj;
+
+/* What the simulated kubelet of a node does (POST /_sim/nodes/NAME). */
+enum node_kubelet {
+  KUBELET_READY,     /* posts Ready=True */
+  KUBELET_NOT_READY, /* posts Ready=False (reason KubeletNotReady) */
+  KUBELET_LOST,      /* posts nothing: the node lost contact */
+};
 
 struct sim_node {
   int index;
@@ -95,6 +105,9 @@ struct sim_node {
   char **images;                                 /* pulled images (cache) */
   size_t nimages;
   int unschedulable;
+  enum node_kubelet kubelet;
+  uint64_t lost_ms;                              /* loop time the kubelet stopped posting */
+  char ready;                                    /* Ready condition as stored: 'T', 'F' or 'U' */
 };
 
 enum pod_stage {
@@ -132,6 +145,8 @@ struct sim_pod {
   long noexec_idx;             /* index in sim->noexec, -1 when no eviction is due */
   uint64_t noexec_since_ms;    /* loop time the pending NoExecute eviction was first planned */
   uint64_t noexec_due_ms;      /* loop time it is due */
+  int node_unready;            /* Ready=False set by the node lifecycle controller */
+  int kubelet_pending;         /* its node's kubelet is lost: start or removal waits for it */
 };
 
 struct sim_rs {
@@ -145,6 +160,7 @@ struct sim_rs {
 struct sim_ns {
   int64_t pods, cpu_m, mem_m, lim_cpu_m, lim_mem_m; /* non-terminal pods' usage */
   int quota_dirty;
+  int pdb_dirty;               /* a pod or budget changed: disruption budgets' status to redo */
 };
 
 struct sim_obj {
@@ -223,6 +239,7 @@ struct sim_opts {
   int nnode_labels;
   const char *node_taints[16]; /* --node-taint [INDEX@]KEY[=VALUE]:EFFECT */
   int nnode_taints;
+  int node_grace_ms;           /* --node-monitor-grace-ms */
 };
 
 enum { AGENT_MODE_NONE, AGENT_MODE_PROCESS, AGENT_MODE_INPROC };
@@ -261,7 +278,11 @@ struct sim {
   double sched_tokens;
   uint64_t sched_last_ms;
 
-  /* controllers: ReplicaSets and quota status, synced a loop turn after a change */
+  /* the node lifecycle controller: nodes whose kubelet went quiet (nodelife.c) */
+  uv_timer_t node_timer;
+
+  /* controllers: ReplicaSets, quota and disruption budget status, synced a
+   * loop turn after a change */
   uv_timer_t sync_timer;
   int sync_armed;
 
@@ -302,6 +323,8 @@ struct sim_obj *store_commit(struct sim *s, enum sim_kind k, struct sim_obj *o, 
                              int event);
 /* Parses the current version into a new json_t (caller owns). */
 json_t *obj_json(const struct sim_obj *o);
+/* 1 if pod <pod> (borrowed) has condition Ready=True. */
+int pod_json_ready(json_t *pod);
 void objver_unref(struct objver *v);
 /* Label/field lookup for selectors over a version. */
 const char *objver_label(const void *v, const char *key);
@@ -417,6 +440,13 @@ char **pod_env(struct sim_obj *o, json_t *c);
 void pod_env_free(char **env);
 /* A Running pod whose readiness waited on its agent becomes Ready. */
 void pod_set_ready(struct sim *s, struct sim_obj *o);
+/* The node lifecycle controller marks pod <o> not Ready (<ready> 0: its
+ * node is NotReady or unreachable); <ready> 1 undoes that once the node's
+ * kubelet reports again. */
+void pod_node_ready(struct sim *s, struct sim_obj *o, int ready);
+/* The kubelet of pod <o>'s node is back: a start or a removal that waited
+ * for it goes ahead. */
+void pod_kubelet_back(struct sim *s, struct sim_obj *o);
 /* The pod's main process (its agent) ended with <code>: the pod ends,
  * Succeeded for 0, Failed otherwise (restarts are not modelled). */
 void pod_main_exited(struct sim *s, struct sim_obj *o, int code);
@@ -496,6 +526,39 @@ void rs_pod_gone(struct sim *s, struct sim_pod *p);
 void rs_deleted(struct sim *s, struct sim_obj *rs, int orphan);
 void sync_arm(struct sim *s);
 void sync_init(struct sim *s);
+
+/* ---- pdb.c: the disruption controller ---- */
+/* A pod or ReplicaSet of namespace <ns> changed: its budgets' status is
+ * worked out again a loop turn later. Cheap when there are no budgets. */
+void pdb_mark_dirty(struct sim *s, const char *ns);
+/* Writes the status of every budget of namespace <nso> that changed. */
+void pdb_sync_ns(struct sim *s, struct sim_obj *nso);
+/* A new budget <j> (borrowed, edited): generation 1 and an empty status,
+ * as the API server stores it. */
+void pdb_init_status(json_t *j);
+/* The budget check of evicting pod <o> (<pod>: its JSON, borrowed): 0 when
+ * it may go (unless <dry>, a budget that allowed it now has one
+ * disruption fewer and names the pod in disruptedPods), else -1 with <e>
+ * set: 429 (budget exhausted, with the DisruptionBudget cause; <e>->causes
+ * is the caller's to free), 500 (more than one budget), 503. */
+int pdb_eviction(struct sim *s, struct sim_obj *o, json_t *pod, int dry, struct sim_err *e);
+
+/* ---- nodelife.c: the node lifecycle controller ---- */
+/* Initialises its grace-period timer (s->node_timer) on s->loop. */
+void nodelife_init(struct sim *s);
+/* Closes that timer (shutdown). */
+void nodelife_close(struct sim *s);
+/* "ready", "not-ready" or "lost" (static storage). */
+const char *node_kubelet_name(enum node_kubelet k);
+/* 0 and <*k> for "ready", "not-ready" or "lost"; -EINVAL otherwise. */
+int node_kubelet_parse(const char *name, enum node_kubelet *k);
+/* Makes node <o>'s kubelet post Ready (KUBELET_READY), post NotReady, or go
+ * quiet (KUBELET_LOST: after --node-monitor-grace-ms the controller marks
+ * the node Unknown). Conditions, taints and the pods on the node follow as
+ * in a real cluster; may be called from a request. 0 or -ENOMEM. */
+int node_set_kubelet(struct sim *s, struct sim_obj *o, enum node_kubelet k);
+/* 1 if the kubelet of node <name> (NULL: none) is lost. */
+int node_kubelet_lost(struct sim *s, const char *name);
 
 /* ---- misc ---- */
 /* Quantities may arrive as JSON numbers (YAML "cpu: 2"); Kubernetes

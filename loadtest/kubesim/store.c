@@ -153,6 +153,18 @@ const char *objver_field(const void *v, const char *key) {
   return NULL;
 }
 
+int pod_json_ready(json_t *pod) {
+  json_t *c;
+  size_t i;
+
+  json_array_foreach(json_path(pod, "status.conditions"), i, c) {
+    const char *t = json_get_str(c, "type"), *st = json_get_str(c, "status");
+    if (t != NULL && strcmp(t, "Ready") == 0)
+      return st != NULL && strcmp(st, "True") == 0;
+  }
+  return 0;
+}
+
 static char *dup_str(json_t *j) {
   const char *v = json_string_value(j);
 
@@ -195,7 +207,9 @@ static struct objver *objver_new(enum sim_kind k, json_t *j, uint64_t rv) {
     v->fields[F_SCHEDULER_NAME] = dup_str(json_path(j, "spec.schedulerName"));
     v->fields[F_SERVICE_ACCOUNT] = dup_str(json_path(j, "spec.serviceAccountName"));
     v->fields[F_NOMINATED_NODE] = dup_str(json_path(j, "status.nominatedNodeName"));
+    v->ready = pod_json_ready(j);
   }
+  v->deleting = json_path(j, "metadata.deletionTimestamp") != NULL;
   v->json = json_dumps(j, JSON_COMPACT);
   if (v->json == NULL)
     goto fail;
@@ -282,6 +296,10 @@ struct sim_obj *store_commit(struct sim *s, enum sim_kind k, struct sim_obj *o, 
   ev.obj = nv;
   ev.prev = prev;
   watch_notify(s, &ev);
+  /* The disruption controller's informers: budgets count pods and their
+   * ReplicaSets' scale. */
+  if (k == K_POD || k == K_RS)
+    pdb_mark_dirty(s, o->ns);
   if (event == EV_DELETED) {
     RB_REMOVE(obj_tree, &s->objs[k], o);
     s->counts[k]--;

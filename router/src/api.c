@@ -247,7 +247,9 @@ int api_pool_usable(const struct api_req *q, const struct fr_adapter_pool_view *
   return pv->owner == NULL || strcmp(pv->owner, q->tenant) == 0;
 }
 
-static const char *sandbox_state(const struct fr_pod *pod) {
+static const char *sandbox_state(struct fr_adapter *a, const struct fr_pod *pod) {
+  if (fr_adapter_pod_evicted(a, pod))
+    return "evicted";
   if (pod->terminating)
     return "terminating";
   if (fr_pod_finished(pod))
@@ -256,7 +258,15 @@ static const char *sandbox_state(const struct fr_pod *pod) {
                : "failed";
   if (pod->phase == FR_POD_RUNNING && pod->ready)
     return "running";
+  /* Its node stopped reporting (the pod went unready with it, or never
+   * started there): not "pending", which would say it is still starting. */
+  if (fr_adapter_node_unready(a, pod->node))
+    return "unreachable";
   return "pending";
+}
+
+int api_sandbox_visible(struct fr_adapter *a, const struct fr_pod *pod) {
+  return !fr_adapter_pod_leaving(a, pod) || fr_adapter_pod_evicted(a, pod);
 }
 
 json_t *api_time_json(int64_t s) {
@@ -321,7 +331,7 @@ json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod) {
                    pod->sbname ? pod->sbname : "", "cluster", fr_adapter_name(a), "region",
                    fr_adapter_region(a), "pool", pod->pool ? json_string(pod->pool) : json_null(), "warm",
                    pod->warm, "state",
-                   fr_adapter_pod_delete_pending(a, pod) ? "terminating" : sandbox_state(pod), "labels", labels,
+                   fr_adapter_pod_delete_pending(a, pod) ? "terminating" : sandbox_state(a, pod), "labels", labels,
                    "created_at",
                    created >= 0 ? api_time_json(created) : json_string(""),
                    "expires_at", api_time_json(pod->expires_s));
@@ -360,7 +370,7 @@ const struct fr_pod *api_find_sandbox(struct api_req *q, const char *id, struct 
     api_fail(q, 503, "not_synced", msg, "Retry-After: 1\r\n");
     return NULL;
   }
-  if (pod == NULL || !api_owned_by(pod, q->tenant) || fr_adapter_pod_leaving(a, pod)) {
+  if (pod == NULL || !api_owned_by(pod, q->tenant) || !api_sandbox_visible(a, pod)) {
     snprintf(msg, sizeof(msg), "no sandbox %.200s for this tenant", id);
     api_fail(q, 404, "sandbox_not_found", msg, NULL);
     return NULL;

@@ -92,12 +92,16 @@ struct fr_adapter_pool_view;
 int api_pool_usable(const struct api_req *q, const struct fr_adapter_pool_view *pv);
 /* The sandbox as the API shows it. */
 json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod);
+/* Is <pod> still a sandbox to show? Not once it is on its way out
+ * (fr_adapter_pod_leaving), except while the cluster evicts it
+ * (fr_adapter_pod_evicted): then it shows as "evicted" until it is gone. */
+int api_sandbox_visible(struct fr_adapter *a, const struct fr_pod *pod);
 /* The user's labels of <pod> (fedrouter.io/ ones left out) as an object. */
 json_t *api_labels_json(const struct fr_pod *pod);
 /* RFC 3339 UTC time of <s> (unix seconds), null when < 0. */
 json_t *api_time_json(int64_t s);
 /* "<cluster>.<pod>" -> the adapter and the cached pod, owned by the
- * request's tenant and not on its way out. Answers 400/404 itself and
+ * request's tenant and visible (api_sandbox_visible). Answers 400/404 itself and
  * returns NULL when there is none; 503 not_synced (Retry-After) when the
  * pod is not in the cache because the cluster's first list is not done. */
 const struct fr_pod *api_find_sandbox(struct api_req *q, const char *id, struct fr_adapter **out_a);

@@ -140,7 +140,7 @@ static void list_sandboxes(struct api_req *q) {
   for (i = 0; i < q->r->nadapters; i++) {
     struct fr_adapter *a = q->r->adapters[i];
     for (cur = 0; (pod = fr_adapter_pod_next(a, &cur)) != NULL;) {
-      if (api_owned_by(pod, q->tenant) && matches(&f, a, pod) && !fr_adapter_pod_leaving(a, pod))
+      if (api_owned_by(pod, q->tenant) && matches(&f, a, pod) && api_sandbox_visible(a, pod))
         json_array_append_new(arr, api_sandbox_json(a, pod));
     }
   }
@@ -273,7 +273,8 @@ static void terminate_many(struct api_req *q) {
     const struct fr_pod *pod;
     size_t cur;
     for (cur = 0; (pod = fr_adapter_pod_next(a, &cur)) != NULL;) {
-      if (api_owned_by(pod, q->tenant) && matches(&f, a, pod) && !fr_adapter_pod_leaving(a, pod))
+      /* What the listing shows, evicted sandboxes included. */
+      if (api_owned_by(pod, q->tenant) && matches(&f, a, pod) && api_sandbox_visible(a, pod))
         term_start(t, a, pod->name);
     }
   }

@@ -55,6 +55,7 @@ START_TEST(parse_keeps_what_the_router_needs) {
   ck_assert_int_eq(p->terminating, 0);
   ck_assert_int_eq(p->warm, 1);
   ck_assert_ptr_null(p->unschedulable);
+  ck_assert_ptr_null(p->disruption);
   ck_assert_int_eq(p->expires_s - p->created_s, 3600);
   ck_assert_int_eq(p->created_s - p->creation_s, 5);
   ck_assert_int_eq(p->start_s - p->creation_s, 1);
@@ -71,6 +72,16 @@ START_TEST(parse_keeps_what_the_router_needs) {
   podstore_release(&s, p);
   ck_assert_int_eq(strmap_size(&s.strings), 0);
 
+  /* Evicted by the cluster: the DisruptionTarget condition's reason. */
+  json_array_append_new(json_object_get(json_object_get(j, "status"), "conditions"),
+                        json_pack("{s:s,s:s,s:s}", "type", "DisruptionTarget", "status", "True", "reason",
+                                  "DeletionByTaintManager"));
+  p = podstore_parse(&s, j);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_str_eq(p->disruption, "DeletionByTaintManager");
+  podstore_release(&s, p);
+  ck_assert_int_eq(strmap_size(&s.strings), 0);
+
   /* Unschedulable, terminating, no annotations; a resourceVersion too long
    * for the record and a nameless object are refused. */
   json_decref(j);
@@ -80,6 +91,7 @@ START_TEST(parse_keeps_what_the_router_needs) {
                 "message", "0/3 nodes are available");
   p = podstore_parse(&s, j);
   ck_assert_ptr_nonnull(p);
+  ck_assert_ptr_null(p->disruption);
   ck_assert_str_eq(p->unschedulable, "0/3 nodes are available");
   ck_assert_int_eq(p->terminating, 1);
   ck_assert_ptr_null(p->env);

@@ -160,8 +160,11 @@ def test_gpus_only_where_gpu_nodes_are(fed):
     req = explain(fed, {"gpus": 1, "tolerations": GPU_TOL})["request"]
     check(req.get("pod_options") == {"gpus": 1, "tolerations": GPU_TOL},
           f"explain's request.pod_options: {req.get('pod_options')}")
-    check(p["spec"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists",
-                                        "effect": "NoSchedule"}], f"tolerations: {p['spec'].get('tolerations')}")
+    # The router's toleration, then the two the API server's
+    # DefaultTolerationSeconds admission adds to every pod.
+    check(p["spec"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}] +
+          [{"key": "node.kubernetes.io/" + k, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+           for k in ("not-ready", "unreachable")], f"tolerations: {p['spec'].get('tolerations')}")
     # The node has 2: one more of 1 fits, then the cluster is full for GPUs.
     fed.create({"gpus": 1, "tolerations": GPU_TOL, "name": "g2"})
     r = explain(fed, {"gpus": 1, "tolerations": GPU_TOL})

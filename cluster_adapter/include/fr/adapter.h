@@ -108,6 +108,8 @@ struct fr_pod {
   char *labels;             /* every other label: "key\0value\0...\0" (NULL: none) */
   const char *node;         /* spec.nodeName (interned) */
   const char *reason;       /* status.reason (interned) */
+  const char *disruption;   /* reason of condition DisruptionTarget=True (interned): the cluster is
+                             * evicting it (taint manager, eviction API, ...); NULL = not */
   char *env;                /* annotation fedrouter.io/env: JSON text */
   char *secrets;            /* annotation fedrouter.io/secrets: "A,B" (names only) */
   char *unschedulable;      /* message of PodScheduled=False/Unschedulable */
@@ -334,6 +336,15 @@ int fr_adapter_pod_leaving(struct fr_adapter *a, const struct fr_pod *pod);
 /* 1 if a delete of <pod> failed (the cluster did not take it) and the
  * reaper is retrying it: the sandbox still runs and shows as terminating. */
 int fr_adapter_pod_delete_pending(struct fr_adapter *a, const struct fr_pod *pod);
+/* 1 if the cluster, not a router, is deleting <pod>: it is terminating with
+ * a DisruptionTarget condition (evicted by the taint manager when its node
+ * was lost, drained, preempted) and this router has sent no delete of it.
+ * Such a sandbox stays visible (state "evicted") until the pod is gone. */
+int fr_adapter_pod_evicted(struct fr_adapter *a, const struct fr_pod *pod);
+/* 1 if node <node> (NULL: none) is known and its Ready condition is not
+ * True (NotReady, or Unknown once its kubelet stopped reporting); 0 if it
+ * is Ready or not known (yet). */
+int fr_adapter_node_unready(struct fr_adapter *a, const char *node);
 /* Reserves (<delta> > 0) or releases (< 0) slots for creates a batch has
  * planned here but not started yet, so a concurrent plan sees them as
  * taken at once. */
