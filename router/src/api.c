@@ -378,3 +378,18 @@ const struct fr_pod *api_find_sandbox(struct api_req *q, const char *id, struct 
   *out_a = a;
   return pod;
 }
+
+const struct fr_pod *api_find_reachable_sandbox(struct api_req *q, const char *id, struct fr_adapter **out_a) {
+  const struct fr_pod *pod = api_find_sandbox(q, id, out_a);
+  char msg[512];
+
+  if (pod != NULL && fr_adapter_node_unready(*out_a, pod->node)) {
+    snprintf(msg, sizeof(msg),
+             "sandbox %.200s is unreachable: its node %.100s is not Ready; the cluster evicts it if the node does "
+             "not come back within the sandbox's toleration (300 s by default)",
+             id, pod->node);
+    api_fail(q, 503, "sandbox_unreachable", msg, "Retry-After: 5\r\n");
+    return NULL;
+  }
+  return pod;
+}

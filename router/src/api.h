@@ -105,6 +105,11 @@ json_t *api_time_json(int64_t s);
  * returns NULL when there is none; 503 not_synced (Retry-After) when the
  * pod is not in the cache because the cluster's first list is not done. */
 const struct fr_pod *api_find_sandbox(struct api_req *q, const char *id, struct fr_adapter **out_a);
+/* api_find_sandbox for calls into the sandbox (exec, processes, files, the
+ * E2B relay): also answers 503 sandbox_unreachable (Retry-After) and
+ * returns NULL when the sandbox's node is not Ready, rather than sending the
+ * call to a node that cannot answer. */
+const struct fr_pod *api_find_reachable_sandbox(struct api_req *q, const char *id, struct fr_adapter **out_a);
 
 /* The body's "argv" as a NULL-terminated array borrowing its strings, or
  * NULL after answering invalid_argv / out_of_memory (exec.c). */

@@ -1250,7 +1250,7 @@ int data_route(struct api_req *q, const char *id, const char *rest) {
 
   if (strcmp(rest, "/files") != 0 && strcmp(rest, "/processes") != 0 && strncmp(rest, "/processes/", 11) != 0)
     return 0;
-  if (api_find_sandbox(q, id, &a) == NULL)
+  if (api_find_reachable_sandbox(q, id, &a) == NULL)
     return 1;
   if (strcmp(rest, "/files") == 0) {
     files(q, a, id);

@@ -513,7 +513,7 @@ static void in_sandbox(struct api_req *q, const char *id, const char *tenant) {
   snprintf(q->tenant, sizeof(q->tenant), "%s", p->tenant);
   q->ts = router_tenant(q->r, q->tenant);
   router_note(q->req, "tenant", q->tenant);
-  if (find(q, id, &a) == NULL || !admitted(q))
+  if (api_find_reachable_sandbox(q, id, &a) == NULL || !admitted(q))
     return;
   fr_buf_init(&h);
   for (i = 0; pass[i] != NULL; i++) {

@@ -470,7 +470,7 @@ void exec_sandbox(struct api_req *q, const char *id) {
   }
   if (api_body_env_workdir(q, j, &env, &workdir) != 0)
     goto out;
-  if (api_find_sandbox(q, id, &a) == NULL)
+  if (api_find_reachable_sandbox(q, id, &a) == NULL)
     goto out;
   if (q->ts != NULL && q->ts->execs >= q->ts->max_execs) {
     snprintf(msg, sizeof(msg), "tenant %s has %" PRId64 " execs running (max_concurrent_execs)", q->tenant,

@@ -9,8 +9,9 @@ for 4 s, "stays" has only the 300 s tolerations every pod gets. Then node
 
 - both sandboxes show state "unreachable" (their pods went Ready=False
   because the node went Unknown), not "pending" (which says "not yet
-  exec-ready") — and an exec into one fails at once with 503 naming the
-  API server's dial error, rather than hanging or succeeding;
+  exec-ready") — and an exec or a files call into one fails at once with
+  503 sandbox_unreachable naming the node, rather than hanging, failing on
+  the API server's dial error or succeeding;
 - the cluster evicts "brief" after its 4 s: while its pod is held
   Terminating (no kubelet to confirm the stop) the sandbox is still listed
   and found, state "evicted", not a silent 404;
@@ -75,12 +76,15 @@ def test_lost_node_sandboxes_unreachable_then_evicted(fed):
             wait_state(fed, sid, "unreachable", 10)
         listed = {s["id"]: s["state"] for s in fed.api("GET", "/v1/sandboxes")[1]["sandboxes"]}
         check(listed.get(stays) == "unreachable", f"the listing shows {stays} as {listed.get(stays)!r}")
+        # Calls into the sandbox are not sent to a node that cannot answer:
+        # 503 sandbox_unreachable naming the node, with Retry-After.
         st, r = fed.exec(stays, ["echo", "hi"])
-        # pods/exec reaches the node's kubelet through the API server: the
-        # API server's 500 (its dial error) passes through.
-        check(st == 503 and r.get("error", {}).get("code") == "cluster_unavailable"
-              and "no route to host" in r["error"].get("message", ""),
+        check(st == 503 and r.get("error", {}).get("code") == "sandbox_unreachable"
+              and NODE in r["error"].get("message", ""),
               f"exec into a sandbox on a lost node: {st} {short(r)}")
+        st, r = fed.api("GET", f"/v1/sandboxes/{stays}/files?path=/tmp")
+        check(st == 503 and r.get("error", {}).get("code") == "sandbox_unreachable",
+              f"files call into a sandbox on a lost node: {st} {short(r)}")
         # The taint manager evicts "brief" 4 s after the taint; its pod stays
         # Terminating while the node is away, and so the sandbox is shown.
         wait_state(fed, brief, "evicted", 10)

@@ -19,7 +19,7 @@ __all__ = [
     "NotFound", "SandboxNotFound", "PoolNotFound", "ClusterNotFound", "ProcessNotFound",
     "MethodNotAllowed", "RequestTimeout", "PoolExists", "SandboxNotRunning", "BodyTooLarge",
     "TenantLimit", "HeadersTooLarge", "InternalError", "ExecFailed", "NoCapacity",
-    "ClusterUnavailable", "AgentUnavailable", "NotReady", "ShuttingDown", "error_class_for",
+    "ClusterUnavailable", "AgentUnavailable", "SandboxUnreachable", "NotReady", "ShuttingDown", "error_class_for",
     "ERROR_CLASSES", "NotSupported", "OutOfMemory", "NotSynced", "CommitFailed", "TooManyConnections",
     "AgentBusy", "AgentError", "PathNotFound", "FileTooLarge", "DiskFull", "ListingTooLarge",
 ]
@@ -255,6 +255,10 @@ class AgentUnavailable(_RetryAfter):
     code_default = "agent_unavailable"
 
 
+class SandboxUnreachable(_RetryAfter):
+    code_default = "sandbox_unreachable"
+
+
 class NotReady(_RetryAfter):
     code_default = "not_ready"
 
@@ -329,7 +333,7 @@ ERROR_CLASSES: Dict[str, Type[APIError]] = {
         InvalidJson, InvalidField, SecretNotFound, SecretInvalid, SecretTooLarge, AgentRequired, InvalidArgv, InvalidId, Unauthorized, Forbidden, NotFound,
         SandboxNotFound, PoolNotFound, ClusterNotFound, ProcessNotFound, MethodNotAllowed,
         RequestTimeout, PoolExists, SandboxNotRunning, BodyTooLarge, TenantLimit, HeadersTooLarge,
-        InternalError, ExecFailed, NoCapacity, ClusterUnavailable, AgentUnavailable, NotReady,
+        InternalError, ExecFailed, NoCapacity, ClusterUnavailable, AgentUnavailable, SandboxUnreachable, NotReady,
         ShuttingDown, OutOfMemory, NotSynced, CommitFailed, TooManyConnections, AgentBusy, AgentError,
         PathNotFound, FileTooLarge, DiskFull, ListingTooLarge)
 }
