@@ -66,11 +66,12 @@ static int part_filename(const char *h, size_t n, char *out, size_t cap) {
   f += 9;
   size_t l;
   if (*f == '"') {
+    /* The closing quote is on the same header line: a quote left open
+     * must not take the next lines into the name. */
     f++;
-    const char *q = strchr(f, '"');
-    if (q == NULL)
+    l = strcspn(f, "\"\r\n");
+    if (f[l] != '"')
       return -EINVAL;
-    l = (size_t)(q - f);
   } else {
     l = strcspn(f, ";\r\n");
   }
