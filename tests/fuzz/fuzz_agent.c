@@ -1,8 +1,9 @@
 /* fuzz_agent.c - fedrouter-agent's request parsing (agent/src/http.c: the
  * request head, Content-Length and chunked bodies, pipelining, keep-alive;
  * agent/src/rpc.c: routing, auth, /init, Connect envelopes and the JSON
- * of every process.Process request) on arbitrary bytes, as the router or
- * code inside the sandbox could send them.
+ * of every process.Process request; agent/src/multipart.c: upload bodies)
+ * on arbitrary bytes, as the router or code inside the sandbox could send
+ * them.
  *
  * The agent is the real one minus what would touch the machine: this file
  * stands in for proc.c, files.c and watch.c (no process is started, no
@@ -31,8 +32,9 @@
  *
  * Checked beyond "no crash": the agent answers in HTTP/1.x; an upload
  * that is not chunked gets exactly Content-Length bytes (none without
- * one); the multipart parser opens and ends parts in turn, hands over no
- * more bytes than the body brought and ends the last part at the closing
+ * one); the multipart parser opens and ends parts in turn, names a part
+ * by a filename from one header line (no CR or LF), hands over no more
+ * bytes than the body brought and ends the last part at the closing
  * delimiter; a reset connection is closed and freed with all its timers.
  */
 #include <arpa/inet.h>
