@@ -204,6 +204,38 @@ void upload_free(struct upload *up);
 json_t *fs_entry_json(const char *path, int *err);
 void fs_rpc(struct conn *c, const char *method, json_t *req);
 
+/* ---- multipart/form-data bodies (multipart.c) ---- */
+#define MP_HEAD_MAX 8192          /* one part's headers */
+#define MP_NAME_MAX 4096          /* a part's filename, NUL included */
+#define MP_BUF (64 * 1024 + 16384) /* one read of the body plus a carry */
+
+struct mp_parser {
+  char delim[96]; /* "\r\n--" boundary */
+  size_t dlen;
+  int state;
+  char buf[MP_BUF];
+  size_t len;
+};
+
+/* Where a parser hands the parts. Each returns 0, or nonzero to stop (the
+ * callee has answered the request). <filename> is NULL for a part without
+ * one; part_data gets only the bytes of the part begun last, never 0. */
+struct mp_sink {
+  int (*part_begin)(void *arg, const char *filename);
+  int (*part_data)(void *arg, const char *data, size_t n);
+  int (*part_end)(void *arg);
+};
+
+/* Reads the boundary of <content_type> ("multipart/form-data;
+ * boundary=..."). 0, -ENOENT (no boundary) or -EINVAL (not 1-70 chars). */
+int mp_init(struct mp_parser *p, const char *content_type);
+/* Feeds <n> body bytes, calling <sink> with <arg>. 0; -1 when a sink call
+ * stopped it; -EINVAL for a malformed body, with a message in *<err>. */
+int mp_feed(struct mp_parser *p, const char *data, size_t n, const struct mp_sink *sink, void *arg,
+            const char **err);
+/* The closing delimiter has been read. */
+bool mp_done(const struct mp_parser *p);
+
 /* ---- directory watchers (watch.c) ---- */
 /* WatchDir: validates <req> (borrowed), begins the stream with its start
  * message and attaches the watcher to <c>; 0, or -1 when the error was

@@ -6,8 +6,8 @@
  * "the user's home" a caller could rely on). Downloads read 64 KiB at a time
  * only while the socket takes them; uploads write each piece of the body as
  * it arrives, so memory stays flat at any file size. A multipart upload is
- * parsed as a stream: only a delimiter's length of bytes is ever carried
- * from one read to the next.
+ * parsed as a stream (multipart.c): only a delimiter's length of bytes is
+ * ever carried from one read to the next.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -25,8 +25,6 @@
 #include "agent.h"
 
 #define FILE_CHUNK 65536
-#define UP_BUF (FILE_CHUNK + 16384)
-#define MP_HEAD_MAX 8192
 #define LIST_MAX 100000
 
 static int status_for(int err) {
@@ -98,15 +96,9 @@ int files_pump(struct conn *c) {
 
 /* ---- upload ---- */
 
-enum { MP_PRE, MP_AFTER, MP_HEAD, MP_BODY, MP_END };
-
 struct upload {
   bool multipart;
-  char delim[96]; /* "\r\n--" boundary */
-  size_t dlen;
-  int state;
-  char buf[UP_BUF];
-  size_t len;
+  struct mp_parser mp;
   char qpath[4096];
   bool have_qpath;
   int fd;
@@ -213,32 +205,13 @@ int upload_begin(struct conn *c, const char *path) {
   }
   const char *ct = c->req.content_type;
   if (strncasecmp(ct, "multipart/form-data", 19) == 0) {
-    const char *b = strcasestr(ct, "boundary=");
-    if (b == NULL) {
+    int rc = mp_init(&up->mp, ct);
+    if (rc != 0) {
       upload_free(up);
-      http_error(c, 400, "multipart body without a boundary");
-      return -EINVAL;
-    }
-    b += 9;
-    size_t bl;
-    if (*b == '"') {
-      b++;
-      const char *q = strchr(b, '"');
-      bl = q ? (size_t)(q - b) : strlen(b);
-    } else {
-      bl = strcspn(b, "; \t");
-    }
-    if (bl == 0 || bl > 70) { /* RFC 2046: 1 to 70 characters */
-      upload_free(up);
-      http_error(c, 400, "bad multipart boundary");
+      http_error(c, 400, rc == -ENOENT ? "multipart body without a boundary" : "bad multipart boundary");
       return -EINVAL;
     }
     up->multipart = true;
-    up->dlen = (size_t)snprintf(up->delim, sizeof(up->delim), "\r\n--%.*s", (int)bl, b);
-    /* the first delimiter has no CRLF before it: pretend there was one */
-    memcpy(up->buf, "\r\n", 2);
-    up->len = 2;
-    up->state = MP_PRE;
   } else {
     if (!up->have_qpath) {
       upload_free(up);
@@ -258,158 +231,51 @@ int upload_begin(struct conn *c, const char *path) {
   return 0;
 }
 
-static char *find(char *hay, size_t n, const char *needle, size_t nl) {
-  return n >= nl ? memmem(hay, n, needle, nl) : NULL;
-}
-
-static void consume(struct upload *up, size_t n) {
-  memmove(up->buf, up->buf + n, up->len - n);
-  up->len -= n;
-}
-
-/* Extracts filename="..." from a part's headers. */
-static int part_filename(const char *h, size_t n, char *out, size_t cap) {
-  char hdr[MP_HEAD_MAX + 1];
-  memcpy(hdr, h, n);
-  hdr[n] = '\0';
-  const char *f = strcasestr(hdr, "filename=");
-  if (f == NULL)
-    return 0;
-  f += 9;
-  size_t l;
-  if (*f == '"') {
-    f++;
-    const char *q = strchr(f, '"');
-    if (q == NULL)
-      return -EINVAL;
-    l = (size_t)(q - f);
-  } else {
-    l = strcspn(f, ";\r\n");
-  }
-  if (l == 0 || l >= cap)
-    return -EINVAL;
-  memcpy(out, f, l);
-  out[l] = '\0';
-  return 1;
-}
-
-static int mp_run(struct conn *c) {
+/* The multipart parser's sink: each part with a filename goes to the
+ * query's path, or to its own absolute filename without one; a part
+ * without a filename is skipped. */
+static int part_begin(void *arg, const char *filename) {
+  struct conn *c = arg;
   struct upload *up = c->up;
-  for (;;) {
-    if (up->state == MP_PRE) {
-      char *d = find(up->buf, up->len, up->delim, up->dlen);
-      if (d == NULL) {
-        if (up->len >= up->dlen)
-          consume(up, up->len - (up->dlen - 1));
-        return 0;
-      }
-      consume(up, (size_t)(d - up->buf) + up->dlen);
-      up->state = MP_AFTER;
-    } else if (up->state == MP_AFTER) {
-      if (up->len < 2)
-        return 0;
-      if (memcmp(up->buf, "--", 2) == 0) {
-        up->state = MP_END;
-        up->len = 0;
-        return 0;
-      }
-      /* transport padding (spaces) may precede the CRLF */
-      size_t sp = 0;
-      while (sp < up->len && (up->buf[sp] == ' ' || up->buf[sp] == '\t'))
-        sp++;
-      if (sp == up->len)
-        return 0;
-      consume(up, sp);
-      if (up->len < 2)
-        return 0;
-      if (memcmp(up->buf, "\r\n", 2) != 0) {
-        fail(c, -EINVAL, "malformed multipart body");
-        return -1;
-      }
-      up->state = MP_HEAD;
-    } else if (up->state == MP_HEAD) {
-      char *e = find(up->buf, up->len, "\r\n\r\n", 4);
-      if (e == NULL) {
-        if (up->len > MP_HEAD_MAX) {
-          fail(c, -EINVAL, "multipart part headers too large");
-          return -1;
-        }
-        return 0;
-      }
-      size_t hl = (size_t)(e - up->buf);
-      if (hl > MP_HEAD_MAX) {
-        fail(c, -EINVAL, "multipart part headers too large");
-        return -1;
-      }
-      char fname[4096];
-      int has = part_filename(up->buf + 2 > e ? e : up->buf + 2,
-                              hl >= 2 ? hl - 2 : 0, fname, sizeof(fname));
-      consume(up, hl + 4);
-      if (has < 0) {
-        fail(c, -EINVAL, "bad filename in multipart part");
-        return -1;
-      }
-      if (has > 0) {
-        const char *target = up->have_qpath ? up->qpath : fname;
-        if (target[0] != '/') {
-          char msg[512];
-          snprintf(msg, sizeof(msg), "path must be absolute: %.400s", target);
-          fail(c, -EINVAL, msg);
-          return -1;
-        }
-        char msg[512];
-        int rc = open_target(up, target, msg, sizeof(msg));
-        if (rc != 0) {
-          fail(c, rc, msg);
-          return -1;
-        }
-      }
-      up->state = MP_BODY;
-    } else if (up->state == MP_BODY) {
-      char *d = find(up->buf, up->len, up->delim, up->dlen);
-      if (d == NULL) {
-        if (up->len >= up->dlen) {
-          size_t k = up->len - (up->dlen - 1);
-          if (write_all(c, up->buf, k) != 0)
-            return -1;
-          consume(up, k);
-        }
-        return 0;
-      }
-      size_t k = (size_t)(d - up->buf);
-      if (write_all(c, up->buf, k) != 0 || close_target(c) != 0)
-        return -1;
-      consume(up, k + up->dlen);
-      up->state = MP_AFTER;
-    } else {
-      up->len = 0; /* epilogue: ignored */
-      return 0;
-    }
+  char msg[512];
+
+  if (filename == NULL)
+    return 0;
+  const char *target = up->have_qpath ? up->qpath : filename;
+  if (target[0] != '/') {
+    snprintf(msg, sizeof(msg), "path must be absolute: %.400s", target);
+    fail(c, -EINVAL, msg);
+    return -1;
   }
+  int rc = open_target(up, target, msg, sizeof(msg));
+  if (rc != 0) {
+    fail(c, rc, msg);
+    return -1;
+  }
+  return 0;
 }
+
+static int part_data(void *arg, const char *data, size_t n) {
+  return write_all(arg, data, n);
+}
+
+static int part_end(void *arg) {
+  return close_target(arg);
+}
+
+static const struct mp_sink part_sink = {part_begin, part_data, part_end};
 
 int upload_feed(struct conn *c, const char *data, size_t n) {
   struct upload *up = c->up;
+  const char *err = NULL;
   if (up == NULL)
     return -1;
   if (!up->multipart)
     return write_all(c, data, n);
-  while (n > 0) {
-    size_t k = sizeof(up->buf) - up->len;
-    if (k > n)
-      k = n;
-    memcpy(up->buf + up->len, data, k);
-    up->len += k;
-    data += k;
-    n -= k;
-    if (mp_run(c) != 0)
-      return -1;
-    if (up->len == sizeof(up->buf)) {
-      fail(c, -EINVAL, "malformed multipart body");
-      return -1;
-    }
-  }
-  return 0;
+  int rc = mp_feed(&up->mp, data, n, &part_sink, c, &err);
+  if (rc == -EINVAL)
+    fail(c, -EINVAL, err);
+  return rc == 0 ? 0 : -1;
 }
 
 void upload_finish(struct conn *c) {
@@ -421,7 +287,7 @@ void upload_finish(struct conn *c) {
   if (!up->multipart) {
     if (close_target(c) != 0)
       return;
-  } else if (up->state != MP_END) {
+  } else if (!mp_done(&up->mp)) {
     fail(c, -EINVAL, "multipart body ended before its closing delimiter");
     return;
   }

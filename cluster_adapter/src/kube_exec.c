@@ -623,9 +623,11 @@ static void parse_head(struct kube_exec *e) {
   int upgrade_ok = 0, connection_ok = 0, status = 0;
   char expect[29];
 
-  /* Status line: HTTP/1.x NNN reason */
+  /* Status line: HTTP/1.x NNN reason, NNN from 100 to 599 (RFC 9110
+   * section 15): anything else is not an answer whose status a caller
+   * could act on (it would read "003" as a refusal with status 3). */
   if (eol == NULL || e->head_len < 12 || strncmp(p, "HTTP/1.", 7) != 0 || p[8] != ' ' ||
-      !isdigit((unsigned char)p[9]) || !isdigit((unsigned char)p[10]) ||
+      p[9] < '1' || p[9] > '5' || !isdigit((unsigned char)p[10]) ||
       !isdigit((unsigned char)p[11])) {
     fail(e, -EPROTO, "exec: malformed HTTP response from the API server");
     return;

@@ -116,7 +116,10 @@ static int labels(struct podstore *s, struct fr_pod *p, json_t *labels) {
   fr_buf_init(&other);
   json_object_foreach(labels, k, v) {
     const char *val = json_string_value(v);
-    if (val == NULL || strcmp(k, FR_LABEL_SANDBOX) == 0)
+    /* An empty key (the API never serves one; a hostile or broken server
+     * might) would read as the end of the packed pairs and hide every
+     * label after it. */
+    if (val == NULL || k[0] == '\0' || strcmp(k, FR_LABEL_SANDBOX) == 0)
       continue;
     if (strcmp(k, FR_LABEL_POOL) == 0) {
       p->pool = intern(s, val);

@@ -562,6 +562,13 @@ def test_files_round_trip(a):
     check(st == 200 and len(json.loads(body)) == 2, "multipart upload: %d %r" % (st, body))
     check(open(d + "/m1.txt", "rb").read() == b"hello\r\n--not-a-boundary\r\n", "multipart m1")
     check(open(d + "/m2.bin", "rb").read() == b"\x00\xff" * 1000, "multipart m2")
+    # a quoted filename left open on its line does not take in the next
+    # header line (found by fuzz_agent): refused, nothing written
+    bad = ("--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s/m3\r\n"
+           "Content-Type: text/plain\"\r\n\r\nx\r\n--%s--\r\n" % (bnd, d, bnd)).encode()
+    st, _, body = a.request("POST", "/files", bad, {"Content-Type": "multipart/form-data; boundary=" + bnd})
+    check(st == 400 and "bad filename" in json.loads(body)["message"], "open-quoted filename: %d %r" % (st, body))
+    check(not any(n.startswith("m3") for n in os.listdir(d)), "open-quoted filename wrote a file")
     st, _, body = a.request("GET", "/files?path=" + d + "/missing")
     check(st == 404 and (d + "/missing") in json.loads(body)["message"], "missing: %d %r" % (st, body))
     st, _, body = a.request("GET", "/files?path=relative/x")

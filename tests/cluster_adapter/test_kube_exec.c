@@ -838,6 +838,12 @@ static void fake_respond(struct fake *f) {
   if (strcmp(f->mode, "badaccept") == 0)
     accept[0] = accept[0] == 'A' ? 'B' : 'A';
   fr_buf_init(&b);
+  if (strcmp(f->mode, "status003") == 0) {
+    fr_buf_puts(&b, "HTTP/1.1 003 Forbidden\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
+    fake_write(f, &b);
+    fr_buf_free(&b);
+    return;
+  }
   if (strcmp(f->mode, "chunked500") == 0) {
     static const char body[] =
         "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\","
@@ -1103,6 +1109,25 @@ START_TEST(exec_refused_with_chunked_500_reports_status_message) {
   ck_assert_int_eq(x.http_status, 500);
   ck_assert_ptr_nonnull(x.message);
   ck_assert_str_eq(x.message, "etcdserver: request timed out");
+  xres_free(&x);
+  ctx_close_fake(&t, &f);
+}
+END_TEST
+
+/* Found by fuzz_kube: a status outside 100-599 was reported as a refusal
+ * with that status (http_status 3). */
+START_TEST(exec_status_code_outside_100_599_is_malformed) {
+  struct ctx t;
+  struct fake f;
+  struct xres x;
+  struct fr_kube_exec_opts o = opts_for(ARGV("x"));
+
+  ctx_open_fake(&t, &f, "status003");
+  run_exec(&t, "p1", &o, &x);
+  ck_assert_int_eq(x.error, -EPROTO);
+  ck_assert_int_eq(x.http_status, 0);
+  ck_assert_ptr_nonnull(x.message);
+  ck_assert_ptr_nonnull(strstr(x.message, "malformed HTTP response"));
   xres_free(&x);
   ctx_close_fake(&t, &f);
 }
@@ -1599,6 +1624,7 @@ static Suite *kube_exec_suite(void) {
   tcase_add_test(tc, exec_fragments_pings_and_split_status_are_handled);
   tcase_add_test(tc, exec_v5_sends_stdin_close_signal);
   tcase_add_test(tc, exec_refused_with_chunked_500_reports_status_message);
+  tcase_add_test(tc, exec_status_code_outside_100_599_is_malformed);
   tcase_add_test(tc, exec_wrong_accept_key_is_protocol_error);
   tcase_add_test(tc, exec_no_subprotocol_is_protocol_error);
   tcase_add_test(tc, exec_text_frame_is_protocol_error);

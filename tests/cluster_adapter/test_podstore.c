@@ -113,6 +113,34 @@ END_TEST
 /* Random inserts, replacements and deletes against a reference map: every
  * lookup agrees, the count is right, and a walk sees each record once.
  * Deletions exercise the backward shift of linear probing. */
+/* Labels are packed as key NUL value NUL pairs, ended by an empty key: a
+ * pod with an empty label key hid every label after it. */
+START_TEST(parse_skips_an_empty_label_key) {
+  struct podstore s;
+  json_t *j = json_pack("{s:{s:s,s:s,s:{s:s,s:s,s:s}}}", "metadata", "name", "sb-e", "resourceVersion", "5",
+                        "labels", "", "x", "team", "ml", "z", "");
+  struct fr_pod *p;
+  const char *k, *v;
+  size_t off = 0;
+  int n = 0;
+
+  ck_assert_int_eq(podstore_init(&s), 0);
+  p = podstore_parse(&s, j);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_str_eq(fr_pod_label(p, "team"), "ml");
+  ck_assert_str_eq(fr_pod_label(p, "z"), "");
+  ck_assert_ptr_null(fr_pod_label(p, ""));
+  while (fr_pod_label_next(p, &off, &k, &v)) {
+    ck_assert(k[0] != '\0');
+    n++;
+  }
+  ck_assert_int_eq(n, 2);
+  podstore_release(&s, p);
+  podstore_free(&s);
+  json_decref(j);
+}
+END_TEST
+
 START_TEST(table_matches_a_reference_under_churn) {
   struct podstore s;
   json_t *ref = json_object(), *v;
@@ -213,6 +241,7 @@ int main(void) {
 
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, parse_keeps_what_the_router_needs);
+  tcase_add_test(tc, parse_skips_an_empty_label_key);
   tcase_add_test(tc, table_matches_a_reference_under_churn);
   tcase_add_test(tc, a_record_is_small);
   suite_add_tcase(s, tc);

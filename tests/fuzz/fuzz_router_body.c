@@ -21,7 +21,13 @@
  *   'U'  PATCH /v1/pools/default                 body
  *   'L'  GET   /v1/sandboxes?<rest>              query (percent-encoded
  *   'D'  DELETE /v1/sandboxes?<rest>              where the URL needs it)
- * Any other first byte picks one of these by its value modulo 7.
+ * and E2B's control API (router/src/e2b.c), authenticated by X-API-Key:
+ *   'B'  POST  /e2b/sandboxes                    body
+ *   'T'  POST  /e2b/sandboxes/us-east.sb-fuzz/timeout  body
+ *   'C'  POST  /e2b/sandboxes/us-east.sb-fuzz/connect  body
+ *   'M'  GET   /e2b/v2/sandboxes?<rest>          query (metadata, limit,
+ *                                                 nextToken, ...)
+ * Any other first byte picks one of these by its value modulo 11.
  *
  * Checked beyond "no crash": every request reaches the router's handler
  * (the head built here is well-formed and within the limits whenever the
@@ -168,12 +174,23 @@ static void put_query(struct fr_buf *b, const uint8_t *rest, size_t n) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  static const char kinds[] = "SEXPULD";
+  /* Query kinds after the body kinds: kind >= 5 && kind < 7 or kind == 10. */
+  static const char kinds[] = "SEXPULDBTCM";
   static const char *const targets[] = {
-      "POST /v1/sandboxes", "POST /v1/placement/explain", "POST /v1/sandboxes/us-east.sb-fuzz/exec",
-      "POST /v1/pools",     "PATCH /v1/pools/default",    "GET /v1/sandboxes",
+      "POST /v1/sandboxes",
+      "POST /v1/placement/explain",
+      "POST /v1/sandboxes/us-east.sb-fuzz/exec",
+      "POST /v1/pools",
+      "PATCH /v1/pools/default",
+      "GET /v1/sandboxes",
       "DELETE /v1/sandboxes",
+      "POST /e2b/sandboxes",
+      "POST /e2b/sandboxes/us-east.sb-fuzz/timeout",
+      "POST /e2b/sandboxes/us-east.sb-fuzz/connect",
+      "GET /e2b/v2/sandboxes",
   };
+  const char *auth;
+  int query;
   struct fuzz_conn_stats st;
   struct fr_buf b;
   const char *k;
@@ -184,19 +201,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (r.http == NULL)
     setup();
   k = strchr(kinds, data[0]);
-  kind = data[0] != '\0' && k != NULL ? (size_t)(k - kinds) : data[0] % 7u;
+  kind = data[0] != '\0' && k != NULL ? (size_t)(k - kinds) : data[0] % 11u;
+  query = kind == 5 || kind == 6 || kind == 10;
+  auth = kind >= 7 ? "X-API-Key: " TOKEN : "Authorization: Bearer " TOKEN;
 
   fr_buf_init(&b);
   fr_buf_puts(&b, targets[kind]);
-  if (kind >= 5) {
+  if (query) {
     fr_buf_puts(&b, "?");
     put_query(&b, data + 1, size - 1);
-    fr_buf_puts(&b, " HTTP/1.1\r\nHost: fuzz\r\nAuthorization: Bearer " TOKEN "\r\n\r\n");
+    fr_buf_printf(&b, " HTTP/1.1\r\nHost: fuzz\r\n%s\r\n\r\n", auth);
   } else {
     fr_buf_printf(&b,
-                  " HTTP/1.1\r\nHost: fuzz\r\nAuthorization: Bearer " TOKEN "\r\n"
+                  " HTTP/1.1\r\nHost: fuzz\r\n%s\r\n"
                   "Content-Type: application/json\r\nX-Client-Region: us\r\nContent-Length: %zu\r\n\r\n",
-                  size - 1);
+                  auth, size - 1);
     fr_buf_append(&b, data + 1, size - 1);
   }
   check(b.data != NULL);
