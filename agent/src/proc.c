@@ -91,11 +91,16 @@ static void trim(struct proc *p) {
     drop_head(p);
 }
 
-static int append_output(struct proc *p, uint8_t kind, const char *d, size_t n) {
+/* Chunks are at most a quarter of the bound (and CHUNK_GROW_MAX), so the
+ * ring can drop in steps finer than the bound itself. */
+static size_t chunk_max(const struct proc *p) {
+  size_t m = p->a->max_buffer / 4 < CHUNK_GROW_MAX ? p->a->max_buffer / 4 : CHUNK_GROW_MAX;
+  return m > 0 ? m : 1;
+}
+
+static int append_piece(struct proc *p, uint8_t kind, const char *d, size_t n, size_t grow_max) {
   struct chunk *t = p->tail;
-  /* Small writes merge into chunks of a quarter of the bound at most, so
-   * the ring can drop in steps finer than the bound itself. */
-  size_t grow_max = p->a->max_buffer / 4 < CHUNK_GROW_MAX ? p->a->max_buffer / 4 : CHUNK_GROW_MAX;
+  /* Small writes merge into the last chunk up to grow_max. */
   if (t && t->kind == kind && t->len + n <= t->cap) {
     memcpy(t->data + t->len, d, n);
     t->len += n;
@@ -143,8 +148,24 @@ static int append_output(struct proc *p, uint8_t kind, const char *d, size_t n) 
     p->a->buffered_total += cap + sizeof(*ch);
   }
   p->out_end += n;
-  trim(p);
   return 0;
+}
+
+/* Appends a read of <n> bytes as pieces of at most chunk_max(): one read
+ * larger than the bound (a burst the pipe held while the agent was busy)
+ * must not become one chunk the ring can only keep whole. */
+static int append_output(struct proc *p, uint8_t kind, const char *d, size_t n) {
+  size_t grow_max = chunk_max(p);
+  int rc = 0;
+
+  while (n > 0 && rc == 0) {
+    size_t k = n < grow_max ? n : grow_max;
+    rc = append_piece(p, kind, d, k, grow_max);
+    d += k;
+    n -= k;
+    trim(p);
+  }
+  return rc;
 }
 
 static void notify_subs(struct proc *p) {
@@ -616,6 +637,10 @@ int sub_pump(struct sub *s) {
     }
     break;
   }
+  /* What every stream has now sent may be over the bound: the ring drops
+   * it here too, not only when more output comes (which may be never). */
+  if (produced)
+    trim(p);
   maybe_resume(p);
   return produced;
 }

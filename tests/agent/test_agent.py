@@ -382,7 +382,12 @@ def test_connect_loss_flag(a):
     b = Agent(["--max-buffer", "8192"], name="small")
     try:
         b.init()
-        s = start(b, "/bin/sh", ["-c", "i=0; while [ $i -lt 2000 ]; do echo line-$i; i=$((i+1)); done; sleep 30"])
+        # One write of all 2,000 lines (18,890 bytes, over twice the bound):
+        # what the agent gets in one read must still be dropped in steps,
+        # not kept whole because it is a single piece.
+        s = start(b, sys.executable, ["-c", "import os, time\n"
+                                      "os.write(1, ''.join('line-%d\\n' % i for i in range(2000)).encode())\n"
+                                      "time.sleep(30)"])
         pid = s.pid
         s.close()
         time.sleep(0.5)
