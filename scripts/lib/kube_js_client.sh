@@ -18,21 +18,6 @@ set -uo pipefail
 
 version="${FR_KUBE_JS_CLIENT_VERSION:-1.4.0}"
 cache="${FR_KUBE_JS_CLIENT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fedrouter/kube-js-client-$version}"
-mods="$cache/node_modules"
-pkg="$mods/@kubernetes/client-node/package.json"
-
-if [ -f "$pkg" ] && grep -q "\"version\": \"$version\"" "$pkg"; then
-  echo "$mods"
-  exit 0
-fi
-if ! command -v npm >/dev/null 2>&1; then
-  echo "kube_js_client.sh: npm not found (apt-get install npm)" >&2
-  exit 1
-fi
-mkdir -p "$cache" || exit 1
-if ! (cd "$cache" && timeout 300 npm install --no-audit --no-fund --silent --no-save \
-  "@kubernetes/client-node@$version" >&2); then
-  echo "kube_js_client.sh: npm install @kubernetes/client-node@$version failed (registry unreachable?)" >&2
-  exit 1
-fi
-echo "$mods"
+# shellcheck source-path=SCRIPTDIR source=npm_pin.sh
+. "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/npm_pin.sh"
+npm_pin kube_js_client.sh @kubernetes/client-node "$version" "$cache"
