@@ -91,6 +91,11 @@ static const char *const api_resources_v1 =
 
 static const char *const api_resources_apps =
     "{\"kind\":\"APIResourceList\",\"apiVersion\":\"v1\",\"groupVersion\":\"apps/v1\",\"resources\":["
+    "{\"name\":\"deployments\",\"singularName\":\"deployment\",\"namespaced\":true,\"kind\":\"Deployment\","
+    "\"verbs\":[\"create\",\"delete\",\"deletecollection\",\"get\",\"list\",\"patch\",\"update\",\"watch\"],"
+    "\"shortNames\":[\"deploy\"],\"categories\":[\"all\"]},"
+    "{\"name\":\"deployments/scale\",\"singularName\":\"\",\"namespaced\":true,\"group\":\"autoscaling\",\"version\":\"v1\",\"kind\":\"Scale\",\"verbs\":[\"get\",\"patch\",\"update\"]},"
+    "{\"name\":\"deployments/status\",\"singularName\":\"\",\"namespaced\":true,\"kind\":\"Deployment\",\"verbs\":[\"get\",\"patch\",\"update\"]},"
     "{\"name\":\"replicasets\",\"singularName\":\"replicaset\",\"namespaced\":true,\"kind\":\"ReplicaSet\","
     "\"verbs\":[\"create\",\"delete\",\"deletecollection\",\"get\",\"list\",\"patch\",\"update\",\"watch\"],"
     "\"shortNames\":[\"rs\"],\"categories\":[\"all\"]},"
@@ -216,6 +221,15 @@ int sim_query_bool(const char *query, const char *key) {
   if (n < 0)
     return 1;
   return strcmp(v, "0") != 0 && strcasecmp(v, "false") != 0;
+}
+
+/* Uniform in [0, 1); 1.0 when no randomness is to be had. */
+static double rand01(void) {
+  uint32_t r;
+
+  if (fr_random_bytes(&r, sizeof(r)) != 0)
+    return 1.0;
+  return (double)r / 4294967296.0;
 }
 
 static int qflag(const char *query, const char *key) {
@@ -414,6 +428,7 @@ static void handle_watch(struct sim *s, struct fr_http_req *req, const struct ro
   struct fr_selector *ls, *fs;
   char tmp[64];
   int64_t timeout = 0, rv = 0;
+  uint64_t timeout_ms;
   int have_rv = 0;
 
   if (qstr(req->query, "resourceVersion", tmp, sizeof(tmp)) > 0) {
@@ -440,8 +455,14 @@ static void handle_watch(struct sim *s, struct fr_http_req *req, const struct ro
   } else if (parse_selectors(req, r->kind, &ls, &fs) != 0) {
     return;
   }
+  /* Without timeoutSeconds the API server still ends a watch, cleanly,
+   * after a random time in [min-request-timeout, 2 x min-request-timeout)
+   * (get.go's ListResource), so that watchers spread over its instances. */
+  timeout_ms = (uint64_t)timeout * 1000;
+  if (timeout_ms == 0 && s->opts.min_request_timeout > 0)
+    timeout_ms = (uint64_t)(s->opts.min_request_timeout * 1000.0 * (1.0 + rand01()));
   watch_start(s, req, r->kind, r->ns, ls, fs, wants_table(req), (uint64_t)rv, have_rv,
-              qflag(req->query, "allowWatchBookmarks"), (int)timeout);
+              qflag(req->query, "allowWatchBookmarks"), timeout_ms);
 }
 
 static void handle_get(struct sim *s, struct fr_http_req *req, const struct route *r) {
@@ -697,6 +718,11 @@ static void handle_create(struct sim *s, struct fr_http_req *req, const struct r
       json_decref(j);
       return;
     }
+    if (kind_has_generation(r->kind))
+      json_object_set_new(json_obj(j, "metadata"), "generation", json_integer(1));
+    /* No status until a controller writes one. */
+    if (r->kind == K_DEPLOYMENT || r->kind == K_PDB)
+      json_object_set_new(j, "status", json_object());
     /* No volumes behind claims here: one is Bound once it exists. */
     if (r->kind == K_PVC)
       json_object_set_new(json_obj(j, "status"), "phase", json_string("Bound"));
@@ -769,12 +795,47 @@ static int pod_spec_update_ok(json_t *old, json_t *nw) {
   return ok;
 }
 
+/* The document a PATCH makes of <old> (borrowed): <patch> (borrowed)
+ * applied as its Content-Type says, for an object of kind <k> named <name>
+ * (K_COUNT for a Scale). Returns a new document, or NULL after answering
+ * the error as the API server does. */
+static json_t *patch_apply(struct fr_http_req *req, json_t *old, json_t *patch, enum sim_kind k,
+                           const char *name) {
+  const char *ctype = fr_http_req_header(req, "Content-Type");
+  const char *resource = k == K_COUNT ? NULL : kind_resource(k);
+  struct smp_error se;
+  char err[300], msg[600];
+  json_t *nw;
+
+  if (ctype != NULL && strncasecmp(ctype, "application/json-patch+json", 27) == 0) {
+    nw = json_deep_copy(old);
+    if (json_patch_apply(nw, patch, err, sizeof(err)) != 0) {
+      api_status(req, 422, "Invalid", err, resource, name, NULL);
+      json_decref(nw);
+      return NULL;
+    }
+    return nw;
+  }
+  if (ctype != NULL && strncasecmp(ctype, "application/merge-patch+json", 28) == 0)
+    return merge_patch(json_deep_copy(old), patch);
+  if (ctype != NULL && strncasecmp(ctype, "application/strategic-merge-patch+json", 38) == 0) {
+    nw = strategic_merge_patch(json_deep_copy(old), patch, k, &se);
+    if (nw == NULL)
+      api_status(req, se.code, se.code == 400 ? "BadRequest" : se.code == 422 ? "Invalid" : "InternalError",
+                 se.msg, NULL, NULL, NULL);
+    return nw;
+  }
+  snprintf(msg, sizeof(msg), "the server does not support the content type %s for PATCH "
+           "(server-side apply is not simulated)", ctype ? ctype : "(none)");
+  api_status(req, 415, "UnsupportedMediaType", msg, NULL, NULL, NULL);
+  return NULL;
+}
+
 static void handle_update(struct sim *s, struct fr_http_req *req, const struct route *r,
                           int is_patch) {
   struct sim_obj *o = lookup(s, r);
-  const char *ctype = fr_http_req_header(req, "Content-Type");
   json_t *old, *nw, *patch;
-  char err[300], msg[600];
+  char msg[600];
   const char *prv;
   const char *status_sub = r->sub && strcmp(r->sub, "status") == 0 ? "status" : NULL;
   json_t *meta_labels;
@@ -803,21 +864,9 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
     return;
   }
   if (is_patch) {
-    if (ctype != NULL && strncasecmp(ctype, "application/json-patch+json", 27) == 0) {
-      nw = json_deep_copy(old);
-      if (json_patch_apply(nw, patch, err, sizeof(err)) != 0) {
-        api_status(req, 422, "Invalid", err, kind_resource(r->kind), r->name, NULL);
-        goto out;
-      }
-    } else if (ctype != NULL && (strncasecmp(ctype, "application/merge-patch+json", 28) == 0 ||
-                                 strncasecmp(ctype, "application/strategic-merge-patch+json", 38) == 0)) {
-      nw = merge_patch(json_deep_copy(old), patch);
-    } else {
+    if ((nw = patch_apply(req, old, patch, r->kind, r->name)) == NULL) {
       json_decref(patch);
       json_decref(old);
-      snprintf(msg, sizeof(msg), "the server does not support the content type %s for PATCH "
-               "(server-side apply is not simulated)", ctype ? ctype : "(none)");
-      api_status(req, 415, "UnsupportedMediaType", msg, NULL, NULL, NULL);
       return;
     }
   } else {
@@ -829,9 +878,10 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
     }
     nw = json_incref(patch);
   }
-  /* resourceVersion in the submitted object is an optimistic-concurrency
-   * precondition (kubectl label --resource-version, or any PUT). */
-  prv = json_string_value(json_path(is_patch ? patch : nw, "metadata.resourceVersion"));
+  /* resourceVersion in the submitted or patched object is an
+   * optimistic-concurrency precondition (kubectl label --resource-version,
+   * a PUT, a JSON patch replacing /metadata/resourceVersion). */
+  prv = json_string_value(json_path(nw, "metadata.resourceVersion"));
   if (prv != NULL && *prv != '\0' && strcmp(prv, json_string_value(json_path(old, "metadata.resourceVersion"))) != 0) {
     snprintf(msg, sizeof(msg), "Operation cannot be fulfilled on %s \"%s\": the object has been "
              "modified; please apply your changes to the latest version and try again",
@@ -902,11 +952,13 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
       api_status(req, 422, "Invalid", msg, "replicasets", r->name, NULL);
       goto out_nw;
     }
-    if (!json_equal(json_object_get(old, "spec"), json_object_get(nw, "spec")))
-      json_object_set_new(json_obj(nw, "metadata"), "generation",
-                          json_integer(json_get_int(json_object_get(old, "metadata"), "generation", 1) + 1));
   }
-  if (r->kind == K_PDB && !status_sub && !json_equal(json_object_get(old, "spec"), json_object_get(nw, "spec")))
+  /* A change of the spec is a new generation; so is one of a Deployment's
+   * annotations (they are copied to its ReplicaSets). */
+  if (kind_has_generation(r->kind) && !status_sub &&
+      (!json_equal(json_object_get(old, "spec"), json_object_get(nw, "spec")) ||
+       (r->kind == K_DEPLOYMENT &&
+        !json_equal(json_path(old, "metadata.annotations"), json_path(nw, "metadata.annotations")))))
     json_object_set_new(json_obj(nw, "metadata"), "generation",
                         json_integer(json_get_int(json_object_get(old, "metadata"), "generation", 1) + 1));
   if (r->kind == K_QUOTA) {
@@ -1245,64 +1297,106 @@ out:
 }
 
 /* ---------------------------------------------------------------------- */
-/* scale subresource (kubectl scale rs)                                    */
+/* scale subresource (kubectl scale, HPAs, clients' *Scale calls)          */
+
+/* The autoscaling/v1 Scale of <cur> (a ReplicaSet or Deployment, borrowed)
+ * as the API server builds it: the parent's identity and resourceVersion,
+ * spec.replicas, status.replicas and the selector as a string. */
+static json_t *scale_of(json_t *cur) {
+  json_t *meta = json_object_get(cur, "metadata"), *m = json_object(), *sc;
+  static const char *const keep[] = {"name", "namespace", "uid", "resourceVersion", "creationTimestamp"};
+  char *sel = label_selector_text(json_path(cur, "spec.selector"));
+  size_t i;
+
+  for (i = 0; i < FR_ARRAY_SIZE(keep); i++)
+    if (json_object_get(meta, keep[i]) != NULL)
+      json_object_set(m, keep[i], json_object_get(meta, keep[i]));
+  sc = json_pack("{s:s,s:s,s:o,s:{s:I},s:{s:I,s:s}}", "kind", "Scale", "apiVersion", "autoscaling/v1",
+                 "metadata", m, "spec", "replicas",
+                 (json_int_t)json_get_int(json_object_get(cur, "spec"), "replicas", 1), "status",
+                 "replicas", (json_int_t)json_get_int(json_object_get(cur, "status"), "replicas", 0),
+                 "selector", sel ? sel : "");
+  free(sel);
+  return sc;
+}
 
 static void handle_scale(struct sim *s, struct fr_http_req *req, const struct route *r) {
   struct sim_obj *o = lookup(s, r);
-  json_t *cur, *sc, *in;
-  int64_t replicas;
-  char *sel = NULL;
+  json_t *cur, *sc, *in = NULL, *nw = NULL, *rep;
+  const char *rv, *m = req->method;
+  char msg[400];
 
   if (o == NULL) {
     not_found(req, r->kind, r->name);
     return;
   }
-  if (strcmp(req->method, "PATCH") == 0 || strcmp(req->method, "PUT") == 0) {
-    in = json_loadb(req->body, req->body_len, 0, NULL);
-    replicas = json_get_int(json_object_get(in, "spec"), "replicas", -1);
-    json_decref(in);
-    if (replicas < 0) {
-      api_status(req, 422, "Invalid", "Scale.autoscaling \"\" is invalid: spec.replicas: "
-                 "Invalid value: must be greater than or equal to 0", "replicasets", r->name, NULL);
-      return;
-    }
-    cur = obj_json(o);
-    if (json_get_int(json_object_get(cur, "spec"), "replicas", 1) != replicas) {
-      json_object_set_new(json_obj(cur, "spec"), "replicas", json_integer(replicas));
-      json_object_set_new(json_obj(cur, "metadata"), "generation",
-                          json_integer(json_get_int(json_object_get(cur, "metadata"), "generation", 1) + 1));
-      o = store_commit(s, K_RS, o, cur, EV_MODIFIED);
-      if (o)
-        rs_mark_dirty(s, o);
-    } else {
-      json_decref(cur);
-    }
-    if (o == NULL) {
-      api_status(req, 503, "ServiceUnavailable", "out of memory", NULL, NULL, NULL);
-      return;
-    }
-  } else if (strcmp(req->method, "GET") != 0) {
+  if (strcmp(m, "GET") != 0 && strcmp(m, "PATCH") != 0 && strcmp(m, "PUT") != 0) {
     api_status(req, 405, "MethodNotAllowed", "method not allowed", NULL, NULL, NULL);
     return;
   }
   cur = obj_json(o);
-  {
-    json_t *ml = json_path(cur, "spec.selector.matchLabels");
-    struct fr_buf b;
-    const char *k;
-    json_t *v;
-    fr_buf_init(&b);
-    json_object_foreach(ml, k, v) fr_buf_printf(&b, "%s%s=%s", b.len ? "," : "", k, json_string_value(v));
-    sel = fr_buf_detach(&b, NULL);
+  sc = scale_of(cur);
+  if (cur == NULL || sc == NULL) {
+    api_status(req, 503, "ServiceUnavailable", "out of memory", NULL, NULL, NULL);
+    goto out;
   }
-  sc = json_pack("{s:s,s:s,s:O,s:{s:I},s:{s:I,s:s}}", "kind", "Scale", "apiVersion", "autoscaling/v1",
-                 "metadata", json_object_get(cur, "metadata"), "spec", "replicas",
-                 (json_int_t)json_get_int(json_object_get(cur, "spec"), "replicas", 1), "status",
-                 "replicas", (json_int_t)json_get_int(json_object_get(cur, "status"), "replicas", 0),
-                 "selector", sel ? sel : "");
-  free(sel);
+  if (strcmp(m, "GET") == 0) {
+    api_json(req, 200, json_incref(sc));
+    goto out;
+  }
+  /* PUT sends a whole Scale; PATCH is applied to the current one, in any of
+   * the patch formats (the JS client sends JSON patch by default). */
+  in = json_loadb(req->body, req->body_len, 0, NULL);
+  if (in == NULL || (strcmp(m, "PUT") == 0 && !json_is_object(in))) {
+    api_status(req, 400, "BadRequest", "the body of the request was in an unknown format - accepted "
+               "media types include: application/json", NULL, NULL, NULL);
+    goto out;
+  }
+  if (strcmp(m, "PUT") == 0)
+    nw = json_incref(in);
+  else if ((nw = patch_apply(req, sc, in, K_COUNT, r->name)) == NULL)
+    goto out;
+  rep = json_path(nw, "spec.replicas");
+  if (rep != NULL && !json_is_integer(rep)) {
+    api_status(req, 400, "BadRequest", "json: cannot unmarshal spec.replicas into Go struct field "
+               "ScaleSpec.spec.replicas of type int32", NULL, NULL, NULL);
+    goto out;
+  }
+  if (json_integer_value(rep) < 0) {
+    snprintf(msg, sizeof(msg), "Scale.autoscaling \"%s\" is invalid: spec.replicas: Invalid value: %lld: "
+             "must be greater than or equal to 0", r->name, (long long)json_integer_value(rep));
+    api_status(req, 422, "Invalid", msg, kind_resource(r->kind), r->name, NULL);
+    goto out;
+  }
+  /* A resourceVersion in the Scale is a precondition on the parent. */
+  rv = json_string_value(json_path(nw, "metadata.resourceVersion"));
+  if (rv != NULL && *rv != '\0' && strcmp(rv, json_string_value(json_path(sc, "metadata.resourceVersion"))) != 0) {
+    snprintf(msg, sizeof(msg), "Operation cannot be fulfilled on %s \"%s\": the object has been "
+             "modified; please apply your changes to the latest version and try again",
+             kind_resource(r->kind), r->name);
+    api_status(req, 409, "Conflict", msg, kind_resource(r->kind), r->name, NULL);
+    goto out;
+  }
+  /* An absent spec.replicas is zero (omitempty in the Scale type). */
+  if (json_get_int(json_object_get(cur, "spec"), "replicas", 1) != json_integer_value(rep)) {
+    json_object_set_new(json_obj(cur, "spec"), "replicas", json_integer(json_integer_value(rep)));
+    json_object_set_new(json_obj(cur, "metadata"), "generation",
+                        json_integer(json_get_int(json_object_get(cur, "metadata"), "generation", 1) + 1));
+    o = store_commit(s, r->kind, o, json_incref(cur), EV_MODIFIED);
+    if (o == NULL) {
+      api_status(req, 503, "ServiceUnavailable", "out of memory", NULL, NULL, NULL);
+      goto out;
+    }
+    if (r->kind == K_RS)
+      rs_mark_dirty(s, o);
+  }
+  /* <cur> carries the new resourceVersion: store_commit() set it there. */
+  api_json(req, 200, scale_of(cur));
+out:
+  json_decref(in);
+  json_decref(nw);
+  json_decref(sc);
   json_decref(cur);
-  api_json(req, 200, sc);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1337,7 +1431,7 @@ static void route_request(struct sim *s, struct fr_http_req *req) {
       log_handle(s, req, r.ns, r.name);
       return;
     }
-    if (r.kind == K_RS && strcmp(r.sub, "scale") == 0) {
+    if ((r.kind == K_RS || r.kind == K_DEPLOYMENT) && strcmp(r.sub, "scale") == 0) {
       handle_scale(s, req, &r);
       return;
     }
@@ -1423,14 +1517,6 @@ static int client_latency(const struct sim *s, const char *ip) {
     if (strcmp(s->faults.client_latency[i].ip, ip) == 0)
       ms += s->faults.client_latency[i].ms;
   return ms;
-}
-
-static double rand01(void) {
-  uint32_t r;
-
-  if (fr_random_bytes(&r, sizeof(r)) != 0)
-    return 1.0;
-  return (double)r / 4294967296.0;
 }
 
 static int authorized(struct sim *s, struct fr_http_req *req) {

@@ -58,6 +58,10 @@ const char *kind_resource(enum sim_kind k) { return kinds[k].resource; }
 const char *kind_api_version(enum sim_kind k) { return kinds[k].api_version; }
 int kind_namespaced(enum sim_kind k) { return kinds[k].namespaced; }
 
+int kind_has_generation(enum sim_kind k) {
+  return k == K_RS || k == K_DEPLOYMENT || k == K_PDB || k == K_NETWORKPOLICY;
+}
+
 int kind_lookup(const char *group, const char *version, const char *resource, enum sim_kind *k) {
   int i;
 

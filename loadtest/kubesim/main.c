@@ -59,6 +59,8 @@ static void usage(FILE *f) {
           "  --workdir DIR             per-pod exec directories (default $TMPDIR/kubesim-PID)\n"
           "  --history N               watch history window in events (default 20000)\n"
           "  --bookmark-ms MS          watch bookmark interval (default 5000)\n"
+          "  --min-request-timeout S   a watch without timeoutSeconds ends after S to 2S seconds\n"
+          "                            (default 1800, as kube-apiserver; 0 = never)\n"
           "  --log-level LEVEL         debug, info, warn, error (default info)\n"
           "  --agent-binary PATH       run PATH as the agent of pods whose command is fedrouter-agent\n"
           "  --agent-mode MODE         process (default with --agent-binary) or inproc (no process)\n"
@@ -406,6 +408,7 @@ int main(int argc, char **argv) {
       {"node-label", required_argument, NULL, 18},
       {"node-taint", required_argument, NULL, 19},
       {"node-monitor-grace-ms", required_argument, NULL, 20},
+      {"min-request-timeout", required_argument, NULL, 21},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -434,6 +437,7 @@ int main(int argc, char **argv) {
   s.opts.history = 20000;
   s.opts.bookmark_ms = 5000;
   s.opts.node_grace_ms = 1000;
+  s.opts.min_request_timeout = 1800;
   while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     int *num = NULL;
     int64_t lo = 0, hi = 3600000;
@@ -481,6 +485,7 @@ int main(int argc, char **argv) {
       break;
     }
     case 20: num = &s.opts.node_grace_ms; break;
+    case 21: num = &s.opts.min_request_timeout; hi = 86400; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }

@@ -1644,13 +1644,41 @@ static int mkdir_p(const char *path) {
   return 0;
 }
 
+/* Whether the comma-separated <offered> list names <proto> exactly. */
+static int offers(const char *offered, const char *proto) {
+  size_t n = strlen(proto);
+  const char *p = offered;
+
+  while (*p != '\0') {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    while (len > 0 && (*p == ' ' || *p == '\t')) {
+      p++;
+      len--;
+    }
+    while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+      len--;
+    if (len == n && strncmp(p, proto, n) == 0)
+      return 1;
+    if (end == NULL)
+      break;
+    p = end + 1;
+  }
+  return 0;
+}
+
+/* What a v1.30+ API server takes from the Sec-WebSocket-Protocol list
+ * <offered>: v5.channel.k8s.io wherever the client lists it (the API server
+ * then serves the stream itself, and only v5), else the request goes to the
+ * kubelet, which takes the first protocol of the list it speaks; of those
+ * kubesim speaks v4.channel.k8s.io (not channel.k8s.io, the base64
+ * variants or the unnamed one). NULL when none fits. */
 static const char *pick_protocol(const char *offered) {
   if (offered == NULL)
     return NULL;
-  /* Prefer v5 (it can half-close stdin), then v4. */
-  if (strstr(offered, "v5.channel.k8s.io") != NULL)
+  if (offers(offered, "v5.channel.k8s.io"))
     return "v5.channel.k8s.io";
-  if (strstr(offered, "v4.channel.k8s.io") != NULL)
+  if (offers(offered, "v4.channel.k8s.io"))
     return "v4.channel.k8s.io";
   return NULL;
 }
@@ -1735,8 +1763,9 @@ void pod_exec(struct sim *s, struct fr_http_req *req, struct sim_obj *o) {
   params.cwd = p->workdir;
   params.in = sim_query_bool(req->query, "stdin");
   params.out = sim_query_bool(req->query, "stdout");
-  params.err = sim_query_bool(req->query, "stderr");
   params.tty = sim_query_bool(req->query, "tty");
+  /* With a tty the kubelet bypasses stderr (the terminal is stdout). */
+  params.err = sim_query_bool(req->query, "stderr") && !params.tty;
   params.fast_path = s->opts.fast_exec;
   params.protocol = proto;
   /* A command that forks runs inside the pod's namespaces (when kubesim

@@ -229,6 +229,7 @@ struct sim_opts {
   const char *workdir;
   int history;
   int bookmark_ms;
+  int min_request_timeout;     /* s; a watch without timeoutSeconds ends in [t, 2t) */
   const char *log_level;
   const char *agent_binary;    /* --agent-binary */
   int agent_mode;              /* AGENT_MODE_* */
@@ -342,9 +343,13 @@ uint64_t store_oldest_rv(const struct sim *s);
 void store_compact(struct sim *s);
 
 /* ---- watch.c ---- */
+/* Streams the events of <k> (in <ns>, NULL for all) matching <lsel> and
+ * <fsel> (both taken) on <req>: from <from_rv> when <have_rv>, else the
+ * current state as ADDED first. The stream ends cleanly after <timeout_ms>
+ * (0: never). */
 void watch_start(struct sim *s, struct fr_http_req *req, enum sim_kind k, const char *ns,
                  struct fr_selector *lsel, struct fr_selector *fsel, int table,
-                 uint64_t from_rv, int have_rv, int bookmarks, int timeout_s);
+                 uint64_t from_rv, int have_rv, int bookmarks, uint64_t timeout_ms);
 void watch_notify(struct sim *s, const struct sim_event *ev);
 void watch_drop_all(struct sim *s);
 
@@ -359,6 +364,9 @@ const char *kind_name(enum sim_kind k);          /* "Pod" */
 const char *kind_list_name(enum sim_kind k);     /* "PodList" */
 const char *kind_resource(enum sim_kind k);      /* "pods" */
 const char *kind_api_version(enum sim_kind k);   /* "v1" / "apps/v1" */
+/* Whether the API server keeps metadata.generation for <k> (1 at create,
+ * +1 for each change of the spec). */
+int kind_has_generation(enum sim_kind k);
 int kind_namespaced(enum sim_kind k);
 /* Finds the kind served as <resource> in <group> ("" = core) / <version>;
  * 0 or -ENOENT. */

@@ -173,7 +173,7 @@ void watch_drop_all(struct sim *s) {
 
 void watch_start(struct sim *s, struct fr_http_req *req, enum sim_kind k, const char *ns,
                  struct fr_selector *lsel, struct fr_selector *fsel, int table,
-                 uint64_t from_rv, int have_rv, int bookmarks, int timeout_s) {
+                 uint64_t from_rv, int have_rv, int bookmarks, uint64_t timeout_ms) {
   struct sim_watcher *w = calloc(1, sizeof(*w));
   struct sim_obj *o;
 
@@ -234,8 +234,8 @@ void watch_start(struct sim *s, struct fr_http_req *req, enum sim_kind k, const 
   }
   if (w->done)
     return;
-  if (timeout_s > 0)
-    uv_timer_start(&w->timeout, on_timeout, (uint64_t)timeout_s * 1000, 0);
+  if (timeout_ms > 0)
+    uv_timer_start(&w->timeout, on_timeout, timeout_ms, 0);
   if (bookmarks && !table && s->opts.bookmark_ms > 0)
     uv_timer_start(&w->bookmark, on_bookmark, (uint64_t)s->opts.bookmark_ms,
                    (uint64_t)s->opts.bookmark_ms);

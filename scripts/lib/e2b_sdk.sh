@@ -14,19 +14,6 @@ set -uo pipefail
 
 version="${FR_E2B_SDK_VERSION:-2.51.0}"
 cache="${FR_E2B_SDK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fedrouter/e2b-sdk-$version}"
-mods="$cache/node_modules"
-
-if [ -f "$mods/e2b/package.json" ] && grep -q "\"version\": \"$version\"" "$mods/e2b/package.json"; then
-  echo "$mods"
-  exit 0
-fi
-if ! command -v npm >/dev/null 2>&1; then
-  echo "e2b_sdk.sh: npm not found (apt-get install npm)" >&2
-  exit 1
-fi
-mkdir -p "$cache" || exit 1
-if ! (cd "$cache" && timeout 300 npm install --no-audit --no-fund --silent --no-save "e2b@$version" >&2); then
-  echo "e2b_sdk.sh: npm install e2b@$version failed (registry unreachable?)" >&2
-  exit 1
-fi
-echo "$mods"
+# shellcheck source-path=SCRIPTDIR source=npm_pin.sh
+. "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/npm_pin.sh"
+npm_pin e2b_sdk.sh e2b "$version" "$cache"

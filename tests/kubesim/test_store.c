@@ -190,6 +190,122 @@ START_TEST(json_patch_ops_and_failed_test) {
 }
 END_TEST
 
+START_TEST(json_patch_move_and_copy) {
+  json_t *doc = json_loads("{\"a\":{\"x\":1},\"l\":[\"p\",\"q\"]}", 0, NULL);
+  json_t *ops = json_loads("[{\"op\":\"copy\",\"from\":\"/a\",\"path\":\"/b\"},"
+                           "{\"op\":\"move\",\"from\":\"/a/x\",\"path\":\"/l/0\"}]", 0, NULL);
+  json_t *want = json_loads("{\"a\":{},\"b\":{\"x\":1},\"l\":[1,\"p\",\"q\"]}", 0, NULL);
+  json_t *bad = json_loads("[{\"op\":\"move\",\"from\":\"/nope\",\"path\":\"/c\"}]", 0, NULL);
+  char err[128];
+
+  ck_assert_int_eq(json_patch_apply(doc, ops, err, sizeof(err)), 0);
+  ck_assert_int_eq(json_equal(doc, want), 1);
+  ck_assert_int_eq(json_patch_apply(doc, bad, err, sizeof(err)), -EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "missing from path"));
+  json_decref(doc);
+  json_decref(ops);
+  json_decref(want);
+  json_decref(bad);
+}
+END_TEST
+
+/* <patch> applied to <doc> for kind <k> must give <want>. */
+static void smp_case(const char *doc, const char *patch, enum sim_kind k, const char *want) {
+  json_t *d = json_loads(doc, 0, NULL), *p = json_loads(patch, 0, NULL), *w = json_loads(want, 0, NULL);
+  struct smp_error e;
+  json_t *got;
+  char *text;
+
+  ck_assert_ptr_nonnull(d);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_ptr_nonnull(w);
+  got = strategic_merge_patch(d, p, k, &e);
+  ck_assert_msg(got != NULL, "patch %s refused: %d %s", patch, e.code, e.msg);
+  text = json_dumps(got, JSON_COMPACT | JSON_SORT_KEYS);
+  ck_assert_msg(json_equal(got, w), "patch %s gave %s", patch, text);
+  free(text);
+  json_decref(got);
+  json_decref(p);
+  json_decref(w);
+}
+
+START_TEST(strategic_merge_patch_merges_lists_by_key) {
+  const char *pod = "{\"metadata\":{\"finalizers\":[\"a\"],\"labels\":{\"x\":\"1\"}},"
+                    "\"spec\":{\"containers\":[{\"name\":\"main\",\"image\":\"i:1\",\"env\":[{\"name\":\"A\",\"value\":\"1\"}]},"
+                    "{\"name\":\"side\",\"image\":\"s:1\"}],\"tolerations\":[{\"key\":\"t\"}]}}";
+
+  /* kubectl set image: only the named container's image changes. */
+  smp_case(pod, "{\"spec\":{\"containers\":[{\"name\":\"side\",\"image\":\"s:2\"}]}}", K_POD,
+           "{\"metadata\":{\"finalizers\":[\"a\"],\"labels\":{\"x\":\"1\"}},"
+           "\"spec\":{\"containers\":[{\"name\":\"main\",\"image\":\"i:1\",\"env\":[{\"name\":\"A\",\"value\":\"1\"}]},"
+           "{\"name\":\"side\",\"image\":\"s:2\"}],\"tolerations\":[{\"key\":\"t\"}]}}");
+  /* Nested: env merges by name inside the container; tolerations (no
+   * strategy) are replaced; finalizers merge as a set; null removes. */
+  smp_case(pod, "{\"metadata\":{\"finalizers\":[\"b\",\"a\"],\"labels\":{\"x\":null}},"
+                "\"spec\":{\"containers\":[{\"name\":\"main\",\"env\":[{\"name\":\"B\",\"value\":\"2\"}]}],"
+                "\"tolerations\":[{\"key\":\"u\"}]}}", K_POD,
+           "{\"metadata\":{\"finalizers\":[\"b\",\"a\"],\"labels\":{}},"
+           "\"spec\":{\"containers\":[{\"name\":\"main\",\"image\":\"i:1\",\"env\":[{\"name\":\"B\",\"value\":\"2\"},"
+           "{\"name\":\"A\",\"value\":\"1\"}]},{\"name\":\"side\",\"image\":\"s:1\"}],\"tolerations\":[{\"key\":\"u\"}]}}");
+  /* $patch: delete removes by key; $patch: replace makes the list. */
+  smp_case(pod, "{\"spec\":{\"containers\":[{\"name\":\"main\",\"$patch\":\"delete\"}]}}", K_POD,
+           "{\"metadata\":{\"finalizers\":[\"a\"],\"labels\":{\"x\":\"1\"}},"
+           "\"spec\":{\"containers\":[{\"name\":\"side\",\"image\":\"s:1\"}],\"tolerations\":[{\"key\":\"t\"}]}}");
+  smp_case(pod, "{\"spec\":{\"containers\":[{\"name\":\"only\",\"image\":\"o\"},{\"$patch\":\"replace\"}]}}", K_POD,
+           "{\"metadata\":{\"finalizers\":[\"a\"],\"labels\":{\"x\":\"1\"}},"
+           "\"spec\":{\"containers\":[{\"name\":\"only\",\"image\":\"o\"}],\"tolerations\":[{\"key\":\"t\"}]}}");
+  /* $deleteFromPrimitiveList, $setElementOrder, a map's $patch: replace. */
+  smp_case(pod, "{\"metadata\":{\"$deleteFromPrimitiveList/finalizers\":[\"a\"],\"labels\":{\"$patch\":\"replace\",\"y\":\"2\"}},"
+                "\"spec\":{\"$setElementOrder/containers\":[{\"name\":\"side\"},{\"name\":\"main\"}]}}", K_POD,
+           "{\"metadata\":{\"finalizers\":[],\"labels\":{\"y\":\"2\"}},"
+           "\"spec\":{\"containers\":[{\"name\":\"side\",\"image\":\"s:1\"},{\"name\":\"main\",\"image\":\"i:1\","
+           "\"env\":[{\"name\":\"A\",\"value\":\"1\"}]}],\"tolerations\":[{\"key\":\"t\"}]}}");
+  /* A Deployment's template is a pod spec; a Service's ports merge by port;
+   * other kinds' lists are replaced. */
+  smp_case("{\"spec\":{\"template\":{\"spec\":{\"containers\":[{\"name\":\"c\",\"image\":\"1\"},{\"name\":\"d\",\"image\":\"1\"}]}}}}",
+           "{\"spec\":{\"template\":{\"spec\":{\"containers\":[{\"name\":\"d\",\"image\":\"2\"}]}}}}", K_DEPLOYMENT,
+           "{\"spec\":{\"template\":{\"spec\":{\"containers\":[{\"name\":\"c\",\"image\":\"1\"},{\"name\":\"d\",\"image\":\"2\"}]}}}}");
+  smp_case("{\"spec\":{\"ports\":[{\"port\":80,\"name\":\"http\"},{\"port\":443}]}}",
+           "{\"spec\":{\"ports\":[{\"port\":443,\"name\":\"https\"}]}}", K_SERVICE,
+           "{\"spec\":{\"ports\":[{\"port\":80,\"name\":\"http\"},{\"port\":443,\"name\":\"https\"}]}}");
+  smp_case("{\"rules\":[{\"verbs\":[\"get\"]}]}", "{\"rules\":[{\"verbs\":[\"list\"]}]}", K_ROLE,
+           "{\"rules\":[{\"verbs\":[\"list\"]}]}");
+}
+END_TEST
+
+START_TEST(strategic_merge_patch_orders_new_elements_first) {
+  /* strategicpatch's mergeSortedSlice: an element the live list lacks goes
+   * before the live ones (a status condition added by a patch). */
+  smp_case("{\"status\":{\"conditions\":[{\"type\":\"A\"},{\"type\":\"B\",\"status\":\"False\"}]}}",
+           "{\"status\":{\"conditions\":[{\"type\":\"B\",\"status\":\"True\"},{\"type\":\"C\"}]}}", K_POD,
+           "{\"status\":{\"conditions\":[{\"type\":\"A\"},{\"type\":\"B\",\"status\":\"True\"},{\"type\":\"C\"}]}}");
+  smp_case("{\"status\":{\"conditions\":[{\"type\":\"A\"}]}}",
+           "{\"status\":{\"conditions\":[{\"type\":\"Z\"}]}}", K_POD,
+           "{\"status\":{\"conditions\":[{\"type\":\"Z\"},{\"type\":\"A\"}]}}");
+}
+END_TEST
+
+START_TEST(strategic_merge_patch_errors_as_the_api_server) {
+  json_t *pod = json_loads("{\"spec\":{\"containers\":[{\"name\":\"c\"}]}}", 0, NULL);
+  json_t *no_key = json_loads("{\"spec\":{\"containers\":[{\"image\":\"x\"}]}}", 0, NULL);
+  json_t *retain = json_loads("{\"spec\":{\"$retainKeys\":\"x\"}}", 0, NULL);
+  json_t *list = json_array();
+  struct smp_error e;
+
+  ck_assert_ptr_null(strategic_merge_patch(json_deep_copy(pod), no_key, K_POD, &e));
+  ck_assert_int_eq(e.code, 500);
+  ck_assert_ptr_nonnull(strstr(e.msg, "does not contain declared merge key: name"));
+  ck_assert_ptr_null(strategic_merge_patch(json_deep_copy(pod), retain, K_POD, &e));
+  ck_assert_int_eq(e.code, 400);
+  ck_assert_ptr_null(strategic_merge_patch(json_deep_copy(pod), list, K_POD, &e));
+  ck_assert_int_eq(e.code, 400);
+  json_decref(list);
+  json_decref(pod);
+  json_decref(no_key);
+  json_decref(retain);
+}
+END_TEST
+
 START_TEST(quantities_normalize_numbers_to_strings) {
   json_t *m = json_loads("{\"cpu\":64,\"memory\":\"1Gi\",\"x\":0.5}", 0, NULL);
   const char *bad = NULL;
@@ -273,6 +389,10 @@ Suite *s = suite_create("kubesim_store");
   tcase_add_test(tc, objver_exposes_selector_fields);
   tcase_add_test(tc, merge_patch_sets_and_removes_keys);
   tcase_add_test(tc, json_patch_ops_and_failed_test);
+  tcase_add_test(tc, json_patch_move_and_copy);
+  tcase_add_test(tc, strategic_merge_patch_merges_lists_by_key);
+  tcase_add_test(tc, strategic_merge_patch_orders_new_elements_first);
+  tcase_add_test(tc, strategic_merge_patch_errors_as_the_api_server);
   tcase_add_test(tc, quantities_normalize_numbers_to_strings);
   tcase_add_test(tc, query_bool_reads_like_the_api_server);
   tcase_add_test(tc, proto_decodes_kubectl_create_secret_generic);
