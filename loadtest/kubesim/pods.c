@@ -1555,17 +1555,6 @@ static int mkdir_p(const char *path) {
   return 0;
 }
 
-static const char *pick_protocol(const char *offered) {
-  if (offered == NULL)
-    return NULL;
-  /* Prefer v5 (it can half-close stdin), then v4. */
-  if (strstr(offered, "v5.channel.k8s.io") != NULL)
-    return "v5.channel.k8s.io";
-  if (strstr(offered, "v4.channel.k8s.io") != NULL)
-    return "v4.channel.k8s.io";
-  return NULL;
-}
-
 void pod_exec(struct sim *s, struct fr_http_req *req, struct sim_obj *o) {
   struct sim_pod *p = pod_of(o);
   struct argv_ctx a = {NULL, 0, 0};
@@ -1616,10 +1605,11 @@ void pod_exec(struct sim *s, struct fr_http_req *req, struct sim_obj *o) {
     api_status(req, 400, "BadRequest", "Upgrade request required", "pods", o->name, NULL);
     goto out;
   }
-  proto = pick_protocol(fr_http_req_header(req, "Sec-WebSocket-Protocol"));
+  proto = sim_exec_protocol(fr_http_req_header(req, "Sec-WebSocket-Protocol"));
   if (proto == NULL) {
     api_status(req, 400, "BadRequest", "unable to upgrade connection: requested protocols are "
-               "not supported (kubesim speaks v5.channel.k8s.io and v4.channel.k8s.io)",
+               "not supported (kubesim speaks v5.channel.k8s.io, v4.channel.k8s.io, "
+               "v4.base64.channel.k8s.io, channel.k8s.io and base64.channel.k8s.io)",
                "pods", o->name, NULL);
     goto out;
   }
