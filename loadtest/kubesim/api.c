@@ -40,6 +40,10 @@ void api_status(struct fr_http_req *req, int code, const char *reason, const cha
                          "metadata", "status", "Failure", "message", message, "reason", reason,
                          "code", code);
 
+  /* An empty reason (StatusReasonUnknown) is left out, as Go's omitempty does. */
+  if (st != NULL && *reason == '\0')
+    json_object_del(st, "reason");
+
   if (st != NULL && (kind != NULL || name != NULL || causes != NULL)) {
     json_t *d = json_object();
     if (name)
@@ -95,14 +99,25 @@ static const char *const api_resources_apps =
     "\"verbs\":[\"create\",\"delete\",\"deletecollection\",\"get\",\"list\",\"patch\",\"update\",\"watch\"],"
     "\"shortNames\":[\"rs\"],\"categories\":[\"all\"]},"
     "{\"name\":\"replicasets/scale\",\"singularName\":\"\",\"namespaced\":true,\"group\":\"autoscaling\",\"version\":\"v1\",\"kind\":\"Scale\",\"verbs\":[\"get\",\"patch\",\"update\"]},"
-    "{\"name\":\"replicasets/status\",\"singularName\":\"\",\"namespaced\":true,\"kind\":\"ReplicaSet\",\"verbs\":[\"get\",\"patch\",\"update\"]}"
+    "{\"name\":\"replicasets/status\",\"singularName\":\"\",\"namespaced\":true,\"kind\":\"ReplicaSet\",\"verbs\":[\"get\",\"patch\",\"update\"]},"
+    "{\"name\":\"deployments/scale\",\"singularName\":\"\",\"namespaced\":true,\"group\":\"autoscaling\",\"version\":\"v1\",\"kind\":\"Scale\",\"verbs\":[\"get\",\"patch\",\"update\"]},"
+    "{\"name\":\"deployments/status\",\"singularName\":\"\",\"namespaced\":true,\"kind\":\"Deployment\",\"verbs\":[\"get\",\"patch\",\"update\"]}"
     "]}";
 
 static int discovery(struct sim *s, struct fr_http_req *req) {
-  const char *p = req->path;
-  char buf[1024];
+  char p[256], buf[1024];
+  size_t len = strlen(req->path);
 
-  if (kinds_discovery(s, req))
+  /* The API server serves its discovery documents with a trailing slash
+   * too (/api/, /apis/, /version/, /api/v1/: the paths the official Python
+   * client's CoreApi, ApisApi, VersionApi and get_api_resources call). */
+  if (len > 1 && req->path[len - 1] == '/')
+    len--;
+  if (len >= sizeof(p))
+    return 0;
+  memcpy(p, req->path, len);
+  p[len] = '\0';
+  if (kinds_discovery(s, req, p))
     return 1;
   if (strcmp(p, "/version") == 0) {
     snprintf(buf, sizeof(buf),
@@ -697,6 +712,8 @@ static void handle_create(struct sim *s, struct fr_http_req *req, const struct r
       json_decref(j);
       return;
     }
+    if (r->kind == K_DEPLOYMENT)
+      json_object_set_new(json_obj(j, "metadata"), "generation", json_integer(1));
     /* No volumes behind claims here: one is Bound once it exists. */
     if (r->kind == K_PVC)
       json_object_set_new(json_obj(j, "status"), "phase", json_string("Bound"));
@@ -765,13 +782,67 @@ static int pod_spec_update_ok(json_t *old, json_t *nw) {
   return ok;
 }
 
+/* Applies the PATCH body <patch> (borrowed) in the request's Content-Type to
+ * a copy of <old> (borrowed), as the API server does. Returns the new
+ * document, or NULL after answering the error. */
+static json_t *apply_patch(struct fr_http_req *req, const struct route *r, json_t *old,
+                           json_t *patch) {
+  const char *ctype = fr_http_req_header(req, "Content-Type");
+  char err[600], msg[700];
+  json_t *nw;
+
+  if (ctype != NULL && strncasecmp(ctype, "application/json-patch+json", 27) == 0) {
+    nw = json_deep_copy(old);
+    if (json_patch_apply(nw, patch, err, sizeof(err)) != 0) {
+      api_status(req, 422, "Invalid", err, kind_resource(r->kind), r->name, NULL);
+      json_decref(nw);
+      return NULL;
+    }
+    return nw;
+  }
+  if (ctype != NULL && strncasecmp(ctype, "application/merge-patch+json", 28) == 0)
+    return merge_patch(json_deep_copy(old), patch);
+  if (ctype != NULL && strncasecmp(ctype, "application/strategic-merge-patch+json", 38) == 0) {
+    if (!json_is_object(patch)) {
+      api_status(req, 400, "BadRequest", "json: cannot unmarshal array into Go value of type "
+                 "map[string]interface {}", NULL, NULL, NULL);
+      return NULL;
+    }
+    if ((nw = strategic_merge_patch(json_deep_copy(old), patch, err, sizeof(err))) == NULL) {
+      /* An error that is not a Status reaches the client as a 500 with no
+       * reason (apiserver's ErrorToAPIStatus). */
+      api_status(req, 500, "", err, NULL, NULL, NULL);
+    }
+    return nw;
+  }
+  snprintf(msg, sizeof(msg), "the server does not support the content type %s for PATCH "
+           "(server-side apply is not simulated)", ctype ? ctype : "(none)");
+  api_status(req, 415, "UnsupportedMediaType", msg, NULL, NULL, NULL);
+  return NULL;
+}
+
+/* A metadata.resourceVersion in the submitted object <given> is an
+ * optimistic-concurrency precondition against the stored <cur>: 1 after
+ * answering 409 Conflict when it differs, else 0. */
+static int stale_rv(struct fr_http_req *req, const struct route *r, json_t *given, json_t *cur) {
+  const char *rv = json_string_value(json_path(given, "metadata.resourceVersion"));
+  const char *now = json_string_value(json_path(cur, "metadata.resourceVersion"));
+  char msg[600];
+
+  if (rv == NULL || *rv == '\0' || (now != NULL && strcmp(rv, now) == 0))
+    return 0;
+  snprintf(msg, sizeof(msg), "Operation cannot be fulfilled on %s \"%s\": the object has been "
+           "modified; please apply your changes to the latest version and try again",
+           kind_resource(r->kind), r->name);
+  api_status(req, 409, "Conflict", msg, kind_resource(r->kind), r->name, NULL);
+  return 1;
+}
+
 static void handle_update(struct sim *s, struct fr_http_req *req, const struct route *r,
                           int is_patch) {
   struct sim_obj *o = lookup(s, r);
-  const char *ctype = fr_http_req_header(req, "Content-Type");
   json_t *old, *nw, *patch;
-  char err[300], msg[600];
-  const char *prv;
+  char msg[600];
   const char *status_sub = r->sub && strcmp(r->sub, "status") == 0 ? "status" : NULL;
   json_t *meta_labels;
   const char *key;
@@ -799,23 +870,8 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
     return;
   }
   if (is_patch) {
-    if (ctype != NULL && strncasecmp(ctype, "application/json-patch+json", 27) == 0) {
-      nw = json_deep_copy(old);
-      if (json_patch_apply(nw, patch, err, sizeof(err)) != 0) {
-        api_status(req, 422, "Invalid", err, kind_resource(r->kind), r->name, NULL);
-        goto out;
-      }
-    } else if (ctype != NULL && (strncasecmp(ctype, "application/merge-patch+json", 28) == 0 ||
-                                 strncasecmp(ctype, "application/strategic-merge-patch+json", 38) == 0)) {
-      nw = merge_patch(json_deep_copy(old), patch);
-    } else {
-      json_decref(patch);
-      json_decref(old);
-      snprintf(msg, sizeof(msg), "the server does not support the content type %s for PATCH "
-               "(server-side apply is not simulated)", ctype ? ctype : "(none)");
-      api_status(req, 415, "UnsupportedMediaType", msg, NULL, NULL, NULL);
-      return;
-    }
+    if ((nw = apply_patch(req, r, old, patch)) == NULL)
+      goto out;
   } else {
     if (!json_is_object(patch)) {
       api_status(req, 400, "BadRequest", "body must be an object", NULL, NULL, NULL);
@@ -825,16 +881,9 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
     }
     nw = json_incref(patch);
   }
-  /* resourceVersion in the submitted object is an optimistic-concurrency
-   * precondition (kubectl label --resource-version, or any PUT). */
-  prv = json_string_value(json_path(is_patch ? patch : nw, "metadata.resourceVersion"));
-  if (prv != NULL && *prv != '\0' && strcmp(prv, json_string_value(json_path(old, "metadata.resourceVersion"))) != 0) {
-    snprintf(msg, sizeof(msg), "Operation cannot be fulfilled on %s \"%s\": the object has been "
-             "modified; please apply your changes to the latest version and try again",
-             kind_resource(r->kind), r->name);
-    api_status(req, 409, "Conflict", msg, kind_resource(r->kind), r->name, NULL);
+  /* (kubectl label --resource-version, or any PUT) */
+  if (stale_rv(req, r, is_patch ? patch : nw, old))
     goto out_nw;
-  }
   if (!json_is_object(nw)) {
     api_status(req, 422, "Invalid", "patched object is not an object", NULL, NULL, NULL);
     goto out_nw;
@@ -898,10 +947,12 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
       api_status(req, 422, "Invalid", msg, "replicasets", r->name, NULL);
       goto out_nw;
     }
-    if (!json_equal(json_object_get(old, "spec"), json_object_get(nw, "spec")))
-      json_object_set_new(json_obj(nw, "metadata"), "generation",
-                          json_integer(json_get_int(json_object_get(old, "metadata"), "generation", 1) + 1));
   }
+  /* Workloads count their spec changes in metadata.generation. */
+  if ((r->kind == K_RS || r->kind == K_DEPLOYMENT) && !status_sub &&
+      !json_equal(json_object_get(old, "spec"), json_object_get(nw, "spec")))
+    json_object_set_new(json_obj(nw, "metadata"), "generation",
+                        json_integer(json_get_int(json_object_get(old, "metadata"), "generation", 1) + 1));
   if (r->kind == K_QUOTA) {
     struct sim_err e;
     memset(&e, 0, sizeof(e));
@@ -1075,10 +1126,18 @@ static char *delete_one(struct sim *s, struct fr_http_req *req, struct sim_obj *
   return out;
 }
 
+/* Whether the API server's storage of kind <k> answers a DELETE with the
+ * deleted object (ReturnDeletedObject: pods, services, claims; a namespace
+ * answers with itself, Terminating). The others answer a Status once the
+ * object is gone (the registry's finalizeDelete). */
+static int returns_deleted_object(enum sim_kind k) {
+  return k == K_POD || k == K_SERVICE || k == K_PVC || k == K_NAMESPACE;
+}
+
 static void handle_delete(struct sim *s, struct fr_http_req *req, const struct route *r) {
   struct sim_obj *o = lookup(s, r);
-  json_t *opts;
-  char *out;
+  json_t *opts, *st;
+  char *out, uid[40];
   int dry;
 
   if (dry_run(req, &dry) != 0)
@@ -1093,12 +1152,22 @@ static void handle_delete(struct sim *s, struct fr_http_req *req, const struct r
     json_decref(opts);
     return;
   }
+  snprintf(uid, sizeof(uid), "%s", o->uid);
   out = delete_one(s, req, o, opts);
   json_decref(opts);
-  if (out != NULL) {
+  if (out == NULL)
+    return;
+  if (!dry && !returns_deleted_object(r->kind) && lookup(s, r) == NULL) {
+    st = json_pack("{s:s,s:s,s:{},s:s,s:{s:s,s:s,s:s}}", "kind", "Status", "apiVersion", "v1",
+                   "metadata", "status", "Success", "details", "name", r->name, "kind",
+                   kind_resource(r->kind), "uid", uid);
+    if (st != NULL && *kind_group(r->kind) != '\0')
+      json_object_set_new(json_object_get(st, "details"), "group", json_string(kind_group(r->kind)));
+    api_json(req, 200, st);
+  } else {
     api_raw(req, 200, out, strlen(out));
-    free(out);
   }
+  free(out);
 }
 
 static void handle_delete_collection(struct sim *s, struct fr_http_req *req, const struct route *r) {
@@ -1356,64 +1425,93 @@ out:
 }
 
 /* ---------------------------------------------------------------------- */
-/* scale subresource (kubectl scale rs)                                    */
+/* scale subresource (kubectl scale, the clients' *_scale calls)           */
 
+/* The autoscaling/v1 Scale of <cur>, a ReplicaSet or Deployment. */
+static json_t *scale_of(json_t *cur) {
+  json_t *ml = json_path(cur, "spec.selector.matchLabels"), *v, *sc;
+  struct fr_buf b;
+  const char *k;
+
+  fr_buf_init(&b);
+  json_object_foreach(ml, k, v) fr_buf_printf(&b, "%s%s=%s", b.len ? "," : "", k, json_string_value(v));
+  sc = json_pack("{s:s,s:s,s:O,s:{s:I},s:{s:I,s:s}}", "kind", "Scale", "apiVersion", "autoscaling/v1",
+                 "metadata", json_object_get(cur, "metadata"), "spec", "replicas",
+                 (json_int_t)json_get_int(json_object_get(cur, "spec"), "replicas", 1), "status",
+                 "replicas", (json_int_t)json_get_int(json_object_get(cur, "status"), "replicas", 0),
+                 "selector", b.data ? b.data : "");
+  fr_buf_free(&b);
+  return sc;
+}
+
+/* GET, PUT and PATCH (any patch type, applied to the Scale) of a
+ * ReplicaSet's or Deployment's scale: a new spec.replicas is written to
+ * the object (its generation bumped); the ReplicaSet controller follows,
+ * a Deployment has none. */
 static void handle_scale(struct sim *s, struct fr_http_req *req, const struct route *r) {
   struct sim_obj *o = lookup(s, r);
-  json_t *cur, *sc, *in;
-  int64_t replicas;
-  char *sel = NULL;
+  json_t *cur, *sc, *in = NULL, *nw = NULL, *reps;
+  char msg[512];
 
   if (o == NULL) {
     not_found(req, r->kind, r->name);
     return;
   }
-  if (strcmp(req->method, "PATCH") == 0 || strcmp(req->method, "PUT") == 0) {
-    in = json_loadb(req->body, req->body_len, 0, NULL);
-    replicas = json_get_int(json_object_get(in, "spec"), "replicas", -1);
-    json_decref(in);
-    if (replicas < 0) {
-      api_status(req, 422, "Invalid", "Scale.autoscaling \"\" is invalid: spec.replicas: "
-                 "Invalid value: must be greater than or equal to 0", "replicasets", r->name, NULL);
-      return;
-    }
-    cur = obj_json(o);
-    if (json_get_int(json_object_get(cur, "spec"), "replicas", 1) != replicas) {
-      json_object_set_new(json_obj(cur, "spec"), "replicas", json_integer(replicas));
-      json_object_set_new(json_obj(cur, "metadata"), "generation",
-                          json_integer(json_get_int(json_object_get(cur, "metadata"), "generation", 1) + 1));
-      o = store_commit(s, K_RS, o, cur, EV_MODIFIED);
-      if (o)
-        rs_mark_dirty(s, o);
-    } else {
-      json_decref(cur);
-    }
-    if (o == NULL) {
-      api_status(req, 503, "ServiceUnavailable", "out of memory", NULL, NULL, NULL);
-      return;
-    }
-  } else if (strcmp(req->method, "GET") != 0) {
+  if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "PATCH") != 0 &&
+      strcmp(req->method, "PUT") != 0) {
     api_status(req, 405, "MethodNotAllowed", "method not allowed", NULL, NULL, NULL);
     return;
   }
   cur = obj_json(o);
-  {
-    json_t *ml = json_path(cur, "spec.selector.matchLabels");
-    struct fr_buf b;
-    const char *k;
-    json_t *v;
-    fr_buf_init(&b);
-    json_object_foreach(ml, k, v) fr_buf_printf(&b, "%s%s=%s", b.len ? "," : "", k, json_string_value(v));
-    sel = fr_buf_detach(&b, NULL);
+  sc = cur ? scale_of(cur) : NULL;
+  if (sc == NULL) {
+    api_status(req, 503, "ServiceUnavailable", "out of memory", NULL, NULL, NULL);
+    goto out;
   }
-  sc = json_pack("{s:s,s:s,s:O,s:{s:I},s:{s:I,s:s}}", "kind", "Scale", "apiVersion", "autoscaling/v1",
-                 "metadata", json_object_get(cur, "metadata"), "spec", "replicas",
-                 (json_int_t)json_get_int(json_object_get(cur, "spec"), "replicas", 1), "status",
-                 "replicas", (json_int_t)json_get_int(json_object_get(cur, "status"), "replicas", 0),
-                 "selector", sel ? sel : "");
-  free(sel);
+  if (strcmp(req->method, "GET") == 0) {
+    api_json(req, 200, json_incref(sc));
+    goto out;
+  }
+  if ((in = json_loadb(req->body, req->body_len, 0, NULL)) == NULL) {
+    api_status(req, 400, "BadRequest", "the body of the request was in an unknown format", NULL, NULL, NULL);
+    goto out;
+  }
+  nw = strcmp(req->method, "PATCH") == 0 ? apply_patch(req, r, sc, in) : json_incref(in);
+  if (nw == NULL)
+    goto out;
+  if (stale_rv(req, r, nw, sc))
+    goto out;
+  reps = json_path(nw, "spec.replicas");
+  if (!json_is_integer(reps) || json_integer_value(reps) < 0) {
+    snprintf(msg, sizeof(msg), "Scale.autoscaling \"%s\" is invalid: spec.replicas: Invalid value: "
+             "must be greater than or equal to 0", r->name);
+    api_status(req, 422, "Invalid", msg, kind_resource(r->kind), r->name, NULL);
+    goto out;
+  }
+  if (json_get_int(json_object_get(cur, "spec"), "replicas", 1) != json_integer_value(reps)) {
+    json_object_set_new(json_obj(cur, "spec"), "replicas", json_integer(json_integer_value(reps)));
+    json_object_set_new(json_obj(cur, "metadata"), "generation",
+                        json_integer(json_get_int(json_object_get(cur, "metadata"), "generation", 1) + 1));
+    o = store_commit(s, r->kind, o, cur, EV_MODIFIED);
+    cur = NULL;
+    if (o == NULL) {
+      api_status(req, 503, "ServiceUnavailable", "out of memory", NULL, NULL, NULL);
+      goto out;
+    }
+    if (r->kind == K_RS)
+      rs_mark_dirty(s, o);
+    json_decref(sc);
+    sc = (cur = obj_json(o)) ? scale_of(cur) : NULL;
+  }
+  if (sc == NULL)
+    api_status(req, 503, "ServiceUnavailable", "out of memory", NULL, NULL, NULL);
+  else
+    api_json(req, 200, json_incref(sc));
+out:
+  json_decref(in);
+  json_decref(nw);
+  json_decref(sc);
   json_decref(cur);
-  api_json(req, 200, sc);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1448,7 +1546,7 @@ static void route_request(struct sim *s, struct fr_http_req *req) {
       log_handle(s, req, r.ns, r.name);
       return;
     }
-    if (r.kind == K_RS && strcmp(r.sub, "scale") == 0) {
+    if ((r.kind == K_RS || r.kind == K_DEPLOYMENT) && strcmp(r.sub, "scale") == 0) {
       handle_scale(s, req, &r);
       return;
     }

@@ -148,6 +148,29 @@ void node_changed(struct sim *s, struct sim_obj *o) {
       noexec_check(s, p);
 }
 
+/* What every kubelet reports about its machine, and the official clients'
+ * models require (V1NodeSystemInfo): /etc/machine-id (32 hex digits), the
+ * DMI product UUID and the boot id in status.nodeInfo, and the kubelet's
+ * port in status.daemonEndpoints. */
+static void node_identity(json_t *node) {
+  json_t *info = json_path(node, "status.nodeInfo");
+  char id[40], machine[33];
+  size_t i, n = 0;
+
+  uid_new(id);
+  for (i = 0; id[i] != '\0' && n < sizeof(machine) - 1; i++)
+    if (id[i] != '-')
+      machine[n++] = id[i];
+  machine[n] = '\0';
+  json_object_set_new(info, "machineID", json_string(machine));
+  uid_new(id);
+  json_object_set_new(info, "systemUUID", json_string(id));
+  uid_new(id);
+  json_object_set_new(info, "bootID", json_string(id));
+  json_object_set_new(json_object_get(node, "status"), "daemonEndpoints",
+                      json_pack("{s:{s:i}}", "kubeletEndpoint", "Port", 10250));
+}
+
 int node_create(struct sim *s, int index) {
   char name[128], ip[32], cpu[32], mem[32], pods[32], ts[21];
   int64_t cpu_m, mem_b;
@@ -190,6 +213,7 @@ int node_create(struct sim *s, int index) {
     return -ENOMEM;
   node_extras(s, index, labels, json_object_get(j, "spec"), json_path(j, "status.allocatable"),
               json_path(j, "status.capacity"));
+  node_identity(j);
   {
     char uid[40];
     uid_new(uid);
