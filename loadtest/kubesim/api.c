@@ -40,6 +40,10 @@ void api_status(struct fr_http_req *req, int code, const char *reason, const cha
                          "metadata", "status", "Failure", "message", message, "reason", reason,
                          "code", code);
 
+  /* An empty reason (StatusReasonUnknown) is left out, as Go's omitempty does. */
+  if (st != NULL && *reason == '\0')
+    json_object_del(st, "reason");
+
   if (st != NULL && (kind != NULL || name != NULL || causes != NULL)) {
     json_t *d = json_object();
     if (name)
@@ -104,10 +108,19 @@ static const char *const api_resources_apps =
     "]}";
 
 static int discovery(struct sim *s, struct fr_http_req *req) {
-  const char *p = req->path;
-  char buf[1024];
+  char p[256], buf[1024];
+  size_t len = strlen(req->path);
 
-  if (kinds_discovery(s, req))
+  /* The API server serves its discovery documents with a trailing slash
+   * too (/api/, /apis/, /version/, /api/v1/: the paths the official Python
+   * client's CoreApi, ApisApi, VersionApi and get_api_resources call). */
+  if (len > 1 && req->path[len - 1] == '/')
+    len--;
+  if (len >= sizeof(p))
+    return 0;
+  memcpy(p, req->path, len);
+  p[len] = '\0';
+  if (kinds_discovery(s, req, p))
     return 1;
   if (strcmp(p, "/version") == 0) {
     snprintf(buf, sizeof(buf),
@@ -1135,10 +1148,18 @@ static char *delete_one(struct sim *s, struct fr_http_req *req, struct sim_obj *
   return out;
 }
 
+/* Whether the API server's storage of kind <k> answers a DELETE with the
+ * deleted object (ReturnDeletedObject: pods, services, claims; a namespace
+ * answers with itself, Terminating). The others answer a Status once the
+ * object is gone (the registry's finalizeDelete). */
+static int returns_deleted_object(enum sim_kind k) {
+  return k == K_POD || k == K_SERVICE || k == K_PVC || k == K_NAMESPACE;
+}
+
 static void handle_delete(struct sim *s, struct fr_http_req *req, const struct route *r) {
   struct sim_obj *o = lookup(s, r);
-  json_t *opts;
-  char *out;
+  json_t *opts, *st;
+  char *out, uid[40];
   int dry;
 
   if (dry_run(req, &dry) != 0)
@@ -1153,12 +1174,22 @@ static void handle_delete(struct sim *s, struct fr_http_req *req, const struct r
     json_decref(opts);
     return;
   }
+  snprintf(uid, sizeof(uid), "%s", o->uid);
   out = delete_one(s, req, o, opts);
   json_decref(opts);
-  if (out != NULL) {
+  if (out == NULL)
+    return;
+  if (!dry && !returns_deleted_object(r->kind) && lookup(s, r) == NULL) {
+    st = json_pack("{s:s,s:s,s:{},s:s,s:{s:s,s:s,s:s}}", "kind", "Status", "apiVersion", "v1",
+                   "metadata", "status", "Success", "details", "name", r->name, "kind",
+                   kind_resource(r->kind), "uid", uid);
+    if (st != NULL && *kind_group(r->kind) != '\0')
+      json_object_set_new(json_object_get(st, "details"), "group", json_string(kind_group(r->kind)));
+    api_json(req, 200, st);
+  } else {
     api_raw(req, 200, out, strlen(out));
-    free(out);
   }
+  free(out);
 }
 
 static void handle_delete_collection(struct sim *s, struct fr_http_req *req, const struct route *r) {

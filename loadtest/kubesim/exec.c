@@ -37,7 +37,7 @@
 
 #define LOG_COMP "kubesim.exec"
 
-/* Channels of the v4/v5 protocol (KUBE_PROTOCOL.md section 1). */
+/* Channels of the channel protocols (KUBE_PROTOCOL.md section 1). */
 enum {
   CH_STDIN = 0,
   CH_STDOUT = 1,
@@ -45,6 +45,28 @@ enum {
   CH_STATUS = 3,
   CH_RESIZE = 4,
   CH_CLOSE = 255,
+};
+
+/* What sets the exec subprotocols apart. */
+enum {
+  PROTO_CLOSE = 1,   /* v5: "FF <ch>" half-closes a stream */
+  PROTO_STATUS = 2,  /* v4, v5: channel 3 carries a JSON Status; before v4 only
+                      * a failure's message text, and nothing on success */
+  PROTO_BASE64 = 4,  /* text frames: the channel as an ASCII digit, then the
+                      * payload in base64, both ways */
+};
+
+/* The kubelet's streaming server accepts these (its wsstream table, binary
+ * and base64 codecs); v5 is served by the API server itself since 1.30. */
+static const struct {
+  const char *name;
+  unsigned flags;
+} protocols[] = {
+    {"v5.channel.k8s.io", PROTO_CLOSE | PROTO_STATUS},
+    {"v4.channel.k8s.io", PROTO_STATUS},
+    {"v4.base64.channel.k8s.io", PROTO_STATUS | PROTO_BASE64},
+    {"channel.k8s.io", 0},
+    {"base64.channel.k8s.io", PROTO_BASE64},
 };
 
 /* One read from the child's stdout/stderr (socketpairs, as libuv creates
@@ -76,7 +98,7 @@ struct sim_exec {
   uv_loop_t *loop;
   struct fr_http_req *req;  /* NULL once the WebSocket is gone */
   enum ws_state ws;
-  int v5;                   /* v5.channel.k8s.io: FF 00 closes stdin */
+  unsigned proto;           /* PROTO_* of the negotiated subprotocol */
 
   struct sim_exec_set *set; /* NULL when detached (done or set killed) */
   struct sim_exec *prev, *next;
@@ -271,14 +293,31 @@ static void pause_reading(struct sim_exec *e) {
   uv_timer_start(&e->timer, on_pause_timer, PAUSE_POLL_MS, PAUSE_POLL_MS);
 }
 
+/* Sends one message on <channel> in the negotiated codec; 0, or non-zero
+ * when the connection is gone (on_ws_close tells us) or out of memory. */
+static int send_frame(struct sim_exec *e, unsigned char channel, const void *data, size_t len) {
+  char digit, *enc;
+  int rc;
+
+  if (!(e->proto & PROTO_BASE64))
+    return fr_http_ws_send(e->req, FR_WS_OP_BINARY, &channel, 1, data, len);
+  /* wsstream's base64 codec: '0' + channel, then standard base64. */
+  digit = (char)('0' + channel);
+  if ((enc = malloc(fr_base64_len(len))) == NULL)
+    return -ENOMEM;
+  rc = fr_http_ws_send(e->req, FR_WS_OP_TEXT, &digit, 1, enc, fr_base64_encode(data, len, enc));
+  free(enc);
+  return rc;
+}
+
 /* Sends <len> bytes of output on <channel>, or drops them when the client is
  * gone (the command keeps running, as on a node). May end the WebSocket. */
 static void send_output(struct sim_exec *e, unsigned char channel,
                         const void *data, size_t len) {
   if (e->ws != WS_OPEN || len == 0)
     return;
-  if (fr_http_ws_send(e->req, FR_WS_OP_BINARY, &channel, 1, data, len) != 0)
-    return; /* the connection is gone; on_ws_close tells us */
+  if (send_frame(e, channel, data, len) != 0)
+    return; /* the connection is gone (on_ws_close tells us) or out of memory */
   if (e->ws == WS_OPEN && fr_http_pending_bytes(e->req) > PAUSE_HIGH)
     pause_reading(e);
 }
@@ -405,28 +444,49 @@ static void stdin_write(struct sim_exec *e, const unsigned char *data, size_t le
 
 /* ---- WebSocket callbacks ---- */
 
+/* Writes a base64 stdin message's payload <data> to the command; a payload
+ * that does not decode is dropped, as wsstream drops it. */
+static void stdin_write_base64(struct sim_exec *e, const unsigned char *data, size_t len) {
+  unsigned char *raw = malloc(len * 3 / 4 + 3);
+  long n;
+
+  if (raw == NULL) {
+    stdin_broken(e, UV_ENOMEM);
+    return;
+  }
+  n = fr_base64_decode((const char *)data, len, raw);
+  if (n > 0)
+    stdin_write(e, raw, (size_t)n);
+  free(raw);
+}
+
 static void on_ws_message(struct fr_http_req *req, int opcode,
                           const unsigned char *data, size_t len) {
   struct sim_exec *e = req->data;
+  unsigned channel;
 
   if (e == NULL)
     return; /* we already closed this WebSocket */
   enter(e);
-  if (opcode == FR_WS_OP_TEXT) {
-    /* The channel protocols are binary only; a real server fails the stream.
-     * The command keeps running, like after any client disconnect. */
-    ws_finish(e, FR_WS_CLOSE_PROTOCOL, "text frames are not supported");
+  /* wsstream reads text and binary messages alike (x/net/websocket's
+   * Message codec into a []byte): clients such as the official Python one
+   * send stdin given as a string in text frames. */
+  if ((opcode != FR_WS_OP_BINARY && opcode != FR_WS_OP_TEXT) || len == 0)
     goto out;
-  }
-  if (opcode != FR_WS_OP_BINARY || len == 0)
-    goto out;
-  switch (data[0]) {
+  channel = data[0];
+  if (e->proto & PROTO_BASE64)
+    channel = (unsigned char)(channel - '0');
+  switch (channel) {
   case CH_STDIN:
-    stdin_write(e, data + 1, len - 1);
+    if (e->proto & PROTO_BASE64)
+      stdin_write_base64(e, data + 1, len - 1);
+    else
+      stdin_write(e, data + 1, len - 1);
     break;
   case CH_CLOSE:
-    /* v5 only; "FF 00" is stdin EOF. v4 has no channel 255: ignored. */
-    if (e->v5 && len >= 2 && data[1] == CH_STDIN)
+    /* v5 only; "FF 00" is stdin EOF. Before v5 there is no channel 255:
+     * ignored. */
+    if ((e->proto & PROTO_CLOSE) && len >= 2 && data[1] == CH_STDIN)
       stdin_eof(e);
     break;
   case CH_RESIZE: /* no terminal to resize */
@@ -480,6 +540,16 @@ static void on_ws_close(struct fr_http_req *req, int code) {
 
 /* ---- completion ---- */
 
+/* The message of a failed command's Status (what Go's status.Error()
+ * prints) into <b>: 0 or -ENOMEM. */
+static int status_message(const struct sim_exec *e, struct fr_buf *b) {
+  if (e->start_error == NULL)
+    return fr_buf_printf(b, "command terminated with non-zero exit code: exit status %d",
+                         e->exit_code);
+  /* apierrors.NewInternalError(err): kubectl prints the message, exits 1. */
+  return fr_buf_printf(b, "Internal error occurred: %s", e->start_error);
+}
+
 /* Writes the channel-3 Status of a finished command into <b>: exactly what
  * the kubelet's streaming server writes (metav1.Status without TypeMeta, in
  * Go field order). Returns 0 or -ENOMEM. */
@@ -489,42 +559,45 @@ static int build_status(const struct sim_exec *e, struct fr_buf *b) {
 
   if (e->start_error == NULL && e->exit_code == 0)
     return fr_buf_puts(b, "{\"metadata\":{},\"status\":\"Success\"}");
-  if (e->start_error == NULL)
-    return fr_buf_printf(b,
-        "{\"metadata\":{},\"status\":\"Failure\",\"message\":\"command terminated "
-        "with non-zero exit code: exit status %d\",\"reason\":\"NonZeroExitCode\","
-        "\"details\":{\"causes\":[{\"reason\":\"ExitCode\",\"message\":\"%d\"}]}}",
-        e->exit_code, e->exit_code);
-
-  /* apierrors.NewInternalError(err): kubectl prints the message, exits 1. */
   fr_buf_init(&msg);
-  rc = fr_buf_printf(&msg, "Internal error occurred: %s", e->start_error);
+  rc = status_message(e, &msg);
   if (rc == 0)
     rc = fr_buf_puts(b, "{\"metadata\":{},\"status\":\"Failure\",\"message\":");
   if (rc == 0)
     rc = fr_buf_put_json_str(b, msg.data, msg.len);
-  if (rc == 0)
+  if (rc == 0 && e->start_error == NULL) {
+    rc = fr_buf_printf(b, ",\"reason\":\"NonZeroExitCode\",\"details\":{\"causes\":"
+                       "[{\"reason\":\"ExitCode\",\"message\":\"%d\"}]}}", e->exit_code);
+  } else if (rc == 0) {
     rc = fr_buf_puts(b, ",\"reason\":\"InternalError\",\"details\":{\"causes\":[{\"message\":");
-  if (rc == 0)
-    rc = fr_buf_put_json_str(b, e->start_error, strlen(e->start_error));
-  if (rc == 0)
-    rc = fr_buf_puts(b, "}]},\"code\":500}");
+    if (rc == 0)
+      rc = fr_buf_put_json_str(b, e->start_error, strlen(e->start_error));
+    if (rc == 0)
+      rc = fr_buf_puts(b, "}]},\"code\":500}");
+  }
   fr_buf_free(&msg);
   return rc;
 }
 
 static void send_status(struct sim_exec *e) {
-  static const unsigned char ch = CH_STATUS;
-  static const char oom[] =
+  static const char oom_json[] =
       "{\"metadata\":{},\"status\":\"Failure\",\"message\":\"Internal error "
       "occurred: out of memory\",\"reason\":\"InternalError\",\"code\":500}";
+  static const char oom_text[] = "Internal error occurred: out of memory";
+  int json = (e->proto & PROTO_STATUS) != 0;
   struct fr_buf b;
 
+  /* Before v4 the kubelet writes status.Error() alone, and nothing for a
+   * success. */
+  if (!json && e->start_error == NULL && e->exit_code == 0)
+    return;
   fr_buf_init(&b);
-  if (build_status(e, &b) == 0)
-    fr_http_ws_send(e->req, FR_WS_OP_BINARY, &ch, 1, b.data, b.len);
+  if ((json ? build_status(e, &b) : status_message(e, &b)) == 0)
+    send_frame(e, CH_STATUS, b.data, b.len);
+  else if (json)
+    send_frame(e, CH_STATUS, oom_json, sizeof(oom_json) - 1);
   else
-    fr_http_ws_send(e->req, FR_WS_OP_BINARY, &ch, 1, oom, sizeof(oom) - 1);
+    send_frame(e, CH_STATUS, oom_text, sizeof(oom_text) - 1);
   fr_buf_free(&b);
 }
 
@@ -840,11 +913,39 @@ out:
   return rc;
 }
 
+const char *sim_exec_protocol(const char *offered) {
+  const char *tok, *end;
+  const char *first = NULL;
+  size_t i, n;
+
+  if (offered == NULL || offered[strspn(offered, " \t")] == '\0')
+    return "";
+  for (tok = offered; *tok != '\0'; tok = *end ? end + 1 : end) {
+    end = strchr(tok, ',');
+    if (end == NULL)
+      end = tok + strlen(tok);
+    tok += strspn(tok, " \t");
+    for (n = (size_t)(end - tok); n > 0 && (tok[n - 1] == ' ' || tok[n - 1] == '\t'); n--)
+      ;
+    for (i = 0; i < FR_ARRAY_SIZE(protocols); i++) {
+      if (strlen(protocols[i].name) != n || strncmp(tok, protocols[i].name, n) != 0)
+        continue;
+      /* The API server answers any request offering v5 itself. */
+      if (protocols[i].flags & PROTO_CLOSE)
+        return protocols[i].name;
+      if (first == NULL)
+        first = protocols[i].name;
+    }
+  }
+  return first;
+}
+
 int sim_exec_start(uv_loop_t *loop, struct fr_http_req *req,
                    const struct sim_exec_params *p, struct sim_exec_set *set) {
   struct sim_exec *e;
   struct fr_buf out;
   void *old_data;
+  size_t i;
   int rc, code;
 
   if (p->argv == NULL || p->argv[0] == NULL)
@@ -854,11 +955,16 @@ int sim_exec_start(uv_loop_t *loop, struct fr_http_req *req,
     return -ENOMEM;
   e->loop = loop;
   e->req = req;
-  e->v5 = p->protocol != NULL && strcmp(p->protocol, "v5.channel.k8s.io") == 0;
+  for (i = 0; i < FR_ARRAY_SIZE(protocols); i++)
+    if (p->protocol != NULL && strcmp(p->protocol, protocols[i].name) == 0)
+      e->proto = protocols[i].flags;
 
   old_data = req->data;
   req->data = e;
-  rc = fr_http_ws_accept(req, p->protocol, on_ws_message, on_ws_close);
+  /* No protocol offered: the kubelet's binary pre-v4 default, and no
+   * Sec-WebSocket-Protocol in the answer. */
+  rc = fr_http_ws_accept(req, p->protocol != NULL && *p->protocol != '\0' ? p->protocol : NULL,
+                         on_ws_message, on_ws_close);
   if (rc != 0) {
     req->data = old_data;
     free(e);

@@ -1,13 +1,19 @@
-/* exec.h - pods/exec for kubesim: the Kubernetes exec WebSocket protocol
- * (v5.channel.k8s.io and v4.channel.k8s.io) on top of fr/http.h, running argv
- * as a real local process, or through a no-fork fast path for trivial
- * commands.
+/* exec.h - pods/exec for kubesim: the Kubernetes exec WebSocket protocols
+ * on top of fr/http.h, running argv as a real local process, or through a
+ * no-fork fast path for trivial commands.
  *
  * Channel protocol (KUBE_PROTOCOL.md section 1): every message is a binary
  * frame whose first byte is the channel: 0 stdin, 1 stdout, 2 stderr,
  * 3 status (JSON Status), 4 resize, 255 close (v5 only: "FF <ch>" half-closes
  * that stream; "FF 00" is stdin EOF). At the end the server sends remaining
  * output, then the channel-3 Status, then a close frame 1000, then closes.
+ * Served as a real cluster serves them: v5.channel.k8s.io (kubectl),
+ * v4.channel.k8s.io (the official Python client, client-go before v5), the
+ * older channel.k8s.io (channel 3 carries only a failure's message) and the
+ * base64 variants v4.base64.channel.k8s.io and base64.channel.k8s.io (text
+ * frames: the channel as an ASCII digit, the payload in base64). Clients may
+ * send text frames in the binary protocols too (the Python client sends
+ * stdin given as a str so); they are read like binary ones.
  *
  * Processes belong to a pod's exec set. Closing the WebSocket does NOT kill a
  * process (as on a real node, non-tty); deleting the pod does
@@ -41,12 +47,20 @@ struct sim_exec_params {
   const char *cwd;        /* per-pod working directory; must exist */
   int in, out, err, tty;  /* the stdin/stdout/stderr/tty query flags */
   int fast_path;          /* allow the no-fork path for trivial commands */
-  const char *protocol;   /* negotiated subprotocol, "v5.channel.k8s.io" or "v4..." */
+  const char *protocol;   /* negotiated subprotocol (sim_exec_protocol()); "" = none */
   /* NULL, or a NULL-terminated argv prefix the command is run through once
    * it was found (the resolved path and argv[1...] follow the prefix), e.g.
    * the pod's namespace entry helper. Borrowed for the call. */
   char **wrap;
 };
+
+/* Picks the subprotocol to answer an upgrade whose Sec-WebSocket-Protocol
+ * header is <offered> (NULL when absent) with, as a 1.30+ API server and the
+ * kubelet behind it do: v5.channel.k8s.io if it is offered anywhere, else the
+ * first offered one this server speaks; "" (the kubelet's binary pre-v4
+ * default, answered without the header) when the header is absent or blank.
+ * Returns a static string, or NULL when nothing offered is spoken here. */
+const char *sim_exec_protocol(const char *offered);
 
 /* Takes over <req> (a WebSocket upgrade already validated by the caller: pod
  * exists and is running): accepts the upgrade with p->protocol, starts the

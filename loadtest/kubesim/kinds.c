@@ -56,6 +56,7 @@ const char *kind_name(enum sim_kind k) { return kinds[k].kind; }
 const char *kind_list_name(enum sim_kind k) { return kinds[k].list; }
 const char *kind_resource(enum sim_kind k) { return kinds[k].resource; }
 const char *kind_api_version(enum sim_kind k) { return kinds[k].api_version; }
+const char *kind_group(enum sim_kind k) { return kinds[k].group; }
 int kind_namespaced(enum sim_kind k) { return kinds[k].namespaced; }
 
 int kind_has_generation(enum sim_kind k) {
@@ -177,8 +178,7 @@ static void openapi_doc(struct fr_http_req *req, const char *group, const char *
   api_json(req, 200, doc);
 }
 
-int kinds_discovery(struct sim *s, struct fr_http_req *req) {
-  const char *p = req->path;
+int kinds_discovery(struct sim *s, struct fr_http_req *req, const char *p) {
   char g[128], v[32], extra;
   json_t *doc;
   int i;

@@ -149,8 +149,10 @@ static json_t *no_merge_key(struct smp_error *e, json_t *m, const char *key) {
 }
 
 /* A copy of <v> without the directives ("$..." keys) a patch may carry:
- * what decoding the result into the API type leaves of them. */
-static json_t *strip_directives(json_t *v) {
+ * what decoding the result into the API type leaves of them. With
+ * <drop_nulls>, also without null map values (the API server merges with
+ * IgnoreUnmatchedNulls: a value new to the object loses its nulls). */
+static json_t *strip_patch(json_t *v, int drop_nulls) {
   json_t *out, *x;
   const char *key;
   size_t i;
@@ -158,17 +160,21 @@ static json_t *strip_directives(json_t *v) {
   if (json_is_object(v)) {
     out = json_object();
     json_object_foreach(v, key, x) {
-      if (key[0] != '$')
-        json_object_set_new(out, key, strip_directives(x));
+      if (key[0] != '$' && !(drop_nulls && json_is_null(x)))
+        json_object_set_new(out, key, strip_patch(x, drop_nulls));
     }
     return out;
   }
   if (json_is_array(v)) {
     out = json_array();
-    json_array_foreach(v, i, x) json_array_append_new(out, strip_directives(x));
+    json_array_foreach(v, i, x) json_array_append_new(out, strip_patch(x, drop_nulls));
     return out;
   }
   return json_incref(v);
+}
+
+static json_t *strip_directives(json_t *v) {
+  return strip_patch(v, 0);
 }
 
 /* Go's JSON decoding gives a list element one of these types; a list mixes
@@ -483,7 +489,7 @@ static json_t *smp_map(json_t *orig, json_t *patch, enum smp_type type, struct s
     cur = json_object_get(orig, name);
     if (cur == NULL) {
       if (!delete_list)
-        json_object_set_new(orig, name, strip_directives(pv));
+        json_object_set_new(orig, name, strip_patch(pv, 1));
       continue;
     }
     if (value_class(cur) != value_class(pv)) {

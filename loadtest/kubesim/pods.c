@@ -150,6 +150,29 @@ void node_changed(struct sim *s, struct sim_obj *o) {
       noexec_check(s, p);
 }
 
+/* What every kubelet reports about its machine, and the official clients'
+ * models require (V1NodeSystemInfo): /etc/machine-id (32 hex digits), the
+ * DMI product UUID and the boot id in status.nodeInfo, and the kubelet's
+ * port in status.daemonEndpoints. */
+static void node_identity(json_t *node) {
+  json_t *info = json_path(node, "status.nodeInfo");
+  char id[40], machine[33];
+  size_t i, n = 0;
+
+  uid_new(id);
+  for (i = 0; id[i] != '\0' && n < sizeof(machine) - 1; i++)
+    if (id[i] != '-')
+      machine[n++] = id[i];
+  machine[n] = '\0';
+  json_object_set_new(info, "machineID", json_string(machine));
+  uid_new(id);
+  json_object_set_new(info, "systemUUID", json_string(id));
+  uid_new(id);
+  json_object_set_new(info, "bootID", json_string(id));
+  json_object_set_new(json_object_get(node, "status"), "daemonEndpoints",
+                      json_pack("{s:{s:i}}", "kubeletEndpoint", "Port", 10250));
+}
+
 int node_create(struct sim *s, int index) {
   char name[128], ip[32], cpu[32], mem[32], pods[32], ts[21];
   int64_t cpu_m, mem_b;
@@ -192,6 +215,7 @@ int node_create(struct sim *s, int index) {
     return -ENOMEM;
   node_extras(s, index, labels, json_object_get(j, "spec"), json_path(j, "status.allocatable"),
               json_path(j, "status.capacity"));
+  node_identity(j);
   {
     char uid[40];
     uid_new(uid);
@@ -1644,45 +1668,6 @@ static int mkdir_p(const char *path) {
   return 0;
 }
 
-/* Whether the comma-separated <offered> list names <proto> exactly. */
-static int offers(const char *offered, const char *proto) {
-  size_t n = strlen(proto);
-  const char *p = offered;
-
-  while (*p != '\0') {
-    const char *end = strchr(p, ',');
-    size_t len = end ? (size_t)(end - p) : strlen(p);
-    while (len > 0 && (*p == ' ' || *p == '\t')) {
-      p++;
-      len--;
-    }
-    while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
-      len--;
-    if (len == n && strncmp(p, proto, n) == 0)
-      return 1;
-    if (end == NULL)
-      break;
-    p = end + 1;
-  }
-  return 0;
-}
-
-/* What a v1.30+ API server takes from the Sec-WebSocket-Protocol list
- * <offered>: v5.channel.k8s.io wherever the client lists it (the API server
- * then serves the stream itself, and only v5), else the request goes to the
- * kubelet, which takes the first protocol of the list it speaks; of those
- * kubesim speaks v4.channel.k8s.io (not channel.k8s.io, the base64
- * variants or the unnamed one). NULL when none fits. */
-static const char *pick_protocol(const char *offered) {
-  if (offered == NULL)
-    return NULL;
-  if (offers(offered, "v5.channel.k8s.io"))
-    return "v5.channel.k8s.io";
-  if (offers(offered, "v4.channel.k8s.io"))
-    return "v4.channel.k8s.io";
-  return NULL;
-}
-
 void pod_exec(struct sim *s, struct fr_http_req *req, struct sim_obj *o) {
   struct sim_pod *p = pod_of(o);
   struct argv_ctx a = {NULL, 0, 0};
@@ -1742,10 +1727,11 @@ void pod_exec(struct sim *s, struct fr_http_req *req, struct sim_obj *o) {
     api_status(req, 400, "BadRequest", "Upgrade request required", "pods", o->name, NULL);
     goto out;
   }
-  proto = pick_protocol(fr_http_req_header(req, "Sec-WebSocket-Protocol"));
+  proto = sim_exec_protocol(fr_http_req_header(req, "Sec-WebSocket-Protocol"));
   if (proto == NULL) {
     api_status(req, 400, "BadRequest", "unable to upgrade connection: requested protocols are "
-               "not supported (kubesim speaks v5.channel.k8s.io and v4.channel.k8s.io)",
+               "not supported (kubesim speaks v5.channel.k8s.io, v4.channel.k8s.io, "
+               "v4.base64.channel.k8s.io, channel.k8s.io and base64.channel.k8s.io)",
                "pods", o->name, NULL);
     goto out;
   }

@@ -367,6 +367,7 @@ const char *kind_api_version(enum sim_kind k);   /* "v1" / "apps/v1" */
 /* Whether the API server keeps metadata.generation for <k> (1 at create,
  * +1 for each change of the spec). */
 int kind_has_generation(enum sim_kind k);
+const char *kind_group(enum sim_kind k);         /* "" / "apps" */
 int kind_namespaced(enum sim_kind k);
 /* Finds the kind served as <resource> in <group> ("" = core) / <version>;
  * 0 or -ENOENT. */
@@ -381,8 +382,9 @@ int kind_validate(enum sim_kind k, json_t *old, json_t *j, struct sim_err *e);
 /* Answers the discovery and OpenAPI documents generated from the kinds
  * table (/apis, /apis/G, /apis/G/V, /openapi/v3, /openapi/v3/apis/G/V,
  * /openapi/v3/api/v1) except /api/v1 and /apis/apps/v1, whose resource
- * lists (with their subresources) live in api.c; returns 1 if it answered. */
-int kinds_discovery(struct sim *s, struct fr_http_req *req);
+ * lists (with their subresources) live in api.c; <path> is the request's
+ * path without a trailing slash. Returns 1 if it answered. */
+int kinds_discovery(struct sim *s, struct fr_http_req *req, const char *path);
 /* Answers the APIResourceList <base> (JSON text, borrowed) for <group>/
  * <version> plus every stored kind of that group version it lacks. */
 void kinds_resource_list(struct fr_http_req *req, const char *group, const char *version,

@@ -4,6 +4,9 @@
 # clang and libclang-rt-dev (libFuzzer and clang's sanitizer runtimes) are
 # for the fuzz build only (scripts/fuzz, tests/fuzz). haproxy runs the
 # replicas_haproxy test and the `replicas` benchmark (three routers behind it).
+# python3-kubernetes is the official Kubernetes Python client the
+# kube_python_client test drives kubesim with (it runs under /usr/bin/python3,
+# whose dist-packages Debian installs it into).
 #
 #   FR_PACKAGES           the package names
 #   fr_install_packages   installs whichever of them are not installed yet:
@@ -20,7 +23,7 @@ FR_PACKAGES=(
   openssl ca-certificates procps python3 curl
   prometheus chromium
   haproxy
-  python3-yaml
+  python3-yaml python3-kubernetes
   clang libclang-rt-dev
 )
 

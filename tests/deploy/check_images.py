@@ -215,6 +215,7 @@ def check_router_image(root, build):
 # Packages of scripts/lib/packages.sh that only the tests and tools need.
 TEST_ONLY = {"check", "libsubunit-dev", "prometheus", "chromium", "curl", "procps", "python3",
              "python3-yaml", "openssl", "ca-certificates",
+             "python3-kubernetes",         # kube_python_client (the official client)
              "clang", "libclang-rt-dev",   # the fuzz build (tests/fuzz) only
              "haproxy"}                    # replicas_haproxy and the replicas benchmark
 

@@ -1,5 +1,6 @@
 /* test_exec_fast.c - the exec fast path: which commands it takes, and that it
- * produces what the real programs produce. */
+ * produces what the real programs produce; and which exec subprotocol an
+ * upgrade offering some gets. */
 #include "exec.h"
 
 #include <check.h>
@@ -277,6 +278,39 @@ START_TEST(fast_output_matches_real_program) {
 }
 END_TEST
 
+START_TEST(protocol_v5_anywhere_wins) {
+  /* A 1.30+ API server serves any request offering v5 itself. */
+  ck_assert_str_eq(sim_exec_protocol("v5.channel.k8s.io"), "v5.channel.k8s.io");
+  ck_assert_str_eq(sim_exec_protocol("v4.channel.k8s.io, v5.channel.k8s.io"), "v5.channel.k8s.io");
+  ck_assert_str_eq(sim_exec_protocol("v5.channel.k8s.io,v4.channel.k8s.io"), "v5.channel.k8s.io");
+}
+END_TEST
+
+START_TEST(protocol_first_offered_spoken_one) {
+  /* The kubelet's wsstream takes the client's first protocol it knows. */
+  ck_assert_str_eq(sim_exec_protocol("v4.channel.k8s.io"), "v4.channel.k8s.io");
+  ck_assert_str_eq(sim_exec_protocol("channel.k8s.io"), "channel.k8s.io");
+  ck_assert_str_eq(sim_exec_protocol("base64.channel.k8s.io, v4.channel.k8s.io"), "base64.channel.k8s.io");
+  ck_assert_str_eq(sim_exec_protocol("x.k8s.io,  v4.base64.channel.k8s.io ,channel.k8s.io"),
+                   "v4.base64.channel.k8s.io");
+}
+END_TEST
+
+START_TEST(protocol_none_offered_is_the_binary_default) {
+  ck_assert_str_eq(sim_exec_protocol(NULL), "");
+  ck_assert_str_eq(sim_exec_protocol(""), "");
+  ck_assert_str_eq(sim_exec_protocol("  "), "");
+}
+END_TEST
+
+START_TEST(protocol_unknown_or_partial_names_null) {
+  ck_assert_ptr_null(sim_exec_protocol("v3.channel.k8s.io"));
+  ck_assert_ptr_null(sim_exec_protocol("xv4.channel.k8s.io, v4.channel.k8s.iox"));
+  ck_assert_ptr_null(sim_exec_protocol("SPDY/3.1"));
+  ck_assert_ptr_null(sim_exec_protocol(","));
+}
+END_TEST
+
 static Suite *exec_fast_suite(void) {
   Suite *s = suite_create("exec_fast");
   TCase *tc;
@@ -298,6 +332,13 @@ static Suite *exec_fast_suite(void) {
   tcase_add_test(tc, fast_output_sh_exit_n_exit_code);
   tcase_add_test(tc, fast_output_sh_echo_splits_words);
   tcase_add_test(tc, fast_output_rejected_command_einval_output_untouched);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("protocol");
+  tcase_add_test(tc, protocol_v5_anywhere_wins);
+  tcase_add_test(tc, protocol_first_offered_spoken_one);
+  tcase_add_test(tc, protocol_none_offered_is_the_binary_default);
+  tcase_add_test(tc, protocol_unknown_or_partial_names_null);
   suite_add_tcase(s, tc);
 
   /* The model against the programs it replaces (coreutils, dash). */

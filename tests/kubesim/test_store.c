@@ -169,6 +169,94 @@ START_TEST(merge_patch_sets_and_removes_keys) {
 }
 END_TEST
 
+/* strategic_merge_patch() of <patch> on <doc> (a pod, or a Deployment when
+ * it has a template) must give <want> (JSON texts). */
+static void smp_doc_case(const char *doc, const char *patch, const char *want) {
+  json_t *d = json_loads(doc, 0, NULL), *p = json_loads(patch, 0, NULL), *w = json_loads(want, 0, NULL);
+  struct smp_error e;
+  char *got;
+
+  ck_assert_ptr_nonnull(d);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_ptr_nonnull(w);
+  d = strategic_merge_patch(d, p, strstr(doc, "template") != NULL ? K_DEPLOYMENT : K_POD, &e);
+  ck_assert_msg(d != NULL, "patch %s failed: %d %s", patch, e.code, e.msg);
+  got = json_dumps(d, JSON_COMPACT | JSON_SORT_KEYS);
+  ck_assert_msg(json_equal(d, w), "patch %s: got %s, want %s", patch, got, want);
+  free(got);
+  json_decref(d);
+  json_decref(p);
+  json_decref(w);
+}
+
+START_TEST(strategic_merge_lists_by_key) {
+  /* containers by name (also under a template), env by name, ports by
+   * containerPort; the other fields of a matched element stay. */
+  smp_doc_case("{\"spec\":{\"containers\":[{\"name\":\"a\",\"image\":\"x\",\"command\":[\"sleep\"]},"
+           "{\"name\":\"b\",\"image\":\"y\"}]}}",
+           "{\"spec\":{\"containers\":[{\"name\":\"b\",\"image\":\"z\"}]}}",
+           "{\"spec\":{\"containers\":[{\"name\":\"a\",\"image\":\"x\",\"command\":[\"sleep\"]},"
+           "{\"name\":\"b\",\"image\":\"z\"}]}}");
+  smp_doc_case("{\"spec\":{\"template\":{\"spec\":{\"containers\":[{\"name\":\"a\",\"env\":"
+           "[{\"name\":\"E\",\"value\":\"1\"},{\"name\":\"F\",\"value\":\"2\"}],"
+           "\"ports\":[{\"containerPort\":80,\"name\":\"http\"}]}]}}}}",
+           "{\"spec\":{\"template\":{\"spec\":{\"containers\":[{\"name\":\"a\",\"env\":"
+           "[{\"name\":\"F\",\"value\":\"3\"}],\"ports\":[{\"containerPort\":80,\"protocol\":\"TCP\"}]}]}}}}",
+           "{\"spec\":{\"template\":{\"spec\":{\"containers\":[{\"name\":\"a\",\"env\":"
+           "[{\"name\":\"E\",\"value\":\"1\"},{\"name\":\"F\",\"value\":\"3\"}],"
+           "\"ports\":[{\"containerPort\":80,\"name\":\"http\",\"protocol\":\"TCP\"}]}]}}}}");
+  /* A list without a merge strategy is replaced. */
+  smp_doc_case("{\"spec\":{\"tolerations\":[{\"key\":\"a\"}],\"containers\":[{\"name\":\"c\",\"args\":[\"1\",\"2\"]}]}}",
+           "{\"spec\":{\"tolerations\":[{\"key\":\"b\"}],\"containers\":[{\"name\":\"c\",\"args\":[\"3\"]}]}}",
+           "{\"spec\":{\"tolerations\":[{\"key\":\"b\"}],\"containers\":[{\"name\":\"c\",\"args\":[\"3\"]}]}}");
+}
+END_TEST
+
+START_TEST(strategic_merge_order_and_directives) {
+  /* New elements come before the target's remaining ones (the server's
+   * normalizeElementOrder); finalizers merge as a set. */
+  smp_doc_case("{\"status\":{\"conditions\":[{\"type\":\"A\"},{\"type\":\"B\"}]}}",
+           "{\"status\":{\"conditions\":[{\"type\":\"N\"},{\"type\":\"B\",\"status\":\"True\"}]}}",
+           "{\"status\":{\"conditions\":[{\"type\":\"N\"},{\"type\":\"A\"},{\"type\":\"B\",\"status\":\"True\"}]}}");
+  smp_doc_case("{\"status\":{\"conditions\":[{\"type\":\"A\"},{\"type\":\"B\"},{\"type\":\"C\"}]}}",
+           "{\"status\":{\"conditions\":[{\"type\":\"C\",\"s\":1},{\"type\":\"A\",\"s\":2}]}}",
+           "{\"status\":{\"conditions\":[{\"type\":\"B\"},{\"type\":\"C\",\"s\":1},{\"type\":\"A\",\"s\":2}]}}");
+  smp_doc_case("{\"metadata\":{\"finalizers\":[\"a\",\"b\"]}}", "{\"metadata\":{\"finalizers\":[\"c\",\"a\"]}}",
+           "{\"metadata\":{\"finalizers\":[\"c\",\"a\",\"b\"]}}");
+  smp_doc_case("{\"metadata\":{\"finalizers\":[\"a\",\"b\"]}}",
+           "{\"metadata\":{\"$deleteFromPrimitiveList/finalizers\":[\"a\"]}}",
+           "{\"metadata\":{\"finalizers\":[\"b\"]}}");
+  /* $patch: delete removes by key, $patch: replace replaces a list or a map. */
+  smp_doc_case("{\"spec\":{\"containers\":[{\"name\":\"a\"},{\"name\":\"b\"}]}}",
+           "{\"spec\":{\"containers\":[{\"name\":\"a\",\"$patch\":\"delete\"}]}}",
+           "{\"spec\":{\"containers\":[{\"name\":\"b\"}]}}");
+  smp_doc_case("{\"spec\":{\"containers\":[{\"name\":\"a\"},{\"name\":\"b\"}]}}",
+           "{\"spec\":{\"containers\":[{\"name\":\"c\"},{\"$patch\":\"replace\"}]}}",
+           "{\"spec\":{\"containers\":[{\"name\":\"c\"}]}}");
+  smp_doc_case("{\"metadata\":{\"labels\":{\"a\":\"1\",\"b\":\"2\"}}}",
+           "{\"metadata\":{\"labels\":{\"$patch\":\"replace\",\"c\":\"3\"}}}",
+           "{\"metadata\":{\"labels\":{\"c\":\"3\"}}}");
+  /* null removes; what a new element carries loses its nulls. */
+  smp_doc_case("{\"a\":1,\"b\":{\"c\":2}}", "{\"a\":null,\"b\":{\"d\":{\"e\":null,\"f\":1}}}",
+           "{\"b\":{\"c\":2,\"d\":{\"f\":1}}}");
+}
+END_TEST
+
+START_TEST(strategic_merge_missing_merge_key_fails) {
+  json_t *d = json_loads("{\"spec\":{\"containers\":[{\"name\":\"a\"}]}}", 0, NULL);
+  json_t *p = json_loads("{\"spec\":{\"containers\":[{\"image\":\"x\"}]}}", 0, NULL);
+  json_t *arr = json_loads("[1]", 0, NULL);
+  struct smp_error e;
+
+  ck_assert_ptr_null(strategic_merge_patch(d, p, K_POD, &e));
+  ck_assert_int_eq(e.code, 500);
+  ck_assert_str_eq(e.msg, "map: {\"image\":\"x\"} does not contain declared merge key: name");
+  ck_assert_ptr_null(strategic_merge_patch(json_object(), arr, K_POD, &e));
+  json_decref(p);
+  json_decref(arr);
+}
+END_TEST
+
 START_TEST(json_patch_ops_and_failed_test) {
   json_t *doc = json_loads("{\"metadata\":{\"labels\":{\"a/b\":\"1\"}},\"l\":[1,2]}", 0, NULL);
   json_t *ops = json_loads("[{\"op\":\"test\",\"path\":\"/metadata/labels/a~1b\",\"value\":\"1\"},"
@@ -388,6 +476,9 @@ Suite *s = suite_create("kubesim_store");
   tcase_add_test(tc, compaction_expires_older_versions_only);
   tcase_add_test(tc, objver_exposes_selector_fields);
   tcase_add_test(tc, merge_patch_sets_and_removes_keys);
+  tcase_add_test(tc, strategic_merge_lists_by_key);
+  tcase_add_test(tc, strategic_merge_order_and_directives);
+  tcase_add_test(tc, strategic_merge_missing_merge_key_fails);
   tcase_add_test(tc, json_patch_ops_and_failed_test);
   tcase_add_test(tc, json_patch_move_and_copy);
   tcase_add_test(tc, strategic_merge_patch_merges_lists_by_key);
