@@ -91,6 +91,11 @@ static const char *const api_resources_v1 =
 
 static const char *const api_resources_apps =
     "{\"kind\":\"APIResourceList\",\"apiVersion\":\"v1\",\"groupVersion\":\"apps/v1\",\"resources\":["
+    "{\"name\":\"deployments\",\"singularName\":\"deployment\",\"namespaced\":true,\"kind\":\"Deployment\","
+    "\"verbs\":[\"create\",\"delete\",\"deletecollection\",\"get\",\"list\",\"patch\",\"update\",\"watch\"],"
+    "\"shortNames\":[\"deploy\"],\"categories\":[\"all\"]},"
+    "{\"name\":\"deployments/scale\",\"singularName\":\"\",\"namespaced\":true,\"group\":\"autoscaling\",\"version\":\"v1\",\"kind\":\"Scale\",\"verbs\":[\"get\",\"patch\",\"update\"]},"
+    "{\"name\":\"deployments/status\",\"singularName\":\"\",\"namespaced\":true,\"kind\":\"Deployment\",\"verbs\":[\"get\",\"patch\",\"update\"]},"
     "{\"name\":\"replicasets\",\"singularName\":\"replicaset\",\"namespaced\":true,\"kind\":\"ReplicaSet\","
     "\"verbs\":[\"create\",\"delete\",\"deletecollection\",\"get\",\"list\",\"patch\",\"update\",\"watch\"],"
     "\"shortNames\":[\"rs\"],\"categories\":[\"all\"]},"
@@ -667,6 +672,21 @@ static void handle_create(struct sim *s, struct fr_http_req *req, const struct r
     if (o != NULL && rs_setup(s, o) != 0)
       o = NULL;
     break;
+  case K_DEPLOYMENT:
+    json_object_set_new(json_obj(j, "metadata"), "generation", json_integer(1));
+    json_object_del(j, "status");
+    deploy_defaults(j);
+    if (kind_validate(K_DEPLOYMENT, NULL, j, &e) != 0) {
+      status_err(req, &e, "deployments", json_get_str(json_object_get(j, "metadata"), "name"));
+      json_decref(j);
+      return;
+    }
+    if (dry)
+      break;
+    o = store_commit(s, K_DEPLOYMENT, NULL, j, EV_ADDED);
+    if (o != NULL && deploy_setup(s, o) != 0)
+      o = NULL;
+    break;
   case K_QUOTA:
     if (quota_spec_valid(j, &e) != 0) {
       status_err(req, &e, "resourcequotas", NULL);
@@ -902,6 +922,10 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
       json_object_set_new(json_obj(nw, "metadata"), "generation",
                           json_integer(json_get_int(json_object_get(old, "metadata"), "generation", 1) + 1));
   }
+  if (r->kind == K_DEPLOYMENT && !status_sub &&
+      !json_equal(json_object_get(old, "spec"), json_object_get(nw, "spec")))
+    json_object_set_new(json_obj(nw, "metadata"), "generation",
+                        json_integer(json_get_int(json_object_get(old, "metadata"), "generation", 1) + 1));
   if (r->kind == K_QUOTA) {
     struct sim_err e;
     memset(&e, 0, sizeof(e));
@@ -937,7 +961,11 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
   }
   switch (r->kind) {
   case K_POD: pod_changed(s, o); break;
-  case K_RS: rs_mark_dirty(s, o); break;
+  case K_RS:
+    rs_mark_dirty(s, o);
+    deploy_rs_changed(s, o);
+    break;
+  case K_DEPLOYMENT: deploy_mark_dirty(s, o); break;
   case K_QUOTA: {
     struct sim_obj *nso = store_get(s, K_NAMESPACE, "", o->ns);
     if (nso && nso->u.nsstate) {
@@ -975,6 +1003,8 @@ static void delete_ns_contents(struct sim *s, const char *ns) {
         json_t *j = obj_json(o);
         if (k == K_RS)
           rs_deleted(s, o, 1);
+        if (k == K_DEPLOYMENT)
+          deploy_free_state(o);
         if (j)
           store_commit(s, (enum sim_kind)k, o, j, EV_DELETED);
       }
@@ -1053,7 +1083,14 @@ static char *delete_one(struct sim *s, struct fr_http_req *req, struct sim_obj *
     objver_unref(last);
     return NULL;
   case K_RS:
+    deploy_rs_changed(s, o);
     rs_deleted(s, o, prop != NULL && strcmp(prop, "Orphan") == 0);
+    store_commit(s, k, o, obj_json(o), EV_DELETED);
+    break;
+  case K_DEPLOYMENT:
+    /* Foreground and Background both remove the ReplicaSets and their
+     * pods (graceful); only the Deployment's own removal is immediate. */
+    deploy_deleted(s, o, prop != NULL && strcmp(prop, "Orphan") == 0);
     store_commit(s, k, o, obj_json(o), EV_DELETED);
     break;
   default:
@@ -1374,7 +1411,7 @@ static void handle_scale(struct sim *s, struct fr_http_req *req, const struct ro
     json_decref(in);
     if (replicas < 0) {
       api_status(req, 422, "Invalid", "Scale.autoscaling \"\" is invalid: spec.replicas: "
-                 "Invalid value: must be greater than or equal to 0", "replicasets", r->name, NULL);
+                 "Invalid value: must be greater than or equal to 0", kind_resource(r->kind), r->name, NULL);
       return;
     }
     cur = obj_json(o);
@@ -1382,9 +1419,11 @@ static void handle_scale(struct sim *s, struct fr_http_req *req, const struct ro
       json_object_set_new(json_obj(cur, "spec"), "replicas", json_integer(replicas));
       json_object_set_new(json_obj(cur, "metadata"), "generation",
                           json_integer(json_get_int(json_object_get(cur, "metadata"), "generation", 1) + 1));
-      o = store_commit(s, K_RS, o, cur, EV_MODIFIED);
-      if (o)
+      o = store_commit(s, r->kind, o, cur, EV_MODIFIED);
+      if (o != NULL && r->kind == K_RS)
         rs_mark_dirty(s, o);
+      else if (o != NULL)
+        deploy_mark_dirty(s, o);
     } else {
       json_decref(cur);
     }
@@ -1448,7 +1487,7 @@ static void route_request(struct sim *s, struct fr_http_req *req) {
       log_handle(s, req, r.ns, r.name);
       return;
     }
-    if (r.kind == K_RS && strcmp(r.sub, "scale") == 0) {
+    if ((r.kind == K_RS || r.kind == K_DEPLOYMENT) && strcmp(r.sub, "scale") == 0) {
       handle_scale(s, req, &r);
       return;
     }
