@@ -825,9 +825,10 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
         api_status(req, 422, "Invalid", err, kind_resource(r->kind), r->name, NULL);
         goto out;
       }
-    } else if (ctype != NULL && (strncasecmp(ctype, "application/merge-patch+json", 28) == 0 ||
-                                 strncasecmp(ctype, "application/strategic-merge-patch+json", 38) == 0)) {
+    } else if (ctype != NULL && strncasecmp(ctype, "application/merge-patch+json", 28) == 0) {
       nw = merge_patch(json_deep_copy(old), patch);
+    } else if (ctype != NULL && strncasecmp(ctype, "application/strategic-merge-patch+json", 38) == 0) {
+      nw = strategic_merge_patch(json_deep_copy(old), patch);
     } else {
       json_decref(patch);
       json_decref(old);

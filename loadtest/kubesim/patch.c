@@ -35,6 +35,99 @@ json_t *merge_patch(json_t *target, json_t *patch) {
   return target;
 }
 
+/* The patchMergeKey of the list fields whose elements strategic merge
+ * patch matches by key (k8s.io/api struct tags); other lists are replaced.
+ * "ports" is keyed by containerPort in a container and port in a Service. */
+static const char *list_merge_key(const char *field, json_t *elem) {
+  static const char *const keys[][2] = {
+      {"containers", "name"},         {"initContainers", "name"}, {"ephemeralContainers", "name"},
+      {"volumes", "name"},            {"env", "name"},            {"imagePullSecrets", "name"},
+      {"volumeMounts", "mountPath"},  {"volumeDevices", "devicePath"},
+      {"ownerReferences", "uid"},
+  };
+  size_t i;
+
+  if (strcmp(field, "ports") == 0)
+    return json_object_get(elem, "containerPort") != NULL ? "containerPort" : "port";
+  for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+    if (strcmp(keys[i][0], field) == 0)
+      return keys[i][1];
+  return NULL;
+}
+
+/* Patch list <patch> (borrowed) onto <target> (taken, may be NULL) of
+ * field <field>: elements with the same merge key merge, new ones are
+ * appended, {"$patch":"delete", key} removes one. */
+static json_t *merge_list(json_t *target, json_t *patch, const char *field) {
+  size_t i, t;
+  json_t *p;
+
+  if (!json_is_array(target) || json_array_size(patch) == 0 ||
+      list_merge_key(field, json_array_get(patch, 0)) == NULL) {
+    json_decref(target);
+    return json_deep_copy(patch);
+  }
+  json_array_foreach(patch, i, p) {
+    const char *key = json_is_object(p) ? list_merge_key(field, p) : NULL;
+    json_t *want = key ? json_object_get(p, key) : NULL, *cur;
+    const char *directive = json_is_object(p) ? json_string_value(json_object_get(p, "$patch")) : NULL;
+    size_t found = (size_t)-1;
+
+    if (want == NULL) {
+      /* not a keyed element: the list is replaced, as a plain merge would */
+      json_decref(target);
+      return json_deep_copy(patch);
+    }
+    json_array_foreach(target, t, cur) {
+      if (json_is_object(cur) && json_equal(json_object_get(cur, key), want)) {
+        found = t;
+        break;
+      }
+    }
+    if (directive != NULL && strcmp(directive, "delete") == 0) {
+      if (found != (size_t)-1)
+        json_array_remove(target, found);
+      continue;
+    }
+    if (found != (size_t)-1) {
+      cur = json_array_get(target, found);
+      json_array_set_new(target, found, strategic_merge_patch(json_incref(cur), p));
+    } else {
+      json_array_append_new(target, strategic_merge_patch(NULL, p));
+    }
+  }
+  return target;
+}
+
+json_t *strategic_merge_patch(json_t *target, json_t *patch) {
+  const char *key;
+  json_t *v;
+
+  if (!json_is_object(patch)) {
+    json_decref(target);
+    return json_deep_copy(patch);
+  }
+  if (!json_is_object(target)) {
+    json_decref(target);
+    target = json_object();
+  }
+  json_object_foreach(patch, key, v) {
+    /* $setElementOrder, $retainKeys, $deleteFromPrimitiveList and a map's
+     * $patch are directives, not fields. */
+    if (key[0] == '$')
+      continue;
+    if (json_is_null(v)) {
+      json_object_del(target, key);
+    } else {
+      json_t *cur = json_object_get(target, key);
+      json_t *merged = json_is_array(v) ? merge_list(cur ? json_incref(cur) : NULL, v, key)
+                                        : strategic_merge_patch(cur ? json_incref(cur) : NULL, v);
+      json_object_set_new(target, key, merged);
+    }
+  }
+  return target;
+}
+
 /* Unescapes one JSON pointer token (~1 -> /, ~0 -> ~) in place. */
 static void ptr_unescape(char *t) {
   char *r = t, *w = t;

@@ -6,10 +6,14 @@
 #include <jansson.h>
 
 /* RFC 7386 merge patch: takes <target> (may be NULL), borrows <patch>,
- * returns the merged document. Strategic merge patch is served by the same
- * function: for the maps kubectl label/annotate/scale send it is identical;
- * list merge keys and $patch directives are not modelled. */
+ * returns the merged document. */
 json_t *merge_patch(json_t *target, json_t *patch);
+/* Strategic merge patch, same ownership: maps merge as in merge_patch();
+ * the lists Kubernetes types key (containers, env, volumes, ports, ... by
+ * name, containerPort, mountPath) merge element by element, with
+ * {"$patch":"delete"} removing one; other lists are replaced and other
+ * directives ($setElementOrder, $retainKeys, a map's $patch) ignored. */
+json_t *strategic_merge_patch(json_t *target, json_t *patch);
 /* RFC 6902 (add, remove, replace, test) applied in place to <doc>. */
 int json_patch_apply(json_t *doc, json_t *ops, char *err, size_t errlen);
 

@@ -617,6 +617,7 @@ static void bind_pod(struct sim *s, struct sim_obj *o, struct sim_obj *node, jso
                                             ? json_object_get(json_array_get(json_path(j, "spec.containers"), 0), "image")
                                             : NULL);
   const char *hostip = NULL;
+  char pull[512];
   uint64_t delay = (uint64_t)s->opts.start_ms;
   size_t i;
   json_t *a;
@@ -657,12 +658,14 @@ static void bind_pod(struct sim *s, struct sim_obj *o, struct sim_obj *node, jso
     node_add_image(nd, image);
     p->pulling = 1;
   }
+  /* <image> lives in <j>, which the commit takes. */
+  snprintf(pull, sizeof(pull), "%s", p->pulling ? image : "");
   if (pod_commit(s, o, j) == NULL)
     return;
   event_emit(s, o, "Normal", "Scheduled", "default-scheduler", NULL, "Successfully assigned %s/%s to %s",
              o->ns, o->name, node->name);
   if (p->pulling)
-    event_emit(s, o, "Normal", "Pulling", "kubelet", node->name, "Pulling image \"%s\"", image);
+    event_emit(s, o, "Normal", "Pulling", "kubelet", node->name, "Pulling image \"%s\"", pull);
   pod_timer_start(p, on_pod_started, delay);
   noexec_check(s, o); /* a pod bound by spec.nodeName may land on a NoExecute taint */
 }

@@ -73,6 +73,7 @@ enum sim_field {
   F_SCHEDULER_NAME,
   F_SERVICE_ACCOUNT,
   F_NOMINATED_NODE,
+  F_EXTRA,          /* unused by pods: events need one slot more */
   F_COUNT
 };
 

@@ -31,7 +31,7 @@ static const char *const event_fields[] = {
     "metadata.name",           "metadata.namespace", "involvedObject.kind",
     "involvedObject.name",     "involvedObject.uid", "involvedObject.namespace",
     "reason",                  "type",               "source",
-    NULL};
+    "involvedObject.apiVersion", NULL};
 _Static_assert(FR_ARRAY_SIZE(event_fields) - 1 <= F_COUNT, "an event field per objver slot");
 
 const char *const *kind_field_names(enum sim_kind k) {

@@ -240,11 +240,21 @@ step "pod events from the scheduler and kubelet, by field selector and in kubect
 P="$(pods_of app=d1 | head -n1)"
 NODE="$(jp "pod/$P" '{.spec.nodeName}')"
 k get events --field-selector "involvedObject.name=$P,involvedObject.kind=Pod" -o 'jsonpath={range .items[*]}{.reason}{"\n"}{end}'
-[ "$(sort "$OUT" | tr '\n' ' ')" = "Created Pulled Scheduled Started " ] || fail "pod $P events: want Created Pulled Scheduled Started"
+# Pulling only when the node had not pulled the image before; then Pulled
+# says it pulled, else that the image was present.
+if grep -q '^Pulling$' "$OUT"; then PULLED='Successfully pulled image "nginx" in'; else PULLED='Container image "nginx" already present on machine'; fi
+[ "$(grep -v '^Pulling$' "$OUT" | sort | tr '\n' ' ')" = "Created Pulled Scheduled Started " ] || fail "pod $P events: want Created Pulled Scheduled Started"
+k get events --field-selector "involvedObject.name=$P,reason=Pulled" -o 'jsonpath={.items[0].message}'
+grep -qF "$PULLED" "$OUT" || fail "Pulled message: want '$PULLED...'"
 k get events --field-selector "involvedObject.name=$P,reason=Scheduled" -o 'jsonpath={.items[0].message}|{.items[0].source.component}|{.items[0].type}|{.items[0].count}'
 out_is "Successfully assigned default/$P to $NODE|default-scheduler|Normal|1" "Scheduled event"
 k get events --field-selector "involvedObject.uid=$(jp "pod/$P" '{.metadata.uid}'),reason=Started" -o 'jsonpath={.items[0].message}|{.items[0].source.component}|{.items[0].source.host}'
 out_is "Started container nginx|kubelet|$NODE" "Started event by uid"
+k events --for "pod/$P"
+expect_rc 0 "kubectl events --for pod/$P" && {
+  grep -Eq "Normal +Scheduled +Pod/$P +Successfully assigned" "$OUT" || fail "kubectl events --for: Scheduled row"
+  grep -q "Pod/$P" "$OUT" && ! grep -v "Pod/$P" "$OUT" | grep -qv '^LAST SEEN' || fail "kubectl events --for shows other objects"
+}
 k describe pod "$P"
 expect_rc 0 "describe pod"
 sed -n '/^Events:/,$p' "$OUT" >"$T/ev"

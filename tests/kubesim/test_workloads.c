@@ -1,13 +1,15 @@
 /* test_workloads.c - the pure parts of kubesim's workload controllers:
  * the Deployment controller's pod-template-hash and RollingUpdate
  * arithmetic, the event recorder's aggregation and bound, and the
- * protobuf Deployment that kubectl create deployment sends. */
+ * protobuf Deployment that kubectl create deployment sends, and the
+ * strategic merge patch kubectl set image sends. */
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "patch.h"
 #include "sim.h"
 
 static struct sim sim;
@@ -283,6 +285,30 @@ START_TEST(proto_deployment_with_an_unknown_value_is_refused) {
 }
 END_TEST
 
+/* kubectl set image deploy/x c=img:2 */
+START_TEST(strategic_merge_patch_merges_containers_by_name) {
+  json_t *doc = json_loads("{\"spec\":{\"containers\":[{\"name\":\"c\",\"image\":\"img:1\","
+                           "\"ports\":[{\"containerPort\":80}]},{\"name\":\"side\",\"image\":\"s:1\"}],"
+                           "\"tolerations\":[{\"key\":\"a\"}]}}", 0, NULL);
+  json_t *patch = json_loads("{\"spec\":{\"$setElementOrder/containers\":[{\"name\":\"c\"},{\"name\":\"side\"}],"
+                             "\"containers\":[{\"image\":\"img:2\",\"name\":\"c\"},"
+                             "{\"name\":\"side\",\"$patch\":\"delete\"},{\"name\":\"new\",\"image\":\"n\"}],"
+                             "\"tolerations\":[{\"key\":\"b\"}]}}", 0, NULL);
+  char *text;
+
+  ck_assert_ptr_nonnull(doc);
+  ck_assert_ptr_nonnull(patch);
+  doc = strategic_merge_patch(doc, patch);
+  text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+  ck_assert_str_eq(text, "{\"spec\":{\"containers\":[{\"image\":\"img:2\",\"name\":\"c\",\"ports\":"
+                         "[{\"containerPort\":80}]},{\"image\":\"n\",\"name\":\"new\"}],"
+                         "\"tolerations\":[{\"key\":\"b\"}]}}");
+  free(text);
+  json_decref(doc);
+  json_decref(patch);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("kubesim_workloads");
   TCase *tc = tcase_create("core");
@@ -299,6 +325,7 @@ int main(void) {
   tcase_add_test(tc, event_ring_drops_the_oldest_beyond_the_limit);
   tcase_add_test(tc, proto_decodes_kubectl_create_deployment);
   tcase_add_test(tc, proto_deployment_with_an_unknown_value_is_refused);
+  tcase_add_test(tc, strategic_merge_patch_merges_containers_by_name);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
