@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317  # helpers are called through wait_until / traps
+# shellcheck disable=SC2015  # "A && B || fail ...": fail when either check does not hold
 # kubectl_workloads.sh — workloads as a real cluster runs them, driven by the
 # real kubectl (v1.32) against kubesim: the Deployment controller
 # (ReplicaSet per template with pod-template-hash, RollingUpdate within
