@@ -1021,15 +1021,16 @@ static void arm_deadline(struct sim_pod *p) {
   pod_timer_start(p, on_deadline, left > 0 ? (uint64_t)left : 0);
 }
 
-/* What the kubelet records as it starts pod <o>'s containers: the image
- * (pulled once per node, for the first container), Created, Started. */
-static void kubelet_started_events(struct sim *s, struct sim_obj *o) {
+/* What the kubelet records as it starts pod <o>'s <containers> (borrowed):
+ * the image (pulled once per node, for the first container), Created,
+ * Started. */
+static void kubelet_started_events(struct sim *s, struct sim_obj *o, json_t *containers) {
   struct sim_pod *p = o->u.pod;
   const char *host = p->node ? p->node->name : NULL;
-  json_t *j = obj_json(o), *c;
+  json_t *c;
   size_t i;
 
-  json_array_foreach(json_path(j, "spec.containers"), i, c) {
+  json_array_foreach(containers, i, c) {
     const char *name = json_get_str(c, "name"), *image = json_get_str(c, "image");
     if (name == NULL || image == NULL)
       continue;
@@ -1044,14 +1045,13 @@ static void kubelet_started_events(struct sim *s, struct sim_obj *o) {
     event_emit(s, o, "Normal", "Started", "kubelet", host, "Started container %s", name);
   }
   p->pulling = 0;
-  json_decref(j);
 }
 
 static void on_pod_started(uv_timer_t *t) {
   struct sim_pod *p = t->data;
   struct sim *s = p->sim;
   struct sim_obj *o = p->obj;
-  json_t *j, *st, *ips;
+  json_t *j, *st, *ips, *containers;
   char ip[32], ts[21], cid[80];
   uint32_t n;
   int ready;
@@ -1091,9 +1091,14 @@ static void on_pod_started(uv_timer_t *t) {
     }
   }
   p->stage = PS_RUNNING;
-  if (pod_commit(s, o, j) == NULL)
+  /* The commit takes <j>; the events need only its containers. */
+  containers = json_incref(json_path(j, "spec.containers"));
+  if (pod_commit(s, o, j) == NULL) {
+    json_decref(containers);
     return;
-  kubelet_started_events(s, o);
+  }
+  kubelet_started_events(s, o, containers);
+  json_decref(containers);
   rs_pod_event(s, o);
   arm_deadline(p);
   if (!ready && agent_start(s, o) != 0)
