@@ -10,8 +10,10 @@
  * (checked whenever an event is recorded), and its removal is a DELETED
  * watch event as an etcd TTL expiry would be. Repeats do not take slots:
  * an identical event (same object, reason, message, type and source) is
- * named from a hash of those, so a repeat finds the stored one and bumps
- * its count and lastTimestamp, like the client-go recorder's EventLogger.
+ * found through a hash index of the ring (FNV-64 of those fields -> ring
+ * position) and gets its count and lastTimestamp bumped, like the
+ * client-go recorder's EventLogger. Names are the recorder's
+ * "<object>.<UnixNano in hex>", so a list is in time order per object.
  * A 50,000-pod simulator thus holds at most --event-limit events.
  */
 #include <errno.h>
@@ -31,12 +33,65 @@
 struct ring_slot {
   char *ns, *name;
   uint64_t ms;
+  uint64_t key;                /* aggregation key hash */
+};
+
+/* Open addressing, linear probing: aggregation key -> ring sequence. */
+struct idx_entry {
+  uint64_t key;
+  uint64_t seq1;               /* sequence + 1; 0 = empty */
 };
 
 struct sim_events {
   struct ring_slot *slot;
   size_t cap, start, len;
+  uint64_t first_seq;          /* sequence number of slot[start] */
+  struct idx_entry *idx;
+  size_t idx_mask;
+  uint64_t last_ns;            /* names stay unique within a nanosecond */
 };
+
+static uint64_t idx_find(const struct sim_events *ev, uint64_t key, size_t *pos) {
+  size_t i = (size_t)key & ev->idx_mask;
+
+  for (; ev->idx[i].seq1 != 0; i = (i + 1) & ev->idx_mask) {
+    if (ev->idx[i].key == key) {
+      *pos = i;
+      return ev->idx[i].seq1;
+    }
+  }
+  *pos = i;
+  return 0;
+}
+
+static void idx_put(struct sim_events *ev, uint64_t key, uint64_t seq) {
+  size_t i;
+
+  idx_find(ev, key, &i);
+  ev->idx[i].key = key;
+  ev->idx[i].seq1 = seq + 1;
+}
+
+/* Removes <key> if it still points at <seq> (backward-shift deletion keeps
+ * every other key reachable without tombstones). */
+static void idx_del(struct sim_events *ev, uint64_t key, uint64_t seq) {
+  size_t i, j, home;
+
+  if (idx_find(ev, key, &i) != seq + 1)
+    return;
+  for (j = i;;) {
+    j = (j + 1) & ev->idx_mask;
+    if (ev->idx[j].seq1 == 0)
+      break;
+    home = (size_t)ev->idx[j].key & ev->idx_mask;
+    /* Stays if its home lies cyclically in (i, j]. */
+    if (i <= j ? (i < home && home <= j) : (i < home || home <= j))
+      continue;
+    ev->idx[i] = ev->idx[j];
+    i = j;
+  }
+  ev->idx[i].seq1 = 0;
+}
 
 int events_init(struct sim *s) {
   struct sim_events *ev;
@@ -48,7 +103,13 @@ int events_init(struct sim *s) {
     return -ENOMEM;
   ev->cap = (size_t)s->opts.event_limit;
   ev->slot = calloc(ev->cap, sizeof(*ev->slot));
-  if (ev->slot == NULL) {
+  /* At most half full, so probes stay short. */
+  for (ev->idx_mask = 15; ev->idx_mask < ev->cap * 2; ev->idx_mask = ev->idx_mask * 2 + 1)
+    ;
+  ev->idx = calloc(ev->idx_mask + 1, sizeof(*ev->idx));
+  if (ev->slot == NULL || ev->idx == NULL) {
+    free(ev->slot);
+    free(ev->idx);
     free(ev);
     return -ENOMEM;
   }
@@ -68,6 +129,7 @@ void events_free(struct sim *s) {
     free(r->name);
   }
   free(ev->slot);
+  free(ev->idx);
   free(ev);
   s->events = NULL;
 }
@@ -82,17 +144,18 @@ static void fnv64(uint64_t *h, const char *str) {
   *h *= 1099511628211ull;
 }
 
-void event_name(const char *name, const char *uid, const char *type, const char *reason,
-                const char *component, const char *host, const char *msg, char *out, size_t cap) {
+static uint64_t event_key(const char *ns, const char *uid, const char *type, const char *reason,
+                          const char *component, const char *host, const char *msg) {
   uint64_t h = 14695981039346656037ull;
 
+  fnv64(&h, ns);
   fnv64(&h, uid);
   fnv64(&h, type);
   fnv64(&h, reason);
   fnv64(&h, component);
   fnv64(&h, host);
   fnv64(&h, msg);
-  snprintf(out, cap, "%s.%016" PRIx64, name, h);
+  return h;
 }
 
 /* Drops the oldest slot and the event it names (if still stored). */
@@ -106,25 +169,46 @@ static void ring_pop(struct sim *s) {
     if (j != NULL)
       store_commit(s, K_EVENT, o, j, EV_DELETED);
   }
+  idx_del(ev, r->key, ev->first_seq);
   free(r->ns);
   free(r->name);
   r->ns = r->name = NULL;
   ev->start = (ev->start + 1) % ev->cap;
+  ev->first_seq++;
   ev->len--;
 }
 
-static void ring_push(struct sim *s, const char *ns, const char *name) {
+static void ring_expire(struct sim *s) {
   struct sim_events *ev = s->events;
   uint64_t now = uv_now(s->loop);
-  struct ring_slot *r;
 
   while (ev->len > 0 && (ev->len == ev->cap || ev->slot[ev->start].ms + EVENT_TTL_MS < now))
     ring_pop(s);
-  r = &ev->slot[(ev->start + ev->len) % ev->cap];
+}
+
+static void ring_push(struct sim *s, const char *ns, const char *name, uint64_t key) {
+  struct sim_events *ev = s->events;
+  struct ring_slot *r = &ev->slot[(ev->start + ev->len) % ev->cap];
+
   r->ns = strdup(ns);
   r->name = strdup(name);
-  r->ms = now;
+  r->ms = uv_now(s->loop);
+  r->key = key;
+  idx_put(ev, key, ev->first_seq + ev->len);
   ev->len++;
+}
+
+/* The stored event an identical one would repeat, or NULL. */
+static struct sim_obj *ring_lookup(struct sim *s, uint64_t key) {
+  struct sim_events *ev = s->events;
+  size_t pos;
+  uint64_t seq1 = idx_find(ev, key, &pos);
+  struct ring_slot *r;
+
+  if (seq1 == 0 || seq1 - 1 < ev->first_seq || seq1 - 1 >= ev->first_seq + ev->len)
+    return NULL;
+  r = &ev->slot[(ev->start + (seq1 - 1 - ev->first_seq)) % ev->cap];
+  return r->ns && r->name ? store_get(s, K_EVENT, r->ns, r->name) : NULL;
 }
 
 void event_emit(struct sim *s, struct sim_obj *about, const char *type, const char *reason,
@@ -134,6 +218,7 @@ void event_emit(struct sim *s, struct sim_obj *about, const char *type, const ch
   struct sim_obj *o;
   json_t *j, *src;
   struct sim_err e;
+  uint64_t key, ns_now;
   va_list ap;
 
   if (s->events == NULL || about == NULL || s->stopping)
@@ -143,9 +228,9 @@ void event_emit(struct sim *s, struct sim_obj *about, const char *type, const ch
   va_end(ap);
   /* Events about cluster-scoped objects (nodes) live in "default". */
   ns = kind_namespaced(about->kind) ? about->ns : "default";
-  event_name(about->name, about->uid, type, reason, component, host, msg, name, sizeof(name));
+  key = event_key(ns, about->uid, type, reason, component, host, msg);
   now_rfc3339(ts);
-  o = store_get(s, K_EVENT, ns, name);
+  o = ring_lookup(s, key);
   if (o != NULL) {
     j = obj_json(o);
     if (j == NULL)
@@ -155,6 +240,13 @@ void event_emit(struct sim *s, struct sim_obj *about, const char *type, const ch
     store_commit(s, K_EVENT, o, j, EV_MODIFIED);
     return;
   }
+  /* Room first: the expiry must not drop the event it is about to add. */
+  ring_expire(s);
+  ns_now = (uint64_t)fr_wall_ms() * 1000000u;
+  if (ns_now <= s->events->last_ns)
+    ns_now = s->events->last_ns + 1;
+  s->events->last_ns = ns_now;
+  snprintf(name, sizeof(name), "%s.%" PRIx64, about->name, ns_now);
   src = json_pack("{s:s}", "component", component);
   if (src != NULL && host != NULL)
     json_object_set_new(src, "host", json_string(host));
@@ -174,5 +266,5 @@ void event_emit(struct sim *s, struct sim_obj *about, const char *type, const ch
     return;
   }
   if (store_commit(s, K_EVENT, NULL, j, EV_ADDED) != NULL)
-    ring_push(s, ns, name);
+    ring_push(s, ns, name, key);
 }

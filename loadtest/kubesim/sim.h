@@ -564,10 +564,6 @@ void events_free(struct sim *s);
 void event_emit(struct sim *s, struct sim_obj *about, const char *type, const char *reason,
                 const char *component, const char *host, const char *fmt, ...)
     __attribute__((format(printf, 7, 8)));
-/* The name an event about <uid>/<name> with this key gets:
- * "<name>.<16 hex digits>" from an FNV-64a of the aggregation key. */
-void event_name(const char *name, const char *uid, const char *type, const char *reason,
-                const char *component, const char *host, const char *msg, char *out, size_t cap);
 
 /* ---- misc ---- */
 /* Quantities may arrive as JSON numbers (YAML "cpu: 2"); Kubernetes

@@ -235,6 +235,31 @@ START_TEST(event_ring_drops_the_oldest_beyond_the_limit) {
 }
 END_TEST
 
+/* The aggregation index stays right while the ring turns over many times
+ * (its deletions shift entries back), and names sort in time order. */
+START_TEST(event_index_survives_the_ring_turning) {
+  struct sim_obj *p = pod("p"), *e;
+  char want[32];
+  int i, k = 497;
+
+  for (i = 0; i < 500; i++)
+    event_emit(&sim, p, "Normal", "Tick", "kubelet", "n1", "tick %d", i);
+  ck_assert_uint_eq(sim.counts[K_EVENT], 3);
+  for (i = 499; i >= 497; i--)
+    event_emit(&sim, p, "Normal", "Tick", "kubelet", "n1", "tick %d", i);
+  ck_assert_uint_eq(sim.counts[K_EVENT], 3);
+  for (e = store_first(&sim, K_EVENT, "default"); e != NULL; e = store_next(&sim, e)) {
+    json_t *j = obj_json(e);
+    ck_assert_int_eq(json_get_int(j, "count", 0), 2);
+    ck_assert_int_eq(strncmp(e->name, "p.", 2), 0);
+    /* listed (by name) in the order they were first recorded */
+    snprintf(want, sizeof(want), "tick %d", k++);
+    ck_assert_str_eq(json_get_str(j, "message"), want);
+    json_decref(j);
+  }
+}
+END_TEST
+
 /* What kubectl v1.32 sends for
  *   kubectl create deployment pb3 --image=nginx:1 --replicas=2 --port=80 */
 static const unsigned char deploy_pb[] = {
@@ -323,6 +348,7 @@ int main(void) {
   tcase_add_test(tc, rolling_step_waits_for_new_pods_and_drops_unhealthy_old_first);
   tcase_add_test(tc, event_repeat_counts_and_different_message_is_new);
   tcase_add_test(tc, event_ring_drops_the_oldest_beyond_the_limit);
+  tcase_add_test(tc, event_index_survives_the_ring_turning);
   tcase_add_test(tc, proto_decodes_kubectl_create_deployment);
   tcase_add_test(tc, proto_deployment_with_an_unknown_value_is_refused);
   tcase_add_test(tc, strategic_merge_patch_merges_containers_by_name);
