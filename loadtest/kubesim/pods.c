@@ -678,9 +678,6 @@ static void report_unschedulable(struct sim *s, struct sim_obj *o, int why, cons
   char msg[512];
   struct fr_buf b;
 
-  if (p->unsched_reported)
-    return;
-  p->unsched_reported = 1;
   fr_buf_init(&b);
   if (why & 128)
     fr_buf_printf(&b, "%s", detail);
@@ -699,12 +696,17 @@ static void report_unschedulable(struct sim *s, struct sim_obj *o, int why, cons
   snprintf(msg, sizeof(msg), "0/%zu nodes are available: %s. preemption: not eligible.",
            s->counts[K_NODE], b.len ? b.data : "no nodes available to schedule pods");
   fr_buf_free(&b);
+  /* Every failed attempt is an event (repeats count up on one); the
+   * condition is written once. */
+  event_emit(s, o, "Warning", "FailedScheduling", "default-scheduler", NULL, "%s", msg);
+  if (p->unsched_reported)
+    return;
+  p->unsched_reported = 1;
   j = obj_json(o);
   if (j == NULL)
     return;
   set_condition(json_obj(j, "status"), "PodScheduled", "False", "Unschedulable", msg);
-  if (pod_commit(s, o, j) != NULL)
-    event_emit(s, o, "Warning", "FailedScheduling", "default-scheduler", NULL, "%s", msg);
+  pod_commit(s, o, j);
 }
 
 /* 1 if pod <j> mounts a PersistentVolumeClaim its namespace lacks; <msg>

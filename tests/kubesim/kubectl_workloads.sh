@@ -301,6 +301,11 @@ wait_until 20 npods_is app=web 0 || fail "web pods remain"
 k get rs -l app=web -o name
 [ -z "$(cat "$OUT")" ] || fail "web ReplicaSets remain: $(cat "$OUT")"
 
+step "the scheduler's retries (room freed above) repeat FailedScheduling: one event, count > 1"
+BIGPOD="$(pods_of app=big)"
+k get events --field-selector "involvedObject.name=$BIGPOD,reason=FailedScheduling" -o 'jsonpath={range .items[*]}{.count}{"\n"}{end}'
+[ "$(wc -l <"$OUT")" -eq 1 ] && [ "$(cat "$OUT")" -ge 2 ] || fail "want one FailedScheduling event for $BIGPOD with count >= 2"
+
 step "kubectl delete deploy --cascade=orphan: ReplicaSet and pods stay, released"
 k delete deploy d1 --cascade=orphan
 expect_rc 0 "delete d1 orphan"
