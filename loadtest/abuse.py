@@ -210,7 +210,7 @@ def main():
     try:
         sim = start([os.path.join(a.build_dir, "kubesim"), "--name", "c1", "--port-file", f"{root}/c1.port",
                      "--write-kubeconfig", f"{root}/c1.kubeconfig", "--token", "t", "--nodes", "4",
-                     "--node-cpu", "64", "--node-memory", "256Gi", "--node-pods", "200", "--fast-exec",
+                     "--node-cpu", "64", "--node-memory", "256Gi", "--node-pods", "200", "--fast-exec", "--event-limit", "0",
                      "--workdir", f"{root}/c1.wd", "--log-level", "warn"], f"{root}/c1.log")
         for _ in range(300):
             if os.path.exists(f"{root}/c1.port") and os.path.getsize(f"{root}/c1.port"):

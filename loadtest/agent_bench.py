@@ -86,7 +86,7 @@ def kubesim(build, root, name, mode):
     start([os.path.join(build, "kubesim"), "--tls", "--token", SIM_TOKEN, "--name", name,
            "--write-kubeconfig", kc, "--port-file", port_file,
            "--workdir", os.path.join(root, f"wd-{name}"), "--agent-binary", os.path.join(build, "fedrouter-agent"),
-           "--agent-mode", mode, "--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi", "--log-level", "warn"],
+           "--agent-mode", mode, "--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi", "--event-limit", "0", "--log-level", "warn"],
           os.path.join(root, f"kubesim-{name}.log"))
     for _ in range(300):
         if os.path.exists(port_file) and os.path.getsize(port_file) > 0:

@@ -159,7 +159,7 @@ start_sim() {
   "$BUILD/kubesim" --name "$name" --region "${SIM_REGION:-us}" --tls --token "$SIM_TOKEN" \
     --write-kubeconfig "$WORK/$name.kubeconfig" --port-file "$WORK/$name.port" \
     --admin-listen 127.0.0.1:0 --admin-port-file "$WORK/$name.admin" \
-    --workdir "$WORK/$name.wd" --log-level warn --fast-exec \
+    --workdir "$WORK/$name.wd" --log-level warn --fast-exec --event-limit 0 \
     "${nodes[@]}" "$@" \
     >"$WORK/$name.log" 2>&1 </dev/null &
   PIDS+=($!)

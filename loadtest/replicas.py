@@ -147,7 +147,7 @@ class Sim:
         argv = [os.path.join(ARGS.build_dir, "kubesim"), "--name", name, "--tls", "--token", SIM_TOKEN,
                 "--write-kubeconfig", self.kubeconfig, "--port-file", pf, "--admin-listen", "127.0.0.1:0",
                 "--admin-port-file", apf, "--nodes", str(nodes), "--node-pods", str(node_pods),
-                "--node-cpu", "256", "--node-memory", "1024Gi", "--fast-exec", "--schedule-ms", "10",
+                "--node-cpu", "256", "--node-memory", "1024Gi", "--fast-exec", "--event-limit", "0", "--schedule-ms", "10",
                 "--start-ms", "50", "--workdir", os.path.join(root, f"{name}.wd"), "--log-level", "warn"]
         if quota:
             argv += ["--namespace-quota", f"pods={nodes * node_pods}"]

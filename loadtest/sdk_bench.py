@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "sdk"))
 import fedharness as H  # noqa: E402
 from fedrouter import Client  # noqa: E402
 
-NODES = ["--nodes", "20", "--node-cpu", "32", "--node-memory", "128Gi", "--node-pods", "110"]
+NODES = ["--nodes", "20", "--node-cpu", "32", "--node-memory", "128Gi", "--node-pods", "110", "--event-limit", "0"]
 SMOKE_DELAYS = ["--schedule-ms", "10", "--image-pull-ms", "200", "--start-ms", "100", "--scheduler-qps", "100"]
 
 

@@ -701,6 +701,21 @@ static void handle_create(struct sim *s, struct fr_http_req *req, const struct r
     if (o != NULL && rs_setup(s, o) != 0)
       o = NULL;
     break;
+  case K_DEPLOYMENT:
+    json_object_set_new(json_obj(j, "metadata"), "generation", json_integer(1));
+    json_object_del(j, "status");
+    deploy_defaults(j);
+    if (kind_validate(K_DEPLOYMENT, NULL, j, &e) != 0) {
+      status_err(req, &e, "deployments", json_get_str(json_object_get(j, "metadata"), "name"));
+      json_decref(j);
+      return;
+    }
+    if (dry)
+      break;
+    o = store_commit(s, K_DEPLOYMENT, NULL, j, EV_ADDED);
+    if (o != NULL && deploy_setup(s, o) != 0)
+      o = NULL;
+    break;
   case K_QUOTA:
     if (quota_spec_valid(j, &e) != 0) {
       status_err(req, &e, "resourcequotas", NULL);
@@ -1009,7 +1024,11 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
   }
   switch (r->kind) {
   case K_POD: pod_changed(s, o); break;
-  case K_RS: rs_mark_dirty(s, o); break;
+  case K_RS:
+    rs_mark_dirty(s, o);
+    deploy_rs_changed(s, o);
+    break;
+  case K_DEPLOYMENT: deploy_mark_dirty(s, o); break;
   case K_QUOTA: {
     struct sim_obj *nso = store_get(s, K_NAMESPACE, "", o->ns);
     if (nso && nso->u.nsstate) {
@@ -1048,6 +1067,8 @@ static void delete_ns_contents(struct sim *s, const char *ns) {
         json_t *j = obj_json(o);
         if (k == K_RS)
           rs_deleted(s, o, 1);
+        if (k == K_DEPLOYMENT)
+          deploy_free_state(o);
         if (j)
           store_commit(s, (enum sim_kind)k, o, j, EV_DELETED);
       }
@@ -1126,7 +1147,14 @@ static char *delete_one(struct sim *s, struct fr_http_req *req, struct sim_obj *
     objver_unref(last);
     return NULL;
   case K_RS:
+    deploy_rs_changed(s, o);
     rs_deleted(s, o, prop != NULL && strcmp(prop, "Orphan") == 0);
+    store_commit(s, k, o, obj_json(o), EV_DELETED);
+    break;
+  case K_DEPLOYMENT:
+    /* Foreground and Background both remove the ReplicaSets and their
+     * pods (graceful); only the Deployment's own removal is immediate. */
+    deploy_deleted(s, o, prop != NULL && strcmp(prop, "Orphan") == 0);
     store_commit(s, k, o, obj_json(o), EV_DELETED);
     break;
   default:
@@ -1420,6 +1448,8 @@ static void handle_scale(struct sim *s, struct fr_http_req *req, const struct ro
     }
     if (r->kind == K_RS)
       rs_mark_dirty(s, o);
+    else
+      deploy_mark_dirty(s, o);
   }
   /* <cur> carries the new resourceVersion: store_commit() set it there. */
   api_json(req, 200, scale_of(cur));

@@ -50,6 +50,7 @@ static const struct {
                "horizontalpodautoscaler", "autoscaling", "v2", "autoscaling/v2", "hpa", 1},
     [K_PVC] = {"PersistentVolumeClaim", "PersistentVolumeClaimList", "persistentvolumeclaims",
                "persistentvolumeclaim", "", "v1", "v1", "pvc", 1},
+    [K_EVENT] = {"Event", "EventList", "events", "event", "", "v1", "v1", "ev", 1},
 };
 
 const char *kind_name(enum sim_kind k) { return kinds[k].kind; }
@@ -571,6 +572,15 @@ int kind_validate(enum sim_kind k, json_t *old, json_t *j, struct sim_err *e) {
   case K_DEPLOYMENT:
     if (old != NULL && !json_equal(json_path(old, "spec.selector"), json_path(j, "spec.selector")))
       return invalid(e, k, j, "spec.selector", "FieldValueInvalid", "Invalid value: field is immutable");
+    {
+      const char *field;
+      char msg[200];
+      if (deploy_check(j, &field, msg, sizeof(msg)) != 0)
+        return invalid(e, k, j, field, strncmp(msg, "Unsupported", 11) == 0 ? "FieldValueNotSupported"
+                                       : strncmp(msg, "Forbidden", 9) == 0 ? "FieldValueForbidden"
+                                                                            : "FieldValueInvalid",
+                       "%s", msg);
+    }
     if (rs_validate(j, e) != 0) {
       /* The same checks as a ReplicaSet's; name the right kind. */
       char msg[sizeof(e->msg)];
@@ -626,6 +636,29 @@ static const struct column rs_cols[] = {
     {"Current", "integer", "", "Number of actual replicas.", 0},
     {"Ready", "integer", "", "Number of ready replicas.", 0},
     {"Age", "string", "", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0},
+};
+static const struct column deploy_cols[] = {
+    {"Name", "string", "name", "Name must be unique within a namespace.", 0},
+    {"Ready", "string", "", "Number of the pod with ready state", 0},
+    {"Up-to-date", "integer", "", "Total number of non-terminated pods targeted by this deployment that have the desired template spec.", 0},
+    {"Available", "integer", "", "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.", 0},
+    {"Age", "string", "", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0},
+    {"Containers", "string", "", "Names of each container in the template.", 1},
+    {"Images", "string", "", "Images referenced by each container in the template.", 1},
+    {"Selector", "string", "", "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.", 1},
+};
+/* The API server's Event table: no leading name column. */
+static const struct column event_cols[] = {
+    {"Last Seen", "string", "", "The time at which the most recent occurrence of this event was recorded.", 0},
+    {"Type", "string", "", "Type of this event (Normal, Warning), new types could be added in the future.", 0},
+    {"Reason", "string", "", "This should be a short, machine understandable string that gives the reason for the transition into the object's current status.", 0},
+    {"Object", "string", "", "The object that this event is about.", 0},
+    {"Subobject", "string", "", "The subobject (such as a container) this event is about.", 1},
+    {"Source", "string", "", "The component reporting this event. Should be a short machine understandable string.", 1},
+    {"Message", "string", "", "A human-readable description of the status of this operation.", 0},
+    {"First Seen", "string", "", "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)", 1},
+    {"Count", "string", "", "The number of times this event has occurred.", 1},
+    {"Name", "string", "name", "Name must be unique within a namespace.", 1},
 };
 static const struct column meta_cols[] = {
     {"Name", "string", "name", "Name must be unique within a namespace.", 0},
@@ -780,6 +813,70 @@ static void node_cells(json_t *obj, json_t *cells) {
   json_array_append_new(cells, str_or_none(json_object_get(info, "containerRuntimeVersion")));
 }
 
+static json_t *since_cell(json_t *ts) {
+  int64_t t = 0;
+  char age[32];
+
+  if (!json_is_string(ts) || fr_time_parse_rfc3339(json_string_value(ts), &t) != 0)
+    return json_string("<unknown>");
+  human_age(t, age, sizeof(age));
+  return json_string(age);
+}
+
+static void event_cells(json_t *obj, json_t *cells) {
+  json_t *io = json_object_get(obj, "involvedObject");
+  const char *kind = json_get_str(io, "kind");
+  char what[600], lower[64];
+  size_t i;
+
+  for (i = 0; kind != NULL && kind[i] != '\0' && i + 1 < sizeof(lower); i++)
+    lower[i] = (char)(kind[i] >= 'A' && kind[i] <= 'Z' ? kind[i] + 32 : kind[i]);
+  lower[i] = '\0';
+  snprintf(what, sizeof(what), "%s/%s", lower, json_get_str(io, "name") ? json_get_str(io, "name") : "");
+  json_array_append_new(cells, since_cell(json_object_get(obj, "lastTimestamp")));
+  json_array_append_new(cells, str_or_none(json_object_get(obj, "type")));
+  json_array_append_new(cells, str_or_none(json_object_get(obj, "reason")));
+  json_array_append_new(cells, json_string(what));
+  json_array_append_new(cells, json_string(json_get_str(io, "fieldPath") ? json_get_str(io, "fieldPath") : ""));
+  snprintf(what, sizeof(what), "%s%s%s", json_string_value(json_path(obj, "source.component")) ?
+           json_string_value(json_path(obj, "source.component")) : "",
+           json_string_value(json_path(obj, "source.host")) ? ", " : "",
+           json_string_value(json_path(obj, "source.host")) ? json_string_value(json_path(obj, "source.host")) : "");
+  json_array_append_new(cells, json_string(what));
+  json_array_append_new(cells, json_string(json_get_str(obj, "message") ? json_get_str(obj, "message") : ""));
+  json_array_append_new(cells, since_cell(json_object_get(obj, "firstTimestamp")));
+  snprintf(what, sizeof(what), "%" PRId64, json_get_int(obj, "count", 1));
+  json_array_append_new(cells, json_string(what));
+  json_array_append_new(cells, str_or_none(json_path(obj, "metadata.name")));
+}
+
+static void deploy_cells(json_t *obj, json_t *cells) {
+  json_t *st = json_object_get(obj, "status"), *c;
+  struct fr_buf names, images;
+  char buf[48], *sel;
+  size_t i;
+
+  fr_buf_init(&names);
+  fr_buf_init(&images);
+  snprintf(buf, sizeof(buf), "%" PRId64 "/%" PRId64, json_get_int(st, "readyReplicas", 0),
+           json_get_int(json_object_get(obj, "spec"), "replicas", 1));
+  json_array_append_new(cells, json_string(buf));
+  json_array_append_new(cells, json_integer(json_get_int(st, "updatedReplicas", 0)));
+  json_array_append_new(cells, json_integer(json_get_int(st, "availableReplicas", 0)));
+  json_array_append_new(cells, age_cell(obj));
+  json_array_foreach(json_path(obj, "spec.template.spec.containers"), i, c) {
+    fr_buf_printf(&names, "%s%s", i ? "," : "", json_get_str(c, "name") ? json_get_str(c, "name") : "");
+    fr_buf_printf(&images, "%s%s", i ? "," : "", json_get_str(c, "image") ? json_get_str(c, "image") : "");
+  }
+  json_array_append_new(cells, json_string(names.data ? names.data : ""));
+  json_array_append_new(cells, json_string(images.data ? images.data : ""));
+  sel = label_selector_text(json_path(obj, "spec.selector"));
+  json_array_append_new(cells, json_string(sel ? sel : ""));
+  free(sel);
+  fr_buf_free(&names);
+  fr_buf_free(&images);
+}
+
 static void quota_cells(json_t *obj, json_t *cells) {
   struct fr_buf req, lim;
   json_t *hard = json_path(obj, "status.hard"), *used = json_path(obj, "status.used");
@@ -818,6 +915,8 @@ int table_render(struct sim *s, enum sim_kind k, struct objver **vs, size_t n, c
   case K_QUOTA: cols = quota_cols; ncols = FR_ARRAY_SIZE(quota_cols); break;
   case K_PVC: cols = pvc_cols; ncols = FR_ARRAY_SIZE(pvc_cols); break;
   case K_PDB: cols = pdb_cols; ncols = FR_ARRAY_SIZE(pdb_cols); break;
+  case K_DEPLOYMENT: cols = deploy_cols; ncols = FR_ARRAY_SIZE(deploy_cols); break;
+  case K_EVENT: cols = event_cols; ncols = FR_ARRAY_SIZE(event_cols); break;
   default: cols = meta_cols; ncols = FR_ARRAY_SIZE(meta_cols); break;
   }
   json_object_set_new(t, "kind", json_string("Table"));
@@ -837,8 +936,11 @@ int table_render(struct sim *s, enum sim_kind k, struct objver **vs, size_t n, c
     json_t *cells = json_array(), *row = json_object();
     if (obj == NULL)
       continue;
-    json_array_append_new(cells, json_string(vs[i]->fields[F_NAME] ? vs[i]->fields[F_NAME] : ""));
+    if (k != K_EVENT)
+      json_array_append_new(cells, json_string(vs[i]->fields[F_NAME] ? vs[i]->fields[F_NAME] : ""));
     switch (k) {
+    case K_EVENT: event_cells(obj, cells); break;
+    case K_DEPLOYMENT: deploy_cells(obj, cells); break;
     case K_POD: pod_cells(obj, cells); break;
     case K_NODE: node_cells(obj, cells); break;
     case K_NAMESPACE:

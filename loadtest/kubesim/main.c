@@ -58,6 +58,8 @@ static void usage(FILE *f) {
           "  --fast-exec               run trivial exec commands without forking\n"
           "  --workdir DIR             per-pod exec directories (default $TMPDIR/kubesim-PID)\n"
           "  --history N               watch history window in events (default 20000)\n"
+          "  --event-limit N           Events kept, oldest dropped first; they also expire\n"
+          "                            after an hour (default 10000, 0 = record none)\n"
           "  --bookmark-ms MS          watch bookmark interval (default 5000)\n"
           "  --min-request-timeout S   a watch without timeoutSeconds ends after S to 2S seconds\n"
           "                            (default 1800, as kube-apiserver; 0 = never)\n"
@@ -336,6 +338,8 @@ static void sim_teardown(struct sim *s) {
       o->u.rs = NULL;
     }
   }
+  for (o = store_first(s, K_DEPLOYMENT, NULL); o != NULL; o = store_next(s, o))
+    deploy_free_state(o);
   for (o = store_first(s, K_NODE, NULL); o != NULL; o = store_next(s, o)) {
     size_t k;
     if (o->u.node == NULL)
@@ -409,6 +413,7 @@ int main(int argc, char **argv) {
       {"node-taint", required_argument, NULL, 19},
       {"node-monitor-grace-ms", required_argument, NULL, 20},
       {"min-request-timeout", required_argument, NULL, 21},
+      {"event-limit", required_argument, NULL, 22},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -435,6 +440,7 @@ int main(int argc, char **argv) {
   s.opts.node_pods = 110;
   s.opts.node_gpus = 8;
   s.opts.history = 20000;
+  s.opts.event_limit = 10000;
   s.opts.bookmark_ms = 5000;
   s.opts.node_grace_ms = 1000;
   s.opts.min_request_timeout = 1800;
@@ -473,6 +479,7 @@ int main(int argc, char **argv) {
     case 15: num = &s.opts.gpu_nodes; hi = 100000; break;
     case 16: num = &s.opts.node_gpus; hi = 1024; break;
     case 17: s.opts.gpu_resource = optarg; break;
+    case 22: num = &s.opts.event_limit; hi = 10000000; break;
     case 18:
     case 19: {
       int taint = opt == 19, *n = taint ? &s.opts.nnode_taints : &s.opts.nnode_labels;
@@ -564,6 +571,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   store_init(&s);
+  if (events_init(&s) != 0) {
+    fprintf(stderr, "kubesim: out of memory\n");
+    return 1;
+  }
   sched_init(&s);
   sync_init(&s);
   nodelife_init(&s);
@@ -633,6 +644,7 @@ int main(int argc, char **argv) {
   uv_run(s.loop, UV_RUN_DEFAULT);
   sched_free(&s);
   store_free(&s);
+  events_free(&s);
   if (uv_loop_close(s.loop) != 0)
     FR_WARN("kubesim", "loop did not close cleanly");
   SSL_CTX_free(s.ssl_ctx);

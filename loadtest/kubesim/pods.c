@@ -645,6 +645,7 @@ static void bind_pod(struct sim *s, struct sim_obj *o, struct sim_obj *node, jso
                                             ? json_object_get(json_array_get(json_path(j, "spec.containers"), 0), "image")
                                             : NULL);
   const char *hostip = NULL;
+  char pull[512];
   uint64_t delay = (uint64_t)s->opts.start_ms;
   size_t i;
   json_t *a;
@@ -679,12 +680,20 @@ static void bind_pod(struct sim *s, struct sim_obj *o, struct sim_obj *node, jso
   p->stage = PS_BOUND;
   p->start_ms = fr_wall_ms();
   /* Image pulls are cached per node, like a kubelet's image store. */
+  p->pulling = 0;
   if (image != NULL && !node_has_image(nd, image)) {
     delay += (uint64_t)s->opts.image_pull_ms;
     node_add_image(nd, image);
+    p->pulling = 1;
   }
+  /* <image> lives in <j>, which the commit takes. */
+  snprintf(pull, sizeof(pull), "%s", p->pulling ? image : "");
   if (pod_commit(s, o, j) == NULL)
     return;
+  event_emit(s, o, "Normal", "Scheduled", "default-scheduler", NULL, "Successfully assigned %s/%s to %s",
+             o->ns, o->name, node->name);
+  if (p->pulling)
+    event_emit(s, o, "Normal", "Pulling", "kubelet", node->name, "Pulling image \"%s\"", pull);
   pod_timer_start(p, on_pod_started, delay);
   noexec_check(s, o); /* a pod bound by spec.nodeName may land on a NoExecute taint */
 }
@@ -697,9 +706,6 @@ static void report_unschedulable(struct sim *s, struct sim_obj *o, int why, cons
   char msg[512];
   struct fr_buf b;
 
-  if (p->unsched_reported)
-    return;
-  p->unsched_reported = 1;
   fr_buf_init(&b);
   if (why & 128)
     fr_buf_printf(&b, "%s", detail);
@@ -718,6 +724,12 @@ static void report_unschedulable(struct sim *s, struct sim_obj *o, int why, cons
   snprintf(msg, sizeof(msg), "0/%zu nodes are available: %s. preemption: not eligible.",
            s->counts[K_NODE], b.len ? b.data : "no nodes available to schedule pods");
   fr_buf_free(&b);
+  /* Every failed attempt is an event (repeats count up on one); the
+   * condition is written once. */
+  event_emit(s, o, "Warning", "FailedScheduling", "default-scheduler", NULL, "%s", msg);
+  if (p->unsched_reported)
+    return;
+  p->unsched_reported = 1;
   j = obj_json(o);
   if (j == NULL)
     return;
@@ -990,6 +1002,8 @@ static void on_noexec_timer(uv_timer_t *t) {
     FR_INFO("taints", "deleting pod %s/%s (NoExecute taint on %s)", o->ns, o->name,
                 o->cur->fields[F_NODE_NAME] ? o->cur->fields[F_NODE_NAME] : "?");
     pod_set_disruption(s, o, "DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint");
+    event_emit(s, o, "Normal", "TaintManagerEviction", "taint-eviction-controller", NULL,
+               "Marking for deletion Pod %s/%s", o->ns, o->name);
     pod_delete(s, o, -1);
   }
   noexec_arm(s);
@@ -1038,11 +1052,37 @@ static void arm_deadline(struct sim_pod *p) {
   pod_timer_start(p, on_deadline, left > 0 ? (uint64_t)left : 0);
 }
 
+/* What the kubelet records as it starts pod <o>'s <containers> (borrowed):
+ * the image (pulled once per node, for the first container), Created,
+ * Started. */
+static void kubelet_started_events(struct sim *s, struct sim_obj *o, json_t *containers) {
+  struct sim_pod *p = o->u.pod;
+  const char *host = p->node ? p->node->name : NULL;
+  json_t *c;
+  size_t i;
+
+  json_array_foreach(containers, i, c) {
+    const char *name = json_get_str(c, "name"), *image = json_get_str(c, "image");
+    if (name == NULL || image == NULL)
+      continue;
+    if (i == 0 && p->pulling)
+      event_emit(s, o, "Normal", "Pulled", "kubelet", host,
+                 "Successfully pulled image \"%s\" in %dms (%dms including waiting)", image,
+                 s->opts.image_pull_ms, s->opts.image_pull_ms);
+    else
+      event_emit(s, o, "Normal", "Pulled", "kubelet", host,
+                 "Container image \"%s\" already present on machine", image);
+    event_emit(s, o, "Normal", "Created", "kubelet", host, "Created container: %s", name);
+    event_emit(s, o, "Normal", "Started", "kubelet", host, "Started container %s", name);
+  }
+  p->pulling = 0;
+}
+
 static void on_pod_started(uv_timer_t *t) {
   struct sim_pod *p = t->data;
   struct sim *s = p->sim;
   struct sim_obj *o = p->obj;
-  json_t *j, *st, *ips;
+  json_t *j, *st, *ips, *containers;
   char ip[32], ts[21], cid[80];
   uint32_t n;
   int ready;
@@ -1087,8 +1127,14 @@ static void on_pod_started(uv_timer_t *t) {
     }
   }
   p->stage = PS_RUNNING;
-  if (pod_commit(s, o, j) == NULL)
+  /* The commit takes <j>; the events need only its containers. */
+  containers = json_incref(json_path(j, "spec.containers"));
+  if (pod_commit(s, o, j) == NULL) {
+    json_decref(containers);
     return;
+  }
+  kubelet_started_events(s, o, containers);
+  json_decref(containers);
   rs_pod_event(s, o);
   arm_deadline(p);
   if (!ready && agent_start(s, o) != 0)
@@ -1304,6 +1350,17 @@ void pod_delete(struct sim *s, struct sim_obj *o, int64_t grace_s) {
       pod_finalize(s, o);
     return;
   }
+  if (p->stage == PS_RUNNING && p->node != NULL) {
+    /* The kubelet stops the containers it was running. */
+    json_t *cur = obj_json(o), *c;
+    size_t i;
+    json_array_foreach(json_path(cur, "spec.containers"), i, c) {
+      if (json_get_str(c, "name") != NULL)
+        event_emit(s, o, "Normal", "Killing", "kubelet", p->node->name, "Stopping container %s",
+                   json_get_str(c, "name"));
+    }
+    json_decref(cur);
+  }
   /* A pod that never reached a node, or a zero grace period, goes at once;
    * otherwise it shows as Terminating for --terminate-ms. */
   if (grace_s == 0 || p->node == NULL ||
@@ -1329,6 +1386,7 @@ void pod_delete(struct sim *s, struct sim_obj *o, int64_t grace_s) {
   noexec_unqueue(s, p);
   if (pod_commit(s, o, j) == NULL)
     return;
+
   rs_pod_event(s, o);
   pod_timer_start(p, on_terminated, (uint64_t)s->opts.terminate_ms);
 }

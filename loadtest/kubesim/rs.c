@@ -351,6 +351,8 @@ static void rs_sync(struct sim *s, struct sim_obj *rs) {
       if (obj_prepare(s, K_POD, rs->ns, pod, &e) == 0) {
         if (pod_create(s, rs->ns, pod, &po, &e) == 0) {
           created++;
+          event_emit(s, rs, "Normal", "SuccessfulCreate", "replicaset-controller", NULL,
+                     "Created pod: %s", po->name);
           continue;
         }
       } else {
@@ -363,6 +365,8 @@ static void rs_sync(struct sim *s, struct sim_obj *rs) {
       }
       snprintf(fail_buf, sizeof(fail_buf), "%s", e.msg);
       fail_msg = fail_buf;
+      event_emit(s, rs, "Warning", "FailedCreate", "replicaset-controller", NULL,
+                 "Error creating: %s", e.msg);
       json_decref(e.causes);
       /* back off like the controller's rate-limited queue */
       r->next_create_ms = fr_wall_ms() + RS_RETRY_MS;
@@ -391,6 +395,8 @@ static void rs_sync(struct sim *s, struct sim_obj *rs) {
           break;
         p = v[best];
         v[best] = NULL;
+        event_emit(s, rs, "Normal", "SuccessfulDelete", "replicaset-controller", NULL,
+                   "Deleted pod: %s", p->obj->name);
         pod_delete(s, p->obj, -1);
       }
       free(v);
@@ -416,7 +422,8 @@ static void rs_sync(struct sim *s, struct sim_obj *rs) {
     json_object_set(nst, "conditions", json_object_get(st, "conditions"));
   if (!json_equal(st, nst)) {
     json_object_set_new(j, "status", nst);
-    store_commit(s, K_RS, rs, j, EV_MODIFIED);
+    if (store_commit(s, K_RS, rs, j, EV_MODIFIED) != NULL)
+      deploy_rs_changed(s, rs);
     return;
   }
   json_decref(nst);
@@ -485,6 +492,8 @@ static void on_sync(uv_timer_t *t) {
         any = 1;
       }
     }
+    if (deploy_sync_dirty(s))
+      any = 1;
     /* Budgets last: they count what the ReplicaSets just did. Their
      * status commits dirty nothing. */
     for (o = store_first(s, K_NAMESPACE, NULL); o != NULL; o = store_next(s, o)) {

@@ -33,7 +33,9 @@
  * ReplicaSet controller, the node lifecycle controller). The rest are
  * stored kinds: validated, defaulted, listed, watched, patched and deleted
  * like the API server does (kubectl apply of a deploy/ bundle); of those,
- * only PodDisruptionBudgets have a controller (their status, pdb.c). */
+ * Deployments and PodDisruptionBudgets have a controller (deploy.c; their
+ * status, pdb.c) and Events are written by the simulated components
+ * (events.c). */
 enum sim_kind {
   K_NAMESPACE,
   K_NODE,
@@ -55,11 +57,13 @@ enum sim_kind {
   K_PDB,
   K_HPA,
   K_PVC,
+  K_EVENT,
   K_COUNT
 };
 #define K_FIRST_STORED K_SERVICEACCOUNT
 
-/* Fields usable in field selectors (pods use all, others the first two). */
+/* Fields usable in field selectors (pods use all, others the first two;
+ * events name their own in the same slots, see kind_field_names()). */
 enum sim_field {
   F_NAME,
   F_NAMESPACE,
@@ -70,6 +74,7 @@ enum sim_field {
   F_SCHEDULER_NAME,
   F_SERVICE_ACCOUNT,
   F_NOMINATED_NODE,
+  F_EXTRA,          /* unused by pods: events need one slot more */
   F_COUNT
 };
 
@@ -142,6 +147,7 @@ struct sim_pod {
   struct sim_obj *owner;       /* controlling ReplicaSet object, NULL = none */
   struct sim_pod *own_prev, *own_next; /* owner's list of pods */
   int counted;                 /* usage counted in node and namespace */
+  int pulling;                 /* bound with an image pull ahead (its events) */
   long noexec_idx;             /* index in sim->noexec, -1 when no eviction is due */
   uint64_t noexec_since_ms;    /* loop time the pending NoExecute eviction was first planned */
   uint64_t noexec_due_ms;      /* loop time it is due */
@@ -175,6 +181,7 @@ struct sim_obj {
     struct sim_node *node;
     struct sim_pod *pod;
     struct sim_rs *rs;
+    struct sim_deploy *deploy;
     struct sim_ns *nsstate;
     void *any;
   } u;
@@ -241,6 +248,7 @@ struct sim_opts {
   const char *node_taints[16]; /* --node-taint [INDEX@]KEY[=VALUE]:EFFECT */
   int nnode_taints;
   int node_grace_ms;           /* --node-monitor-grace-ms */
+  int event_limit;             /* --event-limit: events kept (0 = none recorded) */
 };
 
 enum { AGENT_MODE_NONE, AGENT_MODE_PROCESS, AGENT_MODE_INPROC };
@@ -282,8 +290,10 @@ struct sim {
   /* the node lifecycle controller: nodes whose kubelet went quiet (nodelife.c) */
   uv_timer_t node_timer;
 
-  /* controllers: ReplicaSets, quota and disruption budget status, synced a
-   * loop turn after a change */
+  struct sim_events *events;   /* the event ring (events.c) */
+
+  /* controllers: Deployments, ReplicaSets, quota and disruption budget
+   * status, synced a loop turn after a change */
   uv_timer_t sync_timer;
   int sync_armed;
 
@@ -355,8 +365,10 @@ void watch_drop_all(struct sim *s);
 
 /* ---- proto.c ---- */
 /* A create body in the Kubernetes protobuf encoding (what kubectl create
- * secret/configmap/namespace and kubectl drain's Eviction send) as JSON;
- * NULL with <err> filled when it is malformed or not one of those kinds. */
+ * secret/configmap/namespace/deployment/service/serviceaccount/role/
+ * rolebinding/clusterrole/clusterrolebinding/quota/poddisruptionbudget
+ * and kubectl drain's Eviction send) as JSON; NULL with <err> filled when
+ * it is malformed, not one of those kinds or sets a field not decoded. */
 json_t *proto_decode(const void *body, size_t len, char *err, size_t errlen);
 
 /* ---- kinds.c: names, API paths, tables ---- */
@@ -569,6 +581,61 @@ int node_kubelet_parse(const char *name, enum node_kubelet *k);
 int node_set_kubelet(struct sim *s, struct sim_obj *o, enum node_kubelet k);
 /* 1 if the kubelet of node <name> (NULL: none) is lost. */
 int node_kubelet_lost(struct sim *s, const char *name);
+
+/* ---- deploy.c: the Deployment controller ---- */
+struct sim_deploy;
+/* Replica counts of one ReplicaSet as the rollout arithmetic sees them. */
+struct deploy_rs_count {
+  int64_t spec;       /* spec.replicas */
+  int64_t available;  /* status.availableReplicas */
+};
+/* The pod-template-hash of template <tmpl> (borrowed; its own
+ * pod-template-hash label is ignored, key order does not matter) with
+ * status.collisionCount <collisions>: FNV-32a of the canonical JSON,
+ * written with the controller's consonant-and-digit alphabet into <out>.
+ * 0, -ENOMEM or -ENOSPC. */
+int deploy_template_hash(json_t *tmpl, int64_t collisions, char *out, size_t cap);
+/* maxSurge <surge> and maxUnavailable <unavail> (integers or "N%"; NULL
+ * means "25%") as pod counts for <replicas>: surge rounds up, unavailable
+ * down, both 0 becomes unavailable 1. 0, or -EINVAL on a bad value. */
+int deploy_fenceposts(json_t *surge, json_t *unavail, int64_t replicas, int64_t *max_surge,
+                      int64_t *max_unavail);
+/* One RollingUpdate step as the controller takes it: scale the new
+ * ReplicaSet <nw> up within maxSurge, or else scale the old ones <old>
+ * (oldest first) down, unhealthy pods first, keeping replicas -
+ * maxUnavailable available. Edits the .spec fields; 1 if any changed. */
+int deploy_rolling_step(int64_t replicas, int64_t max_surge, int64_t max_unavail,
+                        struct deploy_rs_count *nw, struct deploy_rs_count *old, size_t nold);
+/* Defaults of a new Deployment <j> (replicas, strategy, history limit). */
+void deploy_defaults(json_t *j);
+/* Checks a Deployment's strategy; 0, or -1 with the offending <field>
+ * and the API server's wording of the problem in <msg>. */
+int deploy_check(json_t *j, const char **field, char *msg, size_t cap);
+/* Attaches controller state to a stored Deployment; 0 or -ENOMEM. */
+int deploy_setup(struct sim *s, struct sim_obj *o);
+void deploy_mark_dirty(struct sim *s, struct sim_obj *d);
+/* ReplicaSet <rs> changed: its controlling Deployment, if any, resyncs. */
+void deploy_rs_changed(struct sim *s, struct sim_obj *rs);
+/* Deployment <d> is being deleted: its ReplicaSets (and their pods) are
+ * deleted, or released when <orphan>. Frees its controller state. */
+void deploy_deleted(struct sim *s, struct sim_obj *d, int orphan);
+void deploy_free_state(struct sim_obj *d);
+/* Syncs every Deployment marked dirty; 1 if there was one (rs.c). */
+int deploy_sync_dirty(struct sim *s);
+
+/* ---- events.c: core/v1 Events the simulated components record ---- */
+/* Sets up the event ring (--event-limit entries); 0 or -ENOMEM. */
+int events_init(struct sim *s);
+void events_free(struct sim *s);
+/* Records an event about <about> (a stored object, borrowed) as
+ * <component> (on node <host>, NULL = none) would: <type> "Normal" or
+ * "Warning", a CamelCase <reason> and a printf message. An identical event
+ * (same object, reason, message, type, source) within the hour increments
+ * the stored one's count and lastTimestamp instead, as the client-go
+ * recorder does. Never fails visibly: without memory the event is lost. */
+void event_emit(struct sim *s, struct sim_obj *about, const char *type, const char *reason,
+                const char *component, const char *host, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
 
 /* ---- misc ---- */
 /* Quantities may arrive as JSON numbers (YAML "cpu: 2"); Kubernetes

@@ -25,9 +25,17 @@ static const char *const pod_fields[] = {
     "spec.schedulerName", "spec.serviceAccountName", "status.nominatedNodeName",
     NULL};
 static const char *const meta_fields[] = {"metadata.name", "metadata.namespace", NULL};
+/* The event fields the API server's field selectors accept that kubectl
+ * describe and kubectl events use, in the slots after name and namespace. */
+static const char *const event_fields[] = {
+    "metadata.name",           "metadata.namespace", "involvedObject.kind",
+    "involvedObject.name",     "involvedObject.uid", "involvedObject.namespace",
+    "reason",                  "type",               "source",
+    "involvedObject.apiVersion", NULL};
+_Static_assert(FR_ARRAY_SIZE(event_fields) - 1 <= F_COUNT, "an event field per objver slot");
 
 const char *const *kind_field_names(enum sim_kind k) {
-  return k == K_POD ? pod_fields : meta_fields;
+  return k == K_POD ? pod_fields : k == K_EVENT ? event_fields : meta_fields;
 }
 
 void store_init(struct sim *s) {
@@ -145,10 +153,11 @@ const char *objver_label(const void *v, const char *key) {
 
 const char *objver_field(const void *v, const char *key) {
   const struct objver *ov = v;
+  const char *const *names = kind_field_names(ov->kind);
   size_t i;
 
-  for (i = 0; pod_fields[i] != NULL; i++)
-    if (strcmp(pod_fields[i], key) == 0)
+  for (i = 0; names[i] != NULL; i++)
+    if (strcmp(names[i], key) == 0)
       return ov->fields[i] ? ov->fields[i] : "";
   return NULL;
 }
@@ -208,6 +217,12 @@ static struct objver *objver_new(enum sim_kind k, json_t *j, uint64_t rv) {
     v->fields[F_SERVICE_ACCOUNT] = dup_str(json_path(j, "spec.serviceAccountName"));
     v->fields[F_NOMINATED_NODE] = dup_str(json_path(j, "status.nominatedNodeName"));
     v->ready = pod_json_ready(j);
+  } else if (k == K_EVENT) {
+    size_t i;
+    /* event_fields[] names the slots; "source" is source.component. */
+    for (i = 2; event_fields[i] != NULL; i++)
+      v->fields[i] = dup_str(json_path(j, strcmp(event_fields[i], "source") == 0
+                                              ? "source.component" : event_fields[i]));
   }
   v->deleting = json_path(j, "metadata.deletionTimestamp") != NULL;
   v->json = json_dumps(j, JSON_COMPACT);

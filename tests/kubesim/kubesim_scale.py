@@ -10,7 +10,9 @@ with three watchers attached from the start, then checks that
   - a watch from a resourceVersion older than the history window gets 410;
   - scaling to 0 removes every pod and the watchers see them DELETED;
 and prints the resident memory per pod (recorded in docs/kubesim.md).
-Talks only to 127.0.0.1.
+Runs kubesim with --event-limit 0: this measures the API's scale (lists,
+watches, memory per pod); Events are checked by kubectl_workloads, and
+their cost at this size is in docs/kubesim.md. Talks only to 127.0.0.1.
 """
 import json
 import os
@@ -105,7 +107,7 @@ def main():
     proc = subprocess.Popen([KUBESIM, "--port-file", port_file, "--name", "scale",
                              "--nodes", str(NODES), "--node-pods", "110", "--node-cpu", "64",
                              "--node-memory", "256Gi", "--workdir", os.path.join(tmp, "wd"),
-                             "--history", "20000", "--log-level", "warn"])
+                             "--history", "20000", "--event-limit", "0", "--log-level", "warn"])
     try:
         for _ in range(200):
             if os.path.exists(port_file):

@@ -527,7 +527,11 @@ class TestPodOptions(SDKTest):
         spec = p["spec"]
         self.assertEqual(spec.get("runtimeClassName"), runtime_class)
         self.assertEqual(spec.get("nodeSelector"), {"accel": "a100"})
-        self.assertEqual(spec.get("tolerations"), GPU_TOL)
+        # The create's tolerations, then the two the API server's
+        # DefaultTolerationSeconds admission adds to every pod.
+        self.assertEqual(spec.get("tolerations"), GPU_TOL + [
+            {"key": "node.kubernetes.io/" + k, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+            for k in ("not-ready", "unreachable")])
         self.assertEqual(spec.get("nodeName"), "gpu-node-1")
         res = [c for c in spec["containers"] if c["name"] != "fr-agent"][0]["resources"]
         self.assertEqual((res["requests"].get("nvidia.com/gpu"), res["limits"].get("nvidia.com/gpu")),
