@@ -22,30 +22,7 @@ N1=drn-node-1
 N2=drn-node-2
 N3=drn-node-3
 
-K_LIMIT=90
-k() { # k ARGS... — kubectl against kubesim; stdout $OUT, stderr $ERR, exit $RC
-  LAST_CMD="kubectl $*"
-  timeout --kill-after=5 "$K_LIMIT" "$KUBECTL" --kubeconfig "$KCFG" \
-    --cache-dir "$T/kcache" --request-timeout=20s "$@" \
-    </dev/null >"$OUT" 2>"$ERR"
-  RC=$?
-}
-
-expect_rc() { # expect_rc N what
-  if [ "$RC" -ne "$1" ]; then
-    fail "$2: expected exit $1, got $RC"
-    return 1
-  fi
-}
-
-out_is() { # out_is EXPECTED what
-  local got
-  got="$(cat "$OUT")"
-  if [ "$got" != "$1" ]; then
-    fail "$2: expected '$1', got '$got'"
-    return 1
-  fi
-}
+K_LIMIT=90 # seconds per kubectl (lib.sh's k); a drain waits for evictions
 
 # pod_on NAME NODE [TOLERATIONS-JSON] [EXTRA-SPEC-JSON] — a busybox pod bound
 # to NODE by spec.nodeName ("" = left to the scheduler).

@@ -21,44 +21,6 @@ lib_require "${1:-}" kubectl
 
 TOKEN="fidelity-token-$$"
 
-# k ARGS... — run kubectl against kubesim; stdout -> $OUT, stderr -> $ERR,
-# exit code -> $RC. Bounded by `timeout` on top of --request-timeout.
-K_LIMIT=60
-k() {
-  LAST_CMD="kubectl $*"
-  timeout --kill-after=5 "$K_LIMIT" "$KUBECTL" --kubeconfig "$KCFG" \
-    --cache-dir "$T/kcache" --request-timeout=20s "$@" \
-    </dev/null >"$OUT" 2>"$ERR"
-  RC=$?
-}
-
-# k_in FILE ARGS... — like k, with FILE on stdin.
-k_in() {
-  local in="$1"
-  shift
-  LAST_CMD="kubectl $* < $(basename "$in")"
-  timeout --kill-after=5 "$K_LIMIT" "$KUBECTL" --kubeconfig "$KCFG" \
-    --cache-dir "$T/kcache" --request-timeout=20s "$@" \
-    <"$in" >"$OUT" 2>"$ERR"
-  RC=$?
-}
-
-expect_rc() { # expect_rc N what
-  if [ "$RC" -ne "$1" ]; then
-    fail "$2: expected exit $1, got $RC"
-    return 1
-  fi
-}
-
-out_is() { # out_is EXPECTED what — stdout must equal EXPECTED (plus one newline)
-  local got
-  got="$(cat "$OUT")"
-  if [ "$got" != "$1" ]; then
-    fail "$2: expected stdout '$1', got '$got'"
-    return 1
-  fi
-}
-
 # pod_yaml NAME CPU MEMORY — a busybox pod running sleep.
 pod_yaml() {
   cat <<EOF

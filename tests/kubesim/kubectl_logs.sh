@@ -26,22 +26,6 @@ lib_require "${1:-}" kubectl curl python3
 
 TOKEN="logs-token-$$"
 
-k() {
-  LAST_CMD="kubectl $*"
-  timeout --kill-after=5 60 kubectl --kubeconfig "$KCFG" --cache-dir "$T/kcache" \
-    --request-timeout=20s "$@" </dev/null >"$OUT" 2>"$ERR"
-  RC=$?
-}
-
-k_in() {
-  local in="$1"
-  shift
-  LAST_CMD="kubectl $* < $(basename "$in")"
-  timeout --kill-after=5 60 kubectl --kubeconfig "$KCFG" --cache-dir "$T/kcache" \
-    --request-timeout=20s "$@" <"$in" >"$OUT" 2>"$ERR"
-  RC=$?
-}
-
 # c METHOD PATH [curl args] — raw HTTPS to kubesim; body -> $OUT, headers
 # -> $ERR, HTTP status -> $RC.
 c() {
@@ -50,22 +34,6 @@ c() {
   LAST_CMD="curl -X $m $p"
   RC=$(curl -sk --max-time 30 -X "$m" -H "Authorization: Bearer $TOKEN" -o "$OUT" -D "$ERR" \
     -w '%{http_code}' "$@" "$BASE$p" 2>"$T/curl.err")
-}
-
-expect_rc() {
-  if [ "$RC" != "$1" ]; then
-    fail "$2: expected $1, got $RC"
-    return 1
-  fi
-}
-
-out_is() {
-  local got
-  got="$(cat "$OUT")"
-  if [ "$got" != "$1" ]; then
-    fail "$2: expected '$1', got '$got'"
-    return 1
-  fi
 }
 
 # status_is CODE REASON MESSAGE — $OUT is a Status with these.

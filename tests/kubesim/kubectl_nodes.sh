@@ -28,31 +28,6 @@ N2=nl-node-2
 N3=nl-node-3
 GRACE_MS=2000
 
-K_LIMIT=60
-k() { # k ARGS... — kubectl against kubesim; stdout $OUT, stderr $ERR, exit $RC
-  LAST_CMD="kubectl $*"
-  timeout --kill-after=5 "$K_LIMIT" "$KUBECTL" --kubeconfig "$KCFG" \
-    --cache-dir "$T/kcache" --request-timeout=20s "$@" \
-    </dev/null >"$OUT" 2>"$ERR"
-  RC=$?
-}
-
-expect_rc() { # expect_rc N what
-  if [ "$RC" -ne "$1" ]; then
-    fail "$2: expected exit $1, got $RC"
-    return 1
-  fi
-}
-
-out_is() { # out_is EXPECTED what
-  local got
-  got="$(cat "$OUT")"
-  if [ "$got" != "$1" ]; then
-    fail "$2: expected '$1', got '$got'"
-    return 1
-  fi
-}
-
 # jp RESOURCE JSONPATH — kubectl get RESOURCE -o jsonpath into $OUT.
 jp() { k get "$1" -o "jsonpath=$2"; }
 # is RESOURCE JSONPATH VALUE — the jsonpath prints VALUE.

@@ -23,31 +23,6 @@ lib_require "${1:-}" kubectl
 
 TOKEN="wl-token-$$"
 
-K_LIMIT=60
-k() { # k ARGS... — kubectl against kubesim; stdout $OUT, stderr $ERR, exit $RC
-  LAST_CMD="kubectl $*"
-  timeout --kill-after=5 "$K_LIMIT" "$KUBECTL" --kubeconfig "$KCFG" \
-    --cache-dir "$T/kcache" --request-timeout=20s "$@" \
-    </dev/null >"$OUT" 2>"$ERR"
-  RC=$?
-}
-
-expect_rc() { # expect_rc N what
-  if [ "$RC" -ne "$1" ]; then
-    fail "$2: expected exit $1, got $RC"
-    return 1
-  fi
-}
-
-out_is() { # out_is EXPECTED what
-  local got
-  got="$(cat "$OUT")"
-  if [ "$got" != "$1" ]; then
-    fail "$2: expected '$1', got '$got'"
-    return 1
-  fi
-}
-
 # jp RESOURCE JSONPATH — the value, or "" (RC set)
 jp() { k get "$1" -o "jsonpath=$2"; cat "$OUT"; }
 

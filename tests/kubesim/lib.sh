@@ -80,6 +80,48 @@ lib_require() {
   KUBECTL="$(command -v kubectl || true)"
 }
 
+# ------------------------------------------------------------------ kubectl
+# k ARGS... — the real kubectl against kubesim ($KCFG, a discovery cache in
+# $T); stdout -> $OUT, stderr -> $ERR, exit code -> $RC. Bounded by
+# K_LIMIT seconds (default 60) on top of --request-timeout.
+k() {
+  LAST_CMD="kubectl $*"
+  timeout --kill-after=5 "${K_LIMIT:-60}" "${KUBECTL:-kubectl}" --kubeconfig "$KCFG" \
+    --cache-dir "$T/kcache" --request-timeout=20s "$@" \
+    </dev/null >"$OUT" 2>"$ERR"
+  RC=$?
+}
+
+# k_in FILE ARGS... — like k, with FILE on stdin.
+k_in() {
+  local in="$1"
+  shift
+  LAST_CMD="kubectl $* < $(basename "$in")"
+  timeout --kill-after=5 "${K_LIMIT:-60}" "${KUBECTL:-kubectl}" --kubeconfig "$KCFG" \
+    --cache-dir "$T/kcache" --request-timeout=20s "$@" \
+    <"$in" >"$OUT" 2>"$ERR"
+  RC=$?
+}
+
+# expect_rc N WHAT — the last command's $RC (exit code or HTTP status) must
+# be N; fails the step with WHAT otherwise.
+expect_rc() {
+  if [ "$RC" != "$1" ]; then
+    fail "$2: expected exit $1, got $RC"
+    return 1
+  fi
+}
+
+# out_is EXPECTED WHAT — $OUT must hold EXPECTED (plus a final newline).
+out_is() {
+  local got
+  got="$(cat "$OUT")"
+  if [ "$got" != "$1" ]; then
+    fail "$2: expected '$1', got '$got'"
+    return 1
+  fi
+}
+
 # ------------------------------------------------------------------ steps
 STEP=""
 STEPS_RUN=0
