@@ -24,19 +24,7 @@ N3=drn-node-3
 
 K_LIMIT=90 # seconds per kubectl (lib.sh's k); a drain waits for evictions
 
-# pod_on NAME NODE [TOLERATIONS-JSON] [EXTRA-SPEC-JSON] — a busybox pod bound
-# to NODE by spec.nodeName ("" = left to the scheduler).
-pod_on() {
-  local spec='{"containers":[{"name":"main","image":"busybox","command":["sleep","3600"]}]'
-  [ -n "$2" ] && spec="$spec,\"nodeName\":\"$2\""
-  [ -n "${3:-}" ] && spec="$spec,\"tolerations\":$3"
-  [ -n "${4:-}" ] && spec="$spec,$4"
-  spec="$spec}"
-  printf '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"%s","labels":{"app":"%s"}},"spec":%s}\n' \
-    "$1" "${APP:-drain}" "$spec" >"$T/$1.json"
-  k create -f "$T/$1.json"
-  expect_rc 0 "create pod $1"
-}
+POD_APP=drain # pod_on's app label (lib.sh)
 
 gone() { k get pod "$1" -o name; [ "$RC" -ne 0 ] && grep -q NotFound "$ERR"; }
 phase_is() { k get pod "$1" -o 'jsonpath={.status.phase}'; [ "$RC" -eq 0 ] && [ "$(cat "$OUT")" = "$2" ]; }

@@ -34,19 +34,7 @@ jp() { k get "$1" -o "jsonpath=$2"; }
 is() { jp "$1" "$2"; [ "$RC" -eq 0 ] && [ "$(cat "$OUT")" = "$3" ]; }
 gone() { k get pod "$1" -o name; [ "$RC" -ne 0 ] && grep -q NotFound "$ERR"; }
 
-# pod NAME NODE [TOLERATIONS-JSON] [EXTRA-SPEC-JSON] — a busybox pod, label
-# app=$APP, bound to NODE by spec.nodeName ("" = left to the scheduler).
-pod() {
-  local spec='{"containers":[{"name":"main","image":"busybox","command":["sleep","3600"]}]'
-  [ -n "$2" ] && spec="$spec,\"nodeName\":\"$2\""
-  [ -n "${3:-}" ] && spec="$spec,\"tolerations\":$3"
-  [ -n "${4:-}" ] && spec="$spec,$4"
-  spec="$spec}"
-  printf '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"%s","labels":{"app":"%s"}},"spec":%s}\n' \
-    "$1" "${APP:-nodes}" "$spec" >"$T/$1.json"
-  k create -f "$T/$1.json"
-  expect_rc 0 "create pod $1"
-}
+POD_APP=nodes # pod_on's app label (lib.sh)
 
 # admin METHOD PATH [BODY] — the /_sim/ admin API (behind the token, on the
 # API port) with curl; body $OUT, HTTP status $RC.
@@ -77,7 +65,7 @@ start_kubesim "$KUBESIM" --tls --token "$TOKEN" --name nl --nodes 3 --start-ms 5
 awk '$1 == "certificate-authority-data:" { print $2; exit }' "$KCFG" | base64 -d >"$T/ca.pem"
 
 step "DefaultTolerationSeconds: 300 s not-ready/unreachable tolerations on a pod that has none"
-pod plain ""
+pod_on plain ""
 k get pod plain -o yaml
 if expect_rc 0 "get pod plain -o yaml"; then
   cp "$OUT" "$T/plain.yaml"
@@ -92,10 +80,10 @@ out_is "node.kubernetes.io/not-ready/Exists/NoExecute/300 node.kubernetes.io/unr
   "plain's tolerations"
 
 step "DefaultTolerationSeconds: a pod's own unreachable toleration is kept, one tolerating all gets none"
-pod own "" '[{"key":"node.kubernetes.io/unreachable","operator":"Exists","effect":"NoExecute","tolerationSeconds":7}]'
+pod_on own "" '[{"key":"node.kubernetes.io/unreachable","operator":"Exists","effect":"NoExecute","tolerationSeconds":7}]'
 jp pod/own '{range .spec.tolerations[*]}{.key}/{.tolerationSeconds} {end}'
 out_is "node.kubernetes.io/unreachable/7 node.kubernetes.io/not-ready/300 " "own's tolerations"
-pod all "" '[{"operator":"Exists"}]'
+pod_on all "" '[{"operator":"Exists"}]'
 jp pod/all '{range .spec.tolerations[*]}{.key}/{.operator}/{.effect} {end}'
 out_is "/Exists/ " "a pod tolerating everything gets no defaults"
 k delete pod plain own all --grace-period=0
@@ -118,8 +106,8 @@ admin POST /nodes/$N2 '{"kubelet":"asleep"}'
 
 # ------------------------------------------------------------------ lost node
 step "pods and a budget on $N2 before it is lost"
-APP=n2 pod quick "$N2" '[{"key":"node.kubernetes.io/unreachable","operator":"Exists","effect":"NoExecute","tolerationSeconds":2}]'
-APP=n2 pod slow "$N2"
+APP=n2 pod_on quick "$N2" '[{"key":"node.kubernetes.io/unreachable","operator":"Exists","effect":"NoExecute","tolerationSeconds":2}]'
+APP=n2 pod_on slow "$N2"
 for p in quick slow; do wait_until 15 is "pod/$p" '{.status.phase}' Running || fail "$p not Running"; done
 printf '{"apiVersion":"policy/v1","kind":"PodDisruptionBudget","metadata":{"name":"n2"},"spec":{"minAvailable":1,"selector":{"matchLabels":{"app":"n2"}}}}' >"$T/pdb-n2.json"
 k create -f "$T/pdb-n2.json"
@@ -184,13 +172,13 @@ terminating_slow() { jp pod/slow '{.metadata.deletionTimestamp}'; [ "$RC" -eq 0 
 terminating_slow && fail "slow (default 300 s) was evicted already"
 
 step "new pods avoid the lost node; one pinned to it is Unschedulable for the taint"
-for i in 1 2 3 4; do pod "n$i" ""; done
+for i in 1 2 3 4; do pod_on "n$i" ""; done
 for i in 1 2 3 4; do
   wait_until 15 is "pod/n$i" '{.status.phase}' Running || fail "n$i not Running"
   jp "pod/n$i" '{.spec.nodeName}'
   [ "$(cat "$OUT")" != "$N2" ] || fail "n$i scheduled on the lost node"
 done
-pod pinned "" "" "\"nodeSelector\":{\"kubernetes.io/hostname\":\"$N2\"}"
+pod_on pinned "" "" "\"nodeSelector\":{\"kubernetes.io/hostname\":\"$N2\"}"
 wait_until 10 is pod/pinned '{.status.conditions[?(@.type=="PodScheduled")].reason}' Unschedulable \
   || fail "pinned not Unschedulable"
 jp pod/pinned '{.status.conditions[?(@.type=="PodScheduled")].message}'
@@ -225,7 +213,7 @@ k delete pdb n2
 expect_rc 0 "delete pdb n2"
 
 step "kubelet NotReady: at once Ready=False (KubeletNotReady), not-ready taints, pods Ready=False; back"
-pod n3pod "$N3"
+pod_on n3pod "$N3"
 wait_until 15 is pod/n3pod '{.status.conditions[?(@.type=="Ready")].status}' True || fail "n3pod not Ready"
 admin POST /nodes/$N3 '{"kubelet":"not-ready"}'
 if [ "$RC" != 200 ] || ! grep -q '"ready":"False"' "$OUT"; then
@@ -351,8 +339,8 @@ wait_until 5 is pdb/web-max '{.metadata.generation}/{.status.observedGeneration}
   "2/2/1/2" || fail "after maxUnavailable=2: want generation 2 observed, desiredHealthy 1, allowed 2"
 
 step "maxUnavailable over pods without a controller: none expected, nothing allowed (as the controller does)"
-APP=bare pod b1 "$N3"
-APP=bare pod b2 "$N3"
+APP=bare pod_on b1 "$N3"
+APP=bare pod_on b2 "$N3"
 printf '{"apiVersion":"policy/v1","kind":"PodDisruptionBudget","metadata":{"name":"bare"},"spec":{"maxUnavailable":1,"selector":{"matchLabels":{"app":"bare"}}}}' >"$T/pdb-bare.json"
 k create -f "$T/pdb-bare.json"
 expect_rc 0 "create pdb bare"

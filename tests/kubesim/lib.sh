@@ -103,6 +103,21 @@ k_in() {
   RC=$?
 }
 
+# pod_on NAME NODE [TOLERATIONS-JSON] [EXTRA-SPEC-JSON] — creates a busybox
+# pod running sleep, labelled app=$APP (else $POD_APP), bound to NODE by
+# spec.nodeName ("" = left to the scheduler); EXTRA is more spec fields.
+pod_on() {
+  local spec='{"containers":[{"name":"main","image":"busybox","command":["sleep","3600"]}]'
+  [ -n "$2" ] && spec="$spec,\"nodeName\":\"$2\""
+  [ -n "${3:-}" ] && spec="$spec,\"tolerations\":$3"
+  [ -n "${4:-}" ] && spec="$spec,$4"
+  spec="$spec}"
+  printf '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"%s","labels":{"app":"%s"}},"spec":%s}\n' \
+    "$1" "${APP:-${POD_APP:-kubesim}}" "$spec" >"$T/$1.json"
+  k create -f "$T/$1.json"
+  expect_rc 0 "create pod $1"
+}
+
 # expect_rc N WHAT — the last command's $RC (exit code or HTTP status) must
 # be N; fails the step with WHAT otherwise.
 expect_rc() {
