@@ -152,9 +152,11 @@ int agent_port_of(const struct fr_adapter *a, const struct fr_pod *pod);
 /* The sandbox token of <pod>: hex HMAC-SHA256(key, "<cluster>.<pod>"),
  * with the previous key when <previous> (-EINVAL when there is none). */
 int agent_token(const struct fr_adapter *a, const char *pod, int previous, char out[65]);
-/* The pod proxy path to <rest> (no leading slash) on <pod>:<port>. */
-int agent_path(const struct fr_adapter *a, const char *pod, int port, const char *rest, char *out,
-               size_t cap);
+/* The pod proxy path of agent route <route> (path and query, from '/')
+ * for <method> on <pod>:<port>, through upstream_agent_path(): -EINVAL for
+ * a route outside the allow-list or a parameter it does not take. */
+int agent_path(const struct fr_adapter *a, const char *pod, int port, const char *method, const char *route,
+               char *out, size_t cap);
 /* POST /init: sets the sandbox's token and its env (<env>, then
  * <secrets> over it: objects of strings or NULL, borrowed); with secrets
  * the request is FR_KUBE_SENSITIVE. <cb> gets 0 or -EIO with a message,

@@ -4,7 +4,8 @@
  * Every call goes through the cluster's REST client (kept-alive, pooled
  * connections: no per-call handshake) to
  *   /api/v1/namespaces/<ns>/pods/<pod>:<port>/proxy/<path>
- * with the sandbox's token in X-Access-Token. This file is the one seam a
+ * with the sandbox's token in X-Access-Token, the path built by upstream.c
+ * from its allow-list of agent routes. This file is the one seam a
  * per-cluster gateway (reached directly, past the API server) would replace.
  */
 #include <errno.h>
@@ -15,6 +16,7 @@
 
 #include "adapter_internal.h"
 #include "fr/util.h"
+#include "upstream.h"
 
 /* /init is small and the agent answers it at once; a pod that does not
  * in this long is not usable. */
@@ -43,11 +45,9 @@ int agent_token(const struct fr_adapter *a, const char *pod, int previous, char 
                   : fr_hmac_sha256_hex(ag->key, ag->key_len, id, (size_t)n, out);
 }
 
-int agent_path(const struct fr_adapter *a, const char *pod, int port, const char *rest, char *out,
-               size_t cap) {
-  int n = snprintf(out, cap, "/api/v1/namespaces/%s/pods/%s:%d/proxy/%s", a->ns, pod, port, rest);
-
-  return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+int agent_path(const struct fr_adapter *a, const char *pod, int port, const char *method, const char *route,
+               char *out, size_t cap) {
+  return upstream_agent_path(out, cap, a->ns, pod, port, method, route, 0);
 }
 
 /* ---- /init ---- */
@@ -80,7 +80,8 @@ int agent_init(struct fr_adapter *a, const char *pod, int port, json_t *env, jso
   char *text;
   int rc;
 
-  if (agent_token(a, pod, 0, token) != 0 || agent_path(a, pod, port, "init", path, sizeof(path)) != 0)
+  if (agent_token(a, pod, 0, token) != 0 ||
+      upstream_agent_path(path, sizeof(path), a->ns, pod, port, "POST", "/init", 1) != 0)
     return -EINVAL;
   /* The token (set by the first /init, then required) and the sandbox's
    * env with its secrets over it, which every later process inherits: it
@@ -247,7 +248,7 @@ static int call_send(struct fr_agent_call *ac) {
 
   ac->got_head = ac->pause_next = ac->stopped = 0;
   if (agent_token(ac->a, ac->pod, ac->previous_key, token) != 0 ||
-      agent_path(ac->a, ac->pod, ac->port, ac->o.path + 1, path, sizeof(path)) != 0)
+      agent_path(ac->a, ac->pod, ac->port, ac->o.method, ac->o.path, path, sizeof(path)) != 0)
     return -EINVAL;
   headers = malloc(TOKEN_HEADER_LEN + extra + 1);
   if (headers == NULL)
@@ -330,7 +331,7 @@ int fr_adapter_agent_call(struct fr_adapter *a, const char *pod_name, const stru
   if (o->body != NULL) {
     ac->body = malloc(o->body_len + 1);
     if (ac->body == NULL) {
-      free(ac);
+      call_free(ac);
       return -ENOMEM;
     }
     memcpy(ac->body, o->body, o->body_len);

@@ -455,7 +455,7 @@ static int start_agent(struct exec_op *op, int port) {
 
   op->port = port;
   if (agent_token(op->a, op->pod, op->previous_key, token) != 0 ||
-      agent_path(op->a, op->pod, port, "process.Process/Start", path, sizeof(path)) != 0)
+      agent_path(op->a, op->pod, port, "POST", "/process.Process/Start", path, sizeof(path)) != 0)
     return -EINVAL;
   snprintf(header, sizeof(header), "X-Access-Token: %s", token);
   memset(&o, 0, sizeof(o));

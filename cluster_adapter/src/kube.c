@@ -49,6 +49,7 @@
 #include "fr/curluv.h"
 #include "fr/kubeconfig.h"
 #include "fr/log.h"
+#include "fr/urlsafe.h"
 #include "fr/util.h"
 #include "fr/version.h"
 
@@ -1730,6 +1731,8 @@ static int attempt_begin(struct rest_call *rc) {
     headers = h;
   }
   curl_easy_setopt(easy, CURLOPT_URL, rc->url);
+  /* path_ok() checked it; curl must not rewrite it (dot segments). */
+  curl_easy_setopt(easy, CURLOPT_PATH_AS_IS, 1L);
   curl_easy_setopt(easy, CURLOPT_PRIVATE, rc);
   curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, io->errbuf);
   curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_write);
@@ -1993,13 +1996,15 @@ static int method_ok(const char *m) {
   return i > 0 && i < 16;
 }
 
+/* The last gate before a path leaves for the API server: whatever built
+ * it, nothing that a server's normalization could move outside the
+ * resource it names (fr/urlsafe.h) is sent, and curl sends it as it is
+ * (CURLOPT_PATH_AS_IS). */
 static int path_ok(const char *p) {
-  if (p[0] != '/')
-    return 0;
-  for (; *p != '\0'; p++)
-    if ((unsigned char)*p <= 0x20 || *p == 0x7f)
-      return 0;
-  return 1;
+  const char *q = strchr(p, '?');
+  size_t plen = q != NULL ? (size_t)(q - p) : strlen(p);
+
+  return fr_url_path_check(p, plen, NULL) == 0 && (q == NULL || fr_url_query_check(q + 1, strlen(q + 1), NULL) == 0);
 }
 
 /* Copies <len> bytes of <s> to *<p> with a NUL after them and moves *<p>

@@ -65,6 +65,7 @@
 #include "fr/curluv.h"
 #include "fr/log.h"
 #include "fr/turn.h"
+#include "fr/urlsafe.h"
 #include "fr/util.h"
 #include "fr/version.h"
 #include "fr/ws.h"
@@ -1271,7 +1272,9 @@ int kube_exec_start(struct fr_kube_client *c, const char *ns, const char *pod,
   size_t prefix_len;
   int rc;
 
-  if (c == NULL || ns == NULL || *ns == '\0' || pod == NULL || *pod == '\0' || opts == NULL ||
+  /* Names only: a namespace is a DNS label, a pod name a DNS subdomain
+   * (never "..", which a server would normalize away). */
+  if (c == NULL || !fr_dns_label(ns) || !fr_dns_subdomain(pod) || opts == NULL ||
       opts->argv == NULL || opts->argv[0] == NULL || cb == NULL ||
       (opts->stdin_data == NULL && opts->stdin_len != 0))
     return -EINVAL;

@@ -782,7 +782,8 @@ static void conn_dispatch(struct conn *c) {
     c->body.data[0] = '\0';
   }
   if (req_fill_head(c) != 0) {
-    send_simple_and_close(c, 400);
+    send_error_and_close(c, 400, "invalid_path", "the request path does not decode (a bad escape or a NUL byte)",
+                         "");
     return;
   }
   r->body = c->body_stream ? "" : c->body.data;
@@ -1572,6 +1573,9 @@ static int query_decode(const char *s, size_t len, char *out, size_t outlen) {
         i += 2;
       }
     }
+    /* A NUL would cut the value short unseen ("/etc/passwd%00.txt"). */
+    if (ch == 0)
+      return -EINVAL;
     if (o + 1 >= outlen)
       return -ENOSPC;
     out[o++] = (char)ch;
@@ -1604,9 +1608,10 @@ int fr_http_query_each(const char *query,
     size_t klen = eq ? (size_t)(eq - p) : len;
 
     if (len > 0) {
-      if (query_decode(p, klen, key, vcap) < 0 ||
-          query_decode(eq ? eq + 1 : p + len, eq ? len - klen - 1 : 0, value, vcap) < 0) {
-        rc = -ENOSPC;
+      int rk = query_decode(p, klen, key, vcap);
+      int rv = rk < 0 ? 0 : query_decode(eq ? eq + 1 : p + len, eq ? len - klen - 1 : 0, value, vcap);
+      if (rk < 0 || rv < 0) {
+        rc = rk < 0 ? rk : rv;
         break;
       }
       rc = cb(key, value, arg);

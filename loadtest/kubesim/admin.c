@@ -189,6 +189,22 @@ static void admin_state(struct sim *s, struct fr_http_req *req) {
   api_json(req, 200, j);
 }
 
+/* GET: the recorded requests, oldest first; DELETE: forget them. */
+static void admin_requests(struct sim *s, struct fr_http_req *req) {
+  json_t *arr;
+  size_t i;
+
+  if (strcmp(req->method, "DELETE") == 0) {
+    s->reqlog_n = s->reqlog_next = 0;
+    api_json(req, 200, json_pack("{s:i}", "requests", 0));
+    return;
+  }
+  arr = json_array();
+  for (i = 0; arr != NULL && i < s->reqlog_n; i++)
+    json_array_append_new(arr, json_string(s->reqlog[(s->reqlog_next + SIM_REQLOG - s->reqlog_n + i) % SIM_REQLOG]));
+  api_json(req, 200, json_pack("{s:o}", "requests", arr != NULL ? arr : json_array()));
+}
+
 void admin_handle(struct fr_http_req *req, void *arg) {
   struct sim *s = arg;
   const char *h;
@@ -208,6 +224,9 @@ void admin_handle(struct fr_http_req *req, void *arg) {
     admin_faults(s, req);
   else if (strcmp(req->path, "/_sim/nodes") == 0 || strncmp(req->path, "/_sim/nodes/", 12) == 0)
     admin_nodes(s, req);
+  else if (strcmp(req->path, "/_sim/requests") == 0 &&
+           (strcmp(req->method, "GET") == 0 || strcmp(req->method, "DELETE") == 0))
+    admin_requests(s, req);
   else if (strcmp(req->path, "/_sim/compact") == 0 && strcmp(req->method, "POST") == 0) {
     store_compact(s);
     api_json(req, 200, json_pack("{s:I}", "compacted_to", (json_int_t)s->rv));
@@ -215,6 +234,6 @@ void admin_handle(struct fr_http_req *req, void *arg) {
     fr_http_respond(req, 200, "text/plain", NULL, "ok", 2);
   else
     admin_error(req, 404, "not_found", "admin endpoints: GET /_sim/state, GET|POST /_sim/faults, GET /_sim/nodes, "
-                "GET|POST /_sim/nodes/NAME, POST /_sim/compact");
+                "GET|POST /_sim/nodes/NAME, GET|DELETE /_sim/requests, POST /_sim/compact");
 }
 

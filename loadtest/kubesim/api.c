@@ -1604,6 +1604,10 @@ void api_handle(struct fr_http_req *req, void *arg) {
     admin_handle(req, arg);
     return;
   }
+  snprintf(s->reqlog[s->reqlog_next], SIM_REQLOG_LINE, "%s %s", req->method, req->url);
+  s->reqlog_next = (s->reqlog_next + 1) % SIM_REQLOG;
+  if (s->reqlog_n < SIM_REQLOG)
+    s->reqlog_n++;
   if (!authorized(s, req)) {
     api_status(req, 401, "Unauthorized", "Unauthorized", NULL, NULL, NULL);
     return;

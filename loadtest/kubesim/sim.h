@@ -301,6 +301,13 @@ struct sim {
   int64_t quota_pods, quota_cpu_m, quota_mem_m; /* --namespace-quota, -1 = none */
   struct sim_faults faults;
   size_t execs_started;
+  /* The last SIM_REQLOG requests of the API surface, "METHOD raw-target"
+   * (cut at SIM_REQLOG_LINE): GET /_sim/requests shows them, so a test can
+   * assert what a client did and did not send. */
+#define SIM_REQLOG 512
+#define SIM_REQLOG_LINE 200
+  char reqlog[SIM_REQLOG][SIM_REQLOG_LINE];
+  size_t reqlog_next, reqlog_n;
   int stopping;
   char self_exe[4096];         /* this binary, re-run as the pod supervisor */
 };

@@ -22,6 +22,7 @@
 #include "fr/buf.h"
 #include "fr/config.h"
 #include "fr/http.h"
+#include "fr/urlsafe.h"
 #include "fr/util.h"
 #include "api.h"
 #include "router.h"
@@ -822,38 +823,40 @@ static void process_resize(struct api_req *q, struct fr_adapter *a, const char *
  * returns -1 otherwise. */
 static int query_path(struct api_req *q, char *out, size_t cap) {
   long n = fr_http_query_get(q->req->query, "path", out, cap);
+  size_t i;
+  int k;
 
+  if (n == -EINVAL) {
+    api_fail(q, 400, "invalid_path", "the path holds a NUL byte (%00)", NULL);
+    return -1;
+  }
   if (n < 0 || out[0] == '\0') {
     api_fail(q, 400, "invalid_path", "give the file's absolute path: ?path=/abs/path", NULL);
     return -1;
   }
-  if ((size_t)n >= cap || out[0] != '/' || strlen(out) != (size_t)n) {
-    api_fail(q, 400, "invalid_path", "the path must be absolute, without NUL, at most 4096 bytes", NULL);
+  if ((size_t)n >= cap || (size_t)n > MAX_PATH_BYTES || out[0] != '/') {
+    api_fail(q, 400, "invalid_path", "the path must be absolute and at most 4096 bytes", NULL);
     return -1;
   }
+  /* A sandbox's paths are text: the agent answers in JSON, which holds
+   * UTF-8 only, and the E2B SDKs send nothing else. */
+  for (i = 0; i < (size_t)n; i += (size_t)k)
+    if ((k = fr_utf8_char((const unsigned char *)out + i, (size_t)n - i)) <= 0) {
+      char msg[200];
+      snprintf(msg, sizeof(msg), "the path is not UTF-8 text (at byte %zu, after \"%.*s\")", i,
+               (int)(i < 100 ? i : 100), out);
+      api_fail(q, 400, "invalid_path", msg, NULL);
+      return -1;
+    }
   return 0;
 }
 
-/* "/files?path=<percent-encoded path>" */
+/* "/files?path=<percent-encoded path>" (the agent route and its one
+ * parameter, as upstream.c's allow-list takes them). */
 static int files_path(const char *path, char *out, size_t cap) {
-  static const char hex[] = "0123456789ABCDEF";
-  size_t o = 0;
-  const unsigned char *p;
+  size_t at = (size_t)snprintf(out, cap, "/files?path=");
 
-  o = (size_t)snprintf(out, cap, "/files?path=");
-  for (p = (const unsigned char *)path; *p != '\0'; p++) {
-    if (o + 4 >= cap)
-      return -1;
-    if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("-._~/", *p)) {
-      out[o++] = (char)*p;
-    } else {
-      out[o++] = '%';
-      out[o++] = hex[*p >> 4];
-      out[o++] = hex[*p & 15];
-    }
-  }
-  out[o] = '\0';
-  return 0;
+  return fr_url_query_escape(out, cap, &at, path) == 0 ? 0 : -1;
 }
 
 /* A download or an upload through fr_adapter_agent_call. */
@@ -862,7 +865,7 @@ struct xfer {
   struct fr_adapter *a;
   struct fr_agent_call *call;
   struct fr_buf err;            /* the agent's error answer */
-  char path[MAX_PATH_BYTES + 1];
+  char path[MAX_PATH_BYTES + 2];
   int64_t limit, received;      /* upload: the tenant's bound, bytes so far */
   int body_paused, body_done, answered;
   int raw;                      /* data_proxy: the agent's status, type and errors go back as they are */

@@ -31,6 +31,7 @@
 #include "fr/buf.h"
 #include "fr/config.h"
 #include "fr/http.h"
+#include "fr/urlsafe.h"
 #include "fr/util.h"
 #include "api.h"
 #include "router.h"
@@ -467,11 +468,46 @@ static void list(struct api_req *q) {
 /* ---------------------------------------------------------------------- */
 /* in-sandbox calls                                                        */
 
-/* The agent's paths a client may reach: envd's services, files, health.
- * Never /init (it sets the agent's token and env). */
+/* Is <p> one of the agent's routes a client may reach (envd's services,
+ * /files, /health, /envs)? The allow-list is the adapter's
+ * (fr_agent_route_known): the exact path, never a prefix, never /init. */
 static int agent_path_ok(const char *p) {
-  return strncmp(p, "/process.Process/", 17) == 0 || strncmp(p, "/filesystem.Filesystem/", 23) == 0 ||
-         strcmp(p, "/files") == 0 || strcmp(p, "/health") == 0;
+  return fr_agent_route_known("POST", p) != 0 || fr_agent_route_known("GET", p) != 0;
+}
+
+/* The agent route and the query rebuilt from the client's: only the
+ * parameters /files takes, each value decoded and encoded again, so what
+ * goes upstream is made of checked parts only. */
+struct relay_query {
+  char *out;          /* the route, then the query being appended */
+  size_t cap, at, start;
+  const char *refused; /* what was refused: a parameter the route does not take, a value */
+  int bad_path;        /* the refused value is the file path */
+};
+
+static int relay_param(const char *key, const char *value, void *arg) {
+  static const char *const taken[] = {"path", "username"};
+  struct relay_query *rq = arg;
+  size_t i;
+  int n, k;
+
+  for (i = 0; i < FR_ARRAY_SIZE(taken) && strcmp(key, taken[i]) != 0; i++)
+    ;
+  if (i == FR_ARRAY_SIZE(taken)) {
+    rq->refused = key[0] != '\0' ? "a query parameter /files does not take" : "an empty query parameter";
+    return 1;
+  }
+  for (n = 0; value[n] != '\0'; n += k)
+    if ((k = fr_utf8_char((const unsigned char *)value + n, strlen(value + n))) <= 0) {
+      rq->refused = strcmp(key, "path") == 0 ? "a path that is not UTF-8 text" : "a value that is not UTF-8 text";
+      rq->bad_path = strcmp(key, "path") == 0;
+      return 1;
+    }
+  n = snprintf(rq->out + rq->at, rq->cap - rq->at, "%s%s=", rq->at == rq->start ? "?" : "&", taken[i]);
+  if (n < 0 || (size_t)n >= rq->cap - rq->at)
+    return -ENAMETOOLONG;
+  rq->at += (size_t)n;
+  return fr_url_query_escape(rq->out, rq->cap, &rq->at, value);
 }
 
 static void in_sandbox(struct api_req *q, const char *id, const char *tenant) {
@@ -495,6 +531,10 @@ static void in_sandbox(struct api_req *q, const char *id, const char *tenant) {
   if (!agent_path_ok(path)) {
     snprintf(msg, sizeof(msg), "inside a sandbox, %.200s", path);
     unsupported(q, msg);
+    return;
+  }
+  if (fr_agent_route_known(q->req->method, path) < 0) {
+    api_fail(q, 405, "method_not_allowed", "that method is not allowed on this sandbox route", NULL);
     return;
   }
   if (token == NULL || *token == '\0') {
@@ -521,16 +561,31 @@ static void in_sandbox(struct api_req *q, const char *id, const char *tenant) {
     if (v != NULL && strpbrk(v, "\r\n") == NULL)
       fr_buf_printf(&h, "%s: %s\n", pass[i], v);
   }
-  /* The agent's path with the client's query, as it came. */
+  /* The agent's route, and for /files the query rebuilt from the
+   * parameters it takes; the Connect routes take none. */
   {
-    struct fr_buf u;
-    fr_buf_init(&u);
-    fr_buf_printf(&u, "%s%s%s", path, q->req->query[0] ? "?" : "", q->req->query);
-    if (u.data == NULL || (h.len > 0 && h.data == NULL))
+    struct relay_query rq;
+    char url[8400];
+    int rc = 0;
+    memset(&rq, 0, sizeof(rq));
+    rq.out = url;
+    rq.cap = sizeof(url);
+    rq.at = rq.start = (size_t)snprintf(url, sizeof(url), "%s", path);
+    if (strcmp(path, "/files") == 0)
+      rc = fr_http_query_each(q->req->query, relay_param, &rq);
+    else if (q->req->query[0] != '\0')
+      rq.refused = "a query (this route takes none)";
+    if (rq.refused != NULL || rc == -EINVAL) {
+      snprintf(msg, sizeof(msg), "the request's query is refused: it holds %s",
+               rq.refused != NULL ? rq.refused : "a NUL byte (%00)");
+      api_fail(q, 400, rq.bad_path ? "invalid_path" : "invalid_query", msg, NULL);
+    } else if (rc != 0) {
+      api_fail(q, 400, "invalid_query", "the request's query is too long", NULL);
+    } else if (h.len > 0 && h.data == NULL) {
       api_oom(q);
-    else
-      data_proxy(q, a, id, u.data, h.data);
-    fr_buf_free(&u);
+    } else {
+      data_proxy(q, a, id, url, h.data);
+    }
   }
   fr_buf_free(&h);
   if (q->req != NULL)

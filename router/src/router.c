@@ -20,6 +20,7 @@
 #include "fr/http.h"
 #include "fr/log.h"
 #include "fr/quantity.h"
+#include "fr/urlsafe.h"
 #include "fr/util.h"
 #include "api.h"
 #include "dashboard.h"
@@ -344,6 +345,21 @@ void router_handle(struct fr_http_req *req, void *arg) {
     return;
   }
   router_note(req, "request_id", rid);
+
+  /* A path that a server's normalization could turn into another path goes
+   * no further (fr/urlsafe.h): dot segments, encoded slashes, ';', NUL...
+   * nothing below can then be steered outside the route it matched. */
+  {
+    const char *why, *qm = strchr(req->url, '?');
+    size_t plen = qm != NULL ? (size_t)(qm - req->url) : strlen(req->url);
+    char msg[200];
+    if (fr_url_path_check(req->url, plen, &why) != 0) {
+      snprintf(msg, sizeof(msg), "the request path is refused: it holds %s", why);
+      api_fail(q, 400, "invalid_path", msg, NULL);
+      api_req_unref(q);
+      return;
+    }
+  }
 
   /* While shutting down every request still gets its answer: the load
    * balancer stops sending once /readyz fails, and what was already on its

@@ -1144,7 +1144,7 @@ static void client_bad_escape(struct fx *f) {
 START_TEST(path_with_bad_escape_gets_400) {
   fx_start(NULL);
   fx_run(client_bad_escape);
-  assert_error_response(&fx.r[0], 400, "bad_request");
+  assert_error_response(&fx.r[0], 400, "invalid_path");
   ck_assert_int_eq(fx.handled, 0);
 }
 END_TEST
@@ -2191,6 +2191,17 @@ START_TEST(query_get_decodes_percent_and_plus) {
 }
 END_TEST
 
+/* A NUL would cut a value short unseen: "/etc/passwd%00.txt" is not
+ * "/etc/passwd". */
+START_TEST(query_get_nul_byte_einval) {
+  char out[64];
+
+  ck_assert_int_eq(fr_http_query_get("path=/etc/passwd%00.txt", "path", out, sizeof(out)), -EINVAL);
+  ck_assert_int_eq(fr_http_query_get("x=%00&path=/tmp", "path", out, sizeof(out)), -EINVAL);
+  ck_assert_int_eq(fr_http_query_get("path=/tmp/a%01b", "path", out, sizeof(out)), 8);
+}
+END_TEST
+
 START_TEST(query_get_missing_key_enoent) {
   char out[16];
 
@@ -2453,6 +2464,7 @@ static Suite *http_suite(void) {
 
   tc = tcase_create("query");
   tcase_add_test(tc, query_get_decodes_percent_and_plus);
+  tcase_add_test(tc, query_get_nul_byte_einval);
   tcase_add_test(tc, query_get_missing_key_enoent);
   tcase_add_test(tc, query_get_flag_without_value_is_empty);
   tcase_add_test(tc, query_get_small_buffer_enospc);

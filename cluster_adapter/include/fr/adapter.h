@@ -502,9 +502,18 @@ struct fr_agent_result {
 /* Returned by on_data to stop reading until fr_agent_call_resume(). */
 #define FR_AGENT_PAUSE 1
 
+/* Is <route> (a path from '/', no query) one of the agent routes a client
+ * may reach through the router (the allow-list in upstream.c: /health,
+ * /envs, /files and the process and filesystem Connect methods; never
+ * /init)? 1 yes, -1 yes but not with <method>, 0 no. */
+int fr_agent_route_known(const char *method, const char *route);
+
 struct fr_agent_call_opts {
   const char *method;       /* GET, HEAD, POST, PUT, DELETE */
-  const char *path;         /* the agent's path and query, from '/': "/files?path=%2Ftmp%2Fx" */
+  const char *path;         /* an agent route and its query, from '/': "/files?path=%2Ftmp%2Fx";
+                               the route must be in the allow-list for <method>, each query
+                               parameter one the route takes with a percent-encoded value
+                               (fr_adapter_agent_call answers -EINVAL otherwise) */
   const char *content_type; /* of the body; may be NULL */
   const char *headers;      /* more request headers, "Name: value" lines separated by '\n'
                                (no CR); may be NULL. Never Host, Content-Length,

@@ -172,10 +172,12 @@ void fr_http_server_free(struct fr_http_server *srv, fr_http_server_close_cb cb,
 const char *fr_http_req_header(const struct fr_http_req *req, const char *name);
 /* Looks <key> up in a raw query string and percent-decodes its first value
  * into <out> (NUL-terminated). Returns the decoded length, -ENOENT when
- * absent, -ENOSPC when it does not fit. */
+ * absent, -ENOSPC when it does not fit, -EINVAL when a key or value before
+ * it (or it) decodes to a NUL byte. */
 long fr_http_query_get(const char *query, const char *key, char *out, size_t outlen);
 /* Calls <cb> for every key=value pair of <query> in order, both decoded.
- * Stops and returns the first non-zero value <cb> returns. */
+ * Stops and returns the first non-zero value <cb> returns; -EINVAL for a
+ * pair that decodes to a NUL byte (%00), which no key or value may hold. */
 int fr_http_query_each(const char *query,
                        int (*cb)(const char *key, const char *value, void *arg),
                        void *arg);

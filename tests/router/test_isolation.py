@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""Two tenants, probed as an attacker would: what a tenant can send never
+reaches anything but its own sandbox's agent routes.
+
+One kubesim cluster "iso" running the real fedrouter-agent in its pods, the
+real router in front (an `agent` group, tenants a and b of test_router.py).
+Tenant B holds only its own sandbox and that sandbox's access token (the
+envdAccessToken the E2B API gives out, derived here from the agent key the
+test wrote). Tenant A has a sandbox, and a Secret sits in the namespace.
+
+Proves (docs/fuzzing.md, "The two-tenant probe"):
+- every request path a server could normalize into another one (dot
+  segments raw or percent-encoded in any case, double-encoded, encoded
+  slashes and backslashes, ';' path parameters, NUL and control bytes) is
+  refused with 400 before anything goes upstream, on /e2b and /v1 alike;
+- the E2B relay reaches only the agent routes of its allow-list (exact
+  paths; /init and other internal paths answer as unknown routes), and only
+  the query parameters /files takes;
+- kubesim, recording every request it served (GET /_sim/requests), saw no
+  request outside /api/v1/namespaces/default/pods/<B's pod>:49983/proxy/
+  while the probes ran: no Secret read, no DELETE or PATCH, nothing of A's;
+- file paths with a NUL byte or bytes that are not UTF-8 answer 400
+  invalid_path naming the problem, and nothing is written.
+
+Usage: test_isolation.py --fedrouter PATH --kubesim PATH --agent PATH [--keep]
+Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
+"""
+import hashlib
+import hmac
+import http.client
+import json
+import os
+import socket
+import sys
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_router as tr  # noqa: E402
+import test_agent_path as tap  # noqa: E402
+from test_router import check, short  # noqa: E402
+
+tr.WATCHDOG_S = 170  # ctest's TIMEOUT is 180
+CLUSTER = "iso"
+NS = "default"
+SECRET_VALUE = "top-secret-" + os.urandom(6).hex()
+
+# Paths after /e2b that must never leave the router: each would, after a
+# server's normalization, land outside the sandbox's proxy prefix or on an
+# internal agent route.
+E2B_ATTACKS = [
+    "/process.Process/../../../../../../../../../api/v1/namespaces/default/secrets/a-sandbox-secrets",
+    "/process.Process/..%2f..%2f..%2f..%2f..%2f..%2f..%2fapi%2fv1%2fnamespaces%2fdefault%2fpods",
+    "/process.Process/..%2F..%2F..%2Fapi/v1/pods",
+    "/process.Process/%2e%2e/%2e%2e/%2e%2e/%2e%2e/%2e%2e/%2e%2e/%2e%2e/api/v1/pods",
+    "/process.Process/%2E%2E/%2E%2E/init",
+    "/process.Process/.%2e/.%2e/init",
+    "/process.Process/%252e%252e/%252e%252e/%252e%252e/api/v1/pods",
+    "/process.Process/%25252e%25252e/api/v1/pods",
+    "/process.Process/..;/..;/..;/api/v1/pods",
+    "/process.Process/Start;/../../init",
+    "/process.Process/Start%3b/../init",
+    "/process.Process/..%5c..%5c..%5capi/v1/pods",
+    "/process.Process/./Start",
+    "/process.Process/Start/..",
+    "/process.Process/Start/../../init",
+    "/process.Process/Start%00/../../init",
+    "/process.Process/Start%0d%0aX-Evil:%201",
+    "/process.Process//Start",
+    "/files/../init",
+    "/filesystem.Filesystem/Stat/%2e%2e/%2e%2e/%2e%2e/api/v1/namespaces/default/pods",
+]
+# Reach the relay's route matching (no path tricks): must not be relayed.
+E2B_UNKNOWN = ["/init", "/_fr/held", "/process.Process/", "/process.Process/Nope", "/filesystem.Filesystem",
+               "/version", "/api/v1/pods", "/files/x", "/healthz"]
+
+
+def token_of(fed, sid):
+    with open(os.path.join(fed.root, "agent.key")) as f:
+        key = f.read().strip().encode()
+    return hmac.new(key, sid.encode(), hashlib.sha256).hexdigest()
+
+
+def raw(fed, method, target, headers, body=b""):
+    """Sends <target> exactly as given (no client-side normalization);
+    returns (status, parsed body or text)."""
+    s = socket.create_connection(("127.0.0.1", fed.router.port), timeout=15)
+    try:
+        head = f"{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        for k, v in headers.items():
+            head += f"{k}: {v}\r\n"
+        head += f"Content-Length: {len(body)}\r\n\r\n"
+        s.sendall(head.encode("latin-1") + body)
+        data = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+    finally:
+        s.close()
+    status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/1.1 ") else 0
+    text = data.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in data else b""
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text.decode(errors="replace")
+
+
+def sim_requests(fed):
+    st, r = fed.sims[CLUSTER].admin("GET", "/_sim/requests")
+    check(st == 200, f"/_sim/requests: {st} {short(r)}")
+    return r["requests"]
+
+
+def assert_only_own_proxy(fed, pod, what):
+    """Every request kubesim served since the log was cleared is either the
+    router's own bookkeeping (watches, lists, probes) or a call through B's
+    pod proxy prefix to an allowed agent route."""
+    prefix = f"/api/v1/namespaces/{NS}/pods/{pod}:49983/proxy/"
+    bad = []
+    for line in sim_requests(fed):
+        method, _, target = line.partition(" ")
+        low = target.lower()
+        if ("secret" in low or method in ("DELETE", "PATCH", "PUT") or ".." in target or "%2e" in low
+                or "%2f" in low or "%5c" in low or ";" in target or "/init" in low
+                or ("/proxy" in target and not target.startswith(prefix))):
+            bad.append(line)
+    check(not bad, f"{what}: kubesim served requests outside B's proxy prefix: {bad[:5]}")
+
+
+def test_setup(fed):
+    # A Secret in the namespace, as a tenant's would be.
+    st, r = tr.api_call(fed.router.port, "GET", "/healthz")
+    check(st == 200, "router up")
+    sim = fed.sims[CLUSTER]
+    body = json.dumps({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a-sandbox-secrets"},
+                       "data": {"HF_TOKEN": __import__("base64").b64encode(SECRET_VALUE.encode()).decode()}})
+    c = http.client.HTTPSConnection("127.0.0.1", sim.port, timeout=15, context=sim.ssl)
+    c.request("POST", f"/api/v1/namespaces/{NS}/secrets", body=body,
+              headers={"Authorization": "Bearer " + tr.SIM_TOKEN, "Content-Type": "application/json"})
+    r = c.getresponse()
+    check(r.status == 201, f"create the Secret: {r.status} {r.read()[:200]}")
+    c.close()
+    fed.shared["a"] = fed.create_one(name="victim", token=tr.TOKEN_A)["id"]
+    fed.shared["b"] = fed.create_one(name="attacker", token=tr.TOKEN_B)["id"]
+    # B's own sandbox answers through the relay: the probes below are
+    # refused for what they are, not because the relay is broken.
+    b = fed.shared["b"]
+    st, r = raw(fed, "GET", "/e2b/health", {"E2b-Sandbox-Id": b, "X-Access-Token": token_of(fed, b)})
+    check(st == 204, f"B's /e2b/health: {st} {short(r)}")
+
+
+def test_e2b_relay_refuses_path_tricks(fed):
+    b = fed.shared["b"]
+    _, pod = fed.sim_of(b)
+    h = {"E2b-Sandbox-Id": b, "X-Access-Token": token_of(fed, b), "X-API-Key": tr.TOKEN_B,
+         "Content-Type": "application/json"}
+    check(fed.sims[CLUSTER].admin("DELETE", "/_sim/requests")[0] == 200, "clear kubesim's request log")
+    for p in E2B_ATTACKS:
+        for method in ("GET", "POST", "DELETE", "PATCH"):
+            st, r = raw(fed, method, "/e2b" + p, h, b"{}" if method in ("POST", "PATCH") else b"")
+            check(st == 400 and isinstance(r, dict) and r.get("error", {}).get("code") == "invalid_path",
+                  f"{method} /e2b{p}: {st} {short(r)}")
+    for p in E2B_UNKNOWN:
+        st, r = raw(fed, "POST", "/e2b" + p, h, b"{}")
+        check(st in (404, 405, 501) and SECRET_VALUE not in json.dumps(r), f"POST /e2b{p}: {st} {short(r)}")
+    # Only /files takes a query, and only its own parameters.
+    for method, p, why in (("GET", "/files?path=/tmp/x&extra=../../init", "an unknown parameter"),
+                           ("POST", "/process.Process/List?path=/x", "a query on a Connect route"),
+                           ("GET", "/files?path=/tmp/a%00b", "a NUL")):
+        st, r = raw(fed, method, "/e2b" + p, h, b"{}" if method == "POST" else b"")
+        check(st == 400 and r["error"]["code"] in ("invalid_query", "invalid_path"), f"{why}: {st} {short(r)}")
+    assert_only_own_proxy(fed, pod, "after the /e2b probes")
+
+
+def test_v1_refuses_path_tricks(fed):
+    a, b = fed.shared["a"], fed.shared["b"]
+    h = {"Authorization": "Bearer " + tr.TOKEN_B}
+    check(fed.sims[CLUSTER].admin("DELETE", "/_sim/requests")[0] == 200, "clear kubesim's request log")
+    for p in (f"/v1/sandboxes/{b}/../{a}", f"/v1/sandboxes/{b}/..%2f{a}", f"/v1/sandboxes/%2e%2e/{a}",
+              f"/v1/sandboxes/{b}/files/..", f"/v1/sandboxes/{b}/processes/..%2f..%2finit",
+              f"/v1/sandboxes/{b};x/exec", "/v1/pools/..%2f..%2fsecrets", f"/v1/sandboxes/{b}/%2e/files",
+              f"/v1/sandboxes/{b}%00/files", f"/v1/sandboxes/{b}%5c..%5c{a}", f"/v1/sandboxes/{b}//files"):
+        for method in ("GET", "POST", "DELETE"):
+            st, r = raw(fed, method, p, h, b"{}" if method == "POST" else b"")
+            check(st == 400 and isinstance(r, dict) and r["error"]["code"] == "invalid_path",
+                  f"{method} {p}: {st} {short(r)}")
+    _, pod = fed.sim_of(b)
+    assert_only_own_proxy(fed, pod, "after the /v1 probes")
+    # A's sandbox is still there and still A's.
+    st, r = fed.api("GET", "/v1/sandboxes/" + a, token=tr.TOKEN_A)
+    check(st == 200, f"A's sandbox after the probes: {st} {short(r)}")
+
+
+def test_file_paths_nul_and_not_utf8(fed):
+    b = fed.shared["b"]
+    h = {"Authorization": "Bearer " + tr.TOKEN_B, "Content-Type": "application/octet-stream"}
+    for method, q, body in (("PUT", "/tmp/a%00b", b"x"), ("GET", "/etc/passwd%00.txt", b""),
+                            ("DELETE", "/tmp/a%00b", b""), ("GET", "/tmp/%ff", b""), ("PUT", "/tmp/%ff", b"y"),
+                            ("GET", "/tmp/%c3%28", b"")):
+        st, r = raw(fed, method, f"/v1/sandboxes/{b}/files?path={q}", h, body)
+        check(st == 400 and r["error"]["code"] == "invalid_path" and ("NUL" in r["error"]["message"]
+                                                                      or "UTF-8" in r["error"]["message"]),
+              f"{method} files?path={q}: {st} {short(r)}")
+    st, r = raw(fed, "GET", f"/v1/sandboxes/{b}/files?path=/tmp&list=1", h)
+    check(st == 200, f"list /tmp: {st} {short(r)}")
+    names = [e.get("name") for e in r.get("entries", [])]
+    check("a" not in names and not any(n and n.startswith("a\x00") for n in names),
+          f"a refused upload wrote something: {names}")
+    # E2B's /files: the same paths refused by the relay.
+    hb = {"E2b-Sandbox-Id": b, "X-Access-Token": token_of(fed, b)}
+    for q in ("/tmp/%ff", "/tmp/a%00b"):
+        st, r = raw(fed, "GET", f"/e2b/files?path={q}", hb)
+        check(st == 400 and r["error"]["code"] in ("invalid_path", "invalid_query"), f"/e2b/files?path={q}: {st} {short(r)}")
+
+
+TESTS = [test_setup, test_e2b_relay_refuses_path_tricks, test_v1_refuses_path_tricks,
+         test_file_paths_nul_and_not_utf8]
+
+
+if __name__ == "__main__":
+    sys.exit(tr.run_one_federation(
+        __doc__, lambda: tap.AgentFed("iso", [(CLUSTER, "us", ["--nodes", "2", "--node-cpu", "64",
+                                                              "--node-memory", "256Gi", "--agent-binary",
+                                                              os.path.abspath(tr.ARGS.agent)])]),
+        TESTS, ["--agent"]))
