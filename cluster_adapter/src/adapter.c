@@ -591,6 +591,10 @@ int fr_adapter_pods_synced(const struct fr_adapter *a) {
   return fr_informer_synced(a->inf[INF_PODS]);
 }
 
+int fr_adapter_pools_synced(const struct fr_adapter *a) {
+  return fr_informer_synced(a->inf[INF_POOLS]);
+}
+
 /* ---------------------------------------------------------------------- */
 /* view                                                                    */
 

@@ -261,6 +261,9 @@ const struct fr_pod *fr_adapter_pod_next(struct fr_adapter *a, size_t *cursor);
  * a miss says nothing (a freshly started replica must not call live
  * sandboxes missing). */
 int fr_adapter_pods_synced(const struct fr_adapter *a);
+/* The same for the pool cache (the pools' ReplicaSets): before it, a pool
+ * missing from fr_adapter_pool() may well exist. */
+int fr_adapter_pools_synced(const struct fr_adapter *a);
 
 /* ---- sandboxes (sandbox.c) ---- */
 
@@ -443,6 +446,9 @@ enum fr_exec_err {
   FR_EXEC_FAILED,           /* the cluster could not start the command (message says) */
   FR_EXEC_AGENT_UNAVAILABLE, /* the sandbox's agent cannot be reached, and the command
                                 needs it (the sandbox's env or secrets came by /init) */
+  FR_EXEC_AGENT_DIED,       /* the command started, then its agent's stream broke while the
+                               cluster stayed healthy: the sandbox's agent stopped (killed by
+                               the sandbox's own code, or crashed); the outcome is unknown */
 };
 
 struct fr_exec_result {
