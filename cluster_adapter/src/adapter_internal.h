@@ -140,6 +140,10 @@ int connect_feed(struct fr_buf *pending, const char *data, size_t len,
 /* The Start request of <spec> (NULL: invalid or out of memory). */
 struct fr_proc_spec;
 json_t *proc_start_request(const struct fr_proc_spec *spec);
+/* Fills <ps> with the process an exec of <spec> runs (borrowing its
+ * strings): argv, env, workdir, stdin, timeout, killed on disconnect. */
+struct fr_exec_spec;
+void proc_spec_from_exec(struct fr_proc_spec *ps, const struct fr_exec_spec *spec);
 /* The exit code a shell would report for Go's ProcessState text
  * ("exit status 3", "signal: killed"). */
 int agent_exit_code(const char *status, int exit_code, int exited);

@@ -71,7 +71,7 @@ struct exec_op {
   void *stdin_data;         /* owned copy */
   size_t stdin_len;
   size_t max_output;
-  struct fr_kube_exec_budget *budget;
+  struct fr_exec_budget *budget;
   char *request_id;
   char pod[64];
   /* the agent path */
@@ -441,14 +441,7 @@ static int agent_request(struct exec_op *op, const struct fr_exec_spec *spec) {
   json_t *req;
   int rc;
 
-  memset(&ps, 0, sizeof(ps));
-  ps.argv = spec->argv;
-  ps.env = spec->env;
-  ps.workdir = spec->workdir;
-  ps.stdin_data = op->stdin_data;
-  ps.stdin_len = op->stdin_len;
-  ps.timeout_ms = spec->timeout_s * 1000;
-  ps.kill_on_disconnect = 1;
+  proc_spec_from_exec(&ps, spec);
   req = proc_start_request(&ps);
   if (req == NULL)
     return -ENOMEM;

@@ -123,7 +123,7 @@ struct kube_exec {
   size_t stdin_len, stdin_off;
   int has_stdin, stdin_eof_sent;
   size_t max_out, max_err;
-  struct fr_kube_exec_budget *budget;
+  struct fr_exec_budget *budget;
   size_t budgeted;                 /* of budget->used, ours (given back on free) */
   uint64_t timeout_ms;
 

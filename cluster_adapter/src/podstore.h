@@ -1,5 +1,5 @@
 /* podstore.h - the adapter's cache of sandbox and pool pods: one compact
- * record per pod (struct fr_pod, fr/adapter.h) in an open-addressing hash
+ * record per pod (struct fr_pod, fr/adapter_types.h) in an open-addressing hash
  * table keyed by pod name.
  *
  * A pod as a jansson tree costs ~7.5 KB even slimmed (11 objects, 35
@@ -14,7 +14,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#include "fr/adapter.h"
+#include "fr/adapter_types.h"
 #include "strmap.h"
 
 struct podstore {

@@ -373,6 +373,29 @@ int fr_adapter_proc_start(struct fr_adapter *a, const char *pod, const struct fr
   return rc;
 }
 
+void proc_spec_from_exec(struct fr_proc_spec *ps, const struct fr_exec_spec *spec) {
+  memset(ps, 0, sizeof(*ps));
+  ps->argv = spec->argv;
+  ps->env = spec->env;
+  ps->workdir = spec->workdir;
+  ps->stdin_data = spec->stdin_data;
+  ps->stdin_len = spec->stdin_len;
+  ps->timeout_ms = spec->timeout_s * 1000;
+  ps->kill_on_disconnect = 1;
+  ps->request_id = spec->request_id;
+}
+
+int fr_adapter_exec_stream(struct fr_adapter *a, const char *pod, const struct fr_exec_spec *spec,
+                           fr_proc_event_cb on_event, fr_proc_done_cb on_done, void *arg,
+                           struct fr_proc_stream **out) {
+  struct fr_proc_spec ps;
+
+  if (spec == NULL)
+    return -EINVAL;
+  proc_spec_from_exec(&ps, spec);
+  return fr_adapter_proc_start(a, pod, &ps, on_event, on_done, arg, out);
+}
+
 int fr_adapter_proc_attach(struct fr_adapter *a, const char *pod, int64_t pid, int64_t replay_from,
                            const char *request_id, fr_proc_event_cb on_event, fr_proc_done_cb on_done,
                            void *arg, struct fr_proc_stream **out) {

@@ -400,7 +400,6 @@ static void nd_started(struct nd *n) {
 }
 
 void data_exec_stream(struct api_req *q, struct fr_adapter *a, const char *id, const struct fr_exec_spec *spec) {
-  struct fr_proc_spec ps;
   struct nd *n;
   char msg[200];
   int rc;
@@ -416,16 +415,7 @@ void data_exec_stream(struct api_req *q, struct fr_adapter *a, const char *id, c
     api_oom(q);
     return;
   }
-  memset(&ps, 0, sizeof(ps));
-  ps.argv = spec->argv;
-  ps.env = spec->env;
-  ps.workdir = spec->workdir;
-  ps.stdin_data = spec->stdin_data;
-  ps.stdin_len = spec->stdin_len;
-  ps.timeout_ms = spec->timeout_s * 1000;
-  ps.kill_on_disconnect = 1;
-  ps.request_id = q->rid;
-  rc = fr_adapter_proc_start(a, pod_of(id), &ps, nd_event, nd_done, n, &n->ps);
+  rc = fr_adapter_exec_stream(a, pod_of(id), spec, nd_event, nd_done, n, &n->ps);
   if (rc != 0) {
     free(n);
     start_failed(q, a, rc);

@@ -95,7 +95,7 @@ static void put_output(json_t *body, const char *key, const char *enc_key, const
 
 struct answer {
   struct api_req *q;
-  struct fr_kube_exec_budget *budget;
+  struct fr_exec_budget *budget;
   size_t charged;               /* of budget->used */
   char *raw[2];                 /* stdout, stderr (copies) */
   size_t len[2], enc_len[2];

@@ -16,7 +16,6 @@
 #include "fr/config.h"
 #include "fr/buf.h"
 #include "fr/http.h"
-#include "fr/kube.h"
 #include "fr/kubeconfig.h"
 #include "fr/log.h"
 #include "fr/policy.h"

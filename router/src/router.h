@@ -7,8 +7,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "fr/adapter.h" /* struct fr_adapter_agent */
-#include "fr/kube.h"    /* struct fr_kube_exec_budget */
+#include "fr/adapter.h" /* struct fr_adapter_agent, struct fr_exec_budget */
 
 struct fr_config;
 struct fr_adapter;
@@ -44,7 +43,7 @@ struct router {
   int shutting_down;              /* got SIGTERM/SIGINT: /readyz answers 503 from now on */
   int stopping;                   /* draining: no new connections, each closes after its answer */
   size_t inflight;                /* requests answered later (creates, execs, ...) */
-  struct fr_kube_exec_budget exec_budget; /* all execs' buffered output (limits.exec_output_budget_bytes) */
+  struct fr_exec_budget exec_budget; /* all execs' buffered output (limits.exec_output_budget_bytes) */
   struct fr_adapter_agent agent;  /* the config's agent group, for the adapters (image NULL: none) */
   struct tenant_state *tenants;   /* one per configured tenant, or one "local" */
   size_t ntenants;

@@ -1467,7 +1467,7 @@ END_TEST
 /* ---- a large output is read a bounded piece per loop turn ---- */
 
 struct turns {
-  struct fr_kube_exec_budget budget;
+  struct fr_exec_budget budget;
   size_t last, max_step;
   int stalled;
   struct xres x;

@@ -244,7 +244,7 @@ static void on_exec(const struct fr_kube_exec_result *r, void *arg) {
 static void run_exec(void) {
   static char *const argv[] = {"sh", "-c", "echo hi", NULL};
   struct fr_kube_exec_opts o;
-  struct fr_kube_exec_budget budget = {0, 80};
+  struct fr_exec_budget budget = {0, 80};
   struct exec_seen x = {0};
   int turns;
 

@@ -23,10 +23,11 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "fr/adapter_types.h"
+
 struct fr_buf;
 
 struct fr_kube_client;
-struct fr_kube_exec_budget;
 struct fr_adapter;
 
 /* What an adapter needs to know about its cluster. Every string is
@@ -69,69 +70,6 @@ struct fr_adapter_opts {
 };
 
 #define FR_BATCH_COMMIT_TIMEOUT_S 30
-
-#define FR_LABEL_SANDBOX "fedrouter.io/sandbox"
-#define FR_LABEL_POOL "fedrouter.io/pool"
-#define FR_LABEL_STATE "fedrouter.io/state"
-#define FR_LABEL_TENANT "fedrouter.io/tenant"
-#define FR_LABEL_NAME "fedrouter.io/name"
-#define FR_LABEL_OWNER "fedrouter.io/owner"
-/* On a sandbox or pool pod: it runs fedrouter-agent on this port. */
-#define FR_LABEL_AGENT "fedrouter.io/agent"
-/* On every pod a create makes or claims: the batch it belongs to. */
-#define FR_LABEL_BATCH "fedrouter.io/batch"
-#define FR_ANN_CREATED "fedrouter.io/created-at"
-#define FR_ANN_EXPIRES "fedrouter.io/expires-at"
-#define FR_ANN_WARM "fedrouter.io/warm"
-#define FR_ANN_ENV "fedrouter.io/env"
-#define FR_ANN_POOL_SPEC "fedrouter.io/pool-spec"
-/* The names (never the values) of the create-time secrets, comma-separated
- * and sorted: what GET shows as "secrets". */
-#define FR_ANN_SECRETS "fedrouter.io/secrets"
-/* The names of the env a sandbox with an agent got by /init ("A,B"; the
- * values are nowhere in the pod). */
-#define FR_ANN_ENV_NAMES "fedrouter.io/env-names"
-/* Label keys under this prefix belong to fedrouter; user labels may not use it. */
-#define FR_LABEL_PREFIX "fedrouter.io/"
-
-/* A sandbox or pool pod as the adapter caches it: what listing, claims,
- * readiness, reaping and exec need, in ~250 bytes instead of a JSON tree.
- * Read only; valid until the loop runs again. */
-enum fr_pod_phase { FR_POD_PENDING, FR_POD_RUNNING, FR_POD_SUCCEEDED, FR_POD_FAILED, FR_POD_UNKNOWN };
-
-struct fr_pod {
-  char *name;
-  char rv[24];              /* metadata.resourceVersion */
-  /* Labels fedrouter sets (interned; NULL when absent). */
-  const char *pool, *tenant, *state;
-  char *sbname;             /* label fedrouter.io/name */
-  char *labels;             /* every other label: "key\0value\0...\0" (NULL: none) */
-  const char *node;         /* spec.nodeName (interned) */
-  const char *reason;       /* status.reason (interned) */
-  const char *disruption;   /* reason of condition DisruptionTarget=True (interned): the cluster is
-                             * evicting it (taint manager, eviction API, ...); NULL = not */
-  char *env;                /* annotation fedrouter.io/env: JSON text */
-  char *secrets;            /* annotation fedrouter.io/secrets: "A,B" (names only) */
-  char *unschedulable;      /* message of PodScheduled=False/Unschedulable */
-  int64_t cpu_m, mem_b;     /* requests, summed over containers */
-  int64_t created_s, expires_s; /* annotations fedrouter.io/created-at, expires-at; -1 absent */
-  int64_t creation_s, start_s;  /* metadata.creationTimestamp, status.startTime; -1 absent */
-  uint16_t gpus;            /* GPUs (the configured resource) requested, summed */
-  unsigned phase : 3;       /* enum fr_pod_phase */
-  unsigned ready : 1;       /* condition Ready is True */
-  unsigned terminating : 1; /* metadata.deletionTimestamp is set */
-  unsigned warm : 1;        /* annotation fedrouter.io/warm is "true" */
-  unsigned init_env : 1;    /* annotation fedrouter.io/env-names is set */
-};
-
-/* Value of label <key> of <p> (fedrouter's or a user's), or NULL. */
-const char *fr_pod_label(const struct fr_pod *p, const char *key);
-/* The other labels one by one: *off starts at 0; returns 0 at the end. */
-int fr_pod_label_next(const struct fr_pod *p, size_t *off, const char **key, const char **value);
-/* 1 when its containers finished: phase Failed or Succeeded. */
-int fr_pod_finished(const struct fr_pod *p);
-/* 1 when it finished or is terminating. */
-int fr_pod_done(const struct fr_pod *p);
 
 /* ---- pod options (podopts.c) ----
  *
@@ -433,8 +371,8 @@ struct fr_exec_spec {
   size_t stdin_len;
   int64_t timeout_s;        /* > 0: the command and its process group are killed then */
   size_t max_output;        /* cap per stream; beyond it output is dropped and flagged */
-  struct fr_kube_exec_budget *budget; /* shared bound on all execs' buffered output (fr/kube.h);
-                                         NULL = none; must outlive the exec */
+  struct fr_exec_budget *budget; /* shared bound on all execs' buffered output (fr/adapter_types.h);
+                                    NULL = none; must outlive the exec */
   const char *request_id;   /* sent to the cluster; may be NULL */
 };
 
@@ -641,6 +579,16 @@ int fr_adapter_proc_start(struct fr_adapter *a, const char *pod, const struct fr
 int fr_adapter_proc_attach(struct fr_adapter *a, const char *pod, int64_t pid, int64_t replay_from,
                            const char *request_id, fr_proc_event_cb on_event, fr_proc_done_cb on_done,
                            void *arg, struct fr_proc_stream **out);
+/* A buffered exec's <spec> as a streamed process: its argv, env, workdir,
+ * stdin and timeout_s (killed then, with everything it started; and when
+ * the stream ends first), events as for fr_adapter_proc_start; max_output
+ * and budget do not apply (the caller bounds what it holds). The one
+ * place an exec spec becomes a process spec, so a streaming exec and a
+ * buffered one through the agent start the same process. Same returns as
+ * fr_adapter_proc_start. */
+int fr_adapter_exec_stream(struct fr_adapter *a, const char *pod, const struct fr_exec_spec *spec,
+                           fr_proc_event_cb on_event, fr_proc_done_cb on_done, void *arg,
+                           struct fr_proc_stream **out);
 void fr_proc_stream_resume(struct fr_proc_stream *s);
 /* No callback runs afterwards. Accepts NULL. */
 void fr_proc_stream_cancel(struct fr_proc_stream *s);

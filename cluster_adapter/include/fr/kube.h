@@ -29,6 +29,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "fr/adapter_types.h" /* struct fr_exec_budget */
+
 struct fr_buf;
 
 struct fr_kube_creds;
@@ -210,13 +212,6 @@ struct fr_kube_client_stats {
  * be called from any callback. */
 void fr_kube_client_stats(const struct fr_kube_client *c, struct fr_kube_client_stats *out);
 
-/* Output buffered by every exec that shares it, bounded as a whole: past
- * <max> bytes, further output of any of them is dropped and flagged
- * truncated, as past a per-stream cap. Loop thread only. */
-struct fr_kube_exec_budget {
-  size_t used, max;
-};
-
 struct fr_kube_exec_opts {
   char *const *argv;            /* NULL-terminated, at least one element */
   const char *container;        /* NULL = the pod's first container */
@@ -225,7 +220,8 @@ struct fr_kube_exec_opts {
   size_t max_stdout, max_stderr;/* caps; beyond them output is dropped and flagged */
   uint64_t timeout_ms;          /* 0 = none; on expiry the stream is closed and timed_out set */
   const char *request_id;
-  struct fr_kube_exec_budget *budget; /* NULL = none; borrowed, must outlive the exec */
+  struct fr_exec_budget *budget; /* shared output bound (fr/adapter_types.h); NULL = none;
+                                   borrowed, must outlive the exec */
 };
 
 struct fr_kube_exec_result {

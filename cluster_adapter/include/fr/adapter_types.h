@@ -1,0 +1,87 @@
+/* fr/adapter_types.h - the plain values of the cluster adapter: the labels
+ * and annotations fedrouter puts on cluster objects, a cached pod (struct
+ * fr_pod) and the exec output budget. No functions but the pod's
+ * accessors, nothing of a cluster, a loop or a client: the pod cache
+ * (podstore) and the REST client's exec (fr/kube.h) include this alone,
+ * fr/adapter.h includes it for its users.
+ */
+#ifndef FR_ADAPTER_TYPES_H
+#define FR_ADAPTER_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FR_LABEL_SANDBOX "fedrouter.io/sandbox"
+#define FR_LABEL_POOL "fedrouter.io/pool"
+#define FR_LABEL_STATE "fedrouter.io/state"
+#define FR_LABEL_TENANT "fedrouter.io/tenant"
+#define FR_LABEL_NAME "fedrouter.io/name"
+#define FR_LABEL_OWNER "fedrouter.io/owner"
+/* On a sandbox or pool pod: it runs fedrouter-agent on this port. */
+#define FR_LABEL_AGENT "fedrouter.io/agent"
+/* On every pod a create makes or claims: the batch it belongs to. */
+#define FR_LABEL_BATCH "fedrouter.io/batch"
+#define FR_ANN_CREATED "fedrouter.io/created-at"
+#define FR_ANN_EXPIRES "fedrouter.io/expires-at"
+#define FR_ANN_WARM "fedrouter.io/warm"
+#define FR_ANN_ENV "fedrouter.io/env"
+#define FR_ANN_POOL_SPEC "fedrouter.io/pool-spec"
+/* The names (never the values) of the create-time secrets, comma-separated
+ * and sorted: what GET shows as "secrets". */
+#define FR_ANN_SECRETS "fedrouter.io/secrets"
+/* The names of the env a sandbox with an agent got by /init ("A,B"; the
+ * values are nowhere in the pod). */
+#define FR_ANN_ENV_NAMES "fedrouter.io/env-names"
+/* Label keys under this prefix belong to fedrouter; user labels may not use it. */
+#define FR_LABEL_PREFIX "fedrouter.io/"
+
+/* A sandbox or pool pod as the adapter caches it: what listing, claims,
+ * readiness, reaping and exec need, in ~250 bytes instead of a JSON tree.
+ * Read only; valid until the loop runs again. */
+enum fr_pod_phase { FR_POD_PENDING, FR_POD_RUNNING, FR_POD_SUCCEEDED, FR_POD_FAILED, FR_POD_UNKNOWN };
+
+struct fr_pod {
+  char *name;
+  char rv[24];              /* metadata.resourceVersion */
+  /* Labels fedrouter sets (interned; NULL when absent). */
+  const char *pool, *tenant, *state;
+  char *sbname;             /* label fedrouter.io/name */
+  char *labels;             /* every other label: "key\0value\0...\0" (NULL: none) */
+  const char *node;         /* spec.nodeName (interned) */
+  const char *reason;       /* status.reason (interned) */
+  const char *disruption;   /* reason of condition DisruptionTarget=True (interned): the cluster is
+                             * evicting it (taint manager, eviction API, ...); NULL = not */
+  char *env;                /* annotation fedrouter.io/env: JSON text */
+  char *secrets;            /* annotation fedrouter.io/secrets: "A,B" (names only) */
+  char *unschedulable;      /* message of PodScheduled=False/Unschedulable */
+  int64_t cpu_m, mem_b;     /* requests, summed over containers */
+  int64_t created_s, expires_s; /* annotations fedrouter.io/created-at, expires-at; -1 absent */
+  int64_t creation_s, start_s;  /* metadata.creationTimestamp, status.startTime; -1 absent */
+  uint16_t gpus;            /* GPUs (the configured resource) requested, summed */
+  unsigned phase : 3;       /* enum fr_pod_phase */
+  unsigned ready : 1;       /* condition Ready is True */
+  unsigned terminating : 1; /* metadata.deletionTimestamp is set */
+  unsigned warm : 1;        /* annotation fedrouter.io/warm is "true" */
+  unsigned init_env : 1;    /* annotation fedrouter.io/env-names is set */
+};
+
+/* Value of label <key> of <p> (fedrouter's or a user's), or NULL. */
+const char *fr_pod_label(const struct fr_pod *p, const char *key);
+/* The other labels one by one: *off starts at 0; returns 0 at the end. */
+int fr_pod_label_next(const struct fr_pod *p, size_t *off, const char **key, const char **value);
+/* 1 when its containers finished: phase Failed or Succeeded. */
+int fr_pod_finished(const struct fr_pod *p);
+/* 1 when it finished or is terminating. */
+int fr_pod_done(const struct fr_pod *p);
+
+/* Output buffered by every exec that shares it, bounded as a whole: past
+ * <max> bytes, further output of any of them is dropped and flagged
+ * truncated, as past a per-stream cap. The router keeps one for all its
+ * execs (limits.exec_output_budget_bytes); the pods/exec reader
+ * (fr_kube_exec), the agent path (fr_adapter_exec) and the router's kept
+ * copies charge <used> and give it back. Loop thread only. */
+struct fr_exec_budget {
+  size_t used, max;
+};
+
+#endif
