@@ -1,539 +1,122 @@
-/* adapter.c - one cluster: client, informers, and the view built on them. */
+/* adapter.c - one cluster as the router sees it (fr/adapter.h): the top of
+ * the adapter, and only its lifecycle.
+ *
+ * The layers below, each owning its state, each calling only downwards:
+ *
+ *   adapter.c   new / start / free, the hooks' dispatch, the public calls
+ *      |
+ *      +-- sandbox.c  creates, deletes, pools, reaper   --> commit.c, agent.c
+ *      +-- exec.c     buffered exec                     --> proc.c, agent.c
+ *      +-- proc.c     agent processes, unary calls      --> agent.c
+ *      +-- secret.c   Secret reads
+ *      +-- commit.c   commit markers and their rule
+ *      +-- agent.c    the agent through the pod proxy
+ *      v
+ *   cluster.c   client, informers, pod cache, health and breaker, pools,
+ *               counts, warm sets, capacity and reservations
+ *      v
+ *   kube.c, kube_exec.c, kubecreds.c, informer.c, podstore.c, strmap.c,
+ *   podopts.c, upstream.c
+ *
+ * What cluster.c must tell the layers above (a sandbox pod changed, the
+ * breaker opened) reaches them through the hooks this file sets, never
+ * by a call up. Each public fr_adapter_* call below hands over to the file
+ * that owns it; the one state kept here is whether the adapter is being
+ * freed.
+ */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "fr/adapter.h"
-#include "fr/buf.h"
-#include "fr/informer.h"
 #include "fr/kube.h"
-#include "fr/kubeconfig.h"
-#include "fr/log.h"
-#include "fr/quantity.h"
-#include "fr/util.h"
-#include "adapter_internal.h"
-#include "podopts.h"
-#include "upstream.h"
+#include "agent.h"
+#include "cluster.h"
+#include "commit.h"
+#include "exec.h"
+#include "proc.h"
+#include "sandbox.h"
+#include "secret.h"
 
-/* Health probe: GET /version every PROBE_MS feeds the latency EWMA and, with
- * the informers' contact times, the health flag. */
-#define PROBE_MS 2000
-/* Weight of a new latency sample in the EWMA. */
-#define EWMA_ALPHA 0.3
-/* A cluster not heard from for this long is unhealthy even if no request
- * has failed yet (a hung connection). */
-#define STALE_MS 10000
-/* Circuit breaker: this many consecutive failures open it; after
- * BREAKER_COOL_MS one probe is let through (half-open) and decides. */
-#define BREAKER_FAILURES 2
-#define BREAKER_COOL_MS 3000
+struct fr_adapter {
+  struct cluster cl;             /* the bottom layer: every module below holds &cl */
+  struct commits *cm;
+  struct secrets *sec;
+  struct sandboxes *sb;
+  int stopping;                  /* fr_adapter_free() has begun: no new creates or commits */
+  void (*free_cb)(void *arg);
+  void *free_arg;
+};
 
-/* Node usage tables: node name -> v.n [cpu_m, mem_b, pods]. */
-static void usage_add(struct strmap *map, const char *node, int64_t cpu_m, int64_t mem_b, int sign) {
-  struct strmap_entry *u;
+/* ---- the cluster's hooks ---- */
 
-  if (node == NULL || (u = strmap_put(map, node, NULL)) == NULL)
-    return;
-  u->v.n[0] += sign * cpu_m;
-  u->v.n[1] += sign * mem_b;
-  u->v.n[2] += sign;
-}
-
-/* Adds (<sign> 1) or removes (-1) <pod> in <pool>'s ready set. */
-static void warm_ready_add(struct fr_adapter *a, const char *pool, const char *pod, int sign) {
-  struct strmap_entry *e = sign > 0 ? strmap_put(&a->warm_ready, pool, NULL) : strmap_get(&a->warm_ready, pool);
-
-  if (e == NULL)
-    return;
-  if (e->v.map == NULL)
-    e->v.map = calloc(1, sizeof(*e->v.map)); /* an all-zero table is empty */
-  if (e->v.map != NULL) {
-    if (sign > 0)
-      strmap_put(e->v.map, pod, NULL);
-    else
-      strmap_del(e->v.map, pod);
-    if (strmap_size(e->v.map) > 0)
-      return;
-    strmap_close(e->v.map);
-    free(e->v.map);
-  }
-  strmap_del(&a->warm_ready, pool);
-}
-
-const struct strmap *warm_ready_pods(const struct fr_adapter *a, const char *pool) {
-  const struct strmap_entry *e = pool != NULL ? strmap_get(&a->warm_ready, pool) : NULL;
-
-  return e != NULL ? e->v.map : NULL;
-}
-
-static int64_t warm_ready_count(const struct fr_adapter *a, const char *pool) {
-  const struct strmap *set = warm_ready_pods(a, pool);
-
-  return set != NULL ? (int64_t)strmap_size(set) : 0;
-}
-
-static void warm_ready_free(struct fr_adapter *a) {
-  struct strmap_entry *e;
-  size_t cur = 0;
-
-  while ((e = strmap_next(&a->warm_ready, &cur)) != NULL) {
-    strmap_close(e->v.map);
-    free(e->v.map);
-  }
-  strmap_close(&a->warm_ready);
-}
-
-/* GPUs in use on <node>: column <col> 0 for fedrouter's pods, 1 for the others. */
-static void gpu_usage_add(struct fr_adapter *a, const char *node, int col, int64_t gpus, int sign) {
-  struct strmap_entry *u;
-
-  if (node == NULL || gpus == 0 || (u = strmap_put(&a->gpu_usage, node, NULL)) == NULL)
-    return;
-  u->v.n[col] += sign * gpus;
-}
-
-/* A pod of the cluster-wide watch (reduced by slim_any_pod). */
-static void other_usage_add(struct fr_adapter *a, json_t *slim, int sign) {
-  const char *node = json_string_value(json_object_get(slim, "n"));
-
-  usage_add(&a->node_usage, node, json_integer_value(json_object_get(slim, "c")),
-            json_integer_value(json_object_get(slim, "m")), sign);
-  gpu_usage_add(a, node, 1, json_integer_value(json_object_get(slim, "g")), sign);
-}
-
-static int64_t requests_of(json_t *pod, const char *res, int milli);
-
-/* Adds (<sign> 1) or removes (-1) a sandbox-cache pod from the counters:
- * a live sandbox (any state but warm) counts with its tenant and requests,
- * a ready warm pod joins its pool's ready set. */
-static void pods_count(struct fr_adapter *a, const struct fr_pod *p, int sign) {
-  /* A sandbox holds its node's resources until it finishes, terminating
-   * or not. */
-  if (!fr_pod_finished(p)) {
-    usage_add(&a->sb_node_usage, p->node, p->cpu_m, p->mem_b, sign);
-    gpu_usage_add(a, p->node, 0, p->gpus, sign);
-  }
-  if (fr_pod_done(p))
-    return;
-  if (p->state != NULL && strcmp(p->state, "warm") == 0) {
-    if (p->pool == NULL || !p->ready)
-      return;
-    a->n_warm += sign;
-    warm_ready_add(a, p->pool, p->name, sign);
-    return;
-  }
-  a->n_sandboxes += sign;
-  a->sb_cpu_m += sign * p->cpu_m;
-  a->sb_mem_b += sign * p->mem_b;
-  if (p->tenant != NULL) {
-    struct strmap_entry *n = strmap_put(&a->tenant_counts, p->tenant, NULL);
-    if (n != NULL && (n->v.n[0] += sign) <= 0)
-      strmap_del(&a->tenant_counts, p->tenant);
-  }
-}
-
-/* A sandbox pod event: into the compact store, the counters, and the
- * creates waiting for their pods. */
-static void on_pod_event(struct fr_adapter *a, enum fr_informer_event ev, json_t *obj) {
-  const char *name = json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
-  struct fr_pod *p, *old = NULL;
-
-  if (name == NULL)
-    return;
-  if (ev == FR_INF_DELETED) {
-    old = podstore_take(&a->pods, name);
-    if (old != NULL) {
-      pods_count(a, old, -1);
-      sandbox_on_pod(a, ev, old, NULL);
-      podstore_release(&a->pods, old);
-    }
-    return;
-  }
-  p = podstore_parse(&a->pods, obj);
-  if (p == NULL || podstore_put(&a->pods, p, &old) != 0) {
-    FR_ERROR("adapter", "%s: cannot cache pod %s (out of memory or malformed)", a->cc.name, name);
-    podstore_release(&a->pods, p);
-    return;
-  }
-  if (old != NULL)
-    pods_count(a, old, -1);
-  pods_count(a, p, 1);
-  sandbox_on_pod(a, old ? FR_INF_MODIFIED : FR_INF_ADDED, p, old);
-  podstore_release(&a->pods, old);
-}
-
-static const char *store_rv(void *arg, const char *ns, const char *name) {
-  struct fr_adapter *a = arg;
-  struct fr_pod *p = podstore_get(&a->pods, name);
-
-  (void)ns; /* one namespace per adapter */
-  return p ? p->rv : NULL;
-}
-
-static void store_each(void *arg, void (*fn)(const char *ns, const char *name, const char *rv, void *fn_arg),
-                       void *fn_arg) {
-  struct fr_adapter *a = arg;
-  struct fr_pod *p;
-  size_t cur = 0;
-
-  while ((p = podstore_next(&a->pods, &cur)) != NULL)
-    fn(a->ns, p->name, p->rv, fn_arg);
-}
-
-/* ---- pools: one typed record per pool ReplicaSet, parsed once per change ---- */
-
-static struct fr_adapter_pool_view *pool_find(struct fr_adapter *a, const char *name) {
-  size_t i;
-
-  for (i = 0; i < a->npools; i++)
-    if (strcmp(a->pools[i].name, name) == 0)
-      return &a->pools[i];
-  return NULL;
-}
-
-static void pool_view_clear(struct fr_adapter_pool_view *p) {
-  free((char *)p->name);
-  free((char *)p->owner);
-  free((char *)p->image);
-  fr_podopts_unref(p->opts);
-  memset(p, 0, sizeof(*p));
-}
-
-static void pools_free(struct fr_adapter *a) {
-  size_t i;
-
-  for (i = 0; i < a->npools; i++)
-    pool_view_clear(&a->pools[i]);
-  free(a->pools);
-  a->pools = NULL;
-  a->npools = a->pools_cap = 0;
-}
-
-static void pool_forget(struct fr_adapter *a, const char *name) {
-  struct fr_adapter_pool_view *p = pool_find(a, name);
-
-  if (p == NULL)
-    return;
-  pool_view_clear(p);
-  *p = a->pools[--a->npools];
-}
-
-/* A pool ReplicaSet was added or changed: (re)parse its record. Its shape
- * comes from the fedrouter.io/pool-spec annotation fr_adapter_pool_create
- * writes; an unreadable one leaves the pool visible with an empty image. */
-static void pool_update(struct fr_adapter *a, json_t *rs) {
-  const char *name = pod_label(rs, FR_LABEL_POOL);
-  const char *ann = json_string_value(
-      json_object_get(json_object_get(json_object_get(rs, "metadata"), "annotations"), FR_ANN_POOL_SPEC));
-  json_t *spec = ann != NULL ? json_loads(ann, 0, NULL) : NULL;
-  struct fr_adapter_pool_view nv, *p;
-
-  if (name == NULL) {
-    json_decref(spec);
-    return;
-  }
-  memset(&nv, 0, sizeof(nv));
-  nv.name = strdup(name);
-  if (pod_label(rs, FR_LABEL_OWNER) != NULL && (nv.owner = strdup(pod_label(rs, FR_LABEL_OWNER))) == NULL)
-    goto oom;
-  nv.image = strdup(json_string_value(json_object_get(spec, "image")) ? json_string_value(json_object_get(spec, "image")) : "");
-  nv.cpu_m = json_integer_value(json_object_get(spec, "cpu_millis"));
-  nv.mem_b = json_integer_value(json_object_get(spec, "memory_bytes"));
-  if (json_object_get(spec, "options") != NULL) {
-    const char *field;
-    char msg[200];
-    int rc = fr_podopts_parse(json_object_get(spec, "options"), &nv.opts, &field, msg, sizeof(msg));
-    if (rc == -ENOMEM) {
-      json_decref(spec);
-      goto oom;
-    }
-    if (rc != 0) {
-      /* Not what fedrouter wrote: claims could hand out pods of an
-       * unknown shape, so the pool is shown but never used. */
-      FR_WARN("adapter", "%s: pool %s has unreadable options (%s): not used", a->cc.name, name, msg);
-      if (nv.image != NULL)
-        ((char *)nv.image)[0] = '\0';
-    }
-  }
-  nv.target = json_integer_value(json_object_get(json_object_get(rs, "spec"), "replicas"));
-  json_decref(spec);
-  if (nv.name == NULL || nv.image == NULL)
-    goto oom;
-  p = pool_find(a, name);
-  if (p != NULL)
-    nv.reserved = p->reserved; /* planned claims outlive a change of the ReplicaSet */
-  if (p == NULL) {
-    if (a->npools == a->pools_cap) {
-      size_t cap = a->pools_cap ? 2 * a->pools_cap : 8;
-      struct fr_adapter_pool_view *np = realloc(a->pools, cap * sizeof(*np));
-      if (np == NULL)
-        goto oom;
-      a->pools = np;
-      a->pools_cap = cap;
-    }
-    p = &a->pools[a->npools++];
-  } else {
-    pool_view_clear(p);
-  }
-  *p = nv;
-  return;
-oom:
-  FR_ERROR("adapter", "%s: cannot cache pool %s (out of memory)", a->cc.name, name);
-  pool_view_clear(&nv);
-}
-
-static void on_informer(struct fr_informer *inf, enum fr_informer_event ev, json_t *obj, json_t *old,
-                        void *arg) {
+static void on_pod(enum fr_informer_event ev, const struct fr_pod *p, const struct fr_pod *old, void *arg) {
   struct fr_adapter *a = arg;
 
-  /* Node usage, counters and the sandbox store follow every pod
-   * incrementally; sandbox pod changes also wake the creates waiting for
-   * their pods. */
-  if (inf == a->inf[INF_ALLPODS] && obj != NULL) {
-    if (ev == FR_INF_MODIFIED)
-      other_usage_add(a, old, -1);
-    other_usage_add(a, obj, ev == FR_INF_DELETED ? -1 : 1);
-  } else if (inf == a->inf[INF_PODS] && obj != NULL) {
-    on_pod_event(a, ev, obj);
-  } else if (inf == a->inf[INF_POOLS] && obj != NULL) {
-    if (ev == FR_INF_DELETED) {
-      const char *name = pod_label(obj, FR_LABEL_POOL);
-      if (name != NULL)
-        pool_forget(a, name);
-    } else {
-      pool_update(a, obj);
-    }
-  }
+  /* The batch counts first: the reaper's due times read the commit rule. */
+  commit__on_pod(a->cm, ev, p, old);
+  sandbox__on_pod(a->sb, ev, p, old);
 }
 
-/* Every pod in the cluster, reduced to what node usage needs: ~150 bytes
- * a pod instead of a few KiB. Finished pods use nothing. */
-static json_t *slim_any_pod(json_t *pod, void *arg) {
-  struct fr_adapter *a = arg;
-  json_t *meta = json_object_get(pod, "metadata");
-  const char *phase = json_string_value(json_object_get(json_object_get(pod, "status"), "phase"));
-  const char *node = json_string_value(json_object_get(json_object_get(pod, "spec"), "nodeName"));
-  int done = phase != NULL && (strcmp(phase, "Failed") == 0 || strcmp(phase, "Succeeded") == 0);
-
-  return json_pack("{s:{s:O,s:O,s:O},s:s?,s:I,s:I,s:I}", "metadata", "namespace",
-                   json_object_get(meta, "namespace"), "name", json_object_get(meta, "name"),
-                   "resourceVersion", json_object_get(meta, "resourceVersion"), "n",
-                   done ? NULL : node, "c", (json_int_t)requests_of(pod, "cpu", 1), "m",
-                   (json_int_t)requests_of(pod, "memory", 0), "g",
-                   (json_int_t)pod_gpus(json_object_get(json_object_get(pod, "spec"), "containers"),
-                                        a->cc.gpu_resource));
-}
-
-static const char *const breaker_names[] = {"closed", "open", "half-open"};
-
-void fr_adapter_report(struct fr_adapter *a, int ok) {
-  enum breaker_state was = a->breaker;
-
-  if (ok) {
-    a->failures = 0;
-    a->breaker = BR_CLOSED;
-  } else if (++a->failures >= BREAKER_FAILURES || a->breaker == BR_HALF_OPEN) {
-    a->breaker = BR_OPEN;
-    a->opened_ms = uv_now(a->loop);
-  }
-  if (was != a->breaker)
-    FR_WARN("adapter", "%s: circuit breaker %s -> %s", a->cc.name, breaker_names[was],
-            breaker_names[a->breaker]);
-  if (was != BR_OPEN && a->breaker == BR_OPEN)
-    sandbox_cluster_down(a);
-}
-
-static void on_probe_done(const struct fr_kube_response *r, void *arg) {
+static void on_down(void *arg) {
   struct fr_adapter *a = arg;
 
-  a->probe_call = NULL;
-  a->probe_ok = r->status == 200;
-  if (a->probe_ok) {
-    a->last_probe_ok_ms = uv_now(a->loop);
-    a->latency_ewma = a->latency_ewma == 0 ? r->elapsed_ms
-                                           : EWMA_ALPHA * r->elapsed_ms + (1 - EWMA_ALPHA) * a->latency_ewma;
-  } else {
-    FR_WARN("adapter", "%s: health probe failed (%d %s)", a->cc.name, r->status,
-            r->error ? r->error : "");
-  }
-  fr_adapter_report(a, a->probe_ok);
+  sandbox__cluster_down(a->sb);
 }
 
-static uint64_t last_contact_ms(struct fr_adapter *a) {
-  uint64_t contact = a->last_probe_ok_ms;
-  int i;
+/* ---- lifecycle ---- */
 
-  for (i = 0; i < INF_COUNT; i++)
-    if (fr_informer_last_contact_ms(a->inf[i]) > contact)
-      contact = fr_informer_last_contact_ms(a->inf[i]);
-  return contact;
-}
-
-static void on_probe_timer(uv_timer_t *t) {
-  struct fr_adapter *a = t->data;
-  uint64_t contact = last_contact_ms(a);
-
-  /* Not heard from lately (a hung connection): that is a failure even
-   * before a request fails. */
-  if (a->breaker == BR_CLOSED && contact != 0 && uv_now(a->loop) - contact >= STALE_MS)
-    fr_adapter_report(a, 0);
-
-  /* An open breaker lets one probe through once it has cooled down. */
-  if (a->breaker == BR_OPEN && uv_now(a->loop) - a->opened_ms >= BREAKER_COOL_MS) {
-    a->breaker = BR_HALF_OPEN;
-    FR_INFO("adapter", "%s: circuit breaker open -> half-open", a->cc.name);
-  }
-
-  if (a->probe_call != NULL) {
-    /* Still out after a whole period: a hung connection. Count it as a
-     * failure and send a fresh one. */
-    if (uv_now(a->loop) - a->probe_sent_ms < PROBE_MS)
-      return;
-    fr_kube_cancel(a->probe_call);
-    a->probe_call = NULL;
-    fr_adapter_report(a, 0);
-  }
-  a->probe_sent_ms = uv_now(a->loop);
-  /* Priority: past the client's queue, so a mass delete does not make the
-   * cluster look dead. Not idempotent: a probe reports, it does not retry. */
-  if (fr_kube_request(a->client, "GET", "/version", NULL, NULL, 0, FR_KUBE_PRIORITY, NULL,
-                      on_probe_done, a, &a->probe_call) != 0)
-    a->probe_ok = 0;
-}
-
-/* Frees what <a> owns but its client, informers and probe timer, then <a>
- * itself: the one teardown of fr_adapter_new's failure path and of
- * on_client_freed, whose callers have already dealt with those three. Safe
- * on the zeroed fields of an adapter that failed half-way. */
+/* The modules' state and <a> itself; their callers have stopped them
+ * (or never started them). */
 static void adapter_release(struct fr_adapter *a) {
-  pools_free(a);
-  free(a->ns);
-  free(a->server);
-  strmap_close(&a->claiming);
-  strmap_close(&a->reaping);
-  strmap_close(&a->deleting);
-  strmap_close(&a->abandoned);
-  strmap_close(&a->held);
-  strmap_close(&a->batch_pods);
-  strmap_close(&a->node_usage);
-  strmap_close(&a->sb_node_usage);
-  strmap_close(&a->gpu_usage);
-  warm_ready_free(a);
-  strmap_close(&a->tenant_counts);
-  podstore_free(&a->pods);
-  free(a->reaper); /* NULL once sandbox_stop() closed it */
+  sandbox__free(a->sb);
+  secret__free(a->sec);
+  commit__free(a->cm);
   free(a);
 }
 
-int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_adapter **out,
-                   char *err, size_t errlen) {
+int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *opts, struct fr_adapter **out, char *err,
+                   size_t errlen) {
   struct fr_adapter *a = calloc(1, sizeof(*a));
-  struct fr_kube_creds *creds = NULL;
-  struct fr_kube_client_opts opts;
-  char path[512];
-  int rc, i;
+  struct cluster_hooks hooks;
+  int rc;
 
   if (a == NULL)
     return -ENOMEM;
-  a->loop = loop;
-  a->cc = *cc;
-  a->commit_timeout_s = cc->batch_commit_timeout_s > 0 ? cc->batch_commit_timeout_s : FR_BATCH_COMMIT_TIMEOUT_S;
-  rc = fr_kubeconfig_load(cc->kubeconfig, cc->context, &creds, err, errlen);
-  if (rc != 0)
-    goto fail;
-  a->ns = strdup(cc->ns ? cc->ns : "default");
-  a->server = strdup(creds->server);
-  a->probe = malloc(sizeof(*a->probe));
-  if (a->ns == NULL || a->server == NULL || a->probe == NULL) {
-    rc = -ENOMEM;
-    goto fail;
+  /* The modules only keep &a->cl until they are started. */
+  a->cm = commit__new(&a->cl, opts->batch_commit_timeout_s > 0 ? opts->batch_commit_timeout_s
+                                                               : FR_BATCH_COMMIT_TIMEOUT_S);
+  a->sec = secret__new(&a->cl);
+  a->sb = a->cm != NULL ? sandbox__new(&a->cl, a->cm) : NULL;
+  if (a->cm == NULL || a->sec == NULL || a->sb == NULL) {
+    snprintf(err, errlen, "%s: out of memory", opts->name);
+    adapter_release(a);
+    return -ENOMEM;
   }
-  memset(&opts, 0, sizeof(opts));
-  opts.name = cc->name;
-  rc = fr_kube_client_new(loop, creds, &opts, &a->client);
+  rc = cluster__init(&a->cl, loop, opts, err, errlen);
   if (rc != 0) {
-    snprintf(err, errlen, "%s: cannot create the API client", cc->name);
-    goto fail;
+    adapter_release(a);
+    return rc;
   }
-  rc = upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "pods", NULL, NULL);
-  if (rc == 0)
-    rc = fr_informer_new(a->client, path, FR_LABEL_SANDBOX "=true", on_informer, a, &a->inf[INF_PODS]);
-  if (rc == 0)
-    rc = upstream_object_path(path, sizeof(path), "/apis/apps/v1", a->ns, "replicasets", NULL, NULL);
-  if (rc == 0)
-    rc = fr_informer_new(a->client, path, FR_LABEL_POOL, on_informer, a, &a->inf[INF_POOLS]);
-  if (rc == 0)
-    rc = fr_informer_new(a->client, "/api/v1/nodes", NULL, on_informer, a, &a->inf[INF_NODES]);
-  /* The other pods: sandbox pods are counted from their own cache. */
-  if (rc == 0)
-    rc = fr_informer_new(a->client, "/api/v1/pods", FR_LABEL_SANDBOX "!=true", on_informer, a,
-                         &a->inf[INF_ALLPODS]);
-  if (rc == 0)
-    rc = upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "resourcequotas", NULL, NULL);
-  if (rc == 0)
-    rc = fr_informer_new(a->client, path, NULL, on_informer, a, &a->inf[INF_QUOTAS]);
-  /* What pod options can ask for: a few small objects each. */
-  if (rc == 0)
-    rc = fr_informer_new(a->client, "/apis/node.k8s.io/v1/runtimeclasses", NULL, on_informer, a,
-                         &a->inf[INF_RUNTIMECLASSES]);
-  if (rc == 0)
-    rc = upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "persistentvolumeclaims", NULL, NULL);
-  if (rc == 0)
-    rc = fr_informer_new(a->client, path, NULL, on_informer, a, &a->inf[INF_PVCS]);
-  if (rc == 0)
-    rc = upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "configmaps", NULL, NULL);
-  if (rc == 0)
-    rc = fr_informer_new(a->client, path, FR_LABEL_BATCH, on_informer, a, &a->inf[INF_MARKERS]);
-  /* The strmap tables start empty as calloc left them. */
-  if (rc == 0 && podstore_init(&a->pods) != 0)
-    rc = -ENOMEM;
-  if (rc != 0) {
-    snprintf(err, errlen, "%s: out of memory", cc->name);
-    goto fail;
-  }
-  fr_informer_set_owner_store(a->inf[INF_PODS], store_rv, store_each, a);
-  fr_informer_set_transform(a->inf[INF_ALLPODS], slim_any_pod, a);
-  a->pods.gpu_resource = a->cc.gpu_resource;
-  fr_informer_set_transform(a->inf[INF_MARKERS], commit_slim_marker, NULL);
-  if (sandbox_init(a) != 0) {
-    rc = -ENOMEM;
-    snprintf(err, errlen, "%s: out of memory", cc->name);
-    goto fail;
-  }
-  uv_timer_init(loop, a->probe);
-  a->probe->data = a;
-  fr_kube_creds_free(creds);
+  fr_informer_set_transform(a->cl.inf[CLUSTER_INF_MARKERS], commit__slim_marker, NULL);
+  hooks.on_pod = on_pod;
+  hooks.on_down = on_down;
+  hooks.arg = a;
+  cluster__set_hooks(&a->cl, &hooks);
   *out = a;
   return 0;
-fail:
-  fr_kube_creds_free(creds);
-  for (i = 0; i < INF_COUNT; i++)
-    fr_informer_free(a->inf[i]);
-  fr_kube_client_free(a->client, NULL, NULL);
-  free(a->probe); /* never initialised as a handle */
-  adapter_release(a);
-  return rc < 0 ? rc : -EINVAL;
 }
 
 int fr_adapter_start(struct fr_adapter *a) {
-  int i, rc;
+  int rc = cluster__start(&a->cl);
 
-  for (i = 0; i < INF_COUNT; i++) {
-    rc = fr_informer_start(a->inf[i]);
-    if (rc != 0)
-      return rc;
-  }
-  uv_timer_start(a->probe, on_probe_timer, 0, PROBE_MS);
-  sandbox_start(a);
+  if (rc != 0)
+    return rc;
+  sandbox__start(a->sb);
   return 0;
 }
 
-static void on_probe_closed(uv_handle_t *h) {
-  free(h);
-}
-
-static void on_client_freed(void *arg) {
+static void on_cluster_closed(void *arg) {
   struct fr_adapter *a = arg;
   void (*cb)(void *) = a->free_cb;
   void *cb_arg = a->free_arg;
@@ -544,368 +127,215 @@ static void on_client_freed(void *arg) {
 }
 
 void fr_adapter_free(struct fr_adapter *a, void (*cb)(void *arg), void *arg) {
-  int i;
-
   if (a == NULL)
     return;
-  sandbox_stop(a);
-  secret_stop(a);
-  for (i = 0; i < INF_COUNT; i++)
-    fr_informer_free(a->inf[i]);
-  uv_close((uv_handle_t *)a->probe, on_probe_closed);
+  /* From the top down: what waits on the cluster is answered first (its
+   * callbacks may still call in, and get -ESHUTDOWN), then the cluster
+   * closes. */
+  a->stopping = 1;
+  sandbox__stop(a->sb);
+  commit__stop(a->cm);
+  secret__stop(a->sec);
   a->free_cb = cb;
   a->free_arg = arg;
-  /* Cancels the probe too; the client calls back once its handles closed. */
-  fr_kube_client_free(a->client, on_client_freed, a);
+  cluster__close(&a->cl, on_cluster_closed, a);
 }
 
+/* ---- the cluster (cluster.c) ---- */
+
 void fr_adapter_set_api_observer(struct fr_adapter *a, fr_adapter_api_observer_cb cb, void *arg) {
-  fr_kube_client_set_observer(a->client, cb, arg);
+  fr_kube_client_set_observer(a->cl.client, cb, arg);
 }
 
 const char *fr_adapter_name(const struct fr_adapter *a) {
-  return a->cc.name;
+  return a->cl.cc.name;
 }
 
 const char *fr_adapter_region(const struct fr_adapter *a) {
-  return a->cc.region;
+  return a->cl.cc.region;
 }
 
-const struct fr_adapter_pool_view *fr_adapter_pool(struct fr_adapter *a, const char *name) {
-  struct fr_adapter_pool_view *p = pool_find(a, name);
-
-  if (p != NULL)
-    p->ready = warm_ready_count(a, p->name);
-  return p;
+void fr_adapter_report(struct fr_adapter *a, int ok) {
+  cluster__report(&a->cl, ok);
 }
 
-const struct fr_pod *fr_adapter_pod(struct fr_adapter *a, const char *pod) {
-  return podstore_get(&a->pods, pod);
-}
-
-const struct fr_pod *fr_adapter_pod_next(struct fr_adapter *a, size_t *cursor) {
-  return podstore_next(&a->pods, cursor);
-}
-
-int fr_adapter_pods_synced(const struct fr_adapter *a) {
-  return fr_informer_synced(a->inf[INF_PODS]);
-}
-
-int fr_adapter_pools_synced(const struct fr_adapter *a) {
-  return fr_informer_synced(a->inf[INF_POOLS]);
-}
-
-/* ---------------------------------------------------------------------- */
-/* view                                                                    */
-
-static int64_t qty(json_t *map, const char *key, int milli) {
-  const char *s = json_string_value(json_object_get(map, key));
-  int64_t v = 0;
-
-  if (s == NULL)
-    return 0;
-  if (milli ? fr_quantity_parse_milli(s, &v) != 0 : fr_quantity_parse_value(s, &v) != 0)
-    return 0;
-  return v;
-}
-
-int pod_condition_true(json_t *obj, const char *type) {
-  json_t *conds = json_object_get(json_object_get(obj, "status"), "conditions"), *c;
-  size_t i;
-
-  json_array_foreach(conds, i, c) {
-    const char *t = json_string_value(json_object_get(c, "type"));
-    const char *st = json_string_value(json_object_get(c, "status"));
-    if (t != NULL && strcmp(t, type) == 0)
-      return st != NULL && strcmp(st, "True") == 0;
-  }
-  return 0;
-}
-
-int64_t fr_adapter_tenant_sandboxes(struct fr_adapter *a, const char *tenant) {
-  const struct strmap_entry *n = strmap_get(&a->tenant_counts, tenant);
-
-  return n != NULL ? n->v.n[0] : 0;
-}
-
-const char *pod_label(json_t *obj, const char *key) {
-  return json_string_value(json_object_get(json_object_get(json_object_get(obj, "metadata"), "labels"), key));
-}
-
-static int64_t requests_of(json_t *pod, const char *res, int milli) {
-  json_t *c;
-  size_t i;
-  int64_t sum = 0;
-
-  json_array_foreach(json_object_get(json_object_get(pod, "spec"), "containers"), i, c)
-    sum += qty(json_object_get(json_object_get(c, "resources"), "requests"), res, milli);
-  return sum;
-}
-
-int fr_adapter_node_unready(struct fr_adapter *a, const char *node) {
-  json_t *n = node != NULL ? fr_informer_get(a->inf[INF_NODES], "", node) : NULL;
-
-  return n != NULL && !pod_condition_true(n, "Ready");
-}
-
-static int node_schedulable(json_t *node) {
-  return pod_condition_true(node, "Ready") &&
-         !json_is_true(json_object_get(json_object_get(node, "spec"), "unschedulable"));
-}
-
-/* What is in use on <node>: fedrouter's pods, plus every other pod when
- * the cluster-wide pod watch is available (synced, and allowed by RBAC). */
-static void node_used(struct fr_adapter *a, const char *node, int exact, int64_t used[3]) {
-  const struct strmap_entry *s = node ? strmap_get(&a->sb_node_usage, node) : NULL;
-  const struct strmap_entry *o = node && exact ? strmap_get(&a->node_usage, node) : NULL;
-  int k;
-
-  for (k = 0; k < 3; k++)
-    used[k] = (s != NULL ? s->v.n[k] : 0) + (o != NULL ? o->v.n[k] : 0);
-}
-
-static int usage_exact(struct fr_adapter *a) {
-  return fr_informer_synced(a->inf[INF_ALLPODS]) && fr_informer_healthy(a->inf[INF_ALLPODS]);
-}
-
-/* Room left under the namespace's ResourceQuotas (status.hard - status.used),
- * per resource; -1 when no quota limits it. */
-static void quota_room(struct fr_adapter *a, int64_t *pods, int64_t *cpu_m, int64_t *mem_b) {
-  json_t *q;
-  const char *key;
-
-  *pods = *cpu_m = *mem_b = -1;
-  json_object_foreach(fr_informer_items(a->inf[INF_QUOTAS]), key, q) {
-    json_t *hard = json_object_get(json_object_get(q, "status"), "hard");
-    json_t *used = json_object_get(json_object_get(q, "status"), "used");
-    static const struct {
-      const char *k;
-      int milli;
-      int which;
-    } res[] = {{"pods", 0, 0},           {"count/pods", 0, 0}, {"requests.cpu", 1, 1},
-               {"cpu", 1, 1},            {"requests.memory", 0, 2}, {"memory", 0, 2}};
-    size_t i;
-
-    for (i = 0; i < sizeof(res) / sizeof(res[0]); i++) {
-      int64_t room, *dst = res[i].which == 0 ? pods : res[i].which == 1 ? cpu_m : mem_b;
-      if (json_object_get(hard, res[i].k) == NULL)
-        continue;
-      room = qty(hard, res[i].k, res[i].milli) - qty(used, res[i].k, res[i].milli);
-      if (room < 0)
-        room = 0;
-      if (*dst < 0 || room < *dst)
-        *dst = room;
-    }
-  }
-}
-
-/* What stops the cluster from hosting pods with <opts> at all (the
- * fr_adapter_fit_slots codes), or NULL. */
-static const char *unfit_objects(struct fr_adapter *a, const struct fr_podopts *opts, char *detail, size_t len) {
-  const char *rc = podopts_runtime_class(opts), *k;
-  json_t *v;
-
-  if (rc != NULL && fr_informer_get(a->inf[INF_RUNTIMECLASSES], "", rc) == NULL) {
-    snprintf(detail, len, "RuntimeClass \"%.100s\" not found%s", rc,
-             fr_informer_synced(a->inf[INF_RUNTIMECLASSES]) ? "" : " (RuntimeClasses not listed yet)");
-    return "no_runtime_class";
-  }
-  json_object_foreach(podopts_field(opts, "volumes"), k, v) {
-    if (fr_informer_get(a->inf[INF_PVCS], a->ns, json_string_value(v)) == NULL) {
-      snprintf(detail, len, "PersistentVolumeClaim \"%.100s\" not found in namespace %s%s",
-               json_string_value(v), a->ns,
-               fr_informer_synced(a->inf[INF_PVCS]) ? "" : " (claims not listed yet)");
-      return "no_pvc";
-    }
-  }
-  return NULL;
-}
-
-/* <free>: subtract usage, quotas and reservations; else the total the
- * ready nodes hold when empty. Only nodes that admit pods with <opts>
- * (may be NULL) and have its GPUs count; <admit> (may be NULL) gets how
- * many admit them (before GPUs) and <gpu_nodes> how many of those have
- * enough GPU allocatable. */
-static int64_t slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b, const struct fr_podopts *opts,
-                     int free_only, int64_t *admit, int64_t *gpu_nodes) {
-  int exact = usage_exact(a);
-  int64_t gpus = fr_podopts_gpus(opts), n = 0, qp, qc, qm, u[3] = {0, 0, 0}, na = 0, ng = 0;
-  const char *res = a->cc.gpu_resource ? a->cc.gpu_resource : "nvidia.com/gpu";
-  json_t *node;
-  const char *key;
-
-  json_object_foreach(fr_informer_items(a->inf[INF_NODES]), key, node) {
-    json_t *alloc = json_object_get(json_object_get(node, "status"), "allocatable");
-    const char *name = json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
-    int64_t fc, fm, fp, fg = 0, fit;
-
-    if (!node_schedulable(node) || (opts != NULL && !podopts_node_admits(opts, node)))
-      continue;
-    na++;
-    if (gpus > 0) {
-      /* GPUs count per node like cpu: allocatable less what pods ask. */
-      const struct strmap_entry *g = free_only && name ? strmap_get(&a->gpu_usage, name) : NULL;
-      if ((fg = qty(alloc, res, 0)) < gpus)
-        continue;
-      ng++;
-      if (g != NULL)
-        fg -= g->v.n[0] + (exact ? g->v.n[1] : 0);
-    }
-    if (free_only)
-      node_used(a, name, exact, u);
-    fc = qty(alloc, "cpu", 1) - u[0];
-    fm = qty(alloc, "memory", 0) - u[1];
-    fp = qty(alloc, "pods", 0) - u[2];
-    /* Per node, so a cluster with room spread thin over many nodes does not
-     * count as having room for a shape no single node fits. */
-    fit = fp;
-    if (cpu_m > 0 && fc / cpu_m < fit)
-      fit = fc / cpu_m;
-    if (mem_b > 0 && fm / mem_b < fit)
-      fit = fm / mem_b;
-    if (gpus > 0 && fg / gpus < fit)
-      fit = fg / gpus;
-    if (fit > 0)
-      n += fit;
-  }
-  if (admit != NULL)
-    *admit = na;
-  if (gpu_nodes != NULL)
-    *gpu_nodes = ng;
-  if (!free_only)
-    return n;
-  quota_room(a, &qp, &qc, &qm);
-  if (qp >= 0 && qp < n)
-    n = qp;
-  if (qc >= 0 && cpu_m > 0 && qc / cpu_m < n)
-    n = qc / cpu_m;
-  if (qm >= 0 && mem_b > 0 && qm / mem_b < n)
-    n = qm / mem_b;
-  n -= a->inflight + a->reserved;
-  return n > 0 ? n : 0;
-}
-
-void fr_adapter_reserve(struct fr_adapter *a, int64_t delta) {
-  a->reserved += delta;
-  if (a->reserved < 0)
-    a->reserved = 0;
-}
-
-void fr_adapter_reserve_warm(struct fr_adapter *a, const char *pool, int64_t delta) {
-  struct fr_adapter_pool_view *p = pool != NULL ? pool_find(a, pool) : NULL;
-
-  if (p == NULL)
-    return;
-  p->reserved += delta;
-  if (p->reserved < 0)
-    p->reserved = 0;
+void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v) {
+  cluster__view(&a->cl, v);
 }
 
 int64_t fr_adapter_free_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b) {
-  return slots(a, cpu_m, mem_b, NULL, 1, NULL, NULL);
+  return cluster__free_slots(&a->cl, cpu_m, mem_b);
 }
 
 int64_t fr_adapter_fit_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b, const struct fr_podopts *opts,
                              const char **unfit, char *detail, size_t detail_len) {
-  char scratch[8];
-  const char *why;
-  int64_t n, admit, gpu_nodes;
-
-  if (detail == NULL) {
-    detail = scratch;
-    detail_len = sizeof(scratch);
-  }
-  if (detail_len > 0)
-    detail[0] = '\0';
-  if (unfit != NULL)
-    *unfit = NULL;
-  if (opts == NULL)
-    return slots(a, cpu_m, mem_b, NULL, 1, NULL, NULL);
-  if ((why = unfit_objects(a, opts, detail, detail_len)) != NULL) {
-    if (unfit != NULL)
-      *unfit = why;
-    return 0;
-  }
-  n = slots(a, cpu_m, mem_b, opts, 1, &admit, &gpu_nodes);
-  why = admit == 0 ? "no_matching_node" : fr_podopts_gpus(opts) > 0 && gpu_nodes == 0 ? "no_gpu_node" : NULL;
-  if (why != NULL && unfit != NULL)
-    *unfit = why;
-  if (admit == 0)
-    snprintf(detail, detail_len, "no ready node matches the node selector and has only taints the "
-             "tolerations tolerate");
-  else if (why != NULL)
-    snprintf(detail, detail_len, "no such node has %lld allocatable %s", (long long)fr_podopts_gpus(opts),
-             a->cc.gpu_resource ? a->cc.gpu_resource : "nvidia.com/gpu");
-  return why != NULL ? 0 : n;
-}
-
-int64_t fr_adapter_total_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b) {
-  return slots(a, cpu_m, mem_b, NULL, 0, NULL, NULL);
+  return cluster__fit_slots(&a->cl, cpu_m, mem_b, opts, unfit, detail, detail_len);
 }
 
 void fr_adapter_pool_slots(struct fr_adapter *a, const struct fr_adapter_pool_view *pv, int64_t *free_slots,
                            int64_t *total_slots) {
-  const char *unfit;
-
-  *free_slots = fr_adapter_fit_slots(a, pv->cpu_m, pv->mem_b, pv->opts, &unfit, NULL, 0);
-  *total_slots = unfit != NULL ? 0 : slots(a, pv->cpu_m, pv->mem_b, pv->opts, 0, NULL, NULL);
+  cluster__pool_slots(&a->cl, pv, free_slots, total_slots);
 }
 
-void fr_adapter_view(struct fr_adapter *a, struct fr_adapter_view *v) {
-  json_t *obj;
-  const char *key;
-  uint64_t now = uv_now(a->loop), contact = 0;
-  int i;
+int64_t fr_adapter_total_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b) {
+  return cluster__total_slots(&a->cl, cpu_m, mem_b);
+}
 
-  memset(v, 0, sizeof(*v));
-  v->name = a->cc.name;
-  v->region = a->cc.region;
-  v->server = a->server;
-  v->synced = 1;
-  for (i = 0; i < INF_COUNT; i++) {
-    uint64_t c = fr_informer_last_contact_ms(a->inf[i]);
-    if (i < INF_REQUIRED)
-      v->synced &= fr_informer_synced(a->inf[i]);
-    if (c > contact)
-      contact = c;
-  }
-  if (a->last_probe_ok_ms > contact)
-    contact = a->last_probe_ok_ms;
-  v->last_contact_age_ms = contact ? now - contact : UINT64_MAX;
-  /* Reachable is the breaker's call; how fresh the caches are is
-   * last_contact_age_ms, which placement bounds separately. */
-  v->healthy = a->breaker == BR_CLOSED && contact != 0;
-  v->breaker = breaker_names[a->breaker];
-  v->api_latency_ms = a->latency_ewma;
-  v->usage_exact = usage_exact(a);
-  v->inflight = a->inflight;
-  v->reserved = a->reserved;
-  quota_room(a, &v->quota_pods, &v->quota_cpu_m, &v->quota_mem_b);
+int64_t fr_adapter_tenant_sandboxes(struct fr_adapter *a, const char *tenant) {
+  return cluster__tenant_sandboxes(&a->cl, tenant);
+}
 
-  json_object_foreach(fr_informer_items(a->inf[INF_NODES]), key, obj) {
-    json_t *alloc = json_object_get(json_object_get(obj, "status"), "allocatable");
-    const char *name = json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
-    int64_t u[3];
+const struct fr_adapter_pool_view *fr_adapter_pool(struct fr_adapter *a, const char *name) {
+  return cluster__pool(&a->cl, name);
+}
 
-    v->nodes++;
-    if (!node_schedulable(obj))
-      continue;
-    v->nodes_ready++;
-    v->alloc_cpu_m += qty(alloc, "cpu", 1);
-    v->alloc_mem_b += qty(alloc, "memory", 0);
-    v->alloc_pods += qty(alloc, "pods", 0);
-    node_used(a, name, v->usage_exact, u);
-    v->used_cpu_m += u[0];
-    v->used_mem_b += u[1];
-    v->used_pods += u[2];
-  }
+const struct fr_pod *fr_adapter_pod(struct fr_adapter *a, const char *pod) {
+  return cluster__pod(&a->cl, pod);
+}
 
-  v->pools = a->pools;
-  v->npools = a->npools;
-  for (i = 0; i < (int)v->npools; i++)
-    v->pools[i].ready = warm_ready_count(a, v->pools[i].name);
-  v->sandboxes = a->n_sandboxes;
-  v->sandbox_cpu_m = a->sb_cpu_m;
-  v->sandbox_mem_b = a->sb_mem_b;
-  v->warm_pods = a->n_warm;
+const struct fr_pod *fr_adapter_pod_next(struct fr_adapter *a, size_t *cursor) {
+  return cluster__pod_next(&a->cl, cursor);
+}
+
+int fr_adapter_pods_synced(const struct fr_adapter *a) {
+  return fr_informer_synced(a->cl.inf[CLUSTER_INF_PODS]);
+}
+
+int fr_adapter_pools_synced(const struct fr_adapter *a) {
+  return fr_informer_synced(a->cl.inf[CLUSTER_INF_POOLS]);
+}
+
+int fr_adapter_node_unready(struct fr_adapter *a, const char *node) {
+  return cluster__node_unready(&a->cl, node);
+}
+
+void fr_adapter_reserve(struct fr_adapter *a, int64_t delta) {
+  cluster__reserve(&a->cl, delta);
+}
+
+void fr_adapter_reserve_warm(struct fr_adapter *a, const char *pool, int64_t delta) {
+  cluster__reserve_warm(&a->cl, pool, delta);
+}
+
+int64_t fr_adapter_inflight(const struct fr_adapter *a) {
+  return cluster__inflight(&a->cl);
+}
+
+/* ---- sandboxes and pools (sandbox.c) ---- */
+
+int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec *spec, fr_sandbox_cb cb,
+                              void *arg) {
+  if (a->stopping)
+    return -ESHUTDOWN;
+  return sandbox__create(a->sb, spec, cb, arg);
+}
+
+int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char *request_id,
+                              void (*cb)(int status, const char *message, void *arg), void *arg) {
+  return sandbox__delete(a->sb, pod, request_id, cb, arg);
+}
+
+int fr_adapter_sandbox_set_expiry(struct fr_adapter *a, const char *pod, int64_t expires_s, const char *request_id,
+                                  void (*cb)(int status, const char *message, void *arg), void *arg) {
+  return sandbox__set_expiry(a->sb, pod, expires_s, request_id, cb, arg);
+}
+
+int fr_adapter_pod_leaving(struct fr_adapter *a, const struct fr_pod *pod) {
+  return sandbox__leaving(a->sb, pod);
+}
+
+int fr_adapter_pod_delete_pending(struct fr_adapter *a, const struct fr_pod *pod) {
+  return sandbox__delete_pending(a->sb, pod);
+}
+
+int fr_adapter_pod_evicted(struct fr_adapter *a, const struct fr_pod *pod) {
+  return sandbox__evicted(a->sb, pod);
+}
+
+int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec,
+                           void (*cb)(int status, const char *message, void *arg), void *arg) {
+  return sandbox__pool_create(a->sb, spec, cb, arg);
+}
+
+int fr_adapter_pool_resize(struct fr_adapter *a, const char *pool, int64_t replicas,
+                           void (*cb)(int status, const char *message, void *arg), void *arg) {
+  return sandbox__pool_resize(a->sb, pool, replicas, cb, arg);
+}
+
+int fr_adapter_pool_delete(struct fr_adapter *a, const char *pool,
+                           void (*cb)(int status, const char *message, void *arg), void *arg) {
+  return sandbox__pool_delete(a->sb, pool, cb, arg);
+}
+
+/* ---- commit markers (commit.c) and Secrets (secret.c) ---- */
+
+void fr_adapter_batch_hold(struct fr_adapter *a, const char *batch, int hold) {
+  commit__hold(a->cm, batch, hold);
+}
+
+int fr_adapter_batch_commit(struct fr_adapter *a, const char *batch, int64_t expires_s,
+                            void (*cb)(int status, const char *message, void *arg), void *arg) {
+  if (a->stopping)
+    return -ESHUTDOWN;
+  return commit__write(a->cm, batch, expires_s, cb, arg);
+}
+
+int fr_adapter_secret_get(struct fr_adapter *a, const char *secret, const char *const *keys, size_t nkeys,
+                          const char *request_id, fr_secret_cb cb, void *arg, struct fr_secret_call **out) {
+  if (out != NULL)
+    *out = NULL;
+  if (a == NULL)
+    return -EINVAL;
+  return secret__get(a->sec, secret, keys, nkeys, request_id, cb, arg, out);
+}
+
+/* ---- the data plane (exec.c, agent.c, proc.c) ---- */
+
+int fr_adapter_exec(struct fr_adapter *a, const char *pod, const struct fr_exec_spec *spec, fr_exec_cb cb,
+                    void *arg) {
+  return exec__run(&a->cl, pod, spec, cb, arg);
+}
+
+int fr_adapter_agent_call(struct fr_adapter *a, const char *pod, const struct fr_agent_call_opts *o,
+                          struct fr_agent_call **out) {
+  if (out != NULL)
+    *out = NULL;
+  if (a == NULL)
+    return -EINVAL;
+  return agent__call(&a->cl, pod, o, out);
+}
+
+int fr_adapter_pod_has_agent(struct fr_adapter *a, const struct fr_pod *pod) {
+  return agent__port_of(&a->cl, pod) != 0;
+}
+
+int fr_adapter_agent_token(struct fr_adapter *a, const char *pod, char out[65]) {
+  return agent__token(&a->cl, pod, 0, out);
+}
+
+int fr_adapter_agent_token_ok(struct fr_adapter *a, const char *pod, const char *token) {
+  return agent__token_ok(&a->cl, pod, token);
+}
+
+int fr_adapter_proc_start(struct fr_adapter *a, const char *pod, const struct fr_proc_spec *spec,
+                          fr_proc_event_cb on_event, fr_proc_done_cb on_done, void *arg,
+                          struct fr_proc_stream **out) {
+  return proc__start(&a->cl, pod, spec, on_event, on_done, arg, out);
+}
+
+int fr_adapter_exec_stream(struct fr_adapter *a, const char *pod, const struct fr_exec_spec *spec,
+                           fr_proc_event_cb on_event, fr_proc_done_cb on_done, void *arg,
+                           struct fr_proc_stream **out) {
+  return proc__exec_stream(&a->cl, pod, spec, on_event, on_done, arg, out);
+}
+
+int fr_adapter_proc_attach(struct fr_adapter *a, const char *pod, int64_t pid, int64_t replay_from,
+                           const char *request_id, fr_proc_event_cb on_event, fr_proc_done_cb on_done,
+                           void *arg, struct fr_proc_stream **out) {
+  return proc__attach(&a->cl, pod, pid, replay_from, request_id, on_event, on_done, arg, out);
+}
+
+int fr_adapter_agent_rpc(struct fr_adapter *a, const char *pod, const char *method, json_t *req,
+                         const char *request_id, fr_agent_rpc_cb cb, void *arg) {
+  return proc__rpc(&a->cl, pod, method, req, request_id, cb, arg);
 }

@@ -14,7 +14,11 @@
 #include <string.h>
 #include <strings.h>
 
-#include "adapter_internal.h"
+#include "agent.h"
+
+#include "cluster.h"
+#include "fr/assert.h"
+#include "fr/kube.h"
 #include "fr/util.h"
 #include "upstream.h"
 
@@ -22,20 +26,20 @@
  * in this long is not usable. */
 #define AGENT_INIT_TIMEOUT_MS 15000
 
-int agent_port_of(const struct fr_adapter *a, const struct fr_pod *pod) {
+int agent__port_of(const struct cluster *cl, const struct fr_pod *pod) {
   const char *v;
   int64_t port;
 
-  if (a->cc.agent == NULL || pod == NULL || (v = fr_pod_label(pod, FR_LABEL_AGENT)) == NULL ||
+  if (cl->cc.agent == NULL || pod == NULL || (v = fr_pod_label(pod, FR_LABEL_AGENT)) == NULL ||
       fr_parse_int64(v, 1, 65535, &port) != 0)
     return 0;
   return (int)port;
 }
 
-int agent_token(const struct fr_adapter *a, const char *pod, int previous, char out[65]) {
-  const struct fr_adapter_agent *ag = a->cc.agent;
+int agent__token(const struct cluster *cl, const char *pod, int previous, char out[65]) {
+  const struct fr_adapter_agent *ag = cl->cc.agent;
   char id[320];
-  int n = snprintf(id, sizeof(id), "%s.%s", a->cc.name, pod);
+  int n = snprintf(id, sizeof(id), "%s.%s", cl->cc.name, pod);
 
   if (ag == NULL || n < 0 || (size_t)n >= sizeof(id) || (previous && ag->prev_key == NULL)) {
     out[0] = '\0';
@@ -45,15 +49,15 @@ int agent_token(const struct fr_adapter *a, const char *pod, int previous, char 
                   : fr_hmac_sha256_hex(ag->key, ag->key_len, id, (size_t)n, out);
 }
 
-int agent_path(const struct fr_adapter *a, const char *pod, int port, const char *method, const char *route,
+int agent__path(const struct cluster *cl, const char *pod, int port, const char *method, const char *route,
                char *out, size_t cap) {
-  return upstream_agent_path(out, cap, a->ns, pod, port, method, route, 0);
+  return upstream_agent_path(out, cap, cl->ns, pod, port, method, route, 0);
 }
 
 /* ---- /init ---- */
 
 struct init_call {
-  agent_done_cb cb;
+  agent__done_cb cb;
   void *arg;
 };
 
@@ -71,8 +75,8 @@ static void on_init(const struct fr_kube_response *r, void *arg) {
   free(ic);
 }
 
-int agent_init(struct fr_adapter *a, const char *pod, int port, json_t *env, json_t *secrets,
-               const char *request_id, agent_done_cb cb, void *arg, struct fr_kube_call **out) {
+int agent__init(struct cluster *cl, const char *pod, int port, json_t *env, json_t *secrets,
+               const char *request_id, agent__done_cb cb, void *arg, struct fr_kube_call **out) {
   struct fr_kube_request_opts o;
   struct init_call *ic;
   char token[65], path[400], header[96];
@@ -80,8 +84,8 @@ int agent_init(struct fr_adapter *a, const char *pod, int port, json_t *env, jso
   char *text;
   int rc;
 
-  if (agent_token(a, pod, 0, token) != 0 ||
-      upstream_agent_path(path, sizeof(path), a->ns, pod, port, "POST", "/init", 1) != 0)
+  if (agent__token(cl, pod, 0, token) != 0 ||
+      upstream_agent_path(path, sizeof(path), cl->ns, pod, port, "POST", "/init", 1) != 0)
     return -EINVAL;
   /* The token (set by the first /init, then required) and the sandbox's
    * env with its secrets over it, which every later process inherits: it
@@ -109,7 +113,7 @@ int agent_init(struct fr_adapter *a, const char *pod, int port, json_t *env, jso
   o.request_id = request_id;
   o.timeout_ms = AGENT_INIT_TIMEOUT_MS;
   o.header = header;
-  rc = fr_kube_request_opts(a->client, "POST", path, "application/json", text, strlen(text), &o, on_init, ic,
+  rc = fr_kube_request_opts(cl->client, "POST", path, "application/json", text, strlen(text), &o, on_init, ic,
                             out);
   fr_secret_free(text);
   if (rc != 0)
@@ -120,7 +124,7 @@ int agent_init(struct fr_adapter *a, const char *pod, int port, json_t *env, jso
 /* ---- raw calls ---- */
 
 struct fr_agent_call {
-  struct fr_adapter *a;
+  struct cluster *cl;
   struct fr_kube_call *kc;
   struct fr_agent_call_opts o;  /* the caller's, its strings pointing into <strs> */
   char *strs[5];                /* copies: method, path, content type, headers, request id */
@@ -202,7 +206,7 @@ static void on_call_done(const struct fr_kube_response *resp, void *arg) {
   memset(&res, 0, sizeof(res));
   res.body = "";
   if (resp->status == 401 && !ac->got_head && !ac->previous_key && !ac->o.stream_body &&
-      ac->a->cc.agent->prev_key != NULL && !api_server_status(resp)) {
+      ac->cl->cc.agent->prev_key != NULL && !api_server_status(resp)) {
     /* Initialised before a key rotation: its token is from the old key. */
     ac->previous_key = 1;
     if (call_send(ac) == 0)
@@ -214,19 +218,19 @@ static void on_call_done(const struct fr_kube_response *resp, void *arg) {
   } else if (resp->status == 0) {
     /* Not reached at all: the cluster's fault, unless something started. */
     if (!ac->got_head)
-      fr_adapter_report(ac->a, 0);
+      cluster__report(ac->cl, 0);
     snprintf(msg, sizeof(msg), "%s: %.300s", ac->got_head ? "the agent's answer was cut" : "cannot reach the sandbox's agent",
              resp->error != NULL ? resp->error : "no answer");
     res.err = FR_AGENT_UNAVAILABLE;
     res.message = msg;
   } else if (resp->status >= 400 && api_server_status(resp)) {
-    fr_adapter_report(ac->a, 1);
+    cluster__report(ac->cl, 1);
     snprintf(msg, sizeof(msg), "cannot reach the sandbox's agent: %d %.300s", resp->status, resp->body);
     res.err = FR_AGENT_UNAVAILABLE;
     res.status = resp->status;
     res.message = msg;
   } else {
-    fr_adapter_report(ac->a, 1);
+    cluster__report(ac->cl, 1);
     res.err = FR_AGENT_OK;
     res.status = resp->status;
     res.body = resp->body;
@@ -247,8 +251,8 @@ static int call_send(struct fr_agent_call *ac) {
   int rc;
 
   ac->got_head = ac->pause_next = ac->stopped = 0;
-  if (agent_token(ac->a, ac->pod, ac->previous_key, token) != 0 ||
-      agent_path(ac->a, ac->pod, ac->port, ac->o.method, ac->o.path, path, sizeof(path)) != 0)
+  if (agent__token(ac->cl, ac->pod, ac->previous_key, token) != 0 ||
+      agent__path(ac->cl, ac->pod, ac->port, ac->o.method, ac->o.path, path, sizeof(path)) != 0)
     return -EINVAL;
   headers = malloc(TOKEN_HEADER_LEN + extra + 1);
   if (headers == NULL)
@@ -265,7 +269,7 @@ static int call_send(struct fr_agent_call *ac) {
   ko.stream_body = ac->o.stream_body;
   ko.body_size = ac->o.stream_body ? ac->o.body_size : 0;
   ko.on_drain = on_call_drain;
-  rc = fr_kube_request_opts(ac->a->client, ac->o.method, path, ac->o.content_type, ac->body,
+  rc = fr_kube_request_opts(ac->cl->client, ac->o.method, path, ac->o.content_type, ac->body,
                             ac->body_len, &ko, on_call_done, ac, &ac->kc);
   free(headers);
   return rc;
@@ -287,30 +291,30 @@ static int header_allowed(const char *h) {
   return 1;
 }
 
-int fr_adapter_agent_call(struct fr_adapter *a, const char *pod_name, const struct fr_agent_call_opts *o,
-                          struct fr_agent_call **out) {
+int agent__call(struct cluster *cl, const char *pod_name, const struct fr_agent_call_opts *o,
+                struct fr_agent_call **out) {
   const struct fr_pod *pod;
   struct fr_agent_call *ac;
   int port, rc;
 
   if (out != NULL)
     *out = NULL;
-  if (a == NULL || pod_name == NULL || o == NULL || o->method == NULL || o->path == NULL ||
+  if (cl == NULL || pod_name == NULL || o == NULL || o->method == NULL || o->path == NULL ||
       o->path[0] != '/' || o->on_done == NULL || strlen(pod_name) >= sizeof(ac->pod) ||
       (o->stream_body && o->body != NULL) || !header_allowed(o->headers))
     return -EINVAL;
-  pod = podstore_get(&a->pods, pod_name);
+  pod = cluster__pod(cl, pod_name);
   if (pod == NULL)
     return -ENOENT;
-  port = agent_port_of(a, pod);
+  port = agent__port_of(cl, pod);
   if (port == 0)
     return -ENOTSUP;
-  if (a->breaker != BR_CLOSED)
+  if (!cluster__reachable(cl))
     return -EHOSTDOWN;
   ac = calloc(1, sizeof(*ac));
   if (ac == NULL)
     return -ENOMEM;
-  ac->a = a;
+  ac->cl = cl;
   ac->o = *o;
   ac->o.body = NULL;
   {
@@ -399,14 +403,6 @@ int fr_agent_header(const char *headers, const char *name, char *out, size_t cap
   return -ENOENT;
 }
 
-int fr_adapter_pod_has_agent(struct fr_adapter *a, const struct fr_pod *pod) {
-  return agent_port_of(a, pod) != 0;
-}
-
-int fr_adapter_agent_token(struct fr_adapter *a, const char *pod, char out[65]) {
-  return agent_token(a, pod, 0, out);
-}
-
 static int token_eq(const char *a, const char *b) {
   unsigned char d = 0;
   size_t i;
@@ -416,15 +412,15 @@ static int token_eq(const char *a, const char *b) {
   return d == 0;
 }
 
-int fr_adapter_agent_token_ok(struct fr_adapter *a, const char *pod, const char *token) {
+int agent__token_ok(const struct cluster *cl, const char *pod, const char *token) {
   char want[65];
   int ok = 0;
 
   if (token == NULL || strlen(token) != 64)
     return 0;
-  if (agent_token(a, pod, 0, want) == 0 && token_eq(want, token))
+  if (agent__token(cl, pod, 0, want) == 0 && token_eq(want, token))
     ok = 1;
-  if (agent_token(a, pod, 1, want) == 0 && token_eq(want, token))
+  if (agent__token(cl, pod, 1, want) == 0 && token_eq(want, token))
     ok = 1;
   return ok;
 }

@@ -4,7 +4,7 @@
  * label fedrouter.io/batch=<id>; a batch that succeeds writes ConfigMap
  * fr-batch-<id> (label fedrouter.io/batch, data.state "committed") here
  * before the router answers. The reaper of every router (sandbox.c) asks
- * commit_due_at() when a pod of a batch with no committed marker is due:
+ * commit__due_at() when a pod of a batch with no committed marker is due:
  *
  *   due = max(the pod's created-at annotation (creation or claim),
  *             the marker's data.progress when it is "pending") + timeout
@@ -22,7 +22,7 @@
  * lifetime when it committed, for operators): a sandbox that outlives it
  * must not lose its marker. Every router does it; deletes are idempotent.
  *
- * Marker writes are tracked (commit_ops) so that shutdown can answer and
+ * Marker writes are tracked (struct commits, ops) so that shutdown can answer and
  * free them: the client drops the callbacks of cancelled calls.
  */
 #include <errno.h>
@@ -31,9 +31,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "adapter_internal.h"
+#include "commit.h"
+
+#include "cluster.h"
+#include "fr/assert.h"
+#include "fr/kube.h"
 #include "fr/log.h"
 #include "fr/util.h"
+#include "strmap.h"
 #include "upstream.h"
 
 #define MARKER_PREFIX "fr-batch-"
@@ -42,9 +47,23 @@
 
 enum op_kind { OP_COMMIT, OP_RENEW, OP_DELETE };
 
+struct commit_op;
+
+/* This file's state: the batches this router holds, the pod count per
+ * batch, and the marker writes in flight. */
+struct commits {
+  struct cluster *cl;
+  int64_t timeout_s;             /* batch_commit_timeout_s */
+  struct strmap held;            /* batch -> n[0] holds, n[1] held since, n[2] last pending
+                                    marker write (wall ms) */
+  struct strmap batch_pods;      /* batch -> n[0] cached sandbox pods carrying it (> 0) */
+  struct commit_op *ops;         /* marker writes in flight */
+  int64_t markers_gc_ms;         /* last sweep of the markers (wall ms) */
+};
+
 struct commit_op {
   struct commit_op *prev, *next;
-  struct fr_adapter *a;
+  struct commits *cm;
   enum op_kind kind;
   int patched;                /* the POST met an existing marker: PATCH sent */
   int64_t expires_s;
@@ -54,17 +73,17 @@ struct commit_op {
   char batch[64];
 };
 
-static int64_t timeout_s(const struct fr_adapter *a) {
-  return a->commit_timeout_s > 0 ? a->commit_timeout_s : FR_BATCH_COMMIT_TIMEOUT_S;
+static int64_t timeout_s(const struct commits *cm) {
+  return cm->timeout_s > 0 ? cm->timeout_s : FR_BATCH_COMMIT_TIMEOUT_S;
 }
 
-static json_t *marker_of(struct fr_adapter *a, const char *batch) {
+static json_t *marker_of(const struct commits *cm, const char *batch) {
   char name[128];
 
-  if (a->inf[INF_MARKERS] == NULL)
+  if (cm->cl->inf[CLUSTER_INF_MARKERS] == NULL)
     return NULL;
   snprintf(name, sizeof(name), MARKER_PREFIX "%s", batch);
-  return fr_informer_get(a->inf[INF_MARKERS], a->ns, name);
+  return fr_informer_get(cm->cl->inf[CLUSTER_INF_MARKERS], cm->cl->ns, name);
 }
 
 static const char *marker_data(json_t *m, const char *key) {
@@ -85,7 +104,7 @@ static int marker_committed(json_t *m) {
   return st != NULL && strcmp(st, "committed") == 0;
 }
 
-json_t *commit_slim_marker(json_t *obj, void *arg) {
+json_t *commit__slim_marker(json_t *obj, void *arg) {
   json_t *meta = json_object_get(obj, "metadata"), *data = json_object_get(obj, "data");
   json_t *out = json_pack("{s:{s:O*,s:O*,s:O*,s:{s:O*}},s:{}}", "metadata", "namespace",
                           json_object_get(meta, "namespace"), "name", json_object_get(meta, "name"),
@@ -106,18 +125,18 @@ json_t *commit_slim_marker(json_t *obj, void *arg) {
   return out;
 }
 
-int commit_markers_known(struct fr_adapter *a) {
-  return fr_informer_synced(a->inf[INF_MARKERS]) && fr_informer_healthy(a->inf[INF_MARKERS]);
+int commit__markers_known(const struct commits *cm) {
+  return cluster__cache_current(cm->cl, CLUSTER_INF_MARKERS);
 }
 
-int64_t commit_due_at(struct fr_adapter *a, const struct fr_pod *pod) {
+int64_t commit__due_at(const struct commits *cm, const struct fr_pod *pod) {
   const char *batch = fr_pod_label(pod, FR_LABEL_BATCH);
   int64_t base, progress;
   json_t *m;
 
   if (batch == NULL || pod->state == NULL || strcmp(pod->state, "claimed") != 0 || pod->terminating)
     return -1;
-  m = marker_of(a, batch);
+  m = marker_of(cm, batch);
   if (marker_committed(m))
     return -1;
   base = pod->created_s >= 0 ? pod->created_s : pod->creation_s;
@@ -126,44 +145,44 @@ int64_t commit_due_at(struct fr_adapter *a, const struct fr_pod *pod) {
   if ((progress = marker_time(m, "progress")) > base)
     base = progress;
   /* Held here: live, whatever the cache says; looked at again later. */
-  if (strmap_get(&a->held, batch) != NULL && fr_wall_ms() / 1000 > base)
+  if (strmap_get(&cm->held, batch) != NULL && fr_wall_ms() / 1000 > base)
     base = fr_wall_ms() / 1000;
-  return base + timeout_s(a);
+  return base + timeout_s(cm);
 }
 
-static void count_batch(struct fr_adapter *a, const struct fr_pod *p, int delta) {
+static void count_batch(struct commits *cm, const struct fr_pod *p, int delta) {
   const char *batch = p != NULL ? fr_pod_label(p, FR_LABEL_BATCH) : NULL;
   struct strmap_entry *e;
 
   if (batch == NULL)
     return;
   if (delta > 0) {
-    if ((e = strmap_put(&a->batch_pods, batch, NULL)) != NULL)
+    if ((e = strmap_put(&cm->batch_pods, batch, NULL)) != NULL)
       e->v.n[0]++;
-  } else if ((e = strmap_get(&a->batch_pods, batch)) != NULL && --e->v.n[0] <= 0) {
-    strmap_del(&a->batch_pods, batch);
+  } else if ((e = strmap_get(&cm->batch_pods, batch)) != NULL && --e->v.n[0] <= 0) {
+    strmap_del(&cm->batch_pods, batch);
   }
 }
 
-void commit_on_pod(struct fr_adapter *a, enum fr_informer_event ev, const struct fr_pod *p,
-                   const struct fr_pod *old) {
+void commit__on_pod(struct commits *cm, enum fr_informer_event ev, const struct fr_pod *p,
+                    const struct fr_pod *old) {
   if (ev == FR_INF_DELETED) {
-    count_batch(a, p, -1);
+    count_batch(cm, p, -1);
   } else {
-    count_batch(a, old, -1);
-    count_batch(a, p, 1);
+    count_batch(cm, old, -1);
+    count_batch(cm, p, 1);
   }
 }
 
 /* ---- marker writes ---- */
 
 static void op_free(struct commit_op *op) {
-  struct fr_adapter *a = op->a;
+  struct commits *cm = op->cm;
 
   if (op->prev)
     op->prev->next = op->next;
-  else if (a->commit_ops == op)
-    a->commit_ops = op->next;
+  else if (cm->ops == op)
+    cm->ops = op->next;
   if (op->next)
     op->next->prev = op->prev;
   free(op);
@@ -175,18 +194,18 @@ static void op_finish(struct commit_op *op, int status, const char *message) {
   op_free(op);
 }
 
-static struct commit_op *op_new(struct fr_adapter *a, enum op_kind kind, const char *batch) {
+static struct commit_op *op_new(struct commits *cm, enum op_kind kind, const char *batch) {
   struct commit_op *op;
 
   if (strlen(batch) >= sizeof(op->batch) || (op = calloc(1, sizeof(*op))) == NULL)
     return NULL;
-  op->a = a;
+  op->cm = cm;
   op->kind = kind;
   snprintf(op->batch, sizeof(op->batch), "%s", batch);
-  op->next = a->commit_ops;
-  if (a->commit_ops)
-    a->commit_ops->prev = op;
-  a->commit_ops = op;
+  op->next = cm->ops;
+  if (cm->ops)
+    cm->ops->prev = op;
+  cm->ops = op;
   return op;
 }
 
@@ -194,17 +213,17 @@ static void on_written(const struct fr_kube_response *r, void *arg);
 
 /* Sends <method> of <body> for <op>'s marker (the collection for POST). */
 static int op_send(struct commit_op *op, const char *method, json_t *body) {
-  struct fr_adapter *a = op->a;
+  struct commits *cm = op->cm;
   char path[400], *text = body != NULL ? json_dumps(body, JSON_COMPACT) : NULL;
   int rc;
 
-  if (upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "configmaps", strcmp(method, "POST") == 0 ? NULL : MARKER_PREFIX,
+  if (upstream_object_path(path, sizeof(path), "/api/v1", cm->cl->ns, "configmaps", strcmp(method, "POST") == 0 ? NULL : MARKER_PREFIX,
                            strcmp(method, "POST") == 0 ? NULL : op->batch) != 0)
     return -EINVAL;
   if (body != NULL && text == NULL)
     return -ENOMEM;
   /* A retried POST that had landed meets 409 and turns into the PATCH: safe. */
-  rc = fr_kube_request(a->client, method, path,
+  rc = fr_kube_request(cm->cl->client, method, path,
                        strcmp(method, "PATCH") == 0 ? "application/merge-patch+json" : "application/json", text,
                        text ? strlen(text) : 0, FR_KUBE_IDEMPOTENT, NULL, on_written, op, &op->call);
   free(text);
@@ -246,7 +265,7 @@ static int op_start(struct commit_op *op) {
 
 static void on_written(const struct fr_kube_response *r, void *arg) {
   struct commit_op *op = arg;
-  struct fr_adapter *a = op->a;
+  struct commits *cm = op->cm;
   json_t *obj;
   char msg[300];
 
@@ -266,27 +285,25 @@ static void on_written(const struct fr_kube_response *r, void *arg) {
       (obj = json_loadb(r->body, r->body_len, 0, NULL)) != NULL) {
     /* This router's reaper must see the commit now, not when the watch
      * catches up: the batch lets go of its hold right after. */
-    fr_informer_observe(a->inf[INF_MARKERS], obj);
+    fr_informer_observe(cm->cl->inf[CLUSTER_INF_MARKERS], obj);
     json_decref(obj);
   }
   if (r->status >= 200 && r->status < 300)
     msg[0] = '\0';
   else
-    snprintf(msg, sizeof(msg), "%s marker " MARKER_PREFIX "%s: %s %d", a->cc.name, op->batch,
+    snprintf(msg, sizeof(msg), "%s marker " MARKER_PREFIX "%s: %s %d", cm->cl->cc.name, op->batch,
              r->status ? "HTTP" : (r->error ? r->error : "no response"), r->status);
   if (op->kind == OP_COMMIT && msg[0] != '\0')
     FR_WARN("commit", "%s", msg);
   op_finish(op, r->status, msg);
 }
 
-int fr_adapter_batch_commit(struct fr_adapter *a, const char *batch, int64_t expires_s,
-                            void (*cb)(int status, const char *message, void *arg), void *arg) {
+int commit__write(struct commits *cm, const char *batch, int64_t expires_s,
+                  void (*cb)(int status, const char *message, void *arg), void *arg) {
   struct commit_op *op;
   int rc;
 
-  if (a->stopping)
-    return -ESHUTDOWN;
-  if ((op = op_new(a, OP_COMMIT, batch)) == NULL)
+  if ((op = op_new(cm, OP_COMMIT, batch)) == NULL)
     return -ENOMEM;
   op->expires_s = expires_s;
   op->cb = cb;
@@ -296,23 +313,23 @@ int fr_adapter_batch_commit(struct fr_adapter *a, const char *batch, int64_t exp
   return rc;
 }
 
-static void send_op(struct fr_adapter *a, enum op_kind kind, const char *batch) {
-  struct commit_op *op = op_new(a, kind, batch);
+static void send_op(struct commits *cm, enum op_kind kind, const char *batch) {
+  struct commit_op *op = op_new(cm, kind, batch);
 
   if (op != NULL && op_start(op) != 0)
     op_free(op);
 }
 
-void fr_adapter_batch_hold(struct fr_adapter *a, const char *batch, int hold) {
+void commit__hold(struct commits *cm, const char *batch, int hold) {
   struct strmap_entry *e;
 
   if (batch == NULL)
     return;
   if (hold) {
-    if ((e = strmap_put(&a->held, batch, NULL)) != NULL && e->v.n[0]++ == 0)
+    if ((e = strmap_put(&cm->held, batch, NULL)) != NULL && e->v.n[0]++ == 0)
       e->v.n[1] = fr_wall_ms();
-  } else if ((e = strmap_get(&a->held, batch)) != NULL && --e->v.n[0] <= 0) {
-    strmap_del(&a->held, batch);
+  } else if ((e = strmap_get(&cm->held, batch)) != NULL && --e->v.n[0] <= 0) {
+    strmap_del(&cm->held, batch);
   }
 }
 
@@ -321,12 +338,12 @@ void fr_adapter_batch_hold(struct fr_adapter *a, const char *batch, int hold) {
 /* Renews the pending marker of a batch held longer than a third of the
  * timeout, every third of it: a batch done sooner never writes one. */
 static int renew(struct strmap_entry *e, void *arg) {
-  struct fr_adapter *a = arg;
-  int64_t now = fr_wall_ms(), third = timeout_s(a) * 1000 / 3;
+  struct commits *cm = arg;
+  int64_t now = fr_wall_ms(), third = timeout_s(cm) * 1000 / 3;
 
   if (now - e->v.n[1] >= third && now - e->v.n[2] >= third) {
     e->v.n[2] = now;
-    send_op(a, OP_RENEW, e->key);
+    send_op(cm, OP_RENEW, e->key);
   }
   return 0;
 }
@@ -334,38 +351,58 @@ static int renew(struct strmap_entry *e, void *arg) {
 /* Markers no longer needed: a timeout past their progress with no pod of
  * their batch left (a pending one whose pods were all reaped, a committed
  * one whose sandboxes all ended). */
-static void markers_gc(struct fr_adapter *a) {
+static void markers_gc(struct commits *cm) {
   int64_t now = fr_wall_ms() / 1000;
   const char *key;
   json_t *m;
 
-  if (!fr_informer_synced(a->inf[INF_PODS]) || !fr_informer_healthy(a->inf[INF_PODS]))
+  if (!cluster__cache_current(cm->cl, CLUSTER_INF_PODS))
     return;
-  json_object_foreach(fr_informer_items(a->inf[INF_MARKERS]), key, m) {
+  json_object_foreach(fr_informer_items(cm->cl->inf[CLUSTER_INF_MARKERS]), key, m) {
     const char *batch = json_string_value(
         json_object_get(json_object_get(json_object_get(m, "metadata"), "labels"), FR_LABEL_BATCH));
     int64_t progress = marker_time(m, "progress");
 
     if (batch == NULL || json_object_get(json_object_get(m, "metadata"), "deletionTimestamp") != NULL ||
-        strmap_get(&a->held, batch) != NULL || strmap_get(&a->batch_pods, batch) != NULL ||
-        (progress >= 0 && progress + timeout_s(a) > now))
+        strmap_get(&cm->held, batch) != NULL || strmap_get(&cm->batch_pods, batch) != NULL ||
+        (progress >= 0 && progress + timeout_s(cm) > now))
       continue;
-    FR_DEBUG("commit", "%s: deleting the marker of batch %s (no sandbox of it left)", a->cc.name, batch);
-    send_op(a, OP_DELETE, batch);
+    FR_DEBUG("commit", "%s: deleting the marker of batch %s (no sandbox of it left)", cm->cl->cc.name, batch);
+    send_op(cm, OP_DELETE, batch);
   }
 }
 
-void commit_sweep(struct fr_adapter *a) {
-  strmap_sweep(&a->held, renew, a);
-  if (fr_wall_ms() - a->markers_gc_ms >= MARKER_GC_EVERY_MS && commit_markers_known(a)) {
-    a->markers_gc_ms = fr_wall_ms();
-    markers_gc(a);
+void commit__sweep(struct commits *cm) {
+  strmap_sweep(&cm->held, renew, cm);
+  if (fr_wall_ms() - cm->markers_gc_ms >= MARKER_GC_EVERY_MS && commit__markers_known(cm)) {
+    cm->markers_gc_ms = fr_wall_ms();
+    markers_gc(cm);
   }
 }
 
-void commit_stop(struct fr_adapter *a) {
-  while (a->commit_ops != NULL) {
-    fr_kube_cancel(a->commit_ops->call);
-    op_finish(a->commit_ops, 0, "the router is shutting down");
+void commit__stop(struct commits *cm) {
+  while (cm->ops != NULL) {
+    fr_kube_cancel(cm->ops->call);
+    op_finish(cm->ops, 0, "the router is shutting down");
   }
+}
+
+struct commits *commit__new(struct cluster *cl, int64_t timeout_s) {
+  struct commits *cm = calloc(1, sizeof(*cm));
+
+  /* The strmap tables start empty as calloc left them. */
+  if (cm == NULL)
+    return NULL;
+  cm->cl = cl;
+  cm->timeout_s = timeout_s;
+  return cm;
+}
+
+void commit__free(struct commits *cm) {
+  if (cm == NULL)
+    return;
+  FR_ASSERT(cm->ops == NULL);
+  strmap_close(&cm->held);
+  strmap_close(&cm->batch_pods);
+  free(cm);
 }

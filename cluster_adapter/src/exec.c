@@ -29,9 +29,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "adapter_internal.h"
+#include "exec.h"
+
+#include "agent.h"
+#include "cluster.h"
 #include "fr/buf.h"
+#include "fr/kube.h"
 #include "fr/util.h"
+#include "proc.h"
 
 /* pods/exec carries argv in the URL's query (command=...&command=...):
  * API servers refuse request heads past ~16 KiB, kubesim at 16 KiB (431).
@@ -63,7 +68,7 @@ static size_t query_bytes(char *const *argv) {
 
 
 struct exec_op {
-  struct fr_adapter *a;
+  struct cluster *cl;
   fr_exec_cb cb;
   void *arg;
   int64_t timeout_s;
@@ -131,7 +136,7 @@ static void on_kube_exec(const struct fr_kube_exec_result *res, void *arg) {
      * (the breaker hears of it); a protocol error or a local shortage is
      * not. */
     if (res->http_status == 0 && res->error != -EIO && res->error != -EPROTO && !local_error(res->error))
-      fr_adapter_report(op->a, 0);
+      cluster__report(op->cl, 0);
     if (res->http_status == 404) {
       r.err = FR_EXEC_NOT_FOUND;
       r.message = "the sandbox no longer exists";
@@ -248,7 +253,7 @@ static int kube_begin(struct exec_op *op) {
   o.timeout_ms = (uint64_t)op->timeout_s * 1000 + EXEC_ANSWER_GRACE_MS;
   o.request_id = op->request_id;
   o.budget = op->budget;
-  return fr_kube_exec(op->a->client, op->a->ns, op->pod, &o, on_kube_exec, op, NULL);
+  return fr_kube_exec(op->cl->client, op->cl->ns, op->pod, &o, on_kube_exec, op, NULL);
 }
 
 /* The agent path fell through (from its callback): pods/exec runs it. */
@@ -354,7 +359,7 @@ static int agent_message(struct exec_op *op, int flags, const char *data, size_t
       const char *err = json_string_value(json_object_get(x, "error"));
       op->ended = 1;
       op->timed_out = err != NULL && strstr(err, "timed out") != NULL;
-      op->exit_code = agent_exit_code(status, (int)json_integer_value(json_object_get(x, "exitCode")),
+      op->exit_code = proc__exit_code(status, (int)json_integer_value(json_object_get(x, "exitCode")),
                                        json_is_true(json_object_get(x, "exited")));
     }
   }
@@ -372,7 +377,7 @@ static int on_agent_msg(int flags, const char *data, size_t len, void *arg) {
 static int on_agent_data(const char *data, size_t len, void *arg) {
   struct exec_op *op = arg;
 
-  return connect_feed(&op->pending, data, len, on_agent_msg, op) < 0 ? 1 : 0;
+  return proc__feed(&op->pending, data, len, on_agent_msg, op) < 0 ? 1 : 0;
 }
 
 static int start_agent(struct exec_op *op, int port);
@@ -383,10 +388,10 @@ static void on_agent_done(const struct fr_kube_response *resp, void *arg) {
   char msg[400];
 
   memset(&r, 0, sizeof(r));
-  r.duration_ms = (double)(uv_now(op->a->loop) - op->start_ms);
+  r.duration_ms = (double)(uv_now(op->cl->loop) - op->start_ms);
   r.via_agent = 1;
   if (op->ended) {
-    fr_adapter_report(op->a, 1);
+    cluster__report(op->cl, 1);
     r.err = FR_EXEC_OK;
     r.exit_code = op->exit_code;
     r.timed_out = op->timed_out;
@@ -404,7 +409,7 @@ static void on_agent_done(const struct fr_kube_response *resp, void *arg) {
      * its probes the sandbox is what failed (its code killed the agent,
      * or the agent crashed), not the cluster: say so, and leave the
      * breaker alone. */
-    int healthy = op->a->breaker == BR_CLOSED && op->a->probe_ok;
+    int healthy = cluster__answering(op->cl);
     snprintf(msg, sizeof(msg), "%s (%d %.200s); whether the command finished is unknown",
              healthy ? "the sandbox's agent stopped while the command ran (killed by code in the sandbox, or "
                        "crashed)"
@@ -415,7 +420,7 @@ static void on_agent_done(const struct fr_kube_response *resp, void *arg) {
   } else if (resp->status == 404) {
     r.err = FR_EXEC_NOT_FOUND;
     r.message = "the sandbox no longer exists";
-  } else if (resp->status == 401 && !op->previous_key && op->a->cc.agent->prev_key != NULL) {
+  } else if (resp->status == 401 && !op->previous_key && op->cl->cc.agent->prev_key != NULL) {
     /* Initialised before a key rotation: its token is from the old key. */
     op->previous_key = 1;
     if (start_agent(op, op->port) == 0)
@@ -441,11 +446,11 @@ static int agent_request(struct exec_op *op, const struct fr_exec_spec *spec) {
   json_t *req;
   int rc;
 
-  proc_spec_from_exec(&ps, spec);
-  req = proc_start_request(&ps);
+  proc__spec_from_exec(&ps, spec);
+  req = proc__start_request(&ps);
   if (req == NULL)
     return -ENOMEM;
-  rc = connect_envelope(req, &op->agent_body, &op->agent_body_len);
+  rc = proc__envelope(req, &op->agent_body, &op->agent_body_len);
   json_decref(req);
   return rc;
 }
@@ -455,8 +460,8 @@ static int start_agent(struct exec_op *op, int port) {
   char token[65], path[400], header[96];
 
   op->port = port;
-  if (agent_token(op->a, op->pod, op->previous_key, token) != 0 ||
-      agent_path(op->a, op->pod, port, "POST", "/process.Process/Start", path, sizeof(path)) != 0)
+  if (agent__token(op->cl, op->pod, op->previous_key, token) != 0 ||
+      agent__path(op->cl, op->pod, port, "POST", "/process.Process/Start", path, sizeof(path)) != 0)
     return -EINVAL;
   snprintf(header, sizeof(header), "X-Access-Token: %s", token);
   memset(&o, 0, sizeof(o));
@@ -465,14 +470,14 @@ static int start_agent(struct exec_op *op, int port) {
   o.flags = FR_KUBE_STREAM;   /* as long as the command: not on the REST calls' connections */
   o.header = header;
   o.on_data = on_agent_data;
-  op->start_ms = uv_now(op->a->loop);
-  return fr_kube_request_opts(op->a->client, "POST", path, "application/connect+json", op->agent_body,
+  op->start_ms = uv_now(op->cl->loop);
+  return fr_kube_request_opts(op->cl->client, "POST", path, "application/connect+json", op->agent_body,
                               op->agent_body_len, &o, on_agent_done, op, NULL);
 }
 
-int fr_adapter_exec(struct fr_adapter *a, const char *pod_name, const struct fr_exec_spec *spec,
-                    fr_exec_cb cb, void *arg) {
-  const struct fr_pod *pod = podstore_get(&a->pods, pod_name);
+int exec__run(struct cluster *cl, const char *pod_name, const struct fr_exec_spec *spec, fr_exec_cb cb,
+              void *arg) {
+  const struct fr_pod *pod = cluster__pod(cl, pod_name);
   struct exec_op *op;
   int port, rc;
 
@@ -484,12 +489,12 @@ int fr_adapter_exec(struct fr_adapter *a, const char *pod_name, const struct fr_
   if (strlen(pod_name) >= sizeof(op->pod))
     return -EINVAL;
   /* Fail fast instead of waiting out a connect timeout. */
-  if (a->breaker != BR_CLOSED)
+  if (!cluster__reachable(cl))
     return -EHOSTDOWN;
   op = calloc(1, sizeof(*op));
   if (op == NULL)
     return -ENOMEM;
-  op->a = a;
+  op->cl = cl;
   op->cb = cb;
   op->arg = arg;
   op->timeout_s = spec->timeout_s;
@@ -512,7 +517,7 @@ int fr_adapter_exec(struct fr_adapter *a, const char *pod_name, const struct fr_
     exec_op_free(op);
     return -ENOMEM;
   }
-  port = agent_port_of(a, pod);
+  port = agent__port_of(cl, pod);
   op->needs_agent = port > 0 && (pod->init_env || pod->secrets != NULL);
   if (query_bytes(op->argv) > EXEC_MAX_QUERY_BYTES) {
     size_t i;

@@ -1,5 +1,5 @@
 /* podopts.h - pod options inside the adapter: what they add to a pod spec,
- * and their fields for the fit checks (adapter.c). */
+ * and their fields for the fit checks (cluster.c). */
 #ifndef FR_PODOPTS_H
 #define FR_PODOPTS_H
 

@@ -2,7 +2,7 @@
  *
  * A Start or Connect request is one Connect envelope (flag byte, 4-byte
  * big-endian length, JSON); the answer is a stream of such envelopes, the
- * last one flagged end-of-stream. connect_feed() cuts them out of the
+ * last one flagged end-of-stream. proc__feed() cuts them out of the
  * bytes as they arrive; proc_message() turns each into an fr_proc_event
  * with its output base64-decoded. Everything goes through the raw agent
  * call of agent.c, so the transport stays behind one seam.
@@ -13,13 +13,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "adapter_internal.h"
+#include "proc.h"
+
+#include "agent.h"
 #include "fr/buf.h"
 #include "fr/util.h"
 
+/* The largest Connect envelope the agent's stream may carry: its data
+ * events are at most a ring chunk, base64-encoded. */
+#define MAX_ENVELOPE ((size_t)16 << 20)
+/* A unary call to the agent answers at once or not at all. */
+#define RPC_TIMEOUT_MS 30000
+
 /* ---- Connect envelopes ---- */
 
-int connect_envelope(json_t *msg, char **out, size_t *outlen) {
+int proc__envelope(json_t *msg, char **out, size_t *outlen) {
   char *text = json_dumps(msg, JSON_COMPACT), *env;
   size_t n;
 
@@ -43,7 +51,7 @@ int connect_envelope(json_t *msg, char **out, size_t *outlen) {
   return 0;
 }
 
-int connect_feed(struct fr_buf *pending, const char *data, size_t len,
+int proc__feed(struct fr_buf *pending, const char *data, size_t len,
                  int (*on_msg)(int flags, const char *msg, size_t len, void *arg), void *arg) {
   const unsigned char *b;
   size_t n, off = 0;
@@ -54,7 +62,7 @@ int connect_feed(struct fr_buf *pending, const char *data, size_t len,
   while (pending->len - off >= 5) {
     b = (const unsigned char *)pending->data + off;
     n = (size_t)b[1] << 24 | (size_t)b[2] << 16 | (size_t)b[3] << 8 | (size_t)b[4];
-    if (n > AGENT_MAX_ENVELOPE) {
+    if (n > MAX_ENVELOPE) {
       r = -E2BIG;
       break;
     }
@@ -69,7 +77,7 @@ int connect_feed(struct fr_buf *pending, const char *data, size_t len,
   return r;
 }
 
-int agent_exit_code(const char *status, int exit_code, int exited) {
+int proc__exit_code(const char *status, int exit_code, int exited) {
   static const struct {
     const char *name;
     int sig;
@@ -179,7 +187,7 @@ static int proc_message(int flags, const char *data, size_t len, void *arg) {
       e.kind = FR_PROC_END;
       e.error = json_string_value(json_object_get(x, "error"));
       e.timed_out = e.error != NULL && strstr(e.error, "timed out") != NULL;
-      e.exit_code = agent_exit_code(json_string_value(json_object_get(x, "status")),
+      e.exit_code = proc__exit_code(json_string_value(json_object_get(x, "status")),
                                     (int)json_integer_value(json_object_get(x, "exitCode")),
                                     json_is_true(json_object_get(x, "exited")));
       r = emit(s, &e);
@@ -221,7 +229,7 @@ static int on_stream_data(const char *data, size_t len, void *arg) {
 
   if (s->stop)
     return -1;
-  r = connect_feed(&s->pending, data, len, proc_message, s);
+  r = proc__feed(&s->pending, data, len, proc_message, s);
   if (r < 0 || s->stop) {
     s->stop = 1;
     return -1;
@@ -258,7 +266,7 @@ static void on_stream_done(const struct fr_agent_result *res, void *arg) {
   stream_free(s);
 }
 
-static int stream_open(struct fr_adapter *a, const char *pod, const char *method, json_t *req,
+static int stream_open(struct cluster *cl, const char *pod, const char *method, json_t *req,
                        const char *request_id, fr_proc_event_cb on_event, fr_proc_done_cb on_done,
                        void *arg, struct fr_proc_stream **out) {
   struct fr_agent_call_opts o;
@@ -271,7 +279,7 @@ static int stream_open(struct fr_adapter *a, const char *pod, const char *method
     *out = NULL;
   if (on_event == NULL || on_done == NULL)
     return -EINVAL;
-  if (connect_envelope(req, &body, &len) != 0)
+  if (proc__envelope(req, &body, &len) != 0)
     return -ENOMEM;
   s = calloc(1, sizeof(*s));
   if (s == NULL) {
@@ -296,7 +304,7 @@ static int stream_open(struct fr_adapter *a, const char *pod, const char *method
   o.on_data = on_stream_data;
   o.on_done = on_stream_done;
   o.arg = s;
-  rc = fr_adapter_agent_call(a, pod, &o, &s->call);
+  rc = agent__call(cl, pod, &o, &s->call);
   free(body);
   if (rc != 0) {
     stream_free(s);
@@ -307,7 +315,7 @@ static int stream_open(struct fr_adapter *a, const char *pod, const char *method
   return 0;
 }
 
-json_t *proc_start_request(const struct fr_proc_spec *spec) {
+json_t *proc__start_request(const struct fr_proc_spec *spec) {
   json_t *proc, *args, *req;
   size_t i;
 
@@ -356,8 +364,8 @@ json_t *proc_start_request(const struct fr_proc_spec *spec) {
   return req;
 }
 
-int fr_adapter_proc_start(struct fr_adapter *a, const char *pod, const struct fr_proc_spec *spec,
-                          fr_proc_event_cb on_event, fr_proc_done_cb on_done, void *arg,
+int proc__start(struct cluster *cl, const char *pod, const struct fr_proc_spec *spec,
+                fr_proc_event_cb on_event, fr_proc_done_cb on_done, void *arg,
                           struct fr_proc_stream **out) {
   json_t *req;
   int rc;
@@ -365,15 +373,15 @@ int fr_adapter_proc_start(struct fr_adapter *a, const char *pod, const struct fr
   if (spec == NULL || (spec->argv == NULL) == (spec->cmd == NULL) ||
       (spec->stdin_data != NULL && spec->pty_cols > 0))
     return -EINVAL;
-  req = proc_start_request(spec);
+  req = proc__start_request(spec);
   if (req == NULL)
     return -ENOMEM;
-  rc = stream_open(a, pod, "Start", req, spec->request_id, on_event, on_done, arg, out);
+  rc = stream_open(cl, pod, "Start", req, spec->request_id, on_event, on_done, arg, out);
   json_decref(req);
   return rc;
 }
 
-void proc_spec_from_exec(struct fr_proc_spec *ps, const struct fr_exec_spec *spec) {
+void proc__spec_from_exec(struct fr_proc_spec *ps, const struct fr_exec_spec *spec) {
   memset(ps, 0, sizeof(*ps));
   ps->argv = spec->argv;
   ps->env = spec->env;
@@ -385,20 +393,18 @@ void proc_spec_from_exec(struct fr_proc_spec *ps, const struct fr_exec_spec *spe
   ps->request_id = spec->request_id;
 }
 
-int fr_adapter_exec_stream(struct fr_adapter *a, const char *pod, const struct fr_exec_spec *spec,
-                           fr_proc_event_cb on_event, fr_proc_done_cb on_done, void *arg,
-                           struct fr_proc_stream **out) {
+int proc__exec_stream(struct cluster *cl, const char *pod, const struct fr_exec_spec *spec,
+                      fr_proc_event_cb on_event, fr_proc_done_cb on_done, void *arg, struct fr_proc_stream **out) {
   struct fr_proc_spec ps;
 
   if (spec == NULL)
     return -EINVAL;
-  proc_spec_from_exec(&ps, spec);
-  return fr_adapter_proc_start(a, pod, &ps, on_event, on_done, arg, out);
+  proc__spec_from_exec(&ps, spec);
+  return proc__start(cl, pod, &ps, on_event, on_done, arg, out);
 }
 
-int fr_adapter_proc_attach(struct fr_adapter *a, const char *pod, int64_t pid, int64_t replay_from,
-                           const char *request_id, fr_proc_event_cb on_event, fr_proc_done_cb on_done,
-                           void *arg, struct fr_proc_stream **out) {
+int proc__attach(struct cluster *cl, const char *pod, int64_t pid, int64_t replay_from, const char *request_id,
+                 fr_proc_event_cb on_event, fr_proc_done_cb on_done, void *arg, struct fr_proc_stream **out) {
   json_t *req;
   int rc;
 
@@ -409,7 +415,7 @@ int fr_adapter_proc_attach(struct fr_adapter *a, const char *pod, int64_t pid, i
     json_object_set_new(req, "replayFrom", json_integer(replay_from));
   if (req == NULL)
     return -ENOMEM;
-  rc = stream_open(a, pod, "Connect", req, request_id, on_event, on_done, arg, out);
+  rc = stream_open(cl, pod, "Connect", req, request_id, on_event, on_done, arg, out);
   json_decref(req);
   return rc;
 }
@@ -437,7 +443,7 @@ struct rpc_call {
 static int on_rpc_data(const char *data, size_t len, void *arg) {
   struct rpc_call *rc = arg;
 
-  if (rc->body.len + len > AGENT_MAX_ENVELOPE)
+  if (rc->body.len + len > MAX_ENVELOPE)
     return -1;
   return fr_buf_append(&rc->body, data, len) != 0 ? -1 : 0;
 }
@@ -458,8 +464,8 @@ static void on_rpc_done(const struct fr_agent_result *res, void *arg) {
   free(rc);
 }
 
-int fr_adapter_agent_rpc(struct fr_adapter *a, const char *pod, const char *method, json_t *req,
-                         const char *request_id, fr_agent_rpc_cb cb, void *arg) {
+int proc__rpc(struct cluster *cl, const char *pod, const char *method, json_t *req, const char *request_id,
+              fr_agent_rpc_cb cb, void *arg) {
   struct fr_agent_call_opts o;
   struct rpc_call *rc;
   char path[128], *text;
@@ -485,12 +491,12 @@ int fr_adapter_agent_rpc(struct fr_adapter *a, const char *pod, const char *meth
   o.headers = "Connect-Protocol-Version: 1";
   o.body = text;
   o.body_len = strlen(text);
-  o.timeout_ms = AGENT_RPC_TIMEOUT_MS;
+  o.timeout_ms = RPC_TIMEOUT_MS;
   o.request_id = request_id;
   o.on_data = on_rpc_data;
   o.on_done = on_rpc_done;
   o.arg = rc;
-  r = fr_adapter_agent_call(a, pod, &o, NULL);
+  r = agent__call(cl, pod, &o, NULL);
   free(text);
   if (r != 0) {
     fr_buf_free(&rc->body);

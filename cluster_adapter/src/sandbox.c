@@ -17,8 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "adapter_internal.h"
+#include "sandbox.h"
+
+#include "agent.h"
+#include "cluster.h"
+#include "commit.h"
+#include "fr/assert.h"
 #include "fr/buf.h"
+#include "fr/kube.h"
 #include "fr/log.h"
 #include "fr/quantity.h"
 #include "fr/urlsafe.h"
@@ -35,9 +41,29 @@
 enum cstate { CS_PICK, CS_CLAIMING, CS_CREATING, CS_WAITING, CS_INIT, CS_DONE };
 static const char *const cstate_names[] = {"pick", "claiming", "creating", "waiting", "init", "done"};
 
+struct create_op;
+struct reap_due;
+
+/* This file's state: the creates in flight, the reaper, and the marks it
+ * keeps on pods by name (sets: the keys; the values are unused). */
+struct sandboxes {
+  struct cluster *cl;
+  struct commits *cm;            /* the commit rule the reaper applies */
+  struct create_op *creates;     /* in flight */
+  struct strmap claiming;        /* while a claim is out */
+  struct strmap reaping;         /* once a reap delete was sent */
+  struct strmap deleting;        /* from our DELETE until the watch says gone */
+  struct strmap abandoned;       /* pods of creates given up while the cluster was down:
+                                    deleted by the reaper once it answers again */
+  uv_timer_t *reaper;
+  struct reap_due *due;          /* min-heap by time: when each sandbox is due for reaping */
+  size_t ndue, due_cap;
+  int stopping;
+};
+
 struct create_op {
   struct create_op *prev, *next;
-  struct fr_adapter *a;
+  struct sandboxes *sb;
   enum cstate state;
   /* spec, owned */
   char *tenant, *name, *pool, *image, *request_id, *batch;
@@ -68,11 +94,11 @@ static void warm_release(struct create_op *op) {
   if (!op->warm_held)
     return;
   op->warm_held = 0;
-  fr_adapter_reserve_warm(op->a, op->pool, -1);
+  cluster__reserve_warm(op->sb->cl, op->pool, -1);
 }
 
 static void set_state(struct create_op *op, enum cstate s) {
-  FR_DEBUG("sandbox", "%s: %s %s -> %s", op->a->cc.name, op->name, cstate_names[op->state], cstate_names[s]);
+  FR_DEBUG("sandbox", "%s: %s %s -> %s", op->sb->cl->cc.name, op->name, cstate_names[op->state], cstate_names[s]);
   op->state = s;
   if (s != CS_PICK && s != CS_CLAIMING)
     warm_release(op);
@@ -83,15 +109,15 @@ static void timer_closed(uv_handle_t *h) {
 }
 
 static void op_free(struct create_op *op) {
-  struct fr_adapter *a = op->a;
+  struct sandboxes *sb = op->sb;
 
   if (op->prev)
     op->prev->next = op->next;
-  else if (a->creates == op)
-    a->creates = op->next;
+  else if (sb->creates == op)
+    sb->creates = op->next;
   if (op->next)
     op->next->prev = op->prev;
-  a->inflight--;
+  cluster__inflight_add(sb->cl, -1);
   warm_release(op);
   if (op->timer != NULL)
     uv_close((uv_handle_t *)op->timer, timer_closed);
@@ -119,9 +145,9 @@ static void finish(struct create_op *op, enum fr_sandbox_err err, const char *me
   }
   /* Whether the cluster answered at all feeds its circuit breaker. */
   if (err == FR_SB_OK)
-    fr_adapter_report(op->a, 1);
-  else if (err == FR_SB_UNAVAILABLE && !op->a->stopping)
-    fr_adapter_report(op->a, 0);
+    cluster__report(op->sb->cl, 1);
+  else if (err == FR_SB_UNAVAILABLE && !op->sb->stopping)
+    cluster__report(op->sb->cl, 0);
   memset(&r, 0, sizeof(r));
   r.err = err;
   r.message = message;
@@ -138,21 +164,21 @@ static void on_inited(int rc, const char *message, void *arg) {
   const struct fr_pod *p;
 
   op->call = NULL;
-  p = fr_adapter_pod(op->a, op->pod);
+  p = cluster__pod(op->sb->cl, op->pod);
   if (rc == 0 && p != NULL) {
     finish(op, FR_SB_OK, NULL, p, op->init_warm);
     return;
   }
   /* A sandbox whose agent refuses its token and env is not usable as asked:
    * it goes, and the caller places the sandbox elsewhere. */
-  fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+  sandbox__delete(op->sb, op->pod, op->request_id, NULL, NULL);
   finish(op, FR_SB_UNAVAILABLE, rc == 0 ? "the sandbox went away during its agent's /init" : message, NULL, 0);
 }
 
 /* The sandbox <pod> is exec-ready: done, once its agent (if it runs one)
  * has the sandbox's token and env. */
 static void succeed(struct create_op *op, const struct fr_pod *pod, int warm) {
-  int port = agent_port_of(op->a, pod);
+  int port = agent__port_of(op->sb->cl, pod);
 
   if (port == 0 && op->secrets == NULL) {
     finish(op, FR_SB_OK, NULL, pod, warm);
@@ -161,14 +187,14 @@ static void succeed(struct create_op *op, const struct fr_pod *pod, int warm) {
   if (port == 0) {
     /* Secrets reach a sandbox only through its agent (pick() never claims
      * a pod without one; this is a pod that lost its label). */
-    fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+    sandbox__delete(op->sb, op->pod, op->request_id, NULL, NULL);
     finish(op, FR_SB_FAILED, "the sandbox has no agent to hand its secrets to", NULL, 0);
     return;
   }
   set_state(op, CS_INIT);
   op->init_warm = warm;
-  if (agent_init(op->a, op->pod, port, op->env, op->secrets, op->request_id, on_inited, op, &op->call) != 0) {
-    fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+  if (agent__init(op->sb->cl, op->pod, port, op->env, op->secrets, op->request_id, on_inited, op, &op->call) != 0) {
+    sandbox__delete(op->sb, op->pod, op->request_id, NULL, NULL);
     finish(op, FR_SB_FAILED, "cannot send the agent's /init", NULL, 0);
   }
 }
@@ -277,7 +303,7 @@ static void on_ready_timeout(uv_timer_t *t) {
   char msg[200];
 
   snprintf(msg, sizeof(msg), "pod %s was not exec-ready within %" PRIu64 " ms", op->pod, op->ready_timeout_ms);
-  fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+  sandbox__delete(op->sb, op->pod, op->request_id, NULL, NULL);
   finish(op, FR_SB_TIMEOUT, msg, NULL, 0);
 }
 
@@ -288,26 +314,25 @@ static void check_pod(struct create_op *op, const struct fr_pod *pod) {
   } else if (pod->unschedulable != NULL) {
     char msg[600];
     snprintf(msg, sizeof(msg), "unschedulable: %s", pod->unschedulable);
-    fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+    sandbox__delete(op->sb, op->pod, op->request_id, NULL, NULL);
     finish(op, FR_SB_NO_ROOM, msg, NULL, 0);
   } else if (fr_pod_finished(pod)) {
-    fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+    sandbox__delete(op->sb, op->pod, op->request_id, NULL, NULL);
     finish(op, FR_SB_FAILED, "the pod stopped before it was ready", NULL, 0);
   }
 }
 
-static void due_note(struct fr_adapter *a, const struct fr_pod *p, const struct fr_pod *old);
+static void due_note(struct sandboxes *sb, const struct fr_pod *p, const struct fr_pod *old);
 
-void sandbox_on_pod(struct fr_adapter *a, enum fr_informer_event ev, const struct fr_pod *p,
+void sandbox__on_pod(struct sandboxes *sb, enum fr_informer_event ev, const struct fr_pod *p,
                     const struct fr_pod *old) {
   struct create_op *op, *nx;
 
-  commit_on_pod(a, ev, p, old);
   if (ev == FR_INF_DELETED)
-    strmap_del(&a->deleting, p->name);
+    strmap_del(&sb->deleting, p->name);
   else
-    due_note(a, p, old);
-  for (op = a->creates; op != NULL; op = nx) {
+    due_note(sb, p, old);
+  for (op = sb->creates; op != NULL; op = nx) {
     nx = op->next;
     if (op->state != CS_WAITING || strcmp(op->pod, p->name) != 0)
       continue;
@@ -330,12 +355,12 @@ static void on_created(const struct fr_kube_response *r, void *arg) {
     set_state(op, CS_WAITING);
     op->timer = malloc(sizeof(*op->timer));
     if (op->timer != NULL) {
-      uv_timer_init(op->a->loop, op->timer);
+      uv_timer_init(op->sb->cl->loop, op->timer);
       op->timer->data = op;
       uv_timer_start(op->timer, on_ready_timeout, op->ready_timeout_ms, 0);
     }
     /* The watch may have delivered the pod before this response. */
-    cached = fr_adapter_pod(op->a, op->pod);
+    cached = cluster__pod(op->sb->cl, op->pod);
     if (cached != NULL)
       check_pod(op, cached);
     return;
@@ -357,9 +382,9 @@ static void on_created(const struct fr_kube_response *r, void *arg) {
 #define AGENT_DIR PODOPTS_AGENT_DIR
 #define AGENT_VOLUME "fr-agent"
 
-static json_t *container_json(const struct fr_adapter *a, const char *image, int64_t cpu_m, int64_t mem_b,
+static json_t *container_json(const struct cluster *cl, const char *image, int64_t cpu_m, int64_t mem_b,
                               json_t *env) {
-  const struct fr_adapter_agent *ag = a->cc.agent;
+  const struct fr_adapter_agent *ag = cl->cc.agent;
   char cpu[32], mem[32], listen[32];
   json_t *res, *c, *envs = json_array();
   const char *k;
@@ -397,8 +422,8 @@ static json_t *container_json(const struct fr_adapter *a, const char *image, int
 /* Adds to pod spec <spec> (and <labels>) what an agent needs: the init
  * container that copies the static binary from the agent image into an
  * emptyDir, the volume, and the label saying which port it serves. */
-static void add_agent(const struct fr_adapter *a, json_t *spec, json_t *labels) {
-  const struct fr_adapter_agent *ag = a->cc.agent;
+static void add_agent(const struct cluster *cl, json_t *spec, json_t *labels) {
+  const struct fr_adapter_agent *ag = cl->cc.agent;
   char port[16];
 
   if (ag == NULL || spec == NULL)
@@ -419,9 +444,9 @@ static void add_agent(const struct fr_adapter *a, json_t *spec, json_t *labels) 
 /* With sandbox.run_as_user, what Pod Security "restricted" asks of pod
  * spec <spec>: a non-root uid for the pod, and for every container and
  * init container no privilege escalation and no capabilities. */
-static int add_security(const struct fr_adapter *a, json_t *spec) {
+static int add_security(const struct cluster *cl, json_t *spec) {
   static const char *const lists[] = {"containers", "initContainers"};
-  json_int_t uid = (json_int_t)a->cc.run_as_user;
+  json_int_t uid = (json_int_t)cl->cc.run_as_user;
   json_t *c;
   size_t i, k;
 
@@ -441,8 +466,8 @@ static int add_security(const struct fr_adapter *a, json_t *spec) {
   return 0;
 }
 
-static const char *gpu_resource(const struct fr_adapter *a) {
-  return a->cc.gpu_resource != NULL ? a->cc.gpu_resource : "nvidia.com/gpu";
+static const char *gpu_resource(const struct cluster *cl) {
+  return cl->cc.gpu_resource != NULL ? cl->cc.gpu_resource : "nvidia.com/gpu";
 }
 
 static void start_cold(struct create_op *op) {
@@ -455,7 +480,7 @@ static void start_cold(struct create_op *op) {
     finish(op, FR_SB_NO_ROOM, "no ready warm pod and the pool's image is unknown here", NULL, 0);
     return;
   }
-  if (op->secrets != NULL && op->a->cc.agent == NULL) {
+  if (op->secrets != NULL && op->sb->cl->cc.agent == NULL) {
     finish(op, FR_SB_FAILED, "secrets need the sandbox agent, which this router does not run", NULL, 0);
     return;
   }
@@ -468,18 +493,18 @@ static void start_cold(struct create_op *op) {
     json_object_set_new(labels, FR_LABEL_POOL, json_string(op->pool));
   user_labels_plus(op, labels);
   pod = json_pack("{s:s,s:s,s:{s:s,s:o,s:o},s:{s:[o],s:s,s:I,s:i,s:b}}", "apiVersion", "v1", "kind", "Pod",
-                  "metadata", "name", op->pod, "labels", labels, "annotations", sandbox_annotations(op, 0, op->a->cc.agent != NULL),
-                  "spec", "containers", container_json(op->a, op->image, op->cpu_m, op->mem_b, op->env),
+                  "metadata", "name", op->pod, "labels", labels, "annotations", sandbox_annotations(op, 0, op->sb->cl->cc.agent != NULL),
+                  "spec", "containers", container_json(op->sb->cl, op->image, op->cpu_m, op->mem_b, op->env),
                   "restartPolicy", "Never", "activeDeadlineSeconds", (json_int_t)op->deadline_s,
                   "terminationGracePeriodSeconds", 1, "automountServiceAccountToken", 0);
-  add_agent(op->a, json_object_get(pod, "spec"), json_object_get(json_object_get(pod, "metadata"), "labels"));
-  body = pod && podopts_apply(op->opts, gpu_resource(op->a), json_object_get(pod, "spec")) == 0 &&
-                 add_security(op->a, json_object_get(pod, "spec")) == 0
+  add_agent(op->sb->cl, json_object_get(pod, "spec"), json_object_get(json_object_get(pod, "metadata"), "labels"));
+  body = pod && podopts_apply(op->opts, gpu_resource(op->sb->cl), json_object_get(pod, "spec")) == 0 &&
+                 add_security(op->sb->cl, json_object_get(pod, "spec")) == 0
              ? json_dumps(pod, JSON_COMPACT)
              : NULL;
   json_decref(pod);
-  rc = upstream_object_path(path, sizeof(path), "/api/v1", op->a->ns, "pods", NULL, NULL);
-  rc = body && rc == 0 ? fr_kube_request(op->a->client, "POST", path, "application/json", body, strlen(body), 0,
+  rc = upstream_object_path(path, sizeof(path), "/api/v1", op->sb->cl->ns, "pods", NULL, NULL);
+  rc = body && rc == 0 ? fr_kube_request(op->sb->cl->client, "POST", path, "application/json", body, strlen(body), 0,
                               op->request_id, on_created, op, &op->call)
             : -ENOMEM;
   free(body);
@@ -499,14 +524,14 @@ static void on_claimed(const struct fr_kube_response *r, void *arg) {
   char msg[600];
 
   op->call = NULL;
-  strmap_del(&op->a->claiming, op->pod);
+  strmap_del(&op->sb->claiming, op->pod);
   if (r->status == 200) {
     pod = json_loadb(r->body, r->body_len, 0, NULL);
     /* The caller may exec into it at once: the cache must show it claimed
      * now, not when the watch catches up (it may be backing off). */
-    fr_informer_observe(op->a->inf[INF_PODS], pod);
+    fr_informer_observe(op->sb->cl->inf[CLUSTER_INF_PODS], pod);
     json_decref(pod);
-    p = fr_adapter_pod(op->a, op->pod);
+    p = cluster__pod(op->sb->cl, op->pod);
     if (p != NULL && p->tenant != NULL && strcmp(p->tenant, op->tenant) == 0 && p->sbname != NULL &&
         strcmp(p->sbname, op->name) == 0)
       succeed(op, p, 1);
@@ -546,7 +571,7 @@ static void claim(struct create_op *op, const struct fr_pod *pod) {
   int rc;
 
   set_state(op, CS_CLAIMING);
-  strmap_put(&op->a->claiming, op->pod, NULL);
+  strmap_put(&op->sb->claiming, op->pod, NULL);
   /* Leaving the pool's selector (state=warm) makes the ReplicaSet release
    * the pod and start a replacement. The deadline counts from the pod's
    * start, so add the time it already waited. */
@@ -554,26 +579,26 @@ static void claim(struct create_op *op, const struct fr_pod *pod) {
                      FR_LABEL_NAME, op->name);
   user_labels_plus(op, labels);
   patch = json_pack("{s:{s:s,s:o,s:o},s:{s:I}}", "metadata", "resourceVersion", rv ? rv : "", "labels",
-                    labels, "annotations", sandbox_annotations(op, 1, agent_port_of(op->a, pod) > 0), "spec", "activeDeadlineSeconds",
+                    labels, "annotations", sandbox_annotations(op, 1, agent__port_of(op->sb->cl, pod) > 0), "spec", "activeDeadlineSeconds",
                     (json_int_t)(started_s_ago(pod) + op->deadline_s));
   body = patch ? json_dumps(patch, JSON_COMPACT) : NULL;
   json_decref(patch);
-  rc = upstream_object_path(path, sizeof(path), "/api/v1", op->a->ns, "pods", NULL, op->pod);
+  rc = upstream_object_path(path, sizeof(path), "/api/v1", op->sb->cl->ns, "pods", NULL, op->pod);
   /* A precondition makes the patch safe to retry. */
-  rc = body && rc == 0 ? fr_kube_request(op->a->client, "PATCH", path, "application/merge-patch+json", body,
+  rc = body && rc == 0 ? fr_kube_request(op->sb->cl->client, "PATCH", path, "application/merge-patch+json", body,
                               strlen(body), FR_KUBE_IDEMPOTENT, op->request_id, on_claimed, op, &op->call)
             : -ENOMEM;
   free(body);
   if (rc != 0) {
-    strmap_del(&op->a->claiming, op->pod);
+    strmap_del(&op->sb->claiming, op->pod);
     finish(op, FR_SB_FAILED, "cannot send the claim", NULL, 0);
   }
 }
 
 static void pick(struct create_op *op) {
   /* The pool's ready, unclaimed pods, kept from the cache's events. */
-  const struct strmap *ready = warm_ready_pods(op->a, op->pool);
-  const struct fr_adapter_pool_view *pv = op->pool != NULL ? fr_adapter_pool(op->a, op->pool) : NULL;
+  const struct strmap *ready = cluster__warm_ready(op->sb->cl, op->pool);
+  const struct fr_adapter_pool_view *pv = op->pool != NULL ? cluster__pool(op->sb->cl, op->pool) : NULL;
   const struct strmap_entry *e;
   const struct fr_pod *pod;
   size_t cur = 0;
@@ -588,11 +613,11 @@ static void pick(struct create_op *op) {
     int lost = 0, k;
     for (k = 0; k < op->conflicts && k < MAX_CLAIM_CONFLICTS; k++)
       lost |= strcmp(op->conflicted[k], name) == 0;
-    if (lost || strmap_get(&op->a->claiming, name) != NULL || strlen(name) >= sizeof(op->pod) ||
-        (pod = fr_adapter_pod(op->a, name)) == NULL || fr_adapter_pod_leaving(op->a, pod))
+    if (lost || strmap_get(&op->sb->claiming, name) != NULL || strlen(name) >= sizeof(op->pod) ||
+        (pod = cluster__pod(op->sb->cl, name)) == NULL || sandbox__leaving(op->sb, pod))
       continue;
     /* A pool pod from before the agent was enabled cannot take secrets. */
-    if (op->secrets != NULL && agent_port_of(op->a, pod) == 0)
+    if (op->secrets != NULL && agent__port_of(op->sb->cl, pod) == 0)
       continue;
     snprintf(op->pod, sizeof(op->pod), "%s", name);
     claim(op, pod);
@@ -607,7 +632,7 @@ static void on_start(uv_timer_t *t) {
   /* The timer is reused for the readiness timeout. */
   uv_close((uv_handle_t *)op->timer, timer_closed);
   op->timer = NULL;
-  if (op->a->stopping) {
+  if (op->sb->stopping) {
     finish(op, FR_SB_UNAVAILABLE, "the router is shutting down", NULL, 0);
     return;
   }
@@ -618,17 +643,16 @@ static char *dup_or_null(const char *s) {
   return s ? strdup(s) : NULL;
 }
 
-int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec *spec,
-                              fr_sandbox_cb cb, void *arg) {
+int sandbox__create(struct sandboxes *sb, const struct fr_sandbox_spec *spec, fr_sandbox_cb cb, void *arg) {
   const struct fr_adapter_pool_view *pv;
   struct create_op *op;
 
-  if (a->stopping)
+  if (sb->stopping)
     return -ESHUTDOWN;
   op = calloc(1, sizeof(*op));
   if (op == NULL)
     return -ENOMEM;
-  op->a = a;
+  op->sb = sb;
   op->tenant = dup_or_null(spec->tenant);
   op->name = dup_or_null(spec->name);
   op->pool = dup_or_null(spec->pool);
@@ -647,11 +671,11 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
   op->cb = cb;
   op->arg = arg;
   op->timer = malloc(sizeof(*op->timer));
-  op->next = a->creates;
-  if (a->creates)
-    a->creates->prev = op;
-  a->creates = op;
-  a->inflight++;
+  op->next = sb->creates;
+  if (sb->creates)
+    sb->creates->prev = op;
+  sb->creates = op;
+  cluster__inflight_add(sb->cl, 1);
   if (op->tenant == NULL || op->name == NULL || op->timer == NULL ||
       (spec->pool && op->pool == NULL) || (spec->image && op->image == NULL) ||
       (spec->batch && op->batch == NULL)) {
@@ -660,20 +684,16 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
     op_free(op);
     return -ENOMEM;
   }
-  pv = op->pool != NULL ? fr_adapter_pool(a, op->pool) : NULL;
+  pv = op->pool != NULL ? cluster__pool(sb->cl, op->pool) : NULL;
   if (pv != NULL && fr_podopts_equal(pv->opts, op->opts)) {
     op->warm_held = 1;
-    fr_adapter_reserve_warm(a, op->pool, 1);
+    cluster__reserve_warm(sb->cl, op->pool, 1);
   }
   /* Start from the next loop turn: the callback never runs inside this call. */
-  uv_timer_init(a->loop, op->timer);
+  uv_timer_init(sb->cl->loop, op->timer);
   op->timer->data = op;
   uv_timer_start(op->timer, on_start, 0, 0);
   return 0;
-}
-
-int64_t fr_adapter_inflight(const struct fr_adapter *a) {
-  return a->inflight;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -710,7 +730,7 @@ static void on_simple(const struct fr_kube_response *r, void *arg) {
   free(sc);
 }
 
-static int simple_request(struct fr_adapter *a, const char *method, const char *path, const char *ctype,
+static int simple_request(struct sandboxes *sb, const char *method, const char *path, const char *ctype,
                           json_t *body, int idempotent, struct fr_informer *observe, const char *request_id,
                           void (*cb)(int status, const char *message, void *arg), void *arg) {
   struct simple_call *sc = malloc(sizeof(*sc));
@@ -725,7 +745,7 @@ static int simple_request(struct fr_adapter *a, const char *method, const char *
   sc->observe = observe;
   sc->cb = cb;
   sc->arg = arg;
-  rc = fr_kube_request(a->client, method, path, ctype, b, b ? strlen(b) : 0,
+  rc = fr_kube_request(sb->cl->client, method, path, ctype, b, b ? strlen(b) : 0,
                        idempotent ? FR_KUBE_IDEMPOTENT : 0, request_id, on_simple, sc, NULL);
   free(b);
   if (rc != 0)
@@ -735,7 +755,7 @@ static int simple_request(struct fr_adapter *a, const char *method, const char *
 
 /* A delete's outcome, before its caller hears it. */
 struct delete_call {
-  struct fr_adapter *a;
+  struct sandboxes *sb;
   void (*cb)(int status, const char *message, void *arg);
   void *arg;
   char pod[64];
@@ -743,16 +763,16 @@ struct delete_call {
 
 static void on_deleted(int status, const char *message, void *arg) {
   struct delete_call *dc = arg;
-  struct fr_adapter *a = dc->a;
+  struct sandboxes *sb = dc->sb;
 
   /* A delete the cluster did not take (unreachable, 5xx, 429): the pod
    * still runs, so it must not stay hidden. It shows again (as
    * "terminating", fr_adapter_pod_delete_pending) and the reaper retries
    * the delete every sweep until the cluster takes it or the pod is gone. */
-  if (!(status >= 200 && status < 300) && status != 404 && !a->stopping) {
-    strmap_del(&a->deleting, dc->pod);
-    if (fr_adapter_pod(a, dc->pod) != NULL)
-      strmap_put(&a->abandoned, dc->pod, NULL);
+  if (!(status >= 200 && status < 300) && status != 404 && !sb->stopping) {
+    strmap_del(&sb->deleting, dc->pod);
+    if (cluster__pod(sb->cl, dc->pod) != NULL)
+      strmap_put(&sb->abandoned, dc->pod, NULL);
   }
   if (dc->cb != NULL)
     dc->cb(status, message, dc->arg);
@@ -761,7 +781,7 @@ static void on_deleted(int status, const char *message, void *arg) {
 
 /* DELETE of <pod>; <hide>: leave lists at once (a caller's delete; the
  * reaper's retries do not flip a sandbox in and out of sight). */
-static int delete_pod(struct fr_adapter *a, const char *pod, const char *request_id, int hide,
+static int delete_pod(struct sandboxes *sb, const char *pod, const char *request_id, int hide,
                       void (*cb)(int status, const char *message, void *arg), void *arg) {
   struct delete_call *dc;
   char path[300];
@@ -772,32 +792,32 @@ static int delete_pod(struct fr_adapter *a, const char *pod, const char *request
   dc = malloc(sizeof(*dc));
   if (dc == NULL)
     return -ENOMEM;
-  dc->a = a;
+  dc->sb = sb;
   dc->cb = cb;
   dc->arg = arg;
   snprintf(dc->pod, sizeof(dc->pod), "%s", pod);
-  rc = upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "pods", NULL, pod);
+  rc = upstream_object_path(path, sizeof(path), "/api/v1", sb->cl->ns, "pods", NULL, pod);
   if (rc == 0)
-    rc = simple_request(a, "DELETE", path, NULL, NULL, 1, NULL, request_id, on_deleted, dc);
+    rc = simple_request(sb, "DELETE", path, NULL, NULL, 1, NULL, request_id, on_deleted, dc);
   if (rc != 0) {
     free(dc);
     return rc;
   }
   /* Hide it from lists at once; the mark goes when the watch reports the
    * pod gone, or when the delete fails (on_deleted). */
-  if (hide && fr_adapter_pod(a, pod) != NULL)
-    strmap_put(&a->deleting, pod, NULL);
+  if (hide && cluster__pod(sb->cl, pod) != NULL)
+    strmap_put(&sb->deleting, pod, NULL);
   return 0;
 }
 
-int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char *request_id,
-                              void (*cb)(int status, const char *message, void *arg), void *arg) {
-  return delete_pod(a, pod, request_id, 1, cb, arg);
+int sandbox__delete(struct sandboxes *sb, const char *pod, const char *request_id,
+                    void (*cb)(int status, const char *message, void *arg), void *arg) {
+  return delete_pod(sb, pod, request_id, 1, cb, arg);
 }
 
-int fr_adapter_sandbox_set_expiry(struct fr_adapter *a, const char *pod, int64_t expires_s, const char *request_id,
-                                  void (*cb)(int status, const char *message, void *arg), void *arg) {
-  const struct fr_pod *p = fr_adapter_pod(a, pod);
+int sandbox__set_expiry(struct sandboxes *sb, const char *pod, int64_t expires_s, const char *request_id,
+                        void (*cb)(int status, const char *message, void *arg), void *arg) {
+  const struct fr_pod *p = cluster__pod(sb->cl, pod);
   char when[21], path[300];
   json_t *patch;
   int rc;
@@ -812,28 +832,28 @@ int fr_adapter_sandbox_set_expiry(struct fr_adapter *a, const char *pod, int64_t
    * pod not started yet keeps the one it was created with. */
   if (p->start_s >= 0 && expires_s > p->start_s && (p->expires_s < 0 || expires_s < p->expires_s))
     json_object_set_new(patch, "spec", json_pack("{s:I}", "activeDeadlineSeconds", (json_int_t)(expires_s - p->start_s)));
-  rc = upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "pods", NULL, pod);
+  rc = upstream_object_path(path, sizeof(path), "/api/v1", sb->cl->ns, "pods", NULL, pod);
   if (rc == 0)
-    rc = simple_request(a, "PATCH", path, "application/merge-patch+json", patch, 1, a->inf[INF_PODS], request_id,
+    rc = simple_request(sb, "PATCH", path, "application/merge-patch+json", patch, 1, sb->cl->inf[CLUSTER_INF_PODS], request_id,
                         cb, arg);
   json_decref(patch);
   return rc;
 }
 
-int fr_adapter_pod_leaving(struct fr_adapter *a, const struct fr_pod *pod) {
-  return pod->terminating || strmap_get(&a->deleting, pod->name) != NULL;
+int sandbox__leaving(const struct sandboxes *sb, const struct fr_pod *pod) {
+  return pod->terminating || strmap_get(&sb->deleting, pod->name) != NULL;
 }
 
-int fr_adapter_pod_evicted(struct fr_adapter *a, const struct fr_pod *pod) {
-  return pod->terminating && pod->disruption != NULL && strmap_get(&a->deleting, pod->name) == NULL;
+int sandbox__evicted(const struct sandboxes *sb, const struct fr_pod *pod) {
+  return pod->terminating && pod->disruption != NULL && strmap_get(&sb->deleting, pod->name) == NULL;
 }
 
-int fr_adapter_pod_delete_pending(struct fr_adapter *a, const struct fr_pod *pod) {
-  return strmap_get(&a->abandoned, pod->name) != NULL;
+int sandbox__delete_pending(const struct sandboxes *sb, const struct fr_pod *pod) {
+  return strmap_get(&sb->abandoned, pod->name) != NULL;
 }
 
-int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec,
-                           void (*cb)(int status, const char *message, void *arg), void *arg) {
+int sandbox__pool_create(struct sandboxes *sb, const struct fr_pool_spec *spec,
+                         void (*cb)(int status, const char *message, void *arg), void *arg) {
   char name[128], path[300];
   json_t *rs, *tmpl_labels, *shape;
   char *spec_ann;
@@ -841,9 +861,9 @@ int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec
 
   snprintf(name, sizeof(name), "fr-pool-%s", spec->name);
   if (!fr_dns_subdomain(name) ||
-      upstream_object_path(path, sizeof(path), "/apis/apps/v1", a->ns, "replicasets", NULL, NULL) != 0)
+      upstream_object_path(path, sizeof(path), "/apis/apps/v1", sb->cl->ns, "replicasets", NULL, NULL) != 0)
     return -EINVAL;
-  /* The pool's shape, read back by every router's pool cache (adapter.c
+  /* The pool's shape, read back by every router's pool cache (cluster.c
    * pool_update): written by jansson so any image reference is escaped. */
   shape = json_pack("{s:s,s:I,s:I}", "image", spec->image, "cpu_millis", (json_int_t)spec->cpu_m,
                     "memory_bytes", (json_int_t)spec->mem_b);
@@ -862,7 +882,7 @@ int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec
                  FR_LABEL_POOL, spec->name, FR_LABEL_OWNER, spec->owner, "annotations", FR_ANN_POOL_SPEC, spec_ann, "spec",
                  "replicas", (json_int_t)spec->replicas, "selector", "matchLabels", FR_LABEL_POOL,
                  spec->name, FR_LABEL_STATE, "warm", "template", "metadata", "labels", tmpl_labels,
-                 "spec", "containers", container_json(a, spec->image, spec->cpu_m, spec->mem_b, NULL),
+                 "spec", "containers", container_json(sb->cl, spec->image, spec->cpu_m, spec->mem_b, NULL),
                  "restartPolicy", "Always", "terminationGracePeriodSeconds", 1,
                  "automountServiceAccountToken", 0);
   free(spec_ann);
@@ -870,43 +890,43 @@ int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec
     return -ENOMEM;
   /* Pool pods get the agent too (label on the template only: the
    * selector stays pool + state, so older pods without it still count). */
-  add_agent(a, json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec"),
+  add_agent(sb->cl, json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec"),
             json_object_get(json_object_get(json_object_get(json_object_get(rs, "spec"), "template"),
                                             "metadata"),
                             "labels"));
-  if (podopts_apply(spec->opts, gpu_resource(a),
+  if (podopts_apply(spec->opts, gpu_resource(sb->cl),
                     json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec")) != 0 ||
-      add_security(a, json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec")) != 0) {
+      add_security(sb->cl, json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec")) != 0) {
     json_decref(rs);
     return -ENOMEM;
   }
-  rc = simple_request(a, "POST", path, "application/json", rs, 0, a->inf[INF_POOLS], NULL, cb, arg);
+  rc = simple_request(sb, "POST", path, "application/json", rs, 0, sb->cl->inf[CLUSTER_INF_POOLS], NULL, cb, arg);
   json_decref(rs);
   return rc;
 }
 
-int fr_adapter_pool_resize(struct fr_adapter *a, const char *pool, int64_t replicas,
-                           void (*cb)(int status, const char *message, void *arg), void *arg) {
+int sandbox__pool_resize(struct sandboxes *sb, const char *pool, int64_t replicas,
+                         void (*cb)(int status, const char *message, void *arg), void *arg) {
   char path[300];
   json_t *patch = json_pack("{s:{s:I}}", "spec", "replicas", (json_int_t)replicas);
   int rc;
 
-  rc = upstream_object_path(path, sizeof(path), "/apis/apps/v1", a->ns, "replicasets", "fr-pool-", pool);
+  rc = upstream_object_path(path, sizeof(path), "/apis/apps/v1", sb->cl->ns, "replicasets", "fr-pool-", pool);
   if (rc == 0)
-    rc = simple_request(a, "PATCH", path, "application/merge-patch+json", patch, 1, a->inf[INF_POOLS], NULL, cb, arg);
+    rc = simple_request(sb, "PATCH", path, "application/merge-patch+json", patch, 1, sb->cl->inf[CLUSTER_INF_POOLS], NULL, cb, arg);
   json_decref(patch);
   return rc;
 }
 
-int fr_adapter_pool_delete(struct fr_adapter *a, const char *pool,
-                           void (*cb)(int status, const char *message, void *arg), void *arg) {
+int sandbox__pool_delete(struct sandboxes *sb, const char *pool,
+                         void (*cb)(int status, const char *message, void *arg), void *arg) {
   char path[300];
   json_t *opts = json_pack("{s:s}", "propagationPolicy", "Background");
   int rc;
 
-  rc = upstream_object_path(path, sizeof(path), "/apis/apps/v1", a->ns, "replicasets", "fr-pool-", pool);
+  rc = upstream_object_path(path, sizeof(path), "/apis/apps/v1", sb->cl->ns, "replicasets", "fr-pool-", pool);
   if (rc == 0)
-    rc = simple_request(a, "DELETE", path, "application/json", opts, 1, NULL, NULL, cb, arg);
+    rc = simple_request(sb, "DELETE", path, "application/json", opts, 1, NULL, NULL, cb, arg);
   json_decref(opts);
   return rc;
 }
@@ -932,8 +952,8 @@ static int64_t expiry_at(const struct fr_pod *pod) {
 
 /* When a sandbox pod is due for reaping: it expires, or its batch was
  * never committed (commit.c); -1 when neither applies. */
-static int64_t due_at(struct fr_adapter *a, const struct fr_pod *pod) {
-  int64_t e = expiry_at(pod), c = commit_due_at(a, pod);
+static int64_t due_at(struct sandboxes *sb, const struct fr_pod *pod) {
+  int64_t e = expiry_at(pod), c = commit__due_at(sb->cm, pod);
 
   return e < 0 || (c >= 0 && c < e) ? c : e;
 }
@@ -950,80 +970,80 @@ static void due_swap(struct reap_due *h, size_t i, size_t j) {
   h[j] = t;
 }
 
-static void due_clear(struct fr_adapter *a) {
-  while (a->ndue > 0)
-    free(a->due[--a->ndue].pod);
+static void due_clear(struct sandboxes *sb) {
+  while (sb->ndue > 0)
+    free(sb->due[--sb->ndue].pod);
 }
 
 /* Adds <pod> (taken: freed here when it cannot go in) due at <at>. */
-static void due_insert(struct fr_adapter *a, char *pod, int64_t at) {
+static void due_insert(struct sandboxes *sb, char *pod, int64_t at) {
   size_t i;
 
   if (pod == NULL)
     return;
-  if (a->ndue == a->due_cap) {
-    size_t cap = a->due_cap ? a->due_cap * 2 : 256;
-    struct reap_due *n = realloc(a->due, cap * sizeof(*n));
+  if (sb->ndue == sb->due_cap) {
+    size_t cap = sb->due_cap ? sb->due_cap * 2 : 256;
+    struct reap_due *n = realloc(sb->due, cap * sizeof(*n));
     if (n == NULL) {
       free(pod);
       return;
     }
-    a->due = n;
-    a->due_cap = cap;
+    sb->due = n;
+    sb->due_cap = cap;
   }
-  a->due[a->ndue].pod = pod;
-  a->due[a->ndue].at = at;
-  for (i = a->ndue++; i > 0 && a->due[(i - 1) / 2].at > a->due[i].at; i = (i - 1) / 2)
-    due_swap(a->due, i, (i - 1) / 2);
+  sb->due[sb->ndue].pod = pod;
+  sb->due[sb->ndue].at = at;
+  for (i = sb->ndue++; i > 0 && sb->due[(i - 1) / 2].at > sb->due[i].at; i = (i - 1) / 2)
+    due_swap(sb->due, i, (i - 1) / 2);
 }
 
-static void due_push(struct fr_adapter *a, const char *pod, int64_t at) {
-  due_insert(a, strdup(pod), at);
+static void due_push(struct sandboxes *sb, const char *pod, int64_t at) {
+  due_insert(sb, strdup(pod), at);
 }
 
 /* Entries of sandboxes terminated early stay until they come due; when
  * they outnumber the live sandboxes, the queue is rebuilt from the cache
  * (amortised O(1) per event, and memory bounded by the live set rather
  * than by lifetime x churn). */
-static void due_rebuild(struct fr_adapter *a) {
+static void due_rebuild(struct sandboxes *sb) {
   const struct fr_pod *p;
   size_t cur = 0;
 
-  due_clear(a);
-  while ((p = fr_adapter_pod_next(a, &cur)) != NULL)
-    if (due_at(a, p) >= 0)
-      due_push(a, p->name, due_at(a, p));
+  due_clear(sb);
+  while ((p = cluster__pod_next(sb->cl, &cur)) != NULL)
+    if (due_at(sb, p) >= 0)
+      due_push(sb, p->name, due_at(sb, p));
 }
 
 /* A pod's entry goes in when its due time appears or changes; entries
  * are checked against the cache when they come up (stale ones are
  * dropped then), so nothing needs finding or removing early. */
-static void due_note(struct fr_adapter *a, const struct fr_pod *pod, const struct fr_pod *old) {
-  int64_t at = due_at(a, pod);
+static void due_note(struct sandboxes *sb, const struct fr_pod *pod, const struct fr_pod *old) {
+  int64_t at = due_at(sb, pod);
 
-  if (at < 0 || (old != NULL && due_at(a, old) == at))
+  if (at < 0 || (old != NULL && due_at(sb, old) == at))
     return;
-  if (a->ndue >= 1024 && a->ndue / 2 > (size_t)(a->n_sandboxes > 0 ? a->n_sandboxes : 0))
-    due_rebuild(a); /* includes <pod>: it is in the cache already */
+  if (sb->ndue >= 1024 && sb->ndue / 2 > (size_t)(cluster__sandboxes(sb->cl) > 0 ? cluster__sandboxes(sb->cl) : 0))
+    due_rebuild(sb); /* includes <pod>: it is in the cache already */
   else
-    due_push(a, pod->name, at);
+    due_push(sb, pod->name, at);
 }
 
 /* Removes the earliest entry; the caller owns its pod name. */
-static struct reap_due due_pop(struct fr_adapter *a) {
-  struct reap_due top = a->due[0];
+static struct reap_due due_pop(struct sandboxes *sb) {
+  struct reap_due top = sb->due[0];
   size_t i = 0;
 
-  a->due[0] = a->due[--a->ndue];
+  sb->due[0] = sb->due[--sb->ndue];
   for (;;) {
     size_t l = 2 * i + 1, r = l + 1, m = i;
-    if (l < a->ndue && a->due[l].at < a->due[m].at)
+    if (l < sb->ndue && sb->due[l].at < sb->due[m].at)
       m = l;
-    if (r < a->ndue && a->due[r].at < a->due[m].at)
+    if (r < sb->ndue && sb->due[r].at < sb->due[m].at)
       m = r;
     if (m == i)
       break;
-    due_swap(a->due, i, m);
+    due_swap(sb->due, i, m);
     i = m;
   }
   return top;
@@ -1032,47 +1052,49 @@ static struct reap_due due_pop(struct fr_adapter *a) {
 /* Sweeps of the reaper's pod-name sets (strmap_sweep): nonzero drops the
  * mark. */
 static int abandoned_done(struct strmap_entry *e, void *arg) {
-  struct fr_adapter *a = arg;
-  const struct fr_pod *pod = fr_adapter_pod(a, e->key);
+  struct sandboxes *sb = arg;
+  const struct fr_pod *pod = cluster__pod(sb->cl, e->key);
 
   if (pod == NULL)
-    return fr_informer_synced(a->inf[INF_PODS]) && fr_informer_healthy(a->inf[INF_PODS]);
-  if (!fr_adapter_pod_leaving(a, pod)) {
+    return cluster__cache_current(sb->cl, CLUSTER_INF_PODS);
+  if (!sandbox__leaving(sb, pod)) {
     FR_INFO("reaper", "%s: deleting %s (a create given up while the cluster was down, or a delete it "
-            "did not take)", a->cc.name, e->key);
-    delete_pod(a, e->key, NULL, 0, on_reaped, NULL);
+            "did not take)", sb->cl->cc.name, e->key);
+    delete_pod(sb, e->key, NULL, 0, on_reaped, NULL);
   }
   return 0;
 }
 
 static int pod_gone(struct strmap_entry *e, void *arg) {
-  return fr_adapter_pod(arg, e->key) == NULL;
+  struct sandboxes *sb = arg;
+
+  return cluster__pod(sb->cl, e->key) == NULL;
 }
 
 static void on_reap(uv_timer_t *t) {
-  struct fr_adapter *a = t->data;
+  struct sandboxes *sb = t->data;
   const struct fr_pod *pod;
   int64_t now = fr_wall_ms() / 1000;
 
   /* Pods of creates given up while the cluster was down: delete them once
    * it answers again (the mark goes when the delete is accepted or the
    * pod is known gone). */
-  if (a->breaker == BR_CLOSED)
-    strmap_sweep(&a->abandoned, abandoned_done, a);
+  if (cluster__reachable(sb->cl))
+    strmap_sweep(&sb->abandoned, abandoned_done, sb);
   /* Forget marks of pods that are gone. */
-  strmap_sweep(&a->reaping, pod_gone, a);
-  strmap_sweep(&a->deleting, pod_gone, a);
+  strmap_sweep(&sb->reaping, pod_gone, sb);
+  strmap_sweep(&sb->deleting, pod_gone, sb);
   /* activeDeadlineSeconds already stopped expired sandboxes in the
    * cluster; the expiry annotation covers a cluster that did not. Only the
    * sandboxes due now are looked at, never the whole cache. */
-  while (a->ndue > 0 && a->due[0].at <= now) {
-    struct reap_due d = due_pop(a);
+  while (sb->ndue > 0 && sb->due[0].at <= now) {
+    struct reap_due d = due_pop(sb);
     int64_t at;
     int uncommitted;
 
-    pod = fr_adapter_pod(a, d.pod);
-    at = pod != NULL ? due_at(a, pod) : -1;
-    if (at < 0 || strmap_get(&a->reaping, d.pod) != NULL) {
+    pod = cluster__pod(sb->cl, d.pod);
+    at = pod != NULL ? due_at(sb, pod) : -1;
+    if (at < 0 || strmap_get(&sb->reaping, d.pod) != NULL) {
       free(d.pod);
       continue;
     }
@@ -1080,37 +1102,43 @@ static void on_reap(uv_timer_t *t) {
      * this router has not seen may exist): looked at again then. The
      * entry moves, so the queue does not grow. */
     uncommitted = expiry_at(pod) < 0 || expiry_at(pod) > now;
-    if (at > now || (uncommitted && !commit_markers_known(a))) {
-      due_insert(a, d.pod, at > now ? at : now + REAP_EVERY_MS / 1000);
+    if (at > now || (uncommitted && !commit__markers_known(sb->cm))) {
+      due_insert(sb, d.pod, at > now ? at : now + REAP_EVERY_MS / 1000);
       continue;
     }
-    FR_INFO("reaper", "%s: deleting %s (%s)", a->cc.name, d.pod,
+    FR_INFO("reaper", "%s: deleting %s (%s)", sb->cl->cc.name, d.pod,
             uncommitted ? "its batch was never committed" : at > 0 ? "expired" : "finished");
-    if (fr_adapter_sandbox_delete(a, d.pod, NULL, on_reaped, NULL) == 0)
-      strmap_put(&a->reaping, d.pod, NULL);
+    if (sandbox__delete(sb, d.pod, NULL, on_reaped, NULL) == 0)
+      strmap_put(&sb->reaping, d.pod, NULL);
     free(d.pod);
   }
-  commit_sweep(a);
+  commit__sweep(sb->cm);
 }
 
-int sandbox_init(struct fr_adapter *a) {
-  a->reaper = malloc(sizeof(*a->reaper));
-  if (a->reaper == NULL)
-    return -ENOMEM;
-  a->reaper->data = NULL;
-  return 0;
+struct sandboxes *sandbox__new(struct cluster *cl, struct commits *cm) {
+  struct sandboxes *sb = calloc(1, sizeof(*sb));
+
+  /* The strmap sets start empty as calloc left them. */
+  if (sb == NULL || (sb->reaper = malloc(sizeof(*sb->reaper))) == NULL) {
+    free(sb);
+    return NULL;
+  }
+  sb->cl = cl;
+  sb->cm = cm;
+  sb->reaper->data = NULL;
+  return sb;
 }
 
-void sandbox_start(struct fr_adapter *a) {
-  uv_timer_init(a->loop, a->reaper);
-  a->reaper->data = a;
-  uv_timer_start(a->reaper, on_reap, REAP_EVERY_MS, REAP_EVERY_MS);
+void sandbox__start(struct sandboxes *sb) {
+  uv_timer_init(sb->cl->loop, sb->reaper);
+  sb->reaper->data = sb;
+  uv_timer_start(sb->reaper, on_reap, REAP_EVERY_MS, REAP_EVERY_MS);
 }
 
-void sandbox_cluster_down(struct fr_adapter *a) {
+void sandbox__cluster_down(struct sandboxes *sb) {
   struct create_op *op, *nx;
 
-  for (op = a->creates; op != NULL; op = nx) {
+  for (op = sb->creates; op != NULL; op = nx) {
     nx = op->next;
     /* Waiting for the pod, or its POST still out (the cluster may have
      * stored it and never answered): give up now instead of waiting out
@@ -1118,25 +1146,37 @@ void sandbox_cluster_down(struct fr_adapter *a) {
      * again. Claims fail by themselves, quickly, and leave no pod. */
     if (op->state != CS_WAITING && op->state != CS_CREATING)
       continue;
-    strmap_put(&a->abandoned, op->pod, NULL);
+    strmap_put(&sb->abandoned, op->pod, NULL);
     finish(op, FR_SB_UNAVAILABLE, "the cluster became unreachable while the sandbox was starting", NULL, 0);
   }
 }
 
-void sandbox_stop(struct fr_adapter *a) {
-  a->stopping = 1;
-  while (a->creates != NULL)
-    finish(a->creates, FR_SB_UNAVAILABLE, "the router is shutting down", NULL, 0);
-  commit_stop(a);
-  due_clear(a);
-  free(a->due);
-  a->due = NULL;
-  a->due_cap = 0;
-  if (a->reaper != NULL) {
-    if (a->reaper->data != NULL)
-      uv_close((uv_handle_t *)a->reaper, timer_closed);
+void sandbox__stop(struct sandboxes *sb) {
+  sb->stopping = 1;
+  while (sb->creates != NULL)
+    finish(sb->creates, FR_SB_UNAVAILABLE, "the router is shutting down", NULL, 0);
+  due_clear(sb);
+  free(sb->due);
+  sb->due = NULL;
+  sb->due_cap = 0;
+  if (sb->reaper != NULL) {
+    if (sb->reaper->data != NULL)
+      uv_close((uv_handle_t *)sb->reaper, timer_closed);
     else
-      free(a->reaper);
-    a->reaper = NULL;
+      free(sb->reaper);
+    sb->reaper = NULL;
   }
+}
+
+void sandbox__free(struct sandboxes *sb) {
+  if (sb == NULL)
+    return;
+  FR_ASSERT(sb->creates == NULL && sb->ndue == 0);
+  strmap_close(&sb->claiming);
+  strmap_close(&sb->reaping);
+  strmap_close(&sb->deleting);
+  strmap_close(&sb->abandoned);
+  free(sb->due);
+  free(sb->reaper); /* NULL once sandbox__stop() closed it */
+  free(sb);
 }

@@ -12,7 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "adapter_internal.h"
+#include "secret.h"
+
+#include "cluster.h"
+#include "fr/assert.h"
+#include "fr/kube.h"
 #include "fr/util.h"
 #include "upstream.h"
 
@@ -20,9 +24,15 @@
  * long is treated as down for the create, which then spills. */
 #define SECRET_TIMEOUT_MS 5000
 
+/* This file's state: the reads in flight. */
+struct secrets {
+  struct cluster *cl;
+  struct fr_secret_call *calls;
+};
+
 struct fr_secret_call {
-  struct fr_secret_call *prev, *next; /* the adapter's reads in flight */
-  struct fr_adapter *a;
+  struct fr_secret_call *prev, *next; /* the reads in flight (struct secrets) */
+  struct secrets *ss;
   struct fr_kube_call *kc;
   fr_secret_cb cb;
   void *arg;
@@ -31,12 +41,12 @@ struct fr_secret_call {
   char *keys[];
 };
 
-/* Takes <sc> out of its adapter's list (again: a no-op). */
+/* Takes <sc> out of the list of reads in flight (again: a no-op). */
 static void call_unlink(struct fr_secret_call *sc) {
   if (sc->prev != NULL)
     sc->prev->next = sc->next;
-  else if (sc->a->secret_calls == sc)
-    sc->a->secret_calls = sc->next;
+  else if (sc->ss->calls == sc)
+    sc->ss->calls = sc->next;
   if (sc->next != NULL)
     sc->next->prev = sc->prev;
   sc->prev = sc->next = NULL;
@@ -83,19 +93,19 @@ static int put_value(json_t *values, const char *key, char *raw, size_t len) {
 
 static void on_got(const struct fr_kube_response *r, void *arg) {
   struct fr_secret_call *sc = arg;
-  struct fr_adapter *a = sc->a;
+  struct cluster *cl = sc->ss->cl;
   struct fr_secret_result res;
   json_t *obj = NULL, *data, *values = NULL;
   char msg[600];
   size_t i;
 
   sc->kc = NULL;
-  /* Out of the adapter's list before the callback, which may cancel
+  /* Out of the list before the callback, which may cancel
    * other reads or stop the adapter. */
   call_unlink(sc);
   memset(&res, 0, sizeof(res));
   if (r->status == 200) {
-    fr_adapter_report(a, 1);
+    cluster__report(cl, 1);
     obj = json_loadb(r->body, r->body_len, 0, NULL);
     data = json_object_get(obj, "data");
     values = json_object();
@@ -110,7 +120,7 @@ static void on_got(const struct fr_kube_response *r, void *arg) {
       res.key = sc->keys[i];
       if (b64 == NULL) {
         res.err = FR_SECRET_NOT_FOUND;
-        snprintf(msg, sizeof(msg), "Secret %s in namespace %s has no key %s", sc->secret, a->ns, sc->keys[i]);
+        snprintf(msg, sizeof(msg), "Secret %s in namespace %s has no key %s", sc->secret, cl->ns, sc->keys[i]);
       } else if (raw == NULL) {
         res.err = FR_SECRET_UNAVAILABLE;
         snprintf(msg, sizeof(msg), "out of memory");
@@ -131,21 +141,21 @@ static void on_got(const struct fr_kube_response *r, void *arg) {
     /* The parsed answer holds every value of the Secret in base64. */
     wipe_strings(data);
   } else if (r->status == 404) {
-    fr_adapter_report(a, 1);
+    cluster__report(cl, 1);
     res.err = FR_SECRET_NOT_FOUND;
-    snprintf(msg, sizeof(msg), "no Secret %s in namespace %s", sc->secret, a->ns);
+    snprintf(msg, sizeof(msg), "no Secret %s in namespace %s", sc->secret, cl->ns);
     res.message = msg;
   } else {
     /* An answer that is not the Secret's says nothing secret, but it is
      * not quoted all the same: a Status is enough. */
     if (r->status == 0 || r->status >= 500)
-      fr_adapter_report(a, 0);
+      cluster__report(cl, 0);
     res.err = FR_SECRET_UNAVAILABLE;
     if (r->status == 0)
       snprintf(msg, sizeof(msg), "cannot read Secret %s: %s", sc->secret, r->error ? r->error : "no answer");
     else if (r->status == 403)
       snprintf(msg, sizeof(msg), "cannot read Secret %s in namespace %s: forbidden (the router needs get on "
-               "secrets there: deploy/rbac.yaml)", sc->secret, a->ns);
+               "secrets there: deploy/rbac.yaml)", sc->secret, cl->ns);
     else
       snprintf(msg, sizeof(msg), "cannot read Secret %s: HTTP %d", sc->secret, r->status);
     res.message = msg;
@@ -157,8 +167,9 @@ static void on_got(const struct fr_kube_response *r, void *arg) {
   call_free(sc);
 }
 
-int fr_adapter_secret_get(struct fr_adapter *a, const char *secret, const char *const *keys, size_t nkeys,
-                          const char *request_id, fr_secret_cb cb, void *arg, struct fr_secret_call **out) {
+int secret__get(struct secrets *ss, const char *secret, const char *const *keys, size_t nkeys,
+                const char *request_id, fr_secret_cb cb, void *arg, struct fr_secret_call **out) {
+  struct cluster *cl = ss != NULL ? ss->cl : NULL;
   struct fr_kube_request_opts o;
   struct fr_secret_call *sc;
   char path[400];
@@ -167,16 +178,16 @@ int fr_adapter_secret_get(struct fr_adapter *a, const char *secret, const char *
 
   if (out != NULL)
     *out = NULL;
-  if (a == NULL || secret == NULL || cb == NULL || strlen(secret) >= sizeof(sc->secret))
+  if (ss == NULL || secret == NULL || cb == NULL || strlen(secret) >= sizeof(sc->secret))
     return -EINVAL;
-  if (a->breaker != BR_CLOSED)
+  if (!cluster__reachable(cl))
     return -EHOSTDOWN;
-  if (upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "secrets", NULL, secret) != 0)
+  if (upstream_object_path(path, sizeof(path), "/api/v1", cl->ns, "secrets", NULL, secret) != 0)
     return -EINVAL;
   sc = calloc(1, sizeof(*sc) + nkeys * sizeof(sc->keys[0]));
   if (sc == NULL)
     return -ENOMEM;
-  sc->a = a;
+  sc->ss = ss;
   sc->cb = cb;
   sc->arg = arg;
   snprintf(sc->secret, sizeof(sc->secret), "%s", secret);
@@ -191,21 +202,29 @@ int fr_adapter_secret_get(struct fr_adapter *a, const char *secret, const char *
   o.flags = FR_KUBE_SENSITIVE;
   o.request_id = request_id;
   o.timeout_ms = SECRET_TIMEOUT_MS;
-  rc = fr_kube_request_opts(a->client, "GET", path, NULL, NULL, 0, &o, on_got, sc, &sc->kc);
+  rc = fr_kube_request_opts(cl->client, "GET", path, NULL, NULL, 0, &o, on_got, sc, &sc->kc);
   if (rc != 0) {
     call_free(sc);
     return rc;
   }
-  sc->next = a->secret_calls;
-  if (a->secret_calls != NULL)
-    a->secret_calls->prev = sc;
-  a->secret_calls = sc;
+  sc->next = ss->calls;
+  if (ss->calls != NULL)
+    ss->calls->prev = sc;
+  ss->calls = sc;
   if (out != NULL)
     *out = sc;
   return 0;
 }
 
-void secret_stop(struct fr_adapter *a) {
+struct secrets *secret__new(struct cluster *cl) {
+  struct secrets *ss = calloc(1, sizeof(*ss));
+
+  if (ss != NULL)
+    ss->cl = cl;
+  return ss;
+}
+
+void secret__stop(struct secrets *ss) {
   struct fr_secret_call *sc;
   struct fr_secret_result res;
 
@@ -213,7 +232,7 @@ void secret_stop(struct fr_adapter *a) {
   res.err = FR_SECRET_UNAVAILABLE;
   res.message = "the router is shutting down";
   /* The head each time: a callback may cancel other reads. */
-  while ((sc = a->secret_calls) != NULL) {
+  while ((sc = ss->calls) != NULL) {
     fr_kube_cancel(sc->kc);
     sc->kc = NULL;
     call_unlink(sc);
@@ -227,4 +246,11 @@ void fr_secret_call_cancel(struct fr_secret_call *c) {
     return;
   fr_kube_cancel(c->kc);
   call_free(c);
+}
+
+void secret__free(struct secrets *ss) {
+  if (ss == NULL)
+    return;
+  FR_ASSERT(ss->calls == NULL);
+  free(ss);
 }
