@@ -141,6 +141,8 @@ struct fr_agent_call {
 static int call_send(struct fr_agent_call *ac);
 
 static void call_free(struct fr_agent_call *ac) {
+  /* Its Kubernetes call answered, never sent, or cancelled first. */
+  FR_ASSERT(ac->kc == NULL);
   free(ac->body);
   free(ac->strs[0]);
   free(ac->strs[1]);
@@ -377,6 +379,7 @@ void fr_agent_call_cancel(struct fr_agent_call *c) {
   if (c == NULL)
     return;
   fr_kube_cancel(c->kc);
+  c->kc = NULL;
   call_free(c);
 }
 

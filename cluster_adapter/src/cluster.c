@@ -121,12 +121,15 @@ static void pods_count(struct cluster *c, const struct fr_pod *p, int sign) {
     if (p->pool == NULL || !p->ready)
       return;
     c->n_warm += sign;
+    FR_ASSERT(c->n_warm >= 0);
     warm_ready_add(c, p->pool, p->name, sign);
     return;
   }
   c->n_sandboxes += sign;
   c->sb_cpu_m += sign * p->cpu_m;
   c->sb_mem_b += sign * p->mem_b;
+  /* Every -1 undoes the +1 of the same record, so nothing goes below 0. */
+  FR_ASSERT(c->n_sandboxes >= 0 && c->sb_cpu_m >= 0 && c->sb_mem_b >= 0);
   if (p->tenant != NULL) {
     struct strmap_entry *n = strmap_put(&c->tenant_counts, p->tenant, NULL);
     if (n != NULL && (n->v.n[0] += sign) <= 0)
@@ -330,19 +333,40 @@ static json_t *slim_any_pod(json_t *pod, void *arg) {
 
 static const char *const breaker_names[] = {"closed", "open", "half-open"};
 
+/* The breaker's one transition function:
+ *
+ *   CLOSED --BREAKER_FAILURES failures in a row--> OPEN
+ *   OPEN --BREAKER_COOL_MS, from the probe timer--> HALF_OPEN
+ *   HALF_OPEN --one failure--> OPEN      any --a success--> CLOSED
+ *   OPEN --a failure--> OPEN (cooling down starts again)
+ *
+ * Opening counts a failure and stamps the time the cool-down starts. */
+static void breaker_set(struct cluster *c, enum cluster_breaker s) {
+  enum cluster_breaker was = c->breaker;
+
+  FR_ASSERT(s != CLUSTER_BR_HALF_OPEN || was == CLUSTER_BR_OPEN);
+  FR_ASSERT(s != CLUSTER_BR_OPEN || c->failures > 0);
+  FR_ASSERT(s != CLUSTER_BR_CLOSED || c->failures == 0);
+  c->breaker = s;
+  if (s == CLUSTER_BR_OPEN)
+    c->opened_ms = uv_now(c->loop);
+  if (was == s)
+    return;
+  if (s == CLUSTER_BR_HALF_OPEN)
+    FR_INFO("adapter", "%s: circuit breaker open -> half-open", c->cc.name);
+  else
+    FR_WARN("adapter", "%s: circuit breaker %s -> %s", c->cc.name, breaker_names[was], breaker_names[s]);
+}
+
 void cluster__report(struct cluster *c, int ok) {
   enum cluster_breaker was = c->breaker;
 
   if (ok) {
     c->failures = 0;
-    c->breaker = CLUSTER_BR_CLOSED;
+    breaker_set(c, CLUSTER_BR_CLOSED);
   } else if (++c->failures >= BREAKER_FAILURES || c->breaker == CLUSTER_BR_HALF_OPEN) {
-    c->breaker = CLUSTER_BR_OPEN;
-    c->opened_ms = uv_now(c->loop);
+    breaker_set(c, CLUSTER_BR_OPEN);
   }
-  if (was != c->breaker)
-    FR_WARN("adapter", "%s: circuit breaker %s -> %s", c->cc.name, breaker_names[was],
-            breaker_names[c->breaker]);
   if (was != CLUSTER_BR_OPEN && c->breaker == CLUSTER_BR_OPEN && c->hooks.on_down != NULL)
     c->hooks.on_down(c->hooks.arg);
 }
@@ -391,10 +415,8 @@ static void on_probe_timer(uv_timer_t *t) {
     cluster__report(c, 0);
 
   /* An open breaker lets one probe through once it has cooled down. */
-  if (c->breaker == CLUSTER_BR_OPEN && uv_now(c->loop) - c->opened_ms >= BREAKER_COOL_MS) {
-    c->breaker = CLUSTER_BR_HALF_OPEN;
-    FR_INFO("adapter", "%s: circuit breaker open -> half-open", c->cc.name);
-  }
+  if (c->breaker == CLUSTER_BR_OPEN && uv_now(c->loop) - c->opened_ms >= BREAKER_COOL_MS)
+    breaker_set(c, CLUSTER_BR_HALF_OPEN);
 
   if (c->probe_call != NULL) {
     /* Still out after a whole period: a hung connection. Count it as a

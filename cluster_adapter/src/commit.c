@@ -47,6 +47,18 @@
 
 enum op_kind { OP_COMMIT, OP_RENEW, OP_DELETE };
 
+/* A marker write (op_set_state() asserts every transition):
+ *
+ *   NEW --commit, renew--> POSTING --409 (it exists)--> PATCHING --> DONE
+ *    |                        +--answer--> DONE
+ *    +--delete--> DELETING --answer--> DONE
+ *
+ * The marker's own states follow from it: a commit writes "committed"
+ * (POST or PATCH); a renewal writes "pending" only when it creates the
+ * marker and otherwise moves progress alone, so a renewal that lands
+ * after the commit cannot take "committed" back (op_data asserts it). */
+enum op_state { OPS_NEW, OPS_POSTING, OPS_PATCHING, OPS_DELETING, OPS_DONE };
+
 struct commit_op;
 
 /* This file's state: the batches this router holds, the pod count per
@@ -65,7 +77,7 @@ struct commit_op {
   struct commit_op *prev, *next;
   struct commits *cm;
   enum op_kind kind;
-  int patched;                /* the POST met an existing marker: PATCH sent */
+  enum op_state state;
   int64_t expires_s;
   struct fr_kube_call *call;
   void (*cb)(int status, const char *message, void *arg);
@@ -176,8 +188,28 @@ void commit__on_pod(struct commits *cm, enum fr_informer_event ev, const struct 
 
 /* ---- marker writes ---- */
 
+#define OPS_BIT(s) (1u << (s))
+static const unsigned op_allowed[] = {
+    [OPS_NEW] = OPS_BIT(OPS_POSTING) | OPS_BIT(OPS_DELETING),
+    [OPS_POSTING] = OPS_BIT(OPS_PATCHING) | OPS_BIT(OPS_DONE),
+    [OPS_PATCHING] = OPS_BIT(OPS_DONE),
+    [OPS_DELETING] = OPS_BIT(OPS_DONE),
+    [OPS_DONE] = 0,
+};
+
+static void op_set_state(struct commit_op *op, enum op_state s) {
+  FR_ASSERT(op_allowed[op->state] & OPS_BIT(s));
+  FR_ASSERT(s != OPS_POSTING || op->kind != OP_DELETE);
+  FR_ASSERT(s != OPS_DELETING || op->kind == OP_DELETE);
+  op->state = s;
+}
+
 static void op_free(struct commit_op *op) {
   struct commits *cm = op->cm;
+
+  /* In the list of writes in flight, its call answered or never sent. */
+  FR_ASSERT(op->prev != NULL ? op->prev->next == op : cm->ops == op);
+  FR_ASSERT(op->call == NULL);
 
   if (op->prev)
     op->prev->next = op->next;
@@ -189,6 +221,7 @@ static void op_free(struct commit_op *op) {
 }
 
 static void op_finish(struct commit_op *op, int status, const char *message) {
+  op_set_state(op, OPS_DONE);
   if (op->cb != NULL)
     op->cb(status, message, op->arg);
   op_free(op);
@@ -241,6 +274,8 @@ static json_t *op_data(const struct commit_op *op, int patch) {
   d = json_pack("{s:s}", "progress", now);
   if (op->kind == OP_COMMIT || !patch)
     json_object_set_new(d, "state", json_string(op->kind == OP_COMMIT ? "committed" : "pending"));
+  /* Only a commit writes "committed"; a renewal's PATCH leaves state alone. */
+  FR_ASSERT(op->kind == OP_COMMIT || (patch ? json_object_get(d, "state") == NULL : 1));
   if (op->kind == OP_COMMIT) {
     fr_time_rfc3339(op->expires_s, exp);
     json_object_set_new(d, "expires", json_string(exp));
@@ -253,8 +288,11 @@ static int op_start(struct commit_op *op) {
   json_t *body;
   int rc;
 
-  if (op->kind == OP_DELETE)
+  if (op->kind == OP_DELETE) {
+    op_set_state(op, OPS_DELETING);
     return op_send(op, "DELETE", NULL);
+  }
+  op_set_state(op, OPS_POSTING);
   snprintf(name, sizeof(name), MARKER_PREFIX "%s", op->batch);
   body = json_pack("{s:s,s:s,s:{s:s,s:{s:s}},s:o}", "apiVersion", "v1", "kind", "ConfigMap", "metadata", "name",
                    name, "labels", FR_LABEL_BATCH, op->batch, "data", op_data(op, 0));
@@ -270,9 +308,9 @@ static void on_written(const struct fr_kube_response *r, void *arg) {
   char msg[300];
 
   op->call = NULL;
-  if (r->status == 409 && !op->patched && op->kind != OP_DELETE) {
+  if (r->status == 409 && op->state == OPS_POSTING) {
     json_t *patch = json_pack("{s:o}", "data", op_data(op, 1));
-    op->patched = 1;
+    op_set_state(op, OPS_PATCHING);
     if (patch != NULL && op_send(op, "PATCH", patch) == 0) {
       json_decref(patch);
       return;
@@ -383,6 +421,7 @@ void commit__sweep(struct commits *cm) {
 void commit__stop(struct commits *cm) {
   while (cm->ops != NULL) {
     fr_kube_cancel(cm->ops->call);
+    cm->ops->call = NULL;
     op_finish(cm->ops, 0, "the router is shutting down");
   }
 }

@@ -33,6 +33,7 @@
 
 #include "agent.h"
 #include "cluster.h"
+#include "fr/assert.h"
 #include "fr/buf.h"
 #include "fr/kube.h"
 #include "fr/util.h"
@@ -104,6 +105,8 @@ static void exec_op_free(struct exec_op *op) {
   free(op->stdin_data);
   free(op->request_id);
   free(op->agent_body);
+  /* The output this exec holds is given back to the shared budget. */
+  FR_ASSERT(op->budget == NULL ? op->budgeted == 0 : op->budget->used >= op->budgeted);
   if (op->budget != NULL)
     op->budget->used -= op->budgeted;
   fr_buf_free(&op->pending);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fr/assert.h"
 #include "fr/buf.h"
 #include "fr/informer.h"
 #include "fr/kube.h"
@@ -62,7 +63,13 @@ struct fr_informer {
 static void start_list(struct fr_informer *inf);
 static void start_watch(struct fr_informer *inf);
 
+/* IDLE --start--> BACKOFF --timer--> LISTING (pages) --> WATCHING (resumed
+ * as it ends) and, on any failure, BACKOFF again; a 410 relists. Never
+ * back to IDLE, and a list or watch starts only with no call of its own
+ * still out (the informer holds one at a time). */
 static void set_state(struct fr_informer *inf, enum inf_state s) {
+  FR_ASSERT(s != IS_IDLE && (inf->state != IS_IDLE || s == IS_BACKOFF));
+  FR_ASSERT(s == IS_BACKOFF || inf->call == NULL);
   if (inf->state != s)
     FR_DEBUG("informer", "%s %s: %s -> %s", kube_name(inf->client), inf->path, state_names[inf->state],
              state_names[s]);

@@ -45,6 +45,7 @@
 
 #include <jansson.h>
 
+#include "fr/assert.h"
 #include "fr/buf.h"
 #include "fr/curluv.h"
 #include "fr/kubeconfig.h"
@@ -1138,7 +1139,13 @@ static const char *call_path(const struct rest_call *rc) {
   return rc->url + strlen(rc->c->creds->server);
 }
 
+/* A call's states: NEW, then QUEUED (bulk calls waiting for a slot) or
+ * straight to WAIT_CREDS; RUNNING; BACKOFF and WAIT_CREDS again for a
+ * retry. DONE (its callback) and CANCELLED are final: a call is answered
+ * at most once and never after it was cancelled. */
 static void set_state(struct rest_call *rc, enum call_state s) {
+  FR_ASSERT(rc->state != CALL_DONE && rc->state != CALL_CANCELLED);
+  FR_ASSERT(s != CALL_NEW);
   FR_DEBUG(LOGC, "%s: %s %s: %s -> %s (attempt %d)", rc->c->name, rc->method, call_path(rc),
            state_name(rc->state), state_name(s), rc->attempts);
   rc->state = s;

@@ -61,6 +61,7 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "fr/assert.h"
 #include "fr/buf.h"
 #include "fr/curluv.h"
 #include "fr/log.h"
@@ -178,7 +179,20 @@ static void on_deadline(uv_timer_t *t);
 
 /* ---- small helpers ---- */
 
+/* The diagram at the top: allowed[from] has bit <to>. */
+#define ST_BIT(s) (1u << (s))
+static const unsigned allowed[] = {
+    [ST_CREDS] = ST_BIT(ST_CONNECTING) | ST_BIT(ST_DONE),
+    [ST_CONNECTING] = ST_BIT(ST_UPGRADING) | ST_BIT(ST_DONE),
+    [ST_UPGRADING] = ST_BIT(ST_STREAMING) | ST_BIT(ST_REJECTED) | ST_BIT(ST_DONE),
+    [ST_REJECTED] = ST_BIT(ST_DONE),
+    [ST_STREAMING] = ST_BIT(ST_DRAINING) | ST_BIT(ST_DONE),
+    [ST_DRAINING] = ST_BIT(ST_DONE),
+    [ST_DONE] = 0,
+};
+
 static void set_state(struct kube_exec *e, enum exec_state s) {
+  FR_ASSERT(allowed[e->state] & ST_BIT(s));
   FR_DEBUG(LOG_COMP, "exec %p: %s -> %s", (void *)e, state_names[e->state], state_names[s]);
   e->state = s;
 }
@@ -273,6 +287,8 @@ static void destroy(struct kube_exec *e) {
     fr_ws_reader_free(&e->rd);
   fr_buf_free(&e->wq);
   fr_buf_free(&e->head);
+  /* The output this exec held is given back to the shared budget. */
+  FR_ASSERT(e->budget == NULL ? e->budgeted == 0 : e->budget->used >= e->budgeted);
   if (e->budget != NULL)
     e->budget->used -= e->budgeted;
   fr_buf_free(&e->out);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fr/assert.h"
 #include "fr/buf.h"
 #include "fr/quantity.h"
 #include "fr/util.h"
@@ -185,6 +186,9 @@ struct fr_pod *podstore_parse(struct podstore *s, json_t *pod) {
 void podstore_release(struct podstore *s, struct fr_pod *p) {
   if (p == NULL)
     return;
+  /* Only a record the store no longer holds (taken, replaced, or never
+   * put): one still in it would be freed under the cache. */
+  FR_ASSERT(s->cap == 0 || podstore_get(s, p->name) != p);
   unintern(s, p->pool);
   unintern(s, p->tenant);
   unintern(s, p->state);
@@ -286,10 +290,14 @@ int podstore_init(struct podstore *s) {
 }
 
 void podstore_free(struct podstore *s) {
+  struct fr_pod *p;
   size_t i;
 
-  for (i = 0; i < s->cap; i++)
-    podstore_release(s, s->slots[i]);
+  for (i = 0; i < s->cap; i++) {
+    p = s->slots[i];
+    s->slots[i] = NULL; /* out of the store first: podstore_release checks */
+    podstore_release(s, p);
+  }
   free(s->slots);
   strmap_close(&s->strings);
   memset(s, 0, sizeof(*s));
@@ -307,6 +315,9 @@ int podstore_put(struct podstore *s, struct fr_pod *p, struct fr_pod **old) {
     return -ENOMEM;
   i = find(s, p->name);
   *old = s->slots[i];
+  /* Taken: a record goes in once (else the caller would release it as
+   * the old one while the store still holds it). */
+  FR_ASSERT(*old != p);
   s->slots[i] = p;
   if (*old == NULL)
     s->n++;

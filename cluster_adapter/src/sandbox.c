@@ -1,12 +1,19 @@
 /* sandbox.c - sandboxes and warm pools in one cluster: claim, cold create,
  * wait for exec-readiness, delete, pool ReplicaSets, and the reaper.
  *
- * A create is a small state machine (set_state() logs transitions):
+ * A create is a small state machine (set_state() logs every transition
+ * and asserts it is one of these):
  *
- *   PICK --ready warm pod--> CLAIMING --200--> done (warm)
- *     |                          |409/404: next pod (3 conflicts: COLD)
- *     +--none ready-------> CREATING --201--> WAITING --Ready--> done (cold)
- *                                |403/Unschedulable: NO_ROOM   |timeout: TIMEOUT
+ *   PICK --ready warm pod--> CLAIMING --200--> [INIT] --> DONE (warm)
+ *     |          ^               |409/404/422: PICK the next pod
+ *     |          +---------------+  (after 3 conflicts: CREATING)
+ *     +--none ready-------> CREATING --201--> WAITING --Ready--> [INIT] --> DONE (cold)
+ *                             |409: CREATING      |403/Unschedulable: NO_ROOM
+ *                                                 |timeout: TIMEOUT
+ *   every state but DONE --> DONE (the answer: once, from finish())
+ *
+ * INIT (the agent's /init with the sandbox's token, env and secrets) is
+ * skipped for a pod without an agent when there is nothing to hand it.
  *
  * Waiting uses the pod informer (no polling): every pod event is matched
  * against the creates in flight.
@@ -97,7 +104,19 @@ static void warm_release(struct create_op *op) {
   cluster__reserve_warm(op->sb->cl, op->pool, -1);
 }
 
+/* The transitions of the diagram above: allowed[from] has bit <to>. */
+#define CS_BIT(s) (1u << (s))
+static const unsigned allowed[] = {
+    [CS_PICK] = CS_BIT(CS_PICK) | CS_BIT(CS_CLAIMING) | CS_BIT(CS_CREATING) | CS_BIT(CS_DONE),
+    [CS_CLAIMING] = CS_BIT(CS_PICK) | CS_BIT(CS_CREATING) | CS_BIT(CS_INIT) | CS_BIT(CS_DONE),
+    [CS_CREATING] = CS_BIT(CS_CREATING) | CS_BIT(CS_WAITING) | CS_BIT(CS_DONE),
+    [CS_WAITING] = CS_BIT(CS_INIT) | CS_BIT(CS_DONE),
+    [CS_INIT] = CS_BIT(CS_DONE),
+    [CS_DONE] = 0,
+};
+
 static void set_state(struct create_op *op, enum cstate s) {
+  FR_ASSERT(allowed[op->state] & CS_BIT(s));
   FR_DEBUG("sandbox", "%s: %s %s -> %s", op->sb->cl->cc.name, op->name, cstate_names[op->state], cstate_names[s]);
   op->state = s;
   if (s != CS_PICK && s != CS_CLAIMING)
@@ -110,6 +129,10 @@ static void timer_closed(uv_handle_t *h) {
 
 static void op_free(struct create_op *op) {
   struct sandboxes *sb = op->sb;
+
+  /* In the list of creates in flight, and no call of its own still out. */
+  FR_ASSERT(op->prev != NULL ? op->prev->next == op : sb->creates == op);
+  FR_ASSERT(op->call == NULL);
 
   if (op->prev)
     op->prev->next = op->next;

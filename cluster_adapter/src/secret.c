@@ -55,6 +55,8 @@ static void call_unlink(struct fr_secret_call *sc) {
 static void call_free(struct fr_secret_call *sc) {
   size_t i;
 
+  /* Its Kubernetes call answered, never sent, or cancelled first. */
+  FR_ASSERT(sc->kc == NULL);
   call_unlink(sc);
   for (i = 0; i < sc->nkeys; i++)
     free(sc->keys[i]);
@@ -245,6 +247,7 @@ void fr_secret_call_cancel(struct fr_secret_call *c) {
   if (c == NULL)
     return;
   fr_kube_cancel(c->kc);
+  c->kc = NULL;
   call_free(c);
 }
 
