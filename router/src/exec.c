@@ -21,6 +21,7 @@
 #include "api.h"
 #include "metrics.h"
 #include "router.h"
+#include "routes.h"
 
 struct exec_call {
   struct api_req *q;
@@ -428,7 +429,8 @@ int api_body_env_workdir(struct api_req *q, json_t *j, json_t **env_out, const c
   return 0;
 }
 
-void exec_sandbox(struct api_req *q, const char *id) {
+void exec_sandbox(struct api_req *q, const struct route_params *p) {
+  const char *id = p->id;
   static const char *const known[] = {"argv",      "stdin", "env", "workdir", "timeout_s", "max_output_bytes",
                                       "stream", NULL};
   const struct fr_config *cfg = q->r->cfg;
