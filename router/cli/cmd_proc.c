@@ -271,7 +271,7 @@ static int proc_logs(struct fc_ctx *ctx, int argc, char **argv) {
   s.raw = ctx->json;
   fc_nd_init(&s.nd, logs_out, &s);
   if (proc_path(&path, id, pid, follow ? "/output?follow=1" : "/output") != 0 || fc_ctx_easy(ctx, &easy) != 0 ||
-      fc_easy_setup(ctx, easy, "GET", path.data, NULL, 0, &r) != 0) {
+      fc_easy_setup(ctx, easy, "GET", path.data, NULL, follow ? 0 : FC_CALL_TIMEOUT_S, &r) != 0) {
     rc = fc_oom();
     goto done;
   }
@@ -364,7 +364,8 @@ static int send_stdin(struct fc_ctx *ctx, const char *id, int64_t pid, const cha
       *chunk /= 2;
     } else if (r.status == 409 && strcmp(code, "failed_precondition") == 0) {
       fc_report(ctx, &r);
-      fprintf(stderr, "fedctl: (its stdin is open only when it was started with -i or --pty, until closed)\n");
+      fprintf(stderr, "fedctl: hint: a process has a stdin to send to when started with `fedctl proc start -i` "
+              "(or --pty), until it is closed\n");
       rc = FC_EXIT_FAIL;
     } else {
       rc = fc_report(ctx, &r);

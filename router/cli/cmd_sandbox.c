@@ -345,7 +345,11 @@ static int print_explain(struct fc_ctx *ctx, struct fc_resp *r) {
     printf("region %s is not one this router knows (no cluster is in it and the policy does not name it):\n"
            "  placed with no regional preference\n",
            fc_jstr(req, "region", "?"));
-  fc_print_pod_options(json_object_get(req, "pod_options"), "pod options: ");
+  if (json_object_size(json_object_get(req, "pod_options")) > 0) {
+    char *txt = json_dumps(json_object_get(req, "pod_options"), JSON_COMPACT);
+    printf("pod options: %s\n", txt != NULL ? txt : "?");
+    free(txt);
+  }
   if (fc_jstr(r->json, "cold_reason", NULL) != NULL)
     printf("cold: %s\n", fc_jstr(r->json, "cold_reason", ""));
   fc_table_init(&t, 7);
