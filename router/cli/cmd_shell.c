@@ -582,10 +582,15 @@ lost:
   raw_off(sh);
   if (!sh->attach) {
     hang_up(sh);
-  } else if (sh->out.r.status != 404) {
-    /* Not ours to end: say where it is (unless it was never there). */
-    fprintf(stderr, "fedctl: detached; process %" PRId64 " still runs (fedctl proc attach %s %" PRId64
-            ", fedctl kill %s %" PRId64 ")\n", sh->pid, sh->id, sh->pid, sh->id, sh->pid);
+  } else {
+    /* Not ours to end: say where it is, unless the router refused the
+     * attach (no such process, no agent: nothing was attached to). */
+    long status = 0;
+    if (sh->out.easy != NULL)
+      curl_easy_getinfo(sh->out.easy, CURLINFO_RESPONSE_CODE, &status);
+    if (status == 0 || (status >= 200 && status <= 299))
+      fprintf(stderr, "fedctl: detached; process %" PRId64 " still runs (fedctl proc attach %s %" PRId64
+              ", fedctl kill %s %" PRId64 ")\n", sh->pid, sh->id, sh->pid, sh->id, sh->pid);
   }
   return rc;
 }

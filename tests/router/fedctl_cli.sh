@@ -764,6 +764,7 @@ expect_rc 1 && expect_err "^fedctl: agent_required: "
 for sub in logs attach; do
   fc proc "$sub" "$SB" 1
   expect_rc 1 && expect_err "^fedctl: agent_required: "
+  grep -q "detached" "$ERR" && fail "proc $sub says it detached from what it never attached to"
 done
 fc proc stdin --close "$SB" 1
 expect_rc 1 && expect_err "^fedctl: agent_required: "
