@@ -794,10 +794,13 @@ def started(fed, *args):
 
 def test_proc_start_logs_and_stdin(fed):
     sid = sandbox_of(fed)
-    pid = started(fed, sid, "--tag", "two", "--env", "X=y z", "--workdir", "/tmp", "--",
-                  "sh", "-c", 'echo "out1 $X $(pwd)"; echo err1 >&2; sleep 1; echo out2; exit 7')
+    # It runs until it reads a line: ps sees it, whatever the timing.
+    pid = started(fed, sid, "-i", "--tag", "two", "--env", "X=y z", "--workdir", "/tmp", "--",
+                  "sh", "-c", 'echo "out1 $X $(pwd)"; echo err1 >&2; read go; echo out2; exit 7')
     rows = [x for x in ps_rows(fed, sid) if x.split()[0] == pid]
     check(len(rows) == 1 and rows[0].split()[1:3] == ["two", "/tmp"], f"ps row of {pid}: {rows}")
+    rc, out, err = fc(fed, "proc", "stdin", sid, pid, stdin=b"go\n")
+    check(rc == 0, f"stdin: rc {rc} err {err!r}")
     rc, out, err = fc(fed, "proc", "logs", "-f", sid, pid)
     check(rc == 7 and out == b"out1 y z /tmp\nout2\n" and err == "err1\n", f"logs -f: rc {rc} out {out!r} err {err!r}")
     # The output stays readable after the end; without -f the exit is 0.
@@ -879,10 +882,29 @@ def test_proc_attach_pipe_and_detach(fed):
     check(rc == 0, f"close: rc {rc} err {err!r}")
     rc, out, err = fc(fed, "proc", "logs", "-f", sid, pid)
     check(rc == 0 and out.endswith(b"r:one\nclosed\n"), f"after close: rc {rc} out {out!r}")
-    # Typing into a process without stdin: said once, the output followed.
-    pid = started(fed, sid, "--", "sh", "-c", "sleep 1; echo fin; exit 2")
-    rc, out, err = fc(fed, "proc", "attach", sid, pid, stdin=b"ignored\n")
-    check(rc == 2 and out == b"fin\n" and err.count("stdin is not open") == 1, f"no stdin: rc {rc} out {out!r} err {err!r}")
+    # Typing into a process without stdin: said once, the output still
+    # followed. The process ends when told (a file appears), after that.
+    go = f"/tmp/go-{os.getpid()}"
+    pid = started(fed, sid, "--", "sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; echo fin; exit 2")
+    with fedctl_running(fed, "proc", "attach", sid, pid, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE) as p:
+        p.stdin.write(b"ignored\n")
+        p.stdin.flush()
+        said = b""
+        while b"stdin is not open" not in said:
+            r, _, _ = select.select([p.stderr], [], [], 15)
+            check(r, f"attach said nothing about the missing stdin within 15 s: {said!r}")
+            chunk = os.read(p.stderr.fileno(), 4096)
+            check(chunk, f"attach ended (rc {p.poll()}) without a word on the missing stdin: {said!r}")
+            said += chunk
+        p.stdin.write(b"more\n")
+        p.stdin.flush()
+        fed.exec_ok(sid, ["touch", go])
+        out = p.stdout.read()
+        said += p.stderr.read()
+        rc = p.wait(20)
+    check(rc == 2 and out == b"fin\n" and said.count(b"stdin is not open") == 1,
+          f"no stdin: rc {rc} out {out!r} err {said!r}")
 
 
 def test_proc_attach_pty_raw_resize_and_detach_key(fed):
@@ -893,13 +915,27 @@ def test_proc_attach_pty_raw_resize_and_detach_key(fed):
         s.type(b"echo $((6*7))\r")
         s.expect(b"42\r\n")
         check(not s.restored(), "the local terminal is not in raw mode while attached with -t")
-        # Attaching gave the process the local window's size.
-        s.type(b"stty size\r")
-        s.expect(b"33 101\r\n")
-        # Ctrl-C is the remote's: it stops sleep, not fedctl.
-        s.type(b"sleep 100; echo after\r")
-        time.sleep(0.3)
+        # Attaching gives the process the local window's size (a call of
+        # its own beside the input: ask until the remote sees it).
+        seen = False
+        for _ in range(20):
+            s.type(b"stty size\r")
+            try:
+                s.expect(b"33 101\r\n", 1.5)
+                seen = True
+                break
+            except TestFailure:
+                continue
+        check(seen, "stty size never showed 33 101 after attaching")
+        # Ctrl-C is the remote's: it interrupts the remote foreground
+        # command, not fedctl. The command says when its trap is set (it is
+        # in the foreground by then); what it prints on SIGINT is not in
+        # the typed line that the terminal echoes.
+        s.type(b"sh -c 'trap \"echo cau$((1+1))ght; exit 0\" INT; echo ar$((1))med; "
+               b"while :; do sleep 0.1; done'\r")
+        s.expect(b"ar1med\r\n")
         s.type(b"\x03")
+        s.expect(b"cau2ght\r\n")
         s.type(b"echo alive-$((1+1))\r")
         s.expect(b"alive-2\r\n")
         check(s.p.poll() is None, "fedctl ended on Ctrl-C")
