@@ -144,7 +144,9 @@ void create_sandboxes(struct api_req *q, int explain); /* create.c: POST /v1/san
  * rather than the lifetime asked, so the expiry can later be moved up to
  * that (E2B's setTimeout) while routers enforce the one asked. */
 void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extendable);
-/* stream.c: a streaming exec (exec.c validated it). */
+/* stream.c: a streaming exec (exec.c validated it and admitted it against
+ * the tenant's max_concurrent_execs; the stream counts itself in the
+ * tenant's execs while it runs). */
 struct fr_exec_spec;
 void data_exec_stream(struct api_req *q, struct fr_adapter *a, const char *id, const struct fr_exec_spec *spec);
 /* files.c: the request <q> as it came (method, body, the header lines

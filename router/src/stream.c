@@ -301,15 +301,8 @@ static void nd_started(struct nd *n) {
 void data_exec_stream(struct api_req *q, struct fr_adapter *a, const char *id, const struct fr_exec_spec *spec) {
   struct fr_proc_spec ps;
   struct nd *n;
-  char msg[200];
   int rc;
 
-  if (q->ts != NULL && q->ts->execs >= q->ts->max_execs) {
-    snprintf(msg, sizeof(msg), "tenant %s has %" PRId64 " execs running (max_concurrent_execs)", q->tenant,
-             q->ts->execs);
-    api_reply(q, 429, api_limit_body(msg, "max_concurrent_execs"), "Retry-After: 1\r\n");
-    return;
-  }
   n = nd_new(q, a, ND_EXEC);
   if (n == NULL) {
     api_oom(q);
