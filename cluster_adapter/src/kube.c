@@ -255,6 +255,7 @@ struct rest_call {
   unsigned idempotent : 1;
   unsigned counted : 1;               /* in the client's nactive/npriority/nwatches */
   unsigned sensitive : 1;             /* FR_KUBE_SENSITIVE: bodies zeroed before they are freed */
+  unsigned any_status : 1;            /* FR_KUBE_ANY_STATUS */
   char method[16];                    /* method_ok(): at most 15 letters */
   char strs[];                        /* url, content type, request id, body (NUL-ended) */
 };
@@ -1531,6 +1532,16 @@ static size_t watch_feed(struct rest_call *rc, const char *ptr, size_t n) {
   return n;
 }
 
+/* Is an answer of <code> handed on as it arrives (on_head, on_data), or
+ * buffered for the callback? */
+#define KUBE_MAX_STREAM_ERROR ((size_t)1 << 20)
+
+static int status_streamed(const struct rest_call *rc, long code) {
+  if (code >= 200 && code < 300)
+    return 1;
+  return rc->any_status && code >= 200 && code != 502 && code != 503 && code != 504;
+}
+
 static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata) {
   struct rest_call *rc = userdata;
   struct rest_io *io = rc->io;
@@ -1542,7 +1553,7 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata) {
     curl_easy_getinfo(io->easy, CURLINFO_RESPONSE_CODE, &io->code);
   if (rc->kind == KIND_WATCH && io->code >= 200 && io->code < 300)
     return watch_feed(rc, ptr, n);
-  if (rc->on_data != NULL && io->code >= 200 && io->code < 300) {
+  if (rc->on_data != NULL && status_streamed(rc, io->code)) {
     int r;
 
     if (rc->on_head != NULL && !io->head_sent) {
@@ -1579,6 +1590,12 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata) {
     io->abort_why = "response body larger than 256 MiB";
     return 0;
   }
+  /* A stream's answer that is not handed on (an error) is held whole:
+   * 1 MiB of it is more than any error says. */
+  if (rc->kind == KIND_STREAM && io->resp.len + n > KUBE_MAX_STREAM_ERROR) {
+    io->abort_why = "error answer larger than 1 MiB";
+    return 0;
+  }
   if (fr_buf_append(&io->resp, ptr, n) != 0) {
     io->abort_why = "out of memory buffering the response";
     return 0;
@@ -1603,7 +1620,7 @@ static size_t on_header(char *ptr, size_t size, size_t nmemb, void *userdata) {
     long code = 0;
 
     curl_easy_getinfo(io->easy, CURLINFO_RESPONSE_CODE, &code);
-    if (code >= 200 && code < 300 && rc->on_head != NULL && !io->head_sent) {
+    if (status_streamed(rc, code) && rc->on_head != NULL && !io->head_sent) {
       io->head_sent = 1;
       rc->on_head((int)code, io->hdrs.data != NULL ? io->hdrs.data : "", rc->arg);
       if (rc->state != CALL_RUNNING)
@@ -2162,7 +2179,8 @@ int fr_kube_request_opts(struct fr_kube_client *c, const char *method, const cha
   /* A body handed out as it arrives cannot be taken back for a retry; a
    * streamed request body cannot be sent twice. */
   if (o == NULL ||
-      (o->flags & ~(FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY | FR_KUBE_STREAM | FR_KUBE_SENSITIVE)) != 0 ||
+      (o->flags & ~(FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY | FR_KUBE_STREAM | FR_KUBE_SENSITIVE | FR_KUBE_ANY_STATUS)) !=
+          0 ||
       (o->on_data != NULL && (o->flags & FR_KUBE_IDEMPOTENT)) ||
       (stream && (o->flags & (FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY))) ||
       (o->stream_body && (!stream || body != NULL || o->body_size < -1)) ||
@@ -2174,6 +2192,7 @@ int fr_kube_request_opts(struct fr_kube_client *c, const char *method, const cha
   /* Set before the loop runs again: nothing is sent from inside call_start. */
   if (r == 0) {
     rc->sensitive = (o->flags & FR_KUBE_SENSITIVE) != 0;
+    rc->any_status = stream && (o->flags & FR_KUBE_ANY_STATUS) != 0;
     rc->on_data = o->on_data;
     rc->on_head = o->on_head;
     rc->on_drain = o->on_drain;

@@ -31,6 +31,7 @@ struct tenant_state {
   int64_t max_pool_replicas;      /* 0 = none */
   int64_t max_file_bytes;         /* largest upload into a sandbox */
   int admin;                      /* may create and change shared pools */
+  int64_t port_requests;          /* requests to its sandboxes' ports in flight (ports.c) */
   const char *secret;             /* the Secret its creates' `secrets` read (borrowed) */
 };
 
@@ -49,6 +50,7 @@ struct router {
   struct tenant_state *tenants;   /* one per configured tenant, or one "local" */
   size_t ntenants;
 
+  char (*cluster_codes)[5];       /* api_cluster_code(), per adapter, made on first use */
   struct metrics *metrics;
   /* Recent spillover events for the dashboard (ring, newest at next-1). */
   struct router_event {

@@ -38,6 +38,7 @@ enum route_flags {
 struct route_params {
   const char *id, *name, *svc, *rpc, *tail;
   int64_t pid;                 /* {pid}: a positive integer (checked), else 0 */
+  int port;                    /* {port}: 1-65535 (checked), else 0 */
   struct fr_adapter *a;        /* RF_SANDBOX: the sandbox's cluster */
   const struct fr_pod *pod;    /* RF_SANDBOX: the sandbox's pod (valid during the handler) */
   char buf[1024];

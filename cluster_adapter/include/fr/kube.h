@@ -94,6 +94,11 @@ enum fr_kube_flags {
    * /init): both are zeroed before their memory is freed. Copies libcurl
    * or a growing buffer made on the way are not reached. */
   FR_KUBE_SENSITIVE = 1 << 3,
+  /* FR_KUBE_STREAM only: on_head and on_data get the answer whatever its
+   * status (a reverse proxy's), not only a 2xx; but 502, 503 and 504,
+   * which may be the API server's own Status (its proxy could not reach
+   * the pod), stay buffered for the callback to tell apart. */
+  FR_KUBE_ANY_STATUS = 1 << 4,
 };
 
 /* Starts a REST call. <path> is the path and query ("/api/v1/namespaces/

@@ -131,6 +131,17 @@ struct fr_config {
   size_t agent_key_len;
   unsigned char *agent_prev_key;  /* the key before a rotation, or NULL */
   size_t agent_prev_key_len;
+  /* A sandbox's own ports (`ports` group): the wildcard domain of
+   * Host-routed preview URLs (<port>-<id>.<domain>; NULL = path routing
+   * only) and the bounds on requests in flight to them. */
+  char *ports_domain;
+  int64_t max_port_requests_per_sandbox;
+  int64_t max_port_requests_per_tenant;
+  /* E2B template names that stand for pools (`e2b` group: templates). */
+  struct fr_config_template {
+    char *name, *pool;
+  } *e2b_templates;
+  size_t ne2b_templates;
 };
 
 /* Parses and validates <path>. Returns 0 and a snapshot with one reference
