@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/ec.h>
@@ -48,6 +49,8 @@ static void usage(FILE *f) {
           "  --tls                     serve HTTPS with a generated self-signed certificate\n"
           "  --token TOKEN             require Authorization: Bearer TOKEN\n"
           "  --write-kubeconfig FILE   write a kubeconfig for this cluster\n"
+          "  --write-serviceaccount DIR  write DIR/token, DIR/ca.crt and DIR/namespace (\"default\") as\n"
+          "                            a pod's service account sees them (in-cluster clients)\n"
           "  --namespace-quota SPEC    ResourceQuota in every namespace: pods=N,requests.cpu=Q,requests.memory=Q\n"
           "  --schedule-ms MS          delay before a new pod is scheduled (default 0)\n"
           "  --image-pull-ms MS        image pull time, cached per node and image (default 0)\n"
@@ -216,6 +219,29 @@ static int write_kubeconfig(struct sim *s, const char *host) {
   rc = b.data ? write_file(s->opts.kubeconfig, b.data, b.len, 0600) : -ENOMEM;
   fr_buf_free(&b);
   return rc;
+}
+
+/* What a pod's projected service-account volume holds: the token (the
+ * one --token set, or none), the API server's CA, the namespace. With
+ * KUBERNETES_SERVICE_HOST=127.0.0.1 and KUBERNETES_SERVICE_PORT=<port>
+ * an in-cluster client finds this cluster; PUT /_sim/tokens and a new
+ * token file rotate the token as the kubelet would. */
+static int write_serviceaccount(struct sim *s) {
+  const char *dir = s->opts.serviceaccount_dir, *names[] = {"token", "ca.crt", "namespace"};
+  const char *data[] = {s->opts.token ? s->opts.token : "", s->ca_pem ? s->ca_pem : "", "default"};
+  char path[4096];
+  size_t i;
+  int rc;
+
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+    return -errno;
+  for (i = 0; i < FR_ARRAY_SIZE(names); i++) {
+    if (snprintf(path, sizeof(path), "%s/%s", dir, names[i]) >= (int)sizeof(path))
+      return -ENAMETOOLONG;
+    if ((rc = write_file(path, data[i], strlen(data[i]), 0600)) != 0)
+      return rc;
+  }
+  return 0;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -414,6 +440,7 @@ int main(int argc, char **argv) {
       {"node-monitor-grace-ms", required_argument, NULL, 20},
       {"min-request-timeout", required_argument, NULL, 21},
       {"event-limit", required_argument, NULL, 22},
+      {"write-serviceaccount", required_argument, NULL, 23},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -480,6 +507,7 @@ int main(int argc, char **argv) {
     case 16: num = &s.opts.node_gpus; hi = 1024; break;
     case 17: s.opts.gpu_resource = optarg; break;
     case 22: num = &s.opts.event_limit; hi = 10000000; break;
+    case 23: s.opts.serviceaccount_dir = optarg; break;
     case 18:
     case 19: {
       int taint = opt == 19, *n = taint ? &s.opts.nnode_taints : &s.opts.nnode_labels;
@@ -619,6 +647,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kubesim: cannot write %s: %s\n", s.opts.kubeconfig, strerror(-rc));
     return 1;
   }
+  if (s.opts.serviceaccount_dir && (rc = write_serviceaccount(&s)) != 0) {
+    fprintf(stderr, "kubesim: cannot write %s: %s\n", s.opts.serviceaccount_dir, strerror(-rc));
+    return 1;
+  }
   if (s.opts.admin_port_file && write_port_file(s.opts.admin_port_file, fr_http_server_port(s.admin)) != 0) {
     fprintf(stderr, "kubesim: cannot write %s\n", s.opts.admin_port_file);
     return 1;
@@ -649,6 +681,8 @@ int main(int argc, char **argv) {
     FR_WARN("kubesim", "loop did not close cleanly");
   SSL_CTX_free(s.ssl_ctx);
   free(s.ca_pem);
+  for (i = 0; i < (int)s.napi_tokens; i++)
+    fr_secret_free(s.api_tokens[i]);
   {
     /* Remove the per-pod working directories' root if we created it. */
     if (s.opts.workdir == defdir)

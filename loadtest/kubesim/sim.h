@@ -229,6 +229,7 @@ struct sim_opts {
   int tls;
   const char *token;
   const char *kubeconfig;
+  const char *serviceaccount_dir; /* --write-serviceaccount: token, ca.crt, namespace as a pod sees them */
   const char *quota;
   int schedule_ms, image_pull_ms, start_ms, terminate_ms, api_latency_ms;
   int scheduler_qps;
@@ -308,6 +309,12 @@ struct sim {
 #define SIM_REQLOG_LINE 200
   char reqlog[SIM_REQLOG][SIM_REQLOG_LINE];
   size_t reqlog_next, reqlog_n;
+  /* Bearer tokens the API accepts: --token, or what PUT /_sim/tokens set
+   * (a token rotation; api_tokens NULL = just --token). 401s answered. */
+#define SIM_MAX_TOKENS 8
+  char *api_tokens[SIM_MAX_TOKENS];
+  size_t napi_tokens;
+  size_t unauthorized;
   int stopping;
   char self_exe[4096];         /* this binary, re-run as the pod supervisor */
 };
