@@ -999,8 +999,9 @@ fail:
 /* ---------------------------------------------------------------------- */
 /* in-cluster                                                              */
 
-/* <dir>/<name>, read whole and trimmed; -errno with <err> set. */
-static int read_sa_file(const char *dir, const char *name, char **out, size_t *len, char *err, size_t errlen) {
+/* <dir>/<name>, read whole (and trimmed with <trim_it>); -errno with <err> set. */
+static int read_sa_file(const char *dir, const char *name, int trim_it, char **out, size_t *len, char *err,
+                        size_t errlen) {
   char *path = join_path(dir, name);
   int rc;
 
@@ -1012,7 +1013,7 @@ static int read_sa_file(const char *dir, const char *name, char **out, size_t *l
   rc = slurp(path, out, len);
   if (rc != 0)
     snprintf(err, errlen, "in-cluster config: cannot read %s: %s", path, file_error(rc));
-  else
+  else if (trim_it)
     trim(*out, len);
   free(path);
   return rc;
@@ -1070,7 +1071,7 @@ int fr_kubeconfig_in_cluster(const struct fr_in_cluster_opts *o, struct fr_kube_
    * reads the file again before it expires. */
   if ((c->token_file = join_path(dir, "token")) == NULL)
     goto oom;
-  rc = read_sa_file(dir, "token", &data, &n, err, errlen);
+  rc = read_sa_file(dir, "token", 1, &data, &n, err, errlen);
   if (rc != 0) {
     rc = rc == -ENOENT || rc == -ENOMEM ? rc : -EINVAL;
     goto fail;
@@ -1082,7 +1083,7 @@ int fr_kubeconfig_in_cluster(const struct fr_in_cluster_opts *o, struct fr_kube_
   }
   c->token = data;
   data = NULL;
-  rc = read_sa_file(dir, "ca.crt", &c->ca_pem, &c->ca_len, err, errlen);
+  rc = read_sa_file(dir, "ca.crt", 0, &c->ca_pem, &c->ca_len, err, errlen);
   if (rc != 0) {
     rc = rc == -ENOMEM ? rc : -EINVAL;
     goto fail;
@@ -1095,7 +1096,7 @@ int fr_kubeconfig_in_cluster(const struct fr_in_cluster_opts *o, struct fr_kube_
   if (pns != NULL && pns[0] != '\0') {
     if ((c->ns = strdup(pns)) == NULL)
       goto oom;
-  } else if (read_sa_file(dir, "namespace", &data, &n, err, errlen) == 0 && n > 0) {
+  } else if (read_sa_file(dir, "namespace", 1, &data, &n, err, errlen) == 0 && n > 0) {
     c->ns = data;
     data = NULL;
   }

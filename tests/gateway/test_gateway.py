@@ -1,0 +1,1108 @@
+#!/usr/bin/env python3
+"""fedrouter-gateway black-box: the real gateway in front of sandbox pods
+that kubesim lists, reached over TLS with the routers' signature
+(docs/gateway.md is the contract).
+
+Setup: one kubesim (TLS, a bearer token, --write-serviceaccount), the
+gateway started the way a pod starts it (in-cluster: KUBERNETES_SERVICE_HOST
+and _PORT, a service-account directory with token, ca.crt, namespace),
+watching namespace "sandboxes". Sandbox pods are created through the API
+and given a status.podIP on a loopback address of their own
+(127.A.B.C, random per run), where the test runs what the pod would run:
+the real fedrouter-agent on the agent port, `python3 -m http.server` on a
+user port, a WebSocket echo server, a raw Upgrade echo, slow readers.
+
+Proves: exec (a Connect Start stream) and files (50 MB each way, with a
+reader that stalls: the gateway's RSS stays flat) through the gateway;
+keep-alive towards the client across answers of every framing (length,
+chunked, until close) and refusals; a user port; WebSocket and raw Upgrade
+pass-through with half-close; every refusal (signature missing, wrong,
+expired, too far ahead, for another cluster or target; namespace not
+watched; a pod that is not a sandbox, not Ready, being deleted, on the host
+network; a name that is an IP; the agent's /init and /_fr/ in every
+spelling; dot segments, encoded slashes and backslashes, NUL and control
+bytes, ';') answers with its JSON error and code before anything is
+dialled, is counted in /metrics and logged; the per-sandbox limit (429);
+key rotation through the key files and SIGHUP; a deleted pod answers 404
+at once and a pod whose server is gone 502, never a hang; the in-cluster
+token rotated (kubesim accepting only the new one) and the gateway carries
+on; SIGTERM fails /readyz first, lets a streaming call finish, then exits 0.
+
+Usage: test_gateway.py --gateway PATH --kubesim PATH --agent PATH [--only NAME ...] [--keep]
+Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
+"""
+import argparse
+import base64
+import hashlib
+import hmac
+import http.client
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import socketserver
+import ssl
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.parse
+
+ARGS = None
+CLUSTER = "gw-test"
+NS = "sandboxes"
+AGENT_PORT = 49983
+SIM_TOKEN = "sim-" + os.urandom(8).hex()
+AGENT_TOKEN = "agent-" + os.urandom(8).hex()
+PROCS = []
+WATCHDOG_S = 280
+
+
+class TestFailure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise TestFailure(msg)
+
+
+def wait_until(fn, timeout, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+def short(x, n=300):
+    s = x if isinstance(x, str) else repr(x)
+    return s if len(s) <= n else s[:n] + "..."
+
+
+def start_proc(argv, log, env=None):
+    f = open(log, "ab")
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=f, env=env, start_new_session=True)
+    f.close()
+    PROCS.append(p)
+    return p
+
+
+def stop_proc(p, sig=signal.SIGTERM, timeout=20):
+    if p.poll() is None:
+        p.send_signal(sig)
+    try:
+        return p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        return None
+
+
+def tail(path, n=20):
+    try:
+        with open(path, "rb") as f:
+            return "\n".join("    | " + l for l in f.read().decode(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "    | (no log)"
+
+
+def under_asan(pid):
+    with open(f"/proc/{pid}/maps") as f:
+        return "libasan" in f.read()
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+# --------------------------------------------------------------------------
+# addresses: one loopback address per pod, random per run so concurrent
+# runs do not collide on a port
+
+_ADDR_BASE = (random.randint(16, 250), random.randint(0, 255))
+_addr_seq = [10]
+
+
+def new_pod_ip():
+    _addr_seq[0] += 1
+    return "127.%d.%d.%d" % (_ADDR_BASE[0], _ADDR_BASE[1], _addr_seq[0])
+
+
+# --------------------------------------------------------------------------
+# kubesim and the gateway
+
+class World:
+    def __init__(self):
+        self.root = tempfile.mkdtemp(prefix="fr-gw-")
+        self.sa = os.path.join(self.root, "sa")
+        pf, apf = os.path.join(self.root, "port"), os.path.join(self.root, "admin-port")
+        self.kubeconfig = os.path.join(self.root, "kubeconfig")
+        self.sim_log = os.path.join(self.root, "kubesim.log")
+        self.sim = start_proc([ARGS.kubesim, "--tls", "--token", SIM_TOKEN, "--write-kubeconfig", self.kubeconfig,
+                               "--write-serviceaccount", self.sa, "--port-file", pf, "--admin-listen",
+                               "127.0.0.1:0", "--admin-port-file", apf, "--workdir",
+                               os.path.join(self.root, "wd"), "--terminate-ms", "1500", "--log-level", "warn"],
+                              self.sim_log)
+        if not wait_until(lambda: os.path.exists(pf) or self.sim.poll() is not None, 15):
+            raise TestFailure("kubesim did not start:\n" + tail(self.sim_log))
+        self.port = int(open(pf).read())
+        self.admin_port = int(open(apf).read())
+        self.sim_ssl = ssl.create_default_context(cafile=os.path.join(self.sa, "ca.crt"))
+        self.kube("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                 "metadata": {"name": NS}}, expect=201)
+        self.kube("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                 "metadata": {"name": "other"}}, expect=201)
+        # The gateway's TLS certificate, for 127.0.0.1.
+        self.cert, self.key = os.path.join(self.root, "tls.crt"), os.path.join(self.root, "tls.key")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                        "-nodes", "-keyout", self.key, "-out", self.cert, "-days", "2", "-subj", "/CN=gateway",
+                        "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+        self.gw_ssl = ssl.create_default_context(cafile=self.cert)
+        # Key ring: current and (empty outside a rotation) previous.
+        self.keys = [os.urandom(32).hex().encode(), b""]
+        self.key_files = [os.path.join(self.root, "key-current"), os.path.join(self.root, "key-previous")]
+        self.write_keys()
+        self.backends = []
+        self.gateways = []
+
+    def write_keys(self):
+        for path, k in zip(self.key_files, self.keys):
+            with open(path + ".tmp", "wb") as f:
+                f.write(k + b"\n" if k else b"")
+            os.rename(path + ".tmp", path)
+
+    # ---- the API (kubesim)
+    def kube(self, method, path, body=None, expect=None, ctype="application/json", token=SIM_TOKEN):
+        c = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=15, context=self.sim_ssl)
+        try:
+            c.request(method, path, body=json.dumps(body) if body is not None else None,
+                      headers={"Authorization": "Bearer " + token, "Content-Type": ctype})
+            r = c.getresponse()
+            data = r.read()
+            out = json.loads(data) if data else None
+            if expect is not None:
+                check(r.status == expect, f"{method} {path}: {r.status} {short(out)}")
+            return r.status, out
+        finally:
+            c.close()
+
+    def admin(self, method, path, body=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.admin_port, timeout=15)
+        try:
+            c.request(method, path, body=json.dumps(body) if body is not None else None,
+                      headers={"Authorization": "Bearer " + SIM_TOKEN, "Content-Type": "application/json"})
+            r = c.getresponse()
+            return r.status, json.loads(r.read() or b"null")
+        finally:
+            c.close()
+
+    def make_pod(self, name, ip=None, ns=NS, sandbox=True, agent=True, ready=True, host_network=False):
+        labels = {}
+        if sandbox:
+            labels["fedrouter.io/sandbox"] = "true"
+        if agent:
+            labels["fedrouter.io/agent"] = str(AGENT_PORT)
+        spec = {"containers": [{"name": "main", "image": "python:3.12", "command": ["sleep", "infinity"]}]}
+        if host_network:
+            spec["hostNetwork"] = True
+        self.kube("POST", f"/api/v1/namespaces/{ns}/pods", {"apiVersion": "v1", "kind": "Pod",
+                                                            "metadata": {"name": name, "labels": labels},
+                                                            "spec": spec}, expect=201)
+        wait_until(lambda: (self.kube("GET", f"/api/v1/namespaces/{ns}/pods/{name}")[1] or {})
+                   .get("status", {}).get("phase") == "Running", 10)
+        if ip is not None:
+            self.set_status(name, ip, ready, ns)
+        return ip
+
+    def set_status(self, name, ip, ready=True, ns=NS):
+        """status.podIP (what the pod network gave it) and Ready."""
+        st = {"podIP": ip, "podIPs": [{"ip": ip}],
+              "conditions": [{"type": "Ready", "status": "True" if ready else "False"},
+                             {"type": "ContainersReady", "status": "True" if ready else "False"},
+                             {"type": "PodScheduled", "status": "True"}]}
+        self.kube("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status", {"status": st}, expect=200,
+                  ctype="application/merge-patch+json")
+
+    def delete_pod(self, name, ns=NS):
+        self.kube("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}", expect=200)
+
+    # ---- what pods run
+    def agent(self, ip):
+        log = os.path.join(self.root, f"agent-{ip}.log")
+        p = start_proc([ARGS.agent, "--listen", f"{ip}:{AGENT_PORT}"], log)
+        self.backends.append(p)
+        if not wait_until(lambda: can_connect(ip, AGENT_PORT) or p.poll() is not None, 10) or p.poll() is not None:
+            raise TestFailure(f"agent on {ip} did not start:\n" + tail(log))
+        # What the router does through the API server's pod proxy: /init
+        # with the sandbox's token (the gateway refuses /init).
+        c = http.client.HTTPConnection(ip, AGENT_PORT, timeout=10)
+        c.request("POST", "/init", body=json.dumps({"accessToken": AGENT_TOKEN}),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        c.close()
+        check(r.status == 204, f"/init of the agent on {ip}: {r.status}")
+        return p
+
+    def gateway(self, extra=(), name="gw", sa=None, env_extra=None, tls=True):
+        g = Gateway(self, extra, name, sa or self.sa, env_extra, tls)
+        self.gateways.append(g)
+        return g
+
+    def teardown(self):
+        problems = []
+        for g in self.gateways:
+            if g.proc.poll() is None:
+                rc = stop_proc(g.proc, signal.SIGINT)
+                if rc != 0:
+                    problems.append(f"gateway {g.name} exited {rc} on SIGINT:\n{tail(g.log)}")
+            elif not g.expected_exit and g.proc.returncode != 0:
+                problems.append(f"gateway {g.name} died (rc {g.proc.returncode}):\n{tail(g.log)}")
+        for p in self.backends:
+            stop_proc(p, timeout=5)
+        rc = stop_proc(self.sim)
+        if rc != 0:
+            problems.append(f"kubesim exited {rc}:\n{tail(self.sim_log)}")
+        if not ARGS.keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+        return problems
+
+
+def can_connect(ip, port):
+    try:
+        socket.create_connection((ip, port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+class Gateway:
+    def __init__(self, world, extra, name, sa, env_extra, tls=True):
+        self.w = world
+        self.name = name
+        self.log = os.path.join(world.root, f"{name}.log")
+        pf, hpf = os.path.join(world.root, f"{name}.port"), os.path.join(world.root, f"{name}.hport")
+        env = dict(os.environ, KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=str(world.port))
+        env.pop("FR_SERVICEACCOUNT_DIR", None)
+        if env.get("ASAN_OPTIONS"):
+            # Freed blocks wait in ASan's quarantine (256 MiB by default):
+            # keep it small so the RSS bounds still mean something.
+            env["ASAN_OPTIONS"] += ":quarantine_size_mb=16"
+        env.update(env_extra or {})
+        tls_args = ["--tls-cert", world.cert, "--tls-key", world.key] if tls else []
+        argv = [ARGS.gateway, "--cluster", CLUSTER, "--namespace", NS, "--key-file", world.key_files[0],
+                "--key-file", world.key_files[1]] + tls_args + ["--listen", "127.0.0.1:0", "--port-file", pf, "--health-listen", "127.0.0.1:0",
+                "--health-port-file", hpf, "--serviceaccount-dir", sa, "--log-level", "info"] + list(extra)
+        self.proc = start_proc(argv, self.log, env=env)
+        self.expected_exit = False
+        if not wait_until(lambda: os.path.exists(hpf) or self.proc.poll() is not None, 15) or self.proc.poll() is not None:
+            raise TestFailure(f"gateway {name} did not start (rc {self.proc.poll()}):\n" + tail(self.log))
+        self.port = int(open(pf).read())
+        self.hport = int(open(hpf).read())
+        if not wait_until(lambda: self.health("/readyz")[0] == 200, 15):
+            raise TestFailure(f"gateway {name}: /readyz not 200:\n" + tail(self.log))
+
+    def health(self, path):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", self.hport, timeout=5)
+            c.request("GET", path)
+            r = c.getresponse()
+            body = r.read()
+            c.close()
+            return r.status, body.decode(errors="replace")
+        except OSError as e:
+            return 0, str(e)
+
+    def metric(self, name, **labels):
+        st, text = self.health("/metrics")
+        check(st == 200, f"/metrics: {st}")
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith("#"):
+                continue
+            m = re.match(r"([a-z_]+)(\{[^}]*\})?\s+(\S+)$", line)
+            if not m or m.group(1) != name:
+                continue
+            ls = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+            if all(ls.get(k) == v for k, v in labels.items()):
+                total += float(m.group(3))
+        return total
+
+    def conn(self, timeout=30):
+        return http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout, context=self.w.gw_ssl)
+
+    def raw(self, timeout=30):
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+        return self.w.gw_ssl.wrap_socket(s, server_hostname="127.0.0.1")
+
+
+def sign(key, pod, port, ns=NS, cluster=CLUSTER, exp=None):
+    exp = int(time.time()) + 60 if exp is None else exp
+    msg = f"fedrouter-gateway/v1\n{cluster}\n{ns}\n{pod}\n{port}\n{exp}".encode()
+    return f"v1.{exp}." + hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
+def gpath(pod, port, route="", ns=NS):
+    return f"/v1/proxy/{ns}/{pod}/{port}{route}"
+
+
+def request(gw, method, pod, port, route="", body=None, headers=None, auth=True, key=None, conn=None, ns=NS,
+            raw_path=None, read=True):
+    """One request through <gw>; returns (status, headers, body bytes)."""
+    c = conn or gw.conn()
+    h = {}
+    if auth:
+        h["Fr-Gateway-Auth"] = sign(key or gw.w.keys[0], pod, port, ns=ns)
+    h.update(headers or {})
+    c.request(method, raw_path or gpath(pod, port, route, ns), body=body, headers=h)
+    r = c.getresponse()
+    data = r.read() if read else None
+    hdrs = {k.lower(): v for k, v in r.getheaders()}
+    if conn is None and read:
+        c.close()
+    return r.status, hdrs, data if read else r
+
+
+def expect_refusal(resp, status, code, what, by_server=False):
+    """<by_server>: refused by the HTTP core before the gateway's handler
+    (a path that does not even decode), so without Fr-Gateway-Error."""
+    st, h, body = resp
+    try:
+        j = json.loads(body)
+    except ValueError:
+        j = None
+    got = (j or {}).get("error", {}).get("code") if isinstance(j, dict) else None
+    check(st == status and got == code and (by_server or h.get("fr-gateway-error") == code),
+          f"{what}: expected {status} {code}, got {st} {h.get('fr-gateway-error')} {short(body)}")
+
+
+# --------------------------------------------------------------------------
+# things pods run (servers on the pod's address)
+
+class Counting(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+
+
+def serve(ip, port, handler_fn):
+    """A TCP server on ip:port; handler_fn(sock) per connection. Returns
+    (server, counter dict)."""
+    stats = {"conns": 0}
+
+    class H(socketserver.BaseRequestHandler):
+        def handle(self):
+            stats["conns"] += 1
+            try:
+                handler_fn(self.request)
+            except OSError:
+                pass
+
+    srv = Counting((ip, port), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, stats
+
+
+def read_head(sock):
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        d = sock.recv(4096)
+        if not d:
+            return None, buf
+        buf += d
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    return head.decode(errors="replace"), rest
+
+
+def ws_echo(sock):
+    head, rest = read_head(sock)
+    if head is None:
+        return
+    key = re.search(r"(?im)^sec-websocket-key:\s*(\S+)", head).group(1)
+    acc = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+    sock.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  f"Sec-WebSocket-Accept: {acc}\r\nX-Echo: yes\r\n\r\n").encode())
+    buf = rest
+    while True:
+        frame, buf = ws_read_frame(sock, buf)
+        if frame is None:
+            return
+        op, payload = frame
+        if op == 8:
+            ws_send(sock, 8, payload, mask=False)
+            return
+        ws_send(sock, op, payload, mask=False)
+
+
+def ws_read_frame(sock, buf):
+    def need(n):
+        nonlocal buf
+        while len(buf) < n:
+            d = sock.recv(65536)
+            if not d:
+                raise EOFError
+            buf += d
+    try:
+        need(2)
+        op, ln = buf[0] & 15, buf[1] & 127
+        masked, off = buf[1] & 128, 2
+        if ln == 126:
+            need(4)
+            ln, off = struct.unpack(">H", buf[2:4])[0], 4
+        elif ln == 127:
+            need(10)
+            ln, off = struct.unpack(">Q", buf[2:10])[0], 10
+        if masked:
+            need(off + 4)
+            mask, off = buf[off:off + 4], off + 4
+        need(off + ln)
+        payload = buf[off:off + ln]
+        if masked:
+            payload = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        return (op, payload), buf[off + ln:]
+    except EOFError:
+        return None, buf
+
+
+def ws_send(sock, op, payload, mask=True):
+    hdr = bytes([0x80 | op])
+    n = len(payload)
+    mbit = 0x80 if mask else 0
+    if n < 126:
+        hdr += bytes([mbit | n])
+    elif n < 65536:
+        hdr += bytes([mbit | 126]) + struct.pack(">H", n)
+    else:
+        hdr += bytes([mbit | 127]) + struct.pack(">Q", n)
+    if mask:
+        m = os.urandom(4)
+        hdr += m
+        payload = bytes(b ^ m[i % 4] for i, b in enumerate(payload))
+    sock.sendall(hdr + payload)
+
+
+def raw_upgrade_echo(sock):
+    """Upgrade: x-echo; echoes until the client's FIN, then says bye and
+    closes: a half-close must reach it and the answer come back."""
+    head, rest = read_head(sock)
+    if head is None or "upgrade: x-echo" not in head.lower():
+        sock.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        return
+    sock.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x-echo\r\nConnection: Upgrade\r\n\r\n")
+    if rest:
+        sock.sendall(rest)
+    while True:
+        d = sock.recv(65536)
+        if not d:
+            break
+        sock.sendall(d)
+    sock.sendall(b"bye")
+    sock.shutdown(socket.SHUT_WR)
+
+
+def http_misc(sock):
+    """/chunked: a chunked answer; /eof: a body ended by the close, no
+    length; /echo: the request body back (any framing in, length out)."""
+    head, rest = read_head(sock)
+    if head is None:
+        return
+    line = head.split("\r\n")[0]
+    path = line.split()[1]
+    hl = head.lower()
+    body = rest
+    m = re.search(r"(?m)^content-length:\s*(\d+)", hl)
+    if m:
+        n = int(m.group(1))
+        while len(body) < n:
+            body += sock.recv(65536)
+    elif "transfer-encoding: chunked" in hl:
+        data = b""
+        while True:
+            while b"\r\n" not in body:
+                body += sock.recv(65536)
+            size_s, _, body = body.partition(b"\r\n")
+            size = int(size_s, 16)
+            while len(body) < size + 2:
+                body += sock.recv(65536)
+            data += body[:size]
+            body = body[size + 2:]
+            if size == 0:
+                break
+        body = data
+    if path == "/chunked":
+        sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Test: 1\r\n\r\n"
+                     b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+    elif path == "/eof":
+        sock.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the close")
+    elif path == "/echo":
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nX-Seen-Host: %s\r\n\r\n" % (
+            len(body), re.search(r"(?im)^host:\s*(\S+)", head).group(1).encode()) + body)
+    elif path == "/headers":
+        seen = json.dumps(head.split("\r\n")[1:]).encode()
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nFr-Gateway-Error: forged\r\n\r\n" % len(seen) + seen)
+    else:
+        sock.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+
+def slow_sink(sock):
+    """Reads the request head, waits 2 s (the gateway must pause the
+    client meanwhile), then reads the body and answers its length and
+    SHA-256."""
+    head, rest = read_head(sock)
+    n = int(re.search(r"(?im)^content-length:\s*(\d+)", head).group(1))
+    time.sleep(2)
+    h = hashlib.sha256(rest)
+    got = len(rest)
+    while got < n:
+        d = sock.recv(1 << 20)
+        if not d:
+            break
+        h.update(d)
+        got += len(d)
+    body = json.dumps({"bytes": got, "sha256": h.hexdigest()}).encode()
+    sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+
+# --------------------------------------------------------------------------
+# Connect streams through the gateway
+
+def envelope(msg):
+    b = json.dumps(msg).encode()
+    return struct.pack(">BI", 0, len(b)) + b
+
+
+def start_stream(gw, pod, cmd, args, conn=None):
+    c = conn or gw.conn(timeout=60)
+    c.request("POST", gpath(pod, AGENT_PORT, "/process.Process/Start"),
+              body=envelope({"process": {"cmd": cmd, "args": args}}),
+              headers={"Content-Type": "application/connect+json", "X-Access-Token": AGENT_TOKEN,
+                       "Fr-Gateway-Auth": sign(gw.w.keys[0], pod, AGENT_PORT)})
+    return c, c.getresponse()
+
+
+def read_events(r):
+    """Every envelope of a Start answer: (stdout bytes, exit event, end)."""
+    out, exit_ev = b"", None
+
+    def exact(n):
+        b = b""
+        while len(b) < n:
+            d = r.read(n - len(b))
+            check(d, "the stream ended inside an envelope")
+            b += d
+        return b
+    while True:
+        flags, n = struct.unpack(">BI", exact(5))
+        obj = json.loads(exact(n))
+        if flags & 2:
+            check(r.read() == b"", "bytes after the end-stream envelope")  # and the chunked body's end
+            return out, exit_ev, obj
+        ev = obj.get("event", {})
+        if "data" in ev and "stdout" in ev["data"]:
+            out += base64.b64decode(ev["data"]["stdout"])
+        if "end" in ev:
+            exit_ev = ev["end"]
+
+
+# --------------------------------------------------------------------------
+# tests
+
+def test_exec_through_the_gateway(w, gw):
+    ip = w.make_pod("sb-exec", new_pod_ip())
+    w.agent(ip)
+    c, r = start_stream(gw, "sb-exec", "sh", ["-c", "echo one; sleep 0.3; echo two; exit 3"])
+    check(r.status == 200 and r.getheader("Content-Type") == "application/connect+json",
+          f"Start through the gateway: {r.status} {r.getheaders()}")
+    t0 = time.monotonic()
+    out, ex, end = read_events(r)
+    check(out == b"one\ntwo\n" and ex and ex.get("exitCode") == 3 and end == {}, f"events: {out} {ex} {end}")
+    check(time.monotonic() - t0 >= 0.25, "the answer did not stream")
+    # The same connection carries the next call (keep-alive towards the router).
+    c.request("GET", gpath("sb-exec", AGENT_PORT, "/health"),
+              headers={"Fr-Gateway-Auth": sign(w.keys[0], "sb-exec", AGENT_PORT)})
+    r = c.getresponse()
+    r.read()
+    check(r.status == 204, f"/health on the same connection: {r.status}")
+    # The agent's token is passed through untouched: a wrong one is the agent's 401.
+    st, h, body = request(gw, "POST", "sb-exec", AGENT_PORT, "/process.Process/List", body=b"{}",
+                          headers={"Content-Type": "application/json", "X-Access-Token": "wrong"})
+    check(st == 401 and "fr-gateway-error" not in h, f"the agent's own 401 is passed on: {st} {h} {body}")
+    c.close()
+    before = gw.metric("fedrouter_gateway_connections")
+    check(before >= 0, "connections gauge")
+
+
+def test_keep_alive_across_framings_and_refusals(w, gw):
+    ip = w.make_pod("sb-http", new_pod_ip(), agent=False)
+    srv, stats = serve(ip, 8080, http_misc)
+    c = gw.conn()
+    seen = []
+    for route, want in (("/chunked", b"hello world"), ("/eof", b"until the close"), ("/chunked", b"hello world")):
+        st, h, body = request(gw, "GET", "sb-http", 8080, route, conn=c)
+        check(st == 200 and body == want, f"{route}: {st} {body!r}")
+        seen.append(h)
+    check(seen[0].get("x-test") == "1" and "transfer-encoding" in seen[0], f"chunked head: {seen[0]}")
+    check(seen[1].get("content-type") == "text/plain", f"eof answer's head: {seen[1]}")
+    # A refusal on the same connection does not end it.
+    st, h, body = request(gw, "GET", "no-such-pod", 8080, "/", conn=c)
+    check(st == 404, f"refusal: {st}")
+    st, h, body = request(gw, "POST", "sb-http", 8080, "/echo", body=b"x" * 10000, conn=c)
+    check(st == 200 and body == b"x" * 10000, f"echo with a length: {st} {len(body)}")
+    check(h.get("x-seen-host") == f"{ip}:8080", f"Host sent upstream: {h.get('x-seen-host')}")
+
+    def gen():
+        for i in range(5):
+            yield b"chunk-%d;" % i
+    st, h, body = request(gw, "POST", "sb-http", 8080, "/echo", body=gen(), conn=c)  # no length: chunked
+    check(st == 200 and body == b"chunk-0;chunk-1;chunk-2;chunk-3;chunk-4;", f"chunked request body: {body!r}")
+    # What goes upstream: no credential, no hop-by-hop headers; what comes
+    # back: a sandbox cannot forge the gateway's error header.
+    st, h, body = request(gw, "GET", "sb-http", 8080, "/headers", conn=c,
+                          headers={"Connection": "keep-alive, X-Drop", "X-Drop": "1", "X-Keep": "2",
+                                   "Keep-Alive": "timeout=5", "Fr-Gateway-Other": "3"})
+    sent = [l.lower() for l in json.loads(body)]
+    check(any(l == "x-keep: 2" for l in sent), f"end-to-end header lost: {sent}")
+    check(not any(l.startswith(("fr-gateway", "x-drop", "keep-alive")) for l in sent),
+          f"credential or hop-by-hop header forwarded: {sent}")
+    check("connection: close" in sent, f"the gateway closes its pod connection: {sent}")
+    check("fr-gateway-error" not in h, f"a sandbox forged Fr-Gateway-Error: {h}")
+    check(stats["conns"] == 6, f"pod connections: {stats['conns']} (one per forwarded request: 6)")
+    check(gw.metric("fedrouter_gateway_connections") >= 1, "connections gauge")
+    c.close()
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_user_port_http_server(w, gw):
+    ip = w.make_pod("sb-web", new_pod_ip(), agent=False)
+    d = os.path.join(w.root, "www")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "hello.txt"), "w") as f:
+        f.write("hello from the sandbox\n")
+    p = start_proc([sys.executable, "-m", "http.server", "8000", "--bind", ip, "--directory", d],
+                   os.path.join(w.root, "http.server.log"))
+    w.backends.append(p)
+    check(wait_until(lambda: can_connect(ip, 8000), 10), "python3 -m http.server did not start")
+    st, h, body = request(gw, "GET", "sb-web", 8000, "/hello.txt")
+    check(st == 200 and body == b"hello from the sandbox\n", f"GET /hello.txt: {st} {body!r}")
+    st, h, body = request(gw, "GET", "sb-web", 8000, "")
+    check(st == 200 and b"hello.txt" in body, f"GET / (the empty route): {st} {short(body)}")
+    st, h, body = request(gw, "HEAD", "sb-web", 8000, "/hello.txt")
+    check(st == 200 and body == b"" and h.get("content-length") == "23", f"HEAD: {st} {h} {body!r}")
+    st, h, body = request(gw, "GET", "sb-web", 8000, "/missing")
+    check(st == 404 and "fr-gateway-error" not in h, f"the server's own 404: {st} {h}")
+    st, h, body = request(gw, "GET", "sb-web", 8000, "/hello.txt?x=1&y=%2Fz")
+    check(st == 200, f"a query: {st}")
+
+
+def test_websocket_and_upgrade_pass_through(w, gw):
+    ip = w.make_pod("sb-ws", new_pod_ip(), agent=False)
+    s1, _ = serve(ip, 8765, ws_echo)
+    s2, _ = serve(ip, 8766, raw_upgrade_echo)
+    sock = gw.raw()
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall((f"GET {gpath('sb-ws', 8765, '/chat')} HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\n"
+                  f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                  f"Fr-Gateway-Auth: {sign(w.keys[0], 'sb-ws', 8765)}\r\n\r\n").encode())
+    head, rest = read_head(sock)
+    check(head is not None and head.startswith("HTTP/1.1 101") and "x-echo: yes" in head.lower(),
+          f"101 through the gateway: {head}")
+    buf = rest
+    for payload in (b"hi", os.urandom(70000), b"x" * 200):
+        ws_send(sock, 2, payload)
+        frame, buf = ws_read_frame(sock, buf)
+        check(frame == (2, payload), f"echo of {len(payload)} bytes: {frame and (frame[0], len(frame[1]))}")
+    ws_send(sock, 8, struct.pack(">H", 1000))
+    frame, buf = ws_read_frame(sock, buf)
+    check(frame and frame[0] == 8, f"close echoed: {frame}")
+    sock.close()
+    check(wait_until(lambda: gw.metric("fedrouter_gateway_tunnels") == 0, 5), "the tunnel is still counted open")
+    # A raw upgrade: bytes both ways (some sent with the request head),
+    # then our half-close reaches the pod and its last words and its close
+    # come back. TLS clients do not half-close, so through a plain-HTTP
+    # gateway, with a TCP FIN.
+    plain = w.gateway(["--insecure-plaintext"], name="gw-plain", tls=False)
+    sock = socket.create_connection(("127.0.0.1", plain.port), timeout=10)
+    sock.sendall((f"POST {gpath('sb-ws', 8766, '/')} HTTP/1.1\r\nHost: gw\r\nUpgrade: x-echo\r\n"
+                  f"Connection: Upgrade\r\nContent-Length: 0\r\n"
+                  f"Fr-Gateway-Auth: {sign(w.keys[0], 'sb-ws', 8766)}\r\n\r\nearly").encode())
+    head, rest = read_head(sock)
+    check(head is not None and head.startswith("HTTP/1.1 101"), f"raw upgrade: {head}")
+    got = rest
+    sock.sendall(b"-and-more")
+    deadline = time.monotonic() + 5
+    while len(got) < len(b"early-and-more") and time.monotonic() < deadline:
+        got += sock.recv(100)
+    check(got == b"early-and-more", f"echo before the half-close: {got!r}")
+    sock.shutdown(socket.SHUT_WR)
+    tail_bytes = b""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        d = sock.recv(100)
+        if not d:
+            break
+        tail_bytes += d
+    check(tail_bytes == b"bye", f"after our half-close: {tail_bytes!r} (want the pod's last words, then EOF)")
+    sock.close()
+    check(plain.metric("fedrouter_gateway_requests_total", outcome="tunnel") == 1, "the tunnel is not counted")
+    check(wait_until(lambda: plain.metric("fedrouter_gateway_exchanges") == 0, 5), "the tunnel did not end")
+    stop_proc(plain.proc, signal.SIGINT)
+    check(gw.metric("fedrouter_gateway_requests_total", outcome="tunnel") >= 1, "tunnels not counted")
+    for s in (s1, s2):
+        s.shutdown()
+        s.server_close()
+
+
+def test_files_50mb_both_ways_rss_flat(w, gw):
+    ip = w.make_pod("sb-files", new_pod_ip())
+    w.agent(ip)
+    size = 50 << 20
+    block = os.urandom(1 << 20)
+    digest = hashlib.sha256(block * 50).hexdigest()
+    base = rss_kib(gw.proc.pid)
+    peak = [base]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            peak[0] = max(peak[0], rss_kib(gw.proc.pid))
+            time.sleep(0.02)
+    threading.Thread(target=sample, daemon=True).start()
+    try:
+        # Up: to the agent (streamed, with a length).
+        def gen():
+            for _ in range(50):
+                yield block
+        st, h, body = request(gw, "POST", "sb-files", AGENT_PORT, "/files?path=%2Ftmp%2Fbig-" + ip,
+                              body=gen(), headers={"Content-Length": str(size), "X-Access-Token": AGENT_TOKEN,
+                                                   "Content-Type": "application/octet-stream"})
+        check(st == 200, f"upload: {st} {short(body)}")
+        # Down, by a reader that stalls 2 s first (the gateway must stop
+        # reading the agent) and then reads slowly.
+        st, h, r = request(gw, "GET", "sb-files", AGENT_PORT, "/files?path=%2Ftmp%2Fbig-" + ip,
+                           headers={"X-Access-Token": AGENT_TOKEN}, read=False)
+        check(st == 200 and h.get("content-length") == str(size), f"download head: {st} {h}")
+        time.sleep(2)
+        hh, n = hashlib.sha256(), 0
+        while True:
+            d = r.read(256 << 10)
+            if not d:
+                break
+            hh.update(d)
+            n += len(d)
+        check(n == size and hh.hexdigest() == digest, f"download: {n} bytes, digest match {hh.hexdigest() == digest}")
+        # Up again, to a pod server that stalls 2 s before reading: the
+        # gateway must pause the client.
+        sink, _ = serve(ip, 9000, slow_sink)
+        st, h, body = request(gw, "PUT", "sb-files", 9000, "/upload", body=gen(),
+                              headers={"Content-Length": str(size)})
+        res = json.loads(body)
+        check(st == 200 and res == {"bytes": size, "sha256": digest}, f"upload to a slow sink: {st} {res}")
+        sink.shutdown()
+        sink.server_close()
+    finally:
+        stop.set()
+    grown = peak[0] - base
+    print(f"     gateway RSS {base} KiB before, peak {peak[0]} KiB (+{grown} KiB) over 150 MB moved")
+    # What the gateway may hold: ~HIGH_WATER + one read per direction and
+    # connection; ASan adds shadow memory and its (16 MiB) quarantine.
+    bound = (64 if under_asan(gw.proc.pid) else 24) * 1024
+    check(grown < bound, f"gateway RSS grew {grown} KiB while moving 50 MB: a body was buffered")
+    check(gw.metric("fedrouter_gateway_bytes_total", direction="to_sandbox") >= 2 * size, "bytes up not counted")
+    check(gw.metric("fedrouter_gateway_bytes_total", direction="from_sandbox") >= size, "bytes down not counted")
+
+
+def test_refusals_before_any_dial(w, gw):
+    ip = new_pod_ip()
+    w.make_pod("sb-guard", ip)
+    # A fake agent that only counts connections: nothing refused may reach it.
+    canary, stats = serve(ip, AGENT_PORT, lambda s: s.sendall(b"HTTP/1.1 204 No Content\r\n\r\n"))
+    w.make_pod("not-a-sandbox", new_pod_ip(), sandbox=False)
+    w.make_pod("sb-unready", new_pod_ip(), ready=False)
+    w.make_pod("sb-hostnet", "127.0.0.1", host_network=True)
+    w.make_pod("sb-elsewhere", new_pod_ip(), ns="other")
+    wait_until(lambda: gw.metric("fedrouter_gateway_pods", namespace=NS) >= 4, 5)
+    k = w.keys[0]
+    now = int(time.time())
+    fails0 = gw.metric("fedrouter_gateway_auth_failures_total")
+    cases = [
+        # credentials
+        (dict(auth=False), 401, "unauthenticated", "no signature"),
+        (dict(auth=False, headers={"Fr-Gateway-Auth": "v1.123.abc"}), 401, "unauthenticated", "malformed"),
+        (dict(key=os.urandom(32).hex().encode()), 401, "unauthenticated", "another key"),
+        (dict(auth=False, headers={"Fr-Gateway-Auth": sign(k, "sb-guard", AGENT_PORT, exp=now - 120)}), 401,
+         "unauthenticated", "expired"),
+        (dict(auth=False, headers={"Fr-Gateway-Auth": sign(k, "sb-guard", AGENT_PORT, exp=now + 3600)}), 401,
+         "unauthenticated", "expiry an hour ahead"),
+        (dict(auth=False, headers={"Fr-Gateway-Auth": sign(k, "sb-guard", AGENT_PORT, cluster="other")}), 401,
+         "unauthenticated", "signed for another cluster"),
+        (dict(auth=False, headers={"Fr-Gateway-Auth": sign(k, "sb-other", AGENT_PORT)}), 401, "unauthenticated",
+         "signed for another pod"),
+        (dict(auth=False, headers={"Fr-Gateway-Auth": sign(k, "sb-guard", 8080)}), 401, "unauthenticated",
+         "signed for another port"),
+        # the agent's internal routes
+        (dict(route="/init", method="POST"), 403, "path_not_allowed", "/init"),
+        (dict(route="/INIT", method="POST"), 403, "path_not_allowed", "/INIT"),
+        (dict(route="/%69nit", method="POST"), 403, "path_not_allowed", "/%69nit"),
+        (dict(route="/init/", method="POST"), 403, "path_not_allowed", "/init/"),
+        (dict(route="/_fr/anything"), 403, "path_not_allowed", "/_fr/"),
+        (dict(route="/%5Ffr/x"), 403, "path_not_allowed", "/%5Ffr/"),
+        (dict(route="/_FR"), 403, "path_not_allowed", "/_FR"),
+        # paths that could be normalized into another
+        (dict(route="/a/../init"), 400, "invalid_path", "dot segments"),
+        (dict(route="/a/%2e%2e/init"), 400, "invalid_path", "encoded dot segments"),
+        (dict(route="/a/%2E%2e/x"), 400, "invalid_path", "encoded dot segments, mixed case"),
+        (dict(route="/a/.%2E/x"), 400, "invalid_path", "half encoded"),
+        (dict(route="/a/%252e%252e/x"), 400, "invalid_path", "double encoded"),
+        (dict(route="/a%2finit"), 400, "invalid_path", "encoded slash"),
+        (dict(route="/a%5cb"), 400, "invalid_path", "encoded backslash"),
+        (dict(route="/a\\b"), 400, "invalid_path", "backslash"),
+        (dict(route="/a;b"), 400, "invalid_path", "semicolon"),
+        (dict(route="/a%3bb"), 400, "invalid_path", "encoded semicolon"),
+        (dict(route="/a%00b"), 400, "invalid_path", "NUL", True),
+        (dict(route="/a%0d%0aX:%20y"), 400, "invalid_path", "CR LF"),
+        (dict(route="//x"), 400, "invalid_path", "empty segment"),
+        (dict(route="/x?a=%00"), 400, "invalid_path", "NUL in the query"),
+        (dict(raw_path="/v1/proxy/sandboxes/sb-guard/49983/../../other/x/1/"), 400, "invalid_path",
+         "dot segments across the prefix"),
+        (dict(raw_path="/v1/proxy/sandboxes/sb-guard/049983/"), 400, "invalid_target", "port with a zero"),
+        (dict(raw_path="/v1/proxy/sandboxes/sb-guard/70000/"), 400, "invalid_target", "port out of range"),
+        (dict(raw_path="/v1/proxy/Sandboxes/sb-guard/49983/"), 400, "invalid_target", "namespace case"),
+        (dict(raw_path="/v1/proxy/sandboxes/SB/49983/"), 400, "invalid_target", "pod name case"),
+        (dict(raw_path="/api/v1/namespaces/sandboxes/pods/sb-guard:49983/proxy/"), 400, "invalid_target",
+         "the API server's proxy path"),
+        (dict(raw_path="http://127.0.0.1/v1/proxy/sandboxes/sb-guard/49983/"), 400, "invalid_path",
+         "absolute form", True),
+        (dict(method="TRACE"), 405, "method_not_allowed", "TRACE"),
+    ]
+    for case in cases:
+        kw, status, code, what = case[:4]
+        method = kw.pop("method", "GET")
+        resp = request(gw, method, "sb-guard", AGENT_PORT, **kw)
+        expect_refusal(resp, status, code, what, by_server=len(case) > 4)
+    # Targets that are not a Ready sandbox this gateway watches.
+    for pod, port, ns, status, code, what in (
+            ("not-a-sandbox", 8080, NS, 404, "sandbox_not_found", "a pod without the sandbox label"),
+            ("sb-unready", AGENT_PORT, NS, 404, "sandbox_not_ready", "a pod not Ready"),
+            ("sb-hostnet", 10250, NS, 403, "target_not_allowed", "a host-network pod (the kubelet's port)"),
+            ("sb-elsewhere", AGENT_PORT, "other", 403, "namespace_not_allowed", "another namespace"),
+            ("kube-system", 443, "kube-system", 403, "namespace_not_allowed", "kube-system"),
+            ("10.0.0.1", 443, NS, 404, "sandbox_not_found", "an IP as pod name"),
+            ("kubernetes.default.svc", 443, NS, 404, "sandbox_not_found", "the API server's name"),
+            ("no-such-pod", AGENT_PORT, NS, 404, "sandbox_not_found", "an unknown pod")):
+        expect_refusal(request(gw, "GET", pod, port, "/", ns=ns), status, code, what)
+    check(stats["conns"] == 0, f"a refused request reached the pod ({stats['conns']} connections)")
+    # The same pod, properly asked, is reached.
+    st, h, body = request(gw, "GET", "sb-guard", AGENT_PORT, "/health")
+    check(st == 204 and stats["conns"] == 1, f"the canary itself: {st}, {stats['conns']} connections")
+    fails = gw.metric("fedrouter_gateway_auth_failures_total") - fails0
+    check(fails == 8, f"auth failures counted: {fails}, want 8")
+    check(gw.metric("fedrouter_gateway_auth_failures_total", reason="expired") >= 1 and
+          gw.metric("fedrouter_gateway_auth_failures_total", reason="expiry_too_far") >= 1 and
+          gw.metric("fedrouter_gateway_auth_failures_total", reason="missing") >= 1, "reasons not counted")
+    check(gw.metric("fedrouter_gateway_requests_total", outcome="bad_request") >= 20 and
+          gw.metric("fedrouter_gateway_requests_total", outcome="forbidden") >= 9 and
+          gw.metric("fedrouter_gateway_requests_total", outcome="not_found") >= 4, "refusals not counted")
+    log = open(gw.log, errors="replace").read()
+    check("signature expired" in log and "signature bad_signature" in log and "path_not_allowed" in log,
+          "refusals not logged:\n" + tail(gw.log))
+    canary.shutdown()
+    canary.server_close()
+
+
+def test_per_sandbox_limit(w, gw):
+    g2 = w.gateway(["--max-per-sandbox", "2"], name="gw-limit")
+    ip = w.make_pod("sb-limit", new_pod_ip())
+    w.agent(ip)
+    streams = [start_stream(g2, "sb-limit", "sleep", ["1"]) for _ in range(2)]
+    resp = request(g2, "GET", "sb-limit", AGENT_PORT, "/health")
+    expect_refusal(resp, 429, "too_many_connections", "a third open request")
+    check(resp[1].get("retry-after") == "1", f"429 without Retry-After: {resp[1]}")
+    for c, r in streams:
+        read_events(r)
+        c.close()
+    check(wait_until(lambda: request(g2, "GET", "sb-limit", AGENT_PORT, "/health")[0] == 204, 5),
+          "the sandbox stays limited after its requests ended")
+    check(g2.metric("fedrouter_gateway_requests_total", outcome="limited") == 1, "429 not counted")
+    stop_proc(g2.proc, signal.SIGINT)
+
+
+def test_key_rotation_without_restart(w, gw):
+    ip = w.make_pod("sb-keys", new_pod_ip(), agent=False)
+    srv, _ = serve(ip, 8080, http_misc)
+    old, new = w.keys[0], os.urandom(32).hex().encode()
+    check(request(gw, "GET", "sb-keys", 8080, "/chunked", key=new)[0] == 401, "the new key works before it is in")
+    # The kubelet updates the Secret volume: current = new, previous = old.
+    w.keys = [new, old]
+    w.write_keys()
+    gw.proc.send_signal(signal.SIGHUP)
+    check(wait_until(lambda: request(gw, "GET", "sb-keys", 8080, "/chunked", key=new)[0] == 200, 10),
+          "the new key is not accepted after SIGHUP:\n" + tail(gw.log))
+    check(request(gw, "GET", "sb-keys", 8080, "/chunked", key=old)[0] == 200, "the previous key is refused mid-rotation")
+    # The rotation ends: previous emptied.
+    w.keys = [new, b""]
+    w.write_keys()
+    gw.proc.send_signal(signal.SIGHUP)
+    check(wait_until(lambda: request(gw, "GET", "sb-keys", 8080, "/chunked", key=old)[0] == 401, 10),
+          "the old key still works after the rotation")
+    check(gw.metric("fedrouter_gateway_keys") == 1 and gw.metric("fedrouter_gateway_key_reloads_total", result="ok") == 2,
+          "key reloads not counted")
+    # A broken key file keeps the ring as it was.
+    with open(w.key_files[1], "w") as f:
+        f.write("short\n")
+    gw.proc.send_signal(signal.SIGHUP)
+    check(wait_until(lambda: gw.metric("fedrouter_gateway_key_reloads_total", result="error") == 1, 10),
+          "a bad key file not reported")
+    check(request(gw, "GET", "sb-keys", 8080, "/chunked", key=new)[0] == 200, "a bad key file broke the ring")
+    w.write_keys()
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_deleted_or_gone_pod_answers_at_once(w, gw):
+    ip = w.make_pod("sb-gone", new_pod_ip(), agent=False)
+    srv, _ = serve(ip, 8080, http_misc)
+    check(request(gw, "GET", "sb-gone", 8080, "/chunked")[0] == 200, "before the delete")
+    srv.shutdown()
+    srv.server_close()
+    # Still cached and Ready, nothing listening: the dial fails fast.
+    t0 = time.monotonic()
+    expect_refusal(request(gw, "GET", "sb-gone", 8080, "/chunked"), 502, "upstream_unreachable", "server gone")
+    check(time.monotonic() - t0 < 2, "a refused dial took long")
+    # Deleted (kubesim keeps it Terminating for 1.5 s, then it is gone):
+    # 404 as soon as the cache sees the deletion, never a dial.
+    w.delete_pod("sb-gone")
+    check(wait_until(lambda: request(gw, "GET", "sb-gone", 8080, "/chunked")[0] == 404, 5),
+          "a pod being deleted is still served")
+    expect_refusal(request(gw, "GET", "sb-gone", 8080, "/chunked"), 404, "sandbox_not_found", "while terminating")
+    check(wait_until(lambda: w.kube("GET", f"/api/v1/namespaces/{NS}/pods/sb-gone")[0] == 404, 10),
+          "kubesim did not remove the pod")
+    expect_refusal(request(gw, "GET", "sb-gone", 8080, "/chunked"), 404, "sandbox_not_found", "after the delete")
+    # A new pod that gets the old address while the old one is still
+    # cached: neither is served until the cache agrees.
+    ip2 = new_pod_ip()
+    w.make_pod("sb-ip-a", ip2, agent=False)
+    w.make_pod("sb-ip-b", ip2, agent=False)
+    check(wait_until(lambda: request(gw, "GET", "sb-ip-a", 8080, "/")[0] == 503, 5), "an address held twice is served")
+    expect_refusal(request(gw, "GET", "sb-ip-b", 8080, "/"), 503, "sandbox_address_conflict", "address conflict")
+
+
+def test_token_rotation_in_cluster(w, gw):
+    """The projected token changes: the file gets the new one, the API
+    server stops accepting the old; the gateway re-reads on the 401 and its
+    cache keeps following the cluster."""
+    new_token = "sa-rotated-" + os.urandom(6).hex()
+    tok = os.path.join(w.sa, "token")
+    with open(tok + ".tmp", "w") as f:
+        f.write(new_token)
+    os.rename(tok + ".tmp", tok)
+    st, _ = w.admin("PUT", "/_sim/tokens", {"tokens": [new_token, SIM_TOKEN + "-admin-only"]})
+    check(st == 200, f"kubesim tokens: {st}")
+    unauthorized0 = w.admin("GET", "/_sim/state")[1]["unauthorized"]
+    # The open watch was authorized at its start; a new one must carry the new token.
+    w.admin("POST", "/_sim/faults", {"drop_watches": True})
+    try:
+        # Our own API calls now need the new token too.
+        def kube_new(method, path, body=None, expect=None, ctype="application/json"):
+            return World.kube(w, method, path, body, expect, ctype, token=new_token)
+        w.kube = kube_new
+        ip = w.make_pod("sb-after-rotation", new_pod_ip(), agent=False)
+        srv, _ = serve(ip, 8080, http_misc)
+        check(wait_until(lambda: request(gw, "GET", "sb-after-rotation", 8080, "/chunked")[0] == 200, 15),
+              "the gateway does not see pods made after the token rotation:\n" + tail(gw.log))
+        st, state = w.admin("GET", "/_sim/state")
+        check(state["unauthorized"] > unauthorized0, "no 401 was seen: the rotation was not exercised")
+        check(gw.metric("fedrouter_gateway_cache_healthy", namespace=NS) == 1, "the cache is unhealthy")
+        srv.shutdown()
+        srv.server_close()
+    finally:
+        del w.kube
+        w.admin("PUT", "/_sim/tokens", {"tokens": [SIM_TOKEN, new_token]})
+
+
+def test_sigterm_drain(w, gw):
+    g2 = w.gateway(["--shutdown-delay-ms", "1500", "--drain-timeout-s", "20"], name="gw-drain")
+    ip = w.make_pod("sb-drain", new_pod_ip())
+    w.agent(ip)
+    c, r = start_stream(g2, "sb-drain", "sh", ["-c", "echo start; sleep 3; echo done"])
+    check(r.status == 200, f"stream: {r.status}")
+    t0 = time.monotonic()
+    g2.proc.send_signal(signal.SIGTERM)
+    check(wait_until(lambda: g2.health("/readyz")[0] == 503, 2), "/readyz still 200 after SIGTERM")
+    # During the delay the gateway still serves new requests.
+    check(request(g2, "GET", "sb-drain", AGENT_PORT, "/health")[0] == 204, "not serving during the delay")
+    out, ex, end = read_events(r)
+    check(out == b"start\ndone\n" and ex and ex.get("exitCode") == 0, f"the in-flight stream: {out} {ex}")
+    c.close()
+    rc = g2.proc.wait(15)
+    g2.expected_exit = True
+    check(rc == 0, f"exit {rc} after the drain:\n" + tail(g2.log))
+    check(time.monotonic() - t0 >= 1.5, "exited before the shutdown delay")
+
+
+FIRST = [test_exec_through_the_gateway, test_keep_alive_across_framings_and_refusals, test_user_port_http_server,
+         test_websocket_and_upgrade_pass_through, test_files_50mb_both_ways_rss_flat, test_refusals_before_any_dial,
+         test_per_sandbox_limit, test_key_rotation_without_restart, test_deleted_or_gone_pod_answers_at_once,
+         test_token_rotation_in_cluster, test_sigterm_drain]
+
+
+def watchdog():
+    time.sleep(WATCHDOG_S)
+    print(f"watchdog: {WATCHDOG_S} s passed, killing everything", flush=True)
+    for p in PROCS:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(2)
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gateway", required=True)
+    ap.add_argument("--kubesim", required=True)
+    ap.add_argument("--agent", required=True)
+    ap.add_argument("--only", action="append", default=[])
+    ap.add_argument("--keep", action="store_true")
+    ARGS = ap.parse_args()
+    threading.Thread(target=watchdog, daemon=True).start()
+    results = []
+    w = World()
+    try:
+        gw = w.gateway()
+        for t in FIRST:
+            if ARGS.only and t.__name__ not in ARGS.only:
+                continue
+            t0 = time.monotonic()
+            try:
+                check(gw.proc.poll() is None, "the gateway is not running:\n" + tail(gw.log))
+                t(w, gw)
+                results.append((t.__name__, True))
+                print(f"ok   {t.__name__} ({time.monotonic() - t0:.1f} s)", flush=True)
+            except Exception as e:  # noqa: BLE001
+                results.append((t.__name__, False))
+                detail = str(e) if isinstance(e, TestFailure) else traceback.format_exc()
+                print(f"FAIL {t.__name__}: {detail}", flush=True)
+    finally:
+        problems = w.teardown()
+    results.append(("teardown", not problems))
+    print("ok   teardown" if not problems else "FAIL teardown: " + "\n".join(problems))
+    failed = [n for n, ok in results if not ok]
+    print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
