@@ -1051,10 +1051,62 @@ def test_sigterm_drain(w, gw):
     check(time.monotonic() - t0 >= 1.5, "exited before the shutdown delay")
 
 
+def test_router_in_cluster(w, gw):
+    """The router's `in_cluster = true`: its cluster reached with the pod's
+    service account, as the gateway does; a token rotation too."""
+    if not ARGS.fedrouter:
+        print("     (skipped: no --fedrouter)")
+        return
+    conf = os.path.join(w.root, "router.conf")
+    with open(conf, "w") as f:
+        f.write('listen = "127.0.0.1:0";\nregion = "us";\nshutdown_delay_ms = 0;\n'
+                'clusters = ( { name = "home"; region = "us"; in_cluster = true; namespace = "%s"; } );\n' % NS)
+    env = dict(os.environ, KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=str(w.port),
+               FR_SERVICEACCOUNT_DIR=w.sa)
+    chk = subprocess.run([ARGS.fedrouter, "config", "check", conf], env=env, capture_output=True, text=True)
+    check(chk.returncode == 0, f"config check: {chk.stdout} {chk.stderr}")
+    outside = dict(os.environ)
+    outside.pop("KUBERNETES_SERVICE_HOST", None)
+    chk = subprocess.run([ARGS.fedrouter, "config", "check", conf], env=outside, capture_output=True, text=True)
+    check(chk.returncode == 0 and "in_cluster: not checked here" in chk.stdout,
+          f"config check outside a pod: {chk.returncode} {chk.stdout} {chk.stderr}")
+    log = os.path.join(w.root, "router.log")
+    rp = subprocess.Popen([ARGS.fedrouter, "--config", conf], env=env, stdout=subprocess.PIPE,
+                          stderr=open(log, "wb"), start_new_session=True)
+    PROCS.append(rp)
+    try:
+        line = rp.stdout.readline().decode()
+        m = re.search(r":(\d+)\s*$", line)
+        check(m, f"router did not print its port: {line!r}\n" + tail(log))
+        port = int(m.group(1))
+
+        def api(method, path, body=None):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            c.request(method, path, body=json.dumps(body) if body is not None else None,
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            out = json.loads(r.read() or b"null")
+            c.close()
+            return r.status, out
+        check(wait_until(lambda: api("GET", "/readyz")[0] == 200, 15), "router not ready:\n" + tail(log))
+        st, cl = api("GET", "/v1/clusters")
+        home = [c for c in cl.get("clusters", []) if c.get("name") == "home"]
+        check(st == 200 and home and home[0].get("healthy") is True, f"/v1/clusters: {st} {short(cl)}")
+        st, out = api("POST", "/v1/sandboxes", {"image": "python:3.12", "name": "ic"})
+        check(st == 201, f"create through the in-cluster identity: {st} {short(out)}")
+        pod = out["sandboxes"][0]["id"].split(".", 1)[1]
+        check(w.kube("GET", f"/api/v1/namespaces/{NS}/pods/{pod}")[0] == 200, "the pod is not in the cluster")
+        print(f"     sandbox {out['sandboxes'][0]['id']} made through the in-cluster identity")
+    finally:
+        rp.send_signal(signal.SIGTERM)
+        rc = rp.wait(20)
+        check(rc == 0, f"router exit {rc}:\n" + tail(log))
+
+
 FIRST = [test_exec_through_the_gateway, test_keep_alive_across_framings_and_refusals, test_user_port_http_server,
          test_websocket_and_upgrade_pass_through, test_files_50mb_both_ways_rss_flat, test_refusals_before_any_dial,
          test_per_sandbox_limit, test_key_rotation_without_restart, test_deleted_or_gone_pod_answers_at_once,
-         test_token_rotation_in_cluster, test_sigterm_drain]
+         test_token_rotation_in_cluster, test_router_in_cluster, test_sigterm_drain]
 
 
 def watchdog():
@@ -1074,6 +1126,7 @@ def main():
     ap.add_argument("--gateway", required=True)
     ap.add_argument("--kubesim", required=True)
     ap.add_argument("--agent", required=True)
+    ap.add_argument("--fedrouter", help="also check the router's in_cluster = true")
     ap.add_argument("--only", action="append", default=[])
     ap.add_argument("--keep", action="store_true")
     ARGS = ap.parse_args()
