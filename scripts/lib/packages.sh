@@ -4,6 +4,7 @@
 # clang and libclang-rt-dev (libFuzzer and clang's sanitizer runtimes) are
 # for the fuzz build only (scripts/fuzz, tests/fuzz). haproxy runs the
 # replicas_haproxy test and the `replicas` benchmark (three routers behind it).
+# wrk drives the `gateway` benchmark's request rates (loadtest/gateway_bench.py).
 # python3-kubernetes is the official Kubernetes Python client the
 # kube_python_client test drives kubesim with (it runs under /usr/bin/python3,
 # whose dist-packages Debian installs it into).
@@ -22,7 +23,7 @@ FR_PACKAGES=(
   check libsubunit-dev libhttp-parser-dev libyaml-dev libbsd-dev
   openssl ca-certificates procps python3 curl
   prometheus chromium
-  haproxy
+  haproxy wrk
   python3-yaml python3-kubernetes
   clang libclang-rt-dev
 )

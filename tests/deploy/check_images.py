@@ -229,7 +229,8 @@ TEST_ONLY = {"check", "libsubunit-dev", "prometheus", "chromium", "curl", "procp
              "python3-yaml", "openssl", "ca-certificates",
              "python3-kubernetes",         # kube_python_client (the official client)
              "clang", "libclang-rt-dev",   # the fuzz build (tests/fuzz) only
-             "haproxy"}                    # replicas_haproxy and the replicas benchmark
+             "haproxy",                    # replicas_haproxy and the replicas benchmark
+             "wrk"}                        # the gateway benchmark
 
 
 def check_build_deps(root, name, instrs):
