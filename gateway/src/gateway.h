@@ -33,6 +33,7 @@
 struct fr_podcache;
 struct fr_kube_client;
 struct gw_exchange;
+struct gw_pool;
 
 /* Per-sandbox counts of open exchanges, for max_per_sandbox. */
 struct gw_sbcount {
@@ -89,6 +90,9 @@ struct gw {
   size_t sb_cap, sb_n;
   struct gw_exchange *exchanges; /* every live exchange */
   size_t nexchanges, ntunnels;
+  struct gw_pool *pool;          /* idle connections to pods (proxy.c) */
+  size_t nupconns, npooled;      /* connections to pods open; of them idle in the pool */
+  uint64_t pool_hits, pool_retries; /* requests sent on a kept-alive connection; sent again */
   int keys_reloading;            /* keys.c: a reload runs on the thread pool */
   int shutting_down;             /* SIGTERM seen: /readyz fails */
   int draining;                  /* the HTTP server drains */
@@ -129,8 +133,10 @@ void gw_server_free(struct gw *g);
  * anything started (the caller answers and uncounts). */
 int gw_proxy_start(struct gw *g, struct fr_http_req *req, const struct sockaddr *addr, struct fr_buf *head,
                    int64_t body, int upgrade, const char *key);
-/* Aborts every exchange (drain deadline, shutdown). */
+/* Aborts every exchange (drain deadline, shutdown) and closes the pool. */
 void gw_proxy_abort_all(struct gw *g);
+/* Closes every idle connection to a pod and the pool. */
+void gw_pool_close(struct gw *g);
 
 /* ---- keys.c ---- */
 

@@ -1,11 +1,14 @@
-/* proxy.c - one forwarded request: the connection to the pod, the
- * request body up, the answer down, and the tunnel after a 101.
+/* proxy.c - one forwarded request: a connection to the pod (new or kept
+ * alive from an earlier request), the request body up, the answer down,
+ * and the tunnel after a 101.
  *
  * An exchange is a small state machine (ex_set_state()):
  *
  *   CONNECTING --connected--> REQUEST --answer head--> RESPONSE --end--> CLOSING
  *        |                       |  \--101 (upgrade)--> TUNNEL --both ends--> CLOSING
  *        +--refused, timeout-----+--error / client gone / idle---------------> CLOSING
+ *
+ * (a request on a pooled connection starts in REQUEST.)
  *
  * Both directions stream with backpressure, and neither holds more than
  * about HIGH_WATER plus one read: the client's body (or tunnel input) is
@@ -15,9 +18,20 @@
  * again once they fell to LOW_WATER (fr_http_on_drain()). The answer's
  * framing is parsed with http-parser, so the client's connection is kept
  * alive after a whole answer whatever framing the pod used (length,
- * chunked, or until it closes). The connection to the pod is closed after
- * every exchange (Connection: close): a connection on a pod network costs
- * one round trip, the router-facing one (TLS) is what is kept.
+ * chunked, or until it closes).
+ *
+ * Connections to pods are kept alive too (struct gw_upconn): after an
+ * answer that leaves the connection reusable (the pod said keep-alive, the
+ * request was sent whole, the answer was framed) it goes to an idle pool
+ * keyed by the pod's address, where it is read (a close or stray bytes
+ * discard it) and expires after POOL_IDLE_MS. Without it every request
+ * would cost a connect, and the gateway, closing first, would hold a
+ * TIME_WAIT port per request: a few hundred requests a second to one pod
+ * exhaust the ephemeral ports towards it. Only a request that can be sent
+ * again (no body, or a small one the server read whole) takes a pooled
+ * connection: if the pod closed it just as it was taken (the connection
+ * fails before any answer byte), the request goes again once on a new one.
+ * A request that streams its body dials a new connection.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -42,6 +56,14 @@
 /* The pod's answer head: status line and headers. */
 #define MAX_RESPONSE_HEAD ((size_t)64 << 10)
 #define READ_SIZE 65536
+/* Idle connections to pods: how long one is kept (under the agent's own
+ * 300 s and most servers' keep-alive), how many per pod address and in
+ * all. 32 a pod covers the concurrency one sandbox sees from its routers;
+ * the total bounds descriptors and memory (~1 KiB each). */
+#define POOL_IDLE_MS 30000
+#define POOL_PER_ADDR 32
+#define POOL_MAX 4096
+#define POOL_BUCKETS 1024
 
 #define LOGC "gateway"
 
@@ -49,18 +71,33 @@ enum ex_state { EX_CONNECTING, EX_REQUEST, EX_RESPONSE, EX_TUNNEL, EX_CLOSING };
 
 static const char *const ex_state_names[] = {"connecting", "request", "response", "tunnel", "closing"};
 
+/* A connection to a pod: owned by one exchange at a time, or idle in the
+ * pool. Freed only from its handle's close callback. */
+struct gw_upconn {
+  struct gw *g;
+  struct gw_exchange *ex;        /* the owner; NULL while pooled or closing */
+  uv_tcp_t tcp;
+  uv_connect_t connect;
+  uv_shutdown_t shut;
+  struct sockaddr_storage addr;
+  size_t bucket;
+  struct gw_upconn *bprev, *bnext; /* the pool bucket, while pooled */
+  struct gw_upconn *lprev, *lnext; /* the pool's idle list, oldest first */
+  uint64_t idle_since;
+  size_t pending;                /* bytes queued to the pod */
+  int pooled, reading, closing, reused;
+};
+
 struct gw_exchange {
   struct gw *g;
   struct gw_exchange *prev, *next;
   struct fr_http_req *req;       /* NULL once the client's request is finished or gone */
+  struct gw_upconn *up;          /* the pod's connection, NULL once given back */
   enum ex_state state;
-  uv_tcp_t tcp;
-  uv_connect_t connect;
-  uv_shutdown_t shut;
-  uv_timer_t timer;
-  int nhandles;                  /* open handles: tcp, timer */
+  uv_timer_t timer;              /* freed from its close callback */
+  struct sockaddr_storage addr;
   http_parser parser;
-  struct fr_buf head;            /* the request head, until written */
+  struct fr_buf head;            /* the request head (kept for a retry until the answer begins) */
   struct fr_buf rhead;           /* the answer's headers to pass on */
   struct fr_buf hname, hvalue;
   int in_value;
@@ -69,27 +106,42 @@ struct gw_exchange {
   int interim;                   /* the answer being parsed is a 1xx other than 101 */
   int to_tunnel;                 /* a 101 to an upgrade: switch after the parser returns */
   int answered;                  /* the answer's head went to the client */
+  int complete;                  /* the whole answer was parsed */
+  int got_bytes;                 /* the pod sent something on this exchange */
   int parse_error;               /* a callback stopped the parser */
   int64_t body;                  /* the client's body framing (GW_BODY_* or a length) */
   int upgrade, head_method;
+  int replayable;                /* no body, or a whole one: can be sent again */
+  int retried;
   int client_body_done;
   int client_paused;             /* we hold the client's body or tunnel input back */
-  int up_reading, up_eof, up_shut, up_shut_done;
+  int up_eof, up_shut, up_shut_done;
   int tunnel_ended;              /* the client's side of the tunnel is over */
-  size_t up_pending;             /* bytes queued towards the pod */
   uint64_t start_ms, last_ms;    /* uv_now */
   char key[320];                 /* "ns/pod" for the per-sandbox count */
 };
 
 struct up_write {
   uv_write_t w;
-  struct gw_exchange *ex;
+  struct gw_upconn *up;
   size_t len;
   char data[];
 };
 
+/* The pool: buckets by address, and every idle connection oldest first. */
+struct gw_pool {
+  struct gw_upconn *buckets[POOL_BUCKETS];
+  struct gw_upconn *lhead, *ltail;
+  size_t n;
+  uv_timer_t expire;
+  int timer_on;
+};
+
 static void ex_close(struct gw_exchange *ex);
 static void ex_read_start(struct gw_exchange *ex);
+static void ex_connected(struct gw_exchange *ex);
+static int ex_dial(struct gw_exchange *ex);
+static void on_up_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 static void ex_set_state(struct gw_exchange *ex, enum ex_state s) {
   if (ex->state == s)
@@ -104,6 +156,215 @@ static void ex_set_state(struct gw_exchange *ex, enum ex_state s) {
 
 static void touch(struct gw_exchange *ex) {
   ex->last_ms = uv_now(ex->g->loop);
+}
+
+/* ------------------------------------------------------------ connections to pods */
+
+static int addr_equal(const struct sockaddr_storage *a, const struct sockaddr_storage *b) {
+  if (a->ss_family != b->ss_family)
+    return 0;
+  if (a->ss_family == AF_INET) {
+    const struct sockaddr_in *x = (const struct sockaddr_in *)a, *y = (const struct sockaddr_in *)b;
+    return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+  }
+  {
+    const struct sockaddr_in6 *x = (const struct sockaddr_in6 *)a, *y = (const struct sockaddr_in6 *)b;
+    return x->sin6_port == y->sin6_port && memcmp(&x->sin6_addr, &y->sin6_addr, 16) == 0;
+  }
+}
+
+static size_t addr_bucket(const struct sockaddr_storage *a) {
+  const unsigned char *p;
+  size_t n, i;
+  uint64_t h = 1469598103934665603ULL;
+
+  if (a->ss_family == AF_INET) {
+    p = (const unsigned char *)&((const struct sockaddr_in *)a)->sin_addr;
+    n = 4;
+    h = (h ^ ((const struct sockaddr_in *)a)->sin_port) * 1099511628211ULL;
+  } else {
+    p = (const unsigned char *)&((const struct sockaddr_in6 *)a)->sin6_addr;
+    n = 16;
+    h = (h ^ ((const struct sockaddr_in6 *)a)->sin6_port) * 1099511628211ULL;
+  }
+  for (i = 0; i < n; i++)
+    h = (h ^ p[i]) * 1099511628211ULL;
+  return (size_t)(h % POOL_BUCKETS);
+}
+
+static struct gw_pool *pool_of(struct gw *g) {
+  if (g->pool == NULL) {
+    g->pool = calloc(1, sizeof(*g->pool));
+    if (g->pool != NULL) {
+      uv_timer_init(g->loop, &g->pool->expire);
+      g->pool->expire.data = g;
+      uv_unref((uv_handle_t *)&g->pool->expire);
+    }
+  }
+  return g->pool;
+}
+
+static void pool_unlink(struct gw_pool *p, struct gw_upconn *up) {
+  if (!up->pooled)
+    return;
+  if (up->bprev != NULL)
+    up->bprev->bnext = up->bnext;
+  else
+    p->buckets[up->bucket] = up->bnext;
+  if (up->bnext != NULL)
+    up->bnext->bprev = up->bprev;
+  if (up->lprev != NULL)
+    up->lprev->lnext = up->lnext;
+  else
+    p->lhead = up->lnext;
+  if (up->lnext != NULL)
+    up->lnext->lprev = up->lprev;
+  else
+    p->ltail = up->lprev;
+  up->bprev = up->bnext = up->lprev = up->lnext = NULL;
+  up->pooled = 0;
+  p->n--;
+  up->g->npooled = p->n;
+}
+
+static void on_upconn_closed(uv_handle_t *h) {
+  struct gw_upconn *up = h->data;
+
+  up->g->nupconns--;
+  free(up);
+}
+
+/* Closes a connection to a pod (pooled or not, owner detached first). */
+static void upconn_close(struct gw_upconn *up) {
+  if (up == NULL || up->closing)
+    return;
+  if (up->pooled)
+    pool_unlink(up->g->pool, up);
+  up->closing = 1;
+  up->ex = NULL;
+  uv_close((uv_handle_t *)&up->tcp, on_upconn_closed);
+}
+
+static struct gw_upconn *upconn_new(struct gw *g, const struct sockaddr_storage *addr) {
+  struct gw_upconn *up = calloc(1, sizeof(*up));
+
+  if (up == NULL)
+    return NULL;
+  up->g = g;
+  up->addr = *addr;
+  up->bucket = addr_bucket(addr);
+  uv_tcp_init(g->loop, &up->tcp);
+  up->tcp.data = up->connect.data = up->shut.data = up;
+  g->nupconns++;
+  return up;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  static char scratch[READ_SIZE];
+
+  /* One read at a time on the loop thread, handed over before the next
+   * read: one buffer serves every connection (the client side copies). */
+  (void)h;
+  (void)suggested;
+  buf->base = scratch;
+  buf->len = sizeof(scratch);
+}
+
+static void on_pool_expire(uv_timer_t *t) {
+  struct gw *g = t->data;
+  struct gw_pool *p = g->pool;
+  uint64_t now = uv_now(g->loop);
+
+  while (p->lhead != NULL && now - p->lhead->idle_since >= POOL_IDLE_MS)
+    upconn_close(p->lhead);
+  if (p->lhead != NULL)
+    uv_timer_start(t, on_pool_expire, POOL_IDLE_MS - (now - p->lhead->idle_since), 0);
+  else
+    p->timer_on = 0;
+}
+
+/* Gives <up> back for a later request to the same address, or closes it
+ * when the pool for it (or in all) is full. */
+static void pool_put(struct gw *g, struct gw_upconn *up) {
+  struct gw_pool *p = pool_of(g);
+  struct gw_upconn *c;
+  size_t same = 0;
+
+  up->ex = NULL;
+  if (p == NULL || g->draining) {
+    upconn_close(up);
+    return;
+  }
+  for (c = p->buckets[up->bucket]; c != NULL; c = c->bnext)
+    same += addr_equal(&c->addr, &up->addr);
+  if (same >= POOL_PER_ADDR)
+    upconn_close(up);
+  else if (p->n >= POOL_MAX && p->lhead != NULL)
+    upconn_close(p->lhead); /* the oldest goes, this one stays */
+  if (up->closing)
+    return;
+  /* Read while idle (on_up_read without an owner): a close or stray bytes
+   * from the pod discard the connection. The same callback serves the
+   * next owner, so taking it costs no epoll change. */
+  if (!up->reading) {
+    if (uv_read_start((uv_stream_t *)&up->tcp, on_alloc, on_up_read) != 0) {
+      upconn_close(up);
+      return;
+    }
+    up->reading = 1;
+  }
+  up->pooled = 1;
+  up->reused = 1;
+  up->idle_since = uv_now(g->loop);
+  up->bnext = p->buckets[up->bucket];
+  if (up->bnext != NULL)
+    up->bnext->bprev = up;
+  p->buckets[up->bucket] = up;
+  up->lprev = p->ltail;
+  if (p->ltail != NULL)
+    p->ltail->lnext = up;
+  else
+    p->lhead = up;
+  p->ltail = up;
+  p->n++;
+  g->npooled = p->n;
+  if (!p->timer_on) {
+    p->timer_on = 1;
+    uv_timer_start(&p->expire, on_pool_expire, POOL_IDLE_MS, 0);
+  }
+}
+
+/* The most recently pooled connection to <addr>, taken out, or NULL. */
+static struct gw_upconn *pool_take(struct gw *g, const struct sockaddr_storage *addr) {
+  struct gw_pool *p = g->pool;
+  struct gw_upconn *c;
+
+  if (p == NULL)
+    return NULL;
+  for (c = p->buckets[addr_bucket(addr)]; c != NULL; c = c->bnext)
+    if (addr_equal(&c->addr, addr))
+      break;
+  if (c == NULL)
+    return NULL;
+  pool_unlink(p, c);
+  g->pool_hits++;
+  return c;
+}
+
+static void on_pool_timer_closed(uv_handle_t *h) {
+  free(fr_container_of((uv_timer_t *)h, struct gw_pool, expire));
+}
+
+void gw_pool_close(struct gw *g) {
+  struct gw_pool *p = g->pool;
+
+  if (p == NULL)
+    return;
+  while (p->lhead != NULL)
+    upconn_close(p->lhead);
+  g->pool = NULL;
+  /* The pool memory goes with its timer's close callback. */
+  uv_close((uv_handle_t *)&p->expire, on_pool_timer_closed);
 }
 
 /* ------------------------------------------------------------ endings */
@@ -151,19 +412,35 @@ static void fail_answered(struct gw_exchange *ex, const char *why) {
   ex_close(ex);
 }
 
+/* The pod's connection failed (<why>). A request on a reused connection
+ * that got nothing back yet goes again on a new one, once: the pod closed
+ * an idle connection just as it was taken. */
 static void fail(struct gw_exchange *ex, const char *why) {
-  if (ex->answered || ex->state == EX_TUNNEL)
+  if (ex->answered || ex->state == EX_TUNNEL) {
     fail_answered(ex, why);
-  else
-    fail_unanswered(ex, 502, "upstream_failed", "the sandbox's connection failed: %s", why);
+    return;
+  }
+  if (ex->up != NULL && ex->up->reused && ex->replayable && !ex->got_bytes && !ex->retried && ex->req != NULL) {
+    FR_DEBUG(LOGC, "%s: a kept-alive connection failed before any answer (%s); sending again", ex->key, why);
+    ex->retried = 1;
+    ex->g->pool_retries++;
+    upconn_close(ex->up);
+    ex->up = NULL;
+    ex->up_eof = ex->got_bytes = ex->parse_error = 0;
+    http_parser_init(&ex->parser, HTTP_RESPONSE);
+    ex->parser.data = ex;
+    ex_set_state(ex, EX_CONNECTING);
+    if (ex_dial(ex) != 0)
+      fail_unanswered(ex, 502, "upstream_unreachable", "cannot connect to the sandbox");
+    return;
+  }
+  fail_unanswered(ex, 502, "upstream_failed", "the sandbox's connection failed: %s", why);
 }
 
-static void on_closed(uv_handle_t *h) {
+static void on_timer_closed(uv_handle_t *h) {
   struct gw_exchange *ex = h->data;
   struct gw *g = ex->g;
 
-  if (--ex->nhandles > 0)
-    return;
   if (ex->prev != NULL)
     ex->prev->next = ex->next;
   else
@@ -179,9 +456,21 @@ static void on_closed(uv_handle_t *h) {
   free(ex);
 }
 
-/* Closes the pod's connection and the timer; the exchange is freed by the
- * last close callback. The client's request must be finished or gone. */
+/* The pod's connection can carry another request: the pod said
+ * keep-alive, the whole answer was parsed without EOF framing, the whole
+ * request went out, and nothing was upgraded. */
+static int reusable(const struct gw_exchange *ex) {
+  return ex->up != NULL && ex->complete && !ex->up_eof && !ex->upgrade && ex->client_body_done &&
+         ex->up->pending == 0 && http_should_keep_alive(&ex->parser) && ex->parser.http_major == 1 &&
+         ex->parser.http_minor == 1;
+}
+
+/* Ends the exchange: the pod's connection goes back to the pool or is
+ * closed, the timer closes and frees the exchange. The client's request
+ * must be finished or gone. */
 static void ex_close(struct gw_exchange *ex) {
+  struct gw_upconn *up = ex->up;
+
   if (ex->state == EX_CLOSING)
     return;
   if (ex->req != NULL) {
@@ -191,9 +480,15 @@ static void ex_close(struct gw_exchange *ex) {
     drop_req(ex);
     fr_http_abort(req);
   }
+  if (up != NULL) {
+    if (reusable(ex))
+      pool_put(ex->g, up);
+    else
+      upconn_close(up);
+    ex->up = NULL;
+  }
   ex_set_state(ex, EX_CLOSING);
-  uv_close((uv_handle_t *)&ex->tcp, on_closed);
-  uv_close((uv_handle_t *)&ex->timer, on_closed);
+  uv_close((uv_handle_t *)&ex->timer, on_timer_closed);
 }
 
 /* ------------------------------------------------------------ timer */
@@ -242,24 +537,26 @@ static void pause_client(struct gw_exchange *ex) {
 
 static void on_up_write(uv_write_t *w, int status) {
   struct up_write *uw = fr_container_of(w, struct up_write, w);
-  struct gw_exchange *ex = uw->ex;
+  struct gw_upconn *up = uw->up;
+  struct gw_exchange *ex = up->ex;
 
-  ex->up_pending -= uw->len;
+  up->pending -= uw->len;
   free(uw);
-  if (ex->state == EX_CLOSING)
+  if (up->closing || ex == NULL || ex->state == EX_CLOSING)
     return;
   if (status < 0) {
     fail(ex, uv_strerror(status));
     return;
   }
   touch(ex);
-  if (ex->up_pending <= LOW_WATER)
+  if (up->pending <= LOW_WATER)
     resume_client(ex);
 }
 
 /* Queues <bufs> to the pod: what the socket takes at once goes directly,
  * the rest is copied into one write request. 0 or a negative error. */
 static int up_writev(struct gw_exchange *ex, const uv_buf_t *bufs, unsigned int n) {
+  struct gw_upconn *up = ex->up;
   struct up_write *uw;
   size_t total = 0, skip, off = 0;
   unsigned int i;
@@ -269,8 +566,8 @@ static int up_writev(struct gw_exchange *ex, const uv_buf_t *bufs, unsigned int 
     total += bufs[i].len;
   if (total == 0)
     return 0;
-  if (ex->up_pending == 0) {
-    rc = uv_try_write((uv_stream_t *)&ex->tcp, bufs, n);
+  if (up->pending == 0) {
+    rc = uv_try_write((uv_stream_t *)&up->tcp, bufs, n);
     if (rc < 0 && rc != UV_EAGAIN)
       return rc;
     if (rc > 0 && (size_t)rc == total)
@@ -291,17 +588,17 @@ static int up_writev(struct gw_exchange *ex, const uv_buf_t *bufs, unsigned int 
     off += len - skip;
     skip = 0;
   }
-  uw->ex = ex;
+  uw->up = up;
   uw->len = off;
   {
     uv_buf_t b = uv_buf_init(uw->data, (unsigned int)off);
-    rc = uv_write(&uw->w, (uv_stream_t *)&ex->tcp, &b, 1, on_up_write);
+    rc = uv_write(&uw->w, (uv_stream_t *)&up->tcp, &b, 1, on_up_write);
   }
   if (rc < 0) {
     free(uw);
     return rc;
   }
-  ex->up_pending += off;
+  up->pending += off;
   return 0;
 }
 
@@ -318,7 +615,7 @@ static void on_client_body(struct fr_http_req *req, const char *data, size_t len
   uv_buf_t b[3];
   int rc;
 
-  if (ex == NULL || ex->state == EX_CLOSING)
+  if (ex == NULL || ex->state == EX_CLOSING || ex->up == NULL)
     return;
   touch(ex);
   if (data == NULL) {
@@ -337,7 +634,7 @@ static void on_client_body(struct fr_http_req *req, const char *data, size_t len
     return;
   }
   ex->g->m.bytes_to_sandbox += len;
-  if (ex->up_pending > HIGH_WATER)
+  if (ex->up->pending > HIGH_WATER)
     pause_client(ex);
 }
 
@@ -356,9 +653,10 @@ static void on_client_abort(struct fr_http_req *req) {
 
 /* Our FIN to the pod is out, after every byte before it. */
 static void on_up_shutdown(uv_shutdown_t *sr, int status) {
-  struct gw_exchange *ex = sr->data;
+  struct gw_upconn *up = sr->data;
+  struct gw_exchange *ex = up->ex;
 
-  if (ex->state == EX_CLOSING)
+  if (up->closing || ex == NULL || ex->state == EX_CLOSING)
     return;
   ex->up_shut_done = 1;
   if (status < 0)
@@ -379,7 +677,7 @@ static void on_tunnel_data(struct fr_http_req *req, const char *data, size_t len
      * queued is out (libuv orders the shutdown after the writes). */
     if (!ex->up_shut) {
       ex->up_shut = 1;
-      rc = uv_shutdown(&ex->shut, (uv_stream_t *)&ex->tcp, on_up_shutdown);
+      rc = uv_shutdown(&ex->up->shut, (uv_stream_t *)&ex->up->tcp, on_up_shutdown);
       if (rc != 0)
         fail(ex, uv_strerror(rc));
     }
@@ -391,7 +689,7 @@ static void on_tunnel_data(struct fr_http_req *req, const char *data, size_t len
     return;
   }
   ex->g->m.bytes_to_sandbox += len;
-  if (ex->up_pending > HIGH_WATER)
+  if (ex->up->pending > HIGH_WATER)
     pause_client(ex);
 }
 
@@ -421,11 +719,11 @@ static void on_client_drain(struct fr_http_req *req) {
 /* After a write to the client: stop reading the pod while the client
  * lags, until fr_http_on_drain() says it caught up. */
 static void client_backpressure(struct gw_exchange *ex) {
-  if (ex->req == NULL || ex->state == EX_CLOSING || fr_http_pending_bytes(ex->req) <= HIGH_WATER)
+  if (ex->req == NULL || ex->state == EX_CLOSING || ex->up == NULL || fr_http_pending_bytes(ex->req) <= HIGH_WATER)
     return;
-  if (ex->up_reading) {
-    uv_read_stop((uv_stream_t *)&ex->tcp);
-    ex->up_reading = 0;
+  if (ex->up->reading) {
+    uv_read_stop((uv_stream_t *)&ex->up->tcp);
+    ex->up->reading = 0;
   }
   if (fr_http_on_drain(ex->req, on_client_drain, LOW_WATER) == 1)
     ex_read_start(ex);
@@ -442,7 +740,7 @@ static void begin_tunnel(struct gw_exchange *ex, const char *rest, size_t len) {
   rc = fr_buf_puts(&h, "HTTP/1.1 101 Switching Protocols\r\n");
   rc |= fr_buf_append(&h, ex->rhead.data ? ex->rhead.data : "", ex->rhead.len);
   rc |= fr_buf_puts(&h, "\r\n");
-  if (rc != 0) {
+  if (rc != 0 || req == NULL) {
     fr_buf_free(&h);
     fail_unanswered(ex, 503, "out_of_memory", "out of memory");
     return;
@@ -562,6 +860,7 @@ static int on_headers_complete(http_parser *p) {
   else
     framing = FR_HTTP_CHUNKED; /* chunked, or until the pod closes */
   ex->answered = 1;
+  fr_buf_free(&ex->head); /* no retry from here on */
   ex_set_state(ex, EX_RESPONSE);
   if (ex->req == NULL)
     return -1;
@@ -595,6 +894,7 @@ static int on_message_complete(http_parser *p) {
     return 0;
   if (ex->to_tunnel)
     return 0; /* http-parser stops after an upgrade's head by itself */
+  ex->complete = 1;
   http_parser_pause(p, 1); /* nothing after the answer is parsed */
   if (req == NULL)
     return 0;
@@ -626,7 +926,10 @@ static void feed_answer(struct gw_exchange *ex, const char *data, size_t len) {
     return;
   }
   if (err == HPE_PAUSED) {
-    /* The answer is complete (or, on EOF, ended by the close). */
+    /* The answer is complete (or, on EOF, ended by the close). Bytes after
+     * it would be an answer to nothing: the connection is not reused. */
+    if (n < len)
+      ex->up_eof = 1;
     ex_close(ex);
     return;
   }
@@ -634,14 +937,16 @@ static void feed_answer(struct gw_exchange *ex, const char *data, size_t len) {
     if (ex->answered)
       fail_answered(ex, ex->req == NULL ? "the client left" : http_errno_description(err));
     else
-      fail_unanswered(ex, 502, "upstream_bad_response", "the sandbox's answer is not HTTP/1.1 (%s%s)",
-                      ex->parse_error ? "head too large or unexpected 101" : http_errno_name(err), "");
+      fail_unanswered(ex, 502, "upstream_bad_response", "the sandbox's answer is not HTTP/1.1 (%s)",
+                      ex->parse_error ? "head too large or unexpected 101" : http_errno_name(err));
     return;
   }
   if (len == 0) {
     /* EOF before the answer was complete. */
     if (ex->answered)
       fail_answered(ex, "the sandbox closed the connection in the middle of the answer");
+    else if (!ex->got_bytes && ex->up != NULL && ex->up->reused)
+      fail(ex, "closed before answering");
     else
       fail_unanswered(ex, 502, "upstream_closed", "the sandbox closed the connection without answering");
     return;
@@ -649,22 +954,17 @@ static void feed_answer(struct gw_exchange *ex, const char *data, size_t len) {
   client_backpressure(ex);
 }
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  struct gw_exchange *ex = h->data;
-  static char scratch[READ_SIZE];
-
-  /* One read at a time on the loop thread, handed over before the next
-   * read: one buffer serves every exchange (the client side copies). */
-  (void)ex;
-  (void)suggested;
-  buf->base = scratch;
-  buf->len = sizeof(scratch);
-}
-
 static void on_up_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
-  struct gw_exchange *ex = s->data;
+  struct gw_upconn *up = s->data;
+  struct gw_exchange *ex = up->ex;
 
-  if (ex->state == EX_CLOSING || nread == 0)
+  if (up->closing || nread == 0)
+    return;
+  if (ex == NULL) {
+    upconn_close(up); /* idle in the pool: the pod closed it, or sent what nobody asked for */
+    return;
+  }
+  if (ex->state == EX_CLOSING)
     return;
   touch(ex);
   if (nread < 0) {
@@ -674,7 +974,7 @@ static void on_up_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     }
     ex->up_eof = 1;
     uv_read_stop(s);
-    ex->up_reading = 0;
+    up->reading = 0;
     if (ex->state == EX_TUNNEL) {
       if (ex->req != NULL && fr_http_tunnel_shutdown(ex->req) != 0) {
         drop_req(ex);
@@ -685,6 +985,7 @@ static void on_up_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     feed_answer(ex, NULL, 0); /* ends an answer framed by the close */
     return;
   }
+  ex->got_bytes = 1;
   if (ex->state == EX_TUNNEL) {
     if (ex->req == NULL || fr_http_tunnel_write(ex->req, buf->base, (size_t)nread) != 0) {
       drop_req(ex);
@@ -699,35 +1000,29 @@ static void on_up_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 }
 
 static void ex_read_start(struct gw_exchange *ex) {
-  if (ex->up_reading || ex->up_eof || ex->state == EX_CLOSING || ex->state == EX_CONNECTING)
+  struct gw_upconn *up = ex->up;
+
+  if (up == NULL || up->reading || ex->up_eof || ex->state == EX_CLOSING || ex->state == EX_CONNECTING)
     return;
-  if (uv_read_start((uv_stream_t *)&ex->tcp, on_alloc, on_up_read) == 0)
-    ex->up_reading = 1;
+  if (uv_read_start((uv_stream_t *)&up->tcp, on_alloc, on_up_read) == 0)
+    up->reading = 1;
 }
 
 /* ------------------------------------------------------------ start */
 
-static void on_connect(uv_connect_t *cr, int status) {
-  struct gw_exchange *ex = cr->data;
+/* The pod's connection is up (new or from the pool): send the request. */
+static void ex_connected(struct gw_exchange *ex) {
   int rc;
 
-  if (ex->state == EX_CLOSING)
-    return; /* cancelled by ex_close */
-  if (status < 0) {
-    fail_unanswered(ex, 502, "upstream_unreachable", "cannot connect to the sandbox: %s", uv_strerror(status));
-    return;
-  }
   ex_set_state(ex, EX_REQUEST);
   touch(ex);
-  uv_tcp_nodelay(&ex->tcp, 1);
   uv_timer_start(&ex->timer, on_timer, ex->g->opts.idle_timeout_ms, 0);
   rc = up_write(ex, ex->head.data, ex->head.len);
-  /* An upgrade's body (rare) came buffered with its head. */
+  /* A body the server read whole (small, or an upgrade's) goes with it. */
   if (rc == 0 && ex->req != NULL && !ex->req->body_streaming && ex->req->body_len > 0)
     rc = up_write(ex, ex->req->body, ex->req->body_len);
-  fr_buf_free(&ex->head);
   if (rc != 0) {
-    fail_unanswered(ex, 502, "upstream_failed", "cannot write to the sandbox: %s", uv_strerror(rc));
+    fail(ex, uv_strerror(rc));
     return;
   }
   ex_read_start(ex);
@@ -735,6 +1030,38 @@ static void on_connect(uv_connect_t *cr, int status) {
     ex->client_paused = 1; /* paused at the start */
     resume_client(ex);
   }
+}
+
+static void on_connect(uv_connect_t *cr, int status) {
+  struct gw_upconn *up = cr->data;
+  struct gw_exchange *ex = up->ex;
+
+  if (up->closing || ex == NULL || ex->state == EX_CLOSING)
+    return; /* cancelled */
+  if (status < 0) {
+    fail_unanswered(ex, 502, "upstream_unreachable", "cannot connect to the sandbox: %s", uv_strerror(status));
+    return;
+  }
+  uv_tcp_nodelay(&up->tcp, 1);
+  ex_connected(ex);
+}
+
+/* A new connection to the pod. 0, or a negative error (nothing to undo). */
+static int ex_dial(struct gw_exchange *ex) {
+  struct gw_upconn *up = upconn_new(ex->g, &ex->addr);
+  int rc;
+
+  if (up == NULL)
+    return -ENOMEM;
+  up->ex = ex;
+  ex->up = up;
+  uv_timer_start(&ex->timer, on_timer, ex->g->opts.connect_timeout_ms, 0);
+  rc = uv_tcp_connect(&up->connect, &up->tcp, (const struct sockaddr *)&ex->addr, on_connect);
+  if (rc != 0) {
+    upconn_close(up);
+    ex->up = NULL;
+  }
+  return rc;
 }
 
 int gw_proxy_start(struct gw *g, struct fr_http_req *req, const struct sockaddr *addr, struct fr_buf *head,
@@ -751,14 +1078,15 @@ int gw_proxy_start(struct gw *g, struct fr_http_req *req, const struct sockaddr 
   ex->body = body;
   ex->upgrade = upgrade;
   ex->head_method = strcmp(req->method, "HEAD") == 0;
+  ex->replayable = !req->body_streaming && !upgrade;
+  ex->client_body_done = !req->body_streaming;
   ex->start_ms = ex->last_ms = uv_now(g->loop);
+  memcpy(&ex->addr, addr, addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
   snprintf(ex->key, sizeof(ex->key), "%s", key);
   http_parser_init(&ex->parser, HTTP_RESPONSE);
   ex->parser.data = ex;
-  uv_tcp_init(g->loop, &ex->tcp);
   uv_timer_init(g->loop, &ex->timer);
-  ex->tcp.data = ex->timer.data = ex->connect.data = ex->shut.data = ex;
-  ex->nhandles = 2;
+  ex->timer.data = ex;
   ex->next = g->exchanges;
   if (g->exchanges != NULL)
     g->exchanges->prev = ex;
@@ -770,8 +1098,12 @@ int gw_proxy_start(struct gw *g, struct fr_http_req *req, const struct sockaddr 
     req->body_cb = on_client_body;
     fr_http_body_pause(req, 1); /* until the pod's connection is up */
   }
-  uv_timer_start(&ex->timer, on_timer, g->opts.connect_timeout_ms, 0);
-  rc = uv_tcp_connect(&ex->connect, &ex->tcp, addr, on_connect);
+  if (ex->replayable && (ex->up = pool_take(g, &ex->addr)) != NULL) {
+    ex->up->ex = ex;
+    ex_connected(ex);
+    return 0;
+  }
+  rc = ex_dial(ex);
   if (rc != 0)
     fail_unanswered(ex, 502, "upstream_unreachable", "cannot connect to the sandbox: %s", uv_strerror(rc));
   return 0;
@@ -788,4 +1120,5 @@ void gw_proxy_abort_all(struct gw *g) {
     else
       fail_unanswered(ex, 503, "shutting_down", "the gateway is stopping");
   }
+  gw_pool_close(g);
 }

@@ -218,8 +218,22 @@ static void metrics(struct gw *g, struct fr_http_req *req) {
                 "fedrouter_gateway_exchanges %zu\n"
                 "# HELP fedrouter_gateway_tunnels Upgraded connections (WebSocket and others) open now.\n"
                 "# TYPE fedrouter_gateway_tunnels gauge\n"
-                "fedrouter_gateway_tunnels %zu\n",
-                fr_http_server_nconns(g->http), st.idle, g->nexchanges, g->ntunnels);
+                "fedrouter_gateway_tunnels %zu\n"
+                "# HELP fedrouter_gateway_upstream_connections Connections to sandbox pods open now.\n"
+                "# TYPE fedrouter_gateway_upstream_connections gauge\n"
+                "fedrouter_gateway_upstream_connections %zu\n"
+                "# HELP fedrouter_gateway_upstream_idle_connections Of them, kept alive and idle.\n"
+                "# TYPE fedrouter_gateway_upstream_idle_connections gauge\n"
+                "fedrouter_gateway_upstream_idle_connections %zu\n"
+                "# HELP fedrouter_gateway_upstream_reused_total Requests sent on a kept-alive connection.\n"
+                "# TYPE fedrouter_gateway_upstream_reused_total counter\n"
+                "fedrouter_gateway_upstream_reused_total %" PRIu64 "\n"
+                "# HELP fedrouter_gateway_upstream_retries_total Requests sent again after a kept-alive "
+                "connection failed before any answer.\n"
+                "# TYPE fedrouter_gateway_upstream_retries_total counter\n"
+                "fedrouter_gateway_upstream_retries_total %" PRIu64 "\n",
+                fr_http_server_nconns(g->http), st.idle, g->nexchanges, g->ntunnels, g->nupconns, g->npooled,
+                g->pool_hits, g->pool_retries);
   fr_buf_puts(&b, "# HELP fedrouter_gateway_upstream_ttfb_seconds From a request to the sandbox's answer head.\n"
                   "# TYPE fedrouter_gateway_upstream_ttfb_seconds histogram\n");
   for (i = 0; i < FR_ARRAY_SIZE(ttfb_le); i++)
@@ -306,14 +320,21 @@ void gw_handle_health(struct fr_http_req *req, void *arg) {
     fr_http_respond(req, 404, "application/json", NULL, nf, sizeof(nf) - 1);
 }
 
+/* A body up to this size is read whole before the request is forwarded:
+ * a Connect RPC's JSON, a small file. Such a request can be sent again,
+ * so it may use a kept-alive connection to the pod (proxy.c); a refusal
+ * or an early answer keeps the router's connection; and a server reading
+ * that little whole costs no memory to speak of. Larger and chunked
+ * bodies stream. */
+#define WHOLE_BODY_MAX 65536
+
 int gw_stream_body(const struct fr_http_req *req, void *arg) {
   const char *cl = fr_http_req_header(req, "Content-Length");
+  int64_t n;
 
   (void)arg;
-  /* A request without a body is read whole: then a refusal, or an answer
-   * that comes before the request ended, keeps the connection (a streamed
-   * body not read to its end would close it). */
-  if (fr_http_req_header(req, "Transfer-Encoding") == NULL && (cl == NULL || strcmp(cl, "0") == 0))
+  if (fr_http_req_header(req, "Transfer-Encoding") == NULL &&
+      (cl == NULL || (fr_parse_int64(cl, 0, WHOLE_BODY_MAX, &n) == 0)))
     return 0;
   return strncmp(req->url, FR_GW_PREFIX, sizeof(FR_GW_PREFIX) - 1) == 0;
 }
@@ -441,7 +462,7 @@ static void forward(struct gw *g, struct fr_http_req *req) {
   fr_buf_init(&head);
   fr_pod_ip_text(pod, ip);
   rc = gw_upstream_head(&head, req->method, ip, t.port, route, req->headers, req->nheaders, body, upgrade,
-                        "close", &why);
+                        "keep-alive", &why);
   if (rc != 0) {
     fr_buf_free(&head);
     gw_refuse(g, req, why.status == 503 ? GW_OUT_UNAVAILABLE : GW_OUT_BAD_REQUEST, why.status, why.code,

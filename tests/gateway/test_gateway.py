@@ -396,20 +396,37 @@ class Counting(socketserver.ThreadingTCPServer):
     daemon_threads = True
 
 
+class Server(Counting):
+    def stop(self):
+        """What a pod's end does to its server: no listener, and every
+        open connection closed."""
+        self.shutdown()
+        self.server_close()
+        for s in list(self.open_socks):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
 def serve(ip, port, handler_fn):
     """A TCP server on ip:port; handler_fn(sock) per connection. Returns
-    (server, counter dict)."""
+    (server, counter dict); server.stop() ends it and its connections."""
     stats = {"conns": 0}
 
     class H(socketserver.BaseRequestHandler):
         def handle(self):
             stats["conns"] += 1
+            srv.open_socks.add(self.request)
             try:
                 handler_fn(self.request)
             except OSError:
                 pass
+            finally:
+                srv.open_socks.discard(self.request)
 
-    srv = Counting((ip, port), H)
+    srv = Server((ip, port), H)
+    srv.open_socks = set()
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv, stats
 
@@ -512,47 +529,66 @@ def raw_upgrade_echo(sock):
 
 
 def http_misc(sock):
-    """/chunked: a chunked answer; /eof: a body ended by the close, no
-    length; /echo: the request body back (any framing in, length out)."""
-    head, rest = read_head(sock)
-    if head is None:
-        return
-    line = head.split("\r\n")[0]
-    path = line.split()[1]
-    hl = head.lower()
-    body = rest
-    m = re.search(r"(?m)^content-length:\s*(\d+)", hl)
-    if m:
-        n = int(m.group(1))
-        while len(body) < n:
-            body += sock.recv(65536)
-    elif "transfer-encoding: chunked" in hl:
-        data = b""
-        while True:
-            while b"\r\n" not in body:
-                body += sock.recv(65536)
-            size_s, _, body = body.partition(b"\r\n")
-            size = int(size_s, 16)
-            while len(body) < size + 2:
-                body += sock.recv(65536)
-            data += body[:size]
-            body = body[size + 2:]
-            if size == 0:
-                break
-        body = data
-    if path == "/chunked":
-        sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Test: 1\r\n\r\n"
-                     b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
-    elif path == "/eof":
-        sock.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the close")
-    elif path == "/echo":
-        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nX-Seen-Host: %s\r\n\r\n" % (
-            len(body), re.search(r"(?im)^host:\s*(\S+)", head).group(1).encode()) + body)
-    elif path == "/headers":
-        seen = json.dumps(head.split("\r\n")[1:]).encode()
-        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nFr-Gateway-Error: forged\r\n\r\n" % len(seen) + seen)
-    else:
-        sock.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+    """Requests on one kept-alive connection until a close: /chunked: a
+    chunked answer; /eof: a body ended by the close, no length (then the
+    connection ends); /echo: the request body back (any framing in, length
+    out, the Host it got in X-Seen-Host); /headers: the header lines that
+    reached the pod; /hangup-second: answers the first request of a
+    connection and closes without answering the second (a server closing
+    an idle connection just as it is reused)."""
+    buf, n = b"", 0
+    while True:
+        n += 1
+        while b"\r\n\r\n" not in buf:
+            d = sock.recv(4096)
+            if not d:
+                return
+            buf += d
+        head, _, buf = buf.partition(b"\r\n\r\n")
+        head = head.decode(errors="replace")
+        path = head.split("\r\n")[0].split()[1]
+        hl = head.lower()
+        m = re.search(r"(?m)^content-length:\s*(\d+)", hl)
+        body = b""
+        if m:
+            ln = int(m.group(1))
+            while len(buf) < ln:
+                buf += sock.recv(65536)
+            body, buf = buf[:ln], buf[ln:]
+        elif "transfer-encoding: chunked" in hl:
+            while True:
+                while b"\r\n" not in buf:
+                    buf += sock.recv(65536)
+                size_s, _, buf = buf.partition(b"\r\n")
+                size = int(size_s, 16)
+                while len(buf) < size + 2:
+                    buf += sock.recv(65536)
+                body += buf[:size]
+                buf = buf[size + 2:]
+                if size == 0:
+                    break
+        if path == "/chunked":
+            sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Test: 1\r\n\r\n"
+                         b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+        elif path == "/eof":
+            sock.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the close")
+            return
+        elif path == "/hangup-second":
+            if n > 1:
+                return
+            sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        elif path == "/echo":
+            host = re.search(r"(?im)^host:\s*(\S+)", head).group(1).encode()
+            sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nX-Seen-Host: %s\r\n\r\n" % (len(body), host)
+                         + body)
+        elif path == "/headers":
+            seen = json.dumps(head.split("\r\n")[1:]).encode()
+            sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nFr-Gateway-Error: forged\r\n\r\n" % len(seen)
+                         + seen)
+        else:
+            sock.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+        if "connection: close" in hl:
+            return
 
 
 def slow_sink(sock):
@@ -675,13 +711,37 @@ def test_keep_alive_across_framings_and_refusals(w, gw):
     check(any(l == "x-keep: 2" for l in sent), f"end-to-end header lost: {sent}")
     check(not any(l.startswith(("fr-gateway", "x-drop", "keep-alive")) for l in sent),
           f"credential or hop-by-hop header forwarded: {sent}")
-    check("connection: close" in sent, f"the gateway closes its pod connection: {sent}")
+    check("connection: keep-alive" in sent, f"the gateway does not keep its pod connection: {sent}")
     check("fr-gateway-error" not in h, f"a sandbox forged Fr-Gateway-Error: {h}")
-    check(stats["conns"] == 6, f"pod connections: {stats['conns']} (one per forwarded request: 6)")
+    # Six answers over three connections to the pod: /chunked kept its
+    # connection for the refused-then-/echo requests, /eof ended one, the
+    # chunked upload dialled a new one (a streamed body is never sent on a
+    # kept-alive connection: it could not be sent again).
+    check(stats["conns"] == 3, f"pod connections: {stats['conns']}, want 3 (kept alive)")
+    check(gw.metric("fedrouter_gateway_upstream_reused_total") >= 3, "no request reused a pod connection")
     check(gw.metric("fedrouter_gateway_connections") >= 1, "connections gauge")
     c.close()
-    srv.shutdown()
-    srv.server_close()
+    srv.stop()
+
+
+def test_kept_alive_pod_connection_closed_by_the_pod_is_retried(w, gw):
+    """A pod server that closes an idle kept-alive connection just as the
+    gateway reuses it: the request goes again on a new connection, once, and
+    the client sees only the answer."""
+    ip = w.make_pod("sb-hangup", new_pod_ip(), agent=False)
+    srv, stats = serve(ip, 8080, http_misc)
+    retries0 = gw.metric("fedrouter_gateway_upstream_retries_total")
+    c = gw.conn()
+    for i in range(3):
+        st, h, body = request(gw, "GET", "sb-hangup", 8080, "/hangup-second", conn=c)
+        check(st == 200 and body == b"ok", f"request {i}: {st} {body!r}")
+    c.close()
+    check(stats["conns"] == 3, f"pod connections: {stats['conns']}, want 3")
+    check(gw.metric("fedrouter_gateway_upstream_retries_total") - retries0 == 2, "the stale connections were not retried")
+    # A POST with a small body is sent again just the same.
+    st, h, body = request(gw, "POST", "sb-hangup", 8080, "/hangup-second", body=b"x" * 100)
+    check(st == 200 and body == b"ok", f"small POST: {st} {body!r}")
+    srv.stop()
 
 
 def test_user_port_http_server(w, gw):
@@ -760,8 +820,7 @@ def test_websocket_and_upgrade_pass_through(w, gw):
     stop_proc(plain.proc, signal.SIGINT)
     check(gw.metric("fedrouter_gateway_requests_total", outcome="tunnel") >= 1, "tunnels not counted")
     for s in (s1, s2):
-        s.shutdown()
-        s.server_close()
+        s.stop()
 
 
 def test_files_50mb_both_ways_rss_flat(w, gw):
@@ -809,8 +868,7 @@ def test_files_50mb_both_ways_rss_flat(w, gw):
                               headers={"Content-Length": str(size)})
         res = json.loads(body)
         check(st == 200 and res == {"bytes": size, "sha256": digest}, f"upload to a slow sink: {st} {res}")
-        sink.shutdown()
-        sink.server_close()
+        sink.stop()
     finally:
         stop.set()
     grown = peak[0] - base
@@ -917,8 +975,7 @@ def test_refusals_before_any_dial(w, gw):
     log = open(gw.log, errors="replace").read()
     check("signature expired" in log and "signature bad_signature" in log and "path_not_allowed" in log,
           "refusals not logged:\n" + tail(gw.log))
-    canary.shutdown()
-    canary.server_close()
+    canary.stop()
 
 
 def test_per_sandbox_limit(w, gw):
@@ -966,16 +1023,14 @@ def test_key_rotation_without_restart(w, gw):
           "a bad key file not reported")
     check(request(gw, "GET", "sb-keys", 8080, "/chunked", key=new)[0] == 200, "a bad key file broke the ring")
     w.write_keys()
-    srv.shutdown()
-    srv.server_close()
+    srv.stop()
 
 
 def test_deleted_or_gone_pod_answers_at_once(w, gw):
     ip = w.make_pod("sb-gone", new_pod_ip(), agent=False)
     srv, _ = serve(ip, 8080, http_misc)
     check(request(gw, "GET", "sb-gone", 8080, "/chunked")[0] == 200, "before the delete")
-    srv.shutdown()
-    srv.server_close()
+    srv.stop()
     # Still cached and Ready, nothing listening: the dial fails fast.
     t0 = time.monotonic()
     expect_refusal(request(gw, "GET", "sb-gone", 8080, "/chunked"), 502, "upstream_unreachable", "server gone")
@@ -1024,8 +1079,7 @@ def test_token_rotation_in_cluster(w, gw):
         st, state = w.admin("GET", "/_sim/state")
         check(state["unauthorized"] > unauthorized0, "no 401 was seen: the rotation was not exercised")
         check(gw.metric("fedrouter_gateway_cache_healthy", namespace=NS) == 1, "the cache is unhealthy")
-        srv.shutdown()
-        srv.server_close()
+        srv.stop()
     finally:
         del w.kube
         w.admin("PUT", "/_sim/tokens", {"tokens": [SIM_TOKEN, new_token]})
@@ -1103,7 +1157,8 @@ def test_router_in_cluster(w, gw):
         check(rc == 0, f"router exit {rc}:\n" + tail(log))
 
 
-FIRST = [test_exec_through_the_gateway, test_keep_alive_across_framings_and_refusals, test_user_port_http_server,
+FIRST = [test_exec_through_the_gateway, test_keep_alive_across_framings_and_refusals,
+         test_kept_alive_pod_connection_closed_by_the_pod_is_retried, test_user_port_http_server,
          test_websocket_and_upgrade_pass_through, test_files_50mb_both_ways_rss_flat, test_refusals_before_any_dial,
          test_per_sandbox_limit, test_key_rotation_without_restart, test_deleted_or_gone_pod_answers_at_once,
          test_token_rotation_in_cluster, test_router_in_cluster, test_sigterm_drain]
