@@ -162,6 +162,7 @@ static void finish(struct runtime *rt) {
   if (rt->stopped)
     return;
   rt->stopped = 1;
+  g->draining = 1; /* no connection goes back to the pool from here on */
   gw_proxy_abort_all(g);
   fr_http_server_free(g->http, NULL, NULL);
   g->http = NULL;

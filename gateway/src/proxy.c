@@ -27,11 +27,16 @@
  * discard it) and expires after POOL_IDLE_MS. Without it every request
  * would cost a connect, and the gateway, closing first, would hold a
  * TIME_WAIT port per request: a few hundred requests a second to one pod
- * exhaust the ephemeral ports towards it. Only a request that can be sent
- * again (no body, or a small one the server read whole) takes a pooled
- * connection: if the pod closed it just as it was taken (the connection
- * fails before any answer byte), the request goes again once on a new one.
- * A request that streams its body dials a new connection.
+ * exhaust the ephemeral ports towards it. Only a request the gateway
+ * holds whole (no body, or a small one the server read whole) takes a
+ * pooled connection; one that streams its body dials a new connection.
+ * If the pod closed a pooled connection just as it was taken (it fails
+ * before any answer byte), an idempotent request (GET, HEAD, OPTIONS, or
+ * one with an Idempotency-Key) goes again once on a new connection, as
+ * Go's http.Transport does; any other gets 502 upstream_closed, never a
+ * second run of a command. Such requests take only connections idle for
+ * less than POOL_FRESH_MS, which no server's keep-alive timeout closes
+ * (the agent's is 300 s, common servers' 5 s or more).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -61,6 +66,7 @@
  * all. 32 a pod covers the concurrency one sandbox sees from its routers;
  * the total bounds descriptors and memory (~1 KiB each). */
 #define POOL_IDLE_MS 30000
+#define POOL_FRESH_MS 2000
 #define POOL_PER_ADDR 32
 #define POOL_MAX 4096
 #define POOL_BUCKETS 1024
@@ -111,7 +117,8 @@ struct gw_exchange {
   int parse_error;               /* a callback stopped the parser */
   int64_t body;                  /* the client's body framing (GW_BODY_* or a length) */
   int upgrade, head_method;
-  int replayable;                /* no body, or a whole one: can be sent again */
+  int replayable;                /* no body, or a whole one: held whole by the gateway */
+  int idempotent;                /* and may be sent twice (GET, HEAD, OPTIONS, Idempotency-Key) */
   int retried;
   int client_body_done;
   int client_paused;             /* we hold the client's body or tunnel input back */
@@ -334,15 +341,17 @@ static void pool_put(struct gw *g, struct gw_upconn *up) {
   }
 }
 
-/* The most recently pooled connection to <addr>, taken out, or NULL. */
-static struct gw_upconn *pool_take(struct gw *g, const struct sockaddr_storage *addr) {
+/* The most recently pooled connection to <addr>, taken out, or NULL;
+ * with <fresh_only>, only one idle for less than POOL_FRESH_MS. */
+static struct gw_upconn *pool_take(struct gw *g, const struct sockaddr_storage *addr, int fresh_only) {
   struct gw_pool *p = g->pool;
   struct gw_upconn *c;
+  uint64_t now = uv_now(g->loop);
 
   if (p == NULL)
     return NULL;
   for (c = p->buckets[addr_bucket(addr)]; c != NULL; c = c->bnext)
-    if (addr_equal(&c->addr, addr))
+    if (addr_equal(&c->addr, addr) && (!fresh_only || now - c->idle_since < POOL_FRESH_MS))
       break;
   if (c == NULL)
     return NULL;
@@ -412,15 +421,17 @@ static void fail_answered(struct gw_exchange *ex, const char *why) {
   ex_close(ex);
 }
 
-/* The pod's connection failed (<why>). A request on a reused connection
- * that got nothing back yet goes again on a new one, once: the pod closed
- * an idle connection just as it was taken. */
-static void fail(struct gw_exchange *ex, const char *why) {
+/* The pod's connection failed (<why>; <code> for the client when nothing
+ * was answered yet). An idempotent request on a reused connection that got
+ * nothing back yet goes again on a new one, once: the pod closed an idle
+ * connection just as it was taken. */
+static void fail_code(struct gw_exchange *ex, const char *code, const char *why) {
   if (ex->answered || ex->state == EX_TUNNEL) {
     fail_answered(ex, why);
     return;
   }
-  if (ex->up != NULL && ex->up->reused && ex->replayable && !ex->got_bytes && !ex->retried && ex->req != NULL) {
+  if (ex->up != NULL && ex->up->reused && ex->replayable && ex->idempotent && !ex->got_bytes && !ex->retried &&
+      ex->req != NULL) {
     FR_DEBUG(LOGC, "%s: a kept-alive connection failed before any answer (%s); sending again", ex->key, why);
     ex->retried = 1;
     ex->g->pool_retries++;
@@ -434,7 +445,14 @@ static void fail(struct gw_exchange *ex, const char *why) {
       fail_unanswered(ex, 502, "upstream_unreachable", "cannot connect to the sandbox");
     return;
   }
-  fail_unanswered(ex, 502, "upstream_failed", "the sandbox's connection failed: %s", why);
+  if (strcmp(code, "upstream_closed") == 0)
+    fail_unanswered(ex, 502, code, "the sandbox closed the connection without answering");
+  else
+    fail_unanswered(ex, 502, code, "the sandbox's connection failed: %s", why);
+}
+
+static void fail(struct gw_exchange *ex, const char *why) {
+  fail_code(ex, "upstream_failed", why);
 }
 
 static void on_timer_closed(uv_handle_t *h) {
@@ -945,10 +963,8 @@ static void feed_answer(struct gw_exchange *ex, const char *data, size_t len) {
     /* EOF before the answer was complete. */
     if (ex->answered)
       fail_answered(ex, "the sandbox closed the connection in the middle of the answer");
-    else if (!ex->got_bytes && ex->up != NULL && ex->up->reused)
-      fail(ex, "closed before answering");
     else
-      fail_unanswered(ex, 502, "upstream_closed", "the sandbox closed the connection without answering");
+      fail_code(ex, "upstream_closed", "closed before answering");
     return;
   }
   client_backpressure(ex);
@@ -1079,6 +1095,9 @@ int gw_proxy_start(struct gw *g, struct fr_http_req *req, const struct sockaddr 
   ex->upgrade = upgrade;
   ex->head_method = strcmp(req->method, "HEAD") == 0;
   ex->replayable = !req->body_streaming && !upgrade;
+  ex->idempotent = strcmp(req->method, "GET") == 0 || ex->head_method || strcmp(req->method, "OPTIONS") == 0 ||
+                   fr_http_req_header(req, "Idempotency-Key") != NULL ||
+                   fr_http_req_header(req, "X-Idempotency-Key") != NULL;
   ex->client_body_done = !req->body_streaming;
   ex->start_ms = ex->last_ms = uv_now(g->loop);
   memcpy(&ex->addr, addr, addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
@@ -1098,7 +1117,7 @@ int gw_proxy_start(struct gw *g, struct fr_http_req *req, const struct sockaddr 
     req->body_cb = on_client_body;
     fr_http_body_pause(req, 1); /* until the pod's connection is up */
   }
-  if (ex->replayable && (ex->up = pool_take(g, &ex->addr)) != NULL) {
+  if (ex->replayable && (ex->up = pool_take(g, &ex->addr, !ex->idempotent)) != NULL) {
     ex->up->ex = ex;
     ex_connected(ex);
     return 0;

@@ -726,8 +726,9 @@ def test_keep_alive_across_framings_and_refusals(w, gw):
 
 def test_kept_alive_pod_connection_closed_by_the_pod_is_retried(w, gw):
     """A pod server that closes an idle kept-alive connection just as the
-    gateway reuses it: the request goes again on a new connection, once, and
-    the client sees only the answer."""
+    gateway reuses it: an idempotent request goes again on a new
+    connection, once, and the client sees only the answer; a POST gets
+    502 upstream_closed rather than a second run."""
     ip = w.make_pod("sb-hangup", new_pod_ip(), agent=False)
     srv, stats = serve(ip, 8080, http_misc)
     retries0 = gw.metric("fedrouter_gateway_upstream_retries_total")
@@ -738,9 +739,22 @@ def test_kept_alive_pod_connection_closed_by_the_pod_is_retried(w, gw):
     c.close()
     check(stats["conns"] == 3, f"pod connections: {stats['conns']}, want 3")
     check(gw.metric("fedrouter_gateway_upstream_retries_total") - retries0 == 2, "the stale connections were not retried")
-    # A POST with a small body is sent again just the same.
-    st, h, body = request(gw, "POST", "sb-hangup", 8080, "/hangup-second", body=b"x" * 100)
-    check(st == 200 and body == b"ok", f"small POST: {st} {body!r}")
+    srv.stop()
+    # A POST is not idempotent: never sent twice (a command must not run
+    # again); with an Idempotency-Key it is. (A server of its own: no
+    # connection pooled by the GETs above.)
+    srv, stats = serve(ip, 8081, http_misc)
+    c = gw.conn()
+    st, h, body = request(gw, "POST", "sb-hangup", 8081, "/hangup-second", body=b"x" * 100, conn=c)
+    check(st == 200 and body == b"ok", f"first POST: {st} {body!r}")
+    resp = request(gw, "POST", "sb-hangup", 8081, "/hangup-second", body=b"x" * 100, conn=c)
+    expect_refusal(resp, 502, "upstream_closed", "a POST on a connection the pod closed")
+    st, h, body = request(gw, "POST", "sb-hangup", 8081, "/hangup-second", body=b"x" * 100, conn=c)
+    check(st == 200, f"a POST after: {st} {body!r}")
+    st, h, body = request(gw, "POST", "sb-hangup", 8081, "/hangup-second", body=b"x" * 100, conn=c,
+                          headers={"Idempotency-Key": "k1"})
+    check(st == 200 and body == b"ok", f"a POST with an Idempotency-Key is sent again: {st} {body!r}")
+    c.close()
     srv.stop()
 
 
