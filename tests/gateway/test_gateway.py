@@ -1072,13 +1072,13 @@ def test_token_rotation_in_cluster(w, gw):
     server stops accepting the old; the gateway re-reads on the 401 and its
     cache keeps following the cluster."""
     new_token = "sa-rotated-" + os.urandom(6).hex()
+    unauthorized0 = w.admin("GET", "/_sim/state")[1]["unauthorized"]
     tok = os.path.join(w.sa, "token")
     with open(tok + ".tmp", "w") as f:
         f.write(new_token)
     os.rename(tok + ".tmp", tok)
     st, _ = w.admin("PUT", "/_sim/tokens", {"tokens": [new_token, SIM_TOKEN + "-admin-only"]})
     check(st == 200, f"kubesim tokens: {st}")
-    unauthorized0 = w.admin("GET", "/_sim/state")[1]["unauthorized"]
     # The open watch was authorized at its start; a new one must carry the new token.
     w.admin("POST", "/_sim/faults", {"drop_watches": True})
     try:
