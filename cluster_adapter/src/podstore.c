@@ -1,5 +1,4 @@
 /* podstore.c - compact pod records in a hash table (see podstore.h). */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -145,28 +144,6 @@ static int labels(struct podstore *s, struct fr_pod *p, json_t *labels) {
   return 0;
 }
 
-/* status.podIP in binary (16 bytes a pod, where text would take up to 46
- * or a pointer and an allocation). Anything that is not an address is
- * "none": a sandbox without an address cannot be dialled. */
-static void pod_ip(struct fr_pod *p, const char *ip) {
-  if (ip == NULL)
-    return;
-  if (inet_pton(AF_INET, ip, p->ip) == 1)
-    p->ip_family = 4;
-  else if (inet_pton(AF_INET6, ip, p->ip) == 1)
-    p->ip_family = 6;
-  else
-    memset(p->ip, 0, sizeof(p->ip));
-}
-
-int fr_pod_ip_text(const struct fr_pod *p, char out[46]) {
-  out[0] = '\0';
-  if (p->ip_family == 0 ||
-      inet_ntop(p->ip_family == 4 ? AF_INET : AF_INET6, p->ip, out, 46) == NULL)
-    return -ENOENT;
-  return 0;
-}
-
 struct fr_pod *podstore_parse(struct podstore *s, json_t *pod) {
   json_t *meta = json_object_get(pod, "metadata"), *status = json_object_get(pod, "status");
   json_t *ann = json_object_get(meta, "annotations");
@@ -195,8 +172,6 @@ struct fr_pod *podstore_parse(struct podstore *s, json_t *pod) {
   p->creation_s = time_or_none(json_string_value(json_object_get(meta, "creationTimestamp")));
   p->start_s = time_or_none(json_string_value(json_object_get(status, "startTime")));
   p->phase = phase_of(json_string_value(json_object_get(status, "phase")));
-  pod_ip(p, json_string_value(json_object_get(status, "podIP")));
-  p->host_network = json_is_true(json_object_get(json_object_get(pod, "spec"), "hostNetwork"));
   p->terminating = json_object_get(meta, "deletionTimestamp") != NULL;
   p->warm = warm != NULL && strcmp(warm, "true") == 0;
   conditions(s, p, json_object_get(status, "conditions"), &oom);

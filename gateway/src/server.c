@@ -361,16 +361,16 @@ static struct fr_podcache *cache_of(struct gw *g, const char *ns) {
   return NULL;
 }
 
-static int pod_sockaddr(const struct fr_pod *p, int port, struct sockaddr_storage *ss) {
+static int pod_sockaddr(const struct fr_pod_addr *p, int port, struct sockaddr_storage *ss) {
   memset(ss, 0, sizeof(*ss));
-  if (p->ip_family == 4) {
+  if (p->family == 4) {
     struct sockaddr_in *a = (struct sockaddr_in *)ss;
     a->sin_family = AF_INET;
     a->sin_port = htons((uint16_t)port);
     memcpy(&a->sin_addr, p->ip, 4);
     return 0;
   }
-  if (p->ip_family == 6) {
+  if (p->family == 6) {
     struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
     a->sin6_family = AF_INET6;
     a->sin6_port = htons((uint16_t)port);
@@ -385,6 +385,7 @@ static void forward(struct gw *g, struct fr_http_req *req) {
   struct gw_refusal why;
   struct fr_podcache *pc;
   const struct fr_pod *pod;
+  struct fr_pod_addr addr;
   const char *reason = NULL, *code = NULL, *route;
   enum fr_gw_verdict v;
   struct sockaddr_storage ss;
@@ -436,16 +437,17 @@ static void forward(struct gw *g, struct fr_http_req *req) {
     gw_refuse(g, req, GW_OUT_NOT_FOUND, 404, "sandbox_not_found", "no such sandbox");
     return;
   }
-  if (pod->host_network) {
+  fr_podcache_addr(pc, t.pod, &addr);
+  if (addr.host_network) {
     gw_refuse(g, req, GW_OUT_FORBIDDEN, 403, "target_not_allowed",
               "the sandbox runs on its node's network: its ports are the node's");
     return;
   }
-  if (!pod->ready || pod->ip_family == 0) {
+  if (!pod->ready || addr.family == 0) {
     gw_refuse(g, req, GW_OUT_NOT_FOUND, 404, "sandbox_not_ready", "the sandbox is not ready");
     return;
   }
-  if (fr_podcache_ip_holders(pc, pod) != 1) {
+  if (fr_podcache_ip_holders(pc, &addr) != 1) {
     gw_refuse(g, req, GW_OUT_UNAVAILABLE, 503, "sandbox_address_conflict",
               "another pod claims the sandbox's address (the cache is catching up); try again");
     return;
@@ -460,7 +462,7 @@ static void forward(struct gw *g, struct fr_http_req *req) {
     return;
   }
   fr_buf_init(&head);
-  fr_pod_ip_text(pod, ip);
+  fr_pod_addr_text(&addr, ip);
   rc = gw_upstream_head(&head, req->method, ip, t.port, route, req->headers, req->nheaders, body, upgrade,
                         "keep-alive", &why);
   if (rc != 0) {
@@ -480,7 +482,7 @@ static void forward(struct gw *g, struct fr_http_req *req) {
       gw_refuse(g, req, GW_OUT_UNAVAILABLE, 503, "out_of_memory", "out of memory");
     return;
   }
-  pod_sockaddr(pod, t.port, &ss);
+  pod_sockaddr(&addr, t.port, &ss);
   if (gw_proxy_start(g, req, (const struct sockaddr *)&ss, &head, body, upgrade, key) != 0) {
     fr_buf_free(&head);
     gw_count_done(g, key);

@@ -4,6 +4,7 @@
  * (gateway/src/target.c). */
 #include <check.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,10 +160,10 @@ START_TEST(signature_verifies_with_any_key_of_the_ring_for_its_target_only) {
   /* Any other cluster, namespace, pod or port: not valid. */
   ck_assert_int_eq(fr_gw_verify(&r, sig, "us-west", &t, NOW, NULL), FR_GW_BAD_SIGNATURE);
   o = t;
-  strcpy(o.ns, "other");
+  snprintf(o.ns, sizeof(o.ns), "other");
   ck_assert_int_eq(fr_gw_verify(&r, sig, "us-east", &o, NOW, NULL), FR_GW_BAD_SIGNATURE);
   o = t;
-  strcpy(o.pod, "sb-2");
+  snprintf(o.pod, sizeof(o.pod), "sb-2");
   ck_assert_int_eq(fr_gw_verify(&r, sig, "us-east", &o, NOW, NULL), FR_GW_BAD_SIGNATURE);
   o = t;
   o.port = 8000;

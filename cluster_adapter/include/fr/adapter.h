@@ -120,9 +120,6 @@ struct fr_pod {
   int64_t created_s, expires_s; /* annotations fedrouter.io/created-at, expires-at; -1 absent */
   int64_t creation_s, start_s;  /* metadata.creationTimestamp, status.startTime; -1 absent */
   uint16_t gpus;            /* GPUs (the configured resource) requested, summed */
-  uint8_t ip[16];           /* status.podIP: 4 bytes (ip_family 4) or 16 (6); ip_family 0 = none */
-  unsigned ip_family : 3;
-  unsigned host_network : 1; /* spec.hostNetwork: its IP is its node's */
   unsigned phase : 3;       /* enum fr_pod_phase */
   unsigned ready : 1;       /* condition Ready is True */
   unsigned terminating : 1; /* metadata.deletionTimestamp is set */
@@ -134,8 +131,6 @@ struct fr_pod {
 const char *fr_pod_label(const struct fr_pod *p, const char *key);
 /* The other labels one by one: *off starts at 0; returns 0 at the end. */
 int fr_pod_label_next(const struct fr_pod *p, size_t *off, const char **key, const char **value);
-/* status.podIP of <p> as text into <out>; 0, or -ENOENT when it has none. */
-int fr_pod_ip_text(const struct fr_pod *p, char out[46]);
 /* 1 when its containers finished: phase Failed or Succeeded. */
 int fr_pod_finished(const struct fr_pod *p);
 /* 1 when it finished or is terminating. */
@@ -269,6 +264,9 @@ const struct fr_pod *fr_adapter_pod_next(struct fr_adapter *a, size_t *cursor);
  * a miss says nothing (a freshly started replica must not call live
  * sandboxes missing). */
 int fr_adapter_pods_synced(const struct fr_adapter *a);
+/* The same for the pool cache (the pools' ReplicaSets): before it, a pool
+ * missing from fr_adapter_pool() may well exist. */
+int fr_adapter_pools_synced(const struct fr_adapter *a);
 
 /* ---- sandboxes (sandbox.c) ---- */
 
@@ -451,6 +449,9 @@ enum fr_exec_err {
   FR_EXEC_FAILED,           /* the cluster could not start the command (message says) */
   FR_EXEC_AGENT_UNAVAILABLE, /* the sandbox's agent cannot be reached, and the command
                                 needs it (the sandbox's env or secrets came by /init) */
+  FR_EXEC_AGENT_DIED,       /* the command started, then its agent's stream broke while the
+                               cluster stayed healthy: the sandbox's agent stopped (killed by
+                               the sandbox's own code, or crashed); the outcome is unknown */
 };
 
 struct fr_exec_result {
