@@ -15,6 +15,11 @@ status:
   burst    BURST concurrent execs from the abuser (max_concurrent_execs
            sheds the excess with 429) while the victim creates and execs
   creates  300 concurrent creates by the abuser, limited to 50 sandboxes
+  streams  through a second router and cluster whose pods run the real
+           fedrouter-agent: one streamed exec of `yes` read as fast as the
+           client can, then FOLLOWERS clients following one process whose
+           output buffer is full; target /healthz under 50 ms throughout
+           (the router bounds what streams deliver per loop turn, fr/turn.h)
 
 Usage: abuse.py --build-dir DIR [--smoke] [--json-out FILE] [--phases idle,floods,...]
 Exit 0 when every phase ran and the invariants held (the victim was never
@@ -25,8 +30,10 @@ Python 3 standard library only; loopback only; cleans up after itself.
 import argparse
 import asyncio
 import hashlib
+import http.client
 import json
 import multiprocessing
+import multiprocessing.pool
 import os
 import resource
 import shutil
@@ -184,16 +191,105 @@ def breakers_closed(port):
     return st == 200 and all(c.get("breaker") in (None, "closed") and c.get("healthy", True) for c in r["clusters"])
 
 
+def read_stream(port, path, body, token, seconds):
+    """POST <body> (or GET when None) to <path> and read the answer as fast
+    as possible for at most <seconds>; the bytes read."""
+    # The socket's timeout ends a follow that has nothing more to say.
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=min(seconds, 30))
+    got = 0
+    try:
+        hdrs = {"Authorization": "Bearer " + token}
+        if body is not None:
+            hdrs["Content-Type"] = "application/json"
+        c.request("POST" if body is not None else "GET", path, body=json.dumps(body) if body is not None else None,
+                  headers=hdrs)
+        r = c.getresponse()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            b = r.read1(1 << 20)
+            if not b:
+                break
+            got += len(b)
+    except OSError:
+        pass
+    finally:
+        c.close()
+    return got
+
+
+def streams_phase(a, root, followers, seconds):
+    """A router and a cluster whose pods run the real agent: a `yes` stream
+    read fast, then <followers> clients following one full buffer."""
+    d = f"{root}/streams"
+    os.makedirs(d)
+    start([os.path.join(a.build_dir, "kubesim"), "--name", "s1", "--port-file", f"{d}/s1.port",
+           "--write-kubeconfig", f"{d}/s1.kubeconfig", "--token", "t", "--nodes", "2", "--node-cpu", "64",
+           "--node-memory", "256Gi", "--event-limit", "0", "--workdir", f"{d}/wd", "--log-level", "warn",
+           "--agent-binary", os.path.abspath(os.path.join(a.build_dir, "fedrouter-agent"))], f"{d}/s1.log")
+    for _ in range(300):
+        if os.path.exists(f"{d}/s1.port") and os.path.getsize(f"{d}/s1.port"):
+            break
+        time.sleep(0.05)
+    with open(f"{d}/agent.key", "w") as f:
+        f.write(os.urandom(32).hex() + "\n")
+    sha = hashlib.sha256(ABUSER.encode()).hexdigest()
+    with open(f"{d}/fedrouter.conf", "w") as f:
+        f.write(f'listen = "127.0.0.1:0";\nregion = "us";\n'
+                f'tenants = ( {{ name = "abuser"; token_sha256 = "{sha}"; }} );\n'
+                f'agent = {{ image = "fedrouter/agent:bench"; port = 49983; key_file = "{d}/agent.key"; }};\n'
+                f'clusters = ( {{ name = "s1"; region = "us"; kubeconfig = "{d}/s1.kubeconfig"; }} );\n')
+    router = start([os.path.join(a.build_dir, "fedrouter"), "--config", f"{d}/fedrouter.conf"], f"{d}/fedrouter.log")
+    line = router.stdout.readline().decode()
+    if not line.startswith("fedrouter listening on http://127.0.0.1:"):
+        die(f"streams: router did not start: {line!r}")
+    port = int(line.rsplit(":", 1)[1])
+    for _ in range(300):
+        if req(port, "GET", "/readyz")[0] == 200:
+            break
+        time.sleep(0.1)
+    st, sb = req(port, "POST", "/v1/sandboxes", {"image": "python:3.12", "name": "streams"}, ABUSER)
+    if st != 201:
+        die(f"streams: create: {st} {sb}\n" + open(f"{d}/s1.log").read()[-3000:])
+    sid = sb["sandboxes"][0]["id"]
+    out = {"followers": followers, "seconds_each": seconds, "target_healthz_max_ms": 50}
+    # One stream of `yes`, read as fast as this client can.
+    s = Sampler(port, router.pid)
+    got = read_stream(port, f"/v1/sandboxes/{sid}/exec", {"argv": ["yes", "flood"], "stream": True,
+                                                          "timeout_s": seconds}, ABUSER, seconds + 5)
+    out["yes_stream"] = dict(s.done(), bytes=got)
+    # A process whose output buffer is full, then <followers> at once.
+    st, pr = req(port, "POST", f"/v1/sandboxes/{sid}/processes",
+                 {"argv": ["sh", "-c", "yes follow | head -c 20000000; sleep 120"]}, ABUSER)
+    if st != 201:
+        die(f"streams: process: {st} {pr}")
+    # Until the process has written it all (its buffer holds what it keeps).
+    for _ in range(600):
+        st, ps = req(port, "GET", f"/v1/sandboxes/{sid}/processes", token=ABUSER)
+        out_len = read_stream(port, f"/v1/sandboxes/{sid}/processes/{pr['pid']}/output", None, ABUSER, 2)
+        if out_len > 1000000:
+            break
+        time.sleep(0.1)
+    s = Sampler(port, router.pid)
+    with multiprocessing.pool.ThreadPool(followers) as pool:
+        got = pool.starmap(read_stream, [(port, f"/v1/sandboxes/{sid}/processes/{pr['pid']}/output?follow=1", None,
+                                          ABUSER, seconds)] * followers)
+    out["followers_phase"] = dict(s.done(), bytes=sum(got))
+    out["met"] = all(x.get("healthz_max_ms") is not None and x["healthz_max_ms"] < 50
+                     for x in (out["yes_stream"], out["followers_phase"]))
+    req(port, "DELETE", f"/v1/sandboxes/{sid}", token=ABUSER)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", required=True)
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--json-out")
-    ap.add_argument("--phases", default="idle,floods,burst,creates",
-                    help="comma-separated subset of idle,floods,burst,creates (default: all)")
+    ap.add_argument("--phases", default="idle,floods,burst,creates,streams",
+                    help="comma-separated subset of idle,floods,burst,creates,streams (default: all)")
     a = ap.parse_args()
     phases = set(a.phases.split(","))
-    if not phases <= {"idle", "floods", "burst", "creates"}:
+    if not phases <= {"idle", "floods", "burst", "creates", "streams"}:
         die(f"unknown phase in --phases {a.phases!r}")
     idle_conns, floods, flood_mib, burst = (2000, 2, 4, 200) if a.smoke else (20000, 10, 20, 3000)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -324,6 +420,10 @@ def main():
             phase.update({"answers": count(x for x, _ in res), "abuser_sandboxes": len(lst.get("sandboxes", []))})
             report["creates"] = phase
             ok &= phase["abuser_sandboxes"] <= 50
+
+        # ---- streams: one fast stream, then many followers (own router)
+        if "streams" in phases:
+            report["streams"] = streams_phase(a, root, 5 if a.smoke else 40, 3 if a.smoke else 7)
 
         # ---- clean up, and what is left
         req(port, "DELETE", "/v1/sandboxes?label=run=abuse", token=ABUSER)

@@ -185,6 +185,10 @@ void conn_close(struct conn *c);
 void route_head(struct conn *c);
 /* Called when the whole body has been read (BODY_BUFFER) or sunk. */
 void route_body_done(struct conn *c);
+/* GET /_fr/held: what the agent holds by its own count (connections,
+ * output queued and allocated, bodies, process output rings, stdin
+ * backlogs, watcher events), and "total_bytes". */
+json_t *agent_held_json(const struct agent *a);
 /* Connect error code -> HTTP status (Connect protocol table). */
 int connect_http_status(const char *code);
 void rpc_error(struct conn *c, bool streaming, const char *code,
@@ -249,6 +253,9 @@ int watch_pump(struct watch *w);
  * struct is freed by watch_collect(). Accepts NULL. */
 void watch_close(struct watch *w);
 void watch_collect(struct agent *a);
+/* For GET /_fr/held: stream watchers not reading because their client
+ * lags, and the bytes of events the kernel holds for all watchers. */
+void watch_held(const struct agent *a, size_t *paused, size_t *kernel_bytes);
 void watch_close_all(struct agent *a);
 
 /* ---- processes (proc.c) ---- */

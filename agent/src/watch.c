@@ -48,6 +48,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/inotify.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -291,6 +292,18 @@ void watch_close(struct watch *w) {
   w->prev = NULL;
   w->next = a->dead_watches;
   a->dead_watches = w;
+}
+
+void watch_held(const struct agent *a, size_t *paused, size_t *kernel_bytes) {
+  const struct watch *w;
+  int n;
+
+  *paused = *kernel_bytes = 0;
+  for (w = a->watches; w != NULL; w = w->next) {
+    *paused += w->c != NULL && w->paused;
+    if (w->io.fd >= 0 && ioctl(w->io.fd, FIONREAD, &n) == 0 && n > 0)
+      *kernel_bytes += (size_t)n;
+  }
 }
 
 void watch_collect(struct agent *a) {

@@ -14,6 +14,7 @@
 #include "fr/util.h"
 #include "adapter_internal.h"
 #include "podopts.h"
+#include "upstream.h"
 
 /* Health probe: GET /version every PROBE_MS feeds the latency EWMA and, with
  * the informers' contact times, the health flag. */
@@ -458,9 +459,11 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
     snprintf(err, errlen, "%s: cannot create the API client", cc->name);
     goto fail;
   }
-  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", a->ns);
-  rc = fr_informer_new(a->client, path, FR_LABEL_SANDBOX "=true", on_informer, a, &a->inf[INF_PODS]);
-  snprintf(path, sizeof(path), "/apis/apps/v1/namespaces/%s/replicasets", a->ns);
+  rc = upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "pods", NULL, NULL);
+  if (rc == 0)
+    rc = fr_informer_new(a->client, path, FR_LABEL_SANDBOX "=true", on_informer, a, &a->inf[INF_PODS]);
+  if (rc == 0)
+    rc = upstream_object_path(path, sizeof(path), "/apis/apps/v1", a->ns, "replicasets", NULL, NULL);
   if (rc == 0)
     rc = fr_informer_new(a->client, path, FR_LABEL_POOL, on_informer, a, &a->inf[INF_POOLS]);
   if (rc == 0)
@@ -469,17 +472,20 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
   if (rc == 0)
     rc = fr_informer_new(a->client, "/api/v1/pods", FR_LABEL_SANDBOX "!=true", on_informer, a,
                          &a->inf[INF_ALLPODS]);
-  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/resourcequotas", a->ns);
+  if (rc == 0)
+    rc = upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "resourcequotas", NULL, NULL);
   if (rc == 0)
     rc = fr_informer_new(a->client, path, NULL, on_informer, a, &a->inf[INF_QUOTAS]);
   /* What pod options can ask for: a few small objects each. */
   if (rc == 0)
     rc = fr_informer_new(a->client, "/apis/node.k8s.io/v1/runtimeclasses", NULL, on_informer, a,
                          &a->inf[INF_RUNTIMECLASSES]);
-  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/persistentvolumeclaims", a->ns);
+  if (rc == 0)
+    rc = upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "persistentvolumeclaims", NULL, NULL);
   if (rc == 0)
     rc = fr_informer_new(a->client, path, NULL, on_informer, a, &a->inf[INF_PVCS]);
-  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps", a->ns);
+  if (rc == 0)
+    rc = upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "configmaps", NULL, NULL);
   if (rc == 0)
     rc = fr_informer_new(a->client, path, FR_LABEL_BATCH, on_informer, a, &a->inf[INF_MARKERS]);
   /* The strmap tables start empty as calloc left them. */
@@ -586,6 +592,10 @@ const struct fr_pod *fr_adapter_pod_next(struct fr_adapter *a, size_t *cursor) {
 
 int fr_adapter_pods_synced(const struct fr_adapter *a) {
   return fr_informer_synced(a->inf[INF_PODS]);
+}
+
+int fr_adapter_pools_synced(const struct fr_adapter *a) {
+  return fr_informer_synced(a->inf[INF_POOLS]);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -34,6 +34,7 @@
 #include "adapter_internal.h"
 #include "fr/log.h"
 #include "fr/util.h"
+#include "upstream.h"
 
 #define MARKER_PREFIX "fr-batch-"
 /* Markers are looked over at most this often (a walk of the marker cache). */
@@ -197,10 +198,9 @@ static int op_send(struct commit_op *op, const char *method, json_t *body) {
   char path[400], *text = body != NULL ? json_dumps(body, JSON_COMPACT) : NULL;
   int rc;
 
-  if (strcmp(method, "POST") == 0)
-    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps", a->ns);
-  else
-    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/configmaps/" MARKER_PREFIX "%s", a->ns, op->batch);
+  if (upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "configmaps", strcmp(method, "POST") == 0 ? NULL : MARKER_PREFIX,
+                           strcmp(method, "POST") == 0 ? NULL : op->batch) != 0)
+    return -EINVAL;
   if (body != NULL && text == NULL)
     return -ENOMEM;
   /* A retried POST that had landed meets 409 and turns into the PATCH: safe. */

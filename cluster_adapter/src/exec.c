@@ -399,10 +399,18 @@ static void on_agent_done(const struct fr_kube_response *resp, void *arg) {
     r.out_truncated = op->out_truncated;
     r.err_truncated = op->err_truncated;
   } else if (op->started) {
-    /* It ran, the answer was lost: not retried, a command is not idempotent. */
-    snprintf(msg, sizeof(msg), "the sandbox's agent stream ended before the exit status (%d %.200s)",
+    /* It ran, the answer was lost: not retried, a command is not idempotent.
+     * The API server passed the stream on, so while the cluster answers
+     * its probes the sandbox is what failed (its code killed the agent,
+     * or the agent crashed), not the cluster: say so, and leave the
+     * breaker alone. */
+    int healthy = op->a->breaker == BR_CLOSED && op->a->probe_ok;
+    snprintf(msg, sizeof(msg), "%s (%d %.200s); whether the command finished is unknown",
+             healthy ? "the sandbox's agent stopped while the command ran (killed by code in the sandbox, or "
+                       "crashed)"
+                     : "the sandbox's agent stream ended before the exit status",
              resp->status, resp->error ? resp->error : op->end_message);
-    r.err = FR_EXEC_UNAVAILABLE;
+    r.err = healthy ? FR_EXEC_AGENT_DIED : FR_EXEC_UNAVAILABLE;
     r.message = msg;
   } else if (resp->status == 404) {
     r.err = FR_EXEC_NOT_FOUND;

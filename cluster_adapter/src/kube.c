@@ -49,6 +49,7 @@
 #include "fr/curluv.h"
 #include "fr/kubeconfig.h"
 #include "fr/log.h"
+#include "fr/turn.h"
 #include "fr/urlsafe.h"
 #include "fr/util.h"
 #include "fr/version.h"
@@ -220,6 +221,7 @@ struct rest_io {
   unsigned paused_recv : 1;           /* on_data said FR_KUBE_PAUSE */
   unsigned paused_send : 1;           /* the read callback ran dry and paused */
   unsigned drain_due : 1, resume_due : 1; /* work for the io timer (next loop turn) */
+  unsigned budget_wait : 1;           /* paused_recv because the loop turn's budget ran out */
   int retries, retry_after_s, refreshed, waiting, zombie;
   char errbuf[CURL_ERROR_SIZE];       /* CURLOPT_ERRORBUFFER: must be this big */
 };
@@ -1554,6 +1556,18 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata) {
       if (rc->state != CALL_RUNNING)
         return 0;
     }
+    /* One fast stream (`yes` in a sandbox, a follower replaying a full
+     * buffer) must not hold the loop: libcurl reads a socket that stays
+     * readable without returning from curl_multi_socket_action(). Past
+     * the loop turn's budget this piece waits (curl keeps it) and the
+     * stream resumes from a later turn, after everything else ready. */
+    if (rc->kind == KIND_STREAM && !fr_turn_take_bytes(rc->c->loop, n)) {
+      io->paused_recv = 1;
+      io->budget_wait = 1;
+      io->resume_due = 1;
+      uv_timer_start(&io->timer, on_io_timer, 1, 0);
+      return CURL_WRITEFUNC_PAUSE;
+    }
     r = rc->on_data(ptr, n, rc->arg);
     if (r == FR_KUBE_PAUSE && rc->kind == KIND_STREAM && rc->state == CALL_RUNNING) {
       /* curl keeps this piece and hands it over again on resume. */
@@ -1668,6 +1682,11 @@ static void on_io_timer(uv_timer_t *t) {
     return;
   if (io->resume_due) {
     io->resume_due = 0;
+    if (io->budget_wait) {
+      /* paused for the loop's sake, not its reader's */
+      io->budget_wait = 0;
+      io->paused_recv = 0;
+    }
     apply_pause(rc);
     if (rc->state != CALL_RUNNING || rc->io->easy == NULL)
       return;

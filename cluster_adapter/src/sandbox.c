@@ -21,8 +21,10 @@
 #include "fr/buf.h"
 #include "fr/log.h"
 #include "fr/quantity.h"
+#include "fr/urlsafe.h"
 #include "fr/util.h"
 #include "podopts.h"
+#include "upstream.h"
 
 #define MAX_CLAIM_CONFLICTS 3
 #define DEFAULT_READY_TIMEOUT_MS 120000
@@ -476,8 +478,8 @@ static void start_cold(struct create_op *op) {
              ? json_dumps(pod, JSON_COMPACT)
              : NULL;
   json_decref(pod);
-  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", op->a->ns);
-  rc = body ? fr_kube_request(op->a->client, "POST", path, "application/json", body, strlen(body), 0,
+  rc = upstream_object_path(path, sizeof(path), "/api/v1", op->a->ns, "pods", NULL, NULL);
+  rc = body && rc == 0 ? fr_kube_request(op->a->client, "POST", path, "application/json", body, strlen(body), 0,
                               op->request_id, on_created, op, &op->call)
             : -ENOMEM;
   free(body);
@@ -556,9 +558,9 @@ static void claim(struct create_op *op, const struct fr_pod *pod) {
                     (json_int_t)(started_s_ago(pod) + op->deadline_s));
   body = patch ? json_dumps(patch, JSON_COMPACT) : NULL;
   json_decref(patch);
-  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", op->a->ns, op->pod);
+  rc = upstream_object_path(path, sizeof(path), "/api/v1", op->a->ns, "pods", NULL, op->pod);
   /* A precondition makes the patch safe to retry. */
-  rc = body ? fr_kube_request(op->a->client, "PATCH", path, "application/merge-patch+json", body,
+  rc = body && rc == 0 ? fr_kube_request(op->a->client, "PATCH", path, "application/merge-patch+json", body,
                               strlen(body), FR_KUBE_IDEMPOTENT, op->request_id, on_claimed, op, &op->call)
             : -ENOMEM;
   free(body);
@@ -774,8 +776,9 @@ static int delete_pod(struct fr_adapter *a, const char *pod, const char *request
   dc->cb = cb;
   dc->arg = arg;
   snprintf(dc->pod, sizeof(dc->pod), "%s", pod);
-  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", a->ns, pod);
-  rc = simple_request(a, "DELETE", path, NULL, NULL, 1, NULL, request_id, on_deleted, dc);
+  rc = upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "pods", NULL, pod);
+  if (rc == 0)
+    rc = simple_request(a, "DELETE", path, NULL, NULL, 1, NULL, request_id, on_deleted, dc);
   if (rc != 0) {
     free(dc);
     return rc;
@@ -809,9 +812,10 @@ int fr_adapter_sandbox_set_expiry(struct fr_adapter *a, const char *pod, int64_t
    * pod not started yet keeps the one it was created with. */
   if (p->start_s >= 0 && expires_s > p->start_s && (p->expires_s < 0 || expires_s < p->expires_s))
     json_object_set_new(patch, "spec", json_pack("{s:I}", "activeDeadlineSeconds", (json_int_t)(expires_s - p->start_s)));
-  snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s", a->ns, pod);
-  rc = simple_request(a, "PATCH", path, "application/merge-patch+json", patch, 1, a->inf[INF_PODS], request_id, cb,
-                      arg);
+  rc = upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "pods", NULL, pod);
+  if (rc == 0)
+    rc = simple_request(a, "PATCH", path, "application/merge-patch+json", patch, 1, a->inf[INF_PODS], request_id,
+                        cb, arg);
   json_decref(patch);
   return rc;
 }
@@ -836,7 +840,9 @@ int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec
   int rc;
 
   snprintf(name, sizeof(name), "fr-pool-%s", spec->name);
-  snprintf(path, sizeof(path), "/apis/apps/v1/namespaces/%s/replicasets", a->ns);
+  if (!fr_dns_subdomain(name) ||
+      upstream_object_path(path, sizeof(path), "/apis/apps/v1", a->ns, "replicasets", NULL, NULL) != 0)
+    return -EINVAL;
   /* The pool's shape, read back by every router's pool cache (adapter.c
    * pool_update): written by jansson so any image reference is escaped. */
   shape = json_pack("{s:s,s:I,s:I}", "image", spec->image, "cpu_millis", (json_int_t)spec->cpu_m,
@@ -885,8 +891,9 @@ int fr_adapter_pool_resize(struct fr_adapter *a, const char *pool, int64_t repli
   json_t *patch = json_pack("{s:{s:I}}", "spec", "replicas", (json_int_t)replicas);
   int rc;
 
-  snprintf(path, sizeof(path), "/apis/apps/v1/namespaces/%s/replicasets/fr-pool-%s", a->ns, pool);
-  rc = simple_request(a, "PATCH", path, "application/merge-patch+json", patch, 1, a->inf[INF_POOLS], NULL, cb, arg);
+  rc = upstream_object_path(path, sizeof(path), "/apis/apps/v1", a->ns, "replicasets", "fr-pool-", pool);
+  if (rc == 0)
+    rc = simple_request(a, "PATCH", path, "application/merge-patch+json", patch, 1, a->inf[INF_POOLS], NULL, cb, arg);
   json_decref(patch);
   return rc;
 }
@@ -897,8 +904,9 @@ int fr_adapter_pool_delete(struct fr_adapter *a, const char *pool,
   json_t *opts = json_pack("{s:s}", "propagationPolicy", "Background");
   int rc;
 
-  snprintf(path, sizeof(path), "/apis/apps/v1/namespaces/%s/replicasets/fr-pool-%s", a->ns, pool);
-  rc = simple_request(a, "DELETE", path, "application/json", opts, 1, NULL, NULL, cb, arg);
+  rc = upstream_object_path(path, sizeof(path), "/apis/apps/v1", a->ns, "replicasets", "fr-pool-", pool);
+  if (rc == 0)
+    rc = simple_request(a, "DELETE", path, "application/json", opts, 1, NULL, NULL, cb, arg);
   json_decref(opts);
   return rc;
 }

@@ -14,6 +14,7 @@
 
 #include "adapter_internal.h"
 #include "fr/util.h"
+#include "upstream.h"
 
 /* A Secret read is one small GET: a cluster that has not answered in this
  * long is treated as down for the create, which then spills. */
@@ -162,7 +163,7 @@ int fr_adapter_secret_get(struct fr_adapter *a, const char *secret, const char *
   struct fr_secret_call *sc;
   char path[400];
   size_t i;
-  int rc, n;
+  int rc;
 
   if (out != NULL)
     *out = NULL;
@@ -170,8 +171,7 @@ int fr_adapter_secret_get(struct fr_adapter *a, const char *secret, const char *
     return -EINVAL;
   if (a->breaker != BR_CLOSED)
     return -EHOSTDOWN;
-  n = snprintf(path, sizeof(path), "/api/v1/namespaces/%s/secrets/%s", a->ns, secret);
-  if (n < 0 || (size_t)n >= sizeof(path))
+  if (upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "secrets", NULL, secret) != 0)
     return -EINVAL;
   sc = calloc(1, sizeof(*sc) + nkeys * sizeof(sc->keys[0]));
   if (sc == NULL)

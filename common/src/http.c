@@ -1062,6 +1062,20 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   struct conn *c = fr_container_of((uv_tcp_t *)s, struct conn, tcp);
   int rc = 0;
 
+  if (nread == UV_EOF && c->state == CS_HANDLING && !c->keep_alive && !(c->body_stream && !c->body_done)) {
+    /* The client asked to close after this request (Connection: close,
+     * or HTTP/1.0) and half-closed once it was sent (shutdown(SHUT_WR),
+     * nc -N): it still waits for the answer, so the request goes on and
+     * the connection ends after it. On a keep-alive connection, or once a
+     * streamed answer is under way (CS_STREAMING), the end of input is the
+     * client leaving: abort_cb stops the work (a command is killed). */
+    free(buf->base);
+    if (c->reading) {
+      uv_read_stop(s);
+      c->reading = 0;
+    }
+    return;
+  }
   if (nread < 0) {
     free(buf->base);
     if (nread == UV_EOF && c->state == CS_TUNNEL) {

@@ -17,7 +17,7 @@ unsigned fr_turn_set_budget(unsigned units) {
   return old;
 }
 
-int fr_turn_take(uv_loop_t *loop) {
+static void turn_sync(uv_loop_t *loop) {
   uint64_t now = uv_now(loop);
 
   if (turn.loop != loop || turn.ms != now) {
@@ -25,8 +25,23 @@ int fr_turn_take(uv_loop_t *loop) {
     turn.ms = now;
     turn.used = 0;
   }
+}
+
+int fr_turn_take(uv_loop_t *loop) {
+  turn_sync(loop);
   if (turn.used >= (turn.budget ? turn.budget : FR_TURN_BUDGET))
     return 0;
   turn.used++;
+  return 1;
+}
+
+int fr_turn_take_bytes(uv_loop_t *loop, size_t n) {
+  unsigned budget = turn.budget ? turn.budget : FR_TURN_BUDGET;
+  size_t units = 1 + n / FR_TURN_BYTES;
+
+  turn_sync(loop);
+  if (turn.used > 0 && turn.used + units > budget)
+    return 0;
+  turn.used = turn.used + units > budget ? budget : turn.used + (unsigned)units;
   return 1;
 }

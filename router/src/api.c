@@ -393,3 +393,56 @@ const struct fr_pod *api_find_reachable_sandbox(struct api_req *q, const char *i
   }
   return pod;
 }
+
+int api_body_resources(struct api_req *q, json_t *j, int64_t *cpu_m, int64_t *mem_b) {
+  json_t *v;
+  double d;
+
+  if ((v = json_object_get(j, "cpus")) != NULL) {
+    d = json_is_number(v) ? json_number_value(v) : -1;
+    if (!(d >= 0.001 && d <= 256)) { /* NaN-safe: fails the comparison */
+      api_field_fail(q, "cpus", "cpus must be a number from 0.001 (one millicore) to 256");
+      return -1;
+    }
+    *cpu_m = (int64_t)(d * 1000 + 0.5);
+  }
+  if ((v = json_object_get(j, "memory_gb")) != NULL) {
+    d = json_is_number(v) ? json_number_value(v) : -1;
+    if (!(d >= 1.0 / 1024 && d <= 4096)) {
+      api_field_fail(q, "memory_gb", "memory_gb must be a number from 0.0009765625 (1 MiB) to 4096");
+      return -1;
+    }
+    *mem_b = (int64_t)(d * 1073741824.0);
+  }
+  return 0;
+}
+
+int api_image_check(struct api_req *q, const char *image) {
+  size_t n = image != NULL ? strlen(image) : 0;
+
+  if (n == 0 || n > 512 ||
+      strspn(image, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._/:@-") != n ||
+      strchr("._/:@-", image[0]) != NULL) {
+    api_field_fail(q, "image",
+                   "image must be a container image reference: 1-512 characters of letters, digits and . _ / : @ -");
+    return -1;
+  }
+  return 0;
+}
+
+void api_pool_missing(struct api_req *q, const char *name) {
+  char msg[300];
+  size_t i;
+
+  for (i = 0; i < q->r->nadapters; i++)
+    if (!fr_adapter_pools_synced(q->r->adapters[i])) {
+      snprintf(msg, sizeof(msg),
+               "cluster %s has not listed its pools yet (this router started recently); retry shortly or on "
+               "another replica",
+               fr_adapter_name(q->r->adapters[i]));
+      api_fail(q, 503, "not_synced", msg, "Retry-After: 1\r\n");
+      return;
+    }
+  snprintf(msg, sizeof(msg), "no pool named \"%.100s\"", name);
+  api_fail(q, 404, "pool_not_found", msg, NULL);
+}

@@ -13,6 +13,7 @@
 #define FR_ROUTER_API_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -82,6 +83,12 @@ void api_oom(struct api_req *q);
  * (NULL-terminated); NULL after answering invalid_json / invalid_field. */
 json_t *api_body_object(struct api_req *q, const char *const *known, size_t flags);
 
+/* Pool <name> was not found: answers 503 not_synced (Retry-After: 1) when
+ * some cluster's pool cache has not finished its first list (a fresh
+ * replica must not call an existing pool missing: the E2B SDK takes 404 as
+ * final), else 404 pool_not_found. */
+void api_pool_missing(struct api_req *q, const char *name);
+
 /* The adapter named <name>, or NULL. */
 struct fr_adapter *api_adapter(struct router *r, const char *name);
 /* A claimed sandbox of <tenant>? Warm pool pods and other tenants' pods are
@@ -110,6 +117,17 @@ const struct fr_pod *api_find_sandbox(struct api_req *q, const char *id, struct 
  * returns NULL when the sandbox's node is not Ready, rather than sending the
  * call to a node that cannot answer. */
 const struct fr_pod *api_find_reachable_sandbox(struct api_req *q, const char *id, struct fr_adapter **out_a);
+
+/* Checks the optional "cpus" and "memory_gb" of <j> and puts them, in
+ * millicores and bytes, into *<cpu_m> / *<mem_b> (untouched when absent).
+ * An amount that rounds to nothing (under 1 millicore or 1 MiB: a pod
+ * with requests "0" is unmetered) or past the bounds is refused: 0, or -1
+ * after answering 400 invalid_field. */
+int api_body_resources(struct api_req *q, json_t *j, int64_t *cpu_m, int64_t *mem_b);
+/* A container image reference: 1-512 characters of [A-Za-z0-9._/:@-],
+ * starting with a letter or digit; else answers 400 invalid_field "image"
+ * and returns -1. */
+int api_image_check(struct api_req *q, const char *image);
 
 /* The body's "argv" as a NULL-terminated array borrowing its strings, or
  * NULL after answering invalid_argv / out_of_memory (exec.c). */

@@ -37,7 +37,7 @@ struct body_spec {
   const char *name;
   int64_t n;
   const char *pool, *image;
-  double cpus, memory_gb;
+  int64_t cpu_m, mem_b; /* 0: not asked (the pool's, else 1 cpu and 2 GiB) */
   json_t *env, *labels, *clusters, *secrets;
   const char *region;
   int64_t timeout_s;
@@ -119,20 +119,10 @@ static int parse_create(struct api_req *q, json_t *j, struct body_spec *s) {
     }
     s->timeout_s = json_integer_value(v);
   }
-  if ((v = json_object_get(j, "cpus")) != NULL) {
-    if (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 256) {
-      api_field_fail(q, "cpus", "cpus must be a number in (0, 256]");
-      return -1;
-    }
-    s->cpus = json_number_value(v);
-  }
-  if ((v = json_object_get(j, "memory_gb")) != NULL) {
-    if (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 4096) {
-      api_field_fail(q, "memory_gb", "memory_gb must be a number in (0, 4096]");
-      return -1;
-    }
-    s->memory_gb = json_number_value(v);
-  }
+  if (api_body_resources(q, j, &s->cpu_m, &s->mem_b) != 0)
+    return -1;
+  if (s->image != NULL && api_image_check(q, s->image) != 0)
+    return -1;
   if ((v = json_object_get(j, "partial_ok")) != NULL) {
     if (!json_is_boolean(v)) {
       api_field_fail(q, "partial_ok", "partial_ok must be true or false");
@@ -499,8 +489,7 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extend
   if (j == NULL || parse_create(q, j, &s) != 0)
     goto out;
   if (s.pool != NULL && (pv = pool_shape(q, s.pool)) == NULL) {
-    snprintf(msg, sizeof(msg), "no pool named \"%.100s\"", s.pool);
-    api_fail(q, 404, "pool_not_found", msg, NULL);
+    api_pool_missing(q, s.pool);
     goto out;
   }
   /* Sandboxes the tenant holds, plus those its other batches are still
@@ -530,8 +519,8 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extend
   spec.pool = cr->pool;
   spec.image = cr->image;
   /* A pool fixes the shape; otherwise the request's (default 1 cpu, 2 GiB). */
-  spec.cpu_m = pv ? pv->cpu_m : (int64_t)((s.cpus > 0 ? s.cpus : 1.0) * 1000 + 0.5);
-  spec.mem_b = pv ? pv->mem_b : (int64_t)((s.memory_gb > 0 ? s.memory_gb : 2.0) * 1073741824.0);
+  spec.cpu_m = pv ? pv->cpu_m : s.cpu_m > 0 ? s.cpu_m : 1000;
+  spec.mem_b = pv ? pv->mem_b : s.mem_b > 0 ? s.mem_b : (int64_t)2 << 30;
   spec.opts = cr->opts;
   spec.env = cr->env;
   spec.labels = cr->labels;

@@ -83,8 +83,13 @@ static void agent_error(struct api_req *q, const struct fr_agent_result *res, js
   int status = res->status;
   char text[400];
 
-  if (res->err != FR_AGENT_OK) {
-    api_fail(q, 503, "agent_unavailable", res->message != NULL ? res->message : "the agent was not reached",
+  if (res->err != FR_AGENT_OK || status == 401) {
+    /* 401: the agent does not know this router's key (rotated without
+     * previous_key_file): the same code as an exec that cannot use it. */
+    api_fail(q, 503, "agent_unavailable",
+             res->err != FR_AGENT_OK ? (res->message != NULL ? res->message : "the agent was not reached")
+                                     : "the sandbox's agent refuses this router's key (was the agent key rotated "
+                                       "without previous_key_file?)",
              "Retry-After: 1\r\n");
     return;
   }
@@ -290,12 +295,20 @@ static int nd_event(const struct fr_proc_event *ev, void *arg) {
     break;
   case FR_PROC_STDOUT:
   case FR_PROC_PTY:
-  case FR_PROC_STDERR:
+  case FR_PROC_STDERR: {
+    size_t len = ev->len;
+    /* Without follow the answer is what was kept at attach: output the
+     * process writes meanwhile (a `yes` makes tens of MB a second while
+     * the end is awaited) is not part of it. */
+    if (!n->follow && n->until >= 0)
+      len = n->at >= n->until ? 0 : (size_t)(n->until - n->at) < len ? (size_t)(n->until - n->at) : len;
     nd_begin(n);
-    nd_output(n, ev->kind == FR_PROC_STDERR, ev->data, ev->len, 0);
+    if (len > 0)
+      nd_output(n, ev->kind == FR_PROC_STDERR, ev->data, len, 0);
     n->at += (int64_t)ev->len;
     nd_replayed(n);
     break;
+  }
   case FR_PROC_END:
     nd_begin(n);
     nd_flush(n);

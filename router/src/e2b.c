@@ -252,6 +252,12 @@ static int64_t body_timeout(struct api_req *q, int optional) {
   int64_t v = json_is_integer(t) ? json_integer_value(t) : -1;
   char msg[200];
 
+  /* An empty body is "no timeout"; a body must be a JSON object. */
+  if (q->req->body_len > 0 && !json_is_object(b)) {
+    json_decref(b);
+    api_fail(q, 400, "invalid_json", "the body must be a JSON object ({\"timeout\": seconds})", NULL);
+    return -1;
+  }
   if (t == NULL && optional) {
     json_decref(b);
     return 0;
@@ -386,13 +392,14 @@ static void list(struct api_req *q) {
   int nmeta = 0, k;
   json_t *arr;
 
-  meta[0] = state[0] = next[0] = tmpl[0] = '\0';
+  meta[0] = state[0] = next[0] = tmpl[0] = lim[0] = after[0] = '\0';
   if (fr_http_query_get(q->req->query, "metadata", meta, sizeof(meta)) == -ENOSPC ||
       (meta[0] != '\0' && (nmeta = parse_metadata(meta, keys, vals, 16)) < 0)) {
     api_field_fail(q, "metadata", "metadata must be at most 16 URL-encoded key=value pairs joined by '&'");
     return;
   }
-  if (fr_http_query_get(q->req->query, "limit", lim, sizeof(lim)) >= 0 &&
+  /* A value too long for its buffer is as wrong as a bad one. */
+  if (fr_http_query_get(q->req->query, "limit", lim, sizeof(lim)) != -ENOENT &&
       fr_parse_int64(lim, 1, LIST_MAX, &limit) != 0) {
     api_field_fail(q, "limit", "limit must be an integer from 1 to 1000");
     return;
@@ -401,7 +408,7 @@ static void list(struct api_req *q) {
     api_field_fail(q, "template", "template is a pool name (at most 63 characters)");
     return;
   }
-  if (fr_http_query_get(q->req->query, "startedAfter", after, sizeof(after)) >= 0 &&
+  if (fr_http_query_get(q->req->query, "startedAfter", after, sizeof(after)) != -ENOENT &&
       fr_time_parse_rfc3339(after, &after_s) != 0) {
     api_field_fail(q, "startedAfter", "startedAfter must be an RFC 3339 UTC time (2026-01-02T03:04:05Z)");
     return;

@@ -203,7 +203,7 @@ static void gauge(struct fr_buf *b, const char *name, const char *cluster, const
   fr_buf_free(&l);
 }
 
-static void render_gauges(struct router *r, struct fr_buf *b) {
+static void render_gauges(struct router *r, struct fr_buf *b, int all_pools) {
   size_t i, k;
   struct fr_adapter_view *views = calloc(r->nadapters ? r->nadapters : 1, sizeof(*views));
 
@@ -232,8 +232,8 @@ static void render_gauges(struct router *r, struct fr_buf *b) {
     for (k = 0; k < views[i].npools; k++) {
       const struct fr_adapter_pool_view *pv = &views[i].pools[k];
       int64_t fs, ts;
-      if (pv->image[0] == '\0')
-        continue; /* its shape is unreadable */
+      if (pv->image[0] == '\0' || (!all_pools && pv->owner != NULL))
+        continue; /* its shape is unreadable, or its name is its tenant's */
       fr_adapter_pool_slots(a, pv, &fs, &ts);
       gauge(b, "fedrouter_cluster_capacity_slots", views[i].name, views[i].region, "pool", pv->name, "state",
             "free", (double)fs);
@@ -249,6 +249,8 @@ static void render_gauges(struct router *r, struct fr_buf *b) {
   head(b, "fedrouter_pool_warm_pods", "gauge", "Warm pool depth: ready unclaimed pods and the target.");
   for (i = 0; i < r->nadapters; i++) {
     for (k = 0; k < views[i].npools; k++) {
+      if (!all_pools && views[i].pools[k].owner != NULL)
+        continue;
       gauge(b, "fedrouter_pool_warm_pods", views[i].name, NULL, "pool", views[i].pools[k].name, "state", "ready",
             (double)views[i].pools[k].ready);
       gauge(b, "fedrouter_pool_warm_pods", views[i].name, NULL, "pool", views[i].pools[k].name, "state", "target",
@@ -291,11 +293,11 @@ static void render_gauges(struct router *r, struct fr_buf *b) {
   free(views);
 }
 
-int metrics_render(struct router *r, struct fr_buf *out) {
+int metrics_render(struct router *r, struct fr_buf *out, int all_pools) {
   struct metrics *m = r->metrics;
   size_t f, i, k;
 
-  render_gauges(r, out);
+  render_gauges(r, out, all_pools);
   for (f = 0; f < sizeof(recorded) / sizeof(recorded[0]); f++) {
     const char *name = recorded[f].name;
     int hist = strcmp(recorded[f].type, "histogram") == 0;

@@ -28,8 +28,10 @@ void metrics_observe(struct metrics *m, const char *family, const char *labels, 
 void metrics_label(struct fr_buf *b, const char *name, const char *value);
 
 /* Renders every metric of <r> in the text exposition format into <out>.
- * 0 or -ENOMEM. */
-int metrics_render(struct router *r, struct fr_buf *out);
+ * <all_pools> 0 (anyone may read /metrics: no metrics token is set) leaves
+ * out the series of pools a tenant owns, whose names are that tenant's
+ * business; shared pools are always there. 0 or -ENOMEM. */
+int metrics_render(struct router *r, struct fr_buf *out, int all_pools);
 
 /* The route template of <path> for labels ("/v1/sandboxes/{id}/exec"). */
 const char *metrics_route(const char *path);

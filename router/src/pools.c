@@ -235,22 +235,12 @@ static void create_pool(struct api_req *q) {
     api_field_fail(q, "name", "name must be 1-40 characters of a-z, 0-9 and '-'");
     goto out;
   }
-  if (spec.image == NULL || *spec.image == '\0' || strpbrk(spec.image, "\"\\ ") != NULL) {
-    api_field_fail(q, "image", "image must be a container image reference");
+  if (api_image_check(q, spec.image) != 0)
     goto out;
-  }
-  v = json_object_get(j, "cpus");
-  if (v != NULL && (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 256)) {
-    api_field_fail(q, "cpus", "cpus must be a number in (0, 256]");
+  spec.cpu_m = 1000;
+  spec.mem_b = (int64_t)2 << 30;
+  if (api_body_resources(q, j, &spec.cpu_m, &spec.mem_b) != 0)
     goto out;
-  }
-  spec.cpu_m = (int64_t)((v ? json_number_value(v) : 1.0) * 1000 + 0.5);
-  v = json_object_get(j, "memory_gb");
-  if (v != NULL && (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 4096)) {
-    api_field_fail(q, "memory_gb", "memory_gb must be a number in (0, 4096]");
-    goto out;
-  }
-  spec.mem_b = (int64_t)((v ? json_number_value(v) : 2.0) * 1073741824.0);
   v = json_object_get(j, "replicas");
   if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > MAX_POOL_REPLICAS) {
     api_field_fail(q, "replicas", "replicas must be an integer from 0 to 100000 (per cluster)");
@@ -354,7 +344,7 @@ static void change_pool(struct api_req *q, const char *name, int del) {
   size_t i, ncl = 0;
 
   if (pj == NULL) {
-    api_fail(q, 404, "pool_not_found", "no such pool", NULL);
+    api_pool_missing(q, name);
     return;
   }
   shared = json_is_true(json_object_get(pj, "shared"));
@@ -441,7 +431,7 @@ int pools_route(struct api_req *q) {
     if (pj != NULL)
       api_reply(q, 200, pj, NULL);
     else
-      api_fail(q, 404, "pool_not_found", "no such pool", NULL);
+      api_pool_missing(q, p);
   } else if (strcmp(req->method, "PATCH") == 0) {
     change_pool(q, p, 0);
   } else if (strcmp(req->method, "DELETE") == 0) {

@@ -242,18 +242,31 @@ static json_t *slots_json(struct fr_adapter *a) {
   return arr;
 }
 
-static json_t *cluster_json(struct router *r, size_t idx) {
+/* Cluster <idx> as tenant <ts> may see it: the cluster's own figures
+ * (health, capacity, cost), but of sandboxes and pools only the tenant's
+ * own and the shared pools; an admin tenant (<ts> NULL too: the
+ * loopback-only router) sees every tenant's. */
+static json_t *cluster_json(struct router *r, size_t idx, const struct tenant_state *ts) {
   struct fr_adapter *a = r->adapters[idx];
   struct fr_adapter_view v;
   struct router_cost cost;
   json_t *pools = json_array(), *j, *quota;
+  int all = ts == NULL || ts->admin;
+  int64_t warm = 0, sandboxes;
   size_t i;
 
   fr_adapter_view(a, &v);
-  for (i = 0; i < v.npools; i++)
+  for (i = 0; i < v.npools; i++) {
+    if (!all && v.pools[i].owner != NULL && strcmp(v.pools[i].owner, ts->name) != 0)
+      continue;
+    warm += v.pools[i].ready;
     json_array_append_new(pools, json_pack("{s:s,s:I,s:I}", "name", v.pools[i].name, "target",
                                            (json_int_t)v.pools[i].target, "ready",
                                            (json_int_t)v.pools[i].ready));
+  }
+  sandboxes = all ? v.sandboxes : fr_adapter_tenant_sandboxes(a, ts->name);
+  if (all)
+    warm = v.warm_pods;
   quota = json_object();
   if (v.quota_pods >= 0)
     json_object_set_new(quota, "pods", json_integer(v.quota_pods));
@@ -271,7 +284,7 @@ static json_t *cluster_json(struct router *r, size_t idx) {
                 (json_int_t)v.used_mem_b, "pods", "allocatable", (json_int_t)v.alloc_pods,
                 "requested", (json_int_t)v.used_pods, "usage_counts_all_pods", v.usage_exact,
                 "quota_room", quota, "slots", slots_json(a), "inflight_creates", (json_int_t)(v.inflight + v.reserved),
-                "sandboxes", (json_int_t)v.sandboxes, "warm_pods", (json_int_t)v.warm_pods, "pools", pools);
+                "sandboxes", (json_int_t)sandboxes, "warm_pods", (json_int_t)warm, "pools", pools);
   if (j != NULL && v.last_contact_age_ms != UINT64_MAX)
     json_object_set_new(j, "last_contact_ms_ago", json_integer((json_int_t)v.last_contact_age_ms));
   router_cluster_cost(r, idx, &v, &cost);
@@ -283,12 +296,12 @@ static json_t *cluster_json(struct router *r, size_t idx) {
   return j;
 }
 
-static void get_clusters(struct router *r, struct fr_http_req *req) {
+static void get_clusters(struct router *r, struct fr_http_req *req, const struct tenant_state *ts) {
   json_t *arr = json_array();
   size_t i;
 
   for (i = 0; i < r->nadapters; i++)
-    json_array_append_new(arr, cluster_json(r, i));
+    json_array_append_new(arr, cluster_json(r, i, ts));
   send_json(req, 200, json_pack("{s:o}", "clusters", arr), NULL);
 }
 
@@ -386,7 +399,8 @@ void router_handle(struct fr_http_req *req, void *arg) {
   } else if (strcmp(req->path, "/metrics") == 0) {
     struct fr_buf m;
     fr_buf_init(&m);
-    if (metrics_render(r, &m) == 0)
+    /* Open (no metrics token): no tenant's pool names. */
+    if (metrics_render(r, &m, r->cfg->metrics_token_sha256[0] != '\0') == 0)
       fr_http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, m.data, m.len);
     else
       router_error(req, 503, "out_of_memory", "the router is out of memory", NULL);
@@ -417,7 +431,7 @@ void router_handle(struct fr_http_req *req, void *arg) {
       /* answered */
     } else if (strcmp(req->path, "/v1/clusters") == 0) {
       if (get)
-        get_clusters(r, req);
+        get_clusters(r, req, q->ts);
       else
         router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
     } else if (strcmp(req->path, "/v1/events") == 0 && !get) {

@@ -826,6 +826,78 @@ START_TEST(request_opts_on_data_streams_body_and_can_stop) {
 }
 END_TEST
 
+/* A streamed answer whose server keeps the socket readable must not be
+ * read whole inside one curl_multi_socket_action(): libcurl 7.88 reads on
+ * as long as data keeps coming, and a `yes` in a sandbox then held the
+ * router's loop for seconds. What one loop turn hands on is bounded by the
+ * turn budget (fr/turn.h: 128 units of 2 KiB), the stream pauses and
+ * resumes from a later turn, and every byte still arrives. Without the
+ * budget one turn carried the whole 7 MB. */
+struct paced {
+  size_t total, this_turn, max_turn;
+  int turns_with_data;
+  uv_check_t turn; /* after the poll phase: the next turn's timers and poll count as one */
+};
+
+static struct paced *cur_paced;
+
+static int on_paced_data(const char *data, size_t len, void *arg) {
+  (void)data, (void)arg;
+  cur_paced->total += len;
+  if (cur_paced->this_turn == 0)
+    cur_paced->turns_with_data++;
+  cur_paced->this_turn += len;
+  if (cur_paced->this_turn > cur_paced->max_turn)
+    cur_paced->max_turn = cur_paced->this_turn;
+  return 0;
+}
+
+static void on_turn(uv_check_t *h) {
+  struct paced *p = h->data;
+
+  p->this_turn = 0;
+}
+
+START_TEST(stream_answer_paced_across_loop_turns) {
+  struct fr_kube_client *c = client_new(creds, NULL);
+  struct fr_kube_request_opts ro;
+  struct paced pc;
+  struct result r;
+  int i;
+
+  /* 8 pods of 900 KB each: a list of over 7 MB that kubesim, another
+   * process, writes as fast as the socket takes it. */
+  for (i = 0; i < 8; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "paced-p%d", i);
+    create_pod(c, name, 900 * 1000);
+  }
+  memset(&pc, 0, sizeof(pc));
+  cur_paced = &pc;
+  ck_assert_int_eq(uv_check_init(&loop, &pc.turn), 0);
+  pc.turn.data = &pc;
+  ck_assert_int_eq(uv_check_start(&pc.turn, on_turn), 0);
+  memset(&ro, 0, sizeof(ro));
+  ro.flags = FR_KUBE_STREAM;
+  ro.on_data = on_paced_data;
+  memset(&r, 0, sizeof(r));
+  ck_assert_int_eq(fr_kube_request_opts(c, "GET", PODS "?labelSelector=", NULL, NULL, 0, &ro, on_resp, &r, NULL),
+                   0);
+  run_until(&r.done);
+  ck_assert_int_eq(r.status, 200);
+  ck_assert_uint_ge(pc.total, (size_t)8 * 900 * 1000);
+  /* At most the budget (256 KiB) per reading of the loop's clock, two
+   * readings a turn, plus the piece that opened each. */
+  ck_assert_msg(pc.max_turn <= 2 * (128 * 2048 + 16384), "%zu bytes handed on in one loop turn", pc.max_turn);
+  ck_assert_int_ge(pc.turns_with_data, (int)(pc.total / (2 * (128 * 2048 + 16384))));
+  result_free(&r);
+  uv_check_stop(&pc.turn);
+  uv_close((uv_handle_t *)&pc.turn, NULL);
+  client_free_wait(c);
+  finish_test();
+}
+END_TEST
+
 /* ------------------------------------------------------------ queue */
 
 /* Many calls at once, one slot each, sharing a context. */
@@ -1741,6 +1813,7 @@ static Suite *kube_suite(void) {
   tcase_add_test(tc, slow_server_request_timeout_reports_status_0);
   tcase_add_test(tc, request_opts_timeout_overrides_client_and_bad_header_refused);
   tcase_add_test(tc, request_opts_on_data_streams_body_and_can_stop);
+  tcase_add_test(tc, stream_answer_paced_across_loop_turns);
   tcase_add_test(tc, burst_beyond_max_active_queues_and_answers_each_once);
   tcase_add_test(tc, queued_calls_time_out_from_dispatch_not_from_queueing);
   tcase_add_test(tc, queued_call_past_queue_timeout_fails_unsent);

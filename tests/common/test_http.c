@@ -1215,6 +1215,32 @@ START_TEST(get_without_body_sees_empty_terminated_body) {
 }
 END_TEST
 
+/* A client that asks to close after its request and half-closes once it
+ * is sent (shutdown(SHUT_WR), as nc -N does) still gets its answer,
+ * answered later; then the connection ends. (On a keep-alive connection
+ * the end of input is the client leaving:
+ * deferred_request_client_disconnect_calls_abort_cb.) */
+static void client_half_close(struct fx *f) {
+  if (cl_connect(f, &f->cl[0]) != 0 ||
+      cl_sends(f, &f->cl[0], "GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") != 0)
+    return;
+  if (shutdown(f->cl[0].fd, SHUT_WR) != 0) {
+    cfail(f, "shutdown: %s", strerror(errno));
+    return;
+  }
+  if (cl_response(f, &f->cl[0], 0, &f->r[0]) != 0)
+    return;
+  cl_expect_closed(f, &f->cl[0], "after the answer to a half-closed request");
+}
+
+START_TEST(half_closed_client_gets_answer_then_close) {
+  fx_start(NULL);
+  fx_run(client_half_close);
+  ck_assert_int_eq(fx.r[0].status, 200);
+  ck_assert_int_eq(fx.aborts, 0);
+}
+END_TEST
+
 static void client_bad_escape(struct fx *f) {
   if (cl_exchange(f, "GET /info%zz HTTP/1.1\r\nHost: x\r\n\r\n") != 0)
     return;
@@ -2482,6 +2508,7 @@ static Suite *http_suite(void) {
   tcase_add_test(tc, unknown_path_gets_handler_404);
   tcase_add_test(tc, request_path_decoded_query_raw_header_case_insensitive);
   tcase_add_test(tc, path_with_bad_escape_gets_400);
+  tcase_add_test(tc, half_closed_client_gets_answer_then_close);
   tcase_add_test(tc, post_content_length_body_reaches_handler);
   tcase_add_test(tc, post_chunked_body_reassembled);
   tcase_add_test(tc, expect_100_continue_sent_before_body);

@@ -25,7 +25,8 @@ Checks:
     and its policy `fedrouter policy check`; its clusters' namespace is the
     member bundle's namespace;
   - the member bundle: Pod Security restricted labels, the Role in the sandbox
-    namespace grants pods/proxy and get on Secrets (and no ClusterRole
+    namespace grants pods/proxy and get on the tenants' Secrets by name, and
+    nothing the router does not use (and no ClusterRole
     touches Secrets), a deny-all NetworkPolicy, no egress allowed anywhere,
     ingress only to the agent port 49983 except from the gateway's pods, a
     ResourceQuota and a LimitRange, the gvisor overlay adds RuntimeClass
@@ -549,15 +550,30 @@ def check_member(objs):
         if o["metadata"].get("namespace") not in (None, ns):
             problem("%s: %s is in namespace %s, not the sandbox namespace %s"
                     % (where, objname(o), o["metadata"]["namespace"], ns))
-    role = rules_of(objs, "Role")
+    role = {x for x in rules_of(objs, "Role") if x[0] == "fedrouter"}
     need = {("", "pods", "create"), ("", "pods", "delete"), ("", "pods", "watch"), ("", "pods/exec", "create"),
             ("", "pods/exec", "get"), ("", "pods/proxy", "get"), ("", "pods/proxy", "create"),
-            ("", "pods/proxy", "update"), ("", "pods/proxy", "delete"), ("", "secrets", "get"),
+            ("", "pods/proxy", "update"), ("", "secrets", "get"),
             ("apps", "replicasets", "patch"), ("", "resourcequotas", "watch"),
             ("", "persistentvolumeclaims", "watch")}
+    # What the router uses and nothing more (issue: least privilege): any
+    # other grant to the router's Role fails.
+    used = need | {("", "pods", v) for v in ("get", "list", "patch")} | \
+        {("apps", "replicasets", v) for v in ("get", "list", "watch", "create", "delete")} | \
+        {("", "resourcequotas", v) for v in ("get", "list")} | \
+        {("", "persistentvolumeclaims", v) for v in ("get", "list")} | \
+        {("", "configmaps", v) for v in ("get", "list", "watch", "create", "patch", "delete")}
     have = {(g, r, v) for (_, g, r, v) in role}
     for n in sorted(need - have):
         problem("%s: the Role does not grant %s %s%s" % (where, n[2], n[0] + "/" if n[0] else "", n[1]))
+    for n in sorted(have - used):
+        problem("%s: the router's Role grants %s %s%s, which the router never uses" %
+                (where, n[2], n[0] + "/" if n[0] else "", n[1]))
+    for o in find(objs, "Role"):
+        for r in o.get("rules") or []:
+            if "secrets" in (r.get("resources") or []) and not r.get("resourceNames"):
+                problem("%s: Role %s reads Secrets without resourceNames: list the tenants' Secret names"
+                        % (where, o["metadata"]["name"]))
     for (name, g, r, v) in sorted(rules_of(objs, "ClusterRole")):
         if r not in ("nodes", "runtimeclasses") or v not in ("get", "list", "watch"):
             problem("%s: ClusterRole %s grants %s on %s: only reading nodes and RuntimeClasses is "

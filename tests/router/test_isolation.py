@@ -20,7 +20,15 @@ Proves (docs/fuzzing.md, "The two-tenant probe"):
   request outside /api/v1/namespaces/default/pods/<B's pod>:49983/proxy/
   while the probes ran: no Secret read, no DELETE or PATCH, nothing of A's;
 - file paths with a NUL byte or bytes that are not UTF-8 answer 400
-  invalid_path naming the problem, and nothing is written.
+  invalid_path naming the problem, and nothing is written;
+- the smaller findings of the same probes: amounts that round to nothing
+  and bad image names are 400s; code that kills its agent gets 502
+  agent_died (the breaker stays closed); a tenant sees only its own pools
+  and sandbox count in /v1/clusters, and an open /metrics names no
+  tenant's pool; E2B list limits out of range and a garbage connect body
+  are 400s; a non-follow output answers what was kept (<= 1 MiB); a
+  half-closing client gets its answer; a create on a replica that has not
+  listed its pools is 503 not_synced, not 404.
 
 Usage: test_isolation.py --fedrouter PATH --kubesim PATH --agent PATH [--keep]
 Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
@@ -214,8 +222,139 @@ def test_file_paths_nul_and_not_utf8(fed):
         check(st == 400 and r["error"]["code"] in ("invalid_path", "invalid_query"), f"/e2b/files?path={q}: {st} {short(r)}")
 
 
+def test_amounts_and_images_refused(fed):
+    """Amounts that round to nothing (an unmetered pod) and image names
+    that are not image references are 400s, not 201 or 503."""
+    for body, field in (({"image": "python:3.12", "memory_gb": 1e-300}, "memory_gb"),
+                        ({"image": "python:3.12", "cpus": 0.0004}, "cpus"),
+                        ({"image": "python:3.12", "cpus": 0}, "cpus"),
+                        ({"image": "python:3.12\nx"}, "image"),
+                        ({"image": "a" * 2000}, "image"),
+                        ({"image": "-flag"}, "image")):
+        st, r = fed.api("POST", "/v1/sandboxes", body, token=tr.TOKEN_B)
+        check(st == 400 and r["error"]["code"] == "invalid_field" and r["error"].get("field") == field,
+              f"create {short(body, 80)}: {st} {short(r)}")
+        st, r = fed.api("POST", "/v1/pools", dict(body, name="badpool", replicas=0), token=tr.TOKEN_B)
+        check(st == 400 and r["error"].get("field") == field, f"pool {short(body, 80)}: {st} {short(r)}")
+    # The smallest amounts that are something are taken.
+    st, r = fed.api("POST", "/v1/placement/explain", {"image": "python:3.12", "cpus": 0.001,
+                                                      "memory_gb": 1 / 1024}, token=tr.TOKEN_B)
+    check(st == 200, f"explain with 1 millicore and 1 MiB: {st} {short(r)}")
+
+
+def test_agent_killed_by_its_sandbox_is_agent_died(fed):
+    """Code in the sandbox that kills its agent: the exec says the agent
+    died (502 agent_died), not that the cluster is unavailable, and the
+    cluster's breaker stays closed."""
+    sid = fed.create_one(name="suicide", token=tr.TOKEN_B)["id"]
+    st, r = fed.exec(sid, ["sh", "-c", "echo hi; pkill -9 -f fedrouter-agent; sleep 5"], token=tr.TOKEN_B)
+    check(st == 502 and r["error"]["code"] == "agent_died" and "agent" in r["error"]["message"],
+          f"exec that kills the agent: {st} {short(r)}")
+    st, r = fed.api("GET", "/v1/clusters", token=tr.TOKEN_B)
+    check(st == 200 and all(c["breaker"] == "closed" and c["healthy"] for c in r["clusters"]),
+          f"the cluster's breaker after the agent died: {short(r)}")
+    fed.api("DELETE", "/v1/sandboxes/" + sid, token=tr.TOKEN_B)
+
+
+def test_tenants_see_only_their_pools_and_sandboxes(fed):
+    """/v1/clusters shows a tenant its own pools (and shared ones) and its
+    own sandbox count; /metrics without a metrics token names no tenant's
+    pool."""
+    st, r = fed.api("POST", "/v1/pools", {"name": "a-secret-pool", "image": tr.IMAGE, "replicas": 1, "cpus": 0.1,
+                                          "memory_gb": 0.1}, token=tr.TOKEN_A)
+    check(st == 201, f"A's pool: {st} {short(r)}")
+    check(tr.wait_until(lambda: any(p["name"] == "a-secret-pool" for c in fed.api("GET", "/v1/clusters")[1]["clusters"]
+                                    for p in c["pools"]), 20), "A does not see its own pool")
+    st, r = fed.api("GET", "/v1/clusters", token=tr.TOKEN_B)
+    check(st == 200 and not any(p["name"] == "a-secret-pool" for c in r["clusters"] for p in c["pools"]),
+          f"B sees A's pool: {short(r)}")
+    mine = len(fed.list_ids(token=tr.TOKEN_B))
+    check(sum(c["sandboxes"] for c in r["clusters"]) == mine,
+          f"B's clusters count {[c['sandboxes'] for c in r['clusters']]} sandboxes, B has {mine}")
+    st, text = tr.api_call(fed.router.port, "GET", "/metrics", token=None)
+    body = text if isinstance(text, str) else json.dumps(text)
+    check(st == 200 and "a-secret-pool" not in body, f"/metrics without a token names A's pool ({st})")
+    fed.api("DELETE", "/v1/pools/a-secret-pool", token=tr.TOKEN_A)
+
+
+def test_e2b_bad_list_limit_and_connect_body(fed):
+    b = fed.shared["b"]
+    for q in ("limit=99999999999999999999", "limit=-1", "limit=0", "startedAfter=" + "9" * 60):
+        st, r = tr.api_call(fed.router.port, "GET", "/e2b/v2/sandboxes?" + q, headers={"X-API-Key": tr.TOKEN_B})
+        check(st == 400, f"list ?{q}: {st} {short(r)}")
+    st, r = raw(fed, "POST", f"/e2b/sandboxes/{b}/connect", {"X-API-Key": tr.TOKEN_B,
+                                                            "Content-Type": "application/json"}, b"garbage")
+    check(st == 400 and r["error"]["code"] == "invalid_json", f"connect with a garbage body: {st} {short(r)}")
+
+
+def test_non_follow_output_is_what_was_kept(fed):
+    """GET .../output without follow on a process that writes without end
+    answers what the agent kept (its 1 MiB buffer), not what the process
+    writes while the answer is on its way."""
+    b = fed.shared["b"]
+    st, r = fed.api("POST", f"/v1/sandboxes/{b}/processes", {"argv": ["yes", "flood"]}, token=tr.TOKEN_B)
+    check(st == 201, f"start yes: {st} {short(r)}")
+    pid = r["pid"]
+    c = http.client.HTTPConnection("127.0.0.1", fed.router.port, timeout=60)
+    c.request("GET", f"/v1/sandboxes/{b}/processes/{pid}/output", headers={"Authorization": "Bearer " + tr.TOKEN_B})
+    resp = c.getresponse()
+    data = resp.read()
+    c.close()
+    lines = [json.loads(x) for x in data.splitlines() if x.strip()]
+    out = sum(len(x.get("stdout", "")) for x in lines)
+    check(resp.status == 200 and lines and lines[-1] == {"running": True} and out <= (1 << 20) + 65536,
+          f"non-follow output of yes: {resp.status}, {len(data)} bytes, {out} of output, last {lines[-1:]}")
+    fed.api("POST", f"/v1/sandboxes/{b}/processes/{pid}/signal", {"signal": "SIGKILL"}, token=tr.TOKEN_B)
+
+
+def test_half_closed_client_gets_its_answer(fed):
+    """A client that sends Connection: close and half-closes (nc -N) gets
+    its answer, also one that comes later (an exec)."""
+    body = json.dumps({"argv": ["sh", "-c", "sleep 0.3; echo done"]}).encode()
+    s = socket.create_connection(("127.0.0.1", fed.router.port), timeout=15)
+    try:
+        s.sendall(f"POST /v1/sandboxes/{fed.shared['b']}/exec HTTP/1.1\r\nHost: x\r\n"
+                  f"Authorization: Bearer {tr.TOKEN_B}\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+        s.shutdown(socket.SHUT_WR)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        s.close()
+    check(data.startswith(b"HTTP/1.1 200 ") and b'"stdout":"done\\n"' in data, f"half-closed client got: {data[:300]!r}")
+
+
+def test_create_on_an_unsynced_router_is_503_not_404(fed):
+    """A replica whose pool cache has not listed yet answers a create from
+    a pool with 503 not_synced (the E2B SDK takes 404 as final)."""
+    sim = fed.sims[CLUSTER]
+    check(sim.admin("POST", "/_sim/faults", {"error_rate": 1.0})[0] == 200, "fault on")
+    try:
+        r = tr.start_router_nowait(fed)
+        check(tr.wait_until(lambda: tr.api_call(r.port, "GET", "/healthz")[0] == 200 if r.port else False, 20),
+              "the new router did not come up")
+        st, resp, hdrs = fed.api("POST", "/v1/sandboxes", {"pool": "default-pool"}, token=tr.TOKEN_B, router=r,
+                                 full=True)
+        check(st == 503 and resp["error"]["code"] == "not_synced" and hdrs.get("retry-after") == "1",
+              f"create from a pool on an unsynced router: {st} {short(resp)}")
+        st, resp = tr.api_call(r.port, "POST", "/e2b/sandboxes", {"templateID": "default-pool"},
+                               headers={"X-API-Key": tr.TOKEN_B})
+        check(st == 503, f"E2B create on an unsynced router: {st} {short(resp)}")
+    finally:
+        sim.admin("POST", "/_sim/faults", {"error_rate": 0})
+    r.expected_dead = True
+    tr.stop_proc(r.proc)
+
+
 TESTS = [test_setup, test_e2b_relay_refuses_path_tricks, test_v1_refuses_path_tricks,
-         test_file_paths_nul_and_not_utf8]
+         test_file_paths_nul_and_not_utf8, test_amounts_and_images_refused,
+         test_agent_killed_by_its_sandbox_is_agent_died, test_tenants_see_only_their_pools_and_sandboxes,
+         test_e2b_bad_list_limit_and_connect_body, test_non_follow_output_is_what_was_kept,
+         test_half_closed_client_gets_its_answer, test_create_on_an_unsynced_router_is_503_not_404]
 
 
 if __name__ == "__main__":

@@ -109,7 +109,8 @@ def main():
         conf = os.path.join(tmp, "fedrouter.conf")
         with open(conf, "w") as f:
             f.write(f'listen = "127.0.0.1:0";\nhealth_listen = "127.0.0.1:0";\nregion = "us";\n'
-                    f'tenants = ( {{ name = "t1"; token_sha256 = "{sha}"; }} );\n'
+                    # admin: its pool "p" is shared, so an open /metrics shows it
+                    f'tenants = ( {{ name = "t1"; token_sha256 = "{sha}"; admin = true; }} );\n'
                     'hosted = { per_core_second = 0.00003942; per_gib_second = 0.00000672; };\n'
                     'clusters = (\n'
                     '  { name = "m1"; region = "us"; kubeconfig = "m1/kubeconfig";\n'
@@ -147,7 +148,7 @@ def main():
 
         # Traffic: a pool, a batch of 4 cold sandboxes in m1 (1 cpu, 2 GiB
         # each), two execs (one non-zero), a refused batch.
-        st, _, _ = api(port, "POST", "/v1/pools", {"name": "p", "image": "python:3.12", "cpus": 1,
+        st, _, _ = api(port, "POST", "/v1/pools", {"name": "p", "image": "python:3.12", "cpus": 1, "shared": True,
                                                    "memory_gb": 2, "replicas": 1, "clusters": ["m2"]})
         check(st == 201, f"pool create: {st}")
         st, r, h = api(port, "POST", "/v1/sandboxes", {"image": "python:3.12", "num_sandboxes": 4,

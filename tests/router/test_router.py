@@ -1423,9 +1423,13 @@ def test_probe_defects_answered_cleanly(fed):
     check(fed.api("GET", "/v1/pools/probe2")[0] == 404, "a refused pool was created anyway")
     st, r = fed.api("DELETE", "/v1/pools/probe")
     check(st == 200, f"delete pool probe: {st} {short(r)}")
-    # A long image reference with a tab: its pool spec annotation was hand-made
-    # JSON cut at ~190 characters; now it round-trips.
-    img = "registry.example.com/" + "a" * 280 + "\t:tag"
+    # A long image reference: its pool spec annotation was hand-made JSON
+    # cut at ~190 characters; now it round-trips. One with a tab is no
+    # image reference at all: refused.
+    st, r = fed.api("POST", "/v1/pools", {"name": "probe3", "image": "registry.example.com/" + "a" * 280 + "\t:tag",
+                                          "replicas": 0, "clusters": ["c1"]})
+    expect_error((st, r), 400, "invalid_field", "create pool with a tab in its image")
+    img = "registry.example.com/" + "a" * 480 + ":tag"
     st, r = fed.api("POST", "/v1/pools", {"name": "probe3", "image": img, "replicas": 0, "clusters": ["c1"]})
     check(st == 201, f"create pool with a long image: {st} {short(r)}")
     check(wait_until(lambda: fed.api("GET", "/v1/pools/probe3")[1].get("image") == img, 10),

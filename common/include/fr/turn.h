@@ -22,6 +22,20 @@
 
 /* 1: go ahead (a unit was taken); 0: over budget, wait for a later turn. */
 int fr_turn_take(uv_loop_t *loop);
+/* Bytes of a stream handed on per unit: a stream that delivers <n> bytes
+ * takes 1 + n / FR_TURN_BYTES units, so one reading of the loop's clock
+ * carries at most about FR_TURN_BUDGET x 2 KiB (256 KiB) of streamed data
+ * in all - what the router parses, re-encodes and sends in a few ms -
+ * however many streams and however fast their peers. libuv reads the clock
+ * twice a loop turn (before the timers, after polling), so one turn hands
+ * on at most twice that. */
+#define FR_TURN_BYTES 2048
+/* fr_turn_take() for <n> bytes of a stream: 1 go ahead (units taken);
+ * 0 over budget (nothing taken): the caller pauses the stream and resumes
+ * it from a later loop turn. One piece is never refused when the budget
+ * is untouched in this turn, so a piece larger than the whole budget still
+ * moves. */
+int fr_turn_take_bytes(uv_loop_t *loop, size_t n);
 /* Units per millisecond from now on (0: FR_TURN_BUDGET); returns the old. */
 unsigned fr_turn_set_budget(unsigned units);
 

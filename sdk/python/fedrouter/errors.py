@@ -20,6 +20,7 @@ __all__ = [
     "MethodNotAllowed", "RequestTimeout", "PoolExists", "SandboxNotRunning", "BodyTooLarge",
     "TenantLimit", "HeadersTooLarge", "InternalError", "ExecFailed", "NoCapacity",
     "ClusterUnavailable", "AgentUnavailable", "SandboxUnreachable", "NotReady", "ShuttingDown", "error_class_for",
+    "AgentDied", "InvalidPath",
     "ERROR_CLASSES", "NotSupported", "OutOfMemory", "NotSynced", "CommitFailed", "TooManyConnections",
     "AgentBusy", "AgentError", "PathNotFound", "FileTooLarge", "DiskFull", "ListingTooLarge",
 ]
@@ -302,6 +303,19 @@ class AgentError(APIError):
     code_default = "agent_error"
 
 
+class AgentDied(APIError):
+    """502: the command started, then the sandbox's agent stopped (code in
+    the sandbox killed it, or it crashed); whether the command finished is
+    unknown. Not the cluster's fault, and not retried."""
+    code_default = "agent_died"
+
+
+class InvalidPath(APIError):
+    """400: a path the router refuses (dot segments, encoded slashes, NUL,
+    bytes that are not UTF-8, ...)."""
+    code_default = "invalid_path"
+
+
 class PathNotFound(NotFound):
     code_default = "path_not_found"
 
@@ -335,7 +349,7 @@ ERROR_CLASSES: Dict[str, Type[APIError]] = {
         RequestTimeout, PoolExists, SandboxNotRunning, BodyTooLarge, TenantLimit, HeadersTooLarge,
         InternalError, ExecFailed, NoCapacity, ClusterUnavailable, AgentUnavailable, SandboxUnreachable, NotReady,
         ShuttingDown, OutOfMemory, NotSynced, CommitFailed, TooManyConnections, AgentBusy, AgentError,
-        PathNotFound, FileTooLarge, DiskFull, ListingTooLarge)
+        AgentDied, InvalidPath, PathNotFound, FileTooLarge, DiskFull, ListingTooLarge)
 }
 
 
