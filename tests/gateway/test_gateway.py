@@ -1119,6 +1119,41 @@ def test_sigterm_drain(w, gw):
     check(time.monotonic() - t0 >= 1.5, "exited before the shutdown delay")
 
 
+def test_mutual_tls_when_asked(w, gw):
+    """--client-ca: a router without a client certificate from that CA is
+    refused at the handshake; with one, requests go through (the signature
+    is still required)."""
+    d = os.path.join(w.root, "mtls")
+    os.makedirs(d)
+
+    def ossl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d)
+    ossl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key",
+         "-out", "ca.crt", "-days", "2", "-subj", "/CN=routers-ca")
+    ossl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "r.key", "-out",
+         "r.csr", "-subj", "/CN=router")
+    ossl("x509", "-req", "-in", "r.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-out", "r.crt",
+         "-days", "2")
+    g2 = w.gateway(["--client-ca", os.path.join(d, "ca.crt")], name="gw-mtls")
+    ip = w.make_pod("sb-mtls", new_pod_ip(), agent=False)
+    srv, _ = serve(ip, 8080, http_misc)
+    try:
+        request(g2, "GET", "sb-mtls", 8080, "/chunked")
+        check(False, "a client without a certificate got through")
+    except (ssl.SSLError, ConnectionError, OSError):
+        pass
+    ctx = ssl.create_default_context(cafile=w.cert)
+    ctx.load_cert_chain(os.path.join(d, "r.crt"), os.path.join(d, "r.key"))
+    c = http.client.HTTPSConnection("127.0.0.1", g2.port, timeout=10, context=ctx)
+    st, h, body = request(g2, "GET", "sb-mtls", 8080, "/chunked", conn=c)
+    check(st == 200 and body == b"hello world", f"with a client certificate: {st} {body!r}")
+    expect_refusal(request(g2, "GET", "sb-mtls", 8080, "/chunked", conn=c, auth=False), 401, "unauthenticated",
+                   "a certificate does not replace the signature")
+    c.close()
+    srv.stop()
+    stop_proc(g2.proc, signal.SIGINT)
+
+
 def test_router_in_cluster(w, gw):
     """The router's `in_cluster = true`: its cluster reached with the pod's
     service account, as the gateway does; a token rotation too."""
@@ -1175,7 +1210,7 @@ FIRST = [test_exec_through_the_gateway, test_keep_alive_across_framings_and_refu
          test_kept_alive_pod_connection_closed_by_the_pod_is_retried, test_user_port_http_server,
          test_websocket_and_upgrade_pass_through, test_files_50mb_both_ways_rss_flat, test_refusals_before_any_dial,
          test_per_sandbox_limit, test_key_rotation_without_restart, test_deleted_or_gone_pod_answers_at_once,
-         test_token_rotation_in_cluster, test_router_in_cluster, test_sigterm_drain]
+         test_token_rotation_in_cluster, test_mutual_tls_when_asked, test_router_in_cluster, test_sigterm_drain]
 
 
 def watchdog():
