@@ -6,10 +6,12 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/ec.h>
@@ -66,7 +68,8 @@ static void usage(FILE *f) {
           "  --log-level LEVEL         debug, info, warn, error (default info)\n"
           "  --agent-binary PATH       run PATH as the agent of pods whose command is fedrouter-agent\n"
           "  --agent-mode MODE         process (default with --agent-binary) or inproc (no process)\n"
-          "  --no-pod-namespaces       as root, do not give pods their own PID and mount namespaces\n");
+          "  --no-pod-namespaces       as root, do not give pods their own namespaces and root\n"
+          "  --hide PATH               a host path no pod sees (with namespaces); repeatable\n");
 }
 
 /* ---------------------------------------------------------------------- */
@@ -302,6 +305,59 @@ static int create_namespace(struct sim *s, const char *name) {
   return 0;
 }
 
+/* The host paths isolated pods do not see: what a container never sees of
+ * its node (homes, /run's sockets, /tmp), the per-pod directories and the
+ * --hide paths (key and token directories, the checkout). Canonical, so
+ * the upper layer's whiteouts land on the real names; a --hide path must
+ * exist. Creates the --workdir root. 0, or -1 after a message. */
+static int hides_init(struct sim *s, const char *const *args, size_t nargs) {
+  static const char *const always[] = {"/root", "/home", "/run", "/tmp", "/var/tmp"};
+  char real[PATH_MAX];
+  size_t i;
+
+  if (strlen(s->opts.workdir) >= sizeof(real)) {
+    fprintf(stderr, "kubesim: --workdir: too long\n");
+    return -1;
+  }
+  /* mkdir -p */
+  memcpy(real, s->opts.workdir, strlen(s->opts.workdir) + 1);
+  for (char *c = real + 1;; c++) {
+    char was = *c;
+    if (was != '/' && was != '\0')
+      continue;
+    *c = '\0';
+    if (mkdir(real, 0755) != 0 && errno != EEXIST) {
+      fprintf(stderr, "kubesim: --workdir %s: %s\n", s->opts.workdir, strerror(errno));
+      return -1;
+    }
+    *c = was;
+    if (was == '\0')
+      break;
+  }
+  for (i = 0; i < FR_ARRAY_SIZE(always) + 1 + nargs; i++) {
+    const char *p = i < FR_ARRAY_SIZE(always) ? always[i]
+                    : i == FR_ARRAY_SIZE(always) ? s->opts.workdir
+                    : args[i - FR_ARRAY_SIZE(always) - 1];
+    int user = i > FR_ARRAY_SIZE(always);
+    if (realpath(p, real) == NULL) {
+      if (!user)
+        continue;
+      fprintf(stderr, "kubesim: --hide %s: %s\n", p, strerror(errno));
+      return -1;
+    }
+    if (strcmp(real, "/") == 0) {
+      fprintf(stderr, "kubesim: --hide %s: cannot hide the root\n", p);
+      return -1;
+    }
+    if ((s->opts.hides[s->opts.nhides] = strdup(real)) == NULL) {
+      fprintf(stderr, "kubesim: out of memory\n");
+      return -1;
+    }
+    s->opts.nhides++;
+  }
+  return 0;
+}
+
 struct shutdown {
   uv_signal_t sigint, sigterm;
   uv_timer_t force;
@@ -414,6 +470,7 @@ int main(int argc, char **argv) {
       {"node-monitor-grace-ms", required_argument, NULL, 20},
       {"min-request-timeout", required_argument, NULL, 21},
       {"event-limit", required_argument, NULL, 22},
+      {"hide", required_argument, NULL, 23},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -427,10 +484,12 @@ int main(int argc, char **argv) {
   const char *agent_mode = NULL;
   int no_pod_ns = 0;
   ssize_t sl;
+  const char *hide_args[POD_MAX_HIDES - 8];
+  size_t nhide_args = 0;
 
   /* Re-run as a pod's process supervisor (agent.c). */
   if (argc > 1 && strncmp(argv[1], "__pod-", 6) == 0)
-    return agent_helper_main(argc, argv);
+    return pod_helper_main(argc, argv);
   memset(&s, 0, sizeof(s));
   s.opts.listen = "127.0.0.1:0";
   s.opts.name = "kubesim";
@@ -480,6 +539,13 @@ int main(int argc, char **argv) {
     case 16: num = &s.opts.node_gpus; hi = 1024; break;
     case 17: s.opts.gpu_resource = optarg; break;
     case 22: num = &s.opts.event_limit; hi = 10000000; break;
+    case 23:
+      if (nhide_args == FR_ARRAY_SIZE(hide_args)) {
+        fprintf(stderr, "kubesim: --hide: at most %zu\n", FR_ARRAY_SIZE(hide_args));
+        return 2;
+      }
+      hide_args[nhide_args++] = optarg;
+      break;
     case 18:
     case 19: {
       int taint = opt == 19, *n = taint ? &s.opts.nnode_taints : &s.opts.nnode_labels;
@@ -564,6 +630,8 @@ int main(int argc, char **argv) {
     snprintf(defdir, sizeof(defdir), "%s/kubesim-%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
     s.opts.workdir = defdir;
   }
+  if (hides_init(&s, hide_args, nhide_args) != 0)
+    return 2;
   signal(SIGPIPE, SIG_IGN);
   s.loop = uv_default_loop();
   if (s.opts.tls && tls_setup(&s, host) != 0) {
@@ -649,6 +717,8 @@ int main(int argc, char **argv) {
     FR_WARN("kubesim", "loop did not close cleanly");
   SSL_CTX_free(s.ssl_ctx);
   free(s.ca_pem);
+  for (size_t k = 0; k < s.opts.nhides; k++)
+    free((char *)s.opts.hides[k]);
   {
     /* Remove the per-pod working directories' root if we created it. */
     if (s.opts.workdir == defdir)

@@ -27,6 +27,7 @@
 
 #include "exec.h"
 #include "fr/http.h"
+#define POD_MAX_HIDES 40          /* hidden paths (--hide and kubesim's own) */
 #include "fr/labels.h"
 
 /* The first five kinds are simulated (scheduler, lifecycle, quota, the
@@ -240,7 +241,11 @@ struct sim_opts {
   const char *log_level;
   const char *agent_binary;    /* --agent-binary */
   int agent_mode;              /* AGENT_MODE_* */
-  int pod_namespaces;          /* per-pod PID and mount namespaces (root only) */
+  int pod_namespaces;          /* per-pod namespaces and private root (root only) */
+  /* Host paths no pod sees (isolated pods): the --workdir root, /root,
+   * /home, /run, /tmp, /var/tmp and every --hide, canonical. */
+  const char *hides[POD_MAX_HIDES];
+  size_t nhides;
   int gpu_nodes, node_gpus;    /* the first gpu_nodes nodes have node_gpus GPUs each */
   const char *gpu_resource;    /* their resource name (default nvidia.com/gpu) */
   const char *node_labels[16]; /* --node-label [INDEX@]KEY=VALUE */
@@ -463,6 +468,9 @@ void ns_usage_add(struct sim *s, const char *ns, struct sim_pod *p, int sign);
 void pod_free_state(struct sim *s, struct sim_obj *o);
 /* Creates the pod's working directory once (p->workdir); 0 or -errno. */
 int pod_workdir(struct sim *s, struct sim_obj *o);
+/* Removes directory <dir> (taken; NULL is fine) and everything in it, off
+ * the loop. */
+void pod_dir_remove(struct sim *s, char *dir);
 /* The environment of container <c> of pod <o>: NULL-terminated "K=V"
  * strings (free with pod_env_free()), NULL when out of memory. */
 char **pod_env(struct sim_obj *o, json_t *c);
@@ -495,10 +503,20 @@ int agent_start(struct sim *s, struct sim_obj *o);
 /* Kills the pod's agent or supervisor and everything started in the
  * pod's namespaces; detaches it from <p>. Safe when there is none. */
 void agent_stop(struct sim_pod *p);
-/* argv prefix that runs an exec'd command inside the pod's namespaces
- * (starting the pod's supervisor if needed), or NULL when kubesim does not
- * isolate pods. Owned by the pod's agent state. */
-char **agent_exec_wrap(struct sim *s, struct sim_obj *o);
+/* Removes pod <p>'s directory <dir> (taken; NULL is fine) with
+ * pod_dir_remove() once nothing of the pod runs any more: at once when it
+ * has no supervisor, else when the supervisor has exited (it waits for the
+ * pod's init, which outlives every process of the pod). Call before
+ * agent_stop(). */
+void agent_remove_dir(struct sim *s, struct sim_pod *p, char *dir);
+/* Sets <*wrap> to the argv prefix that runs a command exec'd into container
+ * <c> (borrowed) of pod <o> inside the pod's namespaces, with its
+ * credentials (starting the pod's supervisor if needed): the command's argv
+ * follows it, unresolved, and the prefix reports a command that cannot
+ * start on fd 3 (exec.c's sim_exec_params.wrap); the caller frees it with
+ * free(). 0 with <*wrap> NULL when kubesim does not isolate pods; -errno
+ * when the pod's namespaces cannot be had (the command must not run). */
+int agent_exec_wrap(struct sim *s, struct sim_obj *o, json_t *c, char ***wrap);
 /* Where pod port <port> of <o> (whose current JSON is <j>, borrowed) is
  * served: 0 with <*local> the loopback port of a listener, 1 when kubesim
  * answers in-process (agent_inproc_serve()), -ECONNREFUSED when nothing
@@ -509,9 +527,65 @@ int agent_target(struct sim *s, struct sim_obj *o, json_t *j, int port, int *loc
  * path's commands. <path> is the path after /proxy (raw). */
 void agent_inproc_serve(struct sim *s, struct sim_obj *o, struct fr_http_req *req,
                         const char *path);
-/* The supervisor side of agent.c, run as "kubesim __pod-init ..." and
- * "kubesim __pod-enter ..." from main(); returns the exit status. */
-int agent_helper_main(int argc, char **argv);
+
+/* ---- podinit.c: the process side of a pod ---- */
+#define POD_MAX_GROUPS 16
+/* Docker's default capabilities: CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL,
+ * SETGID, SETUID, SETPCAP, NET_BIND_SERVICE, NET_RAW, SYS_CHROOT, MKNOD,
+ * AUDIT_WRITE, SETFCAP (CapEff 00000000a80425fb in /proc/PID/status). */
+#define POD_CAPS_DEFAULT UINT64_C(0xa80425fb)
+/* Where <poddir>/run (the agent's port file) is inside an isolated pod. */
+#define POD_RUN_DIR "/run/kubesim"
+/* In <poddir>: the pid of the pod's init (its namespaces), for exec. */
+#define POD_INIT_PID_FILE ".kubesim-init.pid"
+
+/* What a pod's processes run as. */
+struct pod_creds {
+  uint32_t uid, gid;
+  uint32_t groups[POD_MAX_GROUPS];
+  size_t ngroups;
+  uint64_t caps;                  /* capabilities kept (for uid 0) */
+};
+
+/* The credentials of container <c> of pod <pod> (both borrowed) from the
+ * securityContexts as the kubelet reads them: runAsUser and runAsGroup
+ * (the container's over the pod's; 0 when unset: kubesim's images run as
+ * root), fsGroup and supplementalGroups, POD_CAPS_DEFAULT with the
+ * container's capabilities drop (or "ALL") and add applied. An added
+ * capability that would undo the isolation (SYS_ADMIN, SYS_PTRACE, ...) is
+ * left out and named in <warn> (cap bytes; "" when none). Returns 0. */
+int pod_creds_from_json(json_t *pod, json_t *c, struct pod_creds *out, char *warn, size_t wcap);
+
+/* How to start a pod's supervisor; every pointer borrowed for the call. */
+struct pod_launch {
+  const char *self_exe;
+  const char *poddir;
+  int parent;                     /* kubesim's pid */
+  int isolate;                    /* namespaces and the private root */
+  const char *const *hides;       /* absolute, canonical host paths */
+  size_t nhides;
+  const struct pod_creds *creds;  /* isolate only */
+  const char *cwd;                /* the container's workingDir, NULL = "/" */
+  const char *hostname;           /* the pod's name */
+  char **cmd;                     /* the agent's argv, NULL = none */
+};
+
+/* The argv of "kubesim __pod-init" for <l>, as one allocation (free());
+ * NULL when out of memory. */
+char **podinit_argv(const struct pod_launch *l);
+/* The argv prefix of "kubesim __pod-enter" (ending in "--") that runs a
+ * command in the pod whose init's pid is in <pidfile>, as <creds> in <cwd>
+ * (NULL = "/"), reporting start failures on fd 3. One allocation (free());
+ * NULL when out of memory. */
+char **podenter_argv(const char *self_exe, const char *pidfile, const struct pod_creds *creds,
+                     const char *cwd);
+/* In a child about to exec one of the pod's commands: drops to <c> (groups,
+ * gid, uid; capability bounding, permitted and effective sets; ambient
+ * cleared) and sets no_new_privs. 0, or -1 with errno. */
+int pod_creds_apply(const struct pod_creds *c);
+/* "kubesim __pod-init ..." and "kubesim __pod-enter ...", run from main();
+ * never returns. */
+int pod_helper_main(int argc, char **argv);
 
 /* ---- logs.c: container logs (pods/log) ---- */
 struct sim_log;

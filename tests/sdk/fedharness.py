@@ -24,6 +24,8 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 _ALL: List[subprocess.Popen] = []
+# The checkout: hidden from the kubesims' pods (--hide), as are the keys.
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _kill_all() -> None:
@@ -170,7 +172,9 @@ class Federation:
         log = os.path.join(d, "kubesim.log")
         argv = [kubesim] + (["--tls"] if self.tls else []) + ["--token", self.sim_token, "--write-kubeconfig", kc, "--port-file", pf,
                 "--admin-listen", "127.0.0.1:0", "--admin-port-file", apf, "--name", name,
-                "--workdir", os.path.join(d, "wd"), "--log-level", "warn"] + \
+                "--workdir", os.path.join(d, "wd"), "--log-level", "warn",
+                # Out of the pods' sight: this run's tokens and keys, the checkout.
+                "--hide", self.root, "--hide", CHECKOUT] + \
             (["--fast-exec"] if fast_exec else []) + \
             (["--agent-binary", os.path.abspath(self.agent)] if self.agent else []) + extra
         p = _start(self._wrap + argv, log)
