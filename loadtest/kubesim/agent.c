@@ -227,6 +227,7 @@ static int supervisor_start(struct sim *s, struct sim_obj *o, char **cmd) {
   uv_stdio_container_t stdio[3];
   struct pod_launch launch;
   struct pod_creds creds;
+  const char *image[POD_MAX_IMAGE_ENTRIES];
   char **argv = NULL, **env = NULL, path[4096];
   json_t *j = NULL, *c;
   int rc;
@@ -267,6 +268,8 @@ static int supervisor_start(struct sim *s, struct sim_obj *o, char **cmd) {
   launch.nhides = s->opts.nhides;
   launch.creds = &creds;
   launch.hostname = o->name;
+  launch.image = image;
+  launch.nimage = image_entries(s, json_get_str(c, "image"), image, FR_ARRAY_SIZE(image));
   launch.cmd = cmd;
   argv = podinit_argv(&launch);
   env = pod_env(o, c);

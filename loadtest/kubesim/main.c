@@ -69,7 +69,9 @@ static void usage(FILE *f) {
           "  --agent-binary PATH       run PATH as the agent of pods whose command is fedrouter-agent\n"
           "  --agent-mode MODE         process (default with --agent-binary) or inproc (no process)\n"
           "  --no-pod-namespaces       as root, do not give pods their own namespaces and root\n"
-          "  --hide PATH               a host path no pod sees (with namespaces); repeatable\n");
+          "  --hide PATH               a host path no pod sees (with namespaces); repeatable\n"
+          "  --image-command PATTERN=PATH  pods of images PATTERN (a repository name, or *)\n"
+          "                            get a copy of PATH in /usr/local/bin; repeatable\n");
 }
 
 /* ---------------------------------------------------------------------- */
@@ -358,6 +360,15 @@ static int hides_init(struct sim *s, const char *const *args, size_t nargs) {
   return 0;
 }
 
+static void pods_opts_free(struct sim *s) {
+  size_t i;
+
+  for (i = 0; i < s->opts.nhides; i++)
+    free((char *)s->opts.hides[i]);
+  s->opts.nhides = 0;
+  images_free(s);
+}
+
 struct shutdown {
   uv_signal_t sigint, sigterm;
   uv_timer_t force;
@@ -471,6 +482,7 @@ int main(int argc, char **argv) {
       {"min-request-timeout", required_argument, NULL, 21},
       {"event-limit", required_argument, NULL, 22},
       {"hide", required_argument, NULL, 23},
+      {"image-command", required_argument, NULL, 24},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -486,6 +498,8 @@ int main(int argc, char **argv) {
   ssize_t sl;
   const char *hide_args[POD_MAX_HIDES - 8];
   size_t nhide_args = 0;
+  const char *image_args[16];
+  size_t nimage_args = 0;
 
   /* Re-run as a pod's process supervisor (agent.c). */
   if (argc > 1 && strncmp(argv[1], "__pod-", 6) == 0)
@@ -545,6 +559,13 @@ int main(int argc, char **argv) {
         return 2;
       }
       hide_args[nhide_args++] = optarg;
+      break;
+    case 24:
+      if (nimage_args == FR_ARRAY_SIZE(image_args)) {
+        fprintf(stderr, "kubesim: --image-command: at most %zu\n", FR_ARRAY_SIZE(image_args));
+        return 2;
+      }
+      image_args[nimage_args++] = optarg;
       break;
     case 18:
     case 19: {
@@ -630,8 +651,10 @@ int main(int argc, char **argv) {
     snprintf(defdir, sizeof(defdir), "%s/kubesim-%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
     s.opts.workdir = defdir;
   }
-  if (hides_init(&s, hide_args, nhide_args) != 0)
+  if (hides_init(&s, hide_args, nhide_args) != 0 || images_init(&s, image_args, nimage_args) != 0) {
+    pods_opts_free(&s);
     return 2;
+  }
   signal(SIGPIPE, SIG_IGN);
   s.loop = uv_default_loop();
   if (s.opts.tls && tls_setup(&s, host) != 0) {
@@ -717,8 +740,7 @@ int main(int argc, char **argv) {
     FR_WARN("kubesim", "loop did not close cleanly");
   SSL_CTX_free(s.ssl_ctx);
   free(s.ca_pem);
-  for (size_t k = 0; k < s.opts.nhides; k++)
-    free((char *)s.opts.hides[k]);
+  pods_opts_free(&s);
   {
     /* Remove the per-pod working directories' root if we created it. */
     if (s.opts.workdir == defdir)

@@ -22,6 +22,7 @@
  *     with null, zero, full, random, urandom and tty bound from the host, a
  *     private devpts instance (ptmx) and /dev/shm;
  *   - <poddir>/run bound at POD_RUN_DIR (the agent's port file);
+ *   - the commands of the pod's image (podimage.c) in POD_IMAGE_BIN_DIR;
  *   - pivot_root into it with the old root detached; the pod's name as
  *     hostname.
  * Every command a pod runs (the agent, exec'd commands) then gets the pod's
@@ -102,6 +103,8 @@ struct helper_opts {
   struct pod_creds creds;
   const char *cwd;
   const char *hostname;
+  const char *image[POD_MAX_IMAGE_ENTRIES]; /* "NAME=link|script|copy:VALUE" */
+  size_t nimage;
   char **cmd;                 /* after "--"; NULL = none */
 };
 
@@ -269,6 +272,10 @@ char **podinit_argv(const struct pod_launch *l) {
       ab_add(&b, "--hostname");
       ab_add(&b, l->hostname);
     }
+    for (i = 0; i < l->nimage; i++) {
+      ab_add(&b, "--image-entry");
+      ab_add(&b, l->image[i]);
+    }
     ab_creds(&b, l->creds, l->cwd);
   }
   ab_add(&b, "--");
@@ -377,6 +384,10 @@ static int parse_helper(int argc, char **argv, struct helper_opts *o) {
       o->cwd = v;
     } else if (strcmp(a, "--hostname") == 0) {
       o->hostname = v;
+    } else if (strcmp(a, "--image-entry") == 0) {
+      if (o->nimage == POD_MAX_IMAGE_ENTRIES)
+        return -1;
+      o->image[o->nimage++] = v;
     } else {
       return -1;
     }
@@ -784,6 +795,83 @@ static int setup_proc(const char *root) {
   return 0;
 }
 
+/* Writes <len> bytes of <data> as the executable file <path>. */
+static int write_exec(const char *path, const char *data, size_t len) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0755);
+  size_t off = 0;
+
+  if (fd < 0)
+    return -1;
+  while (off < len) {
+    ssize_t n = write(fd, data + off, len - off);
+    if (n <= 0) {
+      close(fd);
+      return -1;
+    }
+    off += (size_t)n;
+  }
+  return close(fd);
+}
+
+/* The image's commands (podimage.c) in <merged>/usr/local/bin, in order (a
+ * later entry of a name replaces an earlier one). The host's files are
+ * still in sight here: the root has not been pivoted yet. */
+static int make_image_commands(const struct helper_opts *o, const char *merged) {
+  char dir[PATH_MAX], p[PATH_MAX];
+  size_t i;
+
+  if (o->nimage == 0)
+    return 0;
+  if (join(dir, sizeof(dir), merged, POD_IMAGE_BIN_DIR) != 0 || mkdir_all(dir, 0755) != 0)
+    return -1;
+  for (i = 0; i < o->nimage; i++) {
+    const char *e = o->image[i], *eq = strchr(e, '='), *kind, *val;
+    char name[NAME_MAX + 1];
+    if (eq == NULL || eq == e || (size_t)(eq - e) > NAME_MAX || memchr(e, '/', (size_t)(eq - e)) != NULL)
+      return -1;
+    memcpy(name, e, (size_t)(eq - e));
+    name[eq - e] = '\0';
+    kind = eq + 1;
+    val = strchr(kind, ':');
+    if (val == NULL || snprintf(p, sizeof(p), "%s/%s", dir, name) >= (int)sizeof(p))
+      return -1;
+    val++;
+    unlink(p);
+    if (strncmp(kind, "link:", 5) == 0) {
+      if (symlink(val, p) != 0)
+        return -1;
+    } else if (strncmp(kind, "script:", 7) == 0) {
+      struct fr_buf b;
+      int rc;
+      fr_buf_init(&b);
+      rc = fr_buf_printf(&b, "#!/bin/sh\n%s", val);
+      rc = rc == 0 ? write_exec(p, b.data, b.len) : -1;
+      fr_buf_free(&b);
+      if (rc != 0)
+        return -1;
+    } else if (strncmp(kind, "copy:", 5) == 0) {
+      /* A small file (kubesim checked it at start); read whole. */
+      char buf[1 << 16];
+      struct fr_buf b;
+      ssize_t n;
+      int fd = open(val, O_RDONLY | O_CLOEXEC), rc = 0;
+      if (fd < 0)
+        return -1;
+      fr_buf_init(&b);
+      while (rc == 0 && (n = read(fd, buf, sizeof(buf))) > 0)
+        rc = fr_buf_append(&b, buf, (size_t)n);
+      close(fd);
+      rc = rc == 0 ? write_exec(p, b.data ? b.data : "", b.len) : -1;
+      fr_buf_free(&b);
+      if (rc != 0)
+        return -1;
+    } else {
+      return -1;
+    }
+  }
+  return 0;
+}
+
 /* The home of the pod's user, when the host's is hidden (under /home):
  * an empty directory of the user's own, as a fresh image would have. */
 static int make_home(const struct helper_opts *o, const char *merged) {
@@ -851,6 +939,9 @@ static int setup_root(const struct helper_opts *o) {
         mount(NULL, p, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
       goto fail;
   }
+  step = "make the image's commands";
+  if (make_image_commands(o, merged) != 0)
+    goto fail;
   step = "make the user's home";
   if (make_home(o, merged) != 0)
     goto fail;

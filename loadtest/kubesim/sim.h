@@ -315,6 +315,7 @@ struct sim {
   size_t reqlog_next, reqlog_n;
   int stopping;
   char self_exe[4096];         /* this binary, re-run as the pod supervisor */
+  struct sim_images *images;   /* what the modelled images hold (podimage.c) */
 };
 
 struct sim_err {
@@ -528,6 +529,24 @@ int agent_target(struct sim *s, struct sim_obj *o, json_t *j, int port, int *loc
 void agent_inproc_serve(struct sim *s, struct sim_obj *o, struct fr_http_req *req,
                         const char *path);
 
+/* ---- podimage.c: what kubesim's images hold ---- */
+struct sim_images;
+/* Where an isolated pod's image commands are. */
+#define POD_IMAGE_BIN_DIR "/usr/local/bin"
+#define POD_MAX_IMAGE_ENTRIES 32
+/* Resolves the modelled images' commands against this host and checks the
+ * --image-command PATTERN=PATH flags <user> (<nuser>); 0, or -1 after a
+ * message on stderr. Sets s->images (free with images_free()). */
+int images_init(struct sim *s, const char *const *user, size_t nuser);
+void images_free(struct sim *s);
+/* The repository name of <image> ("python" for
+ * "docker.io/library/python:3.12@sha256:..."), into <out>; 0 or -EINVAL. */
+int image_repo(const char *image, char *out, size_t cap);
+/* The commands a pod of <image> gets, as podinit's "--image-entry" values
+ * (static storage, valid while kubesim runs), at most <cap> into <out>;
+ * returns how many. */
+size_t image_entries(struct sim *s, const char *image, const char **out, size_t cap);
+
 /* ---- podinit.c: the process side of a pod ---- */
 #define POD_MAX_GROUPS 16
 /* Docker's default capabilities: CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL,
@@ -567,6 +586,8 @@ struct pod_launch {
   const struct pod_creds *creds;  /* isolate only */
   const char *cwd;                /* the container's workingDir, NULL = "/" */
   const char *hostname;           /* the pod's name */
+  const char *const *image;       /* image_entries() of the pod's image */
+  size_t nimage;
   char **cmd;                     /* the agent's argv, NULL = none */
 };
 

@@ -6,7 +6,8 @@
 # replicas_haproxy test and the `replicas` benchmark (three routers behind it).
 # python3-kubernetes is the official Kubernetes Python client the
 # kube_python_client test drives kubesim with (it runs under /usr/bin/python3,
-# whose dist-packages Debian installs it into).
+# whose dist-packages Debian installs it into). python3-pip is the `pip` of
+# kubesim's python images (python3 -m pip; the kubesim_isolation test runs it).
 #
 #   FR_PACKAGES           the package names
 #   fr_install_packages   installs whichever of them are not installed yet:
@@ -23,7 +24,7 @@ FR_PACKAGES=(
   openssl ca-certificates procps python3 curl
   prometheus chromium
   haproxy
-  python3-yaml python3-kubernetes
+  python3-yaml python3-kubernetes python3-pip
   clang libclang-rt-dev
 )
 

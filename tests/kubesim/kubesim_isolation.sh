@@ -15,7 +15,9 @@
 #     as, an agent pod of uid 1000 becomes Ready;
 #   - commands are found inside the pod (one the pod wrote runs; a missing
 #     one gets runc's message); /dev has terminals but no disks; the
-#     hostname is the pod's name.
+#     hostname is the pod's name;
+#   - the image's commands: python, python3, pip, pip3 for python (and
+#     pytorch) images, node, npm for node, none for busybox; --image-command.
 # Needs root (namespaces); exits 77 (skipped) otherwise.
 #
 # Usage: kubesim_isolation.sh PATH/TO/kubesim
@@ -48,10 +50,11 @@ kx() {
   k exec "$pod" -- "$@"
 }
 
-# pod_json NAME [SPEC-EXTRA [CONTAINER-EXTRA]] — a busybox-like pod running sleep.
+# pod_json NAME [SPEC-EXTRA [CONTAINER-EXTRA]] — a pod of image $IMAGE
+# (default busybox) running sleep.
 pod_json() {
-  printf '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"%s"},"spec":{%s"containers":[{"name":"c","image":"busybox","command":["sleep","3600"]%s}]}}\n' \
-    "$1" "${2:+$2,}" "${3:+,$3}"
+  printf '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"%s"},"spec":{%s"containers":[{"name":"c","image":"%s","command":["sleep","3600"]%s}]}}\n' \
+    "$1" "${2:+$2,}" "${IMAGE:-busybox}" "${3:+,$3}"
 }
 
 make_pod() { # make_pod NAME [SPEC-EXTRA [CONTAINER-EXTRA]]
@@ -70,8 +73,11 @@ HIDE_DIR=/usr/share/doc
 HIDE_FILE=/etc/hostname
 [ -d "$HIDE_DIR" ] && [ -n "$(ls -A "$HIDE_DIR")" ] && [ -s "$HIDE_FILE" ] ||
   { echo "FAIL: this test needs a non-empty $HIDE_DIR and $HIDE_FILE on the host"; exit 1; }
+# A command of our own for busybox pods (--image-command).
+printf '#!/bin/sh\necho "hello from the image: $*"\n' >"$T/hello"
+chmod 755 "$T/hello"
 start_kubesim "$KUBESIM" --name iso --nodes 1 --node-cpu 32 --agent-binary "$AGENT" \
-  --hide "$SECRET" --hide "$HIDE_DIR" --hide "$HIDE_FILE"
+  --hide "$SECRET" --hide "$HIDE_DIR" --hide "$HIDE_FILE" --image-command "busybox=$T/hello"
 
 # ------------------------------------------------------------------ root
 step "writes outside /tmp (/work, /etc, /usr) stay inside the pod"
@@ -188,6 +194,46 @@ kx w1 sh -c 'echo data >/tmp/not-exec && chmod 644 /tmp/not-exec'
 kx w1 /tmp/not-exec
 [ "$RC" != 0 ] && grep -q 'exec: "/tmp/not-exec": permission denied' "$ERR" ||
   fail "not executable: exit $RC, $(cat "$ERR")"
+
+# ------------------------------------------------------------------ images
+step "a python:3.12 pod has python, python3, pip and pip3 in /usr/local/bin, as the image does"
+IMAGE=python:3.12 make_pod py
+kx py python -c 'print(2 ** 10)'
+expect_rc 0 "python -c" && out_is "1024" "python -c 'print(2 ** 10)'"
+kx py sh -c 'for c in python python3 pip pip3; do command -v $c; done; pip --version | cut -d" " -f1'
+expect_rc 0 "command -v" && out_is "$(printf '/usr/local/bin/python\n/usr/local/bin/python3\n/usr/local/bin/pip\n/usr/local/bin/pip3\npip')" "the image's commands"
+
+step "images match by repository: docker.io/library/python:3.12-slim and nvcr.io/nvidia/pytorch have python; busybox has not"
+IMAGE=docker.io/library/python:3.12-slim@sha256:0000000000000000000000000000000000000000000000000000000000000000 make_pod pys
+kx pys python -c 'print(6 * 7)'
+expect_rc 0 "python in pys" && out_is "42" "python in python:3.12-slim"
+IMAGE=nvcr.io/nvidia/pytorch:24.05-py3 make_pod pt
+kx pt python -c 'print(6 * 7)'
+expect_rc 0 "python in pt" && out_is "42" "python in pytorch"
+kx w1 python -c 1
+[ "$RC" != 0 ] && grep -q 'exec: "python": executable file not found in $PATH' "$ERR" ||
+  fail "busybox has python: exit $RC, $(cat "$ERR")"
+
+step "--image-command: busybox pods get a copy of the given file"
+kx w1 hello a b
+expect_rc 0 "hello" && out_is "hello from the image: a b" "the copied command"
+kx py sh -c 'command -v hello || echo none'
+expect_rc 0 "hello in py" && out_is "none" "only the pattern's images get it"
+
+step "a node:20 pod has node, npm and npx (or says the host lacks them)"
+IMAGE=node:20 make_pod nd
+kx nd node -e 'console.log(6 * 7)'
+if [ -x /usr/bin/node ]; then
+  expect_rc 0 "node -e" && out_is "42" "node -e"
+else
+  [ "$RC" = 127 ] && grep -q "node: not installed on this kubesim host" "$ERR" || fail "node stub: exit $RC, $(cat "$ERR")"
+fi
+kx nd npm --version
+if [ -x /usr/bin/npm ]; then
+  expect_rc 0 "npm --version" && grep -Eq '^[0-9]+\.' "$OUT" || fail "npm --version: $(cat "$OUT")"
+else
+  [ "$RC" = 127 ] && grep -q "npm: not installed on this kubesim host" "$ERR" || fail "npm stub: exit $RC, $(cat "$ERR")"
+fi
 
 step "/dev has null, urandom and terminals, but no disks"
 kx w1 sh -c 'echo x >/dev/null && head -c 4 /dev/urandom | wc -c && ls /dev | tr "\n" " "'
