@@ -178,14 +178,15 @@ static void admin_nodes(struct sim *s, struct fr_http_req *req) {
 }
 
 static void admin_state(struct sim *s, struct fr_http_req *req) {
-  json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:o}", "name", s->opts.name,
+  json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:o,s:o}", "name", s->opts.name,
                         "resource_version", (json_int_t)s->rv, "pods", (json_int_t)s->counts[K_POD],
                         "nodes", (json_int_t)s->counts[K_NODE], "replicasets",
                         (json_int_t)s->counts[K_RS], "watchers", (json_int_t)s->nwatchers,
                         "unschedulable", (json_int_t)s->nunsched, "execs_started",
                         (json_int_t)s->execs_started, "connections",
                         (json_int_t)fr_http_server_nconns(s->api), "port",
-                        fr_http_server_port(s->api), "faults", faults_json(s));
+                        fr_http_server_port(s->api), "faults", faults_json(s), "pod_network",
+                        podnet_json(s));
   api_json(req, 200, j);
 }
 

@@ -4,13 +4,13 @@
  *
  * A pod whose first container's command[0] is named fedrouter-agent runs,
  * with --agent-binary PATH in process mode, the real agent once Running:
- *   PATH --listen 127.0.0.1:0 --port-file <run>/agent.port -- <rest>
+ *   PATH --listen <podIP>:49983 --port-file <run>/agent.port -- <rest>
  * (<rest>: what follows "--" in the container's command + args; <run>:
  * <poddir>/run, which an isolated pod sees as POD_RUN_DIR) with the pod's
- * env. The pod turns Ready when the port file appears (polled); pod port
- * 49983, or any port the container declares, is then proxied to that
- * loopback port. In inproc mode no process runs: agent_inproc_serve()
- * answers the subset loadgen needs.
+ * env. The pod turns Ready when the port file appears (polled); the pod
+ * proxy dials podIP:port (podnet.c: the pod's own network namespace, or its
+ * own loopback address). In inproc mode no process runs:
+ * agent_inproc_serve() answers the subset loadgen needs.
  *
  * Supervisor. Every process of a pod (the agent and, when kubesim isolates
  * pods, every exec'd command that forks) lives under one supervisor, this
@@ -187,7 +187,7 @@ static void on_poll(uv_timer_t *t) {
     return;
   a->local_port = port;
   stop_poll(a);
-  FR_DEBUG(LOG_COMP, "pod %s: agent listens on 127.0.0.1:%d", a->uid, port);
+  FR_DEBUG(LOG_COMP, "pod %s: agent listens on port %d", a->uid, port);
   if (a->pod->obj != NULL)
     pod_set_ready(a->sim, a->pod->obj);
 }
@@ -228,6 +228,7 @@ static int supervisor_start(struct sim *s, struct sim_obj *o, char **cmd) {
   struct pod_launch launch;
   struct pod_creds creds;
   const char *image[POD_MAX_IMAGE_ENTRIES];
+  char net[64];
   char **argv = NULL, **env = NULL, path[4096];
   json_t *j = NULL, *c;
   int rc;
@@ -270,6 +271,8 @@ static int supervisor_start(struct sim *s, struct sim_obj *o, char **cmd) {
   launch.hostname = o->name;
   launch.image = image;
   launch.nimage = image_entries(s, json_get_str(c, "image"), image, FR_ARRAY_SIZE(image));
+  if (a->isolated && podnet_pod_arg(s, p->ip, net, sizeof(net)) == 0)
+    launch.net = net;
   launch.cmd = cmd;
   argv = podinit_argv(&launch);
   env = pod_env(o, c);
@@ -330,7 +333,7 @@ out:
 
 int agent_start(struct sim *s, struct sim_obj *o) {
   json_t *j = obj_json(o), *c, *v;
-  char **cmd = NULL, pf[4096];
+  char **cmd = NULL, pf[4096], listen[32];
   size_t n = 0, i, k;
   int rc, after = 0;
   json_t *lists[2];
@@ -353,9 +356,12 @@ int agent_start(struct sim *s, struct sim_obj *o) {
     snprintf(pf, sizeof(pf), POD_RUN_DIR "/agent.port");
   else
     snprintf(pf, sizeof(pf), "%s/run/agent.port", o->u.pod->workdir);
+  /* On the pod's address, at envd's port: in its own network namespace, or
+   * its own loopback address. */
+  snprintf(listen, sizeof(listen), "%s:%d", o->u.pod->ip[0] ? o->u.pod->ip : "127.0.0.1", AGENT_PORT);
   cmd[n++] = (char *)s->opts.agent_binary;
   cmd[n++] = "--listen";
-  cmd[n++] = "127.0.0.1:0";
+  cmd[n++] = listen;
   cmd[n++] = "--port-file";
   cmd[n++] = pf;
   cmd[n++] = "--";
@@ -504,27 +510,17 @@ void agent_stop(struct sim_pod *p) {
   }
 }
 
-int agent_target(struct sim *s, struct sim_obj *o, json_t *j, int port, int *local) {
+int agent_target(struct sim *s, struct sim_obj *o, json_t *j, int port) {
   struct sim_pod *p = o->u.pod;
-  json_t *c, *pt;
-  size_t i, k;
-  int declared = port == AGENT_PORT;
 
-  if (p == NULL || p->stage != PS_RUNNING || s->opts.agent_mode == AGENT_MODE_NONE)
+  if (p == NULL || p->stage != PS_RUNNING || p->ip[0] == '\0')
     return -ECONNREFUSED;
-  json_array_foreach(json_path(j, "spec.containers"), i, c) {
-    json_array_foreach(json_object_get(c, "ports"), k, pt) {
-      if (json_get_int(pt, "containerPort", 0) == port)
-        declared = 1;
-    }
-  }
-  if (!declared || !agent_pod_runs_agent(j))
-    return -ECONNREFUSED;
-  if (s->opts.agent_mode == AGENT_MODE_INPROC)
+  if (s->opts.agent_mode == AGENT_MODE_INPROC && port == AGENT_PORT && agent_pod_runs_agent(j))
     return 1;
-  if (p->agent == NULL || p->agent->local_port == 0)
+  /* Nothing of the pod runs: nothing can listen, and a bridge-mode address
+   * without a namespace behind it would only time out. */
+  if (p->agent == NULL && podnet_mode(s) == PODNET_BRIDGE)
     return -ECONNREFUSED;
-  *local = p->agent->local_port;
   return 0;
 }
 

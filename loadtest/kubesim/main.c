@@ -71,7 +71,8 @@ static void usage(FILE *f) {
           "  --no-pod-namespaces       as root, do not give pods their own namespaces and root\n"
           "  --hide PATH               a host path no pod sees (with namespaces); repeatable\n"
           "  --image-command PATTERN=PATH  pods of images PATTERN (a repository name, or *)\n"
-          "                            get a copy of PATH in /usr/local/bin; repeatable\n");
+          "                            get a copy of PATH in /usr/local/bin; repeatable\n"
+          "  --pod-cidr CIDR|auto      pod addresses (default auto: a free /16 of 10.128.0.0/9)\n");
 }
 
 /* ---------------------------------------------------------------------- */
@@ -483,6 +484,7 @@ int main(int argc, char **argv) {
       {"event-limit", required_argument, NULL, 22},
       {"hide", required_argument, NULL, 23},
       {"image-command", required_argument, NULL, 24},
+      {"pod-cidr", required_argument, NULL, 25},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -567,6 +569,7 @@ int main(int argc, char **argv) {
       }
       image_args[nimage_args++] = optarg;
       break;
+    case 25: s.opts.pod_cidr = optarg; break;
     case 18:
     case 19: {
       int taint = opt == 19, *n = taint ? &s.opts.nnode_taints : &s.opts.nnode_labels;
@@ -651,7 +654,11 @@ int main(int argc, char **argv) {
     snprintf(defdir, sizeof(defdir), "%s/kubesim-%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
     s.opts.workdir = defdir;
   }
-  if (hides_init(&s, hide_args, nhide_args) != 0 || images_init(&s, image_args, nimage_args) != 0) {
+  /* The pod network before anything else is made, so a range that is
+   * taken ends the start cleanly. No pod is Running before the loop runs. */
+  if (hides_init(&s, hide_args, nhide_args) != 0 || images_init(&s, image_args, nimage_args) != 0 ||
+      podnet_init(&s, s.opts.pod_cidr) != 0) {
+    podnet_free(&s);
     pods_opts_free(&s);
     return 2;
   }
@@ -659,12 +666,12 @@ int main(int argc, char **argv) {
   s.loop = uv_default_loop();
   if (s.opts.tls && tls_setup(&s, host) != 0) {
     fprintf(stderr, "kubesim: cannot create the TLS certificate\n");
-    return 1;
+    goto fail;
   }
   store_init(&s);
   if (events_init(&s) != 0) {
     fprintf(stderr, "kubesim: out of memory\n");
-    return 1;
+    goto fail;
   }
   sched_init(&s);
   sync_init(&s);
@@ -679,12 +686,12 @@ int main(int argc, char **argv) {
   hopts.idle_timeout_ms = 90000;
   hopts.stream_body_cb = api_stream_body;
   if (fr_http_server_new(s.loop, &hopts, api_handle, &s, &s.api) != 0)
-    return 1;
+    goto fail;
   hopts.stream_body_cb = NULL;
   rc = fr_http_server_listen(s.api, host, port);
   if (rc != 0) {
     fprintf(stderr, "kubesim: cannot listen on %s: %s\n", s.opts.listen, uv_strerror(rc));
-    return 1;
+    goto fail;
   }
   if (s.opts.admin_listen) {
     hopts.ssl_ctx = NULL;
@@ -692,32 +699,32 @@ int main(int argc, char **argv) {
     if (fr_http_server_new(s.loop, &hopts, admin_handle, &s, &s.admin) != 0 ||
         (rc = fr_http_server_listen(s.admin, ahost, aport)) != 0) {
       fprintf(stderr, "kubesim: cannot listen on %s\n", s.opts.admin_listen);
-      return 1;
+      goto fail;
     }
   }
   if (create_namespace(&s, "default") != 0 || create_namespace(&s, "kube-system") != 0 ||
       create_namespace(&s, "kube-public") != 0 || create_namespace(&s, "kube-node-lease") != 0) {
     fprintf(stderr, "kubesim: cannot create namespaces\n");
-    return 1;
+    goto fail;
   }
   for (i = 1; i <= s.opts.nodes; i++) {
     if (node_create(&s, i) != 0) {
       fprintf(stderr, "kubesim: cannot create node %d\n", i);
-      return 1;
+      goto fail;
     }
   }
   if (s.opts.kubeconfig && (rc = write_kubeconfig(&s, host)) != 0) {
     fprintf(stderr, "kubesim: cannot write %s: %s\n", s.opts.kubeconfig, strerror(-rc));
-    return 1;
+    goto fail;
   }
   if (s.opts.admin_port_file && write_port_file(s.opts.admin_port_file, fr_http_server_port(s.admin)) != 0) {
     fprintf(stderr, "kubesim: cannot write %s\n", s.opts.admin_port_file);
-    return 1;
+    goto fail;
   }
   /* The port file comes last: once it exists the cluster is fully up. */
   if (s.opts.port_file && write_port_file(s.opts.port_file, fr_http_server_port(s.api)) != 0) {
     fprintf(stderr, "kubesim: cannot write %s\n", s.opts.port_file);
-    return 1;
+    goto fail;
   }
   FR_INFO("kubesim", "%s: serving the Kubernetes API on %s://%s:%d (%d nodes, %s cpu, %s memory, %d pods each)",
           s.opts.name, s.ssl_ctx ? "https" : "http", host, fr_http_server_port(s.api), s.opts.nodes,
@@ -736,6 +743,9 @@ int main(int argc, char **argv) {
   sched_free(&s);
   store_free(&s);
   events_free(&s);
+  /* Every pod's supervisor has exited (their veths went with their
+   * namespaces): the bridge goes. */
+  podnet_free(&s);
   if (uv_loop_close(s.loop) != 0)
     FR_WARN("kubesim", "loop did not close cleanly");
   SSL_CTX_free(s.ssl_ctx);
@@ -747,4 +757,10 @@ int main(int argc, char **argv) {
       rmdir(defdir);
   }
   return 0;
+fail:
+  /* What would outlive this process on the host: the pod bridge. (The
+   * rest of a failed start is left to the exit.) */
+  podnet_free(&s);
+  pods_opts_free(&s);
+  return 1;
 }

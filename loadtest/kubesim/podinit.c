@@ -6,9 +6,10 @@
  * place.
  *
  * __pod-init, isolated (root, the default then): the supervisor unshares a
- * PID namespace and forks its init (PID 1), which makes a mount and a UTS
- * namespace of its own, builds the pod's root, then runs the agent, if any,
- * and reaps orphans:
+ * PID namespace and forks its init (PID 1), which makes a mount, a UTS and
+ * (bridge mode, podnet.c) a network namespace of its own with a veth pair to
+ * kubesim's bridge and the pod's address on eth0, builds the pod's root,
+ * then runs the agent, if any, and reaps orphans:
  *   - the root is an overlay: lower layer the host's root filesystem
  *     (read-only through the overlay), upper and work directories in
  *     <poddir>/root (removed with the pod; a tmpfs there when the pod
@@ -52,6 +53,7 @@
  * forever. They allocate nothing worth a leak check.
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -59,6 +61,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <linux/capability.h>
+#include <net/if.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <signal.h>
@@ -78,6 +81,7 @@
 
 #include "fr/buf.h"
 #include "fr/util.h"
+#include "netlink.h"
 #include "sim.h"
 
 #ifndef PR_CAP_AMBIENT
@@ -105,6 +109,7 @@ struct helper_opts {
   const char *hostname;
   const char *image[POD_MAX_IMAGE_ENTRIES]; /* "NAME=link|script|copy:VALUE" */
   size_t nimage;
+  const char *net;            /* "IP/PREFIX@BRIDGE": a network namespace of its own */
   char **cmd;                 /* after "--"; NULL = none */
 };
 
@@ -276,6 +281,10 @@ char **podinit_argv(const struct pod_launch *l) {
       ab_add(&b, "--image-entry");
       ab_add(&b, l->image[i]);
     }
+    if (l->net != NULL) {
+      ab_add(&b, "--net");
+      ab_add(&b, l->net);
+    }
     ab_creds(&b, l->creds, l->cwd);
   }
   ab_add(&b, "--");
@@ -299,6 +308,13 @@ char **podenter_argv(const char *self_exe, const char *pidfile, const struct pod
   ab_creds(&b, creds, cwd);
   ab_add(&b, "--");
   return ab_finish(&b);
+}
+
+/* A small non-negative decimal, or -1. */
+static int small_int(const char *s) {
+  int64_t v;
+
+  return fr_parse_int64(s, 0, 1 << 20, &v) == 0 ? (int)v : -1;
 }
 
 static int parse_u32(const char *s, uint32_t *out) {
@@ -384,6 +400,8 @@ static int parse_helper(int argc, char **argv, struct helper_opts *o) {
       o->cwd = v;
     } else if (strcmp(a, "--hostname") == 0) {
       o->hostname = v;
+    } else if (strcmp(a, "--net") == 0) {
+      o->net = v;
     } else if (strcmp(a, "--image-entry") == 0) {
       if (o->nimage == POD_MAX_IMAGE_ENTRIES)
         return -1;
@@ -960,6 +978,75 @@ fail:
 }
 
 /* ---------------------------------------------------------------------- */
+/* the pod's network                                                       */
+
+/* A network namespace of the pod's own with a veth pair to kubesim's
+ * bridge: "ksv<address in hex>" on the host side (on the bridge, up),
+ * eth0 with the pod's address in the pod (plus lo). No default route: the
+ * range's own is all there is. <o->net> is "IP/PREFIX@BRIDGE". */
+static int setup_net(const struct helper_opts *o) {
+  char buf[64], veth[IF_NAMESIZE], *slash, *at;
+  uint32_t ip;
+  int prefix, host_ns = -1, pod_ns = -1, nl = -1, rc = -1, master, idx;
+  struct in_addr a;
+
+  if (strlen(o->net) >= sizeof(buf))
+    return -1;
+  memcpy(buf, o->net, strlen(o->net) + 1);
+  slash = strchr(buf, '/');
+  at = strchr(buf, '@');
+  if (slash == NULL || at == NULL || at < slash)
+    return -1;
+  *slash = *at = '\0';
+  if (inet_pton(AF_INET, buf, &a) != 1 || (prefix = small_int(slash + 1)) < 8 || prefix > 30)
+    return -1;
+  ip = ntohl(a.s_addr);
+  snprintf(veth, sizeof(veth), "ksv%08x", ip);
+  host_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (host_ns < 0 || unshare(CLONE_NEWNET) != 0)
+    goto out;
+  pod_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  /* The pair is made from the host's namespace, its peer straight in ours. */
+  if (pod_ns < 0 || setns(host_ns, CLONE_NEWNET) != 0 || (nl = nl_open()) < 0)
+    goto out;
+  if ((master = nl_link_index(nl, at + 1)) < 0) {
+    errno = -master;
+    goto out;
+  }
+  rc = nl_veth_add(nl, veth, master, "eth0", pod_ns);
+  if (rc == -EEXIST) {
+    /* Left by a pod of this address whose namespace is still going. */
+    nl_link_del(nl, veth);
+    rc = nl_veth_add(nl, veth, master, "eth0", pod_ns);
+  }
+  if (rc == 0 && (idx = nl_link_index(nl, veth)) >= 0)
+    rc = nl_link_up(nl, idx);
+  close(nl);
+  nl = -1;
+  if (rc != 0 || setns(pod_ns, CLONE_NEWNET) != 0) {
+    errno = rc != 0 ? -rc : errno;
+    rc = -1;
+    goto out;
+  }
+  rc = -1;
+  if ((nl = nl_open()) < 0 || (idx = nl_link_index(nl, "lo")) < 0 || nl_link_up(nl, idx) != 0 ||
+      (idx = nl_link_index(nl, "eth0")) < 0 || nl_addr_add(nl, idx, ip, prefix) != 0 ||
+      nl_link_up(nl, idx) != 0) {
+    errno = EIO;
+    goto out;
+  }
+  rc = 0;
+out:
+  if (nl >= 0)
+    close(nl);
+  if (host_ns >= 0)
+    close(host_ns);
+  if (pod_ns >= 0)
+    close(pod_ns);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------- */
 /* __pod-init                                                              */
 
 /* Runs <cmd> (NULL: nothing) and reaps everything until it ends; then
@@ -1075,6 +1162,10 @@ static int pod_init_main(const struct helper_opts *o) {
                 : -1;
     if (unshare(CLONE_NEWNS | CLONE_NEWUTS) != 0) {
       say(o, "cannot make the pod's namespaces: %s", strerror(errno));
+      _exit(1);
+    }
+    if (o->net != NULL && setup_net(o) != 0) {
+      say(o, "cannot make the pod's network (%s): %s", o->net, strerror(errno));
       _exit(1);
     }
     if (setup_root(o) != 0)

@@ -1084,7 +1084,6 @@ static void on_pod_started(uv_timer_t *t) {
   struct sim_obj *o = p->obj;
   json_t *j, *st, *ips, *containers;
   char ip[32], ts[21], cid[80];
-  uint32_t n;
   int ready;
 
   if (o == NULL || p->stage != PS_BOUND)
@@ -1098,11 +1097,19 @@ static void on_pod_started(uv_timer_t *t) {
     on_deadline(t);
     return;
   }
+  /* The pod's address, from the range (podnet.c); with none left it waits,
+   * as a kubelet whose CNI plugin fails retries the sandbox. */
+  if (p->ip[0] == '\0' && podnet_alloc(s, p->ip, sizeof(p->ip)) != 0) {
+    event_emit(s, o, "Warning", "FailedCreatePodSandBox", "kubelet", o->cur->fields[F_NODE_NAME],
+               "Failed to create pod sandbox: failed to allocate for range 0: no IP addresses "
+               "available in range set");
+    pod_timer_start(p, on_pod_started, 1000);
+    return;
+  }
   j = obj_json(o);
   if (j == NULL)
     return;
-  n = ++s->ip_seq;
-  snprintf(ip, sizeof(ip), "10.%u.%u.%u", 64 + ((n >> 16) & 0x3f), (n >> 8) & 0xff, n & 0xff);
+  snprintf(ip, sizeof(ip), "%s", p->ip);
   now_rfc3339(ts);
   st = json_obj(j, "status");
   json_object_set_new(st, "phase", json_string("Running"));
@@ -1315,6 +1322,8 @@ void pod_free_state(struct sim *s, struct sim_obj *o) {
   /* Before kill_execs() lets go of the supervisor, which the removal
    * waits for. */
   remove_workdir(s, p);
+  podnet_release(s, p->ip);
+  p->ip[0] = '\0';
   kill_execs(p);
   log_pod_free(p);
   usage_release(s, o);

@@ -154,6 +154,7 @@ struct sim_pod {
   uint64_t noexec_due_ms;      /* loop time it is due */
   int node_unready;            /* Ready=False set by the node lifecycle controller */
   int kubelet_pending;         /* its node's kubelet is lost: start or removal waits for it */
+  char ip[16];                 /* status.podIP, from podnet_alloc() ("" = none yet) */
 };
 
 struct sim_rs {
@@ -254,6 +255,7 @@ struct sim_opts {
   int nnode_taints;
   int node_grace_ms;           /* --node-monitor-grace-ms */
   int event_limit;             /* --event-limit: events kept (0 = none recorded) */
+  const char *pod_cidr;        /* --pod-cidr: NULL or "auto" picks a free /16 */
 };
 
 enum { AGENT_MODE_NONE, AGENT_MODE_PROCESS, AGENT_MODE_INPROC };
@@ -302,7 +304,7 @@ struct sim {
   uv_timer_t sync_timer;
   int sync_armed;
 
-  uint32_t ip_seq;
+  struct sim_net *net;         /* pod addresses and network (podnet.c) */
   int64_t quota_pods, quota_cpu_m, quota_mem_m; /* --namespace-quota, -1 = none */
   struct sim_faults faults;
   size_t execs_started;
@@ -518,16 +520,42 @@ void agent_remove_dir(struct sim *s, struct sim_pod *p, char *dir);
  * free(). 0 with <*wrap> NULL when kubesim does not isolate pods; -errno
  * when the pod's namespaces cannot be had (the command must not run). */
 int agent_exec_wrap(struct sim *s, struct sim_obj *o, json_t *c, char ***wrap);
-/* Where pod port <port> of <o> (whose current JSON is <j>, borrowed) is
- * served: 0 with <*local> the loopback port of a listener, 1 when kubesim
- * answers in-process (agent_inproc_serve()), -ECONNREFUSED when nothing
- * listens. */
-int agent_target(struct sim *s, struct sim_obj *o, json_t *j, int port, int *local);
+/* Whether pod port <port> of <o> (whose current JSON is <j>, borrowed) is
+ * served: 0 when the pod proxy should dial its address (status.podIP),
+ * 1 when kubesim answers in-process (agent_inproc_serve()), -ECONNREFUSED
+ * when nothing can listen there (the pod runs no process, is not
+ * Running). */
+int agent_target(struct sim *s, struct sim_obj *o, json_t *j, int port);
 /* Serves one proxied request for an agent pod in --agent-mode=inproc:
  * GET /health, POST /init, POST /process.Process/Start for the exec fast
  * path's commands. <path> is the path after /proxy (raw). */
 void agent_inproc_serve(struct sim *s, struct sim_obj *o, struct fr_http_req *req,
                         const char *path);
+
+/* ---- podnet.c: pod addresses and the pod network ---- */
+struct sim_net;
+enum { PODNET_BRIDGE, PODNET_LOOPBACK };
+/* "A.B.C.D/N" (N in 12..28, no host bits) into <net> (host order) and
+ * <prefix>; 0 or -EINVAL. */
+int podnet_parse_cidr(const char *s, uint32_t *net, int *prefix);
+/* Takes a pod range (<cidr>, NULL or "auto": the first free /16 of the
+ * pool) and, as root with pod namespaces, makes its bridge; otherwise (or
+ * when the kernel refuses) loopback addresses, logged once. Blocking: call
+ * at start. 0, or -errno after a message on stderr (the range is taken).
+ * Sets s->net; podnet_free() deletes the bridge. */
+int podnet_init(struct sim *s, const char *cidr);
+void podnet_free(struct sim *s);
+/* The next free pod address, as text into <out>; 0 or -ENOSPC. */
+int podnet_alloc(struct sim *s, char *out, size_t cap);
+/* Gives pod address <ip> back (NULL, "" or not ours: nothing). */
+void podnet_release(struct sim *s, const char *ip);
+/* PODNET_BRIDGE or PODNET_LOOPBACK. */
+int podnet_mode(const struct sim *s);
+/* The --net argument of podinit for a pod with address <ip> in bridge mode
+ * ("IP/PREFIX@BRIDGE"); -ENOENT in loopback mode. */
+int podnet_pod_arg(const struct sim *s, const char *ip, char *out, size_t cap);
+/* {"mode","cidr","bridge","gateway","addresses_used"} for /_sim/state. */
+json_t *podnet_json(const struct sim *s);
 
 /* ---- podimage.c: what kubesim's images hold ---- */
 struct sim_images;
@@ -588,6 +616,7 @@ struct pod_launch {
   const char *hostname;           /* the pod's name */
   const char *const *image;       /* image_entries() of the pod's image */
   size_t nimage;
+  const char *net;                /* podnet_pod_arg(), NULL = the host's network */
   char **cmd;                     /* the agent's argv, NULL = none */
 };
 
