@@ -225,7 +225,7 @@ static void admin_tokens(struct sim *s, struct fr_http_req *req) {
 }
 
 static void admin_state(struct sim *s, struct fr_http_req *req) {
-  json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:I,s:o}", "name", s->opts.name,
+  json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:I,s:o,s:o}", "name", s->opts.name,
                         "resource_version", (json_int_t)s->rv, "pods", (json_int_t)s->counts[K_POD],
                         "nodes", (json_int_t)s->counts[K_NODE], "replicasets",
                         (json_int_t)s->counts[K_RS], "watchers", (json_int_t)s->nwatchers,
@@ -233,7 +233,7 @@ static void admin_state(struct sim *s, struct fr_http_req *req) {
                         (json_int_t)s->execs_started, "connections",
                         (json_int_t)fr_http_server_nconns(s->api), "port",
                         fr_http_server_port(s->api), "unauthorized", (json_int_t)s->unauthorized, "faults",
-                        faults_json(s));
+                        faults_json(s), "pod_network", podnet_json(s));
   api_json(req, 200, j);
 }
 

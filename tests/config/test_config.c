@@ -116,6 +116,8 @@ START_TEST(example_fedrouter_conf_loads_with_documented_values) {
   ck_assert_uint_eq(c->max_body_bytes, 1048576);
   ck_assert_int_eq(c->max_exec_output_bytes, 16777216);
   ck_assert_int_eq(c->max_exec_timeout_s, 3600);
+  /* The example runs sandboxes as a non-root uid. */
+  ck_assert_int_eq(c->run_as_user, 1000);
 
   ck_assert_uint_eq(c->ntenants, 2);
   ck_assert_str_eq(c->tenants[0].name, "rl");
@@ -171,6 +173,7 @@ START_TEST(example_demo_conf_loads_with_three_clusters_and_demo_tenant) {
                    "7c43ef5ae21d43ce2743f770c68e24def1a43ee2f416d2438410c8af7af2ff2c");
   ck_assert_ptr_eq(fr_config_tenant_by_token(c, "demo-token"), &c->tenants[0]);
   ck_assert_ptr_null(fr_config_tenant_by_token(c, "demo-token "));
+  ck_assert_int_eq(c->run_as_user, 1000);
   ck_assert_uint_eq(c->nclusters, 3);
   for (i = 0; i < 3; i++) {
     char kc[128];
