@@ -3,17 +3,23 @@
 that kubesim lists, reached over TLS with the routers' signature
 (docs/gateway.md is the contract).
 
-Setup: one kubesim (TLS, a bearer token, --write-serviceaccount), the
-gateway started the way a pod starts it (in-cluster: KUBERNETES_SERVICE_HOST
-and _PORT, a service-account directory with token, ca.crt, namespace),
-watching namespace "sandboxes". Sandbox pods are created through the API
-and given a status.podIP on a loopback address of their own
-(127.A.B.C, random per run), where the test runs what the pod would run:
-the real fedrouter-agent on the agent port, `python3 -m http.server` on a
-user port, a WebSocket echo server, a raw Upgrade echo, slow readers.
+Setup: one kubesim (TLS, a bearer token, --write-serviceaccount,
+--agent-binary), the gateway started the way a pod starts it (in-cluster:
+KUBERNETES_SERVICE_HOST and _PORT, a service-account directory with token,
+ca.crt, namespace), watching namespace "sandboxes". Sandboxes with an
+agent are pods kubesim runs the real fedrouter-agent in, each in a network
+namespace of its own with its own status.podIP (as root; else a pod whose
+status points at an agent the test runs on a loopback address of its
+own), initialized through kubesim's pod proxy as the router does. For the
+servers a test needs to control (slow readers, hang-ups, counters, a raw
+Upgrade echo), pods are given a status.podIP on a loopback address of
+their own (127.A.B.C, random per run) where the test serves them.
 
-Proves: exec (a Connect Start stream) and files (50 MB each way, with a
-reader that stalls: the gateway's RSS stays flat) through the gateway;
+Proves: in kubesim's own pods, the agent, `python3 -m http.server` on
+0.0.0.0:8000 in two pods at once and a WebSocket echo server started in a
+pod, all through the gateway at the pods' IPs; exec (a Connect Start
+stream) and files (50 MB each way, with a reader that stalls: the
+gateway's RSS stays flat) through the gateway;
 keep-alive towards the client across answers of every framing (length,
 chunked, until close) and refusals; a user port; WebSocket and raw Upgrade
 pass-through with half-close; every refusal (signature missing, wrong,
@@ -153,7 +159,8 @@ class World:
         self.sim = start_proc([ARGS.kubesim, "--tls", "--token", SIM_TOKEN, "--write-kubeconfig", self.kubeconfig,
                                "--write-serviceaccount", self.sa, "--port-file", pf, "--admin-listen",
                                "127.0.0.1:0", "--admin-port-file", apf, "--workdir",
-                               os.path.join(self.root, "wd"), "--terminate-ms", "1500", "--log-level", "warn"],
+                               os.path.join(self.root, "wd"), "--terminate-ms", "1500", "--log-level", "warn",
+                               "--agent-binary", ARGS.agent],
                               self.sim_log)
         if not wait_until(lambda: os.path.exists(pf) or self.sim.poll() is not None, 15):
             raise TestFailure("kubesim did not start:\n" + tail(self.sim_log))
@@ -225,6 +232,48 @@ class World:
         if ip is not None:
             self.set_status(name, ip, ready, ns)
         return ip
+
+    def agent_pod(self, name, command=()):
+        """A sandbox pod as the router makes it: kubesim runs the real
+        fedrouter-agent as its first process (with <command> after `--`),
+        on the pod's own address. Waits until it is Ready; returns its IP."""
+        cmd = ["/fr-agent/fedrouter-agent"] + (["--"] + list(command) if command else [])
+        self.kube("POST", f"/api/v1/namespaces/{NS}/pods", {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"fedrouter.io/sandbox": "true",
+                                                  "fedrouter.io/agent": str(AGENT_PORT)}},
+            "spec": {"containers": [{"name": "main", "image": "python:3.12", "command": cmd}]}}, expect=201)
+
+        def ready():
+            st = (self.kube("GET", f"/api/v1/namespaces/{NS}/pods/{name}")[1] or {}).get("status", {})
+            ok = any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions", []))
+            return st.get("podIP") if ok else None
+        ip = wait_until(ready, 20)
+        check(ip, f"agent pod {name} not Ready: "
+              f"{short((self.kube('GET', f'/api/v1/namespaces/{NS}/pods/{name}')[1] or {}).get('status'), 1500)}\n"
+              + tail(self.sim_log))
+        # What the router does through the API server's pod proxy: /init
+        # with the sandbox's token (the gateway refuses /init).
+        st, _ = self.kube("POST", f"/api/v1/namespaces/{NS}/pods/{name}:{AGENT_PORT}/proxy/init",
+                          {"accessToken": AGENT_TOKEN})
+        check(st == 204, f"/init of {name} through the pod proxy: {st}")
+        return ip
+
+    def sandbox(self, name):
+        """A Ready sandbox pod with the real agent, initialized: run by
+        kubesim in a network namespace of its own when it has them (as
+        root), else a pod whose status points at an agent this test runs on
+        a loopback address of its own. Returns its IP."""
+        if self.pod_network() == "bridge":
+            return self.agent_pod(name)
+        ip = self.make_pod(name, new_pod_ip())
+        self.agent(ip)
+        return ip
+
+    def pod_network(self):
+        if not hasattr(self, "_podnet"):
+            self._podnet = ((self.admin("GET", "/_sim/state")[1] or {}).get("pod_network") or {}).get("mode")
+        return self._podnet
 
     def set_status(self, name, ip, ready=True, ns=NS):
         """status.podIP (what the pod network gave it) and Ready."""
@@ -655,8 +704,7 @@ def read_events(r):
 # tests
 
 def test_exec_through_the_gateway(w, gw):
-    ip = w.make_pod("sb-exec", new_pod_ip())
-    w.agent(ip)
+    w.sandbox("sb-exec")
     c, r = start_stream(gw, "sb-exec", "sh", ["-c", "echo one; sleep 0.3; echo two; exit 3"])
     check(r.status == 200 and r.getheader("Content-Type") == "application/connect+json",
           f"Start through the gateway: {r.status} {r.getheaders()}")
@@ -838,8 +886,7 @@ def test_websocket_and_upgrade_pass_through(w, gw):
 
 
 def test_files_50mb_both_ways_rss_flat(w, gw):
-    ip = w.make_pod("sb-files", new_pod_ip())
-    w.agent(ip)
+    ip = w.sandbox("sb-files")
     size = 50 << 20
     block = os.urandom(1 << 20)
     digest = hashlib.sha256(block * 50).hexdigest()
@@ -877,8 +924,9 @@ def test_files_50mb_both_ways_rss_flat(w, gw):
         check(n == size and hh.hexdigest() == digest, f"download: {n} bytes, digest match {hh.hexdigest() == digest}")
         # Up again, to a pod server that stalls 2 s before reading: the
         # gateway must pause the client.
-        sink, _ = serve(ip, 9000, slow_sink)
-        st, h, body = request(gw, "PUT", "sb-files", 9000, "/upload", body=gen(),
+        sink_ip = w.make_pod("sb-sink", new_pod_ip(), agent=False)
+        sink, _ = serve(sink_ip, 9000, slow_sink)
+        st, h, body = request(gw, "PUT", "sb-sink", 9000, "/upload", body=gen(),
                               headers={"Content-Length": str(size)})
         res = json.loads(body)
         check(st == 200 and res == {"bytes": size, "sha256": digest}, f"upload to a slow sink: {st} {res}")
@@ -994,8 +1042,7 @@ def test_refusals_before_any_dial(w, gw):
 
 def test_per_sandbox_limit(w, gw):
     g2 = w.gateway(["--max-per-sandbox", "2"], name="gw-limit")
-    ip = w.make_pod("sb-limit", new_pod_ip())
-    w.agent(ip)
+    w.sandbox("sb-limit")
     streams = [start_stream(g2, "sb-limit", "sleep", ["1"]) for _ in range(2)]
     resp = request(g2, "GET", "sb-limit", AGENT_PORT, "/health")
     expect_refusal(resp, 429, "too_many_connections", "a third open request")
@@ -1101,8 +1148,7 @@ def test_token_rotation_in_cluster(w, gw):
 
 def test_sigterm_drain(w, gw):
     g2 = w.gateway(["--shutdown-delay-ms", "1500", "--drain-timeout-s", "20"], name="gw-drain")
-    ip = w.make_pod("sb-drain", new_pod_ip())
-    w.agent(ip)
+    w.sandbox("sb-drain")
     c, r = start_stream(g2, "sb-drain", "sh", ["-c", "echo start; sleep 3; echo done"])
     check(r.status == 200, f"stream: {r.status}")
     t0 = time.monotonic()
@@ -1206,7 +1252,114 @@ def test_router_in_cluster(w, gw):
         check(rc == 0, f"router exit {rc}:\n" + tail(log))
 
 
-FIRST = [test_exec_through_the_gateway, test_keep_alive_across_framings_and_refusals,
+WS_ECHO_SERVER = r'''
+import base64, hashlib, re, socket, socketserver, struct
+class H(socketserver.BaseRequestHandler):
+    def handle(self):
+        s, buf = self.request, b""
+        while b"\r\n\r\n" not in buf:
+            d = s.recv(4096)
+            if not d:
+                return
+            buf += d
+        head, _, buf = buf.partition(b"\r\n\r\n")
+        key = re.search(rb"(?im)^sec-websocket-key:\s*(\S+)", head).group(1)
+        acc = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+        s.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  b"Sec-WebSocket-Accept: " + acc + b"\r\nX-In-Pod: yes\r\n\r\n")
+        while True:
+            while len(buf) < 2:
+                d = s.recv(65536)
+                if not d:
+                    return
+                buf += d
+            op, n, off = buf[0] & 15, buf[1] & 127, 2
+            if n == 126:
+                while len(buf) < 4: buf += s.recv(65536)
+                n, off = struct.unpack(">H", buf[2:4])[0], 4
+            elif n == 127:
+                while len(buf) < 10: buf += s.recv(65536)
+                n, off = struct.unpack(">Q", buf[2:10])[0], 10
+            while len(buf) < off + 4 + n:
+                d = s.recv(65536)
+                if not d:
+                    return
+                buf += d
+            m, p = buf[off:off + 4], buf[off + 4:off + 4 + n]
+            buf = buf[off + 4 + n:]
+            p = bytes(b ^ m[i % 4] for i, b in enumerate(p))
+            hdr = bytes([0x80 | op]) + (bytes([n]) if n < 126 else bytes([126]) + struct.pack(">H", n) if n < 65536
+                                        else bytes([127]) + struct.pack(">Q", n))
+            s.sendall(hdr + p)
+            if op == 8:
+                return
+socketserver.ThreadingTCPServer.allow_reuse_address = True
+socketserver.ThreadingTCPServer(("0.0.0.0", 8765), H).serve_forever()
+'''
+
+
+def test_real_pods_agent_user_port_websocket(w, gw):
+    """kubesim's pods with addresses of their own (a network namespace per
+    pod on its bridge, as root): the real agent kubesim runs in the pod,
+    `python3 -m http.server` the pod's own command on 0.0.0.0:8000 in two
+    pods at once, a WebSocket echo server started in a pod through the
+    agent; all reached through the gateway at the pods' IPs."""
+    mode = w.pod_network()
+    if mode != "bridge":
+        print(f"     (skipped: kubesim's pod network is {mode!r}, not a bridge of namespaces: not root?)")
+        return
+    ips = [w.agent_pod(f"sb-real-{i}", ["python3", "-m", "http.server", "8000", "--directory", "/tmp"])
+           for i in (1, 2)]
+    check(ips[0] != ips[1] and all(ip.startswith(("10.", "172.", "192.168.")) for ip in ips),
+          f"pod addresses: {ips}")
+    for i, ip in enumerate(ips, 1):
+        pod = f"sb-real-{i}"
+        check(wait_until(lambda: request(gw, "GET", pod, AGENT_PORT, "/health")[0] == 204, 10),
+              f"the gateway does not reach {pod}'s agent at {ip}")
+        c, r = start_stream(gw, pod, "sh", ["-c", "echo $((6 * 7)); echo pod-%d" % i])
+        out, ex, end = read_events(r)
+        c.close()
+        check(out == b"42\npod-%d\n" % i and ex.get("exitCode") == 0, f"exec in {pod}: {out} {ex}")
+        body = b"hello from pod %d\n" % i
+        st, h, _ = request(gw, "POST", pod, AGENT_PORT, "/files?path=%2Ftmp%2Fhello.txt", body=body,
+                           headers={"X-Access-Token": AGENT_TOKEN, "Content-Type": "application/octet-stream"})
+        check(st == 200, f"upload to {pod}: {st}")
+        check(wait_until(lambda: request(gw, "GET", pod, 8000, "/hello.txt")[2] == body, 10),
+              f"{pod}'s own http.server on 0.0.0.0:8000 through the gateway: "
+              f"{request(gw, 'GET', pod, 8000, '/hello.txt')[:2]}")
+    # A WebSocket echo server started in the first pod through its agent.
+    c, r = start_stream(gw, "sb-real-1", "python3", ["-c", WS_ECHO_SERVER])
+    check(r.status == 200, f"start the echo server: {r.status}")
+
+    def ws_open():
+        try:
+            sock = gw.raw(timeout=5)
+            key = base64.b64encode(os.urandom(16)).decode()
+            sock.sendall((f"GET {gpath('sb-real-1', 8765, '/')} HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\n"
+                          f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                          f"Fr-Gateway-Auth: {sign(w.keys[0], 'sb-real-1', 8765)}\r\n\r\n").encode())
+            head, rest = read_head(sock)
+            if head is not None and head.startswith("HTTP/1.1 101") and "x-in-pod: yes" in head.lower():
+                return sock, rest
+            sock.close()
+        except OSError:
+            pass
+        return None
+    opened = wait_until(ws_open, 15, 0.2)
+    check(opened, "no WebSocket to the echo server in the pod")
+    sock, buf = opened
+    for payload in (b"in-pod", os.urandom(100000)):
+        ws_send(sock, 2, payload)
+        frame, buf = ws_read_frame(sock, buf)
+        check(frame == (2, payload), f"echo of {len(payload)} bytes from the pod")
+    sock.close()
+    c.close()
+    for i in (1, 2):
+        w.delete_pod(f"sb-real-{i}")
+
+
+FIRST = [test_exec_through_the_gateway, test_real_pods_agent_user_port_websocket,
+         test_keep_alive_across_framings_and_refusals,
          test_kept_alive_pod_connection_closed_by_the_pod_is_retried, test_user_port_http_server,
          test_websocket_and_upgrade_pass_through, test_files_50mb_both_ways_rss_flat, test_refusals_before_any_dial,
          test_per_sandbox_limit, test_key_rotation_without_restart, test_deleted_or_gone_pod_answers_at_once,
@@ -1234,6 +1387,9 @@ def main():
     ap.add_argument("--only", action="append", default=[])
     ap.add_argument("--keep", action="store_true")
     ARGS = ap.parse_args()
+    for k in ("gateway", "kubesim", "agent", "fedrouter"):
+        if getattr(ARGS, k):
+            setattr(ARGS, k, os.path.abspath(getattr(ARGS, k)))
     threading.Thread(target=watchdog, daemon=True).start()
     results = []
     w = World()
