@@ -230,7 +230,8 @@ TEST_ONLY = {"check", "libsubunit-dev", "prometheus", "chromium", "curl", "procp
              "python3-kubernetes",         # kube_python_client (the official client)
              "clang", "libclang-rt-dev",   # the fuzz build (tests/fuzz) only
              "haproxy",                    # replicas_haproxy and the replicas benchmark
-             "wrk"}                        # the gateway benchmark
+             "wrk",                        # the gateway benchmark
+             "python3-pip"}                # the pip of kubesim's python images
 
 
 def check_build_deps(root, name, instrs):
