@@ -31,6 +31,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "fr/assert.h"
 #include "fr/buf.h"
 #include "fr/log.h"
 #include "fr/util.h"
@@ -298,6 +299,9 @@ static void idle_append(struct conn *c) {
 static void conn_set_state(struct conn *c, enum conn_state s) {
   if (c->state == s)
     return;
+  /* CLOSING is final; a lingering connection only closes. */
+  FR_ASSERT(c->state != CS_CLOSING);
+  FR_ASSERT(c->state != CS_LINGER || s == CS_CLOSING);
   FR_DEBUG(c->srv->opts.name, "conn %s:%d %s -> %s", c->peer_ip, c->peer_port,
            state_names[c->state], state_names[s]);
   if (c->state == CS_IDLE)

@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "fr/adapter.h"
+#include "fr/assert.h"
 #include "fr/buf.h"
 #include "fr/http.h"
 #include "fr/util.h"
@@ -32,7 +33,10 @@ struct api_req *api_req_new(struct router *r, struct fr_http_req *req, const cha
 }
 
 void api_req_unref(struct api_req *q) {
-  if (q != NULL && --q->refs == 0)
+  if (q == NULL)
+    return;
+  FR_ASSERT(q->refs > 0);
+  if (--q->refs == 0)
     free(q);
 }
 
@@ -93,6 +97,7 @@ void api_stream_end(struct api_req *q, int ok) {
 }
 
 void api_defer(struct api_req *q) {
+  FR_ASSERT(!q->deferred); /* one operation answers a request, once */
   q->refs++;
   q->deferred = 1;
   q->r->inflight++;

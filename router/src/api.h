@@ -144,25 +144,77 @@ void create_sandboxes(struct api_req *q, int explain); /* create.c: POST /v1/san
  * rather than the lifetime asked, so the expiry can later be moved up to
  * that (E2B's setTimeout) while routers enforce the one asked. */
 void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extendable);
-void exec_sandbox(struct api_req *q, const char *id);  /* exec.c: POST /v1/sandboxes/{id}/exec */
-int pools_route(struct api_req *q);                    /* pools.c: 0 when not a /v1/pools path */
-/* data.c: inside a sandbox through its agent. */
+/* stream.c: a streaming exec (exec.c validated it and admitted it against
+ * the tenant's max_concurrent_execs; the stream counts itself in the
+ * tenant's execs while it runs). */
 struct fr_exec_spec;
 void data_exec_stream(struct api_req *q, struct fr_adapter *a, const char *id, const struct fr_exec_spec *spec);
-/* /v1/sandboxes/{id}/processes[/...] and /files: 0 when <rest> is not one. */
-int data_route(struct api_req *q, const char *id, const char *rest);
-/* Requests whose body the router streams instead of buffering (uploads). */
-int data_streams_body(const struct fr_http_req *req);
-/* The request <q> as it came (method, body, the header lines <headers>
- * as fr_agent_call_opts takes them) to <agent_path> (path and query) of
- * the agent of sandbox <id>, and the agent's answer back as it is
- * (status, type, body), streamed both ways with backpressure; a streamed
- * body is bounded by the tenant's max_file_bytes. */
+/* files.c: the request <q> as it came (method, body, the header lines
+ * <headers> as fr_agent_call_opts takes them) to <agent_path> (an agent
+ * route and query) of the agent of sandbox <id>, and the agent's answer
+ * back as it is (status, type, body), streamed both ways with
+ * backpressure; a streamed body is bounded by the tenant's max_file_bytes. */
 void data_proxy(struct api_req *q, struct fr_adapter *a, const char *id, const char *agent_path,
                 const char *headers);
 
-/* e2b.c: the E2B-compatible endpoint under /e2b (docs/e2b.md). */
-void e2b_handle(struct api_req *q);
-int e2b_streams_body(const struct fr_http_req *req);
+/* The route handlers of routes.c's table, by file. Each gets the parsed
+ * path parameters (routes.h) and answers now or later. */
+struct route_params;
+struct route;
+/* router.c */
+void router_get_healthz(struct api_req *q, const struct route_params *p);
+void router_get_readyz(struct api_req *q, const struct route_params *p);
+void router_get_metrics(struct api_req *q, const struct route_params *p);
+void router_get_dashboard(struct api_req *q, const struct route_params *p);
+void router_get_clusters(struct api_req *q, const struct route_params *p);
+void router_get_events(struct api_req *q, const struct route_params *p);
+void router_get_policy(struct api_req *q, const struct route_params *p);
+/* sandboxes.c */
+void sandboxes_explain(struct api_req *q, const struct route_params *p);
+void sandboxes_create(struct api_req *q, const struct route_params *p);
+void sandboxes_list(struct api_req *q, const struct route_params *p);
+void sandboxes_terminate_many(struct api_req *q, const struct route_params *p);
+void sandboxes_get(struct api_req *q, const struct route_params *p);
+void sandboxes_terminate(struct api_req *q, const struct route_params *p);
+/* exec.c */
+void exec_sandbox(struct api_req *q, const struct route_params *p);
+/* procs.c, stream.c */
+void procs_start(struct api_req *q, const struct route_params *p);
+void procs_list(struct api_req *q, const struct route_params *p);
+void procs_output(struct api_req *q, const struct route_params *p);
+void procs_stdin(struct api_req *q, const struct route_params *p);
+void procs_signal(struct api_req *q, const struct route_params *p);
+void procs_resize(struct api_req *q, const struct route_params *p);
+/* files.c */
+void files_get(struct api_req *q, const struct route_params *p);
+void files_put(struct api_req *q, const struct route_params *p);
+void files_delete(struct api_req *q, const struct route_params *p);
+/* pools.c */
+void pools_create(struct api_req *q, const struct route_params *p);
+void pools_list(struct api_req *q, const struct route_params *p);
+void pools_get(struct api_req *q, const struct route_params *p);
+void pools_patch(struct api_req *q, const struct route_params *p);
+void pools_delete(struct api_req *q, const struct route_params *p);
+/* e2b.c: the E2B-compatible endpoint under /e2b (docs/e2b.md). e2b_begin
+ * runs before any of its handlers: its answer shapes, X-API-Key, and for
+ * calls into a sandbox (E2b-Sandbox-Id) the split from the control API;
+ * 0, or -1 after answering. */
+int e2b_begin(struct api_req *q, const struct route *r);
+void e2b_create(struct api_req *q, const struct route_params *p);
+void e2b_list(struct api_req *q, const struct route_params *p);
+void e2b_get(struct api_req *q, const struct route_params *p);
+void e2b_kill(struct api_req *q, const struct route_params *p);
+void e2b_timeout(struct api_req *q, const struct route_params *p);
+void e2b_connect(struct api_req *q, const struct route_params *p);
+void e2b_no_pause(struct api_req *q, const struct route_params *p);
+void e2b_no_snapshots(struct api_req *q, const struct route_params *p);
+void e2b_no_templates(struct api_req *q, const struct route_params *p);
+void e2b_no_volumes(struct api_req *q, const struct route_params *p);
+void e2b_unsupported(struct api_req *q, const struct route_params *p);
+void e2b_relay_process(struct api_req *q, const struct route_params *p);
+void e2b_relay_filesystem(struct api_req *q, const struct route_params *p);
+void e2b_relay_files(struct api_req *q, const struct route_params *p);
+void e2b_relay_health(struct api_req *q, const struct route_params *p);
+void e2b_relay_envs(struct api_req *q, const struct route_params *p);
 
 #endif

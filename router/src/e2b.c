@@ -35,6 +35,7 @@
 #include "fr/util.h"
 #include "api.h"
 #include "router.h"
+#include "routes.h"
 
 /* The envd version the control API reports for every sandbox: the one
  * fedrouter-agent implements (agent/README.md "Which envd version we
@@ -517,12 +518,15 @@ static int relay_param(const char *key, const char *value, void *arg) {
   return fr_url_query_escape(rq->out, rq->cap, &rq->at, value);
 }
 
-static void in_sandbox(struct api_req *q, const char *id, const char *tenant) {
+/* A call into sandbox <id> (E2b-Sandbox-Id) for agent route <path>
+ * ("/process.Process/Start", "/files", ...), by <tenant> (NULL: X-API-Key
+ * absent; the access token alone proves it). */
+static void in_sandbox(struct api_req *q, const char *id, const char *tenant, const char *path) {
   static const char *const pass[] = {"Connect-Protocol-Version", "Connect-Timeout-Ms", "Keepalive-Ping-Interval",
                                      "Accept", NULL};
   const char *token = fr_http_req_header(q->req, "X-Access-Token");
   const char *port = fr_http_req_header(q->req, "E2b-Sandbox-Port");
-  const char *path = q->req->path + 4, *pod;
+  const char *pod;
   struct fr_adapter *a;
   const struct fr_pod *p;
   char cluster[64], msg[400];
@@ -628,92 +632,125 @@ static int authenticate(struct api_req *q, const char **tenant) {
   return 0;
 }
 
-/* After /e2b/sandboxes/ or /e2b/v2/sandboxes/: {id}[/what]. */
-static void sandbox_route(struct api_req *q, const char *rest, int v2) {
-  const char *slash = strchr(rest, '/'), *m = q->req->method;
-  char id[256];
-  size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
+/* ---------------------------------------------------------------------- */
+/* route handlers (routes.c)                                               */
 
-  if (n == 0 || n >= sizeof(id)) {
-    api_fail(q, 404, "sandbox_not_found", "no such sandbox", NULL);
-    return;
-  }
-  memcpy(id, rest, n);
-  id[n] = '\0';
-  if (slash == NULL && !v2 && strcmp(m, "GET") == 0) {
-    struct fr_adapter *a;
-    const struct fr_pod *pod = find(q, id, &a);
-    if (pod != NULL)
-      api_reply(q, 200, sandbox_json(a, pod, 1), NULL);
-  } else if (slash == NULL && !v2 && strcmp(m, "DELETE") == 0) {
-    kill_sandbox(q, id);
-  } else if (slash != NULL && strcmp(slash, "/timeout") == 0 && strcmp(m, "POST") == 0) {
-    set_timeout(q, id, 0);
-  } else if (slash != NULL && strcmp(slash, "/connect") == 0 && strcmp(m, "POST") == 0) {
-    set_timeout(q, id, 1);
-  } else if (slash != NULL && (strcmp(slash, "/pause") == 0 || strcmp(slash, "/resume") == 0)) {
-    unsupported(q, "pausing and resuming sandboxes");
-  } else if (slash != NULL && strcmp(slash, "/snapshots") == 0) {
-    unsupported(q, "snapshots");
-  } else {
-    char what[300];
-    snprintf(what, sizeof(what), "%s %.200s", m, q->req->path + 4);
-    unsupported(q, what);
-  }
-}
-
-void e2b_handle(struct api_req *q) {
-  const char *p = q->req->path + 4, *m = q->req->method, *sid = fr_http_req_header(q->req, "E2b-Sandbox-Id");
-  const char *tenant;
+int e2b_begin(struct api_req *q, const struct route *r) {
+  const char *sid = fr_http_req_header(q->req, "E2b-Sandbox-Id"), *tenant;
+  char what[300];
 
   q->shape_cb = shape;
   if (authenticate(q, &tenant) != 0)
-    return;
+    return -1;
   if (sid != NULL) {
-    in_sandbox(q, sid, tenant);
-    return;
+    /* A call into a sandbox: its access token decides (in_sandbox). */
+    if (!(r->flags & RF_E2B_SANDBOX)) {
+      snprintf(what, sizeof(what), "inside a sandbox, %.200s", q->req->path + 4);
+      unsupported(q, what);
+      return -1;
+    }
+    snprintf(q->tenant, sizeof(q->tenant), "%s", tenant != NULL ? tenant : "");
+    return 0;
   }
-  if (agent_path_ok(p)) {
+  if (r->flags & RF_E2B_SANDBOX) {
     api_fail(q, 400, "sandbox_id_required",
              "calls into a sandbox need the E2b-Sandbox-Id header (pre-signed file URLs are not supported)", NULL);
-    return;
+    return -1;
   }
   if (tenant == NULL) {
     api_fail(q, 401, "unauthorized", "missing X-API-Key: set E2B_API_KEY to a fedrouter tenant token", NULL);
-    return;
+    return -1;
   }
   snprintf(q->tenant, sizeof(q->tenant), "%s", tenant);
   q->ts = router_tenant(q->r, tenant);
   router_note(q->req, "tenant", tenant);
-  if (!admitted(q)) {
-    /* answered */
-  } else if (strcmp(p, "/v2/sandboxes") == 0 || strcmp(p, "/sandboxes") == 0) {
-    if (strcmp(m, "POST") == 0)
-      create(q);
-    else if (strcmp(m, "GET") == 0)
-      list(q);
-    else
-      api_fail(q, 405, "method_not_allowed", "use GET or POST", "Allow: GET, POST\r\n");
-  } else if (strncmp(p, "/sandboxes/", 11) == 0) {
-    sandbox_route(q, p + 11, 0);
-  } else if (strncmp(p, "/v2/sandboxes/", 14) == 0) {
-    sandbox_route(q, p + 14, 1);
-  } else if (strncmp(p, "/templates", 10) == 0 || strncmp(p, "/v2/templates", 13) == 0 ||
-             strncmp(p, "/v3/templates", 13) == 0) {
-    unsupported(q, "templates (use fedrouter pools: POST /v1/pools)");
-  } else if (strncmp(p, "/snapshots", 10) == 0) {
-    unsupported(q, "snapshots");
-  } else if (strncmp(p, "/volumes", 8) == 0) {
-    unsupported(q, "volumes");
-  } else {
-    char what[300];
-    snprintf(what, sizeof(what), "%s %.200s", m, p);
-    unsupported(q, what);
-  }
+  return admitted(q) ? 0 : -1;
 }
 
-int e2b_streams_body(const struct fr_http_req *req) {
-  return strcmp(req->path, "/e2b/files") == 0 &&
-         (strcmp(req->method, "POST") == 0 || strcmp(req->method, "PUT") == 0) &&
-         fr_http_req_header(req, "E2b-Sandbox-Id") != NULL;
+void e2b_create(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  create(q);
+}
+
+void e2b_list(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  list(q);
+}
+
+void e2b_get(struct api_req *q, const struct route_params *p) {
+  struct fr_adapter *a;
+  const struct fr_pod *pod = find(q, p->id, &a);
+
+  if (pod != NULL)
+    api_reply(q, 200, sandbox_json(a, pod, 1), NULL);
+}
+
+void e2b_kill(struct api_req *q, const struct route_params *p) {
+  kill_sandbox(q, p->id);
+}
+
+void e2b_timeout(struct api_req *q, const struct route_params *p) {
+  set_timeout(q, p->id, 0);
+}
+
+void e2b_connect(struct api_req *q, const struct route_params *p) {
+  set_timeout(q, p->id, 1);
+}
+
+void e2b_no_pause(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  unsupported(q, "pausing and resuming sandboxes");
+}
+
+void e2b_no_snapshots(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  unsupported(q, "snapshots");
+}
+
+void e2b_no_templates(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  unsupported(q, "templates (use fedrouter pools: POST /v1/pools)");
+}
+
+void e2b_no_volumes(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  unsupported(q, "volumes");
+}
+
+void e2b_unsupported(struct api_req *q, const struct route_params *p) {
+  char what[300];
+
+  snprintf(what, sizeof(what), "%s /%.200s", q->req->method, p->tail != NULL ? p->tail : "");
+  unsupported(q, what);
+}
+
+/* The relays: the agent route from the row and its parameters. */
+static void relay(struct api_req *q, const char *svc, const char *rpc) {
+  char path[160];
+
+  snprintf(path, sizeof(path), "/%s%s%.100s", svc, rpc != NULL ? "/" : "", rpc != NULL ? rpc : "");
+  in_sandbox(q, fr_http_req_header(q->req, "E2b-Sandbox-Id"), q->tenant[0] != '\0' ? q->tenant : NULL, path);
+}
+
+void e2b_relay_process(struct api_req *q, const struct route_params *p) {
+  relay(q, "process.Process", p->rpc);
+}
+
+void e2b_relay_filesystem(struct api_req *q, const struct route_params *p) {
+  relay(q, "filesystem.Filesystem", p->rpc);
+}
+
+void e2b_relay_files(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  relay(q, "files", NULL);
+}
+
+void e2b_relay_health(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  relay(q, "health", NULL);
+}
+
+void e2b_relay_envs(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  relay(q, "envs", NULL);
 }

@@ -122,10 +122,9 @@ int router_streams_body(const struct fr_http_req *req, void *arg);
 void router_error(struct fr_http_req *req, int status, const char *code, const char *message,
                   const char *extra_headers);
 struct api_req;
-/* Serves /v1/sandboxes..., /v1/pools... and /v1/placement/explain for the
- * authenticated request <q> (sandboxes.c); returns 0 when the path is not
- * one of them (nothing answered), 1 when it took the request (answered now
- * or later). */
-int router_sandboxes(struct api_req *q);
+/* The tenant of <q>'s bearer token (q->tenant, q->ts set), within its
+ * in-flight bound: 0, or -1 after answering 401/403/429 (RF_TENANT rows
+ * of routes.c). */
+int router_admit(struct api_req *q);
 
 #endif

@@ -20,10 +20,17 @@ Checks:
     the config ConfigMap hashed (a change rolls) and the policy one not
     (updated in place); Service, PDB, HPA and NetworkPolicy point at the
     Deployment's pods; Prometheus annotations name the container port;
+  - the overlay renders only with the sandbox agent's key, which it
+    generates a Secret from (agent-key/current: the operator's, never in
+    git; a copy of the overlay with a key of its own is rendered), hashed
+    so that a new key rolls the Deployment;
   - the router config of the overlay, laid out as the pod mounts it (with the
-    Secret templates' placeholder files), passes `fedrouter config check`,
-    and its policy `fedrouter policy check`; its clusters' namespace is the
-    member bundle's namespace;
+    Secret templates' placeholder files and the generated key), passes
+    `fedrouter config check`, and its policy `fedrouter policy check`; its
+    clusters' namespace is the member bundle's namespace; its agent group
+    uses the port the member bundle lets in and the key file of the mounted
+    Secret; and it sets every setting the config scripts/demo writes does
+    (config_features.py): the example enables every feature of the demo;
   - the member bundle: Pod Security restricted labels, the Role in the sandbox
     namespace grants pods/proxy and get on the tenants' Secrets by name, and
     nothing the router does not use (and no ClusterRole
@@ -56,6 +63,11 @@ import sys
 import tempfile
 
 import yaml
+
+sys.dont_write_bytecode = True   # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import config_features  # noqa: E402
+import example_overlay  # noqa: E402
 
 AGENT_PORT = 49983
 problems = []
@@ -262,6 +274,10 @@ def check_router(root, objs, secret_objs):
     if pol != "fedrouter-policy":
         problem("%s: the policy ConfigMap should keep a fixed name (updated in place, hot-reloaded), "
                 "got %r" % (where, pol))
+    key = vols.get("agent-key", {}).get("secret", {}).get("secretName", "")
+    if not re.match(r"^fedrouter-agent-key-[a-z0-9]{10}$", key):
+        problem("%s: the agent key's Secret %r is not generated with a content hash: a new key would not roll "
+                "the Deployment (the router reads the key only at start)" % (where, key))
 
     ann = tmpl["metadata"].get("annotations") or {}
     if ann.get("prometheus.io/scrape") != "true" or ann.get("prometheus.io/path") != "/metrics" \
@@ -361,6 +377,52 @@ def check_router_config(objs, secret_objs, dep, fedrouter, member_ns):
                                capture_output=True, text=True, timeout=30)
             if p.returncode != 0:
                 problem("router overlay: fedrouter policy check: %s" % (p.stdout + p.stderr).strip())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_config_features(root, objs, secret_objs, dep):
+    """The overlay's config as the pod mounts it: its agent group agrees with
+    the member bundle and the mounted key, and it sets everything the
+    demo's config does."""
+    tmp = tempfile.mkdtemp(prefix="fr-features-")
+    try:
+        c = next(x for x in dep["spec"]["template"]["spec"]["containers"] if x["name"] == "fedrouter")
+        args = c.get("args") or []
+        conf_path = args[args.index("--config") + 1] if "--config" in args else None
+        vols = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+        by_name = {(o["kind"], o["metadata"]["name"]): o for o in objs + secret_objs}
+        mroot = os.path.join(tmp, "root")
+        for m in c.get("volumeMounts") or []:
+            v = vols.get(m["name"], {})
+            src = by_name.get(("ConfigMap", v["configMap"]["name"])) if "configMap" in v else \
+                by_name.get(("Secret", v["secret"]["secretName"])) if "secret" in v else None
+            if src is not None:
+                write_volume(mroot + m["mountPath"], src)
+        if conf_path is None or not os.path.exists(mroot + conf_path):
+            return   # check_router_config said why
+        try:
+            cfg = config_features.read_config(mroot + conf_path)
+            agent = cfg.get("agent")
+            if not isinstance(agent, dict):
+                problem("router overlay: fedrouter.conf has no agent group: sandboxes would have no streaming, "
+                        "processes, files, shells, secrets or E2B")
+            else:
+                if agent.get("port", str(AGENT_PORT)) != str(AGENT_PORT):
+                    problem("router overlay: agent.port %s is not the port deploy/member's NetworkPolicy lets in "
+                            "(%d)" % (agent.get("port"), AGENT_PORT))
+                kf = os.path.normpath(os.path.join(os.path.dirname(conf_path), agent.get("key_file", "")))
+                mount = next((m["mountPath"] for m in c.get("volumeMounts") or [] if m["name"] == "agent-key"), None)
+                if mount is None or os.path.dirname(kf) != mount:
+                    problem("router overlay: agent.key_file %s is not in the agent-key Secret's mount %s"
+                            % (kf, mount))
+            missing = config_features.missing_features(config_features.demo_config(root, tmp), mroot + conf_path)
+            for msg in config_features.describe(missing, "deploy/router/overlays/example/fedrouter.conf"):
+                problem("router overlay: " + msg)
+            if not missing:
+                print("check_manifests: the example config sets every setting of the demo's")
+        except config_features.ConfigError as e:
+            problem("router overlay: comparing with the demo's config: %s" % e)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -633,9 +695,25 @@ def main(argv):
         return 1
     d = lambda *p: os.path.join(root, "deploy", *p)  # noqa: E731
     rendered = {}
-    for name in ("router/base", "router/overlays/example", "member/base", "member/overlays/gvisor"):
+    for name in ("router/base", "member/base", "member/overlays/gvisor"):
         rendered[name] = render(d(name))
     rendered["member/base + pss-baseline"] = render(d("member/overlays/pss-baseline"))
+    # The example overlay as an operator renders it: with the agent key
+    # they made (here: one of our own, in a copy); without it kustomize
+    # stops, naming the file.
+    tmp = tempfile.mkdtemp(prefix="fr-example-")
+    try:
+        rc, objs, err = example_overlay.kustomize(example_overlay.copy_example(root, os.path.join(tmp, "with")))
+        if rc != 0:
+            problem("kubectl kustomize of the example overlay (with an agent key) failed: %s" % err.strip()[-800:])
+        rendered["router/overlays/example"] = objs
+        rc, _, err = example_overlay.kustomize(example_overlay.copy_example(root, os.path.join(tmp, "without"),
+                                                                            with_key=False))
+        if rc == 0 or "agent-key/current" not in err:
+            problem("the example overlay rendered without agent-key/current, or failed without naming it "
+                    "(rc %d): %s" % (rc, err.strip()[-400:]))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     # Both components at once, from outside the repository (as an operator's
     # own overlay would use them).
     tmp = tempfile.mkdtemp(prefix="fr-kustomize-")
@@ -686,6 +764,8 @@ def main(argv):
         dep = check_router(root, ov, secret_objs)
         if dep is not None and member_ns is not None:
             check_router_config(ov, secret_objs, dep, fedrouter, member_ns)
+        if dep is not None:
+            check_config_features(root, ov, secret_objs, dep)
 
     # deploy/rbac.yaml and the bundle's RBAC grant the same.
     with open(d("rbac.yaml"), encoding="utf-8") as f:
