@@ -178,6 +178,7 @@ struct fr_kube_client {
   char *cert_pem, *key_pem;           /* from a plugin, else NULL */
   size_t cert_len, key_len;
   int64_t expiry_ms;                  /* plugin credential expiry; 0 = none */
+  uint64_t token_read_ms;             /* uv_now() of the last token file read */
   struct kube_plugin *plugin;
   struct token_read *tread;
 };
@@ -365,6 +366,8 @@ static void creds_set_error(struct fr_kube_client *c, const char *fmt, ...) {
 }
 
 static int creds_expired(const struct fr_kube_client *c) {
+  if (c->creds->exec == NULL && c->creds->token_file != NULL)
+    return uv_now(c->loop) - c->token_read_ms >= c->opts.token_reread_ms;
   return c->expiry_ms > 0 && fr_wall_ms() >= c->expiry_ms - KUBE_REFRESH_EARLY_MS;
 }
 
@@ -510,6 +513,7 @@ static void tr_done(struct token_read *tr) {
   if (err == 0) {
     free(c->token);
     c->token = tok;
+    c->token_read_ms = uv_now(c->loop);
   }
   creds_loaded(c, err);
 }
@@ -1017,7 +1021,8 @@ static void creds_kick(struct fr_kube_client *c) {
       uv_timer_start(&c->kick, on_kick, 0, 0);
       return;
     }
-    FR_DEBUG(LOGC, "%s: exec credentials expire soon, refreshing", c->name);
+    FR_DEBUG(LOGC, "%s: %s", c->name, c->creds->exec != NULL ? "exec credentials expire soon, refreshing"
+                                                               : "reading the token file again");
     c->cstate = CREDS_NONE;
     break;
   case CREDS_FAILED:
@@ -2466,6 +2471,8 @@ int fr_kube_client_new(uv_loop_t *loop, const struct fr_kube_creds *creds,
     c->opts.max_stream_connections = 1024;
   if (c->opts.max_streams <= 0)
     c->opts.max_streams = 8192;
+  if (c->opts.token_reread_ms == 0)
+    c->opts.token_reread_ms = 60000;
   name = c->opts.name != NULL ? c->opts.name : creds->context != NULL ? creds->context : "kube";
   c->name = strdup(name);
   fr_buf_init(&ua);
@@ -2511,6 +2518,7 @@ int fr_kube_client_new(uv_loop_t *loop, const struct fr_kube_creds *creds,
   uv_timer_init(loop, &c->qtimer);
   c->qtimer.data = c;
   c->nopen = 4;   /* the two multis' handles (one each), kick, qtimer */
+  c->token_read_ms = uv_now(loop); /* a token from a file was read by the loader just now */
   if (c->creds->exec != NULL || (c->creds->token_file != NULL && c->token == NULL))
     c->cstate = CREDS_NONE;
   else

@@ -402,7 +402,7 @@ static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_ex
                                           "max_connections_per_ip", "exec_output_budget_bytes", NULL};
 static const char *const tenant_keys[] = {"name", "token_sha256", "max_sandboxes", "max_requests_in_flight",
                                           "max_concurrent_execs", "max_pool_replicas", "max_file_bytes", "admin", "secret", NULL};
-static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context",
+static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context", "in_cluster",
                                            "namespace", "cost", NULL};
 static const char *const cost_keys[] = {"per_core_hour", "per_gib_hour", "node_hour",
                                         "sandboxes_per_node", NULL};
@@ -930,12 +930,31 @@ static int load_clusters(struct loader *l, const config_setting_t *root, struct 
       goto next;
     if ((cl->region = strdup(region)) == NULL)
       return oom(l);
-    if ((rc = get_path(l, g, "kubeconfig", 1, "the kubeconfig file to reach this cluster with",
-                       &cl->kubeconfig, NULL)) < 0 ||
-        (rc = get_string(l, g, "context", 0, "a context of the kubeconfig", &context, NULL)) < 0)
+    /* The cluster the router runs in may be reached with the pod's own
+     * service account (client-go's in-cluster config) instead of a
+     * kubeconfig: one cluster at most, as there is only one pod. */
+    if ((rc = get_bool(l, g, "in_cluster", &cl->in_cluster)) < 0)
       goto next;
-    if (context != NULL && (cl->context = strdup(context)) == NULL)
-      return oom(l);
+    if (cl->in_cluster) {
+      const config_setting_t *ic = config_setting_get_member(g, "in_cluster");
+      for (j = 0; j < i && rc == 0; j++)
+        if (c->clusters[j].in_cluster)
+          rc = bad(l, ic, "cluster \"%s\" is in_cluster already: the router's pod is in one cluster only",
+                   c->clusters[j].name);
+      if (rc == 0 && (config_setting_get_member(g, "kubeconfig") != NULL ||
+                      config_setting_get_member(g, "context") != NULL))
+        rc = bad(l, ic, "in_cluster = true reaches the cluster with the pod's service account: "
+                 "drop kubeconfig and context");
+      if (rc < 0)
+        goto next;
+    } else {
+      if ((rc = get_path(l, g, "kubeconfig", 1, "the kubeconfig file to reach this cluster with (or "
+                         "in_cluster = true for the cluster the router runs in)", &cl->kubeconfig, NULL)) < 0 ||
+          (rc = get_string(l, g, "context", 0, "a context of the kubeconfig", &context, NULL)) < 0)
+        goto next;
+      if (context != NULL && (cl->context = strdup(context)) == NULL)
+        return oom(l);
+    }
     if ((rc = get_string(l, g, "namespace", 0, "the namespace for sandboxes", &ns, &ns_s)) < 0 ||
         (ns != NULL && (rc = check_namespace(l, ns_s, ns)) < 0))
       goto next;

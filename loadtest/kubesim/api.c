@@ -1582,11 +1582,19 @@ static int client_latency(const struct sim *s, const char *ip) {
 
 static int authorized(struct sim *s, struct fr_http_req *req) {
   const char *h;
+  size_t i;
+  int ok = 0;
 
-  if (s->opts.token == NULL)
+  if (s->opts.token == NULL && s->napi_tokens == 0)
     return 1;
   h = fr_http_req_header(req, "Authorization");
-  return h != NULL && strncasecmp(h, "Bearer ", 7) == 0 && fr_secret_equal(h + 7, s->opts.token);
+  if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0)
+    return 0;
+  if (s->napi_tokens == 0)
+    return fr_secret_equal(h + 7, s->opts.token);
+  for (i = 0; i < s->napi_tokens; i++)
+    ok |= fr_secret_equal(h + 7, s->api_tokens[i]);
+  return ok;
 }
 
 int api_stream_body(const struct fr_http_req *req, void *arg) {
@@ -1609,6 +1617,7 @@ void api_handle(struct fr_http_req *req, void *arg) {
   if (s->reqlog_n < SIM_REQLOG)
     s->reqlog_n++;
   if (!authorized(s, req)) {
+    s->unauthorized++;
     api_status(req, 401, "Unauthorized", "Unauthorized", NULL, NULL, NULL);
     return;
   }

@@ -116,6 +116,8 @@ START_TEST(example_fedrouter_conf_loads_with_documented_values) {
   ck_assert_uint_eq(c->max_body_bytes, 1048576);
   ck_assert_int_eq(c->max_exec_output_bytes, 16777216);
   ck_assert_int_eq(c->max_exec_timeout_s, 3600);
+  /* The example runs sandboxes as a non-root uid. */
+  ck_assert_int_eq(c->run_as_user, 1000);
 
   ck_assert_uint_eq(c->ntenants, 2);
   ck_assert_str_eq(c->tenants[0].name, "rl");
@@ -171,6 +173,7 @@ START_TEST(example_demo_conf_loads_with_three_clusters_and_demo_tenant) {
                    "7c43ef5ae21d43ce2743f770c68e24def1a43ee2f416d2438410c8af7af2ff2c");
   ck_assert_ptr_eq(fr_config_tenant_by_token(c, "demo-token"), &c->tenants[0]);
   ck_assert_ptr_null(fr_config_tenant_by_token(c, "demo-token "));
+  ck_assert_int_eq(c->run_as_user, 1000);
   ck_assert_uint_eq(c->nclusters, 3);
   for (i = 0; i < 3; i++) {
     char kc[128];
@@ -493,6 +496,16 @@ static const struct err_case err_cases[] = {
                    "  { name = \"b\"; region = \"us\"; kubeconfig = \"k\"; },\n"
                    "  { name = \"a\"; region = \"apac\"; kubeconfig = \"k\"; }\n);\n",
      6, "clusters.[2].name: duplicate cluster name \"a\" (first defined at line 4)"},
+    {"cluster_in_cluster_with_kubeconfig",
+     LISTEN REGION "clusters = (\n  { name = \"a\"; region = \"us\";\n    in_cluster = true; kubeconfig = \"k\"; }\n);\n",
+     5, "in_cluster = true reaches the cluster with the pod's service account: drop kubeconfig and context"},
+    {"cluster_in_cluster_twice",
+     LISTEN REGION "clusters = (\n  { name = \"a\"; region = \"us\"; in_cluster = true; },\n"
+     "  { name = \"b\"; region = \"us\";\n    in_cluster = true; }\n);\n",
+     6, "cluster \"a\" is in_cluster already"},
+    {"cluster_in_cluster_not_a_bool",
+     LISTEN REGION "clusters = (\n  { name = \"a\"; region = \"us\";\n    in_cluster = \"yes\"; }\n);\n", 5,
+     "expected true or false"},
     {"cluster_name_empty", LISTEN REGION "clusters = ( { name = \"\"; region = \"us\"; kubeconfig = \"k\"; } );\n",
      3, "clusters.[0].name: must not be empty"},
     {"cluster_namespace_invalid",
@@ -764,6 +777,19 @@ START_TEST(config_kubeconfig_need_not_exist_at_load) {
 }
 END_TEST
 
+START_TEST(config_in_cluster_needs_no_kubeconfig) {
+  struct fr_config *c = load_ok(LISTEN REGION "clusters = ( { name = \"home\"; region = \"us\"; in_cluster = true; },\n"
+                                "  { name = \"b\"; region = \"us\"; kubeconfig = \"b.kc\"; } );\n");
+
+  ck_assert_int_eq(c->clusters[0].in_cluster, 1);
+  ck_assert_ptr_null(c->clusters[0].kubeconfig);
+  ck_assert_ptr_null(c->clusters[0].context);
+  ck_assert_int_eq(c->clusters[1].in_cluster, 0);
+  ck_assert_ptr_nonnull(c->clusters[1].kubeconfig);
+  fr_config_unref(c);
+}
+END_TEST
+
 /* ---- refcount ---- */
 
 START_TEST(config_ref_and_unref_free_at_zero) {
@@ -892,6 +918,7 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, config_relative_paths_resolve_against_config_dir_realpath);
   tcase_add_test(tc, config_relative_config_path_resolves_against_cwd);
   tcase_add_test(tc, config_kubeconfig_need_not_exist_at_load);
+  tcase_add_test(tc, config_in_cluster_needs_no_kubeconfig);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("snapshot");

@@ -13,6 +13,8 @@ Router image (router.Containerfile):
     Priority required, and their dependencies);
   - the runtime stage installs nothing that provides none of those
     libraries (ca-certificates excepted: the system CA bundle).
+Gateway image (gateway.Containerfile): the same checks for
+build/fedrouter-gateway.
 Agent image (agent.Containerfile):
   - its final stage is scratch or BusyBox, copies fedrouter-agent from the
     build stage and runs as non-root;
@@ -148,41 +150,51 @@ def needed_libs(binary):
 
 
 def check_router_image(root, build):
-    cf = os.path.join(root, "deploy/images/router.Containerfile")
+    check_runtime_image(root, build, "router.Containerfile", ("fedrouter", "fedctl"))
+
+
+def check_gateway_image(root, build):
+    check_runtime_image(root, build, "gateway.Containerfile", ("fedrouter-gateway",))
+
+
+def check_runtime_image(root, build, cfname, binaries):
+    """A Debian 12 build stage, a debian:12-slim runtime stage that copies
+    <binaries> and installs exactly the packages their libraries need."""
+    cf = os.path.join(root, "deploy/images", cfname)
     st = stages(cf)
     if len(st) < 2:
-        problem("router.Containerfile: want a build stage and a runtime stage, got %d stage(s)" % len(st))
+        problem("%s: want a build stage and a runtime stage, got %d stage(s)" % (cfname, len(st)))
         return
     build_from, build_alias, build_instrs = st[0]
     run_from, _, run_instrs = st[-1]
     if not re.match(r"(docker\.io/)?(library/)?debian:12(\.\d+)?$", build_from):
-        problem("router.Containerfile: build stage FROM %s, want debian:12" % build_from)
+        problem("%s: build stage FROM %s, want debian:12" % (cfname, build_from))
     if not re.match(r"(docker\.io/)?(library/)?debian:12(\.\d+)?-slim$", run_from):
-        problem("router.Containerfile: runtime stage FROM %s, want debian:12-slim" % run_from)
+        problem("%s: runtime stage FROM %s, want debian:12-slim" % (cfname, run_from))
     if not any(re.search(r"cmake\s+--build", s) for s in build_instrs):
-        problem("router.Containerfile: the build stage does not run the project's cmake build")
-    check_build_deps(root, "router.Containerfile", build_instrs)
+        problem("%s: the build stage does not run the project's cmake build" % cfname)
+    check_build_deps(root, cfname, build_instrs)
     copies = " ".join(s for s in run_instrs if s.upper().startswith("COPY") and "--from=" + (build_alias or "0") in s)
-    for b in ("fedrouter", "fedctl"):
-        if not re.search(r"/%s\b" % b, copies):
-            problem("router.Containerfile: the runtime stage does not copy %s from the build stage" % b)
+    for b in binaries:
+        if not re.search(r"/%s\b" % re.escape(b), copies) and not re.search(r"/%s\s" % re.escape(b), copies + " "):
+            problem("%s: the runtime stage does not copy %s from the build stage" % (cfname, b))
     users = [s.split()[1] for s in run_instrs if s.upper().startswith("USER ")]
     if not users or not re.match(r"^[1-9]\d*(:\d+)?$", users[-1]):
-        problem("router.Containerfile: runtime USER %s, want a numeric non-root uid (runAsNonRoot "
-                "can only verify numbers)" % (users[-1] if users else "(none)"))
+        problem("%s: runtime USER %s, want a numeric non-root uid (runAsNonRoot "
+                "can only verify numbers)" % (cfname, users[-1] if users else "(none)"))
     listed = apt_packages(run_instrs)
     if not listed:
-        problem("router.Containerfile: the runtime stage installs no packages")
+        problem("%s: the runtime stage installs no packages" % cfname)
         return
     db = Dpkg()
     missing = [p for p in listed if not db.installed(p)]
     if missing:
-        problem("router.Containerfile: packages not installed here, so not checkable: %s" % missing)
+        problem("%s: packages not installed here, so not checkable: %s" % (cfname, missing))
     provided = db.closure(listed)
     by_listed = {p: db.closure([p]) for p in listed}
     base = db.closure(db.base_roots)
     needed = set()
-    for name in ("fedrouter", "fedctl"):
+    for name in binaries:
         binary = os.path.join(build, name)
         if not os.path.exists(binary):
             problem("%s: not built" % binary)
@@ -207,9 +219,9 @@ def check_router_image(root, build):
     covered = db.closure(direct) | base
     for p in listed:
         if p not in direct and not (by_listed[p] & needed) - covered and p not in NOT_LIBRARIES:
-            problem("router.Containerfile: the runtime stage installs %s, which provides no library "
-                    "fedrouter or fedctl needs" % p)
-    print("check_images: the router runtime stage installs %s" % " ".join(listed))
+            problem("%s: the runtime stage installs %s, which provides no library "
+                    "%s needs" % (cfname, p, " or ".join(binaries)))
+    print("check_images: the %s runtime stage installs %s" % (cfname, " ".join(listed)))
 
 
 # Packages of scripts/lib/packages.sh that only the tests and tools need.
@@ -217,7 +229,9 @@ TEST_ONLY = {"check", "libsubunit-dev", "prometheus", "chromium", "curl", "procp
              "python3-yaml", "openssl", "ca-certificates",
              "python3-kubernetes",         # kube_python_client (the official client)
              "clang", "libclang-rt-dev",   # the fuzz build (tests/fuzz) only
-             "haproxy"}                    # replicas_haproxy and the replicas benchmark
+             "haproxy",                    # replicas_haproxy and the replicas benchmark
+             "wrk",                        # the gateway benchmark
+             "python3-pip"}                # the pip of kubesim's python images
 
 
 def check_build_deps(root, name, instrs):
@@ -352,6 +366,7 @@ def main(argv):
             return 1
     root, build = os.path.abspath(argv[1]), os.path.abspath(argv[2])
     check_router_image(root, build)
+    check_gateway_image(root, build)
     check_agent_image(root, build)
     for p in problems:
         print("FAIL: " + p)

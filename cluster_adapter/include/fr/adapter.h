@@ -52,7 +52,7 @@ struct fr_adapter_agent {
 struct fr_adapter_opts {
   const char *name;
   const char *region;
-  const char *kubeconfig;   /* path */
+  const char *kubeconfig;   /* path; NULL with in_cluster */
   const char *context;      /* NULL = current-context */
   const char *ns;           /* namespace for sandboxes; NULL = "default" */
   const struct fr_adapter_agent *agent; /* NULL: sandboxes without an agent (pods/exec only) */
@@ -66,6 +66,9 @@ struct fr_adapter_opts {
    * privilege escalation, every capability dropped, RuntimeDefault
    * seccomp); 0: as the image says. */
   int64_t run_as_user;
+  /* 1: reach the cluster with the pod's own service account (the router
+   * runs in it; fr_kubeconfig_in_cluster) instead of <kubeconfig>. */
+  int in_cluster;
 };
 
 #define FR_BATCH_COMMIT_TIMEOUT_S 30

@@ -49,6 +49,10 @@ struct fr_kube_client_opts {
   long max_stream_connections;  /* FR_KUBE_STREAM calls' connections; default 1024 */
   long max_streams;             /* FR_KUBE_STREAM calls at once (more get -EAGAIN); default 8192 */
   const char *user_agent;       /* default "fedrouter/<version>" */
+  uint64_t token_reread_ms;     /* a token file (tokenFile, in-cluster) is read again when a
+                                   call needs credentials this long after the last read, as
+                                   client-go does (projected tokens rotate); default 60000.
+                                   A 401 re-reads it at once either way. */
 };
 
 struct fr_kube_response {
