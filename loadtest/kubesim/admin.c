@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "fr/buf.h"
 #include "fr/log.h"
 #include "fr/util.h"
 #include "sim.h"
@@ -278,13 +279,32 @@ void admin_handle(struct fr_http_req *req, void *arg) {
   else if (strcmp(req->path, "/_sim/requests") == 0 &&
            (strcmp(req->method, "GET") == 0 || strcmp(req->method, "DELETE") == 0))
     admin_requests(s, req);
-  else if (strcmp(req->path, "/_sim/compact") == 0 && strcmp(req->method, "POST") == 0) {
+  else if (strcmp(req->path, "/_sim/stats") == 0 &&
+           (strcmp(req->method, "GET") == 0 || strcmp(req->method, "DELETE") == 0)) {
+    json_t *j;
+    if (strcmp(req->method, "DELETE") == 0)
+      stats_reset(s);
+    j = stats_json(s);
+    if (j == NULL)
+      admin_error(req, 503, "out_of_memory", "out of memory");
+    else
+      api_json(req, 200, j);
+  } else if (strcmp(req->path, "/metrics") == 0 && strcmp(req->method, "GET") == 0) {
+    struct fr_buf b;
+    fr_buf_init(&b);
+    if (stats_prometheus(s, &b) != 0 || b.data == NULL)
+      admin_error(req, 503, "out_of_memory", "out of memory");
+    else
+      fr_http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.data, b.len);
+    fr_buf_free(&b);
+  } else if (strcmp(req->path, "/_sim/compact") == 0 && strcmp(req->method, "POST") == 0) {
     store_compact(s);
     api_json(req, 200, json_pack("{s:I}", "compacted_to", (json_int_t)s->rv));
   } else if (strcmp(req->path, "/_sim/healthz") == 0)
     fr_http_respond(req, 200, "text/plain", NULL, "ok", 2);
   else
     admin_error(req, 404, "not_found", "admin endpoints: GET /_sim/state, GET|POST /_sim/faults, GET /_sim/nodes, "
-                "GET|POST /_sim/nodes/NAME, GET|DELETE /_sim/requests, GET|PUT /_sim/tokens, POST /_sim/compact");
+                "GET|POST /_sim/nodes/NAME, GET|DELETE /_sim/requests, GET|PUT /_sim/tokens, GET|DELETE /_sim/stats, "
+                "POST /_sim/compact, GET /metrics (admin port)");
 }
 

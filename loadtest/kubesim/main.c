@@ -696,7 +696,7 @@ int main(int argc, char **argv) {
     goto fail;
   }
   store_init(&s);
-  if (events_init(&s) != 0) {
+  if (events_init(&s) != 0 || stats_init(&s) != 0) {
     fprintf(stderr, "kubesim: out of memory\n");
     goto fail;
   }
@@ -712,9 +712,12 @@ int main(int argc, char **argv) {
   hopts.max_body_bytes = 3 * 1024 * 1024;
   hopts.idle_timeout_ms = 90000;
   hopts.stream_body_cb = api_stream_body;
+  hopts.done_cb = api_done;
+  hopts.done_arg = &s;
   if (fr_http_server_new(s.loop, &hopts, api_handle, &s, &s.api) != 0)
     goto fail;
   hopts.stream_body_cb = NULL;
+  hopts.done_cb = NULL;
   rc = fr_http_server_listen(s.api, host, port);
   if (rc != 0) {
     fprintf(stderr, "kubesim: cannot listen on %s: %s\n", s.opts.listen, uv_strerror(rc));
@@ -774,6 +777,7 @@ int main(int argc, char **argv) {
   sched_free(&s);
   store_free(&s);
   events_free(&s);
+  stats_free(&s);
   /* Every pod's supervisor has exited (their veths went with their
    * namespaces): the bridge goes. */
   podnet_free(&s);

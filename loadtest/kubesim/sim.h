@@ -325,6 +325,7 @@ struct sim {
   int stopping;
   char self_exe[4096];         /* this binary, re-run as the pod supervisor */
   struct sim_images *images;   /* what the modelled images hold (podimage.c) */
+  struct sim_stats *stats;     /* API requests by verb and resource (stats.c) */
 };
 
 struct sim_err {
@@ -446,6 +447,55 @@ void api_raw(struct fr_http_req *req, int code, const char *json, size_t len);
 /* A boolean query parameter read as the API server reads it: absent, "0"
  * or "false" (any case) is 0, any other value (even "") is 1. */
 int sim_query_bool(const char *query, const char *key);
+
+/* How the API server's metrics name a request: verb (LIST and WATCH apart
+ * from GET, CONNECT for exec, attach, portforward and proxy), the resource
+ * (a kind; K_COUNT for non-resource requests: discovery, /version,
+ * /healthz, /metrics, unknown paths) and the subresource. */
+enum api_verb {
+  API_VERB_GET, API_VERB_LIST, API_VERB_WATCH, API_VERB_POST, API_VERB_PUT, API_VERB_PATCH,
+  API_VERB_DELETE, API_VERB_DELETECOLLECTION, API_VERB_CONNECT, API_VERB_OTHER, API_VERB_COUNT
+};
+enum api_sub {
+  API_SUB_NONE, API_SUB_STATUS, API_SUB_EXEC, API_SUB_LOG, API_SUB_PROXY, API_SUB_EVICTION,
+  API_SUB_SCALE, API_SUB_ATTACH, API_SUB_PORTFORWARD, API_SUB_BINDING, API_SUB_OTHER, API_SUB_COUNT
+};
+struct api_class {
+  int verb;                    /* enum api_verb */
+  int kind;                    /* enum sim_kind, or K_COUNT */
+  int sub;                     /* enum api_sub */
+};
+/* Classifies request <method> <path>?<query> (all borrowed) into <c>. */
+void api_classify(const char *method, const char *path, const char *query, struct api_class *c);
+/* fr_http_server_opts.done_cb of the API server (<arg>: the sim): counts
+ * completed API requests by their status code. */
+void api_done(const struct fr_http_req *req, int status, size_t body_bytes, uint64_t duration_ms,
+              void *arg);
+
+/* ---- stats.c: what reaches the API ---- */
+struct sim_stats;
+/* Sets up s->stats (all zero); 0 or -ENOMEM. */
+int stats_init(struct sim *s);
+void stats_free(struct sim *s);
+/* Zeroes every counter (DELETE /_sim/stats). */
+void stats_reset(struct sim *s);
+/* A request of class <c> arrived. */
+void stats_request(struct sim *s, const struct api_class *c);
+/* A request of class <c> completed with HTTP status <code> (0: the client
+ * went away first). */
+void stats_response(struct sim *s, const struct api_class *c, int code);
+/* GET /_sim/stats: {"since","requests_total","requests":[{verb, group,
+ * version, resource, subresource, count}],"responses":[... code ...],
+ * "responses_not_kept"}; NULL when out of memory. */
+json_t *stats_json(struct sim *s);
+/* GET /metrics: apiserver_request_total and
+ * kubesim_api_requests_received_total in Prometheus text, appended to <b>;
+ * 0 or -ENOMEM. */
+int stats_prometheus(struct sim *s, struct fr_buf *b);
+/* The subresource's name ("" for none) and back (API_SUB_OTHER for one
+ * not in the table). */
+const char *api_sub_name(int sub);
+int api_sub_of(const char *name);
 
 /* ---- pods.c ---- */
 /* Validates and defaults a new pod; on success commits it and returns 0.
