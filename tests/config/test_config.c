@@ -218,6 +218,29 @@ START_TEST(config_minimal_gets_defaults) {
 }
 END_TEST
 
+/* Preview URLs' domain (with the port clients dial), the bounds on
+ * requests to sandbox ports, E2B template names standing for pools. */
+START_TEST(config_ports_and_e2b_templates_loaded) {
+  struct fr_config *c = load_ok(MINIMAL "ports = { domain = \"sbx.localhost:8080\"; max_requests_per_sandbox = 8; };\n"
+                                        "e2b = { templates = ( { name = \"code-interpreter-v1\"; pool = \"ci\"; },\n"
+                                        "                      { name = \"base\"; pool = \"default\"; } ); };\n");
+
+  ck_assert_str_eq(c->ports_domain, "sbx.localhost:8080");
+  ck_assert_int_eq(c->max_port_requests_per_sandbox, 8);
+  ck_assert_int_eq(c->max_port_requests_per_tenant, 1024);
+  ck_assert_uint_eq(c->ne2b_templates, 2);
+  ck_assert_str_eq(c->e2b_templates[0].name, "code-interpreter-v1");
+  ck_assert_str_eq(c->e2b_templates[0].pool, "ci");
+  ck_assert_str_eq(c->e2b_templates[1].pool, "default");
+  fr_config_unref(c);
+  c = load_ok(MINIMAL);
+  ck_assert_ptr_null(c->ports_domain);
+  ck_assert_int_eq(c->max_port_requests_per_sandbox, 64);
+  ck_assert_uint_eq(c->ne2b_templates, 0);
+  fr_config_unref(c);
+}
+END_TEST
+
 START_TEST(config_batch_commit_timeout_is_kept) {
   struct fr_config *c = load_ok(MINIMAL "sandbox = { batch_commit_timeout_s = 120; run_as_user = 1000; };\n");
 
@@ -481,9 +504,17 @@ static const struct err_case err_cases[] = {
      "tls.crt: unknown key (did you mean \"cert\"?)"},
     {"limits_key_misspelled", MINIMAL "limits = { max_bach = 10; };\n", 4,
      "limits.max_bach: unknown key (did you mean \"max_batch\"?)"},
+    {"ports_domain_bad", MINIMAL "ports = { domain = \"Sbx_Local\"; };\n", 4,
+     "ports.domain: \"Sbx_Local\" is not a domain name with an optional :port"},
+    {"ports_domain_bad_port", MINIMAL "ports = { domain = \"sbx.localhost:99999\"; };\n", 4,
+     "is not a domain name with an optional :port"},
+    {"ports_bound_zero", MINIMAL "ports = { max_requests_per_sandbox = 0; };\n", 4,
+     "ports.max_requests_per_sandbox: 0 is out of range (1-100000)"},
+    {"e2b_template_no_pool", MINIMAL "e2b = { templates = ( { name = \"base\"; } ); };\n", 4,
+     "pool"},
     {"top_key_unknown", MINIMAL "colour = \"blue\";\n", 4,
      "colour: unknown key (known keys here: listen, health_listen, tls, region, policy, sandbox, limits, "
-     "tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms)"},
+     "tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms, ports, e2b)"},
 
     /* names */
     {"cluster_name_uppercase", LISTEN REGION "clusters = (\n  { name = \"US_East\"; region = \"us\"; kubeconfig = \"k\"; }\n);\n",
@@ -606,7 +637,7 @@ START_TEST(config_check_reports_every_error_with_its_line) {
     ck_assert_msg(strstr(h.files[rc], "/t.conf") != NULL, "file \"%s\"", h.files[rc]);
   ck_assert_int_eq(h.lines[0], 3);
   ck_assert_str_eq(h.msgs[0], "colour: unknown key (known keys here: listen, health_listen, tls, region, policy, sandbox, "
-                              "limits, tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms)");
+                              "limits, tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms, ports, e2b)");
   ck_assert_int_eq(h.lines[1], 4);
   ck_assert_ptr_nonnull(strstr(h.msgs[1], "sandbox.default_lifetime_s: 0 is out of range"));
   ck_assert_int_eq(h.lines[2], 5);
@@ -892,6 +923,7 @@ static Suite *config_suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, config_minimal_gets_defaults);
   tcase_add_test(tc, config_batch_commit_timeout_is_kept);
+  tcase_add_test(tc, config_ports_and_e2b_templates_loaded);
   tcase_add_test(tc, config_check_reports_every_error_with_its_line);
   tcase_add_test(tc, config_check_syntax_error_is_the_one_error);
   tcase_add_test(tc, config_all_limits_set_are_kept);
