@@ -160,6 +160,7 @@ class Execution:
         self.errored = False
         self.done = asyncio.Event()
         self.abandoned = False        # the client went away
+        self.interrupted_at = None
         self.msg_id = None
 
     def push(self, item, size=0):
@@ -315,6 +316,16 @@ class Context:
             except Exception as exc:
                 log.warning("context %s: interrupt: %s", self.id, exc)
 
+    def abandon(self, ex):
+        """The client of <ex> went away: its cell, if it runs, is
+        interrupted now (and restarted by _wait() if that does not end it)."""
+        ex.abandoned = True
+        if ex is self.current and ex.msg_id is not None and not ex.done.is_set() and ex.interrupted_at is None:
+            ex.interrupted_at = time.monotonic()
+            task = asyncio.ensure_future(self.interrupt())
+            self.server.tasks.add(task)
+            task.add_done_callback(self.server.tasks.discard)
+
     async def run(self, ex, code, env_vars):
         """Runs <code> as a cell (the caller holds <lock>). Output goes to
         <ex>; returns when the cell is over, however it ended."""
@@ -329,8 +340,12 @@ class Context:
             if env_vars:
                 await self._silent(ENV_SET % (ENV_SET_BODY, json.dumps(env_vars)))
             if not ex.done.is_set():
+                # Cells reach the kernel one at a time, so stop_on_error
+                # (abort what queued behind a failed cell) has nothing to
+                # do but race: ipykernel aborts, for a moment after an
+                # error, a request that arrives right after it.
                 ex.msg_id = self.kc.execute(code, silent=False, store_history=True, allow_stdin=False,
-                                            stop_on_error=True)
+                                            stop_on_error=False)
                 self.executions[ex.msg_id] = ex
                 await self._wait(ex)
             # Restored only in the kernel that ran the cell to its reply
@@ -355,7 +370,6 @@ class Context:
         """Waits for <ex> to end; restarts the kernel if it died, or if it
         is still busy --interrupt-grace-s after the client went away."""
         grace = self.server.args.interrupt_grace_s
-        interrupted_at = None
         while not ex.done.is_set():
             try:
                 await asyncio.wait_for(ex.done.wait(), timeout=0.5)
@@ -374,10 +388,10 @@ class Context:
                                     "restarted with a fresh kernel (its state is lost)"})
                 await self._restart_kernel()
                 return
-            if ex.abandoned and interrupted_at is None:
-                interrupted_at = time.monotonic()
+            if ex.abandoned and ex.interrupted_at is None:
+                ex.interrupted_at = time.monotonic()
                 await self.interrupt()
-            elif interrupted_at is not None and time.monotonic() - interrupted_at > grace:
+            elif ex.interrupted_at is not None and time.monotonic() - ex.interrupted_at > grace:
                 log.warning("context %s: still busy %.0f s after an interrupt; restarting the kernel",
                             self.id, grace)
                 ex.finish()
@@ -568,6 +582,7 @@ class Server:
                     return
                 except HttpError as e:
                     await self.send_json(conn, None, e.status, error_body(e.status, e.code, e.message), close=True)
+                    await self.linger(conn)
                     return
                 if req is None:
                     return
@@ -584,6 +599,27 @@ class Server:
                 writer.close()
             except Exception:
                 pass
+
+    async def linger(self, conn):
+        """After an error answered before the request was read to its end
+        (a body over the bound): half-close, then read and drop what the
+        client still sends for a moment, so it gets to read the answer
+        instead of a reset (a close with unread input sends RST)."""
+        try:
+            if conn.writer.can_write_eof():
+                conn.writer.write_eof()
+            deadline = time.monotonic() + 2.0
+            dropped = 0
+            while dropped < (64 << 20):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                data = await asyncio.wait_for(conn.reader.read(65536), timeout=left)
+                if not data:
+                    break
+                dropped += len(data)
+        except (asyncio.TimeoutError, ConnectionError, OSError):
+            pass
 
     async def read_request(self, conn):
         head = await conn.read_until(b"\r\n\r\n", MAX_HEAD_BYTES, "head")
@@ -840,8 +876,7 @@ class Server:
         finally:
             hangup.cancel()
             if not ok:
-                # The client went away: the cell is interrupted (ctx._wait).
-                ex.abandoned = True
+                ctx.abandon(ex)
                 log.info("context %s: the client left; interrupting the cell", ctx.id)
         return ok and not close
 
