@@ -10,6 +10,13 @@
  * declares, is then proxied to that loopback port. In inproc mode no
  * process runs: agent_inproc_serve() answers the subset loadgen needs.
  *
+ * Pods of the code-interpreter image (image name containing
+ * "code-interpreter") get that image's main command in place of the one
+ * after "--" when kubesim has --code-interpreter PATH: the interpreter
+ * server (deploy/code-interpreter/server.py), see image_main_command().
+ * Their port 49999 is proxied to the server; with a readiness probe on
+ * that port the pod turns Ready only once the server is up too.
+ *
  * Supervisor. Every process of a pod (the agent and, when kubesim isolates
  * pods, every exec'd command that forks) lives under one supervisor, this
  * binary re-run as "kubesim __pod-init" (uv_spawn, own session):
@@ -59,6 +66,10 @@
 #define AGENT_NAME "fedrouter-agent"
 #define AGENT_PORT 49983
 #define PORT_POLL_MS 10
+/* The code-interpreter image: its server's port (the E2B SDKs' Jupyter
+ * port) and how its image name is recognised. */
+#define CI_IMAGE "code-interpreter"
+#define CI_PORT 49999
 /* Connect requests are small; bounds what the in-process agent buffers. */
 #define INPROC_MAX_BODY ((size_t)1 << 20)
 
@@ -74,6 +85,10 @@ struct sim_agent {
   int isolated;              /* namespaces */
   int local_port;            /* the agent's port once listening, 0 before */
   char *port_file;
+  char *main_port_file;      /* the code interpreter's port file, or NULL */
+  int main_port;             /* its port once up (/health answers), 0 before */
+  int main_gates_ready;      /* a readiness probe on CI_PORT: Ready waits for it */
+  int ready_set;             /* the pod was made Ready */
   char *pid_file;
   char *wrap[5];             /* self __pod-enter <pid_file> -- */
 };
@@ -101,6 +116,7 @@ int agent_wanted(struct sim *s, json_t *j) {
 /* supervisor, kubesim side                                                */
 
 static void agent_free(struct sim_agent *a) {
+  free(a->main_port_file);
   free(a->port_file);
   free(a->pid_file);
   free(a);
@@ -169,20 +185,32 @@ static int read_port_file(const char *path) {
 
 static void on_poll(uv_timer_t *t) {
   struct sim_agent *a = t->data;
-  int port;
 
   if (a->pod == NULL) {
     stop_poll(a);
     return;
   }
-  port = read_port_file(a->port_file);
-  if (port == 0)
-    return;
-  a->local_port = port;
-  stop_poll(a);
-  FR_DEBUG(LOG_COMP, "pod %s: agent listens on 127.0.0.1:%d", a->uid, port);
-  if (a->pod->obj != NULL)
+  if (a->local_port == 0) {
+    a->local_port = read_port_file(a->port_file);
+    if (a->local_port == 0)
+      return;
+    FR_DEBUG(LOG_COMP, "pod %s: agent listens on 127.0.0.1:%d", a->uid, a->local_port);
+  }
+  if (a->main_port_file != NULL && a->main_port == 0) {
+    /* The code interpreter writes its port file at the moment its /health
+     * turns 200 (its default kernel is up): when its probe would pass. */
+    a->main_port = read_port_file(a->main_port_file);
+    if (a->main_port != 0)
+      FR_DEBUG(LOG_COMP, "pod %s: code interpreter listens on 127.0.0.1:%d", a->uid, a->main_port);
+    else if (a->main_gates_ready)
+      return;
+  }
+  if (a->main_port_file == NULL || a->main_port != 0)
+    stop_poll(a);
+  if (!a->ready_set && a->pod->obj != NULL) {
+    a->ready_set = 1;
     pod_set_ready(a->sim, a->pod->obj);
+  }
 }
 
 /* Starts the pod's supervisor, running <cmd> (NULL: none). */
@@ -290,10 +318,41 @@ out:
   return rc;
 }
 
+/* The main command of a pod of the code-interpreter image, as that image's
+ * CMD runs it, when kubesim has --code-interpreter PATH: appended to
+ * <cmd> at <n> (room for 7 more), in place of what the pod spec put after
+ * the agent's "--" (kubesim runs no images: the server is a host file).
+ * Returns the new count, or 0 when <c> is no such container.
+ *
+ * The server listens on a loopback port of its own and writes it to
+ * <port_file> once its /health answers 200; pod port CI_PORT is proxied
+ * there (agent_target()). Pods that have their own network namespace would
+ * run it as the image does, --listen 0.0.0.0:CI_PORT. */
+static size_t image_main_command(struct sim *s, json_t *c, char **cmd, size_t n, const char *port_file) {
+  const char *image = json_get_str(c, "image");
+
+  if (s->opts.code_interpreter == NULL || image == NULL || strstr(image, CI_IMAGE) == NULL)
+    return 0;
+  cmd[n++] = "/usr/bin/python3";
+  cmd[n++] = (char *)s->opts.code_interpreter;
+  cmd[n++] = "--listen";
+  cmd[n++] = "127.0.0.1:0";
+  cmd[n++] = "--port-file";
+  cmd[n++] = (char *)port_file;
+  return n;
+}
+
+/* 1 when container <c> has a readinessProbe httpGet on <port>. */
+static int probes_port(json_t *c, int port) {
+  json_t *hg = json_path(json_object_get(c, "readinessProbe"), "httpGet");
+
+  return hg != NULL && json_get_int(hg, "port", 0) == port;
+}
+
 int agent_start(struct sim *s, struct sim_obj *o) {
   json_t *j = obj_json(o), *c, *v;
-  char **cmd = NULL;
-  size_t n = 0, i, k;
+  char **cmd = NULL, pf[4096], mpf[4096];
+  size_t n = 0, i, k, main_n;
   int rc, after = 0;
   json_t *lists[2];
 
@@ -302,21 +361,29 @@ int agent_start(struct sim *s, struct sim_obj *o) {
   c = json_array_get(json_path(j, "spec.containers"), 0);
   lists[0] = json_object_get(c, "command");
   lists[1] = json_object_get(c, "args");
-  cmd = calloc(json_array_size(lists[0]) + json_array_size(lists[1]) + 8, sizeof(*cmd));
+  cmd = calloc(json_array_size(lists[0]) + json_array_size(lists[1]) + 16, sizeof(*cmd));
   if (cmd == NULL) {
     json_decref(j);
     return -ENOMEM;
   }
+  rc = pod_workdir(s, o);
+  if (rc != 0)
+    goto out;
+  snprintf(pf, sizeof(pf), "%s/agent.port", o->u.pod->workdir);
+  snprintf(mpf, sizeof(mpf), "%s/code-interpreter.port", o->u.pod->workdir);
+  unlink(pf);
+  unlink(mpf);
   cmd[n++] = (char *)s->opts.agent_binary;
   cmd[n++] = "--listen";
   cmd[n++] = "127.0.0.1:0";
   cmd[n++] = "--port-file";
-  cmd[n++] = NULL; /* set below, once the pod directory exists */
+  cmd[n++] = pf;
   cmd[n++] = "--";
+  main_n = image_main_command(s, c, cmd, n, mpf);
   /* What follows the first "--" of command[1...] + args is the
    * container's own main process; the agent's options before it are
    * kubesim's to set. */
-  for (k = 0; k < 2; k++) {
+  for (k = 0; k < 2 && main_n == 0; k++) {
     json_array_foreach(lists[k], i, v) {
       const char *arg = json_string_value(v);
       if (k == 0 && i == 0)
@@ -330,17 +397,21 @@ int agent_start(struct sim *s, struct sim_obj *o) {
       cmd[n++] = (char *)arg;
     }
   }
-  if (!after)
+  if (main_n != 0)
+    n = main_n;
+  else if (!after)
     n--; /* no main command: drop the "--" */
   cmd[n] = NULL;
-  rc = pod_workdir(s, o);
-  if (rc == 0) {
-    char pf[4096];
-    snprintf(pf, sizeof(pf), "%s/agent.port", o->u.pod->workdir);
-    unlink(pf);
-    cmd[4] = pf;
-    rc = supervisor_start(s, o, cmd);
+  rc = supervisor_start(s, o, cmd);
+  if (rc == 0 && main_n != 0 && o->u.pod->agent != NULL) {
+    struct sim_agent *a = o->u.pod->agent;
+
+    a->main_port_file = strdup(mpf);
+    a->main_gates_ready = probes_port(c, CI_PORT);
+    if (a->main_port_file == NULL)
+      rc = -ENOMEM;
   }
+out:
   free(cmd);
   json_decref(j);
   return rc;
@@ -454,6 +525,13 @@ int agent_target(struct sim *s, struct sim_obj *o, json_t *j, int port, int *loc
     return 1;
   if (p->agent == NULL || p->agent->local_port == 0)
     return -ECONNREFUSED;
+  if (port == CI_PORT && p->agent->main_port_file != NULL) {
+    /* The code interpreter's own port (0 until it is up: refused). */
+    if (p->agent->main_port == 0)
+      return -ECONNREFUSED;
+    *local = p->agent->main_port;
+    return 0;
+  }
   *local = p->agent->local_port;
   return 0;
 }

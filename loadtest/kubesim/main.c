@@ -66,6 +66,8 @@ static void usage(FILE *f) {
           "  --log-level LEVEL         debug, info, warn, error (default info)\n"
           "  --agent-binary PATH       run PATH as the agent of pods whose command is fedrouter-agent\n"
           "  --agent-mode MODE         process (default with --agent-binary) or inproc (no process)\n"
+          "  --code-interpreter PATH   the main command of agent pods of code-interpreter images:\n"
+          "                            /usr/bin/python3 PATH (deploy/code-interpreter/server.py)\n"
           "  --no-pod-namespaces       as root, do not give pods their own PID and mount namespaces\n");
 }
 
@@ -414,6 +416,7 @@ int main(int argc, char **argv) {
       {"node-monitor-grace-ms", required_argument, NULL, 20},
       {"min-request-timeout", required_argument, NULL, 21},
       {"event-limit", required_argument, NULL, 22},
+      {"code-interpreter", required_argument, NULL, 23},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -474,6 +477,7 @@ int main(int argc, char **argv) {
     case 10: num = &s.opts.bookmark_ms; break;
     case 11: s.opts.log_level = optarg; break;
     case 12: s.opts.agent_binary = optarg; break;
+    case 23: s.opts.code_interpreter = optarg; break;
     case 13: agent_mode = optarg; break;
     case 14: no_pod_ns = 1; break;
     case 15: num = &s.opts.gpu_nodes; hi = 100000; break;
@@ -548,6 +552,10 @@ int main(int argc, char **argv) {
   }
   if (s.opts.agent_binary != NULL && access(s.opts.agent_binary, X_OK) != 0) {
     fprintf(stderr, "kubesim: --agent-binary %s: %s\n", s.opts.agent_binary, strerror(errno));
+    return 2;
+  }
+  if (s.opts.code_interpreter != NULL && access(s.opts.code_interpreter, R_OK) != 0) {
+    fprintf(stderr, "kubesim: --code-interpreter %s: %s\n", s.opts.code_interpreter, strerror(errno));
     return 2;
   }
   /* Namespaces need root (CAP_SYS_ADMIN); without, processes are found by

@@ -239,6 +239,7 @@ struct sim_opts {
   int min_request_timeout;     /* s; a watch without timeoutSeconds ends in [t, 2t) */
   const char *log_level;
   const char *agent_binary;    /* --agent-binary */
+  const char *code_interpreter; /* --code-interpreter: server.py of the code-interpreter image */
   int agent_mode;              /* AGENT_MODE_* */
   int pod_namespaces;          /* per-pod PID and mount namespaces (root only) */
   int gpu_nodes, node_gpus;    /* the first gpu_nodes nodes have node_gpus GPUs each */

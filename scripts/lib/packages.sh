@@ -7,6 +7,10 @@
 # python3-kubernetes is the official Kubernetes Python client the
 # kube_python_client test drives kubesim with (it runs under /usr/bin/python3,
 # whose dist-packages Debian installs it into).
+# python3-jupyter-client, python3-ipykernel and python3-matplotlib are what
+# the code interpreter (deploy/code-interpreter/server.py, the
+# code-interpreter image) runs on; tests/codeint starts it under
+# /usr/bin/python3.
 #
 #   FR_PACKAGES           the package names
 #   fr_install_packages   installs whichever of them are not installed yet:
@@ -25,6 +29,7 @@ FR_PACKAGES=(
   haproxy
   python3-yaml python3-kubernetes
   clang libclang-rt-dev
+  python3-jupyter-client python3-ipykernel python3-matplotlib
 )
 
 fr_install_packages() {
