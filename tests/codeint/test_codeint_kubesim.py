@@ -96,7 +96,7 @@ def main(argv):
         print("usage: test_codeint_kubesim.py KUBESIM AGENT", file=sys.stderr)
         return 2
     cs.ensure_packages()
-    k = Kubesim(argv[1], argv[2])
+    k = Kubesim(os.path.abspath(argv[1]), os.path.abspath(argv[2]))
     try:
         print("-- a code-interpreter pod with its readiness probe on 49999", flush=True)
         st, _ = k.call("POST", NS + "/pods", pod("ci", "registry.example/fedrouter/code-interpreter:0.1.0", 49999))
