@@ -129,6 +129,23 @@ def main(argv):
         st, hdr, body = k.call("POST", NS + "/pods/ci:jupyter/proxy/execute", {"code": "v + 1"}, raw=True)
         lines = [json.loads(x) for x in body.decode().splitlines()]
         check(any(x.get("text") == "21" and x.get("is_main_result") for x in lines), "state kept: %s" % lines)
+        # Streamed through kubesim's proxy: the first line arrives while the
+        # cell still runs (it waits for a file only this test makes).
+        c = http.client.HTTPConnection("127.0.0.1", k.port, timeout=60)
+        c.request("POST", NS + "/pods/ci:49999/proxy/execute",
+                  body=json.dumps({"code": "import os, time\nprint('first', flush=True)\n"
+                                           "while not os.path.exists('go'):\n    time.sleep(0.01)\n'second'"}),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        first = [json.loads(r.readline()) for _ in range(2)]
+        check(first[1] == {"type": "stdout", "text": "first\n", "timestamp": first[1].get("timestamp")},
+              "first line through the proxy before the cell ends: %s" % first)
+        pod_dirs = [d for d in os.listdir(os.path.join(k.dir, "work")) if d.startswith("default_ci_")]
+        open(os.path.join(k.dir, "work", pod_dirs[0], "go"), "w").close()
+        rest = [json.loads(x) for x in r.read().decode().splitlines()]
+        c.close()
+        check(any(x.get("text") == "second" for x in rest) and rest[-1]["type"] == "end_of_execution",
+              "then the rest: %s" % rest)
         st, _, body = k.call("POST", NS + "/pods/ci:49999/proxy/contexts", {"cwd": "/nonexistent"}, raw=True)
         check(st == 400 and json.loads(body)["error"]["code"] == "invalid_cwd", "errors pass too: %s %s" % (st, body))
 
