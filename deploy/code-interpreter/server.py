@@ -219,13 +219,14 @@ class Context:
         srv = self.server
         env = dict(os.environ)
         env.update(srv.kernel_env)
-        self.km = AsyncKernelManager(kernel_name=srv.kernel_name, context=srv.zmq_ctx)
-        await self.km.start_kernel(cwd=self.cwd, env=env, preexec_fn=_die_with_parent)
-        self.kc = self.km.client()
-        self.kc.start_channels()
         try:
+            self.km = AsyncKernelManager(kernel_name=srv.kernel_name, context=srv.zmq_ctx)
+            await self.km.start_kernel(cwd=self.cwd, env=env, preexec_fn=_die_with_parent)
+            self.kc = self.km.client()
+            self.kc.start_channels()
             await self.kc.wait_for_ready(timeout=srv.args.kernel_start_timeout_s)
-        except RuntimeError as exc:
+        except Exception as exc:  # no such kernel spec, a kernel that exits at once, a timeout
+            log.error("context %s: the kernel did not start: %s", self.id, exc)
             await self.stop()
             raise HttpError(500, "kernel_start_failed", "the %s kernel did not start: %s"
                             % (self.language, exc)) from exc
@@ -329,8 +330,12 @@ class Context:
     async def run(self, ex, code, env_vars):
         """Runs <code> as a cell (the caller holds <lock>). Output goes to
         <ex>; returns when the cell is over, however it ended."""
-        if self.removed or self.kc is None:
+        if self.removed:
             ex.finish({"name": "ContextRemoved", "value": "the context was removed"})
+            return
+        if self.kc is None:
+            ex.finish({"name": "KernelUnavailable", "value": "the context's kernel could not be started; "
+                                                            "restart or remove the context"})
             return
         if ex.abandoned:
             ex.finish()
@@ -399,9 +404,14 @@ class Context:
                 return
 
     async def _restart_kernel(self):
+        """A fresh kernel in place of this one, from inside a cell's run; a
+        kernel that does not start is logged (the next cells say so)."""
         await self.stop()
         if not self.removed:
-            await self.start()
+            try:
+                await self.start()
+            except HttpError:
+                pass
 
     async def restart(self):
         """POST /contexts/{id}/restart: the running cell (if any) ends with
@@ -411,7 +421,8 @@ class Context:
             self.current.finish({"name": "ContextRestarting", "value": "Context was restarted"})
         async with self.lock:
             if not self.removed:
-                await self._restart_kernel()
+                await self.stop()
+                await self.start()
 
     async def remove(self):
         self.removed = True
