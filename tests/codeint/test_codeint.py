@@ -381,6 +381,11 @@ def test_shutdown(s):
     wait_for(lambda: not any(proc_alive(p) for p in pids), 20, "the kernels to end")
 
     step("no kernel outlives the server: SIGKILL")
+    # As in a pod, where the agent (a subreaper) adopts orphans: this test
+    # adopts the killed server's kernels, so ipykernel's parent poller (it
+    # looks for a reparenting to PID 1) cannot be what ends them.
+    import ctypes
+    check(ctypes.CDLL(None, use_errno=True).prctl(36, 1) == 0, "PR_SET_CHILD_SUBREAPER")
     s2 = cs.Server()
     pids = kernel_pids(s2)
     s2.proc.kill()
@@ -399,6 +404,12 @@ def test_shutdown(s):
             except OSError:
                 pass
     s2.stop()
+    while True:  # reap the adopted kernels
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                break
+        except ChildProcessError:
+            break
 
 
 def main():
