@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -146,6 +147,23 @@ def main(argv):
         c.close()
         check(any(x.get("text") == "second" for x in rest) and rest[-1]["type"] == "end_of_execution",
               "then the rest: %s" % rest)
+        # A client hanging up on kubesim's proxy reaches the server, which
+        # interrupts the cell (state kept, KeyboardInterrupt).
+        c = http.client.HTTPConnection("127.0.0.1", k.port, timeout=60)
+        c.request("POST", NS + "/pods/ci:49999/proxy/execute",
+                  body=json.dumps({"code": "import time\nspins = 0\nprint('spinning', flush=True)\n"
+                                           "while True:\n    spins += 1\n    time.sleep(0.001)"}),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        first = [json.loads(r.readline()) for _ in range(2)]
+        check(first[1].get("text") == "spinning\n", "the spinning cell runs: %s" % first)
+        c.sock.shutdown(socket.SHUT_RDWR)
+        c.close()
+        st, hdr, body = k.call("POST", NS + "/pods/ci:49999/proxy/execute",
+                               {"code": "import sys\n(spins > 0, type(sys.last_value).__name__)"}, raw=True)
+        lines = [json.loads(x) for x in body.decode().splitlines()]
+        check(any(x.get("text") == "(True, 'KeyboardInterrupt')" for x in lines),
+              "a hang-up through the proxy interrupts the cell: %s" % lines)
         st, _, body = k.call("POST", NS + "/pods/ci:49999/proxy/contexts", {"cwd": "/nonexistent"}, raw=True)
         check(st == 400 and json.loads(body)["error"]["code"] == "invalid_cwd", "errors pass too: %s %s" % (st, body))
 
