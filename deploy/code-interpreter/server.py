@@ -344,6 +344,12 @@ class Context:
         try:
             if env_vars:
                 await self._silent(ENV_SET % (ENV_SET_BODY, json.dumps(env_vars)))
+                if self.kc is None or ex.abandoned:
+                    # The kernel died setting them and did not come back,
+                    # or the client left meanwhile.
+                    ex.finish({"name": "KernelUnavailable", "value": "the context's kernel could not be "
+                                                                    "started; restart or remove the context"}
+                              if self.kc is None else None)
             if not ex.done.is_set():
                 # Cells reach the kernel one at a time, so stop_on_error
                 # (abort what queued behind a failed cell) has nothing to
