@@ -48,6 +48,8 @@ class Kubesim:
             raise AssertionError("kubesim exited: %s" % self.log_text())
         self.port = int(open(port_file).read())
 
+    pod_uid = None
+
     def log_text(self):
         self.log.flush()
         return open(self.log.name, "rb").read().decode("utf-8", "replace")[-3000:]
@@ -135,14 +137,21 @@ def main(argv):
         c = http.client.HTTPConnection("127.0.0.1", k.port, timeout=60)
         c.request("POST", NS + "/pods/ci:49999/proxy/execute",
                   body=json.dumps({"code": "import os, time\nprint('first', flush=True)\n"
-                                           "while not os.path.exists('go'):\n    time.sleep(0.01)\n'second'"}),
+                                           "while not os.path.exists('/tmp/go'):\n    time.sleep(0.01)\n'second'"}),
                   headers={"Content-Type": "application/json"})
         r = c.getresponse()
         first = [json.loads(r.readline()) for _ in range(2)]
         check(first[1] == {"type": "stdout", "text": "first\n", "timestamp": first[1].get("timestamp")},
               "first line through the proxy before the cell ends: %s" % first)
-        pod_dirs = [d for d in os.listdir(os.path.join(k.dir, "work")) if d.startswith("default_ci_")]
-        open(os.path.join(k.dir, "work", pod_dirs[0], "go"), "w").close()
+        # The file, made by a second context's kernel in the same pod (the
+        # pod's files are its own: the host does not see them).
+        st, ctx = k.call("POST", NS + "/pods/ci:49999/proxy/contexts", {"language": "python"})
+        check(st == 200 and "id" in ctx, "a second context: %s %s" % (st, ctx))
+        st, _, body = k.call("POST", NS + "/pods/ci:49999/proxy/execute",
+                             {"code": "open('/tmp/go', 'w').close()", "context_id": ctx["id"]}, raw=True)
+        check(st == 200, "the second context made the file: %s %s" % (st, body[:200]))
+        st, _ = k.call("DELETE", NS + "/pods/ci:49999/proxy/contexts/" + ctx["id"])
+        check(st == 204, "the second context removed: %s" % st)
         rest = [json.loads(x) for x in r.read().decode().splitlines()]
         c.close()
         check(any(x.get("text") == "second" for x in rest) and rest[-1]["type"] == "end_of_execution",
@@ -168,12 +177,15 @@ def main(argv):
         check(st == 400 and json.loads(body)["error"]["code"] == "invalid_cwd", "errors pass too: %s %s" % (st, body))
 
         print("-- deleting the pod ends the server and its kernels", flush=True)
+        st, pj = k.call("GET", NS + "/pods/ci")
+        k.pod_uid = pj["metadata"]["uid"]
         st, hdr, body = k.call("POST", NS + "/pods/ci:49999/proxy/execute", {"code": "os.getpid()"}, raw=True)
         kpid = int([json.loads(x) for x in body.decode().splitlines()][1]["text"])
         # The kernel's pid is in the pod's PID namespace when kubesim runs
         # as root: the host sees the pod's processes by their environment.
         check(len(pod_procs(k, b"ipykernel_launcher")) == 1 and len(pod_procs(k, b"server.py")) == 1,
-              "one server and one kernel run for the pod (kernel pid %d in the pod)" % kpid)
+              "one server and one kernel run for the pod (kernel pid %d in the pod; %d kernels, %d servers seen)"
+              % (kpid, len(pod_procs(k, b"ipykernel_launcher")), len(pod_procs(k, b"server.py"))))
         st, _ = k.call("DELETE", NS + "/pods/ci?gracePeriodSeconds=0")
         check(st == 200, "delete: %s" % st)
         cs.wait_for(lambda: not pod_procs(k, b"ipykernel_launcher") and not pod_procs(k, b"server.py"), 20,
@@ -189,8 +201,8 @@ def main(argv):
 
 
 def pod_procs(k, word):
-    """Live python3 processes of <k>'s pods (their environment names its
-    directory) with <word> in their arguments."""
+    """Live python3 processes of <k>'s pod "ci" with <word> in their
+    arguments."""
     out = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -205,7 +217,10 @@ def pod_procs(k, word):
         except OSError:
             continue
         argv = cmd.split(b"\0")
-        if argv[0] == cs.PYTHON.encode() and word in b" ".join(argv[1:3]) and k.dir.encode() in env and not zombie:
+        # A pod's processes carry its uid (KUBESIM_POD_UID): this kubesim's
+        # pod "ci", whose uid the test read.
+        if argv[0] == cs.PYTHON.encode() and word in b" ".join(argv[1:3]) and k.pod_uid is not None \
+                and b"KUBESIM_POD_UID=" + k.pod_uid.encode() in env and not zombie:
             out.append(int(d))
     return out
 
