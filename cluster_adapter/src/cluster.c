@@ -462,7 +462,10 @@ int cluster__init(struct cluster *c, uv_loop_t *loop, const struct fr_adapter_op
   memset(c, 0, sizeof(*c));
   c->loop = loop;
   c->cc = *cc;
-  rc = fr_kubeconfig_load(cc->kubeconfig, cc->context, &creds, err, errlen);
+  if (cc->in_cluster)
+    rc = fr_kubeconfig_in_cluster(NULL, &creds, err, errlen);
+  else
+    rc = fr_kubeconfig_load(cc->kubeconfig, cc->context, &creds, err, errlen);
   if (rc != 0)
     goto fail;
   c->ns = strdup(cc->ns ? cc->ns : "default");

@@ -199,3 +199,13 @@ void fr_secret_free(char *s) {
   explicit_bzero(s, strlen(s));
   free(s);
 }
+
+#ifndef NDEBUG
+#include "fr/assert.h"
+
+void fr_assert_fail(const char *file, int line, const char *expr) {
+  fprintf(stderr, "%s:%d: assertion failed: %s\n", file, line, expr);
+  fflush(stderr);
+  abort();
+}
+#endif

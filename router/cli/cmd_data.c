@@ -359,6 +359,8 @@ int fc_cmd_cp(struct fc_ctx *ctx, int argc, char **argv) {
     fc_usage_error("cp", "both sides are in a sandbox; copy through a local file");
   } else if (src_id == NULL && dst_id == NULL) {
     fc_usage_error("cp", "one side must be ID:/abs/path (a sandbox id, a colon, an absolute path)");
+  } else if (fc_check_id("cp", src_id != NULL ? src_id : dst_id) != 0) {
+    rc = FC_EXIT_USAGE;
   } else if (*(src_id != NULL ? pos[1] : pos[0]) == '\0') {
     fc_usage_error("cp", "the local path is empty");
   } else if (recursive && strcmp(src_id != NULL ? pos[1] : pos[0], "-") == 0) {
@@ -436,6 +438,8 @@ int fc_cmd_ps(struct fc_ctx *ctx, int argc, char **argv) {
   }
   if (id == NULL)
     return fc_usage_error("ps", "missing sandbox ID");
+  if (fc_check_id("ps", id) != 0)
+    return FC_EXIT_USAGE;
   fc_resp_init(&r);
   fc_table_init(&t, 4);
   fr_buf_init(&path);
@@ -526,6 +530,8 @@ int fc_cmd_kill(struct fc_ctx *ctx, int argc, char **argv) {
   }
   if (id == NULL || pid_s == NULL)
     return fc_usage_error("kill", "give the sandbox ID and the PID (fedctl kill ID PID)");
+  if (fc_check_id("kill", id) != 0)
+    return FC_EXIT_USAGE;
   if (fc_parse_int("kill", "PID", pid_s, 1, INT32_MAX, &pid) != 0)
     return FC_EXIT_USAGE;
   if (*sig >= '0' && *sig <= '9') {

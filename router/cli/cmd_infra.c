@@ -1,5 +1,5 @@
 /* cmd_infra.c - the federation commands: pools (list, get, create, resize,
- * delete) and clusters.
+ * delete), clusters, events; and version.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "fedctl.h"
+#include "fr/util.h"
+#include "fr/version.h"
 
 
 /* "/v1/pools/<escaped name>" into <b>. */
@@ -23,7 +25,7 @@ static const char pools_usage[] =
     "usage: fedctl pools [list]\n"
     "       fedctl pools get NAME\n"
     "       fedctl pools create NAME --image IMG --replicas N [--cpus C] [--memory-gb G]\n"
-    "                           [--cluster C]...\n"
+    "                           [--cluster C]... [POD OPTIONS]\n"
     "       fedctl pools resize NAME N\n"
     "       fedctl pools delete NAME\n"
     "\n"
@@ -36,7 +38,12 @@ static const char pools_usage[] =
     "  --cpus C           cpus per pod (create)\n"
     "  --memory-gb G      memory per pod in GB (create)\n"
     "  --cluster C        create the pool in cluster C only (repeatable)\n"
-    "  --json             print the API response verbatim\n";
+    "  --json             print the API response verbatim\n"
+    "\n"
+    "Pod options (create; on every pod of the pool, so claims stay warm; clusters\n"
+    "that cannot host them are left out): --gpus N, --runtime-class NAME,\n"
+    "--node-selector KEY=VALUE, --toleration KEY[=VALUE][:EFFECT[:SECONDS]],\n"
+    "--volume /PATH=CLAIM, as `fedctl create --help` describes them.\n";
 
 /* Prints one pool as a short description and a per-cluster table. */
 static void print_pool(const json_t *p) {
@@ -51,6 +58,7 @@ static void print_pool(const json_t *p) {
   printf("cpus:    %s\n", num);
   fc_fmt_num(fc_jnum(p, "memory_gb", 0), num, sizeof(num));
   printf("memory:  %s GB\n", num);
+  fc_print_pod_options(p, "");
   cl = json_object_get(p, "clusters");
   if (json_array_size(cl) == 0)
     return;
@@ -154,7 +162,7 @@ enum { P_IMAGE = 1, P_REPLICAS, P_CPUS, P_MEM, P_CLUSTER };
 
 static const struct fc_opt pools_create_opts[] = {
     {"image", 0, 1, P_IMAGE}, {"replicas", 0, 1, P_REPLICAS}, {"cpus", 0, 1, P_CPUS},
-    {"memory-gb", 0, 1, P_MEM}, {"cluster", 0, 1, P_CLUSTER}, {NULL, 0, 0, 0},
+    {"memory-gb", 0, 1, P_MEM}, {"cluster", 0, 1, P_CLUSTER}, FC_POD_OPTS, {NULL, 0, 0, 0},
 };
 
 static const struct fc_opt no_opts[] = {{NULL, 0, 0, 0}};
@@ -189,7 +197,7 @@ static int pools_create(struct fc_ctx *ctx, int argc, char **argv) {
   struct fc_resp r;
   json_t *body = json_object(), *clusters = json_array();
   const char *val, *name = NULL;
-  int opt, rc = FC_EXIT_USAGE, have_image = 0, have_replicas = 0;
+  int opt, rc = FC_EXIT_USAGE, have_image = 0, have_replicas = 0, err;
   int64_t iv;
   double dv;
 
@@ -240,6 +248,11 @@ static int pools_create(struct fc_ctx *ctx, int argc, char **argv) {
     case P_CLUSTER:
       json_array_append_new(clusters, json_string(val));
       break;
+    default:
+      if ((err = fc_pod_opt("pools create", opt, val, body)) != 0) {
+        rc = err;
+        goto done;
+      }
     }
   }
   if (name == NULL || *name == '\0') {
@@ -497,4 +510,113 @@ done:
   fc_table_close(&t);
   fc_resp_close(&r);
   return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+/* events                                                                  */
+
+static const char events_usage[] =
+    "usage: fedctl events\n"
+    "\n"
+    "Shows the recent spillover events of your own creates (GET /v1/events,\n"
+    "newest first): a cluster answered with no room, was unavailable or timed\n"
+    "out, and the rest of the batch moved on. AGE, CLUSTER, the create's\n"
+    "REQUEST id (its X-Request-Id) and the REASON, which starts with\n"
+    "no_room:, unavailable: or timeout:. The router keeps the last 64 events\n"
+    "of all tenants and shows you yours.\n"
+    "\n"
+    "  --json             print the API response verbatim\n";
+
+int fc_cmd_events(struct fc_ctx *ctx, int argc, char **argv) {
+  struct fc_args a;
+  struct fc_resp r;
+  struct fc_table t;
+  const json_t *arr, *e;
+  const char *val;
+  int opt, rc;
+  size_t i;
+  int64_t now = fr_wall_ms() / 1000;
+
+  fc_args_init(&a, ctx, "events", no_opts, argc, argv);
+  while ((opt = fc_args_next(&a, &val)) != FC_ARG_END) {
+    if (opt == FC_ARG_HELP) {
+      fputs(events_usage, stdout);
+      return FC_EXIT_OK;
+    }
+    if (opt == FC_ARG_ERR)
+      return FC_EXIT_USAGE;
+    return fc_usage_error("events", "unexpected argument '%s'", val);
+  }
+  if (fc_ctx_init(ctx) != 0)
+    return FC_EXIT_USAGE;
+  fc_resp_init(&r);
+  fc_table_init(&t, 4);
+  rc = fc_call(ctx, "GET", "/v1/events", NULL, FC_CALL_TIMEOUT_S, &r);
+  if (rc != FC_EXIT_OK)
+    goto done;
+  if (ctx->json) {
+    fc_print_body(&r);
+    goto done;
+  }
+  arr = r.json ? json_object_get(r.json, "events") : NULL;
+  if (!json_is_array(arr)) {
+    rc = fc_bad_answer(&r);
+    goto done;
+  }
+  if (json_array_size(arr) == 0) {
+    fprintf(stderr, "No events.\n");
+    goto done;
+  }
+  fc_table_add(&t, "AGE");
+  fc_table_add(&t, "CLUSTER");
+  fc_table_add(&t, "REQUEST");
+  fc_table_add(&t, "REASON");
+  json_array_foreach(arr, i, e) {
+    int64_t at;
+    char age[32] = "-";
+    if (fr_time_parse_rfc3339(fc_jstr(e, "time", ""), &at) == 0)
+      fc_fmt_duration(now - at < 0 ? 0 : now - at, age, sizeof(age));
+    fc_table_add(&t, age);
+    fc_table_add(&t, fc_jstr(e, "cluster", "-"));
+    fc_table_add(&t, fc_jstr(e, "request_id", "-"));
+    fc_table_add(&t, fc_jstr(e, "reason", "-"));
+  }
+  fc_table_print(&t, stdout);
+done:
+  fc_table_close(&t);
+  fc_resp_close(&r);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+/* version                                                                 */
+
+static const char version_usage[] =
+    "usage: fedctl version\n"
+    "       fedctl --version\n"
+    "\n"
+    "Prints fedctl's version (`fedctl X.Y.Z`; with --json, {\"fedctl\":\"X.Y.Z\"}).\n"
+    "Contacts nothing. A router's version is the version label of its\n"
+    "fedrouter_build_info metric (GET /metrics).\n";
+
+int fc_cmd_version(struct fc_ctx *ctx, int argc, char **argv) {
+  struct fc_args a;
+  const char *val;
+  int opt;
+
+  fc_args_init(&a, ctx, "version", no_opts, argc, argv);
+  while ((opt = fc_args_next(&a, &val)) != FC_ARG_END) {
+    if (opt == FC_ARG_HELP) {
+      fputs(version_usage, stdout);
+      return FC_EXIT_OK;
+    }
+    if (opt == FC_ARG_ERR)
+      return FC_EXIT_USAGE;
+    return fc_usage_error("version", "unexpected argument '%s'", val);
+  }
+  if (ctx->json)
+    printf("{\"fedctl\":\"%s\"}\n", FR_VERSION);
+  else
+    printf("fedctl %s\n", FR_VERSION);
+  return FC_EXIT_OK;
 }

@@ -27,7 +27,10 @@ static int64_t mono_ms(void) {
 static const char create_usage[] =
     "usage: fedctl create [-n N] [--name NAME] [--pool P] [--image IMG] [--cpus C]\n"
     "                     [--memory-gb G] [--region R] [--cluster C]... [--label k=v]...\n"
-    "                     [--env K=V]... [--timeout S] [--partial-ok]\n"
+    "                     [--env K=V]... [--secret NAME]... [--timeout S] [--partial-ok]\n"
+    "                     [--gpus N] [--runtime-class NAME] [--node-selector k=v]...\n"
+    "                     [--toleration KEY[=VALUE][:EFFECT[:SECONDS]]]...\n"
+    "                     [--volume /PATH=CLAIM]...\n"
     "\n"
     "Creates one sandbox or a batch (POST /v1/sandboxes) and returns when every\n"
     "sandbox is exec-ready. Prints one line per sandbox and where they went.\n"
@@ -38,13 +41,37 @@ static const char create_usage[] =
     "  --image IMG        image for cold starts (required without --pool)\n"
     "  --cpus C           cpus per sandbox (e.g. 0.5, 2)\n"
     "  --memory-gb G      memory per sandbox in GB\n"
-    "  --region R         preferred region (also sent as X-Client-Region)\n"
+    "  --region R         preferred region (also sent as X-Client-Region); one the\n"
+    "                     router does not know is placed with no preference, and\n"
+    "                     fedctl warns\n"
     "  --cluster C        restrict placement to cluster C (repeatable)\n"
     "  --label k=v        label the sandboxes (repeatable)\n"
     "  --env K=V          environment variable (repeatable)\n"
+    "  --secret NAME      environment variable NAME with the value of key NAME of\n"
+    "                     your tenant's Kubernetes Secret (repeatable; needs the\n"
+    "                     agent; the value is never shown)\n"
     "  --timeout S        lifetime in seconds (enforced in the cluster)\n"
     "  --partial-ok       keep what could be created instead of rolling back\n"
     "  --json             print the API response verbatim\n"
+    "\n"
+    "Pod options (placement uses only clusters that can host such pods; a pool's\n"
+    "warm pods serve only creates with the pool's own options):\n"
+    "  --gpus N           GPUs per sandbox, 0 to 64\n"
+    "  --runtime-class NAME\n"
+    "                     the pod's RuntimeClass (e.g. gvisor)\n"
+    "  --node-selector k=v\n"
+    "                     only nodes with this label (repeatable, up to 16)\n"
+    "  --toleration T     tolerate node taints (repeatable, up to 16):\n"
+    "                       KEY=VALUE   a taint KEY=VALUE (VALUE may be empty)\n"
+    "                       KEY         a taint KEY with any value\n"
+    "                       *           every taint\n"
+    "                     each optionally :EFFECT (NoSchedule, PreferNoSchedule,\n"
+    "                     NoExecute; without it every effect), and after\n"
+    "                     :NoExecute optionally :SECONDS (how long the pod stays\n"
+    "                     on a node that gets the taint, 0 to 31536000)\n"
+    "  --volume /PATH=CLAIM\n"
+    "                     mount PersistentVolumeClaim CLAIM of the sandbox\n"
+    "                     namespace at /PATH (repeatable, up to 8)\n"
     "\n"
     "For a batch, a progress bar on stderr (when it is a terminal) counts the\n"
     "sandboxes of the batch that are already running.\n";
@@ -53,10 +80,11 @@ enum { C_NUM = 1, C_NAME, C_POOL, C_IMAGE, C_CPUS, C_MEM, C_CLUSTER, C_LABEL, C_
        C_PARTIAL };
 
 static const struct fc_opt create_opts[] = {
-    {"num", 'n', 1, C_NUM},         {"name", 0, 1, C_NAME},         {"pool", 0, 1, C_POOL},
-    {"image", 0, 1, C_IMAGE},       {"cpus", 0, 1, C_CPUS},         {"memory-gb", 0, 1, C_MEM},
-    {"cluster", 0, 1, C_CLUSTER},   {"label", 0, 1, C_LABEL},       {"env", 0, 1, C_ENV},
-    {"timeout", 0, 1, C_TIMEOUT},   {"partial-ok", 0, 0, C_PARTIAL}, {NULL, 0, 0, 0},
+    {"num", 'n', 1, C_NUM},         {"name", 0, 1, C_NAME},           {"pool", 0, 1, C_POOL},
+    {"image", 0, 1, C_IMAGE},       {"cpus", 0, 1, C_CPUS},           {"memory-gb", 0, 1, C_MEM},
+    {"cluster", 0, 1, C_CLUSTER},   {"label", 0, 1, C_LABEL},         {"env", 0, 1, C_ENV},
+    {"timeout", 0, 1, C_TIMEOUT},   {"partial-ok", 0, 0, C_PARTIAL},  {"secret", 0, 1, FC_OPT_SECRET},
+    FC_POD_OPTS,                    {NULL, 0, 0, 0},
 };
 
 /* Progress of a batch create, measured by listing the batch's sandboxes
@@ -249,6 +277,8 @@ static void print_placement(const json_t *pl, int64_t n, double secs) {
   printf(" in %.1fs\n", secs);
   if (shortfall > 0)
     printf("shortfall: %" PRId64 " could not be placed\n", shortfall);
+  if (fc_jstr(pl, "cold_reason", NULL) != NULL)
+    printf("cold: %s\n", fc_jstr(pl, "cold_reason", ""));
   cl = json_object_get(pl, "clusters");
   json_array_foreach(cl, i, c) {
     const char *name = fc_jstr(c, "cluster", fc_jstr(c, "name", "?"));
@@ -267,13 +297,33 @@ static void print_placement(const json_t *pl, int64_t n, double secs) {
   }
 }
 
+/* A create's answer (or its error) whose placement says the router does
+ * not know the client's region: say so on stderr, since the sandboxes
+ * were placed with no regional preference. */
+static void warn_unknown_region(const json_t *answer) {
+  const json_t *pl = json_object_get(answer, "placement");
+
+  if (pl == NULL)
+    pl = json_object_get(json_object_get(answer, "error"), "placement");
+  if (!json_is_false(json_object_get(pl, "client_region_known")))
+    return;
+  fprintf(stderr,
+          "fedctl: warning: region '%s' is not one this router knows (no cluster is in it and the policy does "
+          "not name it): placed with no regional preference\n",
+          fc_jstr(pl, "client_region", "?"));
+}
+
 static const char explain_usage[] =
     "usage: fedctl explain [-n N] [--pool P] [--image IMG] [--cpus C] [--memory-gb G]\n"
-    "                      [--region R] [--cluster C]... [--label k=v]...\n"
+    "                      [--region R] [--cluster C]... [--label k=v]... [--secret NAME]...\n"
+    "                      [--gpus N] [--runtime-class NAME] [--node-selector k=v]...\n"
+    "                      [--toleration T]... [--volume /PATH=CLAIM]...\n"
     "\n"
     "Shows where `fedctl create` with the same flags would place the sandboxes\n"
     "(POST /v1/placement/explain) and why: every cluster with its verdict, count,\n"
-    "tier, score and reason. Creates nothing.\n";
+    "tier, score and reason; the pod options it placed with; and whether the\n"
+    "router knows the client's region. Creates nothing (secrets are checked by\n"
+    "name only). `fedctl create --help` describes the flags.\n";
 
 /* The ranked plan of POST /v1/placement/explain, readably. */
 static int print_explain(struct fc_ctx *ctx, struct fc_resp *r) {
@@ -285,11 +335,23 @@ static int print_explain(struct fc_ctx *ctx, struct fc_resp *r) {
   if (!json_is_array(clusters))
     return fc_bad_answer(r);
   printf("policy %s (version %.12s)\n", fc_jstr(pol, "source", "?"), fc_jstr(pol, "version", "?"));
-  printf("request: %" JSON_INTEGER_FORMAT " sandbox(es), tenant %s, region %s%s%s, split %s\n",
+  printf("request: %" JSON_INTEGER_FORMAT " sandbox(es), tenant %s, region %s%s%s%s, split %s\n",
          json_integer_value(json_object_get(req, "num_sandboxes")), fc_jstr(req, "tenant", "?"),
-         fc_jstr(req, "region", "?"), json_is_string(json_object_get(req, "pool")) ? ", pool " : "",
+         fc_jstr(req, "region", "?"), json_is_false(json_object_get(req, "region_known")) ? " (unknown)" : "",
+         json_is_string(json_object_get(req, "pool")) ? ", pool " : "",
          json_is_string(json_object_get(req, "pool")) ? json_string_value(json_object_get(req, "pool")) : "",
          fc_jstr(plan, "split", "?"));
+  if (json_is_false(json_object_get(req, "region_known")))
+    printf("region %s is not one this router knows (no cluster is in it and the policy does not name it):\n"
+           "  placed with no regional preference\n",
+           fc_jstr(req, "region", "?"));
+  if (json_object_size(json_object_get(req, "pod_options")) > 0) {
+    char *txt = json_dumps(json_object_get(req, "pod_options"), JSON_COMPACT);
+    printf("pod options: %s\n", txt != NULL ? txt : "?");
+    free(txt);
+  }
+  if (fc_jstr(r->json, "cold_reason", NULL) != NULL)
+    printf("cold: %s\n", fc_jstr(r->json, "cold_reason", ""));
   fc_table_init(&t, 7);
   fc_table_add(&t, "CLUSTER");
   fc_table_add(&t, "VERDICT");
@@ -338,7 +400,7 @@ static int create_or_explain(struct fc_ctx *ctx, int argc, char **argv, int expl
          *clusters = json_array(), *arr, *sb;
   const char *val, *eq, *name = NULL, *pool = NULL, *image = NULL;
   int64_t n = 1;
-  int opt, rc = FC_EXIT_USAGE, have_n = 0;
+  int opt, rc = FC_EXIT_USAGE, have_n = 0, err;
   size_t i;
   double secs;
   int64_t t0;
@@ -362,16 +424,16 @@ static int create_or_explain(struct fc_ctx *ctx, int argc, char **argv, int expl
     case FC_ARG_ERR:
       goto done;
     case FC_ARG_POS:
-      fc_usage_error("create", "unexpected argument '%s'", val);
+      fc_usage_error(a.cmd, "unexpected argument '%s'", val);
       goto done;
     case C_NUM:
-      if (fc_parse_int("create", "-n", val, 1, FC_MAX_BATCH, &n) != 0)
+      if (fc_parse_int(a.cmd, "-n", val, 1, FC_MAX_BATCH, &n) != 0)
         goto done;
       have_n = 1;
       break;
     case C_NAME:
       if (*val == '\0') {
-        fc_usage_error("create", "--name must not be empty");
+        fc_usage_error(a.cmd, "--name must not be empty");
         goto done;
       }
       name = val;
@@ -383,12 +445,12 @@ static int create_or_explain(struct fc_ctx *ctx, int argc, char **argv, int expl
       image = val;
       break;
     case C_CPUS:
-      if (fc_parse_double("create", "--cpus", val, 0, FC_MAX_CPUS, &dv) != 0)
+      if (fc_parse_double(a.cmd, "--cpus", val, 0, FC_MAX_CPUS, &dv) != 0)
         goto done;
       json_object_set_new(body, "cpus", json_real(dv));
       break;
     case C_MEM:
-      if (fc_parse_double("create", "--memory-gb", val, 0, FC_MAX_MEMORY_GB, &dv) != 0)
+      if (fc_parse_double(a.cmd, "--memory-gb", val, 0, FC_MAX_MEMORY_GB, &dv) != 0)
         goto done;
       json_object_set_new(body, "memory_gb", json_real(dv));
       break;
@@ -396,28 +458,39 @@ static int create_or_explain(struct fc_ctx *ctx, int argc, char **argv, int expl
       json_array_append_new(clusters, json_string(val));
       break;
     case C_LABEL:
-      if (fc_check_label("create", val, &eq) != 0)
+      if (fc_check_label(a.cmd, val, &eq) != 0)
         goto done;
       fc_obj_set_kv(labels, val, eq);
       break;
     case C_ENV:
-      if (fc_check_env("create", val, &eq) != 0)
+      if (fc_check_env(a.cmd, val, &eq) != 0)
         goto done;
       fc_obj_set_kv(env, val, eq);
       break;
     case C_TIMEOUT:
-      if (fc_parse_int("create", "--timeout", val, 1, FC_MAX_SECONDS, &iv) != 0)
+      if (fc_parse_int(a.cmd, "--timeout", val, 1, FC_MAX_SECONDS, &iv) != 0)
         goto done;
       json_object_set_new(body, "timeout_s", json_integer(iv));
       break;
     case C_PARTIAL:
       json_object_set_new(body, "partial_ok", json_true());
       break;
+    default:
+      if ((err = fc_pod_opt(a.cmd, opt, val, body)) != 0) {
+        rc = err;
+        goto done;
+      }
     }
   }
   if (pool == NULL && image == NULL) {
-    fc_usage_error("create", "give --pool or --image (a cold start needs an image)");
+    fc_usage_error(a.cmd, "give --pool or --image (a cold start needs an image)");
     goto done;
+  }
+  json_array_foreach(json_object_get(body, "secrets"), i, sb) {
+    if (json_object_get(env, json_string_value(sb)) != NULL) {
+      fc_usage_error(a.cmd, "%s is both --env and --secret: give it once", json_string_value(sb));
+      goto done;
+    }
   }
   if (fc_ctx_init(ctx) != 0)
     goto done;
@@ -506,6 +579,7 @@ static int create_or_explain(struct fc_ctx *ctx, int argc, char **argv, int expl
       fprintf(stderr, "create: failed after %.1fs (%" PRId64 "/%" PRId64 " were running at the last poll)\n",
               secs, p.running, p.total);
   }
+  warn_unknown_region(r.json);
   if (r.status < 200 || r.status > 299) {
     rc = fc_report(ctx, &r);
     goto done;
@@ -900,6 +974,10 @@ int fc_cmd_terminate(struct fc_ctx *ctx, int argc, char **argv) {
     fc_usage_error("terminate", "give sandbox IDs, or filters such as --label k=v");
     goto done;
   }
+  /* Every id is checked before the first is terminated. */
+  for (i = 0; i < nids; i++)
+    if (fc_check_id("terminate", ids[i]) != 0)
+      goto done;
   if (fc_ctx_init(ctx) != 0)
     goto done;
 

@@ -1,5 +1,6 @@
 /* cmd_shell.c - `fedctl shell`: an interactive session in a sandbox
- * through its agent (docs/api.md "Inside a sandbox").
+ * through its agent (docs/api.md "Inside a sandbox"); and `fedctl proc
+ * attach`, the same session on a process that already runs.
  *
  * The session is a background process started on a PTY the size of the
  * local terminal, then three kinds of HTTP call driven by one curl multi
@@ -21,6 +22,12 @@
  *
  * Without a local terminal (stdin a pipe or file) the process gets no PTY
  * by default: stdin is streamed to it and closed at EOF.
+ *
+ * `proc attach` differs where the process is not fedctl's own: it is never
+ * hung up (a signal, Ctrl-] in raw mode or a lost stream detaches and
+ * leaves it running), and the end of fedctl's stdin is not passed on
+ * (`proc stdin --close` does that), so attaching from a script with
+ * </dev/null only watches.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -45,6 +52,10 @@
 #define SH_MAX_SEND ((size_t)16 << 10)
 /* How long fedctl waits for the hang-up call when it is told to quit. */
 #define SH_HANGUP_TIMEOUT_S 5L
+/* `proc attach -t`: the key that detaches (Ctrl-], telnet's escape). */
+#define SH_DETACH_KEY 0x1d
+/* session_loop()'s answer when that key was typed (above any signal). */
+#define SH_DETACHED 256
 
 static const char shell_usage[] =
     "usage: fedctl shell ID [-t | -T] [--env K=V]... [--workdir D] [-- COMMAND [ARG...]]\n"
@@ -81,6 +92,7 @@ struct shell {
   struct fc_ctx *ctx;
   const char *id;
   int64_t pid;
+  int attach;               /* proc attach: not our process (see above) */
   int pty;                  /* the remote process has a PTY */
   int raw;                  /* the local terminal is in raw mode */
   struct termios saved;     /* its mode before */
@@ -97,6 +109,7 @@ struct shell {
   int in_eof;               /* stdin ended */
   int eof_sent;             /* ... and the remote was told */
   int in_gone;              /* the remote takes no more input */
+  int in_closing;           /* the call in flight on <in> is the end of input */
   /* window size */
   struct call rs;
   int rs_wanted;
@@ -270,10 +283,12 @@ static int start_calls(struct shell *sh) {
     if ((rc = call_setup(sh, &sh->in, "POST", "/stdin", NULL, sh->pending.data, n)) != 0 ||
         (rc = call_start(sh, &sh->in)) != 0)
       return rc;
+    sh->in_closing = 0;
     fr_buf_consume(&sh->pending, n);
-  } else if (!sh->in.busy && !sh->in_gone && sh->in_eof && !sh->eof_sent) {
+  } else if (!sh->in.busy && !sh->in_gone && sh->in_eof && !sh->eof_sent && !sh->attach) {
     /* A PTY has no stdin to close: EOT is what a terminal's Ctrl-D sends. */
     sh->eof_sent = 1;
+    sh->in_closing = 1;
     if (sh->pty)
       rc = call_setup(sh, &sh->in, "POST", "/stdin", NULL, "\x04", 1);
     else
@@ -311,7 +326,10 @@ static void call_done(struct shell *sh, struct call *c, CURLcode crc) {
   code = fc_jstr(json_object_get(c->r.json, "error"), "code", "");
   if (c == &sh->in && (strcmp(code, "process_not_found") == 0 || strcmp(code, "failed_precondition") == 0)) {
     /* It ended (its exit is on the way through the output) or closed
-     * its input: nothing more to send. */
+     * its input: nothing more to send. A process attached to may never
+     * have had an input: say so once, since what is typed goes nowhere. */
+    if (sh->attach && !sh->in_closing && strcmp(code, "failed_precondition") == 0)
+      say(sh, "fedctl: the process's stdin is not open (start it with -i or --pty): input is not sent");
     sh->in_gone = 1;
     fr_buf_reset(&sh->pending);
     return;
@@ -348,6 +366,15 @@ static int read_stdin(struct shell *sh) {
   if (n == 0) {
     sh->in_eof = 1;
     return 0;
+  }
+  if (sh->attach && sh->raw) {
+    /* The detach key: what came before it still goes. */
+    const char *key = memchr(buf, SH_DETACH_KEY, (size_t)n);
+    if (key != NULL) {
+      if (!sh->in_gone && key > buf && fr_buf_append(&sh->pending, buf, (size_t)(key - buf)) != 0)
+        return -ENOMEM;
+      return SH_DETACHED;
+    }
   }
   if (sh->in_gone)
     return 0;
@@ -394,7 +421,8 @@ static int read_signals(struct shell *sh) {
 }
 
 /* The session loop: returns when the output ended (0), when a signal says
- * quit (that signal), or on a local error (negative errno). */
+ * quit (that signal), when the detach key was typed (SH_DETACHED), or on a
+ * local error (negative errno). */
 static int session_loop(struct shell *sh) {
   struct curl_waitfd fds[2];
   unsigned nfds;
@@ -469,22 +497,143 @@ done:
   return rc;
 }
 
+/* Everything the session needs, made before the remote process starts
+ * (or is attached to) so that no failure can leave it without its
+ * session. Returns an exit status, the error printed. */
+static int session_open(struct shell *sh) {
+  if (pipe(sh->sig_pipe) != 0 || fcntl(sh->sig_pipe[0], F_SETFL, O_NONBLOCK) != 0 ||
+      fcntl(sh->sig_pipe[1], F_SETFL, O_NONBLOCK) != 0 || fcntl(sh->sig_pipe[0], F_SETFD, FD_CLOEXEC) != 0 ||
+      fcntl(sh->sig_pipe[1], F_SETFD, FD_CLOEXEC) != 0) {
+    fprintf(stderr, "fedctl: pipe: %s\n", strerror(errno));
+    return FC_EXIT_FAIL;
+  }
+  if ((sh->multi = curl_multi_init()) == NULL || call_init(&sh->out) != 0 || call_init(&sh->in) != 0 ||
+      call_init(&sh->rs) != 0)
+    return fc_oom();
+  sig_fd = sh->sig_pipe[1];
+  signals_set(1);
+  return FC_EXIT_OK;
+}
+
+/* Follows the output of sh->pid with stdin and window size sent along,
+ * until it ends or fedctl is told to stop. Returns the exit status: the
+ * process's, or 128 + a signal, or FC_EXIT_FAIL; the session's own
+ * process is hung up on every way out but its end. */
+static int session_run(struct shell *sh) {
+  int rc, quit, err;
+
+  if ((err = call_setup(sh, &sh->out, "GET", "/output?follow=1", NULL, NULL, 0)) != 0) {
+    rc = fc_oom();
+    goto lost;
+  }
+  fc_sink_attach(&sh->out_sink, sh->out.easy, &sh->out.r, out_feed, &sh->nd);
+  /* An idle session sends nothing for hours: keep the connection alive. */
+  curl_easy_setopt(sh->out.easy, CURLOPT_TCP_KEEPALIVE, 1L);
+  if (call_start(sh, &sh->out) != 0) {
+    rc = fc_oom();
+    goto lost;
+  }
+  if (sh->pty && isatty(STDIN_FILENO)) {
+    if ((err = raw_on(sh)) != 0) {
+      fprintf(stderr, "fedctl: cannot put the terminal in raw mode: %s\n", strerror(-err));
+      rc = FC_EXIT_FAIL;
+      goto lost;
+    }
+    /* A process attached to has the size it was given: make it ours. */
+    if (sh->attach) {
+      term_size(&sh->rows, &sh->cols);
+      sh->rs_wanted = 1;
+    }
+  }
+
+  quit = session_loop(sh);
+  raw_off(sh);
+  if (quit > 0) {
+    rc = quit == SH_DETACHED ? FC_EXIT_OK : 128 + quit;
+    goto lost;
+  }
+  if (quit < 0) {
+    fprintf(stderr, "fedctl: %s\n", strerror(-quit));
+    rc = FC_EXIT_FAIL;
+    goto lost;
+  }
+  /* The output ended: normally with the process's exit. Otherwise the
+   * session is lost (fedctl's stdout closed, the router went away): hang
+   * it up rather than leave it waiting for input. */
+  if (!sh->out_sink.ok || sh->out_sink.err != 0 || sh->out.r.curl_rc != CURLE_OK) {
+    rc = fc_sink_report(sh->ctx, &sh->out_sink, sh->out_sink.err == -EPROTO ? "the router's answer is not NDJSON"
+                                                                            : "writing the session's output");
+    goto lost;
+  }
+  if (sh->nd.failed || fc_nd_finish(&sh->nd) != 0 || !sh->nd.ended) {
+    if (sh->nd.failed)
+      fprintf(stderr, "fedctl: %s: %s\n", sh->nd.err_code, sh->nd.err_msg);
+    else
+      fprintf(stderr, "fedctl: the session's output ended before the process did\n");
+    rc = FC_EXIT_FAIL;
+    goto lost;
+  }
+  rc = sh->nd.timed_out ? FC_EXIT_TIMEDOUT : (int)(sh->nd.exit_code & 0xff);
+  if (rc == 0 && sh->nd.exit_code != 0)
+    rc = 1;
+  return rc;
+
+lost:
+  raw_off(sh);
+  if (!sh->attach) {
+    hang_up(sh);
+  } else {
+    /* Not ours to end: say where it is, unless the router refused the
+     * attach (no such process, no agent: nothing was attached to). */
+    long status = 0;
+    if (sh->out.easy != NULL)
+      curl_easy_getinfo(sh->out.easy, CURLINFO_RESPONSE_CODE, &status);
+    if (status == 0 || (status >= 200 && status <= 299))
+      fprintf(stderr, "fedctl: detached; process %" PRId64 " still runs (fedctl proc attach %s %" PRId64
+              ", fedctl kill %s %" PRId64 ")\n", sh->pid, sh->id, sh->pid, sh->id, sh->pid);
+  }
+  return rc;
+}
+
+static void session_close(struct shell *sh) {
+  raw_off(sh);
+  if (sig_fd >= 0) {
+    signals_set(0);
+    sig_fd = -1;
+  }
+  call_close(sh, &sh->out);
+  call_close(sh, &sh->in);
+  call_close(sh, &sh->rs);
+  if (sh->multi != NULL)
+    curl_multi_cleanup(sh->multi);
+  if (sh->sig_pipe[0] >= 0)
+    close(sh->sig_pipe[0]);
+  if (sh->sig_pipe[1] >= 0)
+    close(sh->sig_pipe[1]);
+  fc_nd_close(&sh->nd);
+  fr_buf_free(&sh->pending);
+}
+
+static void session_init(struct shell *sh, struct fc_ctx *ctx) {
+  memset(sh, 0, sizeof(*sh));
+  sh->ctx = ctx;
+  sh->sig_pipe[0] = sh->sig_pipe[1] = -1;
+  fr_buf_init(&sh->pending);
+  fc_resp_init(&sh->out.r);
+  fc_resp_init(&sh->in.r);
+  fc_resp_init(&sh->rs.r);
+  fc_nd_init(&sh->nd, out_write, NULL);
+}
+
 int fc_cmd_shell(struct fc_ctx *ctx, int argc, char **argv) {
   struct shell sh;
   struct fc_args a;
   struct fc_run run;
   json_t *v;
   const char *val, *term;
-  int opt, rc = FC_EXIT_USAGE, want_pty = -1, quit = 0, err;
+  int opt, rc = FC_EXIT_USAGE, want_pty = -1;
 
-  memset(&sh, 0, sizeof(sh));
-  sh.ctx = ctx;
-  sh.sig_pipe[0] = sh.sig_pipe[1] = -1;
-  fr_buf_init(&sh.pending);
-  fc_resp_init(&sh.out.r);
-  fc_resp_init(&sh.in.r);
-  fc_resp_init(&sh.rs.r);
-  fc_nd_init(&sh.nd, out_write, NULL);
+  session_init(&sh, ctx);
   if (fc_run_init(&run, "shell", shell_usage) != 0) {
     rc = fc_oom();
     goto done;
@@ -519,94 +668,75 @@ int fc_cmd_shell(struct fc_ctx *ctx, int argc, char **argv) {
   } else {
     json_object_set_new(run.body, "stdin", json_true());
   }
-
-  /* Everything the loop needs exists before the process starts, so no
-   * failure can leave it running without its session. */
-  if (pipe(sh.sig_pipe) != 0 || fcntl(sh.sig_pipe[0], F_SETFL, O_NONBLOCK) != 0 ||
-      fcntl(sh.sig_pipe[1], F_SETFL, O_NONBLOCK) != 0 || fcntl(sh.sig_pipe[0], F_SETFD, FD_CLOEXEC) != 0 ||
-      fcntl(sh.sig_pipe[1], F_SETFD, FD_CLOEXEC) != 0) {
-    fprintf(stderr, "fedctl: pipe: %s\n", strerror(errno));
-    rc = FC_EXIT_FAIL;
+  if ((rc = session_open(&sh)) != FC_EXIT_OK || (rc = start_process(&sh, run.body)) != FC_EXIT_OK)
     goto done;
-  }
-  if ((sh.multi = curl_multi_init()) == NULL || call_init(&sh.out) != 0 || call_init(&sh.in) != 0 ||
-      call_init(&sh.rs) != 0) {
-    rc = fc_oom();
-    goto done;
-  }
-  sig_fd = sh.sig_pipe[1];
-  signals_set(1);
-  if ((rc = start_process(&sh, run.body)) != FC_EXIT_OK)
-    goto done;
-  if ((err = call_setup(&sh, &sh.out, "GET", "/output?follow=1", NULL, NULL, 0)) != 0) {
-    rc = fc_oom();
-    goto hang_up;
-  }
-  fc_sink_attach(&sh.out_sink, sh.out.easy, &sh.out.r, out_feed, &sh.nd);
-  /* An idle session sends nothing for hours: keep the connection alive. */
-  curl_easy_setopt(sh.out.easy, CURLOPT_TCP_KEEPALIVE, 1L);
-  if (call_start(&sh, &sh.out) != 0) {
-    rc = fc_oom();
-    goto hang_up;
-  }
-  if (sh.pty && isatty(STDIN_FILENO) && (err = raw_on(&sh)) != 0) {
-    fprintf(stderr, "fedctl: cannot put the terminal in raw mode: %s\n", strerror(-err));
-    rc = FC_EXIT_FAIL;
-    goto hang_up;
-  }
-
-  quit = session_loop(&sh);
-  raw_off(&sh);
-  if (quit > 0) {
-    rc = 128 + quit;
-    goto hang_up;
-  }
-  if (quit < 0) {
-    fprintf(stderr, "fedctl: %s\n", strerror(-quit));
-    rc = FC_EXIT_FAIL;
-    goto hang_up;
-  }
-  /* The output ended: normally with the process's exit. Otherwise the
-   * session is lost (fedctl's stdout closed, the router went away): hang
-   * it up rather than leave it waiting for input. */
-  if (!sh.out_sink.ok || sh.out_sink.err != 0 || sh.out.r.curl_rc != CURLE_OK) {
-    rc = fc_sink_report(ctx, &sh.out_sink, sh.out_sink.err == -EPROTO ? "the router's answer is not NDJSON"
-                                                                      : "writing the session's output");
-    goto hang_up;
-  }
-  if (sh.nd.failed || fc_nd_finish(&sh.nd) != 0 || !sh.nd.ended) {
-    if (sh.nd.failed)
-      fprintf(stderr, "fedctl: %s: %s\n", sh.nd.err_code, sh.nd.err_msg);
-    else
-      fprintf(stderr, "fedctl: the session's output ended before the process did\n");
-    rc = FC_EXIT_FAIL;
-    goto hang_up;
-  }
-  rc = sh.nd.timed_out ? FC_EXIT_TIMEDOUT : (int)(sh.nd.exit_code & 0xff);
-  if (rc == 0 && sh.nd.exit_code != 0)
-    rc = 1;
-  goto done;
-
-hang_up:
-  raw_off(&sh);
-  hang_up(&sh);
+  rc = session_run(&sh);
 done:
-  raw_off(&sh);
-  if (sig_fd >= 0) {
-    signals_set(0);
-    sig_fd = -1;
-  }
-  call_close(&sh, &sh.out);
-  call_close(&sh, &sh.in);
-  call_close(&sh, &sh.rs);
-  if (sh.multi != NULL)
-    curl_multi_cleanup(sh.multi);
-  if (sh.sig_pipe[0] >= 0)
-    close(sh.sig_pipe[0]);
-  if (sh.sig_pipe[1] >= 0)
-    close(sh.sig_pipe[1]);
-  fc_nd_close(&sh.nd);
-  fr_buf_free(&sh.pending);
+  session_close(&sh);
   fc_run_close(&run);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------- */
+/* proc attach                                                             */
+
+static const char attach_usage[] =
+    "usage: fedctl proc attach ID PID [-t]\n"
+    "\n"
+    "Attaches to process PID of sandbox ID (started with `fedctl proc start`):\n"
+    "writes its output as `proc logs -f` does (what the agent kept, then as it\n"
+    "comes) and sends what you type to its stdin. Exits with its exit status\n"
+    "when it ends. Leaving never stops it: Ctrl-C (or any signal that ends\n"
+    "fedctl) detaches, exit 128 + the signal. The end of fedctl's stdin is not\n"
+    "passed on: `fedctl proc stdin --close` closes the process's stdin.\n"
+    "A process started without -i or --pty has no stdin: its output is still\n"
+    "followed, and fedctl says so when you type.\n"
+    "\n"
+    "  -t, --tty          for a process on a PTY: put your terminal in raw mode,\n"
+    "                     so every key (Ctrl-C too) goes to it, and give it your\n"
+    "                     window size; Ctrl-] detaches (exit 0)\n";
+
+enum { AT_TTY = 1 };
+
+static const struct fc_opt attach_opts[] = {{"tty", 't', 0, AT_TTY}, {NULL, 0, 0, 0}};
+
+int fc_proc_attach(struct fc_ctx *ctx, int argc, char **argv) {
+  struct shell sh;
+  struct fc_args a;
+  const char *val, *pid_s = NULL;
+  int opt, rc;
+
+  session_init(&sh, ctx);
+  sh.attach = 1;
+  fc_args_init(&a, ctx, "proc attach", attach_opts, argc, argv);
+  while ((opt = fc_args_next(&a, &val)) != FC_ARG_END) {
+    switch (opt) {
+    case FC_ARG_HELP:
+      fputs(attach_usage, stdout);
+      return FC_EXIT_OK;
+    case FC_ARG_ERR:
+      return FC_EXIT_USAGE;
+    case AT_TTY:
+      sh.pty = 1;
+      break;
+    case FC_ARG_POS:
+      if (sh.id == NULL)
+        sh.id = val;
+      else if (pid_s == NULL)
+        pid_s = val;
+      else
+        return fc_usage_error("proc attach", "unexpected argument '%s'", val);
+      break;
+    }
+  }
+  if (sh.id == NULL || pid_s == NULL)
+    return fc_usage_error("proc attach", "give the sandbox ID and the PID (fedctl proc attach ID PID)");
+  if (fc_check_id("proc attach", sh.id) != 0 || fc_parse_int("proc attach", "PID", pid_s, 1, INT32_MAX, &sh.pid) != 0)
+    return FC_EXIT_USAGE;
+  if (fc_ctx_init(ctx) != 0)
+    return FC_EXIT_USAGE;
+  if ((rc = session_open(&sh)) == FC_EXIT_OK)
+    rc = session_run(&sh);
+  session_close(&sh);
   return rc;
 }

@@ -1,10 +1,11 @@
 /* fedctl.c - the fedrouter command-line client: global options, argument
  * parsing, flag validation and command dispatch.
  *
- * The commands live in cmd_sandbox.c (create, exec, terminate, ls),
- * cmd_data.c (cp, ps, kill), cmd_shell.c (shell) and cmd_infra.c (pools,
- * clusters); HTTP in client.c; NDJSON answers in ndjson.c; tables in
- * output.c.
+ * The commands live in cmd_sandbox.c (create, explain, exec, terminate,
+ * ls), cmd_data.c (cp, ps, kill), cmd_proc.c (proc start, logs, stdin),
+ * cmd_shell.c (shell, proc attach) and cmd_infra.c (pools, clusters,
+ * events, version); pod option flags in podargs.c; HTTP in client.c;
+ * NDJSON answers in ndjson.c; tables in output.c.
  */
 #include <errno.h>
 #include <math.h>
@@ -17,6 +18,8 @@
 #include "fedctl.h"
 #include "fr/labels.h"
 #include "fr/util.h"
+#include "fr/version.h"
+#include "podargs.h"
 
 #define FC_DEFAULT_URL "http://127.0.0.1:8080"
 
@@ -31,6 +34,7 @@ static const char usage_text[] =
     "  exec        run a command in a sandbox, its output streamed as it runs\n"
     "  shell       an interactive terminal session in a sandbox\n"
     "  cp          copy a file into or out of a sandbox (streamed, any size)\n"
+    "  proc        background processes: start, logs, attach, stdin (and ps, kill)\n"
     "  ps          list the processes started in a sandbox\n"
     "  kill        signal a process in a sandbox\n"
     "  terminate   terminate sandboxes by id or by label\n"
@@ -38,19 +42,28 @@ static const char usage_text[] =
     "  pools       list, create, resize, get and delete warm pools\n"
     "  clusters    show the clusters behind the router\n"
     "  explain     show where a create would go, and why (creates nothing)\n"
+    "  events      recent spillover events of your creates\n"
+    "  version     fedctl's version\n"
     "\n"
     "Global options (accepted before or after the command):\n"
     "  --url URL       router endpoint (env FEDROUTER_URL, default " FC_DEFAULT_URL ")\n"
     "  --token TOKEN   bearer token (env FEDROUTER_TOKEN)\n"
     "  --region R      preferred region (sent as X-Client-Region)\n"
     "  --json          print the API's JSON responses verbatim\n"
+    "  --version       fedctl's version\n"
     "  -h, --help      this help; `fedctl COMMAND --help` for a command\n"
     "\n"
-    "shell, cp, ps and kill need the sandbox's fedrouter agent.\n"
+    "shell, cp, proc, ps and kill need the sandbox's fedrouter agent.\n"
     "\n"
-    "Exit status: 0 ok, 1 API or connection error, 2 usage error;\n"
-    "`exec` and `shell` exit with the command's own status (124 when it\n"
-    "timed out).\n";
+    "Exit status:\n"
+    "  0    success\n"
+    "  1    the API answered with an error (its code and message on stderr),\n"
+    "       or the router could not be reached\n"
+    "  2    usage error: an unknown option, a bad value, a missing argument or a\n"
+    "       malformed sandbox id, caught before anything is sent\n"
+    "  N    exec, shell, proc attach and proc logs -f: the remote command's own\n"
+    "       exit status (124 when it timed out and was killed; 128+S when fedctl\n"
+    "       was ended by signal S)\n";
 
 static void usage(FILE *f) {
   fputs(usage_text, f);
@@ -59,11 +72,12 @@ static void usage(FILE *f) {
 /* ---------------------------------------------------------------------- */
 /* argument iteration                                                      */
 
-enum { GOPT_URL = 1000, GOPT_TOKEN, GOPT_REGION, GOPT_JSON, GOPT_HELP };
+enum { GOPT_URL = 1000, GOPT_TOKEN, GOPT_REGION, GOPT_JSON, GOPT_HELP, GOPT_VERSION };
 
 static const struct fc_opt global_opts[] = {
-    {"url", 0, 1, GOPT_URL},       {"token", 0, 1, GOPT_TOKEN}, {"region", 0, 1, GOPT_REGION},
-    {"json", 0, 0, GOPT_JSON},     {"help", 'h', 0, GOPT_HELP}, {NULL, 0, 0, 0},
+    {"url", 0, 1, GOPT_URL},   {"token", 0, 1, GOPT_TOKEN}, {"region", 0, 1, GOPT_REGION},
+    {"json", 0, 0, GOPT_JSON}, {"help", 'h', 0, GOPT_HELP}, {"version", 0, 0, GOPT_VERSION},
+    {NULL, 0, 0, 0},
 };
 
 void fc_args_init(struct fc_args *a, struct fc_ctx *ctx, const char *cmd,
@@ -126,6 +140,11 @@ static int apply_global(struct fc_args *a, const struct fc_opt *o, const char *v
     break;
   case GOPT_HELP:
     return FC_ARG_HELP;
+  case GOPT_VERSION:
+    /* main() reads the options before the command (cmd NULL) itself. */
+    if (a->cmd != NULL)
+      return fc_usage_error(a->cmd, "--version goes before the command (or run `fedctl version`)"), FC_ARG_ERR;
+    return FC_ARG_VERSION;
   }
   return 0;
 }
@@ -306,6 +325,55 @@ int fc_check_env(const char *cmd, const char *s, const char **eq) {
   return 0;
 }
 
+int fc_check_id(const char *cmd, const char *id) {
+  const char *dot = strchr(id, '.');
+
+  /* The router's rule (router/src/api.c): cluster and pod names are DNS
+   * labels joined by the first '.'; anything else is 400 invalid_id. */
+  if (dot == NULL || dot == id || dot[1] == '\0' || (size_t)(dot - id) > 63 || strlen(dot + 1) > 199 ||
+      strspn(id, "abcdefghijklmnopqrstuvwxyz0123456789-.") != strlen(id)) {
+    fc_usage_error(cmd,
+                   "'%s' is not a sandbox id: ids are <cluster>.<pod> (lowercase letters, digits, '-' and "
+                   "'.'), as `fedctl ls` shows them",
+                   id);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+int fc_pod_opt(const char *cmd, int opt, const char *val, json_t *body) {
+  char err[600];
+  int rc;
+
+  switch (opt) {
+  case FC_OPT_GPUS:
+    rc = fc_pod_set_gpus(body, val, err, sizeof(err));
+    break;
+  case FC_OPT_RUNTIME_CLASS:
+    rc = fc_pod_set_runtime_class(body, val, err, sizeof(err));
+    break;
+  case FC_OPT_NODE_SELECTOR:
+    rc = fc_pod_add_node_selector(body, val, err, sizeof(err));
+    break;
+  case FC_OPT_TOLERATION:
+    rc = fc_pod_add_toleration(body, val, err, sizeof(err));
+    break;
+  case FC_OPT_VOLUME:
+    rc = fc_pod_add_volume(body, val, err, sizeof(err));
+    break;
+  case FC_OPT_SECRET:
+    rc = fc_pod_add_secret(body, val, err, sizeof(err));
+    break;
+  default:
+    return -1;
+  }
+  if (rc == -ENOMEM)
+    return fc_oom();
+  if (rc != 0)
+    return fc_usage_error(cmd, "%s", err);
+  return 0;
+}
+
 int fc_obj_set_kv(json_t *obj, const char *kv, const char *eq) {
   char *key = strndup(kv, (size_t)(eq - kv));
   json_t *v = json_string(eq + 1);
@@ -385,6 +453,10 @@ int fc_run_finish(struct fc_run *r, const char *dflt) {
     json_decref(args);
     return fc_usage_error(r->cmd, "missing sandbox ID");
   }
+  if (fc_check_id(r->cmd, r->id) != 0) {
+    json_decref(args);
+    return FC_EXIT_USAGE;
+  }
   if (r->argc == 0 && dflt == NULL) {
     json_decref(args);
     return fc_usage_error(r->cmd, "missing the command to run (fedctl %s ID -- COMMAND [ARG...])", r->cmd);
@@ -415,10 +487,11 @@ struct command {
 };
 
 static const struct command commands[] = {
-    {"create", fc_cmd_create}, {"exec", fc_cmd_exec},   {"terminate", fc_cmd_terminate},
-    {"ls", fc_cmd_ls},         {"pools", fc_cmd_pools}, {"clusters", fc_cmd_clusters},
-    {"explain", fc_cmd_explain}, {"cp", fc_cmd_cp},        {"ps", fc_cmd_ps},
-    {"kill", fc_cmd_kill},       {"shell", fc_cmd_shell},
+    {"create", fc_cmd_create},   {"exec", fc_cmd_exec},   {"terminate", fc_cmd_terminate},
+    {"ls", fc_cmd_ls},           {"pools", fc_cmd_pools}, {"clusters", fc_cmd_clusters},
+    {"explain", fc_cmd_explain}, {"cp", fc_cmd_cp},       {"ps", fc_cmd_ps},
+    {"kill", fc_cmd_kill},       {"shell", fc_cmd_shell}, {"proc", fc_cmd_proc},
+    {"events", fc_cmd_events},   {"version", fc_cmd_version},
 };
 
 int main(int argc, char **argv) {
@@ -450,6 +523,8 @@ int main(int argc, char **argv) {
       usage(stdout);
       return FC_EXIT_OK;
     }
+    if (rc == FC_ARG_VERSION)
+      return fc_cmd_version(&ctx, 0, NULL);
     if (rc == FC_ARG_ERR)
       return FC_EXIT_USAGE;
     if (rc == FC_ARG_END)

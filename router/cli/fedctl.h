@@ -6,9 +6,11 @@
  * exit status directly, because that is what they decide:
  *   0   success
  *   1   the API answered with an error, or the router could not be reached
- *   2   usage error (bad flag, bad number, missing argument)
- *   N   `exec` and `shell`: the remote command's exit code (124 when
- *       timed out); `shell` killed by signal S: 128 + S
+ *   2   usage error (bad flag, bad number, missing argument, a malformed
+ *       sandbox id): caught before anything is sent
+ *   N   `exec`, `shell`, `proc attach` and `proc logs -f`: the remote
+ *       command's exit code (124 when timed out); ended by signal S:
+ *       128 + S
  */
 #ifndef FEDCTL_H
 #define FEDCTL_H
@@ -80,7 +82,8 @@ enum {
   FC_ARG_END = 0,         /* no more arguments */
   FC_ARG_POS = -1,        /* a positional argument in *val */
   FC_ARG_ERR = -2,        /* usage error already printed: exit 2 */
-  FC_ARG_HELP = -3        /* --help / -h */
+  FC_ARG_HELP = -3,       /* --help / -h */
+  FC_ARG_VERSION = -4     /* --version (before the command only) */
 };
 
 void fc_args_init(struct fc_args *a, struct fc_ctx *ctx, const char *cmd,
@@ -105,6 +108,9 @@ int fc_parse_double(const char *cmd, const char *flag, const char *s, double min
  * -EINVAL. Sets *<eq> to the '=' inside <s>. */
 int fc_check_label(const char *cmd, const char *s, const char **eq);
 int fc_check_env(const char *cmd, const char *s, const char **eq);
+/* Checks that <id> can be a sandbox id (<cluster>.<pod>, the router's
+ * rule); on error prints a usage error and returns -EINVAL. */
+int fc_check_id(const char *cmd, const char *id);
 /* Adds "K=V" to the JSON object <obj> (borrowed); 0 or -ENOMEM. */
 int fc_obj_set_kv(json_t *obj, const char *kv, const char *eq);
 
@@ -112,6 +118,20 @@ int fc_obj_set_kv(json_t *obj, const char *kv, const char *eq);
  * --workdir D, gathered into the request body. Their option tables carry
  * {"env", 0, 1, FC_OPT_ENV} and {"workdir", 0, 1, FC_OPT_WORKDIR}. */
 enum { FC_OPT_ENV = 900, FC_OPT_WORKDIR };
+
+/* The pod option flags (podargs.h) that create, explain and pools create
+ * share: put FC_POD_OPTS in the option table and pass every option id to
+ * fc_pod_opt(). --secret (FC_OPT_SECRET) is for creates only. */
+enum { FC_OPT_GPUS = 950, FC_OPT_RUNTIME_CLASS, FC_OPT_NODE_SELECTOR, FC_OPT_TOLERATION, FC_OPT_VOLUME,
+       FC_OPT_SECRET };
+#define FC_POD_OPTS                                                                                  \
+  {"gpus", 0, 1, FC_OPT_GPUS}, {"runtime-class", 0, 1, FC_OPT_RUNTIME_CLASS},                       \
+      {"node-selector", 0, 1, FC_OPT_NODE_SELECTOR}, {"toleration", 0, 1, FC_OPT_TOLERATION},        \
+      {"volume", 0, 1, FC_OPT_VOLUME}
+/* Adds option <opt> with <val> to <body> when it is one of the above:
+ * returns 0 (added), -1 (not one of them: nothing done), or an exit
+ * status after printing why (FC_EXIT_USAGE for a bad value). */
+int fc_pod_opt(const char *cmd, int opt, const char *val, json_t *body);
 
 struct fc_run {
   const char *cmd;        /* "exec", "shell": for messages */
@@ -293,6 +313,10 @@ int64_t fc_jint(const json_t *obj, const char *key, int64_t dflt);
 double fc_jnum(const json_t *obj, const char *key, double dflt);
 /* Prints a JSON number compactly ("1", "0.5", "2.25") into <out>. */
 void fc_fmt_num(double v, char *out, size_t outlen);
+/* Prints the pod options (gpus, runtime_class, node_selector, tolerations,
+ * volumes) that the object <obj> has, one "<indent><name>: <compact JSON>"
+ * line each, aligned like print_pool's fields. */
+void fc_print_pod_options(const json_t *obj, const char *indent);
 /* A duration in seconds the way kubectl shows ages: 45s, 2m30s, 15m,
  * 3h5m, 2d3h. Negative durations print as "-". */
 void fc_fmt_duration(int64_t s, char *out, size_t outlen);
@@ -310,5 +334,11 @@ int fc_cmd_cp(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_ps(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_kill(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_shell(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_proc(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_events(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_version(struct fc_ctx *ctx, int argc, char **argv);
+/* `proc attach` (cmd_shell.c: the session of `shell` on a running
+ * process). */
+int fc_proc_attach(struct fc_ctx *ctx, int argc, char **argv);
 
 #endif

@@ -128,3 +128,19 @@ void fc_fmt_duration(int64_t s, char *out, size_t outlen) {
   else
     snprintf(out, outlen, "%" PRId64 "d%" PRId64 "h", s / 86400, (s % 86400) / 3600);
 }
+
+void fc_print_pod_options(const json_t *obj, const char *indent) {
+  static const char *const keys[] = {"gpus", "runtime_class", "node_selector", "tolerations", "volumes"};
+  size_t i;
+
+  for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+    const json_t *v = json_is_object(obj) ? json_object_get(obj, keys[i]) : NULL;
+    char *txt;
+    if (v == NULL || json_is_null(v))
+      continue;
+    txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    printf("%s%s:%*s%s\n", indent, keys[i], (int)(strlen(keys[i]) < 8 ? 8 - strlen(keys[i]) : 1), "",
+           txt != NULL ? txt : "?");
+    free(txt);
+  }
+}

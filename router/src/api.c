@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "fr/adapter.h"
+#include "fr/assert.h"
 #include "fr/buf.h"
 #include "fr/http.h"
 #include "fr/util.h"
@@ -32,7 +33,10 @@ struct api_req *api_req_new(struct router *r, struct fr_http_req *req, const cha
 }
 
 void api_req_unref(struct api_req *q) {
-  if (q != NULL && --q->refs == 0)
+  if (q == NULL)
+    return;
+  FR_ASSERT(q->refs > 0);
+  if (--q->refs == 0)
     free(q);
 }
 
@@ -93,6 +97,7 @@ void api_stream_end(struct api_req *q, int ok) {
 }
 
 void api_defer(struct api_req *q) {
+  FR_ASSERT(!q->deferred); /* one operation answers a request, once */
   q->refs++;
   q->deferred = 1;
   q->r->inflight++;
@@ -345,7 +350,11 @@ json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod) {
   return sb;
 }
 
-const struct fr_pod *api_find_sandbox(struct api_req *q, const char *id, struct fr_adapter **out_a) {
+const struct fr_pod *api_find_sandbox(struct api_req *q, const char *given, struct fr_adapter **out_a) {
+  char canon[320];
+  /* A short id (one DNS label) stands for its <cluster>.<pod>. */
+  const char *id = strchr(given, '.') == NULL && api_canonical_id(q->r, given, canon, sizeof(canon)) == 0 ? canon
+                                                                                                        : given;
   const char *dot = strchr(id, '.');
   char cluster[64], pod_name[200];
   struct fr_adapter *a;
@@ -445,4 +454,42 @@ void api_pool_missing(struct api_req *q, const char *name) {
     }
   snprintf(msg, sizeof(msg), "no pool named \"%.100s\"", name);
   api_fail(q, 404, "pool_not_found", msg, NULL);
+}
+
+const char *api_cluster_code(struct router *r, const char *name) {
+  size_t i, k;
+
+  if (r->cluster_codes == NULL) {
+    r->cluster_codes = calloc(r->nadapters ? r->nadapters : 1, sizeof(*r->cluster_codes));
+    if (r->cluster_codes == NULL)
+      return NULL;
+    for (i = 0; i < r->nadapters; i++) {
+      static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+      const char *n = fr_adapter_name(r->adapters[i]);
+      unsigned char sum[32];
+      char hex[65];
+      fr_sha256_hex(n, strlen(n), hex);
+      for (k = 0; k < 4; k++) {
+        unsigned v = (unsigned)strtoul((char[3]){hex[2 * k], hex[2 * k + 1], 0}, NULL, 16);
+        sum[k] = (unsigned char)v;
+        r->cluster_codes[i][k] = digits[sum[k] % 36];
+      }
+      r->cluster_codes[i][4] = '\0';
+    }
+  }
+  for (i = 0; i < r->nadapters; i++)
+    if (strcmp(fr_adapter_name(r->adapters[i]), name) == 0)
+      return r->cluster_codes[i];
+  return NULL;
+}
+
+const char *api_cluster_of_code(struct router *r, const char *code) {
+  size_t i;
+
+  if (r->nadapters == 0 || api_cluster_code(r, fr_adapter_name(r->adapters[0])) == NULL)
+    return NULL;
+  for (i = 0; i < r->nadapters; i++)
+    if (strcmp(r->cluster_codes[i], code) == 0)
+      return fr_adapter_name(r->adapters[i]);
+  return NULL;
 }

@@ -89,6 +89,19 @@ json_t *api_body_object(struct api_req *q, const char *const *known, size_t flag
  * final), else 404 pool_not_found. */
 void api_pool_missing(struct api_req *q, const char *name);
 
+/* The four characters [a-z0-9] that stand for cluster <name> in short
+ * sandbox ids (ports.c): from the SHA-256 of the name, so every replica
+ * agrees; NULL for a cluster the router does not have. */
+const char *api_cluster_code(struct router *r, const char *name);
+/* The cluster whose code is <code>, or NULL. */
+const char *api_cluster_of_code(struct router *r, const char *code);
+/* <id> ("<cluster>.<pod>", or its short form "<pod'>-<code>") as
+ * "<cluster>.<pod>" into <out>; 0, or -1 when it is neither. */
+int api_canonical_id(struct router *r, const char *id, char *out, size_t cap);
+/* The tenant whose token is the bearer token of <req>, or NULL (no
+ * answer is made). */
+const char *api_tenant_of_bearer(struct router *r, const struct fr_http_req *req);
+
 /* The adapter named <name>, or NULL. */
 struct fr_adapter *api_adapter(struct router *r, const char *name);
 /* A claimed sandbox of <tenant>? Warm pool pods and other tenants' pods are
@@ -144,25 +157,101 @@ void create_sandboxes(struct api_req *q, int explain); /* create.c: POST /v1/san
  * rather than the lifetime asked, so the expiry can later be moved up to
  * that (E2B's setTimeout) while routers enforce the one asked. */
 void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extendable);
-void exec_sandbox(struct api_req *q, const char *id);  /* exec.c: POST /v1/sandboxes/{id}/exec */
-int pools_route(struct api_req *q);                    /* pools.c: 0 when not a /v1/pools path */
-/* data.c: inside a sandbox through its agent. */
+/* stream.c: a streaming exec (exec.c validated it and admitted it against
+ * the tenant's max_concurrent_execs; the stream counts itself in the
+ * tenant's execs while it runs). */
 struct fr_exec_spec;
 void data_exec_stream(struct api_req *q, struct fr_adapter *a, const char *id, const struct fr_exec_spec *spec);
-/* /v1/sandboxes/{id}/processes[/...] and /files: 0 when <rest> is not one. */
-int data_route(struct api_req *q, const char *id, const char *rest);
-/* Requests whose body the router streams instead of buffering (uploads). */
-int data_streams_body(const struct fr_http_req *req);
-/* The request <q> as it came (method, body, the header lines <headers>
- * as fr_agent_call_opts takes them) to <agent_path> (path and query) of
- * the agent of sandbox <id>, and the agent's answer back as it is
- * (status, type, body), streamed both ways with backpressure; a streamed
- * body is bounded by the tenant's max_file_bytes. */
+/* files.c: the request <q> as it came (method, body, the header lines
+ * <headers> as fr_agent_call_opts takes them) to <agent_path> (an agent
+ * route and query) of the agent of sandbox <id>, and the agent's answer
+ * back as it is (status, type, body), streamed both ways with
+ * backpressure; a streamed body is bounded by the tenant's max_file_bytes. */
 void data_proxy(struct api_req *q, struct fr_adapter *a, const char *id, const char *agent_path,
                 const char *headers);
+/* files.c: the request <q> as it came to port <port> of sandbox <id>
+ * (<path_query>: what its server gets, checked as fr/urlsafe.h says;
+ * <headers>: the request headers to pass, '\n'-separated), and the
+ * server's answer back as it is: status, headers (not hop-by-hop), body,
+ * streamed both ways with backpressure. Nothing listening: 502
+ * port_not_open. <done>(<done_arg>) runs exactly once when the call is
+ * over, also when it could not start (the request is answered then). */
+void data_proxy_port(struct api_req *q, struct fr_adapter *a, const char *id, int port, const char *path_query,
+                     const char *headers, void (*done)(void *arg), void *done_arg);
 
-/* e2b.c: the E2B-compatible endpoint under /e2b (docs/e2b.md). */
-void e2b_handle(struct api_req *q);
-int e2b_streams_body(const struct fr_http_req *req);
+/* The route handlers of routes.c's table, by file. Each gets the parsed
+ * path parameters (routes.h) and answers now or later. */
+struct route_params;
+struct route;
+/* router.c */
+void router_get_healthz(struct api_req *q, const struct route_params *p);
+void router_get_readyz(struct api_req *q, const struct route_params *p);
+void router_get_metrics(struct api_req *q, const struct route_params *p);
+void router_get_dashboard(struct api_req *q, const struct route_params *p);
+void router_get_clusters(struct api_req *q, const struct route_params *p);
+void router_get_events(struct api_req *q, const struct route_params *p);
+void router_get_policy(struct api_req *q, const struct route_params *p);
+/* sandboxes.c */
+void sandboxes_explain(struct api_req *q, const struct route_params *p);
+void sandboxes_create(struct api_req *q, const struct route_params *p);
+void sandboxes_list(struct api_req *q, const struct route_params *p);
+void sandboxes_terminate_many(struct api_req *q, const struct route_params *p);
+void sandboxes_get(struct api_req *q, const struct route_params *p);
+void sandboxes_terminate(struct api_req *q, const struct route_params *p);
+/* exec.c */
+void exec_sandbox(struct api_req *q, const struct route_params *p);
+/* procs.c, stream.c */
+void procs_start(struct api_req *q, const struct route_params *p);
+void procs_list(struct api_req *q, const struct route_params *p);
+void procs_output(struct api_req *q, const struct route_params *p);
+void procs_stdin(struct api_req *q, const struct route_params *p);
+void procs_signal(struct api_req *q, const struct route_params *p);
+void procs_resize(struct api_req *q, const struct route_params *p);
+/* files.c */
+void files_get(struct api_req *q, const struct route_params *p);
+void files_put(struct api_req *q, const struct route_params *p);
+void files_delete(struct api_req *q, const struct route_params *p);
+/* ports.c: a sandbox's own ports (preview URLs). */
+void ports_path(struct api_req *q, const struct route_params *p);
+/* Host: <port>-<short id>.<ports.domain>: 1 when the request is for a
+ * sandbox's port (answered now or later), 0 when it is not (nothing
+ * answered). */
+int ports_host(struct api_req *q);
+/* E2B's call to <port> (not envd's) of sandbox <id> (canonical; <a>,
+ * <pod> found, its access token checked). */
+void ports_e2b(struct api_req *q, struct fr_adapter *a, const struct fr_pod *pod, const char *id, int port);
+/* The short id of <pod> of <cluster> (one DNS label of at most 57
+ * characters) into <out>; 0, or -1 when it has none. */
+int ports_short_id(struct router *r, const char *cluster, const char *pod, char *out, size_t cap);
+/* The sandbox's traffic token (64 hex + NUL) for id <id> (canonical):
+ * what E2B calls trafficAccessToken; -1 without an agent key. */
+int ports_traffic_token(const struct router *r, const char *id, char out[65]);
+/* pools.c */
+void pools_create(struct api_req *q, const struct route_params *p);
+void pools_list(struct api_req *q, const struct route_params *p);
+void pools_get(struct api_req *q, const struct route_params *p);
+void pools_patch(struct api_req *q, const struct route_params *p);
+void pools_delete(struct api_req *q, const struct route_params *p);
+/* e2b.c: the E2B-compatible endpoint under /e2b (docs/e2b.md). e2b_begin
+ * runs before any of its handlers: its answer shapes, X-API-Key, and for
+ * calls into a sandbox (E2b-Sandbox-Id) the split from the control API;
+ * 0, or -1 after answering. */
+int e2b_begin(struct api_req *q, const struct route *r);
+void e2b_create(struct api_req *q, const struct route_params *p);
+void e2b_list(struct api_req *q, const struct route_params *p);
+void e2b_get(struct api_req *q, const struct route_params *p);
+void e2b_kill(struct api_req *q, const struct route_params *p);
+void e2b_timeout(struct api_req *q, const struct route_params *p);
+void e2b_connect(struct api_req *q, const struct route_params *p);
+void e2b_no_pause(struct api_req *q, const struct route_params *p);
+void e2b_no_snapshots(struct api_req *q, const struct route_params *p);
+void e2b_no_templates(struct api_req *q, const struct route_params *p);
+void e2b_no_volumes(struct api_req *q, const struct route_params *p);
+void e2b_unsupported(struct api_req *q, const struct route_params *p);
+void e2b_relay_process(struct api_req *q, const struct route_params *p);
+void e2b_relay_filesystem(struct api_req *q, const struct route_params *p);
+void e2b_relay_files(struct api_req *q, const struct route_params *p);
+void e2b_relay_health(struct api_req *q, const struct route_params *p);
+void e2b_relay_envs(struct api_req *q, const struct route_params *p);
 
 #endif

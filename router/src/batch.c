@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fr/assert.h"
 #include "fr/log.h"
 #include "fr/util.h"
 #include "batch.h"
@@ -16,9 +17,28 @@ const char *batch_state_name(enum batch_state s) {
   return state_names[s];
 }
 
+/* The transitions of the diagram in batch.h; anything else is a bug. */
+static int transition_ok(enum batch_state from, enum batch_state to) {
+  switch (from) {
+  case BATCH_PLANNED:
+    return to == BATCH_RUNNING || to == BATCH_ROLLING_BACK;
+  case BATCH_RUNNING:
+    return to == BATCH_COMMITTING || to == BATCH_ROLLING_BACK;
+  case BATCH_COMMITTING:
+    return to == BATCH_COMMITTED || to == BATCH_RUNNING || to == BATCH_ROLLING_BACK;
+  case BATCH_ROLLING_BACK:
+    return to == BATCH_ROLLED_BACK;
+  case BATCH_COMMITTED:
+  case BATCH_ROLLED_BACK:
+    return 0; /* final */
+  }
+  return 0;
+}
+
 static void batch_set_state(struct batch *b, enum batch_state s) {
   FR_DEBUG("batch", "%s %s (%s): %s -> %s", b->name, b->id, b->spec.request_id ? b->spec.request_id : "-",
            state_names[b->state], state_names[s]);
+  FR_ASSERT(transition_ok(b->state, s));
   b->state = s;
 }
 

@@ -35,6 +35,7 @@
 #include "fr/util.h"
 #include "api.h"
 #include "router.h"
+#include "routes.h"
 
 /* The envd version the control API reports for every sandbox: the one
  * fedrouter-agent implements (agent/README.md "Which envd version we
@@ -51,26 +52,34 @@ enum { K_PLAIN, K_CREATE };
 /* ---------------------------------------------------------------------- */
 /* answers                                                                 */
 
-static int split_id(const char *id, char *cluster, size_t ccap, const char **pod) {
-  const char *dot = strchr(id, '.');
+/* <id> (either form, api_canonical_id) as "<cluster>.<pod>" into <canon>,
+ * split: <cluster> copied, *<pod> into <canon>. 0 or -1. */
+static int split_id(struct router *r, const char *id, char *canon, size_t canon_cap, char *cluster, size_t ccap,
+                    const char **pod) {
+  const char *dot;
 
-  if (dot == NULL || dot == id || (size_t)(dot - id) >= ccap)
+  if (api_canonical_id(r, id, canon, canon_cap) != 0 || (dot = strchr(canon, '.')) == NULL || dot == canon ||
+      (size_t)(dot - canon) >= ccap)
     return -1;
-  memcpy(cluster, id, (size_t)(dot - id));
-  cluster[dot - id] = '\0';
+  memcpy(cluster, canon, (size_t)(dot - canon));
+  cluster[dot - canon] = '\0';
   *pod = dot + 1;
   return 0;
 }
 
 /* A sandbox as E2B's API shows it (ListedSandbox; <detail> adds what
- * SandboxDetail and Sandbox carry: the envd access token). */
-static json_t *sandbox_json(struct fr_adapter *a, const struct fr_pod *pod, int detail) {
-  char id[256], token[65];
+ * SandboxDetail and Sandbox carry: the envd access token, the traffic
+ * token and the domain of its preview URLs). Its id is the short one
+ * (one DNS label: <port>-<id>.<domain> is a host name) when it has one. */
+static json_t *sandbox_json(struct router *r, struct fr_adapter *a, const struct fr_pod *pod, int detail) {
+  char id[320], canon[320], token[65];
   int64_t started = pod->created_s >= 0 ? pod->created_s : pod->creation_s;
   int64_t cpus = (pod->cpu_m + 999) / 1000;
   json_t *j;
 
-  snprintf(id, sizeof(id), "%s.%s", fr_adapter_name(a), pod->name);
+  snprintf(canon, sizeof(canon), "%s.%s", fr_adapter_name(a), pod->name);
+  if (ports_short_id(r, fr_adapter_name(a), pod->name, id, sizeof(id)) != 0)
+    snprintf(id, sizeof(id), "%s", canon);
   j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:i,s:o,s:s,s:[]}", "templateID",
                 pod->pool ? pod->pool : "", "alias", pod->pool ? pod->pool : "", "sandboxID", id, "clientID",
                 fr_adapter_name(a), "envdVersion", ENVD_VERSION, "startedAt", api_time_json(started), "endAt",
@@ -80,7 +89,9 @@ static json_t *sandbox_json(struct fr_adapter *a, const struct fr_pod *pod, int 
   if (j != NULL && detail) {
     if (fr_adapter_agent_token(a, pod->name, token) == 0)
       json_object_set_new(j, "envdAccessToken", json_string(token));
-    json_object_set_new(j, "domain", json_null());
+    if (ports_traffic_token(r, canon, token) == 0)
+      json_object_set_new(j, "trafficAccessToken", json_string(token));
+    json_object_set_new(j, "domain", r->cfg->ports_domain != NULL ? json_string(r->cfg->ports_domain) : json_null());
   }
   return j;
 }
@@ -88,15 +99,15 @@ static json_t *sandbox_json(struct fr_adapter *a, const struct fr_pod *pod, int 
 /* The create's v1 answer {"sandboxes":[{"id":...}]} as E2B's Sandbox. */
 static json_t *created_json(struct api_req *q, json_t *body) {
   const char *id = json_string_value(json_object_get(json_array_get(json_object_get(body, "sandboxes"), 0), "id"));
-  char cluster[64];
+  char cluster[64], canon[320];
   const char *pod;
   struct fr_adapter *a;
   const struct fr_pod *p;
 
-  if (id == NULL || split_id(id, cluster, sizeof(cluster), &pod) != 0 || (a = api_adapter(q->r, cluster)) == NULL ||
-      (p = fr_adapter_pod(a, pod)) == NULL)
+  if (id == NULL || split_id(q->r, id, canon, sizeof(canon), cluster, sizeof(cluster), &pod) != 0 ||
+      (a = api_adapter(q->r, cluster)) == NULL || (p = fr_adapter_pod(a, pod)) == NULL)
     return NULL;
-  return sandbox_json(a, p, 1);
+  return sandbox_json(q->r, a, p, 1);
 }
 
 /* shape_cb: every answer of /e2b in the SDK's shapes. */
@@ -184,6 +195,13 @@ static void create(struct api_req *q) {
     unsupported(q, "pausing sandboxes (autoPause)");
     return;
   }
+  /* The template names the config maps to pools (the SDKs' defaults:
+   * "base", "code-interpreter-v1"); any other name is a pool's. */
+  for (i = 0; i < q->r->cfg->ne2b_templates; i++)
+    if (strcmp(q->r->cfg->e2b_templates[i].name, tmpl) == 0) {
+      tmpl = q->r->cfg->e2b_templates[i].pool;
+      break;
+    }
   /* The v1 create of one sandbox from pool <templateID>: the same checks,
    * tenant limits, policy, region (X-Client-Region) and spillover. */
   v1 = json_pack("{s:s,s:s}", "name", "e2b", "pool", tmpl);
@@ -192,6 +210,11 @@ static void create(struct api_req *q) {
     api_oom(q);
     return;
   }
+  /* Private by default: with allowPublicTraffic its preview URLs need no
+   * traffic token. */
+  v = json_object_get(json_object_get(b, "network"), "allowPublicTraffic");
+  if (json_is_true(v))
+    json_object_set_new(v1, "public_ports", json_string("*"));
   if ((v = json_object_get(b, "metadata")) != NULL && !json_is_null(v))
     json_object_set(v1, "labels", v);
   if ((v = json_object_get(b, "envVars")) != NULL && !json_is_null(v))
@@ -219,7 +242,7 @@ static void op_done(int status, const char *message, void *arg) {
   struct op *o = arg;
   struct api_req *q = o->q;
   struct fr_adapter *a;
-  char cluster[64];
+  char cluster[64], canon[320];
   const char *pod;
   const struct fr_pod *p;
 
@@ -232,9 +255,10 @@ static void op_done(int status, const char *message, void *arg) {
              msg, status == 0 ? "Retry-After: 5\r\n" : NULL);
   } else if (!o->answer_sandbox) {
     api_reply(q, 204, NULL, NULL);
-  } else if (split_id(o->id, cluster, sizeof(cluster), &pod) == 0 && (a = api_adapter(q->r, cluster)) != NULL &&
+  } else if (split_id(q->r, o->id, canon, sizeof(canon), cluster, sizeof(cluster), &pod) == 0 &&
+             (a = api_adapter(q->r, cluster)) != NULL &&
              (p = fr_adapter_pod(a, pod)) != NULL) {
-    json_t *j = sandbox_json(a, p, 1);
+    json_t *j = sandbox_json(q->r, a, p, 1);
     if (j != NULL && o->expires > 0)
       json_object_set_new(j, "endAt", api_time_json(o->expires));
     api_reply(q, 200, j, NULL);
@@ -285,7 +309,7 @@ static void set_timeout(struct api_req *q, const char *id, int connect) {
     return;
   /* E2B's connect only ever lengthens a running sandbox's life. */
   if (t == 0 || (connect && pod->expires_s >= fr_wall_ms() / 1000 + t)) {
-    api_reply(q, 200, sandbox_json(a, pod, 1), NULL);
+    api_reply(q, 200, sandbox_json(q->r, a, pod, 1), NULL);
     return;
   }
   if ((o = calloc(1, sizeof(*o))) == NULL) {
@@ -464,7 +488,7 @@ static void list(struct api_req *q) {
       start++;
   arr = json_array();
   for (i = start; i < n && i < start + (size_t)limit; i++)
-    json_array_append_new(arr, sandbox_json(all[i].a, all[i].pod, 0));
+    json_array_append_new(arr, sandbox_json(q->r, all[i].a, all[i].pod, 0));
   hdr[0] = '\0';
   if (i < n)
     snprintf(hdr, sizeof(hdr), "X-Next-Token: %s\r\n", all[i - 1].id);
@@ -517,24 +541,69 @@ static int relay_param(const char *key, const char *value, void *arg) {
   return fr_url_query_escape(rq->out, rq->cap, &rq->at, value);
 }
 
-static void in_sandbox(struct api_req *q, const char *id, const char *tenant) {
+/* The sandbox <id> (either form) whose access token is <token>, of
+ * <tenant> when it is not NULL: found, reachable, its tenant's request
+ * admitted; <canon> gets its "<cluster>.<pod>" id. 0, or -1 after
+ * answering: a token that is not this sandbox's is answered like an id
+ * that does not exist, so nothing tells a guesser which ids are real. */
+static int by_token(struct api_req *q, const char *id, const char *tenant, const char *token, char *canon,
+                    size_t canon_cap, char *cluster, size_t ccap, struct fr_adapter **a, const struct fr_pod **p) {
+  const char *pod;
+  char msg[300];
+
+  if (token == NULL || *token == '\0') {
+    api_fail(q, 401, "unauthorized", "missing X-Access-Token (the sandbox's envdAccessToken)", NULL);
+    return -1;
+  }
+  if (split_id(q->r, id, canon, canon_cap, cluster, ccap, &pod) != 0 || (*a = api_adapter(q->r, cluster)) == NULL ||
+      !fr_adapter_agent_token_ok(*a, pod, token) || (*p = fr_adapter_pod(*a, pod)) == NULL || (*p)->tenant == NULL ||
+      (tenant != NULL && strcmp(tenant, (*p)->tenant) != 0)) {
+    snprintf(msg, sizeof(msg), "no sandbox %.200s for this access token", id);
+    api_fail(q, 404, "sandbox_not_found", msg, NULL);
+    return -1;
+  }
+  snprintf(q->tenant, sizeof(q->tenant), "%s", (*p)->tenant);
+  q->ts = router_tenant(q->r, q->tenant);
+  router_note(q->req, "tenant", q->tenant);
+  if ((*p = api_find_reachable_sandbox(q, canon, a)) == NULL || !admitted(q))
+    return -1;
+  return 0;
+}
+
+/* E2B's call to a port of the sandbox other than envd's (E2b-Sandbox-Port:
+ * the Code Interpreter's 49999, a user's server): the request as it came,
+ * path and all, to that port (ports.c). */
+static void port_relay(struct api_req *q, const char *id, const char *tenant, const char *port_text) {
+  const char *token = fr_http_req_header(q->req, "X-Access-Token");
+  char cluster[64], canon[320];
+  struct fr_adapter *a;
+  const struct fr_pod *p;
+  int64_t port;
+
+  if (fr_parse_int64(port_text, 1, 65535, &port) != 0) {
+    api_fail(q, 400, "invalid_port", "E2b-Sandbox-Port must be a port number from 1 to 65535", NULL);
+    return;
+  }
+  if (by_token(q, id, tenant, token, canon, sizeof(canon), cluster, sizeof(cluster), &a, &p) != 0)
+    return;
+  ports_e2b(q, a, p, canon, (int)port);
+}
+
+/* A call into sandbox <id> (E2b-Sandbox-Id) for agent route <path>
+ * ("/process.Process/Start", "/files", ...), by <tenant> (NULL: X-API-Key
+ * absent; the access token alone proves it). */
+static void in_sandbox(struct api_req *q, const char *id, const char *tenant, const char *path) {
   static const char *const pass[] = {"Connect-Protocol-Version", "Connect-Timeout-Ms", "Keepalive-Ping-Interval",
                                      "Accept", NULL};
   const char *token = fr_http_req_header(q->req, "X-Access-Token");
   const char *port = fr_http_req_header(q->req, "E2b-Sandbox-Port");
-  const char *path = q->req->path + 4, *pod;
   struct fr_adapter *a;
   const struct fr_pod *p;
-  char cluster[64], msg[400];
+  char cluster[64], canon[320], msg[400];
   struct fr_buf h;
   size_t i;
 
-  /* The SDK names envd's port; any other port is a user's service in the
-   * sandbox, which this endpoint does not reach. */
-  if (port != NULL && strcmp(port, ENVD_PORT) != 0) {
-    unsupported(q, "reaching other ports of a sandbox (E2b-Sandbox-Port)");
-    return;
-  }
+  (void)port; /* another port than envd's went to e2b_port_relay() */
   if (!agent_path_ok(path)) {
     snprintf(msg, sizeof(msg), "inside a sandbox, %.200s", path);
     unsupported(q, msg);
@@ -544,24 +613,9 @@ static void in_sandbox(struct api_req *q, const char *id, const char *tenant) {
     api_fail(q, 405, "method_not_allowed", "that method is not allowed on this sandbox route", NULL);
     return;
   }
-  if (token == NULL || *token == '\0') {
-    api_fail(q, 401, "unauthorized", "missing X-Access-Token (the sandbox's envdAccessToken)", NULL);
+  if (by_token(q, id, tenant, token, canon, sizeof(canon), cluster, sizeof(cluster), &a, &p) != 0)
     return;
-  }
-  /* A token that is not this sandbox's is answered like an id that does
-   * not exist: nothing tells a guesser which ids are real. */
-  if (split_id(id, cluster, sizeof(cluster), &pod) != 0 || (a = api_adapter(q->r, cluster)) == NULL ||
-      !fr_adapter_agent_token_ok(a, pod, token) || (p = fr_adapter_pod(a, pod)) == NULL || p->tenant == NULL ||
-      (tenant != NULL && strcmp(tenant, p->tenant) != 0)) {
-    snprintf(msg, sizeof(msg), "no sandbox %.200s for this access token", id);
-    api_fail(q, 404, "sandbox_not_found", msg, NULL);
-    return;
-  }
-  snprintf(q->tenant, sizeof(q->tenant), "%s", p->tenant);
-  q->ts = router_tenant(q->r, q->tenant);
-  router_note(q->req, "tenant", q->tenant);
-  if (api_find_reachable_sandbox(q, id, &a) == NULL || !admitted(q))
-    return;
+  id = canon;
   fr_buf_init(&h);
   for (i = 0; pass[i] != NULL; i++) {
     const char *v = fr_http_req_header(q->req, pass[i]);
@@ -628,92 +682,130 @@ static int authenticate(struct api_req *q, const char **tenant) {
   return 0;
 }
 
-/* After /e2b/sandboxes/ or /e2b/v2/sandboxes/: {id}[/what]. */
-static void sandbox_route(struct api_req *q, const char *rest, int v2) {
-  const char *slash = strchr(rest, '/'), *m = q->req->method;
-  char id[256];
-  size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
+/* ---------------------------------------------------------------------- */
+/* route handlers (routes.c)                                               */
 
-  if (n == 0 || n >= sizeof(id)) {
-    api_fail(q, 404, "sandbox_not_found", "no such sandbox", NULL);
-    return;
-  }
-  memcpy(id, rest, n);
-  id[n] = '\0';
-  if (slash == NULL && !v2 && strcmp(m, "GET") == 0) {
-    struct fr_adapter *a;
-    const struct fr_pod *pod = find(q, id, &a);
-    if (pod != NULL)
-      api_reply(q, 200, sandbox_json(a, pod, 1), NULL);
-  } else if (slash == NULL && !v2 && strcmp(m, "DELETE") == 0) {
-    kill_sandbox(q, id);
-  } else if (slash != NULL && strcmp(slash, "/timeout") == 0 && strcmp(m, "POST") == 0) {
-    set_timeout(q, id, 0);
-  } else if (slash != NULL && strcmp(slash, "/connect") == 0 && strcmp(m, "POST") == 0) {
-    set_timeout(q, id, 1);
-  } else if (slash != NULL && (strcmp(slash, "/pause") == 0 || strcmp(slash, "/resume") == 0)) {
-    unsupported(q, "pausing and resuming sandboxes");
-  } else if (slash != NULL && strcmp(slash, "/snapshots") == 0) {
-    unsupported(q, "snapshots");
-  } else {
-    char what[300];
-    snprintf(what, sizeof(what), "%s %.200s", m, q->req->path + 4);
-    unsupported(q, what);
-  }
-}
-
-void e2b_handle(struct api_req *q) {
-  const char *p = q->req->path + 4, *m = q->req->method, *sid = fr_http_req_header(q->req, "E2b-Sandbox-Id");
-  const char *tenant;
+int e2b_begin(struct api_req *q, const struct route *r) {
+  const char *sid = fr_http_req_header(q->req, "E2b-Sandbox-Id"), *tenant;
+  char what[300];
 
   q->shape_cb = shape;
   if (authenticate(q, &tenant) != 0)
-    return;
+    return -1;
   if (sid != NULL) {
-    in_sandbox(q, sid, tenant);
-    return;
+    const char *port = fr_http_req_header(q->req, "E2b-Sandbox-Port");
+    if (port != NULL && strcmp(port, ENVD_PORT) != 0) {
+      port_relay(q, sid, tenant, port);
+      return -1; /* answered, now or later */
+    }
+    /* A call into a sandbox: its access token decides (in_sandbox). */
+    if (!(r->flags & RF_E2B_SANDBOX)) {
+      snprintf(what, sizeof(what), "inside a sandbox, %.200s", q->req->path + 4);
+      unsupported(q, what);
+      return -1;
+    }
+    snprintf(q->tenant, sizeof(q->tenant), "%s", tenant != NULL ? tenant : "");
+    return 0;
   }
-  if (agent_path_ok(p)) {
+  if (r->flags & RF_E2B_SANDBOX) {
     api_fail(q, 400, "sandbox_id_required",
              "calls into a sandbox need the E2b-Sandbox-Id header (pre-signed file URLs are not supported)", NULL);
-    return;
+    return -1;
   }
   if (tenant == NULL) {
     api_fail(q, 401, "unauthorized", "missing X-API-Key: set E2B_API_KEY to a fedrouter tenant token", NULL);
-    return;
+    return -1;
   }
   snprintf(q->tenant, sizeof(q->tenant), "%s", tenant);
   q->ts = router_tenant(q->r, tenant);
   router_note(q->req, "tenant", tenant);
-  if (!admitted(q)) {
-    /* answered */
-  } else if (strcmp(p, "/v2/sandboxes") == 0 || strcmp(p, "/sandboxes") == 0) {
-    if (strcmp(m, "POST") == 0)
-      create(q);
-    else if (strcmp(m, "GET") == 0)
-      list(q);
-    else
-      api_fail(q, 405, "method_not_allowed", "use GET or POST", "Allow: GET, POST\r\n");
-  } else if (strncmp(p, "/sandboxes/", 11) == 0) {
-    sandbox_route(q, p + 11, 0);
-  } else if (strncmp(p, "/v2/sandboxes/", 14) == 0) {
-    sandbox_route(q, p + 14, 1);
-  } else if (strncmp(p, "/templates", 10) == 0 || strncmp(p, "/v2/templates", 13) == 0 ||
-             strncmp(p, "/v3/templates", 13) == 0) {
-    unsupported(q, "templates (use fedrouter pools: POST /v1/pools)");
-  } else if (strncmp(p, "/snapshots", 10) == 0) {
-    unsupported(q, "snapshots");
-  } else if (strncmp(p, "/volumes", 8) == 0) {
-    unsupported(q, "volumes");
-  } else {
-    char what[300];
-    snprintf(what, sizeof(what), "%s %.200s", m, p);
-    unsupported(q, what);
-  }
+  return admitted(q) ? 0 : -1;
 }
 
-int e2b_streams_body(const struct fr_http_req *req) {
-  return strcmp(req->path, "/e2b/files") == 0 &&
-         (strcmp(req->method, "POST") == 0 || strcmp(req->method, "PUT") == 0) &&
-         fr_http_req_header(req, "E2b-Sandbox-Id") != NULL;
+void e2b_create(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  create(q);
+}
+
+void e2b_list(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  list(q);
+}
+
+void e2b_get(struct api_req *q, const struct route_params *p) {
+  struct fr_adapter *a;
+  const struct fr_pod *pod = find(q, p->id, &a);
+
+  if (pod != NULL)
+    api_reply(q, 200, sandbox_json(q->r, a, pod, 1), NULL);
+}
+
+void e2b_kill(struct api_req *q, const struct route_params *p) {
+  kill_sandbox(q, p->id);
+}
+
+void e2b_timeout(struct api_req *q, const struct route_params *p) {
+  set_timeout(q, p->id, 0);
+}
+
+void e2b_connect(struct api_req *q, const struct route_params *p) {
+  set_timeout(q, p->id, 1);
+}
+
+void e2b_no_pause(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  unsupported(q, "pausing and resuming sandboxes");
+}
+
+void e2b_no_snapshots(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  unsupported(q, "snapshots");
+}
+
+void e2b_no_templates(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  unsupported(q, "templates (use fedrouter pools: POST /v1/pools)");
+}
+
+void e2b_no_volumes(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  unsupported(q, "volumes");
+}
+
+void e2b_unsupported(struct api_req *q, const struct route_params *p) {
+  char what[300];
+
+  snprintf(what, sizeof(what), "%s /%.200s", q->req->method, p->tail != NULL ? p->tail : "");
+  unsupported(q, what);
+}
+
+/* The relays: the agent route from the row and its parameters. */
+static void relay(struct api_req *q, const char *svc, const char *rpc) {
+  char path[160];
+
+  snprintf(path, sizeof(path), "/%s%s%.100s", svc, rpc != NULL ? "/" : "", rpc != NULL ? rpc : "");
+  in_sandbox(q, fr_http_req_header(q->req, "E2b-Sandbox-Id"), q->tenant[0] != '\0' ? q->tenant : NULL, path);
+}
+
+void e2b_relay_process(struct api_req *q, const struct route_params *p) {
+  relay(q, "process.Process", p->rpc);
+}
+
+void e2b_relay_filesystem(struct api_req *q, const struct route_params *p) {
+  relay(q, "filesystem.Filesystem", p->rpc);
+}
+
+void e2b_relay_files(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  relay(q, "files", NULL);
+}
+
+void e2b_relay_health(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  relay(q, "health", NULL);
+}
+
+void e2b_relay_envs(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  relay(q, "envs", NULL);
 }

@@ -21,6 +21,7 @@
 #include "api.h"
 #include "metrics.h"
 #include "router.h"
+#include "routes.h"
 
 struct exec_call {
   struct api_req *q;
@@ -428,7 +429,8 @@ int api_body_env_workdir(struct api_req *q, json_t *j, json_t **env_out, const c
   return 0;
 }
 
-void exec_sandbox(struct api_req *q, const char *id) {
+void exec_sandbox(struct api_req *q, const struct route_params *p) {
+  const char *id = p->id;
   static const char *const known[] = {"argv",      "stdin", "env", "workdir", "timeout_s", "max_output_bytes",
                                       "stream", NULL};
   const struct fr_config *cfg = q->r->cfg;
@@ -482,16 +484,6 @@ void exec_sandbox(struct api_req *q, const char *id) {
     api_reply(q, 429, api_limit_body(msg, "max_concurrent_execs"), "Retry-After: 1\r\n");
     goto out;
   }
-  x = calloc(1, sizeof(*x));
-  if (x == NULL) {
-    api_oom(q);
-    goto out;
-  }
-  x->q = q;
-  x->a = a;
-  x->ts = q->ts;
-  if (x->ts != NULL)
-    x->ts->execs++;
   memset(&spec, 0, sizeof(spec));
   spec.argv = argv;
   spec.env = env;
@@ -505,14 +497,20 @@ void exec_sandbox(struct api_req *q, const char *id) {
   spec.budget = &q->r->exec_budget;
   spec.request_id = q->rid;
   if (json_is_true(json_object_get(j, "stream"))) {
-    x->ts = NULL;   /* the stream counts itself */
-    exec_call_free(x);
-    x = NULL;
-    if (q->ts != NULL)
-      q->ts->execs--;
+    /* Admitted above, once; the stream counts itself while it runs. */
     data_exec_stream(q, a, id, &spec);
     goto out;
   }
+  x = calloc(1, sizeof(*x));
+  if (x == NULL) {
+    api_oom(q);
+    goto out;
+  }
+  x->q = q;
+  x->a = a;
+  x->ts = q->ts;
+  if (x->ts != NULL)
+    x->ts->execs++;
   /* Deferred first: the answer on a failure to start is the finish too. */
   api_defer(q);
   rc = fr_adapter_exec(a, strchr(id, '.') + 1, &spec, on_exec, x);

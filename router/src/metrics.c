@@ -145,32 +145,6 @@ void metrics_label(struct fr_buf *b, const char *name, const char *value) {
   fr_buf_putc(b, '"');
 }
 
-const char *metrics_route(const char *path) {
-  static const char *const exact[] = {"/v1/sandboxes", "/v1/pools", "/v1/clusters", "/v1/policy",
-                                      "/v1/placement/explain", "/v1/events", "/healthz", "/readyz",
-                                      "/metrics", "/dashboard", NULL};
-  size_t i, n;
-
-  if (path == NULL)
-    return "unparsed";
-  for (i = 0; exact[i] != NULL; i++)
-    if (strcmp(path, exact[i]) == 0)
-      return exact[i];
-  if (strncmp(path, "/v1/sandboxes/", 14) == 0) {
-    n = strlen(path);
-    return n > 19 && strcmp(path + n - 5, "/exec") == 0 ? "/v1/sandboxes/{id}/exec" : "/v1/sandboxes/{id}";
-  }
-  if (strncmp(path, "/v1/pools/", 10) == 0)
-    return "/v1/pools/{name}";
-  /* The E2B endpoint: calls relayed into sandboxes, and its control API. */
-  if (strncmp(path, "/e2b/process.", 13) == 0 || strncmp(path, "/e2b/filesystem.", 16) == 0 ||
-      strcmp(path, "/e2b/files") == 0 || strcmp(path, "/e2b/health") == 0)
-    return "/e2b/{envd}";
-  if (strncmp(path, "/e2b/", 5) == 0)
-    return "/e2b/{api}";
-  return "other";
-}
-
 /* ---------------------------------------------------------------------- */
 /* rendering                                                               */
 

@@ -33,7 +33,5 @@ void metrics_label(struct fr_buf *b, const char *name, const char *value);
  * business; shared pools are always there. 0 or -ENOMEM. */
 int metrics_render(struct router *r, struct fr_buf *out, int all_pools);
 
-/* The route template of <path> for labels ("/v1/sandboxes/{id}/exec"). */
-const char *metrics_route(const char *path);
 
 #endif

@@ -23,6 +23,7 @@
 #include "fr/http.h"
 #include "api.h"
 #include "router.h"
+#include "routes.h"
 
 #define MAX_POOL_REPLICAS 100000
 
@@ -408,36 +409,32 @@ static void list_pools(struct api_req *q) {
   api_reply(q, 200, json_pack("{s:o}", "pools", arr), NULL);
 }
 
-int pools_route(struct api_req *q) {
-  struct fr_http_req *req = q->req;
-  const char *p = req->path;
+/* ---------------------------------------------------------------------- */
+/* route handlers (routes.c)                                               */
 
-  if (strcmp(p, "/v1/pools") == 0) {
-    if (strcmp(req->method, "POST") == 0)
-      create_pool(q);
-    else if (strcmp(req->method, "GET") == 0)
-      list_pools(q);
-    else
-      api_fail(q, 405, "method_not_allowed", "method not allowed here", "Allow: GET, POST\r\n");
-    return 1;
-  }
-  if (strncmp(p, "/v1/pools/", 10) != 0)
-    return 0;
-  p += 10;
-  if (*p == '\0' || strchr(p, '/') != NULL) {
-    api_fail(q, 404, "not_found", "no such endpoint", NULL);
-  } else if (strcmp(req->method, "GET") == 0) {
-    json_t *pj = pool_json(q, p);
-    if (pj != NULL)
-      api_reply(q, 200, pj, NULL);
-    else
-      api_pool_missing(q, p);
-  } else if (strcmp(req->method, "PATCH") == 0) {
-    change_pool(q, p, 0);
-  } else if (strcmp(req->method, "DELETE") == 0) {
-    change_pool(q, p, 1);
-  } else {
-    api_fail(q, 405, "method_not_allowed", "method not allowed here", "Allow: GET, PATCH, DELETE\r\n");
-  }
-  return 1;
+void pools_create(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  create_pool(q);
+}
+
+void pools_list(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  list_pools(q);
+}
+
+void pools_get(struct api_req *q, const struct route_params *p) {
+  json_t *pj = pool_json(q, p->name);
+
+  if (pj != NULL)
+    api_reply(q, 200, pj, NULL);
+  else
+    api_pool_missing(q, p->name);
+}
+
+void pools_patch(struct api_req *q, const struct route_params *p) {
+  change_pool(q, p->name, 0);
+}
+
+void pools_delete(struct api_req *q, const struct route_params *p) {
+  change_pool(q, p->name, 1);
 }

@@ -26,6 +26,7 @@
 #include "dashboard.h"
 #include "metrics.h"
 #include "router.h"
+#include "routes.h"
 
 /* ---------------------------------------------------------------------- */
 /* responses                                                               */
@@ -81,7 +82,7 @@ void router_cluster_cost(struct router *r, size_t i, const struct fr_adapter_vie
 
 void router_request_done(const struct fr_http_req *req, int status, size_t bytes, uint64_t ms, void *arg) {
   struct router *r = arg;
-  const char *route = metrics_route(req->path);
+  const char *route = route_label(req->method, req->path);
   struct fr_buf l, line;
   char st[8], ts[32];
   int64_t now = fr_wall_ms();
@@ -176,6 +177,16 @@ static int metrics_allowed(struct router *r, struct fr_http_req *req) {
     return 0;
   fr_sha256_hex(h + 7, strlen(h + 7), hash);
   return fr_secret_equal(hash, r->cfg->metrics_token_sha256);
+}
+
+const char *api_tenant_of_bearer(struct router *r, const struct fr_http_req *req) {
+  const char *h = fr_http_req_header(req, "Authorization");
+  const struct fr_config_tenant *t;
+
+  if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0 || h[7] == '\0' ||
+      (t = fr_config_tenant_by_token(r->cfg, h + 7)) == NULL)
+    return NULL;
+  return t->name;
 }
 
 /* Returns the tenant name for <req>, or NULL after answering 401/403. */
@@ -329,15 +340,105 @@ static void get_readyz(struct router *r, struct fr_http_req *req) {
 }
 
 /* ---------------------------------------------------------------------- */
+/* the handlers of router.c's own routes (routes.c)                         */
+
+void router_get_healthz(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  send_json(q->req, 200, json_pack("{s:s}", "status", "ok"), NULL);
+}
+
+void router_get_readyz(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  get_readyz(q->r, q->req);
+}
+
+void router_get_metrics(struct api_req *q, const struct route_params *p) {
+  struct fr_buf m;
+
+  (void)p;
+  if (!metrics_allowed(q->r, q->req)) {
+    router_error(q->req, 401, "unauthorized", "/metrics wants the metrics token: Authorization: Bearer <token>",
+                 "WWW-Authenticate: Bearer realm=\"fedrouter-metrics\"\r\n");
+    return;
+  }
+  fr_buf_init(&m);
+  /* Open (no metrics token): no tenant's pool names. */
+  if (metrics_render(q->r, &m, q->r->cfg->metrics_token_sha256[0] != '\0') == 0)
+    fr_http_respond(q->req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, m.data, m.len);
+  else
+    router_error(q->req, 503, "out_of_memory", "the router is out of memory", NULL);
+  fr_buf_free(&m);
+}
+
+void router_get_dashboard(struct api_req *q, const struct route_params *p) {
+  size_t len;
+  const char *html = dashboard_html(&len);
+
+  (void)p;
+  /* The page itself is public (it holds no data); it asks the API with
+   * the user's token. */
+  fr_http_respond(q->req, 200, "text/html; charset=utf-8",
+                  "Cache-Control: no-cache\r\nContent-Security-Policy: default-src 'self'; "
+                  "style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'\r\n",
+                  html, len);
+}
+
+void router_get_clusters(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  get_clusters(q->r, q->req, q->ts);
+}
+
+void router_get_events(struct api_req *q, const struct route_params *p) {
+  struct router *r = q->r;
+  json_t *arr = json_array();
+  size_t n;
+
+  (void)p;
+  /* newest first */
+  for (n = 0; n < r->nevents; n++) {
+    const struct router_event *e =
+        &r->events[(r->next_event + FR_ARRAY_SIZE(r->events) - 1 - n) % FR_ARRAY_SIZE(r->events)];
+    char t[21];
+    if (strcmp(e->tenant, q->tenant) != 0)
+      continue; /* another tenant's: its clusters' names are not secret, its requests are */
+    fr_time_rfc3339(e->t_ms / 1000, t);
+    json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s}", "time", t, "cluster", e->cluster, "reason", e->reason,
+                                         "request_id", e->request_id));
+  }
+  send_json(q->req, 200, json_pack("{s:o}", "events", arr), NULL);
+}
+
+void router_get_policy(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  placement_policy_json(q->r, q->req, q->rid);
+}
+
+int router_admit(struct api_req *q) {
+  const char *tenant = authenticate(q->r, q->req);
+
+  if (tenant == NULL)
+    return -1;
+  router_note(q->req, "tenant", tenant);
+  snprintf(q->tenant, sizeof(q->tenant), "%s", tenant);
+  q->ts = router_tenant(q->r, tenant);
+  /* Admission: a tenant with too much going at once waits, others not. */
+  if (q->ts != NULL && q->ts->inflight >= q->ts->max_inflight) {
+    char msg[200];
+    snprintf(msg, sizeof(msg), "tenant %s has %" PRId64 " requests in flight (max_requests_in_flight)", tenant,
+             q->ts->inflight);
+    api_reply(q, 429, api_limit_body(msg, "max_requests_in_flight"), "Retry-After: 1\r\n");
+    return -1;
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------------- */
 /* dispatch                                                                */
 
-void router_handle(struct fr_http_req *req, void *arg) {
-  struct router *r = arg;
+static void handle(struct fr_http_req *req, struct router *r, int health_only) {
   const char *rid = fr_http_req_header(req, "X-Request-Id");
-  const char *tenant;
   char gen[33];
   struct api_req *q;
-  int get = strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0;
 
   /* Every response carries a request id: the client's if it sent a sane
    * one, else a fresh one. */
@@ -373,116 +474,27 @@ void router_handle(struct fr_http_req *req, void *arg) {
       return;
     }
   }
-
   /* While shutting down every request still gets its answer: the load
    * balancer stops sending once /readyz fails, and what was already on its
-   * way (also after the listener closed, on open connections) is served. */
-  if (strcmp(req->path, "/healthz") == 0) {
-    if (get)
-      send_json(req, 200, json_pack("{s:s}", "status", "ok"), NULL);
-    else
-      router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
-  } else if ((strcmp(req->path, "/dashboard") == 0 || strcmp(req->path, "/metrics") == 0) && !get) {
-    router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
-  } else if (strcmp(req->path, "/dashboard") == 0) {
-    /* The page itself is public (it holds no data); it asks the API with
-     * the user's token. */
-    size_t len;
-    const char *html = dashboard_html(&len);
-    fr_http_respond(req, 200, "text/html; charset=utf-8",
-                    "Cache-Control: no-cache\r\nContent-Security-Policy: default-src 'self'; "
-                    "style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'\r\n",
-                    html, len);
-  } else if (strcmp(req->path, "/metrics") == 0 && !metrics_allowed(r, req)) {
-    router_error(req, 401, "unauthorized", "/metrics wants the metrics token: Authorization: Bearer <token>",
-                 "WWW-Authenticate: Bearer realm=\"fedrouter-metrics\"\r\n");
-  } else if (strcmp(req->path, "/metrics") == 0) {
-    struct fr_buf m;
-    fr_buf_init(&m);
-    /* Open (no metrics token): no tenant's pool names. */
-    if (metrics_render(r, &m, r->cfg->metrics_token_sha256[0] != '\0') == 0)
-      fr_http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, m.data, m.len);
-    else
-      router_error(req, 503, "out_of_memory", "the router is out of memory", NULL);
-    fr_buf_free(&m);
-  } else if (strcmp(req->path, "/readyz") == 0) {
-    if (get)
-      get_readyz(r, req);
-    else
-      router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
-  } else if (strncmp(req->path, "/e2b/", 5) == 0) {
-    e2b_handle(q);   /* its own auth (X-API-Key, access tokens) and answer shapes */
-  } else if (strncmp(req->path, "/v1/", 4) == 0) {
-    tenant = authenticate(r, req);
-    if (tenant != NULL) {
-      router_note(req, "tenant", tenant);
-      snprintf(q->tenant, sizeof(q->tenant), "%s", tenant);
-      q->ts = router_tenant(r, tenant);
-      /* Admission: a tenant with too much going at once waits, others not. */
-      if (q->ts != NULL && q->ts->inflight >= q->ts->max_inflight) {
-        char msg[200];
-        snprintf(msg, sizeof(msg), "tenant %s has %" PRId64 " requests in flight (max_requests_in_flight)",
-                 tenant, q->ts->inflight);
-        api_reply(q, 429, api_limit_body(msg, "max_requests_in_flight"), "Retry-After: 1\r\n");
-        tenant = NULL;
-      }
-    }
-    if (tenant == NULL) {
-      /* answered */
-    } else if (strcmp(req->path, "/v1/clusters") == 0) {
-      if (get)
-        get_clusters(r, req, q->ts);
-      else
-        router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
-    } else if (strcmp(req->path, "/v1/events") == 0 && !get) {
-      router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
-    } else if (strcmp(req->path, "/v1/events") == 0) {
-      json_t *arr = json_array();
-      size_t n;
-      /* newest first */
-      for (n = 0; n < r->nevents; n++) {
-        const struct router_event *e =
-            &r->events[(r->next_event + FR_ARRAY_SIZE(r->events) - 1 - n) % FR_ARRAY_SIZE(r->events)];
-        char t[21];
-        if (strcmp(e->tenant, tenant) != 0)
-          continue; /* another tenant's: its clusters' names are not secret, its requests are */
-        fr_time_rfc3339(e->t_ms / 1000, t);
-        json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s}", "time", t, "cluster", e->cluster, "reason",
-                                             e->reason, "request_id", e->request_id));
-      }
-      send_json(req, 200, json_pack("{s:o}", "events", arr), NULL);
-    } else if (strcmp(req->path, "/v1/policy") == 0) {
-      if (get)
-        placement_policy_json(r, req, rid);
-      else
-        router_error(req, 405, "method_not_allowed", "use GET", "Allow: GET\r\n");
-    } else if (router_sandboxes(q)) {
-      /* answered, now or later */
-    } else {
-      router_error(req, 404, "not_found", "no such endpoint", NULL);
-    }
-  } else {
-    router_error(req, 404, "not_found", "no such endpoint", NULL);
-  }
+   * way (also after the listener closed, on open connections) is served.
+   * A Host naming a sandbox's port (a preview URL) is the sandbox's. */
+  if (health_only || !ports_host(q))
+    route_dispatch(q, health_only);
   api_req_unref(q);
+}
+
+void router_handle(struct fr_http_req *req, void *arg) {
+  handle(req, arg, 0);
 }
 
 /* The health listener (health_listen): /healthz, /readyz and /metrics
  * only, on a socket of its own, so probes never wait in the accept queue
  * behind a burst of API connections. */
 void router_handle_health(struct fr_http_req *req, void *arg) {
-  static const char nf[] = "{\"error\":{\"code\":\"not_found\",\"message\":"
-                           "\"the health listener serves /healthz, /readyz and /metrics only\"}}";
-
-  if (strcmp(req->path, "/healthz") == 0 || strcmp(req->path, "/readyz") == 0 ||
-      strcmp(req->path, "/metrics") == 0) {
-    router_handle(req, arg);
-    return;
-  }
-  fr_http_respond(req, 404, "application/json", NULL, nf, sizeof(nf) - 1);
+  handle(req, arg, 1);
 }
 
 int router_streams_body(const struct fr_http_req *req, void *arg) {
   (void)arg;
-  return data_streams_body(req) || e2b_streams_body(req);
+  return route_streams_body(req);
 }

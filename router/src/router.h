@@ -30,6 +30,7 @@ struct tenant_state {
   int64_t max_pool_replicas;      /* 0 = none */
   int64_t max_file_bytes;         /* largest upload into a sandbox */
   int admin;                      /* may create and change shared pools */
+  int64_t port_requests;          /* requests to its sandboxes' ports in flight (ports.c) */
   const char *secret;             /* the Secret its creates' `secrets` read (borrowed) */
 };
 
@@ -48,6 +49,7 @@ struct router {
   struct tenant_state *tenants;   /* one per configured tenant, or one "local" */
   size_t ntenants;
 
+  char (*cluster_codes)[5];       /* api_cluster_code(), per adapter, made on first use */
   struct metrics *metrics;
   /* Recent spillover events for the dashboard (ring, newest at next-1). */
   struct router_event {
@@ -121,10 +123,9 @@ int router_streams_body(const struct fr_http_req *req, void *arg);
 void router_error(struct fr_http_req *req, int status, const char *code, const char *message,
                   const char *extra_headers);
 struct api_req;
-/* Serves /v1/sandboxes..., /v1/pools... and /v1/placement/explain for the
- * authenticated request <q> (sandboxes.c); returns 0 when the path is not
- * one of them (nothing answered), 1 when it took the request (answered now
- * or later). */
-int router_sandboxes(struct api_req *q);
+/* The tenant of <q>'s bearer token (q->tenant, q->ts set), within its
+ * in-flight bound: 0, or -1 after answering 401/403/429 (RF_TENANT rows
+ * of routes.c). */
+int router_admit(struct api_req *q);
 
 #endif

@@ -21,6 +21,7 @@
 #include "fr/labels.h"
 #include "api.h"
 #include "router.h"
+#include "routes.h"
 
 /* ---------------------------------------------------------------------- */
 /* list filters                                                            */
@@ -285,73 +286,32 @@ static void terminate_many(struct api_req *q) {
 }
 
 /* ---------------------------------------------------------------------- */
-/* dispatch                                                                */
+/* route handlers (routes.c)                                               */
 
-static int method_is(struct api_req *q, const char *m) {
-  return strcmp(q->req->method, m) == 0;
+void sandboxes_explain(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  create_sandboxes(q, 1);
 }
 
-static void not_allowed(struct api_req *q, const char *allow) {
-  char h[64];
-
-  snprintf(h, sizeof(h), "Allow: %s\r\n", allow);
-  api_fail(q, 405, "method_not_allowed", "method not allowed here", h);
+void sandboxes_create(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  create_sandboxes(q, 0);
 }
 
-/* /v1/sandboxes/{id}[/...] */
-static void sandbox_route(struct api_req *q, const char *rest) {
-  const char *slash = strchr(rest, '/');
-  size_t idlen = slash ? (size_t)(slash - rest) : strlen(rest);
-  char id[300];
-
-  if (idlen == 0 || idlen >= sizeof(id)) {
-    api_fail(q, 400, "invalid_id", "a sandbox id looks like <cluster>.<pod>", NULL);
-    return;
-  }
-  memcpy(id, rest, idlen);
-  id[idlen] = '\0';
-  if (slash != NULL && strcmp(slash, "/exec") == 0) {
-    if (method_is(q, "POST"))
-      exec_sandbox(q, id);
-    else
-      not_allowed(q, "POST");
-  } else if (slash != NULL && data_route(q, id, slash)) {
-    /* processes, files: data.c */
-  } else if (slash != NULL) {
-    api_fail(q, 404, "not_found", "no such endpoint", NULL);
-  } else if (method_is(q, "GET")) {
-    struct fr_adapter *a;
-    const struct fr_pod *pod = api_find_sandbox(q, id, &a);
-    if (pod != NULL)
-      api_reply(q, 200, api_sandbox_json(a, pod), NULL);
-  } else if (method_is(q, "DELETE")) {
-    terminate_one(q, id);
-  } else {
-    not_allowed(q, "GET, DELETE");
-  }
+void sandboxes_list(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  list_sandboxes(q);
 }
 
-int router_sandboxes(struct api_req *q) {
-  const char *p = q->req->path;
+void sandboxes_terminate_many(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  terminate_many(q);
+}
 
-  if (strcmp(p, "/v1/placement/explain") == 0) {
-    if (method_is(q, "POST"))
-      create_sandboxes(q, 1);
-    else
-      not_allowed(q, "POST");
-  } else if (strcmp(p, "/v1/sandboxes") == 0) {
-    if (method_is(q, "POST"))
-      create_sandboxes(q, 0);
-    else if (method_is(q, "GET"))
-      list_sandboxes(q);
-    else if (method_is(q, "DELETE"))
-      terminate_many(q);
-    else
-      not_allowed(q, "GET, POST, DELETE");
-  } else if (strncmp(p, "/v1/sandboxes/", 14) == 0) {
-    sandbox_route(q, p + 14);
-  } else {
-    return pools_route(q);
-  }
-  return 1;
+void sandboxes_get(struct api_req *q, const struct route_params *p) {
+  api_reply(q, 200, api_sandbox_json(p->a, p->pod), NULL);
+}
+
+void sandboxes_terminate(struct api_req *q, const struct route_params *p) {
+  terminate_one(q, p->id);
 }

@@ -311,13 +311,127 @@ expect_rc 2
 fc shell
 expect_rc 2 && expect_err "missing sandbox ID"
 
+step "create's pod option and secret flags: a bad value is a usage error (2) naming the flag"
+# flag value | what the message says
+while IFS='|' read -r flag val msg; do
+  fc create --image "$IMAGE" "$flag" "$val"
+  expect_rc 2 && expect_err "^fedctl create: $flag '.*': .*$msg"
+  fc explain --image "$IMAGE" "$flag" "$val"
+  expect_rc 2 && expect_err "^fedctl explain: $flag "
+done <<'EOF2'
+--gpus|65|want a whole number from 0 to 64
+--gpus|one|want a whole number from 0 to 64
+--runtime-class|Not_A_Name|want a RuntimeClass name
+--node-selector|accel|want KEY=VALUE
+--node-selector|bad key=x|not a valid label key
+--toleration|k:NoSchedule:30|NoExecute only
+--toleration|k:Sometimes|is not NoSchedule, PreferNoSchedule or NoExecute
+--toleration|:NoSchedule|give a taint KEY, or '\*' for every taint
+--toleration|*=v|takes no value
+--toleration|k:NoExecute:-5|is not a number of seconds
+--volume|data=claim|must be absolute and clean
+--volume|/a/../b=claim|must be absolute and clean
+--volume|/fr-agent=claim|must be absolute and clean
+--volume|/data=Data_1|is not a PersistentVolumeClaim name
+--volume|/data|want /MOUNT/PATH=CLAIM
+--secret|1BAD|want an env var name
+--secret|A-B|want an env var name
+EOF2
+fc create --image "$IMAGE" --node-selector a=1 --node-selector a=2
+expect_rc 2 && expect_err "the key a is given twice"
+fc create --image "$IMAGE" --volume /d=x --volume /d=y
+expect_rc 2 && expect_err "the mount path /d is given twice"
+fc create --image "$IMAGE" --secret TOK --secret TOK
+expect_rc 2 && expect_err "--secret TOK is given twice"
+fc create --image "$IMAGE" --secret TOK --env TOK=x
+expect_rc 2 && expect_err "TOK is both --env and --secret"
+fc pools create p --image "$IMAGE" --replicas 1 --toleration 'k:NoSchedule:1'
+expect_rc 2 && expect_err "^fedctl pools create: --toleration "
+fc pools create p --image "$IMAGE" --replicas 1 --secret TOK
+expect_rc 2 && expect_err "unknown option --secret"
+
+step "a malformed sandbox id is a usage error (2) in every command that takes one, before any call"
+# No router at this URL: a call would exit 1.
+for id in US-A.x us-a nodot .x us-a. 'us_a.x' 'us-a.x/y'; do
+  fc --url http://127.0.0.1:1 exec "$id" -- true
+  expect_rc 2 && expect_err "is not a sandbox id"
+done
+fc --url http://127.0.0.1:1 terminate us-a.ok BAD.x
+expect_rc 2 && expect_err "^fedctl terminate: 'BAD.x' is not a sandbox id"
+fc --url http://127.0.0.1:1 ps Bad
+expect_rc 2 && expect_err "^fedctl ps: 'Bad' is not a sandbox id"
+fc --url http://127.0.0.1:1 kill Bad 12
+expect_rc 2 && expect_err "^fedctl kill: 'Bad' is not a sandbox id"
+fc --url http://127.0.0.1:1 shell Bad
+expect_rc 2 && expect_err "^fedctl shell: 'Bad' is not a sandbox id"
+fc --url http://127.0.0.1:1 cp Bad:/etc/hostname "$T/h"
+expect_rc 2 && expect_err "^fedctl cp: 'Bad' is not a sandbox id"
+for sub in "start Bad -- true" "logs Bad 1" "attach Bad 1" "stdin Bad 1" "ps Bad" "kill Bad 1"; do
+  # shellcheck disable=SC2086  # the words of the subcommand
+  fc --url http://127.0.0.1:1 proc $sub
+  expect_rc 2 && expect_err "'Bad' is not a sandbox id"
+done
+# A well-formed id the router does not know is the API's answer: 1.
+fc exec us-a.no-such-pod -- true
+expect_rc 1 && expect_err "^fedctl: sandbox_not_found: "
+
+step "proc: usage errors exit 2"
+fc proc
+expect_rc 2 && expect_err "missing the subcommand"
+fc proc frob
+expect_rc 2 && expect_err "unknown subcommand 'frob'"
+fc proc start
+expect_rc 2 && expect_err "missing sandbox ID"
+fc proc start us-a.x
+expect_rc 2 && expect_err "missing the command"
+fc proc start --timeout 0 us-a.x -- true
+expect_rc 2 && expect_err "out of range"
+fc proc start --tag '' us-a.x -- true
+expect_rc 2 && expect_err "--tag must be 1 to 128 bytes"
+for sub in logs attach stdin; do
+  fc proc "$sub" us-a.x
+  expect_rc 2 && expect_err "give the sandbox ID and the PID"
+  fc proc "$sub" us-a.x 0
+  expect_rc 2 && expect_err "PID: 0 is out of range"
+  fc proc "$sub" us-a.x 1 2
+  expect_rc 2 && expect_err "unexpected argument '2'"
+done
+fc proc logs --bogus us-a.x 1
+expect_rc 2 && expect_err "unknown option --bogus"
+
+step "version and --version: fedctl's version, exit 0, nothing contacted"
+VERSION="$(sed -n 's/^project(fedrouter VERSION \([0-9.]*\).*/\1/p' "$(dirname "$0")/../../CMakeLists.txt")"
+[ -n "$VERSION" ] || fail "no project version in CMakeLists.txt"
+fc --url http://127.0.0.1:1 version
+expect_rc 0
+[ "$(cat "$OUT")" = "fedctl $VERSION" ] || fail "version printed '$(cat "$OUT")', want 'fedctl $VERSION'"
+fc --url http://127.0.0.1:1 --version
+expect_rc 0
+[ "$(cat "$OUT")" = "fedctl $VERSION" ] || fail "--version printed '$(cat "$OUT")'"
+fc --json version
+expect_rc 0 && expect_json
+[ "$(pyjson "d['fedctl']")" = "$VERSION" ] || fail "version --json"
+fc ls --version
+expect_rc 2 && expect_err "--version goes before the command"
+fc version extra
+expect_rc 2
+
 step "--help per command exits 0 and shows the command's usage"
-for c in create exec terminate ls pools clusters cp ps kill shell; do
+for c in create exec terminate ls pools clusters cp ps kill shell proc events version explain; do
   fc "$c" --help
   expect_rc 0 && expect_out "usage: fedctl $c"
 done
+for c in start logs attach stdin; do
+  fc proc "$c" --help
+  expect_rc 0 && expect_out "usage: fedctl proc $c"
+done
 fc --help
 expect_rc 0 && expect_out "Commands:"
+for c in proc events version; do
+  expect_out "^  $c "
+done
+expect_out "^  2    usage error: .*" && expect_out "malformed sandbox id"
+expect_out "^  N    exec, shell, proc attach and proc logs -f: the remote command's own"
 
 step "connection refused: exit 1 with a message naming the URL"
 fc --url http://127.0.0.1:1 ls
@@ -354,6 +468,89 @@ step "explain --json: the plan as the API gives it"
 fc --region us --json explain -n 2 --image busybox
 expect_rc 0 && expect_json
 [ "$(pyjson "d['plan']['clusters'][0]['cluster']")" = us-a ] || fail "a US client's plan does not start with us-a"
+
+step "explain with every pod option: the router gets exactly the options given (request.pod_options)"
+fc --json explain --image "$IMAGE" --gpus 2 --runtime-class gvisor --node-selector accel=a100 \
+  --node-selector zone=z1 --toleration 'nvidia.com/gpu:NoSchedule' --toleration 'dedicated=sandbox' \
+  --toleration 'k=:PreferNoSchedule' --toleration '*:NoExecute:60' --volume /data=shared-data --volume '/a=b=c1'
+expect_rc 0 && expect_json
+got="$(pyjson "json.dumps(d['request']['pod_options'], sort_keys=True)")"
+want='{"gpus": 2, "node_selector": {"accel": "a100", "zone": "z1"}, "runtime_class": "gvisor", "tolerations": [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}, {"key": "dedicated", "operator": "Equal", "value": "sandbox"}, {"effect": "PreferNoSchedule", "key": "k", "operator": "Equal"}, {"effect": "NoExecute", "operator": "Exists", "tolerationSeconds": 60}], "volumes": {"/a=b": "c1", "/data": "shared-data"}}'
+[ "$got" = "$want" ] || fail "pod_options: got $got"
+
+step "explain and create with pod options no cluster can host: explain says why per cluster, create exits 1"
+fc explain --image "$IMAGE" --runtime-class gvisor --gpus 1
+expect_rc 0
+expect_out '^pod options: \{"runtime_class":"gvisor","gpus":1\}$|^pod options: \{"gpus":1,"runtime_class":"gvisor"\}$'
+expect_out "^us-a +skip +0 .*skipped: no_runtime_class" && expect_out "^eu-b +skip +0 .*skipped: no_runtime_class"
+fc create --image "$IMAGE" --volume /data=no-such-claim
+expect_rc 1 && expect_err "^fedctl: no_capacity: "
+expect_err "^  us-a: skipped: no_pvc " && expect_err "^  eu-b: skipped: no_pvc "
+
+step "create --secret on a router without the agent: agent_required, exit 1"
+fc create --image "$IMAGE" --secret HF_TOKEN
+expect_rc 1 && expect_err "^fedctl: agent_required: "
+
+step "an unknown --region: create warns on stderr (table and --json), explain says so; a known one does not"
+fc --region europe create --image "$IMAGE" --name where1 --label "ev=$$"
+expect_rc 0 && expect_out "^ID +NAME +CLUSTER +START"
+expect_err "^fedctl: warning: region 'europe' is not one this router knows .*placed with no regional preference"
+fc --json --region europe create --image "$IMAGE" --name where2 --label "ev=$$"
+expect_rc 0 && expect_json
+[ "$(pyjson "d['placement']['client_region_known']")" = False ] || fail "client_region_known is not false"
+expect_err "^fedctl: warning: region 'europe' is not one this router knows"
+fc --region eu create --image "$IMAGE" --name where3 --label "ev=$$"
+expect_rc 0
+grep -q "warning" "$ERR" && fail "a known region warned: $(cat "$ERR")"
+fc --region europe explain --image "$IMAGE"
+expect_rc 0
+expect_out "^request: .*region europe \(unknown\)"
+expect_out "^region europe is not one this router knows" && expect_out "placed with no regional preference"
+fc --region eu explain --image "$IMAGE"
+expect_rc 0
+grep -q "unknown\|not one this router knows" "$OUT" && fail "explain of a known region says unknown"
+fc terminate --label "ev=$$"
+expect_rc 0 && expect_out "^terminated 3 sandboxes"
+
+step "events: none yet; a create us-a fails (injected 5xx) moves to eu-b and is listed, newest first"
+fc events
+expect_rc 0 && expect_err "^No events\.$"
+[ ! -s "$OUT" ] || fail "stdout not empty without events"
+fc --json events
+expect_rc 0 && expect_json
+[ "$(pyjson "d['events']")" = "[]" ] || fail "events --json: want []"
+sim_faults() { # sim_faults CLUSTER JSON — kubesim's /_sim/faults (same port and token as its API)
+  curl -sk --max-time 5 -H "Authorization: Bearer $SIM_TOKEN" -o /dev/null -w '%{http_code}' \
+    "https://127.0.0.1:$(cat "$T/$1/port")/_sim/faults" -d "$2"
+}
+us_a_healthy() {
+  fc --json clusters
+  [ "$(pyjson "[c['healthy'] for c in d['clusters'] if c['name'] == 'us-a'] == [True]")" = True ]
+}
+spilled() {
+  fc --json events
+  [ "$(pyjson "any(e['cluster'] == 'us-a' and e['reason'].startswith('unavailable: ') for e in d['events'])")" = True ]
+}
+# us-a fails every call from now on; the create is planned before the
+# circuit breaker (two failed probes, 2 s apart) opens, so us-a gets its
+# share, fails it, and the rest moves on. Should the breaker win the race,
+# us-a is skipped without an event: wait for it to close and try again.
+for attempt in 1 2 3 4 5; do
+  wait_until 30 us_a_healthy || fail "us-a not healthy within 30s"
+  [ "$(sim_faults us-a '{"error_rate":1.0}')" = 200 ] || fail "could not set us-a's fault"
+  fc --json --region us create --image "$IMAGE" --name spilled --cluster us-a --cluster eu-b --label "ev=$$"
+  [ "$(sim_faults us-a '{"error_rate":0}')" = 200 ] || fail "could not clear us-a's fault"
+  spilled && break
+  echo "attempt $attempt: no event (the breaker opened first); again"
+done
+spilled || fail "no unavailable event for us-a after 5 attempts"
+fc events
+expect_rc 0
+expect_out "^AGE +CLUSTER +REQUEST +REASON$"
+expect_out "^[0-9]+[smhd][0-9smh]* +us-a +[0-9a-f-]+ +unavailable: "
+wait_until 30 us_a_healthy || fail "us-a not healthy again within 30s"
+fc terminate --label "ev=$$"
+expect_rc 0
 
 # ------------------------------------------------------------------ pools
 step "pools create warm --replicas 2 in both clusters"
@@ -561,6 +758,15 @@ printf 'data' >"$T/up.txt"
 fc cp "$T/up.txt" "$SB:/tmp/up.txt"
 expect_rc 1 && expect_err "^fedctl: agent_required: "
 fc shell "$SB" </dev/null
+expect_rc 1 && expect_err "^fedctl: agent_required: "
+fc proc start "$SB" -- sleep 1
+expect_rc 1 && expect_err "^fedctl: agent_required: "
+for sub in logs attach; do
+  fc proc "$sub" "$SB" 1
+  expect_rc 1 && expect_err "^fedctl: agent_required: "
+  grep -q "detached" "$ERR" && fail "proc $sub says it detached from what it never attached to"
+done
+fc proc stdin --close "$SB" 1
 expect_rc 1 && expect_err "^fedctl: agent_required: "
 
 # ------------------------------------------------------------------ terminate

@@ -1,16 +1,26 @@
 #!/usr/bin/env python3
 """fedctl's data-plane commands, black-box: the real fedctl against a
-router and a kubesim cluster whose pods run the real fedrouter-agent.
+router and two kubesim clusters whose pods run the real fedrouter-agent
+(d1, region us: two big nodes; d2, region eu: one GPU node, labelled
+accel=a100 and tainted nvidia.com/gpu=present:NoSchedule, with a
+RuntimeClass gvisor and a PersistentVolumeClaim data).
 exec streams output as the command runs and exits with its code; cp
 copies files both ways (20 MiB, stdin/stdout, directories) and, with -r,
 directory trees (structure, bytes and modes compared, cp -r's destination
 rules, symlinks skipped, the depth bound, errors naming the path); ps and kill;
 shell on a pseudo-terminal driven from here (typing, window resize,
-Ctrl-C, exit code, the local terminal restored) and on a pipe.
+Ctrl-C, exit code, the local terminal restored) and on a pipe; proc
+start, logs (-f, --json), stdin (--close, a process without stdin) and
+attach (a pipe, a signal that detaches, a PTY in raw mode with the local
+window size and Ctrl-] to detach); create with --secret (the value in the
+sandbox, never in fedctl's output) and every pod option (the pod carries
+them; explain names why the other cluster is skipped); pools create with
+pod options.
 
 Usage: test_fedctl_data.py --fedctl PATH --fedrouter PATH --kubesim PATH --agent PATH [--keep]
 Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
 """
+import base64
 import contextlib
 import fcntl
 import hashlib
@@ -22,6 +32,7 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 
 sys.dont_write_bytecode = True
@@ -29,7 +40,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_router as tr  # noqa: E402
 import test_agent_path as tap  # noqa: E402
 import test_data_plane as tdp  # noqa: E402
+import test_podopts as tpo  # noqa: E402  (kube_post, pvc)
 from test_router import TestFailure, check, short, wait_until  # noqa: E402
+
+tr.WATCHDOG_S = 280   # ctest's TIMEOUT is 300: clean up ourselves before it
+SECRET_VAL = "hf-" + os.urandom(8).hex()
+GPU_TOL = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
 
@@ -536,12 +552,13 @@ def proc_state(pid):
 class PtySession:
     """fedctl shell on a pseudo-terminal whose other end the test holds."""
 
-    def __init__(self, fed, sid, rows, cols, *extra):
+    def __init__(self, fed, sid, rows, cols, *extra, argv=None):
         self.master, self.slave = os.openpty()
         self.winsize(rows, cols)
         self.before = termios.tcgetattr(self.slave)
         self.buf = b""
-        self.p = subprocess.Popen([tr.ARGS.fedctl, "shell", sid, *extra], stdin=self.slave, stdout=self.slave,
+        argv = argv or ["shell", sid, *extra]
+        self.p = subprocess.Popen([tr.ARGS.fedctl, *argv], stdin=self.slave, stdout=self.slave,
                                   stderr=self.slave, env=dict(env_of(fed), TERM="dumb"), start_new_session=True)
 
     def winsize(self, rows, cols):
@@ -688,6 +705,259 @@ def test_shell_with_a_pipe(fed):
     check(rc == 1 and "sandbox_not_found" in err, f"unknown sandbox: rc {rc} err {err!r}")
 
 
+def test_create_with_secret_env_and_labels(fed):
+    # Tenant a's Secret in d1's sandbox namespace (docs/api.md, "Secrets").
+    tpo.kube_post(fed.sims["d1"], "/api/v1/namespaces/default/secrets", {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a-sandbox-secrets"}, "type": "Opaque",
+        "data": {"HF_TOKEN": base64.b64encode(SECRET_VAL.encode()).decode()}})
+    rc, out, err = fc(fed, "create", "--image", tr.IMAGE, "--name", "sec", "--secret", "HF_TOKEN",
+                      "--env", "PROJECT=demo", "--label", "run=fcsec", "--cluster", "d1")
+    check(rc == 0 and b"sec " in out and SECRET_VAL not in out.decode() + err, f"create: rc {rc} out {out!r} err {err!r}")
+    rc, out, err = fc(fed, "--json", "ls", "--label", "run=fcsec")
+    sbs = json.loads(out)["sandboxes"]
+    check(rc == 0 and len(sbs) == 1 and sbs[0]["secrets"] == ["HF_TOKEN"] and sbs[0]["labels"] == {"run": "fcsec"},
+          f"ls: rc {rc} {out!r}")
+    sid = sbs[0]["id"]
+    rc, out, err = fc(fed, "exec", sid, "--", "sh", "-c", 'echo "$HF_TOKEN|$PROJECT"')
+    check(rc == 0 and out.decode() == SECRET_VAL + "|demo\n", f"exec: rc {rc} out {out!r} err {err!r}")
+    # A background process gets it too.
+    rc, out, err = fc(fed, "proc", "start", sid, "--", "sh", "-c", 'echo "$HF_TOKEN"')
+    check(rc == 0, f"proc start: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "proc", "logs", "-f", sid, out.decode().strip())
+    check(rc == 0 and out.decode() == SECRET_VAL + "\n", f"proc logs: rc {rc} out {out!r} err {err!r}")
+    # A key the Secret lacks: the API's error, exit 1, nothing made.
+    rc, out, err = fc(fed, "create", "--image", tr.IMAGE, "--name", "nosec", "--secret", "NOPE", "--cluster", "d1")
+    check(rc == 1 and err.startswith("fedctl: secret_not_found: ") and "NOPE" in err, f"missing key: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "--json", "ls", "--name-prefix", "nosec")
+    check(rc == 0 and json.loads(out)["sandboxes"] == [], f"a refused create made sandboxes: {out!r}")
+    rc, out, err = fc(fed, "terminate", sid)
+    check(rc == 0, f"terminate: rc {rc} err {err!r}")
+
+
+def test_create_and_pools_with_pod_options(fed):
+    d2 = fed.sims["d2"]
+    if not fed.shared.get("d2_objects"):
+        tpo.kube_post(d2, "/apis/node.k8s.io/v1/runtimeclasses", {
+            "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "gvisor"}, "handler": "runsc"})
+        tpo.kube_post(d2, "/api/v1/namespaces/default/persistentvolumeclaims", tpo.pvc("data"))
+        fed.shared["d2_objects"] = True
+    opts = ["--gpus", "1", "--toleration", "nvidia.com/gpu:NoSchedule", "--node-selector", "accel=a100",
+            "--runtime-class", "gvisor", "--volume", "/data=data"]
+
+    # The router's informers see the new objects within moments: explain
+    # until d2 is used and d1 is skipped for the RuntimeClass it lacks.
+    def placed():
+        rc, out, err = fc(fed, "explain", "--image", tr.IMAGE, *opts)
+        text = out.decode()
+        return rc == 0 and any(x.split()[:2] == ["d2", "use"] for x in text.splitlines()) and \
+            any(x.split()[:2] == ["d1", "skip"] and "skipped: no_runtime_class" in x for x in text.splitlines())
+    check(wait_until(placed, 15, 0.2), "explain never used d2 and skipped d1 (no_runtime_class)")
+    rc, out, err = fc(fed, "explain", "--image", tr.IMAGE, *opts)
+    check(rc == 0 and b"pod options: {" in out, f"explain shows no pod options: {out!r}")
+    rc, out, err = fc(fed, "--json", "create", "--image", tr.IMAGE, "--name", "gpu", *opts)
+    check(rc == 0, f"create: rc {rc} err {err!r}")
+    sb = json.loads(out)["sandboxes"][0]
+    check(sb["cluster"] == "d2", f"the GPU sandbox landed on {sb['cluster']}")
+    sim, pod = fed.sim_of(sb["id"])
+    spec = sim.pod(pod)["spec"]
+    c = spec["containers"][0]
+    check(spec.get("runtimeClassName") == "gvisor" and spec.get("nodeSelector") == {"accel": "a100"} and
+          spec["tolerations"][0] == GPU_TOL and c["resources"]["limits"].get("nvidia.com/gpu") == "1",
+          f"pod spec: {short(spec, 1500)}")
+    vol = [v for v in spec["volumes"] if (v.get("persistentVolumeClaim") or {}).get("claimName") == "data"]
+    check(len(vol) == 1 and any(m["mountPath"] == "/data" and m["name"] == vol[0]["name"]
+                                for m in c.get("volumeMounts", [])), f"volume: {short(spec, 1500)}")
+    rc, out, err = fc(fed, "terminate", sb["id"])
+    check(rc == 0, f"terminate: rc {rc} err {err!r}")
+    # Without the toleration no node of d2 takes it, and d1 has no GPUs.
+    rc, out, err = fc(fed, "create", "--image", tr.IMAGE, "--gpus", "1")
+    check(rc == 1 and "no_capacity" in err and "d1: skipped: no_gpu_node" in err, f"untolerated: rc {rc} err {err!r}")
+    # A pool with pod options: created where they fit, shown by pools get.
+    rc, out, err = fc(fed, "pools", "create", "gp", "--image", tr.IMAGE, "--replicas", "0", *opts)
+    check(rc == 0 and b"pool gp created" in out, f"pools create: rc {rc} out {out!r} err {err!r}")
+    rc, out, err = fc(fed, "pools", "get", "gp")
+    text = out.decode()
+    check(rc == 0 and "gpus:    1" in text and 'runtime_class: "gvisor"' in text and
+          'volumes: {"/data":"data"}' in text and '"accel":"a100"' in text, f"pools get: rc {rc} {text!r}")
+    rc, out, err = fc(fed, "--json", "pools", "get", "gp")
+    p = json.loads(out)
+    check(rc == 0 and p.get("gpus") == 1 and [c["cluster"] for c in p["clusters"]] == ["d2"], f"pool: {short(p)}")
+    rc, out, err = fc(fed, "pools", "delete", "gp")
+    check(rc == 0, f"pools delete: rc {rc} err {err!r}")
+
+
+def started(fed, *args):
+    rc, out, err = fc(fed, "proc", "start", *args)
+    check(rc == 0 and out.strip().isdigit() and err == "", f"proc start {args}: rc {rc} out {out!r} err {err!r}")
+    return out.decode().strip()
+
+
+def test_proc_start_logs_and_stdin(fed):
+    sid = sandbox_of(fed)
+    # It runs until it reads a line: ps sees it, whatever the timing.
+    pid = started(fed, sid, "-i", "--tag", "two", "--env", "X=y z", "--workdir", "/tmp", "--",
+                  "sh", "-c", 'echo "out1 $X $(pwd)"; echo err1 >&2; read go; echo out2; exit 7')
+    rows = [x for x in ps_rows(fed, sid) if x.split()[0] == pid]
+    check(len(rows) == 1 and rows[0].split()[1:3] == ["two", "/tmp"], f"ps row of {pid}: {rows}")
+    rc, out, err = fc(fed, "proc", "stdin", sid, pid, stdin=b"go\n")
+    check(rc == 0, f"stdin: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "proc", "logs", "-f", sid, pid)
+    check(rc == 7 and out == b"out1 y z /tmp\nout2\n" and err == "err1\n", f"logs -f: rc {rc} out {out!r} err {err!r}")
+    # The output stays readable after the end; without -f the exit is 0.
+    rc, out, err = fc(fed, "proc", "logs", sid, pid)
+    check(rc == 0 and out == b"out1 y z /tmp\nout2\n", f"logs: rc {rc} out {out!r} err {err!r}")
+    rc, out, err = fc(fed, "--json", "proc", "logs", sid, pid)
+    lines = [json.loads(x) for x in out.decode().splitlines()]
+    check(rc == 0 and {"stdout": "out2\n"} in lines and lines[-1].get("exit_code") == 7, f"logs --json: {out!r}")
+    # A running process: without -f the kept output, exit 0, at once.
+    pid = started(fed, sid, "--", "sh", "-c", "echo early; sleep 300")
+    check(wait_until(lambda: fc(fed, "proc", "logs", sid, pid)[1] == b"early\n", 10, 0.2), "no early output")
+    rc, out, err = fc(fed, "--json", "proc", "logs", sid, pid)
+    check(rc == 0 and json.loads(out.decode().splitlines()[-1]) == {"running": True}, f"running: {out!r}")
+    rc, out, err = fc(fed, "kill", sid, pid)
+    check(rc == 0, f"kill: rc {rc} err {err!r}")
+    # --timeout kills it: logs -f exits 124.
+    pid = started(fed, sid, "--timeout", "1", "--", "sleep", "60")
+    t0 = time.monotonic()
+    rc, out, err = fc(fed, "proc", "logs", "-f", sid, pid)
+    check(rc == 124 and time.monotonic() - t0 < 30, f"timeout: rc {rc} err {err!r}")
+    # stdin: in order, several calls, then closed.
+    pid = started(fed, sid, "-i", "--", "sh", "-c", 'while read l; do echo "got:$l"; done; echo eof; exit 3')
+    rc, out, err = fc(fed, "proc", "stdin", sid, pid, stdin=b"a\nb\n")
+    check(rc == 0 and out == b"" and err == "", f"stdin: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "proc", "stdin", sid, pid, stdin=b"c\n")
+    check(rc == 0, f"stdin again: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "proc", "stdin", "--close", sid, pid)
+    check(rc == 0, f"stdin --close: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "proc", "logs", "-f", sid, pid)
+    check(rc == 3 and out == b"got:a\ngot:b\ngot:c\neof\n", f"after stdin: rc {rc} out {out!r} err {err!r}")
+    # More than one request carries, binary, then closed in the same call.
+    data = os.urandom(700 << 10)
+    pid = started(fed, sid, "-i", "--", "sha256sum")
+    rc, out, err = fc(fed, "proc", "stdin", "--close", sid, pid, stdin=data)
+    check(rc == 0, f"700 KiB of stdin: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "proc", "logs", "-f", sid, pid)
+    check(rc == 0 and out.split()[0].decode() == sha(data), f"sha256sum of stdin: rc {rc} out {out!r}")
+    # A process started without -i has no stdin; an unknown pid.
+    pid = started(fed, sid, "--", "sleep", "300")
+    rc, out, err = fc(fed, "proc", "stdin", sid, pid, stdin=b"x")
+    check(rc == 1 and "failed_precondition" in err and "proc start -i" in err, f"no stdin: rc {rc} err {err!r}")
+    fc(fed, "kill", sid, pid)
+    for sub in ("logs", "attach"):
+        rc, out, err = fc(fed, "proc", sub, sid, "999999")
+        check(rc == 1 and err.startswith("fedctl: process_not_found: ") and "detached" not in err,
+              f"proc {sub} of an unknown pid: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "proc", "stdin", sid, "999999", stdin=b"x")
+    check(rc == 1 and "process_not_found" in err, f"stdin to an unknown pid: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "--json", "proc", "start", sid, "--", "true")
+    check(rc == 0 and isinstance(json.loads(out).get("pid"), int), f"start --json: {out!r}")
+
+
+def test_proc_attach_pipe_and_detach(fed):
+    sid = sandbox_of(fed)
+    # A pipe: what is written goes to the process; the exit is fedctl's.
+    pid = started(fed, sid, "-i", "--", "sh", "-c", 'echo ready; read l; echo "got:$l"; exit 5')
+    rc, out, err = fc(fed, "proc", "attach", sid, pid, stdin=b"hello\n")
+    check(rc == 5 and out == b"ready\ngot:hello\n", f"attach: rc {rc} out {out!r} err {err!r}")
+    # The end of fedctl's stdin is not the process's: it keeps reading.
+    pid = started(fed, sid, "-i", "--", "sh", "-c", 'while read l; do echo "r:$l"; done; echo closed')
+    with fedctl_running(fed, "proc", "attach", sid, pid, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE) as p:
+        rc, out, err = fc(fed, "proc", "stdin", sid, pid, stdin=b"one\n")
+        check(rc == 0, f"stdin beside attach: rc {rc} err {err!r}")
+        got = b""
+        while b"r:one\n" not in got:
+            r, _, _ = select.select([p.stdout], [], [], 15)
+            check(r, f"attach wrote no r:one within 15 s: {got!r}")
+            chunk = os.read(p.stdout.fileno(), 4096)
+            check(chunk, f"attach ended (rc {p.poll()}) before r:one: {got!r}")
+            got += chunk
+        # A signal detaches: 128 + SIGINT, the process lives on.
+        p.send_signal(signal.SIGINT)
+        rc = p.wait(20)
+        err = p.stderr.read().decode()
+    check(rc == 128 + signal.SIGINT and f"detached; process {pid} still runs" in err, f"SIGINT: rc {rc} err {err!r}")
+    check(any(x.split()[0] == pid for x in ps_rows(fed, sid)), "the process did not outlive the detach")
+    rc, out, err = fc(fed, "proc", "stdin", "--close", sid, pid)
+    check(rc == 0, f"close: rc {rc} err {err!r}")
+    rc, out, err = fc(fed, "proc", "logs", "-f", sid, pid)
+    check(rc == 0 and out.endswith(b"r:one\nclosed\n"), f"after close: rc {rc} out {out!r}")
+    # Typing into a process without stdin: said once, the output still
+    # followed. The process ends when told (a file appears), after that.
+    go = f"/tmp/go-{os.getpid()}"
+    pid = started(fed, sid, "--", "sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; echo fin; exit 2")
+    with fedctl_running(fed, "proc", "attach", sid, pid, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE) as p:
+        p.stdin.write(b"ignored\n")
+        p.stdin.flush()
+        said = b""
+        while b"stdin is not open" not in said:
+            r, _, _ = select.select([p.stderr], [], [], 15)
+            check(r, f"attach said nothing about the missing stdin within 15 s: {said!r}")
+            chunk = os.read(p.stderr.fileno(), 4096)
+            check(chunk, f"attach ended (rc {p.poll()}) without a word on the missing stdin: {said!r}")
+            said += chunk
+        p.stdin.write(b"more\n")
+        p.stdin.flush()
+        fed.exec_ok(sid, ["touch", go])
+        out = p.stdout.read()
+        said += p.stderr.read()
+        rc = p.wait(20)
+    check(rc == 2 and out == b"fin\n" and said.count(b"stdin is not open") == 1,
+          f"no stdin: rc {rc} out {out!r} err {said!r}")
+
+
+def test_proc_attach_pty_raw_resize_and_detach_key(fed):
+    sid = sandbox_of(fed)
+    pid = started(fed, sid, "--pty", "--tag", "repl", "--", "sh")
+    s = PtySession(fed, sid, 33, 101, argv=["proc", "attach", "-t", sid, pid])
+    try:
+        s.type(b"echo $((6*7))\r")
+        s.expect(b"42\r\n")
+        check(not s.restored(), "the local terminal is not in raw mode while attached with -t")
+        # Attaching gives the process the local window's size (a call of
+        # its own beside the input: ask until the remote sees it).
+        seen = False
+        for _ in range(20):
+            s.type(b"stty size\r")
+            try:
+                s.expect(b"33 101\r\n", 1.5)
+                seen = True
+                break
+            except TestFailure:
+                continue
+        check(seen, "stty size never showed 33 101 after attaching")
+        # Ctrl-C is the remote's: it interrupts the remote foreground
+        # command, not fedctl. The command says when its trap is set (it is
+        # in the foreground by then); what it prints on SIGINT is not in
+        # the typed line that the terminal echoes.
+        s.type(b"sh -c 'trap \"echo cau$((1+1))ght; exit 0\" INT; echo ar$((1))med; "
+               b"while :; do sleep 0.1; done'\r")
+        s.expect(b"ar1med\r\n")
+        s.type(b"\x03")
+        s.expect(b"cau2ght\r\n")
+        s.type(b"echo alive-$((1+1))\r")
+        s.expect(b"alive-2\r\n")
+        check(s.p.poll() is None, "fedctl ended on Ctrl-C")
+        # Ctrl-] detaches: exit 0, the terminal given back, the shell lives.
+        s.type(b"\x1d")
+        rc = s.wait()
+        check(rc == 0 and s.restored(), f"Ctrl-]: rc {rc}, terminal restored {s.restored()}")
+        # Written just before fedctl exited: still in the terminal's buffer.
+        s.expect(b"detached; process " + pid.encode() + b" still runs", 5)
+    finally:
+        s.close()
+    check(any(x.split()[0] == pid for x in ps_rows(fed, sid)), "the PTY process did not outlive the detach")
+    # Attached again, it is the same shell: exit ends it and fedctl.
+    s = PtySession(fed, sid, 24, 80, argv=["proc", "attach", "-t", sid, pid])
+    try:
+        s.type(b"exit 4\r")
+        rc = s.wait()
+        check(rc == 4 and s.restored(), f"exit through a second attach: rc {rc}")
+    finally:
+        s.close()
+
+
 TESTS = [
     test_exec_streams_output_as_it_runs,
     test_exec_exit_codes_streams_and_bytes,
@@ -700,12 +970,21 @@ TESTS = [
     test_shell_on_a_pty,
     test_shell_stopped_or_killed_gives_the_terminal_back,
     test_shell_with_a_pipe,
+    test_create_with_secret_env_and_labels,
+    test_create_and_pools_with_pod_options,
+    test_proc_start_logs_and_stdin,
+    test_proc_attach_pipe_and_detach,
+    test_proc_attach_pty_raw_resize_and_detach_key,
 ]
 
 
 if __name__ == "__main__":
+    threading.Thread(target=tr.watchdog, daemon=True).start()
     sys.exit(tr.run_one_federation(
-        __doc__, lambda: tdp.DataFed("fedctl-data", [("d1", "us", ["--nodes", "2", "--node-cpu", "64",
-                                                                   "--node-memory", "256Gi", "--agent-binary",
-                                                                   os.path.abspath(tr.ARGS.agent)])]),
+        __doc__, lambda: tdp.DataFed("fedctl-data", [
+            ("d1", "us", ["--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
+                          "--agent-binary", os.path.abspath(tr.ARGS.agent)]),
+            ("d2", "eu", ["--nodes", "1", "--gpu-nodes", "1", "--node-gpus", "2", "--node-label", "accel=a100",
+                          "--node-taint", "nvidia.com/gpu=present:NoSchedule",
+                          "--agent-binary", os.path.abspath(tr.ARGS.agent)])]),
         TESTS, ["--fedctl", "--agent"]))

@@ -350,11 +350,46 @@ def test_create_on_an_unsynced_router_is_503_not_404(fed):
     tr.stop_proc(r.proc)
 
 
+def test_route_table_labels_and_405(fed):
+    """The route table is the one place that knows paths: an upload is
+    counted under the files route (not the sandbox GET's), process calls
+    under theirs, and a wrong method gets 405 with the route's methods."""
+    b = fed.shared["b"]
+    st, r = raw(fed, "PUT", f"/v1/sandboxes/{b}/files?path=/tmp/label-check", {"Authorization": "Bearer " + tr.TOKEN_B},
+                b"data")
+    check(st == 201, f"upload: {st} {short(r)}")
+    st, r = fed.api("GET", f"/v1/sandboxes/{b}/processes", token=tr.TOKEN_B)
+    check(st == 200, f"process list: {st} {short(r)}")
+    st, text = tr.api_call(fed.router.port, "GET", "/metrics", token=None)
+    body = text if isinstance(text, str) else json.dumps(text)
+
+    def count(route, method):
+        total = 0.0
+        for line in body.splitlines():
+            if (line.startswith("fedrouter_http_requests_total{") and f'route="{route}"' in line
+                    and f'method="{method}"' in line):
+                total += float(line.split()[-1])
+        return total
+    check(count("/v1/sandboxes/{id}/files", "PUT") >= 1, "the upload is not counted under the files route")
+    check(count("/v1/sandboxes/{id}/processes", "GET") >= 1, "the process list is not counted under its route")
+    check(count("/v1/sandboxes/{id}", "PUT") == 0, "an upload is counted under the sandbox GET's route")
+    for method, path, allow in (("PATCH", f"/v1/sandboxes/{b}/files", "GET, PUT, POST, DELETE"),
+                                ("PUT", "/v1/sandboxes", "POST, GET, DELETE"),
+                                ("POST", f"/v1/sandboxes/{b}/processes/7/output", "GET"),
+                                ("POST", "/healthz", "GET")):
+        st, r, h = tr.api_call(fed.router.port, method, path, {}, tr.TOKEN_B, full=True)
+        check(st == 405 and r["error"]["code"] == "method_not_allowed" and h.get("allow") == allow,
+              f"{method} {path}: {st} {short(r)} Allow {h.get('allow')!r}")
+    st, r = tr.api_call(fed.router.port, "GET", f"/v1/sandboxes/{b}/processes/x1/output", token=tr.TOKEN_B)
+    check(st == 400 and r["error"]["code"] == "invalid_pid", f"a pid that is not a number: {st} {short(r)}")
+
+
 TESTS = [test_setup, test_e2b_relay_refuses_path_tricks, test_v1_refuses_path_tricks,
          test_file_paths_nul_and_not_utf8, test_amounts_and_images_refused,
          test_agent_killed_by_its_sandbox_is_agent_died, test_tenants_see_only_their_pools_and_sandboxes,
          test_e2b_bad_list_limit_and_connect_body, test_non_follow_output_is_what_was_kept,
-         test_half_closed_client_gets_its_answer, test_create_on_an_unsynced_router_is_503_not_404]
+         test_half_closed_client_gets_its_answer, test_create_on_an_unsynced_router_is_503_not_404,
+         test_route_table_labels_and_405]
 
 
 if __name__ == "__main__":

@@ -21,6 +21,9 @@
 #define FR_LABEL_AGENT "fedrouter.io/agent"
 /* On every pod a create makes or claims: the batch it belongs to. */
 #define FR_LABEL_BATCH "fedrouter.io/batch"
+/* Ports of the sandbox anyone may reach by its preview URL: "all", or the
+ * port numbers joined by '.' ("8000.8080"); absent = none (private). */
+#define FR_LABEL_PUBLIC_PORTS "fedrouter.io/public-ports"
 #define FR_ANN_CREATED "fedrouter.io/created-at"
 #define FR_ANN_EXPIRES "fedrouter.io/expires-at"
 #define FR_ANN_WARM "fedrouter.io/warm"
