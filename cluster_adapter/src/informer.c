@@ -71,7 +71,7 @@ static void set_state(struct fr_informer *inf, enum inf_state s) {
   FR_ASSERT(s != IS_IDLE && (inf->state != IS_IDLE || s == IS_BACKOFF));
   FR_ASSERT(s == IS_BACKOFF || inf->call == NULL);
   if (inf->state != s)
-    FR_DEBUG("informer", "%s %s: %s -> %s", kube_name(inf->client), inf->path, state_names[inf->state],
+    FR_DEBUG("informer", "%s %s: %s -> %s", kube__name(inf->client), inf->path, state_names[inf->state],
              state_names[s]);
   inf->state = s;
 }
@@ -150,7 +150,7 @@ static void backoff(struct fr_informer *inf, const char *why) {
   /* Equal jitter: half fixed, half random, so many routers do not retry a
    * recovering apiserver in lockstep. */
   ms = inf->backoff_ms / 2 + r % (inf->backoff_ms / 2 + 1);
-  FR_WARN("informer", "%s %s: %s; retrying in %" PRIu64 " ms", kube_name(inf->client), inf->path, why, ms);
+  FR_WARN("informer", "%s %s: %s; retrying in %" PRIu64 " ms", kube__name(inf->client), inf->path, why, ms);
   set_state(inf, IS_BACKOFF);
   uv_timer_start(inf->timer, on_timer, ms, 0);
 }
@@ -445,7 +445,7 @@ int fr_informer_new(struct fr_kube_client *client, const char *path, const char 
     return -ENOMEM;
   }
   inf->client = client;
-  inf->loop = kube_loop(client);
+  inf->loop = kube__loop(client);
   uv_timer_init(inf->loop, inf->timer);
   inf->timer->data = inf;
   inf->cb = cb;

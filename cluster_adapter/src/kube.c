@@ -1,6 +1,7 @@
 /* kube.c - the Kubernetes API client core: libcurl multi driven by libuv,
- * REST calls with retries, streaming watches, and the credentials they
- * carry (static token, token file, exec plugin).
+ * REST calls with retries and streaming watches. The credentials they
+ * carry (static token, token file, exec plugin) are kubecreds.c's; pods/exec
+ * is kube_exec.c's.
  *
  * Shape: one CURLM per client, driven by the loop through fr/curluv.h
  * (one uv_poll per socket, one uv_timer, finished transfers drained after
@@ -24,7 +25,7 @@
  *     gone.
  *   - No user callback runs inside the call that started the operation:
  *     every call begins by waiting for credentials, which always answers on
- *     a later loop turn (the "kick" timer), or in the queue, which moves
+ *     a later loop turn (kubecreds.c's "kick" timer), or in the queue, which moves
  *     only from its own timer (so neither does a cancel or a finish start
  *     or fail another call from inside itself).
  */
@@ -54,8 +55,7 @@
 #include "fr/urlsafe.h"
 #include "fr/util.h"
 #include "fr/version.h"
-
-extern char **environ;
+#include "kubecreds.h"
 
 /* A response body bigger than this fails the call. An unpaginated list of
  * 50,000 sandbox-shaped pods is ~95 MB (docs/kubesim.md), so this leaves
@@ -66,18 +66,6 @@ extern char **environ;
 #define KUBE_MAX_LINE ((size_t)16 << 20)
 /* A streamed answer's head. */
 #define KUBE_MAX_HEAD ((size_t)64 << 10)
-/* ExecCredential output is a few KiB (a token or a cert + key). */
-#define KUBE_PLUGIN_MAX_OUT ((size_t)1 << 20)
-/* How much of a plugin's stderr is kept for the error text. */
-#define KUBE_PLUGIN_MAX_ERR 1024
-/* kubectl has no limit; a hung plugin would otherwise hold every request of
- * this cluster forever. gcloud/aws cold starts take a few seconds. */
-#define KUBE_PLUGIN_TIMEOUT_MS 60000
-/* Plugin credentials are refreshed this long before they expire (client-go
- * refreshes on expiry; early refresh avoids a 401 round trip). */
-#define KUBE_REFRESH_EARLY_MS 30000
-/* A bearer token file (projected service-account tokens are ~1 KiB). */
-#define KUBE_TOKEN_MAX ((size_t)64 << 10)
 /* Default bound on active REST calls, as a multiple of max_host_connections.
  * Twice: when a call finishes, the next is already in curl waiting for the
  * connection, and calls waiting for credentials or backing off before a
@@ -98,45 +86,6 @@ extern char **environ;
 
 /* ------------------------------------------------------------------ types */
 
-enum creds_state {
-  CREDS_NONE,     /* must be (re)loaded before use */
-  CREDS_LOADING,  /* token file read or plugin running; waiters queued */
-  CREDS_READY,
-  CREDS_FAILED,   /* a load failed synchronously; waiters get the error */
-};
-
-struct creds_waiter {
-  struct creds_waiter *prev, *next;
-  kube_creds_cb cb;
-  void *arg;
-  uint64_t seq;
-};
-
-/* An exec credential plugin run. */
-struct kube_plugin {
-  struct fr_kube_client *c;
-  uv_process_t proc;
-  uv_pipe_t out, err;
-  uv_timer_t timer;
-  int nopen;                 /* handles of this run not yet closed */
-  int spawned, exited, out_eof, err_eof, finished, closing;
-  int64_t exit_status;
-  int term_signal;
-  int fail;                  /* -ETIMEDOUT, -E2BIG, -ENOMEM: set by us */
-  struct fr_buf obuf, ebuf;
-  char oscratch[16384], escratch[4096];
-};
-
-/* An asynchronous read of the token file (open, read..., close). */
-struct token_read {
-  uv_fs_t req;
-  struct fr_kube_client *c;
-  uv_file fd;
-  int err;
-  struct fr_buf buf;
-  char chunk[4096];
-};
-
 struct kube_share {
   CURLSH *sh;
   int refs;
@@ -152,7 +101,6 @@ struct fr_kube_client {
   char *name, *user_agent;
   struct fr_curluv curl;              /* the multi handle on the loop */
   struct fr_curluv scurl;             /* FR_KUBE_STREAM calls' multi: connections of their own */
-  uv_timer_t kick;                    /* delivers credential waits a turn later */
   struct fr_kube_call *calls;         /* live calls, queued ones too, for free */
   struct rest_call *zombies;          /* cancelled inside a curl callback */
 
@@ -163,25 +111,12 @@ struct fr_kube_client {
   size_t nactive, npriority, nwatches, nstreams, nqueued, nin_curl;
   size_t active_peak, queued_peak;
   uint64_t nexpired;
-  unsigned nopen;                     /* open uv handles (curl's: one) + pending fs requests */
+  unsigned nopen;                     /* open uv handles (curl's: one; the credentials': one) */
   int closing, finalized;
   void (*free_cb)(void *arg);
   void *free_arg;
 
-  /* credentials */
-  enum creds_state cstate;
-  struct creds_waiter *whead, *wtail;
-  uint64_t wseq;
-  uint64_t creds_gen;                 /* bumped on every successful load */
-  int fail_status;
-  char creds_err[1024];
-  char *token;                        /* bearer token in use, or NULL */
-  char *cert_pem, *key_pem;           /* from a plugin, else NULL */
-  size_t cert_len, key_len;
-  int64_t expiry_ms;                  /* plugin credential expiry; 0 = none */
-  uint64_t token_read_ms;             /* uv_now() of the last token file read */
-  struct kube_plugin *plugin;
-  struct token_read *tread;
+  struct kube_creds *cr;              /* kubecreds.c */
 };
 
 enum call_state {
@@ -212,7 +147,7 @@ struct rest_io {
   struct fr_buf line;                 /* a watch's partial line */
   size_t scan_from;                   /* bytes of <line> known to hold no '\n' */
   long code;                          /* status of the running attempt, 0 until known */
-  uint64_t gen;                       /* creds_gen the attempt used */
+  uint64_t gen;                       /* kube__creds_gen() the attempt used */
   double elapsed_ms;                  /* last attempt */
   const char *abort_why;              /* we aborted the transfer ourselves */
   struct rest_call *zombie_next;
@@ -264,17 +199,10 @@ struct rest_call {
 
 static void maybe_finalize(struct fr_kube_client *c);
 static void call_uncount(struct rest_call *rc);
-static void creds_kick(struct fr_kube_client *c);
-static void creds_loaded(struct fr_kube_client *c, int status);
-static void plugin_close(struct kube_plugin *p);
 static void on_creds(struct fr_kube_client *c, int status, void *arg);
 static void on_io_timer(uv_timer_t *t);
 
 /* ------------------------------------------------------------ small helpers */
-
-static char *xstrdup(const char *s) {
-  return s != NULL ? strdup(s) : NULL;
-}
 
 /* Header values must not smuggle a second header. */
 static int header_safe(const char *s) {
@@ -292,13 +220,9 @@ static void rtrim(char *s) {
     s[--n] = '\0';
 }
 
-static int creds_refreshable(const struct fr_kube_client *c) {
-  return c->creds->exec != NULL || c->creds->token_file != NULL;
-}
-
 /* ------------------------------------------------------------ calls list */
 
-void kube_call_track(struct fr_kube_client *c, struct fr_kube_call *call) {
+void kube__call_track(struct fr_kube_client *c, struct fr_kube_call *call) {
   call->client = c;
   call->prev = NULL;
   call->next = c->calls;
@@ -308,7 +232,7 @@ void kube_call_track(struct fr_kube_client *c, struct fr_kube_call *call) {
 }
 
 /* Idempotent: an untracked call is left alone. */
-void kube_call_untrack(struct fr_kube_call *call) {
+void kube__call_untrack(struct fr_kube_call *call) {
   struct fr_kube_client *c = call->client;
 
   if (c == NULL)
@@ -328,738 +252,46 @@ static void cancel_all(struct fr_kube_client *c) {
   struct fr_kube_call *call;
 
   while ((call = c->calls) != NULL) {
-    kube_call_untrack(call);
+    kube__call_untrack(call);
     if (call->cancel != NULL)
       call->cancel(call);
   }
 }
 
-uv_loop_t *kube_loop(const struct fr_kube_client *c) {
+uv_loop_t *kube__loop(const struct fr_kube_client *c) {
   return c->loop;
 }
 
-const char *kube_name(const struct fr_kube_client *c) {
+const char *kube__name(const struct fr_kube_client *c) {
   return c->name;
 }
 
-const char *kube_server(const struct fr_kube_client *c) {
+const char *kube__server(const struct fr_kube_client *c) {
   return c->creds->server;
 }
 
-const struct fr_kube_client_opts *kube_opts(const struct fr_kube_client *c) {
+const struct fr_kube_client_opts *kube__opts(const struct fr_kube_client *c) {
   return &c->opts;
 }
 
-/* ------------------------------------------------------------ credentials */
-
-const char *kube_creds_error(const struct fr_kube_client *c) {
-  return c->creds_err[0] != '\0' ? c->creds_err : "credentials unavailable";
+int kube__closing(const struct fr_kube_client *c) {
+  return c->closing;
 }
 
-static void creds_set_error(struct fr_kube_client *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void creds_set_error(struct fr_kube_client *c, const char *fmt, ...) {
-  va_list ap;
-
-  va_start(ap, fmt);
-  vsnprintf(c->creds_err, sizeof(c->creds_err), fmt, ap);
-  va_end(ap);
-}
-
-static int creds_expired(const struct fr_kube_client *c) {
-  if (c->creds->exec == NULL && c->creds->token_file != NULL)
-    return uv_now(c->loop) - c->token_read_ms >= c->opts.token_reread_ms;
-  return c->expiry_ms > 0 && fr_wall_ms() >= c->expiry_ms - KUBE_REFRESH_EARLY_MS;
-}
-
-static void waiter_unlink(struct fr_kube_client *c, struct creds_waiter *w) {
-  if (w->prev != NULL)
-    w->prev->next = w->next;
-  else
-    c->whead = w->next;
-  if (w->next != NULL)
-    w->next->prev = w->prev;
-  else
-    c->wtail = w->prev;
-}
-
-int kube_creds_wait(struct fr_kube_client *c, kube_creds_cb cb, void *arg) {
-  struct creds_waiter *w;
-
-  if (c == NULL || cb == NULL)
-    return -EINVAL;
-  if (c->closing)
-    return -ECANCELED;
-  w = calloc(1, sizeof(*w));
-  if (w == NULL)
-    return -ENOMEM;
-  w->cb = cb;
-  w->arg = arg;
-  w->seq = ++c->wseq;
-  w->prev = c->wtail;
-  if (c->wtail != NULL)
-    c->wtail->next = w;
-  else
-    c->whead = w;
-  c->wtail = w;
-  creds_kick(c);
-  return 0;
-}
-
-void kube_creds_unwait(struct fr_kube_client *c, kube_creds_cb cb, void *arg) {
-  struct creds_waiter *w, *next;
-
-  for (w = c->whead; w != NULL; w = next) {
-    next = w->next;
-    if (w->cb == cb && w->arg == arg) {
-      waiter_unlink(c, w);
-      free(w);
-    }
-  }
-}
-
-void kube_creds_invalidate(struct fr_kube_client *c) {
-  if (creds_refreshable(c) && c->cstate == CREDS_READY) {
-    FR_DEBUG(LOGC, "%s: credentials rejected, will reload", c->name);
-    c->cstate = CREDS_NONE;
-  }
-}
-
-/* Answers the waiters queued so far (not those queued by the callbacks it
- * runs: they wait for the next kick). With <status> 0, stops as soon as the
- * credentials are no longer ready (a callback invalidated them). */
-static void creds_flush(struct fr_kube_client *c, int status) {
-  uint64_t upto = c->wseq;
-  struct creds_waiter *w;
-  kube_creds_cb cb;
-  void *arg;
-
-  while (!c->closing && (w = c->whead) != NULL && w->seq <= upto) {
-    if (status == 0 && c->cstate != CREDS_READY)
-      break;
-    cb = w->cb;
-    arg = w->arg;
-    waiter_unlink(c, w);
-    free(w);
-    cb(c, status, arg);
-  }
-  if (!c->closing && c->whead != NULL)
-    creds_kick(c);
-}
-
-static void on_kick(uv_timer_t *t) {
-  struct fr_kube_client *c = fr_container_of(t, struct fr_kube_client, kick);
-  int st;
-
-  if (c->closing)
-    return;
-  switch (c->cstate) {
-  case CREDS_READY:
-    creds_flush(c, 0);
-    break;
-  case CREDS_FAILED:
-    st = c->fail_status;
-    c->cstate = CREDS_NONE;
-    creds_flush(c, st);
-    break;
-  case CREDS_NONE:
-    creds_kick(c);
-    break;
-  case CREDS_LOADING:
-    break;
-  }
-}
-
-/* -- token file, read asynchronously (uv_fs on the thread pool) -- */
-
-static void tr_done(struct token_read *tr) {
-  struct fr_kube_client *c = tr->c;
-  int err = tr->err;
-  char *tok = NULL;
-
-  c->tread = NULL;
-  c->nopen--;
-  if (!c->closing && err == 0) {
-    if (tr->buf.len == 0) {
-      err = -EINVAL;
-      creds_set_error(c, "token file %s is empty", c->creds->token_file);
-    } else if (memchr(tr->buf.data, '\0', tr->buf.len) != NULL) {
-      err = -EINVAL;
-      creds_set_error(c, "token file %s holds binary data", c->creds->token_file);
-    } else {
-      rtrim(tr->buf.data);
-      tok = fr_buf_detach(&tr->buf, NULL);
-      if (tok == NULL) {
-        err = -ENOMEM;
-        creds_set_error(c, "token file %s: out of memory", c->creds->token_file);
-      } else if (tok[0] == '\0' || !header_safe(tok)) {
-        err = -EINVAL;
-        creds_set_error(c, "token file %s does not hold a single-line token",
-                        c->creds->token_file);
-        free(tok);
-        tok = NULL;
-      }
-    }
-  } else if (!c->closing) {
-    creds_set_error(c, "token file %s: %s", c->creds->token_file,
-                    err == -EFBIG ? "larger than 64 KiB" : uv_strerror(err));
-  }
-  fr_buf_free(&tr->buf);
-  free(tr);
-  if (c->closing) {
-    free(tok);
-    maybe_finalize(c);
-    return;
-  }
-  if (err == 0) {
-    free(c->token);
-    c->token = tok;
-    c->token_read_ms = uv_now(c->loop);
-  }
-  creds_loaded(c, err);
-}
-
-static void on_tr_closed(uv_fs_t *req) {
-  struct token_read *tr = fr_container_of(req, struct token_read, req);
-
-  uv_fs_req_cleanup(req);
-  tr_done(tr);
-}
-
-static void tr_close(struct token_read *tr) {
-  if (uv_fs_close(tr->c->loop, &tr->req, tr->fd, on_tr_closed) != 0)
-    tr_done(tr);   /* leaks nothing: the fd is only lost on a failed close */
-}
-
-static void tr_read(struct token_read *tr);
-
-static void on_tr_read(uv_fs_t *req) {
-  struct token_read *tr = fr_container_of(req, struct token_read, req);
-  ssize_t n = req->result;
-
-  uv_fs_req_cleanup(req);
-  if (tr->c->closing) {
-    tr->err = -ECANCELED;
-  } else if (n < 0) {
-    tr->err = (int)n;
-  } else if (n > 0) {
-    if (tr->buf.len + (size_t)n > KUBE_TOKEN_MAX)
-      tr->err = -EFBIG;
-    else if (fr_buf_append(&tr->buf, tr->chunk, (size_t)n) != 0)
-      tr->err = -ENOMEM;
-    else {
-      tr_read(tr);
-      return;
-    }
-  }
-  tr_close(tr);
-}
-
-static void tr_read(struct token_read *tr) {
-  uv_buf_t b = uv_buf_init(tr->chunk, sizeof(tr->chunk));
-  int r = uv_fs_read(tr->c->loop, &tr->req, tr->fd, &b, 1, -1, on_tr_read);
-
-  if (r != 0) {
-    tr->err = r;
-    tr_close(tr);
-  }
-}
-
-static void on_tr_open(uv_fs_t *req) {
-  struct token_read *tr = fr_container_of(req, struct token_read, req);
-  ssize_t r = req->result;
-
-  uv_fs_req_cleanup(req);
-  if (r < 0) {
-    tr->err = (int)r;
-    tr_done(tr);
-    return;
-  }
-  tr->fd = (uv_file)r;
-  if (tr->c->closing) {
-    tr->err = -ECANCELED;
-    tr_close(tr);
-    return;
-  }
-  tr_read(tr);
-}
-
-static int token_read_start(struct fr_kube_client *c) {
-  struct token_read *tr = calloc(1, sizeof(*tr));
-  int r;
-
-  if (tr == NULL) {
-    creds_set_error(c, "token file %s: out of memory", c->creds->token_file);
-    return -ENOMEM;
-  }
-  tr->c = c;
-  tr->fd = -1;
-  fr_buf_init(&tr->buf);
-  r = uv_fs_open(c->loop, &tr->req, c->creds->token_file, O_RDONLY | O_CLOEXEC, 0, on_tr_open);
-  if (r != 0) {
-    creds_set_error(c, "token file %s: %s", c->creds->token_file, uv_strerror(r));
-    free(tr);
-    return r;
-  }
-  c->nopen++;
-  c->tread = tr;
-  return 0;
-}
-
-/* -- exec credential plugin (client.authentication.k8s.io), via uv_spawn -- */
-
-/* Copies a plugin's stderr into <out> for an error text: at most
- * KUBE_PLUGIN_MAX_ERR bytes (the capture is capped there too), one line. */
-static void plugin_stderr_text(const struct kube_plugin *p, char *out, size_t outlen) {
-  size_t i, j = 0;
-  const char *s = p->ebuf.data;
-
-  if (outlen == 0)
-    return;
-  for (i = 0; s != NULL && i < p->ebuf.len && j + 1 < outlen; i++) {
-    unsigned char ch = (unsigned char)s[i];
-    out[j++] = (ch == '\n' || ch == '\r' || ch == '\t') ? ' ' : (ch < 0x20 || ch == 0x7f) ? '?' : (char)ch;
-  }
-  out[j] = '\0';
-  rtrim(out);
-  if (p->ebuf.len >= KUBE_PLUGIN_MAX_ERR && j + 4 < outlen) {
-    out[j] = '\0';
-    memcpy(out + strlen(out), "...", 4);
-  }
-}
-
-/* Parses an RFC 3339 time, with fractional seconds and a Z or +hh:mm
- * offset (Go's time.Time marshals either), into milliseconds. */
-static int parse_expiry(const char *s, int64_t *ms) {
-  char base[32];
-  int64_t t;
-  size_t n = strlen(s), k;
-  int sign, hh, mm;
-
-  if (fr_time_parse_rfc3339(s, &t) == 0) {
-    *ms = t * 1000;
-    return 0;
-  }
-  /* "...[.frac]+hh:mm" */
-  if (n < 6 || n - 6 >= sizeof(base) - 1)
-    return -EINVAL;
-  k = n - 6;
-  if ((s[k] != '+' && s[k] != '-') || s[k + 3] != ':')
-    return -EINVAL;
-  if (s[k + 1] < '0' || s[k + 1] > '9' || s[k + 2] < '0' || s[k + 2] > '9' ||
-      s[k + 4] < '0' || s[k + 4] > '9' || s[k + 5] < '0' || s[k + 5] > '9')
-    return -EINVAL;
-  sign = s[k] == '-' ? -1 : 1;
-  hh = (s[k + 1] - '0') * 10 + (s[k + 2] - '0');
-  mm = (s[k + 4] - '0') * 10 + (s[k + 5] - '0');
-  memcpy(base, s, k);
-  base[k] = 'Z';
-  base[k + 1] = '\0';
-  if (fr_time_parse_rfc3339(base, &t) != 0)
-    return -EINVAL;
-  *ms = (t - sign * (int64_t)(hh * 3600 + mm * 60)) * 1000;
-  return 0;
-}
-
-/* Reads the finished plugin's output into the client's credentials.
- * Returns 0 or a negative error with c->creds_err set. */
-static int plugin_result(struct kube_plugin *p) {
-  struct fr_kube_client *c = p->c;
-  const char *cmd = c->creds->exec->command;
-  char etext[KUBE_PLUGIN_MAX_ERR + 8];
-  json_error_t jerr;
-  json_t *root = NULL, *status;
-  const char *kind, *token, *cert, *key, *exp;
-  int64_t expiry = 0;
-  int r = -EIO;
-
-  plugin_stderr_text(p, etext, sizeof(etext));
-  if (p->fail == -ETIMEDOUT) {
-    creds_set_error(c, "exec plugin \"%s\" timed out after %d s%s%s", cmd,
-                    KUBE_PLUGIN_TIMEOUT_MS / 1000, etext[0] ? "; stderr: " : "", etext);
-    return -ETIMEDOUT;
-  }
-  if (p->fail != 0) {
-    creds_set_error(c, "exec plugin \"%s\": %s", cmd,
-                    p->fail == -E2BIG ? "output larger than 1 MiB" : "out of memory");
-    return p->fail;
-  }
-  if (p->term_signal != 0 || p->exit_status != 0) {
-    if (p->term_signal != 0)
-      creds_set_error(c, "exec plugin \"%s\" killed by signal %d%s%s", cmd, p->term_signal,
-                      etext[0] ? "; stderr: " : "", etext);
-    else
-      creds_set_error(c, "exec plugin \"%s\" failed with exit status %" PRId64 "%s%s", cmd,
-                      p->exit_status, etext[0] ? "; stderr: " : "", etext);
-    return -EIO;
-  }
-  root = json_loadb(p->obuf.data != NULL ? p->obuf.data : "", p->obuf.len, 0, &jerr);
-  if (root == NULL) {
-    creds_set_error(c, "exec plugin \"%s\" did not print an ExecCredential (invalid JSON: %s)%s%s",
-                    cmd, jerr.text, etext[0] ? "; stderr: " : "", etext);
-    return -EIO;
-  }
-  kind = json_string_value(json_object_get(root, "kind"));
-  status = json_object_get(root, "status");
-  if (kind == NULL || strcmp(kind, "ExecCredential") != 0 || !json_is_object(status)) {
-    creds_set_error(c, "exec plugin \"%s\" did not print an ExecCredential (%s)%s%s", cmd,
-                    kind == NULL || strcmp(kind, "ExecCredential") != 0
-                        ? "kind is not \"ExecCredential\"" : "no status object",
-                    etext[0] ? "; stderr: " : "", etext);
-    goto out;
-  }
-  token = json_string_value(json_object_get(status, "token"));
-  cert = json_string_value(json_object_get(status, "clientCertificateData"));
-  key = json_string_value(json_object_get(status, "clientKeyData"));
-  exp = json_string_value(json_object_get(status, "expirationTimestamp"));
-  if (token != NULL && token[0] == '\0')
-    token = NULL;
-  if (token == NULL && (cert == NULL || key == NULL || !cert[0] || !key[0])) {
-    creds_set_error(c, "exec plugin \"%s\": ExecCredential has neither status.token nor "
-                       "status.clientCertificateData and status.clientKeyData", cmd);
-    goto out;
-  }
-  if (token != NULL && !header_safe(token)) {
-    creds_set_error(c, "exec plugin \"%s\": status.token spans several lines", cmd);
-    goto out;
-  }
-  if (exp != NULL && parse_expiry(exp, &expiry) != 0) {
-    creds_set_error(c, "exec plugin \"%s\": status.expirationTimestamp \"%.40s\" is not RFC 3339",
-                    cmd, exp);
-    goto out;
-  }
-  {
-    char *nt = xstrdup(token), *nc = NULL, *nk = NULL;
-
-    if (cert != NULL && key != NULL && cert[0] && key[0]) {
-      nc = strdup(cert);
-      nk = strdup(key);
-    }
-    if ((token != NULL && nt == NULL) || (cert != NULL && key != NULL && cert[0] && key[0] &&
-                                          (nc == NULL || nk == NULL))) {
-      free(nt);
-      free(nc);
-      free(nk);
-      creds_set_error(c, "exec plugin \"%s\": out of memory", cmd);
-      r = -ENOMEM;
-      goto out;
-    }
-    free(c->token);
-    free(c->cert_pem);
-    free(c->key_pem);
-    c->token = nt;
-    c->cert_pem = nc;
-    c->key_pem = nk;
-    c->cert_len = nc != NULL ? strlen(nc) : 0;
-    c->key_len = nk != NULL ? strlen(nk) : 0;
-    c->expiry_ms = exp != NULL ? expiry : 0;
-  }
-  r = 0;
-out:
-  json_decref(root);
-  return r;
-}
-
-static void on_plugin_handle_closed(uv_handle_t *h) {
-  struct kube_plugin *p = h->data;
-  struct fr_kube_client *c = p->c;
-
-  c->nopen--;
-  if (--p->nopen == 0) {
-    fr_buf_free(&p->obuf);
-    fr_buf_free(&p->ebuf);
-    free(p);
-  }
-  maybe_finalize(c);
-}
-
-static void close_if_open(uv_handle_t *h) {
-  if (!uv_is_closing(h))
-    uv_close(h, on_plugin_handle_closed);
-}
-
-/* Closes the run's handles. The process handle stays open until the child
- * has been reaped (killed first if still running), so no zombie is left. */
-static void plugin_close(struct kube_plugin *p) {
-  p->closing = 1;
-  close_if_open((uv_handle_t *)&p->out);
-  close_if_open((uv_handle_t *)&p->err);
-  close_if_open((uv_handle_t *)&p->timer);
-  if (!p->spawned || p->exited)
-    close_if_open((uv_handle_t *)&p->proc);
-  else
-    uv_process_kill(&p->proc, SIGKILL);
-}
-
-static void plugin_finish(struct kube_plugin *p) {
-  struct fr_kube_client *c = p->c;
-  int r;
-
-  if (p->finished)
-    return;
-  p->finished = 1;
-  c->plugin = NULL;
-  r = plugin_result(p);
-  plugin_close(p);
-  if (r == 0)
-    FR_DEBUG(LOGC, "%s: exec plugin gave credentials%s", c->name, c->expiry_ms ? " (expiring)" : "");
-  creds_loaded(c, r);
-}
-
-static void plugin_maybe_finish(struct kube_plugin *p) {
-  if (p->exited && p->out_eof && p->err_eof)
-    plugin_finish(p);
-}
-
-static void on_plugin_exit(uv_process_t *proc, int64_t status, int sig) {
-  struct kube_plugin *p = proc->data;
-
-  p->exited = 1;
-  p->exit_status = status;
-  p->term_signal = sig;
-  if (p->closing) {
-    close_if_open((uv_handle_t *)&p->proc);
-    return;
-  }
-  plugin_maybe_finish(p);
-}
-
-static void on_plugin_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  struct kube_plugin *p = h->data;
-
-  if (h == (uv_handle_t *)&p->out)
-    *buf = uv_buf_init(p->oscratch, sizeof(p->oscratch));
-  else
-    *buf = uv_buf_init(p->escratch, sizeof(p->escratch));
-}
-
-static void on_plugin_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
-  struct kube_plugin *p = s->data;
-  int is_out = s == (uv_stream_t *)&p->out;
-
-  if (n < 0) {
-    uv_read_stop(s);
-    if (is_out)
-      p->out_eof = 1;
-    else
-      p->err_eof = 1;
-    plugin_maybe_finish(p);
-    return;
-  }
-  if (n == 0 || p->finished)
-    return;
-  if (is_out) {
-    if (p->obuf.len + (size_t)n > KUBE_PLUGIN_MAX_OUT)
-      p->fail = -E2BIG;
-    else if (fr_buf_append(&p->obuf, buf->base, (size_t)n) != 0)
-      p->fail = -ENOMEM;
-    if (p->fail != 0) {
-      uv_process_kill(&p->proc, SIGKILL);
-      plugin_finish(p);
-    }
-  } else if (p->ebuf.len < KUBE_PLUGIN_MAX_ERR) {
-    size_t take = (size_t)n;
-
-    if (take > KUBE_PLUGIN_MAX_ERR - p->ebuf.len)
-      take = KUBE_PLUGIN_MAX_ERR - p->ebuf.len;
-    (void)fr_buf_append(&p->ebuf, buf->base, take);  /* best effort: only for messages */
-  }
-}
-
-static void on_plugin_timeout(uv_timer_t *t) {
-  struct kube_plugin *p = t->data;
-
-  p->fail = -ETIMEDOUT;
-  plugin_finish(p);
-}
-
-/* "NAME=value" entries of <env> (parent), minus those whose NAME <over>
- * sets or KUBERNETES_EXEC_INFO. */
-static int env_overridden(const char *entry, char *const *over) {
-  size_t n = strcspn(entry, "=");
-
-  if (n == strlen("KUBERNETES_EXEC_INFO") && strncmp(entry, "KUBERNETES_EXEC_INFO", n) == 0)
-    return 1;
-  for (; over != NULL && *over != NULL; over++)
-    if (strncmp(*over, entry, n) == 0 && (*over)[n] == '=')
-      return 1;
-  return 0;
-}
-
-static int plugin_start(struct fr_kube_client *c) {
-  const struct fr_kube_exec_plugin *ex = c->creds->exec;
-  const char *api = ex->api_version != NULL ? ex->api_version : "client.authentication.k8s.io/v1";
-  struct kube_plugin *p;
-  uv_process_options_t po;
-  uv_stdio_container_t stdio[3];
-  struct fr_buf info;
-  char **argv = NULL, **envp = NULL;
-  size_t nargs = 0, nenv = 0, nover = 0, i, k;
-  int r;
-
-  if (ex->command == NULL || ex->command[0] == '\0') {
-    creds_set_error(c, "exec plugin has no command");
-    return -EINVAL;
-  }
-  p = calloc(1, sizeof(*p));
-  if (p == NULL)
-    goto oom;
-  p->c = c;
-  fr_buf_init(&p->obuf);
-  fr_buf_init(&p->ebuf);
-  fr_buf_init(&info);
-
-  /* KUBERNETES_EXEC_INFO: what client-go passes (no cluster info, since
-   * kubeconfigs rarely set provideClusterInfo; never interactive). */
-  if (fr_buf_puts(&info, "KUBERNETES_EXEC_INFO={\"kind\":\"ExecCredential\",\"apiVersion\":") != 0 ||
-      fr_buf_put_json_str(&info, api, strlen(api)) != 0 ||
-      fr_buf_puts(&info, ",\"spec\":{\"interactive\":false}}") != 0)
-    goto oom;
-  for (; ex->args != NULL && ex->args[nargs] != NULL; nargs++)
-    ;
-  for (; environ != NULL && environ[nenv] != NULL; nenv++)
-    ;
-  for (; ex->env != NULL && ex->env[nover] != NULL; nover++)
-    ;
-  argv = calloc(nargs + 2, sizeof(*argv));
-  envp = calloc(nenv + nover + 2, sizeof(*envp));
-  if (argv == NULL || envp == NULL)
-    goto oom;
-  argv[0] = ex->command;
-  for (i = 0; i < nargs; i++)
-    argv[i + 1] = ex->args[i];
-  k = 0;
-  for (i = 0; i < nenv; i++)
-    if (!env_overridden(environ[i], ex->env))
-      envp[k++] = environ[i];
-  for (i = 0; i < nover; i++)
-    envp[k++] = ex->env[i];
-  envp[k++] = info.data;
-
-  uv_pipe_init(c->loop, &p->out, 0);
-  uv_pipe_init(c->loop, &p->err, 0);
-  uv_timer_init(c->loop, &p->timer);
-  p->out.data = p->err.data = p->timer.data = p->proc.data = p;
-  p->nopen = 4;   /* the process handle is initialised by uv_spawn even on failure */
-  c->nopen += 4;
-
-  memset(&po, 0, sizeof(po));
-  memset(stdio, 0, sizeof(stdio));
-  stdio[0].flags = UV_IGNORE;
-  stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-  stdio[1].data.stream = (uv_stream_t *)&p->out;
-  stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-  stdio[2].data.stream = (uv_stream_t *)&p->err;
-  po.file = ex->command;
-  po.args = argv;
-  po.env = envp;
-  po.stdio = stdio;
-  po.stdio_count = 3;
-  po.exit_cb = on_plugin_exit;
-  r = uv_spawn(c->loop, &p->proc, &po);
-  free(argv);
-  free(envp);
-  fr_buf_free(&info);
-  if (r != 0) {
-    creds_set_error(c, "exec plugin \"%s\" could not start: %s", ex->command, uv_strerror(r));
-    p->finished = 1;
-    plugin_close(p);
-    return r;
-  }
-  p->spawned = 1;
-  uv_read_start((uv_stream_t *)&p->out, on_plugin_alloc, on_plugin_read);
-  uv_read_start((uv_stream_t *)&p->err, on_plugin_alloc, on_plugin_read);
-  uv_timer_start(&p->timer, on_plugin_timeout, KUBE_PLUGIN_TIMEOUT_MS, 0);
-  c->plugin = p;
-  FR_DEBUG(LOGC, "%s: running exec plugin %s (pid %d)", c->name, ex->command, p->proc.pid);
-  return 0;
-
-oom:
-  free(argv);
-  free(envp);
-  if (p != NULL) {
-    fr_buf_free(&info);
-    free(p);
-  }
-  creds_set_error(c, "exec plugin \"%s\": out of memory", ex->command);
-  return -ENOMEM;
-}
-
-/* -- state machine of the credentials -- */
-
-static int creds_load_start(struct fr_kube_client *c) {
-  if (c->creds->exec != NULL)
-    return plugin_start(c);
-  if (c->creds->token_file != NULL)
-    return token_read_start(c);
-  return 0;   /* static credentials: nothing to load */
-}
-
-static void creds_loaded(struct fr_kube_client *c, int status) {
-  if (status == 0) {
-    c->cstate = CREDS_READY;
-    c->creds_gen++;
-    c->creds_err[0] = '\0';
-  } else {
-    c->cstate = CREDS_NONE;
-    FR_WARN(LOGC, "%s: %s", c->name, c->creds_err);
-  }
-  creds_flush(c, status);
-}
-
-/* Moves the credentials towards answering the queued waiters: a kick a turn
- * later if they are usable (or failed), a load if they are not. */
-static void creds_kick(struct fr_kube_client *c) {
-  int r;
-
-  if (c->closing || c->whead == NULL)
-    return;
-  switch (c->cstate) {
-  case CREDS_LOADING:
-    return;
-  case CREDS_READY:
-    if (!creds_refreshable(c) || !creds_expired(c)) {
-      uv_timer_start(&c->kick, on_kick, 0, 0);
-      return;
-    }
-    FR_DEBUG(LOGC, "%s: %s", c->name, c->creds->exec != NULL ? "exec credentials expire soon, refreshing"
-                                                               : "reading the token file again");
-    c->cstate = CREDS_NONE;
-    break;
-  case CREDS_FAILED:
-    uv_timer_start(&c->kick, on_kick, 0, 0);
-    return;
-  case CREDS_NONE:
-    break;
-  }
-  r = creds_load_start(c);
-  if (r < 0) {
-    c->cstate = CREDS_FAILED;
-    c->fail_status = r;
-    FR_WARN(LOGC, "%s: %s", c->name, c->creds_err);
-    uv_timer_start(&c->kick, on_kick, 0, 0);
-  } else if (c->plugin != NULL || c->tread != NULL) {
-    c->cstate = CREDS_LOADING;
-  } else {
-    c->cstate = CREDS_READY;
-    uv_timer_start(&c->kick, on_kick, 0, 0);
-  }
+struct kube_creds *kube__creds(const struct fr_kube_client *c) {
+  return c->cr;
 }
 
 /* ------------------------------------------------------------ easy setup */
 
-int kube_easy_setup(struct fr_kube_client *c, CURL *easy, struct curl_slist **headers,
-                    const char *request_id) {
+int kube__easy_setup(struct fr_kube_client *c, CURL *easy, struct curl_slist **headers,
+                     const char *request_id) {
   const struct fr_kube_creds *cr = c->creds;
-  const char *cert = c->cert_pem != NULL ? c->cert_pem : cr->client_cert_pem;
-  const char *key = c->cert_pem != NULL ? c->key_pem : cr->client_key_pem;
-  size_t cert_len = c->cert_pem != NULL ? c->cert_len : cr->client_cert_len;
-  size_t key_len = c->cert_pem != NULL ? c->key_len : cr->client_key_len;
   struct curl_slist *h;
   struct fr_buf line;
-  int rc = 0;
+  int rc;
 
-  if (!header_safe(request_id) || !header_safe(c->token))
+  if (!header_safe(request_id))
     return -EINVAL;
   curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
@@ -1090,38 +322,16 @@ int kube_easy_setup(struct fr_kube_client *c, CURL *easy, struct curl_slist **he
    * fr_kube_client_new() warns once when a kubeconfig sets it. */
   if (cr->proxy_url != NULL)
     curl_easy_setopt(easy, CURLOPT_PROXY, cr->proxy_url);
-  if (cert != NULL && key != NULL && cert_len > 0 && key_len > 0) {
-    struct curl_blob cb = {.data = (void *)cert, .len = cert_len, .flags = CURL_BLOB_COPY};
-    struct curl_blob kb = {.data = (void *)key, .len = key_len, .flags = CURL_BLOB_COPY};
-
-    curl_easy_setopt(easy, CURLOPT_SSLCERTTYPE, "PEM");
-    curl_easy_setopt(easy, CURLOPT_SSLKEYTYPE, "PEM");
-    if (curl_easy_setopt(easy, CURLOPT_SSLCERT_BLOB, &cb) != CURLE_OK ||
-        curl_easy_setopt(easy, CURLOPT_SSLKEY_BLOB, &kb) != CURLE_OK)
-      return -ENOMEM;
-  }
-
+  /* The client certificate and the bearer token (kubecreds.c). */
+  rc = kube__creds_apply(c->cr, easy, headers);
+  if (rc != 0 || request_id == NULL || request_id[0] == '\0')
+    return rc;
   fr_buf_init(&line);
-  if (c->token != NULL) {
-    if (fr_buf_printf(&line, "Authorization: Bearer %s", c->token) != 0 ||
-        (h = curl_slist_append(*headers, line.data)) == NULL) {
-      rc = -ENOMEM;
-      goto out;
-    }
+  if (fr_buf_printf(&line, "X-Request-Id: %s", request_id) != 0 ||
+      (h = curl_slist_append(*headers, line.data)) == NULL)
+    rc = -ENOMEM;
+  else
     *headers = h;
-  }
-  if (request_id != NULL && request_id[0] != '\0') {
-    fr_buf_reset(&line);
-    if (fr_buf_printf(&line, "X-Request-Id: %s", request_id) != 0 ||
-        (h = curl_slist_append(*headers, line.data)) == NULL) {
-      rc = -ENOMEM;
-      goto out;
-    }
-    *headers = h;
-  }
-out:
-  if (line.data != NULL)
-    memset(line.data, 0, line.cap);   /* the token */
   fr_buf_free(&line);
   return rc;
 }
@@ -1196,7 +406,7 @@ static void call_release(struct rest_call *rc) {
   if (io->zombie)
     return;
   if (io->waiting) {
-    kube_creds_unwait(rc->c, on_creds, rc);
+    kube__creds_unwait(rc->c->cr, on_creds, rc);
     io->waiting = 0;
   }
   uv_close((uv_handle_t *)&io->timer, on_call_closed);
@@ -1386,7 +596,7 @@ static void finish(struct rest_call *rc, int status, const char *error) {
   resp.retry_after_s = io != NULL ? io->retry_after_s : 0;
   resp.elapsed_ms = io != NULL ? io->elapsed_ms : 0;
   set_state(rc, CALL_DONE);
-  kube_call_untrack(&rc->base);
+  kube__call_untrack(&rc->base);
   if (status == 0)
     FR_DEBUG(LOGC, "%s: %s %s failed: %s", c->name, rc->method, call_path(rc), resp.error);
   if (rc->kind != KIND_WATCH && c->observer != NULL)
@@ -1409,17 +619,17 @@ static struct kube_share *share_new(void) {
   return s;
 }
 
-struct kube_share *kube_share_ref(struct fr_kube_client *c) {
+struct kube_share *kube__share_ref(struct fr_kube_client *c) {
   if (c->share != NULL)
     c->share->refs++;
   return c->share;
 }
 
-CURLSH *kube_share_handle(struct kube_share *s) {
+CURLSH *kube__share_handle(struct kube_share *s) {
   return s->sh;
 }
 
-void kube_share_unref(struct kube_share *s) {
+void kube__share_unref(struct kube_share *s) {
   if (s == NULL || --s->refs > 0)
     return;
   curl_share_cleanup(s->sh);
@@ -1450,7 +660,7 @@ static int start_attempt(struct rest_call *rc) {
 
   rc->attempts++;
   set_state(rc, CALL_WAIT_CREDS);
-  r = kube_creds_wait(rc->c, on_creds, rc);
+  r = kube__creds_wait(rc->c->cr, on_creds, rc);
   if (r == 0)
     rc->io->waiting = 1;
   return r;
@@ -1733,7 +943,7 @@ static int attempt_begin(struct rest_call *rc) {
   easy = curl_easy_init();
   if (easy == NULL)
     return -ENOMEM;
-  r = kube_easy_setup(c, easy, &headers, rc->request_id);
+  r = kube__easy_setup(c, easy, &headers, rc->request_id);
   if (r < 0)
     goto fail;
   r = -ENOMEM;
@@ -1790,7 +1000,7 @@ static int attempt_begin(struct rest_call *rc) {
     curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(easy, CURLOPT_HEADERDATA, rc);
     if (rc->c->share != NULL)
-      curl_easy_setopt(easy, CURLOPT_SHARE, kube_share_handle(rc->c->share));
+      curl_easy_setopt(easy, CURLOPT_SHARE, kube__share_handle(rc->c->share));
   }
   if (rc->stream_body) {
     curl_easy_setopt(easy, CURLOPT_UPLOAD, 1L);
@@ -1855,10 +1065,10 @@ static void on_creds(struct fr_kube_client *c, int status, void *arg) {
   if (rc->state != CALL_WAIT_CREDS)
     return;
   if (status < 0) {
-    finish_error(rc, "credentials: %s", kube_creds_error(c));
+    finish_error(rc, "credentials: %s", kube__creds_error(c->cr));
     return;
   }
-  rc->io->gen = c->creds_gen;
+  rc->io->gen = kube__creds_gen(c->cr);
   r = attempt_begin(rc);
   if (r < 0)
     finish_error(rc, "could not start the request: %s", strerror(-r));
@@ -1966,10 +1176,10 @@ static void on_transfer_done(struct rest_call *rc, CURLcode result) {
   }
   /* A 401 is decided before the body is processed, so even a
    * non-idempotent call may be sent again once, with fresh credentials. */
-  if (code == 401 && creds_refreshable(c) && !io->refreshed && !rc->stream_body) {
+  if (code == 401 && kube__creds_refreshable(c->cr) && !io->refreshed && !rc->stream_body) {
     io->refreshed = 1;
-    if (io->gen == c->creds_gen)
-      kube_creds_invalidate(c);
+    if (io->gen == kube__creds_gen(c->cr))
+      kube__creds_invalidate(c->cr);
     FR_DEBUG(LOGC, "%s: %s %s: 401, refreshing credentials", c->name, rc->method, call_path(rc));
     r = start_attempt(rc);
     if (r < 0)
@@ -2022,10 +1232,10 @@ static void rest_cancel(struct fr_kube_call *base) {
   if (rc->state == CALL_QUEUED)
     queue_unlink(rc->c, rc);
   set_state(rc, CALL_CANCELLED);
-  kube_call_untrack(base);
+  kube__call_untrack(base);
   if (rc->io != NULL) {
     if (rc->io->waiting) {
-      kube_creds_unwait(rc->c, on_creds, rc);
+      kube__creds_unwait(rc->c->cr, on_creds, rc);
       rc->io->waiting = 0;
     }
     uv_timer_stop(&rc->io->timer);
@@ -2138,12 +1348,12 @@ static int call_start(struct fr_kube_client *c, enum call_kind kind, const char 
   rc->on_line = on_line;
   rc->arg = arg;
   rc->base.cancel = rest_cancel;
-  kube_call_track(c, &rc->base);
+  kube__call_track(c, &rc->base);
   /* First come, first served: behind the queue even when a slot is free
    * (it is about to be taken from the queue). */
   if (kind == KIND_STREAM && c->nstreams >= (size_t)c->opts.max_streams) {
     rc->state = CALL_CANCELLED;
-    kube_call_untrack(&rc->base);
+    kube__call_untrack(&rc->base);
     call_release(rc);
     return -EAGAIN;
   }
@@ -2153,7 +1363,7 @@ static int call_start(struct fr_kube_client *c, enum call_kind kind, const char 
     r = dispatch(rc);
     if (r < 0) {
       rc->state = CALL_CANCELLED;
-      kube_call_untrack(&rc->base);
+      kube__call_untrack(&rc->base);
       call_uncount(rc);
       call_release(rc);
       return r;
@@ -2302,15 +1512,6 @@ void fr_kube_call_resume(struct fr_kube_call *call) {
   uv_timer_start(&io->timer, on_io_timer, 0, 0);
 }
 
-int fr_kube_exec(struct fr_kube_client *c, const char *ns, const char *pod,
-                 const struct fr_kube_exec_opts *opts, fr_kube_exec_cb cb, void *arg,
-                 struct fr_kube_call **out) {
-  if (c == NULL)
-    return -EINVAL;
-  if (c->closing)
-    return -ECANCELED;
-  return kube_exec_start(c, ns, pod, opts, cb, arg, out);
-}
 
 /* ------------------------------------------------------------ client */
 
@@ -2328,24 +1529,13 @@ static void on_scurl_closed(struct fr_curluv *cu) {
   maybe_finalize(c);
 }
 
-/* The kick timer closes last among the client's own handles (teardown
- * closes it after asking fr_curluv to close): credential waits still queued
- * (kube_exec.c keeps its memory until its wait answers) get -ECANCELED
- * here, a loop turn after fr_kube_client_free() and while the client is
- * still allocated (nopen counts curl's handles as one until they close). */
-static void on_kick_closed(uv_handle_t *h) {
-  struct fr_kube_client *c = h->data;
-  struct creds_waiter *w;
-  kube_creds_cb cb;
-  void *arg;
+/* The credentials close after the client asked fr_curluv to close its
+ * handles: their waits still queued (kube_exec.c keeps its memory until its
+ * wait answers) get -ECANCELED first, a loop turn after
+ * fr_kube_client_free() and while the client is still allocated. */
+static void on_creds_closed(void *arg) {
+  struct fr_kube_client *c = arg;
 
-  while ((w = c->whead) != NULL) {
-    cb = w->cb;
-    arg = w->arg;
-    waiter_unlink(c, w);
-    free(w);
-    cb(c, -ECANCELED, arg);
-  }
   c->nopen--;
   maybe_finalize(c);
 }
@@ -2358,21 +1548,11 @@ static void on_qtimer_closed(uv_handle_t *h) {
 }
 
 static void client_destroy(struct fr_kube_client *c) {
-  struct creds_waiter *w;
-
-  while ((w = c->whead) != NULL) {
-    waiter_unlink(c, w);
-    free(w);
-  }
-  if (c->token != NULL)
-    memset(c->token, 0, strlen(c->token));
-  free(c->token);
-  free(c->cert_pem);
-  free(c->key_pem);
+  kube__creds_free(c->cr);
   fr_kube_creds_free(c->creds);
   free(c->name);
   free(c->user_agent);
-  kube_share_unref(c->share);
+  kube__share_unref(c->share);
   free(c);
   curl_global_cleanup();
 }
@@ -2403,16 +1583,7 @@ static void teardown(struct fr_kube_client *c) {
   fr_curluv_close(&c->curl, on_curl_closed);
   fr_curluv_close(&c->scurl, on_scurl_closed);
   uv_close((uv_handle_t *)&c->qtimer, on_qtimer_closed);
-  uv_close((uv_handle_t *)&c->kick, on_kick_closed);
-  if (c->plugin != NULL) {
-    struct kube_plugin *p = c->plugin;
-
-    c->plugin = NULL;
-    p->finished = 1;
-    plugin_close(p);
-  }
-  if (c->tread != NULL)
-    uv_cancel((uv_req_t *)&c->tread->req);   /* else its callbacks see c->closing */
+  kube__creds_close(c->cr, on_creds_closed, c);
   maybe_finalize(c);
 }
 
@@ -2491,14 +1662,11 @@ int fr_kube_client_new(uv_loop_t *loop, const struct fr_kube_creds *creds,
   c->opts.name = c->name;
   c->opts.user_agent = c->user_agent;
   c->creds = fr_kube_creds_dup(creds);
-  if (creds->token != NULL)
-    c->token = strdup(creds->token);
   r = -ENOMEM;
-  if (c->name == NULL || c->user_agent == NULL || c->creds == NULL ||
-      (creds->token != NULL && c->token == NULL))
+  if (c->name == NULL || c->user_agent == NULL || c->creds == NULL)
     goto fail;
-  r = -EINVAL;
-  if (!header_safe(c->token))
+  r = kube__creds_new(c->creds, c->name, c->opts.token_reread_ms, &c->cr);
+  if (r != 0)
     goto fail;
   /* The last step that can fail: from here on the client has handles. */
   r = fr_curluv_init(loop, &c->curl, on_curl_done, on_curl_action);
@@ -2520,16 +1688,10 @@ int fr_kube_client_new(uv_loop_t *loop, const struct fr_kube_creds *creds,
   curl_multi_setopt(c->scurl.multi, CURLMOPT_MAX_HOST_CONNECTIONS, c->opts.max_stream_connections);
   curl_multi_setopt(c->scurl.multi, CURLMOPT_MAXCONNECTS,
                     c->opts.max_stream_connections < 256 ? c->opts.max_stream_connections : 256L);
-  uv_timer_init(loop, &c->kick);
-  c->kick.data = c;
+  kube__creds_start(c->cr, loop, c);
   uv_timer_init(loop, &c->qtimer);
   c->qtimer.data = c;
-  c->nopen = 4;   /* the two multis' handles (one each), kick, qtimer */
-  c->token_read_ms = uv_now(loop); /* a token from a file was read by the loader just now */
-  if (c->creds->exec != NULL || (c->creds->token_file != NULL && c->token == NULL))
-    c->cstate = CREDS_NONE;
-  else
-    c->cstate = CREDS_READY;
+  c->nopen = 4;   /* the two multis' handles (one each), the credentials, qtimer */
   if (c->creds->tls_server_name != NULL)
     FR_WARN(LOGC, "%s: tls-server-name \"%s\" is not supported (libcurl 7.88 has no option for "
                   "it); the server certificate is checked against the server URL's host",

@@ -3,7 +3,7 @@
  *
  * Transport. libcurl 7.88 has no ws:// support, so curl only connects: an
  * easy handle with CURLOPT_CONNECT_ONLY does DNS, TCP, the proxy tunnel and
- * TLS with the client's settings (kube_easy_setup), driven without blocking
+ * TLS with the client's settings (kube__easy_setup), driven without blocking
  * through a private multi handle on the loop (fr/curluv.h). Once the multi
  * reports the transfer done, fr_curluv_stop() ends curl's polling, the
  * connection stays attached to the easy handle (which must stay in the
@@ -71,6 +71,7 @@
 #include "fr/version.h"
 #include "fr/ws.h"
 #include "kube_internal.h"
+#include "kubecreds.h"
 
 #define LOG_COMP "kube-exec"
 
@@ -92,7 +93,7 @@
 #define DRAIN_GRACE_MS 2000
 
 enum exec_state {
-  ST_CREDS,       /* waiting for kube_creds_wait() */
+  ST_CREDS,       /* waiting for kube__creds_wait() */
   ST_CONNECTING,  /* curl: DNS, TCP, proxy, TLS */
   ST_UPGRADING,   /* upgrade request going out, reading the response head */
   ST_REJECTED,    /* non-101 response: reading its body */
@@ -139,7 +140,7 @@ struct kube_exec {
   uv_idle_t resume;                /* "resume reading" (see do_read) */
   uv_timer_t deadline;             /* timeout_ms; later the drain grace */
   unsigned handles;                /* uv handles (curl's: one) not yet closed */
-  int creds_pending;               /* kube_creds_wait() will still call back */
+  int creds_pending;               /* kube__creds_wait() will still call back */
   int curl_ref;                    /* we hold a curl_global_init() reference */
   struct kube_share *share;        /* the client's TLS sessions, referenced */
 
@@ -275,7 +276,7 @@ static int has_token(const char *list, size_t len, const char *token) {
 /* ---- handles ---- */
 
 static void destroy(struct kube_exec *e) {
-  kube_share_unref(e->share); /* after the easy handle that used it (finish) */
+  kube__share_unref(e->share); /* after the easy handle that used it (finish) */
   e->share = NULL;
   curl_slist_free_all(e->headers);
   /* Our handles may outlive the client (its free cancels us, but our
@@ -355,10 +356,10 @@ static void finish(struct kube_exec *e, int deliver) {
     return;
   set_state(e, ST_DONE);
   if (e->creds_pending) {
-    kube_creds_unwait(e->client, on_creds, e);
+    kube__creds_unwait(kube__creds(e->client), on_creds, e);
     e->creds_pending = 0;
   }
-  kube_call_untrack(&e->call);
+  kube__call_untrack(&e->call);
   e->client = NULL;
   if (e->io_open) {
     /* uv_close stops it at once (epoll forgets the fd now), before curl
@@ -586,7 +587,7 @@ static void finish_rejected(struct kube_exec *e) {
   case 401:
     /* The token may have expired or been rotated: next call re-reads it. */
     if (e->client != NULL)
-      kube_creds_invalidate(e->client);
+      kube__creds_invalidate(kube__creds(e->client));
     error = -EACCES;
     break;
   case 403:
@@ -1150,8 +1151,8 @@ static void on_creds(struct fr_kube_client *c, int status, void *arg) {
     return;
   }
   if (status < 0) {
-    set_errorf(e, status, "exec: no credentials for cluster %s: %s", kube_name(c),
-               kube_creds_error(c));
+    set_errorf(e, status, "exec: no credentials for cluster %s: %s", kube__name(c),
+               kube__creds_error(kube__creds(c)));
     finish(e, 1);
     return;
   }
@@ -1167,17 +1168,17 @@ static void on_creds(struct fr_kube_client *c, int status, void *arg) {
     return;
   }
   /* Resume the client's TLS session rather than a full handshake. */
-  e->share = kube_share_ref(c);
+  e->share = kube__share_ref(c);
   if (e->share != NULL)
-    curl_easy_setopt(e->easy, CURLOPT_SHARE, kube_share_handle(e->share));
-  if ((rc = kube_easy_setup(c, e->easy, &e->headers, e->request_id)) != 0) {
+    curl_easy_setopt(e->easy, CURLOPT_SHARE, kube__share_handle(e->share));
+  if ((rc = kube__easy_setup(c, e->easy, &e->headers, e->request_id)) != 0) {
     fail(e, rc, "exec: cannot set up the connection");
     return;
   }
   curl_easy_setopt(e->easy, CURLOPT_URL, e->url);
   curl_easy_setopt(e->easy, CURLOPT_CONNECT_ONLY, 1L);
   /* We speak HTTP/1.1 on the connection, so TLS ALPN must not offer h2 (a
-   * Go apiserver would pick it). kube_easy_setup() sets this too. */
+   * Go apiserver would pick it). kube__easy_setup() sets this too. */
   curl_easy_setopt(e->easy, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
   /* Through a proxy, tunnel even for http:// so we speak to the server. */
   curl_easy_setopt(e->easy, CURLOPT_HTTPPROXYTUNNEL, 1L);
@@ -1189,10 +1190,10 @@ static void on_creds(struct fr_kube_client *c, int status, void *arg) {
   curl_easy_setopt(e->easy, CURLOPT_ERRORBUFFER, e->errbuf);
 
   /* The upgrade request, written by us once connected. Headers from
-   * kube_easy_setup (Authorization, X-Request-Id, ...) are copied; the
+   * kube__easy_setup (Authorization, X-Request-Id, ...) are copied; the
    * ones the upgrade owns are not. */
   {
-    const struct fr_kube_client_opts *o = kube_opts(c);
+    const struct fr_kube_client_opts *o = kube__opts(c);
     const char *ua = o != NULL && o->user_agent != NULL ? o->user_agent : DEFAULT_USER_AGENT;
     struct curl_slist *h;
 
@@ -1273,21 +1274,24 @@ static int split_server(const char *server, char **url, char **host, const char 
   return 0;
 }
 
-/* Starts an exec (see fr_kube_exec() in fr/kube.h and the codes at the
- * top). <ns>, <pod>, <opts> and everything they point to are copied
- * (stdin included), so they need not outlive the call. Returns 0 with the
- * call in <*out> (may be NULL) and <cb> called exactly once later unless
- * cancelled; or -EINVAL (bad arguments, unusable server URL) / -ENOMEM /
- * kube_creds_wait()'s error, with <cb> never called. */
-int kube_exec_start(struct fr_kube_client *c, const char *ns, const char *pod,
-                    const struct fr_kube_exec_opts *opts, fr_kube_exec_cb cb, void *arg,
-                    struct fr_kube_call **out) {
+/* Starts an exec (fr/kube.h and the codes at the top). <ns>, <pod>,
+ * <opts> and everything they point to are copied (stdin included), so they
+ * need not outlive the call. Returns 0 with the call in <*out> (may be
+ * NULL) and <cb> called exactly once later unless cancelled; or -EINVAL
+ * (bad arguments, unusable server URL) / -ECANCELED (the client is being
+ * freed) / -ENOMEM / kube__creds_wait()'s error, with <cb> never called. */
+int fr_kube_exec(struct fr_kube_client *c, const char *ns, const char *pod, const struct fr_kube_exec_opts *opts,
+                 fr_kube_exec_cb cb, void *arg, struct fr_kube_call **out) {
   struct kube_exec *e;
   struct fr_buf t;
   const char *prefix;
   size_t prefix_len;
   int rc;
 
+  if (c == NULL)
+    return -EINVAL;
+  if (kube__closing(c))
+    return -ECANCELED;
   /* Names only: a namespace is a DNS label, a pod name a DNS subdomain
    * (never "..", which a server would normalize away). */
   if (c == NULL || !fr_dns_label(ns) || !fr_dns_subdomain(pod) || opts == NULL ||
@@ -1299,7 +1303,7 @@ int kube_exec_start(struct fr_kube_client *c, const char *ns, const char *pod,
   if (e == NULL)
     return -ENOMEM;
   e->client = c;
-  e->loop = kube_loop(c);
+  e->loop = kube__loop(c);
   e->state = ST_CREDS;
   e->cb = cb;
   e->arg = arg;
@@ -1317,11 +1321,11 @@ int kube_exec_start(struct fr_kube_client *c, const char *ns, const char *pod,
   fr_buf_init(&e->status);
   fr_buf_init(&t);
 
-  if (kube_server(c) == NULL) {
+  if (kube__server(c) == NULL) {
     rc = -EINVAL;
     goto fail;
   }
-  rc = split_server(kube_server(c), &e->url, &e->host, &prefix, &prefix_len);
+  rc = split_server(kube__server(c), &e->url, &e->host, &prefix, &prefix_len);
   if (rc != 0)
     goto fail;
   rc = fr_buf_append(&t, prefix, prefix_len);
@@ -1384,11 +1388,11 @@ int kube_exec_start(struct fr_kube_client *c, const char *ns, const char *pod,
   e->resume.data = e;
   e->deadline.data = e;
   e->handles = 2;
-  kube_call_track(c, &e->call);
+  kube__call_track(c, &e->call);
   if (e->timeout_ms > 0)
     uv_timer_start(&e->deadline, on_deadline, e->timeout_ms, 0);
   e->creds_pending = 1;
-  rc = kube_creds_wait(c, on_creds, e);
+  rc = kube__creds_wait(kube__creds(c), on_creds, e);
   if (rc != 0) {
     e->creds_pending = 0;
     finish(e, 0);
