@@ -202,7 +202,8 @@ def test_fedctl_run_code_and_url(fed):
     # The preview URL of port 49999: the host form, reached with the traffic
     # token through the router.
     rc, out, err = fedctl(fed, "url", sid, "49999")
-    want = f"http://49999-{sb['short_id']}.{DOMAIN}/"
+    # (The domain has no port: the router URL's is used.)
+    want = f"http://49999-{sb['short_id']}.{DOMAIN}:{fed.router.port}/"
     check(rc == 0 and out == want + "\n", f"fedctl url: rc {rc} {out!r} (want {want}) {err!r}")
     c = http.client.HTTPConnection("127.0.0.1", fed.router.port, timeout=30)
     c.request("GET", "/health", headers={"Host": f"49999-{sb['short_id']}.{DOMAIN}",
