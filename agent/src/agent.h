@@ -61,6 +61,13 @@ void b64_encode(const unsigned char *in, size_t n, char *out); /* NUL-terminates
 ssize_t b64_decode(const char *in, size_t n, unsigned char *out);
 uint64_t now_ms(void);
 bool token_equal(const char *a, const char *b);
+/* SHA-256 of <n> bytes at <data> into <out>. */
+void sha256(const void *data, size_t n, unsigned char out[32]);
+/* Compares <n> bytes in time that depends on <n> only. */
+bool bytes_equal(const void *a, const void *b, size_t n);
+/* Decodes exactly 2 * <n> hex digits of the string <in> (nothing after
+ * them) into <out>: 0 or -EINVAL. */
+int hex_decode(const char *in, unsigned char *out, size_t n);
 int percent_decode(const char *in, size_t n, char *out, size_t outcap);
 int mkdir_p(const char *path, mode_t mode);
 void log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -367,8 +374,16 @@ struct agent {
   size_t max_total;       /* all processes */
   size_t buffered_total;
   char *token;            /* NULL until the first /init */
+  /* Who may /init (rpc.c): with <init_hash_set>, a caller whose token's
+   * SHA-256 is <init_sha256> (FR_AGENT_INIT_SHA256 of the pod, made by the
+   * router); without, nobody unless <open_init> (--allow-open-init: the
+   * first caller, then whoever has the access token). */
+  unsigned char init_sha256[32];
+  bool init_hash_set;
+  bool open_init;
   char **init_env;        /* "K=V", NULL-terminated, from /init */
   size_t init_env_n;
+  json_t *init_envs;      /* GET /envs: /init's envVars without its secretNames */
   char *default_workdir;
   char *default_user;
   char nonce[17];

@@ -671,6 +671,9 @@ static void conn_parse(struct conn *c) {
       int st = parse_head(c, hl - 2);
       memmove(c->in, c->in + hl, c->in_len - hl);
       c->in_len -= hl;
+      /* Heads carry tokens (/init's opens every pod of a pool): no copy
+       * stays behind the input that moved over it. */
+      explicit_bzero(c->in + c->in_len, hl);
       if (st != 0) {
         c->close_after = true;
         set_state(c, C_HANDLING);

@@ -1,7 +1,11 @@
 /* main.c — fedrouter-agent: CLI, PID 1 duties, the loop.
  *
  *   fedrouter-agent [--listen ADDR:PORT] [--port-file PATH] [--max-buffer BYTES]
- *                   [--max-total BYTES] [-- COMMAND ARGS...]
+ *                   [--max-total BYTES] [--allow-open-init] [-- COMMAND ARGS...]
+ *
+ * FR_AGENT_INIT_SHA256 in its environment (64 hex digits, put in the pod
+ * spec by the router) is the SHA-256 of the token a /init must carry; it
+ * is taken out of the environment the commands inherit.
  *
  * With a COMMAND the agent starts it as the container's main process and
  * exits with its status when it ends (as tini does: signals the agent gets
@@ -32,11 +36,14 @@ static const int forwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUS
 static void usage(FILE *f) {
   fprintf(f,
           "usage: fedrouter-agent [--listen ADDR:PORT] [--port-file PATH]\n"
-          "                       [--max-buffer BYTES] [--max-total BYTES] [-- COMMAND ARGS...]\n"
+          "                       [--max-buffer BYTES] [--max-total BYTES] [--allow-open-init]\n"
+          "                       [-- COMMAND ARGS...]\n"
           "  --listen      address to serve envd's protocol on (default 0.0.0.0:49983)\n"
           "  --port-file   write the bound port there (use with port 0)\n"
           "  --max-buffer  output kept per process for reattach (default 1048576)\n"
-          "  --max-total   output kept over all processes (default 64 MiB)\n");
+          "  --max-total   output kept over all processes (default 64 MiB)\n"
+          "  --allow-open-init  without FR_AGENT_INIT_SHA256: the first /init needs no token\n"
+          "                (agents of pods made by older routers; default: /init refused)\n");
 }
 
 static int parse_size(const char *s, size_t *out) {
@@ -209,6 +216,10 @@ int main(int argc, char **argv) {
       printf("fedrouter-agent %s (envd %s)\n", AGENT_VERSION, AGENT_ENVD_VERSION);
       return 0;
     }
+    if (strcmp(arg, "--allow-open-init") == 0) {
+      a.open_init = true;
+      continue;
+    }
     if (i + 1 >= argc) {
       usage(stderr);
       return 2;
@@ -233,6 +244,15 @@ int main(int argc, char **argv) {
     }
   }
 
+  const char *init_hash = getenv("FR_AGENT_INIT_SHA256");
+  if (init_hash != NULL) {
+    if (hex_decode(init_hash, a.init_sha256, sizeof(a.init_sha256)) != 0) {
+      fprintf(stderr, "fedrouter-agent: FR_AGENT_INIT_SHA256 is not 64 hex digits\n");
+      return 2;
+    }
+    a.init_hash_set = true;
+    unsetenv("FR_AGENT_INIT_SHA256"); /* not the commands' business */
+  }
   const char *trace = getenv("FR_AGENT_TRACE");
   a.trace = trace && strcmp(trace, "1") == 0;
   unsigned char rnd[8];
@@ -276,7 +296,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "fedrouter-agent: cannot write %s\n", port_file);
     return 1;
   }
-  log_msg("serving on %s (port %d), envd %s", listen_spec, port, AGENT_ENVD_VERSION);
+  log_msg("serving on %s (port %d), envd %s; /init %s", listen_spec, port, AGENT_ENVD_VERSION,
+          a.init_hash_set ? "by the init token of FR_AGENT_INIT_SHA256"
+          : a.open_init   ? "open to the first caller (--allow-open-init)"
+                          : "refused (no FR_AGENT_INIT_SHA256)");
   if (cmd) {
     a.main_pid = start_main(cmd, &mask, &a.nofile);
     if (a.main_pid < 0) {
@@ -347,6 +370,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < a.init_env_n; i++)
     free(a.init_env[i]);
   free(a.init_env);
+  json_decref(a.init_envs);
   free(a.token);
   free(a.default_workdir);
   free(a.default_user);

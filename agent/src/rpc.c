@@ -126,6 +126,44 @@ static void deny(struct conn *c, bool rpc) {
                                    : "agent not initialized: POST /init first");
 }
 
+/* Only a router initialises an agent, ever. The pod was created carrying
+ * the SHA-256 of its init token (FR_AGENT_INIT_SHA256), which the router
+ * derives from its agent key and the sandbox cannot; the /init must carry
+ * that token (X-Access-Token or Bearer), before and after the first one.
+ * The token is wiped from the request once checked: the token of a pool's
+ * pods opens every warm pod of the pool. Answers the refusal itself. */
+static bool init_allowed(struct conn *c) {
+  struct agent *a = c->a;
+  struct req *r = &c->req;
+  const char *given = r->has_token ? r->token : r->has_bearer ? r->bearer : NULL;
+  unsigned char digest[32];
+  bool ok = false;
+
+  if (a->init_hash_set) {
+    if (given != NULL) {
+      sha256(given, strlen(given), digest);
+      ok = bytes_equal(digest, a->init_sha256, sizeof(digest));
+      explicit_bzero(digest, sizeof(digest));
+    }
+  } else if (a->open_init) {
+    ok = a->token == NULL || authorized(c); /* --allow-open-init: the first caller */
+  }
+  explicit_bzero(r->token, sizeof(r->token));
+  explicit_bzero(r->bearer, sizeof(r->bearer));
+  r->has_token = r->has_bearer = false;
+  if (ok)
+    return true;
+  c->close_after = r->content_length != 0 || r->chunked; /* body unread */
+  if (!a->init_hash_set && !a->open_init)
+    http_error(c, 403, "this agent takes no /init: it was started without FR_AGENT_INIT_SHA256 "
+                       "(an agent made by an older router; --allow-open-init accepts the first caller)");
+  else if (a->init_hash_set)
+    http_error(c, 401, "invalid or missing init token");
+  else
+    http_error(c, 401, "invalid or missing access token");
+  return false;
+}
+
 /* ---- query strings ---- */
 
 /* Finds <key> in the query and decodes it into <out>. 1 found, 0 absent,
@@ -215,10 +253,8 @@ void route_head(struct conn *c) {
       http_error(c, 405, "use POST");
       return;
     }
-    if (a->token && !authorized(c)) {
-      deny(c, false);
+    if (!init_allowed(c))
       return;
-    }
     r->route = R_INIT;
     c->body_limit = INIT_BODY_MAX;
     return;
@@ -239,6 +275,16 @@ void route_head(struct conn *c) {
       return;
     }
     http_respond_json(c, 200, agent_held_json(a));
+    return;
+  }
+  if (strcmp(r->path, "/envs") == 0) {
+    /* envd's: the sandbox's create-time env as /init set it, without the
+     * values /init named as secrets. */
+    if (strcmp(m, "GET") != 0) {
+      http_error(c, 405, "use GET");
+      return;
+    }
+    http_respond_json(c, 200, a->init_envs ? json_incref(a->init_envs) : json_object());
     return;
   }
   if (strcmp(r->path, "/version") == 0) {
@@ -320,6 +366,7 @@ static int env_set(char ***vec, size_t *n, const char *key, const char *val) {
   snprintf(kv, sz, "%s=%s", key, val);
   for (size_t i = 0; i < *n; i++) {
     if (strncmp((*vec)[i], key, kl) == 0 && (*vec)[i][kl] == '=') {
+      explicit_bzero((*vec)[i], strlen((*vec)[i])); /* values may be secrets */
       free((*vec)[i]);
       (*vec)[i] = kv;
       return 0;
@@ -352,22 +399,46 @@ static const char *cstr(json_t *j) {
   return json_string_value(j);
 }
 
+static void env_free(char **vec, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    explicit_bzero(vec[i], strlen(vec[i])); /* values may be secrets */
+    free(vec[i]);
+  }
+  free(vec);
+}
+
+static char *dup_or_null(const char *s, bool *failed) {
+  char *d = s != NULL ? strdup(s) : NULL;
+
+  if (s != NULL && d == NULL)
+    *failed = true;
+  return d;
+}
+
+/* POST /init (the router's, init_allowed() checked it): sets everything
+ * /init sets as a whole. The env, the default workdir and user are
+ * replaced, never merged (nothing an earlier /init set survives); the
+ * access token changes when the body has one. */
 static void handle_init(struct conn *c) {
   struct agent *a = c->a;
   json_error_t jerr;
   json_t *j = json_loadb(c->body.p ? c->body.p + c->body.off : "{}",
                          c->body.p ? buf_size(&c->body) : 2, 0, &jerr);
-  if (!json_is_object(j)) {
-    json_decref(j);
-    http_error(c, 400, "body must be a JSON object");
-    return;
-  }
-  json_t *ev = json_object_get(j, "envVars");
-  json_t *tok = json_object_get(j, "accessToken");
-  json_t *wd = json_object_get(j, "defaultWorkdir");
-  json_t *du = json_object_get(j, "defaultUser");
+  json_t *ev, *tok, *wd, *du, *sn, *val, *envs = NULL;
+  char **env = NULL, *token = NULL, *workdir = NULL, *user = NULL;
+  size_t env_n = 0, i;
   const char *key;
-  json_t *val;
+  bool failed = false;
+
+  if (c->body.p != NULL)
+    explicit_bzero(c->body.p, c->body.cap); /* the env's values may be secrets */
+  if (!json_is_object(j))
+    goto bad;
+  ev = json_object_get(j, "envVars");
+  tok = json_object_get(j, "accessToken");
+  wd = json_object_get(j, "defaultWorkdir");
+  du = json_object_get(j, "defaultUser");
+  sn = json_object_get(j, "secretNames");
   if (ev && !json_is_object(ev) && !json_is_null(ev))
     goto bad;
   json_object_foreach(ev, key, val) {
@@ -380,35 +451,62 @@ static void handle_init(struct conn *c) {
     goto bad;
   if (du && !json_is_null(du) && cstr(du) == NULL)
     goto bad;
+  if (sn && !json_is_array(sn) && !json_is_null(sn))
+    goto bad;
+  json_array_foreach(sn, i, val) {
+    if (cstr(val) == NULL)
+      goto bad;
+  }
+  /* Everything is built before anything is replaced: out of memory
+   * leaves the previous /init's state whole. */
+  envs = json_object();
+  failed = envs == NULL;
   json_object_foreach(ev, key, val) {
-    if (env_set(&a->init_env, &a->init_env_n, key, json_string_value(val)) != 0) {
-      json_decref(j);
-      http_error(c, 503, "out of memory");
-      return;
-    }
+    bool secret = false;
+    json_t *s;
+    size_t k;
+    json_array_foreach(sn, k, s) secret |= strcmp(json_string_value(s), key) == 0;
+    if (failed || env_set(&env, &env_n, key, json_string_value(val)) != 0 ||
+        (!secret && json_object_set(envs, key, val) != 0))
+      failed = true;
   }
-  if (cstr(tok) && cstr(tok)[0]) {
+  token = cstr(tok) && cstr(tok)[0] ? dup_or_null(cstr(tok), &failed) : NULL;
+  workdir = dup_or_null(cstr(wd), &failed);
+  user = dup_or_null(cstr(du), &failed);
+  if (failed) {
+    env_free(env, env_n);
+    json_decref(envs);
+    free(token);
+    free(workdir);
+    free(user);
+    json_decref(j);
+    http_error(c, 503, "out of memory");
+    return;
+  }
+  env_free(a->init_env, a->init_env_n);
+  a->init_env = env;
+  a->init_env_n = env_n;
+  json_decref(a->init_envs);
+  a->init_envs = envs;
+  if (token != NULL) {
+    if (a->token != NULL)
+      explicit_bzero(a->token, strlen(a->token));
     free(a->token);
-    a->token = strdup(cstr(tok));
+    a->token = token;
   }
-  if (cstr(wd)) {
-    free(a->default_workdir);
-    a->default_workdir = strdup(cstr(wd));
-  }
-  if (cstr(du)) {
-    free(a->default_user);
-    a->default_user = strdup(cstr(du));
-  }
+  free(a->default_workdir);
+  a->default_workdir = workdir;
+  free(a->default_user);
+  a->default_user = user;
   /* Names only: values may be secrets. */
-  log_msg("init: %zu env vars set, token %s", json_object_size(ev),
-          a->token ? "set" : "not set");
+  log_msg("init: %zu env vars set, token %s", env_n, a->token ? "set" : "not set");
   json_decref(j);
   http_respond(c, 204, NULL, NULL, NULL, 0);
   return;
 bad:
   json_decref(j);
   http_error(c, 400, "bad /init body: envVars must map names to strings; accessToken, "
-                     "defaultUser strings; defaultWorkdir an absolute path");
+                     "defaultUser strings; defaultWorkdir an absolute path; secretNames strings");
 }
 
 /* ---- process.Process ---- */
@@ -532,8 +630,10 @@ static void stream_timers(struct conn *c, bool deadline) {
 static int decode_b64_field(json_t *j, unsigned char **out, size_t *n);
 
 static void free_strv(char **v) {
-  for (char **p = v; p && *p; p++)
+  for (char **p = v; p && *p; p++) {
+    explicit_bzero(*p, strlen(*p)); /* an envp: values may be secrets */
     free(*p);
+  }
   free(v);
 }
 

@@ -15,6 +15,7 @@ import hashlib
 import http.client
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -30,6 +31,9 @@ import traceback
 ARGS = None
 TMP = None
 TOKEN = "tok-" + os.urandom(12).hex()
+# What the router sends on /init; the agent knows only its SHA-256.
+INIT_TOKEN = "init-" + os.urandom(16).hex()
+INIT_SHA256 = hashlib.sha256(INIT_TOKEN.encode()).hexdigest()
 SECRET_VALUE = "s3cr3t-" + os.urandom(12).hex()
 WATCHDOG_S = 110
 LIVE = []  # every Agent started, for the watchdog
@@ -64,7 +68,7 @@ def pid_alive(pid):
 
 
 class Agent:
-    def __init__(self, extra=(), cmd=None, name="agent"):
+    def __init__(self, extra=(), cmd=None, name="agent", init_sha256=INIT_SHA256, preexec=None):
         self.port_file = os.path.join(TMP, name + ".port")
         self.log_path = os.path.join(TMP, name + ".log")
         if os.path.exists(self.port_file):
@@ -75,7 +79,9 @@ class Agent:
         self.log = open(self.log_path, "wb")
         env = dict(os.environ)
         env["HOME"] = TMP
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=self.log, env=env)
+        if init_sha256 is not None:
+            env["FR_AGENT_INIT_SHA256"] = init_sha256
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=self.log, env=env, preexec_fn=preexec)
         LIVE.append(self)
         wait_until(lambda: os.path.exists(self.port_file) or self.proc.poll() is not None,
                    what="the agent's port file")
@@ -103,8 +109,9 @@ class Agent:
         finally:
             c.close()
 
-    def init(self, env=None, token=TOKEN, auth=None):
+    def init(self, env=None, token=TOKEN, auth=INIT_TOKEN, **more):
         body = {"accessToken": token, "envVars": env or {}}
+        body.update(more)
         return self.request("POST", "/init", json.dumps(body),
                             {"Content-Type": "application/json"}, token=auth)
 
@@ -263,7 +270,16 @@ def test_auth(a):
     check(st == 401 and j["code"] == "unauthenticated", "List before init: %d %r" % (st, j))
     st, _, _ = a.request("GET", "/files?path=/etc/hostname", token=None)
     check(st == 401, "files before init: %d" % st)
-    st, _, _ = a.init({"FOO": "bar", "SECRET_TOKEN": SECRET_VALUE})
+    # Only the router initialises an agent: /init carries the token whose
+    # SHA-256 the pod was made with, before and after the first one.
+    for auth in (None, "wrong", TOKEN, INIT_TOKEN + "x", INIT_TOKEN[:-1]):
+        st, _, body = a.init({"https_proxy": "http://127.0.0.1:9"}, token="attacker", auth=auth)
+        check(st == 401 and json.loads(body) == {"code": 401, "message": "invalid or missing init token"},
+              "/init before the router's with token %r: %d %r" % (auth, st, body))
+    st, _, body = a.request("POST", "/init", json.dumps({"accessToken": "attacker"}),
+                            {"Content-Type": "application/json", "Authorization": "Bearer wrong"}, token=None)
+    check(st == 401, "/init with a wrong Bearer token: %d %r" % (st, body))
+    st, _, _ = a.init({"FOO": "bar", "SECRET_TOKEN": SECRET_VALUE}, secretNames=["SECRET_TOKEN"])
     check(st == 204, "first /init: %d" % st)
     st, j = a.rpc("process.Process/List", {})
     check(st == 200 and j == {"processes": []}, "List with token: %d %r" % (st, j))
@@ -275,15 +291,109 @@ def test_auth(a):
                          {"Content-Type": "application/json", "Authorization": "Bearer " + TOKEN},
                          token=None)
     check(st == 200, "Bearer token refused: %d" % st)
-    # a later /init must carry the current token
-    st, _, _ = a.init({"FOO": "evil"}, token="attacker", auth=None)
-    check(st == 401, "second /init without token: %d" % st)
-    st, _, _ = a.init({"FOO": "evil"}, token="attacker", auth="wrong")
-    check(st == 401, "second /init with a wrong token: %d" % st)
-    st, _, _ = a.init({"EXTRA": "1"}, token=TOKEN, auth=TOKEN)
-    check(st == 204, "second /init with the token: %d" % st)
+    # after it too, and the access token (the sandbox's code may hold it) is not the init token
+    for auth in (None, "wrong", TOKEN):
+        st, _, body = a.init({"FOO": "evil"}, token="attacker", auth=auth)
+        check(st == 401 and json.loads(body)["message"] == "invalid or missing init token",
+              "/init after the router's with token %r: %d %r" % (auth, st, body))
+    st, j = a.rpc("process.Process/List", {})
+    check(st == 200, "the access token changed by a refused /init: %d" % st)
+    st, _, body = a.request("GET", "/envs")
+    check(st == 200 and json.loads(body) == {"FOO": "bar"}, "GET /envs (no secret): %d %r" % (st, body))
+    st, _, body = a.request("GET", "/envs", token=None)
+    check(st == 401, "GET /envs without the token: %d" % st)
     st, _, body = a.request("GET", "/version")
     check(st == 200 and json.loads(body)["version"] == "0.5.7", "version: %d %r" % (st, body))
+
+
+def test_init_replaces_env(a):
+    # A second /init replaces the env whole: nothing the first set survives.
+    st, _, _ = a.init({"EXTRA": "1", "https_proxy": "http://127.0.0.1:9"}, defaultWorkdir="/tmp")
+    check(st == 204, "second /init: %d" % st)
+    s = run(a, 'echo "${FOO-unset}/${SECRET_TOKEN-unset}/$EXTRA/$https_proxy"; pwd')
+    check(s.out["stdout"] == b"unset/unset/1/http://127.0.0.1:9\n/tmp\n", "env after a second /init: %r" % s.out)
+    st, _, body = a.request("GET", "/envs")
+    check(st == 200 and json.loads(body) == {"EXTRA": "1", "https_proxy": "http://127.0.0.1:9"},
+          "GET /envs after a second /init: %d %r" % (st, body))
+    # The third on a connection kept open: once answered, the init token is
+    # not left in the agent's memory, not in the request it parsed nor in
+    # its input buffer (release build: under ASan the memory is too large
+    # to scan).
+    body = json.dumps({"accessToken": TOKEN, "envVars": {"FOO": "bar", "SECRET_TOKEN": SECRET_VALUE, "EXTRA": "1"},
+                       "secretNames": ["SECRET_TOKEN"]}).encode()
+    sk = socket.create_connection(("127.0.0.1", a.port), timeout=10)
+    try:
+        # (the token after more head than the body is long: the body moving
+        # to the front of the input buffer does not overwrite it)
+        sk.sendall(("POST /init HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\nX-Access-Token: %s\r\n"
+                    "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                    % ("p" * len(body), INIT_TOKEN, len(body))).encode() + body)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            got += sk.recv(4096)
+        check(got.startswith(b"HTTP/1.1 204"), "third /init: %r" % got)
+        if not under_asan(a.proc.pid) and os.geteuid() == 0:
+            found = memory_holds(a.proc.pid, INIT_TOKEN.encode())
+            check(not found, "the init token stays in the agent's memory at %s" % found)
+    finally:
+        sk.close()
+    s = run(a, 'echo "${https_proxy-unset}"; pwd')
+    home = pwd.getpwuid(os.getuid()).pw_dir  # the agent's default cwd (its user's home)
+    check(s.out["stdout"] == ("unset\n%s\n" % home).encode(), "env and workdir after a third /init: %r" % s.out)
+    st, _, body = a.request("GET", "/envs")
+    check(st == 200 and json.loads(body) == {"FOO": "bar", "EXTRA": "1"}, "GET /envs: %d %r" % (st, body))
+    check(SECRET_VALUE not in a.logtext(), "secret value in the agent log")
+
+
+def memory_holds(pid, needle):
+    """Addresses of <needle> in the writable memory of <pid> (root only)."""
+    found = []
+    with open("/proc/%d/maps" % pid) as maps, open("/proc/%d/mem" % pid, "rb", 0) as mem:
+        for line in maps:
+            f = line.split()
+            lo, hi = (int(x, 16) for x in f[0].split("-"))
+            if f[1][:2] != "rw" or hi - lo > 256 << 20:
+                continue
+            try:
+                mem.seek(lo)
+                data = mem.read(hi - lo)
+            except OSError:
+                continue
+            at = data.find(needle)
+            if at >= 0:
+                found.append("%x (%s)" % (lo + at, f[-1] if len(f) > 5 else "anon"))
+    return found
+
+
+def test_init_without_hash(a):
+    # An agent started without FR_AGENT_INIT_SHA256 refuses every /init...
+    b = Agent(name="nohash", init_sha256=None)
+    try:
+        for auth in (None, INIT_TOKEN):
+            st, _, body = b.init(auth=auth)
+            check(st == 403 and "FR_AGENT_INIT_SHA256" in json.loads(body)["message"],
+                  "/init of an agent without the hash: %d %r" % (st, body))
+        st, _, _ = b.request("GET", "/version")
+        check(st == 401, "uninitialised agent answered: %d" % st)
+    finally:
+        check(b.stop() == 0, "nohash agent exit status")
+    # ... unless told otherwise: the first caller, then the access token.
+    b = Agent(["--allow-open-init"], name="open", init_sha256=None)
+    try:
+        st, _, _ = b.init({"A": "1"}, auth=None)
+        check(st == 204, "open /init: %d" % st)
+        st, _, _ = b.init({"A": "2"}, token="other", auth=None)
+        check(st == 401, "second open /init without the token: %d" % st)
+        st, _, _ = b.init({"B": "2"}, auth=TOKEN)
+        check(st == 204, "second open /init with the access token: %d" % st)
+        s = run(b, 'echo "${A-unset}$B"')
+        check(s.out["stdout"] == b"unset2\n", "env of an open agent: %r" % s.out)
+    finally:
+        check(b.stop() == 0, "open agent exit status")
+    # A malformed hash is refused at start.
+    p = subprocess.run([ARGS.agent, "--listen", "127.0.0.1:0"], env={"FR_AGENT_INIT_SHA256": "abc"},
+                       capture_output=True, timeout=10)
+    check(p.returncode == 2 and b"FR_AGENT_INIT_SHA256" in p.stderr, "bad hash: %r" % (p,))
 
 
 def test_init_env_inherited(a):
@@ -1064,8 +1174,12 @@ def test_bad_input(a):
                        TOKEN.encode() + b"\r\nConnection: close\r\n\r\n")
     check(out.startswith(b"HTTP/1.1 204") and out.count(b"HTTP/1.1 ") == 2 and b"0.5.7" in out, "pipelined: %r" % out)
     # bad /init bodies
-    st, _, _ = a.request("POST", "/init", b'{"envVars":{"A":1}}', {"Content-Type": "application/json"})
+    st, _, _ = a.request("POST", "/init", b'{"envVars":{"A":1}}', {"Content-Type": "application/json"},
+                         token=INIT_TOKEN)
     check(st == 400, "bad init env: %d" % st)
+    st, _, _ = a.request("POST", "/init", b'{"secretNames":"A"}', {"Content-Type": "application/json"},
+                         token=INIT_TOKEN)
+    check(st == 400, "bad init secretNames: %d" % st)
     st, _, _ = a.request("GET", "/health")
     check(st == 204, "agent unhealthy after bad input")
 
@@ -1219,7 +1333,7 @@ def test_main_command_mode(a):
 
 
 TESTS = [
-    test_auth, test_init_env_inherited, test_start_streams_before_end, test_missing_command,
+    test_auth, test_init_replaces_env, test_init_without_hash, test_init_env_inherited, test_start_streams_before_end, test_missing_command,
     test_stdin_and_close, test_pty, test_connect_reattach, test_connect_loss_flag,
     test_slow_reader_backpressure, test_list,
     test_signal_kills_group, test_timeout_kills_escaped_grandchild,

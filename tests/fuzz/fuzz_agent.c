@@ -23,7 +23,8 @@
  * One agent per process, set up as main.c does (epoll, a loopback
  * listener), with the access token "fuzz-token" set before every input
  * (an /init in the input may change it; the harness puts it back, with
- * the rest of what /init sets).
+ * the rest of what /init sets). The init token is "fuzz-token" too (the
+ * agent holds its SHA-256, as from FR_AGENT_INIT_SHA256).
  *
  * Input: the bytes of one client connection. The harness writes them,
  * turns the agent's loop (epoll without waiting; the agent's timers are
@@ -322,6 +323,8 @@ static void setup(void) {
   ag.max_buffer = 1 << 20;
   ag.max_total = 64u << 20;
   memcpy(ag.nonce, "0123456789abcdef", 17);
+  sha256(TOKEN, strlen(TOKEN), ag.init_sha256);
+  ag.init_hash_set = true;
   ag.epfd = epoll_create1(EPOLL_CLOEXEC);
   check(ag.epfd >= 0);
   fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -345,6 +348,8 @@ static void reset_agent(void) {
   free(ag.init_env);
   ag.init_env = NULL;
   ag.init_env_n = 0;
+  json_decref(ag.init_envs);
+  ag.init_envs = NULL;
   free(ag.default_workdir);
   ag.default_workdir = NULL;
   free(ag.default_user);
