@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -68,7 +69,23 @@ bool bytes_equal(const void *a, const void *b, size_t n);
 /* Decodes exactly 2 * <n> hex digits of the string <in> (nothing after
  * them) into <out>: 0 or -EINVAL. */
 int hex_decode(const char *in, unsigned char *out, size_t n);
+/* Decodes <n> bytes of a query value into <out> (NUL-terminated; a %00
+ * is a NUL inside): the decoded length, -EINVAL or -ENAMETOOLONG. */
 int percent_decode(const char *in, size_t n, char *out, size_t outcap);
+/* A path the agent takes: UTF-8 text without NUL bytes (a NUL would cut
+ * it short; a protobuf string cannot carry other bytes). */
+bool path_valid(const char *p, size_t n);
+/* <n> bytes at <p> for a message (NUL-terminated, valid UTF-8, at most
+ * <cap> bytes, cut with "..."): bytes that are not text, and '%', shown
+ * as %XX, so "/tmp/a%00b" names the path the client sent. */
+void path_show(const char *p, size_t n, char *out, size_t cap);
+/* Makes the NUL-terminated <s> valid UTF-8 in place (a byte that is not
+ * part of a character becomes '?'): a message cut by a fixed buffer, or
+ * holding a name from the disk, still goes into a JSON string. */
+void text_fix(char *s);
+/* fopen(<path>, "r") of a regular file only, never waiting (a FIFO the
+ * sandbox put in place of /etc/passwd is not read). NULL otherwise. */
+FILE *fopen_regular(const char *path);
 int mkdir_p(const char *path, mode_t mode);
 void log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -138,6 +155,7 @@ struct conn {
   bool dead;
   bool want_parse;  /* pipelined input waits for agent_collect() */
   bool close_after; /* close once the response is written */
+  bool rd_shut;     /* the client half-closed after its request: write only */
   enum conn_state { C_HEAD, C_BODY, C_HANDLING } state;
   char in[HTTP_IN_CAP];
   size_t in_len;
@@ -211,9 +229,19 @@ int upload_begin(struct conn *c, const char *path);
 int upload_feed(struct conn *c, const char *data, size_t n);
 void upload_finish(struct conn *c);
 void upload_free(struct upload *up);
+/* An upload's temporary file is UPLOAD_TMP_PREFIX "<nonce>-<n>", with "-r"
+ * when it replaces a file: true for such a <name> of this agent's (a
+ * directory entry's name), *<replaces> set. watch.c reports an upload as
+ * envd's in-place write shows, not by these names. */
+#define UPLOAD_TMP_PREFIX ".fr-upload-"
+bool upload_temp_name(const struct agent *a, const char *name, bool *replaces);
 /* Filesystem service unary RPCs. */
 json_t *fs_entry_json(const char *path, int *err);
 void fs_rpc(struct conn *c, const char *method, json_t *req);
+/* The absolute path in <field> of <req>, or NULL after answering
+ * invalid_argument (naming the path: one with a NUL byte, not absolute,
+ * too long) as a unary or, with <streaming>, a stream's error. */
+const char *rpc_path(struct conn *c, json_t *req, const char *field, bool streaming);
 
 /* ---- multipart/form-data bodies (multipart.c) ---- */
 #define MP_HEAD_MAX 8192          /* one part's headers */
@@ -282,6 +310,11 @@ struct sub {
   bool kill_on_disconnect;
   bool is_start; /* Start stream: its deadline kills the process */
   bool end_sent;
+  /* Connect without follow: the stream ends at this offset (the output
+   * produced at attach), with the end event only if the process had
+   * ended then. UINT64_MAX: follow (live output, then the end). */
+  uint64_t until;
+  bool end_at_attach;
 };
 
 struct pipe_io {
@@ -304,6 +337,7 @@ struct proc {
   struct buf in_buf;       /* stdin bytes the pipe did not take yet */
   bool in_close_pending;
   bool stdin_closed;
+  size_t stdin_undelivered; /* bytes of SendInput dropped: queued when stdin closed (exit, EPIPE) */
   bool paused; /* not reading: a lagging stream would lose bytes */
   /* output ring */
   struct chunk *head, *tail;
@@ -340,8 +374,9 @@ int proc_start(struct agent *a, const struct start_opts *o, struct proc **out,
                char *err, size_t errlen);
 struct proc *proc_find_pid(struct agent *a, pid_t pid);
 struct proc *proc_find_tag(struct agent *a, const char *tag);
-/* Attach a stream from <from> (UINT64_MAX: only new output). */
-struct sub *proc_attach(struct proc *p, struct conn *c, uint64_t from);
+/* Attach a stream from <from> (UINT64_MAX: only new output); with
+ * <follow> false it ends with the output produced so far (sub.until). */
+struct sub *proc_attach(struct proc *p, struct conn *c, uint64_t from, bool follow);
 void sub_detach(struct sub *s, bool peer_gone);
 /* Send what the stream may take now; 1 if anything was produced. */
 int sub_pump(struct sub *s);
@@ -370,6 +405,8 @@ struct agent {
   int nprocs_running;
   int nprocs_done;
   uint64_t next_proc_id;
+  uint64_t body_timeout_ms; /* a request body that stalls this long: 408 (--body-timeout) */
+  int max_procs;          /* running at once (--max-procs) */
   size_t max_buffer;      /* per process */
   size_t max_total;       /* all processes */
   size_t buffered_total;
@@ -400,6 +437,7 @@ struct agent {
   int nwatches;
   struct watch *dead_watches; /* freed by agent_collect() */
   uint64_t next_watch_id;
+  uint64_t next_upload_id;    /* names uploads' temporary files (files.c) */
   size_t watch_queued;        /* events waiting in all polling watchers */
 };
 

@@ -32,6 +32,7 @@ static int status_for(int err) {
   case ENOENT: return 404;
   case EACCES: case EPERM: case EROFS: return 403;
   case ENOSPC: case EDQUOT: return 507;
+  case EFBIG: return 413;
   case ENOTDIR: case EISDIR: case ENAMETOOLONG: case EINVAL: return 400;
   default: return 500;
   }
@@ -39,24 +40,29 @@ static int status_for(int err) {
 
 /* ---- download ---- */
 
+static const char *shown(const char *path, char buf[420]);
+
 void files_get(struct conn *c, const char *path) {
+  char b[420];
+
   if (path[0] != '/') {
-    http_error(c, 400, "path must be absolute: %s", path);
+    http_error(c, 400, "path must be absolute: %s", shown(path, b));
     return;
   }
+  /* O_NONBLOCK: opening a FIFO must not wait for a writer */
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
     int e = errno;
     if (e == ENOENT)
-      http_error(c, 404, "path not found: %s", path);
+      http_error(c, 404, "path not found: %s", shown(path, b));
     else
-      http_error(c, status_for(e), "open %s: %s", path, strerror(e));
+      http_error(c, status_for(e), "open %s: %s", shown(path, b), strerror(e));
     return;
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
-    http_error(c, 400, "not a regular file: %s", path);
+    http_error(c, 400, "not a regular file: %s", shown(path, b));
     return;
   }
   c->file_fd = fd;
@@ -94,16 +100,37 @@ int files_pump(struct conn *c) {
   return 1;
 }
 
-/* ---- upload ---- */
+/* ---- upload ----
+ *
+ * Each file of an upload is written under a temporary name in its
+ * target's directory (".fr-upload-<nonce>-<n>", "-r" added when it will
+ * replace a file; made with O_EXCL, so no name an existing file or link
+ * has) and renamed over the target only once
+ * the whole body has arrived: an upload that is refused (a write error, a
+ * bad multipart body), cut (the client left; the body stalled: 408) or
+ * over a limit leaves nothing behind, and a file it would have replaced is
+ * untouched. A multipart upload renames its files together at the end. A
+ * target that exists must be a regular file (or a link to one, which is
+ * written through); a FIFO or device is refused, never opened.
+ */
+
+#define UPLOAD_MAX_FILES 1000
+
+struct staged {
+  char *tmp;    /* unlinked when the upload ends without renaming it */
+  char *target; /* what it is renamed to (a link's target, resolved) */
+  char *path;   /* the path the client named: the answer's */
+};
 
 struct upload {
   bool multipart;
   struct mp_parser mp;
   char qpath[4096];
   bool have_qpath;
-  int fd;
-  char cur[4096];
-  json_t *results;
+  int fd; /* the file being written, -1 between parts */
+  struct staged *files;
+  size_t nfiles, capfiles;
+  size_t renamed; /* files[0..renamed) are in place */
 };
 
 void upload_free(struct upload *up) {
@@ -111,34 +138,149 @@ void upload_free(struct upload *up) {
     return;
   if (up->fd >= 0)
     close(up->fd);
-  json_decref(up->results);
+  for (size_t i = 0; i < up->nfiles; i++) {
+    if (i >= up->renamed)
+      unlink(up->files[i].tmp);
+    free(up->files[i].tmp);
+    free(up->files[i].target);
+    free(up->files[i].path);
+  }
+  free(up->files);
   free(up);
 }
 
-static int open_target(struct upload *up, const char *path, char *msg, size_t cap) {
-  char dir[4096];
-  snprintf(dir, sizeof(dir), "%s", path);
-  char *d = dirname(dir);
-  int rc = mkdir_p(d, 0755);
-  if (rc != 0) {
-    snprintf(msg, cap, "create directory %.400s: %s", d, strerror(-rc));
-    return rc == -ENOTDIR ? -ENOTDIR : rc;
+/* <path> for a message: whole characters, at most ~400 bytes. */
+static const char *shown(const char *path, char buf[420]) {
+  path_show(path, strlen(path), buf, 420);
+  return buf;
+}
+
+/* Where an upload to <path> goes: *<target> (malloc'd) is <path>, or the
+ * regular file a link at <path> points to. -EINVAL with a message when
+ * something other than a regular file is there. */
+static int resolve_target(const char *path, char **target, struct stat *st, bool *exists, char *msg,
+                          size_t cap) {
+  char b[420];
+
+  *exists = false;
+  *target = NULL;
+  if (lstat(path, st) != 0) {
+    if (errno != ENOENT) {
+      int e = errno;
+      snprintf(msg, cap, "stat %s: %s", shown(path, b), strerror(e));
+      return -e;
+    }
+    *target = strdup(path);
+    return *target ? 0 : -ENOMEM;
   }
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0644);
-  if (fd < 0) {
-    rc = -errno;
-    snprintf(msg, cap, "open %.400s: %s", path, strerror(errno));
+  if (S_ISLNK(st->st_mode)) {
+    *target = realpath(path, NULL);
+    if (*target == NULL || stat(*target, st) != 0) {
+      free(*target);
+      *target = NULL;
+      snprintf(msg, cap, "not a regular file: %s (a link to nothing)", shown(path, b));
+      return -EINVAL;
+    }
+  }
+  if (!S_ISREG(st->st_mode)) {
+    free(*target);
+    *target = NULL;
+    snprintf(msg, cap, "not a regular file: %s", shown(path, b));
+    return -EINVAL;
+  }
+  if (*target == NULL && (*target = strdup(path)) == NULL)
+    return -ENOMEM;
+  *exists = true;
+  return 0;
+}
+
+/* Begins the file <path> of the upload: its temporary file is open in
+ * up->fd and staged. 0, or a negative errno with a message. */
+static int open_target(struct conn *c, struct upload *up, const char *path, char *msg, size_t cap) {
+  char dir[4096], b[420];
+  struct staged f = {0};
+  struct stat st;
+  bool exists;
+  int rc, fd;
+
+  if (up->nfiles >= UPLOAD_MAX_FILES) {
+    snprintf(msg, cap, "more than %d files in one upload: send them in several", UPLOAD_MAX_FILES);
+    return -EINVAL;
+  }
+  snprintf(dir, sizeof(dir), "%s", path);
+  rc = mkdir_p(dirname(dir), 0755);
+  if (rc != 0) {
+    snprintf(msg, cap, "create directory %s: %s", shown(dir, b), strerror(-rc));
     return rc;
   }
+  rc = resolve_target(path, &f.target, &st, &exists, msg, cap);
+  if (rc != 0)
+    return rc;
+  snprintf(dir, sizeof(dir), "%s", f.target);
+  if (asprintf(&f.tmp, "%s/" UPLOAD_TMP_PREFIX "%s-%llu%s", dirname(dir), c->a->nonce,
+               (unsigned long long)++c->a->next_upload_id, exists ? "-r" : "") < 0) {
+    f.tmp = NULL;
+    rc = -ENOMEM;
+  }
+  f.path = rc == 0 ? strdup(path) : NULL;
+  if (rc == 0 && f.path == NULL)
+    rc = -ENOMEM;
+  if (rc == 0 && up->nfiles == up->capfiles) {
+    size_t ncap = up->capfiles ? up->capfiles * 2 : 4;
+    struct staged *nf = realloc(up->files, ncap * sizeof(*nf));
+    if (nf == NULL)
+      rc = -ENOMEM;
+    else
+      up->files = nf, up->capfiles = ncap;
+  }
+  /* O_NONBLOCK and O_NOFOLLOW: whatever appears under that name meanwhile
+   * (a FIFO, a link), the open neither waits nor follows it. */
+  fd = rc == 0 ? open(f.tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK,
+                      exists ? st.st_mode & 0777 : 0644)
+               : -1;
+  if (rc == 0 && fd < 0) {
+    rc = -errno;
+    snprintf(msg, cap, "open %s: %s", shown(path, b), strerror(errno));
+  }
+  if (rc != 0) {
+    if (rc == -ENOMEM)
+      snprintf(msg, cap, "out of memory");
+    free(f.tmp);
+    free(f.target);
+    free(f.path);
+    return rc;
+  }
+  if (exists) {
+    /* It replaces that file: it keeps its mode and, where we may, owner. */
+    if (fchmod(fd, st.st_mode & 0777) != 0 ||
+        ((st.st_uid != geteuid() || st.st_gid != getegid()) && fchown(fd, st.st_uid, st.st_gid) != 0))
+      log_msg("upload: the mode or owner of %s is not kept: %s", shown(path, b), strerror(errno));
+  }
+  up->files[up->nfiles++] = f;
   up->fd = fd;
-  snprintf(up->cur, sizeof(up->cur), "%s", path);
   return 0;
+}
+
+bool upload_temp_name(const struct agent *a, const char *name, bool *replaces) {
+  size_t pl = strlen(UPLOAD_TMP_PREFIX), nl = strlen(a->nonce);
+  const char *p = name + pl + nl + 1;
+
+  if (strncmp(name, UPLOAD_TMP_PREFIX, pl) != 0 || strncmp(name + pl, a->nonce, nl) != 0 || name[pl + nl] != '-' ||
+      *p < '0' || *p > '9')
+    return false;
+  while (*p >= '0' && *p <= '9')
+    p++;
+  *replaces = strcmp(p, "-r") == 0;
+  return *p == '\0' || *replaces;
 }
 
 static void fail(struct conn *c, int err, const char *msg) {
   upload_free(c->up);
   c->up = NULL;
-  http_error(c, status_for(-err), "%s", msg);
+  if (err == -ENOMEM)
+    http_error(c, 503, "out of memory");
+  else
+    http_error(c, status_for(-err), "%s", msg);
 }
 
 static int write_all(struct conn *c, const char *d, size_t n) {
@@ -150,9 +292,9 @@ static int write_all(struct conn *c, const char *d, size_t n) {
     if (w < 0) {
       if (errno == EINTR)
         continue;
-      char msg[512];
+      char msg[512], b[420];
       int e = errno;
-      snprintf(msg, sizeof(msg), "write %.400s: %s", up->cur, strerror(e));
+      snprintf(msg, sizeof(msg), "write %s: %s", shown(up->files[up->nfiles - 1].path, b), strerror(e));
       fail(c, -e, msg);
       return -1;
     }
@@ -162,13 +304,6 @@ static int write_all(struct conn *c, const char *d, size_t n) {
   return 0;
 }
 
-static void add_result(struct upload *up) {
-  char tmp[4096];
-  snprintf(tmp, sizeof(tmp), "%s", up->cur);
-  json_array_append_new(up->results, json_pack("{s:s,s:s,s:s}", "name", basename(tmp),
-                                               "type", "file", "path", up->cur));
-}
-
 static int close_target(struct conn *c) {
   struct upload *up = c->up;
   if (up->fd < 0)
@@ -176,13 +311,12 @@ static int close_target(struct conn *c) {
   int rc = close(up->fd);
   up->fd = -1;
   if (rc != 0) {
-    char msg[512];
+    char msg[512], b[420];
     int e = errno;
-    snprintf(msg, sizeof(msg), "close %.400s: %s", up->cur, strerror(e));
+    snprintf(msg, sizeof(msg), "close %s: %s", shown(up->files[up->nfiles - 1].path, b), strerror(e));
     fail(c, -e, msg);
     return -1;
   }
-  add_result(up);
   return 0;
 }
 
@@ -193,11 +327,11 @@ int upload_begin(struct conn *c, const char *path) {
     return -ENOMEM;
   }
   up->fd = -1;
-  up->results = json_array();
   if (path) {
     if (path[0] != '/') {
+      char b[420];
       upload_free(up);
-      http_error(c, 400, "path must be absolute: %s", path);
+      http_error(c, 400, "path must be absolute: %s", shown(path, b));
       return -EINVAL;
     }
     snprintf(up->qpath, sizeof(up->qpath), "%s", path);
@@ -219,10 +353,10 @@ int upload_begin(struct conn *c, const char *path) {
       return -EINVAL;
     }
     char msg[512];
-    int rc = open_target(up, up->qpath, msg, sizeof(msg));
+    int rc = open_target(c, up, up->qpath, msg, sizeof(msg));
     if (rc != 0) {
       upload_free(up);
-      http_error(c, status_for(-rc), "%s", msg);
+      http_error(c, rc == -ENOMEM ? 503 : status_for(-rc), "%s", msg);
       return rc;
     }
   }
@@ -237,17 +371,22 @@ int upload_begin(struct conn *c, const char *path) {
 static int part_begin(void *arg, const char *filename) {
   struct conn *c = arg;
   struct upload *up = c->up;
-  char msg[512];
+  char msg[512], b[420];
 
   if (filename == NULL)
     return 0;
   const char *target = up->have_qpath ? up->qpath : filename;
-  if (target[0] != '/') {
-    snprintf(msg, sizeof(msg), "path must be absolute: %.400s", target);
+  if (!path_valid(target, strlen(target))) {
+    snprintf(msg, sizeof(msg), "invalid path %s: a path is UTF-8 text without NUL bytes", shown(target, b));
     fail(c, -EINVAL, msg);
     return -1;
   }
-  int rc = open_target(up, target, msg, sizeof(msg));
+  if (target[0] != '/') {
+    snprintf(msg, sizeof(msg), "path must be absolute: %s", shown(target, b));
+    fail(c, -EINVAL, msg);
+    return -1;
+  }
+  int rc = open_target(c, up, target, msg, sizeof(msg));
   if (rc != 0) {
     fail(c, rc, msg);
     return -1;
@@ -280,6 +419,9 @@ int upload_feed(struct conn *c, const char *data, size_t n) {
 
 void upload_finish(struct conn *c) {
   struct upload *up = c->up;
+  json_t *res;
+  char msg[512], b[420], name[4096];
+
   if (up == NULL) {
     http_error(c, 500, "upload state lost");
     return;
@@ -291,13 +433,30 @@ void upload_finish(struct conn *c) {
     fail(c, -EINVAL, "multipart body ended before its closing delimiter");
     return;
   }
-  if (json_array_size(up->results) == 0) {
+  if (up->nfiles == 0) {
     fail(c, -EINVAL, "no file part in the upload");
     return;
   }
-  json_t *res = json_incref(up->results);
+  res = json_array();
+  for (; up->renamed < up->nfiles; up->renamed++) {
+    struct staged *f = &up->files[up->renamed];
+    if (rename(f->tmp, f->target) != 0) {
+      int e = errno;
+      snprintf(msg, sizeof(msg), "rename into %s: %s", shown(f->path, b), strerror(e));
+      json_decref(res);
+      fail(c, -e, msg);
+      return;
+    }
+    snprintf(name, sizeof(name), "%s", f->path);
+    json_array_append_new(res, json_pack("{s:s,s:s,s:s}", "name", basename(name), "type", "file", "path", f->path));
+  }
   upload_free(up);
   c->up = NULL;
+  if (json_array_size(res) == 0) {
+    json_decref(res);
+    http_error(c, 503, "out of memory");
+    return;
+  }
   http_respond_json(c, 200, res);
 }
 
@@ -310,10 +469,12 @@ struct names {
   bool have_u, have_g;
 };
 
-/* Name of an id from /etc/passwd or /etc/group (no NSS: static binary). */
+/* Name of an id from /etc/passwd or /etc/group (no NSS: static binary).
+ * The sandbox may have made the file a FIFO: it is opened without waiting
+ * and read only when it is a regular file. */
 static void id_name(const char *file, unsigned id, char *out, size_t cap) {
   snprintf(out, cap, "%u", id);
-  FILE *f = fopen(file, "re");
+  FILE *f = fopen_regular(file);
   if (f == NULL)
     return;
   char line[1024];
@@ -409,20 +570,37 @@ static const char *err_code(int err) {
 }
 
 static void fs_fail(struct conn *c, int err, const char *what, const char *path) {
+  char b[420];
+
   if (err == -ENOENT)
-    rpc_error(c, false, "not_found", "path not found: %s", path);
+    rpc_error(c, false, "not_found", "path not found: %s", shown(path, b));
   else
-    rpc_error(c, false, err_code(err), "%s %s: %s", what, path, strerror(-err));
+    rpc_error(c, false, err_code(err), "%s %s: %s", what, shown(path, b), strerror(-err));
 }
 
-static const char *abs_path(struct conn *c, json_t *req, const char *field) {
+const char *rpc_path(struct conn *c, json_t *req, const char *field, bool streaming) {
   json_t *j = json_object_get(req, field);
   const char *p = json_string_value(j);
-  if (p == NULL || strlen(p) != json_string_length(j) || p[0] != '/' || strlen(p) >= 4096) {
-    rpc_error(c, false, "invalid_argument", "%s must be an absolute path", field);
+  char b[420];
+
+  if (p == NULL) {
+    rpc_error(c, streaming, "invalid_argument", "%s must be an absolute path", field);
+    return NULL;
+  }
+  if (!path_valid(p, json_string_length(j))) {
+    path_show(p, json_string_length(j), b, sizeof(b));
+    rpc_error(c, streaming, "invalid_argument", "invalid path %s: a path is UTF-8 text without NUL bytes", b);
+    return NULL;
+  }
+  if (p[0] != '/' || strlen(p) >= 4096) {
+    rpc_error(c, streaming, "invalid_argument", "%s must be an absolute path: %s", field, shown(p, b));
     return NULL;
   }
   return p;
+}
+
+static const char *abs_path(struct conn *c, json_t *req, const char *field) {
+  return rpc_path(c, req, field, false);
 }
 
 static int list_dir(const char *dir, unsigned depth, unsigned level, json_t *arr,

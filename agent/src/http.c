@@ -25,7 +25,6 @@
 #include "agent.h"
 
 #define HEAD_TIMEOUT_MS 30000
-#define BODY_TIMEOUT_MS 60000
 #define IDLE_TIMEOUT_MS 300000
 
 #define WRITE_STALL_MS 600000
@@ -84,6 +83,14 @@ static void timeout_cb(struct agent *a, struct timer *t) {
   /* HANDLING: the peer has read nothing of our response for that long */
   log_msg("conn %d: peer stopped reading for %d s: closed", c->io.fd, WRITE_STALL_MS / 1000);
   conn_close(c);
+}
+
+/* What the connection waits for: input (unless the client half-closed),
+ * and room to write when <out>. With neither, it stays registered for
+ * errors and hang-ups, which epoll always reports. */
+static void conn_watch(struct conn *c, bool out) {
+  uint32_t ev = (c->rd_shut ? 0 : EPOLLIN | EPOLLRDHUP) | (out ? EPOLLOUT : 0);
+  io_start(c->a, &c->io, ev ? ev : EPOLLHUP);
 }
 
 static void accept_resume(struct agent *a, struct timer *t) {
@@ -217,7 +224,7 @@ static void reset_for_next(struct conn *c) {
               timeout_cb);
   if (c->in_len > 0)
     c->want_parse = true;
-  io_start(a, &c->io, EPOLLIN | EPOLLRDHUP);
+  conn_watch(c, false);
 }
 
 /* Returns -1 when the connection was closed. */
@@ -243,13 +250,9 @@ static int flush(struct conn *c) {
     else if (buf_size(&c->out) < before || !c->timer.active)
       timer_start(c->a, &c->timer, WRITE_STALL_MS, timeout_cb);
   }
-  if (buf_size(&c->out) > 0) {
-    io_start(c->a, &c->io, EPOLLIN | EPOLLOUT | EPOLLRDHUP);
-  } else {
-    /* While a request is handled, keep reading only to notice the peer
-     * going away; a fresh request waits for the next state. */
-    io_start(c->a, &c->io, EPOLLIN | EPOLLRDHUP);
-  }
+  /* While a request is handled, input is read only to notice the peer
+   * going away; a fresh request waits for the next state. */
+  conn_watch(c, buf_size(&c->out) > 0);
   return 0;
 }
 
@@ -275,7 +278,7 @@ void conn_service(struct conn *c) {
   if (round == 64) {
     /* Fairness cap hit with the producer not done: come back when the
      * socket is writable (at once, next loop turn) instead of stalling. */
-    io_start(c->a, &c->io, EPOLLIN | EPOLLOUT | EPOLLRDHUP);
+    conn_watch(c, true);
   }
   if (c->resp_done && buf_size(&c->out) == 0) {
     if (c->close_after) {
@@ -346,6 +349,7 @@ void http_error(struct conn *c, int status, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  text_fix(msg);
   http_respond_json(c, status, json_pack("{s:i,s:s}", "code", status, "message", msg));
 }
 
@@ -684,7 +688,7 @@ static void conn_parse(struct conn *c) {
       c->body_mode = BODY_BUFFER;
       c->body_limit = 0;
       c->body_left = c->req.content_length > 0 ? c->req.content_length : 0;
-      timer_start(c->a, &c->timer, BODY_TIMEOUT_MS, timeout_cb);
+      timer_start(c->a, &c->timer, c->a->body_timeout_ms, timeout_cb);
       route_head(c); /* may answer at once, or set body mode and limit */
       if (c->dead || c->state != C_BODY)
         return;
@@ -711,7 +715,7 @@ static void conn_parse(struct conn *c) {
       memmove(c->in, c->in + used, c->in_len - (size_t)used);
       c->in_len -= (size_t)used;
       if (c->state == C_BODY)
-        timer_start(c->a, &c->timer, BODY_TIMEOUT_MS, timeout_cb);
+        timer_start(c->a, &c->timer, c->a->body_timeout_ms, timeout_cb);
       continue;
     }
     return; /* HANDLING: the rest waits for the response to finish */
@@ -728,6 +732,11 @@ static void conn_io_cb(struct agent *a, struct io *io, uint32_t events) {
     if (c->dead)
       return;
   }
+  if (c->rd_shut) {
+    if (events & (EPOLLHUP | EPOLLERR))
+      conn_close(c); /* gone altogether */
+    return;
+  }
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
     if (c->in_len >= sizeof(c->in)) {
       /* Buffer full while handling: stop reading until the response ends;
@@ -739,6 +748,16 @@ static void conn_io_cb(struct agent *a, struct io *io, uint32_t events) {
       return;
     }
     ssize_t n = recv(c->io.fd, c->in + c->in_len, sizeof(c->in) - c->in_len, 0);
+    if (n == 0 && c->state == C_HANDLING && !c->req.keep_alive && !(events & (EPOLLHUP | EPOLLERR))) {
+      /* A client that sent Connection: close and then shut down its side
+       * after the whole request still reads the answer (curl, a shell's
+       * nc). On a keep-alive connection the end of input means the client
+       * left: a stream then detaches (killOnDisconnect kills). Once it is
+       * gone altogether, a write fails and the connection closes. */
+      c->rd_shut = true;
+      conn_watch(c, buf_size(&c->out) > 0);
+      return;
+    }
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
       conn_close(c); /* peer gone: streams detach, uploads are dropped */
       return;

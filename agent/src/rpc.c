@@ -81,6 +81,7 @@ void rpc_error(struct conn *c, bool streaming, const char *code, const char *fmt
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  text_fix(msg);
   json_t *err = json_pack("{s:s,s:s}", "code", code, "message", msg);
   if (!streaming) {
     http_respond_json(c, connect_http_status(code), err);
@@ -166,19 +167,21 @@ static bool init_allowed(struct conn *c) {
 
 /* ---- query strings ---- */
 
-/* Finds <key> in the query and decodes it into <out>. 1 found, 0 absent,
- * negative on a bad encoding. */
-static int query_get(const char *q, const char *key, char *out, size_t cap) {
+/* Finds <key> in the query and decodes it into <out>, its length (NULs
+ * included) into *<len>. 1 found, 0 absent, negative on a bad encoding. */
+static int query_get(const char *q, const char *key, char *out, size_t cap, size_t *len) {
   size_t kl = strlen(key);
   while (q && *q) {
     const char *amp = strchr(q, '&');
     size_t l = amp ? (size_t)(amp - q) : strlen(q);
     if (l > kl && strncmp(q, key, kl) == 0 && q[kl] == '=') {
       int rc = percent_decode(q + kl + 1, l - kl - 1, out, cap);
+      *len = rc < 0 ? 0 : (size_t)rc;
       return rc < 0 ? rc : 1;
     }
     if (l == kl && strncmp(q, key, kl) == 0) {
       out[0] = '\0';
+      *len = 0;
       return 1;
     }
     q = amp ? amp + 1 : NULL;
@@ -293,10 +296,17 @@ void route_head(struct conn *c) {
     return;
   }
   if (strcmp(r->path, "/files") == 0) {
-    char path[4096];
-    int have = query_get(r->query, "path", path, sizeof(path));
+    char path[4096], shown[600];
+    size_t plen;
+    int have = query_get(r->query, "path", path, sizeof(path), &plen);
     if (have < 0) {
       http_error(c, 400, "bad path parameter");
+      return;
+    }
+    if (have && !path_valid(path, plen)) {
+      /* "/tmp/a%00b" would be "/tmp/a" to open(2); "%ff" no protobuf string */
+      path_show(path, plen, shown, sizeof(shown));
+      http_error(c, 400, "invalid path %s: a path is UTF-8 text without NUL bytes", shown);
       return;
     }
     if (strcmp(m, "GET") == 0) {
@@ -693,8 +703,11 @@ static void handle_start(struct conn *c, json_t *req) {
       return;
     }
   }
-  if (a->nprocs_running >= 1024) {
-    rpc_error(c, true, "resource_exhausted", "too many running processes (1024)");
+  if (a->nprocs_running >= a->max_procs) {
+    /* Retrying after one ended works: resource_exhausted (a router's 429). */
+    rpc_error(c, true, "resource_exhausted",
+              "too many running processes: at most %d run at once in this sandbox; wait for one to end or "
+              "stop one", a->max_procs);
     return;
   }
   size_t nargs = json_array_size(args);
@@ -763,6 +776,13 @@ static void handle_start(struct conn *c, json_t *req) {
   };
   struct proc *p = NULL;
   int rc = proc_start(a, &o, &p, err, sizeof(err));
+  if (rc == -EAGAIN) {
+    /* fork(2): RLIMIT_NPROC or the pod's pids limit, below our own */
+    rpc_error(c, true, "resource_exhausted",
+              "cannot start %s: the sandbox's limit on processes is reached (fork: %s); wait for some to end",
+              cmd, strerror(EAGAIN));
+    goto out;
+  }
   if (rc != 0) {
     rpc_error(c, true, rc == -ENOENT ? "not_found" : errno_code(rc), "%s", err);
     goto out;
@@ -787,7 +807,7 @@ static void handle_start(struct conn *c, json_t *req) {
   log_msg("started pid %d (%s)%s", (int)p->pid, cmd, o.pty ? " with a pty" : "");
   http_stream_begin(c, 200, "application/connect+json", NULL);
   envelope_write(c, 0, json_pack("{s:{s:{s:i}}}", "event", "start", "pid", (int)p->pid));
-  struct sub *s = proc_attach(p, c, 0);
+  struct sub *s = proc_attach(p, c, 0, true);
   if (s == NULL) {
     rpc_error(c, true, "resource_exhausted", "out of memory");
     goto out;
@@ -812,8 +832,13 @@ static void handle_connect(struct conn *c, json_t *req) {
     return;
   uint64_t from = 0;
   json_t *rf = json_object_get(req, "replayFrom");
+  json_t *fo = json_object_get(req, "follow");
   if (rf && !json_is_null(rf) && get_u64(rf, &from) != 0) {
     rpc_error(c, true, "invalid_argument", "replayFrom must be a non-negative integer");
+    return;
+  }
+  if (fo && !json_is_null(fo) && !json_is_boolean(fo)) {
+    rpc_error(c, true, "invalid_argument", "follow must be a boolean");
     return;
   }
   uint64_t start = p->head ? p->head->off : p->out_end;
@@ -825,7 +850,7 @@ static void handle_connect(struct conn *c, json_t *req) {
            (unsigned long long)(from < start ? start - from : 0));
   http_stream_begin(c, 200, "application/connect+json", hdr);
   envelope_write(c, 0, json_pack("{s:{s:{s:i}}}", "event", "start", "pid", (int)p->pid));
-  struct sub *s = proc_attach(p, c, from);
+  struct sub *s = proc_attach(p, c, from, !json_is_false(fo));
   if (s == NULL) {
     rpc_error(c, true, "resource_exhausted", "out of memory");
     return;
@@ -896,6 +921,9 @@ static void handle_send_input(struct conn *c, json_t *req) {
   free(data);
   if (rc == -EPIPE)
     rpc_error(c, false, "failed_precondition", "stdin of process %d is not open (start it with stdin: true)", (int)p->pid);
+  else if (rc == -ESHUTDOWN)
+    rpc_error(c, false, "failed_precondition", "process %d closed its stdin: %zu bytes were not delivered",
+              (int)p->pid, p->stdin_undelivered);
   else if (rc == -ENOBUFS)
     rpc_error(c, false, "resource_exhausted", "stdin backlog of process %d is full", (int)p->pid);
   else if (rc != 0)
@@ -972,7 +1000,8 @@ static void handle_close_stdin(struct conn *c, json_t *req) {
     return;
   int rc = proc_close_stdin(p);
   if (rc == -ESRCH)
-    rpc_error(c, false, "not_found", "process %d has exited", (int)p->pid);
+    rpc_error(c, false, "not_found", "process %d has exited before taking all of its input (%zu bytes not delivered)",
+              (int)p->pid, p->stdin_undelivered);
   else if (rc == -ENOTTY)
     rpc_error(c, false, "failed_precondition", "process %d has a pty: send EOT (0x04) as input instead", (int)p->pid);
   else
@@ -991,8 +1020,14 @@ static void handle_rpc(struct conn *c) {
     }
     const unsigned char *u = (const unsigned char *)body;
     uint32_t len = (uint32_t)u[1] << 24 | (uint32_t)u[2] << 16 | (uint32_t)u[3] << 8 | u[4];
-    if (u[0] & 0x01) {
+    if (u[0] == 0x01) {
       rpc_error(c, true, "internal", "compressed messages are not supported");
+      return;
+    }
+    if (u[0] != 0) {
+      /* 0x02 ends a server's stream; a request is one plain message */
+      rpc_error(c, true, "invalid_argument", "request envelope with flags 0x%02x: a request is one message with flags 0",
+                u[0]);
       return;
     }
     if ((size_t)len != n - 5) {
@@ -1001,9 +1036,19 @@ static void handle_rpc(struct conn *c) {
     }
     body += 5;
     n -= 5;
+  } else if (n >= 5 && (unsigned char)body[0] <= 3 &&
+             ((uint32_t)(unsigned char)body[1] << 24 | (uint32_t)(unsigned char)body[2] << 16 |
+              (uint32_t)(unsigned char)body[3] << 8 | (unsigned char)body[4]) == n - 5) {
+    /* application/json: the body is the message itself, never a framed one */
+    rpc_error(c, false, "invalid_argument",
+              "a unary request's body is one JSON message, not a Connect envelope (those are for "
+              "application/connect+json streams)");
+    return;
   }
   json_error_t jerr;
-  json_t *req = n ? json_loadb(body, n, 0, &jerr) : json_object();
+  /* NUL bytes are let in: paths are refused by name (rpc_path), other
+   * strings where they are read (cstr). */
+  json_t *req = n ? json_loadb(body, n, JSON_ALLOW_NUL, &jerr) : json_object();
   if (!json_is_object(req)) {
     json_decref(req);
     rpc_error(c, st, "invalid_argument", "request must be a JSON object");

@@ -1,5 +1,6 @@
 /* util.c — byte buffers, base64, constant-time compare, small helpers. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,7 +247,8 @@ int hex_decode(const char *in, unsigned char *out, size_t n) {
   return in[2 * n] == '\0' ? 0 : -EINVAL;
 }
 
-/* Query-string decoding ('+' is a space). Refuses NUL bytes. */
+/* Query-string decoding ('+' is a space). A %00 decodes to a NUL byte:
+ * the caller checks what the value may hold (path_valid). */
 int percent_decode(const char *in, size_t n, char *out, size_t outcap) {
   size_t o = 0;
   for (size_t i = 0; i < n; i++) {
@@ -262,14 +264,100 @@ int percent_decode(const char *in, size_t n, char *out, size_t outcap) {
     } else if (ch == '+') {
       ch = ' ';
     }
-    if (ch == '\0')
-      return -EINVAL;
     if (o + 1 >= outcap)
       return -ENAMETOOLONG;
     out[o++] = ch;
   }
   out[o] = '\0';
   return (int)o;
+}
+
+/* Length of the UTF-8 sequence at <s> (at most <n> bytes), 0 if it is not
+ * one: overlong forms, surrogates and code points past U+10FFFF are not. */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+  size_t len, i;
+  uint32_t cp;
+
+  if (s[0] < 0x80)
+    return 1;
+  if (s[0] >= 0xc2 && s[0] <= 0xdf)
+    len = 2, cp = s[0] & 0x1f;
+  else if (s[0] >= 0xe0 && s[0] <= 0xef)
+    len = 3, cp = s[0] & 0x0f;
+  else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+    len = 4, cp = s[0] & 0x07;
+  else
+    return 0;
+  if (len > n)
+    return 0;
+  for (i = 1; i < len; i++) {
+    if ((s[i] & 0xc0) != 0x80)
+      return 0;
+    cp = cp << 6 | (s[i] & 0x3f);
+  }
+  if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+    return 0;
+  return len;
+}
+
+bool path_valid(const char *p, size_t n) {
+  const unsigned char *s = (const unsigned char *)p;
+
+  for (size_t i = 0, k; i < n; i += k)
+    if (s[i] == '\0' || (k = utf8_seq(s + i, n - i)) == 0)
+      return false;
+  return true;
+}
+
+void path_show(const char *p, size_t n, char *out, size_t cap) {
+  const unsigned char *s = (const unsigned char *)p;
+  size_t o = 0, i = 0, k;
+
+  if (cap < 8) {
+    if (cap > 0)
+      out[0] = '\0';
+    return;
+  }
+  /* each turn adds at most 4 bytes; "..." and the NUL still fit after */
+  while (i < n && o + 7 < cap) {
+    k = s[i] >= 0x20 && s[i] != 0x7f && s[i] != '%' ? utf8_seq(s + i, n - i) : 0;
+    if (k == 0) { /* a byte that is not text (or a '%') shows as its %XX */
+      snprintf(out + o, 4, "%%%02X", s[i]);
+      o += 3;
+      i++;
+    } else {
+      memcpy(out + o, s + i, k);
+      o += k;
+      i += k;
+    }
+  }
+  if (i < n) {
+    memcpy(out + o, "...", 3);
+    o += 3;
+  }
+  out[o] = '\0';
+}
+
+void text_fix(char *s) {
+  size_t n = strlen(s), k;
+
+  for (size_t i = 0; i < n; i += k)
+    if ((k = utf8_seq((unsigned char *)s + i, n - i)) == 0)
+      s[i] = '?', k = 1;
+}
+
+FILE *fopen_regular(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  struct stat st;
+  FILE *f;
+
+  if (fd < 0)
+    return NULL;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (f = fdopen(fd, "r")) == NULL) {
+    close(fd);
+    return NULL;
+  }
+  return f;
 }
 
 int mkdir_p(const char *path, mode_t mode) {

@@ -84,6 +84,8 @@ struct watch {
   bool paused; /* stream: not reading while the client lags */
   unsigned reported; /* entries reported by the walk of a new directory */
   uint32_t from_cookie; /* of the last directory moved away, to tell a move within */
+  uint32_t upload_cookie; /* of the last upload's temporary file renamed into place */
+  bool upload_replaces;   /* ... over an existing file */
   bool dead;
   struct wdir *dirs;
   size_t ndirs, capdirs;
@@ -331,6 +333,7 @@ static void watch_fail(struct watch *w, const char *code, const char *fmt, ...) 
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  text_fix(msg);
   log_msg("watcher %s on %s: %s", w->id, w->root, msg);
   if (w->c != NULL) {
     struct conn *c = w->c;
@@ -417,10 +420,35 @@ static int on_event(struct watch *w, const struct inotify_event *ev) {
   bool self = ev->len == 0 || ev->name[0] == '\0';
   if (self && !is_root)
     return 0; /* the parent reported it by name */
+  bool replaces;
+  if (!self && upload_temp_name(w->a, ev->name, &replaces)) {
+    /* The agent's own upload in the making: nobody else's business. */
+    if (ev->mask & IN_MOVED_FROM) {
+      w->upload_cookie = ev->cookie;
+      w->upload_replaces = replaces;
+    }
+    return 0;
+  }
   char *rel = self ? strdup("") : join_rel(d->rel, ev->name);
   if (rel == NULL)
     return 0;
   const char *name = rel[0] ? rel : ".";
+  if ((ev->mask & IN_MOVED_TO) && ev->cookie != 0 && ev->cookie == w->upload_cookie) {
+    /* An upload renamed into place, reported as envd's in-place write
+     * shows: a new file is created, then written (unless empty); an
+     * existing one is written. */
+    char *fp = full_path(w, rel);
+    struct stat st;
+    int rc = 0;
+    w->upload_cookie = 0;
+    if (!w->upload_replaces)
+      rc = emit(w, name, "EVENT_TYPE_CREATE", rel);
+    if (rc == 0 && (w->upload_replaces || (fp && stat(fp, &st) == 0 && st.st_size > 0)))
+      rc = emit(w, name, "EVENT_TYPE_WRITE", rel);
+    free(fp);
+    free(rel);
+    return rc;
+  }
   static const struct {
     uint32_t mask;
     const char *type;
@@ -545,14 +573,11 @@ static bool opt_bool(json_t *req, const char *key, bool *out) {
  * (not yet in a list). Answers the error itself and returns NULL. */
 static struct watch *watch_new(struct conn *c, json_t *req, bool streaming) {
   struct agent *a = c->a;
-  json_t *pj = json_object_get(req, "path");
-  const char *path = json_string_value(pj);
+  const char *path;
   bool rec, inc, net;
-  if (path == NULL || strlen(path) != json_string_length(pj) || path[0] != '/' ||
-      strlen(path) >= 4096) {
-    rpc_error(c, streaming, "invalid_argument", "path must be an absolute path");
+  path = rpc_path(c, req, "path", streaming);
+  if (path == NULL)
     return NULL;
-  }
   if (!opt_bool(req, "recursive", &rec) || !opt_bool(req, "includeEntry", &inc) ||
       !opt_bool(req, "allowNetworkMounts", &net)) {
     rpc_error(c, streaming, "invalid_argument",

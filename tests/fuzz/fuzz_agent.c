@@ -100,10 +100,11 @@ struct proc *proc_find_tag(struct agent *a, const char *tag) {
 }
 
 /* Never reached: nothing is found or started. */
-struct sub *proc_attach(struct proc *p, struct conn *c, uint64_t from) {
+struct sub *proc_attach(struct proc *p, struct conn *c, uint64_t from, bool follow) {
   (void)p;
   (void)c;
   (void)from;
+  (void)follow;
   abort();
 }
 
@@ -322,6 +323,8 @@ static void setup(void) {
   memset(&ag, 0, sizeof(ag));
   ag.max_buffer = 1 << 20;
   ag.max_total = 64u << 20;
+  ag.body_timeout_ms = 60000;
+  ag.max_procs = 1024;
   memcpy(ag.nonce, "0123456789abcdef", 17);
   sha256(TOKEN, strlen(TOKEN), ag.init_sha256);
   ag.init_hash_set = true;
