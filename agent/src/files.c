@@ -40,6 +40,19 @@ static int status_for(int err) {
 
 /* ---- download ---- */
 
+/* GET /files streaming a file: read FILE_CHUNK at a time while the socket
+ * takes it (the connection's producer). */
+struct download {
+  struct producer prod;
+  int fd; /* -1 once all was read */
+  uint64_t left;
+};
+
+static int download_pump(struct producer *p);
+static void download_detach(struct producer *p, bool peer_gone);
+static void download_free(struct producer *p);
+static const struct producer_ops download_ops = {download_pump, download_detach, download_free};
+
 static const char *shown(const char *path, char buf[420]);
 
 void files_get(struct conn *c, const char *path) {
@@ -65,23 +78,36 @@ void files_get(struct conn *c, const char *path) {
     http_error(c, 400, "not a regular file: %s", shown(path, b));
     return;
   }
-  c->file_fd = fd;
-  c->file_left = (uint64_t)st.st_size;
   http_body_begin(c, 200, "application/octet-stream", NULL, (uint64_t)st.st_size);
-  if (c->file_left == 0) {
+  if (st.st_size == 0) {
     close(fd);
-    c->file_fd = -1;
     http_stream_end(c);
+    conn_service(c);
+    return;
   }
+  struct download *d = malloc(sizeof(*d));
+  if (d == NULL) {
+    close(fd);
+    conn_close(c); /* the head promised a length */
+    return;
+  }
+  d->fd = fd;
+  d->left = (uint64_t)st.st_size;
+  conn_set_producer(c, &d->prod, &download_ops);
   conn_service(c);
 }
 
-int files_pump(struct conn *c) {
+static int download_pump(struct producer *p) {
+  struct download *d = container_of(p, struct download, prod);
+  struct conn *c = p->c;
   char tmp[FILE_CHUNK];
-  size_t want = c->file_left < sizeof(tmp) ? (size_t)c->file_left : sizeof(tmp);
+  size_t want = d->left < sizeof(tmp) ? (size_t)d->left : sizeof(tmp);
   ssize_t n;
+
+  if (d->fd < 0)
+    return 0;
   do {
-    n = read(c->file_fd, tmp, want);
+    n = read(d->fd, tmp, want);
   } while (n < 0 && errno == EINTR);
   if (n <= 0) {
     /* The file shrank under us: the promised length cannot be kept, and
@@ -91,13 +117,26 @@ int files_pump(struct conn *c) {
     return -1;
   }
   http_stream_write(c, tmp, (size_t)n);
-  c->file_left -= (uint64_t)n;
-  if (c->file_left == 0) {
-    close(c->file_fd);
-    c->file_fd = -1;
+  d->left -= (uint64_t)n;
+  if (d->left == 0) {
+    close(d->fd);
+    d->fd = -1;
     http_stream_end(c);
   }
   return 1;
+}
+
+static void download_detach(struct producer *p, bool peer_gone) {
+  struct download *d = container_of(p, struct download, prod);
+
+  (void)peer_gone;
+  if (d->fd >= 0)
+    close(d->fd);
+  d->fd = -1;
+}
+
+static void download_free(struct producer *p) {
+  free(container_of(p, struct download, prod));
 }
 
 /* ---- upload ----
@@ -123,6 +162,7 @@ struct staged {
 };
 
 struct upload {
+  struct body_sink sink; /* the request's body sink; sink.c its connection */
   bool multipart;
   struct mp_parser mp;
   char qpath[4096];
@@ -130,17 +170,26 @@ struct upload {
   int fd; /* the file being written, -1 between parts */
   struct staged *files;
   size_t nfiles, capfiles;
-  size_t renamed; /* files[0..renamed) are in place */
+  size_t renamed; /* files[0..renamed) are in place (or discarded) */
+  bool failed;    /* answered with an error: the rest of the body is ignored */
 };
 
-void upload_free(struct upload *up) {
-  if (up == NULL)
-    return;
+/* What an upload that did not finish left: its open file, its temporary
+ * files. Done at once when it fails; again (nothing left) when freed. */
+static void upload_discard(struct upload *up) {
   if (up->fd >= 0)
     close(up->fd);
+  up->fd = -1;
+  for (size_t i = up->renamed; i < up->nfiles; i++)
+    unlink(up->files[i].tmp);
+  up->renamed = up->nfiles;
+}
+
+static void upload_free(struct upload *up) {
+  if (up == NULL)
+    return;
+  upload_discard(up);
   for (size_t i = 0; i < up->nfiles; i++) {
-    if (i >= up->renamed)
-      unlink(up->files[i].tmp);
     free(up->files[i].tmp);
     free(up->files[i].target);
     free(up->files[i].path);
@@ -274,17 +323,19 @@ bool upload_temp_name(const struct agent *a, const char *name, bool *replaces) {
   return *p == '\0' || *replaces;
 }
 
-static void fail(struct conn *c, int err, const char *msg) {
-  upload_free(c->up);
-  c->up = NULL;
+/* Ends the upload with an answer: nothing of it stays on disk. */
+static void fail(struct upload *up, int err, const char *msg) {
+  struct conn *c = up->sink.c;
+
+  upload_discard(up);
+  up->failed = true;
   if (err == -ENOMEM)
     http_error(c, 503, "out of memory");
   else
     http_error(c, status_for(-err), "%s", msg);
 }
 
-static int write_all(struct conn *c, const char *d, size_t n) {
-  struct upload *up = c->up;
+static int write_all(struct upload *up, const char *d, size_t n) {
   if (up->fd < 0)
     return 0; /* a part without a filename: skipped */
   while (n > 0) {
@@ -295,7 +346,7 @@ static int write_all(struct conn *c, const char *d, size_t n) {
       char msg[512], b[420];
       int e = errno;
       snprintf(msg, sizeof(msg), "write %s: %s", shown(up->files[up->nfiles - 1].path, b), strerror(e));
-      fail(c, -e, msg);
+      fail(up, -e, msg);
       return -1;
     }
     d += w;
@@ -304,8 +355,7 @@ static int write_all(struct conn *c, const char *d, size_t n) {
   return 0;
 }
 
-static int close_target(struct conn *c) {
-  struct upload *up = c->up;
+static int close_target(struct upload *up) {
   if (up->fd < 0)
     return 0;
   int rc = close(up->fd);
@@ -314,11 +364,16 @@ static int close_target(struct conn *c) {
     char msg[512], b[420];
     int e = errno;
     snprintf(msg, sizeof(msg), "close %s: %s", shown(up->files[up->nfiles - 1].path, b), strerror(e));
-    fail(c, -e, msg);
+    fail(up, -e, msg);
     return -1;
   }
   return 0;
 }
+
+static int upload_feed(struct body_sink *s, const char *data, size_t n);
+static void upload_finish(struct body_sink *s);
+static void upload_sink_free(struct body_sink *s);
+static const struct body_sink_ops upload_ops = {upload_feed, upload_finish, upload_sink_free};
 
 int upload_begin(struct conn *c, const char *path) {
   struct upload *up = calloc(1, sizeof(*up));
@@ -360,8 +415,7 @@ int upload_begin(struct conn *c, const char *path) {
       return rc;
     }
   }
-  c->up = up;
-  c->body_mode = BODY_SINK;
+  conn_set_sink(c, &up->sink, &upload_ops);
   return 0;
 }
 
@@ -369,8 +423,7 @@ int upload_begin(struct conn *c, const char *path) {
  * query's path, or to its own absolute filename without one; a part
  * without a filename is skipped. */
 static int part_begin(void *arg, const char *filename) {
-  struct conn *c = arg;
-  struct upload *up = c->up;
+  struct upload *up = arg;
   char msg[512], b[420];
 
   if (filename == NULL)
@@ -378,17 +431,17 @@ static int part_begin(void *arg, const char *filename) {
   const char *target = up->have_qpath ? up->qpath : filename;
   if (!path_valid(target, strlen(target))) {
     snprintf(msg, sizeof(msg), "invalid path %s: a path is UTF-8 text without NUL bytes", shown(target, b));
-    fail(c, -EINVAL, msg);
+    fail(up, -EINVAL, msg);
     return -1;
   }
   if (target[0] != '/') {
     snprintf(msg, sizeof(msg), "path must be absolute: %s", shown(target, b));
-    fail(c, -EINVAL, msg);
+    fail(up, -EINVAL, msg);
     return -1;
   }
-  int rc = open_target(c, up, target, msg, sizeof(msg));
+  int rc = open_target(up->sink.c, up, target, msg, sizeof(msg));
   if (rc != 0) {
-    fail(c, rc, msg);
+    fail(up, rc, msg);
     return -1;
   }
   return 0;
@@ -404,37 +457,37 @@ static int part_end(void *arg) {
 
 static const struct mp_sink part_sink = {part_begin, part_data, part_end};
 
-int upload_feed(struct conn *c, const char *data, size_t n) {
-  struct upload *up = c->up;
+static int upload_feed(struct body_sink *s, const char *data, size_t n) {
+  struct upload *up = container_of(s, struct upload, sink);
   const char *err = NULL;
-  if (up == NULL)
+
+  if (up->failed)
     return -1;
   if (!up->multipart)
-    return write_all(c, data, n);
-  int rc = mp_feed(&up->mp, data, n, &part_sink, c, &err);
+    return write_all(up, data, n);
+  int rc = mp_feed(&up->mp, data, n, &part_sink, up, &err);
   if (rc == -EINVAL)
-    fail(c, -EINVAL, err);
+    fail(up, -EINVAL, err);
   return rc == 0 ? 0 : -1;
 }
 
-void upload_finish(struct conn *c) {
-  struct upload *up = c->up;
+static void upload_finish(struct body_sink *s) {
+  struct upload *up = container_of(s, struct upload, sink);
+  struct conn *c = s->c;
   json_t *res;
   char msg[512], b[420], name[4096];
 
-  if (up == NULL) {
-    http_error(c, 500, "upload state lost");
+  if (up->failed)
     return;
-  }
   if (!up->multipart) {
-    if (close_target(c) != 0)
+    if (close_target(up) != 0)
       return;
   } else if (!mp_done(&up->mp)) {
-    fail(c, -EINVAL, "multipart body ended before its closing delimiter");
+    fail(up, -EINVAL, "multipart body ended before its closing delimiter");
     return;
   }
   if (up->nfiles == 0) {
-    fail(c, -EINVAL, "no file part in the upload");
+    fail(up, -EINVAL, "no file part in the upload");
     return;
   }
   res = json_array();
@@ -444,20 +497,22 @@ void upload_finish(struct conn *c) {
       int e = errno;
       snprintf(msg, sizeof(msg), "rename into %s: %s", shown(f->path, b), strerror(e));
       json_decref(res);
-      fail(c, -e, msg);
+      fail(up, -e, msg);
       return;
     }
     snprintf(name, sizeof(name), "%s", f->path);
     json_array_append_new(res, json_pack("{s:s,s:s,s:s}", "name", basename(name), "type", "file", "path", f->path));
   }
-  upload_free(up);
-  c->up = NULL;
   if (json_array_size(res) == 0) {
     json_decref(res);
     http_error(c, 503, "out of memory");
     return;
   }
-  http_respond_json(c, 200, res);
+  http_respond_json(c, 200, res); /* may end the request: <up> is freed later, never here */
+}
+
+static void upload_sink_free(struct body_sink *s) {
+  upload_free(container_of(s, struct upload, sink));
 }
 
 /* ---- filesystem.Filesystem ---- */

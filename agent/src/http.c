@@ -11,7 +11,14 @@
  * read, so a large body costs no memory. A response is produced only while
  * less than HTTP_LOW_WATER bytes wait for the socket: slow readers push back
  * on file reads and process output instead of growing a queue.
+ *
+ * What fills a streamed response (a producer) and what takes a request
+ * body (a sink) are interfaces (agent.h): this file knows no service by
+ * name. A producer is detached when its response ends or its connection
+ * closes, and freed after the epoll batch (agent_collect), as connections
+ * are: an event for its fd may still be pending in the same batch.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -131,7 +138,6 @@ void http_accept(struct agent *a, struct io *io, uint32_t events) {
     c->a = a;
     c->io.fd = fd;
     c->io.cb = conn_io_cb;
-    c->file_fd = -1;
     set_state(c, C_HEAD);
     if (io_start(a, &c->io, EPOLLIN | EPOLLRDHUP) != 0) {
       close(fd);
@@ -147,22 +153,63 @@ void http_accept(struct agent *a, struct io *io, uint32_t events) {
   }
 }
 
+/* The connection lets go of its producer: detached at once, freed after
+ * the epoll batch. */
+static void producer_drop(struct conn *c, bool peer_gone) {
+  struct producer *p = c->prod;
+
+  if (p == NULL)
+    return;
+  assert(p->c == c);
+  c->prod = NULL;
+  c->ka_msg = NULL;
+  p->ops->detach(p, peer_gone);
+  p->c = NULL;
+  p->next = c->a->dead_producers;
+  c->a->dead_producers = p;
+}
+
+/* The request is done with its body sink: freed after the batch too, so
+ * that a sink whose own call ended the request (an error answered, the
+ * connection closed with it) is never freed under its feet. */
+static void sink_drop(struct conn *c) {
+  struct body_sink *s = c->sink;
+
+  if (s == NULL)
+    return;
+  c->sink = NULL;
+  s->next = c->a->dead_sinks;
+  c->a->dead_sinks = s;
+}
+
+void conn_set_producer(struct conn *c, struct producer *p, const struct producer_ops *ops) {
+  assert(c->prod == NULL && !c->dead);
+  p->ops = ops;
+  p->c = c;
+  p->next = NULL;
+  c->prod = p;
+}
+
+void conn_drop_producer(struct conn *c) {
+  producer_drop(c, false);
+}
+
+void conn_set_sink(struct conn *c, struct body_sink *s, const struct body_sink_ops *ops) {
+  assert(c->sink == NULL && !c->dead);
+  s->ops = ops;
+  s->c = c;
+  s->next = NULL;
+  c->sink = s;
+  c->body_mode = BODY_SINK;
+}
+
 void conn_close(struct conn *c) {
   if (c->dead)
     return;
   struct agent *a = c->a;
   c->dead = true;
-  if (c->sub)
-    sub_detach(c->sub, true);
-  c->sub = NULL;
-  watch_close(c->watch);
-  if (c->up) {
-    upload_free(c->up);
-    c->up = NULL;
-  }
-  if (c->file_fd >= 0)
-    close(c->file_fd);
-  c->file_fd = -1;
+  producer_drop(c, true);
+  sink_drop(c);
   timer_stop(a, &c->timer);
   timer_stop(a, &c->ka_timer);
   timer_stop(a, &c->dl_timer);
@@ -191,23 +238,30 @@ void agent_collect(struct agent *a) {
     }
     c = next;
   }
+  while (a->dead_producers) {
+    struct producer *p = a->dead_producers;
+    a->dead_producers = p->next;
+    p->ops->free(p);
+  }
+  while (a->dead_sinks) {
+    struct body_sink *s = a->dead_sinks;
+    a->dead_sinks = s->next;
+    s->ops->free(s);
+  }
   while (a->dead_conns) {
     struct conn *c = a->dead_conns;
     a->dead_conns = c->next;
+    assert(c->prod == NULL && c->sink == NULL);
     buf_free(&c->out);
     buf_free(&c->body);
     free(c);
   }
-  watch_collect(a);
 }
 
 static void reset_for_next(struct conn *c) {
   struct agent *a = c->a;
-  if (c->sub) {
-    sub_detach(c->sub, false);
-    c->sub = NULL;
-  }
-  watch_close(c->watch);
+  producer_drop(c, false);
+  sink_drop(c);
   buf_free(&c->body);
   set_state(c, C_HEAD);
   memset(&c->req, 0, sizeof(c->req));
@@ -263,14 +317,7 @@ void conn_service(struct conn *c) {
       return;
     if (c->resp_done || buf_size(&c->out) >= HTTP_LOW_WATER)
       break;
-    int produced = 0;
-    if (c->file_fd >= 0)
-      produced = files_pump(c);
-    else if (c->sub)
-      produced = sub_pump(c->sub);
-    else if (c->watch)
-      produced = watch_pump(c->watch);
-    if (produced <= 0)
+    if (c->prod == NULL || c->prod->ops->pump(c->prod) <= 0)
       break;
   }
   if (c->dead)
@@ -551,7 +598,7 @@ static void body_done(struct conn *c) {
   set_state(c, C_HANDLING);
   timer_stop(c->a, &c->timer);
   if (c->body_mode == BODY_SINK)
-    upload_finish(c);
+    c->sink->ops->finish(c->sink);
   else
     route_body_done(c);
 }
@@ -561,7 +608,7 @@ static int body_bytes(struct conn *c, const char *d, size_t n) {
   if (n == 0)
     return 0;
   if (c->body_mode == BODY_SINK)
-    return upload_feed(c, d, n);
+    return c->sink->ops->feed(c->sink, d, n);
   if (buf_size(&c->body) + n > c->body_limit) {
     http_error(c, 413, "request body over %zu bytes", c->body_limit);
     return -1;

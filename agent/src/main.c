@@ -374,6 +374,7 @@ int main(int argc, char **argv) {
       }
     }
     agent_collect(&a);
+    watch_collect(&a);
   }
 
   /* Stop: everything the agent started dies with it. */
@@ -384,6 +385,7 @@ int main(int argc, char **argv) {
   while (a.conns)
     conn_close(a.conns);
   agent_collect(&a);
+  watch_collect(&a);
   proc_free_all(&a);
   /* reap what we just killed, briefly: a zombie left to our parent is fine */
   for (int i = 0; i < 50; i++) {

@@ -501,6 +501,11 @@ struct proc *proc_find_tag(struct agent *a, const char *tag) {
 
 /* ---- streams ---- */
 
+static int sub_pump(struct producer *pr);
+static void sub_detach(struct producer *pr, bool peer_gone);
+static void sub_free(struct producer *pr);
+static const struct producer_ops sub_ops = {sub_pump, sub_detach, sub_free};
+
 struct sub *proc_attach(struct proc *p, struct conn *c, uint64_t from, bool follow) {
   struct sub *s = calloc(1, sizeof(*s));
   if (s == NULL)
@@ -515,7 +520,7 @@ struct sub *proc_attach(struct proc *p, struct conn *c, uint64_t from, bool foll
     s->cursor = p->out_end;
   s->next = p->subs;
   p->subs = s;
-  c->sub = s;
+  conn_set_producer(c, &s->prod, &sub_ops);
   timer_stop(p->a, &p->expire);
   return s;
 }
@@ -533,7 +538,10 @@ void proc_maybe_free(struct proc *p) {
   timer_start(p->a, &p->expire, DONE_KEEP_MS, expire_cb);
 }
 
-void sub_detach(struct sub *s, bool peer_gone) {
+/* The stream's connection is done with it (its response ended, or the
+ * client left: killOnDisconnect). */
+static void sub_detach(struct producer *pr, bool peer_gone) {
+  struct sub *s = container_of(pr, struct sub, prod);
   struct proc *p = s->p;
   for (struct sub **pp = &p->subs; *pp; pp = &(*pp)->next) {
     if (*pp == s) {
@@ -541,10 +549,8 @@ void sub_detach(struct sub *s, bool peer_gone) {
       break;
     }
   }
-  if (s->c && s->c->sub == s)
-    s->c->sub = NULL;
+  s->c = NULL;
   bool kill_it = peer_gone && s->kill_on_disconnect && !p->ended;
-  free(s);
   if (kill_it) {
     snprintf(p->end_error, sizeof(p->end_error), "killed: client disconnected");
     proc_kill_all(p);
@@ -554,6 +560,10 @@ void sub_detach(struct sub *s, bool peer_gone) {
   trim(p);
   maybe_resume(p);
   proc_maybe_free(p);
+}
+
+static void sub_free(struct producer *pr) {
+  free(container_of(pr, struct sub, prod));
 }
 
 static int emit_data(struct sub *s, uint8_t kind, const char *d, size_t n) {
@@ -608,7 +618,9 @@ static void end_event(struct sub *s) {
   envelope_write(s->c, 0, json_pack("{s:{s:o}}", "event", "end", end));
 }
 
-int sub_pump(struct sub *s) {
+/* Sends what the stream may take now; 1 if anything was produced. */
+static int sub_pump(struct producer *pr) {
+  struct sub *s = container_of(pr, struct sub, prod);
   struct proc *p = s->p;
   struct conn *c = s->c;
   int produced = 0;
@@ -940,7 +952,7 @@ void proc_free_all(struct agent *a) {
   while (a->procs) {
     struct proc *p = a->procs;
     while (p->subs)
-      sub_detach(p->subs, false);
+      conn_close(p->subs->c); /* detaches the stream from <p> */
     if (!p->ended) {
       pipe_close(a, &p->out);
       pipe_close(a, &p->err);

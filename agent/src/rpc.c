@@ -587,50 +587,39 @@ static struct proc *select_proc(struct conn *c, json_t *req, bool streaming) {
   return p;
 }
 
-/* Keepalive messages of a stream: a process stream's is
+/* Keepalive messages of a stream (c->ka_msg): a process stream's is
  * {"event":{"keepalive":{}}}, WatchDir's {"keepalive":{}}. */
+#define KA_PROCESS "{\"event\":{\"keepalive\":{}}}"
+#define KA_WATCH "{\"keepalive\":{}}"
+
 static void ka_cb(struct agent *a, struct timer *t) {
   struct conn *c = container_of(t, struct conn, ka_timer);
-  if (c->dead || c->resp_done)
+  if (c->dead || c->resp_done || c->ka_msg == NULL)
     return;
-  if (c->watch)
-    envelope_write(c, 0, json_pack("{s:{}}", "keepalive"));
-  else if (c->sub && !c->sub->end_sent)
-    envelope_write(c, 0, json_pack("{s:{s:{}}}", "event", "keepalive"));
-  else
-    return;
+  envelope_write(c, 0, json_loads(c->ka_msg, 0, NULL));
   conn_service(c);
-  if (!c->dead && (c->sub || c->watch))
+  if (!c->dead && !c->resp_done && c->ka_msg != NULL)
     timer_start(a, &c->ka_timer, (uint64_t)c->ka_interval_s * 1000, ka_cb);
 }
 
+/* The stream's Connect-Timeout-Ms: only Connect and WatchDir streams carry
+ * one (Start's is the command's lifetime). It ends the stream with
+ * deadline_exceeded, as envd's context does; a process lives on, a
+ * watcher is let go. */
 static void dl_cb(struct agent *a, struct timer *t) {
   struct conn *c = container_of(t, struct conn, dl_timer);
   (void)a;
-  struct sub *s = c->sub;
   if (c->dead || c->resp_done)
     return;
-  if (c->watch) {
-    /* WatchDir's deadline (the SDK's timeoutMs, 60 s by default) ends the
-     * stream with deadline_exceeded, as envd's context does. */
-    watch_close(c->watch);
-    envelope_write(c, 2, json_pack("{s:{s:s,s:s}}", "error", "code", "deadline_exceeded",
-                                   "message", "stream deadline (Connect-Timeout-Ms) exceeded"));
-    http_stream_end(c);
-    conn_service(c);
-    return;
-  }
-  if (s == NULL || s->end_sent)
-    return;
-  /* Only Connect streams carry a stream deadline; the process lives on. */
-  s->end_sent = true;
+  conn_drop_producer(c);
   envelope_write(c, 2, json_pack("{s:{s:s,s:s}}", "error", "code", "deadline_exceeded",
                                  "message", "stream deadline (Connect-Timeout-Ms) exceeded"));
   http_stream_end(c);
   conn_service(c);
 }
 
-static void stream_timers(struct conn *c, bool deadline) {
+static void stream_timers(struct conn *c, bool deadline, const char *ka_msg) {
+  c->ka_msg = ka_msg;
   c->ka_interval_s = c->req.keepalive_s ? c->req.keepalive_s : DEFAULT_KEEPALIVE_S;
   timer_start(c->a, &c->ka_timer, (uint64_t)c->ka_interval_s * 1000, ka_cb);
   if (deadline && c->req.timeout_ms > 0)
@@ -814,7 +803,7 @@ static void handle_start(struct conn *c, json_t *req) {
   }
   s->is_start = true;
   s->kill_on_disconnect = json_is_true(kod);
-  stream_timers(c, false);
+  stream_timers(c, false, KA_PROCESS);
   conn_service(c);
   goto out;
 oom:
@@ -857,7 +846,7 @@ static void handle_connect(struct conn *c, json_t *req) {
   }
   json_t *kod = json_object_get(req, "killOnDisconnect");
   s->kill_on_disconnect = json_is_true(kod);
-  stream_timers(c, true);
+  stream_timers(c, true, KA_PROCESS);
   conn_service(c);
 }
 
@@ -1071,7 +1060,7 @@ static void handle_rpc(struct conn *c) {
     handle_close_stdin(c, req);
   else if (strcmp(m, "filesystem.Filesystem/WatchDir") == 0) {
     if (watch_stream_start(c, req) == 0) {
-      stream_timers(c, true);
+      stream_timers(c, true, KA_WATCH);
       conn_service(c);
     }
   } else if (strcmp(m, "filesystem.Filesystem/CreateWatcher") == 0 ||

@@ -34,12 +34,15 @@
  *  - A directory moved in holding more than WATCH_MAX_REPORTED entries
  *    (reported as created) ends the watcher: resource_exhausted.
  *
- * Lifetime: a stream's watcher is closed with its connection (client gone,
- * stop(), deadline); a polling one by RemoveWatcher, idle expiry or agent
- * shutdown. watch_close() releases the fd at once; the struct is freed by
+ * Lifetime: a stream's watcher is its connection's producer (agent.h):
+ * detached when its response ends or its connection closes (client gone,
+ * stop(), deadline), freed by the transport after the epoll batch. A
+ * polling one ends by RemoveWatcher, idle expiry or agent shutdown:
+ * watch_close() releases the fd at once; the struct is freed by
  * watch_collect() after the epoll batch, as connections are, because an
  * event for its fd may still be pending in the same batch.
  */
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -73,6 +76,7 @@ struct wdir {
 };
 
 struct watch {
+  struct producer prod; /* a stream's: its connection is prod.c (= c) */
   struct io io; /* the inotify fd, -1 once released */
   struct agent *a;
   struct watch *prev, *next;
@@ -96,6 +100,8 @@ struct watch {
 };
 
 static void watch_io_cb(struct agent *a, struct io *io, uint32_t events);
+static void watch_fail(struct watch *w, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* ---- the directory table ---- */
 
@@ -271,19 +277,16 @@ static void release(struct watch *w) {
   w->ndirs = w->capdirs = 0;
 }
 
-void watch_close(struct watch *w) {
-  if (w == NULL || w->dead)
-    return;
+/* Stops watching and leaves the agent's list of watchers. */
+static void watch_end(struct watch *w) {
   struct agent *a = w->a;
+  if (w->dead)
+    return;
   w->dead = true;
   release(w);
   a->watch_queued -= json_array_size(w->queue);
   json_array_clear(w->queue);
   timer_stop(a, &w->idle);
-  if (w->c != NULL) {
-    w->c->watch = NULL;
-    w->c = NULL;
-  }
   if (w->prev)
     w->prev->next = w->next;
   else
@@ -291,10 +294,50 @@ void watch_close(struct watch *w) {
   if (w->next)
     w->next->prev = w->prev;
   a->nwatches--;
-  w->prev = NULL;
-  w->next = a->dead_watches;
-  a->dead_watches = w;
+  w->prev = w->next = NULL;
 }
+
+static void watch_free(struct watch *w) {
+  json_decref(w->queue);
+  free(w->root);
+  free(w);
+}
+
+/* A polling watcher goes: freed by watch_collect(). */
+static void watch_close(struct watch *w) {
+  assert(w->c == NULL);
+  if (w->dead)
+    return;
+  watch_end(w);
+  w->next = w->a->dead_watches;
+  w->a->dead_watches = w;
+}
+
+/* ---- a WatchDir stream as its connection's producer ---- */
+
+/* The connection has room again: resume reading events. */
+static int stream_pump(struct producer *p) {
+  struct watch *w = container_of(p, struct watch, prod);
+  if (w->paused && !w->dead && w->io.fd >= 0) {
+    w->paused = false;
+    if (io_start(w->a, &w->io, EPOLLIN) != 0)
+      watch_fail(w, "internal", "watcher error: epoll: %s", strerror(errno));
+  }
+  return 0;
+}
+
+static void stream_detach(struct producer *p, bool peer_gone) {
+  struct watch *w = container_of(p, struct watch, prod);
+  (void)peer_gone;
+  watch_end(w);
+  w->c = NULL;
+}
+
+static void stream_free(struct producer *p) {
+  watch_free(container_of(p, struct watch, prod));
+}
+
+static const struct producer_ops stream_ops = {stream_pump, stream_detach, stream_free};
 
 void watch_held(const struct agent *a, size_t *paused, size_t *kernel_bytes) {
   const struct watch *w;
@@ -312,21 +355,21 @@ void watch_collect(struct agent *a) {
   while (a->dead_watches) {
     struct watch *w = a->dead_watches;
     a->dead_watches = w->next;
-    json_decref(w->queue);
-    free(w->root);
-    free(w);
+    watch_free(w);
   }
 }
 
 void watch_close_all(struct agent *a) {
-  while (a->watches)
-    watch_close(a->watches);
+  while (a->watches) {
+    if (a->watches->c != NULL)
+      conn_close(a->watches->c); /* detaches its watcher */
+    else
+      watch_close(a->watches);
+  }
 }
 
 /* The watcher cannot go on: a stream ends with the error, a polling
  * watcher keeps it for GetWatcherEvents and lets go of its inotify fd. */
-static void watch_fail(struct watch *w, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 static void watch_fail(struct watch *w, const char *code, const char *fmt, ...) {
   char msg[256];
   va_list ap;
@@ -336,8 +379,10 @@ static void watch_fail(struct watch *w, const char *code, const char *fmt, ...) 
   text_fix(msg);
   log_msg("watcher %s on %s: %s", w->id, w->root, msg);
   if (w->c != NULL) {
+    /* The stream ends with the error; its connection detaches the
+     * watcher when the answer is out. */
     struct conn *c = w->c;
-    watch_close(w);
+    release(w);
     envelope_write(c, 2, json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg));
     http_stream_end(c);
     conn_service(c);
@@ -370,7 +415,10 @@ static int emit(struct watch *w, const char *name, const char *type, const char 
       json_object_set_new(ev, "entry", e);
   }
   if (w->c != NULL) {
-    envelope_write(w->c, 0, json_pack("{s:o}", "filesystem", ev));
+    if (w->io.fd >= 0) /* else the stream has ended */
+      envelope_write(w->c, 0, json_pack("{s:o}", "filesystem", ev));
+    else
+      json_decref(ev);
     return 0;
   }
   if (json_array_size(w->queue) >= WATCH_MAX_QUEUED ||
@@ -408,7 +456,7 @@ static int on_event(struct watch *w, const struct inotify_event *ev) {
      * unmounted): nothing more can come. A stream ends normally. */
     if (w->c != NULL) {
       struct conn *c = w->c;
-      watch_close(w);
+      release(w);
       envelope_write(c, 2, json_object());
       http_stream_end(c);
       conn_service(c);
@@ -534,15 +582,6 @@ static void watch_io_cb(struct agent *a, struct io *io, uint32_t events) {
   drain(container_of(io, struct watch, io), WATCH_READS_PER_TURN);
 }
 
-int watch_pump(struct watch *w) {
-  if (w->paused && !w->dead && w->io.fd >= 0) {
-    w->paused = false;
-    if (io_start(w->a, &w->io, EPOLLIN) != 0)
-      watch_fail(w, "internal", "watcher error: epoll: %s", strerror(errno));
-  }
-  return 0;
-}
-
 static void idle_cb(struct agent *a, struct timer *t) {
   struct watch *w = container_of(t, struct watch, idle);
   (void)a;
@@ -659,7 +698,7 @@ int watch_stream_start(struct conn *c, json_t *req) {
   if (w == NULL)
     return -1;
   w->c = c;
-  c->watch = w;
+  conn_set_producer(c, &w->prod, &stream_ops);
   http_stream_begin(c, 200, "application/connect+json", NULL);
   envelope_write(c, 0, json_pack("{s:{}}", "start"));
   log_msg("watcher %s: streaming %s%s", w->id, w->root, w->recursive ? " (recursive)" : "");
