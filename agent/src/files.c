@@ -156,7 +156,8 @@ static void download_free(struct producer *p) {
 #define UPLOAD_MAX_FILES 1000
 
 struct staged {
-  char *tmp;    /* unlinked when the upload ends without renaming it */
+  char *tmp;    /* unlinked when the upload ends without renaming it; NULL:
+                 * written in place (open_target says when) */
   char *target; /* what it is renamed to (a link's target, resolved) */
   char *path;   /* the path the client named: the answer's */
 };
@@ -181,7 +182,8 @@ static void upload_discard(struct upload *up) {
     close(up->fd);
   up->fd = -1;
   for (size_t i = up->renamed; i < up->nfiles; i++)
-    unlink(up->files[i].tmp);
+    if (up->files[i].tmp != NULL) /* else written in place */
+      unlink(up->files[i].tmp);
   up->renamed = up->nfiles;
 }
 
@@ -243,6 +245,21 @@ static int resolve_target(const char *path, char **target, struct stat *st, bool
   return 0;
 }
 
+/* A mount point (a file bind-mounted over another, /etc/hosts in a pod):
+ * on another mount than its directory. */
+static bool mount_point(const char *path) {
+  char dir[4096];
+  struct statx a, b;
+  struct stat x, y;
+
+  snprintf(dir, sizeof(dir), "%s", path);
+  const char *d = dirname(dir);
+  if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &a) == 0 &&
+      statx(AT_FDCWD, d, 0, STATX_MNT_ID, &b) == 0 && (a.stx_mask & b.stx_mask & STATX_MNT_ID))
+    return a.stx_mnt_id != b.stx_mnt_id;
+  return stat(path, &x) == 0 && stat(d, &y) == 0 && x.st_dev != y.st_dev;
+}
+
 /* Begins the file <path> of the upload: its temporary file is open in
  * up->fd and staged. 0, or a negative errno with a message. */
 static int open_target(struct conn *c, struct upload *up, const char *path, char *msg, size_t cap) {
@@ -284,9 +301,25 @@ static int open_target(struct conn *c, struct upload *up, const char *path, char
   }
   /* O_NONBLOCK and O_NOFOLLOW: whatever appears under that name meanwhile
    * (a FIFO, a link), the open neither waits nor follows it. */
-  fd = rc == 0 ? open(f.tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK,
-                      exists ? st.st_mode & 0777 : 0644)
-               : -1;
+  fd = rc != 0 || (exists && mount_point(f.target))
+           ? -1
+           : open(f.tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK,
+                  exists ? st.st_mode & 0777 : 0644);
+  if (rc == 0 && fd < 0 && exists && (errno == EACCES || errno == EPERM || mount_point(f.target))) {
+    /* No file can be made beside it (a directory we may not write), or
+     * it is a mount point (a bind-mounted file such as /etc/hosts: a
+     * rename over it is EBUSY): written in place, as envd does, so such
+     * an upload is not all-or-nothing. */
+    free(f.tmp);
+    f.tmp = NULL;
+    fd = open(f.target, O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+      close(fd);
+      fd = -1;
+      errno = EINVAL;
+    }
+    exists = false; /* nothing to carry over */
+  }
   if (rc == 0 && fd < 0) {
     rc = -errno;
     snprintf(msg, cap, "open %s: %s", shown(path, b), strerror(errno));
@@ -493,7 +526,7 @@ static void upload_finish(struct body_sink *s) {
   res = json_array();
   for (; up->renamed < up->nfiles; up->renamed++) {
     struct staged *f = &up->files[up->renamed];
-    if (rename(f->tmp, f->target) != 0) {
+    if (f->tmp != NULL && rename(f->tmp, f->target) != 0) {
       int e = errno;
       snprintf(msg, sizeof(msg), "rename into %s: %s", shown(f->path, b), strerror(e));
       json_decref(res);

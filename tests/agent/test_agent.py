@@ -68,12 +68,12 @@ def pid_alive(pid):
 
 
 class Agent:
-    def __init__(self, extra=(), cmd=None, name="agent", init_sha256=INIT_SHA256, preexec=None):
+    def __init__(self, extra=(), cmd=None, name="agent", init_sha256=INIT_SHA256, preexec=None, wrap=()):
         self.port_file = os.path.join(TMP, name + ".port")
         self.log_path = os.path.join(TMP, name + ".log")
         if os.path.exists(self.port_file):
             os.unlink(self.port_file)
-        argv = [ARGS.agent, "--listen", "127.0.0.1:0", "--port-file", self.port_file] + list(extra)
+        argv = list(wrap) + [ARGS.agent, "--listen", "127.0.0.1:0", "--port-file", self.port_file] + list(extra)
         if cmd:
             argv += ["--"] + cmd
         self.log = open(self.log_path, "wb")
@@ -1243,6 +1243,32 @@ def test_upload_seen_by_watchers(a):
     a.rpc("filesystem.Filesystem/RemoveWatcher", {"watcherId": wid})
 
 
+def test_upload_over_a_mount_point(a):
+    """A file bind-mounted over another (/etc/hosts in a pod) cannot be
+    renamed over: it is written in place. The agent runs in a mount
+    namespace of its own for this (root only)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        print("  (not root or no unshare: the mount point case is skipped)")
+        return
+    d = os.path.join(TMP, "mounts")
+    os.makedirs(d)
+    for n in ("src", "dst"):
+        with open(os.path.join(d, n), "w") as f:
+            f.write(n)
+    script = 'mount --bind "$0/src" "$0/dst" && exec "$@"'
+    b = Agent(name="mnt", wrap=["unshare", "-m", "--propagation", "private", "sh", "-c", script, d])
+    try:
+        b.init()
+        st, _, body = b.request("PUT", "/files?path=" + d + "/dst", b"through the mount",
+                                {"Content-Type": "application/octet-stream"})
+        check(st == 200, "upload over a mount point: %d %r" % (st, body))
+        # outside the agent's namespace there is no mount: what it wrote is in src
+        check(open(d + "/src").read() == "through the mount" and open(d + "/dst").read() == "dst" and no_temp_left(d),
+              "after: src %r, dst %r, %r" % (open(d + "/src").read(), open(d + "/dst").read(), os.listdir(d)))
+    finally:
+        check(b.stop() == 0, "mnt agent exit status")
+
+
 def test_upload_over_limit_and_stalled(a):
     """Past the file size limit (RLIMIT_FSIZE here: EFBIG) the upload is a
     413 and leaves nothing; one that stalls is a 408 after --body-timeout,
@@ -1658,7 +1684,7 @@ TESTS = [
     test_keepalive_and_deadline, test_files_round_trip, test_files_large_flat_memory,
     test_filesystem_rpcs, test_watch_dir_stream, test_watchers_polling_and_limits,
     test_paths_not_text_refused, test_upload_all_or_nothing, test_upload_seen_by_watchers,
-    test_upload_over_limit_and_stalled,
+    test_upload_over_a_mount_point, test_upload_over_limit_and_stalled,
     test_upload_to_fifo_refused, test_process_limit, test_connect_without_follow_is_bounded,
     test_connect_envelopes_and_half_close, test_close_stdin_after_exit, test_bad_input, test_curl_speaks_to_it, test_node_fetch_speaks_to_it,
     test_e2b_sdk, test_connection_limit, test_no_fd_leak, test_orphans_reaped, test_agent_killed_takes_commands,
