@@ -520,7 +520,13 @@ def test_connect_loss_flag(a):
                                       "time.sleep(30)"])
         pid = s.pid
         s.close()
-        time.sleep(0.5)
+        total = sum(len("line-%d\n" % i) for i in range(2000))
+
+        def written():  # all of it read by the agent (a Connect without follow answers at once)
+            w = b.stream("process.Process/Connect", {"process": {"pid": pid}, "follow": False})
+            w.close()
+            return int(w.headers.get("fr-output-end", "0")) == total
+        wait_until(written, 20, "the command's 18,890 bytes")
         c = b.stream("process.Process/Connect", {"process": {"pid": pid}})
         dropped = int(c.headers.get("fr-output-dropped", "-1"))
         check(dropped > 0, "no loss flagged: %r" % c.headers)
@@ -528,7 +534,6 @@ def test_connect_loss_flag(a):
         check(first == dropped, "start %d != dropped %d" % (first, dropped))
         c.next()
         c.until(lambda k, o: c.out["stdout"].endswith(b"line-1999\n"), "tail of the output")
-        total = sum(len("line-%d\n" % i) for i in range(2000))
         check(len(c.out["stdout"]) == total - dropped, "replayed %d + dropped %d != %d" % (len(c.out["stdout"]), dropped, total))
         check(len(c.out["stdout"]) <= 8192 + 70000, "kept more than the bound: %d" % len(c.out["stdout"]))
         st, j = b.rpc("process.Process/SendSignal", {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"})
