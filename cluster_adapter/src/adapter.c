@@ -329,10 +329,10 @@ int fr_adapter_exec_stream(struct fr_adapter *a, const char *pod, const struct f
   return proc__exec_stream(&a->cl, pod, spec, on_event, on_done, arg, out);
 }
 
-int fr_adapter_proc_attach(struct fr_adapter *a, const char *pod, int64_t pid, int64_t replay_from,
+int fr_adapter_proc_attach(struct fr_adapter *a, const char *pod, int64_t pid, int64_t replay_from, int follow,
                            const char *request_id, fr_proc_event_cb on_event, fr_proc_done_cb on_done,
                            void *arg, struct fr_proc_stream **out) {
-  return proc__attach(&a->cl, pod, pid, replay_from, request_id, on_event, on_done, arg, out);
+  return proc__attach(&a->cl, pod, pid, replay_from, follow, request_id, on_event, on_done, arg, out);
 }
 
 int fr_adapter_agent_rpc(struct fr_adapter *a, const char *pod, const char *method, json_t *req,

@@ -16,7 +16,6 @@
 #include "fr/adapter.h"
 
 struct cluster;
-struct fr_kube_call;
 
 /* The agent port of <pod> when it has an agent and this router speaks to
  * agents (cc.agent set), else 0. */
@@ -34,12 +33,25 @@ int agent__path(const struct cluster *cl, const char *pod, int port, const char 
                 char *out, size_t cap);
 
 typedef void (*agent__done_cb)(int rc, const char *message, void *arg);
-/* POST /init: sets the sandbox's token and its env (<env>, then
- * <secrets> over it: objects of strings or NULL, borrowed); with secrets
- * the request is FR_KUBE_SENSITIVE. <cb> gets 0 or -EIO with a message,
- * unless the call (*<out>, for fr_kube_cancel) is cancelled first. */
-int agent__init(struct cluster *cl, const char *pod, int port, json_t *env, json_t *secrets,
-                const char *request_id, agent__done_cb cb, void *arg, struct fr_kube_call **out);
+/* What an agent's /init token is made for (FR_LABEL_AGENT_INIT). */
+#define AGENT_INIT_POOL "pool"
+#define AGENT_INIT_POD "pod"
+/* The SHA-256 (hex) of the /init token of <kind> (AGENT_INIT_POOL or
+ * AGENT_INIT_POD) <name> under the current key: what a pod made for it
+ * carries in its env FR_AGENT_INIT_SHA256. 0 or -EINVAL. */
+int agent__init_sha256(const struct cluster *cl, const char *kind, const char *name, char out[65]);
+/* POST /init to the agent of <pod> (borrowed; its FR_LABEL_AGENT_INIT says
+ * which init token opens it, tried with the previous key after a 401):
+ * sets the sandbox's access token and its env (<env>, then <secrets> over
+ * it: objects of strings or NULL, borrowed; the agent is told which names
+ * are secrets). With secrets the request is FR_KUBE_SENSITIVE. <cb> gets 0
+ * or -EIO with a message, unless *<out> is cancelled first
+ * (agent__init_cancel). -EINVAL for a pod without the label. */
+struct agent__init;
+int agent__init(struct cluster *cl, const struct fr_pod *pod, int port, json_t *env, json_t *secrets,
+                const char *request_id, agent__done_cb cb, void *arg, struct agent__init **out);
+/* Stops an /init in flight: its callback is not called. Accepts NULL. */
+void agent__init_cancel(struct agent__init *ai);
 
 /* fr_adapter_agent_call (fr/adapter.h). */
 int agent__call(struct cluster *cl, const char *pod, const struct fr_agent_call_opts *o,

@@ -47,8 +47,9 @@ int proc__start(struct cluster *cl, const char *pod, const struct fr_proc_spec *
                 fr_proc_done_cb on_done, void *arg, struct fr_proc_stream **out);
 int proc__exec_stream(struct cluster *cl, const char *pod, const struct fr_exec_spec *spec,
                       fr_proc_event_cb on_event, fr_proc_done_cb on_done, void *arg, struct fr_proc_stream **out);
-int proc__attach(struct cluster *cl, const char *pod, int64_t pid, int64_t replay_from, const char *request_id,
-                 fr_proc_event_cb on_event, fr_proc_done_cb on_done, void *arg, struct fr_proc_stream **out);
+int proc__attach(struct cluster *cl, const char *pod, int64_t pid, int64_t replay_from, int follow,
+                 const char *request_id, fr_proc_event_cb on_event, fr_proc_done_cb on_done, void *arg,
+                 struct fr_proc_stream **out);
 int proc__rpc(struct cluster *cl, const char *pod, const char *method, json_t *req, const char *request_id,
               fr_agent_rpc_cb cb, void *arg);
 

@@ -390,6 +390,7 @@ enum fr_exec_err {
   FR_EXEC_AGENT_DIED,       /* the command started, then its agent's stream broke while the
                                cluster stayed healthy: the sandbox's agent stopped (killed by
                                the sandbox's own code, or crashed); the outcome is unknown */
+  FR_EXEC_BUSY,             /* the sandbox is at its limit of running processes: nothing ran */
 };
 
 struct fr_exec_result {
@@ -591,9 +592,11 @@ int fr_adapter_proc_start(struct fr_adapter *a, const char *pod, const struct fr
                           fr_proc_event_cb on_event, fr_proc_done_cb on_done, void *arg,
                           struct fr_proc_stream **out);
 /* Reattaches to process <pid>: FR_PROC_ATTACHED, FR_PROC_START, the output
- * the agent kept from offset <replay_from> (0: its oldest byte), live
- * output, FR_PROC_END. Leaving never kills the process. */
-int fr_adapter_proc_attach(struct fr_adapter *a, const char *pod, int64_t pid, int64_t replay_from,
+ * the agent kept from offset <replay_from> (0: its oldest byte), then with
+ * <follow> live output and FR_PROC_END; without, the stream ends after
+ * what the agent kept at attach (FR_PROC_END only if the process had
+ * ended). Leaving never kills the process. */
+int fr_adapter_proc_attach(struct fr_adapter *a, const char *pod, int64_t pid, int64_t replay_from, int follow,
                            const char *request_id, fr_proc_event_cb on_event, fr_proc_done_cb on_done,
                            void *arg, struct fr_proc_stream **out);
 /* A buffered exec's <spec> as a streamed process: its argv, env, workdir,

@@ -19,6 +19,13 @@
 #define FR_LABEL_OWNER "fedrouter.io/owner"
 /* On a sandbox or pool pod: it runs fedrouter-agent on this port. */
 #define FR_LABEL_AGENT "fedrouter.io/agent"
+/* On a sandbox or pool pod with an agent: what its /init token was made
+ * for, "pool" (every pod of the pool named by fedrouter.io/pool: a
+ * ReplicaSet's pods share one template) or "pod" (this pod alone, a cold
+ * create). The pod's env FR_AGENT_INIT_SHA256 holds the token's SHA-256;
+ * the token is HMAC-SHA256(agent key, "init:<cluster>/<namespace>/<scope>/
+ * <pool or pod>") in hex, which only routers can make (agent.c). */
+#define FR_LABEL_AGENT_INIT "fedrouter.io/agent-init"
 /* On every pod a create makes or claims: the batch it belongs to. */
 #define FR_LABEL_BATCH "fedrouter.io/batch"
 /* Ports of the sandbox anyone may reach by its preview URL: "all", or the
