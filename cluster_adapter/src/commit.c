@@ -22,8 +22,8 @@
  * lifetime when it committed, for operators): a sandbox that outlives it
  * must not lose its marker. Every router does it; deletes are idempotent.
  *
- * Marker writes are tracked (struct commits, ops) so that shutdown can answer and
- * free them: the client drops the callbacks of cancelled calls.
+ * Marker writes are tracked (struct commits, ops) so that shutdown can
+ * answer and free them: the client drops the callbacks of cancelled calls.
  */
 #include <errno.h>
 #include <inttypes.h>

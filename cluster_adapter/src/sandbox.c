@@ -133,7 +133,7 @@ static void op_free(struct create_op *op) {
 
   /* In the list of creates in flight, and no call of its own still out. */
   FR_ASSERT(op->prev != NULL ? op->prev->next == op : sb->creates == op);
-  FR_ASSERT(op->call == NULL);
+  FR_ASSERT(op->call == NULL && op->init == NULL);
 
   if (op->prev)
     op->prev->next = op->next;
