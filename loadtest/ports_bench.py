@@ -35,22 +35,21 @@ import hashlib
 import http.client
 import json
 import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
-import threading
 import time
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "router"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "codeint"))
 import test_router as tr  # noqa: E402
 import test_agent_path as tap  # noqa: E402
 import ci_server as cs  # noqa: E402
+from benchlib import BenchError, PeakRss, wrk  # noqa: E402
 
 DOMAIN = "sbx.localhost"
 CI_IMAGE = "registry.example/fedrouter/code-interpreter:0.1.0"
@@ -67,37 +66,6 @@ class BenchFed(tap.AgentFed):
 def die(msg):
     print("ports_bench: " + msg, file=sys.stderr, flush=True)
     raise SystemExit(1)
-
-
-def wrk(url, headers, seconds, conns=16):
-    argv = ["wrk", "-t", "1", "-c", str(conns), "-d", f"{seconds}s", "--latency"]
-    for h in headers:
-        argv += ["-H", h]
-    out = subprocess.run(argv + [url], capture_output=True, text=True, timeout=seconds + 60).stdout
-    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
-
-    def lat(q):
-        m = re.search(r"^\s+%d%%\s+([\d.]+)(us|ms|s)" % q, out, re.M)
-        if not m:
-            return None
-        v = float(m.group(1))
-        return v / 1000 if m.group(2) == "us" else v if m.group(2) == "ms" else v * 1000
-    total = re.search(r"(\d+) requests in", out)
-    bad = int(non2xx.group(1)) if non2xx else 0
-    # A failed request is reported, not hidden; more than 1% fails the run.
-    if not rps or not total or bad * 100 > int(total.group(1)):
-        die(f"wrk {url}: {out}")
-    return {"rps": float(rps.group(1)), "p50_ms": lat(50), "p99_ms": lat(99), "requests": int(total.group(1)),
-            "non_2xx": bad}
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def cell(port, sid, code="1+1"):
@@ -166,44 +134,35 @@ def main():
         small = {}
         if shutil.which("wrk"):
             if pod_ip:
-                small["direct"] = wrk(f"http://{pod_ip}:8000/small", [], dur)
-            small["path"] = wrk(path_url, [auth], dur)
-            small["host"] = wrk(f"http://127.0.0.1:{port}/small", [f"Host: 8000-{short}.{DOMAIN}", auth], dur)
+                small["direct"] = wrk(f"http://{pod_ip}:8000/small", [], dur, max_fail_ratio=0.01)
+            small["path"] = wrk(path_url, [auth], dur, max_fail_ratio=0.01)
+            small["host"] = wrk(f"http://127.0.0.1:{port}/small", [f"Host: 8000-{short}.{DOMAIN}", auth], dur,
+                                max_fail_ratio=0.01)
         else:
             print("ports_bench: wrk not installed: small requests skipped (apt-get install wrk)")
         report["small"] = small
 
         # big
-        base = rss_kib(fed.router.proc.pid)
-        peak = [base]
-        stop = threading.Event()
-
-        def sample():
-            while not stop.is_set():
-                peak[0] = max(peak[0], rss_kib(fed.router.proc.pid))
-                time.sleep(0.05)
-        th = threading.Thread(target=sample, daemon=True)
-        th.start()
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-        t0 = time.perf_counter()
-        c.request("GET", f"/v1/sandboxes/{sid}/ports/8000/big", headers={"Authorization": "Bearer " + tr.TOKEN_A})
-        r = c.getresponse()
-        h = hashlib.sha256()
-        n = 0
-        while True:
-            chunk = r.read(1 << 20)
-            if not chunk:
-                break
-            h.update(chunk)
-            n += len(chunk)
-        dt = time.perf_counter() - t0
-        c.close()
-        stop.set()
-        th.join()
+        with PeakRss(fed.router.proc.pid) as rss:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+            t0 = time.perf_counter()
+            c.request("GET", f"/v1/sandboxes/{sid}/ports/8000/big",
+                      headers={"Authorization": "Bearer " + tr.TOKEN_A})
+            r = c.getresponse()
+            h = hashlib.sha256()
+            n = 0
+            while True:
+                chunk = r.read(1 << 20)
+                if not chunk:
+                    break
+                h.update(chunk)
+                n += len(chunk)
+            dt = time.perf_counter() - t0
+            c.close()
         if r.status != 200 or n != file_mb << 20 or h.hexdigest() != big_sha:
             die(f"the {file_mb} MiB download: {r.status}, {n} bytes, sha256 match {h.hexdigest() == big_sha}")
-        report["big"] = {"mib": file_mb, "mb_s": round(n / dt / 1e6, 1), "router_rss_before_kib": base,
-                         "router_rss_peak_kib": peak[0]}
+        report["big"] = {"mib": file_mb, "mb_s": round(n / dt / 1e6, 1), "router_rss_before_kib": rss.before,
+                         "router_rss_peak_kib": rss.peak}
 
         # cells
         st, r = fed.api("POST", "/v1/pools", {"name": "ci", "image": CI_IMAGE, "cpus": 0.25, "memory_gb": 0.5,
@@ -232,6 +191,8 @@ def main():
         report["cells_parallel"] = {"sandboxes": nsb, "cells": len(flat), "cells_per_s": round(len(flat) / wall, 1),
                                     "p50_ms": round(statistics.median(flat) * 1000, 2),
                                     "create_s": round(made_s, 1)}
+    except BenchError as e:
+        die(str(e))
     finally:
         problems = fed.teardown()
         if problems:
