@@ -234,6 +234,16 @@ class Kubesim:
         finally:
             c.close()
 
+    def kube_delete(self, path):
+        """DELETE on kubesim's Kubernetes API: (status, json)."""
+        c = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=15, context=self.ssl)
+        try:
+            c.request("DELETE", path, headers={"Authorization": "Bearer " + SIM_TOKEN})
+            r = c.getresponse()
+            return r.status, json.loads(r.read() or b"null")
+        finally:
+            c.close()
+
     def pod(self, name, ns="default"):
         """The pod object, or None when kubesim says 404."""
         st, body = self.kube(f"/api/v1/namespaces/{ns}/pods/{name}")
@@ -538,9 +548,11 @@ def test_exec_timeout_kills(fed):
           f"expected 200 timed_out:true, got {st} {short(r)}")
     check(result["elapsed"] < 10, f"timed out after {result['elapsed']:.1f} s, not well under 30 s")
     check(bool(seen), "never saw the 'sleep 30' process while the exec ran")
-    time.sleep(2)
+    # kubesim kills the timed-out command's process group when the exec
+    # ends; give that kill a bounded time to land, then it must be gone.
+    wait_until(lambda: not sleepers(), 10, 0.05)
     left = sleepers()
-    check(not left, f"'sleep 30' still running 2 s after the timeout: {left}")
+    check(not left, f"'sleep 30' still running 10 s after the timeout: {left}")
     # The sandbox still works afterwards.
     r = fed.exec_ok(sid, ["echo", "alive"])
     check(r.get("stdout") == "alive\n", f"exec after a timeout: {r}")
@@ -1070,10 +1082,14 @@ def test_claim_seen_while_watch_lags(fed):
     check(st == 201, f"POST /v1/pools lag: {st} {short(r)}")
     ok = wait_until(lambda: pool_ready(fed, "lag", "cw") == 2, 40, 0.25)
     check(ok, f"pool lag not ready 2 within 40 s: {short(fed.api('GET', '/v1/pools')[1])}")
+    watchers = sim.state()["watchers"]
+    check(watchers > 0, f"the router holds no watch on cw before the outage: {short(sim.state())}")
     st, r = sim.admin("POST", "/_sim/faults", {"reject_watches": True, "drop_watches": True})
     check(st == 200, f"kubesim faults: {st} {short(r)}")
     try:
-        time.sleep(0.5)   # the watches have ended; re-watches get 429 and back off
+        # The watches have ended; re-watches get 429 and back off.
+        check(wait_until(lambda: sim.state()["watchers"] == 0, 10, 0.05),
+              f"watches still open on cw after drop_watches: {short(sim.state())}")
         ids = []
         for i in range(2):
             sb = fed.create_one(pool="lag", name=f"lag{i}")
@@ -1086,11 +1102,22 @@ def test_claim_seen_while_watch_lags(fed):
         check(set(ids) <= fed.list_ids("?pool=lag"), f"list while the watch is down lacks {ids}")
     finally:
         sim.admin("POST", "/_sim/faults", {"reject_watches": False})
-    # The watch comes back (after its backoff) and changes nothing.
-    time.sleep(6)
-    check(fed.list_ids("?pool=lag") == set(ids), f"list after the watch is back: {fed.list_ids('?pool=lag')}")
+    # The watch comes back (after its backoff) and changes nothing: the
+    # router's watches are open on cw again, and a change made in the
+    # cluster after the outage (ids[1]'s pod deleted behind the router's
+    # back) reaches the router through them; by then the relist that
+    # reopened the watch has been applied too, and ids[0] is still there.
+    check(wait_until(lambda: sim.state()["watchers"] >= watchers, 30, 0.1),
+          f"the router's watches on cw did not come back within 30 s: {short(sim.state())}")
+    _, gone_pod = fed.sim_of(ids[1])
+    st, r = sim.kube_delete(f"/api/v1/namespaces/default/pods/{gone_pod}")
+    check(st == 200, f"kubesim DELETE pod {gone_pod}: {st} {short(r)}")
+    check(wait_until(lambda: ids[1] not in fed.list_ids("?pool=lag"), 15, 0.1),
+          f"the router does not see {ids[1]} deleted 15 s after: its watch is not back")
+    check(fed.list_ids("?pool=lag") == {ids[0]}, f"list after the watch is back: {fed.list_ids('?pool=lag')}")
     r = fed.exec_ok(ids[0], ["echo", "later"])
     check(r.get("stdout") == "later\n", f"exec after the watch is back: {r}")
+    ids = ids[:1]
     for sid in ids:
         st, r = fed.api("DELETE", "/v1/sandboxes/" + sid)
         check(st == 200, f"terminate {sid}: {st} {short(r)}")
