@@ -410,8 +410,22 @@ def test_connect_loss_flag(a):
                                       "time.sleep(30)"])
         pid = s.pid
         s.close()
-        time.sleep(0.5)
-        c = b.stream("process.Process/Connect", {"process": {"pid": pid}})
+        # The agent reads the output in pieces after the Start returned:
+        # Connect until the ring has lost some (it cannot hold 18,890
+        # bytes in 8,192), each attempt a fresh reattach.
+        seen = []
+
+        def lossy():
+            c = b.stream("process.Process/Connect", {"process": {"pid": pid}})
+            seen.append(dict(c.headers))
+            if int(c.headers.get("fr-output-dropped", "-1")) > 0:
+                return c
+            c.close()
+            return None
+        try:
+            c = wait_until(lossy, 10, "a Connect that flags lost output")
+        except TestFailure:
+            raise TestFailure("no loss flagged in 10 s: last headers %r" % (seen[-1:],))
         dropped = int(c.headers.get("fr-output-dropped", "-1"))
         check(dropped > 0, "no loss flagged: %r" % c.headers)
         first = int(c.headers["fr-output-start"])
