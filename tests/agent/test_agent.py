@@ -410,29 +410,29 @@ def test_connect_loss_flag(a):
                                       "time.sleep(30)"])
         pid = s.pid
         s.close()
+        total = sum(len("line-%d\n" % i) for i in range(2000))
         # The agent reads the output in pieces after the Start returned:
-        # Connect until the ring has lost some (it cannot hold 18,890
-        # bytes in 8,192), each attempt a fresh reattach.
+        # reattach (Connect) until its ring has taken in all of it
+        # (fr-output-end), each attempt a fresh Connect.
         seen = []
 
-        def lossy():
+        def all_read():
             c = b.stream("process.Process/Connect", {"process": {"pid": pid}})
             seen.append(dict(c.headers))
-            if int(c.headers.get("fr-output-dropped", "-1")) > 0:
+            if c.headers.get("fr-output-end") == str(total):
                 return c
             c.close()
             return None
         try:
-            c = wait_until(lossy, 10, "a Connect that flags lost output")
+            c = wait_until(all_read, 10, "a Connect after the whole output was read")
         except TestFailure:
-            raise TestFailure("no loss flagged in 10 s: last headers %r" % (seen[-1:],))
+            raise TestFailure("the agent did not read the %d bytes in 10 s: last headers %r" % (total, seen[-1:]))
         dropped = int(c.headers.get("fr-output-dropped", "-1"))
         check(dropped > 0, "no loss flagged: %r" % c.headers)
         first = int(c.headers["fr-output-start"])
         check(first == dropped, "start %d != dropped %d" % (first, dropped))
         c.next()
         c.until(lambda k, o: c.out["stdout"].endswith(b"line-1999\n"), "tail of the output")
-        total = sum(len("line-%d\n" % i) for i in range(2000))
         check(len(c.out["stdout"]) == total - dropped, "replayed %d + dropped %d != %d" % (len(c.out["stdout"]), dropped, total))
         check(len(c.out["stdout"]) <= 8192 + 70000, "kept more than the bound: %d" % len(c.out["stdout"]))
         st, j = b.rpc("process.Process/SendSignal", {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"})
