@@ -41,6 +41,11 @@ import traceback
 import urllib.parse
 import urllib.request
 
+# The shared harness: every kubesim and fedrouter of the black-box suites
+# is started and stopped by it.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sdk"))
+import fedharness  # noqa: E402
+
 ARGS = None
 ALL_PROCS = []          # every Popen we started, for the watchdog and atexit
 WATCHDOG_S = 560        # ctest's TIMEOUT is 600: clean up ourselves before it
@@ -143,41 +148,15 @@ def find_procs(sessions=(), home_prefix=None):
 
 
 def start_proc(argv, log_path, stdout=None):
-    """Starts <argv> in its own session (so its processes can be found and
-    none is ours by accident), stderr (and stdout unless piped) to
-    <log_path>."""
-    log = open(log_path, "ab")
-    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                         stdout=stdout if stdout is not None else log, stderr=log,
-                         start_new_session=True)
-    log.close()
+    """fedharness.start_proc(), the process also in ALL_PROCS (for the
+    watchdog and kill_leftovers())."""
+    p = fedharness.start_proc(argv, log_path, stdout)
     ALL_PROCS.append(p)
     return p
 
 
-def stop_proc(p, sig=signal.SIGTERM, timeout=20):
-    """Sends <sig> and waits; returns the exit code, or None if it had to be
-    SIGKILLed after <timeout> s."""
-    if p.poll() is None:
-        try:
-            p.send_signal(sig)
-        except ProcessLookupError:
-            pass
-    try:
-        return p.wait(timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait(10)
-        return None
-
-
-def tail(path, n=25):
-    try:
-        with open(path, "rb") as f:
-            lines = f.read().decode(errors="replace").splitlines()
-        return "\n".join("    | " + l for l in lines[-n:])
-    except OSError:
-        return "    | (no log)"
+stop_proc = fedharness.stop_proc
+tail = fedharness.tail
 
 
 # --------------------------------------------------------------------------
@@ -187,23 +166,15 @@ class Kubesim:
     def __init__(self, root, name, extra):
         self.name = name
         self.dir = os.path.join(root, name)
-        os.makedirs(self.dir)
-        self.kubeconfig = os.path.join(self.dir, "kubeconfig")
-        self.log = os.path.join(self.dir, "kubesim.log")
-        self.workdir = os.path.join(self.dir, "wd")
-        pf, apf = os.path.join(self.dir, "port"), os.path.join(self.dir, "admin-port")
-        argv = [ARGS.kubesim, "--tls", "--token", SIM_TOKEN, "--write-kubeconfig", self.kubeconfig,
-                "--port-file", pf, "--admin-listen", "127.0.0.1:0", "--admin-port-file", apf,
-                "--name", name, "--workdir", self.workdir, "--schedule-ms", "20",
-                "--start-ms", "50", "--log-level", "warn"] + list(extra)
-        self.proc = start_proc(argv, self.log)
+        try:
+            k = fedharness.start_kubesim(ARGS.kubesim, self.dir, name, SIM_TOKEN,
+                                         ["--schedule-ms", "20", "--start-ms", "50"] + list(extra))
+        except RuntimeError as e:
+            raise TestFailure(str(e))
+        ALL_PROCS.append(k.proc)
+        self.proc, self.port, self.admin_port = k.proc, k.port, k.admin_port
+        self.kubeconfig, self.log, self.workdir = k.kubeconfig, k.log, k.workdir
         self.killed = False
-        ok = wait_until(lambda: self.proc.poll() is not None or
-                        (os.path.exists(pf) and os.path.exists(apf)), 15, 0.02)
-        if not ok or self.proc.poll() is not None:
-            raise TestFailure(f"kubesim {name} did not start (rc {self.proc.poll()}):\n{tail(self.log)}")
-        self.port = int(open(pf).read())
-        self.admin_port = int(open(apf).read())
         # The API is HTTPS with a generated CA: trust exactly that CA.
         m = re.search(r"certificate-authority-data:\s*(\S+)", open(self.kubeconfig).read())
         self.ssl = ssl.create_default_context(cadata=base64.b64decode(m.group(1)).decode())
@@ -272,27 +243,13 @@ def rss_kib(pid):
 class Router:
     def __init__(self, config_path, log_path):
         self.log = log_path
-        self.proc = start_proc([ARGS.fedrouter, "--config", config_path], log_path,
-                               stdout=subprocess.PIPE)
-        self.port = None
         self.expected_dead = False   # set by tests that kill or stop it on purpose
-        self.lines = []
-        got = threading.Event()
-
-        def reader():
-            # Keep draining stdout so the router never blocks on it.
-            for raw in self.proc.stdout:
-                line = raw.decode(errors="replace").rstrip("\n")
-                self.lines.append(line)
-                m = re.match(r"fedrouter listening on http://127\.0\.0\.1:(\d+)$", line)
-                if m and self.port is None:
-                    self.port = int(m.group(1))
-                    got.set()
-            got.set()
-        threading.Thread(target=reader, daemon=True).start()
-        if not got.wait(20) or self.port is None:
-            raise TestFailure(f"fedrouter did not print its port (rc {self.proc.poll()}, "
-                              f"stdout {self.lines}):\n{tail(self.log)}")
+        try:
+            self.rp = fedharness.RouterProc(ARGS.fedrouter, config_path, log_path)
+        except RuntimeError as e:
+            raise TestFailure(str(e))
+        ALL_PROCS.append(self.rp.proc)
+        self.proc, self.port, self.lines = self.rp.proc, self.rp.port, self.rp.lines
 
     def wait_ready(self, timeout=30):
         last = [None]
