@@ -772,7 +772,9 @@ def test_router_kill9_restart(fed):
     old = fed.router
     th = threading.Thread(target=lambda: _swallow(lambda: fed.exec(made[0], ["sleep", "3"], timeout_s=10)))
     th.start()
-    time.sleep(0.5)
+    # Killed with the exec in flight: its 'sleep 3' runs in the sandbox.
+    check(wait_until(lambda: any(cmd[-2:] == ["sleep", "3"] for _, cmd in find_procs(home_prefix=fed.root + "/")),
+                     10, 0.02), "the exec's 'sleep 3' never ran")
     old.expected_dead = True
     old.proc.kill()
     check(old.proc.wait(10) == -signal.SIGKILL, "router did not die of SIGKILL")
