@@ -58,6 +58,15 @@ def body_type(method):
     return "application/merge-patch+json" if method == "PATCH" else "application/json"
 
 
+def wait_for(cond, secs, what):
+    """Polls <cond> until true; fails with <what> after <secs> seconds."""
+    deadline = time.time() + secs
+    while not cond():
+        if time.time() > deadline:
+            fail(f"{what} (waited {secs} s)")
+        time.sleep(0.1)
+
+
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -120,7 +129,9 @@ def main():
         watchers = [Watcher(port) for _ in range(3)]
         for w in watchers:
             w.start()
-        time.sleep(0.3)
+        # The watches start at resourceVersion 1: open before the first
+        # event, so that none falls out of the 20000-event history.
+        wait_for(lambda: get(port, "/_sim/state")["watchers"] >= 3, 60, "the 3 watches did not open")
         t0 = time.time()
         send(port, "POST", "/apis/apps/v1/namespaces/default/replicasets", {
             "metadata": {"name": "scale"},
@@ -160,8 +171,11 @@ def main():
         if pages != (N + 499) // 500:
             fail(f"{pages} pages for {N} pods with limit=500")
 
-        # Watchers saw everything, in order.
-        time.sleep(1)
+        # Watchers saw everything, in order (they may still be reading).
+        wait_for(lambda: all(len(w.added) == N and len(w.running) == N for w in watchers) or
+                 not all(w.order_ok for w in watchers), 120,
+                 "the watchers did not see every pod ADDED and Running: " +
+                 ", ".join(f"{len(w.added)}/{len(w.running)}" for w in watchers))
         for i, w in enumerate(watchers):
             if len(w.added) != N or len(w.running) != N or not w.order_ok:
                 fail(f"watcher {i}: added={len(w.added)} running={len(w.running)} ordered={w.order_ok}")
@@ -182,7 +196,8 @@ def main():
             time.sleep(0.5)
         else:
             fail("pods remain after scaling to 0")
-        time.sleep(1)
+        wait_for(lambda: all(len(w.deleted) == N for w in watchers), 120,
+                 "the watchers did not see every pod DELETED")
         for i, w in enumerate(watchers):
             if len(w.deleted) != N:
                 fail(f"watcher {i} saw {len(w.deleted)} deletions, want {N}")
