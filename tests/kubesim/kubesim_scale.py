@@ -41,8 +41,8 @@ def fail(msg):
     sys.exit(1)
 
 
-def get(port, path):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=60) as r:
+def get(port, path, timeout=60):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
         return json.load(r)
 
 
@@ -188,14 +188,20 @@ def main():
                 fail(f"old resourceVersion gave {ev}")
 
         # Scale to zero: every pod goes, watchers see DELETED.
+        # kubesim may answer nothing for a while as it deletes them all (over
+        # 60 s on a 2-core machine at load 9): each poll may take what is
+        # left of the deadline, not a fixed 60 s.
         send(port, "PATCH", "/apis/apps/v1/namespaces/default/replicasets/scale", {"spec": {"replicas": 0}})
-        deadline = time.time() + 120
+        deadline = time.time() + 240
         while time.time() < deadline:
-            if get(port, "/_sim/state")["pods"] == 0:
-                break
+            try:
+                if get(port, "/_sim/state", timeout=max(1.0, deadline - time.time()))["pods"] == 0:
+                    break
+            except OSError:   # the timeout at the deadline: fails below
+                pass
             time.sleep(0.5)
         else:
-            fail("pods remain after scaling to 0")
+            fail("pods remain 240 s after scaling to 0")
         wait_for(lambda: all(len(w.deleted) == N for w in watchers), 120,
                  "the watchers did not see every pod DELETED")
         for i, w in enumerate(watchers):
