@@ -386,13 +386,14 @@ clusters = (
             sessions.add(r.proc.pid)
             if r.proc.poll() is not None:
                 if not r.expected_dead:
-                    problems.append(f"fedrouter #{i} died during the tests (rc {r.proc.poll()}):\n{tail(r.log)}")
+                    problems.append(f"fedrouter #{i} died during the tests (rc {r.proc.poll()}):\n"
+                                    f"{fedharness.log_report(r.log)}")
                 continue
             rc = stop_proc(r.proc)
             if rc is None:
                 problems.append(f"fedrouter #{i} did not exit within 20 s of SIGTERM (SIGKILLed):\n{tail(r.log)}")
             elif rc != 0:
-                problems.append(f"fedrouter #{i} exited {rc} on SIGTERM (want 0):\n{tail(r.log)}")
+                problems.append(f"fedrouter #{i} exited {rc} on SIGTERM (want 0):\n{fedharness.log_report(r.log)}")
         for s in self.sims.values():
             sessions.add(s.proc.pid)
             if s.killed:
@@ -401,7 +402,7 @@ clusters = (
             if rc is None:
                 problems.append(f"kubesim {s.name} did not exit within 20 s of SIGTERM (SIGKILLed):\n{tail(s.log)}")
             elif rc != 0:
-                problems.append(f"kubesim {s.name} exited {rc} on SIGTERM (want 0):\n{tail(s.log)}")
+                problems.append(f"kubesim {s.name} exited {rc} on SIGTERM (want 0):\n{fedharness.log_report(s.log)}")
         # kubesim kills its exec'd processes on exit; they live in their
         # own sessions, so look for them by their HOME too.
         if not wait_until(lambda: not find_procs(sessions, self.root + "/"), 5):

@@ -72,6 +72,21 @@ def tail(path: str, n: int = 25) -> str:
         return "    | (no log)"
 
 
+def log_report(path: str, n: int = 25) -> str:
+    """What a dead process's log says: from its first sanitizer report (the
+    stack and where the memory came from; 60 lines) when it has one, else
+    its last <n> lines."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return "    | (no log)"
+    for i, ln in enumerate(lines):
+        if "ERROR: AddressSanitizer" in ln or "ERROR: LeakSanitizer" in ln or "runtime error:" in ln:
+            return "\n".join("    | " + x for x in lines[i:i + 60])
+    return "\n".join("    | " + x for x in lines[-n:])
+
+
 def start_proc(argv: Sequence[str], log_path: str, stdout: Any = None) -> subprocess.Popen:
     """Starts <argv> in its own session (so its processes can be found and
     none is ours by accident), stderr (and stdout unless piped) appended to
