@@ -150,6 +150,9 @@ def main():
                 st = get(port, "/apis/apps/v1/namespaces/default/replicasets/scale",
                          timeout=max(1.0, deadline - time.time()))["status"]
             except OSError:   # the timeout at the deadline: fails below
+                if proc.poll() is not None:
+                    fail(f"kubesim exited ({proc.returncode}) while making the pods")
+                time.sleep(0.5)
                 continue
             if st.get("readyReplicas") == N:
                 break
@@ -206,7 +209,8 @@ def main():
                 if get(port, "/_sim/state", timeout=max(1.0, deadline - time.time()))["pods"] == 0:
                     break
             except OSError:   # the timeout at the deadline: fails below
-                pass
+                if proc.poll() is not None:
+                    fail(f"kubesim exited ({proc.returncode}) while deleting the pods")
             time.sleep(0.5)
         else:
             fail("pods remain 240 s after scaling to 0")
