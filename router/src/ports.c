@@ -207,7 +207,7 @@ static struct port_inflight *admit(struct api_req *q, const char *id) {
       api_oom(q);
       return NULL;
     }
-    strcpy(e->id, id); /* sized above */
+    memcpy(e->id, id, strlen(id) + 1);
     e->bucket = &q->r->port_inflight[b];
     e->next = *e->bucket;
     *e->bucket = e;
@@ -256,9 +256,11 @@ static void forward(struct api_req *q, struct fr_adapter *a, const char *id, con
   struct port_inflight *e;
   struct fr_buf h, pq;
   char msg[200];
+  int64_t agent_port = 0;
 
-  if (port < 1 || port > 65535 || port == FR_AGENT_DEFAULT_PORT ||
-      (pod_agent_label != NULL && atoi(pod_agent_label) == port)) {
+  if (pod_agent_label != NULL && fr_parse_int64(pod_agent_label, 1, 65535, &agent_port) != 0)
+    agent_port = 0;
+  if (port < 1 || port > 65535 || port == FR_AGENT_DEFAULT_PORT || agent_port == port) {
     snprintf(msg, sizeof(msg), "port %d is not a port of the sandbox's own (1-65535, not the agent's %d)", port,
              FR_AGENT_DEFAULT_PORT);
     api_fail(q, 400, "invalid_port", msg, NULL);

@@ -120,11 +120,15 @@ def test_streaming_exec_client_gone_kills_the_command(fed):
                   {"argv": ["sh", "-c", "echo up; exec sleep 3051"], "stream": True})
     first = r.read1(65536)
     check(json.loads(first) == {"stdout": "up\n"}, f"no first line: {first!r}")
-    c.close()
 
     def left():
         return fed.exec_ok(sid, ["sh", "-c", "ps -eo args | grep '^sleep 3051' || true"]).get("stdout")
-    check(wait_until(lambda: left() == "", 10, 0.3), f"the command outlived its client: {left()!r}")
+    # "up" is printed before the exec: the sleep must be seen running while
+    # the client is still there, or "gone after" would prove nothing.
+    check(wait_until(lambda: left() == "sleep 3051\n", 10, 0.1),
+          f"'sleep 3051' never ran while its client was connected: {left()!r}")
+    c.close()
+    check(wait_until(lambda: left() == "", 10, 0.1), f"the command outlived its client: {left()!r}")
 
 
 def test_background_process_output_stdin_signal(fed):

@@ -673,12 +673,17 @@ class TestMisc(Base):
 
     def test_progress_callback_and_bar(self):
         self.fake.routes[("GET", "/v1/sandboxes")] = lambda r: (200, {}, {"sandboxes": [SB, SB]})
+        seen = []
 
         def slow(req):
-            time.sleep(1.2)
+            # The create answers once the progress poll (every 0.5 s while
+            # it is in flight) has reported the 2 running it lists: a
+            # condition, not a race of a slow fake against the poll.
+            deadline = time.monotonic() + 10
+            while (2, 4) not in seen and time.monotonic() < deadline:
+                time.sleep(0.01)
             return created(4, "big")(req)
         self.fake.routes[("POST", "/v1/sandboxes")] = slow
-        seen = []
         sbs = self.c.create(name="big", num_sandboxes=4, progress=lambda d, t: seen.append((d, t)))
         self.assertEqual(len(sbs), 4)
         self.assertEqual((seen[0], seen[-1]), ((0, 4), (4, 4)))
