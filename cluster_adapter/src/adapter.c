@@ -128,8 +128,14 @@ static void pods_count(struct fr_adapter *a, const struct fr_pod *p, int sign) {
   a->sb_mem_b += sign * p->mem_b;
   if (p->tenant != NULL) {
     struct strmap_entry *n = strmap_put(&a->tenant_counts, p->tenant, NULL);
-    if (n != NULL && (n->v.n[0] += sign) <= 0)
-      strmap_del(&a->tenant_counts, p->tenant);
+    if (n != NULL) {
+      n->v.n[1] += sign * p->cpu_m;
+      n->v.n[2] += sign * p->mem_b;
+      if ((n->v.n[0] += sign) <= 0)
+        strmap_del(&a->tenant_counts, p->tenant);
+    }
+    if (p->gpus > 0 && (n = strmap_put(&a->tenant_gpus, p->tenant, NULL)) != NULL && (n->v.n[0] += sign * p->gpus) <= 0)
+      strmap_del(&a->tenant_gpus, p->tenant);
   }
 }
 
@@ -421,6 +427,7 @@ static void adapter_release(struct fr_adapter *a) {
   strmap_close(&a->gpu_usage);
   warm_ready_free(a);
   strmap_close(&a->tenant_counts);
+  strmap_close(&a->tenant_gpus);
   podstore_free(&a->pods);
   free(a->reaper); /* NULL once sandbox_stop() closed it */
   free(a);
@@ -626,6 +633,19 @@ int64_t fr_adapter_tenant_sandboxes(struct fr_adapter *a, const char *tenant) {
   const struct strmap_entry *n = strmap_get(&a->tenant_counts, tenant);
 
   return n != NULL ? n->v.n[0] : 0;
+}
+
+void fr_adapter_tenant_usage(struct fr_adapter *a, const char *tenant, struct fr_tenant_usage *out) {
+  const struct strmap_entry *n = strmap_get(&a->tenant_counts, tenant), *g = strmap_get(&a->tenant_gpus, tenant);
+
+  memset(out, 0, sizeof(*out));
+  if (n != NULL) {
+    out->sandboxes = n->v.n[0];
+    out->cpu_m = n->v.n[1];
+    out->mem_b = n->v.n[2];
+  }
+  if (g != NULL)
+    out->gpus = g->v.n[0];
 }
 
 const char *pod_label(json_t *obj, const char *key) {

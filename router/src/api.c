@@ -10,10 +10,12 @@
 #include "fr/adapter.h"
 #include "fr/assert.h"
 #include "fr/buf.h"
+#include "fr/config.h"
 #include "fr/http.h"
 #include "fr/util.h"
 #include "api.h"
 #include "router.h"
+#include "tenants.h"
 
 struct api_req *api_req_of(struct fr_http_req *req) {
   return req->data;
@@ -27,6 +29,7 @@ struct api_req *api_req_new(struct router *r, struct fr_http_req *req, const cha
   q->r = r;
   q->req = req;
   q->refs = 1;
+  q->cfg = fr_config_ref(r->cfg);
   snprintf(q->rid, sizeof(q->rid), "%s", rid);
   req->data = q;
   return q;
@@ -36,8 +39,18 @@ void api_req_unref(struct api_req *q) {
   if (q == NULL)
     return;
   FR_ASSERT(q->refs > 0);
-  if (--q->refs == 0)
+  if (--q->refs == 0) {
+    tenant_unref(q->ts);
+    fr_config_unref(q->cfg);
     free(q);
+  }
+}
+
+void api_set_tenant(struct api_req *q, const char *name) {
+  FR_ASSERT(!q->deferred); /* the in-flight count goes with the record */
+  snprintf(q->tenant, sizeof(q->tenant), "%s", name);
+  tenant_unref(q->ts);
+  q->ts = tenant_ref(router_tenant(q->r, name));
 }
 
 static void on_abort(struct fr_http_req *req) {
@@ -94,6 +107,18 @@ void api_stream_end(struct api_req *q, int ok) {
       fr_http_abort(req);
   }
   finish_deferred(q);
+}
+
+void api_undefer(struct api_req *q) {
+  FR_ASSERT(q->deferred);
+  q->gone_cb = NULL;
+  q->gone_arg = NULL;
+  if (q->req != NULL)
+    q->req->abort_cb = NULL;
+  q->deferred = 0;
+  q->r->inflight--;
+  if (q->ts != NULL)
+    q->ts->inflight--;
 }
 
 void api_defer(struct api_req *q) {
