@@ -354,11 +354,14 @@ static void on_probe_done(const struct fr_kube_response *r, void *arg) {
   struct fr_adapter *a = arg;
 
   a->probe_call = NULL;
-  a->probe_ok = r->status == 200;
+  /* A 429 (priority and fairness shedding load) is a busy API server, not
+   * a dead one: it answered, and the breaker stays closed. */
+  a->probe_ok = r->status == 200 || r->status == 429;
   if (a->probe_ok) {
     a->last_probe_ok_ms = uv_now(a->loop);
-    a->latency_ewma = a->latency_ewma == 0 ? r->elapsed_ms
-                                           : EWMA_ALPHA * r->elapsed_ms + (1 - EWMA_ALPHA) * a->latency_ewma;
+    if (r->status == 200)
+      a->latency_ewma = a->latency_ewma == 0 ? r->elapsed_ms
+                                             : EWMA_ALPHA * r->elapsed_ms + (1 - EWMA_ALPHA) * a->latency_ewma;
   } else {
     FR_WARN("adapter", "%s: health probe failed (%d %s)", a->cc.name, r->status,
             r->error ? r->error : "");

@@ -3,8 +3,8 @@
  *
  * The commands live in cmd_sandbox.c (create, explain, exec, terminate,
  * ls), cmd_data.c (cp, ps, kill), cmd_proc.c (proc start, logs, stdin),
- * cmd_shell.c (shell, proc attach) and cmd_infra.c (pools, clusters,
- * events, version); pod option flags in podargs.c; HTTP in client.c;
+ * cmd_shell.c (shell, proc attach), cmd_infra.c (pools, clusters,
+ * events, version) and cmd_secret.c (secret, queue); pod option flags in podargs.c; HTTP in client.c;
  * NDJSON answers in ndjson.c; tables in output.c.
  */
 #include <errno.h>
@@ -43,6 +43,8 @@ static const char usage_text[] =
     "  clusters    show the clusters behind the router\n"
     "  explain     show where a create would go, and why (creates nothing)\n"
     "  events      recent spillover events of your creates\n"
+    "  secret      set, list and remove your secrets in every cluster\n"
+    "  queue       the create queue and each tenant's fair share\n"
     "  version     fedctl's version\n"
     "\n"
     "Global options (accepted before or after the command):\n"
@@ -491,7 +493,8 @@ static const struct command commands[] = {
     {"ls", fc_cmd_ls},           {"pools", fc_cmd_pools}, {"clusters", fc_cmd_clusters},
     {"explain", fc_cmd_explain}, {"cp", fc_cmd_cp},       {"ps", fc_cmd_ps},
     {"kill", fc_cmd_kill},       {"shell", fc_cmd_shell}, {"proc", fc_cmd_proc},
-    {"events", fc_cmd_events},   {"version", fc_cmd_version},
+    {"events", fc_cmd_events},   {"version", fc_cmd_version}, {"secret", fc_cmd_secret},
+    {"queue", fc_cmd_queue},
 };
 
 int main(int argc, char **argv) {

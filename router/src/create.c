@@ -462,6 +462,23 @@ static void give_up(struct create *cr, const char *why) {
     create_free(cr);
     return;
   }
+  /* It may not wait: the queue holds as much as it may. */
+  if (cr->qe.overflow == QO_TENANT) {
+    snprintf(msg, sizeof(msg), "tenant %s has %" PRId64 " sandboxes waiting for room already "
+             "(max_queued_sandboxes %" PRId64 "); this create does not fit now and may not wait", q->tenant,
+             queue_sandboxes(q->r, cr->ts), cr->ts->max_queued_sandboxes);
+    api_reply(q, 429, api_limit_body(msg, "max_queued_sandboxes"), "Retry-After: 10\r\n");
+    create_free(cr);
+    return;
+  }
+  if (cr->qe.overflow == QO_FULL) {
+    snprintf(msg, sizeof(msg), "the router's queue holds %" PRId64 " sandboxes waiting for room (queue.max_sandboxes "
+             "%" PRId64 "); this create does not fit now and may not wait", queue_sandboxes(q->r, NULL),
+             q->cfg->queue_max_sandboxes);
+    api_fail(q, 503, "queue_full", msg, "Retry-After: 10\r\n");
+    create_free(cr);
+    return;
+  }
   if (cr->refusal == NULL) {
     /* Never tried: others of its tenant wait before it, or the room that
      * frees is promised to a tenant with a smaller share. */

@@ -402,6 +402,15 @@ int queue_add(struct router *r, struct queue_entry *e, int front, int try_now) {
     arm(qu);
     return 0;
   }
+  /* Bounded: an entry that would pass its tenant's or the router's bound
+   * of waiting sandboxes gets one try and no wait. */
+  if (e->deadline_ms != 0 && l->sandboxes > e->ts->max_queued_sandboxes) {
+    e->overflow = QO_TENANT;
+    e->deadline_ms = 0;
+  } else if (e->deadline_ms != 0 && qu->sandboxes > r->cfg->queue_max_sandboxes) {
+    e->overflow = QO_FULL;
+    e->deadline_ms = 0;
+  }
   pass(qu);
   /* <e> may be gone now (it started, and ended at once). Entries that
    * asked not to wait had their one try (or none: others of their tenant

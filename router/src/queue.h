@@ -68,6 +68,9 @@ struct queue_entry {
   struct tenant_state *ts;      /* borrowed: the owner holds a reference */
   int64_t want;                 /* sandboxes it still waits to start */
   uint64_t deadline_ms;         /* uv_now() time its wait ends; 0: no wait (tried once) */
+  /* the queue's verdict when it may not wait (queue_add): the owner's
+   * expire answers with it */
+  enum { QO_NONE, QO_TENANT, QO_FULL } overflow;
   /* the queue's */
   struct queue_entry *prev, *next;
   struct queue_line *line;      /* NULL while not queued */
@@ -83,7 +86,10 @@ void queue_free(struct router *r);
  * an entry goes back to when its batch ended short) and, with <try_now>,
  * tries the queue at once: when it returns <e> may have started, ended
  * (and be freed), or still wait. An entry that waits for nothing
- * (deadline_ms 0) and did not start is expired before this returns.
+ * (deadline_ms 0) and did not start is expired before this returns; so
+ * is one whose wait would pass its tenant's max_queued_sandboxes
+ * (overflow QO_TENANT) or queue.max_sandboxes (QO_FULL): it has its one
+ * try, and its expire answers 429 / 503.
  * 0, or -ENOMEM (not queued). */
 int queue_add(struct router *r, struct queue_entry *e, int front, int try_now);
 /* Takes <e> out (the client went away); a no-op when not queued. */

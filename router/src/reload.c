@@ -107,6 +107,11 @@ static void looked(uv_work_t *w, int status) {
   rl->busy = 0;
   if (rl->closing || status != 0) {
     fr_config_unref(rw->next);
+  } else if (!rw->loaded && rw->looked && strcmp(rw->version, rl->r->cfg->version) == 0) {
+    /* The files are what runs (a rejected edit was undone): nothing is
+     * wrong any more. */
+    rl->error[0] = '\0';
+    rl->failed_version[0] = '\0';
   } else if (rw->loaded && rw->rc != 0) {
     if (rw->err.line > 0)
       snprintf(msg, sizeof(msg), "%s:%d: %s", rw->err.file, rw->err.line, rw->err.msg);
