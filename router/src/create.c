@@ -525,10 +525,24 @@ static json_t *no_room_body(struct router *r, const struct fr_plan *plan, const 
   return body;
 }
 
+/* The answer should it give up now; its code and message (and the
+ * shortfall) say in GET /v1/queue why it waits. */
 static void set_refusal(struct create *cr, int status, json_t *body) {
+  json_t *err = json_object_get(body, "error");
+  json_t *sf = json_object_get(err, "shortfall"), *limit = json_object_get(err, "limit");
+
   json_decref(cr->refusal);
   cr->refusal = body;
   cr->refusal_status = status;
+  if (sf != NULL)
+    snprintf(cr->qe.why, sizeof(cr->qe.why), "%s: shortfall %" JSON_INTEGER_FORMAT " of %d",
+             json_string_value(json_object_get(err, "code")), json_integer_value(sf), cr->npending);
+  else if (limit != NULL)
+    snprintf(cr->qe.why, sizeof(cr->qe.why), "%s: %s", json_string_value(json_object_get(err, "code")),
+             json_string_value(limit));
+  else
+    snprintf(cr->qe.why, sizeof(cr->qe.why), "%s: %.150s", json_string_value(json_object_get(err, "code")),
+             json_string_value(json_object_get(err, "message")));
 }
 
 /* ---- quotas ---- */

@@ -476,10 +476,20 @@ static json_t *tenant_json(struct router *r, struct tenant_state *t, const struc
   int64_t creates, sandboxes;
   double oldest, ewait;
   int64_t ewaiting = execwait_depth(r, t, &ewait);
+  struct queue *qu = r->queue;
+  json_t *j, *first = NULL;
+  size_t i;
 
-  line_stats(r->queue, t, &creates, &sandboxes, &oldest);
+  line_stats(qu, t, &creates, &sandboxes, &oldest);
   usage_get(r, t, &u);
-  return json_pack("{s:s,s:I,s:f,s:{s:I,s:I,s:f,s:I},s:{s:I,s:f,s:f,s:I},s:{s:I,s:I},s:{s:I,s:I,s:f}}", "tenant",
+  /* Its first waiting create: what it wants and why it waits. */
+  for (i = 0; qu != NULL && i < qu->nlines; i++)
+    if (qu->lines[i]->ts == t && qu->lines[i]->head != NULL) {
+      const struct queue_entry *e = qu->lines[i]->head;
+      first = json_pack("{s:I,s:f,s:s}", "sandboxes", (json_int_t)e->want, "waited_s",
+                        (double)(uv_now(r->loop) - e->since_ms) / 1000.0, "why", e->why);
+    }
+  j = json_pack("{s:s,s:I,s:f,s:{s:I,s:I,s:f,s:I},s:{s:I,s:f,s:f,s:I},s:{s:I,s:I},s:{s:I,s:I,s:f}}", "tenant",
                    t->name, "weight", (json_int_t)t->weight, "share", share_of(r, t, tot), "queue", "creates",
                    (json_int_t)creates, "sandboxes", (json_int_t)sandboxes, "oldest_wait_s", oldest,
                    "max_sandboxes", (json_int_t)t->max_queued_sandboxes, "holds", "sandboxes",
@@ -487,6 +497,11 @@ static json_t *tenant_json(struct router *r, struct tenant_state *t, const struc
                    (double)u.mem_b / 1073741824.0, "gpus", (json_int_t)u.gpus, "creating", "sandboxes",
                    (json_int_t)t->creating, "execs", (json_int_t)t->execs, "exec_queue", "waiting",
                    (json_int_t)ewaiting, "max", (json_int_t)t->max_queued_execs, "oldest_wait_s", ewait);
+  if (j != NULL)
+    json_object_set_new(json_object_get(j, "queue"), "first", first != NULL ? first : json_null());
+  else
+    json_decref(first);
+  return j;
 }
 
 json_t *queue_json(struct router *r, const struct tenant_state *self, int all) {

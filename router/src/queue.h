@@ -68,6 +68,7 @@ struct queue_entry {
   struct tenant_state *ts;      /* borrowed: the owner holds a reference */
   int64_t want;                 /* sandboxes it still waits to start */
   uint64_t deadline_ms;         /* uv_now() time its wait ends; 0: no wait (tried once) */
+  char why[200];                /* the owner's: why its last try did not start (GET /v1/queue) */
   /* the queue's verdict when it may not wait (queue_add): the owner's
    * expire answers with it */
   enum { QO_NONE, QO_TENANT, QO_FULL } overflow;
