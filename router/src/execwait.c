@@ -45,6 +45,7 @@ struct execwait {
   uv_timer_t timer;             /* the earliest deadline */
   uv_idle_t turn;               /* the granted waiters' turn */
   int closing;
+  int handles_open;             /* of timer and turn, after execwait_free: the last close frees */
 };
 
 static void list_push(struct waiter **head, struct waiter **tail, struct waiter *w) {
@@ -242,8 +243,7 @@ int execwait_init(struct router *r) {
 static void ew_closed(uv_handle_t *h) {
   struct execwait *ew = h->data;
 
-  /* The idle handle closes second: both are done. */
-  if ((uv_handle_t *)&ew->turn == h)
+  if (--ew->handles_open == 0)
     free(ew);
 }
 
@@ -269,6 +269,8 @@ void execwait_free(struct router *r) {
   if (ew == NULL)
     return;
   r->execwait = NULL;
+  free(ew->lines);
+  ew->handles_open = 2;
   uv_close((uv_handle_t *)&ew->timer, ew_closed);
   uv_close((uv_handle_t *)&ew->turn, ew_closed);
 }

@@ -33,6 +33,7 @@ struct queue {
   uv_idle_t kick;
   int in_pass, again;
   int closing;
+  int handles_open;             /* of tick and kick, after queue_free: the last close frees */
   int64_t sandboxes;            /* every line's, summed */
 };
 
@@ -368,7 +369,7 @@ void queue_close(struct router *r) {
 static void qu_closed(uv_handle_t *h) {
   struct queue *qu = h->data;
 
-  if (h == (uv_handle_t *)&qu->kick)
+  if (--qu->handles_open == 0)
     free(qu);
 }
 
@@ -379,6 +380,7 @@ void queue_free(struct router *r) {
     return;
   r->queue = NULL;
   free(qu->lines);
+  qu->handles_open = 2;
   uv_close((uv_handle_t *)&qu->tick, qu_closed);
   uv_close((uv_handle_t *)&qu->kick, qu_closed);
 }
