@@ -126,6 +126,11 @@ START_TEST(example_fedrouter_conf_loads_with_documented_values) {
   ck_assert_str_eq(c->tenants[1].secret, "eval-sandbox-secrets");
   ck_assert_ptr_eq(fr_config_tenant_by_token(c, "rl-team-token", NULL), &c->tenants[0]);
   ck_assert_ptr_eq(fr_config_tenant_by_token(c, "eval-token", NULL), &c->tenants[1]);
+  ck_assert_uint_eq(c->tenants[0].ntokens, 1);
+  ck_assert_str_eq(c->tenants[0].tokens[0].name, "team");
+  ck_assert_str_eq(c->tenants[1].tokens[0].name, "default");
+  ck_assert_int_eq(c->tenants[0].weight, 1);
+  ck_assert_int_eq(c->queue_max_wait_s, 600);
 
   ck_assert_uint_eq(c->nclusters, 2);
   cl = &c->clusters[0];
