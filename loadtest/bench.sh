@@ -4,7 +4,7 @@
 # build/loadgen, stop everything (also on failure or Ctrl-C).
 #
 #   loadtest/bench.sh seed|overhead|fanout|spillover|regions|failover|
-#                     scale|soak|abuse|agent|replicas|all
+#                     scale|soak|abuse|agent|replicas|gateway|all
 #                     [--smoke] [--build-dir DIR]
 #                     [--out DIR] [--plots DIR] [-- extra loadgen arguments]
 #
@@ -67,6 +67,13 @@
 #                 leaked sandboxes, bursts through all three at once against
 #                 nearly full clusters. Needs haproxy; not part of `all` (its
 #                 short version is the ctest replicas_haproxy).
+#   gateway:      loadtest/gateway_bench.py: fedrouter-gateway in-cluster
+#                 against one kubesim, the real agent behind it: GET /health
+#                 req/s and p50/p99 with wrk (straight to the agent, through
+#                 the gateway over TLS and plain), sequential exec p50, 1 GiB
+#                 (smoke 32 MiB) up and down through it with its RSS, and its
+#                 RSS watching 50,000 (smoke 2,000) sandbox pods. Needs wrk;
+#                 not part of `all`.
 #   soak:         3 clusters, same delays; 8 workers creating batches of 5,
 #                 exec in each, terminate each, for SOAK_S seconds (600;
 #                 smoke 8), router RSS and fds sampled every 5 s (smoke 1 s);
@@ -90,7 +97,7 @@ usage() { sed -n '2,/^# (Functions/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^#
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    seed|overhead|fanout|spillover|regions|failover|scale|soak|abuse|agent|replicas|all) SCENARIO="$1" ;;
+    seed|overhead|fanout|spillover|regions|failover|scale|soak|abuse|agent|replicas|gateway|all) SCENARIO="$1" ;;
     --smoke) SMOKE=1 ;;
     --build-dir) [ $# -ge 2 ] || { usage >&2; exit 2; }; BUILD="$2"; shift ;;
     --out) [ $# -ge 2 ] || { usage >&2; exit 2; }; OUT="$2"; shift ;;
@@ -397,6 +404,13 @@ py_scenario() {
 scenario_abuse() { py_scenario abuse abuse.py; }
 scenario_agent() { py_scenario agent agent_bench.py; }
 scenario_replicas() { py_scenario replicas replicas.py; }
+scenario_gateway() {
+  local b
+  for b in fedrouter-gateway fedrouter-agent; do
+    [ -x "$BUILD/$b" ] || { echo "bench.sh: $BUILD/$b is missing (cmake --build $BUILD --target $b)" >&2; return 1; }
+  done
+  py_scenario gateway gateway_bench.py
+}
 
 ulimit -n 65536 2>/dev/null || true
 rc=0

@@ -449,7 +449,10 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
   a->loop = loop;
   a->cc = *cc;
   a->commit_timeout_s = cc->batch_commit_timeout_s > 0 ? cc->batch_commit_timeout_s : FR_BATCH_COMMIT_TIMEOUT_S;
-  rc = fr_kubeconfig_load(cc->kubeconfig, cc->context, &creds, err, errlen);
+  if (cc->in_cluster)
+    rc = fr_kubeconfig_in_cluster(NULL, &creds, err, errlen);
+  else
+    rc = fr_kubeconfig_load(cc->kubeconfig, cc->context, &creds, err, errlen);
   if (rc != 0)
     goto fail;
   a->ns = strdup(cc->ns ? cc->ns : "default");

@@ -201,7 +201,21 @@ static void on_call_done(const struct fr_kube_response *resp, void *arg) {
   ac->kc = NULL;
   memset(&res, 0, sizeof(res));
   res.body = "";
-  if (resp->status == 401 && !ac->got_head && !ac->previous_key && !ac->o.stream_body &&
+  if (ac->o.port != 0 && resp->status >= 500 && api_server_status(resp)) {
+    /* A port of the sandbox: the cluster's proxy could not reach it. The
+     * sandbox's business, not the cluster's: no breaker. */
+    res.err = FR_AGENT_UNAVAILABLE;
+    res.status = resp->status;
+    if (strstr(resp->body, "connection refused") != NULL || strstr(resp->body, "unknown port") != NULL)
+      res.flags |= FR_AGENT_PORT_CLOSED;
+    snprintf(msg, sizeof(msg), "cannot reach port %d of the sandbox: %d %.300s", ac->o.port, resp->status,
+             resp->body);
+    res.message = msg;
+    ac->o.on_done(&res, ac->o.arg);
+    call_free(ac);
+    return;
+  }
+  if (resp->status == 401 && ac->o.port == 0 && !ac->got_head && !ac->previous_key && !ac->o.stream_body &&
       ac->a->cc.agent->prev_key != NULL && !api_server_status(resp)) {
     /* Initialised before a key rotation: its token is from the old key. */
     ac->previous_key = 1;
@@ -249,6 +263,24 @@ static int call_send(struct fr_agent_call *ac) {
   int rc;
 
   ac->got_head = ac->pause_next = ac->stopped = 0;
+  if (ac->o.port != 0) {
+    /* A port the sandbox serves: its own path, no token (it is the
+     * agent's, never a sandbox server's to see). */
+    memset(&ko, 0, sizeof(ko));
+    if (upstream_port_path(path, sizeof(path), ac->a->ns, ac->pod, ac->o.port, ac->o.path) != 0)
+      return -EINVAL;
+    ko.flags = FR_KUBE_STREAM | FR_KUBE_ANY_STATUS;
+    ko.request_id = ac->o.request_id;
+    ko.timeout_ms = ac->o.timeout_ms;
+    ko.header = ac->o.headers;
+    ko.on_data = on_call_data;
+    ko.on_head = on_call_head;
+    ko.stream_body = ac->o.stream_body;
+    ko.body_size = ac->o.stream_body ? ac->o.body_size : 0;
+    ko.on_drain = on_call_drain;
+    return fr_kube_request_opts(ac->a->client, ac->o.method, path, ac->o.content_type, ac->body, ac->body_len, &ko,
+                                on_call_done, ac, &ac->kc);
+  }
   if (agent_token(ac->a, ac->pod, ac->previous_key, token) != 0 ||
       agent_path(ac->a, ac->pod, ac->port, ac->o.method, ac->o.path, path, sizeof(path)) != 0)
     return -EINVAL;
@@ -305,8 +337,16 @@ int fr_adapter_agent_call(struct fr_adapter *a, const char *pod_name, const stru
   if (pod == NULL)
     return -ENOENT;
   port = agent_port_of(a, pod);
-  if (port == 0)
+  if (o->port != 0) {
+    /* A port of the sandbox: never the agent's (its routes and its token
+     * are reached only as the agent's), and only the methods a server
+     * takes. */
+    if (o->port < 1 || o->port > 65535 || o->port == port || o->port == FR_AGENT_DEFAULT_PORT ||
+        strpbrk(o->method, " \r\n") != NULL || strcmp(o->method, "CONNECT") == 0 || strcmp(o->method, "TRACE") == 0)
+      return -EINVAL;
+  } else if (port == 0) {
     return -ENOTSUP;
+  }
   if (a->breaker != BR_CLOSED)
     return -EHOSTDOWN;
   ac = calloc(1, sizeof(*ac));

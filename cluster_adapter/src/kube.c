@@ -178,6 +178,7 @@ struct fr_kube_client {
   char *cert_pem, *key_pem;           /* from a plugin, else NULL */
   size_t cert_len, key_len;
   int64_t expiry_ms;                  /* plugin credential expiry; 0 = none */
+  uint64_t token_read_ms;             /* uv_now() of the last token file read */
   struct kube_plugin *plugin;
   struct token_read *tread;
 };
@@ -255,6 +256,7 @@ struct rest_call {
   unsigned idempotent : 1;
   unsigned counted : 1;               /* in the client's nactive/npriority/nwatches */
   unsigned sensitive : 1;             /* FR_KUBE_SENSITIVE: bodies zeroed before they are freed */
+  unsigned any_status : 1;            /* FR_KUBE_ANY_STATUS */
   char method[16];                    /* method_ok(): at most 15 letters */
   char strs[];                        /* url, content type, request id, body (NUL-ended) */
 };
@@ -364,6 +366,8 @@ static void creds_set_error(struct fr_kube_client *c, const char *fmt, ...) {
 }
 
 static int creds_expired(const struct fr_kube_client *c) {
+  if (c->creds->exec == NULL && c->creds->token_file != NULL)
+    return uv_now(c->loop) - c->token_read_ms >= c->opts.token_reread_ms;
   return c->expiry_ms > 0 && fr_wall_ms() >= c->expiry_ms - KUBE_REFRESH_EARLY_MS;
 }
 
@@ -509,6 +513,7 @@ static void tr_done(struct token_read *tr) {
   if (err == 0) {
     free(c->token);
     c->token = tok;
+    c->token_read_ms = uv_now(c->loop);
   }
   creds_loaded(c, err);
 }
@@ -1016,7 +1021,8 @@ static void creds_kick(struct fr_kube_client *c) {
       uv_timer_start(&c->kick, on_kick, 0, 0);
       return;
     }
-    FR_DEBUG(LOGC, "%s: exec credentials expire soon, refreshing", c->name);
+    FR_DEBUG(LOGC, "%s: %s", c->name, c->creds->exec != NULL ? "exec credentials expire soon, refreshing"
+                                                               : "reading the token file again");
     c->cstate = CREDS_NONE;
     break;
   case CREDS_FAILED:
@@ -1531,6 +1537,16 @@ static size_t watch_feed(struct rest_call *rc, const char *ptr, size_t n) {
   return n;
 }
 
+/* Is an answer of <code> handed on as it arrives (on_head, on_data), or
+ * buffered for the callback? */
+#define KUBE_MAX_STREAM_ERROR ((size_t)1 << 20)
+
+static int status_streamed(const struct rest_call *rc, long code) {
+  if (code >= 200 && code < 300)
+    return 1;
+  return rc->any_status && code >= 200 && code != 502 && code != 503 && code != 504;
+}
+
 static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata) {
   struct rest_call *rc = userdata;
   struct rest_io *io = rc->io;
@@ -1542,7 +1558,7 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata) {
     curl_easy_getinfo(io->easy, CURLINFO_RESPONSE_CODE, &io->code);
   if (rc->kind == KIND_WATCH && io->code >= 200 && io->code < 300)
     return watch_feed(rc, ptr, n);
-  if (rc->on_data != NULL && io->code >= 200 && io->code < 300) {
+  if (rc->on_data != NULL && status_streamed(rc, io->code)) {
     int r;
 
     if (rc->on_head != NULL && !io->head_sent) {
@@ -1579,6 +1595,12 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *userdata) {
     io->abort_why = "response body larger than 256 MiB";
     return 0;
   }
+  /* A stream's answer that is not handed on (an error) is held whole:
+   * 1 MiB of it is more than any error says. */
+  if (rc->kind == KIND_STREAM && io->resp.len + n > KUBE_MAX_STREAM_ERROR) {
+    io->abort_why = "error answer larger than 1 MiB";
+    return 0;
+  }
   if (fr_buf_append(&io->resp, ptr, n) != 0) {
     io->abort_why = "out of memory buffering the response";
     return 0;
@@ -1603,7 +1625,7 @@ static size_t on_header(char *ptr, size_t size, size_t nmemb, void *userdata) {
     long code = 0;
 
     curl_easy_getinfo(io->easy, CURLINFO_RESPONSE_CODE, &code);
-    if (code >= 200 && code < 300 && rc->on_head != NULL && !io->head_sent) {
+    if (status_streamed(rc, code) && rc->on_head != NULL && !io->head_sent) {
       io->head_sent = 1;
       rc->on_head((int)code, io->hdrs.data != NULL ? io->hdrs.data : "", rc->arg);
       if (rc->state != CALL_RUNNING)
@@ -2162,7 +2184,8 @@ int fr_kube_request_opts(struct fr_kube_client *c, const char *method, const cha
   /* A body handed out as it arrives cannot be taken back for a retry; a
    * streamed request body cannot be sent twice. */
   if (o == NULL ||
-      (o->flags & ~(FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY | FR_KUBE_STREAM | FR_KUBE_SENSITIVE)) != 0 ||
+      (o->flags & ~(FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY | FR_KUBE_STREAM | FR_KUBE_SENSITIVE | FR_KUBE_ANY_STATUS)) !=
+          0 ||
       (o->on_data != NULL && (o->flags & FR_KUBE_IDEMPOTENT)) ||
       (stream && (o->flags & (FR_KUBE_IDEMPOTENT | FR_KUBE_PRIORITY))) ||
       (o->stream_body && (!stream || body != NULL || o->body_size < -1)) ||
@@ -2174,6 +2197,7 @@ int fr_kube_request_opts(struct fr_kube_client *c, const char *method, const cha
   /* Set before the loop runs again: nothing is sent from inside call_start. */
   if (r == 0) {
     rc->sensitive = (o->flags & FR_KUBE_SENSITIVE) != 0;
+    rc->any_status = stream && (o->flags & FR_KUBE_ANY_STATUS) != 0;
     rc->on_data = o->on_data;
     rc->on_head = o->on_head;
     rc->on_drain = o->on_drain;
@@ -2447,6 +2471,8 @@ int fr_kube_client_new(uv_loop_t *loop, const struct fr_kube_creds *creds,
     c->opts.max_stream_connections = 1024;
   if (c->opts.max_streams <= 0)
     c->opts.max_streams = 8192;
+  if (c->opts.token_reread_ms == 0)
+    c->opts.token_reread_ms = 60000;
   name = c->opts.name != NULL ? c->opts.name : creds->context != NULL ? creds->context : "kube";
   c->name = strdup(name);
   fr_buf_init(&ua);
@@ -2492,6 +2518,7 @@ int fr_kube_client_new(uv_loop_t *loop, const struct fr_kube_creds *creds,
   uv_timer_init(loop, &c->qtimer);
   c->qtimer.data = c;
   c->nopen = 4;   /* the two multis' handles (one each), kick, qtimer */
+  c->token_read_ms = uv_now(loop); /* a token from a file was read by the loader just now */
   if (c->creds->exec != NULL || (c->creds->token_file != NULL && c->token == NULL))
     c->cstate = CREDS_NONE;
   else

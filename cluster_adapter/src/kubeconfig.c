@@ -997,6 +997,123 @@ fail:
 }
 
 /* ---------------------------------------------------------------------- */
+/* in-cluster                                                              */
+
+/* <dir>/<name>, read whole (and trimmed with <trim_it>); -errno with <err> set. */
+static int read_sa_file(const char *dir, const char *name, int trim_it, char **out, size_t *len, char *err,
+                        size_t errlen) {
+  char *path = join_path(dir, name);
+  int rc;
+
+  *out = NULL;
+  if (path == NULL) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  rc = slurp(path, out, len);
+  if (rc != 0)
+    snprintf(err, errlen, "in-cluster config: cannot read %s: %s", path, file_error(rc));
+  else if (trim_it)
+    trim(*out, len);
+  free(path);
+  return rc;
+}
+
+int fr_kubeconfig_in_cluster(const struct fr_in_cluster_opts *o, struct fr_kube_creds **out, char *err,
+                             size_t errlen) {
+  const char *dir = o != NULL ? o->dir : NULL, *host = o != NULL ? o->host : NULL;
+  const char *port = o != NULL ? o->port : NULL, *pns = getenv("POD_NAMESPACE");
+  struct fr_kube_creds *c = NULL;
+  char *data = NULL, dummy[8];
+  size_t n;
+  int64_t pv;
+  int rc;
+
+  if (err == NULL || errlen == 0) {
+    err = dummy;
+    errlen = sizeof(dummy);
+  }
+  err[0] = '\0';
+  if (out == NULL)
+    return -EINVAL;
+  *out = NULL;
+  if (dir == NULL)
+    dir = getenv("FR_SERVICEACCOUNT_DIR");
+  if (dir == NULL || dir[0] == '\0')
+    dir = FR_SERVICEACCOUNT_DIR_DEFAULT;
+  if (host == NULL)
+    host = getenv("KUBERNETES_SERVICE_HOST");
+  if (port == NULL)
+    port = getenv("KUBERNETES_SERVICE_PORT");
+  /* client-go's ErrNotInCluster: both must be set. */
+  if (host == NULL || host[0] == '\0' || port == NULL || port[0] == '\0') {
+    snprintf(err, errlen, "in-cluster config: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be set "
+             "(not running in a pod?)");
+    return -ENOENT;
+  }
+  if (strlen(host) > 253 || strpbrk(host, "/@?#[] ") != NULL || fr_parse_int64(port, 1, 65535, &pv) != 0) {
+    snprintf(err, errlen, "in-cluster config: KUBERNETES_SERVICE_HOST \"%.64s\" / KUBERNETES_SERVICE_PORT "
+             "\"%.16s\" are not a host and a port", host, port);
+    return -EINVAL;
+  }
+  c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    goto oom;
+  /* An IPv6 address goes in brackets (Go's net.JoinHostPort). */
+  n = strlen(host) + 32;
+  if ((c->server = malloc(n)) == NULL)
+    goto oom;
+  snprintf(c->server, n, strchr(host, ':') != NULL ? "https://[%s]:%lld" : "https://%s:%lld", host, (long long)pv);
+  if ((c->context = strdup("in-cluster")) == NULL || (c->cluster_name = strdup("in-cluster")) == NULL ||
+      (c->user_name = strdup("serviceaccount")) == NULL)
+    goto oom;
+  /* The token is read now to fail early on a pod without one; the client
+   * reads the file again before it expires. */
+  if ((c->token_file = join_path(dir, "token")) == NULL)
+    goto oom;
+  rc = read_sa_file(dir, "token", 1, &data, &n, err, errlen);
+  if (rc != 0) {
+    rc = rc == -ENOENT || rc == -ENOMEM ? rc : -EINVAL;
+    goto fail;
+  }
+  if (n == 0 || strchr(data, '\n') != NULL) {
+    snprintf(err, errlen, "in-cluster config: %s/token %s", dir, n == 0 ? "is empty" : "spans several lines");
+    rc = -EINVAL;
+    goto fail;
+  }
+  c->token = data;
+  data = NULL;
+  rc = read_sa_file(dir, "ca.crt", 0, &c->ca_pem, &c->ca_len, err, errlen);
+  if (rc != 0) {
+    rc = rc == -ENOMEM ? rc : -EINVAL;
+    goto fail;
+  }
+  if (!has_pem(c->ca_pem, c->ca_len)) {
+    snprintf(err, errlen, "in-cluster config: %s/ca.crt is not a PEM file", dir);
+    rc = -EINVAL;
+    goto fail;
+  }
+  if (pns != NULL && pns[0] != '\0') {
+    if ((c->ns = strdup(pns)) == NULL)
+      goto oom;
+  } else if (read_sa_file(dir, "namespace", 1, &data, &n, err, errlen) == 0 && n > 0) {
+    c->ns = data;
+    data = NULL;
+  }
+  free(data);
+  err[0] = '\0';
+  *out = c;
+  return 0;
+oom:
+  snprintf(err, errlen, "out of memory");
+  rc = -ENOMEM;
+fail:
+  free(data);
+  fr_kube_creds_free(c);
+  return rc;
+}
+
+/* ---------------------------------------------------------------------- */
 /* copies                                                                  */
 
 static int dup_str(char **dst, const char *src) {

@@ -152,3 +152,16 @@ int upstream_object_path(char *out, size_t cap, const char *api, const char *ns,
   }
   return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
+
+int upstream_port_path(char *out, size_t cap, const char *ns, const char *pod, int port, const char *path_query) {
+  const char *qm = strchr(path_query, '?');
+  size_t plen = qm != NULL ? (size_t)(qm - path_query) : strlen(path_query);
+  int n;
+
+  if (!fr_dns_label(ns) || !fr_dns_subdomain(pod) || port < 1 || port > 65535 ||
+      fr_url_path_check(path_query, plen, NULL) != 0 ||
+      (qm != NULL && fr_url_query_check(qm + 1, strlen(qm + 1), NULL) != 0))
+    return -EINVAL;
+  n = snprintf(out, cap, "/api/v1/namespaces/%s/pods/%s:%d/proxy%s", ns, pod, port, path_query);
+  return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}

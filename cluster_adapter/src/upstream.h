@@ -34,4 +34,11 @@ int upstream_object_path(char *out, size_t cap, const char *api, const char *ns,
 int upstream_agent_path(char *out, size_t cap, const char *ns, const char *pod, int port, const char *method,
                         const char *route, int internal);
 
+/* The pod proxy path of port <port> (1-65535) of <pod> in <ns> for
+ * <path_query> (from '/': what the sandbox's server gets): the path must
+ * pass fr_url_path_check() and the query fr_url_query_check().
+ *   /api/v1/namespaces/<ns>/pods/<pod>:<port>/proxy<path>[?<query>]
+ * 0, -EINVAL, -ENAMETOOLONG. */
+int upstream_port_path(char *out, size_t cap, const char *ns, const char *pod, int port, const char *path_query);
+
 #endif

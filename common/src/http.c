@@ -8,7 +8,12 @@
  *     +------------ response finished (keep-alive) ----------+   |   |
  *                               STREAMING <--stream_begin--------+   |
  *                               WS        <--ws_accept---------------+
+ *                               TUNNEL    <--tunnel_begin------------+
  *   any --error/close--> CLOSING ; --last write, no keep-alive--> LINGER
+ *
+ * TUNNEL is a raw byte stream both ways after a 101 (a reverse proxy's
+ * Upgrade pass-through): no framing, half-close in each direction, and the
+ * handler's own backpressure (fr_http_tunnel_pause(), fr_http_on_drain()).
  *
  * One timer per connection carries whichever deadline the state has (idle,
  * head, body, linger) or a zero-delay "resume" that parses pipelined input a
@@ -48,12 +53,13 @@ enum conn_state {
   CS_HANDLING,
   CS_STREAMING,
   CS_WS,
+  CS_TUNNEL,
   CS_LINGER,
   CS_CLOSING,
 };
 
 static const char *const state_names[] = {
-    "idle", "head", "body", "handling", "streaming", "ws", "linger", "closing",
+    "idle", "head", "body", "handling", "streaming", "ws", "tunnel", "linger", "closing",
 };
 
 enum timer_kind { TK_NONE, TK_IDLE, TK_HEAD, TK_BODY, TK_RESUME, TK_LINGER };
@@ -152,6 +158,16 @@ struct conn {
   fr_http_ws_close_cb ws_close;
   int ws_close_sent;
   int ws_close_code;
+
+  /* Tunnel (fr_http_tunnel_begin) */
+  fr_http_tunnel_data_cb tun_data;
+  fr_http_tunnel_end_cb tun_end;
+  int tun_paused;          /* the handler holds the peer's bytes back */
+  int tun_peer_eof;        /* the peer shut down its side (FIN or TLS close_notify) */
+  int tun_eof_delivered;   /* ... and the handler heard it */
+  int tun_shut;            /* fr_http_tunnel_shutdown() was called */
+  int tun_shut_done;       /* ... and our FIN is out */
+  int tun_err;             /* why the tunnel ended, for tun_end (0 = both sides closed cleanly) */
 };
 
 struct write_req {
@@ -331,7 +347,7 @@ static void on_write(uv_write_t *w, int status) {
     return;
   }
   if (c->drain_cb != NULL && c->pending_bytes <= c->drain_low &&
-      (c->state == CS_HANDLING || c->state == CS_STREAMING)) {
+      (c->state == CS_HANDLING || c->state == CS_STREAMING || c->state == CS_TUNNEL)) {
     fr_http_drain_cb cb = c->drain_cb;
     c->drain_cb = NULL;
     cb(&c->req);
@@ -913,12 +929,39 @@ static void conn_stream_body(struct conn *c) {
   }
 }
 
+/* Hands a tunnel's buffered input to the handler while it is not paused,
+ * then the peer's end of stream once, and closes the connection when both
+ * directions are done. Runs from the read path or the resume timer only,
+ * never from inside a call of the handler. */
+static void conn_feed_tunnel(struct conn *c) {
+  while (c->state == CS_TUNNEL && !c->tun_paused && c->in.len > 0) {
+    struct fr_buf piece = c->in;
+    fr_buf_init(&c->in);
+    c->tun_data(&c->req, piece.data, piece.len);
+    fr_buf_free(&piece);
+  }
+  if (c->state != CS_TUNNEL || c->tun_paused || c->in.len > 0 || !c->tun_peer_eof)
+    return;
+  if (!c->tun_eof_delivered) {
+    c->tun_eof_delivered = 1;
+    c->tun_data(&c->req, NULL, 0);
+  }
+  if (c->state == CS_TUNNEL && c->tun_shut_done) {
+    c->tun_err = 0;
+    conn_close(c, 1);
+  }
+}
+
 static void conn_process_input(struct conn *c) {
   size_t n;
 
   for (;;) {
     if (c->state == CS_WS) {
       conn_feed_ws(c);
+      return;
+    }
+    if (c->state == CS_TUNNEL) {
+      conn_feed_tunnel(c);
       return;
     }
     if (c->state == CS_LINGER) {
@@ -1004,8 +1047,15 @@ static int tls_read(struct conn *c, const char *data, size_t len) {
     err = SSL_get_error(c->ssl, n);
     if (err == SSL_ERROR_WANT_READ)
       break;
-    if (err == SSL_ERROR_ZERO_RETURN)
-      return -ECONNRESET; /* close_notify */
+    if (err == SSL_ERROR_ZERO_RETURN) {
+      /* close_notify: the end of a tunnel's direction, else of the
+       * connection. */
+      if (c->state == CS_TUNNEL) {
+        c->tun_peer_eof = 1;
+        break;
+      }
+      return -ECONNRESET;
+    }
     ERR_clear_error();
     return -EPROTO;
   }
@@ -1032,6 +1082,15 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
   if (nread < 0) {
     free(buf->base);
+    if (nread == UV_EOF && c->state == CS_TUNNEL) {
+      /* A half-close: the other direction lives on. */
+      c->tun_peer_eof = 1;
+      uv_read_stop(s);
+      c->reading = 0;
+      conn_process_input(c);
+      return;
+    }
+    c->tun_err = (int)nread;
     conn_close(c, 1);
     return;
   }
@@ -1054,8 +1113,9 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   }
   if (((c->in.len > MAX_BUFFERED_INPUT + c->srv->opts.max_body_bytes &&
         c->state != CS_WS && c->state != CS_IDLE && c->state != CS_HEAD &&
-        c->state != CS_BODY) ||
-       (c->body_stream && c->body_paused && c->in.len > BODY_PIECE)) &&
+        c->state != CS_BODY && c->state != CS_TUNNEL) ||
+       (c->body_stream && c->body_paused && c->in.len > BODY_PIECE) ||
+       (c->state == CS_TUNNEL && (c->tun_paused || c->tun_peer_eof) && c->in.len > 0)) &&
       c->reading) {
     uv_read_stop(s);
     c->reading = 0;
@@ -1122,6 +1182,8 @@ static void conn_close(struct conn *c, int notify) {
     if (was == CS_WS) {
       if (c->ws_close != NULL)
         c->ws_close(&c->req, c->ws_close_code ? c->ws_close_code : FR_WS_CLOSE_ABNORMAL);
+    } else if (was == CS_TUNNEL) {
+      c->tun_end(&c->req, c->tun_err);
     } else if ((was == CS_HANDLING || was == CS_STREAMING) && c->req.abort_cb != NULL) {
       c->req.abort_cb(&c->req);
     }
@@ -1192,7 +1254,7 @@ static void on_timer(uv_timer_t *t) {
     send_simple_and_close(c, 408);
     break;
   case TK_RESUME:
-    if (!c->reading && c->state != CS_CLOSING) {
+    if (!c->reading && c->state != CS_CLOSING && !(c->state == CS_TUNNEL && (c->tun_peer_eof || c->tun_paused))) {
       uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
       c->reading = 1;
     }
@@ -1472,6 +1534,13 @@ int fr_http_server_listen(struct fr_http_server *srv, const char *host, int port
   return do_listen(srv);
 }
 
+int fr_http_server_set_ssl_ctx(struct fr_http_server *srv, SSL_CTX *ctx) {
+  if (srv->opts.ssl_ctx == NULL || ctx == NULL)
+    return -EINVAL;
+  srv->opts.ssl_ctx = ctx;
+  return 0;
+}
+
 int fr_http_server_port(const struct fr_http_server *srv) {
   return srv->port;
 }
@@ -1676,6 +1745,14 @@ const char *fr_http_status_text(int status) {
   case 201: return "Created";
   case 202: return "Accepted";
   case 204: return "No Content";
+  case 206: return "Partial Content";
+  case 207: return "Multi-Status";
+  case 301: return "Moved Permanently";
+  case 302: return "Found";
+  case 303: return "See Other";
+  case 304: return "Not Modified";
+  case 307: return "Temporary Redirect";
+  case 308: return "Permanent Redirect";
   case 400: return "Bad Request";
   case 401: return "Unauthorized";
   case 403: return "Forbidden";
@@ -1686,10 +1763,13 @@ const char *fr_http_status_text(int status) {
   case 409: return "Conflict";
   case 410: return "Gone";
   case 411: return "Length Required";
+  case 412: return "Precondition Failed";
   case 413: return "Payload Too Large";
   case 415: return "Unsupported Media Type";
+  case 416: return "Range Not Satisfiable";
   case 417: return "Expectation Failed";
   case 422: return "Unprocessable Entity";
+  case 426: return "Upgrade Required";
   case 429: return "Too Many Requests";
   case 431: return "Request Header Fields Too Large";
   case 500: return "Internal Server Error";
@@ -1697,6 +1777,8 @@ const char *fr_http_status_text(int status) {
   case 502: return "Bad Gateway";
   case 503: return "Service Unavailable";
   case 504: return "Gateway Timeout";
+  case 505: return "HTTP Version Not Supported";
+  case 507: return "Insufficient Storage";
   default: return "Unknown";
   }
 }
@@ -1978,4 +2060,113 @@ int fr_http_ws_close(struct fr_http_req *req, int code, const char *reason) {
   if (c->pending_bytes == 0)
     conn_close(c, 1);
   return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* public: tunnels                                                         */
+
+int fr_http_tunnel_begin(struct fr_http_req *req, int status, const void *head, size_t len,
+                         fr_http_tunnel_data_cb on_data, fr_http_tunnel_end_cb on_end) {
+  struct conn *c = req_conn(req);
+  int rc;
+
+  if (c->state != CS_HANDLING || c->body_stream || on_data == NULL || on_end == NULL)
+    return -EINVAL;
+  rc = conn_write(c, head, len);
+  if (rc != 0) {
+    c->abort_notify = 0;
+    conn_close(c, 0);
+    return rc;
+  }
+  c->keep_alive = 0;
+  c->resp_status = status;
+  report_done(c, status);
+  c->tun_data = on_data;
+  c->tun_end = on_end;
+  c->tun_err = -ECONNRESET; /* until both sides have closed cleanly */
+  c->abort_notify = 1;
+  conn_set_state(c, CS_TUNNEL);
+  conn_timer(c, TK_NONE, 0);
+  /* Bytes that came with the upgrade request go to the handler from the
+   * next loop turn, once it has finished setting up. */
+  if (c->in.len > 0 || !c->reading)
+    conn_timer(c, TK_RESUME, 0);
+  return 0;
+}
+
+int fr_http_tunnel_write(struct fr_http_req *req, const void *data, size_t len) {
+  struct conn *c = req_conn(req);
+  int rc;
+
+  if (c->state != CS_TUNNEL || c->tun_shut)
+    return -EPIPE;
+  if (len == 0)
+    return 0;
+  c->resp_bytes += len;
+  rc = conn_write(c, data, len);
+  if (rc != 0) {
+    c->abort_notify = 0; /* the caller learns through the return value */
+    conn_close(c, 0);
+  }
+  return rc;
+}
+
+static void on_tunnel_shutdown(uv_shutdown_t *sr, int status) {
+  struct conn *c = sr->data;
+
+  if (c->state != CS_TUNNEL)
+    return;
+  if (status < 0) {
+    c->tun_err = status;
+    conn_close(c, 1);
+    return;
+  }
+  c->tun_shut_done = 1;
+  if (c->tun_eof_delivered) {
+    c->tun_err = 0;
+    conn_close(c, 1);
+  }
+}
+
+int fr_http_tunnel_shutdown(struct fr_http_req *req) {
+  struct conn *c = req_conn(req);
+  int rc;
+
+  if (c->state != CS_TUNNEL)
+    return -EPIPE;
+  if (c->tun_shut)
+    return 0;
+  c->tun_shut = 1;
+  if (c->ssl != NULL) {
+    SSL_shutdown(c->ssl); /* close_notify: the TLS form of our FIN */
+    if (tls_flush(c) != 0) {
+      c->abort_notify = 0;
+      conn_close(c, 0);
+      return -EPIPE;
+    }
+  }
+  /* libuv sends the FIN once every queued write is out. */
+  c->shutdown_req.data = c;
+  rc = uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp, on_tunnel_shutdown);
+  if (rc != 0) {
+    c->abort_notify = 0;
+    conn_close(c, 0);
+  }
+  return rc;
+}
+
+void fr_http_tunnel_pause(struct fr_http_req *req, int pause) {
+  struct conn *c = req_conn(req);
+
+  if (c->state != CS_TUNNEL)
+    return;
+  if (pause) {
+    c->tun_paused = 1;
+    return;
+  }
+  if (!c->tun_paused)
+    return;
+  c->tun_paused = 0;
+  /* Never re-enter the caller: read and deliver from the next loop turn. */
+  conn_timer(c, TK_RESUME, 0);
 }

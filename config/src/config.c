@@ -403,7 +403,11 @@ static int parse_listen(struct loader *l, const config_setting_t *s, const char 
 
 static const char *const root_keys[] = {"listen", "health_listen", "tls", "region", "policy", "sandbox",
                                         "limits", "tenants", "clusters", "hosted",
-                                        "metrics_token_sha256", "agent", "shutdown_delay_ms", "queue", NULL};
+                                        "metrics_token_sha256", "agent", "shutdown_delay_ms", "queue", "ports",
+                                        "e2b", NULL};
+static const char *const ports_keys[] = {"domain", "max_requests_per_sandbox", "max_requests_per_tenant", NULL};
+static const char *const e2b_keys[] = {"templates", NULL};
+static const char *const template_keys[] = {"name", "pool", NULL};
 static const char *const agent_keys[] = {"image", "port", "key_file", "previous_key_file", NULL};
 static const char *const tls_keys[] = {"cert", "key", NULL};
 static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s", "gpu_resource",
@@ -417,7 +421,7 @@ static const char *const tenant_keys[] = {"name", "token_sha256", "tokens", "max
                                           "max_queued_sandboxes", "max_queued_execs", NULL};
 static const char *const token_keys[] = {"name", "sha256", "expires", NULL};
 static const char *const queue_keys[] = {"max_wait_s", "max_sandboxes", "exec_wait_s", "e2b_wait_s", NULL};
-static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context",
+static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context", "in_cluster",
                                            "namespace", "cost", NULL};
 static const char *const cost_keys[] = {"per_core_hour", "per_gib_hour", "node_hour",
                                         "sandboxes_per_node", NULL};
@@ -509,6 +513,95 @@ static int load_agent(struct loader *l, const config_setting_t *root, struct fr_
   rc = read_agent_key(l, s, key_path, &c->agent_prev_key, &c->agent_prev_key_len);
   free(key_path);
   return rc;
+}
+
+/* A DNS name of labels (the wildcard domain of preview URLs). */
+static int domain_ok(const char *d) {
+  size_t n = strlen(d), i, lab = 0;
+
+  if (n == 0 || n > 200 || d[0] == '.' || d[n - 1] == '.')
+    return 0;
+  for (i = 0; i < n; i++) {
+    char ch = d[i];
+    if (ch == '.') {
+      if (lab == 0 || d[i - 1] == '-')
+        return 0;
+      lab = 0;
+    } else if ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || (ch == '-' && lab > 0)) {
+      if (++lab > 63)
+        return 0;
+    } else {
+      return 0;
+    }
+  }
+  return d[n - 1] != '-';
+}
+
+static int load_ports(struct loader *l, const config_setting_t *root, struct fr_config *c) {
+  const config_setting_t *g, *s;
+  const char *v;
+  int rc;
+
+  c->max_port_requests_per_sandbox = 64;
+  c->max_port_requests_per_tenant = 1024;
+  if ((rc = get_group(l, root, "ports", &g)) < 0 || g == NULL)
+    return rc;
+  rc = check_keys(l, g, ports_keys);
+  rc = fr_cfg_first(rc, get_int(l, g, "max_requests_per_sandbox", 1, 100000, &c->max_port_requests_per_sandbox,
+                                NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "max_requests_per_tenant", 1, 1000000, &c->max_port_requests_per_tenant,
+                                NULL));
+  if (rc < 0)
+    return rc;
+  if ((rc = get_string(l, g, "domain", 0, NULL, &v, &s)) < 0 || v == NULL)
+    return rc;
+  /* A port may follow (what clients dial: "sandbox.localhost:8080"). */
+  {
+    char host[256];
+    const char *colon = strchr(v, ':');
+    int64_t port;
+    size_t hn = colon != NULL ? (size_t)(colon - v) : strlen(v);
+    if (hn >= sizeof(host))
+      return bad(l, s, "\"%s\" is too long for a domain", v);
+    memcpy(host, v, hn);
+    host[hn] = '\0';
+    if (!domain_ok(host) || (colon != NULL && fr_parse_int64(colon + 1, 1, 65535, &port) != 0))
+      return bad(l, s, "\"%s\" is not a domain name with an optional :port (lower-case labels: preview URLs are "
+                       "<port>-<id>.<domain>)", v);
+  }
+  if ((c->ports_domain = strdup(v)) == NULL)
+    return oom(l);
+  return 0;
+}
+
+static int load_e2b(struct loader *l, const config_setting_t *root, struct fr_config *c) {
+  const config_setting_t *g, *list, *s;
+  const char *name, *pool;
+  int rc, i, n;
+
+  if ((rc = get_group(l, root, "e2b", &g)) < 0 || g == NULL)
+    return rc;
+  if ((rc = check_keys(l, g, e2b_keys)) < 0 || (rc = get_list(l, g, "templates", &list)) < 0 || list == NULL)
+    return rc;
+  n = config_setting_length(list);
+  c->e2b_templates = calloc(n > 0 ? (size_t)n : 1, sizeof(*c->e2b_templates));
+  if (c->e2b_templates == NULL)
+    return oom(l);
+  for (i = 0; i < n; i++) {
+    const config_setting_t *t = config_setting_get_elem(list, (unsigned)i);
+    if (!config_setting_is_group(t))
+      return bad(l, t, "a template is a group { name = \"code-interpreter-v1\"; pool = \"code-interpreter\"; }");
+    if ((rc = check_keys(l, t, template_keys)) < 0 ||
+        (rc = get_string(l, t, "name", 1, "the E2B template name the SDKs send", &name, &s)) < 0 ||
+        (rc = get_string(l, t, "pool", 1, "the fedrouter pool that template stands for", &pool, &s)) < 0)
+      return rc;
+    if (!fr_label_value_valid(name) || *name == '\0')
+      return bad(l, t, "\"%s\" is not a template name (up to 63 of [A-Za-z0-9._-])", name);
+    if ((c->e2b_templates[i].name = strdup(name)) == NULL || (c->e2b_templates[i].pool = strdup(pool)) == NULL)
+      return oom(l);
+    c->ne2b_templates++;
+  }
+  return 0;
 }
 
 static int load_sandbox(struct loader *l, const config_setting_t *root, struct fr_config *c) {
@@ -927,6 +1020,21 @@ static int load_hosted(struct loader *l, const config_setting_t *root, struct fr
   return 0;
 }
 
+/* <name>'s code: the first four bytes of its SHA-256, each as a base-36
+ * digit (mod 36). */
+static void cluster_code(const char *name, char out[5]) {
+  static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+  char hex[65];
+  int k;
+
+  fr_sha256_hex(name, strlen(name), hex);
+  for (k = 0; k < 4; k++) {
+    char byte[3] = {hex[2 * k], hex[2 * k + 1], '\0'};
+    out[k] = digits[strtoul(byte, NULL, 16) % 36];
+  }
+  out[4] = '\0';
+}
+
 /* Cluster names are part of sandbox ids: [a-z0-9-]{1,32}. */
 static int check_cluster_name(struct loader *l, const config_setting_t *s, const char *v) {
   size_t i, n = strlen(v);
@@ -987,6 +1095,15 @@ static int load_clusters(struct loader *l, const config_setting_t *root, struct 
                        config_setting_get_elem(list, (unsigned)j), "name")));
     if (rc < 0)
       goto next;
+    /* Short sandbox ids (E2B, preview URLs) end in this code and lead back
+     * to the cluster by it: two clusters may not share one. */
+    cluster_code(name, cl->code);
+    for (j = 0; j < i && rc == 0; j++)
+      if (strcmp(c->clusters[j].code, cl->code) == 0)
+        rc = bad(l, name_s, "cluster names \"%s\" and \"%s\" have the same short-id code \"%s\" (from their "
+                 "SHA-256): rename one", c->clusters[j].name, name, cl->code);
+    if (rc < 0)
+      goto next;
     if ((cl->name = strdup(name)) == NULL)
       return oom(l);
     if ((rc = get_string(l, g, "region", 1, "every cluster needs a region", &region,
@@ -995,12 +1112,31 @@ static int load_clusters(struct loader *l, const config_setting_t *root, struct 
       goto next;
     if ((cl->region = strdup(region)) == NULL)
       return oom(l);
-    if ((rc = get_path(l, g, "kubeconfig", 1, "the kubeconfig file to reach this cluster with",
-                       &cl->kubeconfig, NULL)) < 0 ||
-        (rc = get_string(l, g, "context", 0, "a context of the kubeconfig", &context, NULL)) < 0)
+    /* The cluster the router runs in may be reached with the pod's own
+     * service account (client-go's in-cluster config) instead of a
+     * kubeconfig: one cluster at most, as there is only one pod. */
+    if ((rc = get_bool(l, g, "in_cluster", &cl->in_cluster)) < 0)
       goto next;
-    if (context != NULL && (cl->context = strdup(context)) == NULL)
-      return oom(l);
+    if (cl->in_cluster) {
+      const config_setting_t *ic = config_setting_get_member(g, "in_cluster");
+      for (j = 0; j < i && rc == 0; j++)
+        if (c->clusters[j].in_cluster)
+          rc = bad(l, ic, "cluster \"%s\" is in_cluster already: the router's pod is in one cluster only",
+                   c->clusters[j].name);
+      if (rc == 0 && (config_setting_get_member(g, "kubeconfig") != NULL ||
+                      config_setting_get_member(g, "context") != NULL))
+        rc = bad(l, ic, "in_cluster = true reaches the cluster with the pod's service account: "
+                 "drop kubeconfig and context");
+      if (rc < 0)
+        goto next;
+    } else {
+      if ((rc = get_path(l, g, "kubeconfig", 1, "the kubeconfig file to reach this cluster with (or "
+                         "in_cluster = true for the cluster the router runs in)", &cl->kubeconfig, NULL)) < 0 ||
+          (rc = get_string(l, g, "context", 0, "a context of the kubeconfig", &context, NULL)) < 0)
+        goto next;
+      if (context != NULL && (cl->context = strdup(context)) == NULL)
+        return oom(l);
+    }
     if ((rc = get_string(l, g, "namespace", 0, "the namespace for sandboxes", &ns, &ns_s)) < 0 ||
         (ns != NULL && (rc = check_namespace(l, ns_s, ns)) < 0))
       goto next;
@@ -1075,6 +1211,8 @@ static int load_root(struct loader *l, const config_setting_t *root, struct fr_c
   first = fr_cfg_first(first, load_tenants(l, root, c));
   first = fr_cfg_first(first, load_clusters(l, root, c));
   first = fr_cfg_first(first, load_hosted(l, root, c));
+  first = fr_cfg_first(first, load_ports(l, root, c));
+  first = fr_cfg_first(first, load_e2b(l, root, c));
   return first;
 }
 
@@ -1298,8 +1436,8 @@ static int check_restart_only(struct loader *l, const config_setting_t *root, co
       snprintf(path, sizeof(path), "clusters.[%zu]", i);
       RESTART_IF(!str_same(a->name, b->name) || !str_same(a->region, b->region) ||
                      !str_same(a->kubeconfig, b->kubeconfig) || !str_same(a->context, b->context) ||
-                     !str_same(a->ns, b->ns),
-                 path, "a cluster's name, region, kubeconfig, context or namespace (its cost reloads)");
+                     a->in_cluster != b->in_cluster || !str_same(a->ns, b->ns),
+                 path, "a cluster's name, region, kubeconfig, context, in_cluster or namespace (its cost reloads)");
     }
   }
 #undef RESTART_IF
@@ -1340,6 +1478,12 @@ static void config_free(struct fr_config *c) {
   free(c->policy);
   free(c->agent_image);
   free(c->gpu_resource);
+  free(c->ports_domain);
+  for (size_t t = 0; t < c->ne2b_templates; t++) {
+    free(c->e2b_templates[t].name);
+    free(c->e2b_templates[t].pool);
+  }
+  free(c->e2b_templates);
   if (c->agent_key != NULL)
     memset(c->agent_key, 0, c->agent_key_len); /* a secret: not left in freed memory */
   free(c->agent_key);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "fr/buf.h"
 #include "fr/log.h"
 #include "fr/util.h"
 #include "sim.h"
@@ -177,15 +178,63 @@ static void admin_nodes(struct sim *s, struct fr_http_req *req) {
   api_json(req, 200, node_json(o));
 }
 
+/* GET /_sim/tokens: how many bearer tokens the API accepts.
+ * PUT|POST /_sim/tokens {"tokens":["a","b"]}: accept exactly these from
+ * now on (a service-account token rotation: the new one is added, then
+ * the old one dropped). The admin surface keeps --token. */
+static void admin_tokens(struct sim *s, struct fr_http_req *req) {
+  char *next[SIM_MAX_TOKENS];
+  json_t *in, *arr, *v;
+  json_error_t e;
+  size_t i, n = 0;
+
+  if (strcmp(req->method, "GET") == 0) {
+    api_json(req, 200, json_pack("{s:I}", "tokens", (json_int_t)(s->napi_tokens ? s->napi_tokens : s->opts.token != NULL)));
+    return;
+  }
+  in = json_loadb(req->body, req->body_len, 0, &e);
+  arr = json_object_get(in, "tokens");
+  if (!json_is_object(in) || json_object_size(in) != 1 || !json_is_array(arr) || json_array_size(arr) == 0 ||
+      json_array_size(arr) > SIM_MAX_TOKENS) {
+    json_decref(in);
+    admin_error(req, 400, "invalid_field", "body must be {\"tokens\": [1 to 8 tokens]}");
+    return;
+  }
+  json_array_foreach(arr, i, v) {
+    const char *t = json_string_value(v);
+    size_t k;
+    int bad = t == NULL || t[0] == '\0' || strlen(t) > 4096;
+    for (k = 0; !bad && t[k] != '\0'; k++)
+      bad = t[k] <= ' ' || t[k] == 0x7f;
+    if (bad || (next[n] = strdup(t)) == NULL) {
+      while (n > 0)
+        free(next[--n]);
+      json_decref(in);
+      admin_error(req, bad ? 400 : 503, bad ? "invalid_field" : "out_of_memory",
+                  bad ? "a token is a non-empty string of printable characters without spaces" : "out of memory");
+      return;
+    }
+    n++;
+  }
+  json_decref(in);
+  for (i = 0; i < s->napi_tokens; i++)
+    fr_secret_free(s->api_tokens[i]);
+  memcpy(s->api_tokens, next, n * sizeof(next[0]));
+  s->napi_tokens = n;
+  FR_INFO("kubesim", "%s: the API now accepts %zu bearer token(s)", s->opts.name, n);
+  api_json(req, 200, json_pack("{s:I}", "tokens", (json_int_t)n));
+}
+
 static void admin_state(struct sim *s, struct fr_http_req *req) {
-  json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:o}", "name", s->opts.name,
+  json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:i,s:I,s:o,s:o}", "name", s->opts.name,
                         "resource_version", (json_int_t)s->rv, "pods", (json_int_t)s->counts[K_POD],
                         "nodes", (json_int_t)s->counts[K_NODE], "replicasets",
                         (json_int_t)s->counts[K_RS], "watchers", (json_int_t)s->nwatchers,
                         "unschedulable", (json_int_t)s->nunsched, "execs_started",
                         (json_int_t)s->execs_started, "connections",
                         (json_int_t)fr_http_server_nconns(s->api), "port",
-                        fr_http_server_port(s->api), "faults", faults_json(s));
+                        fr_http_server_port(s->api), "unauthorized", (json_int_t)s->unauthorized, "faults",
+                        faults_json(s), "pod_network", podnet_json(s));
   api_json(req, 200, j);
 }
 
@@ -224,16 +273,38 @@ void admin_handle(struct fr_http_req *req, void *arg) {
     admin_faults(s, req);
   else if (strcmp(req->path, "/_sim/nodes") == 0 || strncmp(req->path, "/_sim/nodes/", 12) == 0)
     admin_nodes(s, req);
+  else if (strcmp(req->path, "/_sim/tokens") == 0 &&
+           (strcmp(req->method, "GET") == 0 || strcmp(req->method, "PUT") == 0 || strcmp(req->method, "POST") == 0))
+    admin_tokens(s, req);
   else if (strcmp(req->path, "/_sim/requests") == 0 &&
            (strcmp(req->method, "GET") == 0 || strcmp(req->method, "DELETE") == 0))
     admin_requests(s, req);
-  else if (strcmp(req->path, "/_sim/compact") == 0 && strcmp(req->method, "POST") == 0) {
+  else if (strcmp(req->path, "/_sim/stats") == 0 &&
+           (strcmp(req->method, "GET") == 0 || strcmp(req->method, "DELETE") == 0)) {
+    json_t *j;
+    if (strcmp(req->method, "DELETE") == 0)
+      stats_reset(s);
+    j = stats_json(s);
+    if (j == NULL)
+      admin_error(req, 503, "out_of_memory", "out of memory");
+    else
+      api_json(req, 200, j);
+  } else if (strcmp(req->path, "/metrics") == 0 && strcmp(req->method, "GET") == 0) {
+    struct fr_buf b;
+    fr_buf_init(&b);
+    if (stats_prometheus(s, &b) != 0 || b.data == NULL)
+      admin_error(req, 503, "out_of_memory", "out of memory");
+    else
+      fr_http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.data, b.len);
+    fr_buf_free(&b);
+  } else if (strcmp(req->path, "/_sim/compact") == 0 && strcmp(req->method, "POST") == 0) {
     store_compact(s);
     api_json(req, 200, json_pack("{s:I}", "compacted_to", (json_int_t)s->rv));
   } else if (strcmp(req->path, "/_sim/healthz") == 0)
     fr_http_respond(req, 200, "text/plain", NULL, "ok", 2);
   else
     admin_error(req, 404, "not_found", "admin endpoints: GET /_sim/state, GET|POST /_sim/faults, GET /_sim/nodes, "
-                "GET|POST /_sim/nodes/NAME, GET|DELETE /_sim/requests, POST /_sim/compact");
+                "GET|POST /_sim/nodes/NAME, GET|DELETE /_sim/requests, GET|PUT /_sim/tokens, GET|DELETE /_sim/stats, "
+                "POST /_sim/compact, GET /metrics (admin port)");
 }
 

@@ -1461,6 +1461,69 @@ out:
 }
 
 /* ---------------------------------------------------------------------- */
+/* what a request is, for the stats                                        */
+
+void api_classify(const char *method, const char *path, const char *query, struct api_class *c) {
+  char buf[2048];
+  struct route r;
+
+  c->kind = K_COUNT;
+  c->sub = API_SUB_NONE;
+  if (proxy_is_proxy_path(path)) {
+    c->verb = API_VERB_CONNECT;
+    c->kind = K_POD;
+    c->sub = API_SUB_PROXY;
+    return;
+  }
+  if (parse_route(path, buf, sizeof(buf), &r) == 0) {
+    c->kind = r.kind;
+    c->sub = api_sub_of(r.sub);
+  }
+  if (c->sub == API_SUB_EXEC || c->sub == API_SUB_ATTACH || c->sub == API_SUB_PORTFORWARD)
+    c->verb = API_VERB_CONNECT;
+  else if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0)
+    c->verb = qflag(query, "watch") ? API_VERB_WATCH
+              : c->kind != K_COUNT && r.name == NULL ? API_VERB_LIST
+                                                      : API_VERB_GET;
+  else if (strcmp(method, "POST") == 0)
+    c->verb = API_VERB_POST;
+  else if (strcmp(method, "PUT") == 0)
+    c->verb = API_VERB_PUT;
+  else if (strcmp(method, "PATCH") == 0)
+    c->verb = API_VERB_PATCH;
+  else if (strcmp(method, "DELETE") == 0)
+    c->verb = c->kind != K_COUNT && r.name == NULL ? API_VERB_DELETECOLLECTION : API_VERB_DELETE;
+  else
+    c->verb = API_VERB_OTHER;
+}
+
+void api_done(const struct fr_http_req *req, int status, size_t body_bytes, uint64_t duration_ms,
+              void *arg) {
+  struct api_class c;
+
+  (void)body_bytes;
+  (void)duration_ms;
+  /* Requests the server refused before they were whole, and the admin
+   * surface, are not the API's. */
+  if (req->method == NULL || req->path == NULL || strncmp(req->path, "/_sim/", 6) == 0)
+    return;
+  api_classify(req->method, req->path, req->query ? req->query : "", &c);
+  stats_response(arg, &c, status);
+}
+
+/* GET /metrics: the request counters in Prometheus text. */
+static void serve_metrics(struct sim *s, struct fr_http_req *req) {
+  struct fr_buf b;
+
+  fr_buf_init(&b);
+  if (stats_prometheus(s, &b) != 0 || b.data == NULL)
+    api_status(req, 503, "ServiceUnavailable", "out of memory", NULL, NULL, NULL);
+  else
+    fr_http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.data, b.len);
+  fr_buf_free(&b);
+}
+
+/* ---------------------------------------------------------------------- */
 /* dispatch                                                                */
 
 static void route_request(struct sim *s, struct fr_http_req *req) {
@@ -1470,6 +1533,10 @@ static void route_request(struct sim *s, struct fr_http_req *req) {
 
   if (strcmp(m, "GET") == 0 && discovery(s, req))
     return;
+  if (strcmp(m, "GET") == 0 && strcmp(req->path, "/metrics") == 0) {
+    serve_metrics(s, req);
+    return;
+  }
   if (proxy_is_proxy_path(req->path)) {
     proxy_handle(s, req);
     return;
@@ -1582,11 +1649,19 @@ static int client_latency(const struct sim *s, const char *ip) {
 
 static int authorized(struct sim *s, struct fr_http_req *req) {
   const char *h;
+  size_t i;
+  int ok = 0;
 
-  if (s->opts.token == NULL)
+  if (s->opts.token == NULL && s->napi_tokens == 0)
     return 1;
   h = fr_http_req_header(req, "Authorization");
-  return h != NULL && strncasecmp(h, "Bearer ", 7) == 0 && fr_secret_equal(h + 7, s->opts.token);
+  if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0)
+    return 0;
+  if (s->napi_tokens == 0)
+    return fr_secret_equal(h + 7, s->opts.token);
+  for (i = 0; i < s->napi_tokens; i++)
+    ok |= fr_secret_equal(h + 7, s->api_tokens[i]);
+  return ok;
 }
 
 int api_stream_body(const struct fr_http_req *req, void *arg) {
@@ -1608,7 +1683,13 @@ void api_handle(struct fr_http_req *req, void *arg) {
   s->reqlog_next = (s->reqlog_next + 1) % SIM_REQLOG;
   if (s->reqlog_n < SIM_REQLOG)
     s->reqlog_n++;
+  {
+    struct api_class c;
+    api_classify(req->method, req->path, req->query, &c);
+    stats_request(s, &c);
+  }
   if (!authorized(s, req)) {
+    s->unauthorized++;
     api_status(req, 401, "Unauthorized", "Unauthorized", NULL, NULL, NULL);
     return;
   }

@@ -105,6 +105,7 @@ struct sim_exec {
 
   uv_process_t proc;
   uv_pipe_t in, out, err;
+  uv_pipe_t ctl;            /* wrapped commands: why it could not start (fd 3) */
   uv_timer_t timer;
   uv_shutdown_t shutdown;
   unsigned handles;         /* initialised handles whose close cb is pending */
@@ -114,6 +115,9 @@ struct sim_exec {
 
   int in_open;              /* stdin accepts writes (no EOF/error yet) */
   int out_open, err_open;   /* stdout/stderr pipes still being read */
+  int ctl_open;             /* the start-error pipe still being read */
+  char ctl_text[512];       /* what came on it (runc's words), NUL-terminated */
+  size_t ctl_len;
   int merge_stderr;         /* tty: the child's stderr goes to channel 1 */
   int paused;               /* reading stopped for backpressure */
   size_t stdin_pending;     /* bytes queued in uv_write requests */
@@ -325,6 +329,33 @@ static void send_output(struct sim_exec *e, unsigned char channel,
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf) {
   buf->base = malloc(READ_CHUNK);
   buf->len = buf->base != NULL ? READ_CHUNK : 0;
+}
+
+static void set_start_error(struct sim_exec *e, const char *detail);
+
+/* The wrapper's start-error pipe: a few hundred bytes at most, then EOF
+ * (at the command's exec, or the wrapper's exit). */
+static void on_ctl_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  struct sim_exec *e = s->data;
+
+  enter(e);
+  if (nread > 0) {
+    size_t n = (size_t)nread;
+    if (n > sizeof(e->ctl_text) - 1 - e->ctl_len)
+      n = sizeof(e->ctl_text) - 1 - e->ctl_len;
+    memcpy(e->ctl_text + e->ctl_len, buf->base, n);
+    e->ctl_len += n;
+    e->ctl_text[e->ctl_len] = '\0';
+  } else if (nread < 0 && nread != UV_ENOBUFS) {
+    uv_read_stop(s);
+    close_handle(s);
+    e->ctl_open = 0;
+    if (e->ctl_len > 0)
+      set_start_error(e, e->ctl_text);
+    check_done(e);
+  }
+  free(buf->base);
+  leave(e);
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
@@ -606,7 +637,7 @@ static void send_status(struct sim_exec *e) {
 static void check_done(struct sim_exec *e) {
   struct sim_exec_set *set = e->set;
 
-  if (e->done || !e->exited || e->out_open || e->err_open)
+  if (e->done || !e->exited || e->out_open || e->err_open || e->ctl_open)
     return;
   e->done = 1;
   /* A group whose processes are all gone may soon name an unrelated group
@@ -645,8 +676,7 @@ static void on_exit_cb(uv_process_t *proc, int64_t exit_status, int term_signal)
 
 /* ---- starting a command ---- */
 
-/* Go's syscall error text: strerror with a lower-case first letter. */
-static void errno_text(int err, char *out, size_t n) {
+void sim_exec_errno_text(int err, char *out, size_t n) {
   if (strerror_r(err, out, n) != 0)
     snprintf(out, n, "errno %d", err);
   if (out[0] >= 'A' && out[0] <= 'Z')
@@ -674,14 +704,8 @@ static int path_in(const char *cwd, const char *path, struct fr_buf *out) {
   return fr_buf_puts(out, path);
 }
 
-/* Resolves <name> the way runc does (Go exec.LookPath with the process
- * environment's PATH <path_env>, "" meaning unset), so a missing command
- * gives the message a node gives. On success <file> holds the path to give
- * uv_spawn (relative ones are relative to <cwd>, where the child starts) and
- * 0 is returned; on failure <detail> holds the runc error text and -ENOENT is
- * returned; -ENOMEM otherwise. */
-static int look_path(const char *name, const char *path_env, const char *cwd,
-                     struct fr_buf *file, struct fr_buf *detail) {
+int sim_exec_look_path(const char *name, const char *path_env, const char *cwd,
+                       struct fr_buf *file, struct fr_buf *detail) {
   struct fr_buf probe;
   const char *dir, *end;
   char text[128];
@@ -699,7 +723,7 @@ static int look_path(const char *name, const char *path_env, const char *cwd,
     if (err == 0) {
       rc = fr_buf_puts(file, name);
     } else {
-      errno_text(err, text, sizeof(text));
+      sim_exec_errno_text(err, text, sizeof(text));
       if (err == EACCES)
         rc = fr_buf_printf(detail, "exec: \"%s\": %s", name, text);
       else
@@ -741,15 +765,17 @@ out:
   return rc;
 }
 
-/* Records that the command could not start, with the message a containerd
+/* Records why the command could not start, with the message a containerd
  * node gives (kubelet -> CRI streaming server -> runc), e.g.
  * `... exec: "nosuch": executable file not found in $PATH: unknown`. */
-static void fail_start(struct sim_exec *e, const char *detail) {
+static void set_start_error(struct sim_exec *e, const char *detail) {
   unsigned char raw[32];
   char id[65];
   struct fr_buf b;
   size_t i;
 
+  free(e->start_error);
+  e->start_error = NULL;
   /* containerd names an exec with 32 random bytes in hex. */
   if (fr_random_bytes(raw, sizeof(raw)) != 0)
     memset(raw, 0, sizeof(raw));
@@ -766,6 +792,11 @@ static void fail_start(struct sim_exec *e, const char *detail) {
     e->start_error = strdup("out of memory");
   if (e->start_error == NULL)
     e->exit_code = 126; /* still reported, as a plain non-zero exit */
+}
+
+/* The command could not start: nothing runs. */
+static void fail_start(struct sim_exec *e, const char *detail) {
+  set_start_error(e, detail);
   e->exited = 1;
 }
 
@@ -779,7 +810,7 @@ static void init_pipe(struct sim_exec *e, uv_pipe_t *pipe) {
  * why it could not start. Returns 0, or -ENOMEM before anything started. */
 static int spawn_command(struct sim_exec *e, const struct sim_exec_params *p) {
   uv_process_options_t opts;
-  uv_stdio_container_t stdio[3];
+  uv_stdio_container_t stdio[4];
   struct fr_buf file, detail;
   const char *path_env = NULL;
   char **env = NULL, **args = NULL;
@@ -806,17 +837,9 @@ static int spawn_command(struct sim_exec *e, const struct sim_exec_params *p) {
     path_env = DEFAULT_PATH;
   }
 
-  rc = look_path(p->argv[0], path_env, p->cwd, &file, &detail);
-  if (rc == -ENOENT) {
-    fail_start(e, detail.data);
-    rc = 0;
-    goto out;
-  }
-  if (rc != 0)
-    goto out;
-
   if (p->wrap != NULL) {
-    /* wrap... resolved-path argv[1]... */
+    /* wrap... argv...: the wrapper finds the command inside the pod and
+     * reports on fd 3 when it cannot start it. */
     while (p->wrap[nwrap] != NULL)
       nwrap++;
     while (p->argv[nargs] != NULL)
@@ -828,9 +851,17 @@ static int spawn_command(struct sim_exec *e, const struct sim_exec_params *p) {
     }
     for (i = 0; i < nwrap; i++)
       args[i] = p->wrap[i];
-    args[nwrap] = file.data;
-    for (i = 1; i < nargs; i++)
+    for (i = 0; i < nargs; i++)
       args[nwrap + i] = p->argv[i];
+  } else {
+    rc = sim_exec_look_path(p->argv[0], path_env, p->cwd, &file, &detail);
+    if (rc == -ENOENT) {
+      fail_start(e, detail.data);
+      rc = 0;
+      goto out;
+    }
+    if (rc != 0)
+      goto out;
   }
 
   memset(stdio, 0, sizeof(stdio));
@@ -854,6 +885,11 @@ static int spawn_command(struct sim_exec *e, const struct sim_exec_params *p) {
     stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
     stdio[2].data.stream = (uv_stream_t *)&e->err;
   }
+  if (p->wrap != NULL) {
+    init_pipe(e, &e->ctl);
+    stdio[3].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[3].data.stream = (uv_stream_t *)&e->ctl;
+  }
   uv_timer_init(e->loop, &e->timer);
   e->timer.data = e;
   e->timer_init = 1;
@@ -872,7 +908,7 @@ static int spawn_command(struct sim_exec *e, const struct sim_exec_params *p) {
   /* Own session and process group, so the pod's deletion can kill
    * everything the command started with one kill(-pid). */
   opts.flags = UV_PROCESS_DETACHED;
-  opts.stdio_count = 3;
+  opts.stdio_count = p->wrap != NULL ? 4 : 3;
   opts.stdio = stdio;
   e->proc.data = e;
   rc = uv_spawn(e->loop, &e->proc, &opts);
@@ -885,9 +921,11 @@ static int spawn_command(struct sim_exec *e, const struct sim_exec_params *p) {
       close_handle(&e->out);
     if (stdio[2].flags != UV_IGNORE)
       close_handle(&e->err);
-    errno_text(-rc, text, sizeof(text));
+    if (p->wrap != NULL)
+      close_handle(&e->ctl);
+    sim_exec_errno_text(-rc, text, sizeof(text));
     fr_buf_reset(&detail);
-    if (fr_buf_printf(&detail, "exec %s: %s", file.data, text) != 0) {
+    if (fr_buf_printf(&detail, "exec %s: %s", opts.file, text) != 0) {
       rc = -ENOMEM;
       goto out;
     }
@@ -904,6 +942,10 @@ static int spawn_command(struct sim_exec *e, const struct sim_exec_params *p) {
   if (stdio[2].flags != UV_IGNORE) {
     e->err_open = 1;
     uv_read_start((uv_stream_t *)&e->err, on_alloc, on_read);
+  }
+  if (p->wrap != NULL) {
+    e->ctl_open = 1;
+    uv_read_start((uv_stream_t *)&e->ctl, on_alloc, on_ctl_read);
   }
 out:
   free(env);

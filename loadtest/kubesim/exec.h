@@ -48,9 +48,11 @@ struct sim_exec_params {
   int in, out, err, tty;  /* the stdin/stdout/stderr/tty query flags */
   int fast_path;          /* allow the no-fork path for trivial commands */
   const char *protocol;   /* negotiated subprotocol (sim_exec_protocol()); "" = none */
-  /* NULL, or a NULL-terminated argv prefix the command is run through once
-   * it was found (the resolved path and argv[1...] follow the prefix), e.g.
-   * the pod's namespace entry helper. Borrowed for the call. */
+  /* NULL, or a NULL-terminated argv prefix the command is run through: the
+   * pod's namespace entry helper, which finds argv[0] itself (argv follows
+   * the prefix as given) and reports a command it cannot start, in runc's
+   * words, on its fd 3 (a pipe kubesim reads to EOF). Borrowed for the
+   * call. */
   char **wrap;
 };
 
@@ -86,6 +88,20 @@ void sim_exec_set_kill(struct sim_exec_set *set, int signum);
 int sim_exec_is_fast(char *const *argv);
 
 struct fr_buf;
+
+/* Resolves <name> the way runc does (Go exec.LookPath with the process
+ * environment's PATH <path_env>, "" meaning unset), so a missing command
+ * gives the message a node gives. On success <file> holds the path to exec
+ * (relative ones are relative to <cwd>, NULL = the current directory) and 0
+ * is returned; on failure <detail> holds the runc error text and -ENOENT is
+ * returned; -ENOMEM otherwise. Both buffers borrowed. No loop needed: the
+ * pod's namespace entry helper calls it too. */
+int sim_exec_look_path(const char *name, const char *path_env, const char *cwd,
+                       struct fr_buf *file, struct fr_buf *detail);
+
+/* Go's syscall error text for errno <err> (strerror with a lower-case first
+ * letter) into <out> of <n> bytes. */
+void sim_exec_errno_text(int err, char *out, size_t n);
 
 /* The fast path's model of a command, without running anything: appends to
  * <out> what <argv> would write on stdout and stores its exit code in

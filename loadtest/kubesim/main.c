@@ -6,10 +6,12 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/ec.h>
@@ -48,6 +50,8 @@ static void usage(FILE *f) {
           "  --tls                     serve HTTPS with a generated self-signed certificate\n"
           "  --token TOKEN             require Authorization: Bearer TOKEN\n"
           "  --write-kubeconfig FILE   write a kubeconfig for this cluster\n"
+          "  --write-serviceaccount DIR  write DIR/token, DIR/ca.crt and DIR/namespace (\"default\") as\n"
+          "                            a pod's service account sees them (in-cluster clients)\n"
           "  --namespace-quota SPEC    ResourceQuota in every namespace: pods=N,requests.cpu=Q,requests.memory=Q\n"
           "  --schedule-ms MS          delay before a new pod is scheduled (default 0)\n"
           "  --image-pull-ms MS        image pull time, cached per node and image (default 0)\n"
@@ -66,7 +70,13 @@ static void usage(FILE *f) {
           "  --log-level LEVEL         debug, info, warn, error (default info)\n"
           "  --agent-binary PATH       run PATH as the agent of pods whose command is fedrouter-agent\n"
           "  --agent-mode MODE         process (default with --agent-binary) or inproc (no process)\n"
-          "  --no-pod-namespaces       as root, do not give pods their own PID and mount namespaces\n");
+          "  --no-pod-namespaces       as root, do not give pods their own namespaces and root\n"
+          "  --hide PATH               a host path no pod sees (with namespaces); repeatable\n"
+          "  --image-command PATTERN=PATH  pods of images PATTERN (a repository name, or *)\n"
+          "                            get a copy of PATH in /usr/local/bin; repeatable\n"
+          "  --pod-cidr CIDR|auto      pod addresses (default auto: a free /16 of 10.128.0.0/9)\n"
+          "  --code-interpreter PATH   the main command of agent pods of code-interpreter images:\n"
+          "                            /usr/bin/python3 PATH (deploy/code-interpreter/server.py)\n");
 }
 
 /* ---------------------------------------------------------------------- */
@@ -218,6 +228,29 @@ static int write_kubeconfig(struct sim *s, const char *host) {
   return rc;
 }
 
+/* What a pod's projected service-account volume holds: the token (the
+ * one --token set, or none), the API server's CA, the namespace. With
+ * KUBERNETES_SERVICE_HOST=127.0.0.1 and KUBERNETES_SERVICE_PORT=<port>
+ * an in-cluster client finds this cluster; PUT /_sim/tokens and a new
+ * token file rotate the token as the kubelet would. */
+static int write_serviceaccount(struct sim *s) {
+  const char *dir = s->opts.serviceaccount_dir, *names[] = {"token", "ca.crt", "namespace"};
+  const char *data[] = {s->opts.token ? s->opts.token : "", s->ca_pem ? s->ca_pem : "", "default"};
+  char path[4096];
+  size_t i;
+  int rc;
+
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+    return -errno;
+  for (i = 0; i < FR_ARRAY_SIZE(names); i++) {
+    if (snprintf(path, sizeof(path), "%s/%s", dir, names[i]) >= (int)sizeof(path))
+      return -ENAMETOOLONG;
+    if ((rc = write_file(path, data[i], strlen(data[i]), 0600)) != 0)
+      return rc;
+  }
+  return 0;
+}
+
 /* ---------------------------------------------------------------------- */
 /* start-up                                                                */
 
@@ -300,6 +333,68 @@ static int create_namespace(struct sim *s, const char *name) {
     return -ENOMEM;
   quota_init_ns(s, name);
   return 0;
+}
+
+/* The host paths isolated pods do not see: what a container never sees of
+ * its node (homes, /run's sockets, /tmp), the per-pod directories and the
+ * --hide paths (key and token directories, the checkout). Canonical, so
+ * the upper layer's whiteouts land on the real names; a --hide path must
+ * exist. Creates the --workdir root. 0, or -1 after a message. */
+static int hides_init(struct sim *s, const char *const *args, size_t nargs) {
+  static const char *const always[] = {"/root", "/home", "/run", "/tmp", "/var/tmp"};
+  char real[PATH_MAX];
+  size_t i;
+
+  if (strlen(s->opts.workdir) >= sizeof(real)) {
+    fprintf(stderr, "kubesim: --workdir: too long\n");
+    return -1;
+  }
+  /* mkdir -p */
+  memcpy(real, s->opts.workdir, strlen(s->opts.workdir) + 1);
+  for (char *c = real + 1;; c++) {
+    char was = *c;
+    if (was != '/' && was != '\0')
+      continue;
+    *c = '\0';
+    if (mkdir(real, 0755) != 0 && errno != EEXIST) {
+      fprintf(stderr, "kubesim: --workdir %s: %s\n", s->opts.workdir, strerror(errno));
+      return -1;
+    }
+    *c = was;
+    if (was == '\0')
+      break;
+  }
+  for (i = 0; i < FR_ARRAY_SIZE(always) + 1 + nargs; i++) {
+    const char *p = i < FR_ARRAY_SIZE(always) ? always[i]
+                    : i == FR_ARRAY_SIZE(always) ? s->opts.workdir
+                    : args[i - FR_ARRAY_SIZE(always) - 1];
+    int user = i > FR_ARRAY_SIZE(always);
+    if (realpath(p, real) == NULL) {
+      if (!user)
+        continue;
+      fprintf(stderr, "kubesim: --hide %s: %s\n", p, strerror(errno));
+      return -1;
+    }
+    if (strcmp(real, "/") == 0) {
+      fprintf(stderr, "kubesim: --hide %s: cannot hide the root\n", p);
+      return -1;
+    }
+    if ((s->opts.hides[s->opts.nhides] = strdup(real)) == NULL) {
+      fprintf(stderr, "kubesim: out of memory\n");
+      return -1;
+    }
+    s->opts.nhides++;
+  }
+  return 0;
+}
+
+static void pods_opts_free(struct sim *s) {
+  size_t i;
+
+  for (i = 0; i < s->opts.nhides; i++)
+    free((char *)s->opts.hides[i]);
+  s->opts.nhides = 0;
+  images_free(s);
 }
 
 struct shutdown {
@@ -414,9 +509,15 @@ int main(int argc, char **argv) {
       {"node-monitor-grace-ms", required_argument, NULL, 20},
       {"min-request-timeout", required_argument, NULL, 21},
       {"event-limit", required_argument, NULL, 22},
+      {"hide", required_argument, NULL, 23},
+      {"image-command", required_argument, NULL, 24},
+      {"pod-cidr", required_argument, NULL, 25},
+      {"write-serviceaccount", required_argument, NULL, 26},
+      {"code-interpreter", required_argument, NULL, 27},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
+  static char agent_abs[PATH_MAX], ci_abs[PATH_MAX];
   struct sim s;
   struct shutdown sd;
   char host[256], ahost[256], defdir[512];
@@ -427,10 +528,14 @@ int main(int argc, char **argv) {
   const char *agent_mode = NULL;
   int no_pod_ns = 0;
   ssize_t sl;
+  const char *hide_args[POD_MAX_HIDES - 8];
+  size_t nhide_args = 0;
+  const char *image_args[16];
+  size_t nimage_args = 0;
 
   /* Re-run as a pod's process supervisor (agent.c). */
   if (argc > 1 && strncmp(argv[1], "__pod-", 6) == 0)
-    return agent_helper_main(argc, argv);
+    return pod_helper_main(argc, argv);
   memset(&s, 0, sizeof(s));
   s.opts.listen = "127.0.0.1:0";
   s.opts.name = "kubesim";
@@ -473,13 +578,31 @@ int main(int argc, char **argv) {
     case 9: num = &s.opts.history; lo = 100; hi = 10000000; break;
     case 10: num = &s.opts.bookmark_ms; break;
     case 11: s.opts.log_level = optarg; break;
-    case 12: s.opts.agent_binary = optarg; break;
+    /* Absolute: pods run in directories of their own. */
+    case 12: s.opts.agent_binary = realpath(optarg, agent_abs) != NULL ? agent_abs : optarg; break;
+    case 27: s.opts.code_interpreter = realpath(optarg, ci_abs) != NULL ? ci_abs : optarg; break;
     case 13: agent_mode = optarg; break;
     case 14: no_pod_ns = 1; break;
     case 15: num = &s.opts.gpu_nodes; hi = 100000; break;
     case 16: num = &s.opts.node_gpus; hi = 1024; break;
     case 17: s.opts.gpu_resource = optarg; break;
     case 22: num = &s.opts.event_limit; hi = 10000000; break;
+    case 23:
+      if (nhide_args == FR_ARRAY_SIZE(hide_args)) {
+        fprintf(stderr, "kubesim: --hide: at most %zu\n", FR_ARRAY_SIZE(hide_args));
+        return 2;
+      }
+      hide_args[nhide_args++] = optarg;
+      break;
+    case 24:
+      if (nimage_args == FR_ARRAY_SIZE(image_args)) {
+        fprintf(stderr, "kubesim: --image-command: at most %zu\n", FR_ARRAY_SIZE(image_args));
+        return 2;
+      }
+      image_args[nimage_args++] = optarg;
+      break;
+    case 25: s.opts.pod_cidr = optarg; break;
+    case 26: s.opts.serviceaccount_dir = optarg; break;
     case 18:
     case 19: {
       int taint = opt == 19, *n = taint ? &s.opts.nnode_taints : &s.opts.nnode_labels;
@@ -550,6 +673,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kubesim: --agent-binary %s: %s\n", s.opts.agent_binary, strerror(errno));
     return 2;
   }
+  if (s.opts.code_interpreter != NULL && access(s.opts.code_interpreter, R_OK) != 0) {
+    fprintf(stderr, "kubesim: --code-interpreter %s: %s\n", s.opts.code_interpreter, strerror(errno));
+    return 2;
+  }
   /* Namespaces need root (CAP_SYS_ADMIN); without, processes are found by
    * their environment mark instead (docs/kubesim.md). */
   s.opts.pod_namespaces = !no_pod_ns && geteuid() == 0;
@@ -564,16 +691,32 @@ int main(int argc, char **argv) {
     snprintf(defdir, sizeof(defdir), "%s/kubesim-%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
     s.opts.workdir = defdir;
   }
+  /* The pod network before anything else is made, so a range that is
+   * taken ends the start cleanly. No pod is Running before the loop runs. */
+  /* The code interpreter is a host file: isolated pods of its image get a
+   * copy (what --image-command code-interpreter=PATH does). */
+  if (s.opts.code_interpreter != NULL && s.opts.code_interpreter[0] == '/' &&
+      nimage_args < FR_ARRAY_SIZE(image_args)) {
+    static char ci_arg[4200];
+    snprintf(ci_arg, sizeof(ci_arg), "code-interpreter=%s", s.opts.code_interpreter);
+    image_args[nimage_args++] = ci_arg;
+  }
+  if (hides_init(&s, hide_args, nhide_args) != 0 || images_init(&s, image_args, nimage_args) != 0 ||
+      podnet_init(&s, s.opts.pod_cidr) != 0) {
+    podnet_free(&s);
+    pods_opts_free(&s);
+    return 2;
+  }
   signal(SIGPIPE, SIG_IGN);
   s.loop = uv_default_loop();
   if (s.opts.tls && tls_setup(&s, host) != 0) {
     fprintf(stderr, "kubesim: cannot create the TLS certificate\n");
-    return 1;
+    goto fail;
   }
   store_init(&s);
-  if (events_init(&s) != 0) {
+  if (events_init(&s) != 0 || stats_init(&s) != 0) {
     fprintf(stderr, "kubesim: out of memory\n");
-    return 1;
+    goto fail;
   }
   sched_init(&s);
   sync_init(&s);
@@ -587,13 +730,16 @@ int main(int argc, char **argv) {
   hopts.max_body_bytes = 3 * 1024 * 1024;
   hopts.idle_timeout_ms = 90000;
   hopts.stream_body_cb = api_stream_body;
+  hopts.done_cb = api_done;
+  hopts.done_arg = &s;
   if (fr_http_server_new(s.loop, &hopts, api_handle, &s, &s.api) != 0)
-    return 1;
+    goto fail;
   hopts.stream_body_cb = NULL;
+  hopts.done_cb = NULL;
   rc = fr_http_server_listen(s.api, host, port);
   if (rc != 0) {
     fprintf(stderr, "kubesim: cannot listen on %s: %s\n", s.opts.listen, uv_strerror(rc));
-    return 1;
+    goto fail;
   }
   if (s.opts.admin_listen) {
     hopts.ssl_ctx = NULL;
@@ -601,32 +747,36 @@ int main(int argc, char **argv) {
     if (fr_http_server_new(s.loop, &hopts, admin_handle, &s, &s.admin) != 0 ||
         (rc = fr_http_server_listen(s.admin, ahost, aport)) != 0) {
       fprintf(stderr, "kubesim: cannot listen on %s\n", s.opts.admin_listen);
-      return 1;
+      goto fail;
     }
   }
   if (create_namespace(&s, "default") != 0 || create_namespace(&s, "kube-system") != 0 ||
       create_namespace(&s, "kube-public") != 0 || create_namespace(&s, "kube-node-lease") != 0) {
     fprintf(stderr, "kubesim: cannot create namespaces\n");
-    return 1;
+    goto fail;
   }
   for (i = 1; i <= s.opts.nodes; i++) {
     if (node_create(&s, i) != 0) {
       fprintf(stderr, "kubesim: cannot create node %d\n", i);
-      return 1;
+      goto fail;
     }
   }
   if (s.opts.kubeconfig && (rc = write_kubeconfig(&s, host)) != 0) {
     fprintf(stderr, "kubesim: cannot write %s: %s\n", s.opts.kubeconfig, strerror(-rc));
-    return 1;
+    goto fail;
+  }
+  if (s.opts.serviceaccount_dir && (rc = write_serviceaccount(&s)) != 0) {
+    fprintf(stderr, "kubesim: cannot write %s: %s\n", s.opts.serviceaccount_dir, strerror(-rc));
+    goto fail;
   }
   if (s.opts.admin_port_file && write_port_file(s.opts.admin_port_file, fr_http_server_port(s.admin)) != 0) {
     fprintf(stderr, "kubesim: cannot write %s\n", s.opts.admin_port_file);
-    return 1;
+    goto fail;
   }
   /* The port file comes last: once it exists the cluster is fully up. */
   if (s.opts.port_file && write_port_file(s.opts.port_file, fr_http_server_port(s.api)) != 0) {
     fprintf(stderr, "kubesim: cannot write %s\n", s.opts.port_file);
-    return 1;
+    goto fail;
   }
   FR_INFO("kubesim", "%s: serving the Kubernetes API on %s://%s:%d (%d nodes, %s cpu, %s memory, %d pods each)",
           s.opts.name, s.ssl_ctx ? "https" : "http", host, fr_http_server_port(s.api), s.opts.nodes,
@@ -645,14 +795,27 @@ int main(int argc, char **argv) {
   sched_free(&s);
   store_free(&s);
   events_free(&s);
+  stats_free(&s);
+  /* Every pod's supervisor has exited (their veths went with their
+   * namespaces): the bridge goes. */
+  podnet_free(&s);
   if (uv_loop_close(s.loop) != 0)
     FR_WARN("kubesim", "loop did not close cleanly");
   SSL_CTX_free(s.ssl_ctx);
   free(s.ca_pem);
+  pods_opts_free(&s);
+  for (i = 0; i < (int)s.napi_tokens; i++)
+    fr_secret_free(s.api_tokens[i]);
   {
     /* Remove the per-pod working directories' root if we created it. */
     if (s.opts.workdir == defdir)
       rmdir(defdir);
   }
   return 0;
+fail:
+  /* What would outlive this process on the host: the pod bridge. (The
+   * rest of a failed start is left to the exit.) */
+  podnet_free(&s);
+  pods_opts_free(&s);
+  return 1;
 }

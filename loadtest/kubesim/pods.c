@@ -1084,7 +1084,6 @@ static void on_pod_started(uv_timer_t *t) {
   struct sim_obj *o = p->obj;
   json_t *j, *st, *ips, *containers;
   char ip[32], ts[21], cid[80];
-  uint32_t n;
   int ready;
 
   if (o == NULL || p->stage != PS_BOUND)
@@ -1098,11 +1097,19 @@ static void on_pod_started(uv_timer_t *t) {
     on_deadline(t);
     return;
   }
+  /* The pod's address, from the range (podnet.c); with none left it waits,
+   * as a kubelet whose CNI plugin fails retries the sandbox. */
+  if (p->ip[0] == '\0' && podnet_alloc(s, p->ip, sizeof(p->ip)) != 0) {
+    event_emit(s, o, "Warning", "FailedCreatePodSandBox", "kubelet", o->cur->fields[F_NODE_NAME],
+               "Failed to create pod sandbox: failed to allocate for range 0: no IP addresses "
+               "available in range set");
+    pod_timer_start(p, on_pod_started, 1000);
+    return;
+  }
   j = obj_json(o);
   if (j == NULL)
     return;
-  n = ++s->ip_seq;
-  snprintf(ip, sizeof(ip), "10.%u.%u.%u", 64 + ((n >> 16) & 0x3f), (n >> 8) & 0xff, n & 0xff);
+  snprintf(ip, sizeof(ip), "%s", p->ip);
   now_rfc3339(ts);
   st = json_obj(j, "status");
   json_object_set_new(st, "phase", json_string("Running"));
@@ -1280,21 +1287,31 @@ static void rm_after_cb(uv_work_t *w, int status) {
   free(rw);
 }
 
-/* Removes the pod's exec directory off the loop (it may be large). */
-static void remove_workdir(struct sim *s, struct sim_pod *p) {
+void pod_dir_remove(struct sim *s, char *dir) {
   struct rm_work *rw;
 
-  if (p->workdir == NULL)
+  if (dir == NULL)
     return;
   rw = calloc(1, sizeof(*rw));
-  if (rw == NULL)
+  if (rw == NULL) {
+    free(dir);
     return;
-  rw->path = p->workdir;
-  p->workdir = NULL;
+  }
+  rw->path = dir;
   if (uv_queue_work(s->loop, &rw->w, rm_work_cb, rm_after_cb) != 0) {
     free(rw->path);
     free(rw);
   }
+}
+
+/* Removes the pod's directory once nothing of the pod runs: the walk goes
+ * by path, so a pod process still alive could swap a directory for a
+ * symlink under it. */
+static void remove_workdir(struct sim *s, struct sim_pod *p) {
+  char *dir = p->workdir;
+
+  p->workdir = NULL;
+  agent_remove_dir(s, p, dir);
 }
 
 void pod_free_state(struct sim *s, struct sim_obj *o) {
@@ -1302,13 +1319,17 @@ void pod_free_state(struct sim *s, struct sim_obj *o) {
 
   if (p == NULL)
     return;
+  /* Before kill_execs() lets go of the supervisor, which the removal
+   * waits for. */
+  remove_workdir(s, p);
+  podnet_release(s, p->ip);
+  p->ip[0] = '\0';
   kill_execs(p);
   log_pod_free(p);
   usage_release(s, o);
   q_unlink(s, p);
   noexec_unqueue(s, p);
   rs_pod_gone(s, p);
-  remove_workdir(s, p);
   p->obj = NULL;
   o->u.pod = NULL;
   uv_timer_stop(&p->timer);
@@ -1733,7 +1754,7 @@ void pod_exec(struct sim *s, struct fr_http_req *req, struct sim_obj *o) {
   char container[256], msg[512];
   json_t *j = NULL, *c = NULL, *cs;
   const char *proto;
-  char **env = NULL;
+  char **env = NULL, **wrap = NULL;
   size_t i;
   int rc;
 
@@ -1812,10 +1833,18 @@ void pod_exec(struct sim *s, struct fr_http_req *req, struct sim_obj *o) {
   params.err = sim_query_bool(req->query, "stderr") && !params.tty;
   params.fast_path = s->opts.fast_exec;
   params.protocol = proto;
-  /* A command that forks runs inside the pod's namespaces (when kubesim
-   * has them), so it and whatever it starts die with the pod. */
-  if (!(params.fast_path && sim_exec_is_fast(a.argv)))
-    params.wrap = agent_exec_wrap(s, o);
+  /* A command that forks runs inside the pod's namespaces and root (when
+   * kubesim has them), so it sees the pod's files and dies with it. */
+  if (!(params.fast_path && sim_exec_is_fast(a.argv))) {
+    rc = agent_exec_wrap(s, o, c, &wrap);
+    if (rc != 0) {
+      snprintf(msg, sizeof(msg), "error executing command in container: the pod's namespaces "
+               "are not available: %s", strerror(-rc));
+      api_status(req, 500, "InternalError", msg, "pods", o->name, NULL);
+      goto out;
+    }
+    params.wrap = wrap;
+  }
   rc = sim_exec_start(s->loop, req, &params, &p->execs);
   if (rc != 0) {
     snprintf(msg, sizeof(msg), "exec failed: %s", uv_strerror(rc));
@@ -1830,6 +1859,7 @@ out:
   for (i = 0; i < a.n; i++)
     free(a.argv[i]);
   free(a.argv);
+  free(wrap);
   pod_env_free(env);
   json_decref(j);
 }
@@ -1874,9 +1904,12 @@ char **pod_env(struct sim_obj *o, json_t *c) {
   fr_buf_reset(&b);
   if (fr_buf_printf(&b, "HOSTNAME=%s", o->name) != 0 || (env[nenv++] = strdup(b.data)) == NULL)
     goto oom;
+  /* An isolated pod's HOME is its user's in the pod's /etc/passwd, set
+   * inside (podinit.c); otherwise the pod's directory on this host. */
   fr_buf_reset(&b);
-  if (fr_buf_printf(&b, "HOME=%s", p && p->workdir ? p->workdir : "/") != 0 ||
-      (env[nenv++] = strdup(b.data)) == NULL)
+  if (!(p && p->sim && p->sim->opts.pod_namespaces) &&
+      (fr_buf_printf(&b, "HOME=%s", p && p->workdir ? p->workdir : "/") != 0 ||
+       (env[nenv++] = strdup(b.data)) == NULL))
     goto oom;
   if ((env[nenv++] = strdup("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")) == NULL)
     goto oom;

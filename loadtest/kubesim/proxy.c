@@ -1,11 +1,12 @@
 /* proxy.c - the pods/proxy subresource, as the API server serves it:
  * /api/v1/namespaces/{ns}/pods/{name}[:{port}]/proxy/{path...} forwarded to
- * what listens on that pod port (an agent process started by kubesim, see
- * agent.c) or answered in-process (--agent-mode=inproc).
+ * whatever listens on status.podIP:port (any process of the pod: its agent,
+ * a server a sandbox started; podnet.c gives the address) or answered
+ * in-process (--agent-mode=inproc, the agent's port).
  *
  * One struct proxy per request, one upstream TCP connection per request
- * (loopback connects are cheap next to a pod proxy hop; the client's own
- * connection stays kept alive). Both directions stream with bounded memory:
+ * (connects on this machine are cheap next to a pod proxy hop; the client's
+ * own connection stays kept alive). Both directions stream with bounded memory:
  *   client body  -> upstream: fr/http.h hands the body over in pieces; above
  *                   UP_HIGH bytes queued towards the upstream the client body
  *                   is paused, below UP_LOW resumed (write callbacks);
@@ -650,7 +651,7 @@ void proxy_handle(struct sim *s, struct fr_http_req *req) {
   struct connect_ctx *ctx;
   json_t *pj;
   struct sockaddr_in addr;
-  int port, local, rc;
+  int port, rc;
   const char *ip;
 
   /* Split the decoded path for routing ... */
@@ -757,7 +758,7 @@ void proxy_handle(struct sim *s, struct fr_http_req *req) {
   }
   ctx = (struct connect_ctx *)(p + 1);
   snprintf(p->target, sizeof(p->target), "%s:%d", ip, port);
-  rc = agent_target(s, o, pj, port, &local);
+  rc = agent_target(s, o, pj, port);
   json_decref(pj);
   if (rc == 1) {
     free(p);
@@ -801,7 +802,9 @@ void proxy_handle(struct sim *s, struct fr_http_req *req) {
   p->tcp.data = p;
   p->tcp_open = 1;
   uv_tcp_nodelay(&p->tcp, 1);
-  uv_ip4_addr("127.0.0.1", local, &addr);
+  /* The pod's own address (podnet.c): a network namespace of its own
+   * behind kubesim's bridge, or a loopback address of its own. */
+  rc = uv_ip4_addr(o->u.pod != NULL && o->u.pod->ip[0] ? o->u.pod->ip : "0.0.0.0", port, &addr);
   p->connect.data = p;
   rc = uv_tcp_connect(&p->connect, &p->tcp, (const struct sockaddr *)&addr, on_connect);
   if (rc != 0) {

@@ -27,6 +27,7 @@
 
 #include "exec.h"
 #include "fr/http.h"
+#define POD_MAX_HIDES 40          /* hidden paths (--hide and kubesim's own) */
 #include "fr/labels.h"
 
 /* The first five kinds are simulated (scheduler, lifecycle, quota, the
@@ -153,6 +154,7 @@ struct sim_pod {
   uint64_t noexec_due_ms;      /* loop time it is due */
   int node_unready;            /* Ready=False set by the node lifecycle controller */
   int kubelet_pending;         /* its node's kubelet is lost: start or removal waits for it */
+  char ip[16];                 /* status.podIP, from podnet_alloc() ("" = none yet) */
 };
 
 struct sim_rs {
@@ -229,6 +231,7 @@ struct sim_opts {
   int tls;
   const char *token;
   const char *kubeconfig;
+  const char *serviceaccount_dir; /* --write-serviceaccount: token, ca.crt, namespace as a pod sees them */
   const char *quota;
   int schedule_ms, image_pull_ms, start_ms, terminate_ms, api_latency_ms;
   int scheduler_qps;
@@ -239,8 +242,13 @@ struct sim_opts {
   int min_request_timeout;     /* s; a watch without timeoutSeconds ends in [t, 2t) */
   const char *log_level;
   const char *agent_binary;    /* --agent-binary */
+  const char *code_interpreter; /* --code-interpreter: server.py of the code-interpreter image */
   int agent_mode;              /* AGENT_MODE_* */
-  int pod_namespaces;          /* per-pod PID and mount namespaces (root only) */
+  int pod_namespaces;          /* per-pod namespaces and private root (root only) */
+  /* Host paths no pod sees (isolated pods): the --workdir root, /root,
+   * /home, /run, /tmp, /var/tmp and every --hide, canonical. */
+  const char *hides[POD_MAX_HIDES];
+  size_t nhides;
   int gpu_nodes, node_gpus;    /* the first gpu_nodes nodes have node_gpus GPUs each */
   const char *gpu_resource;    /* their resource name (default nvidia.com/gpu) */
   const char *node_labels[16]; /* --node-label [INDEX@]KEY=VALUE */
@@ -249,6 +257,7 @@ struct sim_opts {
   int nnode_taints;
   int node_grace_ms;           /* --node-monitor-grace-ms */
   int event_limit;             /* --event-limit: events kept (0 = none recorded) */
+  const char *pod_cidr;        /* --pod-cidr: NULL or "auto" picks a free /16 */
 };
 
 enum { AGENT_MODE_NONE, AGENT_MODE_PROCESS, AGENT_MODE_INPROC };
@@ -297,7 +306,7 @@ struct sim {
   uv_timer_t sync_timer;
   int sync_armed;
 
-  uint32_t ip_seq;
+  struct sim_net *net;         /* pod addresses and network (podnet.c) */
   int64_t quota_pods, quota_cpu_m, quota_mem_m; /* --namespace-quota, -1 = none */
   struct sim_faults faults;
   size_t execs_started;
@@ -308,8 +317,16 @@ struct sim {
 #define SIM_REQLOG_LINE 200
   char reqlog[SIM_REQLOG][SIM_REQLOG_LINE];
   size_t reqlog_next, reqlog_n;
+  /* Bearer tokens the API accepts: --token, or what PUT /_sim/tokens set
+   * (a token rotation; api_tokens NULL = just --token). 401s answered. */
+#define SIM_MAX_TOKENS 8
+  char *api_tokens[SIM_MAX_TOKENS];
+  size_t napi_tokens;
+  size_t unauthorized;
   int stopping;
   char self_exe[4096];         /* this binary, re-run as the pod supervisor */
+  struct sim_images *images;   /* what the modelled images hold (podimage.c) */
+  struct sim_stats *stats;     /* API requests by verb and resource (stats.c) */
 };
 
 struct sim_err {
@@ -432,6 +449,55 @@ void api_raw(struct fr_http_req *req, int code, const char *json, size_t len);
  * or "false" (any case) is 0, any other value (even "") is 1. */
 int sim_query_bool(const char *query, const char *key);
 
+/* How the API server's metrics name a request: verb (LIST and WATCH apart
+ * from GET, CONNECT for exec, attach, portforward and proxy), the resource
+ * (a kind; K_COUNT for non-resource requests: discovery, /version,
+ * /healthz, /metrics, unknown paths) and the subresource. */
+enum api_verb {
+  API_VERB_GET, API_VERB_LIST, API_VERB_WATCH, API_VERB_POST, API_VERB_PUT, API_VERB_PATCH,
+  API_VERB_DELETE, API_VERB_DELETECOLLECTION, API_VERB_CONNECT, API_VERB_OTHER, API_VERB_COUNT
+};
+enum api_sub {
+  API_SUB_NONE, API_SUB_STATUS, API_SUB_EXEC, API_SUB_LOG, API_SUB_PROXY, API_SUB_EVICTION,
+  API_SUB_SCALE, API_SUB_ATTACH, API_SUB_PORTFORWARD, API_SUB_BINDING, API_SUB_OTHER, API_SUB_COUNT
+};
+struct api_class {
+  int verb;                    /* enum api_verb */
+  int kind;                    /* enum sim_kind, or K_COUNT */
+  int sub;                     /* enum api_sub */
+};
+/* Classifies request <method> <path>?<query> (all borrowed) into <c>. */
+void api_classify(const char *method, const char *path, const char *query, struct api_class *c);
+/* fr_http_server_opts.done_cb of the API server (<arg>: the sim): counts
+ * completed API requests by their status code. */
+void api_done(const struct fr_http_req *req, int status, size_t body_bytes, uint64_t duration_ms,
+              void *arg);
+
+/* ---- stats.c: what reaches the API ---- */
+struct sim_stats;
+/* Sets up s->stats (all zero); 0 or -ENOMEM. */
+int stats_init(struct sim *s);
+void stats_free(struct sim *s);
+/* Zeroes every counter (DELETE /_sim/stats). */
+void stats_reset(struct sim *s);
+/* A request of class <c> arrived. */
+void stats_request(struct sim *s, const struct api_class *c);
+/* A request of class <c> completed with HTTP status <code> (0: the client
+ * went away first). */
+void stats_response(struct sim *s, const struct api_class *c, int code);
+/* GET /_sim/stats: {"since","requests_total","requests":[{verb, group,
+ * version, resource, subresource, count}],"responses":[... code ...],
+ * "responses_not_kept"}; NULL when out of memory. */
+json_t *stats_json(struct sim *s);
+/* GET /metrics: apiserver_request_total and
+ * kubesim_api_requests_received_total in Prometheus text, appended to <b>;
+ * 0 or -ENOMEM. */
+int stats_prometheus(struct sim *s, struct fr_buf *b);
+/* The subresource's name ("" for none) and back (API_SUB_OTHER for one
+ * not in the table). */
+const char *api_sub_name(int sub);
+int api_sub_of(const char *name);
+
 /* ---- pods.c ---- */
 /* Validates and defaults a new pod; on success commits it and returns 0.
  * On failure returns the HTTP status and fills <reason>/<msg>. Takes <j>. */
@@ -463,6 +529,9 @@ void ns_usage_add(struct sim *s, const char *ns, struct sim_pod *p, int sign);
 void pod_free_state(struct sim *s, struct sim_obj *o);
 /* Creates the pod's working directory once (p->workdir); 0 or -errno. */
 int pod_workdir(struct sim *s, struct sim_obj *o);
+/* Removes directory <dir> (taken; NULL is fine) and everything in it, off
+ * the loop. */
+void pod_dir_remove(struct sim *s, char *dir);
 /* The environment of container <c> of pod <o>: NULL-terminated "K=V"
  * strings (free with pod_env_free()), NULL when out of memory. */
 char **pod_env(struct sim_obj *o, json_t *c);
@@ -495,23 +564,136 @@ int agent_start(struct sim *s, struct sim_obj *o);
 /* Kills the pod's agent or supervisor and everything started in the
  * pod's namespaces; detaches it from <p>. Safe when there is none. */
 void agent_stop(struct sim_pod *p);
-/* argv prefix that runs an exec'd command inside the pod's namespaces
- * (starting the pod's supervisor if needed), or NULL when kubesim does not
- * isolate pods. Owned by the pod's agent state. */
-char **agent_exec_wrap(struct sim *s, struct sim_obj *o);
-/* Where pod port <port> of <o> (whose current JSON is <j>, borrowed) is
- * served: 0 with <*local> the loopback port of a listener, 1 when kubesim
- * answers in-process (agent_inproc_serve()), -ECONNREFUSED when nothing
- * listens. */
-int agent_target(struct sim *s, struct sim_obj *o, json_t *j, int port, int *local);
+/* Removes pod <p>'s directory <dir> (taken; NULL is fine) with
+ * pod_dir_remove() once nothing of the pod runs any more: at once when it
+ * has no supervisor, else when the supervisor has exited (it waits for the
+ * pod's init, which outlives every process of the pod). Call before
+ * agent_stop(). */
+void agent_remove_dir(struct sim *s, struct sim_pod *p, char *dir);
+/* Sets <*wrap> to the argv prefix that runs a command exec'd into container
+ * <c> (borrowed) of pod <o> inside the pod's namespaces, with its
+ * credentials (starting the pod's supervisor if needed): the command's argv
+ * follows it, unresolved, and the prefix reports a command that cannot
+ * start on fd 3 (exec.c's sim_exec_params.wrap); the caller frees it with
+ * free(). 0 with <*wrap> NULL when kubesim does not isolate pods; -errno
+ * when the pod's namespaces cannot be had (the command must not run). */
+int agent_exec_wrap(struct sim *s, struct sim_obj *o, json_t *c, char ***wrap);
+/* Whether pod port <port> of <o> (whose current JSON is <j>, borrowed) is
+ * served: 0 when the pod proxy should dial its address (status.podIP),
+ * 1 when kubesim answers in-process (agent_inproc_serve()), -ECONNREFUSED
+ * when nothing can listen there (the pod runs no process, is not
+ * Running). */
+int agent_target(struct sim *s, struct sim_obj *o, json_t *j, int port);
 /* Serves one proxied request for an agent pod in --agent-mode=inproc:
  * GET /health, POST /init, POST /process.Process/Start for the exec fast
  * path's commands. <path> is the path after /proxy (raw). */
 void agent_inproc_serve(struct sim *s, struct sim_obj *o, struct fr_http_req *req,
                         const char *path);
-/* The supervisor side of agent.c, run as "kubesim __pod-init ..." and
- * "kubesim __pod-enter ..." from main(); returns the exit status. */
-int agent_helper_main(int argc, char **argv);
+
+/* ---- podnet.c: pod addresses and the pod network ---- */
+struct sim_net;
+enum { PODNET_BRIDGE, PODNET_LOOPBACK };
+/* "A.B.C.D/N" (N in 12..28, no host bits) into <net> (host order) and
+ * <prefix>; 0 or -EINVAL. */
+int podnet_parse_cidr(const char *s, uint32_t *net, int *prefix);
+/* Takes a pod range (<cidr>, NULL or "auto": the first free /16 of the
+ * pool) and, as root with pod namespaces, makes its bridge; otherwise (or
+ * when the kernel refuses) loopback addresses, logged once. Blocking: call
+ * at start. 0, or -errno after a message on stderr (the range is taken).
+ * Sets s->net; podnet_free() deletes the bridge. */
+int podnet_init(struct sim *s, const char *cidr);
+void podnet_free(struct sim *s);
+/* The next free pod address, as text into <out>; 0 or -ENOSPC. */
+int podnet_alloc(struct sim *s, char *out, size_t cap);
+/* Gives pod address <ip> back (NULL, "" or not ours: nothing). */
+void podnet_release(struct sim *s, const char *ip);
+/* PODNET_BRIDGE or PODNET_LOOPBACK. */
+int podnet_mode(const struct sim *s);
+/* The --net argument of podinit for a pod with address <ip> in bridge mode
+ * ("IP/PREFIX@BRIDGE"); -ENOENT in loopback mode. */
+int podnet_pod_arg(const struct sim *s, const char *ip, char *out, size_t cap);
+/* {"mode","cidr","bridge","gateway","addresses_used"} for /_sim/state. */
+json_t *podnet_json(const struct sim *s);
+
+/* ---- podimage.c: what kubesim's images hold ---- */
+struct sim_images;
+/* Where an isolated pod's image commands are. */
+#define POD_IMAGE_BIN_DIR "/usr/local/bin"
+#define POD_MAX_IMAGE_ENTRIES 32
+/* Resolves the modelled images' commands against this host and checks the
+ * --image-command PATTERN=PATH flags <user> (<nuser>); 0, or -1 after a
+ * message on stderr. Sets s->images (free with images_free()). */
+int images_init(struct sim *s, const char *const *user, size_t nuser);
+void images_free(struct sim *s);
+/* The repository name of <image> ("python" for
+ * "docker.io/library/python:3.12@sha256:..."), into <out>; 0 or -EINVAL. */
+int image_repo(const char *image, char *out, size_t cap);
+/* The commands a pod of <image> gets, as podinit's "--image-entry" values
+ * (static storage, valid while kubesim runs), at most <cap> into <out>;
+ * returns how many. */
+size_t image_entries(struct sim *s, const char *image, const char **out, size_t cap);
+
+/* ---- podinit.c: the process side of a pod ---- */
+#define POD_MAX_GROUPS 16
+/* Docker's default capabilities: CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL,
+ * SETGID, SETUID, SETPCAP, NET_BIND_SERVICE, NET_RAW, SYS_CHROOT, MKNOD,
+ * AUDIT_WRITE, SETFCAP (CapEff 00000000a80425fb in /proc/PID/status). */
+#define POD_CAPS_DEFAULT UINT64_C(0xa80425fb)
+/* Where <poddir>/run (the agent's port file) is inside an isolated pod. */
+#define POD_RUN_DIR "/run/kubesim"
+/* In <poddir>: the pid of the pod's init (its namespaces), for exec. */
+#define POD_INIT_PID_FILE ".kubesim-init.pid"
+
+/* What a pod's processes run as. */
+struct pod_creds {
+  uint32_t uid, gid;
+  uint32_t groups[POD_MAX_GROUPS];
+  size_t ngroups;
+  uint64_t caps;                  /* capabilities kept (for uid 0) */
+};
+
+/* The credentials of container <c> of pod <pod> (both borrowed) from the
+ * securityContexts as the kubelet reads them: runAsUser and runAsGroup
+ * (the container's over the pod's; 0 when unset: kubesim's images run as
+ * root), fsGroup and supplementalGroups, POD_CAPS_DEFAULT with the
+ * container's capabilities drop (or "ALL") and add applied. An added
+ * capability that would undo the isolation (SYS_ADMIN, SYS_PTRACE, ...) is
+ * left out and named in <warn> (cap bytes; "" when none). Returns 0. */
+int pod_creds_from_json(json_t *pod, json_t *c, struct pod_creds *out, char *warn, size_t wcap);
+
+/* How to start a pod's supervisor; every pointer borrowed for the call. */
+struct pod_launch {
+  const char *self_exe;
+  const char *poddir;
+  int parent;                     /* kubesim's pid */
+  int isolate;                    /* namespaces and the private root */
+  const char *const *hides;       /* absolute, canonical host paths */
+  size_t nhides;
+  const struct pod_creds *creds;  /* isolate only */
+  const char *cwd;                /* the container's workingDir, NULL = "/" */
+  const char *hostname;           /* the pod's name */
+  const char *const *image;       /* image_entries() of the pod's image */
+  size_t nimage;
+  const char *net;                /* podnet_pod_arg(), NULL = the host's network */
+  char **cmd;                     /* the agent's argv, NULL = none */
+};
+
+/* The argv of "kubesim __pod-init" for <l>, as one allocation (free());
+ * NULL when out of memory. */
+char **podinit_argv(const struct pod_launch *l);
+/* The argv prefix of "kubesim __pod-enter" (ending in "--") that runs a
+ * command in the pod whose init's pid is in <pidfile>, as <creds> in <cwd>
+ * (NULL = "/"), reporting start failures on fd 3. One allocation (free());
+ * NULL when out of memory. */
+char **podenter_argv(const char *self_exe, const char *pidfile, const struct pod_creds *creds,
+                     const char *cwd);
+/* In a child about to exec one of the pod's commands: drops to <c> (groups,
+ * gid, uid; capability bounding, permitted and effective sets; ambient
+ * cleared) and sets no_new_privs. 0, or -1 with errno. */
+int pod_creds_apply(const struct pod_creds *c);
+/* "kubesim __pod-init ..." and "kubesim __pod-enter ...", run from main();
+ * never returns. */
+int pod_helper_main(int argc, char **argv);
 
 /* ---- logs.c: container logs (pods/log) ---- */
 struct sim_log;

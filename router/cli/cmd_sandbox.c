@@ -30,7 +30,8 @@ static const char create_usage[] =
     "                     [--env K=V]... [--secret NAME]... [--timeout S] [--partial-ok]\n"
     "                     [--wait S] [--gpus N] [--runtime-class NAME] [--node-selector k=v]...\n"
     "                     [--toleration KEY[=VALUE][:EFFECT[:SECONDS]]]...\n"
-    "                     [--volume /PATH=CLAIM]...\n"
+    "                     [--volume /PATH=CLAIM]... [--readiness PORT[/PATH]]\n"
+    "                     [--public-port PORT|*]...\n"
     "\n"
     "Creates one sandbox or a batch (POST /v1/sandboxes) and returns when every\n"
     "sandbox is exec-ready. Prints one line per sandbox and where they went.\n"
@@ -55,6 +56,8 @@ static const char create_usage[] =
     "  --wait S           when there is no room now, wait up to S seconds in the\n"
     "                     router's queue (fair share between tenants) and start as\n"
     "                     room frees; with --partial-ok what fits starts at once\n"
+    "  --public-port PORT this port of the sandbox takes no token (repeatable, up\n"
+    "                     to 16; * for every port); see `fedctl url`\n"
     "  --json             print the API response verbatim\n"
     "\n"
     "Pod options (placement uses only clusters that can host such pods; a pool's\n"
@@ -75,6 +78,9 @@ static const char create_usage[] =
     "  --volume /PATH=CLAIM\n"
     "                     mount PersistentVolumeClaim CLAIM of the sandbox\n"
     "                     namespace at /PATH (repeatable, up to 8)\n"
+    "  --readiness PORT[/PATH]\n"
+    "                     the pod is Ready once HTTP GET /PATH (default /) on PORT\n"
+    "                     answers, e.g. 49999/health for the Code Interpreter\n"
     "\n"
     "For a batch, a progress bar on stderr (when it is a terminal) counts the\n"
     "sandboxes of the batch that are already running.\n";
@@ -87,7 +93,8 @@ static const struct fc_opt create_opts[] = {
     {"image", 0, 1, C_IMAGE},       {"cpus", 0, 1, C_CPUS},           {"memory-gb", 0, 1, C_MEM},
     {"cluster", 0, 1, C_CLUSTER},   {"label", 0, 1, C_LABEL},         {"env", 0, 1, C_ENV},
     {"timeout", 0, 1, C_TIMEOUT},   {"partial-ok", 0, 0, C_PARTIAL},  {"secret", 0, 1, FC_OPT_SECRET},
-    {"wait", 0, 1, C_WAIT},         FC_POD_OPTS,                      {NULL, 0, 0, 0},
+    {"wait", 0, 1, C_WAIT},         {"public-port", 0, 1, FC_OPT_PUBLIC_PORT}, FC_POD_OPTS,
+    {NULL, 0, 0, 0},
 };
 
 /* Progress of a batch create, measured by listing the batch's sandboxes

@@ -350,8 +350,8 @@ static json_t *secret_names_json(const char *ann) {
   return out;
 }
 
-json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod) {
-  char id[256];
+json_t *api_sandbox_json(struct router *r, struct fr_adapter *a, const struct fr_pod *pod, int detail) {
+  char id[256], short_id[64], token[65];
   json_t *labels = api_labels_json(pod), *sb, *secrets;
   int64_t created = pod->created_s >= 0 ? pod->created_s : pod->creation_s;
 
@@ -368,14 +368,33 @@ json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod) {
   /* Which create-time secrets it was given (names, never values): only
    * when it has any. */
   secrets = secret_names_json(pod->secrets);
-  if (sb == NULL)
+  if (sb == NULL) {
     json_decref(secrets);
-  else if (secrets != NULL)
+    return NULL;
+  }
+  if (secrets != NULL)
     json_object_set_new(sb, "secrets", secrets);
+  /* Its ports (docs/api.md "Ports"): the short id of its host names, and
+   * for the owner's own look, the traffic token that opens them. */
+  if (ports_short_id(r, fr_adapter_name(a), pod->name, short_id, sizeof(short_id)) == 0)
+    json_object_set_new(sb, "short_id", json_string(short_id));
+  if (detail) {
+    const char *pub = fr_pod_label(pod, FR_LABEL_PUBLIC_PORTS);
+    if (ports_traffic_token(r, id, token) == 0)
+      json_object_set_new(sb, "traffic_token", json_string(token));
+    if (r->cfg->ports_domain != NULL)
+      json_object_set_new(sb, "domain", json_string(r->cfg->ports_domain));
+    if (pub != NULL)
+      json_object_set_new(sb, "public_ports", ports_public_json(pub));
+  }
   return sb;
 }
 
-const struct fr_pod *api_find_sandbox(struct api_req *q, const char *id, struct fr_adapter **out_a) {
+const struct fr_pod *api_find_sandbox(struct api_req *q, const char *given, struct fr_adapter **out_a) {
+  char canon[320];
+  /* A short id (one DNS label) stands for its <cluster>.<pod>. */
+  const char *id = strchr(given, '.') == NULL && api_canonical_id(q->r, given, canon, sizeof(canon)) == 0 ? canon
+                                                                                                        : given;
   const char *dot = strchr(id, '.');
   char cluster[64], pod_name[200];
   struct fr_adapter *a;
@@ -475,4 +494,24 @@ void api_pool_missing(struct api_req *q, const char *name) {
     }
   snprintf(msg, sizeof(msg), "no pool named \"%.100s\"", name);
   api_fail(q, 404, "pool_not_found", msg, NULL);
+}
+
+/* The clusters are the start-up snapshot's (a reload cannot change them),
+ * so the strings returned live as long as the router. */
+const char *api_cluster_code(struct router *r, const char *name) {
+  size_t i;
+
+  for (i = 0; i < r->boot->nclusters; i++)
+    if (strcmp(r->boot->clusters[i].name, name) == 0)
+      return r->boot->clusters[i].code;
+  return NULL;
+}
+
+const char *api_cluster_of_code(struct router *r, const char *code) {
+  size_t i;
+
+  for (i = 0; i < r->boot->nclusters; i++)
+    if (strcmp(r->boot->clusters[i].code, code) == 0)
+      return r->boot->clusters[i].name;
+  return NULL;
 }

@@ -100,6 +100,19 @@ json_t *api_body_object(struct api_req *q, const char *const *known, size_t flag
  * final), else 404 pool_not_found. */
 void api_pool_missing(struct api_req *q, const char *name);
 
+/* The four characters [a-z0-9] that stand for cluster <name> in short
+ * sandbox ids (ports.c): from the SHA-256 of the name, so every replica
+ * agrees; NULL for a cluster the router does not have. */
+const char *api_cluster_code(struct router *r, const char *name);
+/* The cluster whose code is <code>, or NULL. */
+const char *api_cluster_of_code(struct router *r, const char *code);
+/* <id> ("<cluster>.<pod>", or its short form "<pod'>-<code>") as
+ * "<cluster>.<pod>" into <out>; 0, or -1 when it is neither. */
+int api_canonical_id(struct router *r, const char *id, char *out, size_t cap);
+/* The tenant whose token is the bearer token of <req>, or NULL (no
+ * answer is made). */
+const char *api_tenant_of_bearer(struct router *r, const struct fr_http_req *req);
+
 /* The adapter named <name>, or NULL. */
 struct fr_adapter *api_adapter(struct router *r, const char *name);
 /* A claimed sandbox of <tenant>? Warm pool pods and other tenants' pods are
@@ -108,8 +121,9 @@ int api_owned_by(const struct fr_pod *pod, const char *tenant);
 /* May the tenant of <q> use pool record <pv> (its own, or shared)? */
 struct fr_adapter_pool_view;
 int api_pool_usable(const struct api_req *q, const struct fr_adapter_pool_view *pv);
-/* The sandbox as the API shows it. */
-json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod);
+/* The sandbox as the API shows it; <detail> (one sandbox, to its owner)
+ * adds its traffic token, the ports domain and its public ports. */
+json_t *api_sandbox_json(struct router *r, struct fr_adapter *a, const struct fr_pod *pod, int detail);
 /* Is <pod> still a sandbox to show? Not once it is on its way out
  * (fr_adapter_pod_leaving), except while the cluster evicts it
  * (fr_adapter_pod_evicted): then it shows as "evicted" until it is gone. */
@@ -167,6 +181,15 @@ void data_exec_stream(struct api_req *q, struct fr_adapter *a, const char *id, c
  * backpressure; a streamed body is bounded by the tenant's max_file_bytes. */
 void data_proxy(struct api_req *q, struct fr_adapter *a, const char *id, const char *agent_path,
                 const char *headers);
+/* files.c: the request <q> as it came to port <port> of sandbox <id>
+ * (<path_query>: what its server gets, checked as fr/urlsafe.h says;
+ * <headers>: the request headers to pass, '\n'-separated), and the
+ * server's answer back as it is: status, headers (not hop-by-hop), body,
+ * streamed both ways with backpressure. Nothing listening: 502
+ * port_not_open. <done>(<done_arg>) runs exactly once when the call is
+ * over, also when it could not start (the request is answered then). */
+void data_proxy_port(struct api_req *q, struct fr_adapter *a, const char *id, int port, const char *path_query,
+                     const char *headers, void (*done)(void *arg), void *done_arg);
 
 /* The route handlers of routes.c's table, by file. Each gets the parsed
  * path parameters (routes.h) and answers now or later. */
@@ -206,6 +229,29 @@ void procs_resize(struct api_req *q, const struct route_params *p);
 void files_get(struct api_req *q, const struct route_params *p);
 void files_put(struct api_req *q, const struct route_params *p);
 void files_delete(struct api_req *q, const struct route_params *p);
+/* ports.c: a sandbox's own ports (preview URLs). */
+void ports_path(struct api_req *q, const struct route_params *p);
+/* Host: <port>-<short id>.<ports.domain>: 1 when the request is for a
+ * sandbox's port (answered now or later), 0 when it is not (nothing
+ * answered). */
+int ports_host(struct api_req *q);
+/* E2B's call to <port> (not envd's) of sandbox <id> (canonical; <a>,
+ * <pod> found, its access token checked). */
+void ports_e2b(struct api_req *q, struct fr_adapter *a, const struct fr_pod *pod, const char *id, int port);
+/* The short id of <pod> of <cluster> (one DNS label of at most 57
+ * characters) into <out>; 0, or -1 when it has none. */
+int ports_short_id(struct router *r, const char *cluster, const char *pod, char *out, size_t cap);
+/* The sandbox's traffic token (64 hex + NUL) for id <id> (canonical):
+ * what E2B calls trafficAccessToken; -1 without an agent key. */
+int ports_traffic_token(const struct router *r, const char *id, char out[65]);
+/* The public-ports label value <v> ("all", "8000.8080") as the API shows
+ * it: "*" or [8000, 8080]. */
+json_t *ports_public_json(const char *v);
+/* May <req> reach <port> of sandbox <id> (canonical) on <pod> without the
+ * owner's credentials: the port is public on it, or the request carries
+ * its traffic token (E2B-Traffic-Access-Token or X-Traffic-Token)? */
+int ports_traffic_ok(const struct router *r, const struct fr_http_req *req, const char *id, const struct fr_pod *pod,
+                     int port);
 /* pools.c */
 void pools_create(struct api_req *q, const struct route_params *p);
 void pools_list(struct api_req *q, const struct route_params *p);

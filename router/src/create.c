@@ -46,7 +46,38 @@
 static const char *const create_fields[] = {"name", "num_sandboxes", "pool", "image", "cpus", "memory_gb",
                                             "env", "secrets", "volumes", "labels", "region", "clusters",
                                             "timeout_s", "partial_ok", "runtime_class", "node_selector",
-                                            "tolerations", "gpus", "wait_s", NULL};
+                                            "tolerations", "gpus", "public_ports", "readiness", "wait_s", NULL};
+
+/* "public_ports": "*" (every port) or an array of up to 16 ports (not the
+ * agent's) anyone may reach through the sandbox's preview URLs, as label
+ * fedrouter.io/public-ports ("all" or "8000.8080"); 0 or -1 answered. */
+static int parse_public_ports(struct api_req *q, json_t *v, char *out, size_t cap) {
+  size_t i, at = 0;
+  json_t *e;
+
+  out[0] = '\0';
+  if (json_is_string(v) && strcmp(json_string_value(v), "*") == 0) {
+    snprintf(out, cap, "all");
+    return 0;
+  }
+  if (!json_is_array(v) || json_array_size(v) > 16)
+    goto bad;
+  json_array_foreach(v, i, e) {
+    json_int_t port = json_is_integer(e) ? json_integer_value(e) : 0;
+    int n;
+    if (port < 1 || port > 65535 || port == FR_AGENT_DEFAULT_PORT)
+      goto bad;
+    n = snprintf(out + at, cap - at, "%s%d", at ? "." : "", (int)port);
+    if (n < 0 || (size_t)n >= cap - at)
+      goto bad;
+    at += (size_t)n;
+  }
+  return 0;
+bad:
+  api_field_fail(q, "public_ports",
+                 "public_ports is \"*\" or an array of up to 16 ports (1-65535, not the agent's 49983)");
+  return -1;
+}
 
 /* The create body, validated; strings borrowed from its JSON. */
 struct body_spec {
@@ -59,6 +90,7 @@ struct body_spec {
   int64_t timeout_s;
   int64_t wait_s;
   int partial_ok;
+  char public_ports[128];  /* label fedrouter.io/public-ports: "all", "8000.8080"; "" = private */
 };
 
 /* What the create made in one cluster, over all its batches. */
@@ -236,6 +268,9 @@ static int parse_create(struct api_req *q, json_t *j, struct body_spec *s) {
     }
     s->labels = v;
   }
+  if ((v = json_object_get(j, "public_ports")) != NULL && parse_public_ports(q, v, s->public_ports,
+                                                                            sizeof(s->public_ports)) != 0)
+    return -1;
   if ((v = json_object_get(j, "clusters")) != NULL) {
     json_t *e;
     if (!json_is_array(v) || json_array_size(v) == 0) {
@@ -646,7 +681,7 @@ static void on_item_done(struct batch *b, struct batch_item *it, struct batch_ca
   }
   fr_buf_free(&l);
   if (res->err == FR_SB_OK && res->pod != NULL)
-    it->user = api_sandbox_json(cd->a, res->pod);
+    it->user = api_sandbox_json(r, cd->a, res->pod, 1);
 }
 
 static int on_wanted(void *arg) {
@@ -1032,6 +1067,14 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain_only, int e
   cr->image = strdup(s.image ? s.image : pv->image);
   cr->env = s.env ? json_incref(s.env) : NULL;
   cr->labels = s.labels ? json_incref(s.labels) : NULL;
+  if (s.public_ports[0] != '\0') {
+    /* The user's labels and fedrouter's: a copy, the body's stays as sent. */
+    json_t *l = s.labels ? json_copy(s.labels) : json_object();
+    json_decref(cr->labels);
+    cr->labels = l;
+    if (l == NULL || json_object_set_new(l, FR_LABEL_PUBLIC_PORTS, json_string(s.public_ports)) != 0)
+      goto oom;
+  }
   cr->clusters = s.clusters ? json_incref(s.clusters) : NULL;
   cr->made = json_array();
   cr->cl = calloc(r->nadapters ? r->nadapters : 1, sizeof(*cr->cl));

@@ -53,26 +53,34 @@ enum { K_PLAIN, K_CREATE };
 /* ---------------------------------------------------------------------- */
 /* answers                                                                 */
 
-static int split_id(const char *id, char *cluster, size_t ccap, const char **pod) {
-  const char *dot = strchr(id, '.');
+/* <id> (either form, api_canonical_id) as "<cluster>.<pod>" into <canon>,
+ * split: <cluster> copied, *<pod> into <canon>. 0 or -1. */
+static int split_id(struct router *r, const char *id, char *canon, size_t canon_cap, char *cluster, size_t ccap,
+                    const char **pod) {
+  const char *dot;
 
-  if (dot == NULL || dot == id || (size_t)(dot - id) >= ccap)
+  if (api_canonical_id(r, id, canon, canon_cap) != 0 || (dot = strchr(canon, '.')) == NULL || dot == canon ||
+      (size_t)(dot - canon) >= ccap)
     return -1;
-  memcpy(cluster, id, (size_t)(dot - id));
-  cluster[dot - id] = '\0';
+  memcpy(cluster, canon, (size_t)(dot - canon));
+  cluster[dot - canon] = '\0';
   *pod = dot + 1;
   return 0;
 }
 
 /* A sandbox as E2B's API shows it (ListedSandbox; <detail> adds what
- * SandboxDetail and Sandbox carry: the envd access token). */
-static json_t *sandbox_json(struct fr_adapter *a, const struct fr_pod *pod, int detail) {
-  char id[256], token[65];
+ * SandboxDetail and Sandbox carry: the envd access token, the traffic
+ * token and the domain of its preview URLs). Its id is the short one
+ * (one DNS label: <port>-<id>.<domain> is a host name) when it has one. */
+static json_t *sandbox_json(struct router *r, struct fr_adapter *a, const struct fr_pod *pod, int detail) {
+  char id[320], canon[320], token[65];
   int64_t started = pod->created_s >= 0 ? pod->created_s : pod->creation_s;
   int64_t cpus = (pod->cpu_m + 999) / 1000;
   json_t *j;
 
-  snprintf(id, sizeof(id), "%s.%s", fr_adapter_name(a), pod->name);
+  snprintf(canon, sizeof(canon), "%s.%s", fr_adapter_name(a), pod->name);
+  if (ports_short_id(r, fr_adapter_name(a), pod->name, id, sizeof(id)) != 0)
+    snprintf(id, sizeof(id), "%s", canon);
   j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:i,s:o,s:s,s:[]}", "templateID",
                 pod->pool ? pod->pool : "", "alias", pod->pool ? pod->pool : "", "sandboxID", id, "clientID",
                 fr_adapter_name(a), "envdVersion", ENVD_VERSION, "startedAt", api_time_json(started), "endAt",
@@ -82,7 +90,9 @@ static json_t *sandbox_json(struct fr_adapter *a, const struct fr_pod *pod, int 
   if (j != NULL && detail) {
     if (fr_adapter_agent_token(a, pod->name, token) == 0)
       json_object_set_new(j, "envdAccessToken", json_string(token));
-    json_object_set_new(j, "domain", json_null());
+    if (ports_traffic_token(r, canon, token) == 0)
+      json_object_set_new(j, "trafficAccessToken", json_string(token));
+    json_object_set_new(j, "domain", r->cfg->ports_domain != NULL ? json_string(r->cfg->ports_domain) : json_null());
   }
   return j;
 }
@@ -90,15 +100,15 @@ static json_t *sandbox_json(struct fr_adapter *a, const struct fr_pod *pod, int 
 /* The create's v1 answer {"sandboxes":[{"id":...}]} as E2B's Sandbox. */
 static json_t *created_json(struct api_req *q, json_t *body) {
   const char *id = json_string_value(json_object_get(json_array_get(json_object_get(body, "sandboxes"), 0), "id"));
-  char cluster[64];
+  char cluster[64], canon[320];
   const char *pod;
   struct fr_adapter *a;
   const struct fr_pod *p;
 
-  if (id == NULL || split_id(id, cluster, sizeof(cluster), &pod) != 0 || (a = api_adapter(q->r, cluster)) == NULL ||
-      (p = fr_adapter_pod(a, pod)) == NULL)
+  if (id == NULL || split_id(q->r, id, canon, sizeof(canon), cluster, sizeof(cluster), &pod) != 0 ||
+      (a = api_adapter(q->r, cluster)) == NULL || (p = fr_adapter_pod(a, pod)) == NULL)
     return NULL;
-  return sandbox_json(a, p, 1);
+  return sandbox_json(q->r, a, p, 1);
 }
 
 /* shape_cb: every answer of /e2b in the SDK's shapes. */
@@ -186,6 +196,13 @@ static void create(struct api_req *q) {
     unsupported(q, "pausing sandboxes (autoPause)");
     return;
   }
+  /* The template names the config maps to pools (the SDKs' defaults:
+   * "base", "code-interpreter-v1"); any other name is a pool's. */
+  for (i = 0; i < q->cfg->ne2b_templates; i++)
+    if (strcmp(q->cfg->e2b_templates[i].name, tmpl) == 0) {
+      tmpl = q->cfg->e2b_templates[i].pool;
+      break;
+    }
   /* The v1 create of one sandbox from pool <templateID>: the same checks,
    * tenant limits, policy, region (X-Client-Region) and spillover. */
   v1 = json_pack("{s:s,s:s}", "name", "e2b", "pool", tmpl);
@@ -194,6 +211,11 @@ static void create(struct api_req *q) {
     api_oom(q);
     return;
   }
+  /* Private by default: with allowPublicTraffic its preview URLs need no
+   * traffic token. */
+  v = json_object_get(json_object_get(b, "network"), "allowPublicTraffic");
+  if (json_is_true(v))
+    json_object_set_new(v1, "public_ports", json_string("*"));
   if ((v = json_object_get(b, "metadata")) != NULL && !json_is_null(v))
     json_object_set(v1, "labels", v);
   if ((v = json_object_get(b, "envVars")) != NULL && !json_is_null(v))
@@ -226,7 +248,7 @@ static void op_done(int status, const char *message, void *arg) {
   struct op *o = arg;
   struct api_req *q = o->q;
   struct fr_adapter *a;
-  char cluster[64];
+  char cluster[64], canon[320];
   const char *pod;
   const struct fr_pod *p;
 
@@ -239,9 +261,10 @@ static void op_done(int status, const char *message, void *arg) {
              msg, status == 0 ? "Retry-After: 5\r\n" : NULL);
   } else if (!o->answer_sandbox) {
     api_reply(q, 204, NULL, NULL);
-  } else if (split_id(o->id, cluster, sizeof(cluster), &pod) == 0 && (a = api_adapter(q->r, cluster)) != NULL &&
+  } else if (split_id(q->r, o->id, canon, sizeof(canon), cluster, sizeof(cluster), &pod) == 0 &&
+             (a = api_adapter(q->r, cluster)) != NULL &&
              (p = fr_adapter_pod(a, pod)) != NULL) {
-    json_t *j = sandbox_json(a, p, 1);
+    json_t *j = sandbox_json(q->r, a, p, 1);
     if (j != NULL && o->expires > 0)
       json_object_set_new(j, "endAt", api_time_json(o->expires));
     api_reply(q, 200, j, NULL);
@@ -292,7 +315,7 @@ static void set_timeout(struct api_req *q, const char *id, int connect) {
     return;
   /* E2B's connect only ever lengthens a running sandbox's life. */
   if (t == 0 || (connect && pod->expires_s >= fr_wall_ms() / 1000 + t)) {
-    api_reply(q, 200, sandbox_json(a, pod, 1), NULL);
+    api_reply(q, 200, sandbox_json(q->r, a, pod, 1), NULL);
     return;
   }
   if ((o = calloc(1, sizeof(*o))) == NULL) {
@@ -471,7 +494,7 @@ static void list(struct api_req *q) {
       start++;
   arr = json_array();
   for (i = start; i < n && i < start + (size_t)limit; i++)
-    json_array_append_new(arr, sandbox_json(all[i].a, all[i].pod, 0));
+    json_array_append_new(arr, sandbox_json(q->r, all[i].a, all[i].pod, 0));
   hdr[0] = '\0';
   if (i < n)
     snprintf(hdr, sizeof(hdr), "X-Next-Token: %s\r\n", all[i - 1].id);
@@ -524,27 +547,80 @@ static int relay_param(const char *key, const char *value, void *arg) {
   return fr_url_query_escape(rq->out, rq->cap, &rq->at, value);
 }
 
+/* The sandbox <id> (either form) that the request may reach, of <tenant>
+ * when it is not NULL: its access token (X-Access-Token) proves it, or,
+ * for a call to <port> (0: envd's), the owner's API key, the traffic
+ * token or a public port (ports_traffic_ok). Found, reachable, its tenant's request
+ * admitted; <canon> gets its "<cluster>.<pod>" id. 0, or -1 after
+ * answering: a token that is not this sandbox's is answered like an id
+ * that does not exist, so nothing tells a guesser which ids are real. */
+static int by_token(struct api_req *q, const char *id, const char *tenant, int port, char *canon, size_t canon_cap,
+                    char *cluster, size_t ccap, struct fr_adapter **a, const struct fr_pod **p) {
+  const char *token = fr_http_req_header(q->req, "X-Access-Token");
+  const char *pod;
+  char msg[300];
+  int ok;
+
+  if (port == 0 && (token == NULL || *token == '\0')) {
+    api_fail(q, 401, "unauthorized", "missing X-Access-Token (the sandbox's envdAccessToken)", NULL);
+    return -1;
+  }
+  ok = split_id(q->r, id, canon, canon_cap, cluster, ccap, &pod) == 0 && (*a = api_adapter(q->r, cluster)) != NULL &&
+       (*p = fr_adapter_pod(*a, pod)) != NULL && (*p)->tenant != NULL &&
+       (tenant == NULL || strcmp(tenant, (*p)->tenant) == 0);
+  if (ok) /* the owner's API key reaches its ports, never envd */
+    ok = (token != NULL && *token != '\0' && fr_adapter_agent_token_ok(*a, pod, token)) ||
+         (port != 0 && (tenant != NULL || ports_traffic_ok(q->r, q->req, canon, *p, port)));
+  if (!ok) {
+    /* isRunning() is GET /health, and reads a 502 as "not running" (what
+     * E2B's proxy answers for a sandbox it does not know): that route
+     * says 502 for every id it cannot reach, the rest 404. */
+    int st = port == 0 && strcmp(q->req->path, "/e2b/health") == 0 ? 502 : 404;
+    snprintf(msg, sizeof(msg), "no sandbox %.200s for this access token", id);
+    api_fail(q, st, "sandbox_not_found", msg, NULL);
+    return -1;
+  }
+  api_set_tenant(q, (*p)->tenant);
+  router_note(q->req, "tenant", q->tenant);
+  if ((*p = api_find_reachable_sandbox(q, canon, a)) == NULL || !admitted(q))
+    return -1;
+  return 0;
+}
+
+/* E2B's call to a port of the sandbox other than envd's (E2b-Sandbox-Port:
+ * the Code Interpreter's 49999, a user's server): the request as it came,
+ * path and all, to that port (ports.c). The Code Interpreter SDK sends
+ * the traffic token alone on some calls (/contexts), the access token on
+ * others (/execute): either proves the caller. */
+static void port_relay(struct api_req *q, const char *id, const char *tenant, const char *port_text) {
+  char cluster[64], canon[320];
+  struct fr_adapter *a;
+  const struct fr_pod *p;
+  int64_t port;
+
+  if (fr_parse_int64(port_text, 1, 65535, &port) != 0) {
+    api_fail(q, 400, "invalid_port", "E2b-Sandbox-Port must be a port number from 1 to 65535", NULL);
+    return;
+  }
+  if (by_token(q, id, tenant, (int)port, canon, sizeof(canon), cluster, sizeof(cluster), &a, &p) != 0)
+    return;
+  ports_e2b(q, a, p, canon, (int)port);
+}
+
 /* A call into sandbox <id> (E2b-Sandbox-Id) for agent route <path>
  * ("/process.Process/Start", "/files", ...), by <tenant> (NULL: X-API-Key
  * absent; the access token alone proves it). */
 static void in_sandbox(struct api_req *q, const char *id, const char *tenant, const char *path) {
   static const char *const pass[] = {"Connect-Protocol-Version", "Connect-Timeout-Ms", "Keepalive-Ping-Interval",
                                      "Accept", NULL};
-  const char *token = fr_http_req_header(q->req, "X-Access-Token");
   const char *port = fr_http_req_header(q->req, "E2b-Sandbox-Port");
-  const char *pod;
   struct fr_adapter *a;
   const struct fr_pod *p;
-  char cluster[64], msg[400];
+  char cluster[64], canon[320], msg[400];
   struct fr_buf h;
   size_t i;
 
-  /* The SDK names envd's port; any other port is a user's service in the
-   * sandbox, which this endpoint does not reach. */
-  if (port != NULL && strcmp(port, ENVD_PORT) != 0) {
-    unsupported(q, "reaching other ports of a sandbox (E2b-Sandbox-Port)");
-    return;
-  }
+  (void)port; /* another port than envd's went to e2b_port_relay() */
   if (!agent_path_ok(path)) {
     snprintf(msg, sizeof(msg), "inside a sandbox, %.200s", path);
     unsupported(q, msg);
@@ -554,23 +630,9 @@ static void in_sandbox(struct api_req *q, const char *id, const char *tenant, co
     api_fail(q, 405, "method_not_allowed", "that method is not allowed on this sandbox route", NULL);
     return;
   }
-  if (token == NULL || *token == '\0') {
-    api_fail(q, 401, "unauthorized", "missing X-Access-Token (the sandbox's envdAccessToken)", NULL);
+  if (by_token(q, id, tenant, 0, canon, sizeof(canon), cluster, sizeof(cluster), &a, &p) != 0)
     return;
-  }
-  /* A token that is not this sandbox's is answered like an id that does
-   * not exist: nothing tells a guesser which ids are real. */
-  if (split_id(id, cluster, sizeof(cluster), &pod) != 0 || (a = api_adapter(q->r, cluster)) == NULL ||
-      !fr_adapter_agent_token_ok(a, pod, token) || (p = fr_adapter_pod(a, pod)) == NULL || p->tenant == NULL ||
-      (tenant != NULL && strcmp(tenant, p->tenant) != 0)) {
-    snprintf(msg, sizeof(msg), "no sandbox %.200s for this access token", id);
-    api_fail(q, 404, "sandbox_not_found", msg, NULL);
-    return;
-  }
-  api_set_tenant(q, p->tenant);
-  router_note(q->req, "tenant", q->tenant);
-  if (api_find_reachable_sandbox(q, id, &a) == NULL || !admitted(q))
-    return;
+  id = canon;
   fr_buf_init(&h);
   for (i = 0; pass[i] != NULL; i++) {
     const char *v = fr_http_req_header(q->req, pass[i]);
@@ -658,6 +720,11 @@ int e2b_begin(struct api_req *q, const struct route *r) {
   if (authenticate(q, &tenant) != 0)
     return -1;
   if (sid != NULL) {
+    const char *port = fr_http_req_header(q->req, "E2b-Sandbox-Port");
+    if (port != NULL && strcmp(port, ENVD_PORT) != 0) {
+      port_relay(q, sid, tenant, port);
+      return -1; /* answered, now or later */
+    }
     /* A call into a sandbox: its access token decides (in_sandbox). */
     if (!(r->flags & RF_E2B_SANDBOX)) {
       snprintf(what, sizeof(what), "inside a sandbox, %.200s", q->req->path + 4);
@@ -696,7 +763,7 @@ void e2b_get(struct api_req *q, const struct route_params *p) {
   const struct fr_pod *pod = find(q, p->id, &a);
 
   if (pod != NULL)
-    api_reply(q, 200, sandbox_json(a, pod, 1), NULL);
+    api_reply(q, 200, sandbox_json(q->r, a, pod, 1), NULL);
 }
 
 void e2b_kill(struct api_req *q, const struct route_params *p) {

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <jansson.h>
 
@@ -75,9 +76,14 @@ struct xfer {
   int64_t limit, received;      /* upload: the tenant's bound, bytes so far */
   int body_paused, body_done, answered;
   int raw;                      /* data_proxy: the agent's status, type and errors go back as they are */
+  int port;                     /* data_proxy_port: the sandbox's port (its headers go back too) */
+  void (*done)(void *arg);      /* data_proxy_port: called once when the call is over */
+  void *done_arg;
 };
 
 static void xfer_free(struct xfer *x) {
+  if (x->done != NULL)
+    x->done(x->done_arg);
   fr_buf_free(&x->err);
   free(x);
 }
@@ -130,6 +136,42 @@ static void dl_on_drain(struct fr_http_req *req) {
     fr_agent_call_resume(x->call);
 }
 
+/* A response header of a sandbox's server that goes back to the client:
+ * not hop-by-hop, not the framing or the type (set again), not ours. */
+static int passes_back(const char *line, size_t n) {
+  static const char *const drop[] = {"connection:", "keep-alive:", "proxy-", "te:", "trailer:",
+                                     "transfer-encoding:", "upgrade:", "content-length:", "content-type:",
+                                     "date:", "x-request-id:", "server:", "audit-id:", NULL};
+  size_t i;
+
+  for (i = 0; drop[i] != NULL; i++)
+    if (n >= strlen(drop[i]) && strncasecmp(line, drop[i], strlen(drop[i])) == 0)
+      return 0;
+  return memchr(line, ':', n) != NULL;
+}
+
+static void port_head(struct xfer *x, int status, const char *content_type, const char *headers, int64_t len) {
+  struct fr_buf h;
+  const char *line, *end;
+
+  fr_buf_init(&h);
+  fr_buf_printf(&h, "X-Request-Id: %s\r\n", x->q->rid);
+  for (line = headers; line != NULL && *line != '\0'; line = *end ? end + 1 : end) {
+    size_t n;
+    end = line + strcspn(line, "\n");
+    n = (size_t)(end - line);
+    if (n > 0 && line[n - 1] == '\r')
+      n--;
+    if (n > 0 && passes_back(line, n))
+      fr_buf_printf(&h, "%.*s\r\n", (int)n, line);
+  }
+  if (h.data != NULL && x->q->req != NULL) {
+    fr_http_stream_begin_length(x->q->req, status, content_type, h.data, len);
+    x->q->streaming = 1;
+  }
+  fr_buf_free(&h);
+}
+
 static void dl_head(int status, const char *content_type, const char *headers, void *arg) {
   struct xfer *x = arg;
   char v[32];
@@ -137,7 +179,9 @@ static void dl_head(int status, const char *content_type, const char *headers, v
 
   if (fr_agent_header(headers, "Content-Length", v, sizeof(v)) == 0 && fr_parse_int64(v, 0, INT64_MAX, &n) == 0)
     len = n;
-  if (x->raw)
+  if (x->port != 0)
+    port_head(x, status, content_type, headers, status == 204 || status == 304 ? FR_HTTP_NO_BODY : len);
+  else if (x->raw)
     api_stream_begin(x->q, status, content_type != NULL ? content_type : "application/octet-stream", NULL, len);
   else
     api_stream_begin(x->q, 200, "application/octet-stream", NULL, len);
@@ -437,3 +481,69 @@ void data_proxy(struct api_req *q, struct fr_adapter *a, const char *id, const c
   xfer_start(x, id, &o);
 }
 
+
+/* ---------------------------------------------------------------------- */
+/* a port the sandbox serves                                               */
+
+static void port_done(const struct fr_agent_result *res, void *arg) {
+  struct xfer *x = arg;
+  struct api_req *q = xfer_call_over(x);
+  char msg[500];
+
+  if (x->answered)
+    ;
+  else if (q->streaming)
+    api_stream_end(q, res->err == FR_AGENT_OK);
+  else if (res->err == FR_AGENT_OK)
+    /* The server's own 502/503/504 (held whole, up to 1 MiB). */
+    api_reply_raw(q, res->status, "text/plain; charset=utf-8", res->body, res->body_len);
+  else if (res->flags & FR_AGENT_PORT_CLOSED) {
+    snprintf(msg, sizeof(msg), "nothing listens on port %d of the sandbox", x->port);
+    api_fail(q, 502, "port_not_open", msg, NULL);
+  } else {
+    snprintf(msg, sizeof(msg), "port %d of the sandbox could not be reached: %.300s", x->port,
+             res->message != NULL ? res->message : "no answer");
+    api_fail(q, 502, "port_unreachable", msg, NULL);
+  }
+  xfer_free(x);
+}
+
+void data_proxy_port(struct api_req *q, struct fr_adapter *a, const char *id, int port, const char *path_query,
+                     const char *headers, void (*done)(void *arg), void *done_arg) {
+  struct fr_agent_call_opts o;
+  struct xfer *x;
+
+  if ((x = xfer_new(q, a)) == NULL) {
+    done(done_arg);
+    return;
+  }
+  /* From here xfer_free() runs <done>, whatever becomes of the call. */
+  x->done = done;
+  x->done_arg = done_arg;
+  x->raw = 1;
+  x->port = port;
+  x->limit = q->ts != NULL ? q->ts->max_file_bytes : FR_DEFAULT_TENANT_FILE_BYTES;
+  memset(&o, 0, sizeof(o));
+  o.port = port;
+  o.method = q->req->method;
+  o.path = path_query;
+  o.content_type = fr_http_req_header(q->req, "Content-Type");
+  o.headers = headers;
+  o.request_id = q->rid;
+  o.on_head = dl_head;
+  o.on_data = dl_data;
+  o.on_done = port_done;
+  o.arg = x;
+  if (q->req->body_streaming) {
+    const char *cl = fr_http_req_header(q->req, "Content-Length");
+    o.stream_body = 1;
+    if (cl == NULL || fr_parse_int64(cl, 0, INT64_MAX, &o.body_size) != 0)
+      o.body_size = -1;
+    o.on_drain = up_drain;
+    up_start(x, id, &o);
+    return;
+  }
+  o.body = q->req->body_len > 0 ? q->req->body : NULL;
+  o.body_len = q->req->body_len;
+  xfer_start(x, id, &o);
+}

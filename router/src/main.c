@@ -120,8 +120,19 @@ static int config_check(const char *path) {
   for (i = 0; i < cfg->nclusters; i++) {
     struct fr_kube_creds *creds;
     char kerr[768];
-    if (fr_kubeconfig_load(cfg->clusters[i].kubeconfig, cfg->clusters[i].context, &creds, kerr,
-                           sizeof(kerr)) != 0) {
+    int rc;
+    if (cfg->clusters[i].in_cluster) {
+      /* The pod's service account: checkable only inside the pod. */
+      rc = fr_kubeconfig_in_cluster(NULL, &creds, kerr, sizeof(kerr));
+      if (rc == -ENOENT) {
+        printf("%s: cluster \"%s\": in_cluster: not checked here (%s)\n", cfg->source, cfg->clusters[i].name,
+               kerr);
+        continue;
+      }
+    } else {
+      rc = fr_kubeconfig_load(cfg->clusters[i].kubeconfig, cfg->clusters[i].context, &creds, kerr, sizeof(kerr));
+    }
+    if (rc != 0) {
       fprintf(stderr, "%s: cluster \"%s\": %s\n", cfg->source, cfg->clusters[i].name, kerr);
       bad = 1;
       continue;
@@ -518,7 +529,7 @@ int main(int argc, char **argv) {
     const struct fr_config_cluster *cc = &r.cfg->clusters[i];
     struct fr_adapter_opts ao = {cc->name, cc->region, cc->kubeconfig, cc->context, cc->ns,
                                  r.cfg->agent_image != NULL ? &r.agent : NULL, r.cfg->gpu_resource,
-                                 r.cfg->batch_commit_timeout_s, r.cfg->run_as_user};
+                                 r.cfg->batch_commit_timeout_s, r.cfg->run_as_user, cc->in_cluster};
     char err[768];
     if (fr_adapter_new(r.loop, &ao, &r.adapters[i], err, sizeof(err)) != 0) {
       fprintf(stderr, "fedrouter: cluster \"%s\": %s\n", r.cfg->clusters[i].name, err);

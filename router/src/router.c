@@ -142,6 +142,18 @@ static int metrics_allowed(struct router *r, struct fr_http_req *req) {
   return fr_secret_equal(hash, r->cfg->metrics_token_sha256);
 }
 
+const char *api_tenant_of_bearer(struct router *r, const struct fr_http_req *req) {
+  const char *h = fr_http_req_header(req, "Authorization");
+  const struct fr_config_token *tok;
+  const struct fr_config_tenant *t;
+
+  if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0 || h[7] == '\0' ||
+      (t = fr_config_tenant_by_token(r->cfg, h + 7, &tok)) == NULL ||
+      fr_config_token_expired(tok, fr_wall_ms() / 1000))
+    return NULL;
+  return t->name;
+}
+
 int router_authenticate(struct api_req *q, const char *token, const char *scheme) {
   const struct fr_config_token *tok;
   const struct fr_config_tenant *t;
@@ -471,8 +483,10 @@ static void handle(struct fr_http_req *req, struct router *r, int health_only) {
   }
   /* While shutting down every request still gets its answer: the load
    * balancer stops sending once /readyz fails, and what was already on its
-   * way (also after the listener closed, on open connections) is served. */
-  route_dispatch(q, health_only);
+   * way (also after the listener closed, on open connections) is served.
+   * A Host naming a sandbox's port (a preview URL) is the sandbox's. */
+  if (health_only || !ports_host(q))
+    route_dispatch(q, health_only);
   api_req_unref(q);
 }
 

@@ -25,6 +25,9 @@ struct reload;
 struct queue;
 struct execwait;
 
+#define PORTS_INFLIGHT_BUCKETS 256
+struct port_inflight;
+
 struct router {
   uv_loop_t *loop;
   struct fr_config *cfg;          /* the current snapshot, one reference held; a reload swaps it
@@ -46,6 +49,8 @@ struct router {
   struct reload *reload;          /* reload.c: the config's reloads */
   struct queue *queue;            /* queue.c: creates waiting for room */
   struct execwait *execwait;      /* execwait.c: execs waiting for a slot */
+  /* Requests in flight to sandboxes' ports, by id (ports.c). */
+  struct port_inflight *port_inflight[PORTS_INFLIGHT_BUCKETS];
 
   struct metrics *metrics;
   /* Recent spillover events for the dashboard (ring, newest at next-1). */

@@ -44,6 +44,7 @@ static const struct route routes[] = {
     {"POST", PROC "/stdin", procs_stdin, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},
     {"POST", PROC "/signal", procs_signal, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},
     {"POST", PROC "/resize", procs_resize, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},
+    {"*", SB "/ports/{port}/{tail*}", ports_path, RF_TENANT | RF_SANDBOX | RF_REACH | RF_STREAM_BODY, NULL},
     {"GET", SB "/files", files_get, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},
     {"PUT", SB "/files", files_put, RF_TENANT | RF_SANDBOX | RF_REACH | RF_STREAM_BODY, NULL},
     {"POST", SB "/files", files_put, RF_TENANT | RF_SANDBOX | RF_REACH | RF_STREAM_BODY, NULL},
@@ -109,7 +110,16 @@ static int segment_match(const char *pat, size_t pn, const char *seg, size_t n, 
     slot = &p->svc;
   else if (pn == 5 && memcmp(pat, "{rpc}", 5) == 0)
     slot = &p->rpc;
-  else if (pn == 5 && memcmp(pat, "{pid}", 5) == 0) {
+  else if (pn == 6 && memcmp(pat, "{port}", 6) == 0) {
+    char v[8];
+    int64_t port;
+    if (n < sizeof(v)) {
+      memcpy(v, seg, n);
+      v[n] = '\0';
+      p->port = fr_parse_int64(v, 1, 65535, &port) == 0 ? (int)port : 0;
+    }
+    return 1;
+  } else if (pn == 5 && memcmp(pat, "{pid}", 5) == 0) {
     char v[24];
     int64_t pid;
     if (n >= sizeof(v))
@@ -265,9 +275,18 @@ void route_dispatch(struct api_req *q, int health_only) {
     api_fail(q, 400, "invalid_pid", "a pid is a positive integer", NULL);
     return;
   }
+  if (strstr(r->pattern, "{port}") != NULL && p.port <= 0) {
+    api_fail(q, 400, "invalid_port", "a port is an integer from 1 to 65535", NULL);
+    return;
+  }
   if ((r->flags & RF_SANDBOX) &&
       ((p.pod = (r->flags & RF_REACH) ? api_find_reachable_sandbox(q, p.id, &p.a) : api_find_sandbox(q, p.id, &p.a)) ==
        NULL))
     return; /* answered: 400/404/503 */
+  if (r->flags & RF_SANDBOX) {
+    /* Handlers see the canonical "<cluster>.<pod>", whichever form came. */
+    snprintf(p.canon, sizeof(p.canon), "%s.%s", fr_adapter_name(p.a), p.pod->name);
+    p.id = p.canon;
+  }
   r->fn(q, &p);
 }

@@ -38,9 +38,11 @@ enum route_flags {
 struct route_params {
   const char *id, *name, *svc, *rpc, *tail;
   int64_t pid;                 /* {pid}: a positive integer (checked), else 0 */
+  int port;                    /* {port}: 1-65535 (checked), else 0 */
   struct fr_adapter *a;        /* RF_SANDBOX: the sandbox's cluster */
   const struct fr_pod *pod;    /* RF_SANDBOX: the sandbox's pod (valid during the handler) */
   char buf[1024];
+  char canon[320];             /* RF_SANDBOX: <id> as "<cluster>.<pod>" (a short id resolved) */
 };
 
 typedef void (*route_fn)(struct api_req *q, const struct route_params *p);

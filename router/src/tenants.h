@@ -40,6 +40,7 @@ struct tenant_state {
   int64_t execs;                  /* execs running */
   int64_t creating;               /* sandboxes of batches not finished yet */
   int64_t creating_cpu_m, creating_mem_b, creating_gpus; /* ... and what they ask for */
+  int64_t port_requests;          /* requests to its sandboxes' ports in flight (ports.c) */
 };
 
 /* Builds the table from <r>->cfg at start-up: 0 or -ENOMEM. */

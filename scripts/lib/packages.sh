@@ -4,9 +4,15 @@
 # clang and libclang-rt-dev (libFuzzer and clang's sanitizer runtimes) are
 # for the fuzz build only (scripts/fuzz, tests/fuzz). haproxy runs the
 # replicas_haproxy test and the `replicas` benchmark (three routers behind it).
+# wrk drives the `gateway` benchmark's request rates (loadtest/gateway_bench.py).
 # python3-kubernetes is the official Kubernetes Python client the
 # kube_python_client test drives kubesim with (it runs under /usr/bin/python3,
-# whose dist-packages Debian installs it into).
+# whose dist-packages Debian installs it into). python3-pip is the `pip` of
+# kubesim's python images (python3 -m pip; the kubesim_isolation test runs it).
+# python3-jupyter-client, python3-ipykernel and python3-matplotlib are what
+# the code interpreter (deploy/code-interpreter/server.py, the
+# code-interpreter image) runs on; tests/codeint starts it under
+# /usr/bin/python3.
 #
 #   FR_PACKAGES           the package names
 #   fr_install_packages   installs whichever of them are not installed yet:
@@ -22,9 +28,10 @@ FR_PACKAGES=(
   check libsubunit-dev libhttp-parser-dev libyaml-dev libbsd-dev
   openssl ca-certificates procps python3 curl
   prometheus chromium
-  haproxy
-  python3-yaml python3-kubernetes
+  haproxy wrk
+  python3-yaml python3-kubernetes python3-pip
   clang libclang-rt-dev
+  python3-jupyter-client python3-ipykernel python3-matplotlib
 )
 
 fr_install_packages() {

@@ -1733,6 +1733,63 @@ START_TEST(token_file_reread_on_401) {
 }
 END_TEST
 
+static void set_tokens(const char *json) {
+  struct result r;
+
+  call(admin, "PUT", "/_sim/tokens", json, 0, &r);
+  ck_assert_msg(r.status == 200, "tokens %s: %d %s", json, r.status, r.body);
+  result_free(&r);
+}
+
+/* A projected service-account token rotates without the old one being
+ * refused first: client-go reads the file again about every minute.
+ * With token_reread_ms = 50 the new token is used (no 401 needed: the
+ * old one is no longer accepted when the call is made, and it answers on
+ * the first attempt); with the default minute the same sequence costs a
+ * 401 and a second attempt. */
+START_TEST(token_file_reread_periodically_without_a_401) {
+  struct fr_kube_creds *tc = fr_kube_creds_dup(creds);
+  struct fr_kube_client_opts o = fast_opts;
+  struct fr_kube_client *c, *slow;
+  struct result r;
+  char path[160];
+
+  snprintf(path, sizeof(path), "%s/token", tmpdir);
+  write_file(path, TOKEN "\n", 0600);
+  free(tc->token);
+  tc->token = strdup(TOKEN);
+  tc->token_file = strdup(path);
+  o.token_reread_ms = 50;
+  c = client_new(tc, &o);
+  slow = client_new(tc, &fast_opts);
+  call(c, "GET", "/version", NULL, 1, &r);
+  ck_assert_int_eq(r.status, 200);
+  result_free(&r);
+  call(slow, "GET", "/version", NULL, 1, &r);
+  ck_assert_int_eq(r.status, 200);
+  result_free(&r);
+  /* The kubelet rotates the file; the API server accepts both for a
+   * while, then only the new one. */
+  set_tokens("{\"tokens\":[\"" TOKEN "\",\"rotated-token\"]}");
+  write_file(path, "rotated-token\n", 0600);
+  run_for(80);
+  set_tokens("{\"tokens\":[\"rotated-token\"]}");
+  call(c, "GET", "/version", NULL, 1, &r);
+  ck_assert_int_eq(r.status, 200);
+  ck_assert_int_eq(r.attempts, 1);
+  result_free(&r);
+  call(slow, "GET", "/version", NULL, 1, &r);
+  ck_assert_int_eq(r.status, 200);
+  ck_assert_int_eq(r.attempts, 2); /* the old token, a 401, the file again */
+  result_free(&r);
+  set_tokens("{\"tokens\":[\"" TOKEN "\"]}");
+  client_free_wait(c);
+  client_free_wait(slow);
+  fr_kube_creds_free(tc);
+  finish_test();
+}
+END_TEST
+
 /* ------------------------------------------------------------ suite */
 
 static Suite *kube_suite(void) {
@@ -1770,6 +1827,7 @@ static Suite *kube_suite(void) {
   tcase_add_test(tc, exec_plugin_garbage_or_failure_reports_clear_error);
   tcase_add_test(tc, client_free_while_plugin_runs_kills_and_reaps_it);
   tcase_add_test(tc, token_file_reread_on_401);
+  tcase_add_test(tc, token_file_reread_periodically_without_a_401);
   suite_add_tcase(s, tc);
   return s;
 }

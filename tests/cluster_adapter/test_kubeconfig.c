@@ -919,6 +919,105 @@ START_TEST(errors_table_code_line_message) {
 }
 END_TEST
 
+/* ---- in-cluster (a pod's service account) ---- */
+
+static int in_cluster(const char *host, const char *port, struct fr_kube_creds **c) {
+  struct fr_in_cluster_opts o = {g_dir, host, port};
+
+  return fr_kubeconfig_in_cluster(&o, c, g_err, sizeof(g_err));
+}
+
+START_TEST(in_cluster_service_account_files_and_environment) {
+  struct fr_kube_creds *c = NULL;
+  char want[PATH_MAX + 16];
+
+  unsetenv("POD_NAMESPACE");
+  put("token", "eyJhbGciOi.projected.token\n");
+  put("ca.crt", CERT_PEM);
+  put("namespace", "fedrouter-gateway\n");
+  ck_assert_msg(in_cluster("10.96.0.1", "443", &c) == 0, "%s", g_err);
+  ck_assert_str_eq(c->server, "https://10.96.0.1:443");
+  ck_assert_str_eq(c->token, "eyJhbGciOi.projected.token");
+  snprintf(want, sizeof(want), "%s/token", g_dir);
+  ck_assert_str_eq(c->token_file, want); /* re-read by the client as it rotates */
+  ck_assert_str_eq(c->ca_pem, CERT_PEM);
+  ck_assert_uint_eq(c->ca_len, strlen(CERT_PEM));
+  ck_assert_str_eq(c->ns, "fedrouter-gateway");
+  ck_assert_int_eq(c->insecure, 0);
+  ck_assert_ptr_null(c->exec);
+  fr_kube_creds_free(c);
+  /* IPv6 in brackets; POD_NAMESPACE wins over the file (clientcmd). */
+  setenv("POD_NAMESPACE", "from-env", 1);
+  ck_assert_int_eq(in_cluster("fd00:10:96::1", "6443", &c), 0);
+  ck_assert_str_eq(c->server, "https://[fd00:10:96::1]:6443");
+  ck_assert_str_eq(c->ns, "from-env");
+  fr_kube_creds_free(c);
+  unsetenv("POD_NAMESPACE");
+  /* No namespace file: ns unset (callers default it). */
+  {
+    char p[PATH_MAX + 16];
+    snprintf(p, sizeof(p), "%s/namespace", g_dir);
+    unlink(p);
+  }
+  ck_assert_int_eq(in_cluster("10.96.0.1", "443", &c), 0);
+  ck_assert_ptr_null(c->ns);
+  fr_kube_creds_free(c);
+}
+END_TEST
+
+START_TEST(in_cluster_from_environment_variables) {
+  struct fr_kube_creds *c = NULL;
+  struct fr_in_cluster_opts o = {NULL, NULL, NULL};
+
+  put("token", "t");
+  put("ca.crt", CERT_PEM);
+  setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1", 1);
+  setenv("KUBERNETES_SERVICE_PORT", "6443", 1);
+  setenv("FR_SERVICEACCOUNT_DIR", g_dir, 1);
+  ck_assert_msg(fr_kubeconfig_in_cluster(&o, &c, g_err, sizeof(g_err)) == 0, "%s", g_err);
+  ck_assert_str_eq(c->server, "https://127.0.0.1:6443");
+  ck_assert_str_eq(c->token, "t");
+  fr_kube_creds_free(c);
+  ck_assert_msg(fr_kubeconfig_in_cluster(NULL, &c, g_err, sizeof(g_err)) == 0, "%s", g_err);
+  fr_kube_creds_free(c);
+  /* Outside a pod: client-go's ErrNotInCluster. */
+  unsetenv("KUBERNETES_SERVICE_PORT");
+  ck_assert_int_eq(fr_kubeconfig_in_cluster(&o, &c, g_err, sizeof(g_err)), -ENOENT);
+  ck_assert_ptr_null(c);
+  ck_assert_ptr_nonnull(strstr(g_err, "KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be set"));
+  unsetenv("KUBERNETES_SERVICE_HOST");
+  unsetenv("FR_SERVICEACCOUNT_DIR");
+}
+END_TEST
+
+START_TEST(in_cluster_errors_say_which_file) {
+  struct fr_kube_creds *c = NULL;
+
+  /* No token file: not in a pod with a service account. */
+  put("ca.crt", CERT_PEM);
+  ck_assert_int_eq(in_cluster("10.96.0.1", "443", &c), -ENOENT);
+  ck_assert_ptr_null(c);
+  ck_assert_msg(strstr(g_err, "/token") != NULL, "%s", g_err);
+  put("token", "\n");
+  ck_assert_int_eq(in_cluster("10.96.0.1", "443", &c), -EINVAL);
+  ck_assert_msg(strstr(g_err, "is empty") != NULL, "%s", g_err);
+  put("token", "a\nb\n");
+  ck_assert_int_eq(in_cluster("10.96.0.1", "443", &c), -EINVAL);
+  ck_assert_msg(strstr(g_err, "several lines") != NULL, "%s", g_err);
+  put("token", "ok");
+  put("ca.crt", "not a certificate");
+  ck_assert_int_eq(in_cluster("10.96.0.1", "443", &c), -EINVAL);
+  ck_assert_msg(strstr(g_err, "ca.crt is not a PEM file") != NULL, "%s", g_err);
+  put("ca.crt", CERT_PEM);
+  ck_assert_int_eq(in_cluster("10.96.0.1", "http", &c), -EINVAL);
+  ck_assert_int_eq(in_cluster("10.96.0.1", "0", &c), -EINVAL);
+  ck_assert_int_eq(in_cluster("evil/path", "443", &c), -EINVAL);
+  ck_assert_int_eq(in_cluster("user@host", "443", &c), -EINVAL);
+  ck_assert_int_eq(in_cluster("", "443", &c), -ENOENT);
+  ck_assert_ptr_null(c);
+}
+END_TEST
+
 static Suite *kubeconfig_suite(void) {
   Suite *s = suite_create("kubeconfig");
   TCase *tc;
@@ -950,6 +1049,13 @@ static Suite *kubeconfig_suite(void) {
   tcase_add_test(tc, creds_dup_deep_copy_equal);
   tcase_add_test(tc, unknown_field_near_miss_warned_and_ignored);
   tcase_add_test(tc, creds_free_and_dup_null_safe);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("in_cluster");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, in_cluster_service_account_files_and_environment);
+  tcase_add_test(tc, in_cluster_from_environment_variables);
+  tcase_add_test(tc, in_cluster_errors_say_which_file);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("errors");

@@ -128,6 +128,8 @@ struct fx {
   int port_after;
   size_t nconns;        /* when the server was freed */
   size_t nconns_mid;    /* recorded by the client mid-test */
+  int tun_eofs, tun_ends, tun_err;
+  size_t tun_bytes;
 
   /* TLS */
   SSL_CTX *server_ctx;
@@ -678,6 +680,28 @@ static void handle_ws(struct fx *f, struct fr_http_req *req) {
     f->cb_errors++;
 }
 
+/* /tunnel: an echo after a 101, the peer's end answered by ours. */
+static void tun_data(struct fr_http_req *req, const char *data, size_t len) {
+  struct fx *f = req->data;
+
+  if (data == NULL) {
+    f->tun_eofs++;
+    if (fr_http_tunnel_write(req, "bye", 3) != 0 || fr_http_tunnel_shutdown(req) != 0)
+      f->cb_errors++;
+    return;
+  }
+  f->tun_bytes += len;
+  if (fr_http_tunnel_write(req, data, len) != 0)
+    f->cb_errors++;
+}
+
+static void tun_end(struct fr_http_req *req, int err) {
+  struct fx *f = req->data;
+
+  f->tun_ends++;
+  f->tun_err = err;
+}
+
 static void handler(struct fr_http_req *req, void *arg) {
   struct fx *f = arg;
   char out[8192];
@@ -759,6 +783,12 @@ static void handler(struct fr_http_req *req, void *arg) {
     f->held = req;
   } else if (strcmp(req->path, "/ws") == 0) {
     handle_ws(f, req);
+  } else if (strcmp(req->path, "/tunnel") == 0) {
+    static const char head[] = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x-echo\r\nConnection: Upgrade\r\n\r\n";
+    if (fr_http_req_header(req, "Upgrade") == NULL)
+      rc = fr_http_respond(req, 400, "text/plain", NULL, "no upgrade", 10);
+    else if (fr_http_tunnel_begin(req, 101, head, sizeof(head) - 1, tun_data, tun_end) != 0)
+      f->cb_errors++;
   } else {
     rc = fr_http_respond(req, 404, "text/plain", NULL, "not found", 9);
   }
@@ -1045,6 +1075,56 @@ START_TEST(keepalive_two_requests_share_connection) {
   /* Both on one connection: it was still open when the server was freed. */
   ck_assert_uint_eq(fx.nconns, 1);
   ck_assert_int_eq(fx.closed, 1);
+}
+END_TEST
+
+static int tunnel_ended(struct fx *f) {
+  return f->tun_ends == 1;
+}
+
+/* Bytes sent with the upgrade request come first, then each write is
+ * echoed; our FIN reaches the handler once, its last words and its FIN
+ * come back, and the tunnel ends cleanly. */
+static void client_tunnel(struct fx *f) {
+  struct client *cl = &f->cl[0];
+  size_t end;
+
+  if (cl_connect(f, cl) != 0 ||
+      cl_sends(f, cl, "GET /tunnel HTTP/1.1\r\nHost: x\r\nUpgrade: x-echo\r\nConnection: Upgrade\r\n\r\nearly") != 0 ||
+      cl_need_until(f, cl, "\r\n\r\n", "101 head", &end) != 0)
+    return;
+  if (strncmp(cl->buf, "HTTP/1.1 101 ", 13) != 0) {
+    cfail(f, "not a 101: %.*s", (int)end, cl->buf);
+    return;
+  }
+  cl_consume(cl, end);
+  if (cl_sends(f, cl, "-more") != 0 || cl_need(f, cl, 10, "echo") != 0)
+    return;
+  if (memcmp(cl->buf, "early-more", 10) != 0) {
+    cfail(f, "echo: %.*s", (int)cl->len, cl->buf);
+    return;
+  }
+  cl_consume(cl, 10);
+  shutdown(cl->fd, SHUT_WR);
+  if (cl_need(f, cl, 3, "last words") != 0)
+    return;
+  if (memcmp(cl->buf, "bye", 3) != 0) {
+    cfail(f, "after our FIN: %.*s", (int)cl->len, cl->buf);
+    return;
+  }
+  cl_consume(cl, 3);
+  if (cl_expect_closed(f, cl, "tunnel end") != 0)
+    return;
+  wait_for(f, tunnel_ended, "the tunnel's end");
+}
+
+START_TEST(tunnel_echoes_both_ways_and_half_closes) {
+  fx_start(NULL);
+  fx_run(client_tunnel);
+  ck_assert_int_eq(fx.tun_eofs, 1);
+  ck_assert_int_eq(fx.tun_ends, 1);
+  ck_assert_int_eq(fx.tun_err, 0);
+  ck_assert_uint_eq(fx.tun_bytes, 10);
 }
 END_TEST
 
@@ -2422,6 +2502,7 @@ static Suite *http_suite(void) {
   tcase_add_test(tc, done_cb_reports_refused_request);
   tcase_add_test(tc, head_request_gets_length_without_body);
   tcase_add_test(tc, keepalive_two_requests_share_connection);
+  tcase_add_test(tc, tunnel_echoes_both_ways_and_half_closes);
   tcase_add_test(tc, pipelined_requests_answered_in_order);
   tcase_add_test(tc, connection_close_request_closes_after_response);
   tcase_add_test(tc, unknown_path_gets_handler_404);

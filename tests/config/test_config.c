@@ -116,6 +116,8 @@ START_TEST(example_fedrouter_conf_loads_with_documented_values) {
   ck_assert_uint_eq(c->max_body_bytes, 1048576);
   ck_assert_int_eq(c->max_exec_output_bytes, 16777216);
   ck_assert_int_eq(c->max_exec_timeout_s, 3600);
+  /* The example runs sandboxes as a non-root uid. */
+  ck_assert_int_eq(c->run_as_user, 1000);
 
   ck_assert_uint_eq(c->ntenants, 2);
   ck_assert_str_eq(c->tenants[0].name, "rl");
@@ -176,6 +178,7 @@ START_TEST(example_demo_conf_loads_with_three_clusters_and_demo_tenant) {
                    "7c43ef5ae21d43ce2743f770c68e24def1a43ee2f416d2438410c8af7af2ff2c");
   ck_assert_ptr_eq(fr_config_tenant_by_token(c, "demo-token", NULL), &c->tenants[0]);
   ck_assert_ptr_null(fr_config_tenant_by_token(c, "demo-token ", NULL));
+  ck_assert_int_eq(c->run_as_user, 1000);
   ck_assert_uint_eq(c->nclusters, 3);
   for (i = 0; i < 3; i++) {
     char kc[128];
@@ -216,6 +219,31 @@ START_TEST(config_minimal_gets_defaults) {
   ck_assert_ptr_null(c->clusters[0].context);
   ck_assert_double_eq(c->clusters[0].cost.per_core_hour, 0);
   ck_assert_int_eq(c->clusters[0].cost.sandboxes_per_node, 0);
+  fr_config_unref(c);
+}
+END_TEST
+
+/* Preview URLs' domain (with the port clients dial), the bounds on
+ * requests to sandbox ports, E2B template names standing for pools. */
+START_TEST(config_ports_and_e2b_templates_loaded) {
+  struct fr_config *c = load_ok(MINIMAL "ports = { domain = \"sbx.localhost:8080\"; max_requests_per_sandbox = 8; };\n"
+                                        "e2b = { templates = ( { name = \"code-interpreter-v1\"; pool = \"ci\"; },\n"
+                                        "                      { name = \"base\"; pool = \"default\"; } ); };\n");
+
+  ck_assert_str_eq(c->ports_domain, "sbx.localhost:8080");
+  /* The cluster's short-id code: SHA-256("a") starts ca 97 81 12 (mod 36: m 7 l i). */
+  ck_assert_str_eq(c->clusters[0].code, "m7li");
+  ck_assert_int_eq(c->max_port_requests_per_sandbox, 8);
+  ck_assert_int_eq(c->max_port_requests_per_tenant, 1024);
+  ck_assert_uint_eq(c->ne2b_templates, 2);
+  ck_assert_str_eq(c->e2b_templates[0].name, "code-interpreter-v1");
+  ck_assert_str_eq(c->e2b_templates[0].pool, "ci");
+  ck_assert_str_eq(c->e2b_templates[1].pool, "default");
+  fr_config_unref(c);
+  c = load_ok(MINIMAL);
+  ck_assert_ptr_null(c->ports_domain);
+  ck_assert_int_eq(c->max_port_requests_per_sandbox, 64);
+  ck_assert_uint_eq(c->ne2b_templates, 0);
   fr_config_unref(c);
 }
 END_TEST
@@ -492,6 +520,10 @@ static const struct err_case err_cases[] = {
      MINIMAL "tenants = (\n  { name = \"t\"; token_sha256 = \"" HASH_A "\"; },\n"
              "  { name = \"u\";\n    token_sha265 = \"" HASH_B "\"; }\n);\n",
      7, "tenants.[1].token_sha265: unknown key (did you mean \"token_sha256\"?)"},
+    {"cluster_code_collision",
+     LISTEN REGION "clusters = (\n  { name = \"c1209\"; region = \"us\"; kubeconfig = \"k\"; },\n"
+                   "  { name = \"c1505\"; region = \"us\"; kubeconfig = \"k\"; }\n);\n",
+     5, "cluster names \"c1209\" and \"c1505\" have the same short-id code \"ovr4\""},
     {"cluster_key_misspelled",
      LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\";\n"
                    "  namespce = \"x\"; } );\n",
@@ -500,9 +532,17 @@ static const struct err_case err_cases[] = {
      "tls.crt: unknown key (did you mean \"cert\"?)"},
     {"limits_key_misspelled", MINIMAL "limits = { max_bach = 10; };\n", 4,
      "limits.max_bach: unknown key (did you mean \"max_batch\"?)"},
+    {"ports_domain_bad", MINIMAL "ports = { domain = \"Sbx_Local\"; };\n", 4,
+     "ports.domain: \"Sbx_Local\" is not a domain name with an optional :port"},
+    {"ports_domain_bad_port", MINIMAL "ports = { domain = \"sbx.localhost:99999\"; };\n", 4,
+     "is not a domain name with an optional :port"},
+    {"ports_bound_zero", MINIMAL "ports = { max_requests_per_sandbox = 0; };\n", 4,
+     "ports.max_requests_per_sandbox: 0 is out of range (1-100000)"},
+    {"e2b_template_no_pool", MINIMAL "e2b = { templates = ( { name = \"base\"; } ); };\n", 4,
+     "pool"},
     {"top_key_unknown", MINIMAL "colour = \"blue\";\n", 4,
      "colour: unknown key (known keys here: listen, health_listen, tls, region, policy, sandbox, limits, "
-     "tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms, queue)"},
+     "tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms, queue, ports, e2b)"},
 
     /* names */
     {"cluster_name_uppercase", LISTEN REGION "clusters = (\n  { name = \"US_East\"; region = \"us\"; kubeconfig = \"k\"; }\n);\n",
@@ -515,6 +555,16 @@ static const struct err_case err_cases[] = {
                    "  { name = \"b\"; region = \"us\"; kubeconfig = \"k\"; },\n"
                    "  { name = \"a\"; region = \"apac\"; kubeconfig = \"k\"; }\n);\n",
      6, "clusters.[2].name: duplicate cluster name \"a\" (first defined at line 4)"},
+    {"cluster_in_cluster_with_kubeconfig",
+     LISTEN REGION "clusters = (\n  { name = \"a\"; region = \"us\";\n    in_cluster = true; kubeconfig = \"k\"; }\n);\n",
+     5, "in_cluster = true reaches the cluster with the pod's service account: drop kubeconfig and context"},
+    {"cluster_in_cluster_twice",
+     LISTEN REGION "clusters = (\n  { name = \"a\"; region = \"us\"; in_cluster = true; },\n"
+     "  { name = \"b\"; region = \"us\";\n    in_cluster = true; }\n);\n",
+     6, "cluster \"a\" is in_cluster already"},
+    {"cluster_in_cluster_not_a_bool",
+     LISTEN REGION "clusters = (\n  { name = \"a\"; region = \"us\";\n    in_cluster = \"yes\"; }\n);\n", 5,
+     "expected true or false"},
     {"cluster_name_empty", LISTEN REGION "clusters = ( { name = \"\"; region = \"us\"; kubeconfig = \"k\"; } );\n",
      3, "clusters.[0].name: must not be empty"},
     {"cluster_namespace_invalid",
@@ -615,7 +665,7 @@ START_TEST(config_check_reports_every_error_with_its_line) {
     ck_assert_msg(strstr(h.files[rc], "/t.conf") != NULL, "file \"%s\"", h.files[rc]);
   ck_assert_int_eq(h.lines[0], 3);
   ck_assert_str_eq(h.msgs[0], "colour: unknown key (known keys here: listen, health_listen, tls, region, policy, sandbox, "
-                              "limits, tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms, queue)");
+                              "limits, tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms, queue, ports, e2b)");
   ck_assert_int_eq(h.lines[1], 4);
   ck_assert_ptr_nonnull(strstr(h.msgs[1], "sandbox.default_lifetime_s: 0 is out of range"));
   ck_assert_int_eq(h.lines[2], 5);
@@ -782,6 +832,19 @@ START_TEST(config_kubeconfig_need_not_exist_at_load) {
   PATHF(want, "%s/a.kc", realtmp);
   ck_assert_str_eq(c->clusters[0].kubeconfig, want);
   ck_assert_int_eq(access(want, F_OK), -1);
+  fr_config_unref(c);
+}
+END_TEST
+
+START_TEST(config_in_cluster_needs_no_kubeconfig) {
+  struct fr_config *c = load_ok(LISTEN REGION "clusters = ( { name = \"home\"; region = \"us\"; in_cluster = true; },\n"
+                                "  { name = \"b\"; region = \"us\"; kubeconfig = \"b.kc\"; } );\n");
+
+  ck_assert_int_eq(c->clusters[0].in_cluster, 1);
+  ck_assert_ptr_null(c->clusters[0].kubeconfig);
+  ck_assert_ptr_null(c->clusters[0].context);
+  ck_assert_int_eq(c->clusters[1].in_cluster, 0);
+  ck_assert_ptr_nonnull(c->clusters[1].kubeconfig);
   fr_config_unref(c);
 }
 END_TEST
@@ -1034,6 +1097,7 @@ static Suite *config_suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, config_minimal_gets_defaults);
   tcase_add_test(tc, config_batch_commit_timeout_is_kept);
+  tcase_add_test(tc, config_ports_and_e2b_templates_loaded);
   tcase_add_test(tc, config_check_reports_every_error_with_its_line);
   tcase_add_test(tc, config_check_syntax_error_is_the_one_error);
   tcase_add_test(tc, config_all_limits_set_are_kept);
@@ -1060,6 +1124,7 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, config_relative_paths_resolve_against_config_dir_realpath);
   tcase_add_test(tc, config_relative_config_path_resolves_against_cwd);
   tcase_add_test(tc, config_kubeconfig_need_not_exist_at_load);
+  tcase_add_test(tc, config_in_cluster_needs_no_kubeconfig);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("snapshot");

@@ -35,9 +35,19 @@ Checks:
     namespace grants pods/proxy and get on the tenants' Secrets by name, and
     nothing the router does not use (and no ClusterRole
     touches Secrets), a deny-all NetworkPolicy, no egress allowed anywhere,
-    ingress only to the agent port 49983, a ResourceQuota and a LimitRange,
-    the gvisor overlay adds RuntimeClass gvisor (handler runsc), the
-    pss-baseline component relaxes only enforce;
+    ingress only to the agent port 49983 except from the gateway's pods, a
+    ResourceQuota and a LimitRange, the gvisor overlay adds RuntimeClass
+    gvisor (handler runsc), the pss-baseline component relaxes only enforce;
+  - the member bundle's fedrouter-gateway (namespace fedrouter-gateway): a
+    Deployment of 2 (readiness /readyz, liveness /healthz on declared ports,
+    anti-affinity, no ready replica taken away by a rollout, a grace period
+    covering the gateway's shutdown delay and drain read from
+    gateway/src/main.c, non-root, read-only root, drop ALL, seccomp, every
+    Secret and ConfigMap volume in the bundle or in
+    gateway-secrets.example.yaml), a Service and a PodDisruptionBudget
+    selecting its pods, a Role granting exactly get/list/watch on pods of the
+    sandbox namespace to its own ServiceAccount, and the NetworkPolicy
+    letting exactly its pods into sandboxes;
   - deploy/rbac.yaml grants exactly what the member bundle's RBAC grants.
 
 Usage: check_manifests.py REPO_ROOT [PATH/TO/fedrouter]
@@ -428,11 +438,169 @@ def rules_of(objs, kind):
     return out
 
 
+GATEWAY_NS = "fedrouter-gateway"
+
+
+def is_gateway(o):
+    """The gateway's objects: in its namespace, or named after it (its Role,
+    RoleBinding and NetworkPolicy live in the sandbox namespace)."""
+    m = o.get("metadata") or {}
+    return m.get("namespace") == GATEWAY_NS or m.get("name") == GATEWAY_NS or \
+        (o.get("kind") == "NetworkPolicy" and "gateway" in m.get("name", ""))
+
+
+def c_default(root, flag, fallback):
+    """The default of a gateway flag, from `int64_t ... <var> = N` in main.c."""
+    var = {"--shutdown-delay-ms": "delay_ms", "--drain-timeout-s": "drain_s"}[flag]
+    with open(os.path.join(root, "gateway/src/main.c"), encoding="utf-8") as f:
+        m = re.search(r"\b%s = (\d+)" % var, f.read())
+    if not m:
+        problem("gateway/src/main.c: no default for %s" % flag)
+        return fallback
+    return int(m.group(1))
+
+
+def check_gateway(root, objs, secret_objs, sandbox_ns):
+    where = "member bundle: gateway"
+    nss = [o for o in find(objs, "Namespace") if o["metadata"]["name"] == GATEWAY_NS]
+    if len(nss) != 1:
+        problem("%s: no Namespace %s" % (where, GATEWAY_NS))
+    deps = [d for d in find(objs, "Deployment") if d["metadata"].get("namespace") == GATEWAY_NS]
+    if len(deps) != 1:
+        problem("%s: want one Deployment in %s, got %d" % (where, GATEWAY_NS, len(deps)))
+        return
+    d = deps[0]
+    spec, pod = d["spec"], d["spec"]["template"]["spec"]
+    labels = d["spec"]["template"]["metadata"].get("labels") or {}
+    if spec.get("replicas", 1) < 2:
+        problem("%s: replicas %r, want at least 2" % (where, spec.get("replicas")))
+    if not matches(spec.get("selector"), labels):
+        problem("%s: Deployment selector does not match its pod labels" % where)
+    if ((spec.get("strategy") or {}).get("rollingUpdate") or {}).get("maxUnavailable") not in (0, "0", "0%"):
+        problem("%s: a rollout must not take a ready replica away first (maxUnavailable 0)" % where)
+    cs = pod.get("containers") or []
+    if len(cs) != 1:
+        problem("%s: want one container" % where)
+        return
+    c = cs[0]
+    ports = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}
+    for kind, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        hg = (c.get(kind) or {}).get("httpGet") or {}
+        if hg.get("path") != path or (hg.get("port") not in ports and hg.get("port") not in ports.values()):
+            problem("%s: %s must GET %s on a container port (got %s)" % (where, kind, path, hg))
+    args = c.get("args") or []
+    flag = lambda name: [a.split("=", 1)[1] for a in args if a.startswith(name + "=")]  # noqa: E731
+    if not flag("--cluster") or flag("--namespace") != [sandbox_ns] or len(flag("--key-file")) < 2 or \
+            not flag("--tls-cert") or not flag("--tls-key") or "--insecure-plaintext" in args:
+        problem("%s: args need --cluster, --namespace=%s, two --key-file (current, previous) and TLS: %s"
+                % (where, sandbox_ns, args))
+    delay_ms = int((flag("--shutdown-delay-ms") or [c_default(root, "--shutdown-delay-ms", 5000)])[0])
+    drain_s = int((flag("--drain-timeout-s") or [c_default(root, "--drain-timeout-s", 60)])[0])
+    grace = pod.get("terminationGracePeriodSeconds", 30)
+    if grace < delay_ms / 1000.0 + drain_s or grace > delay_ms / 1000.0 + drain_s + 30:
+        problem("%s: terminationGracePeriodSeconds %s should cover the shutdown delay %s ms and the drain %s s "
+                "(and not much more)" % (where, grace, delay_ms, drain_s))
+    aff = (pod.get("affinity") or {}).get("podAntiAffinity") or {}
+    terms = [t.get("podAffinityTerm", t) for t in
+             aff.get("preferredDuringSchedulingIgnoredDuringExecution", []) +
+             aff.get("requiredDuringSchedulingIgnoredDuringExecution", [])]
+    if not any(matches(t.get("labelSelector"), labels) and t.get("topologyKey") for t in terms):
+        problem("%s: no pod anti-affinity over its own pods" % where)
+    psc, csc = pod.get("securityContext") or {}, c.get("securityContext") or {}
+    if not psc.get("runAsNonRoot") or not isinstance(psc.get("runAsUser"), int) or psc.get("runAsUser") == 0 or \
+            (psc.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
+        problem("%s: pod must run as a numeric non-root user with seccomp RuntimeDefault: %s" % (where, psc))
+    if csc.get("readOnlyRootFilesystem") is not True or csc.get("allowPrivilegeEscalation") is not False \
+            or (csc.get("capabilities") or {}).get("drop") != ["ALL"]:
+        problem("%s: container securityContext needs readOnlyRootFilesystem, no privilege escalation, drop ALL"
+                % where)
+    res = c.get("resources") or {}
+    if not (res.get("requests") or {}).get("memory") or not (res.get("limits") or {}).get("memory"):
+        problem("%s: needs a memory request and limit" % where)
+    if pod.get("automountServiceAccountToken") is False:
+        problem("%s: the gateway reads its cluster with its service account token" % where)
+    sas = [o["metadata"]["name"] for o in find(objs, "ServiceAccount") if o["metadata"].get("namespace") == GATEWAY_NS]
+    if pod.get("serviceAccountName") not in sas:
+        problem("%s: serviceAccountName %r is not a ServiceAccount of %s" % (where, pod.get("serviceAccountName"),
+                                                                          GATEWAY_NS))
+    vols = {v["name"]: v for v in pod.get("volumes") or []}
+    secrets = {o["metadata"]["name"] for o in find(objs, "Secret") + find(secret_objs, "Secret")
+               if o["metadata"].get("namespace") == GATEWAY_NS}
+    cms = {o["metadata"]["name"] for o in find(objs, "ConfigMap") if o["metadata"].get("namespace") == GATEWAY_NS}
+    for m in c.get("volumeMounts") or []:
+        if m["name"] not in vols or m.get("subPath"):
+            problem("%s: mount %s without a volume or with subPath (never updated)" % (where, m["name"]))
+    for v in vols.values():
+        if "secret" in v and v["secret"]["secretName"] not in secrets:
+            problem("%s: volume %s: no Secret %s in gateway-secrets.example.yaml" % (where, v["name"],
+                                                                                   v["secret"]["secretName"]))
+        if "configMap" in v and v["configMap"]["name"] not in cms:
+            problem("%s: volume %s: no ConfigMap %s" % (where, v["name"], v["configMap"]["name"]))
+    for e in c.get("env") or []:
+        ref = (e.get("valueFrom") or {}).get("configMapKeyRef")
+        if ref and ref.get("name") not in cms:
+            problem("%s: env %s reads ConfigMap %s, not in the bundle" % (where, e["name"], ref.get("name")))
+    for o in find(secret_objs, "Secret"):
+        if o["metadata"].get("namespace") != GATEWAY_NS:
+            problem("gateway-secrets.example.yaml: %s is not in %s" % (objname(o), GATEWAY_NS))
+    svcs = [o for o in find(objs, "Service") if o["metadata"].get("namespace") == GATEWAY_NS]
+    pdbs = [o for o in find(objs, "PodDisruptionBudget") if o["metadata"].get("namespace") == GATEWAY_NS]
+    if len(svcs) != 1 or len(pdbs) != 1:
+        problem("%s: want one Service and one PodDisruptionBudget, got %d and %d" % (where, len(svcs), len(pdbs)))
+    for sv in svcs:
+        if not matches({"matchLabels": sv["spec"].get("selector")}, labels):
+            problem("%s: Service %s does not select the gateway's pods" % (where, sv["metadata"]["name"]))
+        for p in sv["spec"].get("ports", []):
+            if p.get("targetPort") not in ports and p.get("targetPort") not in ports.values():
+                problem("%s: Service port %s targets %r, not a container port" % (where, p.get("port"),
+                                                                                  p.get("targetPort")))
+    for o in pdbs:
+        mu = o["spec"].get("maxUnavailable")
+        if not matches(o["spec"].get("selector"), labels) or mu is None or \
+                (isinstance(mu, int) and mu >= spec.get("replicas", 0)):
+            problem("%s: the PDB must select its pods and keep one up (%s)" % (where, o["spec"]))
+    # RBAC: get/list/watch pods of the sandbox namespace, nothing else.
+    roles = [r for r in find(objs, "Role") if r["metadata"]["name"] == GATEWAY_NS]
+    grants = {(r["metadata"].get("namespace"), g, res, v) for r in roles for rule in r.get("rules") or []
+              for g in rule.get("apiGroups") or [""] for res in rule.get("resources") or []
+              for v in rule.get("verbs") or []}
+    want = {(sandbox_ns, "", "pods", v) for v in ("get", "list", "watch")}
+    if grants != want:
+        problem("%s: its Role must grant exactly get/list/watch on pods of %s, grants %s" % (where, sandbox_ns,
+                                                                                          sorted(grants)))
+    if any(r["metadata"]["name"] == GATEWAY_NS for r in find(objs, "ClusterRole") + find(objs, "ClusterRoleBinding")):
+        problem("%s: no cluster-wide rights" % where)
+    binds = [b for b in find(objs, "RoleBinding") if b["metadata"]["name"] == GATEWAY_NS]
+    if len(binds) != 1 or binds[0]["roleRef"].get("name") != GATEWAY_NS or \
+            binds[0].get("subjects") != [{"kind": "ServiceAccount", "name": pod.get("serviceAccountName"),
+                                         "namespace": GATEWAY_NS}]:
+        problem("%s: its RoleBinding must bind its Role to its ServiceAccount only: %s" % (where, binds))
+    # The network: exactly its pods may connect to sandboxes (any port).
+    gnps = [n for n in find(objs, "NetworkPolicy") if is_gateway(n)]
+    ok = False
+    for n in gnps:
+        for rule in n["spec"].get("ingress") or []:
+            for peer in rule.get("from") or []:
+                nsl = (peer.get("namespaceSelector") or {}).get("matchLabels") or {}
+                if nsl == {"kubernetes.io/metadata.name": GATEWAY_NS} and matches(peer.get("podSelector"), labels):
+                    ok = True
+                else:
+                    problem("%s: NetworkPolicy %s lets in more than the gateway's pods: %s"
+                            % (where, n["metadata"]["name"], peer))
+        if n["spec"].get("podSelector") != {"matchLabels": {"fedrouter.io/sandbox": "true"}} or \
+                n["metadata"].get("namespace") != sandbox_ns:
+            problem("%s: NetworkPolicy %s should select the sandboxes of %s" % (where, n["metadata"]["name"],
+                                                                              sandbox_ns))
+    if not ok:
+        problem("%s: no NetworkPolicy lets the gateway's pods into the sandboxes" % where)
+
+
 def check_member(objs):
     where = "member bundle"
+    objs = [o for o in objs if not is_gateway(o)]
     nss = find(objs, "Namespace")
     if len(nss) != 1:
-        problem("%s: want one Namespace, got %d" % (where, len(nss)))
+        problem("%s: want one sandbox Namespace, got %d" % (where, len(nss)))
         return None
     ns = nss[0]["metadata"]["name"]
     lab = nss[0]["metadata"].get("labels") or {}
@@ -514,6 +682,8 @@ def check_member(objs):
 def norm_rbac(objs):
     out = []
     for o in objs:
+        if is_gateway(o):
+            continue  # the gateway's own identity, not the router's
         if o.get("kind") in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"):
             o = copy.deepcopy(o)
             o["metadata"].pop("annotations", None)
@@ -574,6 +744,12 @@ def main(argv):
     member_ns = None
     if rendered["member/base"] is not None:
         member_ns = check_member(rendered["member/base"])
+        with open(d("member/gateway-secrets.example.yaml"), encoding="utf-8") as f:
+            gw_secrets = [x for x in yaml.safe_load_all(f) if x]
+        for o in gw_secrets:
+            check_object("gateway-secrets.example.yaml", o)
+        if member_ns is not None:
+            check_gateway(root, rendered["member/base"], gw_secrets, member_ns)
     if rendered["member/overlays/gvisor"] is not None:
         check_member(rendered["member/overlays/gvisor"])
         rc = find(rendered["member/overlays/gvisor"], "RuntimeClass")
@@ -583,7 +759,7 @@ def main(argv):
             problem("member/base: the RuntimeClass is optional (gvisor component only)")
     pss = rendered["member/base + pss-baseline"]
     if pss is not None:
-        lab = find(pss, "Namespace")[0]["metadata"]["labels"]
+        lab = [n for n in find(pss, "Namespace") if not is_gateway(n)][0]["metadata"]["labels"]
         if lab.get("pod-security.kubernetes.io/enforce") != "baseline" or \
                 lab.get("pod-security.kubernetes.io/warn") != "restricted":
             problem("components/pss-baseline: want enforce baseline, warn restricted: %s" % lab)

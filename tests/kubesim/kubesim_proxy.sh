@@ -119,12 +119,17 @@ pod_ready() {
 is_running() { [ "$(pod_phase "$1")" = Running ]; }
 is_ready() { [ "$(pod_ready "$1")" = True ]; }
 is_gone() { req GET "$NS/pods/$1"; [ "$RC" = 404 ]; }
-pod_dir() { # the pod's working directory on this host
-  local uid
-  uid="$(pod_field "$1" 'd["metadata"]["uid"]')"
-  echo "$T/work/default_$1_${uid:0:8}"
-}
 proc_gone() { ! pgrep -f "$1" >/dev/null 2>&1; }
+# pod_procs UID — pids of the processes kubesim started for the pod with
+# that uid (their environment carries KUBESIM_POD_UID=UID), one a line.
+pod_procs() {
+  local f
+  for f in /proc/[0-9]*/environ; do
+    tr '\0' '\n' <"$f" 2>/dev/null | grep -qx "KUBESIM_POD_UID=$1" && { f="${f#/proc/}"; echo "${f%/environ}"; }
+  done
+  return 0
+}
+pod_procs_gone() { [ -z "$(pod_procs "$1")" ]; }
 
 # ------------------------------------------------------------------ start
 start_kubesim "$KUBESIM" --tls --token "$TOKEN" --name proxy --nodes 1 --node-cpu 16 \
@@ -135,7 +140,7 @@ AG="$NS/pods/ag1:49983/proxy"
 
 # ------------------------------------------------------------------ readiness
 step "an agent pod is Running but not Ready until its agent listens"
-req POST "$NS/pods" "$(agent_pod ag1 '[{"name":"STANDIN_WAIT_FILE","value":"go"}]')"
+req POST "$NS/pods" "$(agent_pod ag1 '[{"name":"STANDIN_WAIT_FILE","value":"/tmp/go"}]')"
 expect_status 201 "create ag1"
 wait_until 20 is_running ag1 || fail "ag1 not Running (phase $(pod_phase ag1))"
 [ "$(pod_ready ag1)" = False ] || fail "ag1 Ready=$(pod_ready ag1) before its agent listens"
@@ -144,7 +149,8 @@ expect_status 503 "proxy before the agent listens" &&
   status_check 503 ServiceUnavailable "connection refused"
 
 step "the pod turns Ready once the agent writes its port file; /health answers 204"
-touch "$(pod_dir ag1)/go"
+LAST_CMD="kubectl exec ag1 -- touch /tmp/go"
+timeout 60 kubectl exec ag1 -- touch /tmp/go >"$OUT" 2>"$ERR" || fail "kubectl exec touch /tmp/go failed"
 wait_until 20 is_ready ag1 || fail "ag1 not Ready after the agent started"
 req GET "$AG/health"
 expect_status 204 "GET /health through the proxy"
@@ -318,12 +324,13 @@ LAST_CMD="kubectl exec ag1 -- sh -c 'setsid sleep 3000.2$TAG &'"
 timeout 60 kubectl exec ag1 -- sh -c "setsid sleep 3000.2$TAG </dev/null >/dev/null 2>&1 & echo started" \
   >"$OUT" 2>"$ERR" || fail "kubectl exec failed"
 wait_until 10 pgrep -f "sleep 3000.2$TAG" >/dev/null || fail "the exec's setsid child did not start"
-AGDIR="$(pod_dir ag1)"
+AGUID="$(pod_field ag1 'd["metadata"]["uid"]')"
+[ -n "$(pod_procs "$AGUID")" ] || fail "no process of ag1 found by its KUBESIM_POD_UID"
 LAST_CMD="kubectl delete pod ag1"
 timeout 60 kubectl delete pod ag1 --wait=true >"$OUT" 2>"$ERR" || fail "kubectl delete failed"
 wait_until 10 proc_gone "sleep 3000.1$TAG" || fail "the agent's setsid'd grandchild survived its pod"
 wait_until 10 proc_gone "sleep 3000.2$TAG" || fail "the exec's setsid'd child survived its pod"
-wait_until 10 proc_gone "$AGDIR" || fail "the agent survived its pod: $(pgrep -af "$AGDIR")"
+wait_until 10 pod_procs_gone "$AGUID" || fail "the agent survived its pod: $(pod_procs "$AGUID" | tr '\n' ' ')"
 
 step "the container's command ending ends the pod (Succeeded for exit 0)"
 req POST "$NS/pods" "$(agent_pod done1 '[]' '"sh","-c","exit 0"')"

@@ -263,13 +263,15 @@ finish() {
 # ------------------------------------------------------------------ kubesim
 # start_kubesim BINARY ARGS... — start kubesim on loopback with a port file
 # and a kubeconfig in $T, wait (20 s max) until both exist. Sets KS_PID.
+# $T (tokens, kubeconfig) and the checkout are hidden from the pods.
 start_kubesim() {
-  local bin="$1"
+  local bin="$1" checkout
   shift
+  checkout="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
   mkdir -p "$T/work"
   echo "kubesim: $bin $*"
   setsid "$bin" --listen 127.0.0.1:0 --port-file "$T/port" \
-    --write-kubeconfig "$KCFG" --workdir "$T/work" "$@" \
+    --write-kubeconfig "$KCFG" --workdir "$T/work" --hide "$T" --hide "$checkout" "$@" \
     </dev/null >"$LOG" 2>&1 &
   KS_PID=$!
   KS_SID=$KS_PID

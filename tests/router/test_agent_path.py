@@ -79,6 +79,23 @@ def test_cold_sandbox_runs_exec_through_its_agent(fed):
     check(r.get("stdout") == SECRET_ENV + "\n" and r.get("stderr") == "err\n" and r.get("exit_code") == 3,
           f"exec through the agent: {short(r)}")
     check(metric(fed, "fedrouter_execs_total", via="agent") == before + 1, "the exec did not go via the agent")
+    if os.geteuid() == 0:
+        # As root kubesim's python:3.12 pods have the image's `python`.
+        r = fed.exec_ok(sid, ["python", "-c", "print(2 ** 10)"])
+        check(r.get("stdout") == "1024\n" and r.get("exit_code") == 0, f"python through the agent: {short(r)}")
+    # What an exec through the agent costs the cluster's API server: no
+    # pods/exec, a pods/proxy request (kubesim's /_sim/stats; the router may
+    # proxy to other agents meanwhile, so at least one).
+    st, _ = sim.admin("DELETE", "/_sim/stats")
+    check(st == 200, f"reset kubesim's stats: {st}")
+    fed.exec_ok(sid, ["true"])
+    st, stats = sim.admin("GET", "/_sim/stats")
+
+    def count(verb, sub):
+        return sum(r["count"] for r in stats["requests"]
+                   if r["verb"] == verb and r["resource"] == "pods" and r["subresource"] == sub)
+    check(st == 200 and count("CONNECT", "exec") == 0 and count("CONNECT", "proxy") >= 1,
+          f"API requests of one exec through the agent: {short(stats.get('requests'), 600)}")
     # The call's env over the sandbox's, stdin, workdir.
     r = fed.exec_ok(sid, ["sh", "-c", "cat; echo $GREETING $X; pwd"], stdin="in\n", env={"X": "y"},
                     workdir="/tmp")

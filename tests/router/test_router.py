@@ -6,8 +6,9 @@ a router config naming them, a `fedrouter --config` process), talks to the
 router over HTTP on 127.0.0.1 exactly as a client would (docs/api.md is the
 contract), and checks the clusters behind it through kubesim's own REST and
 /_sim/ admin APIs. kubesim runs exec'd commands as real local processes in
-their own sessions; we find them by the HOME kubesim gives them (a directory
-under this run's temporary directory).
+their own sessions; we find them by the directory kubesim gives each pod
+(under this run's temporary directory): their HOME, or the command line of
+the pod's supervisor they descend from.
 
 Three federations, each started once and torn down with SIGTERM (every
 process must exit 0 and leave no process behind):
@@ -42,6 +43,8 @@ import urllib.parse
 import urllib.request
 
 ARGS = None
+# The checkout: hidden from the kubesims' pods (--hide), as are the keys.
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ALL_PROCS = []          # every Popen we started, for the watchdog and atexit
 WATCHDOG_S = 560        # ctest's TIMEOUT is 600: clean up ourselves before it
 TOKEN_A = "tenant-a-" + os.urandom(8).hex()
@@ -101,13 +104,15 @@ def wait_until(fn, timeout, interval=0.1):
 # processes
 
 def proc_stat(pid):
-    """(session id, cmdline list, HOME or None) of <pid>, or None if gone."""
+    """(session id, cmdline list, HOME or None, parent pid) of <pid>, or
+    None if gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
         # comm may contain spaces and parentheses: split after the last ')'.
         fields = stat[stat.rindex(b")") + 2:].split()
         sid = int(fields[3])
+        ppid = int(fields[1])
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmd = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
         home = None
@@ -120,25 +125,38 @@ def proc_stat(pid):
             pass
         if fields[0] == b"Z":
             return None  # a zombie is gone for our purposes
-        return sid, cmd, home
+        return sid, cmd, home, ppid
     except (OSError, ValueError, IndexError):
         return None
 
 
 def find_procs(sessions=(), home_prefix=None):
-    """Live processes in any of <sessions> or whose HOME is under
-    <home_prefix>, as [(pid, cmdline)]."""
-    out = []
+    """Live processes in any of <sessions>, or of this run's kubesims'
+    pods: their HOME is under <home_prefix> (pods kubesim does not
+    isolate), or they or an ancestor name <home_prefix> on the command line
+    (an isolated pod's processes descend from its supervisor or an exec
+    helper, both of which name the pod's directory). As [(pid, cmdline)]."""
+    procs = {}
     me = os.getpid()
     for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == me:
-            continue
-        st = proc_stat(int(d))
-        if st is None:
-            continue
-        sid, cmd, home = st
-        if sid in sessions or (home_prefix and home and home.startswith(home_prefix)):
-            out.append((int(d), cmd))
+        if d.isdigit() and int(d) != me:
+            st = proc_stat(int(d))
+            if st is not None:
+                procs[int(d)] = st
+
+    def in_run(pid):
+        for _ in range(64):
+            st = procs.get(pid)
+            if st is None:
+                return False
+            if any(home_prefix in a for a in st[1]):
+                return True
+            pid = st[3]
+        return False
+    out = []
+    for pid, (sid, cmd, home, _) in procs.items():
+        if sid in sessions or (home_prefix and ((home and home.startswith(home_prefix)) or in_run(pid))):
+            out.append((pid, cmd))
     return out
 
 
@@ -195,7 +213,9 @@ class Kubesim:
         argv = [ARGS.kubesim, "--tls", "--token", SIM_TOKEN, "--write-kubeconfig", self.kubeconfig,
                 "--port-file", pf, "--admin-listen", "127.0.0.1:0", "--admin-port-file", apf,
                 "--name", name, "--workdir", self.workdir, "--schedule-ms", "20",
-                "--start-ms", "50", "--log-level", "warn"] + list(extra)
+                "--start-ms", "50", "--log-level", "warn",
+                # Out of the pods' sight: this run's tokens and keys, the checkout.
+                "--hide", root, "--hide", CHECKOUT] + list(extra)
         self.proc = start_proc(argv, self.log)
         self.killed = False
         ok = wait_until(lambda: self.proc.poll() is not None or
@@ -436,7 +456,7 @@ clusters = (
             elif rc != 0:
                 problems.append(f"kubesim {s.name} exited {rc} on SIGTERM (want 0):\n{tail(s.log)}")
         # kubesim kills its exec'd processes on exit; they live in their
-        # own sessions, so look for them by their HOME too.
+        # own sessions, so look for them by their pod directories too.
         if not wait_until(lambda: not find_procs(sessions, self.root + "/"), 5):
             left = find_procs(sessions, self.root + "/")
             problems.append(f"processes left behind 5 s after exit: {left}")
@@ -479,6 +499,10 @@ def test_create_exec_python(fed):
           r.get("timed_out") is False and r.get("stdout_truncated") is False,
           f"exec result: {r}")
     check(isinstance(r.get("duration_ms"), (int, float)), f"duration_ms missing: {r}")
+    if os.geteuid() == 0:
+        # As root kubesim's python:3.12 pods have the image's `python`.
+        r = fed.exec_ok(sb["id"], ["python", "-c", "print(2 ** 10)"])
+        check(r.get("stdout") == "1024\n" and r.get("exit_code") == 0, f"exec python: {r}")
     st, got = fed.api("GET", "/v1/sandboxes/" + sb["id"])
     check(st == 200 and got.get("id") == sb["id"], f"GET sandbox: {st} {short(got)}")
     fed.shared["calc"] = sb["id"]

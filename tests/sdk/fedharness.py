@@ -24,6 +24,8 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 _ALL: List[subprocess.Popen] = []
+# The checkout: hidden from the kubesims' pods (--hide), as are the keys.
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _kill_all() -> None:
@@ -114,19 +116,17 @@ class Federation:
         # agent: the fedrouter-agent binary; kubesim runs it in agent pods
         # and the router gets an `agent` config (a fresh HMAC key).
         self.agent = agent
-        # Sandboxes of a python:3.12 image have `python`; this machine's
-        # default PATH (the one kubesim gives pods) has only python3. With
-        # python_alias, each kubesim runs in a private mount namespace where
-        # /usr/local/sbin (first on that PATH, empty here) holds a `python`
-        # to python3: the "image" has python, nothing else changes -- except
-        # that the user programs the sky.sandbox snippets run (rollout.py,
-        # train.py: files they assume the image has) are stand-ins answered
-        # by that `python` without starting an interpreter (0.2 s each on a
-        # loaded 2-core machine; the batch snippet runs 1,000 of them).
+        # Sandboxes of a python:3.12 image have `python` (kubesim gives its
+        # isolated pods, that is as root, the image's commands). With
+        # python_alias that `python` is a stand-in (--image-command) that
+        # answers the user programs the sky.sandbox snippets run (rollout.py,
+        # train.py: files they assume the image has) without starting an
+        # interpreter (0.2 s each on a loaded 2-core machine; the batch
+        # snippet runs 1,000 of them) and runs python3 otherwise.
         self.python_alias = False
-        self._wrap: List[str] = []
+        self._image_args: List[str] = []
         if python_alias:
-            self._wrap = self._alias_wrapper()
+            self._image_args = self._python_stand_in()
         self.sim_token = "kubesim-" + os.urandom(8).hex()
         self.sims: Dict[str, Dict[str, Any]] = {}
         self.procs: List[subprocess.Popen] = []
@@ -141,11 +141,10 @@ class Federation:
             self.stop()
             raise
 
-    def _alias_wrapper(self) -> List[str]:
+    def _python_stand_in(self) -> List[str]:
         import shutil as _sh
-        py = _sh.which("python3", path="/usr/local/bin:/usr/bin:/bin")
-        unshare = _sh.which("unshare")
-        if not py or not unshare or os.geteuid() != 0 or not os.path.isdir("/usr/local/sbin"):
+        py = _sh.which("python3", path="/usr/bin:/bin")
+        if not py or os.geteuid() != 0:
             return []
         d = os.path.join(self.root, "image-bin")
         os.makedirs(d)
@@ -155,12 +154,8 @@ class Federation:
                     'case "$1" in rollout.py|train.py) echo "$1: stand-in for the user\'s program"; exit 0;; esac\n'
                     f'exec {py} "$@"\n')
         os.chmod(os.path.join(d, "python"), 0o755)
-        wrap = [unshare, "--mount", "--propagation", "private", "sh", "-c",
-                f'mount --bind "{d}" /usr/local/sbin && exec "$@"', "sh"]
-        ok = subprocess.run(wrap + ["/usr/local/sbin/python", "-c", "print(1)"], capture_output=True,
-                            timeout=20).stdout.strip() == b"1"
-        self.python_alias = ok
-        return wrap if ok else []
+        self.python_alias = True
+        return [a for repo in ("python", "pytorch") for a in ("--image-command", f"{repo}={d}/python")]
 
     def _start_sim(self, kubesim: str, name: str, region: str, extra: List[str], fast_exec: bool) -> None:
         d = os.path.join(self.root, name)
@@ -170,10 +165,12 @@ class Federation:
         log = os.path.join(d, "kubesim.log")
         argv = [kubesim] + (["--tls"] if self.tls else []) + ["--token", self.sim_token, "--write-kubeconfig", kc, "--port-file", pf,
                 "--admin-listen", "127.0.0.1:0", "--admin-port-file", apf, "--name", name,
-                "--workdir", os.path.join(d, "wd"), "--log-level", "warn"] + \
+                "--workdir", os.path.join(d, "wd"), "--log-level", "warn",
+                # Out of the pods' sight: this run's tokens and keys, the checkout.
+                "--hide", self.root, "--hide", CHECKOUT] + \
             (["--fast-exec"] if fast_exec else []) + \
-            (["--agent-binary", os.path.abspath(self.agent)] if self.agent else []) + extra
-        p = _start(self._wrap + argv, log)
+            (["--agent-binary", os.path.abspath(self.agent)] if self.agent else []) + self._image_args + extra
+        p = _start(argv, log)
         self.procs.append(p)
         ok = wait_until(lambda: p.poll() is not None or (os.path.exists(pf) and os.path.exists(apf)
                                                          and os.path.getsize(apf) > 0), 20)

@@ -52,7 +52,7 @@ struct fr_adapter_agent {
 struct fr_adapter_opts {
   const char *name;
   const char *region;
-  const char *kubeconfig;   /* path */
+  const char *kubeconfig;   /* path; NULL with in_cluster */
   const char *context;      /* NULL = current-context */
   const char *ns;           /* namespace for sandboxes; NULL = "default" */
   const struct fr_adapter_agent *agent; /* NULL: sandboxes without an agent (pods/exec only) */
@@ -66,6 +66,9 @@ struct fr_adapter_opts {
    * privilege escalation, every capability dropped, RuntimeDefault
    * seccomp); 0: as the image says. */
   int64_t run_as_user;
+  /* 1: reach the cluster with the pod's own service account (the router
+   * runs in it; fr_kubeconfig_in_cluster) instead of <kubeconfig>. */
+  int in_cluster;
 };
 
 #define FR_BATCH_COMMIT_TIMEOUT_S 30
@@ -80,6 +83,9 @@ struct fr_adapter_opts {
 #define FR_LABEL_AGENT "fedrouter.io/agent"
 /* On every pod a create makes or claims: the batch it belongs to. */
 #define FR_LABEL_BATCH "fedrouter.io/batch"
+/* Ports of the sandbox anyone may reach by its preview URL: "all", or the
+ * port numbers joined by '.' ("8000.8080"); absent = none (private). */
+#define FR_LABEL_PUBLIC_PORTS "fedrouter.io/public-ports"
 #define FR_ANN_CREATED "fedrouter.io/created-at"
 #define FR_ANN_EXPIRES "fedrouter.io/expires-at"
 #define FR_ANN_WARM "fedrouter.io/warm"
@@ -526,8 +532,16 @@ enum fr_agent_err {
   FR_AGENT_CANCELED,        /* on_data asked to stop (returned -1) */
 };
 
+/* The agent's port in every pod fedrouter makes (envd's); a port call to
+ * it is refused even on a pod whose agent listens elsewhere. */
+#define FR_AGENT_DEFAULT_PORT 49983
+
+/* fr_agent_result.flags */
+#define FR_AGENT_PORT_CLOSED 1  /* a port call: nothing listens on the port */
+
 struct fr_agent_result {
   enum fr_agent_err err;
+  int flags;                /* FR_AGENT_PORT_CLOSED */
   int status;               /* the agent's HTTP status (FR_AGENT_OK) */
   const char *body;         /* a non-2xx answer's body (the agent's error JSON), "" else */
   size_t body_len;
@@ -544,7 +558,13 @@ struct fr_agent_result {
 int fr_agent_route_known(const char *method, const char *route);
 
 struct fr_agent_call_opts {
-  const char *method;       /* GET, HEAD, POST, PUT, DELETE */
+  int port;                 /* 0: the sandbox's agent (its routes, its token). Else a port the
+                               sandbox serves (1-65535, not the agent's): <path> is any path and
+                               query (checked as fr/urlsafe.h says), no token is sent, and any
+                               answer but 502/503/504 is handed on (on_head/on_data) as it comes;
+                               one the cluster gives because nothing listens comes to on_done as
+                               FR_AGENT_UNAVAILABLE with FR_AGENT_PORT_CLOSED set */
+  const char *method;       /* GET, HEAD, POST, PUT, DELETE (a port: PATCH, OPTIONS too) */
   const char *path;         /* an agent route and its query, from '/': "/files?path=%2Ftmp%2Fx";
                                the route must be in the allow-list for <method>, each query
                                parameter one the route takes with a percent-encoded value

@@ -49,6 +49,10 @@ struct fr_kube_client_opts {
   long max_stream_connections;  /* FR_KUBE_STREAM calls' connections; default 1024 */
   long max_streams;             /* FR_KUBE_STREAM calls at once (more get -EAGAIN); default 8192 */
   const char *user_agent;       /* default "fedrouter/<version>" */
+  uint64_t token_reread_ms;     /* a token file (tokenFile, in-cluster) is read again when a
+                                   call needs credentials this long after the last read, as
+                                   client-go does (projected tokens rotate); default 60000.
+                                   A 401 re-reads it at once either way. */
 };
 
 struct fr_kube_response {
@@ -94,6 +98,11 @@ enum fr_kube_flags {
    * /init): both are zeroed before their memory is freed. Copies libcurl
    * or a growing buffer made on the way are not reached. */
   FR_KUBE_SENSITIVE = 1 << 3,
+  /* FR_KUBE_STREAM only: on_head and on_data get the answer whatever its
+   * status (a reverse proxy's), not only a 2xx; but 502, 503 and 504,
+   * which may be the API server's own Status (its proxy could not reach
+   * the pod), stay buffered for the callback to tell apart. */
+  FR_KUBE_ANY_STATUS = 1 << 4,
 };
 
 /* Starts a REST call. <path> is the path and query ("/api/v1/namespaces/

@@ -44,6 +44,26 @@ struct fr_kube_creds {
  * "us.kubeconfig:14: context \"us-wst\" not found (did you mean \"us-west\"?)". */
 int fr_kubeconfig_load(const char *path, const char *context, struct fr_kube_creds **out,
                        char *err, size_t errlen);
+/* In-cluster credentials, as client-go's rest.InClusterConfig() makes
+ * them for a pod: the API server https://$KUBERNETES_SERVICE_HOST:
+ * $KUBERNETES_SERVICE_PORT, the pod's service-account token
+ * <dir>/token as token_file (the REST client re-reads it about every
+ * minute and on a 401, since projected tokens rotate), the CA
+ * <dir>/ca.crt, and ns from $POD_NAMESPACE, else <dir>/namespace (as
+ * clientcmd's in-cluster namespace). Every field of <o> may be NULL:
+ * <dir> then comes from $FR_SERVICEACCOUNT_DIR, else
+ * FR_SERVICEACCOUNT_DIR_DEFAULT; <host> and <port> from the environment
+ * (tests point them at kubesim). Blocking file reads: call at start-up.
+ * Returns 0, -ENOENT (not in a cluster: a variable or the token file
+ * missing) or -EINVAL/-ENOMEM, with a message in <err>. */
+#define FR_SERVICEACCOUNT_DIR_DEFAULT "/var/run/secrets/kubernetes.io/serviceaccount"
+struct fr_in_cluster_opts {
+  const char *dir;
+  const char *host;
+  const char *port;
+};
+int fr_kubeconfig_in_cluster(const struct fr_in_cluster_opts *o, struct fr_kube_creds **out, char *err,
+                             size_t errlen);
 /* Deep copy; NULL on out-of-memory. */
 struct fr_kube_creds *fr_kube_creds_dup(const struct fr_kube_creds *c);
 /* Accepts NULL. */

@@ -11,6 +11,8 @@
  *   - fr_http_stream_begin()/_write()/_end() a chunked stream (watches);
  *   - fr_http_ws_accept()                   switch to WebSocket (upgrades only);
  *   - fr_http_abort()                       drop the connection.
+ * A reverse proxy has a fifth: fr_http_tunnel_begin() after its upstream
+ * answered 101, which turns the connection into raw bytes both ways.
  * It may do so inside the handler callback or later from any loop callback.
  * If the peer goes away first, the server calls req->abort_cb (if set) once;
  * after that, or after the request is finished, <req> must not be touched.
@@ -138,6 +140,12 @@ int fr_http_server_new(uv_loop_t *loop, const struct fr_http_server_opts *opts,
  * May be called again after fr_http_server_unlisten(). */
 int fr_http_server_listen(struct fr_http_server *srv, const char *host, int port);
 int fr_http_server_port(const struct fr_http_server *srv);
+/* Connections accepted from now on use <ctx> (borrowed, like
+ * opts.ssl_ctx: it must outlive them or be reference-counted by them;
+ * OpenSSL's SSL_new takes a reference, so the caller may free the old
+ * context once this returns). For certificates renewed while serving.
+ * A plain server stays plain: -EINVAL. */
+int fr_http_server_set_ssl_ctx(struct fr_http_server *srv, SSL_CTX *ctx);
 /* Stops accepting (new connections are refused by the kernel) and, if
  * <drop_conns>, closes every open connection (their requests are aborted). */
 void fr_http_server_unlisten(struct fr_http_server *srv, int drop_conns);
@@ -235,6 +243,47 @@ void fr_http_abort(struct fr_http_req *req);
 int fr_http_ws_accept(struct fr_http_req *req, const char *protocol,
                       fr_http_ws_message_cb on_message,
                       fr_http_ws_close_cb on_close);
+/* ---- tunnels: raw bytes both ways after an upgrade (reverse proxies) ----
+ *
+ * A tunnel is what an HTTP/1.1 proxy does after the upstream answered
+ * 101 Switching Protocols (WebSocket or any other Upgrade): no framing,
+ * bytes as they come, each direction ending on its own (half-close: a
+ * FIN, or TLS close_notify). The handler applies backpressure itself:
+ * fr_http_tunnel_pause() stops reading the peer, fr_http_pending_bytes()
+ * and fr_http_on_drain() say when the peer reads what it is sent. */
+
+/* The peer's bytes (<data>, <len> > 0, valid for the call only), or the
+ * end of its direction (<data> NULL, <len> 0), delivered once and after
+ * every byte before it. Called from the server's read path, never from
+ * inside an fr_http_* call of the handler; it may write, pause, shut down
+ * or abort. */
+typedef void (*fr_http_tunnel_data_cb)(struct fr_http_req *req, const char *data, size_t len);
+/* The tunnel is over: both directions ended (<err> 0: the peer's end was
+ * delivered and fr_http_tunnel_shutdown()'s FIN is out), or the
+ * connection failed or the peer reset it (<err> < 0). <req> is freed when
+ * this returns. Not called after fr_http_abort() or a failed
+ * fr_http_tunnel_* call (the caller knows). */
+typedef void (*fr_http_tunnel_end_cb)(struct fr_http_req *req, int err);
+/* Writes <head> (<len> bytes: a whole response head, "HTTP/1.1 101
+ * ...\r\n\r\n", sent as it is) and switches the connection to a tunnel;
+ * <status> is what done_cb reports. Only for a request being handled
+ * whose body is not streamed (upgrade requests never are). Bytes the peer
+ * sent after the request come to <on_data> from the next loop turn. 0, or
+ * a negative error (the connection is then closed, no callback). */
+int fr_http_tunnel_begin(struct fr_http_req *req, int status, const void *head, size_t len,
+                         fr_http_tunnel_data_cb on_data, fr_http_tunnel_end_cb on_end);
+/* Queues <len> bytes to the peer. 0, or -EPIPE after a shutdown or on a
+ * connection that is not a tunnel, or another negative error (then the
+ * connection is closed without on_end). */
+int fr_http_tunnel_write(struct fr_http_req *req, const void *data, size_t len);
+/* Ends our direction once everything queued is written (the peer reads
+ * EOF); the peer's direction goes on. 0 or a negative error (connection
+ * closed without on_end). */
+int fr_http_tunnel_shutdown(struct fr_http_req *req);
+/* <pause> 1 stops handing the peer's bytes over (and reading the socket
+ * once a little is buffered); 0 resumes from the next loop turn. */
+void fr_http_tunnel_pause(struct fr_http_req *req, int pause);
+
 /* Sends one unfragmented, unmasked frame whose payload is <prefix> (if
  * <prefix_len> > 0) followed by <data>. The prefix form exists for channel
  * protocols that put one byte in front of every message. */

@@ -31,7 +31,8 @@
  *   clusters = ( { name = "us-east"; region = "us";
  *                  kubeconfig = "us-east.kubeconfig"; context = "us-east";
  *                  namespace = "default";
- *                  cost = { per_core_hour = 0.0316; per_gib_hour = 0.0042; }; } );
+ *                  cost = { per_core_hour = 0.0316; per_gib_hour = 0.0042; }; },
+ *                { name = "home"; region = "us"; in_cluster = true; } );  # the router's own cluster
  *   hosted = { per_core_second = 0.00003942; per_gib_second = 0.00000672; };  # optional
  *
  * Relative paths are resolved against the directory of the config file.
@@ -111,9 +112,11 @@ struct fr_config_hosted {
 
 struct fr_config_cluster {
   char *name;              /* [a-z0-9-], unique, <= 32 chars: it is part of sandbox ids */
+  char code[5];            /* 4 of [0-9a-z] from SHA-256(name), unique: the end of E2B short ids */
   char *region;
-  char *kubeconfig;        /* absolute path */
+  char *kubeconfig;        /* absolute path; NULL with in_cluster */
   char *context;           /* NULL = the kubeconfig's current-context */
+  int in_cluster;          /* reached with the pod's service account (fr_kubeconfig_in_cluster) */
   char *ns;                /* namespace for sandboxes, default "default" */
   struct fr_config_cost cost;
 };
@@ -166,6 +169,17 @@ struct fr_config {
   char **files;
   size_t nfiles;
   char version[65];
+  /* A sandbox's own ports (`ports` group): the wildcard domain of
+   * Host-routed preview URLs (<port>-<id>.<domain>; NULL = path routing
+   * only) and the bounds on requests in flight to them. */
+  char *ports_domain;
+  int64_t max_port_requests_per_sandbox;
+  int64_t max_port_requests_per_tenant;
+  /* E2B template names that stand for pools (`e2b` group: templates). */
+  struct fr_config_template {
+    char *name, *pool;
+  } *e2b_templates;
+  size_t ne2b_templates;
 };
 
 /* Parses and validates <path>. Returns 0 and a snapshot with one reference

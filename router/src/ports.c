@@ -1,0 +1,372 @@
+/* ports.c - the ports a sandbox serves (docs/api.md "Ports"): preview URLs
+ * and the E2B SDKs' calls to ports other than envd's.
+ *
+ * Three ways in, one way through (data_proxy_port, files.c, over the
+ * adapter's data path):
+ *   - path routing: /v1/sandboxes/{id}/ports/{port}/<path> with the owner's
+ *     bearer token (routes.c);
+ *   - host routing: Host: <port>-<short id>.<ports.domain>, the whole path
+ *     passed on, allowed by the sandbox's traffic token
+ *     (E2B-Traffic-Access-Token), by the owner's bearer token, or freely
+ *     on a port the sandbox was made public on;
+ *   - the E2B relay: E2b-Sandbox-Port not envd's (e2b.c, after checking the
+ *     sandbox's access token).
+ * Every way is bounded: requests in flight per sandbox and per tenant
+ * (ports.max_requests_per_*), 429 past them. The agent's port is never a
+ * port here (its routes and token are the agent's).
+ *
+ * Short ids: a sandbox's "<cluster>.<pod>" id has a dot, so cannot be one
+ * DNS label; its short form is "<pod'>-<code>", <pod'> the pod name with
+ * "fr-pool-" written "p-", <code> four characters of the cluster's name's
+ * SHA-256 (api_cluster_code): reversible to the owning cluster by any
+ * replica without state, and at most 57 characters, so that
+ * "<5-digit port>-<short id>" fits a 63-character label.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <jansson.h>
+
+#include "fr/adapter.h"
+#include "fr/buf.h"
+#include "fr/config.h"
+#include "fr/http.h"
+#include "fr/util.h"
+#include "api.h"
+#include "router.h"
+#include "tenants.h"
+#include "routes.h"
+
+/* The longest short id: "<5-digit port>-" in front still fits 63. */
+#define SHORT_ID_MAX 57
+
+/* ---------------------------------------------------------------------- */
+/* ids and tokens                                                          */
+
+int ports_short_id(struct router *r, const char *cluster, const char *pod, char *out, size_t cap) {
+  const char *code = api_cluster_code(r, cluster);
+  int n;
+
+  if (code == NULL)
+    return -1;
+  if (strncmp(pod, "fr-pool-", 8) == 0)
+    n = snprintf(out, cap, "p-%s-%s", pod + 8, code);
+  else if (strncmp(pod, "sb-", 3) == 0)
+    n = snprintf(out, cap, "%s-%s", pod, code);
+  else
+    return -1; /* not a name fedrouter made: no short form */
+  return n < 0 || (size_t)n >= cap || n > SHORT_ID_MAX ? -1 : 0;
+}
+
+int api_canonical_id(struct router *r, const char *id, char *out, size_t cap) {
+  const char *dash, *cluster;
+  size_t n = strlen(id);
+  int w;
+
+  if (strchr(id, '.') != NULL) {
+    w = snprintf(out, cap, "%s", id);
+    return w < 0 || (size_t)w >= cap ? -1 : 0;
+  }
+  dash = strrchr(id, '-');
+  if (n > SHORT_ID_MAX || dash == NULL || strlen(dash + 1) != 4 || dash == id ||
+      (cluster = api_cluster_of_code(r, dash + 1)) == NULL)
+    return -1;
+  if (strncmp(id, "p-", 2) == 0)
+    w = snprintf(out, cap, "%s.fr-pool-%.*s", cluster, (int)(dash - id - 2), id + 2);
+  else if (strncmp(id, "sb-", 3) == 0)
+    w = snprintf(out, cap, "%s.%.*s", cluster, (int)(dash - id), id);
+  else
+    return -1;
+  return w < 0 || (size_t)w >= cap ? -1 : 0;
+}
+
+int ports_traffic_token(const struct router *r, const char *id, char out[65]) {
+  char msg[320];
+  int n = snprintf(msg, sizeof(msg), "fedrouter-traffic\n%s", id);
+
+  out[0] = '\0';
+  if (r->cfg->agent_key == NULL || n < 0 || (size_t)n >= sizeof(msg))
+    return -1;
+  return fr_hmac_sha256_hex(r->cfg->agent_key, r->cfg->agent_key_len, msg, (size_t)n, out);
+}
+
+/* Is <port> public on <pod> (label fedrouter.io/public-ports: "all", or
+ * its ports joined by '.')? */
+static int port_public(const struct fr_pod *pod, int port) {
+  const char *v = fr_pod_label(pod, FR_LABEL_PUBLIC_PORTS);
+  char want[8];
+  size_t n;
+
+  if (v == NULL)
+    return 0;
+  if (strcmp(v, "all") == 0)
+    return 1;
+  n = (size_t)snprintf(want, sizeof(want), "%d", port);
+  for (; *v != '\0'; v += strcspn(v, ".") + (v[strcspn(v, ".")] == '.'))
+    if (strncmp(v, want, n) == 0 && (v[n] == '.' || v[n] == '\0'))
+      return 1;
+  return 0;
+}
+
+json_t *ports_public_json(const char *v) {
+  json_t *arr;
+
+  if (strcmp(v, "all") == 0)
+    return json_string("*");
+  if ((arr = json_array()) == NULL)
+    return NULL;
+  while (*v != '\0') {
+    json_array_append_new(arr, json_integer(strtol(v, NULL, 10)));
+    v += strcspn(v, ".");
+    v += *v == '.';
+  }
+  return arr;
+}
+
+int ports_traffic_ok(const struct router *r, const struct fr_http_req *req, const char *id, const struct fr_pod *pod,
+                     int port) {
+  const char *token = fr_http_req_header(req, "E2B-Traffic-Access-Token");
+  char want[65];
+
+  if (port_public(pod, port))
+    return 1;
+  if (token == NULL)
+    token = fr_http_req_header(req, "X-Traffic-Token");
+  return token != NULL && ports_traffic_token(r, id, want) == 0 && fr_secret_equal(token, want);
+}
+
+/* ---------------------------------------------------------------------- */
+/* bounds                                                                  */
+
+/* Requests in flight to each sandbox's ports: the router's small hash
+ * table of ids (entries only while a request is in flight). */
+struct port_inflight {
+  struct port_inflight *next;
+  struct port_inflight **bucket;  /* its chain's head in the router's table */
+  struct tenant_state *ts;         /* a reference: the record outlives a reload that removes it */
+  int64_t n;
+  char id[];
+};
+
+static unsigned bucket_of(const char *id) {
+  unsigned h = 2166136261u;
+
+  for (; *id != '\0'; id++)
+    h = (h ^ (unsigned char)*id) * 16777619u;
+  return h % PORTS_INFLIGHT_BUCKETS;
+}
+
+static struct port_inflight *inflight_find(struct router *r, const char *id) {
+  struct port_inflight *e;
+
+  for (e = r->port_inflight[bucket_of(id)]; e != NULL; e = e->next)
+    if (strcmp(e->id, id) == 0)
+      return e;
+  return NULL;
+}
+
+static void on_call_over(void *arg) {
+  struct port_inflight *e = arg, **pp;
+
+  if (e->ts != NULL)
+    e->ts->port_requests--;
+  if (--e->n > 0)
+    return;
+  for (pp = e->bucket; *pp != e; pp = &(*pp)->next)
+    ;
+  *pp = e->next;
+  tenant_unref(e->ts);
+  free(e);
+}
+
+/* Counts one more request to <id>'s ports, or answers 429 and returns
+ * NULL. */
+static struct port_inflight *admit(struct api_req *q, const char *id) {
+  const struct fr_config *cfg = q->cfg;
+  struct port_inflight *e = inflight_find(q->r, id);
+  char msg[300];
+
+  if (e != NULL && e->n >= cfg->max_port_requests_per_sandbox) {
+    snprintf(msg, sizeof(msg), "sandbox %.100s has %" PRId64 " requests to its ports in flight "
+             "(ports.max_requests_per_sandbox)", id, e->n);
+    api_reply(q, 429, api_limit_body(msg, "ports.max_requests_per_sandbox"), "Retry-After: 1\r\n");
+    return NULL;
+  }
+  if (q->ts != NULL && q->ts->port_requests >= cfg->max_port_requests_per_tenant) {
+    snprintf(msg, sizeof(msg), "tenant %s has %" PRId64 " requests to sandbox ports in flight "
+             "(ports.max_requests_per_tenant)", q->tenant, q->ts->port_requests);
+    api_reply(q, 429, api_limit_body(msg, "ports.max_requests_per_tenant"), "Retry-After: 1\r\n");
+    return NULL;
+  }
+  if (e == NULL) {
+    unsigned b = bucket_of(id);
+    e = calloc(1, sizeof(*e) + strlen(id) + 1);
+    if (e == NULL) {
+      api_oom(q);
+      return NULL;
+    }
+    strcpy(e->id, id); /* sized above */
+    e->bucket = &q->r->port_inflight[b];
+    e->next = *e->bucket;
+    *e->bucket = e;
+  }
+  e->n++;
+  /* The tenant whose count this is: one tenant owns a sandbox. */
+  if (e->ts == NULL)
+    e->ts = tenant_ref(q->ts);
+  if (e->ts != NULL)
+    e->ts->port_requests++;
+  return e;
+}
+
+/* ---------------------------------------------------------------------- */
+/* forwarding                                                              */
+
+/* The request headers a sandbox's server gets: the client's end-to-end
+ * ones, less our credentials and routing, plus X-Forwarded-*. */
+static int forward_headers(struct api_req *q, struct fr_buf *h) {
+  static const char *const drop[] = {"host", "content-length", "transfer-encoding", "content-type", "connection",
+                                     "keep-alive", "proxy-authorization", "proxy-connection", "te", "trailer",
+                                     "upgrade", "expect", "authorization", "x-access-token",
+                                     "e2b-traffic-access-token", "x-api-key", "e2b-sandbox-id",
+                                     "e2b-sandbox-port", "x-forwarded-for", "x-forwarded-host",
+                                     "x-forwarded-proto", NULL};
+  const struct fr_http_req *req = q->req;
+  const char *host = fr_http_req_header(req, "Host");
+  size_t i, k;
+
+  for (i = 0; i < req->nheaders; i++) {
+    const char *name = req->headers[i].name, *value = req->headers[i].value;
+    for (k = 0; drop[k] != NULL && strcasecmp(name, drop[k]) != 0; k++)
+      ;
+    if (drop[k] == NULL && strpbrk(value, "\r\n") == NULL && strpbrk(name, "\r\n:") == NULL)
+      fr_buf_printf(h, "%s: %s\n", name, value);
+  }
+  fr_buf_printf(h, "X-Forwarded-For: %s\nX-Forwarded-Proto: http\n", req->peer_ip);
+  if (host != NULL && strpbrk(host, "\r\n") == NULL)
+    fr_buf_printf(h, "X-Forwarded-Host: %s\n", host);
+  return h->data != NULL ? 0 : -ENOMEM;
+}
+
+/* Sends <q> to port <port> of sandbox <id> (canonical; its adapter <a>),
+ * the server getting <path> and the request's query. */
+static void forward(struct api_req *q, struct fr_adapter *a, const char *id, const char *pod_agent_label, int port,
+                    const char *path) {
+  struct port_inflight *e;
+  struct fr_buf h, pq;
+  char msg[200];
+
+  if (port < 1 || port > 65535 || port == FR_AGENT_DEFAULT_PORT ||
+      (pod_agent_label != NULL && atoi(pod_agent_label) == port)) {
+    snprintf(msg, sizeof(msg), "port %d is not a port of the sandbox's own (1-65535, not the agent's %d)", port,
+             FR_AGENT_DEFAULT_PORT);
+    api_fail(q, 400, "invalid_port", msg, NULL);
+    return;
+  }
+  if ((e = admit(q, id)) == NULL)
+    return;
+  fr_buf_init(&h);
+  fr_buf_init(&pq);
+  fr_buf_printf(&pq, "%s%s%s", path[0] == '/' ? "" : "/", path, q->req->query[0] != '\0' ? "?" : "");
+  fr_buf_puts(&pq, q->req->query);
+  if (forward_headers(q, &h) != 0 || pq.data == NULL) {
+    on_call_over(e);
+    api_oom(q);
+  } else {
+    router_note(q->req, "cluster", fr_adapter_name(a));
+    data_proxy_port(q, a, id, port, pq.data, h.data, on_call_over, e);
+  }
+  fr_buf_free(&h);
+  fr_buf_free(&pq);
+}
+
+void ports_path(struct api_req *q, const struct route_params *p) {
+  forward(q, p->a, p->id, fr_pod_label(p->pod, FR_LABEL_AGENT), p->port, p->tail != NULL ? p->tail : "");
+}
+
+void ports_e2b(struct api_req *q, struct fr_adapter *a, const struct fr_pod *pod, const char *id, int port) {
+  char path[16];
+
+  (void)path;
+  forward(q, a, id, fr_pod_label(pod, FR_LABEL_AGENT), port, q->req->path + 4 /* after /e2b */);
+}
+
+/* Host: <port>-<short id>.<domain>[:<listen port>] -> port, short id. */
+static int parse_host(const char *host, const char *domain, int *port, char *sid, size_t cap) {
+  size_t hn = strcspn(host, ":"), dn = strcspn(domain, ":"), ln;
+  const char *dash;
+  char num[8];
+  int64_t v;
+
+  if (hn <= dn + 1 || host[hn - dn - 1] != '.' || strncasecmp(host + hn - dn, domain, dn) != 0)
+    return -1;
+  ln = hn - dn - 1; /* the first label */
+  dash = memchr(host, '-', ln);
+  if (dash == NULL || dash == host || (size_t)(dash - host) >= sizeof(num) || ln - (size_t)(dash - host) - 1 >= cap ||
+      memchr(host, '.', ln) != NULL)
+    return -1;
+  memcpy(num, host, (size_t)(dash - host));
+  num[dash - host] = '\0';
+  if (fr_parse_int64(num, 1, 65535, &v) != 0)
+    return -1;
+  *port = (int)v;
+  memcpy(sid, dash + 1, ln - (size_t)(dash - host) - 1);
+  sid[ln - (size_t)(dash - host) - 1] = '\0';
+  for (char *c = sid; *c != '\0'; c++)
+    if (*c >= 'A' && *c <= 'Z')
+      *c = (char)(*c - 'A' + 'a'); /* host names are case-insensitive */
+  return 0;
+}
+
+int ports_host(struct api_req *q) {
+  const char *domain = q->cfg->ports_domain, *host;
+  char sid[64], id[320], cluster[64];
+  const struct fr_pod *pod;
+  struct fr_adapter *a;
+  const char *pod_name;
+  int port, allowed = 0;
+
+  if (domain == NULL || (host = fr_http_req_header(q->req, "Host")) == NULL ||
+      parse_host(host, domain, &port, sid, sizeof(sid)) != 0)
+    return 0;
+  /* From here the request is the sandbox's: every answer is ours. Another
+   * tenant, a guessed id and a wrong token all get the same 404. */
+  if (api_canonical_id(q->r, sid, id, sizeof(id)) != 0 || (pod_name = strchr(id, '.')) == NULL ||
+      (size_t)(pod_name - id) >= sizeof(cluster)) {
+    api_fail(q, 404, "sandbox_not_found", "no such sandbox port", NULL);
+    return 1;
+  }
+  memcpy(cluster, id, (size_t)(pod_name - id));
+  cluster[pod_name - id] = '\0';
+  pod_name++;
+  a = api_adapter(q->r, cluster);
+  pod = a != NULL ? fr_adapter_pod(a, pod_name) : NULL;
+  if (pod == NULL || pod->tenant == NULL || pod->state == NULL || strcmp(pod->state, "claimed") != 0 ||
+      !api_sandbox_visible(a, pod)) {
+    api_fail(q, 404, "sandbox_not_found", "no such sandbox port", NULL);
+    return 1;
+  }
+  if (ports_traffic_ok(q->r, q->req, id, pod, port)) {
+    allowed = 1;
+  } else if (fr_http_req_header(q->req, "Authorization") != NULL) {
+    /* The owner's own token works too (curl -H "Authorization: Bearer"). */
+    const char *t = api_tenant_of_bearer(q->r, q->req);
+    allowed = t != NULL && strcmp(t, pod->tenant) == 0;
+  }
+  if (!allowed) {
+    api_fail(q, 404, "sandbox_not_found", "no such sandbox port", NULL);
+    return 1;
+  }
+  api_set_tenant(q, pod->tenant);
+  router_note(q->req, "tenant", q->tenant);
+  if (fr_adapter_node_unready(a, pod->node)) {
+    api_fail(q, 503, "sandbox_unreachable", "the sandbox's node is not Ready", "Retry-After: 5\r\n");
+    return 1;
+  }
+  forward(q, a, id, fr_pod_label(pod, FR_LABEL_AGENT), port, q->req->path);
+  return 1;
+}
