@@ -132,6 +132,7 @@ struct create {
   json_t *refusal;            /* the answer of its last try that did not start */
   int refusal_status;
   int tried;                  /* it has been tried at least once */
+  int waited;                 /* a try did not start it: it waited in the queue */
   uint64_t t0_ms;             /* when it was handed to the queue */
 };
 
@@ -566,6 +567,7 @@ static void set_refusal(struct create *cr, int status, json_t *body) {
   json_t *err = json_object_get(body, "error");
   json_t *sf = json_object_get(err, "shortfall"), *limit = json_object_get(err, "limit");
 
+  cr->waited = cr->qe.deadline_ms != 0; /* not started: it waits (if it may) */
   json_decref(cr->refusal);
   cr->refusal = body;
   cr->refusal_status = status;
@@ -917,7 +919,7 @@ static enum queue_try try_start(struct queue_entry *e, int warm_only) {
     cr->ts->creating_mem_b += cr->counted_mem_b;
     cr->ts->creating_gpus += cr->counted_gpus;
   }
-  if (cr->qe.deadline_ms != 0 && uv_now(r->loop) > cr->t0_ms + QUEUE_TICK_MS) {
+  if (cr->waited) {
     struct fr_buf l;
     fr_buf_init(&l);
     metrics_label(&l, "tenant", q->tenant);
