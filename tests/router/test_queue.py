@@ -18,7 +18,7 @@ max_queued_execs, or after queue.exec_wait_s, reloaded live); a cluster
 answering 429 keeps its breaker closed while one answering 503 opens it;
 GET /v1/queue shows a tenant its own line and an admin every one,
 /metrics the queue, shares and waits; the SDK's wait_s and fedctl create
---wait and queue.
+--wait and queue; an E2B create waits queue.e2b_wait_s (reloaded live).
 
 Usage: test_queue.py --fedrouter PATH --kubesim PATH --fedctl PATH [--only NAME ...] [--keep]
 Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
@@ -50,6 +50,7 @@ def sha(t):
 class QueueFed(tr.Fed):
     def write_config(self, path, lifetime):
         self.exec_wait_s = 30
+        self.e2b_wait_s = 0
         self.lifetime = lifetime
         self.write_now(path)
 
@@ -60,7 +61,7 @@ class QueueFed(tr.Fed):
 listen = "127.0.0.1:0";
 region = "us";
 sandbox = {{ default_lifetime_s = {self.lifetime[0]}; max_lifetime_s = {self.lifetime[1]}; }};
-queue = {{ max_wait_s = 300; exec_wait_s = {self.exec_wait_s}; }};
+queue = {{ max_wait_s = 300; exec_wait_s = {self.exec_wait_s}; e2b_wait_s = {self.e2b_wait_s}; }};
 tenants = (
   {{ name = "a"; token_sha256 = "{sha(TOK['a'])}"; }},
   {{ name = "b"; token_sha256 = "{sha(TOK['b'])}"; }},
@@ -437,11 +438,48 @@ def test_fedctl_create_wait(fed):
     reset(fed)
 
 
+def test_e2b_create_waits_queue_e2b_wait_s(fed):
+    reset(fed)
+    st, r = api(fed, "POST", "/v1/pools", {"name": "qp", "image": tr.IMAGE, "cpus": 1, "memory_gb": 1, "replicas": 0})
+    check(st == 201, f"pool: {st} {short(r)}")
+    check(wait_until(lambda: api(fed, "GET", "/v1/pools/qp")[0] == 200, 15), "the pool is not listed")
+    ids = fill(fed, "a", SLOTS)
+
+    def e2b_create(out):
+        out["r"] = fed.api("POST", "/e2b/sandboxes", {"templateID": "qp", "timeout": 300, "metadata": {"t": "q"}},
+                           token=None,
+                           headers={"X-API-Key": TOK["a"]}, timeout=120)
+    # Without queue.e2b_wait_s: no room is an answer at once.
+    out = {}
+    e2b_create(out)
+    check(out["r"][0] == 503, f"an E2B create with no room and no wait: {short(out['r'])}")
+    n = reloads(fed)
+    fed.e2b_wait_s = 60
+    fed.write_now()
+    check(wait_until(lambda: reloads(fed) > n, 15), "the config did not reload")
+    out = {}
+    t = threading.Thread(target=e2b_create, args=(out,))
+    t.start()
+    check(wait_until(lambda: waiting(fed, "a")["creates"] == 1, 15), "the E2B create does not wait")
+    drop(fed, "a", ids[0])
+    t.join(60)
+    st, r = out.get("r", (0, None))
+    check(st == 201 and isinstance(r, dict) and r.get("templateID") == "qp" and r.get("sandboxID"),
+          f"the E2B create that waited: {st} {short(r)}")
+    n = reloads(fed)
+    fed.e2b_wait_s = 0
+    fed.write_now()
+    check(wait_until(lambda: reloads(fed) > n, 15), "the config did not reload back")
+    api(fed, "DELETE", "/v1/pools/qp")
+    reset(fed)
+
+
 TESTS = [test_full_without_wait_is_503_at_once, test_wait_starts_when_room_frees, test_smaller_share_goes_first,
          test_all_or_nothing_waits_whole, test_partial_ok_starts_what_fits,
          test_wait_ends_with_the_refusal_or_what_was_made, test_quota_holds_back_only_its_tenant,
          test_queue_bound_refuses_at_once, test_execs_wait_for_a_slot, test_exec_wait_ends_after_exec_wait_s,
-         test_busy_cluster_keeps_its_breaker_closed, test_queue_views_and_fedctl, test_fedctl_create_wait]
+         test_busy_cluster_keeps_its_breaker_closed, test_queue_views_and_fedctl, test_fedctl_create_wait,
+         test_e2b_create_waits_queue_e2b_wait_s]
 
 
 if __name__ == "__main__":
