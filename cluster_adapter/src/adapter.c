@@ -128,8 +128,14 @@ static void pods_count(struct fr_adapter *a, const struct fr_pod *p, int sign) {
   a->sb_mem_b += sign * p->mem_b;
   if (p->tenant != NULL) {
     struct strmap_entry *n = strmap_put(&a->tenant_counts, p->tenant, NULL);
-    if (n != NULL && (n->v.n[0] += sign) <= 0)
-      strmap_del(&a->tenant_counts, p->tenant);
+    if (n != NULL) {
+      n->v.n[1] += sign * p->cpu_m;
+      n->v.n[2] += sign * p->mem_b;
+      if ((n->v.n[0] += sign) <= 0)
+        strmap_del(&a->tenant_counts, p->tenant);
+    }
+    if (p->gpus > 0 && (n = strmap_put(&a->tenant_gpus, p->tenant, NULL)) != NULL && (n->v.n[0] += sign * p->gpus) <= 0)
+      strmap_del(&a->tenant_gpus, p->tenant);
   }
 }
 
@@ -348,11 +354,14 @@ static void on_probe_done(const struct fr_kube_response *r, void *arg) {
   struct fr_adapter *a = arg;
 
   a->probe_call = NULL;
-  a->probe_ok = r->status == 200;
+  /* A 429 (priority and fairness shedding load) is a busy API server, not
+   * a dead one: it answered, and the breaker stays closed. */
+  a->probe_ok = r->status == 200 || r->status == 429;
   if (a->probe_ok) {
     a->last_probe_ok_ms = uv_now(a->loop);
-    a->latency_ewma = a->latency_ewma == 0 ? r->elapsed_ms
-                                           : EWMA_ALPHA * r->elapsed_ms + (1 - EWMA_ALPHA) * a->latency_ewma;
+    if (r->status == 200)
+      a->latency_ewma = a->latency_ewma == 0 ? r->elapsed_ms
+                                             : EWMA_ALPHA * r->elapsed_ms + (1 - EWMA_ALPHA) * a->latency_ewma;
   } else {
     FR_WARN("adapter", "%s: health probe failed (%d %s)", a->cc.name, r->status,
             r->error ? r->error : "");
@@ -421,6 +430,7 @@ static void adapter_release(struct fr_adapter *a) {
   strmap_close(&a->gpu_usage);
   warm_ready_free(a);
   strmap_close(&a->tenant_counts);
+  strmap_close(&a->tenant_gpus);
   podstore_free(&a->pods);
   free(a->reaper); /* NULL once sandbox_stop() closed it */
   free(a);
@@ -629,6 +639,19 @@ int64_t fr_adapter_tenant_sandboxes(struct fr_adapter *a, const char *tenant) {
   const struct strmap_entry *n = strmap_get(&a->tenant_counts, tenant);
 
   return n != NULL ? n->v.n[0] : 0;
+}
+
+void fr_adapter_tenant_usage(struct fr_adapter *a, const char *tenant, struct fr_tenant_usage *out) {
+  const struct strmap_entry *n = strmap_get(&a->tenant_counts, tenant), *g = strmap_get(&a->tenant_gpus, tenant);
+
+  memset(out, 0, sizeof(*out));
+  if (n != NULL) {
+    out->sandboxes = n->v.n[0];
+    out->cpu_m = n->v.n[1];
+    out->mem_b = n->v.n[2];
+  }
+  if (g != NULL)
+    out->gpus = g->v.n[0];
 }
 
 const char *pod_label(json_t *obj, const char *key) {

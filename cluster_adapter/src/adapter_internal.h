@@ -51,7 +51,9 @@ struct fr_adapter {
   int64_t sb_cpu_m, sb_mem_b;    /* requests of the live sandboxes */
   struct strmap warm_ready;      /* pool -> v.map, the set of its ready, unclaimed pods
                                     (an entry only while its set is not empty) */
-  struct strmap tenant_counts;   /* tenant -> v.n[0] live sandboxes (an entry only while > 0) */
+  struct strmap tenant_counts;   /* tenant -> v.n [live sandboxes, their cpu_m, their mem_b] (an entry only
+                                    while it has sandboxes) */
+  struct strmap tenant_gpus;     /* tenant -> v.n[0] GPUs of its live sandboxes (an entry only while > 0) */
   enum breaker_state breaker;
   int failures;                  /* consecutive */
   uint64_t opened_ms;

@@ -329,11 +329,12 @@ static void on_call_done(const struct fr_kube_response *resp, void *arg) {
     res.err = FR_AGENT_CANCELED;
     res.message = "stopped by its reader";
   } else if (resp->status == 0) {
-    /* Not reached at all: the cluster's fault, unless something started.
-     * A sandbox's own port never feeds the breaker: what a sandbox's
-     * server does (hang up, stall) must not make the cluster look down
-     * to every tenant. */
-    if (!ac->got_head && ac->o.port == 0)
+    /* Not reached at all: the cluster's fault, unless something started
+     * or it was never sent (it waited out the router's own queue for the
+     * cluster: busy, not down). A sandbox's own port never feeds the
+     * breaker: what a sandbox's server does (hang up, stall) must not make
+     * the cluster look down to every tenant. */
+    if (!ac->got_head && ac->o.port == 0 && resp->attempts > 0)
       fr_adapter_report(ac->a, 0);
     snprintf(msg, sizeof(msg), "%s: %.300s", ac->got_head ? "the agent's answer was cut" : "cannot reach the sandbox's agent",
              resp->error != NULL ? resp->error : "no answer");

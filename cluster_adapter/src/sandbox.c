@@ -44,6 +44,8 @@ struct create_op {
   int64_t cpu_m, mem_b, lifetime_s;
   int64_t deadline_s;       /* activeDeadlineSeconds: >= lifetime_s */
   uint64_t ready_timeout_ms;
+  int busy;                 /* the last answer was "busy", not "down": 429, or never sent (the router's own queue
+                               for the cluster timed out); the breaker does not hear of it as a failure */
   json_t *secrets;          /* a reference: env only the agent gets, never the pod */
   json_t *env, *labels;
   struct fr_podopts *opts;  /* pod options of a cold create; NULL = none */
@@ -120,10 +122,12 @@ static void finish(struct create_op *op, enum fr_sandbox_err err, const char *me
   }
   agent_init_cancel(op->init);
   op->init = NULL;
-  /* Whether the cluster answered at all feeds its circuit breaker. */
+  /* Whether the cluster answered at all feeds its circuit breaker; a busy
+   * one (429, or a request that waited out the router's own queue for it)
+   * is slow, not down: the batch spills, the breaker stays closed. */
   if (err == FR_SB_OK)
     fr_adapter_report(op->a, 1);
-  else if (err == FR_SB_UNAVAILABLE && !op->a->stopping)
+  else if (err == FR_SB_UNAVAILABLE && !op->a->stopping && !op->busy)
     fr_adapter_report(op->a, 0);
   memset(&r, 0, sizeof(r));
   r.err = err;
@@ -323,6 +327,15 @@ void sandbox_on_pod(struct fr_adapter *a, enum fr_informer_event ev, const struc
 
 static void start_cold(struct create_op *op);
 
+/* A 429 (the API server answered: alive, and busy) or a request that was
+ * never sent (it waited out the router's own queue for this cluster): the
+ * cluster is busy, not down. */
+static void note_busy(struct create_op *op, const struct fr_kube_response *r) {
+  op->busy = r->status == 429 || (r->status == 0 && r->attempts == 0);
+  if (r->status == 429)
+    fr_adapter_report(op->a, 1);
+}
+
 static void on_created(const struct fr_kube_response *r, void *arg) {
   struct create_op *op = arg;
   char msg[600];
@@ -350,6 +363,7 @@ static void on_created(const struct fr_kube_response *r, void *arg) {
   } else if (r->status == 403) {
     finish(op, FR_SB_NO_ROOM, msg, NULL, 0);
   } else if (r->status == 0 || r->status >= 500 || r->status == 429) {
+    note_busy(op, r);
     finish(op, FR_SB_UNAVAILABLE, r->status ? msg : (r->error ? r->error : "no response"), NULL, 0);
   } else {
     finish(op, FR_SB_FAILED, msg, NULL, 0);
@@ -546,6 +560,7 @@ static void on_claimed(const struct fr_kube_response *r, void *arg) {
     return;
   }
   status_message(r->body, r->body_len, msg, sizeof(msg));
+  note_busy(op, r);
   finish(op, FR_SB_UNAVAILABLE, r->status ? msg : (r->error ? r->error : "no response"), NULL, 0);
 }
 

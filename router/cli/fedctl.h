@@ -340,6 +340,8 @@ int fc_cmd_shell(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_proc(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_events(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_version(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_secret(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_queue(struct fc_ctx *ctx, int argc, char **argv);
 /* `proc attach` (cmd_shell.c: the session of `shell` on a running
  * process). */
 int fc_proc_attach(struct fc_ctx *ctx, int argc, char **argv);

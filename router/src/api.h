@@ -19,6 +19,7 @@
 
 struct router;
 struct tenant_state;
+struct fr_config;
 struct fr_http_req;
 struct fr_adapter;
 struct fr_pod;
@@ -28,7 +29,8 @@ struct api_req {
   struct fr_http_req *req;      /* NULL once answered or the client is gone */
   char rid[129];                /* request id (X-Request-Id) */
   char tenant[64];              /* "" until authenticated */
-  struct tenant_state *ts;      /* its limits and counts; NULL until authenticated */
+  struct tenant_state *ts;      /* its limits and counts, a reference; NULL until authenticated */
+  struct fr_config *cfg;        /* the config snapshot the request started with, a reference */
   int refs;
   int deferred;                 /* api_defer() was called and not finished yet */
   int streaming;                /* api_stream_begin() sent the head */
@@ -50,10 +52,19 @@ struct api_req *api_req_of(struct fr_http_req *req);
 struct api_req *api_req_new(struct router *r, struct fr_http_req *req, const char *rid);
 void api_req_unref(struct api_req *q);
 
+/* The request belongs to tenant <name> from now on: q->tenant, and a
+ * reference to its record in q->ts (NULL when the table has none). */
+void api_set_tenant(struct api_req *q, const char *name);
+
 /* The answer comes later: takes a reference for the operation, counts the
  * request in flight (the drain waits for it) and notices a client that
  * goes away. */
 void api_defer(struct api_req *q);
+/* Ends a deferral without answering (a wait that hands the request back
+ * to its handler, which may defer it again): the request no longer counts
+ * in flight and hears no more of a client going away, and the operation's
+ * reference passes to the caller, who drops it with api_req_unref(). */
+void api_undefer(struct api_req *q);
 /* Answers <status> with <body> (taken; NULL = none) and <extra> headers
  * ("Name: value\r\n" lines or NULL) if the client is still there; for a
  * deferred request this is its finish: the operation's reference goes. */
@@ -192,6 +203,12 @@ void router_get_dashboard(struct api_req *q, const struct route_params *p);
 void router_get_clusters(struct api_req *q, const struct route_params *p);
 void router_get_events(struct api_req *q, const struct route_params *p);
 void router_get_policy(struct api_req *q, const struct route_params *p);
+void router_get_config(struct api_req *q, const struct route_params *p);
+void router_get_queue(struct api_req *q, const struct route_params *p);
+/* secrets_api.c */
+void secrets_list(struct api_req *q, const struct route_params *p);
+void secrets_put(struct api_req *q, const struct route_params *p);
+void secrets_delete(struct api_req *q, const struct route_params *p);
 /* sandboxes.c */
 void sandboxes_explain(struct api_req *q, const struct route_params *p);
 void sandboxes_create(struct api_req *q, const struct route_params *p);

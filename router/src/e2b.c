@@ -36,6 +36,7 @@
 #include "api.h"
 #include "router.h"
 #include "routes.h"
+#include "tenants.h"
 
 /* The envd version the control API reports for every sandbox: the one
  * fedrouter-agent implements (agent/README.md "Which envd version we
@@ -197,9 +198,9 @@ static void create(struct api_req *q) {
   }
   /* The template names the config maps to pools (the SDKs' defaults:
    * "base", "code-interpreter-v1"); any other name is a pool's. */
-  for (i = 0; i < q->r->cfg->ne2b_templates; i++)
-    if (strcmp(q->r->cfg->e2b_templates[i].name, tmpl) == 0) {
-      tmpl = q->r->cfg->e2b_templates[i].pool;
+  for (i = 0; i < q->cfg->ne2b_templates; i++)
+    if (strcmp(q->cfg->e2b_templates[i].name, tmpl) == 0) {
+      tmpl = q->cfg->e2b_templates[i].pool;
       break;
     }
   /* The v1 create of one sandbox from pool <templateID>: the same checks,
@@ -221,6 +222,11 @@ static void create(struct api_req *q) {
     json_object_set(v1, "env", v);
   if ((v = json_object_get(b, "timeout")) != NULL && !json_is_null(v))
     json_object_set(v1, "timeout_s", v);
+  /* The E2B SDK has no field for a wait: the config says how long an E2B
+   * create waits for room (queue.e2b_wait_s), below the SDK's own request
+   * timeout. */
+  if (q->cfg->queue_e2b_wait_s > 0)
+    json_object_set_new(v1, "wait_s", json_integer(q->cfg->queue_e2b_wait_s));
   json_decref(b);
   q->shape_kind = K_CREATE;
   create_sandboxes_from(q, v1, 0, 1);
@@ -287,9 +293,9 @@ static int64_t body_timeout(struct api_req *q, int optional) {
     return 0;
   }
   json_decref(b);
-  if (v < 1 || v > q->r->cfg->max_lifetime_s) {
+  if (v < 1 || v > q->cfg->max_lifetime_s) {
     snprintf(msg, sizeof(msg), "timeout must be an integer number of seconds from 1 to %" PRId64,
-             q->r->cfg->max_lifetime_s);
+             q->cfg->max_lifetime_s);
     api_field_fail(q, "timeout", msg);
     return -1;
   }
@@ -574,8 +580,7 @@ static int by_token(struct api_req *q, const char *id, const char *tenant, int p
     api_fail(q, st, "sandbox_not_found", msg, NULL);
     return -1;
   }
-  snprintf(q->tenant, sizeof(q->tenant), "%s", (*p)->tenant);
-  q->ts = router_tenant(q->r, q->tenant);
+  api_set_tenant(q, (*p)->tenant);
   router_note(q->req, "tenant", q->tenant);
   if ((*p = api_find_reachable_sandbox(q, canon, a)) == NULL || !admitted(q))
     return -1;
@@ -673,10 +678,12 @@ static void in_sandbox(struct api_req *q, const char *id, const char *tenant, co
 static int authenticate(struct api_req *q, const char **tenant) {
   const char *key = fr_http_req_header(q->req, "X-API-Key");
   const struct fr_config_tenant *t;
+  const struct fr_config_token *tok;
   const char *ip = q->req->peer_ip;
+  char msg[300], when[21];
 
   *tenant = NULL;
-  if (q->r->cfg->ntenants == 0) {
+  if (q->cfg->ntenants == 0) {
     if (strncmp(ip, "127.", 4) != 0 && strcmp(ip, "::1") != 0 && strncmp(ip, "::ffff:127.", 11) != 0) {
       api_fail(q, 403, "forbidden", "this router has no tenants configured and accepts loopback clients only", NULL);
       return -1;
@@ -686,8 +693,16 @@ static int authenticate(struct api_req *q, const char **tenant) {
   }
   if (key == NULL || *key == '\0')
     return 0;
-  if ((t = fr_config_tenant_by_token(q->r->cfg, key)) == NULL) {
+  if ((t = fr_config_tenant_by_token(q->cfg, key, &tok)) == NULL) {
     api_fail(q, 401, "unauthorized", "unknown API key: E2B_API_KEY must be a fedrouter tenant token", NULL);
+    return -1;
+  }
+  router_note(q->req, "token", tok->name);
+  if (fr_config_token_expired(tok, fr_wall_ms() / 1000)) {
+    fr_time_rfc3339(tok->expires_at, when);
+    snprintf(msg, sizeof(msg), "API key \"%s\" of tenant %s expired at %s; ask for its successor", tok->name,
+             t->name, when);
+    api_fail(q, 401, "token_expired", msg, NULL);
     return -1;
   }
   *tenant = t->name;
@@ -728,8 +743,7 @@ int e2b_begin(struct api_req *q, const struct route *r) {
     api_fail(q, 401, "unauthorized", "missing X-API-Key: set E2B_API_KEY to a fedrouter tenant token", NULL);
     return -1;
   }
-  snprintf(q->tenant, sizeof(q->tenant), "%s", tenant);
-  q->ts = router_tenant(q->r, tenant);
+  api_set_tenant(q, tenant);
   router_note(q->req, "tenant", tenant);
   return admitted(q) ? 0 : -1;
 }

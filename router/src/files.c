@@ -20,6 +20,7 @@
 #include "api.h"
 #include "data.h"
 #include "router.h"
+#include "tenants.h"
 #include "routes.h"
 
 /* ---------------------------------------------------------------------- */

@@ -23,6 +23,7 @@
 #include "fr/http.h"
 #include "api.h"
 #include "router.h"
+#include "tenants.h"
 #include "routes.h"
 
 #define MAX_POOL_REPLICAS 100000

@@ -38,6 +38,7 @@
 #include "fr/util.h"
 #include "api.h"
 #include "router.h"
+#include "tenants.h"
 #include "routes.h"
 
 /* The longest short id: "<5-digit port>-" in front still fits 63. */
@@ -146,7 +147,7 @@ int ports_traffic_ok(const struct router *r, const struct fr_http_req *req, cons
 struct port_inflight {
   struct port_inflight *next;
   struct port_inflight **bucket;  /* its chain's head in the router's table */
-  struct tenant_state *ts;
+  struct tenant_state *ts;         /* a reference: the record outlives a reload that removes it */
   int64_t n;
   char id[];
 };
@@ -178,13 +179,14 @@ static void on_call_over(void *arg) {
   for (pp = e->bucket; *pp != e; pp = &(*pp)->next)
     ;
   *pp = e->next;
+  tenant_unref(e->ts);
   free(e);
 }
 
 /* Counts one more request to <id>'s ports, or answers 429 and returns
  * NULL. */
 static struct port_inflight *admit(struct api_req *q, const char *id) {
-  const struct fr_config *cfg = q->r->cfg;
+  const struct fr_config *cfg = q->cfg;
   struct port_inflight *e = inflight_find(q->r, id);
   char msg[300];
 
@@ -214,9 +216,10 @@ static struct port_inflight *admit(struct api_req *q, const char *id) {
   }
   e->n++;
   /* The tenant whose count this is: one tenant owns a sandbox. */
-  e->ts = q->ts;
-  if (q->ts != NULL)
-    q->ts->port_requests++;
+  if (e->ts == NULL)
+    e->ts = tenant_ref(q->ts);
+  if (e->ts != NULL)
+    e->ts->port_requests++;
   return e;
 }
 
@@ -322,7 +325,7 @@ static int parse_host(const char *host, const char *domain, int *port, char *sid
 }
 
 int ports_host(struct api_req *q) {
-  const char *domain = q->r->cfg->ports_domain, *host;
+  const char *domain = q->cfg->ports_domain, *host;
   char sid[64], id[320], cluster[64];
   const struct fr_pod *pod;
   struct fr_adapter *a;
@@ -360,8 +363,7 @@ int ports_host(struct api_req *q) {
     api_fail(q, 404, "sandbox_not_found", "no such sandbox port", NULL);
     return 1;
   }
-  snprintf(q->tenant, sizeof(q->tenant), "%s", pod->tenant);
-  q->ts = router_tenant(q->r, pod->tenant);
+  api_set_tenant(q, pod->tenant);
   router_note(q->req, "tenant", q->tenant);
   if (fr_adapter_node_unready(a, pod->node)) {
     api_fail(q, 503, "sandbox_unreachable", "the sandbox's node is not Ready", "Retry-After: 5\r\n");

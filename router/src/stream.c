@@ -19,6 +19,7 @@
 #include "api.h"
 #include "data.h"
 #include "router.h"
+#include "tenants.h"
 #include "routes.h"
 
 /* ---------------------------------------------------------------------- */
@@ -31,7 +32,8 @@ struct nd {
   struct fr_adapter *a;
   struct fr_proc_stream *ps;
   enum nd_kind kind;
-  struct tenant_state *ts;      /* ND_EXEC: counted in its execs */
+  struct tenant_state *ts;      /* ND_EXEC: a reference; holds one of its exec slots */
+  struct router *r;
   int follow;                   /* ND_OUTPUT */
   int64_t until;                /* ND_OUTPUT without follow: the offset produced at attach (-1: none) */
   int64_t at;                   /* offset of the next output byte */
@@ -47,8 +49,10 @@ static void on_grace_closed(uv_handle_t *h) {
 }
 
 static void nd_free(struct nd *n) {
-  if (n->ts != NULL)
-    n->ts->execs--;
+  if (n->ts != NULL) {
+    tenant_exec_done(n->r, n->ts); /* <q> may be gone already */
+    tenant_unref(n->ts);
+  }
   if (n->grace != NULL)
     uv_close((uv_handle_t *)n->grace, on_grace_closed);
   free(n);
@@ -317,6 +321,7 @@ void data_exec_stream(struct api_req *q, struct fr_adapter *a, const char *id, c
 
   n = nd_new(q, a, ND_EXEC);
   if (n == NULL) {
+    tenant_exec_done(q->r, q->ts);
     api_oom(q);
     return;
   }
@@ -332,12 +337,12 @@ void data_exec_stream(struct api_req *q, struct fr_adapter *a, const char *id, c
   rc = fr_adapter_proc_start(a, data__pod_of(id), &ps, nd_event, nd_done, n, &n->ps);
   if (rc != 0) {
     free(n);
+    tenant_exec_done(q->r, q->ts);
     data__start_failed(q, a, rc);
     return;
   }
-  n->ts = q->ts;
-  if (n->ts != NULL)
-    n->ts->execs++;
+  n->ts = tenant_ref(q->ts);
+  n->r = q->r;
   nd_started(n);
   if (q->req != NULL)
     router_note(q->req, "cluster", fr_adapter_name(a));

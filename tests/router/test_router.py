@@ -340,7 +340,7 @@ tenants = (
   {{ name = "a"; token_sha256 = "{sha(TOKEN_A)}"; }},
   {{ name = "b"; token_sha256 = "{sha(TOKEN_B)}"; }},
   {{ name = "c"; token_sha256 = "{sha(TOKEN_C)}"; max_sandboxes = {C_MAX_SANDBOXES};
-     max_concurrent_execs = {C_MAX_EXECS}; }},
+     max_concurrent_execs = {C_MAX_EXECS}; max_queued_execs = 0; }},
   {{ name = "ops"; token_sha256 = "{sha(TOKEN_ADMIN)}"; admin = true; }}
 );
 clusters = (

@@ -249,6 +249,11 @@ void fr_adapter_pool_slots(struct fr_adapter *a, const struct fr_adapter_pool_vi
 int64_t fr_adapter_total_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b);
 /* Live sandboxes of <tenant> here (same rule as the view's sandboxes). */
 int64_t fr_adapter_tenant_sandboxes(struct fr_adapter *a, const char *tenant);
+/* What <tenant>'s live sandboxes here hold: their count and their requests. */
+struct fr_tenant_usage {
+  int64_t sandboxes, cpu_m, mem_b, gpus;
+};
+void fr_adapter_tenant_usage(struct fr_adapter *a, const char *tenant, struct fr_tenant_usage *out);
 /* Feeds the circuit breaker from outside (a create or exec that could not
  * reach the cluster: ok = 0; one that did: ok = 1). */
 void fr_adapter_report(struct fr_adapter *a, int ok);
@@ -393,6 +398,10 @@ struct fr_secret_result {
    * the callback (json_incref to keep it, and let go of it with
    * fr_secret_values_free). */
   json_t *values;
+  /* fr_adapter_secret_keys, FR_SECRET_OK: the names of its keys (array,
+   * borrowed for the callback); never a value. */
+  json_t *keys;
+  int created;              /* fr_adapter_secret_set, FR_SECRET_OK: the Secret was made for it */
 };
 
 typedef void (*fr_secret_cb)(const struct fr_secret_result *res, void *arg);
@@ -405,6 +414,26 @@ typedef void (*fr_secret_cb)(const struct fr_secret_result *res, void *arg);
  * -ENOMEM. <out> (may be NULL) gets the call for fr_secret_call_cancel. */
 int fr_adapter_secret_get(struct fr_adapter *a, const char *secret, const char *const *keys, size_t nkeys,
                           const char *request_id, fr_secret_cb cb, void *arg, struct fr_secret_call **out);
+/* The names of the keys of Secret <secret> (res->keys; NOT_FOUND: no such
+ * Secret). The Secret's values pass through the router's memory on the
+ * way (a GET has no "names only"): they are wiped, never kept. As
+ * fr_adapter_secret_get otherwise. */
+int fr_adapter_secret_keys(struct fr_adapter *a, const char *secret, const char *request_id, fr_secret_cb cb,
+                           void *arg, struct fr_secret_call **out);
+/* Sets key <key> of Secret <secret> to the <len> bytes of <value>
+ * (borrowed for the call): a JSON merge patch of its data, and when the
+ * Secret does not exist yet, a create of it (type Opaque, labels
+ * app.kubernetes.io/managed-by=fedrouter and fedrouter.io/tenant=<tenant>)
+ * holding the key (res->created); a create that loses to another writer
+ * (409) patches after all. Bodies are FR_KUBE_SENSITIVE and wiped. As
+ * fr_adapter_secret_get otherwise. */
+int fr_adapter_secret_set(struct fr_adapter *a, const char *secret, const char *key, const void *value, size_t len,
+                          const char *tenant, const char *request_id, fr_secret_cb cb, void *arg,
+                          struct fr_secret_call **out);
+/* Removes key <key> of Secret <secret> (a merge patch; a key it lacks is
+ * no error, a missing Secret is NOT_FOUND). */
+int fr_adapter_secret_unset(struct fr_adapter *a, const char *secret, const char *key, const char *request_id,
+                            fr_secret_cb cb, void *arg, struct fr_secret_call **out);
 /* No callback runs afterwards. Accepts NULL. */
 void fr_secret_call_cancel(struct fr_secret_call *c);
 /* Drops a reference to an object of secret values; the last one zeroes

@@ -535,8 +535,8 @@ class Client:
                      region: Optional[str], clusters: Optional[Sequence[str]], timeout_s: Optional[float],
                      partial_ok: Optional[bool], template: Optional[str], timeout: Optional[float], *,
                      runtime_class: Optional[str] = None, node_selector: Optional[Mapping[str, str]] = None,
-                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None
-                     ) -> Dict[str, Any]:
+                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None,
+                     wait_s: Optional[float] = None) -> Dict[str, Any]:
         if template is not None:
             if pool is not None and pool != template:
                 raise ValueError("give pool or template (its alias), not both")
@@ -569,6 +569,10 @@ class Client:
             body["clusters"] = [clusters] if isinstance(clusters, str) else list(clusters)
         if timeout_s is not None:
             body["timeout_s"] = _seconds(timeout_s, "timeout_s")
+        if wait_s is not None:
+            if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or wait_s < 0:
+                raise ValueError("wait_s must be a number of seconds >= 0")
+            body["wait_s"] = wait_s
         return body
 
     def _create_result(self, body: Dict[str, Any], data: Any) -> Union["Sandbox", "SandboxList"]:
@@ -618,6 +622,15 @@ class Client:
             clusters: restrict placement to these clusters.
             timeout_s: sandbox lifetime in seconds (``timeout`` is an alias).
             partial_ok: keep what could be created instead of rolling back.
+            wait_s: seconds the router may hold the create while the
+                federation (or the tenant's quota) has no room for it: it
+                waits in the router's queue, in fair-share order with the
+                other tenants, and starts as room frees (with
+                ``partial_ok``, what fits starts at once and the rest as
+                room frees). Past it the answer is the last refusal
+                (``NoCapacity``, ``TenantLimit``). The answer's
+                ``placement.waited_s`` says how long it waited. The call
+                waits at least ``wait_s`` plus a minute for its answer.
             retry_budget_s: seconds to keep retrying 429/503 answers that carry
                 ``Retry-After`` (default: the client's).
             progress: ``True`` for a progress bar on stderr (when it is a
@@ -633,8 +646,10 @@ class Client:
         """
 
     def _create_req(self, body: Dict[str, Any], request_timeout: Optional[float]) -> _Req:
-        return _Req("POST", "/v1/sandboxes", body=body, retry=True,
-                    timeout=request_timeout if request_timeout is not None else self.create_timeout,
+        timeout = request_timeout if request_timeout is not None else self.create_timeout
+        # A create that may wait in the router's queue answers after its wait.
+        timeout = max(timeout, float(body.get("wait_s", 0)) + 60.0)
+        return _Req("POST", "/v1/sandboxes", body=body, retry=True, timeout=timeout,
                     parse=lambda d: self._create_result(body, d))
 
     def _create_sync(self, name: Optional[str] = None, num_sandboxes: Optional[int] = None, *,
@@ -647,12 +662,12 @@ class Client:
                      timeout: Optional[float] = None, retry_budget_s: Optional[float] = None,
                      progress: ProgressArg = None, request_timeout: Optional[float] = None,
                      runtime_class: Optional[str] = None, node_selector: Optional[Mapping[str, str]] = None,
-                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None
-                     ) -> Any:
+                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None,
+                     wait_s: Optional[float] = None) -> Any:
         body = self._create_body(name, num_sandboxes, pool, image, cpus, memory_gb, secrets, env, volumes,
                                  labels, region, clusters, timeout_s, partial_ok, template, timeout,
                                  runtime_class=runtime_class, node_selector=node_selector,
-                                 tolerations=tolerations, gpus=gpus)
+                                 tolerations=tolerations, gpus=gpus, wait_s=wait_s)
         total = body.get("num_sandboxes", 1)
         report = make_reporter(progress, "create " + body.get("name", "sandbox"), total)
         if report is None:
@@ -695,11 +710,11 @@ class Client:
                             runtime_class: Optional[str] = None,
                             node_selector: Optional[Mapping[str, str]] = None,
                             tolerations: Optional[Sequence[Mapping[str, Any]]] = None,
-                            gpus: Optional[int] = None) -> Any:
+                            gpus: Optional[int] = None, wait_s: Optional[float] = None) -> Any:
         body = self._create_body(name, num_sandboxes, pool, image, cpus, memory_gb, secrets, env, volumes,
                                  labels, region, clusters, timeout_s, partial_ok, template, timeout,
                                  runtime_class=runtime_class, node_selector=node_selector,
-                                 tolerations=tolerations, gpus=gpus)
+                                 tolerations=tolerations, gpus=gpus, wait_s=wait_s)
         total = body.get("num_sandboxes", 1)
         report = make_reporter(progress, "create " + body.get("name", "sandbox"), total)
         if report is None:
@@ -1331,12 +1346,139 @@ class Client:
         except APIError:
             return False
 
-    for _n in ("clusters", "policy", "health"):
+    def _queue(self) -> Record:
+        """The create queue and fair share (``GET /v1/queue``): per tenant
+        (only yours unless the token is an admin's) its weight, share,
+        waiting creates and sandboxes, what it holds and is making, and its
+        waiting execs; and the totals."""
+        return self._run(_Req("GET", "/v1/queue", parse=_record))
+
+    async def _queue_aio(self) -> Record:
+        return await self._arun(_Req("GET", "/v1/queue", parse=_record))
+
+    for _n in ("clusters", "policy", "health", "queue"):
         locals()["_" + _n].__name__ = _n
     del _n
     clusters = dual(_clusters, _clusters_aio)
     policy = dual(_policy, _policy_aio)
     health = dual(_health, _health_aio)
+    queue = dual(_queue, _queue_aio)
+
+    # -------------------------------------------------------- secrets ---
+
+    @staticmethod
+    def _secret_query(clusters: Optional[Union[str, Sequence[str]]]) -> List[Tuple[str, str]]:
+        if clusters is None:
+            return []
+        names = [clusters] if isinstance(clusters, str) else list(clusters)
+        if not names or not all(isinstance(c, str) and c and "," not in c for c in names):
+            raise ValueError("clusters must be cluster names")
+        return [("clusters", ",".join(names))]
+
+    @staticmethod
+    def _secret_key(key: str) -> str:
+        if not isinstance(key, str) or not key:
+            raise ValueError("a secret's key is a non-empty env var name")
+        return urllib.parse.quote(key, safe="")
+
+    def _secret_set_req(self, key: str, value: Union[str, bytes],
+                        clusters: Optional[Union[str, Sequence[str]]] = None) -> _Req:
+        if isinstance(value, str):
+            raw = value.encode("utf-8")
+        elif isinstance(value, (bytes, bytearray, memoryview)):
+            raw = bytes(value)
+        else:
+            raise TypeError("a secret's value is str or bytes")
+        return _Req("PUT", "/v1/secrets/" + self._secret_key(key), query=self._secret_query(clusters), raw=raw,
+                    content_type="application/octet-stream", parse=_record)
+
+    def _secret_list_req(self, clusters: Optional[Union[str, Sequence[str]]] = None) -> _Req:
+        return _Req("GET", "/v1/secrets", query=self._secret_query(clusters), parse=lambda d: _records(d, "keys"))
+
+    def _secret_delete_req(self, key: str, clusters: Optional[Union[str, Sequence[str]]] = None) -> _Req:
+        return _Req("DELETE", "/v1/secrets/" + self._secret_key(key), query=self._secret_query(clusters),
+                    parse=_record)
+
+    def _secret_set(self, key: str, value: Union[str, bytes],
+                    clusters: Optional[Union[str, Sequence[str]]] = None) -> Record:
+        """Sets ``key`` of your tenant's Secret to ``value`` (str or UTF-8
+        bytes without NUL) in every member cluster, or in ``clusters``
+        (``PUT /v1/secrets/{key}``); creates then name it in ``secrets=``.
+        Returns the per-cluster outcome (``clusters``: ``created`` or
+        ``updated``). The value is never echoed or logged. Raises
+        ``SecretNotWritten`` when some cluster failed (the same call again
+        is safe)."""
+        return self._run(self._secret_set_req(key, value, clusters), 0)
+
+    async def _secret_set_aio(self, key: str, value: Union[str, bytes],
+                              clusters: Optional[Union[str, Sequence[str]]] = None) -> Record:
+        return await self._arun(self._secret_set_req(key, value, clusters), 0)
+
+    def _secret_list(self, clusters: Optional[Union[str, Sequence[str]]] = None) -> List[Record]:
+        """Your tenant's secret keys, names only (``GET /v1/secrets``): one
+        record per key with ``name``, ``clusters`` (where it is set) and
+        ``missing`` (the clusters read that lack it)."""
+        return self._run(self._secret_list_req(clusters), 0)
+
+    async def _secret_list_aio(self, clusters: Optional[Union[str, Sequence[str]]] = None) -> List[Record]:
+        return await self._arun(self._secret_list_req(clusters), 0)
+
+    def _secret_delete(self, key: str, clusters: Optional[Union[str, Sequence[str]]] = None) -> Record:
+        """Removes ``key`` from your tenant's Secret in every member cluster
+        (or ``clusters``) (``DELETE /v1/secrets/{key}``); a cluster without
+        it is fine."""
+        return self._run(self._secret_delete_req(key, clusters), 0)
+
+    async def _secret_delete_aio(self, key: str, clusters: Optional[Union[str, Sequence[str]]] = None) -> Record:
+        return await self._arun(self._secret_delete_req(key, clusters), 0)
+
+    _secret_set.__name__ = "secret_set"
+    _secret_list.__name__ = "secret_list"
+    _secret_delete.__name__ = "secret_delete"
+    secret_set = dual(_secret_set, _secret_set_aio)
+    secret_list = dual(_secret_list, _secret_list_aio)
+    secret_delete = dual(_secret_delete, _secret_delete_aio)
+
+    @property
+    def secrets(self) -> "Secrets":
+        """``client.secrets.set(key, value)``, ``.list()``, ``.delete(key)``
+        (each with ``.aio``)."""
+        return Secrets(self)
+
+
+class Secrets:
+    """Your tenant's secrets in every member cluster: ``set``, ``list``,
+    ``delete``, each with an ``.aio`` sibling (``Client.secret_set`` ...)."""
+
+    def __init__(self, client: "Client") -> None:
+        self._client = client
+
+    def _set(self, key: str, value: Union[str, bytes], clusters: Optional[Union[str, Sequence[str]]] = None) -> Record:
+        return self._client.secret_set(key, value, clusters)
+
+    async def _set_aio(self, key: str, value: Union[str, bytes],
+                       clusters: Optional[Union[str, Sequence[str]]] = None) -> Record:
+        return await self._client.secret_set.aio(key, value, clusters)
+
+    def _list(self, clusters: Optional[Union[str, Sequence[str]]] = None) -> List[Record]:
+        return self._client.secret_list(clusters)
+
+    async def _list_aio(self, clusters: Optional[Union[str, Sequence[str]]] = None) -> List[Record]:
+        return await self._client.secret_list.aio(clusters)
+
+    def _delete(self, key: str, clusters: Optional[Union[str, Sequence[str]]] = None) -> Record:
+        return self._client.secret_delete(key, clusters)
+
+    async def _delete_aio(self, key: str, clusters: Optional[Union[str, Sequence[str]]] = None) -> Record:
+        return await self._client.secret_delete.aio(key, clusters)
+
+    _set.__doc__ = Client._secret_set.__doc__
+    _list.__doc__ = Client._secret_list.__doc__
+    _delete.__doc__ = Client._secret_delete.__doc__
+    _set.__name__, _list.__name__, _delete.__name__ = "set", "list", "delete"
+    set = dual(_set, _set_aio)
+    list = dual(_list, _list_aio)
+    delete = dual(_delete, _delete_aio)
 
 
 def _ended(req: _Req) -> ConnectionLost:

@@ -77,6 +77,18 @@ clusters = _fn("clusters")
 explain = _fn("explain")
 policy = _fn("policy")
 health = _fn("health")
+queue = _fn("queue")
+
+
+class _Secrets:
+    """``sandbox.secrets.set(key, value)``, ``.list()``, ``.delete(key)``:
+    your tenant's secrets in every member cluster (each with ``.aio``)."""
+    set = _fn("secret_set")
+    list = _fn("secret_list")
+    delete = _fn("secret_delete")
+
+
+secrets = _Secrets()
 
 
 def close() -> None:
@@ -94,6 +106,7 @@ async def aclose() -> None:
 
 __all__ = ["configure", "client", "create", "get", "ls", "terminate", "terminate_many", "exec",
            "exec_stream", "run_code", "create_pool", "get_pool", "list_pools", "set_pool_size", "delete_pool",
-           "create_template", "delete_template", "clusters", "explain", "policy", "health", "close",
-           "aclose", "Client", "Sandbox", "SandboxList", "ExecResult", "ExecChunk", "Execution", "Files", "Process",
+           "create_template", "delete_template", "clusters", "explain", "policy", "health", "queue", "secrets",
+           "close", "aclose", "Client", "Sandbox", "SandboxList", "ExecResult", "ExecChunk", "Execution", "Files",
+           "Process",
            "Processes", "Record", "collect"] + list(_errors.__all__)
