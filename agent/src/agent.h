@@ -123,6 +123,8 @@ struct proc;
 struct sub;
 struct upload;
 struct watch;
+struct tarw;
+struct untar;
 
 struct conn {
   struct io io;
@@ -152,6 +154,8 @@ struct conn {
   bool resp_done;   /* last byte of the response is queued */
   int file_fd;      /* GET /files in progress, -1 otherwise */
   uint64_t file_left;
+  struct tarw *tar;     /* GET /tar in progress, or NULL (tar.c) */
+  struct untar *untar;  /* POST /tar body sunk into it, or NULL (tar.c) */
   struct sub *sub;  /* process stream attached, or NULL */
   struct watch *watch; /* WatchDir stream attached, or NULL */
   struct timer timer;    /* head/body/idle deadlines */
@@ -207,6 +211,20 @@ void upload_free(struct upload *up);
 /* Filesystem service unary RPCs. */
 json_t *fs_entry_json(const char *path, int *err);
 void fs_rpc(struct conn *c, const char *method, json_t *req);
+
+/* ---- directory archives (tar.c) ---- */
+/* GET /tar: streams the tree under <path> as tar (gzip when <gz>),
+ * attaching the writer to <c>; errors before the stream are answered. */
+void tar_get(struct conn *c, const char *path, bool gz);
+int tar_pump(struct conn *c); /* 1 produced, 0 nothing to do, -1 closed */
+void tar_free(struct tarw *tw);
+/* POST /tar: unpacks the body into <path> (replacing its content), at
+ * most <max_bytes> of files (0: no bound); on success the body is sunk
+ * into it, else the error was answered. */
+int untar_begin(struct conn *c, const char *path, uint64_t max_bytes);
+int untar_feed(struct conn *c, const char *data, size_t n);
+void untar_finish(struct conn *c);
+void untar_free(struct untar *u); /* removes what it unpacked unless swapped in */
 
 /* ---- multipart/form-data bodies (multipart.c) ---- */
 #define MP_HEAD_MAX 8192          /* one part's headers */

@@ -153,6 +153,10 @@ void conn_close(struct conn *c) {
     upload_free(c->up);
     c->up = NULL;
   }
+  tar_free(c->tar);
+  c->tar = NULL;
+  untar_free(c->untar);
+  c->untar = NULL;
   if (c->file_fd >= 0)
     close(c->file_fd);
   c->file_fd = -1;
@@ -263,6 +267,8 @@ void conn_service(struct conn *c) {
     int produced = 0;
     if (c->file_fd >= 0)
       produced = files_pump(c);
+    else if (c->tar)
+      produced = tar_pump(c);
     else if (c->sub)
       produced = sub_pump(c->sub);
     else if (c->watch)
@@ -546,7 +552,9 @@ static int parse_head(struct conn *c, size_t end) {
 static void body_done(struct conn *c) {
   set_state(c, C_HANDLING);
   timer_stop(c->a, &c->timer);
-  if (c->body_mode == BODY_SINK)
+  if (c->body_mode == BODY_SINK && c->untar)
+    untar_finish(c);
+  else if (c->body_mode == BODY_SINK)
     upload_finish(c);
   else
     route_body_done(c);
@@ -556,6 +564,8 @@ static void body_done(struct conn *c) {
 static int body_bytes(struct conn *c, const char *d, size_t n) {
   if (n == 0)
     return 0;
+  if (c->body_mode == BODY_SINK && c->untar)
+    return untar_feed(c, d, n);
   if (c->body_mode == BODY_SINK)
     return upload_feed(c, d, n);
   if (buf_size(&c->body) + n > c->body_limit) {
