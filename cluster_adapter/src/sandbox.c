@@ -51,6 +51,8 @@ struct create_op {
   void *arg;
   int conflicts;
   char conflicted[MAX_CLAIM_CONFLICTS][64]; /* pods whose claim this create lost: not again */
+  int resume;               /* a paused sandbox again: fixed pod name, its workspace claim exists */
+  int ws_made;              /* this create made the workspace claim of op->pod */
   int init_warm;            /* CS_INIT: the pod came from the pool */
   int warm_held;            /* holds one of the pool's ready pods reserved (warm_hold) */
   char pod[64];
@@ -76,6 +78,15 @@ static void set_state(struct create_op *op, enum cstate s) {
   op->state = s;
   if (s != CS_PICK && s != CS_CLAIMING)
     warm_release(op);
+}
+
+static int delete_pod(struct fr_adapter *a, const char *pod, const char *request_id, int hide,
+                      void (*cb)(int status, const char *message, void *arg), void *arg);
+
+/* The pod of a create that is given up: only the pod (a workspace claim
+ * this create made goes in finish(); a resumed sandbox keeps its own). */
+static void op_delete_pod(struct create_op *op) {
+  delete_pod(op->a, op->pod, op->request_id, 1, NULL, NULL);
 }
 
 static void timer_closed(uv_handle_t *h) {
@@ -122,6 +133,11 @@ static void finish(struct create_op *op, enum fr_sandbox_err err, const char *me
     fr_adapter_report(op->a, 1);
   else if (err == FR_SB_UNAVAILABLE && !op->a->stopping)
     fr_adapter_report(op->a, 0);
+  /* A create that made a workspace and did not get its sandbox leaves
+   * nothing (its pod, if any, was deleted on the way here). A resume
+   * keeps the workspace: the sandbox stays paused. */
+  if (err != FR_SB_OK && op->ws_made && !op->resume)
+    workspace_claim_delete(op->a, op->pod, op->request_id, NULL, NULL);
   memset(&r, 0, sizeof(r));
   r.err = err;
   r.message = message;
@@ -145,7 +161,7 @@ static void on_inited(int rc, const char *message, void *arg) {
   }
   /* A sandbox whose agent refuses its token and env is not usable as asked:
    * it goes, and the caller places the sandbox elsewhere. */
-  fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+  op_delete_pod(op);
   finish(op, FR_SB_UNAVAILABLE, rc == 0 ? "the sandbox went away during its agent's /init" : message, NULL, 0);
 }
 
@@ -161,14 +177,14 @@ static void succeed(struct create_op *op, const struct fr_pod *pod, int warm) {
   if (port == 0) {
     /* Secrets reach a sandbox only through its agent (pick() never claims
      * a pod without one; this is a pod that lost its label). */
-    fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+    op_delete_pod(op);
     finish(op, FR_SB_FAILED, "the sandbox has no agent to hand its secrets to", NULL, 0);
     return;
   }
   set_state(op, CS_INIT);
   op->init_warm = warm;
   if (agent_init(op->a, op->pod, port, op->env, op->secrets, op->request_id, on_inited, op, &op->call) != 0) {
-    fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+    op_delete_pod(op);
     finish(op, FR_SB_FAILED, "cannot send the agent's /init", NULL, 0);
   }
 }
@@ -277,7 +293,7 @@ static void on_ready_timeout(uv_timer_t *t) {
   char msg[200];
 
   snprintf(msg, sizeof(msg), "pod %s was not exec-ready within %" PRIu64 " ms", op->pod, op->ready_timeout_ms);
-  fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+  op_delete_pod(op);
   finish(op, FR_SB_TIMEOUT, msg, NULL, 0);
 }
 
@@ -288,10 +304,10 @@ static void check_pod(struct create_op *op, const struct fr_pod *pod) {
   } else if (pod->unschedulable != NULL) {
     char msg[600];
     snprintf(msg, sizeof(msg), "unschedulable: %s", pod->unschedulable);
-    fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+    op_delete_pod(op);
     finish(op, FR_SB_NO_ROOM, msg, NULL, 0);
   } else if (fr_pod_finished(pod)) {
-    fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+    op_delete_pod(op);
     finish(op, FR_SB_FAILED, "the pod stopped before it was ready", NULL, 0);
   }
 }
@@ -341,8 +357,15 @@ static void on_created(const struct fr_kube_response *r, void *arg) {
     return;
   }
   status_message(r->body, r->body_len, msg, sizeof(msg));
-  if (r->status == 409) {
-    /* Our random name collided: pick another. */
+  if (r->status == 409 && op->resume) {
+    finish(op, FR_SB_FAILED, "the sandbox's pod still exists: it is still stopping, retry shortly", NULL, 0);
+  } else if (r->status == 409) {
+    /* Our random name collided: pick another (a claim made for that name
+     * goes first). */
+    if (op->ws_made) {
+      workspace_claim_delete(op->a, op->pod, op->request_id, NULL, NULL);
+      op->ws_made = 0;
+    }
     start_cold(op);
   } else if (r->status == 403) {
     finish(op, FR_SB_NO_ROOM, msg, NULL, 0);
@@ -445,10 +468,58 @@ static const char *gpu_resource(const struct fr_adapter *a) {
   return a->cc.gpu_resource != NULL ? a->cc.gpu_resource : "nvidia.com/gpu";
 }
 
+static void create_pod(struct create_op *op);
+
+/* What a resume needs to make the sandbox again, kept on its workspace
+ * claim (annotation fedrouter.io/sandbox-spec): never a secret's value. */
+static json_t *resume_spec(struct create_op *op) {
+  char *names = secret_names(op->secrets);
+  json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:b}", "image", op->image, "cpu_m", (json_int_t)op->cpu_m, "mem_b",
+                        (json_int_t)op->mem_b, "lifetime_s", (json_int_t)op->lifetime_s, "deadline_s",
+                        (json_int_t)op->deadline_s, "agent", op->a->cc.agent != NULL);
+
+  if (j == NULL)
+    goto out;
+  if (op->pool != NULL)
+    json_object_set_new(j, "pool", json_string(op->pool));
+  if (op->env != NULL && json_object_size(op->env) > 0)
+    json_object_set(j, "env", op->env);
+  if (op->labels != NULL && json_object_size(op->labels) > 0)
+    json_object_set(j, "labels", op->labels);
+  if (names != NULL)
+    json_object_set_new(j, "secrets", json_string(names));
+  if (fr_podopts_json(op->opts) != NULL)
+    json_object_set(j, "options", fr_podopts_json(op->opts));
+out:
+  free(names);
+  return j;
+}
+
+static void on_ws_created(const struct fr_kube_response *r, void *arg) {
+  struct create_op *op = arg;
+  char msg[600];
+
+  op->call = NULL;
+  if (r->status == 201) {
+    op->ws_made = 1;
+    create_pod(op);
+    return;
+  }
+  status_message(r->body, r->body_len, msg, sizeof(msg));
+  if (r->status == 409) {
+    start_cold(op); /* our random name collided: another */
+  } else if (r->status == 403) {
+    finish(op, FR_SB_NO_ROOM, msg, NULL, 0); /* a quota on claims or storage */
+  } else if (r->status == 0 || r->status >= 500 || r->status == 429) {
+    finish(op, FR_SB_UNAVAILABLE, r->status ? msg : (r->error ? r->error : "no response"), NULL, 0);
+  } else {
+    finish(op, FR_SB_FAILED, msg, NULL, 0);
+  }
+}
+
 static void start_cold(struct create_op *op) {
-  json_t *pod, *labels;
-  char *body;
-  char suffix[11], path[300];
+  char suffix[11], path[300], *body = NULL;
+  json_t *spec;
   int rc;
 
   if (op->image == NULL) {
@@ -460,10 +531,38 @@ static void start_cold(struct create_op *op) {
     return;
   }
   set_state(op, CS_CREATING);
-  fr_random_name_suffix(suffix, 10);
-  snprintf(op->pod, sizeof(op->pod), "sb-%s", suffix);
+  if (!op->resume) {
+    fr_random_name_suffix(suffix, 10);
+    snprintf(op->pod, sizeof(op->pod), "sb-%s", suffix);
+  }
+  if (op->resume || podopts_field(op->opts, "workspace") == NULL) {
+    create_pod(op);
+    return;
+  }
+  /* The workspace claim first: the pod mounts it. */
+  spec = resume_spec(op);
+  rc = spec ? workspace_claim_request(op->a, op->pod, op->opts, op->tenant, op->name, op->pool, op->batch, spec,
+                                      &body, path, sizeof(path))
+            : -ENOMEM;
+  json_decref(spec);
+  if (rc == 0)
+    rc = fr_kube_request(op->a->client, "POST", path, "application/json", body, strlen(body), 0, op->request_id,
+                         on_ws_created, op, &op->call);
+  free(body);
+  if (rc != 0)
+    finish(op, FR_SB_FAILED, "cannot send the workspace's claim", NULL, 0);
+}
+
+static void create_pod(struct create_op *op) {
+  json_t *pod, *labels;
+  char *body;
+  char path[300];
+  int rc;
+
   labels = json_pack("{s:s,s:s,s:s,s:s}", FR_LABEL_SANDBOX, "true", FR_LABEL_STATE, "claimed",
                      FR_LABEL_TENANT, op->tenant, FR_LABEL_NAME, op->name);
+  if (podopts_field(op->opts, "workspace") != NULL)
+    json_object_set_new(labels, FR_LABEL_WORKSPACE, json_string("true"));
   if (op->pool != NULL)
     json_object_set_new(labels, FR_LABEL_POOL, json_string(op->pool));
   user_labels_plus(op, labels);
@@ -474,6 +573,7 @@ static void start_cold(struct create_op *op) {
                   "terminationGracePeriodSeconds", 1, "automountServiceAccountToken", 0);
   add_agent(op->a, json_object_get(pod, "spec"), json_object_get(json_object_get(pod, "metadata"), "labels"));
   body = pod && podopts_apply(op->opts, gpu_resource(op->a), json_object_get(pod, "spec")) == 0 &&
+                 workspace_pod_apply(op->opts, op->pod, json_object_get(pod, "spec")) == 0 &&
                  add_security(op->a, json_object_get(pod, "spec")) == 0
              ? json_dumps(pod, JSON_COMPACT)
              : NULL;
@@ -611,7 +711,10 @@ static void on_start(uv_timer_t *t) {
     finish(op, FR_SB_UNAVAILABLE, "the router is shutting down", NULL, 0);
     return;
   }
-  pick(op);
+  if (op->resume)
+    start_cold(op);
+  else
+    pick(op);
 }
 
 static char *dup_or_null(const char *s) {
@@ -646,6 +749,24 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
   op->opts = fr_podopts_ref(spec->opts);
   op->cb = cb;
   op->arg = arg;
+  if (spec->resume_pod != NULL) {
+    if (strlen(spec->resume_pod) >= sizeof(op->pod)) {
+      fr_podopts_unref(op->opts);
+      free(op->tenant);
+      free(op->name);
+      free(op->pool);
+      free(op->image);
+      free(op->request_id);
+      free(op->batch);
+      json_decref(op->env);
+      json_decref(op->labels);
+      fr_secret_values_free(op->secrets);
+      free(op);
+      return -EINVAL;
+    }
+    op->resume = 1;
+    snprintf(op->pod, sizeof(op->pod), "%s", spec->resume_pod);
+  }
   op->timer = malloc(sizeof(*op->timer));
   op->next = a->creates;
   if (a->creates)
@@ -660,7 +781,7 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
     op_free(op);
     return -ENOMEM;
   }
-  pv = op->pool != NULL ? fr_adapter_pool(a, op->pool) : NULL;
+  pv = op->pool != NULL && !op->resume ? fr_adapter_pool(a, op->pool) : NULL;
   if (pv != NULL && fr_podopts_equal(pv->opts, op->opts)) {
     op->warm_held = 1;
     fr_adapter_reserve_warm(a, op->pool, 1);
@@ -792,6 +913,25 @@ static int delete_pod(struct fr_adapter *a, const char *pod, const char *request
 
 int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char *request_id,
                               void (*cb)(int status, const char *message, void *arg), void *arg) {
+  const struct fr_pod *p = fr_adapter_pod(a, pod);
+  int ws = workspace_claim_known(a, pod) || (p != NULL && fr_pod_label(p, FR_LABEL_WORKSPACE) != NULL);
+
+  /* A sandbox's workspace goes with it; a paused one is only its claim. */
+  if (p == NULL && ws)
+    return workspace_claim_delete(a, pod, request_id, cb, arg);
+  if (ws)
+    workspace_claim_delete(a, pod, request_id, NULL, NULL);
+  return delete_pod(a, pod, request_id, 1, cb, arg);
+}
+
+int adapter_simple_request(struct fr_adapter *a, const char *method, const char *path, const char *ctype,
+                           json_t *body, int idempotent, struct fr_informer *observe, const char *request_id,
+                           void (*cb)(int status, const char *message, void *arg), void *arg) {
+  return simple_request(a, method, path, ctype, body, idempotent, observe, request_id, cb, arg);
+}
+
+int adapter_delete_pod(struct fr_adapter *a, const char *pod, const char *request_id,
+                       void (*cb)(int status, const char *message, void *arg), void *arg) {
   return delete_pod(a, pod, request_id, 1, cb, arg);
 }
 
@@ -1091,6 +1231,7 @@ static void on_reap(uv_timer_t *t) {
     free(d.pod);
   }
   commit_sweep(a);
+  workspace_sweep(a);
 }
 
 int sandbox_init(struct fr_adapter *a) {

@@ -401,7 +401,8 @@ static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_ex
                                           "max_exec_timeout_s", "max_connections",
                                           "max_connections_per_ip", "exec_output_budget_bytes", NULL};
 static const char *const tenant_keys[] = {"name", "token_sha256", "max_sandboxes", "max_requests_in_flight",
-                                          "max_concurrent_execs", "max_pool_replicas", "max_file_bytes", "admin", "secret", NULL};
+                                          "max_concurrent_execs", "max_pool_replicas", "max_file_bytes", "admin", "secret",
+                                          "max_paused", "max_paused_s", "max_workspace_bytes", NULL};
 static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context", "in_cluster",
                                            "namespace", "cost", NULL};
 static const char *const cost_keys[] = {"per_core_hour", "per_gib_hour", "node_hour",
@@ -758,6 +759,9 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
     t->max_concurrent_execs = DEFAULT_TENANT_CONCURRENT_EXECS;
     t->max_pool_replicas = DEFAULT_TENANT_POOL_REPLICAS;
     t->max_file_bytes = DEFAULT_TENANT_FILE_BYTES;
+    t->max_paused = FR_DEFAULT_TENANT_PAUSED;
+    t->max_paused_s = FR_DEFAULT_TENANT_PAUSED_S;
+    t->max_workspace_bytes = FR_DEFAULT_TENANT_WORKSPACE_BYTES;
 
     first = fr_cfg_first(first, check_keys(l, g, tenant_keys));
     if ((rc = get_string(l, g, "name", 1, "every tenant needs a name", &name, &name_s)) < 0 ||
@@ -775,6 +779,9 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
         (rc = get_int(l, g, "max_pool_replicas", 0, MAX_TENANT_SANDBOXES, &t->max_pool_replicas,
                       NULL)) < 0 ||
         (rc = get_int(l, g, "max_file_bytes", 1, INT64_MAX, &t->max_file_bytes, NULL)) < 0 ||
+        (rc = get_int(l, g, "max_paused", 0, MAX_TENANT_SANDBOXES, &t->max_paused, NULL)) < 0 ||
+        (rc = get_int(l, g, "max_paused_s", 1, MAX_SECONDS, &t->max_paused_s, NULL)) < 0 ||
+        (rc = get_int(l, g, "max_workspace_bytes", 0, INT64_MAX, &t->max_workspace_bytes, NULL)) < 0 ||
         (rc = get_bool(l, g, "admin", &t->admin)) < 0) {
       first = fr_cfg_first(first, rc); /* and on to the next tenant */
       continue;

@@ -13,6 +13,7 @@
 #include "fr/http.h"
 #include "fr/util.h"
 #include "api.h"
+#include "workspaces.h"
 #include "router.h"
 
 struct api_req *api_req_of(struct fr_http_req *req) {
@@ -340,6 +341,13 @@ json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod) {
                    "created_at",
                    created >= 0 ? api_time_json(created) : json_string(""),
                    "expires_at", api_time_json(pod->expires_s));
+  /* Its workspace, from its claim (workspace.c). */
+  if (sb != NULL && fr_pod_label(pod, FR_LABEL_WORKSPACE) != NULL) {
+    struct fr_workspace w;
+    if (fr_adapter_workspace(a, pod->name, &w) == 0)
+      json_object_set_new(sb, "workspace", workspace_json(&w));
+    fr_workspace_clear(&w);
+  }
   /* Which create-time secrets it was given (names, never values): only
    * when it has any. */
   secrets = secret_names_json(pod->secrets);

@@ -198,6 +198,9 @@ void sandboxes_list(struct api_req *q, const struct route_params *p);
 void sandboxes_terminate_many(struct api_req *q, const struct route_params *p);
 void sandboxes_get(struct api_req *q, const struct route_params *p);
 void sandboxes_terminate(struct api_req *q, const struct route_params *p);
+/* workspaces.c: pause and resume of sandboxes with a workspace */
+void sandboxes_pause(struct api_req *q, const struct route_params *p);
+void sandboxes_resume(struct api_req *q, const struct route_params *p);
 /* exec.c */
 void exec_sandbox(struct api_req *q, const struct route_params *p);
 /* procs.c, stream.c */

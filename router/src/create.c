@@ -24,13 +24,14 @@
 #include "metrics.h"
 #include "router.h"
 #include "secrets.h"
+#include "workspaces.h"
 
 #define NAME_MAX_LEN 48
 
 static const char *const create_fields[] = {"name", "num_sandboxes", "pool", "image", "cpus", "memory_gb",
                                             "env", "secrets", "volumes", "labels", "region", "clusters",
                                             "timeout_s", "partial_ok", "runtime_class", "node_selector",
-                                            "tolerations", "gpus", "public_ports", NULL};
+                                            "tolerations", "gpus", "public_ports", "workspace", NULL};
 
 /* "public_ports": "*" (every port) or an array of up to 16 ports (not the
  * agent's) anyone may reach through the sandbox's preview URLs, as label
@@ -557,6 +558,17 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extend
     goto oom;
   if (create_podopts(q, j, pv, cr) != 0)
     goto out;
+  if (fr_podopts_workspace_bytes(cr->opts) > 0) {
+    /* Every workspace of the tenant counts, running or paused. */
+    int64_t paused, bytes, max = ts != NULL ? ts->max_workspace_bytes : FR_DEFAULT_TENANT_WORKSPACE_BYTES;
+    workspace_tenant_usage(r, q->tenant, &paused, &bytes);
+    if (max > 0 && bytes + s.n * fr_podopts_workspace_bytes(cr->opts) > max) {
+      snprintf(msg, sizeof(msg), "tenant %s may hold %" PRId64 " bytes of workspaces (%" PRId64
+               " held); this request would exceed that", q->tenant, max, bytes);
+      api_reply(q, 429, api_limit_body(msg, "max_workspace_bytes"), "Retry-After: 60\r\n");
+      goto out;
+    }
+  }
   memset(&spec, 0, sizeof(spec));
   spec.tenant = q->tenant;
   spec.pool = cr->pool;

@@ -218,7 +218,7 @@ static int skipped_has(json_t *skipped, const char *cluster) {
 static void create_pool(struct api_req *q) {
   static const char *const known[] = {"name",         "image",         "cpus",        "memory_gb", "replicas",
                                       "clusters",     "shared",        "runtime_class", "node_selector",
-                                      "tolerations",  "gpus",          "volumes",     NULL};
+                                      "tolerations",  "gpus",          "volumes",     "workspace", NULL};
   json_t *j = api_body_object(q, known, 0), *v, *clusters, *skipped = NULL;
   struct fr_pool_spec spec;
   struct pool_op *p;
@@ -255,6 +255,12 @@ static void create_pool(struct api_req *q) {
       api_field_fail(q, field, msg);
     else
       api_oom(q);
+    goto out;
+  }
+  if (fr_podopts_workspace_bytes(spec.opts) > 0) {
+    /* A ReplicaSet's pods cannot each own a claim that outlives them. */
+    api_field_fail(q, "workspace", "a pool cannot give its pods workspaces: create sandboxes with a workspace "
+                   "directly (they start cold, with the pool's image and shape when they name it)");
     goto out;
   }
   clusters = json_object_get(j, "clusters");

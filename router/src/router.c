@@ -140,6 +140,9 @@ int router_tenants_init(struct router *r) {
       t->max_inflight = 4096;
       t->max_execs = 2048;
       t->max_file_bytes = FR_DEFAULT_TENANT_FILE_BYTES;
+      t->max_paused = FR_DEFAULT_TENANT_PAUSED;
+      t->max_paused_s = FR_DEFAULT_TENANT_PAUSED_S;
+      t->max_workspace_bytes = FR_DEFAULT_TENANT_WORKSPACE_BYTES;
       t->admin = 1;
       t->secret = FR_LOCAL_SECRET;
     } else {
@@ -149,6 +152,9 @@ int router_tenants_init(struct router *r) {
       t->max_sandboxes = r->cfg->tenants[i].max_sandboxes;
       t->max_pool_replicas = r->cfg->tenants[i].max_pool_replicas;
       t->max_file_bytes = r->cfg->tenants[i].max_file_bytes;
+      t->max_paused = r->cfg->tenants[i].max_paused;
+      t->max_paused_s = r->cfg->tenants[i].max_paused_s;
+      t->max_workspace_bytes = r->cfg->tenants[i].max_workspace_bytes;
       t->admin = r->cfg->tenants[i].admin;
       t->secret = r->cfg->tenants[i].secret;
     }

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""fedrouter workspaces and pause/resume, black-box (docs/api.md): the real
+router in front of two kubesim clusters on loopback running the real
+agent:
+
+    ws     2 nodes, kubesim's default StorageClass "standard"
+    nosc   1 node, no StorageClass at all (--default-storage-class "")
+
+Covered: a create with `workspace` places only where the storage class is
+(explain names no_storage_class), makes the sandbox's own claim (labels,
+spec annotation) mounted at the path; GET shows the workspace; pause
+deletes the pod and keeps the claim (state paused in GET, in the list and
+with state=paused, on a second router too, never in state=running);
+resume brings the same id back with the files and env it had; resume of a
+running sandbox and pause of a paused one are no-ops; pause without a
+workspace is 409 no_workspace; terminating a running or a paused sandbox
+deletes its claim; max_paused, max_workspace_bytes and max_paused_s
+(the reaper deletes an expired paused sandbox) per tenant; a pool with a
+workspace is refused; a bad workspace is 400 naming the field.
+
+Usage: test_workspace.py --fedrouter PATH --kubesim PATH --agent PATH [--keep]
+"""
+import os
+import sys
+import threading
+import time
+
+sys.dont_write_bytecode = True   # do not leave __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_router as tr  # noqa: E402
+import test_agent_path as tap  # noqa: E402  (AgentFed: the router's `agent` group)
+from test_router import check, expect_error, short, wait_until  # noqa: E402
+
+WATCHDOG_S = 170        # ctest's TIMEOUT is 180
+WS = {"path": "/workspace", "size": "1Gi"}
+
+CLUSTERS = [("ws", "us", ["--nodes", "2"]), ("nosc", "us", ["--nodes", "1", "--default-storage-class", ""])]
+
+
+class WsFed(tap.AgentFed):
+    """Tenant c gets small workspace limits; tenant b paused sandboxes that
+    expire at once."""
+
+    def write_config(self, path, lifetime):
+        super().write_config(path, lifetime)
+        text = open(path).read()
+        text = text.replace(f"max_concurrent_execs = {tr.C_MAX_EXECS};",
+                            f"max_concurrent_execs = {tr.C_MAX_EXECS}; max_paused = 1; "
+                            f"max_workspace_bytes = 3221225472L;", 1)
+        b = 'name = "b"; token_sha256 = "'
+        i = text.index(b)
+        j = text.index('";', i + len(b)) + 2
+        text = text[:j] + " max_paused_s = 2;" + text[j:]
+        with open(path, "w") as f:
+            f.write(text)
+
+
+def claim_of(fed, sid):
+    sim, pod = fed.sim_of(sid)
+    st, c = sim.kube(f"/api/v1/namespaces/default/persistentvolumeclaims/{pod}-ws")
+    check(st in (200, 404), f"GET claim of {sid}: {st} {short(c)}")
+    return c if st == 200 else None
+
+
+def gone(fed, sid):
+    return claim_of(fed, sid) is None
+
+
+def get(fed, sid, token=tr.TOKEN_A, router=None):
+    return fed.api("GET", f"/v1/sandboxes/{sid}", token=token, router=router)
+
+
+def test_explain_skips_cluster_without_storage_class(fed):
+    body = {"image": tr.IMAGE, "workspace": WS}
+
+    def settled():
+        st, r = fed.api("POST", "/v1/placement/explain", body)
+        rs = {c["cluster"]: (c["verdict"], c.get("reason", "")) for c in r["plan"]["clusters"]}
+        return st == 200 and rs["nosc"][0] == "skip" and "no_storage_class" in rs["nosc"][1] and \
+            rs["ws"][0] == "use"
+    wait_until(settled, 10, 0.2)
+    st, r = fed.api("POST", "/v1/placement/explain", body)
+    rs = {c["cluster"]: (c["verdict"], c.get("reason", "")) for c in r["plan"]["clusters"]}
+    check(rs["nosc"][0] == "skip" and "skipped: no_storage_class" in rs["nosc"][1], f"explain: {rs}")
+    check(rs["ws"][0] == "use", f"explain: {rs}")
+    st, r = fed.api("POST", "/v1/placement/explain", dict(body, workspace=dict(WS, storage_class="fast")))
+    rs = {c["cluster"]: (c["verdict"], c.get("reason", "")) for c in r["plan"]["clusters"]}
+    check(all(v[0] == "skip" and "no_storage_class" in v[1] for v in rs.values()), f"missing class: {rs}")
+    st, r = fed.api("POST", "/v1/sandboxes", dict(body, workspace=dict(WS, storage_class="fast")))
+    check(st == 503 and r["error"]["code"] == "no_capacity" and
+          all("no_storage_class" in c["reason"] for c in r["error"]["clusters"]), f"create, no class: {st} {short(r)}")
+
+
+def test_bad_workspace_bodies(fed):
+    for ws in ({"path": "relative"}, {"path": "/fr-agent"}, {"size": "1Ki"}, {"size": "lots"},
+               {"storage_class": "Bad_Name"}, {"colour": "red"}, "x", {"size": 5}):
+        st, r = fed.api("POST", "/v1/sandboxes", {"image": tr.IMAGE, "workspace": ws})
+        expect_error((st, r), 400, "invalid_field", f"workspace {ws}")
+        check(r["error"].get("field") == "workspace", f"names the field: {short(r)}")
+    st, r = fed.api("POST", "/v1/pools", {"name": "wsp", "image": tr.IMAGE, "replicas": 1, "workspace": WS})
+    expect_error((st, r), 400, "invalid_field", "pool with a workspace")
+    check(r["error"].get("field") == "workspace", f"pool: {short(r)}")
+
+
+def test_workspace_pause_resume(fed):
+    sb = fed.create_one(name="keep", workspace=WS, env={"KEPT": "yes-kept"}, labels={"run": "ws1"})
+    sid = sb["id"]
+    check(sb["cluster"] == "ws", f"placed on {sb['cluster']}")
+    sim, pod = fed.sim_of(sid)
+    c = claim_of(fed, sid)
+    check(c is not None and c["status"]["phase"] == "Bound", f"claim: {short(c)}")
+    lab = c["metadata"]["labels"]
+    check(lab.get("fedrouter.io/workspace") == pod and lab.get("fedrouter.io/tenant") == "a" and
+          lab.get("fedrouter.io/state") == "running", f"claim labels: {lab}")
+    check("fedrouter.io/sandbox-spec" in c["metadata"].get("annotations", {}), "spec annotation")
+    check(c["spec"]["resources"]["requests"]["storage"] == "1Gi", f"size: {c['spec']}")
+    p = sim.pod(pod)
+    mounts = p["spec"]["containers"][0].get("volumeMounts", [])
+    check({"name": "fr-workspace", "mountPath": "/workspace"} in mounts, f"mount: {mounts}")
+    st, g = get(fed, sid)
+    check(st == 200 and g["state"] == "running" and g["workspace"]["path"] == "/workspace" and
+          g["workspace"]["size"] == "1Gi", f"GET: {st} {short(g)}")
+    r = fed.exec_ok(sid, ["sh", "-c", "echo precious > /workspace/f && mkdir -p /workspace/d && "
+                                      "echo deep > /workspace/d/g && cat /workspace/f"])
+    check(r["stdout"] == "precious\n", f"write: {short(r)}")
+    # Pause: the pod goes, the claim stays, marked paused.
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/pause")
+    check(st == 200 and r["state"] == "paused" and r["id"] == sid, f"pause: {st} {short(r)}")
+    wait_until(lambda: sim.pod(pod) is None, 20)
+    c = claim_of(fed, sid)
+    check(c is not None and c["metadata"]["labels"].get("fedrouter.io/state") == "paused" and
+          "fedrouter.io/paused-at" in c["metadata"]["annotations"], f"paused claim: {short(c)}")
+    st, g = get(fed, sid)
+    check(st == 200 and g["state"] == "paused" and g["labels"] == {"run": "ws1"} and g["name"] == "keep" and
+          g["expires_at"] and g["paused_at"], f"GET paused: {st} {short(g)}")
+    check(sid in fed.list_ids(), "paused in the list")
+    check(sid in fed.list_ids("?state=paused"), "state=paused")
+    check(sid not in fed.list_ids("?state=running"), "not state=running")
+    check(sid in fed.list_ids("?label=run=ws1"), "label filter on a paused sandbox")
+    check(sid not in fed.list_ids(token=tr.TOKEN_B), "another tenant does not see it")
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/resume", token=tr.TOKEN_B)
+    expect_error((st, r), 404, "sandbox_not_found", "another tenant's resume")
+    st, r = fed.exec(sid, ["true"])
+    check(st == 404, f"exec into a paused sandbox: {st} {short(r)}")
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/pause")
+    check(st == 200 and r["state"] == "paused", f"pause again is a no-op: {st} {short(r)}")
+    # A second router sees it too: the claim is the record.
+    r2 = fed.start_router()
+    st, g = get(fed, sid, router=r2)
+    check(st == 200 and g["state"] == "paused", f"second router: {st} {short(g)}")
+    # Resume (through the second router): same id, the files, the env.
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/resume", router=r2)
+    check(st == 200 and r["id"] == sid and r["state"] == "running", f"resume: {st} {short(r)}")
+    r2.expected_dead = True
+    tr.stop_proc(r2.proc)
+    r = fed.exec_ok(sid, ["sh", "-c", "cat /workspace/f /workspace/d/g; echo $KEPT"])
+    check(r["stdout"] == "precious\ndeep\nyes-kept\n", f"after resume: {short(r)}")
+    wait_until(lambda: (claim_of(fed, sid) or {}).get("metadata", {}).get("labels", {}).get(
+        "fedrouter.io/state") == "running", 10)
+    st, g = get(fed, sid)
+    check(st == 200 and g["state"] == "running", f"GET after resume: {short(g)}")
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/resume")
+    check(st == 200 and r["id"] == sid and r["state"] == "running", f"resume of a running one: {st} {short(r)}")
+    # Terminate: the claim goes with it.
+    st, r = fed.api("DELETE", f"/v1/sandboxes/{sid}")
+    check(st == 200, f"terminate: {st} {short(r)}")
+    wait_until(lambda: gone(fed, sid), 20)
+
+
+def test_terminate_paused_deletes_claim(fed):
+    sid = fed.create_one(name="tp", workspace=WS)["id"]
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/pause")
+    check(st == 200, f"pause: {st} {short(r)}")
+    st, r = fed.api("DELETE", f"/v1/sandboxes/{sid}")
+    check(st == 200 and r.get("terminated") is True, f"terminate paused: {st} {short(r)}")
+    wait_until(lambda: gone(fed, sid), 20)
+    st, r = get(fed, sid)
+    expect_error((st, r), 404, "sandbox_not_found", "GET after terminate")
+
+
+def test_pause_without_workspace_409(fed):
+    sid = fed.create_one(name="plain")["id"]
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/pause")
+    expect_error((st, r), 409, "no_workspace", "pause without a workspace")
+    fed.api("DELETE", f"/v1/sandboxes/{sid}")
+    st, r = fed.api("POST", "/v1/sandboxes/ws.sb-nothere/pause")
+    expect_error((st, r), 404, "sandbox_not_found", "pause of an unknown id")
+    st, r = fed.api("POST", "/v1/sandboxes/ws.sb-nothere/resume")
+    expect_error((st, r), 404, "sandbox_not_found", "resume of an unknown id")
+
+
+def test_tenant_limits(fed):
+    # c: max_workspace_bytes 3 GiB, max_paused 1.
+    st, r = fed.api("POST", "/v1/sandboxes", {"image": tr.IMAGE, "workspace": dict(WS, size="4Gi")},
+                    token=tr.TOKEN_C)
+    expect_error((st, r), 429, "tenant_limit", "over max_workspace_bytes")
+    check("max_workspace_bytes" in short(r), f"names the limit: {short(r)}")
+    a = fed.create_one(token=tr.TOKEN_C, name="l1", workspace=WS)["id"]
+    b = fed.create_one(token=tr.TOKEN_C, name="l2", workspace=dict(WS, size="2Gi"))["id"]
+    st, r = fed.api("POST", "/v1/sandboxes", {"image": tr.IMAGE, "workspace": WS}, token=tr.TOKEN_C)
+    expect_error((st, r), 429, "tenant_limit", "3 GiB held: one more is over")
+    st, r = fed.api("POST", f"/v1/sandboxes/{a}/pause", token=tr.TOKEN_C)
+    check(st == 200, f"first pause: {st} {short(r)}")
+    st, r = fed.api("POST", f"/v1/sandboxes/{b}/pause", token=tr.TOKEN_C)
+    expect_error((st, r), 429, "tenant_limit", "second pause over max_paused")
+    check("max_paused" in short(r), f"names max_paused: {short(r)}")
+    for sid in (a, b):
+        fed.api("DELETE", f"/v1/sandboxes/{sid}", token=tr.TOKEN_C)
+    wait_until(lambda: gone(fed, a) and gone(fed, b), 20)
+
+
+def test_paused_expires(fed):
+    # b: max_paused_s 2: the reaper deletes the paused sandbox's claim.
+    sid = fed.create_one(token=tr.TOKEN_B, name="exp", workspace=WS)["id"]
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/pause", token=tr.TOKEN_B)
+    check(st == 200, f"pause: {st} {short(r)}")
+    wait_until(lambda: gone(fed, sid), 30)
+    check(sid not in fed.list_ids(token=tr.TOKEN_B), "an expired paused sandbox is gone from the list")
+
+
+TESTS = [test_explain_skips_cluster_without_storage_class, test_bad_workspace_bodies, test_workspace_pause_resume,
+         test_terminate_paused_deletes_claim, test_pause_without_workspace_409, test_tenant_limits,
+         test_paused_expires]
+
+
+def main():
+    tr.WATCHDOG_S = WATCHDOG_S
+    threading.Thread(target=tr.watchdog, daemon=True).start()
+
+    def make():
+        agent = ["--agent-binary", os.path.abspath(tr.ARGS.agent)]
+        return WsFed("workspace", [(n, r, extra + agent) for n, r, extra in CLUSTERS])
+    return tr.run_one_federation(__doc__, make, TESTS, extra_paths=("--agent",))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
