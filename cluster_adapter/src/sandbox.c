@@ -1189,6 +1189,13 @@ static int pod_gone(struct strmap_entry *e, void *arg) {
   return fr_adapter_pod(arg, e->key) == NULL;
 }
 
+/* A sandbox that pauses rather than ends at its expiry. */
+static int pause_on_timeout(const struct fr_pod *pod) {
+  const char *v = fr_pod_label(pod, FR_LABEL_ON_TIMEOUT);
+
+  return v != NULL && strcmp(v, "pause") == 0 && fr_pod_label(pod, FR_LABEL_WORKSPACE) != NULL;
+}
+
 static void on_reap(uv_timer_t *t) {
   struct fr_adapter *a = t->data;
   const struct fr_pod *pod;
@@ -1222,6 +1229,18 @@ static void on_reap(uv_timer_t *t) {
     uncommitted = expiry_at(pod) < 0 || expiry_at(pod) > now;
     if (at > now || (uncommitted && !commit_markers_known(a))) {
       due_insert(a, d.pod, at > now ? at : now + REAP_EVERY_MS / 1000);
+      continue;
+    }
+    if (!uncommitted && pause_on_timeout(pod)) {
+      /* on_timeout "pause": the workspace stays, the pod goes. */
+      const char *ttl_text = fr_pod_label(pod, FR_LABEL_PAUSED_TTL);
+      int64_t ttl = 0;
+      if (ttl_text == NULL || fr_parse_int64(ttl_text, 1, INT64_C(315360000), &ttl) != 0)
+        ttl = 7 * 86400;
+      FR_INFO("reaper", "%s: pausing %s (%s)", a->cc.name, d.pod, at > 0 ? "expired" : "finished");
+      if (fr_adapter_sandbox_pause(a, d.pod, now + ttl, NULL, on_reaped, NULL) == 0)
+        strmap_put(&a->reaping, d.pod, NULL);
+      free(d.pod);
       continue;
     }
     FR_INFO("reaper", "%s: deleting %s (%s)", a->cc.name, d.pod,

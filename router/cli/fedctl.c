@@ -38,6 +38,8 @@ static const char usage_text[] =
     "  ps          list the processes started in a sandbox\n"
     "  kill        signal a process in a sandbox\n"
     "  terminate   terminate sandboxes by id or by label\n"
+    "  pause       pause sandboxes with a workspace (the pod goes, the files stay)\n"
+    "  resume      resume paused sandboxes (same id, env, secrets, files)\n"
     "  ls          list sandboxes\n"
     "  pools       list, create, resize, get and delete warm pools\n"
     "  clusters    show the clusters behind the router\n"
@@ -491,7 +493,8 @@ static const struct command commands[] = {
     {"ls", fc_cmd_ls},           {"pools", fc_cmd_pools}, {"clusters", fc_cmd_clusters},
     {"explain", fc_cmd_explain}, {"cp", fc_cmd_cp},       {"ps", fc_cmd_ps},
     {"kill", fc_cmd_kill},       {"shell", fc_cmd_shell}, {"proc", fc_cmd_proc},
-    {"events", fc_cmd_events},   {"version", fc_cmd_version},
+    {"events", fc_cmd_events},   {"version", fc_cmd_version}, {"pause", fc_cmd_pause},
+    {"resume", fc_cmd_resume},
 };
 
 int main(int argc, char **argv) {

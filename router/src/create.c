@@ -31,7 +31,8 @@
 static const char *const create_fields[] = {"name", "num_sandboxes", "pool", "image", "cpus", "memory_gb",
                                             "env", "secrets", "volumes", "labels", "region", "clusters",
                                             "timeout_s", "partial_ok", "runtime_class", "node_selector",
-                                            "tolerations", "gpus", "public_ports", "workspace", NULL};
+                                            "tolerations", "gpus", "public_ports", "workspace", "on_timeout",
+                                            "auto_resume", NULL};
 
 /* "public_ports": "*" (every port) or an array of up to 16 ports (not the
  * agent's) anyone may reach through the sandbox's preview URLs, as label
@@ -75,6 +76,8 @@ struct body_spec {
   int64_t timeout_s;
   int partial_ok;
   char public_ports[128];  /* label fedrouter.io/public-ports: "all", "8000.8080"; "" = private */
+  int pause_on_timeout;    /* on_timeout "pause": paused at its expiry, not terminated */
+  int auto_resume;         /* auto_resume: recorded for the E2B lifecycle (connect resumes) */
 };
 
 /* A create in progress: owns its strings, the batch and the request's
@@ -199,6 +202,25 @@ static int parse_create(struct api_req *q, json_t *j, struct body_spec *s) {
   if ((v = json_object_get(j, "public_ports")) != NULL && parse_public_ports(q, v, s->public_ports,
                                                                             sizeof(s->public_ports)) != 0)
     return -1;
+  if ((v = json_object_get(j, "on_timeout")) != NULL) {
+    if (!json_is_string(v) ||
+        (strcmp(json_string_value(v), "pause") != 0 && strcmp(json_string_value(v), "terminate") != 0)) {
+      api_field_fail(q, "on_timeout", "on_timeout is \"terminate\" (the default) or \"pause\" (needs a workspace)");
+      return -1;
+    }
+    s->pause_on_timeout = strcmp(json_string_value(v), "pause") == 0;
+    if (s->pause_on_timeout && json_object_get(j, "workspace") == NULL) {
+      api_field_fail(q, "on_timeout", "on_timeout \"pause\" needs a workspace: what a paused sandbox keeps");
+      return -1;
+    }
+  }
+  if ((v = json_object_get(j, "auto_resume")) != NULL) {
+    if (!json_is_boolean(v) || (json_is_true(v) && !s->pause_on_timeout)) {
+      api_field_fail(q, "auto_resume", "auto_resume is a boolean, true only with on_timeout \"pause\"");
+      return -1;
+    }
+    s->auto_resume = json_is_true(v);
+  }
   if ((v = json_object_get(j, "clusters")) != NULL) {
     json_t *e;
     if (!json_is_array(v) || json_array_size(v) == 0) {
@@ -546,12 +568,21 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extend
   cr->image = strdup(s.image ? s.image : pv->image);
   cr->env = s.env ? json_incref(s.env) : NULL;
   cr->labels = s.labels ? json_incref(s.labels) : NULL;
-  if (s.public_ports[0] != '\0') {
+  if (s.public_ports[0] != '\0' || s.pause_on_timeout) {
     /* The user's labels and fedrouter's: a copy, the body's stays as sent. */
     json_t *l = s.labels ? json_copy(s.labels) : json_object();
+    char ttl[24];
     json_decref(cr->labels);
     cr->labels = l;
-    if (l == NULL || json_object_set_new(l, FR_LABEL_PUBLIC_PORTS, json_string(s.public_ports)) != 0)
+    if (l == NULL || (s.public_ports[0] != '\0' &&
+                      json_object_set_new(l, FR_LABEL_PUBLIC_PORTS, json_string(s.public_ports)) != 0))
+      goto oom;
+    /* The reaper of any replica pauses it at its expiry, for the tenant's
+     * max_paused_s (the adapter knows no tenant). */
+    snprintf(ttl, sizeof(ttl), "%" PRId64, ts != NULL ? ts->max_paused_s : FR_DEFAULT_TENANT_PAUSED_S);
+    if (s.pause_on_timeout && (json_object_set_new(l, FR_LABEL_ON_TIMEOUT, json_string("pause")) != 0 ||
+                               json_object_set_new(l, FR_LABEL_PAUSED_TTL, json_string(ttl)) != 0 ||
+                               (s.auto_resume && json_object_set_new(l, FR_LABEL_AUTO_RESUME, json_string("true")) != 0)))
       goto oom;
   }
   if (cr->image == NULL || (s.pool != NULL && cr->pool == NULL))

@@ -20,6 +20,21 @@
 #include "secrets.h"
 #include "workspaces.h"
 
+json_t *workspace_user_labels(const struct fr_workspace *w) {
+  json_t *out = json_object(), *v;
+  const char *k;
+
+  json_object_foreach(json_object_get(w->spec, "labels"), k, v) {
+    if (strncmp(k, FR_LABEL_PREFIX, strlen(FR_LABEL_PREFIX)) != 0)
+      json_object_set(out, k, v);
+  }
+  return out;
+}
+
+const char *workspace_spec_label(const struct fr_workspace *w, const char *key) {
+  return json_string_value(json_object_get(json_object_get(w->spec, "labels"), key));
+}
+
 json_t *workspace_json(const struct fr_workspace *w) {
   json_t *j = json_pack("{s:s?,s:s?}", "path", w->path, "size", w->size);
 
@@ -30,18 +45,15 @@ json_t *workspace_json(const struct fr_workspace *w) {
 
 json_t *workspace_paused_json(struct fr_adapter *a, const struct fr_workspace *w) {
   char id[256];
-  json_t *labels = json_object_get(w->spec, "labels");
+  json_t *labels = workspace_user_labels(w);
   json_t *j;
 
   snprintf(id, sizeof(id), "%s.%s", fr_adapter_name(a), w->pod);
-  j = json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:s,s:O,s:o,s:o,s:o,s:o}", "id", id, "name", w->name ? w->name : "",
+  j = json_pack("{s:s,s:s,s:s,s:s,s:o,s:b,s:s,s:o,s:o,s:o,s:o,s:o}", "id", id, "name", w->name ? w->name : "",
                 "cluster", fr_adapter_name(a), "region", fr_adapter_region(a), "pool",
-                w->pool ? json_string(w->pool) : json_null(), "warm", 0, "state", "paused", "labels",
-                labels ? labels : json_object(), "created_at", api_time_json(w->created_s), "paused_at",
-                api_time_json(w->paused_s), "expires_at", api_time_json(w->expires_s), "workspace",
-                workspace_json(w));
-  if (labels == NULL)
-    json_decref(json_object_get(j, "labels")); /* the new empty object's own reference */
+                w->pool ? json_string(w->pool) : json_null(), "warm", 0, "state", "paused", "labels", labels,
+                "created_at", api_time_json(w->created_s), "paused_at", api_time_json(w->paused_s), "expires_at",
+                api_time_json(w->expires_s), "workspace", workspace_json(w));
   return j;
 }
 

@@ -13,6 +13,10 @@ struct fr_adapter;
 struct fr_workspace;
 struct route_params;
 
+/* The user's labels of a paused sandbox (fedrouter.io/ ones left out), a
+ * new object; and one of its labels at create (fedrouter's too), or NULL. */
+json_t *workspace_user_labels(const struct fr_workspace *w);
+const char *workspace_spec_label(const struct fr_workspace *w, const char *key);
 /* {"path","size","storage_class"} of <w>. */
 json_t *workspace_json(const struct fr_workspace *w);
 /* A paused sandbox as the API shows it (state "paused"). */

@@ -18,9 +18,16 @@ deletes its claim; max_paused, max_workspace_bytes and max_paused_s
 (the reaper deletes an expired paused sandbox) per tenant; a pool with a
 workspace is refused; a bad workspace is 400 naming the field.
 
-Usage: test_workspace.py --fedrouter PATH --kubesim PATH --agent PATH [--keep]
+The Python SDK (sb.pause(), sandbox.resume(id), their .aio siblings,
+ls(state=...)) and fedctl (create --workspace --on-timeout, pause,
+resume) drive the same.
+
+Usage: test_workspace.py --fedrouter PATH --kubesim PATH --agent PATH --fedctl PATH [--keep]
 """
+import asyncio
+import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -30,6 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_router as tr  # noqa: E402
 import test_agent_path as tap  # noqa: E402  (AgentFed: the router's `agent` group)
 from test_router import check, expect_error, short, wait_until  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sdk", "python"))
+import fedrouter  # noqa: E402
 
 WATCHDOG_S = 170        # ctest's TIMEOUT is 180
 WS = {"path": "/workspace", "size": "1Gi"}
@@ -218,9 +227,77 @@ def test_paused_expires(fed):
     check(sid not in fed.list_ids(token=tr.TOKEN_B), "an expired paused sandbox is gone from the list")
 
 
+def test_python_sdk(fed):
+    c = fedrouter.Client(f"http://127.0.0.1:{fed.router.port}", tr.TOKEN_A)
+    try:
+        sb = c.create(image=tr.IMAGE, name="sdkws", workspace={"path": "/data", "size": "1Gi"}, env={"E": "e1"})
+        check(sb.workspace == {"path": "/data", "size": "1Gi", "storage_class": "standard"},
+              f"sb.workspace: {sb.workspace}")
+        sb.exec("sh", "-c", "echo sdk > /data/s")
+        sb.pause()
+        check(sb.state == "paused", f"after pause: {sb.state}")
+        check([s.id for s in c.ls(state="paused")] == [sb.id], "ls(state='paused')")
+        check(sb.id not in [s.id for s in c.ls(state="running")], "ls(state='running')")
+        back = fedrouter.sandbox.configure(f"http://127.0.0.1:{fed.router.port}", tr.TOKEN_A).resume(sb.id)
+        check(back.id == sb.id and back.state == "running", f"resume: {back}")
+        r = back.exec("sh", "-c", "cat /data/s; echo $E")
+        check(r.stdout == "sdk\ne1\n", f"after resume: {r.stdout!r}")
+
+        async def aio():
+            await sb.pause.aio()
+            check(sb.state == "paused", "pause.aio")
+            await sb.resume.aio()
+            check(sb.state == "running", "resume.aio")
+            return (await sb.exec.aio("cat", "/data/s")).stdout
+        check(asyncio.run(aio()) == "sdk\n", "aio round trip")
+        plain = c.create(image=tr.IMAGE, name="sdkplain")
+        try:
+            plain.pause()
+            check(False, "pause without a workspace did not raise")
+        except fedrouter.NoWorkspace as e:
+            check(e.status == 409, f"NoWorkspace: {e}")
+        plain.terminate()
+        sb.terminate()
+        wait_until(lambda: gone(fed, sb.id), 20)
+    finally:
+        c.close()
+        fedrouter.sandbox.close()
+
+
+def fedctl(fed, *args):
+    env = dict(os.environ, FEDROUTER_URL=f"http://127.0.0.1:{fed.router.port}", FEDROUTER_TOKEN=tr.TOKEN_A)
+    p = subprocess.run([tr.ARGS.fedctl] + list(args), env=env, capture_output=True, text=True, timeout=120,
+                       stdin=subprocess.DEVNULL)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_fedctl(fed):
+    rc, out, err = fedctl(fed, "--json", "create", "--image", tr.IMAGE, "--name", "ctl",
+                          "--workspace", "/w:1Gi", "--on-timeout", "pause")
+    check(rc == 0, f"fedctl create: {rc} {out} {err}")
+    sid = json.loads(out)["sandboxes"][0]["id"]
+    p = fed.sim_of(sid)[0].pod(fed.sim_of(sid)[1])
+    check(p["metadata"]["labels"].get("fedrouter.io/on-timeout") == "pause", f"on-timeout label: {p['metadata']}")
+    rc, out, err = fedctl(fed, "pause", sid)
+    check(rc == 0 and out.strip() == f"paused {sid} (paused)", f"fedctl pause: {rc} {out!r} {err}")
+    rc, out, err = fedctl(fed, "--json", "ls")
+    check(rc == 0 and any(s["id"] == sid and s["state"] == "paused" for s in json.loads(out)["sandboxes"]),
+          f"fedctl ls: {out}")
+    rc, out, err = fedctl(fed, "resume", sid)
+    check(rc == 0 and out.strip() == f"resumed {sid} (running)", f"fedctl resume: {rc} {out!r} {err}")
+    rc, out, err = fedctl(fed, "pause", "nosuch.sb-x")
+    check(rc == 1 and "sandbox_not_found" in err, f"fedctl pause unknown: {rc} {err}")
+    rc, out, err = fedctl(fed, "create", "--image", tr.IMAGE, "--on-timeout", "pause")
+    check(rc == 1 and "on_timeout" in err, f"on-timeout without workspace: {rc} {err}")
+    rc, out, err = fedctl(fed, "create", "--image", tr.IMAGE, "--workspace", "nope")
+    check(rc == 2, f"bad --workspace is a usage error: {rc} {err}")
+    fedctl(fed, "terminate", sid)
+    wait_until(lambda: gone(fed, sid), 20)
+
+
 TESTS = [test_explain_skips_cluster_without_storage_class, test_bad_workspace_bodies, test_workspace_pause_resume,
          test_terminate_paused_deletes_claim, test_pause_without_workspace_409, test_tenant_limits,
-         test_paused_expires]
+         test_paused_expires, test_python_sdk, test_fedctl]
 
 
 def main():
@@ -230,7 +307,7 @@ def main():
     def make():
         agent = ["--agent-binary", os.path.abspath(tr.ARGS.agent)]
         return WsFed("workspace", [(n, r, extra + agent) for n, r, extra in CLUSTERS])
-    return tr.run_one_federation(__doc__, make, TESTS, extra_paths=("--agent",))
+    return tr.run_one_federation(__doc__, make, TESTS, extra_paths=("--agent", "--fedctl"))
 
 
 if __name__ == "__main__":

@@ -91,6 +91,13 @@ struct fr_adapter_opts {
 #define FR_LABEL_WORKSPACE "fedrouter.io/workspace"
 /* A workspace claim: the sandbox's spec (JSON) a resume makes it from. */
 #define FR_ANN_SANDBOX_SPEC "fedrouter.io/sandbox-spec"
+/* On a sandbox pod: "pause" makes the reaper pause it at its expiry (or
+ * when its deadline ended it) instead of terminating it, for
+ * fedrouter.io/paused-ttl seconds. */
+#define FR_LABEL_ON_TIMEOUT "fedrouter.io/on-timeout"
+#define FR_LABEL_PAUSED_TTL "fedrouter.io/paused-ttl"
+/* On a sandbox pod: "true" when E2B's lifecycle asked autoResume. */
+#define FR_LABEL_AUTO_RESUME "fedrouter.io/auto-resume"
 /* A paused sandbox's claim: when it was paused (RFC 3339). */
 #define FR_ANN_PAUSED_AT "fedrouter.io/paused-at"
 #define FR_ANN_CREATED "fedrouter.io/created-at"

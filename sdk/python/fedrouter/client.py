@@ -466,7 +466,8 @@ class Client:
                      region: Optional[str], clusters: Optional[Sequence[str]], timeout_s: Optional[float],
                      partial_ok: Optional[bool], template: Optional[str], timeout: Optional[float], *,
                      runtime_class: Optional[str] = None, node_selector: Optional[Mapping[str, str]] = None,
-                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None
+                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None,
+                     workspace: Optional[Mapping[str, str]] = None, on_timeout: Optional[str] = None
                      ) -> Dict[str, Any]:
         if template is not None:
             if pool is not None and pool != template:
@@ -500,6 +501,12 @@ class Client:
             body["clusters"] = [clusters] if isinstance(clusters, str) else list(clusters)
         if timeout_s is not None:
             body["timeout_s"] = _seconds(timeout_s, "timeout_s")
+        if workspace is not None:
+            if not isinstance(workspace, Mapping):
+                raise TypeError("workspace is a dict: {'path': '/workspace', 'size': '10Gi', 'storage_class': ...}")
+            body["workspace"] = {str(k): str(v) for k, v in workspace.items()}
+        if on_timeout is not None:
+            body["on_timeout"] = on_timeout
         return body
 
     def _create_result(self, body: Dict[str, Any], data: Any) -> Union["Sandbox", "SandboxList"]:
@@ -548,6 +555,12 @@ class Client:
             region: preferred region (else the client's region hint).
             clusters: restrict placement to these clusters.
             timeout_s: sandbox lifetime in seconds (``timeout`` is an alias).
+            workspace: the sandbox's own volume, ``{'path': '/workspace',
+                'size': '10Gi', 'storage_class': 'fast'}`` (class optional):
+                kept while the sandbox is paused (:meth:`Sandbox.pause`);
+                such creates start cold.
+            on_timeout: ``'pause'`` pauses it at its lifetime's end instead
+                of terminating it (needs ``workspace``).
             partial_ok: keep what could be created instead of rolling back.
             retry_budget_s: seconds to keep retrying 429/503 answers that carry
                 ``Retry-After`` (default: the client's).
@@ -578,12 +591,14 @@ class Client:
                      timeout: Optional[float] = None, retry_budget_s: Optional[float] = None,
                      progress: ProgressArg = None, request_timeout: Optional[float] = None,
                      runtime_class: Optional[str] = None, node_selector: Optional[Mapping[str, str]] = None,
-                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None
+                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None,
+                     workspace: Optional[Mapping[str, str]] = None, on_timeout: Optional[str] = None
                      ) -> Any:
         body = self._create_body(name, num_sandboxes, pool, image, cpus, memory_gb, secrets, env, volumes,
                                  labels, region, clusters, timeout_s, partial_ok, template, timeout,
                                  runtime_class=runtime_class, node_selector=node_selector,
-                                 tolerations=tolerations, gpus=gpus)
+                                 tolerations=tolerations, gpus=gpus, workspace=workspace,
+                                 on_timeout=on_timeout)
         total = body.get("num_sandboxes", 1)
         report = make_reporter(progress, "create " + body.get("name", "sandbox"), total)
         if report is None:
@@ -626,11 +641,13 @@ class Client:
                             runtime_class: Optional[str] = None,
                             node_selector: Optional[Mapping[str, str]] = None,
                             tolerations: Optional[Sequence[Mapping[str, Any]]] = None,
-                            gpus: Optional[int] = None) -> Any:
+                            gpus: Optional[int] = None,
+                     workspace: Optional[Mapping[str, str]] = None, on_timeout: Optional[str] = None) -> Any:
         body = self._create_body(name, num_sandboxes, pool, image, cpus, memory_gb, secrets, env, volumes,
                                  labels, region, clusters, timeout_s, partial_ok, template, timeout,
                                  runtime_class=runtime_class, node_selector=node_selector,
-                                 tolerations=tolerations, gpus=gpus)
+                                 tolerations=tolerations, gpus=gpus, workspace=workspace,
+                                 on_timeout=on_timeout)
         total = body.get("num_sandboxes", 1)
         report = make_reporter(progress, "create " + body.get("name", "sandbox"), total)
         if report is None:
@@ -677,12 +694,14 @@ class Client:
                      partial_ok: Optional[bool] = None, template: Optional[str] = None,
                      timeout: Optional[float] = None, runtime_class: Optional[str] = None,
                      node_selector: Optional[Mapping[str, str]] = None,
-                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None
+                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None,
+                     workspace: Optional[Mapping[str, str]] = None, on_timeout: Optional[str] = None
                      ) -> _Req:
         body = self._create_body(name, num_sandboxes, pool, image, cpus, memory_gb, secrets, env, volumes,
                                  labels, region, clusters, timeout_s, partial_ok, template, timeout,
                                  runtime_class=runtime_class, node_selector=node_selector,
-                                 tolerations=tolerations, gpus=gpus)
+                                 tolerations=tolerations, gpus=gpus, workspace=workspace,
+                                 on_timeout=on_timeout)
         return _Req("POST", "/v1/placement/explain", body=body, idempotent=True, parse=_record)
 
     def _explain(self, *a: Any, **k: Any) -> Record:
@@ -708,9 +727,10 @@ class Client:
         return _Req("GET", "/v1/sandboxes/" + self._sid(sandbox), parse=lambda d: Sandbox(self, d))
 
     def _ls_req(self, label: LabelFilter = None, *, pool: Optional[str] = None,
-                cluster: Optional[str] = None, name_prefix: Optional[str] = None) -> _Req:
+                cluster: Optional[str] = None, name_prefix: Optional[str] = None,
+                state: Optional[str] = None) -> _Req:
         q = _label_query(label)
-        for k, v in (("pool", pool), ("cluster", cluster), ("name_prefix", name_prefix)):
+        for k, v in (("pool", pool), ("cluster", cluster), ("name_prefix", name_prefix), ("state", state)):
             if v is not None:
                 q.append((k, v))
         return _Req("GET", "/v1/sandboxes", query=q,
@@ -774,8 +794,38 @@ class Client:
     async def _terminate_many_aio(self, label: LabelFilter = None, **filters: Any) -> List[str]:
         return await self._arun(self._terminate_many_req(label, **filters))
 
-    for _n in ("get", "ls", "terminate", "terminate_many"):
+    def _pause_req(self, sandbox: Union[str, "Sandbox"]) -> _Req:
+        return _Req("POST", "/v1/sandboxes/" + self._sid(sandbox) + "/pause", body={}, idempotent=True,
+                    parse=_record)
+
+    def _resume_req(self, sandbox: Union[str, "Sandbox"]) -> _Req:
+        return _Req("POST", "/v1/sandboxes/" + self._sid(sandbox) + "/resume", body={}, idempotent=True,
+                    timeout=self.create_timeout, parse=lambda d: Sandbox(self, d))
+
+    def _pause(self, sandbox: Union[str, "Sandbox"]) -> Record:
+        """Pauses a sandbox made with a ``workspace``
+        (``POST /v1/sandboxes/{id}/pause``): its pod goes, its workspace
+        stays; memory and processes are not kept. Returns ``{id, state,
+        paused_at, expires_at}``. Raises :class:`NoWorkspace` (409) for a
+        sandbox without one, :class:`TenantLimit` past ``max_paused``."""
+        return self._run(self._pause_req(sandbox), 0)
+
+    async def _pause_aio(self, sandbox: Union[str, "Sandbox"]) -> Record:
+        return await self._arun(self._pause_req(sandbox), 0)
+
+    def _resume(self, sandbox: Union[str, "Sandbox"]) -> "Sandbox":
+        """Resumes a paused sandbox (``POST /v1/sandboxes/{id}/resume``):
+        same id, cluster, env and secrets, its workspace as it was; returns
+        it once exec-ready. A running sandbox is returned as it is."""
+        return self._run(self._resume_req(sandbox))
+
+    async def _resume_aio(self, sandbox: Union[str, "Sandbox"]) -> "Sandbox":
+        return await self._arun(self._resume_req(sandbox))
+
+    for _n in ("get", "ls", "terminate", "terminate_many", "pause", "resume"):
         locals()["_" + _n].__name__ = _n
+    pause = dual(_pause, _pause_aio)
+    resume = dual(_resume, _resume_aio)
     get = dual(_get, _get_aio)
     ls = dual(_ls, _ls_aio)
     terminate = dual(_terminate, _terminate_aio)
@@ -1300,6 +1350,8 @@ class Sandbox:
     labels = property(lambda self: self._data.get("labels") or {})
     created_at = property(lambda self: self._data.get("created_at"))
     expires_at = property(lambda self: self._data.get("expires_at"))
+    workspace = property(lambda self: self._data.get("workspace"),
+                         doc="The sandbox's workspace {path, size, storage_class}, or None.")
     secrets = property(lambda self: list(self._data.get("secrets") or []),
                        doc="Names (never values) of the create-time secrets it was given; [] for none.")
 
@@ -1350,9 +1402,30 @@ class Sandbox:
         self._data = (await self._client.get.aio(self.id))._data
         return self
 
-    for _n in ("exec", "exec_stream", "terminate", "refresh"):
+    def _pause(self) -> "Sandbox":
+        """Pauses the sandbox (it needs a ``workspace``): its pod goes, its
+        workspace stays. Returns self, ``state`` ``'paused'``."""
+        self._client.pause(self.id)
+        return self._refresh()
+
+    async def _pause_aio(self) -> "Sandbox":
+        await self._client.pause.aio(self.id)
+        return await self._refresh_aio()
+
+    def _resume(self) -> "Sandbox":
+        """Resumes the paused sandbox (same id); returns self, running."""
+        self._data = self._client.resume(self.id)._data
+        return self
+
+    async def _resume_aio(self) -> "Sandbox":
+        self._data = (await self._client.resume.aio(self.id))._data
+        return self
+
+    for _n in ("exec", "exec_stream", "terminate", "refresh", "pause", "resume"):
         locals()["_" + _n].__name__ = _n
     del _n
+    pause = dual(_pause, _pause_aio)
+    resume = dual(_resume, _resume_aio)
     exec = dual(_exec, _exec_aio)
     exec_stream = dual(_exec_stream, _exec_stream_aio)
     terminate = dual(_terminate, _terminate_aio)

@@ -23,6 +23,7 @@ __all__ = [
     "AgentDied", "InvalidPath",
     "ERROR_CLASSES", "NotSupported", "OutOfMemory", "NotSynced", "CommitFailed", "TooManyConnections",
     "AgentBusy", "AgentError", "PathNotFound", "FileTooLarge", "DiskFull", "ListingTooLarge",
+    "NoWorkspace", "SandboxBusy", "ResumeFailed",
 ]
 
 
@@ -206,6 +207,16 @@ class BodyTooLarge(APIError):
     code_default = "body_too_large"
 
 
+class NoWorkspace(APIError):
+    """409: only a sandbox created with a ``workspace`` can be paused."""
+    code_default = "no_workspace"
+
+
+class ResumeFailed(APIError):
+    """The paused sandbox could not be made again (its cluster said why)."""
+    code_default = "resume_failed"
+
+
 class _RetryAfter(APIError):
     """An error that comes with ``Retry-After`` (``retry_after`` seconds)."""
 
@@ -272,6 +283,11 @@ class OutOfMemory(InternalError):
     """503: the router could not allocate what the answer needs (what it
     answers for any failure of its own); worth a retry."""
     code_default = "out_of_memory"
+
+
+class SandboxBusy(_RetryAfter):
+    """409: the paused sandbox's previous pod is still stopping."""
+    code_default = "sandbox_busy"
 
 
 class NotSynced(_RetryAfter):
@@ -349,7 +365,8 @@ ERROR_CLASSES: Dict[str, Type[APIError]] = {
         RequestTimeout, PoolExists, SandboxNotRunning, BodyTooLarge, TenantLimit, HeadersTooLarge,
         InternalError, ExecFailed, NoCapacity, ClusterUnavailable, AgentUnavailable, SandboxUnreachable, NotReady,
         ShuttingDown, OutOfMemory, NotSynced, CommitFailed, TooManyConnections, AgentBusy, AgentError,
-        AgentDied, InvalidPath, PathNotFound, FileTooLarge, DiskFull, ListingTooLarge)
+        AgentDied, InvalidPath, PathNotFound, FileTooLarge, DiskFull, ListingTooLarge, NoWorkspace,
+        SandboxBusy, ResumeFailed)
 }
 
 
