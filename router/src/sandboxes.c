@@ -175,7 +175,7 @@ static void list_sandboxes(struct api_req *q) {
     struct fr_adapter *a = q->r->adapters[i];
     for (cur = 0; f.state[0] != 'p' && (pod = fr_adapter_pod_next(a, &cur)) != NULL;) {
       if (api_owned_by(pod, q->tenant) && matches(&f, a, pod) && api_sandbox_visible(a, pod))
-        json_array_append_new(arr, api_sandbox_json(a, pod));
+        json_array_append_new(arr, api_sandbox_json(q->r, a, pod, 0));
     }
     /* Paused sandboxes are their workspace claims (workspaces.c). */
     if (f.state[0] != 'r')
@@ -382,7 +382,7 @@ void sandboxes_get(struct api_req *q, const struct route_params *p) {
     return;
   }
   if ((pod = api_find_sandbox(q, p->id, &a)) != NULL)
-    api_reply(q, 200, api_sandbox_json(a, pod), NULL);
+    api_reply(q, 200, api_sandbox_json(q->r, a, pod, 1), NULL);
 }
 
 void sandboxes_terminate(struct api_req *q, const struct route_params *p) {

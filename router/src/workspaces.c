@@ -221,7 +221,7 @@ static void on_resumed(const struct fr_sandbox_result *res, void *arg) {
   struct api_req *q = r->q;
 
   if (res->err == FR_SB_OK && res->pod != NULL) {
-    api_reply(q, 200, api_sandbox_json(r->a, res->pod), NULL);
+    api_reply(q, 200, api_sandbox_json(q->r, r->a, res->pod, 1), NULL);
   } else {
     char msg[600];
     snprintf(msg, sizeof(msg), "the sandbox could not be resumed in cluster %s: %.400s", fr_adapter_name(r->a),
@@ -276,7 +276,7 @@ void sandboxes_resume(struct api_req *q, const struct route_params *rp) {
     /* Running: nothing to do (api_find_sandbox answers for the tenant). */
     const struct fr_pod *p = api_find_sandbox(q, rp->id, &a);
     if (p != NULL)
-      api_reply(q, 200, api_sandbox_json(a, p), NULL);
+      api_reply(q, 200, api_sandbox_json(q->r, a, p, 1), NULL);
     return;
   }
   if (!workspace_find_paused(q, rp->id, &a, &w)) {

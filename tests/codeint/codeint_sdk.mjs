@@ -5,7 +5,10 @@
 // context calls go through the SDK's own HTTP code to it, with the headers
 // the router would see (E2b-Sandbox-Id, E2b-Sandbox-Port: 49999).
 // Run by test_codeint_sdk.py, which starts the server (FR_CI_URL) and gives
-// the SDK's node_modules (FR_CI_NODE_MODULES).
+// the SDK's node_modules (FR_CI_NODE_MODULES); and by test_codeint_router.py
+// through fedrouter's /e2b (no FR_CI_URL): Sandbox.create() with the
+// default template, every call relayed by the router to port 49999 of a
+// kubesim pod that runs the server.
 // Prints "ok <step>" per step; the first failure prints "FAIL <step>: why"
 // and exits 1.
 import { createRequire } from 'node:module'
@@ -30,10 +33,23 @@ function ok (name) {
 }
 
 try {
-  // Sandbox.create() would ask E2B_API_URL for a sandbox; the object it
-  // returns is built by this constructor from the create's answer.
-  const sbx = new Sandbox({ sandboxId: 'local-sandbox', sandboxUrl: process.env.FR_CI_URL,
-    envdAccessToken: 'token', apiKey: 'unused', envdVersion: '0.5.7' })
+  // Against the server itself (FR_CI_URL): Sandbox.create() would ask
+  // E2B_API_URL for a sandbox; the object it returns is built by this
+  // constructor from the create's answer. Through fedrouter (no
+  // FR_CI_URL; E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY set): the real
+  // Sandbox.create() with the SDK's default template.
+  step = 'create'
+  const direct = !!process.env.FR_CI_URL
+  const sbx = direct
+    ? new Sandbox({ sandboxId: 'local-sandbox', sandboxUrl: process.env.FR_CI_URL,
+      envdAccessToken: 'token', apiKey: 'unused', envdVersion: '0.5.7' })
+    : await Sandbox.create({ metadata: { run: 'codeint-bb' } })
+  if (!direct) {
+    must(/^[a-z0-9-]+$/.test(sbx.sandboxId) && sbx.sandboxId.length <= 57, `sandbox id ${sbx.sandboxId}`)
+    must(typeof sbx.trafficAccessToken === 'string' && sbx.trafficAccessToken.length === 64, 'trafficAccessToken')
+    console.log(`sandbox ${sbx.sandboxId}`)
+  }
+  ok(step)
 
   step = 'state'
   const a = await sbx.runCode('x = 1')
@@ -117,6 +133,12 @@ try {
   await throwsLike(() => sbx.restartCodeContext('nope'), (x) => x instanceof NotFoundError, 'restart unknown')
   must((await sbx.listCodeContexts()).length === 1, 'one context left')
   ok(step)
+  if (!direct) {
+    step = 'kill'
+    await sbx.kill()
+    must(!(await sbx.isRunning()), 'still running after kill')
+    ok(step)
+  }
   console.log('PASS')
   // runCode calls that threw (404, 400) leave the SDK's request timer
   // (requestTimeoutMs, 60 s) armed, which would keep node up that long.

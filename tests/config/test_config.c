@@ -226,6 +226,8 @@ START_TEST(config_ports_and_e2b_templates_loaded) {
                                         "                      { name = \"base\"; pool = \"default\"; } ); };\n");
 
   ck_assert_str_eq(c->ports_domain, "sbx.localhost:8080");
+  /* The cluster's short-id code: SHA-256("a") starts ca 97 81 12 (mod 36: m 7 l i). */
+  ck_assert_str_eq(c->clusters[0].code, "m7li");
   ck_assert_int_eq(c->max_port_requests_per_sandbox, 8);
   ck_assert_int_eq(c->max_port_requests_per_tenant, 1024);
   ck_assert_uint_eq(c->ne2b_templates, 2);
@@ -496,6 +498,10 @@ static const struct err_case err_cases[] = {
      MINIMAL "tenants = (\n  { name = \"t\"; token_sha256 = \"" HASH_A "\"; },\n"
              "  { name = \"u\";\n    token_sha265 = \"" HASH_B "\"; }\n);\n",
      7, "tenants.[1].token_sha265: unknown key (did you mean \"token_sha256\"?)"},
+    {"cluster_code_collision",
+     LISTEN REGION "clusters = (\n  { name = \"c1209\"; region = \"us\"; kubeconfig = \"k\"; },\n"
+                   "  { name = \"c1505\"; region = \"us\"; kubeconfig = \"k\"; }\n);\n",
+     5, "cluster names \"c1209\" and \"c1505\" have the same short-id code \"ovr4\""},
     {"cluster_key_misspelled",
      LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\";\n"
                    "  namespce = \"x\"; } );\n",
