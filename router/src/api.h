@@ -215,6 +215,9 @@ void procs_resize(struct api_req *q, const struct route_params *p);
 void files_get(struct api_req *q, const struct route_params *p);
 void files_put(struct api_req *q, const struct route_params *p);
 void files_delete(struct api_req *q, const struct route_params *p);
+/* GET .../snapshot and POST .../restore: a directory as tar, both ways */
+void snapshot_get(struct api_req *q, const struct route_params *p);
+void snapshot_restore(struct api_req *q, const struct route_params *p);
 /* ports.c: a sandbox's own ports (preview URLs). */
 void ports_path(struct api_req *q, const struct route_params *p);
 /* Host: <port>-<short id>.<ports.domain>: 1 when the request is for a

@@ -46,6 +46,8 @@ static const struct route routes[] = {
     {"PUT", SB "/files", files_put, RF_TENANT | RF_SANDBOX | RF_REACH | RF_STREAM_BODY, NULL},
     {"POST", SB "/files", files_put, RF_TENANT | RF_SANDBOX | RF_REACH | RF_STREAM_BODY, NULL},
     {"DELETE", SB "/files", files_delete, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},
+    {"GET", SB "/snapshot", snapshot_get, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},
+    {"POST", SB "/restore", snapshot_restore, RF_TENANT | RF_SANDBOX | RF_REACH | RF_STREAM_BODY, NULL},
     {"POST", "/v1/pools", pools_create, RF_TENANT, NULL},
     {"GET", "/v1/pools", pools_list, RF_TENANT, NULL},
     {"GET", "/v1/pools/{name}", pools_get, RF_TENANT, NULL},

@@ -25,8 +25,11 @@ resume) drive the same.
 Usage: test_workspace.py --fedrouter PATH --kubesim PATH --agent PATH --fedctl PATH [--keep]
 """
 import asyncio
+import gzip
+import io
 import json
 import os
+import tarfile
 import subprocess
 import sys
 import threading
@@ -55,7 +58,7 @@ class WsFed(tap.AgentFed):
         text = open(path).read()
         text = text.replace(f"max_concurrent_execs = {tr.C_MAX_EXECS};",
                             f"max_concurrent_execs = {tr.C_MAX_EXECS}; max_paused = 1; "
-                            f"max_workspace_bytes = 3221225472L;", 1)
+                            f"max_workspace_bytes = 3221225472L; max_file_bytes = 1048576;", 1)
         b = 'name = "b"; token_sha256 = "'
         i = text.index(b)
         j = text.index('";', i + len(b)) + 2
@@ -295,9 +298,110 @@ def test_fedctl(fed):
     wait_until(lambda: gone(fed, sid), 20)
 
 
+def tar_of(entries, gz=False):
+    bio = io.BytesIO()
+    with tarfile.open(fileobj=bio, mode="w") as t:
+        for name, data in entries:
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+    return gzip.compress(bio.getvalue()) if gz else bio.getvalue()
+
+
+def test_snapshot_and_restore(fed):
+    src = fed.create_one(name="snapsrc", workspace=WS)["id"]
+    dst = fed.create_one(name="snapdst")["id"]
+    fed.exec_ok(src, ["sh", "-c", "mkdir -p /workspace/a/b && echo one > /workspace/a/b/one && "
+                                  "head -c 300000 /dev/urandom > /workspace/blob && ln -s a/b/one /workspace/l"])
+    blob = fed.exec_ok(src, ["sha256sum", "/workspace/blob"])["stdout"].split()[0]
+    st, body, h = tr.api_call(fed.router.port, "GET", f"/v1/sandboxes/{src}/snapshot?path=/workspace", None,
+                              tr.TOKEN_A, full=True, raw=None)
+    check(st == 200 and h.get("content-type") == "application/x-tar", f"snapshot: {st} {h}")
+    raw = fed_raw(fed, "GET", f"/v1/sandboxes/{src}/snapshot?path=/workspace")
+    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as t:
+        names = sorted(m.name.rstrip("/") for m in t.getmembers())
+        check(names == ["a", "a/b", "a/b/one", "blob", "l"], f"archive members: {names}")
+        check(t.getmember("l").issym() and t.getmember("l").linkname == "a/b/one", "symlink kept")
+    gz = fed_raw(fed, "GET", f"/v1/sandboxes/{src}/snapshot?path=/workspace&gzip=1")
+    check(gz[:2] == b"\x1f\x8b", "gzip")
+    # Into another sandbox: the directory's content is replaced.
+    fed.exec_ok(dst, ["sh", "-c", "mkdir -p /restored && echo stale > /restored/stale"])
+    st, r = tr.api_call(fed.router.port, "POST", f"/v1/sandboxes/{dst}/restore?path=/restored", None, tr.TOKEN_A,
+                        headers={"Content-Type": "application/gzip"}, raw=gz)
+    check(st == 200 and r["restored"] is True and r["archive_bytes"] == len(gz), f"restore: {st} {short(r)}")
+    r = fed.exec_ok(dst, ["sh", "-c", "cat /restored/a/b/one /restored/l; sha256sum /restored/blob; ls /restored"])
+    check(r["stdout"] == f"one\none\n{blob}  /restored/blob\na\nblob\nl\n", f"restored tree: {short(r)}")
+    # Unsafe entries: refused, naming the entry; nothing changed.
+    st, r = tr.api_call(fed.router.port, "POST", f"/v1/sandboxes/{dst}/restore?path=/restored", None, tr.TOKEN_A,
+                        raw=tar_of([("ok", b"x"), ("../escape", b"x")]))
+    check(st == 400 and r["error"]["code"] == "invalid_archive" and "../escape" in r["error"]["message"],
+          f"unsafe archive: {st} {short(r)}")
+    r = fed.exec_ok(dst, ["sh", "-c", "ls /restored; ls / | grep -c escape"])
+    check(r["stdout"] == "a\nblob\nl\n0\n", f"after the refusal: {short(r)}")
+    st, r = tr.api_call(fed.router.port, "GET", f"/v1/sandboxes/{src}/snapshot?path=/nope", None, tr.TOKEN_A)
+    check(st == 404 and r["error"]["code"] == "path_not_found", f"snapshot of nothing: {st} {short(r)}")
+    st, r = tr.api_call(fed.router.port, "GET", f"/v1/sandboxes/{src}/snapshot?path=relative", None, tr.TOKEN_A)
+    check(st == 400 and r["error"]["code"] == "invalid_path", f"relative: {st} {short(r)}")
+    st, r = tr.api_call(fed.router.port, "GET", f"/v1/sandboxes/{src}/snapshot?path=/workspace", None, tr.TOKEN_B)
+    check(st == 404, f"another tenant's snapshot: {st}")
+    # The E2B relay never reaches the agent's /tar.
+    st, r = tr.api_call(fed.router.port, "GET", "/e2b/tar?path=/workspace", None, None,
+                        headers={"E2b-Sandbox-Id": src, "X-Access-Token": "x" * 64})
+    check(st in (400, 401, 404, 501), f"/e2b/tar: {st} {short(r)}")
+    # The SDK.
+    c = fedrouter.Client(f"http://127.0.0.1:{fed.router.port}", tr.TOKEN_A)
+    try:
+        sb = c.get(src)
+        snap = sb.snapshot("/workspace/a")
+        with tarfile.open(fileobj=io.BytesIO(snap)) as t:
+            check(sorted(m.name for m in t.getmembers()) == ["b", "b/one"], "sdk snapshot")
+        c.get(dst).restore(snap, "/sdk")
+        check(fed.exec_ok(dst, ["cat", "/sdk/b/one"])["stdout"] == "one\n", "sdk restore")
+        try:
+            c.get(dst).restore(tar_of([("/abs", b"x")]), "/sdk")
+            check(False, "an absolute entry was accepted")
+        except fedrouter.errors.InvalidArchive as e:
+            check(e.status == 400 and "/abs" in e.message, f"InvalidArchive: {e}")
+    finally:
+        c.close()
+    for sid in (src, dst):
+        fed.api("DELETE", f"/v1/sandboxes/{sid}")
+
+
+def test_restore_bounded_by_max_file_bytes(fed):
+    # c: max_file_bytes 1 MiB, as sent and as unpacked.
+    sid = fed.create_one(token=tr.TOKEN_C, name="bound")["id"]
+    fed.exec_ok(sid, ["sh", "-c", "mkdir -p /r && echo keep > /r/keep"], token=tr.TOKEN_C)
+    big = tar_of([("zeros", b"\0" * (3 << 20))])
+    st, r = tr.api_call(fed.router.port, "POST", f"/v1/sandboxes/{sid}/restore?path=/r", None, tr.TOKEN_C, raw=big)
+    check(st == 413 and r["error"]["code"] == "file_too_large", f"past the bound as sent: {st} {short(r)}")
+    small = gzip.compress(big)
+    check(len(small) < (1 << 20), "the gzip'd archive is small")
+    st, r = tr.api_call(fed.router.port, "POST", f"/v1/sandboxes/{sid}/restore?path=/r", None, tr.TOKEN_C,
+                        raw=small)
+    check(st == 413 and r["error"]["code"] == "file_too_large", f"past the bound unpacked: {st} {short(r)}")
+    r = fed.exec_ok(sid, ["sh", "-c", "ls -a /r"], token=tr.TOKEN_C)
+    check(r["stdout"] == ".\n..\nkeep\n", f"nothing half-written: {short(r)}")
+    fed.api("DELETE", f"/v1/sandboxes/{sid}", token=tr.TOKEN_C)
+
+
+def fed_raw(fed, method, path, token=tr.TOKEN_A):
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", fed.router.port, timeout=60)
+    try:
+        c.request(method, path, headers={"Authorization": "Bearer " + token})
+        r = c.getresponse()
+        data = r.read()
+        check(r.status == 200, f"{method} {path}: {r.status} {data[:300]!r}")
+        return data
+    finally:
+        c.close()
+
+
 TESTS = [test_explain_skips_cluster_without_storage_class, test_bad_workspace_bodies, test_workspace_pause_resume,
          test_terminate_paused_deletes_claim, test_pause_without_workspace_409, test_tenant_limits,
-         test_paused_expires, test_python_sdk, test_fedctl]
+         test_paused_expires, test_python_sdk, test_fedctl, test_snapshot_and_restore,
+         test_restore_bounded_by_max_file_bytes]
 
 
 def main():

@@ -615,6 +615,8 @@ struct fr_agent_call_opts {
                                the route must be in the allow-list for <method>, each query
                                parameter one the route takes with a percent-encoded value
                                (fr_adapter_agent_call answers -EINVAL otherwise) */
+  int internal_route;       /* 1: <path> may be one of the adapter's own routes (/tar: the router's
+                               snapshots, restores and forks), never set on a client's behalf */
   const char *content_type; /* of the body; may be NULL */
   const char *headers;      /* more request headers, "Name: value" lines separated by '\n'
                                (no CR); may be NULL. Never Host, Content-Length,

@@ -1016,6 +1016,46 @@ class Client:
     async def _remove_file_aio(self, sandbox: Union[str, "Sandbox"], path: str) -> None:
         await self._arun(self._files_req("DELETE", sandbox, path))
 
+    def _snapshot_req(self, sandbox: Union[str, "Sandbox"], path: str, gzip: bool) -> _Req:
+        if not path.startswith("/"):
+            raise ValueError("sandbox paths are absolute: " + repr(path))
+        return _Req("GET", f"/v1/sandboxes/{self._sid(sandbox)}/snapshot",
+                    query=[("path", path)] + ([("gzip", "1")] if gzip else []), parse=bytes,
+                    timeout=max(self.timeout, 600.0))
+
+    def _restore_req(self, sandbox: Union[str, "Sandbox"], data: Union[bytes, Any], path: str) -> _Req:
+        if not path.startswith("/"):
+            raise ValueError("sandbox paths are absolute: " + repr(path))
+        return _Req("POST", f"/v1/sandboxes/{self._sid(sandbox)}/restore", query=[("path", path)],
+                    raw=self._file_bytes(data), content_type="application/x-tar", parse=_record,
+                    timeout=max(self.timeout, 600.0))
+
+    def _snapshot(self, sandbox: Union[str, "Sandbox"], path: str = "/workspace", *, gzip: bool = False) -> bytes:
+        """The directory ``path`` of the sandbox as a tar archive (gzip'd
+        with ``gzip=True``): ``GET /v1/sandboxes/{id}/snapshot``. The
+        whole archive is returned in memory; for large trees stream the
+        endpoint itself."""
+        return self._run(self._snapshot_req(sandbox, path, gzip), 0)
+
+    async def _snapshot_aio(self, sandbox: Union[str, "Sandbox"], path: str = "/workspace", *,
+                            gzip: bool = False) -> bytes:
+        return await self._arun(self._snapshot_req(sandbox, path, gzip), 0)
+
+    def _restore(self, sandbox: Union[str, "Sandbox"], data: Union[bytes, Any], path: str = "/workspace") -> Record:
+        """Replaces the content of directory ``path`` with the tar (or
+        gzip'd tar) ``data`` (bytes or a readable binary file):
+        ``POST /v1/sandboxes/{id}/restore``. Unsafe entries (``..``,
+        absolute names, links out) raise ``APIError`` code
+        ``invalid_archive``; past the tenant's ``max_file_bytes``
+        ``FileTooLarge``; either way nothing was written."""
+        return self._run(self._restore_req(sandbox, data, path), 0)
+
+    async def _restore_aio(self, sandbox: Union[str, "Sandbox"], data: Union[bytes, Any],
+                           path: str = "/workspace") -> Record:
+        return await self._arun(self._restore_req(sandbox, data, path), 0)
+
+    snapshot = dual(_snapshot, _snapshot_aio)
+    restore = dual(_restore, _restore_aio)
     read_file = dual(_read_file, _read_file_aio)
     write_file = dual(_write_file, _write_file_aio)
     list_files = dual(_list_files, _list_files_aio)
@@ -1420,6 +1460,25 @@ class Sandbox:
     async def _resume_aio(self) -> "Sandbox":
         self._data = (await self._client.resume.aio(self.id))._data
         return self
+
+    def _snapshot(self, path: str = "/workspace", *, gzip: bool = False) -> bytes:
+        """Directory ``path`` as a tar archive (bytes); see
+        :meth:`Client.snapshot`."""
+        return self._client.snapshot(self.id, path, gzip=gzip)
+
+    async def _snapshot_aio(self, path: str = "/workspace", *, gzip: bool = False) -> bytes:
+        return await self._client.snapshot.aio(self.id, path, gzip=gzip)
+
+    def _restore(self, data: Union[bytes, Any], path: str = "/workspace") -> Record:
+        """Replaces directory ``path`` with the archive ``data``; see
+        :meth:`Client.restore`."""
+        return self._client.restore(self.id, data, path)
+
+    async def _restore_aio(self, data: Union[bytes, Any], path: str = "/workspace") -> Record:
+        return await self._client.restore.aio(self.id, data, path)
+
+    snapshot = dual(_snapshot, _snapshot_aio)
+    restore = dual(_restore, _restore_aio)
 
     for _n in ("exec", "exec_stream", "terminate", "refresh", "pause", "resume"):
         locals()["_" + _n].__name__ = _n

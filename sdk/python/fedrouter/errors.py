@@ -23,7 +23,7 @@ __all__ = [
     "AgentDied", "InvalidPath",
     "ERROR_CLASSES", "NotSupported", "OutOfMemory", "NotSynced", "CommitFailed", "TooManyConnections",
     "AgentBusy", "AgentError", "PathNotFound", "FileTooLarge", "DiskFull", "ListingTooLarge",
-    "NoWorkspace", "SandboxBusy", "ResumeFailed",
+    "NoWorkspace", "SandboxBusy", "ResumeFailed", "InvalidArchive",
 ]
 
 
@@ -212,6 +212,12 @@ class NoWorkspace(APIError):
     code_default = "no_workspace"
 
 
+class InvalidArchive(APIError):
+    """400: a restore's archive was refused (the message names the entry);
+    nothing was written."""
+    code_default = "invalid_archive"
+
+
 class ResumeFailed(APIError):
     """The paused sandbox could not be made again (its cluster said why)."""
     code_default = "resume_failed"
@@ -366,7 +372,7 @@ ERROR_CLASSES: Dict[str, Type[APIError]] = {
         InternalError, ExecFailed, NoCapacity, ClusterUnavailable, AgentUnavailable, SandboxUnreachable, NotReady,
         ShuttingDown, OutOfMemory, NotSynced, CommitFailed, TooManyConnections, AgentBusy, AgentError,
         AgentDied, InvalidPath, PathNotFound, FileTooLarge, DiskFull, ListingTooLarge, NoWorkspace,
-        SandboxBusy, ResumeFailed)
+        SandboxBusy, ResumeFailed, InvalidArchive)
 }
 
 
