@@ -106,3 +106,117 @@ int fc_cmd_resume(struct fc_ctx *ctx, int argc, char **argv) {
   /* A resume starts a pod: as long as a create may take. */
   return run(ctx, "resume", resume_usage, "/resume", FC_CALL_TIMEOUT_S * 10, argc, argv);
 }
+
+static const char fork_usage[] =
+    "usage: fedctl fork ID [-n N] [--path /DIR]... [--name NAME] [--pool P | --image IMG] [--label k=v]...\n"
+    "\n"
+    "Makes N new sandboxes (default 1) and copies directories of sandbox ID\n"
+    "into each (--path, repeatable; default /workspace), streamed agent to\n"
+    "agent; all or nothing, and ID keeps running. The new sandboxes are the\n"
+    "source's pool, or its image and shape, unless --pool or --image say.\n"
+    "Prints the new sandboxes' ids.\n";
+
+enum { K_NUM = 1, K_PATH, K_NAME, K_POOL, K_IMAGE, K_LABEL };
+
+static const struct fc_opt fork_opts[] = {
+    {"num", 'n', 1, K_NUM}, {"path", 0, 1, K_PATH},   {"name", 0, 1, K_NAME},
+    {"pool", 0, 1, K_POOL}, {"image", 0, 1, K_IMAGE}, {"label", 0, 1, K_LABEL}, {NULL, 0, 0, 0},
+};
+
+int fc_cmd_fork(struct fc_ctx *ctx, int argc, char **argv) {
+  struct fc_args a;
+  struct fc_resp r;
+  struct fr_buf path;
+  const char *val, *id = NULL, *eq;
+  json_t *body = json_object(), *paths = json_array(), *labels = json_object(), *sb;
+  int64_t n = 1;
+  int opt, rc = FC_EXIT_USAGE;
+  size_t i;
+
+  fc_resp_init(&r);
+  fr_buf_init(&path);
+  if (body == NULL || paths == NULL || labels == NULL) {
+    rc = fc_oom();
+    goto done;
+  }
+  fc_args_init(&a, ctx, "fork", fork_opts, argc, argv);
+  while ((opt = fc_args_next(&a, &val)) != FC_ARG_END) {
+    switch (opt) {
+    case FC_ARG_HELP:
+      fputs(fork_usage, stdout);
+      rc = FC_EXIT_OK;
+      goto done;
+    case FC_ARG_ERR:
+      goto done;
+    case FC_ARG_POS:
+      if (id != NULL) {
+        fc_usage_error("fork", "one sandbox ID");
+        goto done;
+      }
+      id = val;
+      break;
+    case K_NUM:
+      if (fc_parse_int("fork", "-n", val, 1, 100000, &n) != 0)
+        goto done;
+      break;
+    case K_PATH:
+      if (val[0] != '/') {
+        fc_usage_error("fork", "--path '%s': an absolute directory", val);
+        goto done;
+      }
+      json_array_append_new(paths, json_string(val));
+      break;
+    case K_NAME:
+      json_object_set_new(body, "name", json_string(val));
+      break;
+    case K_POOL:
+      json_object_set_new(body, "pool", json_string(val));
+      break;
+    case K_IMAGE:
+      json_object_set_new(body, "image", json_string(val));
+      break;
+    case K_LABEL:
+      if ((eq = strchr(val, '=')) == NULL || eq == val) {
+        fc_usage_error("fork", "--label '%s': want k=v", val);
+        goto done;
+      }
+      if (fc_obj_set_kv(labels, val, eq) != 0) {
+        rc = fc_oom();
+        goto done;
+      }
+      break;
+    }
+  }
+  if (id == NULL) {
+    fc_usage_error("fork", "give the source sandbox's ID");
+    goto done;
+  }
+  if (fc_check_id("fork", id) != 0 || fc_ctx_init(ctx) != 0)
+    goto done;
+  if (json_array_size(paths) == 0)
+    json_array_append_new(paths, json_string("/workspace"));
+  json_object_set_new(body, "count", json_integer(n));
+  json_object_set(body, "paths", paths);
+  if (json_object_size(labels) > 0)
+    json_object_set(body, "labels", labels);
+  if (fc_sandbox_path(&path, id, "/fork") != 0) {
+    rc = fc_oom();
+    goto done;
+  }
+  rc = fc_call(ctx, "POST", path.data, body, FC_CALL_TIMEOUT_S * 10, &r);
+  if (rc != FC_EXIT_OK)
+    goto done;
+  if (ctx->json) {
+    fc_print_body(&r);
+    goto done;
+  }
+  json_array_foreach(json_object_get(r.json, "sandboxes"), i, sb)
+    printf("%s\n", fc_jstr(sb, "id", "?"));
+done:
+  fc_resp_close(&r);
+  fr_buf_free(&path);
+  json_decref(body);
+  json_decref(paths);
+  json_decref(labels);
+  return rc;
+}

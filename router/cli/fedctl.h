@@ -328,6 +328,7 @@ int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_terminate(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_pause(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_resume(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_fork(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_ls(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_explain(struct fc_ctx *ctx, int argc, char **argv);
 /* cmd_ports.c */

@@ -41,6 +41,11 @@ struct api_req {
    * <body> and returns the body to send, NULL for none). */
   json_t *(*shape_cb)(struct api_req *q, int *status, json_t *body);
   int shape_kind;               /* for shape_cb: what the request was */
+  /* Set by fork.c before a create (a fork, a create's restore_from): the
+   * create's 201 answer goes to it (taken) instead of the client, once;
+   * NULL when the create failed after it was deferred (it answered). */
+  void (*created_cb)(struct api_req *q, json_t *answer, void *arg);
+  void *created_arg;
 };
 
 /* The record of <req> (req->data); every request of the router has one. */
@@ -158,6 +163,17 @@ void create_sandboxes(struct api_req *q, int explain); /* create.c: POST /v1/san
  * rather than the lifetime asked, so the expiry can later be moved up to
  * that (E2B's setTimeout) while routers enforce the one asked. */
 void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extendable);
+/* create_sandboxes_from for a body another endpoint built from a client's
+ * fields (fork.c): its keys are checked as POST /v1/sandboxes checks them
+ * (400 invalid_field). Takes <j>. */
+void create_sandboxes_checked(struct api_req *q, json_t *j);
+/* fork.c: POST /v1/sandboxes/{id}/fork; a create's restore_from: checked,
+ * the source found (answers and returns -1 otherwise), the field removed
+ * and q->created_cb set (0; also when there is none); after the create
+ * call, restore_from_settle() lets go of it if the create answered at
+ * once. */
+int restore_from_prepare(struct api_req *q, json_t *j);
+void restore_from_settle(struct api_req *q);
 /* stream.c: a streaming exec (exec.c validated it and admitted it against
  * the tenant's max_concurrent_execs; the stream counts itself in the
  * tenant's execs while it runs). */
@@ -202,6 +218,8 @@ void sandboxes_terminate(struct api_req *q, const struct route_params *p);
 /* workspaces.c: pause and resume of sandboxes with a workspace */
 void sandboxes_pause(struct api_req *q, const struct route_params *p);
 void sandboxes_resume(struct api_req *q, const struct route_params *p);
+/* fork.c: N new sandboxes with directories of this one streamed in */
+void sandboxes_fork(struct api_req *q, const struct route_params *p);
 /* exec.c */
 void exec_sandbox(struct api_req *q, const struct route_params *p);
 /* procs.c, stream.c */

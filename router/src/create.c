@@ -32,7 +32,7 @@ static const char *const create_fields[] = {"name", "num_sandboxes", "pool", "im
                                             "env", "secrets", "volumes", "labels", "region", "clusters",
                                             "timeout_s", "partial_ok", "runtime_class", "node_selector",
                                             "tolerations", "gpus", "public_ports", "readiness", "workspace",
-                                            "on_timeout", "auto_resume", NULL};
+                                            "on_timeout", "auto_resume", "restore_from", NULL};
 
 /* "public_ports": "*" (every port) or an array of up to 16 ports (not the
  * agent's) anyone may reach through the sandbox's preview URLs, as label
@@ -420,6 +420,15 @@ static void set_client_region(json_t *placement, const struct create *cr) {
   json_object_set_new(placement, "client_region_known", json_boolean(cr->region_known));
 }
 
+/* A create that will not give its answer to q->created_cb tells it so. */
+static void created_drop(struct api_req *q) {
+  void (*cb)(struct api_req *, json_t *, void *) = q->created_cb;
+
+  q->created_cb = NULL;
+  if (cb != NULL)
+    cb(q, NULL, q->created_arg);
+}
+
 static void on_batch_done(struct batch *b, void *arg) {
   struct create *cr = arg;
   struct api_req *q = cr->q;
@@ -433,7 +442,7 @@ static void on_batch_done(struct batch *b, void *arg) {
   cr->counted = 0;
 
   if (b->state == BATCH_COMMITTED) {
-    json_t *arr = json_array(), *placement = placement_json(b);
+    json_t *arr = json_array(), *placement = placement_json(b), *ans;
     struct fr_buf note;
 
     fr_buf_init(&note);
@@ -449,8 +458,18 @@ static void on_batch_done(struct batch *b, void *arg) {
     set_client_region(placement, cr);
     if (cr->cold_reason[0] != '\0')
       json_object_set_new(placement, "cold_reason", json_string(cr->cold_reason));
-    api_reply(q, 201, json_pack("{s:o,s:o}", "sandboxes", arr, "placement", placement), NULL);
+    ans = json_pack("{s:o,s:o}", "sandboxes", arr, "placement", placement);
+    if (q->created_cb != NULL && ans != NULL) {
+      /* A fork's or restore_from's copy runs first; it answers. */
+      void (*cb)(struct api_req *, json_t *, void *) = q->created_cb;
+      q->created_cb = NULL;
+      cb(q, ans, q->created_arg);
+    } else {
+      created_drop(q);
+      api_reply(q, 201, ans, NULL);
+    }
   } else {
+    created_drop(q);
     char why[600];
     json_t *body;
     /* Made, but a cluster did not take the commit marker: nothing kept. */
@@ -484,6 +503,7 @@ static void on_secrets(int status, json_t *body, void *arg) {
     batch_start(cr->b);
     return;
   }
+  created_drop(q);
   create_free(cr); /* settles the tenant's count while <q> is alive */
   api_reply(q, status ? status : 499, body, NULL);
 }
@@ -524,8 +544,37 @@ static void refuse_no_room(struct api_req *q, const struct fr_plan *plan, const 
 void create_sandboxes(struct api_req *q, int explain) {
   json_t *j = api_body_object(q, create_fields, 0);
 
-  if (j != NULL)
-    create_sandboxes_from(q, j, explain, 0);
+  if (j == NULL)
+    return;
+  if (explain) {
+    json_object_del(j, "restore_from"); /* what a create copies is no placement matter */
+  } else if (restore_from_prepare(q, j) != 0) {
+    json_decref(j);
+    return;
+  }
+  create_sandboxes_from(q, j, explain, 0);
+  restore_from_settle(q);
+}
+
+void create_sandboxes_checked(struct api_req *q, json_t *j) {
+  const char *k;
+  json_t *v;
+  size_t i;
+  char msg[200];
+
+  json_object_foreach(j, k, v) {
+    for (i = 0; create_fields[i] != NULL && strcmp(create_fields[i], k) != 0; i++)
+      ;
+    if (create_fields[i] == NULL || strcmp(k, "restore_from") == 0 || strcmp(k, "num_sandboxes") == 0) {
+      if (strcmp(k, "num_sandboxes") == 0)
+        continue; /* set by the caller */
+      snprintf(msg, sizeof(msg), "unknown field \"%.100s\"", k);
+      api_field_fail(q, k, msg);
+      json_decref(j);
+      return;
+    }
+  }
+  create_sandboxes_from(q, j, 0, 0);
 }
 
 void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extendable) {

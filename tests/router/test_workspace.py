@@ -385,6 +385,76 @@ def test_restore_bounded_by_max_file_bytes(fed):
     fed.api("DELETE", f"/v1/sandboxes/{sid}", token=tr.TOKEN_C)
 
 
+def tree_digest(fed, sid, d, token=tr.TOKEN_A):
+    r = fed.exec_ok(sid, ["sh", "-c", f"cd {d} && find . | sort && find . -type f | sort | xargs sha256sum"],
+                    token=token)
+    return r["stdout"]
+
+
+def test_fork(fed):
+    src = fed.create_one(name="fsrc", workspace=WS, labels={"run": "fork"})["id"]
+    fed.exec_ok(src, ["sh", "-c", "mkdir -p /workspace/p/q /data && head -c 2000000 /dev/urandom > /workspace/big && "
+                                  "echo hi > /workspace/p/q/hi && echo d > /data/d && ln -s p/q/hi /workspace/ln"])
+    want_ws, want_data = tree_digest(fed, src, "/workspace"), tree_digest(fed, src, "/data")
+    before = fed.list_ids()
+    st, r = fed.api("POST", f"/v1/sandboxes/{src}/fork", {"count": 3, "paths": ["/workspace", "/data"],
+                                                          "labels": {"run": "forked"}})
+    check(st == 201 and len(r["sandboxes"]) == 3, f"fork: {st} {short(r)}")
+    check(r["copied"]["source"] == src and r["copied"]["paths"] == ["/workspace", "/data"] and
+          r["copied"]["archive_bytes"] > 2000000, f"copied: {r.get('copied')}")
+    ids = [x["id"] for x in r["sandboxes"]]
+    for sid in ids:
+        check(tree_digest(fed, sid, "/workspace") == want_ws, f"{sid}: /workspace differs")
+        check(tree_digest(fed, sid, "/data") == want_data, f"{sid}: /data differs")
+    check(all(x["name"].startswith("fsrc-fork") for x in r["sandboxes"]), f"names: {[x['name'] for x in r['sandboxes']]}")
+    check(fed.exec_ok(src, ["cat", "/workspace/p/q/hi"])["stdout"] == "hi\n", "the source keeps running")
+    check(set(fed.list_ids("?label=run=forked")) == set(ids), "labels of the forks")
+    # A path that is not there: nothing is kept.
+    st, r = fed.api("POST", f"/v1/sandboxes/{src}/fork", {"count": 2, "paths": ["/nope"]})
+    check(st == 502 and r["error"]["code"] == "copy_failed" and "/nope" in r["error"]["message"] and
+          len(r["error"]["deleted"]) == 2, f"fork of a missing path: {st} {short(r)}")
+    wait_until(lambda: fed.list_ids() == before | set(ids), 20)
+    # Bad bodies; past the tenant's limit: 429 before anything is made.
+    for body, field in (({"count": 0, "paths": ["/workspace"]}, "count"), ({"count": 1, "paths": []}, "paths"),
+                        ({"count": 1, "paths": ["rel"]}, "paths"), ({"count": 1, "paths": ["/a/../b"]}, "paths"),
+                        ({"count": 1, "paths": ["/w"], "colour": "red"}, "colour")):
+        st, r = fed.api("POST", f"/v1/sandboxes/{src}/fork", body)
+        check(st == 400 and r["error"].get("field") == field, f"fork {body}: {st} {short(r)}")
+    csrc = fed.create_one(token=tr.TOKEN_C, name="climit")["id"]
+    n_before = len(fed.list_ids(token=tr.TOKEN_C))
+    st, r = fed.api("POST", f"/v1/sandboxes/{csrc}/fork", {"count": tr.C_MAX_SANDBOXES, "paths": ["/tmp"],
+                                                           "image": tr.IMAGE}, token=tr.TOKEN_C)
+    expect_error((st, r), 429, "tenant_limit", "fork past max_sandboxes")
+    check(len(fed.list_ids(token=tr.TOKEN_C)) == n_before, "nothing made")
+    fed.api("DELETE", f"/v1/sandboxes/{csrc}", token=tr.TOKEN_C)
+    # A create's restore_from.
+    st, r = fed.api("POST", "/v1/sandboxes", {"image": tr.IMAGE, "name": "rfrom",
+                                              "restore_from": {"sandbox": src, "path": "/workspace"}})
+    check(st == 201 and r["copied"]["paths"] == ["/workspace"], f"restore_from: {st} {short(r)}")
+    rid = r["sandboxes"][0]["id"]
+    check(tree_digest(fed, rid, "/workspace") == want_ws, "restore_from copy differs")
+    st, r = fed.api("POST", "/v1/sandboxes", {"image": tr.IMAGE, "restore_from": {"sandbox": "ws.sb-none",
+                                                                                   "path": "/w"}})
+    expect_error((st, r), 404, "sandbox_not_found", "restore_from an unknown sandbox")
+    # SDK and fedctl.
+    c = fedrouter.Client(f"http://127.0.0.1:{fed.router.port}", tr.TOKEN_A)
+    try:
+        sbs = c.get(src).fork(2, ["/data"])
+        check(len(sbs) == 2 and all(tree_digest(fed, x.id, "/data") == want_data for x in sbs), "sdk fork")
+
+        async def aio():
+            return await c.get(src).fork.aio(1, "/data")
+        more = asyncio.run(aio())
+        check(len(more) == 1, "sdk fork.aio")
+        forked = [x.id for x in sbs] + [x.id for x in more]
+    finally:
+        c.close()
+    rc, out, err = fedctl(fed, "fork", src, "-n", "2", "--path", "/data")
+    check(rc == 0 and len(out.split()) == 2, f"fedctl fork: {rc} {out} {err}")
+    for sid in [src, rid] + ids + forked + out.split():
+        fed.api("DELETE", f"/v1/sandboxes/{sid}")
+
+
 def fed_raw(fed, method, path, token=tr.TOKEN_A):
     import http.client
     c = http.client.HTTPConnection("127.0.0.1", fed.router.port, timeout=60)
@@ -401,7 +471,7 @@ def fed_raw(fed, method, path, token=tr.TOKEN_A):
 TESTS = [test_explain_skips_cluster_without_storage_class, test_bad_workspace_bodies, test_workspace_pause_resume,
          test_terminate_paused_deletes_claim, test_pause_without_workspace_409, test_tenant_limits,
          test_paused_expires, test_python_sdk, test_fedctl, test_snapshot_and_restore,
-         test_restore_bounded_by_max_file_bytes]
+         test_restore_bounded_by_max_file_bytes, test_fork]
 
 
 def main():

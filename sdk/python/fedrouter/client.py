@@ -467,8 +467,8 @@ class Client:
                      partial_ok: Optional[bool], template: Optional[str], timeout: Optional[float], *,
                      runtime_class: Optional[str] = None, node_selector: Optional[Mapping[str, str]] = None,
                      tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None,
-                     workspace: Optional[Mapping[str, str]] = None, on_timeout: Optional[str] = None
-                     ) -> Dict[str, Any]:
+                     workspace: Optional[Mapping[str, str]] = None, on_timeout: Optional[str] = None,
+                     restore_from: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
         if template is not None:
             if pool is not None and pool != template:
                 raise ValueError("give pool or template (its alias), not both")
@@ -507,6 +507,8 @@ class Client:
             body["workspace"] = {str(k): str(v) for k, v in workspace.items()}
         if on_timeout is not None:
             body["on_timeout"] = on_timeout
+        if restore_from is not None:
+            body["restore_from"] = dict(restore_from)
         return body
 
     def _create_result(self, body: Dict[str, Any], data: Any) -> Union["Sandbox", "SandboxList"]:
@@ -561,6 +563,9 @@ class Client:
                 such creates start cold.
             on_timeout: ``'pause'`` pauses it at its lifetime's end instead
                 of terminating it (needs ``workspace``).
+            restore_from: ``{'sandbox': id, 'path': '/workspace'}``: that
+                directory of another sandbox is copied into each new one
+                before the create answers (streamed through the agents).
             partial_ok: keep what could be created instead of rolling back.
             retry_budget_s: seconds to keep retrying 429/503 answers that carry
                 ``Retry-After`` (default: the client's).
@@ -592,13 +597,14 @@ class Client:
                      progress: ProgressArg = None, request_timeout: Optional[float] = None,
                      runtime_class: Optional[str] = None, node_selector: Optional[Mapping[str, str]] = None,
                      tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None,
-                     workspace: Optional[Mapping[str, str]] = None, on_timeout: Optional[str] = None
+                     workspace: Optional[Mapping[str, str]] = None, on_timeout: Optional[str] = None,
+                     restore_from: Optional[Mapping[str, str]] = None
                      ) -> Any:
         body = self._create_body(name, num_sandboxes, pool, image, cpus, memory_gb, secrets, env, volumes,
                                  labels, region, clusters, timeout_s, partial_ok, template, timeout,
                                  runtime_class=runtime_class, node_selector=node_selector,
                                  tolerations=tolerations, gpus=gpus, workspace=workspace,
-                                 on_timeout=on_timeout)
+                                 on_timeout=on_timeout, restore_from=restore_from)
         total = body.get("num_sandboxes", 1)
         report = make_reporter(progress, "create " + body.get("name", "sandbox"), total)
         if report is None:
@@ -642,12 +648,13 @@ class Client:
                             node_selector: Optional[Mapping[str, str]] = None,
                             tolerations: Optional[Sequence[Mapping[str, Any]]] = None,
                             gpus: Optional[int] = None,
-                     workspace: Optional[Mapping[str, str]] = None, on_timeout: Optional[str] = None) -> Any:
+                     workspace: Optional[Mapping[str, str]] = None, on_timeout: Optional[str] = None,
+                     restore_from: Optional[Mapping[str, str]] = None) -> Any:
         body = self._create_body(name, num_sandboxes, pool, image, cpus, memory_gb, secrets, env, volumes,
                                  labels, region, clusters, timeout_s, partial_ok, template, timeout,
                                  runtime_class=runtime_class, node_selector=node_selector,
                                  tolerations=tolerations, gpus=gpus, workspace=workspace,
-                                 on_timeout=on_timeout)
+                                 on_timeout=on_timeout, restore_from=restore_from)
         total = body.get("num_sandboxes", 1)
         report = make_reporter(progress, "create " + body.get("name", "sandbox"), total)
         if report is None:
@@ -695,13 +702,14 @@ class Client:
                      timeout: Optional[float] = None, runtime_class: Optional[str] = None,
                      node_selector: Optional[Mapping[str, str]] = None,
                      tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None,
-                     workspace: Optional[Mapping[str, str]] = None, on_timeout: Optional[str] = None
+                     workspace: Optional[Mapping[str, str]] = None, on_timeout: Optional[str] = None,
+                     restore_from: Optional[Mapping[str, str]] = None
                      ) -> _Req:
         body = self._create_body(name, num_sandboxes, pool, image, cpus, memory_gb, secrets, env, volumes,
                                  labels, region, clusters, timeout_s, partial_ok, template, timeout,
                                  runtime_class=runtime_class, node_selector=node_selector,
                                  tolerations=tolerations, gpus=gpus, workspace=workspace,
-                                 on_timeout=on_timeout)
+                                 on_timeout=on_timeout, restore_from=restore_from)
         return _Req("POST", "/v1/placement/explain", body=body, idempotent=True, parse=_record)
 
     def _explain(self, *a: Any, **k: Any) -> Record:
@@ -1054,6 +1062,37 @@ class Client:
                            path: str = "/workspace") -> Record:
         return await self._arun(self._restore_req(sandbox, data, path), 0)
 
+    def _fork_req(self, sandbox: Union[str, "Sandbox"], count: int, paths: Optional[Sequence[str]],
+                  fields: Mapping[str, Any], request_timeout: Optional[float]) -> _Req:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError("count must be an int >= 1")
+        if isinstance(paths, str):
+            paths = [paths]
+        body: Dict[str, Any] = {"count": count, "paths": list(paths or ["/workspace"])}
+        body.update(fields)
+
+        def parse(d: Any) -> "SandboxList":
+            out = SandboxList([Sandbox(self, x) for x in (d or {}).get("sandboxes", [])])
+            out.placement = Record((d or {}).get("placement") or {})
+            return out
+        return _Req("POST", "/v1/sandboxes/" + self._sid(sandbox) + "/fork", body=body, parse=parse,
+                    timeout=request_timeout if request_timeout is not None else self.create_timeout)
+
+    def _fork(self, sandbox: Union[str, "Sandbox"], count: int = 1, paths: Optional[Sequence[str]] = None, *,
+              request_timeout: Optional[float] = None, **fields: Any) -> "SandboxList":
+        """``count`` new sandboxes with directories ``paths`` (default
+        ``['/workspace']``) of this one copied in, streamed agent to agent
+        (``POST /v1/sandboxes/{id}/fork``); ``fields`` are create fields
+        (``pool``, ``image``, ``labels``, ...; by default the source's pool
+        or image and shape). All or nothing; the source keeps running.
+        Returns a :class:`SandboxList`."""
+        return self._run(self._fork_req(sandbox, count, paths, fields, request_timeout), 0)
+
+    async def _fork_aio(self, sandbox: Union[str, "Sandbox"], count: int = 1, paths: Optional[Sequence[str]] = None,
+                        *, request_timeout: Optional[float] = None, **fields: Any) -> "SandboxList":
+        return await self._arun(self._fork_req(sandbox, count, paths, fields, request_timeout), 0)
+
+    fork = dual(_fork, _fork_aio)
     snapshot = dual(_snapshot, _snapshot_aio)
     restore = dual(_restore, _restore_aio)
     read_file = dual(_read_file, _read_file_aio)
@@ -1477,6 +1516,15 @@ class Sandbox:
     async def _restore_aio(self, data: Union[bytes, Any], path: str = "/workspace") -> Record:
         return await self._client.restore.aio(self.id, data, path)
 
+    def _fork(self, count: int = 1, paths: Optional[Sequence[str]] = None, **kw: Any) -> "SandboxList":
+        """``count`` copies of this sandbox's ``paths`` in new sandboxes; see
+        :meth:`Client.fork`."""
+        return self._client.fork(self.id, count, paths, **kw)
+
+    async def _fork_aio(self, count: int = 1, paths: Optional[Sequence[str]] = None, **kw: Any) -> "SandboxList":
+        return await self._client.fork.aio(self.id, count, paths, **kw)
+
+    fork = dual(_fork, _fork_aio)
     snapshot = dual(_snapshot, _snapshot_aio)
     restore = dual(_restore, _restore_aio)
 
