@@ -402,7 +402,8 @@ static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_ex
                                           "max_connections_per_ip", "exec_output_budget_bytes", NULL};
 static const char *const tenant_keys[] = {"name", "token_sha256", "max_sandboxes", "max_requests_in_flight",
                                           "max_concurrent_execs", "max_pool_replicas", "max_file_bytes", "admin", "secret",
-                                          "max_paused", "max_paused_s", "max_workspace_bytes", NULL};
+                                          "max_paused", "max_paused_s", "max_workspace_bytes", "max_lifetime_s",
+                                          NULL};
 static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context", "in_cluster",
                                            "namespace", "cost", NULL};
 static const char *const cost_keys[] = {"per_core_hour", "per_gib_hour", "node_hour",
@@ -782,6 +783,7 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
         (rc = get_int(l, g, "max_paused", 0, MAX_TENANT_SANDBOXES, &t->max_paused, NULL)) < 0 ||
         (rc = get_int(l, g, "max_paused_s", 1, MAX_SECONDS, &t->max_paused_s, NULL)) < 0 ||
         (rc = get_int(l, g, "max_workspace_bytes", 0, INT64_MAX, &t->max_workspace_bytes, NULL)) < 0 ||
+        (rc = get_int(l, g, "max_lifetime_s", 1, MAX_SECONDS, &t->max_lifetime_s, NULL)) < 0 ||
         (rc = get_bool(l, g, "admin", &t->admin)) < 0) {
       first = fr_cfg_first(first, rc); /* and on to the next tenant */
       continue;

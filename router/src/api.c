@@ -237,6 +237,10 @@ json_t *api_body_object(struct api_req *q, const char *const *known, size_t flag
   return j;
 }
 
+int64_t api_max_lifetime(const struct api_req *q) {
+  return q->ts != NULL && q->ts->max_lifetime_s > 0 ? q->ts->max_lifetime_s : q->r->cfg->max_lifetime_s;
+}
+
 struct fr_adapter *api_adapter(struct router *r, const char *name) {
   size_t i;
 

@@ -81,6 +81,9 @@ void api_fail(struct api_req *q, int status, const char *code, const char *msg, 
 json_t *api_limit_body(const char *msg, const char *limit);
 /* 400 invalid_field naming <field>. */
 void api_field_fail(struct api_req *q, const char *field, const char *msg);
+/* The longest lifetime the tenant of <q> may give a sandbox (its
+ * max_lifetime_s, else the config's sandbox.max_lifetime_s). */
+int64_t api_max_lifetime(const struct api_req *q);
 /* 503 out_of_memory. */
 void api_oom(struct api_req *q);
 
@@ -218,6 +221,8 @@ void sandboxes_terminate(struct api_req *q, const struct route_params *p);
 /* workspaces.c: pause and resume of sandboxes with a workspace */
 void sandboxes_pause(struct api_req *q, const struct route_params *p);
 void sandboxes_resume(struct api_req *q, const struct route_params *p);
+/* workspaces.c: a sandbox's expiry moved later, within the tenant's max_lifetime_s */
+void sandboxes_keepalive(struct api_req *q, const struct route_params *p);
 /* fork.c: N new sandboxes with directories of this one streamed in */
 void sandboxes_fork(struct api_req *q, const struct route_params *p);
 /* exec.c */

@@ -148,8 +148,10 @@ static int parse_create(struct api_req *q, json_t *j, struct body_spec *s) {
     s->n = json_integer_value(v);
   }
   if ((v = json_object_get(j, "timeout_s")) != NULL) {
-    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > cfg->max_lifetime_s) {
-      snprintf(msg, sizeof(msg), "timeout_s must be an integer from 1 to %" PRId64, cfg->max_lifetime_s);
+    int64_t max = api_max_lifetime(q);
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > max) {
+      snprintf(msg, sizeof(msg), "timeout_s must be an integer from 1 to %" PRId64 " (the tenant's max_lifetime_s)",
+               max);
       api_field_fail(q, "timeout_s", msg);
       return -1;
     }
@@ -660,7 +662,11 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extend
   spec.env = cr->env;
   spec.labels = cr->labels;
   spec.lifetime_s = s.timeout_s;
-  spec.deadline_s = extendable ? r->cfg->max_lifetime_s : 0;
+  /* The pod's deadline in the cluster (what holds when no router is left)
+   * is the tenant's longest lifetime, so keepalive and E2B's setTimeout can
+   * move the expiry that every router's reaper enforces up to it. */
+  (void)extendable;
+  spec.deadline_s = api_max_lifetime(q);
   spec.request_id = q->rid;
   cr->b = batch_new(&spec, cr->name, (int)s.n, s.partial_ok, (int)r->nadapters, &create_hooks, cr);
   if (cr->b == NULL)

@@ -350,9 +350,9 @@ static int64_t body_timeout(struct api_req *q, int optional) {
     return 0;
   }
   json_decref(b);
-  if (v < 1 || v > q->r->cfg->max_lifetime_s) {
+  if (v < 1 || v > api_max_lifetime(q)) {
     snprintf(msg, sizeof(msg), "timeout must be an integer number of seconds from 1 to %" PRId64,
-             q->r->cfg->max_lifetime_s);
+             api_max_lifetime(q));
     api_field_fail(q, "timeout", msg);
     return -1;
   }

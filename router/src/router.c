@@ -143,6 +143,7 @@ int router_tenants_init(struct router *r) {
       t->max_paused = FR_DEFAULT_TENANT_PAUSED;
       t->max_paused_s = FR_DEFAULT_TENANT_PAUSED_S;
       t->max_workspace_bytes = FR_DEFAULT_TENANT_WORKSPACE_BYTES;
+      t->max_lifetime_s = r->cfg->max_lifetime_s;
       t->admin = 1;
       t->secret = FR_LOCAL_SECRET;
     } else {
@@ -155,6 +156,8 @@ int router_tenants_init(struct router *r) {
       t->max_paused = r->cfg->tenants[i].max_paused;
       t->max_paused_s = r->cfg->tenants[i].max_paused_s;
       t->max_workspace_bytes = r->cfg->tenants[i].max_workspace_bytes;
+      t->max_lifetime_s = r->cfg->tenants[i].max_lifetime_s > 0 ? r->cfg->tenants[i].max_lifetime_s
+                                                                 : r->cfg->max_lifetime_s;
       t->admin = r->cfg->tenants[i].admin;
       t->secret = r->cfg->tenants[i].secret;
     }

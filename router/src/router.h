@@ -31,6 +31,7 @@ struct tenant_state {
   int64_t max_pool_replicas;      /* 0 = none */
   int64_t max_file_bytes;         /* largest upload into a sandbox */
   int64_t max_paused, max_paused_s, max_workspace_bytes; /* paused sandboxes and workspaces */
+  int64_t max_lifetime_s;         /* its sandboxes' longest lifetime (the tenant's, else the config's) */
   int admin;                      /* may create and change shared pools */
   int64_t port_requests;          /* requests to its sandboxes' ports in flight (ports.c) */
   const char *secret;             /* the Secret its creates' `secrets` read (borrowed) */

@@ -35,6 +35,7 @@ static const struct route routes[] = {
     {"POST", SB "/pause", sandboxes_pause, RF_TENANT, NULL},
     {"POST", SB "/resume", sandboxes_resume, RF_TENANT, NULL},
     {"POST", SB "/fork", sandboxes_fork, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},
+    {"POST", SB "/keepalive", sandboxes_keepalive, RF_TENANT, NULL},
     {"POST", SB "/exec", exec_sandbox, RF_TENANT, NULL},
     {"POST", SB "/processes", procs_start, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},
     {"GET", SB "/processes", procs_list, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},

@@ -13,6 +13,7 @@
 
 #include "fr/adapter.h"
 #include "fr/config.h"
+#include "fr/http.h"
 #include "fr/util.h"
 #include "api.h"
 #include "router.h"
@@ -333,4 +334,77 @@ void sandboxes_resume(struct api_req *q, const struct route_params *rp) {
     return;
   }
   start_resume(r, NULL);
+}
+
+/* ---- keepalive: a long-lived sandbox's expiry moved later ---- */
+
+struct keep_req {
+  struct api_req *q;
+  char id[256];
+  int64_t expires_s;
+  int capped;
+};
+
+static void on_kept(int status, const char *message, void *arg) {
+  struct keep_req *k = arg;
+
+  if (status >= 200 && status < 300)
+    api_reply(k->q, 200, json_pack("{s:s,s:o,s:b}", "id", k->id, "expires_at", api_time_json(k->expires_s), "capped",
+                                   k->capped), NULL);
+  else if (status == 404)
+    api_fail(k->q, 404, "sandbox_not_found", "the sandbox no longer exists", NULL);
+  else {
+    char msg[500];
+    snprintf(msg, sizeof(msg), "the cluster did not take the new expiry (HTTP %d): %.300s", status,
+             message ? message : "");
+    api_fail(k->q, 503, "cluster_unavailable", msg, "Retry-After: 2\r\n");
+  }
+  free(k);
+}
+
+void sandboxes_keepalive(struct api_req *q, const struct route_params *rp) {
+  static const char *const fields[] = {"timeout_s", NULL};
+  json_t *j = q->req->body_len > 0 ? api_body_object(q, fields, 0) : json_object(), *v;
+  struct fr_adapter *a;
+  const struct fr_pod *pod;
+  struct keep_req *k;
+  int64_t now = fr_wall_ms() / 1000, max = api_max_lifetime(q), t = q->r->cfg->default_lifetime_s, start, cap;
+  char msg[200];
+
+  if (j == NULL)
+    return;
+  v = json_object_get(j, "timeout_s");
+  if (v != NULL && (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > max)) {
+    json_decref(j);
+    snprintf(msg, sizeof(msg), "timeout_s must be an integer from 1 to %" PRId64 " (the tenant's max_lifetime_s)",
+             max);
+    api_field_fail(q, "timeout_s", msg);
+    return;
+  }
+  if (v != NULL)
+    t = json_integer_value(v);
+  json_decref(j);
+  if ((pod = api_find_sandbox(q, rp->id, &a)) == NULL)
+    return;
+  /* Within the tenant's max_lifetime_s from the sandbox's start: the pod's
+   * deadline in the cluster, which never moves later. */
+  start = pod->created_s >= 0 ? pod->created_s : pod->creation_s >= 0 ? pod->creation_s : now;
+  cap = start + max;
+  if ((k = calloc(1, sizeof(*k))) == NULL) {
+    api_oom(q);
+    return;
+  }
+  k->q = q;
+  snprintf(k->id, sizeof(k->id), "%s.%s", fr_adapter_name(a), pod->name);
+  k->expires_s = now + t;
+  if (k->expires_s > cap) {
+    k->expires_s = cap;
+    k->capped = 1;
+  }
+  if (fr_adapter_sandbox_set_expiry(a, pod->name, k->expires_s, q->rid, on_kept, k) != 0) {
+    free(k);
+    api_fail(q, 503, "cluster_unavailable", "cannot send the new expiry to the cluster", "Retry-After: 2\r\n");
+    return;
+  }
+  api_defer(q);
 }

@@ -62,7 +62,7 @@ class WsFed(tap.AgentFed):
         b = 'name = "b"; token_sha256 = "'
         i = text.index(b)
         j = text.index('";', i + len(b)) + 2
-        text = text[:j] + " max_paused_s = 2;" + text[j:]
+        text = text[:j] + " max_paused_s = 2; max_lifetime_s = 172800;" + text[j:]
         with open(path, "w") as f:
             f.write(text)
 
@@ -455,6 +455,50 @@ def test_fork(fed):
         fed.api("DELETE", f"/v1/sandboxes/{sid}")
 
 
+def test_long_lifetimes_and_keepalive(fed):
+    # b: max_lifetime_s two days, past the config's 3600.
+    st, r = fed.api("POST", "/v1/sandboxes", {"image": tr.IMAGE, "timeout_s": 100000})
+    check(st == 400 and r["error"]["field"] == "timeout_s", f"a past its max: {st} {short(r)}")
+    t0 = time.time()
+    sb = fed.create_one(token=tr.TOKEN_B, name="long", timeout_s=100000)
+    exp = tr_time(sb["expires_at"])
+    check(abs(exp - (t0 + 100000)) < 30, f"expires_at {sb['expires_at']}")
+    p = fed.sim_of(sb["id"])[0].pod(fed.sim_of(sb["id"])[1])
+    check(p["spec"]["activeDeadlineSeconds"] == 172800, f"the pod's deadline: {p['spec'].get('activeDeadlineSeconds')}")
+    st, r = fed.api("POST", f"/v1/sandboxes/{sb['id']}/keepalive", {"timeout_s": 150000}, token=tr.TOKEN_B)
+    check(st == 200 and r["capped"] is False and abs(tr_time(r["expires_at"]) - (time.time() + 150000)) < 30,
+          f"keepalive: {st} {short(r)}")
+    wait_until(lambda: abs(tr_time(fed.api("GET", f"/v1/sandboxes/{sb['id']}", token=tr.TOKEN_B)[1]["expires_at"])
+                           - (time.time() + 150000)) < 30, 10)
+    st, r = fed.api("POST", f"/v1/sandboxes/{sb['id']}/keepalive", {"timeout_s": 172800}, token=tr.TOKEN_B)
+    check(st == 200 and tr_time(r["expires_at"]) <= tr_time(sb["created_at"]) + 172800,
+          f"keepalive never past the start + max: {st} {short(r)} (created {sb['created_at']})")
+    st, r = fed.api("POST", f"/v1/sandboxes/{sb['id']}/keepalive", {"timeout_s": 172801}, token=tr.TOKEN_B)
+    check(st == 400 and r["error"]["field"] == "timeout_s", f"past the max: {st} {short(r)}")
+    st, r = tr.api_call(fed.router.port, "POST", f"/e2b/sandboxes/{sb['id']}/timeout", {"timeout": 120000}, None,
+                        {"X-API-Key": tr.TOKEN_B})
+    check(st == 204, f"E2B setTimeout within the tenant's max: {st} {short(r)}")
+    # The reaper takes a sandbox whose keepalive was short.
+    s2 = fed.create_one(name="short")["id"]
+    st, r = fed.api("POST", f"/v1/sandboxes/{s2}/keepalive", {"timeout_s": 1})
+    check(st == 200, f"keepalive 1 s: {st} {short(r)}")
+    wait_until(lambda: s2 not in fed.list_ids(), 20)
+    st, r = fed.api("POST", f"/v1/sandboxes/{s2}/keepalive", {})
+    check(st == 404, f"keepalive of a gone sandbox: {st}")
+    c = fedrouter.Client(f"http://127.0.0.1:{fed.router.port}", tr.TOKEN_B)
+    try:
+        r = c.get(sb["id"]).keepalive(90000)
+        check(abs(tr_time(r.expires_at) - (time.time() + 90000)) < 30 and r.capped is False, f"sdk keepalive: {r}")
+    finally:
+        c.close()
+    fed.api("DELETE", f"/v1/sandboxes/{sb['id']}", token=tr.TOKEN_B)
+
+
+def tr_time(s):
+    import calendar
+    return calendar.timegm(time.strptime(s, "%Y-%m-%dT%H:%M:%SZ"))
+
+
 def fed_raw(fed, method, path, token=tr.TOKEN_A):
     import http.client
     c = http.client.HTTPConnection("127.0.0.1", fed.router.port, timeout=60)
@@ -471,7 +515,7 @@ def fed_raw(fed, method, path, token=tr.TOKEN_A):
 TESTS = [test_explain_skips_cluster_without_storage_class, test_bad_workspace_bodies, test_workspace_pause_resume,
          test_terminate_paused_deletes_claim, test_pause_without_workspace_409, test_tenant_limits,
          test_paused_expires, test_python_sdk, test_fedctl, test_snapshot_and_restore,
-         test_restore_bounded_by_max_file_bytes, test_fork]
+         test_restore_bounded_by_max_file_bytes, test_fork, test_long_lifetimes_and_keepalive]
 
 
 def main():

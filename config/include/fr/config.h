@@ -64,6 +64,7 @@ struct fr_config_tenant {
   int64_t max_paused;             /* paused sandboxes it may keep (default 100; 0 = none) */
   int64_t max_paused_s;           /* a paused sandbox goes after this long (default 7 days) */
   int64_t max_workspace_bytes;    /* its workspaces' sizes summed, running and paused (default 1 TiB) */
+  int64_t max_lifetime_s;         /* its sandboxes' longest lifetime (0: sandbox.max_lifetime_s) */
   int admin;                      /* may create and change shared pools */
   /* The Secret of the sandbox namespace its creates' `secrets` name keys
    * of: `secret`, else "<name>-sandbox-secrets" (name lowercased, other

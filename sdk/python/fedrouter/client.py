@@ -1092,6 +1092,25 @@ class Client:
                         *, request_timeout: Optional[float] = None, **fields: Any) -> "SandboxList":
         return await self._arun(self._fork_req(sandbox, count, paths, fields, request_timeout), 0)
 
+    def _keepalive_req(self, sandbox: Union[str, "Sandbox"], timeout_s: Optional[float]) -> _Req:
+        body: Dict[str, Any] = {}
+        if timeout_s is not None:
+            body["timeout_s"] = _seconds(timeout_s, "timeout_s")
+        return _Req("POST", "/v1/sandboxes/" + self._sid(sandbox) + "/keepalive", body=body, idempotent=True,
+                    parse=_record)
+
+    def _keepalive(self, sandbox: Union[str, "Sandbox"], timeout_s: Optional[float] = None) -> Record:
+        """Moves the sandbox's expiry to now + ``timeout_s`` (default: the
+        router's default lifetime), never past its start + the tenant's
+        ``max_lifetime_s`` (``capped`` says when that cut it):
+        ``POST /v1/sandboxes/{id}/keepalive``. Returns ``{id, expires_at,
+        capped}``."""
+        return self._run(self._keepalive_req(sandbox, timeout_s), 0)
+
+    async def _keepalive_aio(self, sandbox: Union[str, "Sandbox"], timeout_s: Optional[float] = None) -> Record:
+        return await self._arun(self._keepalive_req(sandbox, timeout_s), 0)
+
+    keepalive = dual(_keepalive, _keepalive_aio)
     fork = dual(_fork, _fork_aio)
     snapshot = dual(_snapshot, _snapshot_aio)
     restore = dual(_restore, _restore_aio)
@@ -1524,6 +1543,14 @@ class Sandbox:
     async def _fork_aio(self, count: int = 1, paths: Optional[Sequence[str]] = None, **kw: Any) -> "SandboxList":
         return await self._client.fork.aio(self.id, count, paths, **kw)
 
+    def _keepalive(self, timeout_s: Optional[float] = None) -> Record:
+        """Moves its expiry later; see :meth:`Client.keepalive`."""
+        return self._client.keepalive(self.id, timeout_s)
+
+    async def _keepalive_aio(self, timeout_s: Optional[float] = None) -> Record:
+        return await self._client.keepalive.aio(self.id, timeout_s)
+
+    keepalive = dual(_keepalive, _keepalive_aio)
     fork = dual(_fork, _fork_aio)
     snapshot = dual(_snapshot, _snapshot_aio)
     restore = dual(_restore, _restore_aio)
