@@ -264,7 +264,7 @@ static void start_path(struct fork_op *f) {
   f->path_bytes = 0;
   if (tar_route(f->paths[f->at], f->limit, route, sizeof(route)) != 0) {
     f->failed = 1;
-    snprintf(f->why, sizeof(f->why), "the path %s is too long", f->paths[f->at]);
+    snprintf(f->why, sizeof(f->why), "the path %.200s is too long", f->paths[f->at]);
     fork_finish(f);
     return;
   }
