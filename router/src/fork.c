@@ -47,7 +47,10 @@
 #define PIPE_LOW ((size_t)256 << 10)
 #define FORK_MAX_PATHS 16
 
+struct fork_op;
+
 struct target {
+  struct fork_op *f;          /* its fork: the agent call's callbacks get the target */
   struct fr_adapter *a;
   char id[256];
   struct fr_agent_call *call;
@@ -161,16 +164,9 @@ static size_t max_pending(struct fork_op *f) {
   return m;
 }
 
-/* The targets' callbacks need their fork: a target is found from its
- * pointer by the index stored in this side table. */
-struct target_ref {
-  struct fork_op *f;
-  size_t i;
-};
-
 static void t_drain(void *arg) {
-  struct target_ref *r = arg;
-  struct fork_op *f = r->f;
+  struct target *t = arg;
+  struct fork_op *f = t->f;
 
   if (f->src_paused && f->src != NULL && max_pending(f) <= PIPE_LOW) {
     f->src_paused = 0;
@@ -179,9 +175,8 @@ static void t_drain(void *arg) {
 }
 
 static void t_done(const struct fr_agent_result *res, void *arg) {
-  struct target_ref *r = arg;
-  struct fork_op *f = r->f;
-  struct target *t = &f->t[r->i];
+  struct target *t = arg;
+  struct fork_op *f = t->f;
 
   t->call = NULL;
   t->done = 1;
@@ -199,7 +194,6 @@ static void t_done(const struct fr_agent_result *res, void *arg) {
     t->failed = 1;
     snprintf(t->why, sizeof(t->why), "the target answered before the archive ended");
   }
-  free(r);
   /* A lagging target that went: the others may take more now. */
   if (f->src_paused && f->src != NULL && max_pending(f) <= PIPE_LOW) {
     f->src_paused = 0;
@@ -269,7 +263,6 @@ static void start_path(struct fork_op *f) {
     return;
   }
   for (i = 0; i < f->nt; i++) {
-    struct target_ref *r = malloc(sizeof(*r));
     struct target *t = &f->t[i];
     t->done = t->failed = 0;
     t->why[0] = '\0';
@@ -283,13 +276,9 @@ static void start_path(struct fork_op *f) {
     o.request_id = f->q->rid;
     o.on_drain = t_drain;
     o.on_done = t_done;
-    if (r != NULL) {
-      r->f = f;
-      r->i = i;
-    }
-    o.arg = r;
-    if (r == NULL || fr_adapter_agent_call(t->a, data__pod_of(t->id), &o, &t->call) != 0) {
-      free(r);
+    o.arg = t;
+    t->f = f;
+    if (t->a == NULL || fr_adapter_agent_call(t->a, data__pod_of(t->id), &o, &t->call) != 0) {
       t->done = t->failed = 1;
       snprintf(t->why, sizeof(t->why), "its agent cannot be called");
     }
