@@ -187,9 +187,15 @@ int workspace_claim_known(struct fr_adapter *a, const char *pod);
  * is none in the cache). */
 int workspace_claim_delete(struct fr_adapter *a, const char *pod, const char *request_id,
                            void (*cb)(int status, const char *message, void *arg), void *arg);
-/* Adds the workspace volume and mount of <opts> (claim of <pod>) to pod
- * spec <spec>; 0 (nothing to add), or -ENOMEM. */
-int workspace_pod_apply(const struct fr_podopts *opts, const char *pod, json_t *spec);
+/* Adds the workspace volume and mount of <opts> to pod spec <spec>: the
+ * claim <claim> (NULL: "<pod>-ws", a cold create's); 0 (nothing to add),
+ * or -ENOMEM. */
+int workspace_pod_apply(const struct fr_podopts *opts, const char *claim, const char *pod, json_t *spec);
+/* A pool's pod template: the workspace of <opts> as a generic ephemeral
+ * volume, whose claim "<pod>" WORKSPACE_POOL_SUFFIX the cluster makes with
+ * each pod (owned by it until a claim adopts it). 0 or -ENOMEM. */
+#define WORKSPACE_POOL_SUFFIX "-fr-workspace"
+int workspace_pool_apply(const struct fr_podopts *opts, json_t *spec);
 /* From the reaper: deletes workspace claims whose sandbox is gone and that
  * are not paused (made by a create that died, or left by a pod the cluster
  * removed), and paused ones past their expiry. */

@@ -52,6 +52,7 @@ struct create_op {
   int conflicts;
   char conflicted[MAX_CLAIM_CONFLICTS][64]; /* pods whose claim this create lost: not again */
   int resume;               /* a paused sandbox again: fixed pod name, its workspace claim exists */
+  char ws_claim[128];       /* resume: the workspace claim's name ("" = "<pod>-ws") */
   int ws_made;              /* this create made the workspace claim of op->pod */
   int init_warm;            /* CS_INIT: the pod came from the pool */
   int warm_held;            /* holds one of the pool's ready pods reserved (warm_hold) */
@@ -573,7 +574,8 @@ static void create_pod(struct create_op *op) {
                   "terminationGracePeriodSeconds", 1, "automountServiceAccountToken", 0);
   add_agent(op->a, json_object_get(pod, "spec"), json_object_get(json_object_get(pod, "metadata"), "labels"));
   body = pod && podopts_apply(op->opts, gpu_resource(op->a), json_object_get(pod, "spec")) == 0 &&
-                 workspace_pod_apply(op->opts, op->pod, json_object_get(pod, "spec")) == 0 &&
+                 workspace_pod_apply(op->opts, op->ws_claim[0] ? op->ws_claim : NULL, op->pod,
+                                     json_object_get(pod, "spec")) == 0 &&
                  add_security(op->a, json_object_get(pod, "spec")) == 0
              ? json_dumps(pod, JSON_COMPACT)
              : NULL;
@@ -592,6 +594,65 @@ static void create_pod(struct create_op *op) {
 
 static void pick(struct create_op *op);
 
+static json_t *resume_spec(struct create_op *op);
+
+static void on_adopted(const struct fr_kube_response *r, void *arg) {
+  struct create_op *op = arg;
+  const struct fr_pod *p;
+  json_t *obj;
+  char msg[600];
+
+  op->call = NULL;
+  p = fr_adapter_pod(op->a, op->pod);
+  if (r->status == 200 && p != NULL) {
+    if ((obj = json_loadb(r->body, r->body_len, 0, NULL)) != NULL) {
+      fr_informer_observe(op->a->inf[INF_PVCS], obj);
+      json_decref(obj);
+    }
+    succeed(op, p, 1);
+    return;
+  }
+  /* Its workspace would go with the pod: no sandbox for this create. The
+   * pod goes (and its claim with it, still owned by it). */
+  status_message(r->body, r->body_len, msg, sizeof(msg));
+  op_delete_pod(op);
+  finish(op, r->status == 0 || r->status >= 500 ? FR_SB_UNAVAILABLE : FR_SB_FAILED,
+         r->status ? msg : "the workspace of the claimed pod could not be adopted", NULL, 1);
+}
+
+/* A pool pod claimed with a workspace: its generic ephemeral volume's
+ * claim ("<pod>-fr-workspace", owned by the pod) becomes the sandbox's own:
+ * the owner reference goes (so it outlives a pause), the workspace labels
+ * and the resume spec come. */
+static void adopt_workspace(struct create_op *op) {
+  char name[160], path[300], *body = NULL;
+  json_t *spec = resume_spec(op), *patch = NULL;
+  char *text = spec ? json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  int rc = -ENOMEM;
+
+  json_decref(spec);
+  snprintf(name, sizeof(name), "%s" WORKSPACE_POOL_SUFFIX, op->pod);
+  if (text != NULL)
+    patch = json_pack("{s:{s:n,s:{s:s,s:s,s:s,s:s},s:{s:s}}}", "metadata", "ownerReferences", "labels",
+                      FR_LABEL_WORKSPACE, op->pod, FR_LABEL_TENANT, op->tenant, FR_LABEL_NAME, op->name,
+                      FR_LABEL_STATE, "running", "annotations", FR_ANN_SANDBOX_SPEC, text);
+  if (patch != NULL && op->pool != NULL)
+    json_object_set_new(json_object_get(json_object_get(patch, "metadata"), "labels"), FR_LABEL_POOL,
+                        json_string(op->pool));
+  free(text);
+  body = patch ? json_dumps(patch, JSON_COMPACT) : NULL;
+  json_decref(patch);
+  if (body != NULL && (rc = upstream_object_path(path, sizeof(path), "/api/v1", op->a->ns, "persistentvolumeclaims",
+                                                 NULL, name)) == 0)
+    rc = fr_kube_request(op->a->client, "PATCH", path, "application/merge-patch+json", body, strlen(body),
+                         FR_KUBE_IDEMPOTENT, op->request_id, on_adopted, op, &op->call);
+  free(body);
+  if (rc != 0) {
+    op_delete_pod(op);
+    finish(op, FR_SB_FAILED, "cannot send the workspace's adoption", NULL, 1);
+  }
+}
+
 static void on_claimed(const struct fr_kube_response *r, void *arg) {
   struct create_op *op = arg;
   const struct fr_pod *p;
@@ -608,6 +669,9 @@ static void on_claimed(const struct fr_kube_response *r, void *arg) {
     json_decref(pod);
     p = fr_adapter_pod(op->a, op->pod);
     if (p != NULL && p->tenant != NULL && strcmp(p->tenant, op->tenant) == 0 && p->sbname != NULL &&
+        strcmp(p->sbname, op->name) == 0 && podopts_field(op->opts, "workspace") != NULL)
+      adopt_workspace(op);
+    else if (p != NULL && p->tenant != NULL && strcmp(p->tenant, op->tenant) == 0 && p->sbname != NULL &&
         strcmp(p->sbname, op->name) == 0)
       succeed(op, p, 1);
     else
@@ -652,6 +716,8 @@ static void claim(struct create_op *op, const struct fr_pod *pod) {
    * start, so add the time it already waited. */
   labels = json_pack("{s:s,s:s,s:s}", FR_LABEL_STATE, "claimed", FR_LABEL_TENANT, op->tenant,
                      FR_LABEL_NAME, op->name);
+  if (labels != NULL && podopts_field(op->opts, "workspace") != NULL)
+    json_object_set_new(labels, FR_LABEL_WORKSPACE, json_string("true"));
   user_labels_plus(op, labels);
   patch = json_pack("{s:{s:s,s:o,s:o},s:{s:I}}", "metadata", "resourceVersion", rv ? rv : "", "labels",
                     labels, "annotations", sandbox_annotations(op, 1, agent_port_of(op->a, pod) > 0), "spec", "activeDeadlineSeconds",
@@ -766,6 +832,7 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
     }
     op->resume = 1;
     snprintf(op->pod, sizeof(op->pod), "%s", spec->resume_pod);
+    snprintf(op->ws_claim, sizeof(op->ws_claim), "%s", spec->resume_claim ? spec->resume_claim : "");
   }
   op->timer = malloc(sizeof(*op->timer));
   op->next = a->creates;
@@ -1016,6 +1083,8 @@ int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec
                             "labels"));
   if (podopts_apply(spec->opts, gpu_resource(a),
                     json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec")) != 0 ||
+      workspace_pool_apply(spec->opts, json_object_get(json_object_get(json_object_get(rs, "spec"), "template"),
+                                                       "spec")) != 0 ||
       add_security(a, json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec")) != 0) {
     json_decref(rs);
     return -ENOMEM;

@@ -82,13 +82,24 @@ static int fill(json_t *c, struct fr_workspace *w) {
   return 0;
 }
 
+/* The cached workspace claim of <pod>: "<pod>-ws" (a cold create's), or
+ * "<pod>-fr-workspace" (a pool pod's, once adopted), or NULL. */
+static json_t *claim_of(struct fr_adapter *a, const char *pod) {
+  char name[160];
+  json_t *c;
+
+  if (workspace_claim_name(pod, name, sizeof(name)) == 0 && (c = fr_informer_get(a->inf[INF_PVCS], a->ns, name)) != NULL)
+    return c;
+  snprintf(name, sizeof(name), "%s" WORKSPACE_POOL_SUFFIX, pod);
+  c = fr_informer_get(a->inf[INF_PVCS], a->ns, name);
+  return c != NULL && meta_str(c, "labels", FR_LABEL_WORKSPACE) != NULL ? c : NULL;
+}
+
 int fr_adapter_workspace(struct fr_adapter *a, const char *pod, struct fr_workspace *out) {
-  char name[128];
   json_t *c;
 
   memset(out, 0, sizeof(*out));
-  if (workspace_claim_name(pod, name, sizeof(name)) != 0 ||
-      (c = fr_informer_get(a->inf[INF_PVCS], a->ns, name)) == NULL)
+  if ((c = claim_of(a, pod)) == NULL)
     return -ENOENT;
   if (fill(c, out) != 0 || strcmp(out->pod, pod) != 0) {
     fr_workspace_clear(out);
@@ -163,10 +174,14 @@ int workspace_claim_request(struct fr_adapter *a, const char *pod, const struct 
 
 int workspace_claim_delete(struct fr_adapter *a, const char *pod, const char *request_id,
                            void (*cb)(int status, const char *message, void *arg), void *arg) {
-  char name[128], path[300];
+  char name[160], path[300];
+  json_t *c = claim_of(a, pod);
+  const char *have = c != NULL ? json_string_value(json_object_get(json_object_get(c, "metadata"), "name")) : NULL;
   int rc;
 
-  if (workspace_claim_name(pod, name, sizeof(name)) != 0)
+  if (have != NULL)
+    snprintf(name, sizeof(name), "%s", have);
+  else if (workspace_claim_name(pod, name, sizeof(name)) != 0)
     return -EINVAL;
   rc = upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "persistentvolumeclaims", NULL, name);
   if (rc == 0)
@@ -174,15 +189,43 @@ int workspace_claim_delete(struct fr_adapter *a, const char *pod, const char *re
   return rc;
 }
 
-int workspace_pod_apply(const struct fr_podopts *opts, const char *pod, json_t *spec) {
-  json_t *ws = podopts_field(opts, "workspace"), *c, *vols, *mounts;
-  char name[128];
+int workspace_pool_apply(const struct fr_podopts *opts, json_t *spec) {
+  json_t *ws = podopts_field(opts, "workspace"), *c, *vols, *mounts, *cspec;
+  const char *sc = json_string_value(json_object_get(ws, "storage_class"));
   int rc = 0;
 
   if (ws == NULL)
     return 0;
-  if (workspace_claim_name(pod, name, sizeof(name)) != 0 ||
-      (c = json_array_get(json_object_get(spec, "containers"), 0)) == NULL)
+  if ((c = json_array_get(json_object_get(spec, "containers"), 0)) == NULL)
+    return -EINVAL;
+  if ((vols = json_object_get(spec, "volumes")) == NULL)
+    json_object_set_new(spec, "volumes", vols = json_array());
+  if ((mounts = json_object_get(c, "volumeMounts")) == NULL)
+    json_object_set_new(c, "volumeMounts", mounts = json_array());
+  cspec = json_pack("{s:[s],s:{s:{s:O}}}", "accessModes", "ReadWriteOnce", "resources", "requests", "storage",
+                    json_object_get(ws, "size"));
+  if (cspec != NULL && sc != NULL)
+    json_object_set_new(cspec, "storageClassName", json_string(sc));
+  /* The volume's name makes the claim's: "<pod>-fr-workspace". */
+  rc |= json_array_append_new(vols, json_pack("{s:s,s:{s:{s:o}}}", "name", WORKSPACE_POOL_SUFFIX + 1, "ephemeral",
+                                              "volumeClaimTemplate", "spec", cspec));
+  rc |= json_array_append_new(mounts, json_pack("{s:s,s:O}", "name", WORKSPACE_POOL_SUFFIX + 1, "mountPath",
+                                                json_object_get(ws, "path")));
+  return rc != 0 ? -ENOMEM : 0;
+}
+
+int workspace_pod_apply(const struct fr_podopts *opts, const char *claim, const char *pod, json_t *spec) {
+  json_t *ws = podopts_field(opts, "workspace"), *c, *vols, *mounts;
+  char name[160];
+  int rc = 0;
+
+  if (ws == NULL)
+    return 0;
+  if (claim != NULL)
+    snprintf(name, sizeof(name), "%s", claim);
+  else if (workspace_claim_name(pod, name, sizeof(name)) != 0)
+    return -EINVAL;
+  if ((c = json_array_get(json_object_get(spec, "containers"), 0)) == NULL)
     return -EINVAL;
   if ((vols = json_object_get(spec, "volumes")) == NULL)
     json_object_set_new(spec, "volumes", vols = json_array());
@@ -284,10 +327,16 @@ static void on_resumed(const struct fr_sandbox_result *res, void *arg) {
     /* Running again: the claim says so (the sweep, lists and the next
      * pause read it). A failure here leaves it marked paused while its pod
      * runs, which lists show as running (the pod wins). */
-    char name[128], path[300];
+    char name[160], path[300];
     json_t *patch = json_pack("{s:{s:{s:s},s:{s:n,s:n}}}", "metadata", "labels", FR_LABEL_STATE, "running",
                               "annotations", FR_ANN_PAUSED_AT, FR_ANN_EXPIRES);
-    if (patch != NULL && workspace_claim_name(res->pod->name, name, sizeof(name)) == 0 &&
+    json_t *c = claim_of(r->a, res->pod->name);
+    const char *cn = c != NULL ? json_string_value(json_object_get(json_object_get(c, "metadata"), "name")) : NULL;
+    if (cn != NULL)
+      snprintf(name, sizeof(name), "%s", cn);
+    else
+      workspace_claim_name(res->pod->name, name, sizeof(name));
+    if (patch != NULL &&
         upstream_object_path(path, sizeof(path), "/api/v1", r->a->ns, "persistentvolumeclaims", NULL, name) == 0)
       adapter_simple_request(r->a, "PATCH", path, "application/merge-patch+json", patch, 1, r->a->inf[INF_PVCS],
                              NULL, NULL, NULL);
@@ -349,6 +398,7 @@ int fr_adapter_sandbox_resume(struct fr_adapter *a, const char *pod, json_t *sec
     spec.deadline_s = spec.lifetime_s;
   spec.request_id = request_id;
   spec.resume_pod = pod;
+  spec.resume_claim = w.claim;
   rc = spec.cpu_m > 0 && spec.mem_b > 0 && spec.lifetime_s > 0 ? fr_adapter_sandbox_create(a, &spec, on_resumed, r)
                                                                : -EINVAL;
   fr_workspace_clear(&w);

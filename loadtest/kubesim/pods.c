@@ -1315,6 +1315,7 @@ void pod_free_state(struct sim *s, struct sim_obj *o) {
   /* Before kill_execs() lets go of the supervisor, which the removal
    * waits for. */
   remove_workdir(s, p);
+  volumes_pod_gc(s, p);
   volumes_pod_released(s, p);
   podnet_release(s, p->ip);
   p->ip[0] = '\0';
@@ -1674,6 +1675,7 @@ int pod_create(struct sim *s, const char *ns, json_t *j, struct sim_obj **out,
   o->u.pod = p;
   ns_usage_add(s, ns, p, 1);
   p->counted = 1;
+  pod_ephemeral_create(s, o);
   (void)node_name;
   {
     /* spec.nodeName set by the client bypasses the scheduler. */

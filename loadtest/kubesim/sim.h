@@ -672,6 +672,11 @@ void volumes_pod_released(struct sim *s, struct sim_pod *p);
  * -ENOMEM. Checks the volumes and mounts first: -1 with <e> (422) when a
  * mount names no volume or a path is bad. */
 int pod_claims_init(struct sim_pod *p, json_t *j, const char *name, struct sim_err *e);
+/* The ephemeral volume controller, once pod <o> is stored: a claim
+ * "<pod>-<volume>" owned by it for each generic ephemeral volume. */
+void pod_ephemeral_create(struct sim *s, struct sim_obj *o);
+/* The garbage collector for pod <p>, going: the claims it owns go too. */
+void volumes_pod_gc(struct sim *s, struct sim_pod *p);
 /* Frees <p>->claims. */
 void pod_claims_free(struct sim_pod *p);
 /* The scheduler's volume checks for pod <o>: 0 when it may be placed

@@ -33,6 +33,11 @@
  *   - deleting: a claim a pod still uses only gets its deletionTimestamp
  *     (Terminating); it goes, with its directory, when the last such pod
  *     ends or goes.
+ * Generic ephemeral volumes (spec.volumes[].ephemeral.volumeClaimTemplate)
+ * get their claim "<pod>-<volume>" made with the pod and owned by it; the
+ * garbage collector's part, deleting it with the pod, is done when the pod
+ * goes (a claim whose owner reference was taken off stays).
+ *
  * The volume is reachable from every node (a network disk in one zone;
  * local-path-provisioner would pin it to its first node). There are no
  * PersistentVolume objects.
@@ -459,7 +464,8 @@ int pod_claims_init(struct sim_pod *p, json_t *j, const char *name, struct sim_e
     }
   }
   json_array_foreach(vols, i, v) {
-    if (json_string_value(json_path(v, "persistentVolumeClaim.claimName")) != NULL)
+    if (json_string_value(json_path(v, "persistentVolumeClaim.claimName")) != NULL ||
+        json_path(v, "ephemeral.volumeClaimTemplate") != NULL)
       n++;
   }
   if (n == 0)
@@ -470,6 +476,12 @@ int pod_claims_init(struct sim_pod *p, json_t *j, const char *name, struct sim_e
   n = 0;
   json_array_foreach(vols, i, v) {
     const char *cn = json_string_value(json_path(v, "persistentVolumeClaim.claimName"));
+    char eph[320];
+    if (cn == NULL && json_path(v, "ephemeral.volumeClaimTemplate") != NULL) {
+      /* A generic ephemeral volume: the claim "<pod>-<volume>". */
+      snprintf(eph, sizeof(eph), "%s-%s", name ? name : "", json_get_str(v, "name") ? json_get_str(v, "name") : "");
+      cn = eph;
+    }
     if (cn == NULL)
       continue;
     if ((p->claims[n++] = strdup(cn)) == NULL) {
@@ -478,6 +490,81 @@ int pod_claims_init(struct sim_pod *p, json_t *j, const char *name, struct sim_e
     }
   }
   return 0;
+}
+
+/* 1 if claim <c> (JSON) is owned by the pod of uid <uid>. */
+static int owned_by(json_t *c, const char *uid) {
+  json_t *r;
+  size_t i;
+
+  json_array_foreach(json_path(c, "metadata.ownerReferences"), i, r) {
+    if (json_get_str(r, "uid") != NULL && strcmp(json_get_str(r, "uid"), uid) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+void pod_ephemeral_create(struct sim *s, struct sim_obj *o) {
+  json_t *pod = obj_json(o), *v;
+  size_t i;
+
+  json_array_foreach(json_path(pod, "spec.volumes"), i, v) {
+    json_t *tmpl = json_path(v, "ephemeral.volumeClaimTemplate"), *c, *meta;
+    const char *vn = json_get_str(v, "name");
+    struct sim_obj *have;
+    struct sim_err e;
+    char name[320];
+    if (tmpl == NULL || vn == NULL)
+      continue;
+    snprintf(name, sizeof(name), "%s-%s", o->name, vn);
+    if ((have = store_get(s, K_PVC, o->ns, name)) != NULL) {
+      json_t *hj = obj_json(have);
+      if (!owned_by(hj, o->uid))
+        event_emit(s, o, "Warning", "FailedMount", "kubelet", NULL,
+                   "Unable to attach or mount volumes: PVC %s/%s was not created for pod %s/%s (pod is not owner)",
+                   o->ns, name, o->ns, o->name);
+      json_decref(hj);
+      continue;
+    }
+    /* The ephemeral volume controller: the template's claim, owned by the
+     * pod (the garbage collector deletes it with the pod). */
+    c = json_pack("{s:s,s:s,s:{s:s,s:s,s:[{s:s,s:s,s:s,s:s,s:b,s:b}]},s:O}", "apiVersion", "v1", "kind",
+                  "PersistentVolumeClaim", "metadata", "name", name, "namespace", o->ns, "ownerReferences",
+                  "apiVersion", "v1", "kind", "Pod", "name", o->name, "uid", o->uid, "controller", 1,
+                  "blockOwnerDeletion", 1, "spec", json_object_get(tmpl, "spec"));
+    meta = json_object_get(c, "metadata");
+    if (c != NULL && json_is_object(json_path(tmpl, "metadata.labels")))
+      json_object_set(meta, "labels", json_path(tmpl, "metadata.labels"));
+    if (c != NULL && json_is_object(json_path(tmpl, "metadata.annotations")))
+      json_object_set(meta, "annotations", json_path(tmpl, "metadata.annotations"));
+    memset(&e, 0, sizeof(e));
+    if (c == NULL || obj_prepare(s, K_PVC, o->ns, c, &e) != 0 || kind_validate(K_PVC, NULL, c, &e) != 0) {
+      event_emit(s, o, "Warning", "FailedCreate", "ephemeral_volume", NULL, "cannot create claim %s: %s", name,
+                 e.msg[0] ? e.msg : "out of memory");
+      json_decref(e.causes);
+      json_decref(c);
+      continue;
+    }
+    pvc_admit(s, c);
+    if ((have = store_commit(s, K_PVC, NULL, c, EV_ADDED)) != NULL)
+      pvc_sync(s, have);
+  }
+  json_decref(pod);
+}
+
+void volumes_pod_gc(struct sim *s, struct sim_pod *p) {
+  size_t i;
+
+  for (i = 0; p->claims != NULL && p->obj != NULL && p->claims[i] != NULL; i++) {
+    struct sim_obj *c = store_get(s, K_PVC, p->obj->ns, p->claims[i]);
+    json_t *cj = c ? obj_json(c) : NULL;
+    int mine = cj != NULL && owned_by(cj, p->obj->uid);
+    json_decref(cj);
+    /* Terminating while this pod holds it; volumes_pod_released() then
+     * lets it go. */
+    if (mine && !c->cur->deleting)
+      pvc_delete(s, c);
+  }
 }
 
 void pod_claims_free(struct sim_pod *p) {
@@ -636,9 +723,15 @@ int pod_volume_mounts(struct sim *s, struct sim_obj *o, json_t *j, json_t *c, ch
     size_t k;
     json_t *v;
     int len;
+    char eph[320];
     json_array_foreach(vols, k, v) {
-      if (vn != NULL && json_get_str(v, "name") != NULL && strcmp(json_get_str(v, "name"), vn) == 0)
-        claim = json_string_value(json_path(v, "persistentVolumeClaim.claimName"));
+      if (vn == NULL || json_get_str(v, "name") == NULL || strcmp(json_get_str(v, "name"), vn) != 0)
+        continue;
+      claim = json_string_value(json_path(v, "persistentVolumeClaim.claimName"));
+      if (claim == NULL && json_path(v, "ephemeral.volumeClaimTemplate") != NULL) {
+        snprintf(eph, sizeof(eph), "%s-%s", o->name, vn);
+        claim = eph;
+      }
     }
     /* Only claims are volumes with content here (emptyDir, configMap,
      * secret volumes are not modelled). */

@@ -257,12 +257,6 @@ static void create_pool(struct api_req *q) {
       api_oom(q);
     goto out;
   }
-  if (fr_podopts_workspace_bytes(spec.opts) > 0) {
-    /* A ReplicaSet's pods cannot each own a claim that outlives them. */
-    api_field_fail(q, "workspace", "a pool cannot give its pods workspaces: create sandboxes with a workspace "
-                   "directly (they start cold, with the pool's image and shape when they name it)");
-    goto out;
-  }
   clusters = json_object_get(j, "clusters");
   if (clusters != NULL && (!json_is_array(clusters) || json_array_size(clusters) == 0)) {
     api_field_fail(q, "clusters", "clusters must be a non-empty array of cluster names (omit it for all)");

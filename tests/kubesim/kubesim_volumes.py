@@ -26,6 +26,8 @@ kubesim, driven by the real kubectl and the official Python client
   make another pod's subPath mount a host path; the mount is nosuid,nodev;
 - a claim in use is only Terminating when deleted, and goes (with its
   directory) when its last pod goes; an unused one goes at once;
+- a generic ephemeral volume's claim is made with its pod, owned by it,
+  mounted, and deleted with it unless its owner reference was removed;
 - kubesim's exit removes the volumes' directories.
 
 Usage: /usr/bin/python3 kubesim_volumes.py PATH/TO/kubesim
@@ -313,6 +315,39 @@ def test_mounts(sim):
     sim.kubectl("delete", "pod", "o2", "--wait=true")
 
 
+def test_ephemeral(sim):
+    def eph_pod(name):
+        return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+            "volumes": [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {
+                "metadata": {"labels": {"kind": "eph"}},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}}}}],
+            "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"],
+                            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}]}})
+    sim.kubectl("create", "-f", "-", stdin=eph_pod("e1"))
+    wait_for("e1-scratch Bound", lambda: phase(sim, "e1-scratch") == "Bound")
+    c = sim.get("pvc", "e1-scratch")
+    uid = sim.get("pod", "e1")["metadata"]["uid"]
+    refs = c["metadata"].get("ownerReferences", [])
+    check(len(refs) == 1 and refs[0]["kind"] == "Pod" and refs[0]["uid"] == uid and refs[0]["controller"] is True,
+          f"owner: {refs}")
+    check(c["metadata"]["labels"] == {"kind": "eph"} and c["status"]["capacity"] == {"storage": "2Gi"},
+          f"from the template: {c['metadata']}")
+    if ROOT:
+        wait_for("e1 Ready", lambda: ready(sim, "e1"))
+        rc, out = kx(sim, "e1", "echo x > /scratch/f && cat /scratch/f")
+        check(rc == 0 and out == "x\n", f"ephemeral mount: {out}")
+    sim.kubectl("delete", "pod", "e1", "--wait=true")
+    wait_for("e1-scratch gone with its pod", lambda: not sim.get("pvc", "e1-scratch"))
+    # Orphaned (owner reference taken off): it outlives the pod.
+    sim.kubectl("create", "-f", "-", stdin=eph_pod("e2"))
+    wait_for("e2-scratch Bound", lambda: phase(sim, "e2-scratch") == "Bound")
+    rc, out = sim.kubectl("patch", "pvc", "e2-scratch", "--type=merge", "-p", '{"metadata":{"ownerReferences":null}}')
+    check(rc == 0, f"orphan it: {out}")
+    sim.kubectl("delete", "pod", "e2", "--wait=true")
+    check(phase(sim, "e2-scratch") == "Bound", "an orphaned claim stays")
+    sim.kubectl("delete", "pvc", "e2-scratch", "--wait=true")
+
+
 def test_python_client(sim):
     config.load_kube_config(config_file=sim.kubeconfig)
     st = client.StorageV1Api()
@@ -359,7 +394,7 @@ def main():
     sim = Sim(sys.argv[1])
     vols = None
     try:
-        for t in (test_classes, test_bound_claim, test_pending_claims, test_python_client):
+        for t in (test_classes, test_bound_claim, test_pending_claims, test_ephemeral, test_python_client):
             t(sim)
         if ROOT:
             test_mounts(sim)

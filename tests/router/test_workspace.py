@@ -109,8 +109,9 @@ def test_bad_workspace_bodies(fed):
         st, r = fed.api("POST", "/v1/sandboxes", {"image": tr.IMAGE, "workspace": ws})
         expect_error((st, r), 400, "invalid_field", f"workspace {ws}")
         check(r["error"].get("field") == "workspace", f"names the field: {short(r)}")
-    st, r = fed.api("POST", "/v1/pools", {"name": "wsp", "image": tr.IMAGE, "replicas": 1, "workspace": WS})
-    expect_error((st, r), 400, "invalid_field", "pool with a workspace")
+    st, r = fed.api("POST", "/v1/pools", {"name": "wsbad", "image": tr.IMAGE, "replicas": 1,
+                                          "workspace": {"size": "nope"}})
+    expect_error((st, r), 400, "invalid_field", "pool with a bad workspace")
     check(r["error"].get("field") == "workspace", f"pool: {short(r)}")
 
 
@@ -177,6 +178,47 @@ def test_workspace_pause_resume(fed):
     st, r = fed.api("DELETE", f"/v1/sandboxes/{sid}")
     check(st == 200, f"terminate: {st} {short(r)}")
     wait_until(lambda: gone(fed, sid), 20)
+
+
+def test_pool_with_workspace_warm(fed):
+    st, r = fed.api("POST", "/v1/pools", {"name": "wsp", "image": tr.IMAGE, "replicas": 2, "workspace": WS,
+                                          "clusters": ["ws"]})
+    check(st in (200, 201), f"pool with a workspace: {st} {short(r)}")
+    sim = fed.sims["ws"]
+
+    def pool_ready():
+        st, b = fed.api("GET", "/v1/pools/wsp")
+        return st == 200 and any(c.get("ready", 0) >= 2 for c in b.get("clusters", []))
+    wait_until(pool_ready, 60, 0.2)
+    st, claims = sim.kube("/api/v1/namespaces/default/persistentvolumeclaims")
+    pool_claims = [c for c in claims["items"] if c["metadata"]["name"].endswith("-fr-workspace")]
+    check(len(pool_claims) == 2 and all(c["metadata"].get("ownerReferences") for c in pool_claims),
+          f"each pool pod owns a claim: {[c['metadata']['name'] for c in pool_claims]}")
+    sb = fed.create_one(pool="wsp", name="warmws", env={"W": "warm"})
+    sid = sb["id"]
+    check(sb["warm"] is True, f"a warm claim: {short(sb)}")
+    pod = fed.sim_of(sid)[1]
+    c = claim_of(fed, sid)
+    check(c is None, "a pooled sandbox's claim is not <pod>-ws")
+    st, c = sim.kube(f"/api/v1/namespaces/default/persistentvolumeclaims/{pod}-fr-workspace")
+    check(st == 200 and not c["metadata"].get("ownerReferences") and
+          c["metadata"]["labels"].get("fedrouter.io/workspace") == pod and
+          "fedrouter.io/sandbox-spec" in c["metadata"]["annotations"], f"adopted claim: {short(c)}")
+    st, g = get(fed, sid)
+    check(st == 200 and g["workspace"]["path"] == "/workspace", f"GET: {short(g)}")
+    fed.exec_ok(sid, ["sh", "-c", "echo pooled > /workspace/p"])
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/pause")
+    check(st == 200, f"pause a pooled sandbox: {st} {short(r)}")
+    wait_until(lambda: sim.pod(pod) is None, 20)
+    st, c = sim.kube(f"/api/v1/namespaces/default/persistentvolumeclaims/{pod}-fr-workspace")
+    check(st == 200 and c["metadata"]["labels"]["fedrouter.io/state"] == "paused", "its claim outlives the pod")
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/resume")
+    check(st == 200 and r["id"] == sid, f"resume: {st} {short(r)}")
+    r = fed.exec_ok(sid, ["sh", "-c", "cat /workspace/p; echo $W"])
+    check(r["stdout"] == "pooled\nwarm\n", f"after resume: {short(r)}")
+    fed.api("DELETE", f"/v1/sandboxes/{sid}")
+    wait_until(lambda: sim.kube(f"/api/v1/namespaces/default/persistentvolumeclaims/{pod}-fr-workspace")[0] == 404, 20)
+    fed.api("DELETE", "/v1/pools/wsp")
 
 
 def test_terminate_paused_deletes_claim(fed):
@@ -513,6 +555,7 @@ def fed_raw(fed, method, path, token=tr.TOKEN_A):
 
 
 TESTS = [test_explain_skips_cluster_without_storage_class, test_bad_workspace_bodies, test_workspace_pause_resume,
+         test_pool_with_workspace_warm,
          test_terminate_paused_deletes_claim, test_pause_without_workspace_409, test_tenant_limits,
          test_paused_expires, test_python_sdk, test_fedctl, test_snapshot_and_restore,
          test_restore_bounded_by_max_file_bytes, test_fork, test_long_lifetimes_and_keepalive]

@@ -324,6 +324,7 @@ struct fr_sandbox_spec {
    * mounts the workspace claim that exists; no warm claim. NULL: a new
    * sandbox. */
   const char *resume_pod;
+  const char *resume_claim; /* with resume_pod: its workspace claim's name (NULL: "<pod>-ws") */
 };
 
 enum fr_sandbox_err {
