@@ -1,5 +1,8 @@
 /* tar.c — a directory as a tar stream, both ways (GET and POST /tar).
  *
+ * The writer is the connection's producer (agent.h), the reader its body
+ * sink.
+ *
  * GET /tar?path=/dir[&gzip=1]: the tree under /dir as a POSIX tar (ustar,
  * with pax headers for long names and sizes past 8 GiB), names relative to
  * /dir, produced while the socket takes it: one directory handle per level
@@ -107,6 +110,7 @@ struct frame {
 };
 
 struct tarw {
+  struct producer prod;   /* the connection's producer: prod.c */
   bool gz;
   z_stream zs;
   bool zs_open;
@@ -119,17 +123,31 @@ struct tarw {
   bool end;       /* the trailer is out */
 };
 
-void tar_free(struct tarw *tw) {
-  if (tw == NULL)
-    return;
+/* Lets go of what the walk holds (directory handles, the file, zlib). */
+static void walk_close(struct tarw *tw) {
   for (int i = 0; i < tw->depth; i++)
     closedir(tw->frames[i].d);
+  tw->depth = 0;
   if (tw->fd >= 0)
     close(tw->fd);
+  tw->fd = -1;
   if (tw->zs_open)
     deflateEnd(&tw->zs);
-  free(tw);
+  tw->zs_open = false;
 }
+
+static int tar_pump(struct producer *p);
+
+static void tar_detach(struct producer *p, bool peer_gone) {
+  (void)peer_gone;
+  walk_close(container_of(p, struct tarw, prod));
+}
+
+static void tar_free(struct producer *p) {
+  free(container_of(p, struct tarw, prod));
+}
+
+static const struct producer_ops tar_ops = {tar_pump, tar_detach, tar_free};
 
 static int status_for(int err) {
   switch (err) {
@@ -142,8 +160,8 @@ static int status_for(int err) {
 }
 
 /* Sends <n> bytes of the archive, through zlib when compressing. */
-static int emit(struct conn *c, const void *data, size_t n, bool finish) {
-  struct tarw *tw = c->tar;
+static int emit(struct tarw *tw, const void *data, size_t n, bool finish) {
+  struct conn *c = tw->prod.c;
   if (!tw->gz)
     return n ? http_stream_write(c, data, n) : 0;
   unsigned char out[TAR_CHUNK];
@@ -163,7 +181,7 @@ static int emit(struct conn *c, const void *data, size_t n, bool finish) {
   }
 }
 
-static int emit_header(struct conn *c, const char *name, char type, const struct stat *st, uint64_t size,
+static int emit_header(struct tarw *tw, const char *name, char type, const struct stat *st, uint64_t size,
                        const char *link) {
   struct ustar h;
   bool long_name = strlen(name) > 99, long_link = link != NULL && strlen(link) > 99;
@@ -180,18 +198,18 @@ static int emit_header(struct conn *c, const char *name, char type, const struct
       pax_record(&pax, "size", num);
     }
     header_fill(&h, "././@PaxHeader", 'x', 0644, buf_size(&pax), st->st_mtime, NULL);
-    int rc = emit(c, &h, sizeof(h), false);
+    int rc = emit(tw, &h, sizeof(h), false);
     if (rc == 0)
-      rc = emit(c, pax.p + pax.off, buf_size(&pax), false);
+      rc = emit(tw, pax.p + pax.off, buf_size(&pax), false);
     static const char zeros[TAR_BLOCK];
     if (rc == 0 && buf_size(&pax) % TAR_BLOCK)
-      rc = emit(c, zeros, TAR_BLOCK - buf_size(&pax) % TAR_BLOCK, false);
+      rc = emit(tw, zeros, TAR_BLOCK - buf_size(&pax) % TAR_BLOCK, false);
     buf_free(&pax);
     if (rc != 0)
       return rc;
   }
   header_fill(&h, name, type, st->st_mode, size, st->st_mtime, link);
-  return emit(c, &h, sizeof(h), false);
+  return emit(tw, &h, sizeof(h), false);
 }
 
 void tar_get(struct conn *c, const char *path, bool gz) {
@@ -225,37 +243,35 @@ void tar_get(struct conn *c, const char *path, bool gz) {
   tw->gz = gz;
   if (gz) {
     if (deflateInit2(&tw->zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-      tar_free(tw);
+      walk_close(tw);
+      free(tw);
       http_error(c, 503, "out of memory");
       return;
     }
     tw->zs_open = true;
   }
-  c->tar = tw;
   http_stream_begin(c, 200, gz ? "application/gzip" : "application/x-tar", NULL);
+  conn_set_producer(c, &tw->prod, &tar_ops);
   conn_service(c);
 }
 
 /* Ends the stream early: only a close tells the client the archive is cut
  * (the status line went out long ago). */
-static int abort_stream(struct conn *c, const char *what, const char *name, int err) {
+static int abort_stream(struct tarw *tw, const char *what, const char *name, int err) {
   log_msg("tar stream cut short: %s %s: %s", what, name, strerror(err));
-  tar_free(c->tar);
-  c->tar = NULL;
-  conn_close(c);
+  conn_close(tw->prod.c); /* detaches this producer: tar_detach lets go of the walk */
   return -1;
 }
 
 /* The next entry of the walk; 1 produced something, 0 the walk is over. */
-static int next_entry(struct conn *c) {
-  struct tarw *tw = c->tar;
+static int next_entry(struct tarw *tw) {
   for (;;) {
     struct frame *f = &tw->frames[tw->depth - 1];
     errno = 0;
     struct dirent *de = readdir(f->d);
     if (de == NULL) {
       if (errno != 0)
-        return abort_stream(c, "readdir", tw->rel, errno);
+        return abort_stream(tw, "readdir", tw->rel, errno);
       closedir(f->d);
       tw->depth--;
       if (tw->depth == 0)
@@ -266,31 +282,31 @@ static int next_entry(struct conn *c) {
       continue;
     int n = snprintf(tw->rel + f->rel_len, sizeof(tw->rel) - f->rel_len, "%s", de->d_name);
     if (n < 0 || (size_t)n + f->rel_len + 2 >= sizeof(tw->rel))
-      return abort_stream(c, "name too long", tw->rel, ENAMETOOLONG);
+      return abort_stream(tw, "name too long", tw->rel, ENAMETOOLONG);
     size_t len = f->rel_len + (size_t)n;
     int dfd = dirfd(f->d);
     struct stat st;
     if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT)
         continue; /* gone since readdir */
-      return abort_stream(c, "stat", tw->rel, errno);
+      return abort_stream(tw, "stat", tw->rel, errno);
     }
     if (S_ISDIR(st.st_mode)) {
       if (tw->depth == TAR_MAX_DEPTH)
-        return abort_stream(c, "too deep", tw->rel, ELOOP);
+        return abort_stream(tw, "too deep", tw->rel, ELOOP);
       int fd = openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       DIR *sub = fd >= 0 ? fdopendir(fd) : NULL;
       if (sub == NULL) {
         int e = errno;
         if (fd >= 0)
           close(fd);
-        return abort_stream(c, "open", tw->rel, e);
+        return abort_stream(tw, "open", tw->rel, e);
       }
       tw->rel[len] = '/';
       tw->rel[len + 1] = '\0';
-      if (emit_header(c, tw->rel, '5', &st, 0, NULL) != 0) {
+      if (emit_header(tw, tw->rel, '5', &st, 0, NULL) != 0) {
         closedir(sub);
-        return abort_stream(c, "write", tw->rel, EPIPE);
+        return abort_stream(tw, "write", tw->rel, EPIPE);
       }
       tw->frames[tw->depth].d = sub;
       tw->frames[tw->depth].rel_len = len + 1;
@@ -301,10 +317,10 @@ static int next_entry(struct conn *c) {
       char target[4096];
       ssize_t tl = readlinkat(dfd, de->d_name, target, sizeof(target) - 1);
       if (tl < 0)
-        return abort_stream(c, "readlink", tw->rel, errno);
+        return abort_stream(tw, "readlink", tw->rel, errno);
       target[tl] = '\0';
-      if (emit_header(c, tw->rel, '2', &st, 0, target) != 0)
-        return abort_stream(c, "write", tw->rel, EPIPE);
+      if (emit_header(tw, tw->rel, '2', &st, 0, target) != 0)
+        return abort_stream(tw, "write", tw->rel, EPIPE);
       return 1;
     }
     if (!S_ISREG(st.st_mode))
@@ -313,11 +329,11 @@ static int next_entry(struct conn *c) {
     if (fd < 0) {
       if (errno == ENOENT)
         continue;
-      return abort_stream(c, "open", tw->rel, errno);
+      return abort_stream(tw, "open", tw->rel, errno);
     }
-    if (emit_header(c, tw->rel, '0', &st, (uint64_t)st.st_size, NULL) != 0) {
+    if (emit_header(tw, tw->rel, '0', &st, (uint64_t)st.st_size, NULL) != 0) {
       close(fd);
-      return abort_stream(c, "write", tw->rel, EPIPE);
+      return abort_stream(tw, "write", tw->rel, EPIPE);
     }
     tw->fd = fd;
     tw->left = (uint64_t)st.st_size;
@@ -326,10 +342,11 @@ static int next_entry(struct conn *c) {
   }
 }
 
-int tar_pump(struct conn *c) {
-  struct tarw *tw = c->tar;
+static int tar_pump(struct producer *p) {
+  struct tarw *tw = container_of(p, struct tarw, prod);
+  struct conn *c = p->c;
   static const char zeros[TAR_CHUNK];
-  if (tw == NULL)
+  if (tw->end)
     return 0;
   if (tw->fd >= 0) {
     char tmp[TAR_CHUNK];
@@ -340,39 +357,35 @@ int tar_pump(struct conn *c) {
         n = read(tw->fd, tmp, want);
       } while (n < 0 && errno == EINTR);
       if (n < 0)
-        return abort_stream(c, "read", tw->rel, errno);
+        return abort_stream(tw, "read", tw->rel, errno);
       if (n == 0) {
         /* The file shrank since its header: the header's size is kept
          * (zeros), so the archive stays readable. */
         n = (ssize_t)want;
         memset(tmp, 0, want);
       }
-      if (emit(c, tmp, (size_t)n, false) != 0)
-        return abort_stream(c, "write", tw->rel, EPIPE);
+      if (emit(tw, tmp, (size_t)n, false) != 0)
+        return abort_stream(tw, "write", tw->rel, EPIPE);
       tw->left -= (uint64_t)n;
     }
     if (tw->left == 0) {
-      if (tw->pad && emit(c, zeros, (size_t)tw->pad, false) != 0)
-        return abort_stream(c, "write", tw->rel, EPIPE);
+      if (tw->pad && emit(tw, zeros, (size_t)tw->pad, false) != 0)
+        return abort_stream(tw, "write", tw->rel, EPIPE);
       close(tw->fd);
       tw->fd = -1;
     }
     return 1;
   }
-  if (!tw->end) {
-    int rc = next_entry(c);
-    if (rc != 0)
-      return rc;
-    /* Two zero blocks end the archive. */
-    tw->end = true;
-    if (emit(c, zeros, 2 * TAR_BLOCK, true) != 0)
-      return abort_stream(c, "write", "trailer", EPIPE);
-    tar_free(tw);
-    c->tar = NULL;
-    http_stream_end(c);
-    return 1;
-  }
-  return 0;
+  int rc = next_entry(tw);
+  if (rc != 0)
+    return rc;
+  /* Two zero blocks end the archive. */
+  tw->end = true;
+  if (emit(tw, zeros, 2 * TAR_BLOCK, true) != 0)
+    return abort_stream(tw, "write", "trailer", EPIPE);
+  walk_close(tw);
+  http_stream_end(c);
+  return 1;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -381,6 +394,7 @@ int tar_pump(struct conn *c) {
 enum ustate { U_HEADER, U_DATA, U_META, U_PAD, U_END };
 
 struct untar {
+  struct body_sink sink;  /* the connection's body sink: sink.c */
   char target[4096];
   char tmpname[64];  /* the fresh directory inside target */
   int target_fd;     /* O_PATH of target */
@@ -427,38 +441,52 @@ static void remove_tree(const char *target, const char *name) {
   nftw(p, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-void untar_free(struct untar *u) {
-  if (u == NULL)
-    return;
+/* Lets go of everything: what was unpacked too, unless it was swapped in
+ * (nothing of a failed or abandoned unpack stays). */
+static void untar_discard(struct untar *u) {
   if (u->out_fd >= 0)
     close(u->out_fd);
-  if (u->tmp_fd >= 0)
+  u->out_fd = -1;
+  if (u->tmp_fd >= 0) {
     close(u->tmp_fd);
-  if (u->tmp_fd >= 0 || u->failed) {
-    /* Not swapped in: nothing of it stays. */
+    u->tmp_fd = -1;
     remove_tree(u->target, u->tmpname);
     if (u->made_target)
       rmdir(u->target);
   }
   if (u->target_fd >= 0)
     close(u->target_fd);
+  u->target_fd = -1;
   if (u->zs_open)
     inflateEnd(&u->zs);
+  u->zs_open = false;
   buf_free(&u->meta);
+}
+
+static int untar_feed(struct body_sink *s, const char *data, size_t n);
+static void untar_finish(struct body_sink *s);
+
+static void untar_free(struct body_sink *s) {
+  struct untar *u = container_of(s, struct untar, sink);
+
+  untar_discard(u);
   free(u);
 }
 
+static const struct body_sink_ops untar_ops = {untar_feed, untar_finish, untar_free};
+
 /* Answers the upload with <status> and a message; the state goes (and
  * with it everything unpacked so far). */
-static int untar_fail(struct conn *c, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int untar_fail(struct conn *c, int status, const char *fmt, ...) {
+static int untar_fail(struct untar *u, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int untar_fail(struct untar *u, int status, const char *fmt, ...) {
+  struct conn *c = u->sink.c;
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  untar_free(c->untar);
-  c->untar = NULL;
+  untar_discard(u);
+  u->failed = true;
   c->close_after = true; /* the rest of the body is not read */
   http_error(c, status, "%s", msg);
   return -1;
@@ -497,13 +525,17 @@ int untar_begin(struct conn *c, const char *path, uint64_t max_bytes) {
   if (u->target_fd < 0 || mkdirat(u->target_fd, u->tmpname, 0700) != 0 ||
       (u->tmp_fd = openat(u->target_fd, u->tmpname, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
     int e = errno;
-    u->failed = true;
-    untar_free(u);
+    if (u->target_fd >= 0 && u->tmp_fd < 0)
+      unlinkat(u->target_fd, u->tmpname, AT_REMOVEDIR);
+    if (u->made_target)
+      rmdir(u->target);
+    u->made_target = false;
+    untar_discard(u);
+    free(u);
     http_error(c, status_for(e), "cannot unpack into %s: %s", path, strerror(e));
     return -e;
   }
-  c->untar = u;
-  c->body_mode = BODY_SINK;
+  conn_set_sink(c, &u->sink, &untar_ops);
   return 0;
 }
 
@@ -654,22 +686,21 @@ static void parse_pax(struct untar *u) {
 }
 
 /* A header block is in u->block: starts the entry. 0, or -1 answered. */
-static int start_entry(struct conn *c) {
-  struct untar *u = c->untar;
+static int start_entry(struct untar *u) {
   struct ustar *h = (struct ustar *)u->block;
   bool ok;
   char name[4096], link[4096];
   const char *base;
   if (!header_valid(h))
-    return untar_fail(c, 400, "not a tar archive, or a corrupt header after %s",
+    return untar_fail(u, 400, "not a tar archive, or a corrupt header after %s",
                       u->name[0] ? u->name : "the start");
   uint64_t size = parse_octal(h->size, sizeof(h->size), &ok);
   if (!ok)
-    return untar_fail(c, 400, "bad size field in the header after %s", u->name[0] ? u->name : "the start");
+    return untar_fail(u, 400, "bad size field in the header after %s", u->name[0] ? u->name : "the start");
   char type = h->typeflag;
   if (type == 'x' || type == 'g' || type == 'L' || type == 'K') {
     if (size > UNTAR_MAX_META)
-      return untar_fail(c, 400, "extended header of %" PRIu64 " bytes (at most %d)", size, UNTAR_MAX_META);
+      return untar_fail(u, 400, "extended header of %" PRIu64 " bytes (at most %d)", size, UNTAR_MAX_META);
     u->meta_type = type;
     u->meta.off = u->meta.len = 0;
     u->left = size;
@@ -698,20 +729,20 @@ static int start_entry(struct conn *c) {
   u->left = (type == '0' || type == '\0' || type == '7') ? size : 0;
   u->pad = (TAR_BLOCK - u->left % TAR_BLOCK) % TAR_BLOCK;
   if (++u->entries > UNTAR_MAX_ENTRIES)
-    return untar_fail(c, 413, "more than %d entries in the archive", UNTAR_MAX_ENTRIES);
+    return untar_fail(u, 413, "more than %d entries in the archive", UNTAR_MAX_ENTRIES);
   /* The root itself ("./") says nothing to unpack. */
   if (strcmp(name, ".") == 0 || strcmp(name, "./") == 0) {
     u->st = U_HEADER;
     return 0;
   }
   if (!name_ok(name))
-    return untar_fail(c, 400, "unsafe entry %s: names must be relative, without '..'", u->name);
+    return untar_fail(u, 400, "unsafe entry %s: names must be relative, without '..'", u->name);
   if (u->left > 0 && u->max_bytes > 0 && u->bytes + u->left > u->max_bytes)
-    return untar_fail(c, 413, "archive holds more than %" PRIu64 " bytes of files (at %s)", u->max_bytes,
+    return untar_fail(u, 413, "archive holds more than %" PRIu64 " bytes of files (at %s)", u->max_bytes,
                       u->name);
   int pfd = open_parent(u, name, &base);
   if (pfd < 0)
-    return untar_fail(c, pfd == -ENOTDIR ? 400 : status_for(-pfd), "cannot unpack %s: %s%s", u->name,
+    return untar_fail(u, pfd == -ENOTDIR ? 400 : status_for(-pfd), "cannot unpack %s: %s%s", u->name,
                       strerror(-pfd), pfd == -ENOTDIR ? " (a parent is not a directory, or a symlink)" : "");
   int rc = 0;
   switch (type) {
@@ -737,7 +768,7 @@ static int start_entry(struct conn *c) {
   case '2':
     if (!link_inside(u->name, link)) {
       close(pfd);
-      return untar_fail(c, 400, "unsafe entry %s: symlink to %s leaves the directory", u->name, link);
+      return untar_fail(u, 400, "unsafe entry %s: symlink to %s leaves the directory", u->name, link);
     }
     unlinkat(pfd, base, 0);
     if (symlinkat(link, pfd, base) != 0)
@@ -749,7 +780,7 @@ static int start_entry(struct conn *c) {
     snprintf(src, sizeof(src), "%s", link);
     if (!name_ok(src)) {
       close(pfd);
-      return untar_fail(c, 400, "unsafe entry %s: hard link to %s", u->name, link);
+      return untar_fail(u, 400, "unsafe entry %s: hard link to %s", u->name, link);
     }
     int sfd = open_parent(u, src, &sbase);
     struct stat st;
@@ -757,7 +788,7 @@ static int start_entry(struct conn *c) {
       if (sfd >= 0)
         close(sfd);
       close(pfd);
-      return untar_fail(c, 400, "unsafe entry %s: hard link to %s, which is not in the archive before it",
+      return untar_fail(u, 400, "unsafe entry %s: hard link to %s, which is not in the archive before it",
                         u->name, link);
     }
     unlinkat(pfd, base, 0);
@@ -768,12 +799,12 @@ static int start_entry(struct conn *c) {
   }
   default:
     close(pfd);
-    return untar_fail(c, 400, "entry %s: type '%c' (device, fifo or unknown) is not unpacked", u->name,
+    return untar_fail(u, 400, "entry %s: type '%c' (device, fifo or unknown) is not unpacked", u->name,
                       type ? type : '0');
   }
   close(pfd);
   if (rc != 0)
-    return untar_fail(c, status_for(-rc), "cannot unpack %s: %s", u->name, strerror(-rc));
+    return untar_fail(u, status_for(-rc), "cannot unpack %s: %s", u->name, strerror(-rc));
   u->st = u->left ? U_DATA : (u->pad ? U_PAD : U_HEADER);
   if (u->st != U_DATA && u->out_fd >= 0) {
     close(u->out_fd);
@@ -782,21 +813,19 @@ static int start_entry(struct conn *c) {
   return 0;
 }
 
-static int file_done(struct conn *c) {
-  struct untar *u = c->untar;
+static int file_done(struct untar *u) {
   struct timespec ts[2] = {{u->mtime, 0}, {u->mtime, 0}};
   futimens(u->out_fd, ts);
   if (close(u->out_fd) != 0) {
     u->out_fd = -1;
-    return untar_fail(c, status_for(errno), "cannot unpack %s: %s", u->name, strerror(errno));
+    return untar_fail(u, status_for(errno), "cannot unpack %s: %s", u->name, strerror(errno));
   }
   u->out_fd = -1;
   return 0;
 }
 
 /* Parses <n> bytes of the (decompressed) archive. 0, or -1 answered. */
-static int untar_bytes(struct conn *c, const char *d, size_t n) {
-  struct untar *u = c->untar;
+static int untar_bytes(struct untar *u, const char *d, size_t n) {
   while (n > 0) {
     size_t k;
     switch (u->st) {
@@ -820,13 +849,13 @@ static int untar_bytes(struct conn *c, const char *d, size_t n) {
         }
       }
       u->zero_blocks = 0;
-      if (start_entry(c) != 0)
+      if (start_entry(u) != 0)
         return -1;
       break;
     case U_META:
       k = u->left < n ? (size_t)u->left : n;
       if (buf_append(&u->meta, d, k) != 0)
-        return untar_fail(c, 503, "out of memory");
+        return untar_fail(u, 503, "out of memory");
       d += k;
       n -= k;
       u->left -= k;
@@ -837,7 +866,7 @@ static int untar_bytes(struct conn *c, const char *d, size_t n) {
           char *dst = u->meta_type == 'L' ? u->pax_path : u->pax_link;
           size_t l = buf_size(&u->meta);
           if (l >= sizeof(u->pax_path))
-            return untar_fail(c, 400, "GNU long name over %zu bytes", sizeof(u->pax_path) - 1);
+            return untar_fail(u, 400, "GNU long name over %zu bytes", sizeof(u->pax_path) - 1);
           memcpy(dst, u->meta.p + u->meta.off, l);
           dst[l] = '\0';
           dst[strnlen(dst, l)] = '\0';
@@ -858,7 +887,7 @@ static int untar_bytes(struct conn *c, const char *d, size_t n) {
           if (r < 0 && errno == EINTR)
             continue;
           if (r < 0)
-            return untar_fail(c, status_for(errno), "cannot unpack %s: %s", u->name, strerror(errno));
+            return untar_fail(u, status_for(errno), "cannot unpack %s: %s", u->name, strerror(errno));
           w += (size_t)r;
         }
       }
@@ -867,7 +896,7 @@ static int untar_bytes(struct conn *c, const char *d, size_t n) {
       n -= k;
       u->left -= k;
       if (u->left == 0) {
-        if (u->out_fd >= 0 && file_done(c) != 0)
+        if (u->out_fd >= 0 && file_done(u) != 0)
           return -1;
         u->st = u->pad ? U_PAD : U_HEADER;
       }
@@ -885,9 +914,9 @@ static int untar_bytes(struct conn *c, const char *d, size_t n) {
   return 0;
 }
 
-int untar_feed(struct conn *c, const char *data, size_t n) {
-  struct untar *u = c->untar;
-  if (u == NULL)
+static int untar_feed(struct body_sink *s, const char *data, size_t n) {
+  struct untar *u = container_of(s, struct untar, sink);
+  if (u->failed)
     return -1;
   if (!u->sniffed) {
     /* gzip's magic bytes; a tar starts with a name. (A first read of one
@@ -896,12 +925,12 @@ int untar_feed(struct conn *c, const char *data, size_t n) {
     u->gz = n >= 2 && (unsigned char)data[0] == 0x1f && (unsigned char)data[1] == 0x8b;
     if (u->gz) {
       if (inflateInit2(&u->zs, 15 + 32) != Z_OK)
-        return untar_fail(c, 503, "out of memory");
+        return untar_fail(u, 503, "out of memory");
       u->zs_open = true;
     }
   }
   if (!u->gz)
-    return untar_bytes(c, data, n);
+    return untar_bytes(u, data, n);
   unsigned char out[TAR_CHUNK];
   u->zs.next_in = (unsigned char *)data;
   u->zs.avail_in = (uInt)n;
@@ -910,9 +939,9 @@ int untar_feed(struct conn *c, const char *data, size_t n) {
     u->zs.avail_out = sizeof(out);
     int rc = inflate(&u->zs, Z_NO_FLUSH);
     if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR)
-      return untar_fail(c, 400, "bad gzip data: %s", u->zs.msg ? u->zs.msg : "inflate failed");
+      return untar_fail(u, 400, "bad gzip data: %s", u->zs.msg ? u->zs.msg : "inflate failed");
     size_t have = sizeof(out) - u->zs.avail_out;
-    if (have && untar_bytes(c, (const char *)out, have) != 0)
+    if (have && untar_bytes(u, (const char *)out, have) != 0)
       return -1;
     if (rc == Z_STREAM_END || (rc == Z_BUF_ERROR && have == 0))
       break;
@@ -946,15 +975,14 @@ static int move_all(int from, int to, const char *skip1, const char *skip2) {
   return rc;
 }
 
-void untar_finish(struct conn *c) {
-  struct untar *u = c->untar;
-  if (u == NULL) {
-    http_error(c, 500, "unpack state lost");
+static void untar_finish(struct body_sink *s) {
+  struct untar *u = container_of(s, struct untar, sink);
+  struct conn *c = s->c;
+  if (u->failed)
     return;
-  }
   if (u->st != U_END) {
     /* A stream that ends without its two zero blocks was cut short. */
-    untar_fail(c, 400, "archive truncated%s%s (no end-of-archive blocks)", u->name[0] ? " after " : "", u->name);
+    untar_fail(u, 400, "archive truncated%s%s (no end-of-archive blocks)", u->name[0] ? " after " : "", u->name);
     return;
   }
   /* Swap: the old entries into a second fresh directory, the new ones in. */
@@ -963,7 +991,7 @@ void untar_finish(struct conn *c) {
   int oldfd = -1, rc;
   if (mkdirat(u->target_fd, oldname, 0700) != 0 ||
       (oldfd = openat(u->target_fd, oldname, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
-    untar_fail(c, status_for(errno), "cannot replace %s: %s", u->target, strerror(errno));
+    untar_fail(u, status_for(errno), "cannot replace %s: %s", u->target, strerror(errno));
     return;
   }
   rc = move_all(u->target_fd, oldfd, u->tmpname, oldname);
@@ -975,17 +1003,17 @@ void untar_finish(struct conn *c) {
     move_all(oldfd, u->target_fd, ".", NULL);
     close(oldfd);
     unlinkat(u->target_fd, oldname, AT_REMOVEDIR);
-    untar_fail(c, status_for(-rc), "cannot replace %s: %s", u->target, strerror(-rc));
+    untar_fail(u, status_for(-rc), "cannot replace %s: %s", u->target, strerror(-rc));
     return;
   }
   close(oldfd);
   remove_tree(u->target, oldname);
   close(u->tmp_fd);
-  u->tmp_fd = -1;
+  u->tmp_fd = -1; /* swapped in: it stays */
   unlinkat(u->target_fd, u->tmpname, AT_REMOVEDIR);
   json_t *res = json_pack("{s:s,s:I,s:I}", "path", u->target, "entries", (json_int_t)u->entries, "bytes",
                           (json_int_t)u->bytes);
-  untar_free(u);
-  c->untar = NULL;
+  untar_discard(u);
+  u->failed = true; /* answered: nothing more */
   http_respond_json(c, 200, res);
 }
