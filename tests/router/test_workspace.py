@@ -11,7 +11,8 @@ Covered: a create with `workspace` places only where the storage class is
 spec annotation) mounted at the path; GET shows the workspace; pause
 deletes the pod and keeps the claim (state paused in GET, in the list and
 with state=paused, on a second router too, never in state=running);
-resume brings the same id back with the files and env it had; resume of a
+resume brings the same id back with the files and env it had (also after
+the router was killed with SIGKILL and started again); resume of a
 running sandbox and pause of a paused one are no-ops; pause without a
 workspace is 409 no_workspace; terminating a running or a paused sandbox
 deletes its claim; max_paused, max_workspace_bytes and max_paused_s
@@ -219,6 +220,30 @@ def test_pool_with_workspace_warm(fed):
     fed.api("DELETE", f"/v1/sandboxes/{sid}")
     wait_until(lambda: sim.kube(f"/api/v1/namespaces/default/persistentvolumeclaims/{pod}-fr-workspace")[0] == 404, 20)
     fed.api("DELETE", "/v1/pools/wsp")
+
+
+def test_router_kill9_keeps_paused(fed):
+    """A paused sandbox is only its claim: a router killed with SIGKILL
+    and started again lists and resumes it."""
+    sid = fed.create_one(name="k9", workspace=WS)["id"]
+    fed.exec_ok(sid, ["sh", "-c", "echo survived > /workspace/k"])
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/pause")
+    check(st == 200, f"pause: {st} {short(r)}")
+    old = fed.router
+    old.expected_dead = True
+    old.proc.kill()
+    check(old.proc.wait(10) == -9, "the router did not die of SIGKILL")
+    fed.router = fed.start_router()
+
+    def listed():
+        st, b = fed.api("GET", "/v1/sandboxes?state=paused")
+        return st == 200 and sid in [x["id"] for x in b["sandboxes"]]
+    check(wait_until(listed, 20), "the paused sandbox is listed after the restart")
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/resume")
+    check(st == 200 and r["id"] == sid, f"resume after the restart: {st} {short(r)}")
+    check(fed.exec_ok(sid, ["cat", "/workspace/k"])["stdout"] == "survived\n", "files after the restart")
+    fed.api("DELETE", f"/v1/sandboxes/{sid}")
+    wait_until(lambda: gone(fed, sid), 20)
 
 
 def test_terminate_paused_deletes_claim(fed):
@@ -555,7 +580,7 @@ def fed_raw(fed, method, path, token=tr.TOKEN_A):
 
 
 TESTS = [test_explain_skips_cluster_without_storage_class, test_bad_workspace_bodies, test_workspace_pause_resume,
-         test_pool_with_workspace_warm,
+         test_pool_with_workspace_warm, test_router_kill9_keeps_paused,
          test_terminate_paused_deletes_claim, test_pause_without_workspace_409, test_tenant_limits,
          test_paused_expires, test_python_sdk, test_fedctl, test_snapshot_and_restore,
          test_restore_bounded_by_max_file_bytes, test_fork, test_long_lifetimes_and_keepalive]
