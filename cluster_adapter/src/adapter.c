@@ -421,6 +421,7 @@ static void adapter_release(struct fr_adapter *a) {
   free(a->server);
   strmap_close(&a->claiming);
   strmap_close(&a->reaping);
+  strmap_close(&a->ws_reaping);
   strmap_close(&a->deleting);
   strmap_close(&a->abandoned);
   strmap_close(&a->held);
@@ -494,6 +495,9 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
     rc = upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "persistentvolumeclaims", NULL, NULL);
   if (rc == 0)
     rc = fr_informer_new(a->client, path, NULL, on_informer, a, &a->inf[INF_PVCS]);
+  if (rc == 0)
+    rc = fr_informer_new(a->client, "/apis/storage.k8s.io/v1/storageclasses", NULL, on_informer, a,
+                         &a->inf[INF_STORAGECLASSES]);
   if (rc == 0)
     rc = upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "configmaps", NULL, NULL);
   if (rc == 0)
@@ -725,6 +729,21 @@ static void quota_room(struct fr_adapter *a, int64_t *pods, int64_t *cpu_m, int6
   }
 }
 
+/* 1 if a StorageClass is marked the default (what a claim without a
+ * class gets from the API server's admission). */
+static int has_default_class(struct fr_adapter *a) {
+  const char *key;
+  json_t *sc;
+
+  json_object_foreach(fr_informer_items(a->inf[INF_STORAGECLASSES]), key, sc) {
+    const char *d = json_string_value(json_object_get(json_object_get(json_object_get(sc, "metadata"), "annotations"),
+                                                      "storageclass.kubernetes.io/is-default-class"));
+    if (d != NULL && strcmp(d, "true") == 0)
+      return 1;
+  }
+  return 0;
+}
+
 /* What stops the cluster from hosting pods with <opts> at all (the
  * fr_adapter_fit_slots codes), or NULL. */
 static const char *unfit_objects(struct fr_adapter *a, const struct fr_podopts *opts, char *detail, size_t len) {
@@ -735,6 +754,18 @@ static const char *unfit_objects(struct fr_adapter *a, const struct fr_podopts *
     snprintf(detail, len, "RuntimeClass \"%.100s\" not found%s", rc,
              fr_informer_synced(a->inf[INF_RUNTIMECLASSES]) ? "" : " (RuntimeClasses not listed yet)");
     return "no_runtime_class";
+  }
+  if ((v = podopts_field(opts, "workspace")) != NULL) {
+    const char *sc = json_string_value(json_object_get(v, "storage_class"));
+    if (sc != NULL ? fr_informer_get(a->inf[INF_STORAGECLASSES], "", sc) == NULL : !has_default_class(a)) {
+      if (sc != NULL)
+        snprintf(detail, len, "StorageClass \"%.100s\" not found%s", sc,
+                 fr_informer_synced(a->inf[INF_STORAGECLASSES]) ? "" : " (StorageClasses not listed yet)");
+      else
+        snprintf(detail, len, "no default StorageClass for the workspace%s",
+                 fr_informer_synced(a->inf[INF_STORAGECLASSES]) ? "" : " (StorageClasses not listed yet)");
+      return "no_storage_class";
+    }
   }
   json_object_foreach(podopts_field(opts, "volumes"), k, v) {
     if (fr_informer_get(a->inf[INF_PVCS], a->ns, json_string_value(v)) == NULL) {

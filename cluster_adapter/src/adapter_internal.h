@@ -15,9 +15,14 @@
 /* PODS, POOLS and NODES gate readiness; ALLPODS (every pod in the cluster,
  * reduced to node and requests) and QUOTAS refine capacity when allowed;
  * RUNTIMECLASSES and PVCS (the sandbox namespace's claims) say which pod
- * options the cluster can serve. MARKERS holds the batches' commit markers
- * (commit.c). */
-enum { INF_PODS, INF_POOLS, INF_NODES, INF_ALLPODS, INF_QUOTAS, INF_RUNTIMECLASSES, INF_PVCS, INF_MARKERS, INF_COUNT };
+ * options the cluster can serve; PVCS also holds the sandboxes' workspace
+ * claims (workspace.c), the record of paused sandboxes. MARKERS holds the
+ * batches' commit markers (commit.c). STORAGECLASSES says which workspaces
+ * the cluster can provision. */
+enum {
+  INF_PODS, INF_POOLS, INF_NODES, INF_ALLPODS, INF_QUOTAS, INF_RUNTIMECLASSES, INF_PVCS, INF_MARKERS,
+  INF_STORAGECLASSES, INF_COUNT
+};
 #define INF_REQUIRED 3
 
 enum breaker_state { BR_CLOSED, BR_OPEN, BR_HALF_OPEN };
@@ -67,6 +72,7 @@ struct fr_adapter {
   /* Sets of pod names (the keys; the values are unused). */
   struct strmap claiming;        /* while a claim is out */
   struct strmap reaping;         /* once a reap delete was sent */
+  struct strmap ws_reaping;      /* workspace claims whose sweep delete was sent (workspace.c) */
   struct strmap deleting;        /* from our DELETE until the watch says gone */
   struct strmap abandoned;       /* pods of creates given up while the cluster was down:
                                     deleted by the reaper once it answers again */
@@ -178,6 +184,44 @@ int agent_init(struct fr_adapter *a, const struct fr_pod *pod, int port, json_t 
                const char *request_id, agent_done_cb cb, void *arg, struct agent_init **out);
 /* Stops an /init in flight: its callback is not called. Accepts NULL. */
 void agent_init_cancel(struct agent_init *ai);
+
+/* workspace.c: the sandboxes' own PersistentVolumeClaims. */
+/* The claim of sandbox pod <pod>: "<pod>-ws" into <out>; 0 or -ENAMETOOLONG. */
+int workspace_claim_name(const char *pod, char *out, size_t cap);
+/* The POST of the workspace claim of <pod> for options <opts> (its
+ * "workspace" field), labelled with <tenant>, <name>, <pool> (may be NULL)
+ * and <batch> (may be NULL), annotated with <spec> (fedrouter.io/
+ * sandbox-spec, borrowed: what a resume needs): its body (*<body>,
+ * malloc'd) and path. 0, -EINVAL (no workspace) or -ENOMEM. */
+int workspace_claim_request(struct fr_adapter *a, const char *pod, const struct fr_podopts *opts, const char *tenant,
+                            const char *name, const char *pool, const char *batch, json_t *spec, char **body,
+                            char *path, size_t cap);
+/* 1 if the claim cache holds the workspace claim of <pod>. */
+int workspace_claim_known(struct fr_adapter *a, const char *pod);
+/* DELETEs the workspace claim of <pod> (a no-op answered 404 when there
+ * is none in the cache). */
+int workspace_claim_delete(struct fr_adapter *a, const char *pod, const char *request_id,
+                           void (*cb)(int status, const char *message, void *arg), void *arg);
+/* Adds the workspace volume and mount of <opts> to pod spec <spec>: the
+ * claim <claim> (NULL: "<pod>-ws", a cold create's); 0 (nothing to add),
+ * or -ENOMEM. */
+int workspace_pod_apply(const struct fr_podopts *opts, const char *claim, const char *pod, json_t *spec);
+/* A pool's pod template: the workspace of <opts> as a generic ephemeral
+ * volume, whose claim "<pod>" WORKSPACE_POOL_SUFFIX the cluster makes with
+ * each pod (owned by it until a claim adopts it). 0 or -ENOMEM. */
+#define WORKSPACE_POOL_SUFFIX "-fr-workspace"
+int workspace_pool_apply(const struct fr_podopts *opts, json_t *spec);
+/* From the reaper: deletes workspace claims whose sandbox is gone and that
+ * are not paused (made by a create that died, or left by a pod the cluster
+ * removed), and paused ones past their expiry. */
+void workspace_sweep(struct fr_adapter *a);
+/* The simple request of sandbox.c (one API call, its status to <cb>). */
+int adapter_simple_request(struct fr_adapter *a, const char *method, const char *path, const char *ctype,
+                           json_t *body, int idempotent, struct fr_informer *observe, const char *request_id,
+                           void (*cb)(int status, const char *message, void *arg), void *arg);
+/* Deletes pod <pod> hiding it from lists at once (sandbox.c). */
+int adapter_delete_pod(struct fr_adapter *a, const char *pod, const char *request_id,
+                       void (*cb)(int status, const char *message, void *arg), void *arg);
 
 /* Small JSON accessors shared by the adapter sources. */
 const char *pod_label(json_t *obj, const char *key);

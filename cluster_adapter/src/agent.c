@@ -387,7 +387,8 @@ static int call_send(struct fr_agent_call *ac) {
                                 on_call_done, ac, &ac->kc);
   }
   if (agent_token(ac->a, ac->pod, ac->previous_key, token) != 0 ||
-      agent_path(ac->a, ac->pod, ac->port, ac->o.method, ac->o.path, path, sizeof(path)) != 0)
+      upstream_agent_path(path, sizeof(path), ac->a->ns, ac->pod, ac->port, ac->o.method, ac->o.path,
+                          ac->o.internal_route) != 0)
     return -EINVAL;
   headers = malloc(TOKEN_HEADER_LEN + extra + 1);
   if (headers == NULL)

@@ -53,6 +53,9 @@ struct create_op {
   void *arg;
   int conflicts;
   char conflicted[MAX_CLAIM_CONFLICTS][64]; /* pods whose claim this create lost: not again */
+  int resume;               /* a paused sandbox again: fixed pod name, its workspace claim exists */
+  char ws_claim[128];       /* resume: the workspace claim's name ("" = "<pod>-ws") */
+  int ws_made;              /* this create made the workspace claim of op->pod */
   int init_warm;            /* CS_INIT: the pod came from the pool */
   int warm_held;            /* holds one of the pool's ready pods reserved (warm_hold) */
   char pod[64];
@@ -79,6 +82,15 @@ static void set_state(struct create_op *op, enum cstate s) {
   op->state = s;
   if (s != CS_PICK && s != CS_CLAIMING)
     warm_release(op);
+}
+
+static int delete_pod(struct fr_adapter *a, const char *pod, const char *request_id, int hide,
+                      void (*cb)(int status, const char *message, void *arg), void *arg);
+
+/* The pod of a create that is given up: only the pod (a workspace claim
+ * this create made goes in finish(); a resumed sandbox keeps its own). */
+static void op_delete_pod(struct create_op *op) {
+  delete_pod(op->a, op->pod, op->request_id, 1, NULL, NULL);
 }
 
 static void timer_closed(uv_handle_t *h) {
@@ -129,6 +141,11 @@ static void finish(struct create_op *op, enum fr_sandbox_err err, const char *me
     fr_adapter_report(op->a, 1);
   else if (err == FR_SB_UNAVAILABLE && !op->a->stopping && !op->busy)
     fr_adapter_report(op->a, 0);
+  /* A create that made a workspace and did not get its sandbox leaves
+   * nothing (its pod, if any, was deleted on the way here). A resume
+   * keeps the workspace: the sandbox stays paused. */
+  if (err != FR_SB_OK && op->ws_made && !op->resume)
+    workspace_claim_delete(op->a, op->pod, op->request_id, NULL, NULL);
   memset(&r, 0, sizeof(r));
   r.err = err;
   r.message = message;
@@ -152,7 +169,7 @@ static void on_inited(int rc, const char *message, void *arg) {
   }
   /* A sandbox whose agent refuses its token and env is not usable as asked:
    * it goes, and the caller places the sandbox elsewhere. */
-  fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+  op_delete_pod(op);
   finish(op, FR_SB_UNAVAILABLE, rc == 0 ? "the sandbox went away during its agent's /init" : message, NULL, 0);
 }
 
@@ -168,14 +185,14 @@ static void succeed(struct create_op *op, const struct fr_pod *pod, int warm) {
   if (port == 0) {
     /* Secrets reach a sandbox only through its agent (pick() never claims
      * a pod without one; this is a pod that lost its label). */
-    fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+    op_delete_pod(op);
     finish(op, FR_SB_FAILED, "the sandbox has no agent to hand its secrets to", NULL, 0);
     return;
   }
   set_state(op, CS_INIT);
   op->init_warm = warm;
   if (agent_init(op->a, pod, port, op->env, op->secrets, op->request_id, on_inited, op, &op->init) != 0) {
-    fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+    op_delete_pod(op);
     finish(op, FR_SB_FAILED, "cannot send the agent's /init", NULL, 0);
   }
 }
@@ -284,7 +301,7 @@ static void on_ready_timeout(uv_timer_t *t) {
   char msg[200];
 
   snprintf(msg, sizeof(msg), "pod %s was not exec-ready within %" PRIu64 " ms", op->pod, op->ready_timeout_ms);
-  fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+  op_delete_pod(op);
   finish(op, FR_SB_TIMEOUT, msg, NULL, 0);
 }
 
@@ -295,10 +312,10 @@ static void check_pod(struct create_op *op, const struct fr_pod *pod) {
   } else if (pod->unschedulable != NULL) {
     char msg[600];
     snprintf(msg, sizeof(msg), "unschedulable: %s", pod->unschedulable);
-    fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+    op_delete_pod(op);
     finish(op, FR_SB_NO_ROOM, msg, NULL, 0);
   } else if (fr_pod_finished(pod)) {
-    fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
+    op_delete_pod(op);
     finish(op, FR_SB_FAILED, "the pod stopped before it was ready", NULL, 0);
   }
 }
@@ -357,8 +374,15 @@ static void on_created(const struct fr_kube_response *r, void *arg) {
     return;
   }
   status_message(r->body, r->body_len, msg, sizeof(msg));
-  if (r->status == 409) {
-    /* Our random name collided: pick another. */
+  if (r->status == 409 && op->resume) {
+    finish(op, FR_SB_FAILED, "the sandbox's pod still exists: it is still stopping, retry shortly", NULL, 0);
+  } else if (r->status == 409) {
+    /* Our random name collided: pick another (a claim made for that name
+     * goes first). */
+    if (op->ws_made) {
+      workspace_claim_delete(op->a, op->pod, op->request_id, NULL, NULL);
+      op->ws_made = 0;
+    }
     start_cold(op);
   } else if (r->status == 403) {
     finish(op, FR_SB_NO_ROOM, msg, NULL, 0);
@@ -471,10 +495,58 @@ static const char *gpu_resource(const struct fr_adapter *a) {
   return a->cc.gpu_resource != NULL ? a->cc.gpu_resource : "nvidia.com/gpu";
 }
 
+static void create_pod(struct create_op *op);
+
+/* What a resume needs to make the sandbox again, kept on its workspace
+ * claim (annotation fedrouter.io/sandbox-spec): never a secret's value. */
+static json_t *resume_spec(struct create_op *op) {
+  char *names = secret_names(op->secrets);
+  json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:b}", "image", op->image, "cpu_m", (json_int_t)op->cpu_m, "mem_b",
+                        (json_int_t)op->mem_b, "lifetime_s", (json_int_t)op->lifetime_s, "deadline_s",
+                        (json_int_t)op->deadline_s, "agent", op->a->cc.agent != NULL);
+
+  if (j == NULL)
+    goto out;
+  if (op->pool != NULL)
+    json_object_set_new(j, "pool", json_string(op->pool));
+  if (op->env != NULL && json_object_size(op->env) > 0)
+    json_object_set(j, "env", op->env);
+  if (op->labels != NULL && json_object_size(op->labels) > 0)
+    json_object_set(j, "labels", op->labels);
+  if (names != NULL)
+    json_object_set_new(j, "secrets", json_string(names));
+  if (fr_podopts_json(op->opts) != NULL)
+    json_object_set(j, "options", fr_podopts_json(op->opts));
+out:
+  free(names);
+  return j;
+}
+
+static void on_ws_created(const struct fr_kube_response *r, void *arg) {
+  struct create_op *op = arg;
+  char msg[600];
+
+  op->call = NULL;
+  if (r->status == 201) {
+    op->ws_made = 1;
+    create_pod(op);
+    return;
+  }
+  status_message(r->body, r->body_len, msg, sizeof(msg));
+  if (r->status == 409) {
+    start_cold(op); /* our random name collided: another */
+  } else if (r->status == 403) {
+    finish(op, FR_SB_NO_ROOM, msg, NULL, 0); /* a quota on claims or storage */
+  } else if (r->status == 0 || r->status >= 500 || r->status == 429) {
+    finish(op, FR_SB_UNAVAILABLE, r->status ? msg : (r->error ? r->error : "no response"), NULL, 0);
+  } else {
+    finish(op, FR_SB_FAILED, msg, NULL, 0);
+  }
+}
+
 static void start_cold(struct create_op *op) {
-  json_t *pod, *labels;
-  char *body;
-  char suffix[11], path[300], init_sha256[65] = "";
+  char suffix[11], path[300], *body = NULL;
+  json_t *spec;
   int rc;
 
   if (op->image == NULL) {
@@ -486,10 +558,38 @@ static void start_cold(struct create_op *op) {
     return;
   }
   set_state(op, CS_CREATING);
-  fr_random_name_suffix(suffix, 10);
-  snprintf(op->pod, sizeof(op->pod), "sb-%s", suffix);
+  if (!op->resume) {
+    fr_random_name_suffix(suffix, 10);
+    snprintf(op->pod, sizeof(op->pod), "sb-%s", suffix);
+  }
+  if (op->resume || podopts_field(op->opts, "workspace") == NULL) {
+    create_pod(op);
+    return;
+  }
+  /* The workspace claim first: the pod mounts it. */
+  spec = resume_spec(op);
+  rc = spec ? workspace_claim_request(op->a, op->pod, op->opts, op->tenant, op->name, op->pool, op->batch, spec,
+                                      &body, path, sizeof(path))
+            : -ENOMEM;
+  json_decref(spec);
+  if (rc == 0)
+    rc = fr_kube_request(op->a->client, "POST", path, "application/json", body, strlen(body), 0, op->request_id,
+                         on_ws_created, op, &op->call);
+  free(body);
+  if (rc != 0)
+    finish(op, FR_SB_FAILED, "cannot send the workspace's claim", NULL, 0);
+}
+
+static void create_pod(struct create_op *op) {
+  json_t *pod, *labels;
+  char *body;
+  char path[300], init_sha256[65] = "";
+  int rc;
+
   labels = json_pack("{s:s,s:s,s:s,s:s}", FR_LABEL_SANDBOX, "true", FR_LABEL_STATE, "claimed",
                      FR_LABEL_TENANT, op->tenant, FR_LABEL_NAME, op->name);
+  if (podopts_field(op->opts, "workspace") != NULL)
+    json_object_set_new(labels, FR_LABEL_WORKSPACE, json_string("true"));
   if (op->pool != NULL)
     json_object_set_new(labels, FR_LABEL_POOL, json_string(op->pool));
   user_labels_plus(op, labels);
@@ -506,6 +606,8 @@ static void start_cold(struct create_op *op) {
   add_agent(op->a, json_object_get(pod, "spec"), json_object_get(json_object_get(pod, "metadata"), "labels"),
             AGENT_INIT_POD);
   body = pod && podopts_apply(op->opts, gpu_resource(op->a), json_object_get(pod, "spec")) == 0 &&
+                 workspace_pod_apply(op->opts, op->ws_claim[0] ? op->ws_claim : NULL, op->pod,
+                                     json_object_get(pod, "spec")) == 0 &&
                  add_security(op->a, json_object_get(pod, "spec")) == 0
              ? json_dumps(pod, JSON_COMPACT)
              : NULL;
@@ -524,6 +626,65 @@ static void start_cold(struct create_op *op) {
 
 static void pick(struct create_op *op);
 
+static json_t *resume_spec(struct create_op *op);
+
+static void on_adopted(const struct fr_kube_response *r, void *arg) {
+  struct create_op *op = arg;
+  const struct fr_pod *p;
+  json_t *obj;
+  char msg[600];
+
+  op->call = NULL;
+  p = fr_adapter_pod(op->a, op->pod);
+  if (r->status == 200 && p != NULL) {
+    if ((obj = json_loadb(r->body, r->body_len, 0, NULL)) != NULL) {
+      fr_informer_observe(op->a->inf[INF_PVCS], obj);
+      json_decref(obj);
+    }
+    succeed(op, p, 1);
+    return;
+  }
+  /* Its workspace would go with the pod: no sandbox for this create. The
+   * pod goes (and its claim with it, still owned by it). */
+  status_message(r->body, r->body_len, msg, sizeof(msg));
+  op_delete_pod(op);
+  finish(op, r->status == 0 || r->status >= 500 ? FR_SB_UNAVAILABLE : FR_SB_FAILED,
+         r->status ? msg : "the workspace of the claimed pod could not be adopted", NULL, 1);
+}
+
+/* A pool pod claimed with a workspace: its generic ephemeral volume's
+ * claim ("<pod>-fr-workspace", owned by the pod) becomes the sandbox's own:
+ * the owner reference goes (so it outlives a pause), the workspace labels
+ * and the resume spec come. */
+static void adopt_workspace(struct create_op *op) {
+  char name[160], path[300], *body = NULL;
+  json_t *spec = resume_spec(op), *patch = NULL;
+  char *text = spec ? json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  int rc = -ENOMEM;
+
+  json_decref(spec);
+  snprintf(name, sizeof(name), "%s" WORKSPACE_POOL_SUFFIX, op->pod);
+  if (text != NULL)
+    patch = json_pack("{s:{s:n,s:{s:s,s:s,s:s,s:s},s:{s:s}}}", "metadata", "ownerReferences", "labels",
+                      FR_LABEL_WORKSPACE, op->pod, FR_LABEL_TENANT, op->tenant, FR_LABEL_NAME, op->name,
+                      FR_LABEL_STATE, "running", "annotations", FR_ANN_SANDBOX_SPEC, text);
+  if (patch != NULL && op->pool != NULL)
+    json_object_set_new(json_object_get(json_object_get(patch, "metadata"), "labels"), FR_LABEL_POOL,
+                        json_string(op->pool));
+  free(text);
+  body = patch ? json_dumps(patch, JSON_COMPACT) : NULL;
+  json_decref(patch);
+  if (body != NULL && (rc = upstream_object_path(path, sizeof(path), "/api/v1", op->a->ns, "persistentvolumeclaims",
+                                                 NULL, name)) == 0)
+    rc = fr_kube_request(op->a->client, "PATCH", path, "application/merge-patch+json", body, strlen(body),
+                         FR_KUBE_IDEMPOTENT, op->request_id, on_adopted, op, &op->call);
+  free(body);
+  if (rc != 0) {
+    op_delete_pod(op);
+    finish(op, FR_SB_FAILED, "cannot send the workspace's adoption", NULL, 1);
+  }
+}
+
 static void on_claimed(const struct fr_kube_response *r, void *arg) {
   struct create_op *op = arg;
   const struct fr_pod *p;
@@ -540,6 +701,9 @@ static void on_claimed(const struct fr_kube_response *r, void *arg) {
     json_decref(pod);
     p = fr_adapter_pod(op->a, op->pod);
     if (p != NULL && p->tenant != NULL && strcmp(p->tenant, op->tenant) == 0 && p->sbname != NULL &&
+        strcmp(p->sbname, op->name) == 0 && podopts_field(op->opts, "workspace") != NULL)
+      adopt_workspace(op);
+    else if (p != NULL && p->tenant != NULL && strcmp(p->tenant, op->tenant) == 0 && p->sbname != NULL &&
         strcmp(p->sbname, op->name) == 0)
       succeed(op, p, 1);
     else
@@ -585,6 +749,8 @@ static void claim(struct create_op *op, const struct fr_pod *pod) {
    * start, so add the time it already waited. */
   labels = json_pack("{s:s,s:s,s:s}", FR_LABEL_STATE, "claimed", FR_LABEL_TENANT, op->tenant,
                      FR_LABEL_NAME, op->name);
+  if (labels != NULL && podopts_field(op->opts, "workspace") != NULL)
+    json_object_set_new(labels, FR_LABEL_WORKSPACE, json_string("true"));
   user_labels_plus(op, labels);
   patch = json_pack("{s:{s:s,s:o,s:o},s:{s:I}}", "metadata", "resourceVersion", rv ? rv : "", "labels",
                     labels, "annotations", sandbox_annotations(op, 1, agent_port_of(op->a, pod) > 0), "spec", "activeDeadlineSeconds",
@@ -648,7 +814,10 @@ static void on_start(uv_timer_t *t) {
     finish(op, FR_SB_UNAVAILABLE, "the router is shutting down", NULL, 0);
     return;
   }
-  pick(op);
+  if (op->resume)
+    start_cold(op);
+  else
+    pick(op);
 }
 
 static char *dup_or_null(const char *s) {
@@ -683,6 +852,25 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
   op->opts = fr_podopts_ref(spec->opts);
   op->cb = cb;
   op->arg = arg;
+  if (spec->resume_pod != NULL) {
+    if (strlen(spec->resume_pod) >= sizeof(op->pod)) {
+      fr_podopts_unref(op->opts);
+      free(op->tenant);
+      free(op->name);
+      free(op->pool);
+      free(op->image);
+      free(op->request_id);
+      free(op->batch);
+      json_decref(op->env);
+      json_decref(op->labels);
+      fr_secret_values_free(op->secrets);
+      free(op);
+      return -EINVAL;
+    }
+    op->resume = 1;
+    snprintf(op->pod, sizeof(op->pod), "%s", spec->resume_pod);
+    snprintf(op->ws_claim, sizeof(op->ws_claim), "%s", spec->resume_claim ? spec->resume_claim : "");
+  }
   op->timer = malloc(sizeof(*op->timer));
   op->next = a->creates;
   if (a->creates)
@@ -697,7 +885,7 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
     op_free(op);
     return -ENOMEM;
   }
-  pv = op->pool != NULL ? fr_adapter_pool(a, op->pool) : NULL;
+  pv = op->pool != NULL && !op->resume ? fr_adapter_pool(a, op->pool) : NULL;
   if (pv != NULL && fr_podopts_equal(pv->opts, op->opts)) {
     op->warm_held = 1;
     fr_adapter_reserve_warm(a, op->pool, 1);
@@ -829,6 +1017,25 @@ static int delete_pod(struct fr_adapter *a, const char *pod, const char *request
 
 int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char *request_id,
                               void (*cb)(int status, const char *message, void *arg), void *arg) {
+  const struct fr_pod *p = fr_adapter_pod(a, pod);
+  int ws = workspace_claim_known(a, pod) || (p != NULL && fr_pod_label(p, FR_LABEL_WORKSPACE) != NULL);
+
+  /* A sandbox's workspace goes with it; a paused one is only its claim. */
+  if (p == NULL && ws)
+    return workspace_claim_delete(a, pod, request_id, cb, arg);
+  if (ws)
+    workspace_claim_delete(a, pod, request_id, NULL, NULL);
+  return delete_pod(a, pod, request_id, 1, cb, arg);
+}
+
+int adapter_simple_request(struct fr_adapter *a, const char *method, const char *path, const char *ctype,
+                           json_t *body, int idempotent, struct fr_informer *observe, const char *request_id,
+                           void (*cb)(int status, const char *message, void *arg), void *arg) {
+  return simple_request(a, method, path, ctype, body, idempotent, observe, request_id, cb, arg);
+}
+
+int adapter_delete_pod(struct fr_adapter *a, const char *pod, const char *request_id,
+                       void (*cb)(int status, const char *message, void *arg), void *arg) {
   return delete_pod(a, pod, request_id, 1, cb, arg);
 }
 
@@ -916,6 +1123,8 @@ int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec
             AGENT_INIT_POOL);
   if (podopts_apply(spec->opts, gpu_resource(a),
                     json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec")) != 0 ||
+      workspace_pool_apply(spec->opts, json_object_get(json_object_get(json_object_get(rs, "spec"), "template"),
+                                                       "spec")) != 0 ||
       add_security(a, json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec")) != 0) {
     json_decref(rs);
     return -ENOMEM;
@@ -1089,6 +1298,13 @@ static int pod_gone(struct strmap_entry *e, void *arg) {
   return fr_adapter_pod(arg, e->key) == NULL;
 }
 
+/* A sandbox that pauses rather than ends at its expiry. */
+static int pause_on_timeout(const struct fr_pod *pod) {
+  const char *v = fr_pod_label(pod, FR_LABEL_ON_TIMEOUT);
+
+  return v != NULL && strcmp(v, "pause") == 0 && fr_pod_label(pod, FR_LABEL_WORKSPACE) != NULL;
+}
+
 static void on_reap(uv_timer_t *t) {
   struct fr_adapter *a = t->data;
   const struct fr_pod *pod;
@@ -1124,6 +1340,18 @@ static void on_reap(uv_timer_t *t) {
       due_insert(a, d.pod, at > now ? at : now + REAP_EVERY_MS / 1000);
       continue;
     }
+    if (!uncommitted && pause_on_timeout(pod)) {
+      /* on_timeout "pause": the workspace stays, the pod goes. */
+      const char *ttl_text = fr_pod_label(pod, FR_LABEL_PAUSED_TTL);
+      int64_t ttl = 0;
+      if (ttl_text == NULL || fr_parse_int64(ttl_text, 1, INT64_C(315360000), &ttl) != 0)
+        ttl = 7 * 86400;
+      FR_INFO("reaper", "%s: pausing %s (%s)", a->cc.name, d.pod, at > 0 ? "expired" : "finished");
+      if (fr_adapter_sandbox_pause(a, d.pod, now + ttl, NULL, on_reaped, NULL) == 0)
+        strmap_put(&a->reaping, d.pod, NULL);
+      free(d.pod);
+      continue;
+    }
     FR_INFO("reaper", "%s: deleting %s (%s)", a->cc.name, d.pod,
             uncommitted ? "its batch was never committed" : at > 0 ? "expired" : "finished");
     if (fr_adapter_sandbox_delete(a, d.pod, NULL, on_reaped, NULL) == 0)
@@ -1131,6 +1359,7 @@ static void on_reap(uv_timer_t *t) {
     free(d.pod);
   }
   commit_sweep(a);
+  workspace_sweep(a);
 }
 
 int sandbox_init(struct fr_adapter *a) {

@@ -418,7 +418,8 @@ static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_ex
 static const char *const tenant_keys[] = {"name", "token_sha256", "tokens", "max_sandboxes", "max_requests_in_flight",
                                           "max_concurrent_execs", "max_pool_replicas", "max_file_bytes", "admin",
                                           "secret", "max_cpus", "max_memory_gb", "max_gpus", "weight",
-                                          "max_queued_sandboxes", "max_queued_execs", NULL};
+                                          "max_queued_sandboxes", "max_queued_execs", "max_paused", "max_paused_s",
+                                          "max_workspace_bytes", "max_lifetime_s", NULL};
 static const char *const token_keys[] = {"name", "sha256", "expires", NULL};
 static const char *const queue_keys[] = {"max_wait_s", "max_sandboxes", "exec_wait_s", "e2b_wait_s", NULL};
 static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context", "in_cluster",
@@ -906,6 +907,9 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
     t->max_queued_sandboxes = FR_DEFAULT_TENANT_QUEUED_SANDBOXES;
     t->max_queued_execs = FR_DEFAULT_TENANT_QUEUED_EXECS;
     t->weight = 1;
+    t->max_paused = FR_DEFAULT_TENANT_PAUSED;
+    t->max_paused_s = FR_DEFAULT_TENANT_PAUSED_S;
+    t->max_workspace_bytes = FR_DEFAULT_TENANT_WORKSPACE_BYTES;
 
     first = fr_cfg_first(first, check_keys(l, g, tenant_keys));
     if ((rc = get_string(l, g, "name", 1, "every tenant needs a name", &name, &name_s)) < 0 ||
@@ -926,6 +930,10 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
         (rc = get_int(l, g, "max_queued_sandboxes", 0, MAX_TENANT_SANDBOXES, &t->max_queued_sandboxes,
                       NULL)) < 0 ||
         (rc = get_int(l, g, "max_queued_execs", 0, MAX_TENANT_SANDBOXES, &t->max_queued_execs, NULL)) < 0 ||
+        (rc = get_int(l, g, "max_paused", 0, MAX_TENANT_SANDBOXES, &t->max_paused, NULL)) < 0 ||
+        (rc = get_int(l, g, "max_paused_s", 1, MAX_SECONDS, &t->max_paused_s, NULL)) < 0 ||
+        (rc = get_int(l, g, "max_workspace_bytes", 0, INT64_MAX, &t->max_workspace_bytes, NULL)) < 0 ||
+        (rc = get_int(l, g, "max_lifetime_s", 1, MAX_SECONDS, &t->max_lifetime_s, NULL)) < 0 ||
         (rc = get_bool(l, g, "admin", &t->admin)) < 0) {
       first = fr_cfg_first(first, rc); /* and on to the next tenant */
       continue;

@@ -39,6 +39,9 @@ static const char usage_text[] =
     "  ps          list the processes started in a sandbox\n"
     "  kill        signal a process in a sandbox\n"
     "  terminate   terminate sandboxes by id or by label\n"
+    "  pause       pause sandboxes with a workspace (the pod goes, the files stay)\n"
+    "  resume      resume paused sandboxes (same id, env, secrets, files)\n"
+    "  fork        new sandboxes with directories of one copied in\n"
     "  ls          list sandboxes\n"
     "  pools       list, create, resize, get and delete warm pools\n"
     "  clusters    show the clusters behind the router\n"
@@ -515,6 +518,7 @@ static const struct command commands[] = {
     {"kill", fc_cmd_kill},       {"shell", fc_cmd_shell}, {"proc", fc_cmd_proc},
     {"events", fc_cmd_events},   {"version", fc_cmd_version}, {"url", fc_cmd_url},
     {"run-code", fc_cmd_run_code}, {"secret", fc_cmd_secret}, {"queue", fc_cmd_queue},
+    {"pause", fc_cmd_pause},  {"resume", fc_cmd_resume}, {"fork", fc_cmd_fork},
 };
 
 int main(int argc, char **argv) {

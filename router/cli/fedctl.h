@@ -326,6 +326,9 @@ void fc_fmt_duration(int64_t s, char *out, size_t outlen);
 int fc_cmd_create(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_terminate(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_pause(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_resume(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_fork(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_ls(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_explain(struct fc_ctx *ctx, int argc, char **argv);
 /* cmd_ports.c */

@@ -14,6 +14,7 @@
 #include "fr/http.h"
 #include "fr/util.h"
 #include "api.h"
+#include "workspaces.h"
 #include "router.h"
 #include "tenants.h"
 
@@ -260,6 +261,10 @@ json_t *api_body_object(struct api_req *q, const char *const *known, size_t flag
   return j;
 }
 
+int64_t api_max_lifetime(const struct api_req *q) {
+  return q->ts != NULL && q->ts->max_lifetime_s > 0 ? q->ts->max_lifetime_s : q->cfg->max_lifetime_s;
+}
+
 struct fr_adapter *api_adapter(struct router *r, const char *name) {
   size_t i;
 
@@ -365,6 +370,13 @@ json_t *api_sandbox_json(struct router *r, struct fr_adapter *a, const struct fr
                    "created_at",
                    created >= 0 ? api_time_json(created) : json_string(""),
                    "expires_at", api_time_json(pod->expires_s));
+  /* Its workspace, from its claim (workspace.c). */
+  if (sb != NULL && fr_pod_label(pod, FR_LABEL_WORKSPACE) != NULL) {
+    struct fr_workspace w;
+    if (fr_adapter_workspace(a, pod->name, &w) == 0)
+      json_object_set_new(sb, "workspace", workspace_json(&w));
+    fr_workspace_clear(&w);
+  }
   /* Which create-time secrets it was given (names, never values): only
    * when it has any. */
   secrets = secret_names_json(pod->secrets);

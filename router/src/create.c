@@ -40,13 +40,15 @@
 #include "router.h"
 #include "secrets.h"
 #include "tenants.h"
+#include "workspaces.h"
 
 #define NAME_MAX_LEN 48
 
 static const char *const create_fields[] = {"name", "num_sandboxes", "pool", "image", "cpus", "memory_gb",
                                             "env", "secrets", "volumes", "labels", "region", "clusters",
                                             "timeout_s", "partial_ok", "runtime_class", "node_selector",
-                                            "tolerations", "gpus", "public_ports", "readiness", "wait_s", NULL};
+                                            "tolerations", "gpus", "public_ports", "readiness", "wait_s", "workspace",
+                                            "on_timeout", "auto_resume", "restore_from", NULL};
 
 /* "public_ports": "*" (every port) or an array of up to 16 ports (not the
  * agent's) anyone may reach through the sandbox's preview URLs, as label
@@ -91,6 +93,8 @@ struct body_spec {
   int64_t wait_s;
   int partial_ok;
   char public_ports[128];  /* label fedrouter.io/public-ports: "all", "8000.8080"; "" = private */
+  int pause_on_timeout;    /* on_timeout "pause": paused at its expiry, not terminated */
+  int auto_resume;         /* auto_resume: recorded for the E2B lifecycle (connect resumes) */
 };
 
 /* What the create made in one cluster, over all its batches. */
@@ -146,7 +150,19 @@ static void uncount(struct create *cr) {
   cr->counted = cr->counted_cpu_m = cr->counted_mem_b = cr->counted_gpus = 0;
 }
 
+/* A create that will not give its answer to q->created_cb tells it so. */
+static void created_drop(struct api_req *q) {
+  void (*cb)(struct api_req *, json_t *, void *) = q->created_cb;
+
+  q->created_cb = NULL;
+  if (cb != NULL)
+    cb(q, NULL, q->created_arg);
+}
+
 static void create_free(struct create *cr) {
+  /* Any end but answer_made(): a fork's or restore_from's copy (waiting
+   * on q->created_cb) will not happen. */
+  created_drop(cr->q);
   uncount(cr);
   if (queue_waiting(&cr->qe))
     queue_remove(cr->q->r, &cr->qe);
@@ -209,8 +225,10 @@ static int parse_create(struct api_req *q, json_t *j, struct body_spec *s) {
     s->n = json_integer_value(v);
   }
   if ((v = json_object_get(j, "timeout_s")) != NULL) {
-    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > cfg->max_lifetime_s) {
-      snprintf(msg, sizeof(msg), "timeout_s must be an integer from 1 to %" PRId64, cfg->max_lifetime_s);
+    int64_t max = api_max_lifetime(q);
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > max) {
+      snprintf(msg, sizeof(msg), "timeout_s must be an integer from 1 to %" PRId64 " (the tenant's max_lifetime_s)",
+               max);
       api_field_fail(q, "timeout_s", msg);
       return -1;
     }
@@ -272,6 +290,25 @@ static int parse_create(struct api_req *q, json_t *j, struct body_spec *s) {
   if ((v = json_object_get(j, "public_ports")) != NULL && parse_public_ports(q, v, s->public_ports,
                                                                             sizeof(s->public_ports)) != 0)
     return -1;
+  if ((v = json_object_get(j, "on_timeout")) != NULL) {
+    if (!json_is_string(v) ||
+        (strcmp(json_string_value(v), "pause") != 0 && strcmp(json_string_value(v), "terminate") != 0)) {
+      api_field_fail(q, "on_timeout", "on_timeout is \"terminate\" (the default) or \"pause\" (needs a workspace)");
+      return -1;
+    }
+    s->pause_on_timeout = strcmp(json_string_value(v), "pause") == 0;
+    if (s->pause_on_timeout && json_object_get(j, "workspace") == NULL) {
+      api_field_fail(q, "on_timeout", "on_timeout \"pause\" needs a workspace: what a paused sandbox keeps");
+      return -1;
+    }
+  }
+  if ((v = json_object_get(j, "auto_resume")) != NULL) {
+    if (!json_is_boolean(v) || (json_is_true(v) && !s->pause_on_timeout)) {
+      api_field_fail(q, "auto_resume", "auto_resume is a boolean, true only with on_timeout \"pause\"");
+      return -1;
+    }
+    s->auto_resume = json_is_true(v);
+  }
   if ((v = json_object_get(j, "clusters")) != NULL) {
     json_t *e;
     if (!json_is_array(v) || json_array_size(v) == 0) {
@@ -443,6 +480,7 @@ static json_t *placement_json(const struct create *cr) {
  * be), and the end of the create. */
 static void answer_made(struct create *cr) {
   struct api_req *q = cr->q;
+  json_t *ans;
   struct fr_buf note;
   size_t i;
 
@@ -453,7 +491,15 @@ static void answer_made(struct create *cr) {
   if (q->req != NULL)
     router_note(q->req, "placement", note.data ? note.data : "");
   fr_buf_free(&note);
-  api_reply(q, 201, json_pack("{s:O,s:o}", "sandboxes", cr->made, "placement", placement_json(cr)), NULL);
+  ans = json_pack("{s:O,s:o}", "sandboxes", cr->made, "placement", placement_json(cr));
+  if (q->created_cb != NULL && ans != NULL) {
+    /* A fork's or restore_from's copy runs first; it answers. */
+    void (*cb)(struct api_req *, json_t *, void *) = q->created_cb;
+    q->created_cb = NULL;
+    cb(q, ans, q->created_arg);
+  } else {
+    api_reply(q, 201, ans, NULL);
+  }
   create_free(cr);
 }
 
@@ -1036,8 +1082,37 @@ static void on_secrets(int status, json_t *body, void *arg) {
 void create_sandboxes(struct api_req *q, int explain_only) {
   json_t *j = api_body_object(q, create_fields, 0);
 
-  if (j != NULL)
-    create_sandboxes_from(q, j, explain_only, 0);
+  if (j == NULL)
+    return;
+  if (explain_only) {
+    json_object_del(j, "restore_from"); /* what a create copies is no placement matter */
+  } else if (restore_from_prepare(q, j) != 0) {
+    json_decref(j);
+    return;
+  }
+  create_sandboxes_from(q, j, explain_only, 0);
+  restore_from_settle(q);
+}
+
+void create_sandboxes_checked(struct api_req *q, json_t *j) {
+  const char *k;
+  json_t *v;
+  size_t i;
+  char msg[200];
+
+  json_object_foreach(j, k, v) {
+    for (i = 0; create_fields[i] != NULL && strcmp(create_fields[i], k) != 0; i++)
+      ;
+    if (create_fields[i] == NULL || strcmp(k, "restore_from") == 0 || strcmp(k, "num_sandboxes") == 0) {
+      if (strcmp(k, "num_sandboxes") == 0)
+        continue; /* set by the caller */
+      snprintf(msg, sizeof(msg), "unknown field \"%.100s\"", k);
+      api_field_fail(q, k, msg);
+      json_decref(j);
+      return;
+    }
+  }
+  create_sandboxes_from(q, j, 0, 0);
 }
 
 void create_sandboxes_from(struct api_req *q, json_t *j, int explain_only, int extendable) {
@@ -1069,12 +1144,21 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain_only, int e
   cr->image = strdup(s.image ? s.image : pv->image);
   cr->env = s.env ? json_incref(s.env) : NULL;
   cr->labels = s.labels ? json_incref(s.labels) : NULL;
-  if (s.public_ports[0] != '\0') {
+  if (s.public_ports[0] != '\0' || s.pause_on_timeout) {
     /* The user's labels and fedrouter's: a copy, the body's stays as sent. */
     json_t *l = s.labels ? json_copy(s.labels) : json_object();
+    char ttl[24];
     json_decref(cr->labels);
     cr->labels = l;
-    if (l == NULL || json_object_set_new(l, FR_LABEL_PUBLIC_PORTS, json_string(s.public_ports)) != 0)
+    if (l == NULL || (s.public_ports[0] != '\0' &&
+                      json_object_set_new(l, FR_LABEL_PUBLIC_PORTS, json_string(s.public_ports)) != 0))
+      goto oom;
+    /* The reaper of any replica pauses it at its expiry, for the tenant's
+     * max_paused_s (the adapter knows no tenant). */
+    snprintf(ttl, sizeof(ttl), "%" PRId64, q->ts != NULL ? q->ts->max_paused_s : FR_DEFAULT_TENANT_PAUSED_S);
+    if (s.pause_on_timeout && (json_object_set_new(l, FR_LABEL_ON_TIMEOUT, json_string("pause")) != 0 ||
+                               json_object_set_new(l, FR_LABEL_PAUSED_TTL, json_string(ttl)) != 0 ||
+                               (s.auto_resume && json_object_set_new(l, FR_LABEL_AUTO_RESUME, json_string("true")) != 0)))
       goto oom;
   }
   cr->clusters = s.clusters ? json_incref(s.clusters) : NULL;
@@ -1089,6 +1173,18 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain_only, int e
   cr->npending = cr->n;
   if (create_podopts(q, j, pv, cr) != 0)
     goto out;
+  if (fr_podopts_workspace_bytes(cr->opts) > 0) {
+    /* Every workspace of the tenant counts, running or paused. */
+    int64_t paused, bytes, max = q->ts != NULL ? q->ts->max_workspace_bytes : FR_DEFAULT_TENANT_WORKSPACE_BYTES;
+    workspace_tenant_usage(r, q->tenant, &paused, &bytes);
+    if (max > 0 && bytes + s.n * fr_podopts_workspace_bytes(cr->opts) > max) {
+      char msg[300];
+      snprintf(msg, sizeof(msg), "tenant %s may hold %" PRId64 " bytes of workspaces (%" PRId64
+               " held); this request would exceed that", q->tenant, max, bytes);
+      api_reply(q, 429, api_limit_body(msg, "max_workspace_bytes"), "Retry-After: 60\r\n");
+      goto out;
+    }
+  }
   cr->gpus = fr_podopts_gpus(cr->opts);
   cr->spec.tenant = q->tenant;
   cr->spec.pool = cr->pool;
@@ -1100,7 +1196,11 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain_only, int e
   cr->spec.env = cr->env;
   cr->spec.labels = cr->labels;
   cr->spec.lifetime_s = s.timeout_s;
-  cr->spec.deadline_s = extendable ? q->cfg->max_lifetime_s : 0;
+  /* The pod's deadline in the cluster (what holds when no router is left)
+   * is the tenant's longest lifetime, so keepalive and E2B's setTimeout can
+   * move the expiry that every router's reaper enforces up to it. */
+  (void)extendable;
+  cr->spec.deadline_s = api_max_lifetime(q);
   cr->spec.request_id = q->rid;
   /* More than the tenant's limits could ever hold: no wait helps. */
   if (!explain_only && never_fits(q, cr))

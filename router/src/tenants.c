@@ -43,6 +43,10 @@ static void set_limits(struct tenant_state *t, const struct fr_config_tenant *ct
     t->weight = 1;
     t->max_queued_sandboxes = FR_DEFAULT_TENANT_QUEUED_SANDBOXES;
     t->max_queued_execs = FR_DEFAULT_TENANT_QUEUED_EXECS;
+    t->max_paused = FR_DEFAULT_TENANT_PAUSED;
+    t->max_paused_s = FR_DEFAULT_TENANT_PAUSED_S;
+    t->max_workspace_bytes = FR_DEFAULT_TENANT_WORKSPACE_BYTES;
+    t->max_lifetime_s = 0;
     t->admin = 1;
     return;
   }
@@ -57,6 +61,10 @@ static void set_limits(struct tenant_state *t, const struct fr_config_tenant *ct
   t->weight = ct->weight;
   t->max_queued_sandboxes = ct->max_queued_sandboxes;
   t->max_queued_execs = ct->max_queued_execs;
+  t->max_paused = ct->max_paused;
+  t->max_paused_s = ct->max_paused_s;
+  t->max_workspace_bytes = ct->max_workspace_bytes;
+  t->max_lifetime_s = ct->max_lifetime_s;
   t->admin = ct->admin;
 }
 

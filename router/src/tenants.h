@@ -33,6 +33,8 @@ struct tenant_state {
   int64_t max_file_bytes;         /* largest upload into a sandbox */
   int64_t weight;                 /* fair share weight (1-1000) */
   int64_t max_queued_sandboxes, max_queued_execs;
+  int64_t max_paused, max_paused_s, max_workspace_bytes; /* paused sandboxes and workspaces */
+  int64_t max_lifetime_s;         /* its sandboxes' longest lifetime; 0: the config's (api_max_lifetime) */
   int admin;                      /* may create and change shared pools */
   char *secret;                   /* the Secret its creates' `secrets` read (own copy) */
   /* What it has going. */

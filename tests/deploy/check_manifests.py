@@ -625,7 +625,7 @@ def check_member(objs):
     used = need | {("", "pods", v) for v in ("get", "list", "patch")} | \
         {("apps", "replicasets", v) for v in ("get", "list", "watch", "create", "delete")} | \
         {("", "resourcequotas", v) for v in ("get", "list")} | \
-        {("", "persistentvolumeclaims", v) for v in ("get", "list")} | \
+        {("", "persistentvolumeclaims", v) for v in ("get", "list", "create", "patch", "delete")} | \
         {("", "configmaps", v) for v in ("get", "list", "watch", "create", "patch", "delete")}
     have = {(g, r, v) for (_, g, r, v) in role}
     for n in sorted(need - have):
@@ -642,9 +642,9 @@ def check_member(objs):
                 problem("%s: Role %s reads or changes Secrets without resourceNames: list the tenants' Secret "
                         "names" % (where, o["metadata"]["name"]))
     for (name, g, r, v) in sorted(rules_of(objs, "ClusterRole")):
-        if r not in ("nodes", "runtimeclasses") or v not in ("get", "list", "watch"):
-            problem("%s: ClusterRole %s grants %s on %s: only reading nodes and RuntimeClasses is "
-                    "cluster-wide" % (where, name, v, r))
+        if r not in ("nodes", "runtimeclasses", "storageclasses") or v not in ("get", "list", "watch"):
+            problem("%s: ClusterRole %s grants %s on %s: only reading nodes, RuntimeClasses and "
+                    "StorageClasses is cluster-wide" % (where, name, v, r))
     if any(r == "secrets" and v not in ("get", "patch", "create") for (_, _, r, v) in role):
         problem("%s: Secrets: only get and patch (by name) and create are needed" % where)
     sas = find(objs, "ServiceAccount")

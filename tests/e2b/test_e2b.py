@@ -100,7 +100,11 @@ def test_wire_answers(fed):
     check(st == 401 and r.get("code") == 401, f"bad key: {st} {r}")
     st, r = e2b(fed, "GET", "/v2/sandboxes")
     check(st == 200 and r == [], f"empty list: {st} {r}")
-    for method, path in (("POST", "/v3/templates"), ("POST", "/sandboxes/x.y/pause"), ("GET", "/volumes"),
+    st, r = e2b(fed, "POST", "/sandboxes/x.y/pause", body={})
+    check(st == 404 and r.get("code") == 404, f"pause of an unknown sandbox: {st} {r}")
+    st, r = e2b(fed, "POST", "/sandboxes/x.y/resume", body={})
+    check(st == 404 and r.get("code") == 404, f"resume of an unknown sandbox: {st} {r}")
+    for method, path in (("POST", "/v3/templates"), ("GET", "/volumes"),
                          ("POST", "/sandboxes/x.y/snapshots"), ("GET", "/sandboxes/x.y/metrics")):
         t0 = time.monotonic()
         st, r = e2b(fed, method, path, body={})

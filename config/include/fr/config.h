@@ -49,6 +49,10 @@ struct fr_config_error {
   char msg[512];        /* "clusters.[1].region: missing (every cluster needs a region)" */
 };
 
+/* Defaults of a tenant's paused sandboxes and workspaces. */
+#define FR_DEFAULT_TENANT_PAUSED 100
+#define FR_DEFAULT_TENANT_PAUSED_S ((int64_t)7 * 86400)
+#define FR_DEFAULT_TENANT_WORKSPACE_BYTES ((int64_t)1 << 40)
 /* A tenant's largest upload into a sandbox unless its max_file_bytes says. */
 #define FR_DEFAULT_TENANT_FILE_BYTES ((int64_t)10 << 30)
 /* What a tenant's limits are unless its config says (the loopback-only
@@ -82,6 +86,10 @@ struct fr_config_tenant {
   int64_t max_concurrent_execs;   /* execs running at once (default 2048) */
   int64_t max_pool_replicas;      /* warm pods over all its pools and clusters (default 1000; 0 = none) */
   int64_t max_file_bytes;         /* largest file upload into a sandbox (default 10 GiB) */
+  int64_t max_paused;             /* paused sandboxes it may keep (default 100; 0 = none) */
+  int64_t max_paused_s;           /* a paused sandbox goes after this long (default 7 days) */
+  int64_t max_workspace_bytes;    /* its workspaces' sizes summed, running and paused (default 1 TiB) */
+  int64_t max_lifetime_s;         /* its sandboxes' longest lifetime (0: sandbox.max_lifetime_s) */
   int admin;                      /* may create and change shared pools */
   /* The Secret of the sandbox namespace its creates' `secrets` name keys
    * of: `secret`, else "<name>-sandbox-secrets" (name lowercased, other

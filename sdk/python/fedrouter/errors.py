@@ -25,6 +25,7 @@ __all__ = [
     "AgentBusy", "AgentError", "PathNotFound", "FileTooLarge", "DiskFull", "ListingTooLarge",
     "TokenExpired", "SecretNotWritten", "SecretUnreadable", "InvalidKey", "InvalidValue", "ValueTooLarge",
     "QueueFull",
+    "NoWorkspace", "SandboxBusy", "ResumeFailed", "InvalidArchive",
 ]
 
 
@@ -208,6 +209,22 @@ class BodyTooLarge(APIError):
     code_default = "body_too_large"
 
 
+class NoWorkspace(APIError):
+    """409: only a sandbox created with a ``workspace`` can be paused."""
+    code_default = "no_workspace"
+
+
+class InvalidArchive(APIError):
+    """400: a restore's archive was refused (the message names the entry);
+    nothing was written."""
+    code_default = "invalid_archive"
+
+
+class ResumeFailed(APIError):
+    """The paused sandbox could not be made again (its cluster said why)."""
+    code_default = "resume_failed"
+
+
 class _RetryAfter(APIError):
     """An error that comes with ``Retry-After`` (``retry_after`` seconds)."""
 
@@ -274,6 +291,11 @@ class OutOfMemory(InternalError):
     """503: the router could not allocate what the answer needs (what it
     answers for any failure of its own); worth a retry."""
     code_default = "out_of_memory"
+
+
+class SandboxBusy(_RetryAfter):
+    """409: the paused sandbox's previous pod is still stopping."""
+    code_default = "sandbox_busy"
 
 
 class NotSynced(_RetryAfter):
@@ -394,7 +416,8 @@ ERROR_CLASSES: Dict[str, Type[APIError]] = {
         InternalError, ExecFailed, NoCapacity, ClusterUnavailable, AgentUnavailable, SandboxUnreachable, NotReady,
         ShuttingDown, OutOfMemory, NotSynced, CommitFailed, TooManyConnections, AgentBusy, AgentError,
         AgentDied, InvalidPath, PathNotFound, FileTooLarge, DiskFull, ListingTooLarge, TokenExpired,
-        SecretNotWritten, SecretUnreadable, InvalidKey, InvalidValue, ValueTooLarge, QueueFull)
+        SecretNotWritten, SecretUnreadable, InvalidKey, InvalidValue, ValueTooLarge, QueueFull, NoWorkspace,
+        SandboxBusy, ResumeFailed, InvalidArchive)
 }
 
 

@@ -63,6 +63,8 @@ get = _fn("get")
 ls = _fn("ls")
 terminate = _fn("terminate")
 terminate_many = _fn("terminate_many")
+pause = _fn("pause")
+resume = _fn("resume")
 exec = _fn("exec")  # noqa: A001  (sandbox.exec(id, *argv) mirrors sb.exec)
 exec_stream = _fn("exec_stream")
 run_code = _fn("run_code")
@@ -104,7 +106,7 @@ async def aclose() -> None:
         await _default.aclose()
 
 
-__all__ = ["configure", "client", "create", "get", "ls", "terminate", "terminate_many", "exec",
+__all__ = ["configure", "client", "create", "get", "ls", "terminate", "terminate_many", "pause", "resume", "exec",
            "exec_stream", "run_code", "create_pool", "get_pool", "list_pools", "set_pool_size", "delete_pool",
            "create_template", "delete_template", "clusters", "explain", "policy", "health", "queue", "secrets",
            "close", "aclose", "Client", "Sandbox", "SandboxList", "ExecResult", "ExecChunk", "Execution", "Files",
