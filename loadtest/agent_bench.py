@@ -45,6 +45,9 @@ import threading
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import rss_kib  # noqa: E402
+
 PROCS = []
 PIDS = {}  # router port -> pid
 TOKEN = "bench-" + os.urandom(6).hex()
@@ -167,14 +170,6 @@ async def keepalive_throughput(port, sid, n, c):
     t0 = time.monotonic()
     await asyncio.gather(*[worker() for _ in range(c)])
     return ok, n / (time.monotonic() - t0)
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return -1
 
 
 def stream_first_chunk(port, sid):

@@ -31,7 +31,6 @@ import http.client
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import socket
@@ -43,6 +42,9 @@ import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import BenchError, rss_kib, wrk  # noqa: E402
 
 PROCS = []
 SIM_TOKEN = "sim-" + os.urandom(6).hex()
@@ -87,12 +89,11 @@ def wait_for(fn, timeout, what):
     die("timed out waiting for " + what)
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+def bench_wrk(url, headers, seconds):
+    try:
+        return wrk(url, headers, seconds)
+    except BenchError as e:
+        die(str(e))
 
 
 def sign(pod, port, exp=None):
@@ -178,27 +179,6 @@ class Gateway:
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
 
 
-def wrk(url, headers, seconds, conns=16):
-    argv = ["wrk", "-t", "1", "-c", str(conns), "-d", f"{seconds}s", "--latency"]
-    for h in headers:
-        argv += ["-H", h]
-    out = subprocess.run(argv + [url], capture_output=True, text=True, timeout=seconds + 60).stdout
-    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
-    errs = re.search(r"Socket errors:.*", out)
-
-    def lat(q):
-        m = re.search(r"^\s+%d%%\s+([\d.]+)(us|ms|s)" % q, out, re.M)
-        if not m:
-            return None
-        v = float(m.group(1))
-        return v / 1000 if m.group(2) == "us" else v if m.group(2) == "ms" else v * 1000
-    if not rps or non2xx:
-        die(f"wrk {url}: {out}")
-    return {"rps": float(rps.group(1)), "p50_ms": lat(50), "p99_ms": lat(99),
-            "socket_errors": errs.group(0) if errs else None}
-
-
 def envelope(msg):
     b = json.dumps(msg).encode()
     return struct.pack(">BI", 0, len(b)) + b
@@ -242,7 +222,7 @@ def main():
                        capture_output=True)
         sim = Sim(build, root)
         ip = "127.%d.%d.%d" % (random.randint(16, 250), random.randint(0, 255), random.randint(2, 250))
-        start([os.path.join(build, "fedrouter-agent"), "--listen", f"{ip}:{AGENT_PORT}"],
+        start([os.path.join(build, "fedrouter-agent"), "--allow-open-init", "--listen", f"{ip}:{AGENT_PORT}"],
               os.path.join(root, "agent.log"))
 
         def agent_up():
@@ -266,9 +246,9 @@ def main():
         route = f"/v1/proxy/{NS}/sb-bench/{AGENT_PORT}/health"
         small = {}
         if shutil.which("wrk"):
-            small["direct"] = wrk(f"http://{ip}:{AGENT_PORT}/health", [], dur)
-            small["gateway_tls"] = wrk(f"https://127.0.0.1:{gw.port}{route}", [auth], dur)
-            small["gateway_plain"] = wrk(f"http://127.0.0.1:{gwp.port}{route}", [auth], dur)
+            small["direct"] = bench_wrk(f"http://{ip}:{AGENT_PORT}/health", [], dur)
+            small["gateway_tls"] = bench_wrk(f"https://127.0.0.1:{gw.port}{route}", [auth], dur)
+            small["gateway_plain"] = bench_wrk(f"http://127.0.0.1:{gwp.port}{route}", [auth], dur)
         else:
             print("gateway_bench: wrk not installed: small requests skipped (apt-get install wrk)")
         report["small"] = small

@@ -292,6 +292,15 @@ void fs_rpc(struct conn *c, const char *method, json_t *req);
  * too long) as a unary or, with <streaming>, a stream's error. */
 const char *rpc_path(struct conn *c, json_t *req, const char *field, bool streaming);
 
+/* ---- directory archives (tar.c) ---- */
+/* GET /tar: streams the tree under <path> as tar (gzip when <gz>) as
+ * <c>'s producer; errors before the stream are answered. */
+void tar_get(struct conn *c, const char *path, bool gz);
+/* POST /tar: unpacks the body into <path> (replacing its content), at
+ * most <max_bytes> of files (0: no bound), as <c>'s body sink; else the
+ * error was answered. */
+int untar_begin(struct conn *c, const char *path, uint64_t max_bytes);
+
 /* ---- multipart/form-data bodies (multipart.c) ---- */
 #define MP_HEAD_MAX 8192          /* one part's headers */
 #define MP_NAME_MAX 4096          /* a part's filename, NUL included */

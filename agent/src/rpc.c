@@ -331,6 +331,49 @@ void route_head(struct conn *c) {
     http_error(c, 405, "use GET or POST");
     return;
   }
+  if (strcmp(r->path, "/tar") == 0) {
+    /* A directory as a tar stream, both ways (tar.c). */
+    char path[4096], v[32], shown[600];
+    size_t plen, vlen;
+    int have = query_get(r->query, "path", path, sizeof(path), &plen);
+    if (have <= 0) {
+      http_error(c, 400, have < 0 ? "bad path parameter" : "path parameter required");
+      return;
+    }
+    if (!path_valid(path, plen)) {
+      path_show(path, plen, shown, sizeof(shown));
+      http_error(c, 400, "invalid path %s: a path is UTF-8 text without NUL bytes", shown);
+      return;
+    }
+    if (strcmp(m, "GET") == 0) {
+      int gz = query_get(r->query, "gzip", v, sizeof(v), &vlen);
+      tar_get(c, path, gz > 0 && strcmp(v, "0") != 0 && strcmp(v, "false") != 0);
+      return;
+    }
+    if (strcmp(m, "POST") == 0 || strcmp(m, "PUT") == 0) {
+      uint64_t max = 0;
+      if (query_get(r->query, "max_bytes", v, sizeof(v), &vlen) > 0) {
+        char *end;
+        errno = 0;
+        max = strtoull(v, &end, 10);
+        if (errno != 0 || *end != '\0' || end == v || v[0] == '-') {
+          http_error(c, 400, "max_bytes must be a non-negative integer");
+          return;
+        }
+      }
+      if (r->content_encoding[0] && strcasecmp(r->content_encoding, "identity") != 0) {
+        c->close_after = true;
+        http_error(c, 400, "Content-Encoding %s not supported: send gzip as the body itself",
+                   r->content_encoding);
+        return;
+      }
+      r->route = R_FILES_POST;
+      untar_begin(c, path, max);
+      return;
+    }
+    http_error(c, 405, "use GET or POST");
+    return;
+  }
   if (is_rpc) {
     if (strcmp(m, "POST") != 0) {
       c->close_after = true;

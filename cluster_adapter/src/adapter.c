@@ -5,10 +5,12 @@
  *
  *   adapter.c   new / start / free, the hooks' dispatch, the public calls
  *      |
- *      +-- sandbox.c  creates, deletes, pools, reaper   --> commit.c, agent.c
+ *      +-- sandbox.c  creates, deletes, pause, resume,  --> commit.c, agent.c,
+ *      |              pools, reaper                         workspace.c
  *      +-- exec.c     buffered exec                     --> proc.c, agent.c
  *      +-- proc.c     agent processes, unary calls      --> agent.c
- *      +-- secret.c   Secret reads
+ *      +-- secret.c   Secrets: reads for creates, /v1/secrets
+ *      +-- workspace.c  the sandboxes' own claims, their marks and sweep
  *      +-- commit.c   commit markers and their rule
  *      +-- agent.c    the agent through the pod proxy
  *      v
@@ -37,11 +39,13 @@
 #include "proc.h"
 #include "sandbox.h"
 #include "secret.h"
+#include "workspace.h"
 
 struct fr_adapter {
   struct cluster cl;             /* the bottom layer: every module below holds &cl */
   struct commits *cm;
   struct secrets *sec;
+  struct workspaces *ws;
   struct sandboxes *sb;
   int stopping;                  /* fr_adapter_free() has begun: no new creates or commits */
   void (*free_cb)(void *arg);
@@ -70,6 +74,7 @@ static void on_down(void *arg) {
  * (or never started them). */
 static void adapter_release(struct fr_adapter *a) {
   sandbox__free(a->sb);
+  workspace__free(a->ws);
   secret__free(a->sec);
   commit__free(a->cm);
   free(a);
@@ -87,8 +92,9 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *opts, struct f
   a->cm = commit__new(&a->cl, opts->batch_commit_timeout_s > 0 ? opts->batch_commit_timeout_s
                                                                : FR_BATCH_COMMIT_TIMEOUT_S);
   a->sec = secret__new(&a->cl);
-  a->sb = a->cm != NULL ? sandbox__new(&a->cl, a->cm) : NULL;
-  if (a->cm == NULL || a->sec == NULL || a->sb == NULL) {
+  a->ws = workspace__new(&a->cl);
+  a->sb = a->cm != NULL && a->ws != NULL ? sandbox__new(&a->cl, a->cm, a->ws) : NULL;
+  if (a->cm == NULL || a->sec == NULL || a->ws == NULL || a->sb == NULL) {
     snprintf(err, errlen, "%s: out of memory", opts->name);
     adapter_release(a);
     return -ENOMEM;
@@ -185,6 +191,10 @@ int64_t fr_adapter_tenant_sandboxes(struct fr_adapter *a, const char *tenant) {
   return cluster__tenant_sandboxes(&a->cl, tenant);
 }
 
+void fr_adapter_tenant_usage(struct fr_adapter *a, const char *tenant, struct fr_tenant_usage *out) {
+  cluster__tenant_usage(&a->cl, tenant, out);
+}
+
 const struct fr_adapter_pool_view *fr_adapter_pool(struct fr_adapter *a, const char *name) {
   return cluster__pool(&a->cl, name);
 }
@@ -235,6 +245,18 @@ int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char 
   return sandbox__delete(a->sb, pod, request_id, cb, arg);
 }
 
+int fr_adapter_sandbox_pause(struct fr_adapter *a, const char *pod, int64_t expires_s, const char *request_id,
+                             void (*cb)(int status, const char *message, void *arg), void *arg) {
+  return sandbox__pause(a->sb, pod, expires_s, request_id, cb, arg);
+}
+
+int fr_adapter_sandbox_resume(struct fr_adapter *a, const char *pod, json_t *secrets, int64_t lifetime_s,
+                              const char *request_id, fr_sandbox_cb cb, void *arg) {
+  if (a->stopping)
+    return -ESHUTDOWN;
+  return sandbox__resume(a->sb, pod, secrets, lifetime_s, request_id, cb, arg);
+}
+
 int fr_adapter_sandbox_set_expiry(struct fr_adapter *a, const char *pod, int64_t expires_s, const char *request_id,
                                   void (*cb)(int status, const char *message, void *arg), void *arg) {
   return sandbox__set_expiry(a->sb, pod, expires_s, request_id, cb, arg);
@@ -267,6 +289,20 @@ int fr_adapter_pool_delete(struct fr_adapter *a, const char *pool,
   return sandbox__pool_delete(a->sb, pool, cb, arg);
 }
 
+/* ---- workspaces (workspace.c) ---- */
+
+int fr_adapter_workspace(struct fr_adapter *a, const char *pod, struct fr_workspace *out) {
+  return workspace__get(a->ws, pod, out);
+}
+
+int fr_adapter_workspace_next(struct fr_adapter *a, void **cursor, struct fr_workspace *out) {
+  return workspace__next(a->ws, cursor, out);
+}
+
+int fr_adapter_workspaces_synced(const struct fr_adapter *a) {
+  return workspace__synced(a->ws);
+}
+
 /* ---- commit markers (commit.c) and Secrets (secret.c) ---- */
 
 void fr_adapter_batch_hold(struct fr_adapter *a, const char *batch, int hold) {
@@ -287,6 +323,34 @@ int fr_adapter_secret_get(struct fr_adapter *a, const char *secret, const char *
   if (a == NULL)
     return -EINVAL;
   return secret__get(a->sec, secret, keys, nkeys, request_id, cb, arg, out);
+}
+
+int fr_adapter_secret_keys(struct fr_adapter *a, const char *secret, const char *request_id, fr_secret_cb cb,
+                           void *arg, struct fr_secret_call **out) {
+  if (out != NULL)
+    *out = NULL;
+  if (a == NULL)
+    return -EINVAL;
+  return secret__keys(a->sec, secret, request_id, cb, arg, out);
+}
+
+int fr_adapter_secret_set(struct fr_adapter *a, const char *secret, const char *key, const void *value, size_t len,
+                          const char *tenant, const char *request_id, fr_secret_cb cb, void *arg,
+                          struct fr_secret_call **out) {
+  if (out != NULL)
+    *out = NULL;
+  if (a == NULL)
+    return -EINVAL;
+  return secret__set(a->sec, secret, key, value, len, tenant, request_id, cb, arg, out);
+}
+
+int fr_adapter_secret_unset(struct fr_adapter *a, const char *secret, const char *key, const char *request_id,
+                            fr_secret_cb cb, void *arg, struct fr_secret_call **out) {
+  if (out != NULL)
+    *out = NULL;
+  if (a == NULL)
+    return -EINVAL;
+  return secret__unset(a->sec, secret, key, request_id, cb, arg, out);
 }
 
 /* ---- the data plane (exec.c, agent.c, proc.c) ---- */

@@ -50,8 +50,8 @@ int agent__token(const struct cluster *cl, const char *pod, int previous, char o
 }
 
 int agent__path(const struct cluster *cl, const char *pod, int port, const char *method, const char *route,
-               char *out, size_t cap) {
-  return upstream_agent_path(out, cap, cl->ns, pod, port, method, route, 0);
+                int internal, char *out, size_t cap) {
+  return upstream_agent_path(out, cap, cl->ns, pod, port, method, route, internal);
 }
 
 /* ---- /init ---- */
@@ -338,11 +338,12 @@ static void on_call_done(const struct fr_kube_response *resp, void *arg) {
     res.err = FR_AGENT_CANCELED;
     res.message = "stopped by its reader";
   } else if (resp->status == 0) {
-    /* Not reached at all: the cluster's fault, unless something started.
-     * A sandbox's own port never feeds the breaker: what a sandbox's
-     * server does (hang up, stall) must not make the cluster look down
-     * to every tenant. */
-    if (!ac->got_head && ac->o.port == 0)
+    /* Not reached at all: the cluster's fault, unless something started
+     * or it was never sent (it waited out the router's own queue for the
+     * cluster: busy, not down). A sandbox's own port never feeds the
+     * breaker: what a sandbox's server does (hang up, stall) must not make
+     * the cluster look down to every tenant. */
+    if (!ac->got_head && ac->o.port == 0 && resp->attempts > 0)
       cluster__report(ac->cl, 0);
     snprintf(msg, sizeof(msg), "%s: %.300s", ac->got_head ? "the agent's answer was cut" : "cannot reach the sandbox's agent",
              resp->error != NULL ? resp->error : "no answer");
@@ -395,7 +396,8 @@ static int call_send(struct fr_agent_call *ac) {
                                 on_call_done, ac, &ac->kc);
   }
   if (agent__token(ac->cl, ac->pod, ac->previous_key, token) != 0 ||
-      agent__path(ac->cl, ac->pod, ac->port, ac->o.method, ac->o.path, path, sizeof(path)) != 0)
+      agent__path(ac->cl, ac->pod, ac->port, ac->o.method, ac->o.path, ac->o.internal_route, path,
+                  sizeof(path)) != 0)
     return -EINVAL;
   headers = malloc(TOKEN_HEADER_LEN + extra + 1);
   if (headers == NULL)

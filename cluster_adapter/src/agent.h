@@ -28,9 +28,11 @@ int agent__token(const struct cluster *cl, const char *pod, int previous, char o
 int agent__token_ok(const struct cluster *cl, const char *pod, const char *token);
 /* The pod proxy path of agent route <route> (path and query, from '/')
  * for <method> on <pod>:<port>, through upstream_agent_path(): -EINVAL for
- * a route outside the allow-list or a parameter it does not take. */
+ * a route outside the allow-list or a parameter it does not take. <internal>
+ * 1 also allows the adapter's own routes (/init, /tar: never on a
+ * client's behalf). */
 int agent__path(const struct cluster *cl, const char *pod, int port, const char *method, const char *route,
-                char *out, size_t cap);
+                int internal, char *out, size_t cap);
 
 typedef void (*agent__done_cb)(int rc, const char *message, void *arg);
 /* What an agent's /init token is made for (FR_LABEL_AGENT_INIT). */

@@ -132,8 +132,15 @@ static void pods_count(struct cluster *c, const struct fr_pod *p, int sign) {
   FR_ASSERT(c->n_sandboxes >= 0 && c->sb_cpu_m >= 0 && c->sb_mem_b >= 0);
   if (p->tenant != NULL) {
     struct strmap_entry *n = strmap_put(&c->tenant_counts, p->tenant, NULL);
-    if (n != NULL && (n->v.n[0] += sign) <= 0)
-      strmap_del(&c->tenant_counts, p->tenant);
+    if (n != NULL) {
+      n->v.n[1] += sign * p->cpu_m;
+      n->v.n[2] += sign * p->mem_b;
+      FR_ASSERT(n->v.n[1] >= 0 && n->v.n[2] >= 0);
+      if ((n->v.n[0] += sign) <= 0)
+        strmap_del(&c->tenant_counts, p->tenant);
+    }
+    if (p->gpus > 0 && (n = strmap_put(&c->tenant_gpus, p->tenant, NULL)) != NULL && (n->v.n[0] += sign * p->gpus) <= 0)
+      strmap_del(&c->tenant_gpus, p->tenant);
   }
 }
 
@@ -331,6 +338,70 @@ static json_t *slim_any_pod(json_t *pod, void *arg) {
                                         c->cc.gpu_resource));
 }
 
+/* ---- requests ---- */
+
+void cluster__status_message(const char *body, size_t len, char *out, size_t cap) {
+  json_t *j = json_loadb(body, len, 0, NULL);
+  const char *m = json_string_value(json_object_get(j, "message"));
+
+  snprintf(out, cap, "%s", m ? m : (len ? body : "no response"));
+  json_decref(j);
+}
+
+struct simple_call {
+  struct fr_informer *observe;  /* the cache a 2xx answer's object enters at once, or NULL */
+  void (*cb)(int status, const char *message, void *arg);
+  void *arg;
+};
+
+static void on_simple(const struct fr_kube_response *r, void *arg) {
+  struct simple_call *sc = arg;
+  json_t *obj;
+  char msg[600];
+
+  /* Read-your-own-writes: a lookup right after this write (a resize
+   * right after the pool's create, the expiry right after it moved) sees
+   * it even while the watch lags. */
+  if (sc->observe != NULL && r->status >= 200 && r->status < 300 &&
+      (obj = json_loadb(r->body, r->body_len, 0, NULL)) != NULL) {
+    fr_informer_observe(sc->observe, obj);
+    json_decref(obj);
+  }
+  if (sc->cb != NULL) {
+    if (r->status >= 200 && r->status < 300)
+      msg[0] = '\0';
+    else if (r->status == 0)
+      snprintf(msg, sizeof(msg), "%s", r->error ? r->error : "no response");
+    else
+      cluster__status_message(r->body, r->body_len, msg, sizeof(msg));
+    sc->cb(r->status, msg, sc->arg);
+  }
+  free(sc);
+}
+
+int cluster__request(struct cluster *c, const char *method, const char *path, const char *ctype, json_t *body,
+                     int idempotent, struct fr_informer *observe, const char *request_id,
+                     void (*cb)(int status, const char *message, void *arg), void *arg) {
+  struct simple_call *sc = malloc(sizeof(*sc));
+  char *b = body ? json_dumps(body, JSON_COMPACT) : NULL;
+  int rc;
+
+  if (sc == NULL || (body != NULL && b == NULL)) {
+    free(sc);
+    free(b);
+    return -ENOMEM;
+  }
+  sc->observe = observe;
+  sc->cb = cb;
+  sc->arg = arg;
+  rc = fr_kube_request(c->client, method, path, ctype, b, b ? strlen(b) : 0, idempotent ? FR_KUBE_IDEMPOTENT : 0,
+                       request_id, on_simple, sc, NULL);
+  free(b);
+  if (rc != 0)
+    free(sc);
+  return rc;
+}
+
 static const char *const breaker_names[] = {"closed", "open", "half-open"};
 
 /* The breaker's one transition function:
@@ -383,11 +454,14 @@ static void on_probe_done(const struct fr_kube_response *r, void *arg) {
   struct cluster *c = arg;
 
   c->probe_call = NULL;
-  c->probe_ok = r->status == 200;
+  /* A 429 (priority and fairness shedding load) is a busy API server, not
+   * a dead one: it answered, and the breaker stays closed. */
+  c->probe_ok = r->status == 200 || r->status == 429;
   if (c->probe_ok) {
     c->last_probe_ok_ms = uv_now(c->loop);
-    c->latency_ewma = c->latency_ewma == 0 ? r->elapsed_ms
-                                           : EWMA_ALPHA * r->elapsed_ms + (1 - EWMA_ALPHA) * c->latency_ewma;
+    if (r->status == 200)
+      c->latency_ewma = c->latency_ewma == 0 ? r->elapsed_ms
+                                             : EWMA_ALPHA * r->elapsed_ms + (1 - EWMA_ALPHA) * c->latency_ewma;
   } else {
     FR_WARN("adapter", "%s: health probe failed (%d %s)", c->cc.name, r->status,
             r->error ? r->error : "");
@@ -448,6 +522,7 @@ static void cluster_release(struct cluster *c) {
   strmap_close(&c->gpu_usage);
   warm_ready_free(c);
   strmap_close(&c->tenant_counts);
+  strmap_close(&c->tenant_gpus);
   podstore_free(&c->pods);
 }
 
@@ -507,6 +582,9 @@ int cluster__init(struct cluster *c, uv_loop_t *loop, const struct fr_adapter_op
     rc = upstream_object_path(path, sizeof(path), "/api/v1", c->ns, "persistentvolumeclaims", NULL, NULL);
   if (rc == 0)
     rc = fr_informer_new(c->client, path, NULL, on_informer, c, &c->inf[CLUSTER_INF_PVCS]);
+  if (rc == 0)
+    rc = fr_informer_new(c->client, "/apis/storage.k8s.io/v1/storageclasses", NULL, on_informer, c,
+                         &c->inf[CLUSTER_INF_STORAGECLASSES]);
   /* The commit markers: commit.c reads them (and sets their transform). */
   if (rc == 0)
     rc = upstream_object_path(path, sizeof(path), "/api/v1", c->ns, "configmaps", NULL, NULL);
@@ -641,6 +719,19 @@ int64_t cluster__tenant_sandboxes(const struct cluster *c, const char *tenant) {
   return n != NULL ? n->v.n[0] : 0;
 }
 
+void cluster__tenant_usage(const struct cluster *c, const char *tenant, struct fr_tenant_usage *out) {
+  const struct strmap_entry *n = strmap_get(&c->tenant_counts, tenant), *g = strmap_get(&c->tenant_gpus, tenant);
+
+  memset(out, 0, sizeof(*out));
+  if (n != NULL) {
+    out->sandboxes = n->v.n[0];
+    out->cpu_m = n->v.n[1];
+    out->mem_b = n->v.n[2];
+  }
+  if (g != NULL)
+    out->gpus = g->v.n[0];
+}
+
 static const char *pod_label(json_t *obj, const char *key) {
   return json_string_value(json_object_get(json_object_get(json_object_get(obj, "metadata"), "labels"), key));
 }
@@ -712,6 +803,21 @@ static void quota_room(struct cluster *c, int64_t *pods, int64_t *cpu_m, int64_t
   }
 }
 
+/* 1 if a StorageClass is marked the default (what a claim without a
+ * class gets from the API server's admission). */
+static int has_default_class(struct cluster *c) {
+  const char *key;
+  json_t *sc;
+
+  json_object_foreach(fr_informer_items(c->inf[CLUSTER_INF_STORAGECLASSES]), key, sc) {
+    const char *d = json_string_value(json_object_get(json_object_get(json_object_get(sc, "metadata"), "annotations"),
+                                                      "storageclass.kubernetes.io/is-default-class"));
+    if (d != NULL && strcmp(d, "true") == 0)
+      return 1;
+  }
+  return 0;
+}
+
 /* What stops the cluster from hosting pods with <opts> at all (the
  * fr_adapter_fit_slots codes), or NULL. */
 static const char *unfit_objects(struct cluster *c, const struct fr_podopts *opts, char *detail, size_t len) {
@@ -722,6 +828,18 @@ static const char *unfit_objects(struct cluster *c, const struct fr_podopts *opt
     snprintf(detail, len, "RuntimeClass \"%.100s\" not found%s", rc,
              fr_informer_synced(c->inf[CLUSTER_INF_RUNTIMECLASSES]) ? "" : " (RuntimeClasses not listed yet)");
     return "no_runtime_class";
+  }
+  if ((v = podopts_field(opts, "workspace")) != NULL) {
+    const char *sc = json_string_value(json_object_get(v, "storage_class"));
+    if (sc != NULL ? fr_informer_get(c->inf[CLUSTER_INF_STORAGECLASSES], "", sc) == NULL : !has_default_class(c)) {
+      if (sc != NULL)
+        snprintf(detail, len, "StorageClass \"%.100s\" not found%s", sc,
+                 fr_informer_synced(c->inf[CLUSTER_INF_STORAGECLASSES]) ? "" : " (StorageClasses not listed yet)");
+      else
+        snprintf(detail, len, "no default StorageClass for the workspace%s",
+                 fr_informer_synced(c->inf[CLUSTER_INF_STORAGECLASSES]) ? "" : " (StorageClasses not listed yet)");
+      return "no_storage_class";
+    }
   }
   json_object_foreach(podopts_field(opts, "volumes"), k, v) {
     if (fr_informer_get(c->inf[CLUSTER_INF_PVCS], c->ns, json_string_value(v)) == NULL) {

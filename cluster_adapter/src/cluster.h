@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <jansson.h>
 #include <uv.h>
 
 #include "fr/adapter.h"
@@ -32,8 +33,11 @@
 /* The cluster's caches. PODS, POOLS and NODES gate readiness; ALLPODS
  * (every pod in the cluster, reduced to node and requests) and QUOTAS
  * refine capacity when allowed; RUNTIMECLASSES and PVCS (the sandbox
- * namespace's claims) say which pod options the cluster can serve.
- * MARKERS holds the batches' commit markers (commit.c reads them). */
+ * namespace's claims) say which pod options the cluster can serve; PVCS
+ * also holds the sandboxes' workspace claims (workspace.c reads them), the
+ * record of paused sandboxes. MARKERS holds the batches' commit markers
+ * (commit.c reads them). STORAGECLASSES says which workspaces the cluster
+ * can provision. */
 enum cluster_inf {
   CLUSTER_INF_PODS,
   CLUSTER_INF_POOLS,
@@ -43,6 +47,7 @@ enum cluster_inf {
   CLUSTER_INF_RUNTIMECLASSES,
   CLUSTER_INF_PVCS,
   CLUSTER_INF_MARKERS,
+  CLUSTER_INF_STORAGECLASSES,
   CLUSTER_INF_COUNT
 };
 #define CLUSTER_INF_REQUIRED 3
@@ -93,7 +98,9 @@ struct cluster {
   int64_t sb_cpu_m, sb_mem_b;    /* requests of the live sandboxes */
   struct strmap warm_ready;      /* pool -> v.map, the set of its ready, unclaimed pods
                                     (an entry only while its set is not empty) */
-  struct strmap tenant_counts;   /* tenant -> v.n[0] live sandboxes (an entry only while > 0) */
+  struct strmap tenant_counts;   /* tenant -> v.n [live sandboxes, their cpu_m, their mem_b] (an entry only
+                                    while it has sandboxes) */
+  struct strmap tenant_gpus;     /* tenant -> v.n[0] GPUs of its live sandboxes (an entry only while > 0) */
   int64_t inflight;              /* creates in flight (sandbox.c counts them here) */
   int64_t reserved;              /* planned by batches, not started */
   void (*closed_cb)(void *arg);
@@ -126,6 +133,21 @@ int cluster__reachable(const struct cluster *c);
 /* 1 while the breaker is closed and the last probe was answered. */
 int cluster__answering(const struct cluster *c);
 
+/* ---- requests ---- */
+
+/* The Kubernetes Status message of an error body <body> (<len> bytes),
+ * else the body, else "no response", into <out>. */
+void cluster__status_message(const char *body, size_t len, char *out, size_t cap);
+/* One API call whose status is all its caller needs: <cb> (may be NULL)
+ * gets the status and a message ("" for a 2xx; the Status message or the
+ * transport's error otherwise). <body> (may be NULL) is sent as compact
+ * JSON; <observe> (may be NULL): the cache a 2xx answer's object enters at
+ * once (read-your-own-writes while the watch lags). 0 or a negative errno
+ * (no callback then). */
+int cluster__request(struct cluster *c, const char *method, const char *path, const char *ctype, json_t *body,
+                     int idempotent, struct fr_informer *observe, const char *request_id,
+                     void (*cb)(int status, const char *message, void *arg), void *arg);
+
 /* ---- caches ---- */
 
 /* 1 when cache <i> is synced and its last list or watch worked, so a
@@ -140,6 +162,8 @@ const struct fr_pod *cluster__pod_next(const struct cluster *c, size_t *cursor);
 int64_t cluster__sandboxes(const struct cluster *c);
 /* Live sandboxes of <tenant>. */
 int64_t cluster__tenant_sandboxes(const struct cluster *c, const char *tenant);
+/* fr_adapter_tenant_usage: <tenant>'s live sandboxes and their requests. */
+void cluster__tenant_usage(const struct cluster *c, const char *tenant, struct fr_tenant_usage *out);
 /* The ready, unclaimed pods of <pool> (a set of pod names), or NULL for
  * none. Borrowed: valid until the next sandbox pod event. */
 const struct strmap *cluster__warm_ready(const struct cluster *c, const char *pool);

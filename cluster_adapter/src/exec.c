@@ -471,7 +471,7 @@ static int start_agent(struct exec_op *op, int port) {
 
   op->port = port;
   if (agent__token(op->cl, op->pod, op->previous_key, token) != 0 ||
-      agent__path(op->cl, op->pod, port, "POST", "/process.Process/Start", path, sizeof(path)) != 0)
+      agent__path(op->cl, op->pod, port, "POST", "/process.Process/Start", 0, path, sizeof(path)) != 0)
     return -EINVAL;
   snprintf(header, sizeof(header), "X-Access-Token: %s", token);
   memset(&o, 0, sizeof(o));

@@ -210,6 +210,44 @@ int fr_podopts_parse(json_t *obj, struct fr_podopts **out, const char **field, c
     if (json_object_size(v) > 0)
       json_object_set_new(c, "volumes", json_deep_copy(v));
   }
+  if ((v = json_object_get(obj, "workspace")) != NULL) {
+    /* The sandbox's own PersistentVolumeClaim (workspace.c). */
+    const char *path = "/workspace", *sc = NULL, *size = "10Gi";
+    int64_t bytes = 0;
+    char canon[32];
+    json_t *w;
+    if (!json_is_object(v))
+      FAIL("workspace", "workspace must be an object {\"path\", \"size\", \"storage_class\"}");
+    json_object_foreach(v, k, e) {
+      if (strcmp(k, "path") != 0 && strcmp(k, "size") != 0 && strcmp(k, "storage_class") != 0)
+        FAIL("workspace", "workspace has an unknown field \"%.60s\" (path, size, storage_class)", k);
+      if (!json_is_string(e))
+        FAIL("workspace", "workspace.%s must be a string", k);
+    }
+    if ((e = json_object_get(v, "path")) != NULL)
+      path = json_string_value(e);
+    if ((e = json_object_get(v, "size")) != NULL)
+      size = json_string_value(e);
+    if ((e = json_object_get(v, "storage_class")) != NULL)
+      sc = json_string_value(e);
+    if (!mount_path_valid(path))
+      FAIL("workspace", "workspace.path \"%.100s\" must be an absolute, clean path (no '.', '..', '//' or "
+           "trailing '/'; not / or %s)", path, PODOPTS_AGENT_DIR);
+    if (json_object_get(json_object_get(obj, "volumes"), path) != NULL)
+      FAIL("workspace", "workspace.path \"%.100s\" is also a volume's mount path", path);
+    if (fr_quantity_parse_value(size, &bytes) != 0 || bytes < FR_PODOPTS_MIN_WORKSPACE ||
+        bytes > FR_PODOPTS_MAX_WORKSPACE)
+      FAIL("workspace", "workspace.size must be a quantity from 1Mi to 64Ti (\"10Gi\"), got \"%.40s\"", size);
+    if (sc != NULL && !subdomain_valid(sc))
+      FAIL("workspace", "workspace.storage_class must be a StorageClass name (a lowercase DNS subdomain)");
+    fr_quantity_format_bytes(bytes, canon, sizeof(canon));
+    w = json_pack("{s:s,s:s}", "path", path, "size", canon);
+    if (w == NULL)
+      goto oom;
+    if (sc != NULL)
+      json_object_set_new(w, "storage_class", json_string(sc));
+    json_object_set_new(c, "workspace", w);
+  }
   if ((v = json_object_get(obj, "readiness")) != NULL) {
     /* The pod is Ready when the server the image starts answers this
      * HTTP GET (the Code Interpreter's /health on 49999): a claim never
@@ -277,6 +315,13 @@ json_t *fr_podopts_json(const struct fr_podopts *o) {
 
 int64_t fr_podopts_gpus(const struct fr_podopts *o) {
   return o != NULL ? o->gpus : 0;
+}
+
+int64_t fr_podopts_workspace_bytes(const struct fr_podopts *o) {
+  const char *size = json_string_value(json_object_get(podopts_field(o, "workspace"), "size"));
+  int64_t v = 0;
+
+  return size != NULL && fr_quantity_parse_value(size, &v) == 0 ? v : 0;
 }
 
 /* ---- what the options become in a pod spec ---- */

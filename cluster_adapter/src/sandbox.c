@@ -15,6 +15,12 @@
  * INIT (the agent's /init with the sandbox's token, env and secrets) is
  * skipped for a pod without an agent when there is nothing to hand it.
  *
+ * With a workspace (workspace.c), CREATING first POSTs the sandbox's
+ * claim, then its pod; CLAIMING adopts the claimed pool pod's claim (a
+ * PATCH) before INIT. A resume (fr_adapter_sandbox_resume) starts in
+ * CREATING with the paused sandbox's pod name and its claim, which exists.
+ * Pausing marks the claim paused, then deletes the pod.
+ *
  * Waiting uses the pod informer (no polling): every pod event is matched
  * against the creates in flight.
  */
@@ -38,6 +44,7 @@
 #include "fr/util.h"
 #include "podopts.h"
 #include "upstream.h"
+#include "workspace.h"
 
 #define MAX_CLAIM_CONFLICTS 3
 #define DEFAULT_READY_TIMEOUT_MS 120000
@@ -56,6 +63,7 @@ struct reap_due;
 struct sandboxes {
   struct cluster *cl;
   struct commits *cm;            /* the commit rule the reaper applies */
+  struct workspaces *ws;         /* the sandboxes' own claims */
   struct create_op *creates;     /* in flight */
   struct strmap claiming;        /* while a claim is out */
   struct strmap reaping;         /* once a reap delete was sent */
@@ -77,6 +85,8 @@ struct create_op {
   int64_t cpu_m, mem_b, lifetime_s;
   int64_t deadline_s;       /* activeDeadlineSeconds: >= lifetime_s */
   uint64_t ready_timeout_ms;
+  int busy;                 /* the last answer was "busy", not "down": 429, or never sent (the router's own queue
+                               for the cluster timed out); the breaker does not hear of it as a failure */
   json_t *secrets;          /* a reference: env only the agent gets, never the pod */
   json_t *env, *labels;
   struct fr_podopts *opts;  /* pod options of a cold create; NULL = none */
@@ -84,6 +94,9 @@ struct create_op {
   void *arg;
   int conflicts;
   char conflicted[MAX_CLAIM_CONFLICTS][64]; /* pods whose claim this create lost: not again */
+  int resume;               /* a paused sandbox again: fixed pod name, its workspace claim exists */
+  char ws_claim[128];       /* resume: the workspace claim's name ("" = "<pod>-ws") */
+  int ws_made;              /* this create made the workspace claim of op->pod */
   int init_warm;            /* CS_INIT: the pod came from the pool */
   int warm_held;            /* holds one of the pool's ready pods reserved (warm_hold) */
   char pod[64];
@@ -122,6 +135,15 @@ static void set_state(struct create_op *op, enum cstate s) {
   op->state = s;
   if (s != CS_PICK && s != CS_CLAIMING)
     warm_release(op);
+}
+
+static int delete_pod(struct sandboxes *sb, const char *pod, const char *request_id, int hide,
+                      void (*cb)(int status, const char *message, void *arg), void *arg);
+
+/* The pod of a create that is given up: only the pod (a workspace claim
+ * this create made goes in finish(); a resumed sandbox keeps its own). */
+static void op_delete_pod(struct create_op *op) {
+  delete_pod(op->sb, op->pod, op->request_id, 1, NULL, NULL);
 }
 
 static void timer_closed(uv_handle_t *h) {
@@ -169,11 +191,18 @@ static void finish(struct create_op *op, enum fr_sandbox_err err, const char *me
   }
   agent__init_cancel(op->init);
   op->init = NULL;
-  /* Whether the cluster answered at all feeds its circuit breaker. */
+  /* Whether the cluster answered at all feeds its circuit breaker; a busy
+   * one (429, or a request that waited out the router's own queue for it)
+   * is slow, not down: the batch spills, the breaker stays closed. */
   if (err == FR_SB_OK)
     cluster__report(op->sb->cl, 1);
-  else if (err == FR_SB_UNAVAILABLE && !op->sb->stopping)
+  else if (err == FR_SB_UNAVAILABLE && !op->sb->stopping && !op->busy)
     cluster__report(op->sb->cl, 0);
+  /* A create that made a workspace and did not get its sandbox leaves
+   * nothing (its pod, if any, was deleted on the way here). A resume
+   * keeps the workspace: the sandbox stays paused. */
+  if (err != FR_SB_OK && op->ws_made && !op->resume)
+    workspace__claim_delete(op->sb->ws, op->pod, op->request_id, NULL, NULL);
   memset(&r, 0, sizeof(r));
   r.err = err;
   r.message = message;
@@ -197,7 +226,7 @@ static void on_inited(int rc, const char *message, void *arg) {
   }
   /* A sandbox whose agent refuses its token and env is not usable as asked:
    * it goes, and the caller places the sandbox elsewhere. */
-  sandbox__delete(op->sb, op->pod, op->request_id, NULL, NULL);
+  op_delete_pod(op);
   finish(op, FR_SB_UNAVAILABLE, rc == 0 ? "the sandbox went away during its agent's /init" : message, NULL, 0);
 }
 
@@ -213,29 +242,20 @@ static void succeed(struct create_op *op, const struct fr_pod *pod, int warm) {
   if (port == 0) {
     /* Secrets reach a sandbox only through its agent (pick() never claims
      * a pod without one; this is a pod that lost its label). */
-    sandbox__delete(op->sb, op->pod, op->request_id, NULL, NULL);
+    op_delete_pod(op);
     finish(op, FR_SB_FAILED, "the sandbox has no agent to hand its secrets to", NULL, 0);
     return;
   }
   set_state(op, CS_INIT);
   op->init_warm = warm;
   if (agent__init(op->sb->cl, pod, port, op->env, op->secrets, op->request_id, on_inited, op, &op->init) != 0) {
-    sandbox__delete(op->sb, op->pod, op->request_id, NULL, NULL);
+    op_delete_pod(op);
     finish(op, FR_SB_FAILED, "cannot send the agent's /init", NULL, 0);
   }
 }
 
 static void now_rfc3339(char out[21], int64_t plus_s) {
   fr_time_rfc3339(fr_wall_ms() / 1000 + plus_s, out);
-}
-
-/* Kubernetes Status message of an error body, or a fallback. */
-static void status_message(const char *body, size_t len, char *out, size_t cap) {
-  json_t *j = json_loadb(body, len, 0, NULL);
-  const char *m = json_string_value(json_object_get(j, "message"));
-
-  snprintf(out, cap, "%s", m ? m : (len ? body : "no response"));
-  json_decref(j);
 }
 
 /* The user's labels, and the batch's (commit.c), added to <labels>. */
@@ -329,7 +349,7 @@ static void on_ready_timeout(uv_timer_t *t) {
   char msg[200];
 
   snprintf(msg, sizeof(msg), "pod %s was not exec-ready within %" PRIu64 " ms", op->pod, op->ready_timeout_ms);
-  sandbox__delete(op->sb, op->pod, op->request_id, NULL, NULL);
+  op_delete_pod(op);
   finish(op, FR_SB_TIMEOUT, msg, NULL, 0);
 }
 
@@ -340,10 +360,10 @@ static void check_pod(struct create_op *op, const struct fr_pod *pod) {
   } else if (pod->unschedulable != NULL) {
     char msg[600];
     snprintf(msg, sizeof(msg), "unschedulable: %s", pod->unschedulable);
-    sandbox__delete(op->sb, op->pod, op->request_id, NULL, NULL);
+    op_delete_pod(op);
     finish(op, FR_SB_NO_ROOM, msg, NULL, 0);
   } else if (fr_pod_finished(pod)) {
-    sandbox__delete(op->sb, op->pod, op->request_id, NULL, NULL);
+    op_delete_pod(op);
     finish(op, FR_SB_FAILED, "the pod stopped before it was ready", NULL, 0);
   }
 }
@@ -371,6 +391,15 @@ void sandbox__on_pod(struct sandboxes *sb, enum fr_informer_event ev, const stru
 
 static void start_cold(struct create_op *op);
 
+/* A 429 (the API server answered: alive, and busy) or a request that was
+ * never sent (it waited out the router's own queue for this cluster): the
+ * cluster is busy, not down. */
+static void note_busy(struct create_op *op, const struct fr_kube_response *r) {
+  op->busy = r->status == 429 || (r->status == 0 && r->attempts == 0);
+  if (r->status == 429)
+    cluster__report(op->sb->cl, 1);
+}
+
 static void on_created(const struct fr_kube_response *r, void *arg) {
   struct create_op *op = arg;
   char msg[600];
@@ -391,13 +420,21 @@ static void on_created(const struct fr_kube_response *r, void *arg) {
       check_pod(op, cached);
     return;
   }
-  status_message(r->body, r->body_len, msg, sizeof(msg));
-  if (r->status == 409) {
-    /* Our random name collided: pick another. */
+  cluster__status_message(r->body, r->body_len, msg, sizeof(msg));
+  if (r->status == 409 && op->resume) {
+    finish(op, FR_SB_FAILED, "the sandbox's pod still exists: it is still stopping, retry shortly", NULL, 0);
+  } else if (r->status == 409) {
+    /* Our random name collided: pick another (a claim made for that name
+     * goes first). */
+    if (op->ws_made) {
+      workspace__claim_delete(op->sb->ws, op->pod, op->request_id, NULL, NULL);
+      op->ws_made = 0;
+    }
     start_cold(op);
   } else if (r->status == 403) {
     finish(op, FR_SB_NO_ROOM, msg, NULL, 0);
   } else if (r->status == 0 || r->status >= 500 || r->status == 429) {
+    note_busy(op, r);
     finish(op, FR_SB_UNAVAILABLE, r->status ? msg : (r->error ? r->error : "no response"), NULL, 0);
   } else {
     finish(op, FR_SB_FAILED, msg, NULL, 0);
@@ -505,10 +542,58 @@ static const char *gpu_resource(const struct cluster *cl) {
   return cl->cc.gpu_resource != NULL ? cl->cc.gpu_resource : "nvidia.com/gpu";
 }
 
+static void create_pod(struct create_op *op);
+
+/* What a resume needs to make the sandbox again, kept on its workspace
+ * claim (annotation fedrouter.io/sandbox-spec): never a secret's value. */
+static json_t *resume_spec(struct create_op *op) {
+  char *names = secret_names(op->secrets);
+  json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:b}", "image", op->image, "cpu_m", (json_int_t)op->cpu_m, "mem_b",
+                        (json_int_t)op->mem_b, "lifetime_s", (json_int_t)op->lifetime_s, "deadline_s",
+                        (json_int_t)op->deadline_s, "agent", op->sb->cl->cc.agent != NULL);
+
+  if (j == NULL)
+    goto out;
+  if (op->pool != NULL)
+    json_object_set_new(j, "pool", json_string(op->pool));
+  if (op->env != NULL && json_object_size(op->env) > 0)
+    json_object_set(j, "env", op->env);
+  if (op->labels != NULL && json_object_size(op->labels) > 0)
+    json_object_set(j, "labels", op->labels);
+  if (names != NULL)
+    json_object_set_new(j, "secrets", json_string(names));
+  if (fr_podopts_json(op->opts) != NULL)
+    json_object_set(j, "options", fr_podopts_json(op->opts));
+out:
+  free(names);
+  return j;
+}
+
+static void on_ws_created(const struct fr_kube_response *r, void *arg) {
+  struct create_op *op = arg;
+  char msg[600];
+
+  op->call = NULL;
+  if (r->status == 201) {
+    op->ws_made = 1;
+    create_pod(op);
+    return;
+  }
+  cluster__status_message(r->body, r->body_len, msg, sizeof(msg));
+  if (r->status == 409) {
+    start_cold(op); /* our random name collided: another */
+  } else if (r->status == 403) {
+    finish(op, FR_SB_NO_ROOM, msg, NULL, 0); /* a quota on claims or storage */
+  } else if (r->status == 0 || r->status >= 500 || r->status == 429) {
+    finish(op, FR_SB_UNAVAILABLE, r->status ? msg : (r->error ? r->error : "no response"), NULL, 0);
+  } else {
+    finish(op, FR_SB_FAILED, msg, NULL, 0);
+  }
+}
+
 static void start_cold(struct create_op *op) {
-  json_t *pod, *labels;
-  char *body;
-  char suffix[11], path[300], init_sha256[65] = "";
+  char suffix[11], path[300], *body = NULL;
+  json_t *spec;
   int rc;
 
   if (op->image == NULL) {
@@ -520,10 +605,38 @@ static void start_cold(struct create_op *op) {
     return;
   }
   set_state(op, CS_CREATING);
-  fr_random_name_suffix(suffix, 10);
-  snprintf(op->pod, sizeof(op->pod), "sb-%s", suffix);
+  if (!op->resume) {
+    fr_random_name_suffix(suffix, 10);
+    snprintf(op->pod, sizeof(op->pod), "sb-%s", suffix);
+  }
+  if (op->resume || podopts_field(op->opts, "workspace") == NULL) {
+    create_pod(op);
+    return;
+  }
+  /* The workspace claim first: the pod mounts it. */
+  spec = resume_spec(op);
+  rc = spec ? workspace__claim_request(op->sb->ws, op->pod, op->opts, op->tenant, op->name, op->pool, op->batch,
+                                       spec, &body, path, sizeof(path))
+            : -ENOMEM;
+  json_decref(spec);
+  if (rc == 0)
+    rc = fr_kube_request(op->sb->cl->client, "POST", path, "application/json", body, strlen(body), 0,
+                         op->request_id, on_ws_created, op, &op->call);
+  free(body);
+  if (rc != 0)
+    finish(op, FR_SB_FAILED, "cannot send the workspace's claim", NULL, 0);
+}
+
+static void create_pod(struct create_op *op) {
+  json_t *pod, *labels;
+  char *body;
+  char path[300], init_sha256[65] = "";
+  int rc;
+
   labels = json_pack("{s:s,s:s,s:s,s:s}", FR_LABEL_SANDBOX, "true", FR_LABEL_STATE, "claimed",
                      FR_LABEL_TENANT, op->tenant, FR_LABEL_NAME, op->name);
+  if (podopts_field(op->opts, "workspace") != NULL)
+    json_object_set_new(labels, FR_LABEL_WORKSPACE, json_string("true"));
   if (op->pool != NULL)
     json_object_set_new(labels, FR_LABEL_POOL, json_string(op->pool));
   user_labels_plus(op, labels);
@@ -540,6 +653,8 @@ static void start_cold(struct create_op *op) {
   add_agent(op->sb->cl, json_object_get(pod, "spec"), json_object_get(json_object_get(pod, "metadata"), "labels"),
             AGENT_INIT_POD);
   body = pod && podopts_apply(op->opts, gpu_resource(op->sb->cl), json_object_get(pod, "spec")) == 0 &&
+                 workspace__pod_apply(op->opts, op->ws_claim[0] ? op->ws_claim : NULL, op->pod,
+                                      json_object_get(pod, "spec")) == 0 &&
                  add_security(op->sb->cl, json_object_get(pod, "spec")) == 0
              ? json_dumps(pod, JSON_COMPACT)
              : NULL;
@@ -558,6 +673,63 @@ static void start_cold(struct create_op *op) {
 
 static void pick(struct create_op *op);
 
+static void on_adopted(const struct fr_kube_response *r, void *arg) {
+  struct create_op *op = arg;
+  const struct fr_pod *p;
+  json_t *obj;
+  char msg[600];
+
+  op->call = NULL;
+  p = cluster__pod(op->sb->cl, op->pod);
+  if (r->status == 200 && p != NULL) {
+    if ((obj = json_loadb(r->body, r->body_len, 0, NULL)) != NULL) {
+      fr_informer_observe(op->sb->cl->inf[CLUSTER_INF_PVCS], obj);
+      json_decref(obj);
+    }
+    succeed(op, p, 1);
+    return;
+  }
+  /* Its workspace would go with the pod: no sandbox for this create. The
+   * pod goes (and its claim with it, still owned by it). */
+  cluster__status_message(r->body, r->body_len, msg, sizeof(msg));
+  op_delete_pod(op);
+  finish(op, r->status == 0 || r->status >= 500 ? FR_SB_UNAVAILABLE : FR_SB_FAILED,
+         r->status ? msg : "the workspace of the claimed pod could not be adopted", NULL, 1);
+}
+
+/* A pool pod claimed with a workspace: its generic ephemeral volume's
+ * claim ("<pod>-fr-workspace", owned by the pod) becomes the sandbox's own:
+ * the owner reference goes (so it outlives a pause), the workspace labels
+ * and the resume spec come. */
+static void adopt_workspace(struct create_op *op) {
+  char name[160], path[300], *body = NULL;
+  json_t *spec = resume_spec(op), *patch = NULL;
+  char *text = spec ? json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  int rc = -ENOMEM;
+
+  json_decref(spec);
+  snprintf(name, sizeof(name), "%s" WORKSPACE_POOL_SUFFIX, op->pod);
+  if (text != NULL)
+    patch = json_pack("{s:{s:n,s:{s:s,s:s,s:s,s:s},s:{s:s}}}", "metadata", "ownerReferences", "labels",
+                      FR_LABEL_WORKSPACE, op->pod, FR_LABEL_TENANT, op->tenant, FR_LABEL_NAME, op->name,
+                      FR_LABEL_STATE, "running", "annotations", FR_ANN_SANDBOX_SPEC, text);
+  if (patch != NULL && op->pool != NULL)
+    json_object_set_new(json_object_get(json_object_get(patch, "metadata"), "labels"), FR_LABEL_POOL,
+                        json_string(op->pool));
+  free(text);
+  body = patch ? json_dumps(patch, JSON_COMPACT) : NULL;
+  json_decref(patch);
+  if (body != NULL && (rc = upstream_object_path(path, sizeof(path), "/api/v1", op->sb->cl->ns,
+                                                 "persistentvolumeclaims", NULL, name)) == 0)
+    rc = fr_kube_request(op->sb->cl->client, "PATCH", path, "application/merge-patch+json", body, strlen(body),
+                         FR_KUBE_IDEMPOTENT, op->request_id, on_adopted, op, &op->call);
+  free(body);
+  if (rc != 0) {
+    op_delete_pod(op);
+    finish(op, FR_SB_FAILED, "cannot send the workspace's adoption", NULL, 1);
+  }
+}
+
 static void on_claimed(const struct fr_kube_response *r, void *arg) {
   struct create_op *op = arg;
   const struct fr_pod *p;
@@ -574,7 +746,10 @@ static void on_claimed(const struct fr_kube_response *r, void *arg) {
     json_decref(pod);
     p = cluster__pod(op->sb->cl, op->pod);
     if (p != NULL && p->tenant != NULL && strcmp(p->tenant, op->tenant) == 0 && p->sbname != NULL &&
-        strcmp(p->sbname, op->name) == 0)
+        strcmp(p->sbname, op->name) == 0 && podopts_field(op->opts, "workspace") != NULL)
+      adopt_workspace(op);
+    else if (p != NULL && p->tenant != NULL && strcmp(p->tenant, op->tenant) == 0 && p->sbname != NULL &&
+             strcmp(p->sbname, op->name) == 0)
       succeed(op, p, 1);
     else
       finish(op, FR_SB_FAILED, "the claimed pod changed or went away at once", NULL, 1);
@@ -593,7 +768,8 @@ static void on_claimed(const struct fr_kube_response *r, void *arg) {
       pick(op);
     return;
   }
-  status_message(r->body, r->body_len, msg, sizeof(msg));
+  cluster__status_message(r->body, r->body_len, msg, sizeof(msg));
+  note_busy(op, r);
   finish(op, FR_SB_UNAVAILABLE, r->status ? msg : (r->error ? r->error : "no response"), NULL, 0);
 }
 
@@ -618,6 +794,8 @@ static void claim(struct create_op *op, const struct fr_pod *pod) {
    * start, so add the time it already waited. */
   labels = json_pack("{s:s,s:s,s:s}", FR_LABEL_STATE, "claimed", FR_LABEL_TENANT, op->tenant,
                      FR_LABEL_NAME, op->name);
+  if (labels != NULL && podopts_field(op->opts, "workspace") != NULL)
+    json_object_set_new(labels, FR_LABEL_WORKSPACE, json_string("true"));
   user_labels_plus(op, labels);
   patch = json_pack("{s:{s:s,s:o,s:o},s:{s:I}}", "metadata", "resourceVersion", rv ? rv : "", "labels",
                     labels, "annotations", sandbox_annotations(op, 1, agent__port_of(op->sb->cl, pod) > 0), "spec", "activeDeadlineSeconds",
@@ -681,7 +859,10 @@ static void on_start(uv_timer_t *t) {
     finish(op, FR_SB_UNAVAILABLE, "the router is shutting down", NULL, 0);
     return;
   }
-  pick(op);
+  if (op->resume)
+    start_cold(op);
+  else
+    pick(op);
 }
 
 static char *dup_or_null(const char *s) {
@@ -694,6 +875,8 @@ int sandbox__create(struct sandboxes *sb, const struct fr_sandbox_spec *spec, fr
 
   if (sb->stopping)
     return -ESHUTDOWN;
+  if (spec->resume_pod != NULL && strlen(spec->resume_pod) >= sizeof(op->pod))
+    return -EINVAL;
   op = calloc(1, sizeof(*op));
   if (op == NULL)
     return -ENOMEM;
@@ -715,6 +898,11 @@ int sandbox__create(struct sandboxes *sb, const struct fr_sandbox_spec *spec, fr
   op->opts = fr_podopts_ref(spec->opts);
   op->cb = cb;
   op->arg = arg;
+  if (spec->resume_pod != NULL) {
+    op->resume = 1;
+    snprintf(op->pod, sizeof(op->pod), "%s", spec->resume_pod);
+    snprintf(op->ws_claim, sizeof(op->ws_claim), "%s", spec->resume_claim ? spec->resume_claim : "");
+  }
   op->timer = malloc(sizeof(*op->timer));
   op->next = sb->creates;
   if (sb->creates)
@@ -729,7 +917,7 @@ int sandbox__create(struct sandboxes *sb, const struct fr_sandbox_spec *spec, fr
     op_free(op);
     return -ENOMEM;
   }
-  pv = op->pool != NULL ? cluster__pool(sb->cl, op->pool) : NULL;
+  pv = op->pool != NULL && !op->resume ? cluster__pool(sb->cl, op->pool) : NULL;
   if (pv != NULL && fr_podopts_equal(pv->opts, op->opts)) {
     op->warm_held = 1;
     cluster__reserve_warm(sb->cl, op->pool, 1);
@@ -743,60 +931,6 @@ int sandbox__create(struct sandboxes *sb, const struct fr_sandbox_spec *spec, fr
 
 /* ---------------------------------------------------------------------- */
 /* delete, pools                                                           */
-
-struct simple_call {
-  struct fr_informer *observe;  /* the cache a 2xx answer's object enters at once, or NULL */
-  void (*cb)(int status, const char *message, void *arg);
-  void *arg;
-};
-
-static void on_simple(const struct fr_kube_response *r, void *arg) {
-  struct simple_call *sc = arg;
-  json_t *obj;
-  char msg[600];
-
-  /* Read-your-own-writes: a lookup right after this write (a resize
-   * right after the pool's create, the expiry right after it moved) sees
-   * it even while the watch lags. */
-  if (sc->observe != NULL && r->status >= 200 && r->status < 300 &&
-      (obj = json_loadb(r->body, r->body_len, 0, NULL)) != NULL) {
-    fr_informer_observe(sc->observe, obj);
-    json_decref(obj);
-  }
-  if (sc->cb != NULL) {
-    if (r->status >= 200 && r->status < 300)
-      msg[0] = '\0';
-    else if (r->status == 0)
-      snprintf(msg, sizeof(msg), "%s", r->error ? r->error : "no response");
-    else
-      status_message(r->body, r->body_len, msg, sizeof(msg));
-    sc->cb(r->status, msg, sc->arg);
-  }
-  free(sc);
-}
-
-static int simple_request(struct sandboxes *sb, const char *method, const char *path, const char *ctype,
-                          json_t *body, int idempotent, struct fr_informer *observe, const char *request_id,
-                          void (*cb)(int status, const char *message, void *arg), void *arg) {
-  struct simple_call *sc = malloc(sizeof(*sc));
-  char *b = body ? json_dumps(body, JSON_COMPACT) : NULL;
-  int rc;
-
-  if (sc == NULL || (body != NULL && b == NULL)) {
-    free(sc);
-    free(b);
-    return -ENOMEM;
-  }
-  sc->observe = observe;
-  sc->cb = cb;
-  sc->arg = arg;
-  rc = fr_kube_request(sb->cl->client, method, path, ctype, b, b ? strlen(b) : 0,
-                       idempotent ? FR_KUBE_IDEMPOTENT : 0, request_id, on_simple, sc, NULL);
-  free(b);
-  if (rc != 0)
-    free(sc);
-  return rc;
-}
 
 /* A delete's outcome, before its caller hears it. */
 struct delete_call {
@@ -843,7 +977,7 @@ static int delete_pod(struct sandboxes *sb, const char *pod, const char *request
   snprintf(dc->pod, sizeof(dc->pod), "%s", pod);
   rc = upstream_object_path(path, sizeof(path), "/api/v1", sb->cl->ns, "pods", NULL, pod);
   if (rc == 0)
-    rc = simple_request(sb, "DELETE", path, NULL, NULL, 1, NULL, request_id, on_deleted, dc);
+    rc = cluster__request(sb->cl, "DELETE", path, NULL, NULL, 1, NULL, request_id, on_deleted, dc);
   if (rc != 0) {
     free(dc);
     return rc;
@@ -857,7 +991,157 @@ static int delete_pod(struct sandboxes *sb, const char *pod, const char *request
 
 int sandbox__delete(struct sandboxes *sb, const char *pod, const char *request_id,
                     void (*cb)(int status, const char *message, void *arg), void *arg) {
+  const struct fr_pod *p = cluster__pod(sb->cl, pod);
+  int ws = workspace__known(sb->ws, pod) || (p != NULL && fr_pod_label(p, FR_LABEL_WORKSPACE) != NULL);
+
+  /* A sandbox's workspace goes with it; a paused one is only its claim. */
+  if (p == NULL && ws)
+    return workspace__claim_delete(sb->ws, pod, request_id, cb, arg);
+  if (ws)
+    workspace__claim_delete(sb->ws, pod, request_id, NULL, NULL);
   return delete_pod(sb, pod, request_id, 1, cb, arg);
+}
+
+/* ---------------------------------------------------------------------- */
+/* pause and resume                                                        */
+
+struct pause_op {
+  struct sandboxes *sb;
+  char pod[64];
+  char *request_id;
+  void (*cb)(int status, const char *message, void *arg);
+  void *arg;
+};
+
+static void pause_done(int status, const char *message, void *arg) {
+  struct pause_op *p = arg;
+
+  if (p->cb != NULL)
+    p->cb(status == 404 ? 200 : status, message, p->arg); /* the pod already gone: paused all the same */
+  free(p->request_id);
+  free(p);
+}
+
+static void on_marked(int status, const char *message, void *arg) {
+  struct pause_op *p = arg;
+
+  if (!(status >= 200 && status < 300) || cluster__pod(p->sb->cl, p->pod) == NULL) {
+    if (p->cb != NULL)
+      p->cb(status >= 200 && status < 300 ? 200 : status, message, p->arg);
+    free(p->request_id);
+    free(p);
+    return;
+  }
+  /* Marked paused first: a router that dies now leaves a paused sandbox
+   * whose pod still runs until the next pause or its expiry, never a
+   * claim the sweep would take for an orphan. */
+  if (delete_pod(p->sb, p->pod, p->request_id, 1, pause_done, p) != 0)
+    pause_done(503, "cannot send the pod's delete", p);
+}
+
+int sandbox__pause(struct sandboxes *sb, const char *pod, int64_t expires_s, const char *request_id,
+                   void (*cb)(int status, const char *message, void *arg), void *arg) {
+  struct pause_op *p;
+  int rc;
+
+  if (!workspace__known(sb->ws, pod))
+    return -ENOENT;
+  if (strlen(pod) >= sizeof(p->pod))
+    return -EINVAL;
+  p = calloc(1, sizeof(*p));
+  if (p == NULL)
+    return -ENOMEM;
+  p->sb = sb;
+  snprintf(p->pod, sizeof(p->pod), "%s", pod);
+  p->request_id = request_id ? strdup(request_id) : NULL;
+  p->cb = cb;
+  p->arg = arg;
+  rc = workspace__mark_paused(sb->ws, pod, expires_s, request_id, on_marked, p);
+  if (rc != 0) {
+    free(p->request_id);
+    free(p);
+  }
+  return rc;
+}
+
+struct resume_op {
+  struct sandboxes *sb;
+  fr_sandbox_cb cb;
+  void *arg;
+  struct fr_podopts *opts;
+};
+
+static void on_resumed(const struct fr_sandbox_result *res, void *arg) {
+  struct resume_op *r = arg;
+
+  /* Running again: the claim says so (the sweep, lists and the next pause
+   * read it). */
+  if (res->err == FR_SB_OK && res->pod != NULL)
+    workspace__mark_running(r->sb->ws, res->pod->name);
+  r->cb(res, r->arg);
+  fr_podopts_unref(r->opts);
+  free(r);
+}
+
+int sandbox__resume(struct sandboxes *sb, const char *pod, json_t *secrets, int64_t lifetime_s,
+                    const char *request_id, fr_sandbox_cb cb, void *arg) {
+  struct fr_workspace w;
+  struct fr_sandbox_spec spec;
+  struct resume_op *r;
+  const char *field;
+  char msg[200];
+  json_t *s;
+  int rc;
+
+  if (workspace__get(sb->ws, pod, &w) != 0)
+    return -ENOENT;
+  if (cluster__pod(sb->cl, pod) != NULL) {
+    fr_workspace_clear(&w);
+    return -EBUSY;
+  }
+  s = w.spec;
+  r = calloc(1, sizeof(*r));
+  if (r == NULL) {
+    fr_workspace_clear(&w);
+    return -ENOMEM;
+  }
+  r->sb = sb;
+  r->cb = cb;
+  r->arg = arg;
+  if (s == NULL || json_string_value(json_object_get(s, "image")) == NULL ||
+      !json_is_object(json_object_get(s, "options")) ||
+      fr_podopts_parse(json_object_get(s, "options"), &r->opts, &field, msg, sizeof(msg)) != 0 ||
+      podopts_field(r->opts, "workspace") == NULL) {
+    fr_podopts_unref(r->opts);
+    free(r);
+    fr_workspace_clear(&w);
+    return -EINVAL;
+  }
+  memset(&spec, 0, sizeof(spec));
+  spec.tenant = w.tenant;
+  spec.name = w.name ? w.name : "sandbox";
+  spec.pool = json_string_value(json_object_get(s, "pool"));
+  spec.image = json_string_value(json_object_get(s, "image"));
+  spec.cpu_m = json_integer_value(json_object_get(s, "cpu_m"));
+  spec.mem_b = json_integer_value(json_object_get(s, "mem_b"));
+  spec.opts = r->opts;
+  spec.env = json_object_get(s, "env");
+  spec.labels = json_object_get(s, "labels");
+  spec.secrets = secrets;
+  spec.lifetime_s = lifetime_s > 0 ? lifetime_s : json_integer_value(json_object_get(s, "lifetime_s"));
+  spec.deadline_s = json_integer_value(json_object_get(s, "deadline_s"));
+  if (spec.deadline_s < spec.lifetime_s)
+    spec.deadline_s = spec.lifetime_s;
+  spec.request_id = request_id;
+  spec.resume_pod = pod;
+  spec.resume_claim = w.claim;
+  rc = spec.cpu_m > 0 && spec.mem_b > 0 && spec.lifetime_s > 0 ? sandbox__create(sb, &spec, on_resumed, r) : -EINVAL;
+  fr_workspace_clear(&w);
+  if (rc != 0) {
+    fr_podopts_unref(r->opts);
+    free(r);
+  }
+  return rc;
 }
 
 int sandbox__set_expiry(struct sandboxes *sb, const char *pod, int64_t expires_s, const char *request_id,
@@ -879,7 +1163,7 @@ int sandbox__set_expiry(struct sandboxes *sb, const char *pod, int64_t expires_s
     json_object_set_new(patch, "spec", json_pack("{s:I}", "activeDeadlineSeconds", (json_int_t)(expires_s - p->start_s)));
   rc = upstream_object_path(path, sizeof(path), "/api/v1", sb->cl->ns, "pods", NULL, pod);
   if (rc == 0)
-    rc = simple_request(sb, "PATCH", path, "application/merge-patch+json", patch, 1, sb->cl->inf[CLUSTER_INF_PODS], request_id,
+    rc = cluster__request(sb->cl, "PATCH", path, "application/merge-patch+json", patch, 1, sb->cl->inf[CLUSTER_INF_PODS], request_id,
                         cb, arg);
   json_decref(patch);
   return rc;
@@ -944,11 +1228,13 @@ int sandbox__pool_create(struct sandboxes *sb, const struct fr_pool_spec *spec,
             AGENT_INIT_POOL);
   if (podopts_apply(spec->opts, gpu_resource(sb->cl),
                     json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec")) != 0 ||
+      workspace__pool_apply(spec->opts, json_object_get(json_object_get(json_object_get(rs, "spec"), "template"),
+                                                        "spec")) != 0 ||
       add_security(sb->cl, json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec")) != 0) {
     json_decref(rs);
     return -ENOMEM;
   }
-  rc = simple_request(sb, "POST", path, "application/json", rs, 0, sb->cl->inf[CLUSTER_INF_POOLS], NULL, cb, arg);
+  rc = cluster__request(sb->cl, "POST", path, "application/json", rs, 0, sb->cl->inf[CLUSTER_INF_POOLS], NULL, cb, arg);
   json_decref(rs);
   return rc;
 }
@@ -961,7 +1247,7 @@ int sandbox__pool_resize(struct sandboxes *sb, const char *pool, int64_t replica
 
   rc = upstream_object_path(path, sizeof(path), "/apis/apps/v1", sb->cl->ns, "replicasets", "fr-pool-", pool);
   if (rc == 0)
-    rc = simple_request(sb, "PATCH", path, "application/merge-patch+json", patch, 1, sb->cl->inf[CLUSTER_INF_POOLS], NULL, cb, arg);
+    rc = cluster__request(sb->cl, "PATCH", path, "application/merge-patch+json", patch, 1, sb->cl->inf[CLUSTER_INF_POOLS], NULL, cb, arg);
   json_decref(patch);
   return rc;
 }
@@ -974,7 +1260,7 @@ int sandbox__pool_delete(struct sandboxes *sb, const char *pool,
 
   rc = upstream_object_path(path, sizeof(path), "/apis/apps/v1", sb->cl->ns, "replicasets", "fr-pool-", pool);
   if (rc == 0)
-    rc = simple_request(sb, "DELETE", path, "application/json", opts, 1, NULL, NULL, cb, arg);
+    rc = cluster__request(sb->cl, "DELETE", path, "application/json", opts, 1, NULL, NULL, cb, arg);
   json_decref(opts);
   return rc;
 }
@@ -1119,6 +1405,13 @@ static int pod_gone(struct strmap_entry *e, void *arg) {
   return cluster__pod(sb->cl, e->key) == NULL;
 }
 
+/* A sandbox that pauses rather than ends at its expiry. */
+static int pause_on_timeout(const struct fr_pod *pod) {
+  const char *v = fr_pod_label(pod, FR_LABEL_ON_TIMEOUT);
+
+  return v != NULL && strcmp(v, "pause") == 0 && fr_pod_label(pod, FR_LABEL_WORKSPACE) != NULL;
+}
+
 static void on_reap(uv_timer_t *t) {
   struct sandboxes *sb = t->data;
   const struct fr_pod *pod;
@@ -1154,6 +1447,18 @@ static void on_reap(uv_timer_t *t) {
       due_insert(sb, d.pod, at > now ? at : now + REAP_EVERY_MS / 1000);
       continue;
     }
+    if (!uncommitted && pause_on_timeout(pod)) {
+      /* on_timeout "pause": the workspace stays, the pod goes. */
+      const char *ttl_text = fr_pod_label(pod, FR_LABEL_PAUSED_TTL);
+      int64_t ttl = 0;
+      if (ttl_text == NULL || fr_parse_int64(ttl_text, 1, INT64_C(315360000), &ttl) != 0)
+        ttl = 7 * 86400;
+      FR_INFO("reaper", "%s: pausing %s (%s)", sb->cl->cc.name, d.pod, at > 0 ? "expired" : "finished");
+      if (sandbox__pause(sb, d.pod, now + ttl, NULL, on_reaped, NULL) == 0)
+        strmap_put(&sb->reaping, d.pod, NULL);
+      free(d.pod);
+      continue;
+    }
     FR_INFO("reaper", "%s: deleting %s (%s)", sb->cl->cc.name, d.pod,
             uncommitted ? "its batch was never committed" : at > 0 ? "expired" : "finished");
     if (sandbox__delete(sb, d.pod, NULL, on_reaped, NULL) == 0)
@@ -1161,9 +1466,10 @@ static void on_reap(uv_timer_t *t) {
     free(d.pod);
   }
   commit__sweep(sb->cm);
+  workspace__sweep(sb->ws);
 }
 
-struct sandboxes *sandbox__new(struct cluster *cl, struct commits *cm) {
+struct sandboxes *sandbox__new(struct cluster *cl, struct commits *cm, struct workspaces *ws) {
   struct sandboxes *sb = calloc(1, sizeof(*sb));
 
   /* The strmap sets start empty as calloc left them. */
@@ -1173,6 +1479,7 @@ struct sandboxes *sandbox__new(struct cluster *cl, struct commits *cm) {
   }
   sb->cl = cl;
   sb->cm = cm;
+  sb->ws = ws;
   sb->reaper->data = NULL;
   return sb;
 }

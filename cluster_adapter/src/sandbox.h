@@ -2,13 +2,16 @@
  * cold creates, deletes, expiry, pool ReplicaSets and the reaper.
  *
  * Above cluster.c (the caches, the breaker, the capacity counts), commit.c
- * (the reaper's commit rule) and agent.c (/init); called by adapter.c,
- * which forwards the public fr_adapter_sandbox_*, fr_adapter_pod_* and
- * fr_adapter_pool_* calls here and feeds it the cluster's hooks.
+ * (the reaper's commit rule), workspace.c (the sandboxes' own claims) and
+ * agent.c (/init); called by adapter.c, which forwards the public
+ * fr_adapter_sandbox_* (create, delete, pause, resume, expiry),
+ * fr_adapter_pod_* and fr_adapter_pool_* calls here and feeds it the
+ * cluster's hooks.
  */
 #ifndef FR_SANDBOX_H
 #define FR_SANDBOX_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "fr/adapter.h"
@@ -17,9 +20,10 @@
 struct cluster;
 struct commits;
 struct sandboxes;
+struct workspaces;
 
-/* NULL when out of memory. <cl> and <cm> are borrowed and outlive it. */
-struct sandboxes *sandbox__new(struct cluster *cl, struct commits *cm);
+/* NULL when out of memory. <cl>, <cm> and <ws> are borrowed and outlive it. */
+struct sandboxes *sandbox__new(struct cluster *cl, struct commits *cm, struct workspaces *ws);
 /* Starts the reaper. */
 void sandbox__start(struct sandboxes *sb);
 /* Fails every create in flight (adapter going away) and closes the
@@ -39,12 +43,17 @@ void sandbox__on_pod(struct sandboxes *sb, enum fr_informer_event ev, const stru
  * batches move on instead of waiting for the cluster to come back. */
 void sandbox__cluster_down(struct sandboxes *sb);
 
-/* fr_adapter_sandbox_create, _delete, _set_expiry; fr_adapter_pod_leaving,
+/* fr_adapter_sandbox_create, _delete (with its workspace), _set_expiry; fr_adapter_pod_leaving,
  * _delete_pending, _evicted; fr_adapter_pool_create, _resize, _delete
  * (fr/adapter.h says what they do). */
 int sandbox__create(struct sandboxes *sb, const struct fr_sandbox_spec *spec, fr_sandbox_cb cb, void *arg);
 int sandbox__delete(struct sandboxes *sb, const char *pod, const char *request_id,
                     void (*cb)(int status, const char *message, void *arg), void *arg);
+/* fr_adapter_sandbox_pause, fr_adapter_sandbox_resume. */
+int sandbox__pause(struct sandboxes *sb, const char *pod, int64_t expires_s, const char *request_id,
+                   void (*cb)(int status, const char *message, void *arg), void *arg);
+int sandbox__resume(struct sandboxes *sb, const char *pod, json_t *secrets, int64_t lifetime_s,
+                    const char *request_id, fr_sandbox_cb cb, void *arg);
 int sandbox__set_expiry(struct sandboxes *sb, const char *pod, int64_t expires_s, const char *request_id,
                         void (*cb)(int status, const char *message, void *arg), void *arg);
 int sandbox__leaving(const struct sandboxes *sb, const struct fr_pod *pod);

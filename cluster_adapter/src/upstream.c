@@ -19,6 +19,7 @@ struct agent_route {
 };
 
 static const char *const files_params[] = {"path", "username", NULL};
+static const char *const tar_params[] = {"path", "gzip", "max_bytes", NULL};
 
 /* Every route of fedrouter-agent a router calls (agent/README.md). Connect
  * RPCs are unary or streaming POSTs; /init only the adapter sends. */
@@ -44,6 +45,10 @@ static const struct agent_route routes[] = {
     {"/filesystem.Filesystem/GetWatcherEvents", M_POST, NULL, 0},
     {"/filesystem.Filesystem/RemoveWatcher", M_POST, NULL, 0},
     {"/init", M_POST, NULL, 1},
+    /* Directory snapshots (tar both ways): only the router's snapshot,
+     * restore and fork send them, with the tenant's byte bound; a client
+     * relay (E2B) must not reach them with a bound of its own. */
+    {"/tar", M_GET | M_POST, tar_params, 1},
 };
 
 static unsigned method_bit(const char *m) {

@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fr/buf.h"
 #include "fr/cfgread.h"
 #include "fr/util.h"
 
@@ -57,8 +58,22 @@
  * terminates) and execs running at once. Far above one RL run's needs
  * (loadgen drives 1,000 concurrent execs), low enough that one tenant
  * cannot take every descriptor and connection of the router. */
-#define DEFAULT_TENANT_REQUESTS_IN_FLIGHT 4096
-#define DEFAULT_TENANT_CONCURRENT_EXECS 2048
+/* (FR_DEFAULT_TENANT_REQUESTS_IN_FLIGHT, FR_DEFAULT_TENANT_CONCURRENT_EXECS
+ * in fr/config.h: the loopback-only router's tenant has them too.) */
+/* Fair-share weights: a tenant of weight 1000 next to one of weight 1 is
+ * as lopsided as a share gets and still leaves the small one a slot. */
+#define MAX_WEIGHT 1000
+/* The create queue (`queue` group). A create waits at most 10 minutes by
+ * default: longer than any warm pool takes to refill or a batch of
+ * thousands to finish, short enough that a client still holds its
+ * connection. 100,000 sandboxes waiting hold about 1 KiB each (the create
+ * body and its place in line): ~100 MiB at the bound. An exec waits 30 s
+ * for a slot: the time a typical command of an RL step takes. */
+#define DEFAULT_QUEUE_MAX_WAIT_S 600
+#define MAX_QUEUE_WAIT_S 86400
+#define DEFAULT_QUEUE_MAX_SANDBOXES 100000
+#define MAX_QUEUE_SANDBOXES 10000000
+#define DEFAULT_QUEUE_EXEC_WAIT_S 30
 /* Warm pods a tenant's pools may ask for, summed over its pools and
  * clusters: warm pods hold cluster capacity for everyone, so one tenant's
  * pools must not fill a cluster. */
@@ -388,8 +403,8 @@ static int parse_listen(struct loader *l, const config_setting_t *s, const char 
 
 static const char *const root_keys[] = {"listen", "health_listen", "tls", "region", "policy", "sandbox",
                                         "limits", "tenants", "clusters", "hosted",
-                                        "metrics_token_sha256", "agent", "shutdown_delay_ms", "ports", "e2b",
-                                        NULL};
+                                        "metrics_token_sha256", "agent", "shutdown_delay_ms", "queue", "ports",
+                                        "e2b", NULL};
 static const char *const ports_keys[] = {"domain", "max_requests_per_sandbox", "max_requests_per_tenant", NULL};
 static const char *const e2b_keys[] = {"templates", NULL};
 static const char *const template_keys[] = {"name", "pool", NULL};
@@ -400,8 +415,13 @@ static const char *const sandbox_keys[] = {"default_lifetime_s", "max_lifetime_s
 static const char *const limits_keys[] = {"max_batch", "max_body_bytes", "max_exec_output_bytes",
                                           "max_exec_timeout_s", "max_connections",
                                           "max_connections_per_ip", "exec_output_budget_bytes", NULL};
-static const char *const tenant_keys[] = {"name", "token_sha256", "max_sandboxes", "max_requests_in_flight",
-                                          "max_concurrent_execs", "max_pool_replicas", "max_file_bytes", "admin", "secret", NULL};
+static const char *const tenant_keys[] = {"name", "token_sha256", "tokens", "max_sandboxes", "max_requests_in_flight",
+                                          "max_concurrent_execs", "max_pool_replicas", "max_file_bytes", "admin",
+                                          "secret", "max_cpus", "max_memory_gb", "max_gpus", "weight",
+                                          "max_queued_sandboxes", "max_queued_execs", "max_paused", "max_paused_s",
+                                          "max_workspace_bytes", "max_lifetime_s", NULL};
+static const char *const token_keys[] = {"name", "sha256", "expires", NULL};
+static const char *const queue_keys[] = {"max_wait_s", "max_sandboxes", "exec_wait_s", "e2b_wait_s", NULL};
 static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context", "in_cluster",
                                            "namespace", "cost", NULL};
 static const char *const cost_keys[] = {"per_core_hour", "per_gib_hour", "node_hour",
@@ -734,8 +754,127 @@ static int tenant_secret(struct loader *l, const config_setting_t *g, struct fr_
   return 0;
 }
 
+/* A token's name: [A-Za-z0-9._-], 1-63 (it shows in the access log and
+ * in metrics labels). */
+static int check_token_name(struct loader *l, const config_setting_t *s, const char *v) {
+  size_t i, n = strlen(v);
+
+  for (i = 0; i < n; i++)
+    if (!is_alnum(v[i]) && v[i] != '-' && v[i] != '_' && v[i] != '.')
+      return bad(l, s, "\"%s\": a token name is letters, digits, '-', '_' and '.'", v);
+  if (n > LABEL_VALUE_MAX)
+    return bad(l, s, "token name is %zu characters long (at most %d)", n, LABEL_VALUE_MAX);
+  return 0;
+}
+
+/* Where token <hash> was first seen, for the "same token" error. */
+struct token_seen {
+  const char *hash;
+  const char *tenant;
+  const config_setting_t *s;
+};
+
+/* Adds token <sha> (named <name>, expiring <expires>) to <t>, unless it is
+ * a duplicate of a token seen before (<seen>, <*nseen> of them, over every
+ * tenant) or of a name of <t>'s. */
+static int add_token(struct loader *l, struct fr_config_tenant *t, const config_setting_t *s, const char *name,
+                     const char *sha, int64_t expires, struct token_seen *seen, size_t *nseen) {
+  struct fr_config_token *k;
+  size_t i;
+
+  for (i = 0; i < *nseen; i++)
+    if (strcmp(seen[i].hash, sha) == 0)
+      return bad(l, s, "same token as %s\"%s\" (line %d); every token belongs to one tenant, once",
+                 strcmp(seen[i].tenant, t->name) == 0 ? "another token of tenant " : "tenant ", seen[i].tenant,
+                 fr_cfg_line(seen[i].s));
+  for (i = 0; i < t->ntokens; i++)
+    if (strcmp(t->tokens[i].name, name) == 0)
+      return bad(l, s, "tenant %s has two tokens named \"%s\"; give each its own name", t->name, name);
+  k = &t->tokens[t->ntokens];
+  if ((k->name = strdup(name)) == NULL)
+    return oom(l);
+  memcpy(k->sha256, sha, 65);
+  k->expires_at = expires;
+  t->ntokens++;
+  seen[*nseen].hash = k->sha256;
+  seen[*nseen].tenant = t->name;
+  seen[*nseen].s = s;
+  (*nseen)++;
+  return 0;
+}
+
+/* The tenant's tokens: `token_sha256` (the token "default", no expiry)
+ * and/or the list `tokens` of { name; sha256; expires; }. At least one. */
+static int load_tokens(struct loader *l, const config_setting_t *g, struct fr_config_tenant *t,
+                       struct token_seen *seen, size_t *nseen) {
+  const config_setting_t *list, *tok_s;
+  const char *tok;
+  int rc, i, n, first = 0;
+
+  if ((rc = get_string(l, g, "token_sha256", 0, NULL, &tok, &tok_s)) < 0 ||
+      (rc = get_list(l, g, "tokens", &list)) < 0)
+    return rc;
+  n = list != NULL ? config_setting_length(list) : 0;
+  if (tok == NULL && n == 0)
+    return missing(l, g, "token_sha256", "missing (every tenant needs a token: the SHA-256 hex of its bearer "
+                   "token as token_sha256, or a list `tokens`)");
+  if ((t->tokens = calloc((size_t)n + 1, sizeof(*t->tokens))) == NULL)
+    return oom(l);
+  if (tok != NULL && ((rc = check_token_hash(l, tok_s, tok)) < 0 ||
+                      (rc = add_token(l, t, tok_s, "default", tok, 0, seen, nseen)) < 0)) {
+    if (rc == -ENOMEM)
+      return rc;
+    first = rc;
+  }
+  for (i = 0; i < n; i++) {
+    const config_setting_t *e = config_setting_get_elem(list, (unsigned)i), *name_s, *sha_s, *exp_s;
+    const char *name, *sha, *exp;
+    int64_t expires = 0;
+
+    if ((rc = check_keys(l, e, token_keys)) < 0 ||
+        (rc = get_string(l, e, "name", 1, "every token needs a name (it shows in the access log)", &name,
+                         &name_s)) < 0 ||
+        (rc = check_token_name(l, name_s, name)) < 0 ||
+        (rc = get_string(l, e, "sha256", 1, "the SHA-256 hex of the bearer token", &sha, &sha_s)) < 0 ||
+        (rc = check_token_hash(l, sha_s, sha)) < 0 ||
+        (rc = get_string(l, e, "expires", 0, NULL, &exp, &exp_s)) < 0) {
+      first = fr_cfg_first(first, rc);
+      continue;
+    }
+    if (exp != NULL && (fr_time_parse_rfc3339(exp, &expires) != 0 || expires <= 0)) {
+      first = fr_cfg_first(first, bad(l, exp_s, "\"%s\" is not a UTC time such as \"2026-07-01T00:00:00Z\"", exp));
+      continue;
+    }
+    if ((rc = add_token(l, t, name_s, name, sha, expires, seen, nseen)) < 0) {
+      if (rc == -ENOMEM)
+        return rc;
+      first = fr_cfg_first(first, rc);
+    }
+  }
+  return first;
+}
+
+/* A tenant's number of cores or GiB (max_cpus, max_memory_gb), > 0, into
+ * millicores or bytes (<unit> each). */
+static int get_quota(struct loader *l, const config_setting_t *g, const char *key, double unit, int64_t *out) {
+  const config_setting_t *s;
+  double v = 0;
+  int rc = fr_cfg_get_number(&l->cfg, g, key, &v, &s);
+
+  if (rc < 0 || s == NULL)
+    return rc;
+  if (!isfinite(v) || v <= 0 || v * unit > 1e15)
+    return bad(l, s, "must be a number above 0 (absent: no limit), got %g", v);
+  *out = (int64_t)(v * unit + 0.5);
+  if (*out < 1)
+    *out = 1;
+  return 0;
+}
+
 static int load_tenants(struct loader *l, const config_setting_t *root, struct fr_config *c) {
   const config_setting_t *list;
+  struct token_seen *seen = NULL;
+  size_t nseen = 0, cap = 0;
   int rc, i, n, first = 0;
 
   if ((rc = get_list(l, root, "tenants", &list)) < 0 || list == NULL)
@@ -747,25 +886,34 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
   if (c->tenants == NULL)
     return oom(l);
   c->ntenants = (size_t)n; /* zeroed entries free cleanly on any error below */
+  /* Room for every token of every tenant, to find duplicates across them. */
+  for (i = 0; i < n; i++) {
+    const config_setting_t *tl = config_setting_get_member(config_setting_get_elem(list, (unsigned)i), "tokens");
+    cap += 1 + (tl != NULL && config_setting_is_list(tl) ? (size_t)config_setting_length(tl) : 0);
+  }
+  if ((seen = calloc(cap, sizeof(*seen))) == NULL)
+    return oom(l);
   for (i = 0; i < n; i++) {
     const config_setting_t *g = config_setting_get_elem(list, (unsigned)i);
-    const config_setting_t *name_s, *tok_s;
+    const config_setting_t *name_s;
     struct fr_config_tenant *t = &c->tenants[i];
-    const char *name, *tok;
+    const char *name;
     int j;
 
-    t->max_requests_in_flight = DEFAULT_TENANT_REQUESTS_IN_FLIGHT;
-    t->max_concurrent_execs = DEFAULT_TENANT_CONCURRENT_EXECS;
+    t->max_requests_in_flight = FR_DEFAULT_TENANT_REQUESTS_IN_FLIGHT;
+    t->max_concurrent_execs = FR_DEFAULT_TENANT_CONCURRENT_EXECS;
     t->max_pool_replicas = DEFAULT_TENANT_POOL_REPLICAS;
     t->max_file_bytes = DEFAULT_TENANT_FILE_BYTES;
+    t->max_queued_sandboxes = FR_DEFAULT_TENANT_QUEUED_SANDBOXES;
+    t->max_queued_execs = FR_DEFAULT_TENANT_QUEUED_EXECS;
+    t->weight = 1;
+    t->max_paused = FR_DEFAULT_TENANT_PAUSED;
+    t->max_paused_s = FR_DEFAULT_TENANT_PAUSED_S;
+    t->max_workspace_bytes = FR_DEFAULT_TENANT_WORKSPACE_BYTES;
 
     first = fr_cfg_first(first, check_keys(l, g, tenant_keys));
     if ((rc = get_string(l, g, "name", 1, "every tenant needs a name", &name, &name_s)) < 0 ||
         (rc = check_tenant_name(l, name_s, name)) < 0 ||
-        (rc = get_string(l, g, "token_sha256", 1,
-                         "every tenant needs the SHA-256 hex of its bearer token", &tok,
-                         &tok_s)) < 0 ||
-        (rc = check_token_hash(l, tok_s, tok)) < 0 ||
         (rc = get_int(l, g, "max_sandboxes", 0, MAX_TENANT_SANDBOXES, &t->max_sandboxes,
                       NULL)) < 0 ||
         (rc = get_int(l, g, "max_requests_in_flight", 1, MAX_TENANT_SANDBOXES, &t->max_requests_in_flight,
@@ -775,6 +923,17 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
         (rc = get_int(l, g, "max_pool_replicas", 0, MAX_TENANT_SANDBOXES, &t->max_pool_replicas,
                       NULL)) < 0 ||
         (rc = get_int(l, g, "max_file_bytes", 1, INT64_MAX, &t->max_file_bytes, NULL)) < 0 ||
+        (rc = get_quota(l, g, "max_cpus", 1000.0, &t->max_cpu_m)) < 0 ||
+        (rc = get_quota(l, g, "max_memory_gb", 1073741824.0, &t->max_mem_b)) < 0 ||
+        (rc = get_int(l, g, "max_gpus", 0, MAX_TENANT_SANDBOXES, &t->max_gpus, NULL)) < 0 ||
+        (rc = get_int(l, g, "weight", 1, MAX_WEIGHT, &t->weight, NULL)) < 0 ||
+        (rc = get_int(l, g, "max_queued_sandboxes", 0, MAX_TENANT_SANDBOXES, &t->max_queued_sandboxes,
+                      NULL)) < 0 ||
+        (rc = get_int(l, g, "max_queued_execs", 0, MAX_TENANT_SANDBOXES, &t->max_queued_execs, NULL)) < 0 ||
+        (rc = get_int(l, g, "max_paused", 0, MAX_TENANT_SANDBOXES, &t->max_paused, NULL)) < 0 ||
+        (rc = get_int(l, g, "max_paused_s", 1, MAX_SECONDS, &t->max_paused_s, NULL)) < 0 ||
+        (rc = get_int(l, g, "max_workspace_bytes", 0, INT64_MAX, &t->max_workspace_bytes, NULL)) < 0 ||
+        (rc = get_int(l, g, "max_lifetime_s", 1, MAX_SECONDS, &t->max_lifetime_s, NULL)) < 0 ||
         (rc = get_bool(l, g, "admin", &t->admin)) < 0) {
       first = fr_cfg_first(first, rc); /* and on to the next tenant */
       continue;
@@ -786,22 +945,28 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
       if (strcmp(c->tenants[j].name, name) == 0)
         rc = bad(l, name_s, "duplicate tenant name \"%s\" (first defined at line %u)", name,
                  config_setting_source_line(config_setting_get_member(prev, "name")));
-      else if (strcmp(c->tenants[j].token_sha256, tok) == 0)
-        rc = bad(l, tok_s, "same token as tenant \"%s\" (line %u); every tenant needs its own "
-                 "token", c->tenants[j].name,
-                 config_setting_source_line(config_setting_get_member(prev, "token_sha256")));
     }
     if (rc < 0) {
       first = fr_cfg_first(first, rc);
       continue;
     }
     t->name = strdup(name);
-    if (t->name == NULL)
+    if (t->name == NULL) {
+      free(seen);
       return oom(l);
-    memcpy(t->token_sha256, tok, 65);
-    if ((rc = tenant_secret(l, g, t)) < 0) {
-      if (rc == -ENOMEM)
+    }
+    if ((rc = load_tokens(l, g, t, seen, &nseen)) < 0) {
+      if (rc == -ENOMEM) {
+        free(seen);
         return rc;
+      }
+      first = fr_cfg_first(first, rc);
+    }
+    if ((rc = tenant_secret(l, g, t)) < 0) {
+      if (rc == -ENOMEM) {
+        free(seen);
+        return rc;
+      }
       first = fr_cfg_first(first, rc);
       continue;
     }
@@ -817,6 +982,7 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
         break;
       }
   }
+  free(seen);
   return first;
 }
 
@@ -991,6 +1157,24 @@ static int load_clusters(struct loader *l, const config_setting_t *root, struct 
   return first;
 }
 
+/* The create queue and the exec wait. */
+static int load_queue(struct loader *l, const config_setting_t *root, struct fr_config *c) {
+  const config_setting_t *g;
+  int rc;
+
+  if ((rc = get_group(l, root, "queue", &g)) < 0 || g == NULL)
+    return rc;
+  rc = check_keys(l, g, queue_keys);
+  rc = fr_cfg_first(rc, get_int(l, g, "max_wait_s", 0, MAX_QUEUE_WAIT_S, &c->queue_max_wait_s, NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "max_sandboxes", 0, MAX_QUEUE_SANDBOXES, &c->queue_max_sandboxes, NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "exec_wait_s", 0, MAX_QUEUE_WAIT_S, &c->queue_exec_wait_s, NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "e2b_wait_s", 0, MAX_QUEUE_WAIT_S, &c->queue_e2b_wait_s, NULL));
+  if (rc == 0 && c->queue_e2b_wait_s > c->queue_max_wait_s)
+    rc = bad(l, config_setting_get_member(g, "e2b_wait_s"), "%lld is above max_wait_s (%lld)",
+             (long long)c->queue_e2b_wait_s, (long long)c->queue_max_wait_s);
+  return rc;
+}
+
 static int load_root(struct loader *l, const config_setting_t *root, struct fr_config *c) {
   const config_setting_t *s;
   const char *v;
@@ -1031,6 +1215,7 @@ static int load_root(struct loader *l, const config_setting_t *root, struct fr_c
   first = fr_cfg_first(first, get_path(l, root, "policy", 0, "the placement policy file", &c->policy, NULL));
   first = fr_cfg_first(first, load_sandbox(l, root, c));
   first = fr_cfg_first(first, load_limits(l, root, c));
+  first = fr_cfg_first(first, load_queue(l, root, c));
   first = fr_cfg_first(first, load_tenants(l, root, c));
   first = fr_cfg_first(first, load_clusters(l, root, c));
   first = fr_cfg_first(first, load_hosted(l, root, c));
@@ -1098,15 +1283,191 @@ static int locate(struct loader *l, const char *path, char **source) {
   return 0;
 }
 
+/* ---- what was read ---- */
+
+/* libconfig's own bound on nested @include files. */
+#define INCLUDE_DEPTH_MAX 10
+
+/* Reads <path> whole into a new buffer (*<len> bytes); NULL when it cannot. */
+static char *read_whole(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  char *buf = NULL;
+  size_t cap = 0, n = 0, got;
+
+  if (f == NULL)
+    return NULL;
+  do {
+    if (n == cap) {
+      char *nb = realloc(buf, cap ? cap * 2 : 4096);
+      if (nb == NULL) {
+        free(buf);
+        fclose(f);
+        return NULL;
+      }
+      buf = nb;
+      cap = cap ? cap * 2 : 4096;
+    }
+    got = fread(buf + n, 1, cap - n, f);
+    n += got;
+  } while (got > 0);
+  fclose(f);
+  *len = n;
+  return buf;
+}
+
+/* Adds <path> (taken) and the files it @includes to c->files, and each
+ * file's SHA-256 to <hashes>. A file that cannot be read is left out:
+ * libconfig reports it. */
+static int collect_file(struct loader *l, struct fr_config *c, char *path, struct fr_buf *hashes, int depth) {
+  size_t len = 0, i;
+  char *text, **nf, hash[65];
+  int rc = 0;
+
+  for (i = 0; i < c->nfiles; i++)
+    if (strcmp(c->files[i], path) == 0) {
+      free(path);
+      return 0;
+    }
+  if ((nf = realloc(c->files, (c->nfiles + 1) * sizeof(*nf))) == NULL) {
+    free(path);
+    return -ENOMEM;
+  }
+  c->files = nf;
+  c->files[c->nfiles++] = path;
+  if ((text = read_whole(path, &len)) == NULL)
+    return 0;
+  fr_sha256_hex(text, len, hash);
+  if (fr_buf_puts(hashes, hash) != 0)
+    rc = -ENOMEM;
+  /* Lines `@include "FILE"` (leading blanks allowed), as libconfig reads them. */
+  for (i = 0; rc == 0 && depth < INCLUDE_DEPTH_MAX && i < len;) {
+    size_t e = i, q;
+    while (e < len && text[e] != '\n')
+      e++;
+    q = i;
+    while (q < e && (text[q] == ' ' || text[q] == '\t'))
+      q++;
+    if (e - q > 8 && memcmp(text + q, "@include", 8) == 0) {
+      char *open = memchr(text + q + 8, '"', e - q - 8), *close;
+      if (open != NULL && (close = memchr(open + 1, '"', (size_t)(text + e - open - 1))) != NULL) {
+        char *rel = strndup(open + 1, (size_t)(close - open - 1)), *abs;
+        abs = rel != NULL ? resolve_path(l->dir, rel) : NULL;
+        free(rel);
+        rc = abs != NULL ? collect_file(l, c, abs, hashes, depth + 1) : -ENOMEM;
+      }
+    }
+    i = e + 1;
+  }
+  free(text);
+  return rc;
+}
+
+/* c->files and c->version, read before libconfig parses the files: should
+ * a file change in between, the version is the older one and the next
+ * look at the files loads again. */
+static int collect_files(struct loader *l, struct fr_config *c) {
+  struct fr_buf hashes;
+  char *main_path = strdup(c->source);
+  int rc;
+
+  if (main_path == NULL)
+    return oom(l);
+  fr_buf_init(&hashes);
+  rc = collect_file(l, c, main_path, &hashes, 0);
+  if (rc == 0)
+    fr_sha256_hex(hashes.data != NULL ? hashes.data : "", hashes.len, c->version);
+  fr_buf_free(&hashes);
+  return rc == 0 ? 0 : oom(l);
+}
+
+/* ---- a reload: what only a restart changes ---- */
+
+static int str_same(const char *a, const char *b) {
+  return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+static int bytes_same(const unsigned char *a, size_t alen, const unsigned char *b, size_t blen) {
+  return alen == blen && (alen == 0 || (a != NULL && b != NULL && memcmp(a, b, alen) == 0));
+}
+
+/* Refuses the reload for the restart-only setting <path> (a libconfig
+ * path, "limits.max_body_bytes"): at its line in the new file, else at its
+ * group's, else the top. */
+static int restart_only(struct loader *l, const config_setting_t *root, const char *path, const char *what) {
+  char group[128];
+  const config_setting_t *s = config_setting_lookup((config_setting_t *)root, path), *at = s;
+  const char *dot = strrchr(path, '.');
+
+  if (at == NULL && dot != NULL) {
+    snprintf(group, sizeof(group), "%.*s", (int)(dot - path), path);
+    at = config_setting_lookup((config_setting_t *)root, group);
+  }
+  if (s != NULL)
+    return bad(l, s, "%s changed, and it takes effect only on a restart: the reload is refused and nothing "
+               "changed (put it back, or restart the router)", what);
+  return bad(l, at != NULL ? at : root, "%s (%s) changed, and it takes effect only on a restart: the reload is "
+             "refused and nothing changed (put it back, or restart the router)", path, what);
+}
+
+static int check_restart_only(struct loader *l, const config_setting_t *root, const struct fr_config *c,
+                              const struct fr_config *o) {
+  size_t i;
+  int first = 0;
+
+#define RESTART_IF(cond, path, what) \
+  if (cond)                          \
+    first = fr_cfg_first(first, restart_only(l, root, path, what));
+  RESTART_IF(!str_same(c->listen_host, o->listen_host) || c->listen_port != o->listen_port, "listen",
+             "the listen address");
+  RESTART_IF(!str_same(c->health_host, o->health_host) || c->health_port != o->health_port, "health_listen",
+             "the health listener");
+  RESTART_IF(!str_same(c->tls_cert, o->tls_cert) || !str_same(c->tls_key, o->tls_key), "tls", "tls");
+  RESTART_IF(!str_same(c->agent_image, o->agent_image) || c->agent_port != o->agent_port ||
+                 !bytes_same(c->agent_key, c->agent_key_len, o->agent_key, o->agent_key_len) ||
+                 !bytes_same(c->agent_prev_key, c->agent_prev_key_len, o->agent_prev_key, o->agent_prev_key_len),
+             "agent", "the agent group (image, port or a key)");
+  RESTART_IF(!str_same(c->policy, o->policy), "policy", "the policy file's path (its content reloads by itself)");
+  RESTART_IF(!str_same(c->gpu_resource, o->gpu_resource), "sandbox.gpu_resource", "the GPU resource name");
+  RESTART_IF(c->batch_commit_timeout_s != o->batch_commit_timeout_s, "sandbox.batch_commit_timeout_s",
+             "the batch commit timeout");
+  RESTART_IF(c->run_as_user != o->run_as_user, "sandbox.run_as_user", "the sandboxes' uid");
+  RESTART_IF(c->max_body_bytes != o->max_body_bytes, "limits.max_body_bytes", "the body limit");
+  RESTART_IF(c->max_connections != o->max_connections, "limits.max_connections", "the connection limit");
+  RESTART_IF(c->max_connections_per_ip != o->max_connections_per_ip, "limits.max_connections_per_ip",
+             "the per-address connection limit");
+  if (c->nclusters != o->nclusters) {
+    first = fr_cfg_first(first, restart_only(l, root, "clusters", "the list of clusters"));
+  } else {
+    for (i = 0; i < c->nclusters; i++) {
+      const struct fr_config_cluster *a = &c->clusters[i], *b = &o->clusters[i];
+      char path[64];
+      snprintf(path, sizeof(path), "clusters.[%zu]", i);
+      RESTART_IF(!str_same(a->name, b->name) || !str_same(a->region, b->region) ||
+                     !str_same(a->kubeconfig, b->kubeconfig) || !str_same(a->context, b->context) ||
+                     a->in_cluster != b->in_cluster || !str_same(a->ns, b->ns),
+                 path, "a cluster's name, region, kubeconfig, context, in_cluster or namespace (its cost reloads)");
+    }
+  }
+#undef RESTART_IF
+  return first;
+}
+
 static void config_free(struct fr_config *c) {
   size_t i;
 
   if (c == NULL)
     return;
   for (i = 0; i < c->ntenants; i++) {
+    size_t k;
+    for (k = 0; k < c->tenants[i].ntokens; k++)
+      free(c->tenants[i].tokens[k].name);
+    free(c->tenants[i].tokens);
     free(c->tenants[i].name);
     free(c->tenants[i].secret);
   }
+  for (i = 0; i < c->nfiles; i++)
+    free(c->files[i]);
+  free(c->files);
   free(c->tenants);
   for (i = 0; i < c->nclusters; i++) {
     free(c->clusters[i].name);
@@ -1140,8 +1501,8 @@ static void config_free(struct fr_config *c) {
   free(c);
 }
 
-static int load(const char *path, struct fr_config **out, struct fr_config_error *err, fr_cfg_error_cb on_error,
-                void *arg) {
+static int load(const char *path, const struct fr_config *running, struct fr_config **out,
+                struct fr_config_error *err, fr_cfg_error_cb on_error, void *arg) {
   struct fr_config_error scratch;
   struct loader l = {0};
   struct fr_config *c = NULL;
@@ -1185,10 +1546,13 @@ static int load(const char *path, struct fr_config **out, struct fr_config_error
   c->max_connections_per_ip = DEFAULT_MAX_CONNECTIONS_PER_IP;
   c->shutdown_delay_ms = DEFAULT_SHUTDOWN_DELAY_MS;
   c->exec_output_budget_bytes = DEFAULT_EXEC_OUTPUT_BUDGET_BYTES;
+  c->queue_max_wait_s = DEFAULT_QUEUE_MAX_WAIT_S;
+  c->queue_max_sandboxes = DEFAULT_QUEUE_MAX_SANDBOXES;
+  c->queue_exec_wait_s = DEFAULT_QUEUE_EXEC_WAIT_S;
   c->hosted.per_core_second = DEFAULT_HOSTED_PER_CORE_SECOND;
   c->hosted.per_gib_second = DEFAULT_HOSTED_PER_GIB_SECOND;
 
-  if ((rc = locate(&l, path, &c->source)) < 0)
+  if ((rc = locate(&l, path, &c->source)) < 0 || (rc = collect_files(&l, c)) < 0)
     goto fail;
 
   config_init(&cf);
@@ -1204,7 +1568,8 @@ static int load(const char *path, struct fr_config **out, struct fr_config_error
     rc = config_error_type(&cf) == CONFIG_ERR_FILE_IO ? -EIO : -EINVAL;
     goto fail;
   }
-  if ((rc = load_root(&l, config_root_setting(&cf), c)) < 0)
+  if ((rc = load_root(&l, config_root_setting(&cf), c)) < 0 ||
+      (running != NULL && (rc = check_restart_only(&l, config_root_setting(&cf), c, running)) < 0))
     goto fail;
 
   config_destroy(&cf);
@@ -1225,12 +1590,38 @@ fail:
 }
 
 int fr_config_load(const char *path, struct fr_config **out, struct fr_config_error *err) {
-  return load(path, out, err, NULL, NULL);
+  return load(path, NULL, out, err, NULL, NULL);
+}
+
+int fr_config_version(const char *path, char out[65]) {
+  struct fr_config_error err;
+  struct loader l = {0};
+  struct fr_config *c = calloc(1, sizeof(*c));
+  int rc;
+
+  out[0] = '\0';
+  if (c == NULL)
+    return -ENOMEM;
+  memset(&err, 0, sizeof(err));
+  l.err = &err;
+  l.path = path;
+  l.cfg = FR_CFGREAD_FOR(&err, l.path);
+  c->refs = 1;
+  if ((rc = locate(&l, path, &c->source)) == 0 && (rc = collect_files(&l, c)) == 0)
+    memcpy(out, c->version, 65);
+  free(l.dir);
+  config_free(c);
+  return rc;
+}
+
+int fr_config_load_next(const char *path, const struct fr_config *running, struct fr_config **out,
+                        struct fr_config_error *err) {
+  return load(path, running, out, err, NULL, NULL);
 }
 
 int fr_config_check(const char *path, void (*cb)(void *arg, const char *file, int line, const char *msg),
                     void *arg, struct fr_config **out) {
-  return load(path, out, NULL, cb, arg);
+  return load(path, NULL, out, NULL, cb, arg);
 }
 
 /* The count may be dropped from a worker thread (a reload) while the loop
@@ -1247,25 +1638,47 @@ void fr_config_unref(struct fr_config *c) {
     config_free(c);
 }
 
-const struct fr_config_tenant *fr_config_tenant_by_token(const struct fr_config *c,
-                                                         const char *token) {
+const struct fr_config_tenant *fr_config_tenant_by_token(const struct fr_config *c, const char *token,
+                                                         const struct fr_config_token **tok) {
   const struct fr_config_tenant *found = NULL;
+  const struct fr_config_token *found_tok = NULL;
   char hash[65];
-  size_t i;
+  size_t i, k;
 
+  if (tok != NULL)
+    *tok = NULL;
   /* An empty bearer token never authenticates, whatever the config says. */
   if (c == NULL || token == NULL || token[0] == '\0')
     return NULL;
   fr_sha256_hex(token, strlen(token), hash);
-  /* Compare against every tenant, not stopping at a match, so the time
+  /* Compare against every token, not stopping at a match, so the time
    * taken does not tell which position (if any) matched. Tokens are unique,
-   * so at most one tenant matches. */
-  for (i = 0; i < c->ntenants; i++) {
-    uintptr_t mask = (uintptr_t)0 - (uintptr_t)fr_secret_equal(hash, c->tenants[i].token_sha256);
-    found = (const struct fr_config_tenant *)(((uintptr_t)&c->tenants[i] & mask) |
-                                              ((uintptr_t)found & ~mask));
-  }
+   * so at most one matches. */
+  for (i = 0; i < c->ntenants; i++)
+    for (k = 0; k < c->tenants[i].ntokens; k++) {
+      uintptr_t mask = (uintptr_t)0 - (uintptr_t)fr_secret_equal(hash, c->tenants[i].tokens[k].sha256);
+      found = (const struct fr_config_tenant *)(((uintptr_t)&c->tenants[i] & mask) | ((uintptr_t)found & ~mask));
+      found_tok = (const struct fr_config_token *)(((uintptr_t)&c->tenants[i].tokens[k] & mask) |
+                                                   ((uintptr_t)found_tok & ~mask));
+    }
+  if (tok != NULL)
+    *tok = found_tok;
   return found;
+}
+
+int fr_config_token_expired(const struct fr_config_token *t, int64_t now_s) {
+  return t != NULL && t->expires_at > 0 && now_s >= t->expires_at;
+}
+
+const struct fr_config_tenant *fr_config_tenant_by_name(const struct fr_config *c, const char *name) {
+  size_t i;
+
+  if (c == NULL || name == NULL)
+    return NULL;
+  for (i = 0; i < c->ntenants; i++)
+    if (c->tenants[i].name != NULL && strcmp(c->tenants[i].name, name) == 0)
+      return &c->tenants[i];
+  return NULL;
 }
 
 const struct fr_config_cluster *fr_config_cluster_by_name(const struct fr_config *c,

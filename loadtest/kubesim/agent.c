@@ -256,6 +256,8 @@ static int supervisor_start(struct sim *s, struct sim_obj *o, char **cmd) {
   const char *image[POD_MAX_IMAGE_ENTRIES];
   char net[64];
   char **argv = NULL, **env = NULL, path[4096];
+  char *mounts[POD_MAX_MOUNTS];
+  int nmounts = 0;
   json_t *j = NULL, *c;
   int rc;
 
@@ -300,6 +302,18 @@ static int supervisor_start(struct sim *s, struct sim_obj *o, char **cmd) {
   if (a->isolated && podnet_pod_arg(s, p->ip, net, sizeof(net)) == 0)
     launch.net = net;
   launch.cmd = cmd;
+  /* Its claims' directories, mounted by the pod's init; a pod without its
+   * own root has nowhere to mount them (docs/kubesim.md). */
+  nmounts = pod_volume_mounts(s, o, j, c, mounts, FR_ARRAY_SIZE(mounts));
+  if (nmounts < 0) {
+    rc = nmounts;
+    nmounts = 0;
+    goto fail;
+  }
+  if (nmounts > 0 && !a->isolated)
+    FR_WARN(LOG_COMP, "pod %s/%s: no namespaces of its own: its volumes are not mounted", o->ns, o->name);
+  launch.mounts = mounts;
+  launch.nmounts = a->isolated ? (size_t)nmounts : 0;
   argv = podinit_argv(&launch);
   env = pod_env(o, c);
   if (a->port_file == NULL || a->pid_file == NULL || argv == NULL || env == NULL) {
@@ -351,6 +365,8 @@ static int supervisor_start(struct sim *s, struct sim_obj *o, char **cmd) {
 fail:
   agent_free(a);
 out:
+  while (nmounts > 0)
+    free(mounts[--nmounts]);
   free(argv);
   pod_env_free(env);
   json_decref(j);

@@ -751,17 +751,17 @@ static void handle_create(struct sim *s, struct fr_http_req *req, const struct r
     /* No status until a controller writes one. */
     if (r->kind == K_DEPLOYMENT || r->kind == K_PDB)
       json_object_set_new(j, "status", json_object());
-    /* No volumes behind claims here: one is Bound once it exists. */
+    /* Admission (the default class, pvc-protection); the persistent
+     * volume controller binds it after the commit. */
     if (r->kind == K_PVC)
-      json_object_set_new(json_obj(j, "status"), "phase", json_string("Bound"));
+      pvc_admit(s, j);
     if (r->kind == K_PDB)
       pdb_init_status(j);
     if (dry)
       break;
     o = store_commit(s, r->kind, NULL, j, EV_ADDED);
-    /* Pods waiting for this claim may now schedule. */
-    if (o != NULL && r->kind == K_PVC)
-      sched_room_freed(s);
+    if (o != NULL && r->kind == K_STORAGECLASS)
+      volumes_class_added(s);
     if (o != NULL && r->kind == K_PDB)
       pdb_mark_dirty(s, o->ns);
     break;
@@ -775,6 +775,12 @@ static void handle_create(struct sim *s, struct fr_http_req *req, const struct r
     return;
   }
   api_raw(req, 201, o->cur->json, o->cur->json_len);
+  /* The answer is the claim as created (Pending); then the persistent
+   * volume controller binds it, and pods waiting for it may schedule. */
+  if (r->kind == K_PVC) {
+    pvc_sync(s, o);
+    sched_room_freed(s);
+  }
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1039,6 +1045,30 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
   }
   case K_NODE: node_changed(s, o); break;
   case K_PDB: pdb_mark_dirty(s, o->ns); break;
+  case K_PVC: {
+    /* A Terminating claim whose last finalizer was taken off goes now. */
+    json_t *fin = NULL;
+    int gone = 0;
+    if (o->cur->deleting) {
+      json_t *cur = obj_json(o);
+      fin = json_path(cur, "metadata.finalizers");
+      gone = json_array_size(fin) == 0;
+      json_decref(cur);
+    }
+    if (gone) {
+      char *out = strdup(o->cur->json);
+      pvc_finalize(s, o);
+      if (out == NULL) {
+        api_status(req, 503, "ServiceUnavailable", "out of memory", NULL, NULL, NULL);
+      } else {
+        api_raw(req, 200, out, strlen(out));
+        free(out);
+      }
+      goto out;
+    }
+    break;
+  }
+  case K_STORAGECLASS: volumes_class_added(s); break;
   default: break;
   }
   api_raw(req, 200, o->cur->json, o->cur->json_len);
@@ -1069,6 +1099,11 @@ static void delete_ns_contents(struct sim *s, const char *ns) {
           rs_deleted(s, o, 1);
         if (k == K_DEPLOYMENT)
           deploy_free_state(o);
+        if (k == K_PVC) {
+          json_decref(j);
+          pvc_finalize(s, o);
+          continue;
+        }
         if (j)
           store_commit(s, (enum sim_kind)k, o, j, EV_DELETED);
       }
@@ -1151,6 +1186,9 @@ static char *delete_one(struct sim *s, struct fr_http_req *req, struct sim_obj *
     rs_deleted(s, o, prop != NULL && strcmp(prop, "Orphan") == 0);
     store_commit(s, k, o, obj_json(o), EV_DELETED);
     break;
+  case K_PVC:
+    pvc_delete(s, o);
+    break;
   case K_DEPLOYMENT:
     /* Foreground and Background both remove the ReplicaSets and their
      * pods (graceful); only the Deployment's own removal is immediate. */
@@ -1177,11 +1215,11 @@ static char *delete_one(struct sim *s, struct fr_http_req *req, struct sim_obj *
 }
 
 /* Whether the API server's storage of kind <k> answers a DELETE with the
- * deleted object (ReturnDeletedObject: pods, services, claims; a namespace
+ * deleted object (ReturnDeletedObject: pods, services, claims, storage classes; a namespace
  * answers with itself, Terminating). The others answer a Status once the
  * object is gone (the registry's finalizeDelete). */
 static int returns_deleted_object(enum sim_kind k) {
-  return k == K_POD || k == K_SERVICE || k == K_PVC || k == K_NAMESPACE;
+  return k == K_POD || k == K_SERVICE || k == K_PVC || k == K_NAMESPACE || k == K_STORAGECLASS;
 }
 
 static void handle_delete(struct sim *s, struct fr_http_req *req, const struct route *r) {

@@ -50,6 +50,8 @@ static const struct {
                "horizontalpodautoscaler", "autoscaling", "v2", "autoscaling/v2", "hpa", 1},
     [K_PVC] = {"PersistentVolumeClaim", "PersistentVolumeClaimList", "persistentvolumeclaims",
                "persistentvolumeclaim", "", "v1", "v1", "pvc", 1},
+    [K_STORAGECLASS] = {"StorageClass", "StorageClassList", "storageclasses", "storageclass",
+                         "storage.k8s.io", "v1", "storage.k8s.io/v1", "sc", 0},
     [K_EVENT] = {"Event", "EventList", "events", "event", "", "v1", "v1", "ev", 1},
 };
 
@@ -543,8 +545,105 @@ static int check_hpa(json_t *j, struct sim_err *e) {
   return 0;
 }
 
+static int one_of(const char *v, const char *const *set, size_t n) {
+  size_t i;
+
+  for (i = 0; v != NULL && i < n; i++)
+    if (strcmp(v, set[i]) == 0)
+      return 1;
+  return 0;
+}
+
+/* storage.k8s.io/v1 StorageClass: the provisioner is required; reclaim
+ * policy and binding mode are defaulted (Delete, Immediate); the four are
+ * immutable, as the API server's validation has them. */
+static int check_storageclass(json_t *old, json_t *j, struct sim_err *e) {
+  static const char *const reclaim[] = {"Delete", "Retain"};
+  static const char *const modes[] = {"Immediate", "WaitForFirstConsumer"};
+  static const char *const fixed[] = {"provisioner", "parameters", "reclaimPolicy", "volumeBindingMode"};
+  const char *prov = json_get_str(j, "provisioner");
+  size_t i;
+
+  if (prov == NULL || *prov == '\0')
+    return invalid(e, K_STORAGECLASS, j, "provisioner", "FieldValueRequired", "Required value");
+  if (json_object_get(j, "reclaimPolicy") == NULL)
+    json_object_set_new(j, "reclaimPolicy", json_string("Delete"));
+  if (json_object_get(j, "volumeBindingMode") == NULL)
+    json_object_set_new(j, "volumeBindingMode", json_string("Immediate"));
+  if (!one_of(json_get_str(j, "reclaimPolicy"), reclaim, FR_ARRAY_SIZE(reclaim)))
+    return invalid(e, K_STORAGECLASS, j, "reclaimPolicy", "FieldValueNotSupported",
+                   "Unsupported value: \"%s\": supported values: \"Delete\", \"Retain\"",
+                   json_get_str(j, "reclaimPolicy") ? json_get_str(j, "reclaimPolicy") : "");
+  if (!one_of(json_get_str(j, "volumeBindingMode"), modes, FR_ARRAY_SIZE(modes)))
+    return invalid(e, K_STORAGECLASS, j, "volumeBindingMode", "FieldValueNotSupported",
+                   "Unsupported value: \"%s\": supported values: \"Immediate\", \"WaitForFirstConsumer\"",
+                   json_get_str(j, "volumeBindingMode") ? json_get_str(j, "volumeBindingMode") : "");
+  for (i = 0; old != NULL && i < FR_ARRAY_SIZE(fixed); i++) {
+    if (!json_equal(json_object_get(old, fixed[i]), json_object_get(j, fixed[i])) &&
+        !(json_object_get(old, fixed[i]) == NULL && json_object_get(j, fixed[i]) == NULL))
+      return invalid(e, K_STORAGECLASS, j, fixed[i], "FieldValueForbidden",
+                     "Forbidden: updates to %s are forbidden.", fixed[i]);
+  }
+  return 0;
+}
+
+/* v1 PersistentVolumeClaim: access modes and a storage request are
+ * required; after creation the spec is immutable but for the storage
+ * request (and the volume name the controller sets once). */
+static int check_pvc(json_t *old, json_t *j, struct sim_err *e) {
+  static const char *const modes[] = {"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"};
+  json_t *am = json_path(j, "spec.accessModes"), *m, *req = json_path(j, "spec.resources.requests");
+  const char *bad = NULL, *sc;
+  size_t i;
+
+  if (!json_is_array(am) || json_array_size(am) == 0)
+    return invalid(e, K_PVC, j, "spec.accessModes", "FieldValueRequired", "Required value");
+  json_array_foreach(am, i, m) {
+    char f[48];
+    snprintf(f, sizeof(f), "spec.accessModes[%zu]", i);
+    if (!one_of(json_string_value(m), modes, FR_ARRAY_SIZE(modes)))
+      return invalid(e, K_PVC, j, f, "FieldValueNotSupported",
+                     "Unsupported value: \"%s\": supported values: \"ReadOnlyMany\", \"ReadWriteMany\", "
+                     "\"ReadWriteOnce\", \"ReadWriteOncePod\"",
+                     json_is_string(m) ? json_string_value(m) : "");
+  }
+  if (!json_is_object(req) || json_object_get(req, "storage") == NULL)
+    return invalid(e, K_PVC, j, "spec.resources[storage]", "FieldValueRequired", "Required value");
+  if (quantities_normalize(req, &bad) != 0)
+    return invalid(e, K_PVC, j, "spec.resources.requests[storage]", "FieldValueInvalid",
+                   "Invalid value: must be a valid quantity");
+  {
+    int64_t v = 0;
+    if (fr_quantity_parse_value(json_get_str(req, "storage"), &v) != 0 || v <= 0)
+      return invalid(e, K_PVC, j, "spec.resources[storage]", "FieldValueInvalid",
+                     "Invalid value: \"%s\": must be greater than zero", json_get_str(req, "storage"));
+  }
+  sc = json_string_value(json_path(j, "spec.storageClassName"));
+  if (json_path(j, "spec.storageClassName") != NULL && !json_is_null(json_path(j, "spec.storageClassName")) &&
+      sc == NULL)
+    return invalid(e, K_PVC, j, "spec.storageClassName", "FieldValueInvalid", "Invalid value: must be a string");
+  if (old != NULL) {
+    json_t *a = json_deep_copy(json_object_get(old, "spec")), *b = json_deep_copy(json_object_get(j, "spec"));
+    int same;
+    json_object_del(json_object_get(a, "resources"), "requests");
+    json_object_del(json_object_get(b, "resources"), "requests");
+    if (json_object_get(b, "volumeName") == NULL)
+      json_object_del(a, "volumeName");
+    same = json_equal(a, b);
+    json_decref(a);
+    json_decref(b);
+    if (!same)
+      return invalid(e, K_PVC, j, "spec", "FieldValueForbidden",
+                     "Forbidden: spec is immutable after creation except resources.requests and "
+                     "volumeAttributesClassName for bound claims");
+  }
+  return 0;
+}
+
 int kind_validate(enum sim_kind k, json_t *old, json_t *j, struct sim_err *e) {
   switch (k) {
+  case K_STORAGECLASS: return check_storageclass(old, j, e);
+  case K_PVC: return check_pvc(old, j, e);
   case K_SECRET: return check_secret(j, e);
   case K_CONFIGMAP: {
     json_t *v;
@@ -685,6 +784,17 @@ static const struct column pvc_cols[] = {
     {"Capacity", "string", "", "Capacity represents the actual resources of the underlying volume.", 0},
     {"Access Modes", "string", "", "AccessModes contains the actual access modes the volume backing the PVC has.", 0},
     {"StorageClass", "string", "", "StorageClassName is the name of the StorageClass required by the claim.", 0},
+    {"VolumeAttributesClass", "string", "", "VolumeAttributesClassName may be used to set the VolumeAttributesClass used by this claim.", 0},
+    {"Age", "string", "", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0},
+    {"VolumeMode", "string", "", "volumeMode defines what type of volume is required by the claim.", 1},
+};
+
+static const struct column sc_cols[] = {
+    {"Name", "string", "name", "Name must be unique within a namespace.", 0},
+    {"Provisioner", "string", "", "provisioner indicates the type of the provisioner.", 0},
+    {"ReclaimPolicy", "string", "", "reclaimPolicy controls the reclaimPolicy for dynamically provisioned PersistentVolumes of this storage class.", 0},
+    {"VolumeBindingMode", "string", "", "volumeBindingMode indicates how PersistentVolumeClaims should be provisioned and bound.", 0},
+    {"AllowVolumeExpansion", "string", "", "allowVolumeExpansion shows whether the storage class allow volume expand.", 0},
     {"Age", "string", "", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0},
 };
 
@@ -914,6 +1024,7 @@ int table_render(struct sim *s, enum sim_kind k, struct objver **vs, size_t n, c
   case K_RS: cols = rs_cols; ncols = FR_ARRAY_SIZE(rs_cols); break;
   case K_QUOTA: cols = quota_cols; ncols = FR_ARRAY_SIZE(quota_cols); break;
   case K_PVC: cols = pvc_cols; ncols = FR_ARRAY_SIZE(pvc_cols); break;
+  case K_STORAGECLASS: cols = sc_cols; ncols = FR_ARRAY_SIZE(sc_cols); break;
   case K_PDB: cols = pdb_cols; ncols = FR_ARRAY_SIZE(pdb_cols); break;
   case K_DEPLOYMENT: cols = deploy_cols; ncols = FR_ARRAY_SIZE(deploy_cols); break;
   case K_EVENT: cols = event_cols; ncols = FR_ARRAY_SIZE(event_cols); break;
@@ -936,8 +1047,17 @@ int table_render(struct sim *s, enum sim_kind k, struct objver **vs, size_t n, c
     json_t *cells = json_array(), *row = json_object();
     if (obj == NULL)
       continue;
-    if (k != K_EVENT)
+    if (k == K_STORAGECLASS) {
+      /* kubectl's printer marks the default class in the name column. */
+      const char *def = json_string_value(
+          json_object_get(json_path(obj, "metadata.annotations"), "storageclass.kubernetes.io/is-default-class"));
+      char nm[300];
+      snprintf(nm, sizeof(nm), "%s%s", vs[i]->fields[F_NAME] ? vs[i]->fields[F_NAME] : "",
+               def != NULL && strcmp(def, "true") == 0 ? " (default)" : "");
+      json_array_append_new(cells, json_string(nm));
+    } else if (k != K_EVENT) {
       json_array_append_new(cells, json_string(vs[i]->fields[F_NAME] ? vs[i]->fields[F_NAME] : ""));
+    }
     switch (k) {
     case K_EVENT: event_cells(obj, cells); break;
     case K_DEPLOYMENT: deploy_cells(obj, cells); break;
@@ -968,20 +1088,36 @@ int table_render(struct sim *s, enum sim_kind k, struct objver **vs, size_t n, c
       json_t *am;
       size_t ai, mi;
       fr_buf_init(&m);
-      json_array_foreach(json_path(obj, "spec.accessModes"), ai, am) {
+      json_array_foreach(json_path(obj, "status.accessModes"), ai, am) {
         for (mi = 0; mi < FR_ARRAY_SIZE(modes); mi++)
           if (json_is_string(am) && strcmp(json_string_value(am), modes[mi][0]) == 0)
             fr_buf_printf(&m, "%s%s", m.len ? "," : "", modes[mi][1]);
       }
-      json_array_append_new(cells, str_or_none(json_path(obj, "status.phase")));
-      json_array_append_new(cells, json_string(""));
-      json_array_append_new(cells, str_or_none(json_path(obj, "spec.resources.requests.storage")));
+      /* As the API server's printer: the bound volume, its capacity and
+       * access modes (empty while Pending), the class as asked for. */
+      json_array_append_new(cells, json_string(json_path(obj, "metadata.deletionTimestamp") ? "Terminating"
+                                               : json_string_value(json_path(obj, "status.phase"))
+                                               ? json_string_value(json_path(obj, "status.phase")) : ""));
+      json_array_append_new(cells, json_string(json_string_value(json_path(obj, "spec.volumeName"))
+                                               ? json_string_value(json_path(obj, "spec.volumeName")) : ""));
+      json_array_append_new(cells, json_string(json_string_value(json_path(obj, "status.capacity.storage"))
+                                               ? json_string_value(json_path(obj, "status.capacity.storage")) : ""));
       json_array_append_new(cells, json_string(m.data ? m.data : ""));
       json_array_append_new(cells, str_or_none(json_path(obj, "spec.storageClassName")));
+      json_array_append_new(cells, json_string("<unset>"));
       json_array_append_new(cells, age_cell(obj));
+      json_array_append_new(cells, json_string(json_string_value(json_path(obj, "spec.volumeMode"))
+                                               ? json_string_value(json_path(obj, "spec.volumeMode")) : "Filesystem"));
       fr_buf_free(&m);
       break;
     }
+    case K_STORAGECLASS:
+      json_array_append_new(cells, str_or_none(json_object_get(obj, "provisioner")));
+      json_array_append_new(cells, str_or_none(json_object_get(obj, "reclaimPolicy")));
+      json_array_append_new(cells, str_or_none(json_object_get(obj, "volumeBindingMode")));
+      json_array_append_new(cells, json_string(json_is_true(json_object_get(obj, "allowVolumeExpansion")) ? "true" : "false"));
+      json_array_append_new(cells, age_cell(obj));
+      break;
     default: json_array_append_new(cells, age_cell(obj)); break;
     }
     json_object_set_new(row, "cells", cells);

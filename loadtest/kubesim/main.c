@@ -76,7 +76,9 @@ static void usage(FILE *f) {
           "                            get a copy of PATH in /usr/local/bin; repeatable\n"
           "  --pod-cidr CIDR|auto      pod addresses (default auto: a free /16 of 10.128.0.0/9)\n"
           "  --code-interpreter PATH   the main command of agent pods of code-interpreter images:\n"
-          "                            /usr/bin/python3 PATH (deploy/code-interpreter/server.py)\n");
+          "                            /usr/bin/python3 PATH (deploy/code-interpreter/server.py)\n"
+          "  --default-storage-class NAME  the default StorageClass kubesim provisions claims of\n"
+          "                            (default standard; \"\" = no class at start)\n");
 }
 
 /* ---------------------------------------------------------------------- */
@@ -514,6 +516,7 @@ int main(int argc, char **argv) {
       {"pod-cidr", required_argument, NULL, 25},
       {"write-serviceaccount", required_argument, NULL, 26},
       {"code-interpreter", required_argument, NULL, 27},
+      {"default-storage-class", required_argument, NULL, 28},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -549,6 +552,7 @@ int main(int argc, char **argv) {
   s.opts.bookmark_ms = 5000;
   s.opts.node_grace_ms = 1000;
   s.opts.min_request_timeout = 1800;
+  s.opts.default_storage_class = "standard";
   while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     int *num = NULL;
     int64_t lo = 0, hi = 3600000;
@@ -603,6 +607,7 @@ int main(int argc, char **argv) {
       break;
     case 25: s.opts.pod_cidr = optarg; break;
     case 26: s.opts.serviceaccount_dir = optarg; break;
+    case 28: s.opts.default_storage_class = optarg; break;
     case 18:
     case 19: {
       int taint = opt == 19, *n = taint ? &s.opts.nnode_taints : &s.opts.nnode_labels;
@@ -755,6 +760,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kubesim: cannot create namespaces\n");
     goto fail;
   }
+  if ((rc = volumes_init(&s)) != 0) {
+    fprintf(stderr, "kubesim: cannot set up volumes under %s: %s\n", s.opts.workdir, strerror(-rc));
+    goto fail;
+  }
   for (i = 1; i <= s.opts.nodes; i++) {
     if (node_create(&s, i) != 0) {
       fprintf(stderr, "kubesim: cannot create node %d\n", i);
@@ -794,6 +803,8 @@ int main(int argc, char **argv) {
   uv_run(s.loop, UV_RUN_DEFAULT);
   sched_free(&s);
   store_free(&s);
+  /* No pod runs any more: the claims' directories go with the cluster. */
+  volumes_free(&s);
   events_free(&s);
   stats_free(&s);
   /* Every pod's supervisor has exited (their veths went with their

@@ -23,6 +23,8 @@
  *     with null, zero, full, random, urandom and tty bound from the host, a
  *     private devpts instance (ptmx) and /dev/shm;
  *   - <poddir>/run bound at POD_RUN_DIR (the agent's port file);
+ *   - its PersistentVolumeClaims' directories bound at their mount paths
+ *     (--mount, volumes.c; nosuid, nodev, read-only when asked);
  *   - the commands of the pod's image (podimage.c) in POD_IMAGE_BIN_DIR;
  *   - pivot_root into it with the old root detached; the pod's name as
  *     hostname.
@@ -108,6 +110,8 @@ struct helper_opts {
   const char *cwd;
   const char *hostname;
   const char *image[POD_MAX_IMAGE_ENTRIES]; /* "NAME=link|script|copy:VALUE" */
+  const char *mounts[POD_MAX_MOUNTS];       /* "MODE\nDST\nSUBPATH\nSRC" (volumes.c) */
+  size_t nmounts;
   size_t nimage;
   const char *net;            /* "IP/PREFIX@BRIDGE": a network namespace of its own */
   char **cmd;                 /* after "--"; NULL = none */
@@ -285,6 +289,10 @@ char **podinit_argv(const struct pod_launch *l) {
       ab_add(&b, "--net");
       ab_add(&b, l->net);
     }
+    for (i = 0; i < l->nmounts; i++) {
+      ab_add(&b, "--mount");
+      ab_add(&b, l->mounts[i]);
+    }
     ab_creds(&b, l->creds, l->cwd);
   }
   ab_add(&b, "--");
@@ -402,6 +410,10 @@ static int parse_helper(int argc, char **argv, struct helper_opts *o) {
       o->hostname = v;
     } else if (strcmp(a, "--net") == 0) {
       o->net = v;
+    } else if (strcmp(a, "--mount") == 0) {
+      if (o->nmounts == POD_MAX_MOUNTS)
+        return -1;
+      o->mounts[o->nmounts++] = v;
     } else if (strcmp(a, "--image-entry") == 0) {
       if (o->nimage == POD_MAX_IMAGE_ENTRIES)
         return -1;
@@ -911,6 +923,111 @@ static int make_home(const struct helper_opts *o, const char *merged) {
   return lchown(p, o->creds.uid, o->creds.gid);
 }
 
+/* Opens directory <rel> ("/"-separated, relative; "" is <at> itself)
+ * beneath directory fd <at> one component at a time, never following a
+ * symlink (one is ENOTDIR), making missing directories with <mode> when
+ * <create>. An O_PATH descriptor, or -1 with errno. */
+static int open_beneath(int at, const char *rel, int create, mode_t mode) {
+  char buf[PATH_MAX], *comp, *save = NULL;
+  int fd, nfd;
+
+  if (strlen(rel) >= sizeof(buf)) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  memcpy(buf, rel, strlen(rel) + 1);
+  if ((fd = openat(at, ".", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+    return -1;
+  for (comp = strtok_r(buf, "/", &save); comp != NULL; comp = strtok_r(NULL, "/", &save)) {
+    if (strcmp(comp, ".") == 0 || strcmp(comp, "..") == 0) {
+      close(fd);
+      errno = EINVAL;
+      return -1;
+    }
+    nfd = openat(fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (nfd < 0 && errno == ENOENT && create) {
+      if (mkdirat(fd, comp, mode) != 0 && errno != EEXIST) {
+        close(fd);
+        return -1;
+      }
+      nfd = openat(fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    close(fd);
+    if (nfd < 0)
+      return -1;
+    fd = nfd;
+  }
+  return fd;
+}
+
+/* Binds a claim's directory (or its subPath) at its mount path in the
+ * pod's root <merged>: "MODE\nDST\nSUBPATH\nSRC" from volumes.c. Both ends
+ * are walked without following symlinks (a link in the image, or one a pod
+ * wrote into the volume, could otherwise aim the mount at this machine's
+ * files); the mount is nosuid and nodev (the pod has CAP_MKNOD), read-only
+ * for MODE "ro". 0, or -1 with errno. */
+static int mount_volume(const char *merged, const char *spec) {
+  char buf[PATH_MAX * 2], *mode, *dst, *sub, *src, *nl, a[64], b[64];
+  int root = -1, vol = -1, from = -1, to = -1, again = -1, rc = -1;
+  unsigned long ro;
+
+  if (strlen(spec) >= sizeof(buf)) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  memcpy(buf, spec, strlen(spec) + 1);
+  mode = buf;
+  if ((nl = strchr(mode, '\n')) == NULL)
+    goto inval;
+  *nl = '\0';
+  dst = nl + 1;
+  if ((nl = strchr(dst, '\n')) == NULL)
+    goto inval;
+  *nl = '\0';
+  sub = nl + 1;
+  if ((nl = strchr(sub, '\n')) == NULL)
+    goto inval;
+  *nl = '\0';
+  src = nl + 1;
+  if (dst[0] != '/' || src[0] != '/')
+    goto inval;
+  ro = strcmp(mode, "ro") == 0 ? MS_RDONLY : 0;
+  if ((root = open(merged, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+      (vol = open(src, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+      (from = open_beneath(vol, sub, 1, 0777)) < 0 || (to = open_beneath(root, dst + 1, 1, 0755)) < 0)
+    goto out;
+  snprintf(a, sizeof(a), "/proc/self/fd/%d", from);
+  snprintf(b, sizeof(b), "/proc/self/fd/%d", to);
+  if (mount(a, b, NULL, MS_BIND, NULL) != 0)
+    goto out;
+  /* <to> is the directory under the mount; a new lookup finds the mount. */
+  if ((again = open_beneath(root, dst + 1, 0, 0)) < 0)
+    goto out;
+  snprintf(b, sizeof(b), "/proc/self/fd/%d", again);
+  if (mount(NULL, b, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | ro, NULL) != 0)
+    goto out;
+  rc = 0;
+out:
+  {
+    int err = errno;
+    if (again >= 0)
+      close(again);
+    if (to >= 0)
+      close(to);
+    if (from >= 0)
+      close(from);
+    if (vol >= 0)
+      close(vol);
+    if (root >= 0)
+      close(root);
+    errno = err;
+  }
+  return rc;
+inval:
+  errno = EINVAL;
+  return -1;
+}
+
 /* The pod's own view of the filesystem (its mount namespace is new): see
  * the file's comment. Ends inside the new root, in its working directory. */
 static int setup_root(const struct helper_opts *o) {
@@ -963,6 +1080,18 @@ static int setup_root(const struct helper_opts *o) {
   step = "make the user's home";
   if (make_home(o, merged) != 0)
     goto fail;
+  {
+    size_t i;
+    for (i = 0; i < o->nmounts; i++) {
+      step = "mount a volume";
+      if (mount_volume(merged, o->mounts[i]) != 0) {
+        const char *d = strchr(o->mounts[i], '\n');
+        say(o, "cannot mount the volume at %.*s: %s", d ? (int)strcspn(d + 1, "\n") : 0, d ? d + 1 : "",
+            strerror(errno));
+        goto fail;
+      }
+    }
+  }
   step = "pivot_root";
   /* pivot_root(".", "."): the old root ends up on top of the new one and
    * is detached at once, so nothing of the host's mount tree is left. */

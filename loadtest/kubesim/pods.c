@@ -737,22 +737,6 @@ static void report_unschedulable(struct sim *s, struct sim_obj *o, int why, cons
   pod_commit(s, o, j);
 }
 
-/* 1 if pod <j> mounts a PersistentVolumeClaim its namespace lacks; <msg>
- * gets the scheduler's words for it. */
-static int missing_claim(struct sim *s, struct sim_obj *o, json_t *j, char *msg, size_t len) {
-  json_t *v;
-  size_t i;
-
-  json_array_foreach(json_path(j, "spec.volumes"), i, v) {
-    const char *claim = json_string_value(json_path(v, "persistentVolumeClaim.claimName"));
-    if (claim != NULL && store_get(s, K_PVC, o->ns, claim) == NULL) {
-      snprintf(msg, len, "persistentvolumeclaim \"%s\" not found", claim);
-      return 1;
-    }
-  }
-  return 0;
-}
-
 static void sched_run(struct sim *s) {
   uint64_t now = uv_now(s->loop);
   int64_t fail_cpu = INT64_MAX, fail_mem = INT64_MAX;
@@ -791,7 +775,7 @@ static void sched_run(struct sim *s) {
     if (j == NULL)
       continue;
     sel = json_path(j, "spec.nodeSelector");
-    if (missing_claim(s, o, j, detail, sizeof(detail))) {
+    if (pod_claims_schedulable(s, o, detail, sizeof(detail))) {
       json_decref(j);
       report_unschedulable(s, o, 128, detail);
       goto park;
@@ -799,6 +783,7 @@ static void sched_run(struct sim *s) {
     node = pick_node(s, p, sel, json_path(j, "spec.tolerations"), &why, detail, sizeof(detail));
     if (node != NULL) {
       p->counted = 1;
+      pod_claims_bind(s, o, node->name);
       bind_pod(s, o, node, j);
       continue;
     }
@@ -1024,6 +1009,7 @@ int pod_set_disruption(struct sim *s, struct sim_obj *o, const char *reason, con
 static void on_pod_timer_closed(uv_handle_t *h) {
   struct sim_pod *p = h->data;
 
+  pod_claims_free(p);
   free(p->workdir);
   free(p);
 }
@@ -1095,6 +1081,11 @@ static void on_pod_started(uv_timer_t *t) {
   }
   if (p->deadline_s > 0 && fr_wall_ms() - p->start_ms >= p->deadline_s * 1000) {
     on_deadline(t);
+    return;
+  }
+  /* Its volumes attach and mount first; a kubelet retries until they do. */
+  if (pod_claims_attach(s, o)) {
+    pod_timer_start(p, on_pod_started, 1000);
     return;
   }
   /* The pod's address, from the range (podnet.c); with none left it waits,
@@ -1228,6 +1219,7 @@ void pod_main_exited(struct sim *s, struct sim_obj *o, int code) {
                                  "finishedAt", ts), 0);
   if (pod_commit(s, o, j) != NULL)
     rs_pod_event(s, o);
+  volumes_pod_released(s, p);
 }
 
 static void kill_execs(struct sim_pod *p) {
@@ -1258,6 +1250,7 @@ static void pod_fail(struct sim *s, struct sim_obj *o, const char *reason, const
                                  "startedAt", ts, "finishedAt", ts), 0);
   if (pod_commit(s, o, j) != NULL)
     rs_pod_event(s, o);
+  volumes_pod_released(s, p);
 }
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -1322,6 +1315,8 @@ void pod_free_state(struct sim *s, struct sim_obj *o) {
   /* Before kill_execs() lets go of the supervisor, which the removal
    * waits for. */
   remove_workdir(s, p);
+  volumes_pod_gc(s, p);
+  volumes_pod_released(s, p);
   podnet_release(s, p->ip);
   p->ip[0] = '\0';
   kill_execs(p);
@@ -1650,11 +1645,16 @@ int pod_create(struct sim *s, const char *ns, json_t *j, struct sim_obj **out,
     sim_err_set(e, 503, "ServiceUnavailable", "out of memory");
     goto fail;
   }
+  if (pod_claims_init(p, j, name, e) != 0) {
+    free(p);
+    goto fail;
+  }
   owner = controller_uid(j);
   snprintf(p->owner_uid, sizeof(p->owner_uid), "%s", owner ? owner : "");
   node_name = json_string_value(json_path(j, "spec.nodeName"));
   o = store_commit(s, K_POD, NULL, j, EV_ADDED);
   if (o == NULL) {
+    pod_claims_free(p);
     free(p);
     sim_err_set(e, 503, "ServiceUnavailable", "out of memory");
     return -1;
@@ -1675,6 +1675,7 @@ int pod_create(struct sim *s, const char *ns, json_t *j, struct sim_obj **out,
   o->u.pod = p;
   ns_usage_add(s, ns, p, 1);
   p->counted = 1;
+  pod_ephemeral_create(s, o);
   (void)node_name;
   {
     /* spec.nodeName set by the client bypasses the scheduler. */

@@ -58,6 +58,7 @@ enum sim_kind {
   K_PDB,
   K_HPA,
   K_PVC,
+  K_STORAGECLASS,
   K_EVENT,
   K_COUNT
 };
@@ -155,6 +156,8 @@ struct sim_pod {
   int node_unready;            /* Ready=False set by the node lifecycle controller */
   int kubelet_pending;         /* its node's kubelet is lost: start or removal waits for it */
   char ip[16];                 /* status.podIP, from podnet_alloc() ("" = none yet) */
+  char **claims;               /* PersistentVolumeClaims its volumes name (volumes.c), NULL-ended */
+  int attached;                /* its claims' volumes are attached to its node (volumes.c) */
 };
 
 struct sim_rs {
@@ -258,6 +261,7 @@ struct sim_opts {
   int node_grace_ms;           /* --node-monitor-grace-ms */
   int event_limit;             /* --event-limit: events kept (0 = none recorded) */
   const char *pod_cidr;        /* --pod-cidr: NULL or "auto" picks a free /16 */
+  const char *default_storage_class; /* --default-storage-class ("" = none) */
 };
 
 enum { AGENT_MODE_NONE, AGENT_MODE_PROCESS, AGENT_MODE_INPROC };
@@ -633,6 +637,67 @@ int image_repo(const char *image, char *out, size_t cap);
  * returns how many. */
 size_t image_entries(struct sim *s, const char *image, const char **out, size_t cap);
 
+/* ---- volumes.c: StorageClasses, PersistentVolumeClaims, their directories ---- */
+/* The provisioner kubesim runs: claims of a class that names it get a
+ * directory of their own on this machine. */
+#define VOLUMES_PROVISIONER "kubesim.io/hostpath"
+/* Makes <workdir>/volumes and, unless --default-storage-class is "", the
+ * default StorageClass. Blocking: call at start. 0 or -errno. */
+int volumes_init(struct sim *s);
+/* At exit: removes <workdir>/volumes and everything in it (blocking). */
+void volumes_free(struct sim *s);
+/* A new claim <j> (borrowed, edited) as the API server's admission stores
+ * it: the default class when it names none, the pvc-protection finalizer,
+ * volumeMode Filesystem, status Pending. */
+void pvc_admit(struct sim *s, json_t *j);
+/* The persistent-volume controller looks at claim <o> again: binds it
+ * (a directory, status Bound with its capacity) when its class is ours and
+ * binds at once, else records why it waits (events). May be called from a
+ * request. */
+void pvc_sync(struct sim *s, struct sim_obj *o);
+/* Removes claim <o> now: its directory (off the loop) and the object
+ * (DELETED). <o> is freed. */
+void pvc_finalize(struct sim *s, struct sim_obj *o);
+/* A StorageClass appeared: claims that waited for it are synced. */
+void volumes_class_added(struct sim *s);
+/* DELETE of claim <o>: while a pod uses it, it only gets its
+ * deletionTimestamp (Terminating, kept by kubernetes.io/pvc-protection);
+ * else it goes with its directory. <o> may be freed. */
+void pvc_delete(struct sim *s, struct sim_obj *o);
+/* Pod <p> (stage changed to terminal, or its state is going) no longer
+ * holds its claims: Terminating claims nobody uses any more go, and pods
+ * waiting to attach them are retried by their own timers. */
+void volumes_pod_released(struct sim *s, struct sim_pod *p);
+/* Records in <p>->claims the claims pod <j> (borrowed) mounts; 0 or
+ * -ENOMEM. Checks the volumes and mounts first: -1 with <e> (422) when a
+ * mount names no volume or a path is bad. */
+int pod_claims_init(struct sim_pod *p, json_t *j, const char *name, struct sim_err *e);
+/* The ephemeral volume controller, once pod <o> is stored: a claim
+ * "<pod>-<volume>" owned by it for each generic ephemeral volume. */
+void pod_ephemeral_create(struct sim *s, struct sim_obj *o);
+/* The garbage collector for pod <p>, going: the claims it owns go too. */
+void volumes_pod_gc(struct sim *s, struct sim_pod *p);
+/* Frees <p>->claims. */
+void pod_claims_free(struct sim_pod *p);
+/* The scheduler's volume checks for pod <o>: 0 when it may be placed
+ * (claims that bind on the first consumer are bound once <node> is known:
+ * pod_claims_bind()), 1 with the scheduler's words in <msg> when not
+ * (a missing, deleting or unbound claim; a ReadWriteOncePod claim in use). */
+int pod_claims_schedulable(struct sim *s, struct sim_obj *o, char *msg, size_t cap);
+/* Binds the WaitForFirstConsumer claims of pod <o>, now placed on <node>. */
+void pod_claims_bind(struct sim *s, struct sim_obj *o, const char *node);
+/* The attach/detach controller and kubelet before pod <o>'s containers
+ * start: 0 when every claim is Bound and attachable to its node (marks the
+ * pod attached), else 1 after a Warning event (FailedMount, or
+ * FailedAttachVolume's Multi-Attach error for a ReadWriteOnce volume in
+ * use on another node): the caller retries. */
+int pod_claims_attach(struct sim *s, struct sim_obj *o);
+/* The --mount values of podinit for container <c> of pod <o> (JSON <j>,
+ * both borrowed): "MODE\nDST\nSUBPATH\nSRC", at most <cap> into <out>,
+ * each malloc'd (the caller frees them). Returns how many, or -errno. */
+int pod_volume_mounts(struct sim *s, struct sim_obj *o, json_t *j, json_t *c, char **out, size_t cap);
+#define POD_MAX_MOUNTS 16
+
 /* ---- podinit.c: the process side of a pod ---- */
 #define POD_MAX_GROUPS 16
 /* Docker's default capabilities: CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL,
@@ -675,6 +740,8 @@ struct pod_launch {
   const char *const *image;       /* image_entries() of the pod's image */
   size_t nimage;
   const char *net;                /* podnet_pod_arg(), NULL = the host's network */
+  char *const *mounts;            /* pod_volume_mounts() */
+  size_t nmounts;
   char **cmd;                     /* the agent's argv, NULL = none */
 };
 

@@ -77,6 +77,7 @@ struct loader {
   size_t cap_regions;
   struct fr_policy_warning *warn;
   size_t nwarn, cap_warn;
+  int untold;                       /* errors that did not fit in err->msg */
 };
 
 /* ---- errors ---- */
@@ -120,6 +121,44 @@ static int warn(struct loader *l, const config_setting_t *s, const char *fmt, ..
   vsnprintf(w->msg + n, sizeof(w->msg) - n, fmt, ap);
   va_end(ap);
   return 0;
+}
+
+/* Room kept at the end of err->msg for "; and N more ...". */
+#define UNTOLD_ROOM 72
+
+/* An fr_cfg_error_cb for fr_policy_load(): the record holds the first
+ * error; every later one is appended to its message as "; <line>: <what>"
+ * ("; <file>:<line>: <what>" from another file), so that a caller that
+ * keeps only the record (the router's last_reload_error) shows them all.
+ * What does not fit is counted and told at the end (errors_joined()). */
+static void join_error(void *arg, const char *file, int line, const char *msg) {
+  struct loader *l = arg;
+  struct fr_policy_error *e = l->err;
+  size_t used = strlen(e->msg);
+  char piece[sizeof(e->msg)];
+  int k;
+
+  if (l->cfg.count <= 1)
+    return; /* the first error is the record itself */
+  if (strcmp(file, e->file) == 0)
+    k = line > 0 ? snprintf(piece, sizeof(piece), "; line %d: %s", line, msg)
+                 : snprintf(piece, sizeof(piece), "; %s", msg);
+  else
+    k = line > 0 ? snprintf(piece, sizeof(piece), "; %s:%d: %s", file, line, msg)
+                 : snprintf(piece, sizeof(piece), "; %s: %s", file, msg);
+  if (l->untold == 0 && k > 0 && used + (size_t)k + UNTOLD_ROOM < sizeof(e->msg))
+    memcpy(e->msg + used, piece, (size_t)k + 1);
+  else
+    l->untold++;
+}
+
+/* Ends err->msg with the count of errors join_error() had no room for. */
+static void errors_joined(struct loader *l) {
+  size_t used = strlen(l->err->msg);
+
+  if (l->untold > 0)
+    snprintf(l->err->msg + used, sizeof(l->err->msg) - used,
+             "; and %d more (`fedrouter policy check` lists every error)", l->untold);
 }
 
 /* ---- did you mean ---- */
@@ -468,16 +507,16 @@ static int load_weights(struct loader *l, const config_setting_t *root) {
 
   if ((rc = get_group(l, root, "weights", &g)) < 0 || g == NULL)
     return rc;
-  if ((rc = check_keys(l, g, weights_keys)) < 0 ||
-      (rc = get_number(l, g, "latency", 0, 0, MAX_WEIGHT, &p->w_latency, NULL)) < 0 ||
-      (rc = get_number(l, g, "warm", 0, 0, MAX_WEIGHT, &p->w_warm, NULL)) < 0 ||
-      (rc = get_number(l, g, "capacity", 0, 0, MAX_WEIGHT, &p->w_capacity, NULL)) < 0 ||
-      (rc = get_number(l, g, "cost", 0, 0, MAX_WEIGHT, &p->w_cost, NULL)) < 0 ||
-      (rc = get_number(l, g, "latency_ref_ms", 0, 1, MAX_CEILING_MS, &p->latency_ref_ms,
-                       NULL)) < 0 ||
-      (rc = get_number(l, g, "cost_ref_per_hour", 0, 1, 1e6, &p->cost_ref, NULL)) < 0)
-    return rc;
-  return 0;
+  /* Every key is checked, whatever the ones before it held. */
+  rc = check_keys(l, g, weights_keys);
+  rc = fr_cfg_first(rc, get_number(l, g, "latency", 0, 0, MAX_WEIGHT, &p->w_latency, NULL));
+  rc = fr_cfg_first(rc, get_number(l, g, "warm", 0, 0, MAX_WEIGHT, &p->w_warm, NULL));
+  rc = fr_cfg_first(rc, get_number(l, g, "capacity", 0, 0, MAX_WEIGHT, &p->w_capacity, NULL));
+  rc = fr_cfg_first(rc, get_number(l, g, "cost", 0, 0, MAX_WEIGHT, &p->w_cost, NULL));
+  rc = fr_cfg_first(rc, get_number(l, g, "latency_ref_ms", 0, 1, MAX_CEILING_MS,
+                                   &p->latency_ref_ms, NULL));
+  rc = fr_cfg_first(rc, get_number(l, g, "cost_ref_per_hour", 0, 1, 1e6, &p->cost_ref, NULL));
+  return rc;
 }
 
 static int load_warm(struct loader *l, const config_setting_t *root) {
@@ -488,10 +527,12 @@ static int load_warm(struct loader *l, const config_setting_t *root) {
 
   if ((rc = get_group(l, root, "warm", &g)) < 0 || g == NULL)
     return rc;
-  if ((rc = check_keys(l, g, warm_keys)) < 0 || (rc = get_bool(l, g, "beats_cold",
-                                                               &p->beats_cold)) < 0 ||
-      (rc = get_number(l, g, "cold_start_s", 0, 0, MAX_COLD_START_S, &cold_s, NULL)) < 0 ||
-      (rc = get_number(l, g, "round_trips", 0, 0, MAX_ROUND_TRIPS, &p->round_trips, NULL)) < 0)
+  rc = check_keys(l, g, warm_keys);
+  rc = fr_cfg_first(rc, get_bool(l, g, "beats_cold", &p->beats_cold));
+  rc = fr_cfg_first(rc, get_number(l, g, "cold_start_s", 0, 0, MAX_COLD_START_S, &cold_s, NULL));
+  rc = fr_cfg_first(rc, get_number(l, g, "round_trips", 0, 0, MAX_ROUND_TRIPS, &p->round_trips,
+                                   NULL));
+  if (rc < 0)
     return rc;
   p->cold_start_ms = cold_s * 1000.0;
   return 0;
@@ -502,7 +543,7 @@ static int load_warm(struct loader *l, const config_setting_t *root) {
 static int load_region_groups(struct loader *l, const config_setting_t *root) {
   struct fr_policy *p = l->p;
   const config_setting_t *list;
-  int rc, i, n;
+  int rc, i, n, keys = 0;
   size_t g, r;
 
   if ((rc = get_list(l, root, "region_groups", &list)) < 0 || list == NULL)
@@ -519,18 +560,19 @@ static int load_region_groups(struct loader *l, const config_setting_t *root) {
     const char *name;
     int nr, j;
 
-    if ((rc = check_keys(l, e, group_keys)) < 0 ||
-        (rc = get_string(l, e, "name", 1, "every region group needs a name", &name, &name_s)) <
+    /* An unknown key leaves the group usable: the rest is still checked. */
+    keys = fr_cfg_first(keys, check_keys(l, e, group_keys));
+    if ((rc = get_string(l, e, "name", 1, "every region group needs a name", &name, &name_s)) <
             0 ||
         (rc = check_token(l, name_s, name, 0, "region group name")) < 0)
-      return rc;
+      return fr_cfg_first(keys, rc);
     if (group_id(p, name) >= 0)
-      return bad(l, name_s, "duplicate region group \"%s\" (first defined at line %d)", name,
-                 p->groups[group_id(p, name)].line);
+      return fr_cfg_first(keys, bad(l, name_s, "duplicate region group \"%s\" (first defined at "
+                                    "line %d)", name, p->groups[group_id(p, name)].line));
     if ((rc = get_strings(l, e, "regions", &regs, &nr)) < 0)
-      return rc;
+      return fr_cfg_first(keys, rc);
     if (regs == NULL)
-      return missing(l, e, "regions", "missing (the regions in this group)");
+      return fr_cfg_first(keys, missing(l, e, "regions", "missing (the regions in this group)"));
     grp->line = line_of(e);
     if ((grp->name = strdup(name)) == NULL)
       return oom(l);
@@ -634,7 +676,7 @@ static int load_region_groups(struct loader *l, const config_setting_t *root) {
       if (rank[r] < 0)
         rank[r] = 0;
   }
-  return 0;
+  return keys;
 }
 
 static int load_spillover(struct loader *l, const config_setting_t *root) {
@@ -748,14 +790,17 @@ static int load_overrides(struct loader *l, const config_setting_t *root) {
     double cold_s = 0;
 
     memset(o, 0, sizeof(*o));
+    /* The name and each setting are checked apart: one error hides none. */
     first = fr_cfg_first(first, check_keys(l, e, override_keys));
-    if ((rc = get_string(l, e, "name", 1, "the cluster name or glob these settings apply to",
-                         &name, &name_s)) < 0 ||
-        (rc = check_cluster_pattern(l, name_s, name)) < 0 ||
-        (rc = get_number(l, e, "cold_start_s", 0, 0, MAX_COLD_START_S, &cold_s,
-                         &o->has_cold_start)) < 0 ||
-        (rc = get_number(l, e, "latency_ceiling_ms", 0, 1, MAX_CEILING_MS, &o->ceiling_ms,
-                         &o->has_ceiling)) < 0) {
+    rc = get_string(l, e, "name", 1, "the cluster name or glob these settings apply to", &name,
+                    &name_s);
+    if (rc == 0)
+      rc = check_cluster_pattern(l, name_s, name);
+    rc = fr_cfg_first(rc, get_number(l, e, "cold_start_s", 0, 0, MAX_COLD_START_S, &cold_s,
+                                     &o->has_cold_start));
+    rc = fr_cfg_first(rc, get_number(l, e, "latency_ceiling_ms", 0, 1, MAX_CEILING_MS,
+                                     &o->ceiling_ms, &o->has_ceiling));
+    if (rc < 0) {
       first = fr_cfg_first(first, rc);
       continue;
     }
@@ -824,7 +869,7 @@ static int load_rules(struct loader *l, const config_setting_t *root) {
     /* A rule that failed before it was counted leaves its slot to the next. */
     struct rule *r = &p->rules[p->nrules];
     const char *name;
-    int ns, j;
+    int ns, j, one;
     char fallback[32];
     size_t k;
 
@@ -845,38 +890,45 @@ static int load_rules(struct loader *l, const config_setting_t *root) {
       return oom(l);
     p->nrules++;
 
-    if ((rc = get_strings(l, e, "tenant", &s, &ns)) < 0 ||
-        (s != NULL && (rc = load_patterns(l, s, ns, 0, "tenant name or pattern",
-                                          &r->tenants)) < 0) ||
-        (rc = get_strings(l, e, "pool", &s, &ns)) < 0 ||
-        (s != NULL && (rc = load_patterns(l, s, ns, 0, "pool name or pattern", &r->pools)) < 0) ||
-        (rc = get_strings(l, e, "labels", &s, &ns)) < 0 ||
-        (s != NULL && (rc = load_labels(l, s, ns, r)) < 0))
-      goto next;
-
-    if ((rc = get_strings(l, e, "pin", &s, &ns)) < 0 ||
-        (s != NULL && (rc = load_patterns(l, s, ns, 1, "cluster", &r->pin)) < 0))
-      goto next;
+    /* Each field is checked even after an error in another one (a check
+     * reports them all); the rule is dropped at the end if any failed. */
+    if ((one = get_strings(l, e, "tenant", &s, &ns)) == 0 && s != NULL)
+      one = load_patterns(l, s, ns, 0, "tenant name or pattern", &r->tenants);
+    rc = fr_cfg_first(rc, one);
+    if ((one = get_strings(l, e, "pool", &s, &ns)) == 0 && s != NULL)
+      one = load_patterns(l, s, ns, 0, "pool name or pattern", &r->pools);
+    rc = fr_cfg_first(rc, one);
+    if ((one = get_strings(l, e, "labels", &s, &ns)) == 0 && s != NULL)
+      one = load_labels(l, s, ns, r);
+    rc = fr_cfg_first(rc, one);
+    if ((one = get_strings(l, e, "pin", &s, &ns)) == 0 && s != NULL)
+      one = load_patterns(l, s, ns, 1, "cluster", &r->pin);
+    rc = fr_cfg_first(rc, one);
     r->has_pin = s != NULL;
-    if ((rc = get_strings(l, e, "allow", &s, &ns)) < 0 ||
-        (s != NULL && (rc = load_patterns(l, s, ns, 1, "cluster", &r->allow)) < 0))
-      goto next;
+    if ((one = get_strings(l, e, "allow", &s, &ns)) == 0 && s != NULL)
+      one = load_patterns(l, s, ns, 1, "cluster", &r->allow);
+    rc = fr_cfg_first(rc, one);
     r->has_allow = s != NULL;
-    if ((rc = get_strings(l, e, "deny", &s, &ns)) < 0 ||
-        (s != NULL && (rc = load_patterns(l, s, ns, 1, "cluster", &r->deny)) < 0))
-      goto next;
+    if ((one = get_strings(l, e, "deny", &s, &ns)) == 0 && s != NULL)
+      one = load_patterns(l, s, ns, 1, "cluster", &r->deny);
+    rc = fr_cfg_first(rc, one);
     r->has_deny = s != NULL;
-    if ((rc = get_strings(l, e, "only_regions", &s, &ns)) < 0)
-      goto next;
-    if (s != NULL) {
+    rc = fr_cfg_first(rc, get_enum(l, e, "split", split_values, &r->split));
+    if ((one = get_strings(l, e, "only_regions", &s, &ns)) < 0 || s == NULL) {
+      rc = fr_cfg_first(rc, one);
+    } else {
       /* Resolve every name first (unchecked names may grow the region
        * table), then size the membership array. */
-      for (j = 0; j < ns; j++) {
+      for (j = 0; j < ns && one == 0; j++) {
         long gid, rid;
-        if ((rc = resolve_place(l, str_elem(s, j), config_setting_get_string(str_elem(s, j)), 1,
-                                &gid, &rid)) < 0)
-          goto next;
+        one = resolve_place(l, str_elem(s, j), config_setting_get_string(str_elem(s, j)), 1, &gid,
+                            &rid);
       }
+      rc = fr_cfg_first(rc, one);
+    }
+    if (rc < 0)
+      goto next;
+    if (s != NULL) {
       r->has_only_regions = 1;
       r->region_ok = calloc(p->nregions > 0 ? p->nregions : 1, 1);
       if (r->region_ok == NULL)
@@ -894,8 +946,6 @@ static int load_rules(struct loader *l, const config_setting_t *root) {
         }
       }
     }
-    if ((rc = get_enum(l, e, "split", split_values, &r->split)) < 0)
-      goto next;
     if (!r->has_pin && !r->has_allow && !r->has_deny && !r->has_only_regions && r->split < 0)
       rc = bad(l, e, "rule \"%s\" has no action (give pin, allow, deny, only_regions or "
                "split)", r->name);
@@ -1245,6 +1295,11 @@ static int load(const char *path, const char *const *clusters, const char *const
   l.cfg = FR_CFGREAD_FOR(err, l.path);
   l.cfg.on_error = on_error;
   l.cfg.on_error_arg = arg;
+  if (on_error == NULL) {
+    /* No listener: the record tells every error, not just the first. */
+    l.cfg.on_error = join_error;
+    l.cfg.on_error_arg = &l;
+  }
   snprintf(err->file, sizeof(err->file), "%s", l.path);
   if (out == NULL || path == NULL || path[0] == '\0') {
     snprintf(err->msg, sizeof(err->msg), "no policy file given");
@@ -1300,6 +1355,7 @@ fail:
    * stops there) and out of memory never went through the reader. */
   if (on_error != NULL && l.cfg.count == 0)
     on_error(arg, err->file, err->line, err->msg);
+  errors_joined(&l);
   free(text);
   free(dir);
   free(l.warn);

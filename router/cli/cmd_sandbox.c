@@ -28,7 +28,7 @@ static const char create_usage[] =
     "usage: fedctl create [-n N] [--name NAME] [--pool P] [--image IMG] [--cpus C]\n"
     "                     [--memory-gb G] [--region R] [--cluster C]... [--label k=v]...\n"
     "                     [--env K=V]... [--secret NAME]... [--timeout S] [--partial-ok]\n"
-    "                     [--gpus N] [--runtime-class NAME] [--node-selector k=v]...\n"
+    "                     [--wait S] [--gpus N] [--runtime-class NAME] [--node-selector k=v]...\n"
     "                     [--toleration KEY[=VALUE][:EFFECT[:SECONDS]]]...\n"
     "                     [--volume /PATH=CLAIM]... [--readiness PORT[/PATH]]\n"
     "                     [--public-port PORT|*]...\n"
@@ -53,6 +53,9 @@ static const char create_usage[] =
     "                     agent; the value is never shown)\n"
     "  --timeout S        lifetime in seconds (enforced in the cluster)\n"
     "  --partial-ok       keep what could be created instead of rolling back\n"
+    "  --wait S           when there is no room now, wait up to S seconds in the\n"
+    "                     router's queue (fair share between tenants) and start as\n"
+    "                     room frees; with --partial-ok what fits starts at once\n"
     "  --public-port PORT this port of the sandbox takes no token (repeatable, up\n"
     "                     to 16; * for every port); see `fedctl url`\n"
     "  --json             print the API response verbatim\n"
@@ -75,6 +78,12 @@ static const char create_usage[] =
     "  --volume /PATH=CLAIM\n"
     "                     mount PersistentVolumeClaim CLAIM of the sandbox\n"
     "                     namespace at /PATH (repeatable, up to 8)\n"
+    "  --workspace /PATH[:SIZE[:CLASS]]\n"
+    "                     the sandbox's own volume at /PATH (SIZE default 10Gi,\n"
+    "                     CLASS a StorageClass, default the cluster's): kept\n"
+    "                     while it is paused (fedctl pause / resume)\n"
+    "  --on-timeout pause|terminate\n"
+    "                     pause it at the end of its lifetime (needs --workspace)\n"
     "  --readiness PORT[/PATH]\n"
     "                     the pod is Ready once HTTP GET /PATH (default /) on PORT\n"
     "                     answers, e.g. 49999/health for the Code Interpreter\n"
@@ -83,13 +92,14 @@ static const char create_usage[] =
     "sandboxes of the batch that are already running.\n";
 
 enum { C_NUM = 1, C_NAME, C_POOL, C_IMAGE, C_CPUS, C_MEM, C_CLUSTER, C_LABEL, C_ENV, C_TIMEOUT,
-       C_PARTIAL };
+       C_PARTIAL, C_WAIT, C_WORKSPACE, C_ON_TIMEOUT };
 
 static const struct fc_opt create_opts[] = {
     {"num", 'n', 1, C_NUM},         {"name", 0, 1, C_NAME},           {"pool", 0, 1, C_POOL},
     {"image", 0, 1, C_IMAGE},       {"cpus", 0, 1, C_CPUS},           {"memory-gb", 0, 1, C_MEM},
     {"cluster", 0, 1, C_CLUSTER},   {"label", 0, 1, C_LABEL},         {"env", 0, 1, C_ENV},
     {"timeout", 0, 1, C_TIMEOUT},   {"partial-ok", 0, 0, C_PARTIAL},  {"secret", 0, 1, FC_OPT_SECRET},
+    {"wait", 0, 1, C_WAIT},         {"workspace", 0, 1, C_WORKSPACE}, {"on-timeout", 0, 1, C_ON_TIMEOUT},
     {"public-port", 0, 1, FC_OPT_PUBLIC_PORT}, FC_POD_OPTS,           {NULL, 0, 0, 0},
 };
 
@@ -480,6 +490,45 @@ static int create_or_explain(struct fc_ctx *ctx, int argc, char **argv, int expl
       break;
     case C_PARTIAL:
       json_object_set_new(body, "partial_ok", json_true());
+      break;
+    case C_WAIT:
+      if (fc_parse_int(a.cmd, "--wait", val, 0, FC_MAX_SECONDS, &iv) != 0)
+        goto done;
+      json_object_set_new(body, "wait_s", json_integer(iv));
+      break;
+    case C_WORKSPACE: {
+      /* /PATH[:SIZE[:CLASS]]: the router checks each part as it checks the field. */
+      char buf[512], *size, *cls;
+      json_t *ws;
+      if (strlen(val) >= sizeof(buf) || val[0] != '/') {
+        fc_usage_error(a.cmd, "--workspace '%s': want /PATH[:SIZE[:CLASS]]", val);
+        goto done;
+      }
+      memcpy(buf, val, strlen(val) + 1);
+      if ((size = strchr(buf, ':')) != NULL)
+        *size++ = '\0';
+      if (size != NULL && (cls = strchr(size, ':')) != NULL)
+        *cls++ = '\0';
+      else
+        cls = NULL;
+      ws = json_pack("{s:s}", "path", buf);
+      if (ws != NULL && size != NULL && *size)
+        json_object_set_new(ws, "size", json_string(size));
+      if (ws != NULL && cls != NULL && *cls)
+        json_object_set_new(ws, "storage_class", json_string(cls));
+      if (ws == NULL) {
+        rc = fc_oom();
+        goto done;
+      }
+      json_object_set_new(body, "workspace", ws);
+      break;
+    }
+    case C_ON_TIMEOUT:
+      if (strcmp(val, "pause") != 0 && strcmp(val, "terminate") != 0) {
+        fc_usage_error(a.cmd, "--on-timeout is pause or terminate");
+        goto done;
+      }
+      json_object_set_new(body, "on_timeout", json_string(val));
       break;
     default:
       if ((err = fc_pod_opt(a.cmd, opt, val, body)) != 0) {

@@ -3,8 +3,9 @@
  *
  * The commands live in cmd_sandbox.c (create, explain, exec, terminate,
  * ls), cmd_data.c (cp, ps, kill), cmd_proc.c (proc start, logs, stdin),
- * cmd_shell.c (shell, proc attach), cmd_ports.c (url, run-code) and
- * cmd_infra.c (pools, clusters, events, version); pod option flags in podargs.c; HTTP in client.c;
+ * cmd_shell.c (shell, proc attach), cmd_ports.c (url, run-code),
+ * cmd_infra.c (pools, clusters, events, version) and cmd_secret.c
+ * (secret, queue); pod option flags in podargs.c; HTTP in client.c;
  * NDJSON answers in ndjson.c; tables in output.c.
  */
 #include <errno.h>
@@ -38,11 +39,16 @@ static const char usage_text[] =
     "  ps          list the processes started in a sandbox\n"
     "  kill        signal a process in a sandbox\n"
     "  terminate   terminate sandboxes by id or by label\n"
+    "  pause       pause sandboxes with a workspace (the pod goes, the files stay)\n"
+    "  resume      resume paused sandboxes (same id, env, secrets, files)\n"
+    "  fork        new sandboxes with directories of one copied in\n"
     "  ls          list sandboxes\n"
     "  pools       list, create, resize, get and delete warm pools\n"
     "  clusters    show the clusters behind the router\n"
     "  explain     show where a create would go, and why (creates nothing)\n"
     "  events      recent spillover events of your creates\n"
+    "  secret      set, list and remove your secrets in every cluster\n"
+    "  queue       the create queue and each tenant's fair share\n"
     "  url         the URL of a port of a sandbox (preview URLs)\n"
     "  run-code    run Python from stdin in a code-interpreter sandbox\n"
     "  version     fedctl's version\n"
@@ -511,7 +517,8 @@ static const struct command commands[] = {
     {"explain", fc_cmd_explain}, {"cp", fc_cmd_cp},       {"ps", fc_cmd_ps},
     {"kill", fc_cmd_kill},       {"shell", fc_cmd_shell}, {"proc", fc_cmd_proc},
     {"events", fc_cmd_events},   {"version", fc_cmd_version}, {"url", fc_cmd_url},
-    {"run-code", fc_cmd_run_code},
+    {"run-code", fc_cmd_run_code}, {"secret", fc_cmd_secret}, {"queue", fc_cmd_queue},
+    {"pause", fc_cmd_pause},  {"resume", fc_cmd_resume}, {"fork", fc_cmd_fork},
 };
 
 int main(int argc, char **argv) {

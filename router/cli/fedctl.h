@@ -326,6 +326,9 @@ void fc_fmt_duration(int64_t s, char *out, size_t outlen);
 int fc_cmd_create(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_terminate(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_pause(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_resume(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_fork(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_ls(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_explain(struct fc_ctx *ctx, int argc, char **argv);
 /* cmd_ports.c */
@@ -340,6 +343,8 @@ int fc_cmd_shell(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_proc(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_events(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_version(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_secret(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_queue(struct fc_ctx *ctx, int argc, char **argv);
 /* `proc attach` (cmd_shell.c: the session of `shell` on a running
  * process). */
 int fc_proc_attach(struct fc_ctx *ctx, int argc, char **argv);

@@ -14,7 +14,9 @@
 #include "fr/http.h"
 #include "fr/util.h"
 #include "api.h"
+#include "workspaces.h"
 #include "router.h"
+#include "tenants.h"
 
 struct api_req *api_req_of(struct fr_http_req *req) {
   return req->data;
@@ -28,6 +30,7 @@ struct api_req *api_req_new(struct router *r, struct fr_http_req *req, const cha
   q->r = r;
   q->req = req;
   q->refs = 1;
+  q->cfg = fr_config_ref(r->cfg);
   snprintf(q->rid, sizeof(q->rid), "%s", rid);
   req->data = q;
   return q;
@@ -37,8 +40,18 @@ void api_req_unref(struct api_req *q) {
   if (q == NULL)
     return;
   FR_ASSERT(q->refs > 0);
-  if (--q->refs == 0)
+  if (--q->refs == 0) {
+    tenant_unref(q->ts);
+    fr_config_unref(q->cfg);
     free(q);
+  }
+}
+
+void api_set_tenant(struct api_req *q, const char *name) {
+  FR_ASSERT(!q->deferred); /* the in-flight count goes with the record */
+  snprintf(q->tenant, sizeof(q->tenant), "%s", name);
+  tenant_unref(q->ts);
+  q->ts = tenant_ref(router_tenant(q->r, name));
 }
 
 static void on_abort(struct fr_http_req *req) {
@@ -95,6 +108,18 @@ void api_stream_end(struct api_req *q, int ok) {
       fr_http_abort(req);
   }
   finish_deferred(q);
+}
+
+void api_undefer(struct api_req *q) {
+  FR_ASSERT(q->deferred);
+  q->gone_cb = NULL;
+  q->gone_arg = NULL;
+  if (q->req != NULL)
+    q->req->abort_cb = NULL;
+  q->deferred = 0;
+  q->r->inflight--;
+  if (q->ts != NULL)
+    q->ts->inflight--;
 }
 
 void api_defer(struct api_req *q) {
@@ -236,6 +261,10 @@ json_t *api_body_object(struct api_req *q, const char *const *known, size_t flag
   return j;
 }
 
+int64_t api_max_lifetime(const struct api_req *q) {
+  return q->ts != NULL && q->ts->max_lifetime_s > 0 ? q->ts->max_lifetime_s : q->cfg->max_lifetime_s;
+}
+
 struct fr_adapter *api_adapter(struct router *r, const char *name) {
   size_t i;
 
@@ -341,6 +370,13 @@ json_t *api_sandbox_json(struct router *r, struct fr_adapter *a, const struct fr
                    "created_at",
                    created >= 0 ? api_time_json(created) : json_string(""),
                    "expires_at", api_time_json(pod->expires_s));
+  /* Its workspace, from its claim (workspace.c). */
+  if (sb != NULL && fr_pod_label(pod, FR_LABEL_WORKSPACE) != NULL) {
+    struct fr_workspace w;
+    if (fr_adapter_workspace(a, pod->name, &w) == 0)
+      json_object_set_new(sb, "workspace", workspace_json(&w));
+    fr_workspace_clear(&w);
+  }
   /* Which create-time secrets it was given (names, never values): only
    * when it has any. */
   secrets = secret_names_json(pod->secrets);
@@ -472,20 +508,22 @@ void api_pool_missing(struct api_req *q, const char *name) {
   api_fail(q, 404, "pool_not_found", msg, NULL);
 }
 
+/* The clusters are the start-up snapshot's (a reload cannot change them),
+ * so the strings returned live as long as the router. */
 const char *api_cluster_code(struct router *r, const char *name) {
   size_t i;
 
-  for (i = 0; i < r->cfg->nclusters; i++)
-    if (strcmp(r->cfg->clusters[i].name, name) == 0)
-      return r->cfg->clusters[i].code;
+  for (i = 0; i < r->boot->nclusters; i++)
+    if (strcmp(r->boot->clusters[i].name, name) == 0)
+      return r->boot->clusters[i].code;
   return NULL;
 }
 
 const char *api_cluster_of_code(struct router *r, const char *code) {
   size_t i;
 
-  for (i = 0; i < r->cfg->nclusters; i++)
-    if (strcmp(r->cfg->clusters[i].code, code) == 0)
-      return r->cfg->clusters[i].name;
+  for (i = 0; i < r->boot->nclusters; i++)
+    if (strcmp(r->boot->clusters[i].code, code) == 0)
+      return r->boot->clusters[i].name;
   return NULL;
 }

@@ -19,6 +19,7 @@
 
 struct router;
 struct tenant_state;
+struct fr_config;
 struct fr_http_req;
 struct fr_adapter;
 struct fr_pod;
@@ -28,7 +29,8 @@ struct api_req {
   struct fr_http_req *req;      /* NULL once answered or the client is gone */
   char rid[129];                /* request id (X-Request-Id) */
   char tenant[64];              /* "" until authenticated */
-  struct tenant_state *ts;      /* its limits and counts; NULL until authenticated */
+  struct tenant_state *ts;      /* its limits and counts, a reference; NULL until authenticated */
+  struct fr_config *cfg;        /* the config snapshot the request started with, a reference */
   int refs;
   int deferred;                 /* api_defer() was called and not finished yet */
   int streaming;                /* api_stream_begin() sent the head */
@@ -41,6 +43,11 @@ struct api_req {
    * <body> and returns the body to send, NULL for none). */
   json_t *(*shape_cb)(struct api_req *q, int *status, json_t *body);
   int shape_kind;               /* for shape_cb: what the request was */
+  /* Set by fork.c before a create (a fork, a create's restore_from): the
+   * create's 201 answer goes to it (taken) instead of the client, once;
+   * NULL when the create failed after it was deferred (it answered). */
+  void (*created_cb)(struct api_req *q, json_t *answer, void *arg);
+  void *created_arg;
 };
 
 /* The record of <req> (req->data); every request of the router has one. */
@@ -50,10 +57,19 @@ struct api_req *api_req_of(struct fr_http_req *req);
 struct api_req *api_req_new(struct router *r, struct fr_http_req *req, const char *rid);
 void api_req_unref(struct api_req *q);
 
+/* The request belongs to tenant <name> from now on: q->tenant, and a
+ * reference to its record in q->ts (NULL when the table has none). */
+void api_set_tenant(struct api_req *q, const char *name);
+
 /* The answer comes later: takes a reference for the operation, counts the
  * request in flight (the drain waits for it) and notices a client that
  * goes away. */
 void api_defer(struct api_req *q);
+/* Ends a deferral without answering (a wait that hands the request back
+ * to its handler, which may defer it again): the request no longer counts
+ * in flight and hears no more of a client going away, and the operation's
+ * reference passes to the caller, who drops it with api_req_unref(). */
+void api_undefer(struct api_req *q);
 /* Answers <status> with <body> (taken; NULL = none) and <extra> headers
  * ("Name: value\r\n" lines or NULL) if the client is still there; for a
  * deferred request this is its finish: the operation's reference goes. */
@@ -76,6 +92,9 @@ void api_fail(struct api_req *q, int status, const char *code, const char *msg, 
 json_t *api_limit_body(const char *msg, const char *limit);
 /* 400 invalid_field naming <field>. */
 void api_field_fail(struct api_req *q, const char *field, const char *msg);
+/* The longest lifetime the tenant of <q> may give a sandbox (its
+ * max_lifetime_s, else the config's sandbox.max_lifetime_s). */
+int64_t api_max_lifetime(const struct api_req *q);
 /* 503 out_of_memory. */
 void api_oom(struct api_req *q);
 
@@ -158,6 +177,17 @@ void create_sandboxes(struct api_req *q, int explain); /* create.c: POST /v1/san
  * rather than the lifetime asked, so the expiry can later be moved up to
  * that (E2B's setTimeout) while routers enforce the one asked. */
 void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extendable);
+/* create_sandboxes_from for a body another endpoint built from a client's
+ * fields (fork.c): its keys are checked as POST /v1/sandboxes checks them
+ * (400 invalid_field). Takes <j>. */
+void create_sandboxes_checked(struct api_req *q, json_t *j);
+/* fork.c: POST /v1/sandboxes/{id}/fork; a create's restore_from: checked,
+ * the source found (answers and returns -1 otherwise), the field removed
+ * and q->created_cb set (0; also when there is none); after the create
+ * call, restore_from_settle() lets go of it if the create answered at
+ * once. */
+int restore_from_prepare(struct api_req *q, json_t *j);
+void restore_from_settle(struct api_req *q);
 /* stream.c: a streaming exec (exec.c validated it and admitted it against
  * the tenant's max_concurrent_execs; the stream counts itself in the
  * tenant's execs while it runs). */
@@ -192,6 +222,12 @@ void router_get_dashboard(struct api_req *q, const struct route_params *p);
 void router_get_clusters(struct api_req *q, const struct route_params *p);
 void router_get_events(struct api_req *q, const struct route_params *p);
 void router_get_policy(struct api_req *q, const struct route_params *p);
+void router_get_config(struct api_req *q, const struct route_params *p);
+void router_get_queue(struct api_req *q, const struct route_params *p);
+/* secrets_api.c */
+void secrets_list(struct api_req *q, const struct route_params *p);
+void secrets_put(struct api_req *q, const struct route_params *p);
+void secrets_delete(struct api_req *q, const struct route_params *p);
 /* sandboxes.c */
 void sandboxes_explain(struct api_req *q, const struct route_params *p);
 void sandboxes_create(struct api_req *q, const struct route_params *p);
@@ -199,6 +235,13 @@ void sandboxes_list(struct api_req *q, const struct route_params *p);
 void sandboxes_terminate_many(struct api_req *q, const struct route_params *p);
 void sandboxes_get(struct api_req *q, const struct route_params *p);
 void sandboxes_terminate(struct api_req *q, const struct route_params *p);
+/* workspaces.c: pause and resume of sandboxes with a workspace */
+void sandboxes_pause(struct api_req *q, const struct route_params *p);
+void sandboxes_resume(struct api_req *q, const struct route_params *p);
+/* workspaces.c: a sandbox's expiry moved later, within the tenant's max_lifetime_s */
+void sandboxes_keepalive(struct api_req *q, const struct route_params *p);
+/* fork.c: N new sandboxes with directories of this one streamed in */
+void sandboxes_fork(struct api_req *q, const struct route_params *p);
 /* exec.c */
 void exec_sandbox(struct api_req *q, const struct route_params *p);
 /* procs.c, stream.c */
@@ -212,6 +255,9 @@ void procs_resize(struct api_req *q, const struct route_params *p);
 void files_get(struct api_req *q, const struct route_params *p);
 void files_put(struct api_req *q, const struct route_params *p);
 void files_delete(struct api_req *q, const struct route_params *p);
+/* GET .../snapshot and POST .../restore: a directory as tar, both ways */
+void snapshot_get(struct api_req *q, const struct route_params *p);
+void snapshot_restore(struct api_req *q, const struct route_params *p);
 /* ports.c: a sandbox's own ports (preview URLs). */
 void ports_path(struct api_req *q, const struct route_params *p);
 /* Host: <port>-<short id>.<ports.domain>: 1 when the request is for a
@@ -252,7 +298,8 @@ void e2b_get(struct api_req *q, const struct route_params *p);
 void e2b_kill(struct api_req *q, const struct route_params *p);
 void e2b_timeout(struct api_req *q, const struct route_params *p);
 void e2b_connect(struct api_req *q, const struct route_params *p);
-void e2b_no_pause(struct api_req *q, const struct route_params *p);
+void e2b_pause(struct api_req *q, const struct route_params *p);
+void e2b_resume(struct api_req *q, const struct route_params *p);
 void e2b_no_snapshots(struct api_req *q, const struct route_params *p);
 void e2b_no_templates(struct api_req *q, const struct route_params *p);
 void e2b_no_volumes(struct api_req *q, const struct route_params *p);

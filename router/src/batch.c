@@ -59,6 +59,7 @@ struct batch *batch_new(const struct fr_sandbox_spec *spec, const char *name, in
   b->spec.batch = b->id;
   b->name = name;
   b->n = n;
+  b->numbered = n > 1;
   b->partial_ok = partial_ok;
   b->hooks = hooks;
   b->arg = arg;
@@ -195,8 +196,8 @@ static void uncommit_cand(struct batch *b, int k) {
     it->ok = it->done = it->warm = 0;
     it->pod[0] = '\0';
     it->cand = -1;
-    if (it->index - 1 < b->next)
-      b->next = it->index - 1;
+    if ((int)(it - b->items) < b->next)
+      b->next = (int)(it - b->items);
   }
   cd->created = cd->warm = 0;
 }
@@ -323,8 +324,8 @@ static void on_create(const struct fr_sandbox_result *res, void *arg) {
              res->err == FR_SB_NO_ROOM ? "no room" : res->err == FR_SB_TIMEOUT ? "too slow" : "unavailable",
              res->message ? res->message : "");
     it->cand = -1;
-    if (it->index - 1 < b->next)
-      b->next = it->index - 1;
+    if ((int)(it - b->items) < b->next)
+      b->next = (int)(it - b->items);
   } else {
     it->done = 1;
     b->failed++;
@@ -379,7 +380,7 @@ static int start_item(struct batch *b, struct batch_item *it, int k) {
   struct create_ref *ref = malloc(sizeof(*ref));
   char name[NAME_CAP];
 
-  if (b->n > 1)
+  if (b->numbered)
     snprintf(name, sizeof(name), "%s-%04d", b->name, it->index);
   else
     snprintf(name, sizeof(name), "%s", b->name);
@@ -430,6 +431,12 @@ static void pump(struct batch *b) {
   }
   if (b->pending == 0)
     settle(b);
+}
+
+void batch_set_number(struct batch *b, int i, int number, int numbered) {
+  FR_ASSERT(b->state == BATCH_PLANNED && i >= 0 && i < b->n && number > 0);
+  b->items[i].index = number;
+  b->numbered = numbered;
 }
 
 void batch_start(struct batch *b) {

@@ -60,7 +60,7 @@ enum batch_state {
 struct batch;
 
 struct batch_item {
-  int index;                  /* 1-based */
+  int index;                  /* its number in its create (1-based; batch_set_number) */
   int cand;                   /* index into the candidates, -1 = not placed */
   int done;                   /* settled: made, failed, or nowhere left to go */
   int ok;                     /* made */
@@ -105,6 +105,7 @@ struct batch {
   struct fr_sandbox_spec spec;  /* the create spec (name set per item); strings borrowed from the owner */
   const char *name;             /* batch name: items are <name>-0001, ... when n > 1 */
   int n;
+  int numbered;                 /* item names end in -NNNN (its number): default n > 1 */
   int partial_ok;
   struct batch_item *items;
   struct batch_cand *cands;
@@ -136,6 +137,11 @@ void batch_add_cand(struct batch *b, struct fr_adapter *a, int64_t budget, int64
  * prepare it, e.g. read its Secret): it is closed with <reason> as if it
  * had answered unavailable, and its reservations go back. */
 void batch_drop_cand(struct batch *b, int k, const char *reason);
+/* Before batch_start: item <i> (0-based) is number <number> of its
+ * create, in its name's -NNNN (by default i + 1), and <numbered> says
+ * whether names carry it at all: a create of many whose items run in
+ * several batches (the queue) keeps its numbering across them. */
+void batch_set_number(struct batch *b, int i, int number, int numbered);
 /* PLANNED -> RUNNING: starts the first creates. */
 void batch_start(struct batch *b);
 /* Sandboxes made so far. */

@@ -36,6 +36,8 @@
 #include "api.h"
 #include "router.h"
 #include "routes.h"
+#include "tenants.h"
+#include "workspaces.h"
 
 /* The envd version the control API reports for every sandbox: the one
  * fedrouter-agent implements (agent/README.md "Which envd version we
@@ -44,10 +46,14 @@
 /* envd's port, which the SDK names in E2b-Sandbox-Port for its own calls
  * (whatever port the agent listens on in the pod). */
 #define ENVD_PORT "49983"
+/* The workspace of an E2B sandbox created with lifecycle.onTimeout
+ * "pause": E2B's user's home, what its templates work in. */
+#define E2B_WORKSPACE_PATH "/home/user"
+#define E2B_WORKSPACE_SIZE "10Gi"
 #define LIST_DEFAULT 100
 #define LIST_MAX 1000
 
-enum { K_PLAIN, K_CREATE };
+enum { K_PLAIN, K_CREATE, K_PAUSE, K_RESUME, K_CONNECT_RESUME };
 
 /* ---------------------------------------------------------------------- */
 /* answers                                                                 */
@@ -86,6 +92,12 @@ static json_t *sandbox_json(struct router *r, struct fr_adapter *a, const struct
                 api_time_json(pod->expires_s), "cpuCount", (json_int_t)(cpus > 0 ? cpus : 1), "memoryMB",
                 (json_int_t)(pod->mem_b >> 20), "diskSizeMB", 0, "metadata", api_labels_json(pod), "state",
                 "running", "volumeMounts");
+  if (j != NULL) {
+    const char *ot = fr_pod_label(pod, FR_LABEL_ON_TIMEOUT), *ar = fr_pod_label(pod, FR_LABEL_AUTO_RESUME);
+    json_object_set_new(j, "lifecycle", json_pack("{s:s,s:b}", "onTimeout",
+                                                  ot != NULL && strcmp(ot, "pause") == 0 ? "pause" : "kill",
+                                                  "autoResume", ar != NULL && strcmp(ar, "true") == 0));
+  }
   if (j != NULL && detail) {
     if (fr_adapter_agent_token(a, pod->name, token) == 0)
       json_object_set_new(j, "envdAccessToken", json_string(token));
@@ -94,6 +106,26 @@ static json_t *sandbox_json(struct router *r, struct fr_adapter *a, const struct
     json_object_set_new(j, "domain", r->cfg->ports_domain != NULL ? json_string(r->cfg->ports_domain) : json_null());
   }
   return j;
+}
+
+/* A paused sandbox (its workspace claim) as E2B's ListedSandbox /
+ * SandboxDetail: state "paused", endAt when it goes. */
+static json_t *paused_json(struct router *r, struct fr_adapter *a, const struct fr_workspace *w) {
+  char id[320];
+  int64_t cpu_m = json_integer_value(json_object_get(w->spec, "cpu_m"));
+  int64_t mem_b = json_integer_value(json_object_get(w->spec, "mem_b"));
+  const char *ar = workspace_spec_label(w, FR_LABEL_AUTO_RESUME), *ot = workspace_spec_label(w, FR_LABEL_ON_TIMEOUT);
+
+  if (ports_short_id(r, fr_adapter_name(a), w->pod, id, sizeof(id)) != 0)
+    snprintf(id, sizeof(id), "%s.%s", fr_adapter_name(a), w->pod);
+  return json_pack("{s:s,s:s,s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:i,s:o,s:s,s:[],s:{s:s,s:b}}", "templateID",
+                   w->pool ? w->pool : "", "alias", w->pool ? w->pool : "", "sandboxID", id, "clientID",
+                   fr_adapter_name(a), "envdVersion", ENVD_VERSION, "startedAt", api_time_json(w->created_s), "endAt",
+                   api_time_json(w->expires_s), "cpuCount", (json_int_t)(cpu_m > 0 ? (cpu_m + 999) / 1000 : 1),
+                   "memoryMB", (json_int_t)(mem_b >> 20), "diskSizeMB", (int)(w->bytes >> 20), "metadata",
+                   workspace_user_labels(w), "state", "paused", "volumeMounts", "lifecycle", "onTimeout",
+                   ot != NULL && strcmp(ot, "pause") == 0 ? "pause" : "kill", "autoResume",
+                   ar != NULL && strcmp(ar, "true") == 0);
 }
 
 /* The create's v1 answer {"sandboxes":[{"id":...}]} as E2B's Sandbox. */
@@ -127,6 +159,27 @@ static json_t *shape(struct api_req *q, int *status, json_t *body) {
       }
     out = json_pack("{s:i,s:O,s:O}", "code", *status, "message", json_object_get(err, "message"), "error", err);
     json_decref(body);
+    return out;
+  }
+  if (q->shape_kind == K_PAUSE && *status == 200) {
+    /* E2B's pause answers 204. */
+    json_decref(body);
+    *status = 204;
+    return NULL;
+  }
+  if ((q->shape_kind == K_RESUME || q->shape_kind == K_CONNECT_RESUME) && *status == 200 &&
+      json_string_value(json_object_get(body, "id")) != NULL) {
+    /* v1's resume answers the sandbox; E2B's connect of a paused one 201. */
+    json_t *wrapped = json_pack("{s:[O]}", "sandboxes", body);
+    out = wrapped ? created_json(q, wrapped) : NULL;
+    json_decref(wrapped);
+    json_decref(body);
+    if (out == NULL) {
+      *status = 502;
+      return json_pack("{s:i,s:s,s:{s:s,s:s}}", "code", 502, "message", "the sandbox was resumed but is gone",
+                       "error", "code", "sandbox_not_found", "message", "the sandbox was resumed but is gone");
+    }
+    *status = 201;
     return out;
   }
   if (q->shape_kind == K_CREATE && *status == 201) {
@@ -190,16 +243,19 @@ static void create(struct api_req *q) {
       return;
     }
   }
-  if (json_is_true(json_object_get(b, "autoPause"))) {
+  /* lifecycle.onTimeout "pause" (autoPause): a sandbox with a workspace
+   * at E2B's home directory, paused at its timeout. Memory is not kept
+   * (autoPauseMemory true is refused: only the files are). */
+  if (json_is_true(json_object_get(b, "autoPauseMemory"))) {
     json_decref(b);
-    unsupported(q, "pausing sandboxes (autoPause)");
+    unsupported(q, "keeping a paused sandbox's memory (onTimeout.keepMemory): only its files are kept");
     return;
   }
   /* The template names the config maps to pools (the SDKs' defaults:
    * "base", "code-interpreter-v1"); any other name is a pool's. */
-  for (i = 0; i < q->r->cfg->ne2b_templates; i++)
-    if (strcmp(q->r->cfg->e2b_templates[i].name, tmpl) == 0) {
-      tmpl = q->r->cfg->e2b_templates[i].pool;
+  for (i = 0; i < q->cfg->ne2b_templates; i++)
+    if (strcmp(q->cfg->e2b_templates[i].name, tmpl) == 0) {
+      tmpl = q->cfg->e2b_templates[i].pool;
       break;
     }
   /* The v1 create of one sandbox from pool <templateID>: the same checks,
@@ -221,6 +277,19 @@ static void create(struct api_req *q) {
     json_object_set(v1, "env", v);
   if ((v = json_object_get(b, "timeout")) != NULL && !json_is_null(v))
     json_object_set(v1, "timeout_s", v);
+  /* The E2B SDK has no field for a wait: the config says how long an E2B
+   * create waits for room (queue.e2b_wait_s), below the SDK's own request
+   * timeout. */
+  if (q->cfg->queue_e2b_wait_s > 0)
+    json_object_set_new(v1, "wait_s", json_integer(q->cfg->queue_e2b_wait_s));
+  if (json_is_true(json_object_get(b, "autoPause"))) {
+    v = json_object_get(json_object_get(b, "autoResume"), "enabled");
+    json_object_set_new(v1, "workspace", json_pack("{s:s,s:s}", "path", E2B_WORKSPACE_PATH, "size",
+                                                   E2B_WORKSPACE_SIZE));
+    json_object_set_new(v1, "on_timeout", json_string("pause"));
+    if (json_is_true(v))
+      json_object_set_new(v1, "auto_resume", json_true());
+  }
   json_decref(b);
   q->shape_kind = K_CREATE;
   create_sandboxes_from(q, v1, 0, 1);
@@ -287,9 +356,9 @@ static int64_t body_timeout(struct api_req *q, int optional) {
     return 0;
   }
   json_decref(b);
-  if (v < 1 || v > q->r->cfg->max_lifetime_s) {
+  if (v < 1 || v > api_max_lifetime(q)) {
     snprintf(msg, sizeof(msg), "timeout must be an integer number of seconds from 1 to %" PRId64,
-             q->r->cfg->max_lifetime_s);
+             api_max_lifetime(q));
     api_field_fail(q, "timeout", msg);
     return -1;
   }
@@ -354,7 +423,8 @@ static void kill_sandbox(struct api_req *q, const char *id) {
 struct listed {
   char id[256];
   struct fr_adapter *a;
-  const struct fr_pod *pod;
+  const struct fr_pod *pod;     /* a running sandbox, or NULL: */
+  json_t *paused;               /* a paused one, as listed */
 };
 
 static int listed_cmp(const void *x, const void *y) {
@@ -408,6 +478,7 @@ static int parse_metadata(char *buf, char **keys, char **vals, int cap) {
 
 static void list(struct api_req *q) {
   char meta[2048], state[64], lim[16], next[256], hdr[300], tmpl[64], after[40];
+  int want_running, want_paused;
   int64_t after_s = -1;
   char *keys[16], *vals[16];
   struct listed *all = NULL;
@@ -441,16 +512,62 @@ static void list(struct api_req *q) {
     api_field_fail(q, "nextToken", "nextToken is not one this endpoint gave");
     return;
   }
-  /* Nothing here is ever paused: a list of paused sandboxes only is empty. */
-  if (fr_http_query_get(q->req->query, "state", state, sizeof(state)) >= 0 && strstr(state, "running") == NULL) {
-    api_reply(q, 200, json_array(), NULL);
-    return;
+  /* state=running, state=paused, both (repeated, or comma-separated), or
+   * neither (both). */
+  {
+    const char *qs = q->req->query;
+    int seen = 0;
+    want_running = want_paused = 0;
+    while (qs != NULL && *qs) {
+      size_t l = strcspn(qs, "&");
+      if (l > 6 && strncmp(qs, "state=", 6) == 0) {
+        seen = 1;
+        snprintf(state, sizeof(state), "%.*s", (int)(l - 6 < sizeof(state) - 1 ? l - 6 : sizeof(state) - 1),
+                 qs + 6);
+        want_running |= strstr(state, "running") != NULL;
+        want_paused |= strstr(state, "paused") != NULL;
+      }
+      qs += l + (qs[l] == '&');
+    }
+    if (!seen)
+      want_running = want_paused = 1;
   }
   for (i = 0; i < q->r->nadapters; i++) {
     struct fr_adapter *a = q->r->adapters[i];
     const struct fr_pod *pod;
     size_t cur = 0;
-    while ((pod = fr_adapter_pod_next(a, &cur)) != NULL) {
+    struct fr_workspace w;
+    void *wcur = NULL;
+    while (want_paused && fr_adapter_workspace_next(a, &wcur, &w) == 0) {
+      int ok = w.paused && w.tenant != NULL && strcmp(w.tenant, q->tenant) == 0 && !workspace_live_pod(a, w.pod) &&
+               json_object_get(json_object_get(w.claim_json, "metadata"), "deletionTimestamp") == NULL &&
+               (tmpl[0] == '\0' || (w.pool != NULL && strcmp(w.pool, tmpl) == 0)) &&
+               (after_s < 0 || w.created_s >= after_s);
+      for (k = 0; ok && k < nmeta; k++) {
+        const char *v = workspace_spec_label(&w, keys[k]);
+        ok = v != NULL && strcmp(v, vals[k]) == 0;
+      }
+      if (ok && n == cap) {
+        size_t ncap = cap ? cap * 2 : 64;
+        struct listed *m = realloc(all, ncap * sizeof(*m));
+        if (m == NULL) {
+          fr_workspace_clear(&w);
+          free(all);
+          api_oom(q);
+          return;
+        }
+        all = m;
+        cap = ncap;
+      }
+      if (ok) {
+        snprintf(all[n].id, sizeof(all[n].id), "%s.%s", fr_adapter_name(a), w.pod);
+        all[n].a = a;
+        all[n].pod = NULL;
+        all[n++].paused = paused_json(q->r, a, &w);
+      }
+      fr_workspace_clear(&w);
+    }
+    while (want_running && (pod = fr_adapter_pod_next(a, &cur)) != NULL) {
       if (!api_owned_by(pod, q->tenant) || fr_adapter_pod_leaving(a, pod))
         continue;
       if ((tmpl[0] != '\0' && (pod->pool == NULL || strcmp(pod->pool, tmpl) != 0)) ||
@@ -476,6 +593,7 @@ static void list(struct api_req *q) {
       }
       snprintf(all[n].id, sizeof(all[n].id), "%s.%s", fr_adapter_name(a), pod->name);
       all[n].a = a;
+      all[n].paused = NULL;
       all[n++].pod = pod;
     }
   }
@@ -487,11 +605,15 @@ static void list(struct api_req *q) {
     while (start < n && strcmp(all[start].id, next) <= 0)
       start++;
   arr = json_array();
-  for (i = start; i < n && i < start + (size_t)limit; i++)
-    json_array_append_new(arr, sandbox_json(q->r, all[i].a, all[i].pod, 0));
+  for (i = start; i < n && i < start + (size_t)limit; i++) {
+    json_array_append_new(arr, all[i].pod != NULL ? sandbox_json(q->r, all[i].a, all[i].pod, 0)
+                                                  : json_incref(all[i].paused));
+  }
   hdr[0] = '\0';
   if (i < n)
     snprintf(hdr, sizeof(hdr), "X-Next-Token: %s\r\n", all[i - 1].id);
+  for (i = 0; i < n; i++)
+    json_decref(all[i].paused);
   free(all);
   api_reply(q, 200, arr, hdr[0] ? hdr : NULL);
 }
@@ -574,8 +696,7 @@ static int by_token(struct api_req *q, const char *id, const char *tenant, int p
     api_fail(q, st, "sandbox_not_found", msg, NULL);
     return -1;
   }
-  snprintf(q->tenant, sizeof(q->tenant), "%s", (*p)->tenant);
-  q->ts = router_tenant(q->r, q->tenant);
+  api_set_tenant(q, (*p)->tenant);
   router_note(q->req, "tenant", q->tenant);
   if ((*p = api_find_reachable_sandbox(q, canon, a)) == NULL || !admitted(q))
     return -1;
@@ -673,10 +794,12 @@ static void in_sandbox(struct api_req *q, const char *id, const char *tenant, co
 static int authenticate(struct api_req *q, const char **tenant) {
   const char *key = fr_http_req_header(q->req, "X-API-Key");
   const struct fr_config_tenant *t;
+  const struct fr_config_token *tok;
   const char *ip = q->req->peer_ip;
+  char msg[300], when[21];
 
   *tenant = NULL;
-  if (q->r->cfg->ntenants == 0) {
+  if (q->cfg->ntenants == 0) {
     if (strncmp(ip, "127.", 4) != 0 && strcmp(ip, "::1") != 0 && strncmp(ip, "::ffff:127.", 11) != 0) {
       api_fail(q, 403, "forbidden", "this router has no tenants configured and accepts loopback clients only", NULL);
       return -1;
@@ -686,8 +809,16 @@ static int authenticate(struct api_req *q, const char **tenant) {
   }
   if (key == NULL || *key == '\0')
     return 0;
-  if ((t = fr_config_tenant_by_token(q->r->cfg, key)) == NULL) {
+  if ((t = fr_config_tenant_by_token(q->cfg, key, &tok)) == NULL) {
     api_fail(q, 401, "unauthorized", "unknown API key: E2B_API_KEY must be a fedrouter tenant token", NULL);
+    return -1;
+  }
+  router_note(q->req, "token", tok->name);
+  if (fr_config_token_expired(tok, fr_wall_ms() / 1000)) {
+    fr_time_rfc3339(tok->expires_at, when);
+    snprintf(msg, sizeof(msg), "API key \"%s\" of tenant %s expired at %s; ask for its successor", tok->name,
+             t->name, when);
+    api_fail(q, 401, "token_expired", msg, NULL);
     return -1;
   }
   *tenant = t->name;
@@ -728,8 +859,7 @@ int e2b_begin(struct api_req *q, const struct route *r) {
     api_fail(q, 401, "unauthorized", "missing X-API-Key: set E2B_API_KEY to a fedrouter tenant token", NULL);
     return -1;
   }
-  snprintf(q->tenant, sizeof(q->tenant), "%s", tenant);
-  q->ts = router_tenant(q->r, tenant);
+  api_set_tenant(q, tenant);
   router_note(q->req, "tenant", tenant);
   return admitted(q) ? 0 : -1;
 }
@@ -746,13 +876,41 @@ void e2b_list(struct api_req *q, const struct route_params *p) {
 
 void e2b_get(struct api_req *q, const struct route_params *p) {
   struct fr_adapter *a;
-  const struct fr_pod *pod = find(q, p->id, &a);
+  struct fr_workspace w;
+  const struct fr_pod *pod;
 
-  if (pod != NULL)
+  if (workspace_find_paused(q, p->id, &a, &w)) {
+    api_reply(q, 200, paused_json(q->r, a, &w), NULL);
+    fr_workspace_clear(&w);
+    return;
+  }
+  if ((pod = find(q, p->id, &a)) != NULL)
     api_reply(q, 200, sandbox_json(q->r, a, pod, 1), NULL);
 }
 
 void e2b_kill(struct api_req *q, const struct route_params *p) {
+  struct fr_adapter *a;
+  struct fr_workspace w;
+
+  if (workspace_find_paused(q, p->id, &a, &w)) {
+    /* A paused sandbox is its workspace claim. */
+    struct op *o = calloc(1, sizeof(*o));
+    char pod[200];
+    snprintf(pod, sizeof(pod), "%s", w.pod);
+    fr_workspace_clear(&w);
+    if (o == NULL) {
+      api_oom(q);
+      return;
+    }
+    o->q = q;
+    if (fr_adapter_sandbox_delete(a, pod, q->rid, op_done, o) != 0) {
+      free(o);
+      api_fail(q, 503, "cluster_unavailable", "cannot send the delete to the cluster", "Retry-After: 5\r\n");
+      return;
+    }
+    api_defer(q);
+    return;
+  }
   kill_sandbox(q, p->id);
 }
 
@@ -761,12 +919,55 @@ void e2b_timeout(struct api_req *q, const struct route_params *p) {
 }
 
 void e2b_connect(struct api_req *q, const struct route_params *p) {
+  struct fr_adapter *a;
+  struct fr_workspace w;
+
+  if (workspace_find_paused(q, p->id, &a, &w)) {
+    /* Connecting resumes a paused sandbox (201, as E2B answers it). */
+    fr_workspace_clear(&w);
+    q->shape_kind = K_CONNECT_RESUME;
+    sandboxes_resume(q, p);
+    return;
+  }
   set_timeout(q, p->id, 1);
 }
 
-void e2b_no_pause(struct api_req *q, const struct route_params *p) {
-  (void)p;
-  unsupported(q, "pausing and resuming sandboxes");
+void e2b_pause(struct api_req *q, const struct route_params *p) {
+  struct fr_adapter *a;
+  struct fr_workspace w;
+  const struct fr_pod *pod;
+
+  if (workspace_find_paused(q, p->id, &a, &w)) {
+    fr_workspace_clear(&w);
+    api_fail(q, 409, "already_paused", "the sandbox is already paused", NULL);
+    return;
+  }
+  if ((pod = find(q, p->id, &a)) == NULL)
+    return;
+  if (fr_pod_label(pod, FR_LABEL_WORKSPACE) == NULL) {
+    /* Not 409: the SDK reads that as "already paused". */
+    api_fail(q, 400, "no_workspace",
+             "only a sandbox created with lifecycle.onTimeout 'pause' (a workspace at " E2B_WORKSPACE_PATH
+             ") can be paused: fedrouter keeps its files, not its memory", NULL);
+    return;
+  }
+  q->shape_kind = K_PAUSE;
+  sandboxes_pause(q, p);
+}
+
+void e2b_resume(struct api_req *q, const struct route_params *p) {
+  struct fr_adapter *a;
+  struct fr_workspace w;
+
+  if (!workspace_find_paused(q, p->id, &a, &w)) {
+    const struct fr_pod *pod = find(q, p->id, &a);
+    if (pod != NULL)
+      api_fail(q, 409, "already_running", "the sandbox is already running", NULL);
+    return;
+  }
+  fr_workspace_clear(&w);
+  q->shape_kind = K_RESUME;
+  sandboxes_resume(q, p);
 }
 
 void e2b_no_snapshots(struct api_req *q, const struct route_params *p) {

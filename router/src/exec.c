@@ -20,18 +20,25 @@
 #include "fr/util.h"
 #include "api.h"
 #include "metrics.h"
+#include "execwait.h"
 #include "router.h"
 #include "routes.h"
+#include "tenants.h"
 
 struct exec_call {
+  struct router *r;
   struct api_req *q;
   struct fr_adapter *a;
-  struct tenant_state *ts;  /* counted in its execs while this runs */
+  struct tenant_state *ts;  /* a reference; holds one of its exec slots while this runs */
 };
 
 static void exec_call_free(struct exec_call *x) {
-  if (x != NULL && x->ts != NULL)
-    x->ts->execs--;
+  if (x == NULL)
+    return;
+  if (x->ts != NULL) {
+    tenant_exec_done(x->r, x->ts); /* <q> may be gone already */
+    tenant_unref(x->ts);
+  }
   free(x);
 }
 
@@ -433,25 +440,58 @@ int api_body_env_workdir(struct api_req *q, json_t *j, json_t **env_out, const c
   return 0;
 }
 
+/* An exec waiting for a slot (execwait.c): its body and sandbox id. */
+struct exec_wait {
+  json_t *j;
+  char id[256];
+};
+
+static void exec_begin(struct api_req *q, json_t *j, const char *id, int slot);
+
+static void exec_resume(struct api_req *q, void *arg) {
+  struct exec_wait *w = arg;
+  json_t *j = w->j;
+  char id[256];
+
+  snprintf(id, sizeof(id), "%s", w->id);
+  free(w);
+  exec_begin(q, j, id, 1);
+}
+
+static void exec_wait_drop(void *arg) {
+  struct exec_wait *w = arg;
+
+  json_decref(w->j);
+  free(w);
+}
+
+static const char *const exec_fields[] = {"argv", "stdin", "env", "workdir", "timeout_s", "max_output_bytes",
+                                          "stream", NULL};
+
 void exec_sandbox(struct api_req *q, const struct route_params *p) {
-  const char *id = p->id;
-  static const char *const known[] = {"argv",      "stdin", "env", "workdir", "timeout_s", "max_output_bytes",
-                                      "stream", NULL};
-  const struct fr_config *cfg = q->r->cfg;
+  /* NUL is allowed in the JSON so a NUL inside argv gets invalid_argv
+   * below rather than a vague parse error; stdin may carry it legitimately. */
+  json_t *j = api_body_object(q, exec_fields, JSON_ALLOW_NUL);
+
+  if (j != NULL)
+    exec_begin(q, j, p->id, 0);
+}
+
+/* Runs the exec of body <j> (taken) in sandbox <id>. <slot>: one of the
+ * tenant's exec slots is held for it already (it waited for one); else
+ * it takes one, or waits (execwait.c), or is refused. */
+static void exec_begin(struct api_req *q, json_t *j, const char *id, int slot) {
+  const struct fr_config *cfg = q->cfg;
   struct fr_exec_spec spec;
   struct exec_call *x = NULL;
+  struct exec_wait *w;
   struct fr_adapter *a;
-  json_t *j, *v, *env = NULL;
+  json_t *v, *env = NULL;
   char **argv = NULL, msg[300];
   const char *workdir = NULL;
   int64_t timeout = 60, maxout = cfg->max_exec_output_bytes;
   int rc;
 
-  /* NUL is allowed in the JSON so a NUL inside argv gets invalid_argv below
-   * rather than a vague parse error; stdin may carry it legitimately. */
-  j = api_body_object(q, known, JSON_ALLOW_NUL);
-  if (j == NULL)
-    return;
   if ((argv = api_body_argv(q, json_object_get(j, "argv"))) == NULL)
     goto out;
   if ((v = json_object_get(j, "stream")) != NULL && !json_is_boolean(v)) {
@@ -482,11 +522,25 @@ void exec_sandbox(struct api_req *q, const struct route_params *p) {
     goto out;
   if (api_find_reachable_sandbox(q, id, &a) == NULL)
     goto out;
-  if (q->ts != NULL && q->ts->execs >= q->ts->max_execs) {
-    snprintf(msg, sizeof(msg), "tenant %s has %" PRId64 " execs running (max_concurrent_execs)", q->tenant,
-             q->ts->execs);
-    api_reply(q, 429, api_limit_body(msg, "max_concurrent_execs"), "Retry-After: 1\r\n");
-    goto out;
+  if (!slot) {
+    /* Past max_concurrent_execs the exec waits for a slot (or is refused
+     * past the wait's bound): it runs again from here once it has one. */
+    if (strlen(id) >= sizeof(w->id) || (w = calloc(1, sizeof(*w))) == NULL) {
+      api_oom(q);
+      goto out;
+    }
+    w->j = j;
+    snprintf(w->id, sizeof(w->id), "%s", id);
+    rc = execwait_take(q, exec_resume, exec_wait_drop, w);
+    if (rc <= 0) {
+      if (rc == 0)
+        j = NULL; /* the wait holds it */
+      else
+        free(w);
+      goto out;
+    }
+    free(w);
+    slot = 1;
   }
   memset(&spec, 0, sizeof(spec));
   spec.argv = argv;
@@ -501,7 +555,9 @@ void exec_sandbox(struct api_req *q, const struct route_params *p) {
   spec.budget = &q->r->exec_budget;
   spec.request_id = q->rid;
   if (json_is_true(json_object_get(j, "stream"))) {
-    /* Admitted above, once; the stream counts itself while it runs. */
+    /* The stream takes the slot over (and gives it back when it ends, or
+     * at once when it cannot start). */
+    slot = 0;
     data_exec_stream(q, a, id, &spec);
     goto out;
   }
@@ -510,11 +566,11 @@ void exec_sandbox(struct api_req *q, const struct route_params *p) {
     api_oom(q);
     goto out;
   }
+  x->r = q->r;
   x->q = q;
   x->a = a;
-  x->ts = q->ts;
-  if (x->ts != NULL)
-    x->ts->execs++;
+  x->ts = tenant_ref(q->ts);
+  slot = 0; /* x holds it */
   /* Deferred first: the answer on a failure to start is the finish too. */
   api_defer(q);
   rc = fr_adapter_exec(a, strchr(id, '.') + 1, &spec, on_exec, x);
@@ -535,6 +591,9 @@ void exec_sandbox(struct api_req *q, const struct route_params *p) {
     api_oom(q);
   }
 out:
+  /* A slot held for an exec that did not start goes to the next in line. */
+  if (slot)
+    tenant_exec_done(q->r, q->ts);
   exec_call_free(x);
   free(argv);
   json_decref(j);

@@ -20,6 +20,7 @@
 #include "api.h"
 #include "data.h"
 #include "router.h"
+#include "tenants.h"
 #include "routes.h"
 
 /* ---------------------------------------------------------------------- */
@@ -78,6 +79,8 @@ struct xfer {
   int port;                     /* data_proxy_port: the sandbox's port (its headers go back too) */
   void (*done)(void *arg);      /* data_proxy_port: called once when the call is over */
   void *done_arg;
+  const char *ctype;            /* a download's content type; NULL: application/octet-stream */
+  int restore;                  /* POST .../restore: its own answers */
 };
 
 static void xfer_free(struct xfer *x) {
@@ -183,7 +186,7 @@ static void dl_head(int status, const char *content_type, const char *headers, v
   else if (x->raw)
     api_stream_begin(x->q, status, content_type != NULL ? content_type : "application/octet-stream", NULL, len);
   else
-    api_stream_begin(x->q, 200, "application/octet-stream", NULL, len);
+    api_stream_begin(x->q, 200, x->ctype != NULL ? x->ctype : "application/octet-stream", NULL, len);
 }
 
 static int dl_data(const char *data, size_t len, void *arg) {
@@ -300,6 +303,19 @@ static void up_done(const struct fr_agent_result *res, void *arg) {
 
   if (x->answered) {
     ;
+  } else if (x->restore && res->err == FR_AGENT_OK && res->status >= 200 && res->status < 300 && x->body_done) {
+    api_reply(q, 200, json_pack("{s:s,s:b,s:I}", "path", x->path, "restored", 1, "archive_bytes",
+                                (json_int_t)x->received), NULL);
+  } else if (x->restore && res->err == FR_AGENT_OK && (res->status == 400 || res->status == 413)) {
+    /* The agent names the entry or the bound; nothing was written. */
+    json_t *e = json_loadb(res->body, res->body_len, 0, NULL);
+    const char *m = json_string_value(json_object_get(e, "message"));
+    char msg[600];
+    snprintf(msg, sizeof(msg), "%s%.500s", res->status == 413 ? "the archive holds more than the tenant's "
+                                                                "max_file_bytes: " : "",
+             m != NULL ? m : "the archive was refused");
+    api_fail(q, res->status, res->status == 413 ? "file_too_large" : "invalid_archive", msg, NULL);
+    json_decref(e);
   } else if (res->err == FR_AGENT_OK && res->status >= 200 && res->status < 300 && x->body_done) {
     api_reply(q, 201, json_pack("{s:s,s:I}", "path", x->path, "size", (json_int_t)x->received), NULL);
   } else if (res->err == FR_AGENT_OK && res->status >= 200 && res->status < 300) {
@@ -396,6 +412,116 @@ static void file_upload(struct api_req *q, struct fr_adapter *a, const char *id,
   o.on_done = up_done;
   o.arg = x;
   up_start(x, id, &o);
+}
+
+/* ---------------------------------------------------------------------- */
+/* directory snapshots: the agent's /tar, both ways                        */
+
+/* "/tar?path=<escaped>[&gzip=1][&max_bytes=N]" (upstream.c's /tar). */
+static int tar_path(const char *path, int gz, int64_t max_bytes, char *out, size_t cap) {
+  size_t at = (size_t)snprintf(out, cap, "/tar?path=");
+  int n;
+
+  if (fr_url_query_escape(out, cap, &at, path) != 0)
+    return -1;
+  n = snprintf(out + at, cap - at, "%s", gz ? "&gzip=1" : "");
+  if (n < 0 || (size_t)n >= cap - at)
+    return -1;
+  at += (size_t)n;
+  if (max_bytes > 0) {
+    n = snprintf(out + at, cap - at, "&max_bytes=%" PRId64, max_bytes);
+    if (n < 0 || (size_t)n >= cap - at)
+      return -1;
+  }
+  return 0;
+}
+
+/* ?gzip=1|true: 1; absent, 0 or false: 0; else -1 after answering. */
+static int query_gzip(struct api_req *q) {
+  char v[8];
+
+  if (fr_http_query_get(q->req->query, "gzip", v, sizeof(v)) < 0)
+    return 0;
+  if (strcmp(v, "1") == 0 || strcmp(v, "true") == 0)
+    return 1;
+  if (strcmp(v, "0") == 0 || strcmp(v, "false") == 0)
+    return 0;
+  api_field_fail(q, "gzip", "gzip is 1 or 0");
+  return -1;
+}
+
+/* GET .../snapshot?path=/dir[&gzip=1]: the directory as a tar stream. */
+void snapshot_get(struct api_req *q, const struct route_params *p) {
+  struct fr_agent_call_opts o;
+  struct xfer *x;
+  char path[MAX_PATH_BYTES + 2], url[3 * MAX_PATH_BYTES + 64];
+  int gz;
+
+  if (query_path(q, path, sizeof(path)) != 0 || (gz = query_gzip(q)) < 0)
+    return;
+  if (tar_path(path, gz, 0, url, sizeof(url)) != 0) {
+    api_fail(q, 400, "invalid_path", "the path is too long", NULL);
+    return;
+  }
+  if ((x = xfer_new(q, p->a)) == NULL)
+    return;
+  x->ctype = gz ? "application/gzip" : "application/x-tar";
+  memset(&o, 0, sizeof(o));
+  o.method = "GET";
+  o.path = url;
+  o.internal_route = 1;
+  o.request_id = q->rid;
+  o.on_head = dl_head;
+  o.on_data = dl_data;
+  o.on_done = dl_done;
+  o.arg = x;
+  xfer_start(x, p->id, &o);
+}
+
+/* POST .../restore?path=/dir: the body (tar, or gzip'd tar) replaces the
+ * directory's content; at most the tenant's max_file_bytes, both as sent
+ * and as unpacked (the agent's bound), nothing half-written. */
+void snapshot_restore(struct api_req *q, const struct route_params *p) {
+  struct fr_agent_call_opts o;
+  struct xfer *x;
+  const char *cl = fr_http_req_header(q->req, "Content-Length");
+  char path[MAX_PATH_BYTES + 2], url[3 * MAX_PATH_BYTES + 96], msg[200];
+  int64_t size = -1, limit = q->ts != NULL ? q->ts->max_file_bytes : FR_DEFAULT_TENANT_FILE_BYTES;
+
+  if (query_path(q, path, sizeof(path)) != 0)
+    return;
+  if (strcmp(path, "/") == 0) {
+    api_fail(q, 400, "invalid_path", "a restore replaces a directory's content: not /", NULL);
+    return;
+  }
+  if (tar_path(path, 0, limit, url, sizeof(url)) != 0) {
+    api_fail(q, 400, "invalid_path", "the path is too long", NULL);
+    return;
+  }
+  if (cl != NULL && fr_parse_int64(cl, 0, INT64_MAX, &size) != 0)
+    size = -1;
+  if (size > limit) {
+    snprintf(msg, sizeof(msg), "the archive is larger than the tenant's max_file_bytes (%" PRId64 ")", limit);
+    api_fail(q, 413, "file_too_large", msg, "Connection: close\r\n");
+    return;
+  }
+  if ((x = xfer_new(q, p->a)) == NULL)
+    return;
+  snprintf(x->path, sizeof(x->path), "%s", path);
+  x->limit = limit;
+  x->restore = 1;
+  memset(&o, 0, sizeof(o));
+  o.method = "POST";
+  o.path = url;
+  o.internal_route = 1;
+  o.content_type = "application/x-tar";
+  o.stream_body = 1;
+  o.body_size = size;
+  o.request_id = q->rid;
+  o.on_drain = up_drain;
+  o.on_done = up_done;
+  o.arg = x;
+  up_start(x, p->id, &o);
 }
 
 /* GET: a download, or with ?list=1 the directory's entries. */

@@ -21,7 +21,11 @@
 #include "fr/policy.h"
 #include "metrics.h"
 #include "fr/version.h"
+#include "execwait.h"
+#include "queue.h"
+#include "reload.h"
 #include "router.h"
+#include "tenants.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -250,6 +254,11 @@ static void finish_shutdown(struct shutdown *sd) {
   fr_http_server_free(r->health, NULL, NULL);
   r->health = NULL;
   placement_close(r);
+  reload_close(r);
+  queue_close(r);
+  execwait_close(r);
+  queue_free(r);
+  execwait_free(r);
   for (i = 0; i < r->nadapters; i++)
     fr_adapter_free(r->adapters[i], on_adapter_freed, NULL);
   r->nadapters = 0;
@@ -299,12 +308,13 @@ static void on_drain(uv_timer_t *t) {
   finish_shutdown(sd);
 }
 
-/* SIGHUP reloads the policy file (the router config itself needs a
- * restart: clusters and tenants are wired into live state). */
+/* SIGHUP reloads the router config (reload.c: what only a restart
+ * changes must stay as it is) and the policy file. */
 static void on_sighup(uv_signal_t *h, int signum) {
   struct shutdown *sd = h->data;
 
-  FR_INFO("fedrouter", "signal %d: reloading the policy", signum);
+  FR_INFO("fedrouter", "signal %d: reloading the config and the policy", signum);
+  reload_now(sd->r);
   placement_reload(sd->r);
 }
 
@@ -317,6 +327,10 @@ static void start_drain(struct shutdown *sd) {
 
   FR_INFO("fedrouter", "draining %zu request(s) in flight, then exiting", r->inflight);
   r->stopping = 1;
+  /* Creates and execs waiting for room would outwait the drain: they are
+   * answered 503 now and retry on another replica. */
+  queue_close(r);
+  execwait_close(r);
   fr_http_server_drain(r->http);
   sd->deadline = uv_now(r->loop) + DRAIN_MS;
   uv_timer_start(&sd->drain, on_drain, 0, 50);
@@ -492,7 +506,8 @@ int main(int argc, char **argv) {
     print_config_error(&cerr);
     return 1;
   }
-  if (router_tenants_init(&r) != 0)
+  r.boot = fr_config_ref(r.cfg);
+  if (tenants_init(&r) != 0 || queue_init(&r) != 0 || execwait_init(&r) != 0 || reload_init(&r) != 0)
     return 1;
   r.agent.image = r.cfg->agent_image;
   r.agent.port = r.cfg->agent_port;
@@ -589,11 +604,12 @@ int main(int argc, char **argv) {
   if (rc != 0)
     FR_WARN("fedrouter", "loop closed with handles still open");
   free(r.adapters);
-  free(r.tenants);
+  tenants_free(&r);
   free(obs);
   placement_free(&r);
   metrics_free(r.metrics);
   fr_config_unref(r.cfg);
+  fr_config_unref(r.boot);
   SSL_CTX_free(ssl);
   return 0;
 }

@@ -14,6 +14,8 @@
 #include "fr/policy.h"
 #include "fr/version.h"
 #include "metrics.h"
+#include "queue.h"
+#include "reload.h"
 #include "router.h"
 
 #define NBUCKETS 15
@@ -37,6 +39,14 @@ static const struct family recorded[] = {
     {"fedrouter_exec_duration_seconds", "histogram", "Exec wall time as seen by the router."},
     {"fedrouter_http_requests_total", "counter", "API requests by route template, method and status."},
     {"fedrouter_http_request_duration_seconds", "histogram", "API request latency by route template."},
+    {"fedrouter_queue_wait_seconds", "histogram",
+     "Time a create waited in the queue for room, by tenant and outcome (started, expired, gone, refused)."},
+    {"fedrouter_exec_wait_seconds", "histogram",
+     "Time an exec waited for one of its tenant's max_concurrent_execs slots, by tenant and outcome."},
+    {"fedrouter_queue_started_sandboxes_total", "counter",
+     "Sandboxes that started after waiting in the create queue, by tenant."},
+    {"fedrouter_auth_total", "counter", "Authenticated requests by tenant and token name (rotations: is the old "
+     "token still used?)."},
 };
 
 struct series {
@@ -257,6 +267,8 @@ static void render_gauges(struct router *r, struct fr_buf *b, int all_pools) {
     sample(b, "fedrouter_http_connections_limited_total", "action=\"evicted\"", (double)hs.evicted);
     sample(b, "fedrouter_http_connections_limited_total", "action=\"refused\"", (double)hs.refused);
   }
+  queue_metrics(r, b);
+  reload_metrics(r, b);
   head(b, "fedrouter_policy_info", "gauge", "The loaded routing policy; always 1.");
   gauge(b, "fedrouter_policy_info", NULL, NULL, "source", fr_policy_source(r->policy), "version",
         fr_policy_version(r->policy), 1);

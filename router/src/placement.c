@@ -44,7 +44,7 @@ static void load_in_pool(uv_work_t *w) {
   struct reload_work *rw = fr_container_of(w, struct reload_work, w);
   struct router *r = rw->r;
 
-  rw->rc = fr_policy_load(r->cfg->policy, (const char *const *)r->cluster_names,
+  rw->rc = fr_policy_load(r->boot->policy, (const char *const *)r->cluster_names,
                           (const char *const *)r->cluster_regions, &rw->policy, &rw->err,
                           &rw->warnings, &rw->nwarnings);
 }
@@ -56,7 +56,7 @@ static void set_warnings(struct router *r, struct fr_policy_warning *w, size_t n
   r->policy_warnings = json_array();
   for (i = 0; i < n; i++) {
     json_array_append_new(r->policy_warnings, json_pack("{s:i,s:s}", "line", w[i].line, "message", w[i].msg));
-    FR_WARN("policy", "%s:%d: warning: %s", r->cfg->policy, w[i].line, w[i].msg);
+    FR_WARN("policy", "%s:%d: warning: %s", r->boot->policy, w[i].line, w[i].msg);
   }
 }
 
@@ -70,7 +70,7 @@ static void loaded(uv_work_t *w, int status) {
     if (rw->err.line > 0)
       snprintf(msg, sizeof(msg), "%s:%d: %s", rw->err.file, rw->err.line, rw->err.msg);
     else
-      snprintf(msg, sizeof(msg), "%s: %s", rw->err.file[0] ? rw->err.file : r->cfg->policy,
+      snprintf(msg, sizeof(msg), "%s: %s", rw->err.file[0] ? rw->err.file : r->boot->policy,
                status != 0 ? "reload cancelled" : rw->err.msg);
     snprintf(r->policy_error, sizeof(r->policy_error), "%.*s", (int)sizeof(r->policy_error) - 1, msg);
     r->policy_error_at = fr_wall_ms() / 1000;
@@ -101,7 +101,7 @@ static void loaded(uv_work_t *w, int status) {
 void placement_reload(struct router *r) {
   struct reload_work *rw;
 
-  if (r->cfg->policy == NULL || r->stopping)
+  if (r->boot->policy == NULL || r->stopping)
     return;
   if (r->policy_reloading) {
     r->policy_reload_again = 1; /* a change during a load: load once more after */
@@ -132,28 +132,28 @@ int placement_init(struct router *r) {
   struct fr_policy_warning *w = NULL;
   size_t nw = 0, i;
 
-  r->cluster_names = calloc(r->cfg->nclusters + 1, sizeof(char *));
-  r->cluster_regions = calloc(r->cfg->nclusters + 1, sizeof(char *));
+  r->cluster_names = calloc(r->boot->nclusters + 1, sizeof(char *));
+  r->cluster_regions = calloc(r->boot->nclusters + 1, sizeof(char *));
   r->policy_warnings = json_array();
   if (r->cluster_names == NULL || r->cluster_regions == NULL || r->policy_warnings == NULL)
     return -ENOMEM;
-  for (i = 0; i < r->cfg->nclusters; i++) {
-    r->cluster_names[i] = r->cfg->clusters[i].name;
-    r->cluster_regions[i] = r->cfg->clusters[i].region;
+  for (i = 0; i < r->boot->nclusters; i++) {
+    r->cluster_names[i] = r->boot->clusters[i].name;
+    r->cluster_regions[i] = r->boot->clusters[i].region;
   }
-  if (r->cfg->policy == NULL) {
+  if (r->boot->policy == NULL) {
     r->policy = fr_policy_default();
     if (r->policy == NULL)
       return -ENOMEM;
   } else {
     /* At start-up, before the loop runs, a blocking read is fine; a bad
      * file stops the router rather than starting it with a guess. */
-    if (fr_policy_load(r->cfg->policy, (const char *const *)r->cluster_names,
+    if (fr_policy_load(r->boot->policy, (const char *const *)r->cluster_names,
                        (const char *const *)r->cluster_regions, &r->policy, &err, &w, &nw) != 0) {
       if (err.line > 0)
         fprintf(stderr, "%s:%d: %s\n", err.file, err.line, err.msg);
       else
-        fprintf(stderr, "%s: %s\n", err.file[0] ? err.file : r->cfg->policy, err.msg);
+        fprintf(stderr, "%s: %s\n", err.file[0] ? err.file : r->boot->policy, err.msg);
       free(w);
       return -EINVAL;
     }
@@ -164,7 +164,7 @@ int placement_init(struct router *r) {
       return -ENOMEM;
     uv_fs_poll_init(r->loop, r->policy_poll);
     r->policy_poll->data = r;
-    uv_fs_poll_start(r->policy_poll, on_policy_file, r->cfg->policy, POLICY_POLL_MS);
+    uv_fs_poll_start(r->policy_poll, on_policy_file, r->boot->policy, POLICY_POLL_MS);
   }
   r->policy_loaded_at = fr_wall_ms() / 1000;
   return 0;

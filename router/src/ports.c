@@ -38,6 +38,7 @@
 #include "fr/util.h"
 #include "api.h"
 #include "router.h"
+#include "tenants.h"
 #include "routes.h"
 
 /* The longest short id: "<5-digit port>-" in front still fits 63. */
@@ -146,7 +147,7 @@ int ports_traffic_ok(const struct router *r, const struct fr_http_req *req, cons
 struct port_inflight {
   struct port_inflight *next;
   struct port_inflight **bucket;  /* its chain's head in the router's table */
-  struct tenant_state *ts;
+  struct tenant_state *ts;         /* a reference: the record outlives a reload that removes it */
   int64_t n;
   char id[];
 };
@@ -178,13 +179,14 @@ static void on_call_over(void *arg) {
   for (pp = e->bucket; *pp != e; pp = &(*pp)->next)
     ;
   *pp = e->next;
+  tenant_unref(e->ts);
   free(e);
 }
 
 /* Counts one more request to <id>'s ports, or answers 429 and returns
  * NULL. */
 static struct port_inflight *admit(struct api_req *q, const char *id) {
-  const struct fr_config *cfg = q->r->cfg;
+  const struct fr_config *cfg = q->cfg;
   struct port_inflight *e = inflight_find(q->r, id);
   char msg[300];
 
@@ -207,16 +209,17 @@ static struct port_inflight *admit(struct api_req *q, const char *id) {
       api_oom(q);
       return NULL;
     }
-    strcpy(e->id, id); /* sized above */
+    memcpy(e->id, id, strlen(id) + 1);
     e->bucket = &q->r->port_inflight[b];
     e->next = *e->bucket;
     *e->bucket = e;
   }
   e->n++;
   /* The tenant whose count this is: one tenant owns a sandbox. */
-  e->ts = q->ts;
-  if (q->ts != NULL)
-    q->ts->port_requests++;
+  if (e->ts == NULL)
+    e->ts = tenant_ref(q->ts);
+  if (e->ts != NULL)
+    e->ts->port_requests++;
   return e;
 }
 
@@ -256,9 +259,11 @@ static void forward(struct api_req *q, struct fr_adapter *a, const char *id, con
   struct port_inflight *e;
   struct fr_buf h, pq;
   char msg[200];
+  int64_t agent_port = 0;
 
-  if (port < 1 || port > 65535 || port == FR_AGENT_DEFAULT_PORT ||
-      (pod_agent_label != NULL && atoi(pod_agent_label) == port)) {
+  if (pod_agent_label != NULL && fr_parse_int64(pod_agent_label, 1, 65535, &agent_port) != 0)
+    agent_port = 0;
+  if (port < 1 || port > 65535 || port == FR_AGENT_DEFAULT_PORT || agent_port == port) {
     snprintf(msg, sizeof(msg), "port %d is not a port of the sandbox's own (1-65535, not the agent's %d)", port,
              FR_AGENT_DEFAULT_PORT);
     api_fail(q, 400, "invalid_port", msg, NULL);
@@ -320,7 +325,7 @@ static int parse_host(const char *host, const char *domain, int *port, char *sid
 }
 
 int ports_host(struct api_req *q) {
-  const char *domain = q->r->cfg->ports_domain, *host;
+  const char *domain = q->cfg->ports_domain, *host;
   char sid[64], id[320], cluster[64];
   const struct fr_pod *pod;
   struct fr_adapter *a;
@@ -358,8 +363,7 @@ int ports_host(struct api_req *q) {
     api_fail(q, 404, "sandbox_not_found", "no such sandbox port", NULL);
     return 1;
   }
-  snprintf(q->tenant, sizeof(q->tenant), "%s", pod->tenant);
-  q->ts = router_tenant(q->r, pod->tenant);
+  api_set_tenant(q, pod->tenant);
   router_note(q->req, "tenant", q->tenant);
   if (fr_adapter_node_unready(a, pod->node)) {
     api_fail(q, 503, "sandbox_unreachable", "the sandbox's node is not Ready", "Retry-After: 5\r\n");

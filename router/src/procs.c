@@ -75,7 +75,7 @@ void procs_start(struct api_req *q, const struct route_params *p) {
   struct fr_adapter *a = p->a;
   const char *id = p->id;
   static const char *const known[] = {"argv", "cmd", "env", "workdir", "stdin", "pty", "timeout_s", "tag", NULL};
-  const struct fr_config *cfg = q->r->cfg;
+  const struct fr_config *cfg = q->cfg;
   struct fr_proc_spec ps;
   struct bg_start *b;
   json_t *j, *v, *pty;

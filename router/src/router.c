@@ -24,9 +24,12 @@
 #include "fr/util.h"
 #include "api.h"
 #include "dashboard.h"
+#include "queue.h"
+#include "reload.h"
 #include "metrics.h"
 #include "router.h"
 #include "routes.h"
+#include "tenants.h"
 
 /* ---------------------------------------------------------------------- */
 /* responses                                                               */
@@ -125,46 +128,6 @@ static int is_loopback(const char *ip) {
   return strncmp(ip, "127.", 4) == 0 || strcmp(ip, "::1") == 0 || strncmp(ip, "::ffff:127.", 11) == 0;
 }
 
-int router_tenants_init(struct router *r) {
-  size_t i, n = r->cfg->ntenants ? r->cfg->ntenants : 1;
-
-  r->tenants = calloc(n, sizeof(*r->tenants));
-  if (r->tenants == NULL)
-    return -ENOMEM;
-  r->ntenants = n;
-  for (i = 0; i < n; i++) {
-    struct tenant_state *t = &r->tenants[i];
-    if (r->cfg->ntenants == 0) {
-      /* the loopback-only router: one user, the defaults of a tenant */
-      t->name = "local";
-      t->max_inflight = 4096;
-      t->max_execs = 2048;
-      t->max_file_bytes = FR_DEFAULT_TENANT_FILE_BYTES;
-      t->admin = 1;
-      t->secret = FR_LOCAL_SECRET;
-    } else {
-      t->name = r->cfg->tenants[i].name;
-      t->max_inflight = r->cfg->tenants[i].max_requests_in_flight;
-      t->max_execs = r->cfg->tenants[i].max_concurrent_execs;
-      t->max_sandboxes = r->cfg->tenants[i].max_sandboxes;
-      t->max_pool_replicas = r->cfg->tenants[i].max_pool_replicas;
-      t->max_file_bytes = r->cfg->tenants[i].max_file_bytes;
-      t->admin = r->cfg->tenants[i].admin;
-      t->secret = r->cfg->tenants[i].secret;
-    }
-  }
-  return 0;
-}
-
-struct tenant_state *router_tenant(struct router *r, const char *name) {
-  size_t i;
-
-  for (i = 0; i < r->ntenants; i++)
-    if (strcmp(r->tenants[i].name, name) == 0)
-      return &r->tenants[i];
-  return NULL;
-}
-
 /* /metrics is open unless the config names a metrics token; then only
  * that token (compared as its SHA-256, in constant time) reads it. */
 static int metrics_allowed(struct router *r, struct fr_http_req *req) {
@@ -181,42 +144,66 @@ static int metrics_allowed(struct router *r, struct fr_http_req *req) {
 
 const char *api_tenant_of_bearer(struct router *r, const struct fr_http_req *req) {
   const char *h = fr_http_req_header(req, "Authorization");
+  const struct fr_config_token *tok;
   const struct fr_config_tenant *t;
 
   if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0 || h[7] == '\0' ||
-      (t = fr_config_tenant_by_token(r->cfg, h + 7)) == NULL)
+      (t = fr_config_tenant_by_token(r->cfg, h + 7, &tok)) == NULL ||
+      fr_config_token_expired(tok, fr_wall_ms() / 1000))
     return NULL;
   return t->name;
 }
 
-/* Returns the tenant name for <req>, or NULL after answering 401/403. */
-static const char *authenticate(struct router *r, struct fr_http_req *req) {
-  const char *h = fr_http_req_header(req, "Authorization");
+int router_authenticate(struct api_req *q, const char *token, const char *scheme) {
+  const struct fr_config_token *tok;
   const struct fr_config_tenant *t;
+  char msg[300], when[21];
 
-  if (r->cfg->ntenants == 0) {
+  if (q->cfg->ntenants == 0) {
     /* No tenants configured: a single-user router, reachable from this
      * machine only. */
-    if (!is_loopback(req->peer_ip)) {
-      router_error(req, 403, "forbidden",
-                   "this router has no tenants configured and accepts loopback clients only", NULL);
-      return NULL;
+    if (!is_loopback(q->req->peer_ip)) {
+      api_fail(q, 403, "forbidden", "this router has no tenants configured and accepts loopback clients only",
+               NULL);
+      return -1;
     }
-    return "local";
+    api_set_tenant(q, "local");
+    return 0;
   }
-  if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0 || h[7] == '\0') {
-    router_error(req, 401, "unauthorized",
-                 "missing bearer token: send Authorization: Bearer <token>",
-                 "WWW-Authenticate: Bearer realm=\"fedrouter\"\r\n");
-    return NULL;
-  }
-  t = fr_config_tenant_by_token(r->cfg, h + 7);
+  t = fr_config_tenant_by_token(q->cfg, token, &tok);
   if (t == NULL) {
-    router_error(req, 401, "unauthorized", "unknown token",
-                 "WWW-Authenticate: Bearer realm=\"fedrouter\", error=\"invalid_token\"\r\n");
-    return NULL;
+    api_fail(q, 401, "unauthorized", "unknown token",
+             strcmp(scheme, "Bearer") == 0 ? "WWW-Authenticate: Bearer realm=\"fedrouter\", error=\"invalid_token\"\r\n"
+                                           : NULL);
+    return -1;
   }
-  return t->name;
+  if (fr_config_token_expired(tok, fr_wall_ms() / 1000)) {
+    /* The holder of a token may learn its name and end: the next step
+     * is to ask for the new one. */
+    fr_time_rfc3339(tok->expires_at, when);
+    snprintf(msg, sizeof(msg), "token \"%s\" of tenant %s expired at %s; ask for its successor", tok->name,
+             t->name, when);
+    router_note(q->req, "token", tok->name);
+    api_fail(q, 401, "token_expired", msg,
+             strcmp(scheme, "Bearer") == 0 ? "WWW-Authenticate: Bearer realm=\"fedrouter\", error=\"invalid_token\"\r\n"
+                                           : NULL);
+    return -1;
+  }
+  router_note(q->req, "token", tok->name);
+  {
+    struct fr_buf l;
+    fr_buf_init(&l);
+    metrics_label(&l, "tenant", t->name);
+    metrics_label(&l, "token", tok->name);
+    metrics_inc(q->r->metrics, "fedrouter_auth_total", l.data ? l.data : "", 1);
+    fr_buf_free(&l);
+  }
+  api_set_tenant(q, t->name);
+  if (q->ts == NULL) {
+    api_oom(q); /* the table follows the config it swapped in with: not reached */
+    return -1;
+  }
+  return 0;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -413,18 +400,38 @@ void router_get_policy(struct api_req *q, const struct route_params *p) {
   placement_policy_json(q->r, q->req, q->rid);
 }
 
-int router_admit(struct api_req *q) {
-  const char *tenant = authenticate(q->r, q->req);
+void router_get_config(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  /* File paths, tenant names, token names and the last error: the
+   * operator's, not a tenant's. */
+  if (q->ts == NULL || !q->ts->admin) {
+    api_fail(q, 403, "forbidden", "GET /v1/config is for admin tenants", NULL);
+    return;
+  }
+  api_reply(q, 200, reload_json(q->r), NULL);
+}
 
-  if (tenant == NULL)
+void router_get_queue(struct api_req *q, const struct route_params *p) {
+  (void)p;
+  /* A tenant sees its own line and the totals; an admin every tenant's. */
+  api_reply(q, 200, queue_json(q->r, q->ts, q->ts == NULL || q->ts->admin), NULL);
+}
+
+int router_admit(struct api_req *q) {
+  const char *h = fr_http_req_header(q->req, "Authorization");
+  char msg[200];
+
+  if (q->cfg->ntenants > 0 && (h == NULL || strncasecmp(h, "Bearer ", 7) != 0 || h[7] == '\0')) {
+    api_fail(q, 401, "unauthorized", "missing bearer token: send Authorization: Bearer <token>",
+             "WWW-Authenticate: Bearer realm=\"fedrouter\"\r\n");
     return -1;
-  router_note(q->req, "tenant", tenant);
-  snprintf(q->tenant, sizeof(q->tenant), "%s", tenant);
-  q->ts = router_tenant(q->r, tenant);
+  }
+  if (router_authenticate(q, h != NULL && strlen(h) > 7 ? h + 7 : NULL, "Bearer") != 0)
+    return -1;
+  router_note(q->req, "tenant", q->tenant);
   /* Admission: a tenant with too much going at once waits, others not. */
   if (q->ts != NULL && q->ts->inflight >= q->ts->max_inflight) {
-    char msg[200];
-    snprintf(msg, sizeof(msg), "tenant %s has %" PRId64 " requests in flight (max_requests_in_flight)", tenant,
+    snprintf(msg, sizeof(msg), "tenant %s has %" PRId64 " requests in flight (max_requests_in_flight)", q->tenant,
              q->ts->inflight);
     api_reply(q, 429, api_limit_body(msg, "max_requests_in_flight"), "Retry-After: 1\r\n");
     return -1;

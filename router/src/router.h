@@ -19,27 +19,21 @@ struct fr_sandbox_spec;
 struct fr_http_server;
 struct fr_http_req;
 
-/* What one tenant has going at once, against its limits (config tenants;
- * the loopback-only router's "local" tenant gets the defaults). */
-struct tenant_state {
-  const char *name;               /* borrowed from the config */
-  int64_t inflight;               /* requests answered later */
-  int64_t execs;                  /* execs running */
-  int64_t creating;               /* sandboxes of batches not finished yet */
-  int64_t max_inflight, max_execs, max_sandboxes; /* max_sandboxes 0 = none */
-  int64_t max_pool_replicas;      /* 0 = none */
-  int64_t max_file_bytes;         /* largest upload into a sandbox */
-  int admin;                      /* may create and change shared pools */
-  int64_t port_requests;          /* requests to its sandboxes' ports in flight (ports.c) */
-  const char *secret;             /* the Secret its creates' `secrets` read (borrowed) */
-};
+struct tenant_state;
+struct reload;
+struct queue;
+struct execwait;
 
 #define PORTS_INFLIGHT_BUCKETS 256
 struct port_inflight;
 
 struct router {
   uv_loop_t *loop;
-  struct fr_config *cfg;          /* one reference held */
+  struct fr_config *cfg;          /* the current snapshot, one reference held; a reload swaps it
+                                     (requests keep the one they started with: api_req.cfg) */
+  struct fr_config *boot;         /* the snapshot the router started with, kept for what is wired
+                                     in at start (listeners, adapters, the agent key, cluster and
+                                     policy names); a reload changes none of that */
   struct fr_http_server *http;
   struct fr_http_server *health;  /* health_listen's server, or NULL */
   struct fr_adapter **adapters;   /* one per configured cluster, same order */
@@ -49,8 +43,11 @@ struct router {
   size_t inflight;                /* requests answered later (creates, execs, ...) */
   struct fr_exec_budget exec_budget; /* all execs' buffered output (limits.exec_output_budget_bytes) */
   struct fr_adapter_agent agent;  /* the config's agent group, for the adapters (image NULL: none) */
-  struct tenant_state *tenants;   /* one per configured tenant, or one "local" */
+  struct tenant_state **tenants;  /* tenants.c: one per configured tenant, or one "local" */
   size_t ntenants;
+  struct reload *reload;          /* reload.c: the config's reloads */
+  struct queue *queue;            /* queue.c: creates waiting for room */
+  struct execwait *execwait;      /* execwait.c: execs waiting for a slot */
   /* Requests in flight to sandboxes' ports, by id (ports.c). */
   struct port_inflight *port_inflight[PORTS_INFLIGHT_BUCKETS];
 
@@ -95,10 +92,6 @@ void router_request_done(const struct fr_http_req *req, int status, size_t bytes
 /* Appends ,"key":"value" (JSON-escaped) to req->note for the access log. */
 void router_note(struct fr_http_req *req, const char *key, const char *value);
 
-/* Builds r->tenants from the config; -ENOMEM. */
-int router_tenants_init(struct router *r);
-/* The state of tenant <name>, or NULL. */
-struct tenant_state *router_tenant(struct router *r, const char *name);
 
 /* Loads the policy named by the config (or the built-in one) at start-up
  * and watches the file. 0, or -EINVAL after printing the file:line error. */
@@ -127,6 +120,12 @@ int router_streams_body(const struct fr_http_req *req, void *arg);
 void router_error(struct fr_http_req *req, int status, const char *code, const char *message,
                   const char *extra_headers);
 struct api_req;
+/* Authenticates <q> with <token> (may be NULL) against the request's
+ * config snapshot: 0 with q->tenant and q->ts set (the loopback-only
+ * router: "local", for loopback clients only), or -1 after answering 401
+ * unauthorized / token_expired or 403 forbidden. <scheme> "Bearer" adds
+ * the WWW-Authenticate header. The token's name goes in the access log. */
+int router_authenticate(struct api_req *q, const char *token, const char *scheme);
 /* The tenant of <q>'s bearer token (q->tenant, q->ts set), within its
  * in-flight bound: 0, or -1 after answering 401/403/429 (RF_TENANT rows
  * of routes.c). */

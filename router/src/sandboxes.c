@@ -22,6 +22,7 @@
 #include "api.h"
 #include "router.h"
 #include "routes.h"
+#include "workspaces.h"
 
 /* ---------------------------------------------------------------------- */
 /* list filters                                                            */
@@ -29,6 +30,7 @@
 struct filters {
   struct fr_selector *sel;
   char pool[64], cluster[64], prefix[128];
+  char state[16];   /* "running" (pods only) or "paused" (paused only); "" = both */
   int any;
 };
 
@@ -63,6 +65,8 @@ static int filter_kv(const char *key, const char *value, void *arg) {
     snprintf(p->f->cluster, sizeof(p->f->cluster), "%s", value);
   } else if (strcmp(key, "name_prefix") == 0) {
     snprintf(p->f->prefix, sizeof(p->f->prefix), "%s", value);
+  } else if (strcmp(key, "state") == 0 && (strcmp(value, "running") == 0 || strcmp(value, "paused") == 0)) {
+    snprintf(p->f->state, sizeof(p->f->state), "%s", value);
   } else {
     p->bad = 1;
     snprintf(p->bad_key, sizeof(p->bad_key), "%.60s", key);
@@ -82,7 +86,7 @@ static int parse_filters(struct api_req *q, const char *query, struct filters *f
   fr_http_query_each(query, filter_kv, &p);
   if (p.bad) {
     fr_buf_free(&p.sel);
-    snprintf(msg, sizeof(msg), "unknown, empty or malformed filter \"%s\": use label=k=v, pool, cluster, name_prefix (non-empty)", p.bad_key);
+    snprintf(msg, sizeof(msg), "unknown, empty or malformed filter \"%s\": use label=k=v, pool, cluster, name_prefix (non-empty), state=running|paused", p.bad_key);
     api_field_fail(q, p.bad_key, msg);
     return -1;
   }
@@ -128,6 +132,35 @@ static json_t *not_synced(struct router *r) {
   return arr;
 }
 
+static const char *paused_label(const void *obj, const char *key) {
+  return json_string_value(json_object_get(json_object_get(((const struct fr_workspace *)obj)->spec, "labels"), key));
+}
+
+static int paused_matches(struct filters *f, struct fr_adapter *a, const struct fr_workspace *w) {
+  if (f->cluster[0] && strcmp(f->cluster, fr_adapter_name(a)) != 0)
+    return 0;
+  if (f->pool[0] && (w->pool == NULL || strcmp(w->pool, f->pool) != 0))
+    return 0;
+  if (f->prefix[0] && (w->name == NULL || strncmp(w->name, f->prefix, strlen(f->prefix)) != 0))
+    return 0;
+  return fr_selector_matches(f->sel, paused_label, w);
+}
+
+/* The tenant's paused sandboxes of <a> matching <f> into <arr>; with
+ * <ids_only>, their ids (terminate by filter). */
+static void paused_each(struct api_req *q, struct fr_adapter *a, struct filters *f, json_t *arr) {
+  struct fr_workspace w;
+  void *cur = NULL;
+
+  while (fr_adapter_workspace_next(a, &cur, &w) == 0) {
+    if (w.paused && w.tenant != NULL && strcmp(w.tenant, q->tenant) == 0 && !workspace_live_pod(a, w.pod) &&
+        json_object_get(json_object_get(w.claim_json, "metadata"), "deletionTimestamp") == NULL &&
+        paused_matches(f, a, &w))
+      json_array_append_new(arr, workspace_paused_json(a, &w));
+    fr_workspace_clear(&w);
+  }
+}
+
 static void list_sandboxes(struct api_req *q) {
   struct filters f;
   json_t *arr = json_array(), *body, *ns;
@@ -140,10 +173,13 @@ static void list_sandboxes(struct api_req *q) {
   }
   for (i = 0; i < q->r->nadapters; i++) {
     struct fr_adapter *a = q->r->adapters[i];
-    for (cur = 0; (pod = fr_adapter_pod_next(a, &cur)) != NULL;) {
+    for (cur = 0; f.state[0] != 'p' && (pod = fr_adapter_pod_next(a, &cur)) != NULL;) {
       if (api_owned_by(pod, q->tenant) && matches(&f, a, pod) && api_sandbox_visible(a, pod))
         json_array_append_new(arr, api_sandbox_json(q->r, a, pod, 0));
     }
+    /* Paused sandboxes are their workspace claims (workspaces.c). */
+    if (f.state[0] != 'r')
+      paused_each(q, a, &f, arr);
   }
   fr_selector_free(f.sel);
   body = json_pack("{s:o}", "sandboxes", arr);
@@ -240,9 +276,24 @@ static struct term *term_new(struct api_req *q) {
 
 static void terminate_one(struct api_req *q, const char *id) {
   struct fr_adapter *a;
-  const struct fr_pod *pod = api_find_sandbox(q, id, &a);
+  const struct fr_pod *pod;
+  struct fr_workspace w;
   struct term *t;
 
+  /* A paused sandbox is its workspace claim: deleting it is the end. */
+  if (workspace_find_paused(q, id, &a, &w)) {
+    char pod_name[200];
+    snprintf(pod_name, sizeof(pod_name), "%s", w.pod);
+    fr_workspace_clear(&w);
+    if ((t = term_new(q)) == NULL)
+      return;
+    t->single = 1;
+    term_start(t, a, pod_name);
+    t->pending--;
+    term_done(t);
+    return;
+  }
+  pod = api_find_sandbox(q, id, &a);
   if (pod == NULL)
     return;
   if ((t = term_new(q)) == NULL)
@@ -278,6 +329,18 @@ static void terminate_many(struct api_req *q) {
       if (api_owned_by(pod, q->tenant) && matches(&f, a, pod) && api_sandbox_visible(a, pod))
         term_start(t, a, pod->name);
     }
+    {
+      json_t *paused = json_array(), *e;
+      size_t k;
+      if (paused != NULL)
+        paused_each(q, a, &f, paused);
+      json_array_foreach(paused, k, e) {
+        const char *id = json_string_value(json_object_get(e, "id")), *dot = id ? strchr(id, '.') : NULL;
+        if (dot != NULL)
+          term_start(t, a, dot + 1);
+      }
+      json_decref(paused);
+    }
   }
   fr_selector_free(f.sel);
   t->not_synced = not_synced(q->r);
@@ -309,7 +372,17 @@ void sandboxes_terminate_many(struct api_req *q, const struct route_params *p) {
 }
 
 void sandboxes_get(struct api_req *q, const struct route_params *p) {
-  api_reply(q, 200, api_sandbox_json(q->r, p->a, p->pod, 1), NULL);
+  struct fr_adapter *a;
+  struct fr_workspace w;
+  const struct fr_pod *pod;
+
+  if (workspace_find_paused(q, p->id, &a, &w)) {
+    api_reply(q, 200, workspace_paused_json(a, &w), NULL);
+    fr_workspace_clear(&w);
+    return;
+  }
+  if ((pod = api_find_sandbox(q, p->id, &a)) != NULL)
+    api_reply(q, 200, api_sandbox_json(q->r, a, pod, 1), NULL);
 }
 
 void sandboxes_terminate(struct api_req *q, const struct route_params *p) {

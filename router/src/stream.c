@@ -19,6 +19,7 @@
 #include "api.h"
 #include "data.h"
 #include "router.h"
+#include "tenants.h"
 #include "routes.h"
 
 /* ---------------------------------------------------------------------- */
@@ -31,7 +32,8 @@ struct nd {
   struct fr_adapter *a;
   struct fr_proc_stream *ps;
   enum nd_kind kind;
-  struct tenant_state *ts;      /* ND_EXEC: counted in its execs */
+  struct tenant_state *ts;      /* ND_EXEC: a reference; holds one of its exec slots */
+  struct router *r;
   int follow;                   /* ND_OUTPUT */
   int64_t until;                /* ND_OUTPUT without follow: the offset produced at attach (-1: none) */
   int64_t at;                   /* offset of the next output byte */
@@ -47,8 +49,10 @@ static void on_grace_closed(uv_handle_t *h) {
 }
 
 static void nd_free(struct nd *n) {
-  if (n->ts != NULL)
-    n->ts->execs--;
+  if (n->ts != NULL) {
+    tenant_exec_done(n->r, n->ts); /* <q> may be gone already */
+    tenant_unref(n->ts);
+  }
   if (n->grace != NULL)
     uv_close((uv_handle_t *)n->grace, on_grace_closed);
   free(n);
@@ -118,7 +122,10 @@ static void nd_output(struct nd *n, int err, const char *data, size_t len, int f
     n->ncarry[err] = b.len - whole;
   }
   if (whole > 0) {
-    s = json_stringn(b.data, whole);
+    /* Text when it is UTF-8 and escaping costs no more than base64 would
+     * (4/3, with room for a short chunk's newline): a stream of NUL or
+     * other control bytes, sixfold as JSON escapes, goes out as base64. */
+    s = fr_json_escaped_len(b.data, whole) <= whole + whole / 3 + 16 ? json_stringn(b.data, whole) : NULL;
     if (s != NULL) {
       nd_line(n, json_pack("{s:o}", key, s));
     } else {
@@ -313,18 +320,19 @@ void data_exec_stream(struct api_req *q, struct fr_adapter *a, const char *id, c
 
   n = nd_new(q, a, ND_EXEC);
   if (n == NULL) {
+    tenant_exec_done(q->r, q->ts);
     api_oom(q);
     return;
   }
   rc = fr_adapter_exec_stream(a, data__pod_of(id), spec, nd_event, nd_done, n, &n->ps);
   if (rc != 0) {
     free(n);
+    tenant_exec_done(q->r, q->ts);
     data__start_failed(q, a, rc);
     return;
   }
-  n->ts = q->ts;
-  if (n->ts != NULL)
-    n->ts->execs++;
+  n->ts = tenant_ref(q->ts);
+  n->r = q->r;
   nd_started(n);
   if (q->req != NULL)
     router_note(q->req, "cluster", fr_adapter_name(a));
@@ -335,8 +343,8 @@ void data_exec_stream(struct api_req *q, struct fr_adapter *a, const char *id, c
 void procs_output(struct api_req *q, const struct route_params *p) {
   struct fr_adapter *a = p->a;
   const char *id = p->id;
-  int64_t pid = p->pid;
-  char v[16];
+  int64_t pid = p->pid, from;
+  char v[24];
   struct nd *n;
   int rc;
 
@@ -347,7 +355,18 @@ void procs_output(struct api_req *q, const struct route_params *p) {
   }
   n->follow = fr_http_query_get(q->req->query, "follow", v, sizeof(v)) >= 0 &&
               (strcmp(v, "1") == 0 || strcmp(v, "true") == 0);
-  rc = fr_adapter_proc_attach(a, data__pod_of(id), pid, 0, n->follow, q->rid, nd_event, nd_done, n, &n->ps);
+  /* ?from=N: resume at byte N of the output (what a reconnecting client
+   * already has), from any replica; bytes the agent no longer keeps are
+   * counted in a {"lost_bytes":N} line. */
+  rc = fr_http_query_get(q->req->query, "from", v, sizeof(v));
+  if (rc == -ENOENT) {
+    from = 0;
+  } else if (rc < 0 || fr_parse_int64(v, 0, INT64_MAX, &from) != 0) {
+    free(n);
+    api_fail(q, 400, "invalid_query", "from must be a byte offset of the output: an integer >= 0", NULL);
+    return;
+  }
+  rc = fr_adapter_proc_attach(a, data__pod_of(id), pid, from, n->follow, q->rid, nd_event, nd_done, n, &n->ps);
   if (rc != 0) {
     free(n);
     data__start_failed(q, a, rc);

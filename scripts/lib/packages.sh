@@ -24,7 +24,7 @@
 
 FR_PACKAGES=(
   build-essential cmake pkg-config
-  libuv1-dev libcurl4-openssl-dev libjansson-dev libconfig-dev libssl-dev
+  libuv1-dev libcurl4-openssl-dev libjansson-dev libconfig-dev libssl-dev zlib1g-dev
   check libsubunit-dev libhttp-parser-dev libyaml-dev libbsd-dev
   openssl ca-certificates procps python3 curl
   prometheus chromium

@@ -521,13 +521,22 @@ def test_connect_loss_flag(a):
         pid = s.pid
         s.close()
         total = sum(len("line-%d\n" % i) for i in range(2000))
+        # The agent reads the output in pieces after the Start returned:
+        # reattach (Connect) until its ring has taken in all of it
+        # (fr-output-end), each attempt a fresh Connect.
+        seen = []
 
-        def written():  # all of it read by the agent (a Connect without follow answers at once)
-            w = b.stream("process.Process/Connect", {"process": {"pid": pid}, "follow": False})
-            w.close()
-            return int(w.headers.get("fr-output-end", "0")) == total
-        wait_until(written, 20, "the command's 18,890 bytes")
-        c = b.stream("process.Process/Connect", {"process": {"pid": pid}})
+        def all_read():
+            c = b.stream("process.Process/Connect", {"process": {"pid": pid}})
+            seen.append(dict(c.headers))
+            if c.headers.get("fr-output-end") == str(total):
+                return c
+            c.close()
+            return None
+        try:
+            c = wait_until(all_read, 10, "a Connect after the whole output was read")
+        except TestFailure:
+            raise TestFailure("the agent did not read the %d bytes in 10 s: last headers %r" % (total, seen[-1:]))
         dropped = int(c.headers.get("fr-output-dropped", "-1"))
         check(dropped > 0, "no loss flagged: %r" % c.headers)
         first = int(c.headers["fr-output-start"])

@@ -126,8 +126,13 @@ START_TEST(example_fedrouter_conf_loads_with_documented_values) {
   ck_assert_int_eq(c->tenants[1].max_sandboxes, 0);
   ck_assert_str_eq(c->tenants[0].secret, "rl-sandbox-secrets");
   ck_assert_str_eq(c->tenants[1].secret, "eval-sandbox-secrets");
-  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "rl-team-token"), &c->tenants[0]);
-  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "eval-token"), &c->tenants[1]);
+  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "rl-team-token", NULL), &c->tenants[0]);
+  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "eval-token", NULL), &c->tenants[1]);
+  ck_assert_uint_eq(c->tenants[0].ntokens, 1);
+  ck_assert_str_eq(c->tenants[0].tokens[0].name, "team");
+  ck_assert_str_eq(c->tenants[1].tokens[0].name, "default");
+  ck_assert_int_eq(c->tenants[0].weight, 1);
+  ck_assert_int_eq(c->queue_max_wait_s, 600);
 
   ck_assert_uint_eq(c->nclusters, 2);
   cl = &c->clusters[0];
@@ -169,10 +174,10 @@ START_TEST(example_demo_conf_loads_with_three_clusters_and_demo_tenant) {
   ck_assert_ptr_null(c->policy);
   ck_assert_uint_eq(c->ntenants, 1);
   ck_assert_str_eq(c->tenants[0].name, "demo");
-  ck_assert_str_eq(c->tenants[0].token_sha256,
+  ck_assert_str_eq(c->tenants[0].tokens[0].sha256,
                    "7c43ef5ae21d43ce2743f770c68e24def1a43ee2f416d2438410c8af7af2ff2c");
-  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "demo-token"), &c->tenants[0]);
-  ck_assert_ptr_null(fr_config_tenant_by_token(c, "demo-token "));
+  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "demo-token", NULL), &c->tenants[0]);
+  ck_assert_ptr_null(fr_config_tenant_by_token(c, "demo-token ", NULL));
   ck_assert_int_eq(c->run_as_user, 1000);
   ck_assert_uint_eq(c->nclusters, 3);
   for (i = 0; i < 3; i++) {
@@ -282,7 +287,7 @@ START_TEST(config_empty_tenant_list_is_allowed) {
   struct fr_config *c = load_ok(MINIMAL "tenants = ();\n");
 
   ck_assert_uint_eq(c->ntenants, 0);
-  ck_assert_ptr_null(fr_config_tenant_by_token(c, "a"));
+  ck_assert_ptr_null(fr_config_tenant_by_token(c, "a", NULL));
   fr_config_unref(c);
 }
 END_TEST
@@ -372,6 +377,23 @@ static const struct err_case err_cases[] = {
      "tenants.[0].name: missing"},
     {"tenant_token_missing", MINIMAL "tenants = (\n  {\n    name = \"t\";\n  }\n);\n", 5,
      "tenants.[0].token_sha256: missing"},
+    {"tenant_token_name_missing", MINIMAL "tenants = (\n  { name = \"t\"; tokens = (\n    { sha256 = \"" HASH_A "\"; } ); }\n);\n",
+     6, "tenants.[0].tokens.[0].name: missing"},
+    {"tenant_token_expires_bad", MINIMAL "tenants = (\n  { name = \"t\"; tokens = (\n    { name = \"x\"; sha256 = \"" HASH_A "\";\n"
+                                         "      expires = \"tomorrow\"; } ); }\n);\n",
+     7, "tenants.[0].tokens.[0].expires: \"tomorrow\" is not a UTC time"},
+    {"tenant_token_name_twice", MINIMAL "tenants = (\n  { name = \"t\"; tokens = (\n    { name = \"x\"; sha256 = \"" HASH_A "\"; },\n"
+                                        "    { name = \"x\"; sha256 = \"" HASH_B "\"; } ); }\n);\n",
+     7, "tenant t has two tokens named \"x\""},
+    {"tenant_token_in_two_tenants", MINIMAL "tenants = (\n  { name = \"t\"; token_sha256 = \"" HASH_A "\"; },\n"
+                                            "  { name = \"u\"; tokens = ( { name = \"x\";\n    sha256 = \"" HASH_A "\"; } ); }\n);\n",
+     6, "same token as tenant \"t\" (line 5)"},
+    {"tenant_weight_zero", MINIMAL "tenants = (\n  { name = \"t\"; token_sha256 = \"" HASH_A "\";\n    weight = 0; }\n);\n",
+     6, "tenants.[0].weight: 0 is out of range (1-1000)"},
+    {"tenant_max_cpus_zero", MINIMAL "tenants = (\n  { name = \"t\"; token_sha256 = \"" HASH_A "\";\n    max_cpus = 0; }\n);\n",
+     6, "tenants.[0].max_cpus: must be a number above 0"},
+    {"queue_e2b_wait_above_max", MINIMAL "queue = {\n  max_wait_s = 10;\n  e2b_wait_s = 20;\n};\n", 6,
+     "queue.e2b_wait_s: 20 is above max_wait_s (10)"},
     {"tls_key_missing", MINIMAL "tls = {\n  cert = \"t.conf\";\n};\n", 4, "tls.key: missing"},
     {"cost_node_hour_without_sandboxes_per_node",
      LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\";\n"
@@ -520,7 +542,7 @@ static const struct err_case err_cases[] = {
      "pool"},
     {"top_key_unknown", MINIMAL "colour = \"blue\";\n", 4,
      "colour: unknown key (known keys here: listen, health_listen, tls, region, policy, sandbox, limits, "
-     "tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms, ports, e2b)"},
+     "tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms, queue, ports, e2b)"},
 
     /* names */
     {"cluster_name_uppercase", LISTEN REGION "clusters = (\n  { name = \"US_East\"; region = \"us\"; kubeconfig = \"k\"; }\n);\n",
@@ -643,7 +665,7 @@ START_TEST(config_check_reports_every_error_with_its_line) {
     ck_assert_msg(strstr(h.files[rc], "/t.conf") != NULL, "file \"%s\"", h.files[rc]);
   ck_assert_int_eq(h.lines[0], 3);
   ck_assert_str_eq(h.msgs[0], "colour: unknown key (known keys here: listen, health_listen, tls, region, policy, sandbox, "
-                              "limits, tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms, ports, e2b)");
+                              "limits, tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms, queue, ports, e2b)");
   ck_assert_int_eq(h.lines[1], 4);
   ck_assert_ptr_nonnull(strstr(h.msgs[1], "sandbox.default_lifetime_s: 0 is out of range"));
   ck_assert_int_eq(h.lines[2], 5);
@@ -864,17 +886,17 @@ START_TEST(tenant_by_token_finds_the_matching_tenant_only) {
            h[0], h[1], h[2]);
   c = load_ok(text);
   ck_assert_uint_eq(c->ntenants, 3);
-  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "alpha-token"), &c->tenants[0]);
-  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "beta-token"), &c->tenants[1]);
-  ck_assert_str_eq(fr_config_tenant_by_token(c, "beta-token")->name, "beta");
-  ck_assert_int_eq(fr_config_tenant_by_token(c, "beta-token")->max_sandboxes, 5);
-  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "gamma-token"), &c->tenants[2]);
-  ck_assert_ptr_null(fr_config_tenant_by_token(c, "delta-token"));
-  ck_assert_ptr_null(fr_config_tenant_by_token(c, "alpha-toke"));
-  ck_assert_ptr_null(fr_config_tenant_by_token(c, h[0])); /* the hash is not the token */
-  ck_assert_ptr_null(fr_config_tenant_by_token(c, ""));
-  ck_assert_ptr_null(fr_config_tenant_by_token(c, NULL));
-  ck_assert_ptr_null(fr_config_tenant_by_token(NULL, "alpha-token"));
+  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "alpha-token", NULL), &c->tenants[0]);
+  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "beta-token", NULL), &c->tenants[1]);
+  ck_assert_str_eq(fr_config_tenant_by_token(c, "beta-token", NULL)->name, "beta");
+  ck_assert_int_eq(fr_config_tenant_by_token(c, "beta-token", NULL)->max_sandboxes, 5);
+  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "gamma-token", NULL), &c->tenants[2]);
+  ck_assert_ptr_null(fr_config_tenant_by_token(c, "delta-token", NULL));
+  ck_assert_ptr_null(fr_config_tenant_by_token(c, "alpha-toke", NULL));
+  ck_assert_ptr_null(fr_config_tenant_by_token(c, h[0], NULL)); /* the hash is not the token */
+  ck_assert_ptr_null(fr_config_tenant_by_token(c, "", NULL));
+  ck_assert_ptr_null(fr_config_tenant_by_token(c, NULL, NULL));
+  ck_assert_ptr_null(fr_config_tenant_by_token(NULL, "alpha-token", NULL));
   fr_config_unref(c);
 }
 END_TEST
@@ -894,7 +916,7 @@ END_TEST
 START_TEST(tenant_by_token_without_tenants_returns_null) {
   struct fr_config *c = load_ok(MINIMAL);
 
-  ck_assert_ptr_null(fr_config_tenant_by_token(c, "a"));
+  ck_assert_ptr_null(fr_config_tenant_by_token(c, "a", NULL));
   fr_config_unref(c);
 }
 END_TEST
@@ -913,6 +935,152 @@ START_TEST(cluster_by_name_finds_exact_name_only) {
   ck_assert_ptr_null(fr_config_cluster_by_name(c, NULL));
   ck_assert_ptr_null(fr_config_cluster_by_name(NULL, "us-east"));
   fr_config_unref(c);
+}
+END_TEST
+
+
+/* ---- tokens, quotas, the queue, reloads ---- */
+
+START_TEST(tenant_tokens_list_with_names_and_expiry) {
+  char h[3][65], text[2048];
+  struct fr_config *c;
+  const struct fr_config_token *tok = NULL;
+  static const char *const tokens[] = {"old-token", "new-token", "other-token"};
+  size_t i;
+
+  for (i = 0; i < 3; i++)
+    fr_sha256_hex(tokens[i], strlen(tokens[i]), h[i]);
+  snprintf(text, sizeof(text),
+           MINIMAL "tenants = (\n"
+                   "  { name = \"rl\"; tokens = (\n"
+                   "      { name = \"old\"; sha256 = \"%s\"; expires = \"2030-01-02T03:04:05Z\"; },\n"
+                   "      { name = \"new\"; sha256 = \"%s\"; } ); },\n"
+                   "  { name = \"eval\"; token_sha256 = \"%s\"; }\n);\n",
+           h[0], h[1], h[2]);
+  c = load_ok(text);
+  ck_assert_uint_eq(c->tenants[0].ntokens, 2);
+  ck_assert_str_eq(c->tenants[0].tokens[0].name, "old");
+  ck_assert_int_eq(c->tenants[0].tokens[0].expires_at, 1893553445); /* date -d 2030-01-02T03:04:05Z +%s */
+  ck_assert_int_eq(c->tenants[0].tokens[1].expires_at, 0);
+  ck_assert_uint_eq(c->tenants[1].ntokens, 1);
+  ck_assert_str_eq(c->tenants[1].tokens[0].name, "default");
+  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "old-token", &tok), &c->tenants[0]);
+  ck_assert_ptr_eq(tok, &c->tenants[0].tokens[0]);
+  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "new-token", &tok), &c->tenants[0]);
+  ck_assert_ptr_eq(tok, &c->tenants[0].tokens[1]);
+  ck_assert_ptr_eq(fr_config_tenant_by_token(c, "other-token", &tok), &c->tenants[1]);
+  ck_assert_ptr_eq(tok, &c->tenants[1].tokens[0]);
+  ck_assert_ptr_null(fr_config_tenant_by_token(c, "nope", &tok));
+  ck_assert_ptr_null(tok);
+  /* Expiry: refused from its second on, never for a token without one. */
+  ck_assert_int_eq(fr_config_token_expired(&c->tenants[0].tokens[0], 1893553444), 0);
+  ck_assert_int_eq(fr_config_token_expired(&c->tenants[0].tokens[0], 1893553445), 1);
+  ck_assert_int_eq(fr_config_token_expired(&c->tenants[0].tokens[1], INT64_MAX), 0);
+  ck_assert_ptr_eq(fr_config_tenant_by_name(c, "eval"), &c->tenants[1]);
+  ck_assert_ptr_null(fr_config_tenant_by_name(c, "Eval"));
+  fr_config_unref(c);
+}
+END_TEST
+
+START_TEST(tenant_quotas_weight_and_queue_are_kept) {
+  struct fr_config *c = load_ok(MINIMAL "queue = { max_wait_s = 900; max_sandboxes = 5000; exec_wait_s = 5;\n"
+                                        "          e2b_wait_s = 20; };\n"
+                                        "tenants = (\n"
+                                        "  { name = \"t\"; token_sha256 = \"" HASH_A "\"; max_cpus = 1.5;\n"
+                                        "    max_memory_gb = 3; max_gpus = 2; weight = 7;\n"
+                                        "    max_queued_sandboxes = 100; max_queued_execs = 0; },\n"
+                                        "  { name = \"u\"; token_sha256 = \"" HASH_B "\"; }\n);\n");
+
+  ck_assert_int_eq(c->queue_max_wait_s, 900);
+  ck_assert_int_eq(c->queue_max_sandboxes, 5000);
+  ck_assert_int_eq(c->queue_exec_wait_s, 5);
+  ck_assert_int_eq(c->queue_e2b_wait_s, 20);
+  ck_assert_int_eq(c->tenants[0].max_cpu_m, 1500);
+  ck_assert_int_eq(c->tenants[0].max_mem_b, (int64_t)3 << 30);
+  ck_assert_int_eq(c->tenants[0].max_gpus, 2);
+  ck_assert_int_eq(c->tenants[0].weight, 7);
+  ck_assert_int_eq(c->tenants[0].max_queued_sandboxes, 100);
+  ck_assert_int_eq(c->tenants[0].max_queued_execs, 0);
+  /* Defaults: no quota, weight 1, the queue's bounds. */
+  ck_assert_int_eq(c->tenants[1].max_cpu_m, 0);
+  ck_assert_int_eq(c->tenants[1].max_mem_b, 0);
+  ck_assert_int_eq(c->tenants[1].max_gpus, 0);
+  ck_assert_int_eq(c->tenants[1].weight, 1);
+  ck_assert_int_eq(c->tenants[1].max_queued_sandboxes, FR_DEFAULT_TENANT_QUEUED_SANDBOXES);
+  ck_assert_int_eq(c->tenants[1].max_queued_execs, FR_DEFAULT_TENANT_QUEUED_EXECS);
+  fr_config_unref(c);
+  c = load_ok(MINIMAL);
+  ck_assert_int_eq(c->queue_max_wait_s, 600);
+  ck_assert_int_eq(c->queue_max_sandboxes, 100000);
+  ck_assert_int_eq(c->queue_exec_wait_s, 30);
+  ck_assert_int_eq(c->queue_e2b_wait_s, 0);
+  fr_config_unref(c);
+}
+END_TEST
+
+/* The version covers the file and every file it @includes; the list
+ * names them. */
+START_TEST(config_version_follows_included_files) {
+  char main_path[PATH_MAX], inc_path[PATH_MAX], v1[65], v2[65], v3[65];
+  struct fr_config *c = NULL;
+  struct fr_config_error err;
+
+  write_file("tenants.conf", "{ name = \"t\"; token_sha256 = \"" HASH_A "\"; }\n", inc_path, sizeof(inc_path));
+  write_file("main.conf", MINIMAL "tenants = (\n  @include \"tenants.conf\"\n);\n", main_path, sizeof(main_path));
+  ck_assert_int_eq(fr_config_load(main_path, &c, &err), 0);
+  ck_assert_uint_eq(c->nfiles, 2);
+  ck_assert_str_eq(c->files[1], inc_path);
+  ck_assert_int_eq(fr_config_version(main_path, v1), 0);
+  ck_assert_str_eq(v1, c->version);
+  fr_config_unref(c);
+  /* An edit of the included file alone changes the version. */
+  write_file("tenants.conf", "{ name = \"t\"; token_sha256 = \"" HASH_B "\"; }\n", inc_path, sizeof(inc_path));
+  ck_assert_int_eq(fr_config_version(main_path, v2), 0);
+  ck_assert_str_ne(v1, v2);
+  ck_assert_int_eq(fr_config_version(main_path, v3), 0);
+  ck_assert_str_eq(v2, v3);
+  ck_assert_int_eq(fr_config_version("/nonexistent/fr.conf", v3), -ENOENT);
+}
+END_TEST
+
+/* A reload may change tenants and per-request limits; it is refused, with
+ * the line, when it changes what only a restart applies. */
+START_TEST(config_reload_refuses_restart_only_keys_with_their_line) {
+  char path[PATH_MAX];
+  struct fr_config *running, *next = NULL;
+  struct fr_config_error err;
+
+  running = load_ok(MINIMAL "limits = { max_batch = 10; };\n");
+  write_file("t.conf", MINIMAL "limits = { max_batch = 20; };\n"
+                       "tenants = ( { name = \"t\"; token_sha256 = \"" HASH_A "\"; } );\n", path, sizeof(path));
+  ck_assert_int_eq(fr_config_load_next(path, running, &next, &err), 0);
+  ck_assert_int_eq(next->max_batch, 20);
+  ck_assert_uint_eq(next->ntenants, 1);
+  fr_config_unref(next);
+  next = NULL;
+  write_file("t.conf", "listen = \"127.0.0.1:9999\";\n" REGION CLUSTER, path, sizeof(path));
+  ck_assert_int_eq(fr_config_load_next(path, running, &next, &err), -EINVAL);
+  ck_assert_ptr_null(next);
+  ck_assert_int_eq(err.line, 1);
+  ck_assert_msg(strstr(err.msg, "listen: the listen address changed") != NULL &&
+                    strstr(err.msg, "only on a restart") != NULL, "message: %s", err.msg);
+  write_file("t.conf", LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"a.kc\"; },\n"
+                       "  { name = \"b\"; region = \"us\"; kubeconfig = \"b.kc\"; } );\n", path, sizeof(path));
+  ck_assert_int_eq(fr_config_load_next(path, running, &next, &err), -EINVAL);
+  ck_assert_int_eq(err.line, 3);
+  ck_assert_msg(strstr(err.msg, "clusters: the list of clusters changed") != NULL, "message: %s", err.msg);
+  write_file("t.conf", MINIMAL "limits = {\n  max_batch = 10;\n  max_body_bytes = 2048;\n};\n", path, sizeof(path));
+  ck_assert_int_eq(fr_config_load_next(path, running, &next, &err), -EINVAL);
+  ck_assert_int_eq(err.line, 6);
+  ck_assert_msg(strstr(err.msg, "limits.max_body_bytes: the body limit changed") != NULL, "message: %s", err.msg);
+  /* A key taken out: its group's line. */
+  fr_config_unref(running);
+  running = load_ok(MINIMAL "sandbox = { run_as_user = 1000; };\n");
+  write_file("t.conf", MINIMAL "sandbox = {\n  max_lifetime_s = 7200;\n};\n", path, sizeof(path));
+  ck_assert_int_eq(fr_config_load_next(path, running, &next, &err), -EINVAL);
+  ck_assert_int_eq(err.line, 4);
+  ck_assert_msg(strstr(err.msg, "sandbox.run_as_user (the sandboxes' uid) changed") != NULL, "message: %s", err.msg);
+  fr_config_unref(running);
 }
 END_TEST
 
@@ -966,6 +1134,10 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, tenant_by_token_without_tenants_returns_null);
   tcase_add_test(tc, tenant_secret_defaults_to_the_lowercased_name);
   tcase_add_test(tc, cluster_by_name_finds_exact_name_only);
+  tcase_add_test(tc, tenant_tokens_list_with_names_and_expiry);
+  tcase_add_test(tc, tenant_quotas_weight_and_queue_are_kept);
+  tcase_add_test(tc, config_version_follows_included_files);
+  tcase_add_test(tc, config_reload_refuses_restart_only_keys_with_their_line);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -616,7 +616,8 @@ def check_member(objs):
     role = {x for x in rules_of(objs, "Role") if x[0] == "fedrouter"}
     need = {("", "pods", "create"), ("", "pods", "delete"), ("", "pods", "watch"), ("", "pods/exec", "create"),
             ("", "pods/exec", "get"), ("", "pods/proxy", "get"), ("", "pods/proxy", "create"),
-            ("", "pods/proxy", "update"), ("", "secrets", "get"),
+            ("", "pods/proxy", "update"), ("", "secrets", "get"), ("", "secrets", "patch"),
+            ("", "secrets", "create"),
             ("apps", "replicasets", "patch"), ("", "resourcequotas", "watch"),
             ("", "persistentvolumeclaims", "watch")}
     # What the router uses and nothing more (issue: least privilege): any
@@ -624,7 +625,7 @@ def check_member(objs):
     used = need | {("", "pods", v) for v in ("get", "list", "patch")} | \
         {("apps", "replicasets", v) for v in ("get", "list", "watch", "create", "delete")} | \
         {("", "resourcequotas", v) for v in ("get", "list")} | \
-        {("", "persistentvolumeclaims", v) for v in ("get", "list")} | \
+        {("", "persistentvolumeclaims", v) for v in ("get", "list", "create", "patch", "delete")} | \
         {("", "configmaps", v) for v in ("get", "list", "watch", "create", "patch", "delete")}
     have = {(g, r, v) for (_, g, r, v) in role}
     for n in sorted(need - have):
@@ -634,15 +635,18 @@ def check_member(objs):
                 (where, n[2], n[0] + "/" if n[0] else "", n[1]))
     for o in find(objs, "Role"):
         for r in o.get("rules") or []:
-            if "secrets" in (r.get("resources") or []) and not r.get("resourceNames"):
-                problem("%s: Role %s reads Secrets without resourceNames: list the tenants' Secret names"
-                        % (where, o["metadata"]["name"]))
+            # create cannot be limited by name (Kubernetes never matches
+            # resourceNames on a create); every other verb on Secrets must be.
+            if "secrets" in (r.get("resources") or []) and not r.get("resourceNames") and \
+                    set(r.get("verbs") or []) != {"create"}:
+                problem("%s: Role %s reads or changes Secrets without resourceNames: list the tenants' Secret "
+                        "names" % (where, o["metadata"]["name"]))
     for (name, g, r, v) in sorted(rules_of(objs, "ClusterRole")):
-        if r not in ("nodes", "runtimeclasses") or v not in ("get", "list", "watch"):
-            problem("%s: ClusterRole %s grants %s on %s: only reading nodes and RuntimeClasses is "
-                    "cluster-wide" % (where, name, v, r))
-    if any(r == "secrets" and v != "get" for (_, _, r, v) in role):
-        problem("%s: Secrets: only get (by name) is needed" % where)
+        if r not in ("nodes", "runtimeclasses", "storageclasses") or v not in ("get", "list", "watch"):
+            problem("%s: ClusterRole %s grants %s on %s: only reading nodes, RuntimeClasses and "
+                    "StorageClasses is cluster-wide" % (where, name, v, r))
+    if any(r == "secrets" and v not in ("get", "patch", "create") for (_, _, r, v) in role):
+        problem("%s: Secrets: only get and patch (by name) and create are needed" % where)
     sas = find(objs, "ServiceAccount")
     for b in find(objs, "RoleBinding") + find(objs, "ClusterRoleBinding"):
         for s in b.get("subjects") or []:

@@ -269,11 +269,54 @@ try {
   })
   await run('unsupported calls answer at once', async () => {
     const t0 = Date.now()
-    const e = await throwsLike(() => sbx.pause(), (e) => /fedrouter does not support/.test(e.message), 'pause')
+    // A sandbox made without lifecycle.onTimeout 'pause' has no workspace.
+    const e = await throwsLike(() => sbx.pause(), (e) => /lifecycle.onTimeout/.test(e.message), 'pause')
     await throwsLike(() => sbx.createSnapshot(), (e) => /fedrouter does not support/.test(e.message), 'snapshot')
     await throwsLike(() => Sandbox.create('no-such-pool-x'), (e) => /no pool named/.test(e.message), 'unknown template')
     must(Date.now() - t0 < 5000, 'unsupported calls took ' + (Date.now() - t0) + ' ms')
     console.log('     pause says: ' + e.message)
+  })
+  await run('betaPause, list paused, connect resumes', async () => {
+    const p = await Sandbox.create(POOL, { timeoutMs: 120_000, metadata: { run: 'e2b-pause' },
+      envs: { KEPT: 'env kept' }, lifecycle: { onTimeout: 'pause' } })
+    made.push(p)
+    let info = await p.getInfo()
+    must(info.lifecycle && info.lifecycle.onTimeout === 'pause' && info.lifecycle.autoResume === false,
+      'lifecycle ' + JSON.stringify(info.lifecycle))
+    await p.commands.run('echo precious > /home/user/f')
+    must(await p.betaPause() === true, 'betaPause')
+    info = await Sandbox.getInfo(p.sandboxId)
+    must(info.state === 'paused', 'state after pause ' + info.state)
+    must(await Sandbox.betaPause(p.sandboxId) === false, 'a second pause finds it paused')
+    const paused = await Sandbox.list({ query: { state: ['paused'] } }).nextItems()
+    must(paused.length === 1 && paused[0].sandboxId === p.sandboxId && paused[0].state === 'paused' &&
+      paused[0].metadata.run === 'e2b-pause', 'paused list ' + JSON.stringify(paused))
+    const running = await Sandbox.list({ query: { state: ['running'], metadata: { run: 'e2b-pause' } } }).nextItems()
+    must(running.length === 0, 'running list holds the paused one')
+    const both = await Sandbox.list({ query: { state: ['running', 'paused'], metadata: { run: 'e2b-pause' } } }).nextItems()
+    must(both.length === 1, 'running+paused list ' + both.length)
+    const back = await Sandbox.connect(p.sandboxId)
+    must(back.sandboxId === p.sandboxId, 'same id after resume ' + back.sandboxId)
+    const r = await back.commands.run('cat /home/user/f; echo "$KEPT"')
+    must(r.stdout === 'precious\nenv kept\n', 'after resume: ' + JSON.stringify(r.stdout))
+    must((await back.getInfo()).state === 'running', 'running after connect')
+    await back.kill()
+    await throwsLike(() => Sandbox.getInfo(p.sandboxId), (e) => e instanceof SandboxNotFoundError, 'getInfo after kill')
+  })
+  await run('onTimeout pause', async () => {
+    const t = await Sandbox.create(POOL, { timeoutMs: 3_000, lifecycle: { onTimeout: 'pause' } })
+    made.push(t)
+    await t.commands.run('echo timed > /home/user/t')
+    let state = 'running'
+    for (let i = 0; i < 100 && state !== 'paused'; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      state = (await Sandbox.getInfo(t.sandboxId)).state
+    }
+    must(state === 'paused', 'not paused at its timeout: ' + state)
+    const back = await Sandbox.connect(t.sandboxId, { timeoutMs: 60_000 })
+    const r = await back.commands.run('cat /home/user/t')
+    must(r.stdout === 'timed\n', 'after the timeout pause: ' + JSON.stringify(r.stdout))
+    await back.kill()
   })
   await run('kill', async () => {
     await sbx.kill()

@@ -43,8 +43,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   for (i = 0; i < cfg->ntenants; i++)
     check(cfg->tenants[i].name != NULL);
-  (void)fr_config_tenant_by_token(cfg, "rl-team-token");
-  (void)fr_config_tenant_by_token(cfg, "");
+  (void)fr_config_tenant_by_token(cfg, "rl-team-token", NULL);
+  (void)fr_config_tenant_by_token(cfg, "", NULL);
   fr_config_ref(cfg);
   fr_config_unref(cfg);
   fr_config_unref(cfg);

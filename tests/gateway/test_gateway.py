@@ -66,6 +66,7 @@ NS = "sandboxes"
 AGENT_PORT = 49983
 SIM_TOKEN = "sim-" + os.urandom(8).hex()
 AGENT_TOKEN = "agent-" + os.urandom(8).hex()
+INIT_TOKEN = "init-" + os.urandom(8).hex()
 PROCS = []
 WATCHDOG_S = 280
 
@@ -191,11 +192,11 @@ class World:
             os.rename(path + ".tmp", path)
 
     # ---- the API (kubesim)
-    def kube(self, method, path, body=None, expect=None, ctype="application/json", token=SIM_TOKEN):
+    def kube(self, method, path, body=None, expect=None, ctype="application/json", token=SIM_TOKEN, headers=None):
         c = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=15, context=self.sim_ssl)
         try:
             c.request(method, path, body=json.dumps(body) if body is not None else None,
-                      headers={"Authorization": "Bearer " + token, "Content-Type": ctype})
+                      headers=dict({"Authorization": "Bearer " + token, "Content-Type": ctype}, **(headers or {})))
             r = c.getresponse()
             data = r.read()
             out = json.loads(data) if data else None
@@ -242,7 +243,12 @@ class World:
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "labels": {"fedrouter.io/sandbox": "true",
                                                   "fedrouter.io/agent": str(AGENT_PORT)}},
-            "spec": {"containers": [{"name": "main", "image": "python:3.12", "command": cmd}]}}, expect=201)
+            "spec": {"containers": [{"name": "main", "image": "python:3.12", "command": cmd,
+                                     # As the router makes it: only a router, holding the
+                                     # init token, may initialise the agent.
+                                     "env": [{"name": "FR_AGENT_INIT_SHA256",
+                                              "value": hashlib.sha256(INIT_TOKEN.encode()).hexdigest()}]}]}},
+            expect=201)
 
         def ready():
             st = (self.kube("GET", f"/api/v1/namespaces/{NS}/pods/{name}")[1] or {}).get("status", {})
@@ -255,7 +261,7 @@ class World:
         # What the router does through the API server's pod proxy: /init
         # with the sandbox's token (the gateway refuses /init).
         st, _ = self.kube("POST", f"/api/v1/namespaces/{NS}/pods/{name}:{AGENT_PORT}/proxy/init",
-                          {"accessToken": AGENT_TOKEN})
+                          {"accessToken": AGENT_TOKEN}, headers={"X-Access-Token": INIT_TOKEN})
         check(st == 204, f"/init of {name} through the pod proxy: {st}")
         return ip
 
@@ -290,7 +296,9 @@ class World:
     # ---- what pods run
     def agent(self, ip):
         log = os.path.join(self.root, f"agent-{ip}.log")
-        p = start_proc([ARGS.agent, "--listen", f"{ip}:{AGENT_PORT}"], log)
+        # The router initialises agents with an init token (agent/README.md);
+        # this stand-in for it takes the first /init.
+        p = start_proc([ARGS.agent, "--allow-open-init", "--listen", f"{ip}:{AGENT_PORT}"], log)
         self.backends.append(p)
         if not wait_until(lambda: can_connect(ip, AGENT_PORT) or p.poll() is not None, 10) or p.poll() is not None:
             raise TestFailure(f"agent on {ip} did not start:\n" + tail(log))

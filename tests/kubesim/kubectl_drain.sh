@@ -108,12 +108,22 @@ on_n1_running() {
   [ "$RC" -eq 0 ] && [ "$(wc -l <"$OUT")" -eq 4 ]
 }
 wait_until 20 on_n1_running || fail "expected 4 Running pods on $N1"
+# kubesim's count of open watches (GET /_sim/state, on the API port too).
+watchers() {
+  k get --raw /_sim/state
+  python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["watchers"])' "$OUT" 2>/dev/null || echo -1
+}
+W0=$(watchers)
+[ "$W0" -ge 0 ] || fail "GET /_sim/state gave no count of open watches: $(head -c 300 "$OUT")"
 timeout --kill-after=5 120 "$KUBECTL" --kubeconfig "$KCFG" --cache-dir "$T/kcache" \
   --request-timeout=100s get pods -w --watch-only --output-watch-events -o json \
   </dev/null >"$T/watch.out" 2>"$T/watch.err" &
 WATCH_PID=$!
 BG_PIDS+=("$WATCH_PID")
-sleep 0.5
+# The drain must start after the watch is open, or its events could be
+# missed: wait for kubesim to count one more watch.
+watch_open() { [ "$(watchers)" -gt "$W0" ]; }
+wait_until 20 watch_open || fail "kubectl get pods -w opened no watch in 20 s ($W0 open before)"
 K_LIMIT=90 k drain "$N1" --ignore-daemonsets --delete-emptydir-data --force --timeout=60s
 if expect_rc 0 "kubectl drain"; then
   for p in d1 d2; do
@@ -132,7 +142,22 @@ web_pending() {
   [ "$RC" -eq 0 ] && [ "$(cat "$OUT")" = "Pending Pending " ]
 }
 wait_until 10 web_pending || fail "want the ReplicaSet's 2 replacements Pending while $N1 is cordoned"
-sleep 0.3
+# The watch has printed d1's deletion before it is stopped.
+d1_deleted_seen() {
+  python3 - "$T/watch.out" <<'PY' 2>/dev/null
+import json, sys
+text, dec, i = open(sys.argv[1]).read(), json.JSONDecoder(), 0
+while True:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    if i >= len(text):
+        sys.exit(1)
+    ev, i = dec.raw_decode(text, i)
+    if ev["type"] == "DELETED" and ev["object"]["metadata"]["name"] == "d1":
+        sys.exit(0)
+PY
+}
+wait_until 10 d1_deleted_seen || fail "the watch printed no DELETED event for d1 within 10 s"
 kill -TERM "$WATCH_PID" 2>/dev/null
 wait "$WATCH_PID" 2>/dev/null
 BG_PIDS=()

@@ -41,8 +41,8 @@ def fail(msg):
     sys.exit(1)
 
 
-def get(port, path):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=60) as r:
+def get(port, path, timeout=60):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
         return json.load(r)
 
 
@@ -56,6 +56,15 @@ def send(port, method, path, body):
 
 def body_type(method):
     return "application/merge-patch+json" if method == "PATCH" else "application/json"
+
+
+def wait_for(cond, secs, what):
+    """Polls <cond> until true; fails with <what> after <secs> seconds."""
+    deadline = time.time() + secs
+    while not cond():
+        if time.time() > deadline:
+            fail(f"{what} (waited {secs} s)")
+        time.sleep(0.1)
 
 
 def rss_kib(pid):
@@ -120,7 +129,9 @@ def main():
         watchers = [Watcher(port) for _ in range(3)]
         for w in watchers:
             w.start()
-        time.sleep(0.3)
+        # The watches start at resourceVersion 1: open before the first
+        # event, so that none falls out of the 20000-event history.
+        wait_for(lambda: get(port, "/_sim/state")["watchers"] >= 3, 60, "the 3 watches did not open")
         t0 = time.time()
         send(port, "POST", "/apis/apps/v1/namespaces/default/replicasets", {
             "metadata": {"name": "scale"},
@@ -129,14 +140,25 @@ def main():
                                   "spec": {"containers": [{"name": "sandbox", "image": "python:3.12",
                                                            "resources": {"requests": {"cpu": "250m", "memory": "512Mi"},
                                                                          "limits": {"cpu": "250m", "memory": "512Mi"}}}]}}}})
+        # As below for the scale to 0: a poll may wait for what is left of
+        # the deadline (kubesim answered nothing for over 60 s while making
+        # 50,000 pods at load 9-16 on 2 cores).
         deadline = time.time() + 240
+        st = {}
         while time.time() < deadline:
-            st = get(port, "/apis/apps/v1/namespaces/default/replicasets/scale")["status"]
+            try:
+                st = get(port, "/apis/apps/v1/namespaces/default/replicasets/scale",
+                         timeout=max(1.0, deadline - time.time()))["status"]
+            except OSError:   # the timeout at the deadline: fails below
+                if proc.poll() is not None:
+                    fail(f"kubesim exited ({proc.returncode}) while making the pods")
+                time.sleep(0.5)
+                continue
             if st.get("readyReplicas") == N:
                 break
             time.sleep(0.5)
         else:
-            fail(f"ReplicaSet did not become ready: {st}")
+            fail(f"ReplicaSet did not become ready in 240 s: {st}")
         ready_s = time.time() - t0
         rss = rss_kib(proc.pid)
 
@@ -160,8 +182,11 @@ def main():
         if pages != (N + 499) // 500:
             fail(f"{pages} pages for {N} pods with limit=500")
 
-        # Watchers saw everything, in order.
-        time.sleep(1)
+        # Watchers saw everything, in order (they may still be reading).
+        wait_for(lambda: all(len(w.added) == N and len(w.running) == N for w in watchers) or
+                 not all(w.order_ok for w in watchers), 120,
+                 "the watchers did not see every pod ADDED and Running: " +
+                 ", ".join(f"{len(w.added)}/{len(w.running)}" for w in watchers))
         for i, w in enumerate(watchers):
             if len(w.added) != N or len(w.running) != N or not w.order_ok:
                 fail(f"watcher {i}: added={len(w.added)} running={len(w.running)} ordered={w.order_ok}")
@@ -174,15 +199,23 @@ def main():
                 fail(f"old resourceVersion gave {ev}")
 
         # Scale to zero: every pod goes, watchers see DELETED.
+        # kubesim may answer nothing for a while as it deletes them all (over
+        # 60 s on a 2-core machine at load 9): each poll may take what is
+        # left of the deadline, not a fixed 60 s.
         send(port, "PATCH", "/apis/apps/v1/namespaces/default/replicasets/scale", {"spec": {"replicas": 0}})
-        deadline = time.time() + 120
+        deadline = time.time() + 240
         while time.time() < deadline:
-            if get(port, "/_sim/state")["pods"] == 0:
-                break
+            try:
+                if get(port, "/_sim/state", timeout=max(1.0, deadline - time.time()))["pods"] == 0:
+                    break
+            except OSError:   # the timeout at the deadline: fails below
+                if proc.poll() is not None:
+                    fail(f"kubesim exited ({proc.returncode}) while deleting the pods")
             time.sleep(0.5)
         else:
-            fail("pods remain after scaling to 0")
-        time.sleep(1)
+            fail("pods remain 240 s after scaling to 0")
+        wait_for(lambda: all(len(w.deleted) == N for w in watchers), 120,
+                 "the watchers did not see every pod DELETED")
         for i, w in enumerate(watchers):
             if len(w.deleted) != N:
                 fail(f"watcher {i} saw {len(w.deleted)} deletions, want {N}")

@@ -1370,6 +1370,105 @@ START_TEST(policy_check_reports_every_error_with_its_line) {
 }
 END_TEST
 
+/* An error in a group that also has an unknown key is reported too, in
+ * every kind of group: weights, warm, a region group, a cluster override
+ * and a rule (each field of a rule on its own). */
+START_TEST(policy_check_reports_errors_sharing_a_group_with_unknown_key) {
+  static const struct {
+    int line;
+    const char *msg;
+  } want[] = {
+      {1, "weights.latncy: unknown key (did you mean \"latency\"?)"},
+      {1, "weights.cost: must be >= 0, got -1"},
+      {2, "warm.beats_kold: unknown key (did you mean \"beats_cold\"?)"},
+      {2, "warm.round_trips: must be >= 0, got -2"},
+      {3, "region_groups.[0].colour: unknown key"},
+      {3, "region_groups.[0].regions: unknown region \"us-eastt\""},
+      {4, "clusters.[0].colour: unknown key"},
+      {4, "clusters.[0].name: unknown cluster \"us-eastt\""},
+      {4, "clusters.[0].cold_start_s: must be >= 0, got -1"},
+      {4, "clusters.[0].latency_ceiling_ms: must be > 0, got 0"},
+      {5, "rules.[0].colour: unknown key"},
+      {5, "rules.[0].tenant: \"t 1\" is not a valid tenant name or pattern"},
+      {5, "rules.[0].pin: unknown cluster \"us-eastt\""},
+      {5, "rules.[0].split: unknown value \"spred\" (did you mean \"spread\"?)"},
+  };
+  char path[PATH_MAX];
+  struct fr_test_heard h;
+  size_t i;
+  int k, found;
+
+  memset(&h, 0, sizeof(h));
+  write_file("weights = { latncy = 1.0; cost = -1.0; };\n"
+             "warm = { beats_kold = true; round_trips = -2; };\n"
+             "region_groups = ( { name = \"g\"; colour = 1; regions = \"us-eastt\"; } );\n"
+             "clusters = ( { name = \"us-eastt\"; colour = 1; cold_start_s = -1.0; latency_ceiling_ms = 0; } );\n"
+             "rules = ( { name = \"r\"; colour = 1; tenant = \"t 1\"; pin = \"us-eastt\"; split = \"spred\"; } );\n",
+             path, sizeof(path));
+  ck_assert_int_eq(fr_policy_check(path, fed_names, fed_regions, fr_test_hear, &h, NULL, NULL), -EINVAL);
+  ck_assert_int_eq(h.n, (int)FR_ARRAY_SIZE(want));
+  for (i = 0; i < FR_ARRAY_SIZE(want); i++) {
+    for (found = 0, k = 0; k < h.n && !found; k++)
+      found = h.lines[k] == want[i].line && strncmp(h.msgs[k], want[i].msg, strlen(want[i].msg)) == 0;
+    ck_assert_msg(found, "not reported: line %d: %s", want[i].line, want[i].msg);
+  }
+}
+END_TEST
+
+/* fr_policy_load() (the router's hot reload keeps only its record, as
+ * last_reload_error) tells every error in the record's message: the first
+ * with the record's file and line, each later one as "; line N: ...". */
+START_TEST(policy_load_record_tells_every_error) {
+  struct fr_policy *p = NULL;
+  struct fr_policy_error err;
+  char path[PATH_MAX];
+
+  write_file("split = \"spread\";\n"
+             "weights = { latncy = 1.0; cost = -1.0; };\n"
+             "warm = { round_trips = -2; };\n",
+             path, sizeof(path));
+  ck_assert_int_eq(fr_policy_load(path, fed_names, fed_regions, &p, &err, NULL, NULL), -EINVAL);
+  ck_assert_ptr_null(p);
+  ck_assert_str_eq(err.file, path);
+  ck_assert_int_eq(err.line, 2);
+  ck_assert_str_eq(err.msg, "weights.latncy: unknown key (did you mean \"latency\"?); "
+                            "line 2: weights.cost: must be >= 0, got -1; "
+                            "line 3: warm.round_trips: must be >= 0, got -2");
+}
+END_TEST
+
+/* More errors than the record holds: as many as fit, then how many more
+ * (the count of the check's list less those told). */
+START_TEST(policy_load_record_counts_errors_it_has_no_room_for) {
+  struct fr_policy *p = NULL;
+  struct fr_policy_error err;
+  struct fr_test_heard h;
+  char path[PATH_MAX], text[2048], *more;
+  size_t n = 0;
+  int i, told = 1, untold;
+  const char *c;
+
+  for (i = 0; i < 15; i++)
+    n += (size_t)snprintf(text + n, sizeof(text) - n, "unknown_key_number_%02d = %d;\n", i, i);
+  write_file(text, path, sizeof(path));
+  memset(&h, 0, sizeof(h));
+  ck_assert_int_eq(fr_policy_check(path, fed_names, fed_regions, fr_test_hear, &h, NULL, NULL), -EINVAL);
+  ck_assert_int_eq(h.n, 15);
+  ck_assert_int_eq(fr_policy_load(path, fed_names, fed_regions, &p, &err, NULL, NULL), -EINVAL);
+  ck_assert_int_eq(err.line, 1);
+  ck_assert_ptr_nonnull(strstr(err.msg, "unknown_key_number_00: unknown key"));
+  for (c = err.msg; (c = strstr(c, "; line ")) != NULL; c++)
+    told++;
+  more = strstr(err.msg, "; and ");
+  ck_assert_msg(more != NULL, "no count of the untold errors: %s", err.msg);
+  ck_assert_int_eq(sscanf(more, "; and %d more", &untold), 1);
+  ck_assert_int_gt(told, 1);
+  ck_assert_int_eq(told + untold, h.n);
+  ck_assert_str_eq(strstr(more, " more"), " more (`fedrouter policy check` lists every error)");
+  ck_assert_uint_lt(strlen(err.msg), sizeof(err.msg) - 1);
+}
+END_TEST
+
 /* A syntax error stops libconfig: it is the one error, with its line;
  * a valid file reports none. */
 START_TEST(policy_check_syntax_error_is_the_one_error) {
@@ -1530,6 +1629,9 @@ static Suite *policy_suite(void) {
   tcase_add_test(tc, policy_without_router_lists_accepts_any_name);
   tcase_add_test(tc, policy_check_reports_every_error_with_its_line);
   tcase_add_test(tc, policy_check_syntax_error_is_the_one_error);
+  tcase_add_test(tc, policy_check_reports_errors_sharing_a_group_with_unknown_key);
+  tcase_add_test(tc, policy_load_record_tells_every_error);
+  tcase_add_test(tc, policy_load_record_counts_errors_it_has_no_room_for);
   tcase_add_loop_test(tc, policy_warning_names_line_and_does_not_fail, 0,
                       (int)FR_ARRAY_SIZE(warn_cases));
   tcase_add_test(tc, policy_rule_after_narrower_rule_does_not_warn);

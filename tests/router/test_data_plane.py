@@ -120,11 +120,15 @@ def test_streaming_exec_client_gone_kills_the_command(fed):
                   {"argv": ["sh", "-c", "echo up; exec sleep 3051"], "stream": True})
     first = r.read1(65536)
     check(json.loads(first) == {"stdout": "up\n"}, f"no first line: {first!r}")
-    c.close()
 
     def left():
         return fed.exec_ok(sid, ["sh", "-c", "ps -eo args | grep '^sleep 3051' || true"]).get("stdout")
-    check(wait_until(lambda: left() == "", 10, 0.3), f"the command outlived its client: {left()!r}")
+    # "up" is printed before the exec: the sleep must be seen running while
+    # the client is still there, or "gone after" would prove nothing.
+    check(wait_until(lambda: left() == "sleep 3051\n", 10, 0.1),
+          f"'sleep 3051' never ran while its client was connected: {left()!r}")
+    c.close()
+    check(wait_until(lambda: left() == "", 10, 0.1), f"the command outlived its client: {left()!r}")
 
 
 def test_background_process_output_stdin_signal(fed):
@@ -339,6 +343,51 @@ def test_tenant_rules(fed):
           "the refused upload's temporary file stays")
 
 
+def test_process_io_to_build_on(fed):
+    """Output resumes at a byte offset (?from=), from any replica; control
+    bytes stream as base64, never sixfold as JSON escapes; stdin written
+    and closed just as the process exits is a success."""
+    import base64
+    sid = fed.shared["sid"]
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes", {"argv": ["printf", "abcdefghij"]})
+    check(st == 201, f"start printf: {st} {r}")
+    pid = r["pid"]
+    c, resp = stream(fed, "GET", f"/v1/sandboxes/{sid}/processes/{pid}/output?follow=1")
+    lines = ndjson(resp)
+    c.close()
+    check(text_of(lines) == "abcdefghij", f"the whole output: {lines}")
+    c, resp = stream(fed, "GET", f"/v1/sandboxes/{sid}/processes/{pid}/output?follow=1&from=4")
+    lines = ndjson(resp)
+    c.close()
+    check(text_of(lines) == "efghij" and lines[-1][1].get("exit_code") == 0, f"from byte 4: {lines}")
+    for bad in ("-1", "x", "1e3", "99999999999999999999"):
+        st, r = fed.api("GET", f"/v1/sandboxes/{sid}/processes/{pid}/output?from={bad}")
+        check(st == 400 and r["error"]["code"] == "invalid_query", f"from={bad}: {st} {r}")
+    # 256 KiB of NUL bytes through a streaming exec: base64 on the wire.
+    n = 256 << 10
+    c, resp = stream(fed, "POST", f"/v1/sandboxes/{sid}/exec",
+                     {"argv": ["head", "-c", str(n), "/dev/zero"], "stream": True})
+    raw = b""
+    while True:
+        d = resp.read1(65536)
+        if not d:
+            break
+        raw += d
+    c.close()
+    objs = [json.loads(x) for x in raw.splitlines() if x.strip()]
+    got = b"".join(base64.b64decode(o["stdout_b64"]) if "stdout_b64" in o else o.get("stdout", "").encode()
+                   for o in objs)
+    check(got == b"\0" * n and len(raw) <= 1.4 * n and any("stdout_b64" in o for o in objs),
+          f"NUL bytes streamed: {len(got)} bytes back, {len(raw)} on the wire for {n}")
+    # stdin that the process reads, then exits: 204 every time.
+    for i in range(5):
+        st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes", {"argv": ["head", "-c", "3"], "stdin": True})
+        check(st == 201, f"start head: {st} {r}")
+        st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes/{r['pid']}/stdin?close=1", raw=b"hi\n",
+                        headers={"Content-Type": "application/octet-stream"})
+        check(st == 204, f"stdin + close to a process that exits on reading it (try {i}): {st} {r}")
+
+
 TESTS = [
     test_streaming_exec_sends_output_as_it_comes,
     test_streaming_exec_binary_timeout_and_missing_command,
@@ -349,6 +398,7 @@ TESTS = [
     test_listing_past_the_agents_bound_is_not_retryable,
     test_large_answers_go_out_in_pieces,
     test_tenant_rules,
+    test_process_io_to_build_on,
 ]
 
 

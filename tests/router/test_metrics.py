@@ -15,14 +15,14 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
-import hashlib
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sdk"))
+import fedharness  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--fedrouter", required=True)
@@ -38,15 +38,6 @@ def check(cond, msg):
         failures.append(msg)
         print("FAIL:", msg)
     return cond
-
-
-def wait_file(path, secs=10):
-    end = time.time() + secs
-    while time.time() < end:
-        if os.path.exists(path) and os.path.getsize(path) > 0:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def api(port, method, path, body=None, headers=None):
@@ -91,51 +82,28 @@ def main():
         print("FAIL: promtool is missing (scripts/test installs Debian's prometheus package)")
         print("0 passed, 1 failed")
         return 1
-    tmp = tempfile.mkdtemp(prefix="fr-metrics-")
-    procs = []
+    fedharness.start_watchdog(270)   # ctest's TIMEOUT is 300
+    clusters = [("m1", "us"), ("m2", "apac")]
+    node = ["--nodes", "2", "--node-cpu", "8", "--node-memory", "32Gi", "--node-pods", "20"]
+    fed = None
     try:
-        clusters = [("m1", "us"), ("m2", "apac")]
-        for name, region in clusters:
-            d = os.path.join(tmp, name)
-            os.mkdir(d)
-            procs.append(subprocess.Popen(
-                [args.kubesim, "--tls", "--token", "sim-" + name, "--name", name, "--write-kubeconfig",
-                 os.path.join(d, "kubeconfig"), "--port-file", os.path.join(d, "port"), "--nodes", "2",
-                 "--node-cpu", "8", "--node-memory", "32Gi", "--node-pods", "20", "--workdir",
-                 os.path.join(d, "wd"), "--log-level", "warn"], start_new_session=True))
-        for name, _ in clusters:
-            check(wait_file(os.path.join(tmp, name, "port")), f"kubesim {name} did not start")
-        sha = hashlib.sha256(TOKEN.encode()).hexdigest()
-        conf = os.path.join(tmp, "fedrouter.conf")
-        with open(conf, "w") as f:
-            f.write(f'listen = "127.0.0.1:0";\nhealth_listen = "127.0.0.1:0";\nregion = "us";\n'
-                    # admin: its pool "p" is shared, so an open /metrics shows it
-                    f'tenants = ( {{ name = "t1"; token_sha256 = "{sha}"; admin = true; }} );\n'
-                    'hosted = { per_core_second = 0.00003942; per_gib_second = 0.00000672; };\n'
-                    'clusters = (\n'
-                    '  { name = "m1"; region = "us"; kubeconfig = "m1/kubeconfig";\n'
-                    '    cost = { per_core_hour = 0.04; per_gib_hour = 0.005; }; },\n'
-                    '  { name = "m2"; region = "apac"; kubeconfig = "m2/kubeconfig";\n'
-                    '    cost = { node_hour = 0.093; sandboxes_per_node = 1; }; }\n'
-                    ');\n')
-        log_path = os.path.join(tmp, "fedrouter.log")
-        with open(log_path, "w") as log:
-            router = subprocess.Popen([args.fedrouter, "--config", conf], stdout=subprocess.PIPE,
-                                      stderr=log, text=True, start_new_session=True)
-        procs.append(router)
-        line = router.stdout.readline()
-        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
-        if not check(m is not None, f"no listening line from fedrouter: {line!r}"):
+        try:
+            fed = fedharness.Federation(
+                args.kubesim, args.fedrouter, [(n, r, node) for n, r in clusters],
+                # admin: its pool "p" is shared, so an open /metrics shows it
+                {"t1": (TOKEN, "admin = true;")}, prefix="fr-metrics-",
+                cluster_conf={"m1": "cost = { per_core_hour = 0.04; per_gib_hour = 0.005; };",
+                              "m2": "cost = { node_hour = 0.093; sandboxes_per_node = 1; };"},
+                config_extra='health_listen = "127.0.0.1:0";\n'
+                             'hosted = { per_core_second = 0.00003942; per_gib_second = 0.00000672; };\n')
+        except RuntimeError as e:
+            check(False, f"the federation did not start: {e}")
             return 1
-        port = int(m.group(1))
-        line = router.stdout.readline()
-        m = re.search(r"^fedrouter health on http://127\.0\.0\.1:(\d+)$", line.strip())
-        if not check(m is not None, f"no health line from fedrouter: {line!r}"):
+        # The health line follows the listening line on the router's stdout.
+        port, hport = fed.port, fedharness.wait_until(lambda: fed.routers[0].health_port, 10)
+        log_path = fed.router_log
+        if not check(hport is not None, f"no health line from fedrouter: {fed.routers[0].lines}"):
             return 1
-        hport = int(m.group(1))
-        end = time.time() + 15
-        while time.time() < end and api(port, "GET", "/readyz")[0] != 200:
-            time.sleep(0.1)
         # The health listener: /healthz, /readyz, /metrics there, nothing else.
         check(hport != port, "the health listener has a port of its own")
         check(api(hport, "GET", "/healthz")[0] == 200, "health listener /healthz")
@@ -216,10 +184,15 @@ def main():
         check(abs(c1.get("now", -1) - now_m1) < 1e-6 and abs(c1.get("savings", -1) - (hosted_m1 - now_m1)) < 1e-6,
               f"/v1/clusters cost for m1: {c1}")
 
-        # Access log: one JSON line per API request.
-        time.sleep(0.3)
-        with open(log_path) as f:
-            lines = [json.loads(l) for l in f if l.startswith("{")]
+        # Access log: one JSON line per API request, written when the
+        # answer has gone: wait for the last request's line (the scrape
+        # above is never logged), then take the whole log.
+        def access_log():
+            with open(log_path) as f:
+                return [json.loads(l) for l in f if l.startswith("{")]
+        check(fedharness.wait_until(lambda: any(l.get("route") == "/v1/clusters" for l in access_log()), 10),
+              "no access-log line for GET /v1/clusters within 10 s")
+        lines = access_log()
         create = [l for l in lines if l.get("request_id") == "req-metrics-create-1"]
         check(len(create) == 1, f"access log lines for the create: {len(create)}")
         if create:
@@ -231,17 +204,9 @@ def main():
         check(not any(l.get("route") == "/metrics" for l in lines), "scrapes are not access-logged")
         return 0
     finally:
-        for pr in reversed(procs):
-            if pr.poll() is None:
-                pr.send_signal(signal.SIGTERM)
-        for pr in reversed(procs):
-            try:
-                rc = pr.wait(timeout=20)
-                check(rc == 0, f"{pr.args[0]} exited {rc}")
-            except subprocess.TimeoutExpired:
-                pr.kill()
-                check(False, f"{pr.args[0]} did not exit on SIGTERM")
-        shutil.rmtree(tmp, ignore_errors=True)
+        if fed is not None:
+            for problem in fed.stop():   # router then clusters, SIGTERM: each must exit 0
+                check(False, problem)
         total = 1
         print(f"{total - (1 if failures else 0)} passed, {1 if failures else 0} failed")
 

@@ -42,6 +42,11 @@ import traceback
 import urllib.parse
 import urllib.request
 
+# The shared harness: every kubesim and fedrouter of the black-box suites
+# is started and stopped by it.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sdk"))
+import fedharness  # noqa: E402
+
 ARGS = None
 # The checkout: hidden from the kubesims' pods (--hide), as are the keys.
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -161,41 +166,15 @@ def find_procs(sessions=(), home_prefix=None):
 
 
 def start_proc(argv, log_path, stdout=None):
-    """Starts <argv> in its own session (so its processes can be found and
-    none is ours by accident), stderr (and stdout unless piped) to
-    <log_path>."""
-    log = open(log_path, "ab")
-    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                         stdout=stdout if stdout is not None else log, stderr=log,
-                         start_new_session=True)
-    log.close()
+    """fedharness.start_proc(), the process also in ALL_PROCS (for the
+    watchdog and kill_leftovers())."""
+    p = fedharness.start_proc(argv, log_path, stdout)
     ALL_PROCS.append(p)
     return p
 
 
-def stop_proc(p, sig=signal.SIGTERM, timeout=20):
-    """Sends <sig> and waits; returns the exit code, or None if it had to be
-    SIGKILLed after <timeout> s."""
-    if p.poll() is None:
-        try:
-            p.send_signal(sig)
-        except ProcessLookupError:
-            pass
-    try:
-        return p.wait(timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait(10)
-        return None
-
-
-def tail(path, n=25):
-    try:
-        with open(path, "rb") as f:
-            lines = f.read().decode(errors="replace").splitlines()
-        return "\n".join("    | " + l for l in lines[-n:])
-    except OSError:
-        return "    | (no log)"
+stop_proc = fedharness.stop_proc
+tail = fedharness.tail
 
 
 # --------------------------------------------------------------------------
@@ -205,25 +184,16 @@ class Kubesim:
     def __init__(self, root, name, extra):
         self.name = name
         self.dir = os.path.join(root, name)
-        os.makedirs(self.dir)
-        self.kubeconfig = os.path.join(self.dir, "kubeconfig")
-        self.log = os.path.join(self.dir, "kubesim.log")
-        self.workdir = os.path.join(self.dir, "wd")
-        pf, apf = os.path.join(self.dir, "port"), os.path.join(self.dir, "admin-port")
-        argv = [ARGS.kubesim, "--tls", "--token", SIM_TOKEN, "--write-kubeconfig", self.kubeconfig,
-                "--port-file", pf, "--admin-listen", "127.0.0.1:0", "--admin-port-file", apf,
-                "--name", name, "--workdir", self.workdir, "--schedule-ms", "20",
-                "--start-ms", "50", "--log-level", "warn",
-                # Out of the pods' sight: this run's tokens and keys, the checkout.
-                "--hide", root, "--hide", CHECKOUT] + list(extra)
-        self.proc = start_proc(argv, self.log)
+        try:
+            k = fedharness.start_kubesim(ARGS.kubesim, self.dir, name, SIM_TOKEN,
+                                         ["--schedule-ms", "20", "--start-ms", "50"] + list(extra),
+                                         hide=(root, CHECKOUT))
+        except RuntimeError as e:
+            raise TestFailure(str(e))
+        ALL_PROCS.append(k.proc)
+        self.proc, self.port, self.admin_port = k.proc, k.port, k.admin_port
+        self.kubeconfig, self.log, self.workdir = k.kubeconfig, k.log, k.workdir
         self.killed = False
-        ok = wait_until(lambda: self.proc.poll() is not None or
-                        (os.path.exists(pf) and os.path.exists(apf)), 15, 0.02)
-        if not ok or self.proc.poll() is not None:
-            raise TestFailure(f"kubesim {name} did not start (rc {self.proc.poll()}):\n{tail(self.log)}")
-        self.port = int(open(pf).read())
-        self.admin_port = int(open(apf).read())
         # The API is HTTPS with a generated CA: trust exactly that CA.
         m = re.search(r"certificate-authority-data:\s*(\S+)", open(self.kubeconfig).read())
         self.ssl = ssl.create_default_context(cadata=base64.b64decode(m.group(1)).decode())
@@ -249,6 +219,16 @@ class Kubesim:
         c = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=15, context=self.ssl)
         try:
             c.request("GET", path, headers={"Authorization": "Bearer " + SIM_TOKEN})
+            r = c.getresponse()
+            return r.status, json.loads(r.read() or b"null")
+        finally:
+            c.close()
+
+    def kube_delete(self, path):
+        """DELETE on kubesim's Kubernetes API: (status, json)."""
+        c = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=15, context=self.ssl)
+        try:
+            c.request("DELETE", path, headers={"Authorization": "Bearer " + SIM_TOKEN})
             r = c.getresponse()
             return r.status, json.loads(r.read() or b"null")
         finally:
@@ -282,27 +262,13 @@ def rss_kib(pid):
 class Router:
     def __init__(self, config_path, log_path):
         self.log = log_path
-        self.proc = start_proc([ARGS.fedrouter, "--config", config_path], log_path,
-                               stdout=subprocess.PIPE)
-        self.port = None
         self.expected_dead = False   # set by tests that kill or stop it on purpose
-        self.lines = []
-        got = threading.Event()
-
-        def reader():
-            # Keep draining stdout so the router never blocks on it.
-            for raw in self.proc.stdout:
-                line = raw.decode(errors="replace").rstrip("\n")
-                self.lines.append(line)
-                m = re.match(r"fedrouter listening on http://127\.0\.0\.1:(\d+)$", line)
-                if m and self.port is None:
-                    self.port = int(m.group(1))
-                    got.set()
-            got.set()
-        threading.Thread(target=reader, daemon=True).start()
-        if not got.wait(20) or self.port is None:
-            raise TestFailure(f"fedrouter did not print its port (rc {self.proc.poll()}, "
-                              f"stdout {self.lines}):\n{tail(self.log)}")
+        try:
+            self.rp = fedharness.RouterProc(ARGS.fedrouter, config_path, log_path)
+        except RuntimeError as e:
+            raise TestFailure(str(e))
+        ALL_PROCS.append(self.rp.proc)
+        self.proc, self.port, self.lines = self.rp.proc, self.rp.port, self.rp.lines
 
     def wait_ready(self, timeout=30):
         last = [None]
@@ -374,7 +340,7 @@ tenants = (
   {{ name = "a"; token_sha256 = "{sha(TOKEN_A)}"; }},
   {{ name = "b"; token_sha256 = "{sha(TOKEN_B)}"; }},
   {{ name = "c"; token_sha256 = "{sha(TOKEN_C)}"; max_sandboxes = {C_MAX_SANDBOXES};
-     max_concurrent_execs = {C_MAX_EXECS}; }},
+     max_concurrent_execs = {C_MAX_EXECS}; max_queued_execs = 0; }},
   {{ name = "ops"; token_sha256 = "{sha(TOKEN_ADMIN)}"; admin = true; }}
 );
 clusters = (
@@ -439,13 +405,14 @@ clusters = (
             sessions.add(r.proc.pid)
             if r.proc.poll() is not None:
                 if not r.expected_dead:
-                    problems.append(f"fedrouter #{i} died during the tests (rc {r.proc.poll()}):\n{tail(r.log)}")
+                    problems.append(f"fedrouter #{i} died during the tests (rc {r.proc.poll()}):\n"
+                                    f"{fedharness.log_report(r.log)}")
                 continue
             rc = stop_proc(r.proc)
             if rc is None:
                 problems.append(f"fedrouter #{i} did not exit within 20 s of SIGTERM (SIGKILLed):\n{tail(r.log)}")
             elif rc != 0:
-                problems.append(f"fedrouter #{i} exited {rc} on SIGTERM (want 0):\n{tail(r.log)}")
+                problems.append(f"fedrouter #{i} exited {rc} on SIGTERM (want 0):\n{fedharness.log_report(r.log)}")
         for s in self.sims.values():
             sessions.add(s.proc.pid)
             if s.killed:
@@ -454,7 +421,7 @@ clusters = (
             if rc is None:
                 problems.append(f"kubesim {s.name} did not exit within 20 s of SIGTERM (SIGKILLed):\n{tail(s.log)}")
             elif rc != 0:
-                problems.append(f"kubesim {s.name} exited {rc} on SIGTERM (want 0):\n{tail(s.log)}")
+                problems.append(f"kubesim {s.name} exited {rc} on SIGTERM (want 0):\n{fedharness.log_report(s.log)}")
         # kubesim kills its exec'd processes on exit; they live in their
         # own sessions, so look for them by their pod directories too.
         if not wait_until(lambda: not find_procs(sessions, self.root + "/"), 5):
@@ -562,9 +529,11 @@ def test_exec_timeout_kills(fed):
           f"expected 200 timed_out:true, got {st} {short(r)}")
     check(result["elapsed"] < 10, f"timed out after {result['elapsed']:.1f} s, not well under 30 s")
     check(bool(seen), "never saw the 'sleep 30' process while the exec ran")
-    time.sleep(2)
+    # kubesim kills the timed-out command's process group when the exec
+    # ends; give that kill a bounded time to land, then it must be gone.
+    wait_until(lambda: not sleepers(), 10, 0.05)
     left = sleepers()
-    check(not left, f"'sleep 30' still running 2 s after the timeout: {left}")
+    check(not left, f"'sleep 30' still running 10 s after the timeout: {left}")
     # The sandbox still works afterwards.
     r = fed.exec_ok(sid, ["echo", "alive"])
     check(r.get("stdout") == "alive\n", f"exec after a timeout: {r}")
@@ -827,7 +796,9 @@ def test_router_kill9_restart(fed):
     old = fed.router
     th = threading.Thread(target=lambda: _swallow(lambda: fed.exec(made[0], ["sleep", "3"], timeout_s=10)))
     th.start()
-    time.sleep(0.5)
+    # Killed with the exec in flight: its 'sleep 3' runs in the sandbox.
+    check(wait_until(lambda: any(cmd[-2:] == ["sleep", "3"] for _, cmd in find_procs(home_prefix=fed.root + "/")),
+                     10, 0.02), "the exec's 'sleep 3' never ran")
     old.expected_dead = True
     old.proc.kill()
     check(old.proc.wait(10) == -signal.SIGKILL, "router did not die of SIGKILL")
@@ -1094,10 +1065,14 @@ def test_claim_seen_while_watch_lags(fed):
     check(st == 201, f"POST /v1/pools lag: {st} {short(r)}")
     ok = wait_until(lambda: pool_ready(fed, "lag", "cw") == 2, 40, 0.25)
     check(ok, f"pool lag not ready 2 within 40 s: {short(fed.api('GET', '/v1/pools')[1])}")
+    watchers = sim.state()["watchers"]
+    check(watchers > 0, f"the router holds no watch on cw before the outage: {short(sim.state())}")
     st, r = sim.admin("POST", "/_sim/faults", {"reject_watches": True, "drop_watches": True})
     check(st == 200, f"kubesim faults: {st} {short(r)}")
     try:
-        time.sleep(0.5)   # the watches have ended; re-watches get 429 and back off
+        # The watches have ended; re-watches get 429 and back off.
+        check(wait_until(lambda: sim.state()["watchers"] == 0, 10, 0.05),
+              f"watches still open on cw after drop_watches: {short(sim.state())}")
         ids = []
         for i in range(2):
             sb = fed.create_one(pool="lag", name=f"lag{i}")
@@ -1110,11 +1085,22 @@ def test_claim_seen_while_watch_lags(fed):
         check(set(ids) <= fed.list_ids("?pool=lag"), f"list while the watch is down lacks {ids}")
     finally:
         sim.admin("POST", "/_sim/faults", {"reject_watches": False})
-    # The watch comes back (after its backoff) and changes nothing.
-    time.sleep(6)
-    check(fed.list_ids("?pool=lag") == set(ids), f"list after the watch is back: {fed.list_ids('?pool=lag')}")
+    # The watch comes back (after its backoff) and changes nothing: the
+    # router's watches are open on cw again, and a change made in the
+    # cluster after the outage (ids[1]'s pod deleted behind the router's
+    # back) reaches the router through them; by then the relist that
+    # reopened the watch has been applied too, and ids[0] is still there.
+    check(wait_until(lambda: sim.state()["watchers"] >= watchers, 30, 0.1),
+          f"the router's watches on cw did not come back within 30 s: {short(sim.state())}")
+    _, gone_pod = fed.sim_of(ids[1])
+    st, r = sim.kube_delete(f"/api/v1/namespaces/default/pods/{gone_pod}")
+    check(st == 200, f"kubesim DELETE pod {gone_pod}: {st} {short(r)}")
+    check(wait_until(lambda: ids[1] not in fed.list_ids("?pool=lag"), 15, 0.1),
+          f"the router does not see {ids[1]} deleted 15 s after: its watch is not back")
+    check(fed.list_ids("?pool=lag") == {ids[0]}, f"list after the watch is back: {fed.list_ids('?pool=lag')}")
     r = fed.exec_ok(ids[0], ["echo", "later"])
     check(r.get("stdout") == "later\n", f"exec after the watch is back: {r}")
+    ids = ids[:1]
     for sid in ids:
         st, r = fed.api("DELETE", "/v1/sandboxes/" + sid)
         check(st == 200, f"terminate {sid}: {st} {short(r)}")

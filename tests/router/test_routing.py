@@ -544,9 +544,13 @@ def test_6_reload_in_flight(fed):
 
 
 BROKEN = [
-    # (name, text, line of the error, substring of the message)
-    ("syntax", BASE_POLICY + "max_state_age_ms == 15000;\nweights = { latency = 1.0; };\n", None, "syntax"),
-    ("unknown_key", BASE_POLICY + "weigths = { latency = 1.0; };\n", None, "weigths"),
+    # (name, text, line of the error, substring of the message, substrings
+    # of the later errors: last_reload_error and `policy check` tell them too)
+    ("syntax", BASE_POLICY + "max_state_age_ms == 15000;\nweights = { latency = 1.0; };\n", None, "syntax", ()),
+    # Two errors in one group: the unknown key does not hide the bad value.
+    ("two_in_a_group", BASE_POLICY + "weights = { latncy = 1.0; cost = -1.0; };\n", None, "latncy",
+     ("weights.cost: must be >= 0, got -1",)),
+    ("unknown_key", BASE_POLICY + "weigths = { latency = 1.0; };\n", None, "weigths", ()),
 ]
 
 
@@ -564,7 +568,7 @@ def test_7_broken_policy(fed):
     p0 = fed.policy()
     check(p0.get("last_reload_error") is None, f"a reload error before the test: {short(p0)}")
     failures = p0.get("reload_failures", 0)
-    for name, text, _, needle in BROKEN:
+    for name, text, _, needle, later in BROKEN:
         line = broken_line(text, name)
         write_atomic(fed.policy_path, text)
         signal_router(fed)
@@ -580,6 +584,9 @@ def test_7_broken_policy(fed):
         msg = err.get("message") or ""
         check(re.search(r"policy\.conf:%d: " % line, msg) is not None and needle in msg,
               f"{name}: last_reload_error {short(err)} does not name policy.conf:{line} / {needle!r}")
+        for more in later:
+            check(f"line {line}: {more}" in msg, f"{name}: last_reload_error {short(err)} lacks the later "
+                                                 f"error 'line {line}: {more}'")
         check(p["version"] == p0["version"] and p.get("reloads") == p0.get("reloads"),
               f"{name}: version/reloads changed by a rejected file: {short(p)} (was {short(p0)})")
         print(f"    ({name}: {msg})")
@@ -601,6 +608,9 @@ def test_7_broken_policy(fed):
         check(pc.returncode == 1 and f"broken-{name}.conf:{line}:" in outp and needle in outp,
               f"`fedrouter policy check {os.path.basename(bad)}`: rc {pc.returncode}, output {outp!r} "
               f"(want 1 and broken-{name}.conf:{line}: ... {needle})")
+        for more in later:
+            check(f"broken-{name}.conf:{line}: {more}" in outp,
+                  f"`fedrouter policy check {os.path.basename(bad)}` does not list {more!r}: {outp!r}")
         pc = subprocess.run([ARGS.fedrouter, "policy", "check", bad, "--config", fed.config],
                             capture_output=True, text=True, timeout=30)
         check(pc.returncode == 1 and f"broken-{name}.conf:{line}:" in pc.stdout + pc.stderr,

@@ -1,9 +1,11 @@
 """Starts a federation for black-box tests and benchmarks: kubesim clusters
-(TLS + token) and a real fedrouter in front of them on 127.0.0.1, the way
-tests/router/test_router.py does it (the minimum of it, copied: that file is
-a script, not a module). Every process runs in its own session and is
-stopped with SIGTERM by ``Federation.stop()`` (SIGKILL after 20 s), also
-from ``atexit`` and from a watchdog; the temporary directory is removed.
+(TLS + token) and a real fedrouter in front of them on 127.0.0.1. The one
+place that starts and stops those processes: ``start_kubesim()`` and
+``RouterProc`` (used by ``Federation`` here, by tests/router/test_router.py's
+harness and so by every black-box suite built on it). Every process runs in
+its own session and is stopped with SIGTERM by ``Federation.stop()``
+(SIGKILL after 20 s), also from ``atexit`` and from a watchdog; the
+temporary directory is removed.
 
 Python 3 standard library only.
 """
@@ -72,7 +74,25 @@ def tail(path: str, n: int = 25) -> str:
         return "    | (no log)"
 
 
-def _start(argv: Sequence[str], log_path: str, stdout: Any = None) -> subprocess.Popen:
+def log_report(path: str, n: int = 25) -> str:
+    """What a dead process's log says: from its first sanitizer report (the
+    stack and where the memory came from; 60 lines) when it has one, else
+    its last <n> lines."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return "    | (no log)"
+    for i, ln in enumerate(lines):
+        if "ERROR: AddressSanitizer" in ln or "ERROR: LeakSanitizer" in ln or "runtime error:" in ln:
+            return "\n".join("    | " + x for x in lines[i:i + 60])
+    return "\n".join("    | " + x for x in lines[-n:])
+
+
+def start_proc(argv: Sequence[str], log_path: str, stdout: Any = None) -> subprocess.Popen:
+    """Starts <argv> in its own session (so its processes can be found and
+    none is ours by accident), stderr (and stdout unless piped) appended to
+    <log_path>; killed at exit if still running."""
     log = open(log_path, "ab")
     p = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=stdout if stdout is not None else log,
                          stderr=log, start_new_session=True)
@@ -81,10 +101,12 @@ def _start(argv: Sequence[str], log_path: str, stdout: Any = None) -> subprocess
     return p
 
 
-def _stop(p: subprocess.Popen, timeout: float = 20) -> Optional[int]:
+def stop_proc(p: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 20) -> Optional[int]:
+    """Sends <sig> and waits; returns the exit code, or None if it had to
+    be SIGKILLed after <timeout> s."""
     if p.poll() is None:
         try:
-            p.send_signal(signal.SIGTERM)
+            p.send_signal(sig)
         except ProcessLookupError:
             pass
     try:
@@ -93,6 +115,95 @@ def _stop(p: subprocess.Popen, timeout: float = 20) -> Optional[int]:
         p.kill()
         p.wait(10)
         return None
+
+
+_start = start_proc
+_stop = stop_proc
+
+
+class KubesimProc:
+    """One running kubesim: its process, ports, kubeconfig and log."""
+
+    def __init__(self, name: str, proc: subprocess.Popen, port: int, admin_port: int, kubeconfig: str,
+                 log: str, workdir: str) -> None:
+        self.name, self.proc, self.port, self.admin_port = name, proc, port, admin_port
+        self.kubeconfig, self.log, self.workdir = kubeconfig, log, workdir
+
+
+def start_kubesim(kubesim: str, d: str, name: str, token: str, extra: Sequence[str] = (), tls: bool = True,
+                  wrap: Sequence[str] = (), agent: Optional[str] = None, fast_exec: bool = False,
+                  timeout: float = 20, hide: Sequence[str] = ()) -> KubesimProc:
+    """Starts kubesim <name> in directory <d> (made here) with bearer
+    <token>, an API port and an admin port picked by the kernel, and waits
+    until it has written both port files. <wrap> is a command prefix
+    (unshare ...); <extra> more kubesim flags; <hide> paths kept out of the
+    pods' sight (--hide: this run's tokens and keys, the checkout). Raises RuntimeError with the
+    log's tail if it does not start."""
+    os.makedirs(d)
+    pf, apf = os.path.join(d, "port"), os.path.join(d, "admin-port")
+    kc = os.path.join(d, "kubeconfig")
+    log = os.path.join(d, "kubesim.log")
+    workdir = os.path.join(d, "wd")
+    argv = [kubesim] + (["--tls"] if tls else []) + ["--token", token, "--write-kubeconfig", kc, "--port-file", pf,
+            "--admin-listen", "127.0.0.1:0", "--admin-port-file", apf, "--name", name,
+            "--workdir", workdir, "--log-level", "warn"] + \
+        [a for h in hide for a in ("--hide", h)] + \
+        (["--fast-exec"] if fast_exec else []) + \
+        (["--agent-binary", os.path.abspath(agent)] if agent else []) + list(extra)
+    p = start_proc(list(wrap) + argv, log)
+    ok = wait_until(lambda: p.poll() is not None or (os.path.exists(pf) and os.path.getsize(pf) > 0 and
+                                                     os.path.exists(apf) and os.path.getsize(apf) > 0), timeout, 0.02)
+    if not ok or p.poll() is not None:
+        raise RuntimeError(f"kubesim {name} did not start (rc {p.poll()}):\n{tail(log)}")
+    return KubesimProc(name, p, int(_read(pf)), int(_read(apf)), kc, log, workdir)
+
+
+class RouterProc:
+    """One running fedrouter: started on <conf>, its stdout read to the
+    end on a thread (every line kept in ``lines``), ``port`` from its
+    "listening" line and ``health_port`` from its "health" line (None
+    without a health listener)."""
+
+    def __init__(self, fedrouter: str, conf: str, log_path: str, timeout: float = 20) -> None:
+        self.log = log_path
+        self.proc = start_proc([fedrouter, "--config", conf], log_path, stdout=subprocess.PIPE)
+        self.port: Optional[int] = None
+        self.health_port: Optional[int] = None
+        self.lines: List[str] = []
+        got = threading.Event()
+
+        def reader() -> None:
+            assert self.proc.stdout is not None
+            for raw in self.proc.stdout:   # read to the end: the router never blocks on it
+                line = raw.decode(errors="replace").rstrip("\n")
+                self.lines.append(line)
+                m = re.match(r"fedrouter listening on http://127\.0\.0\.1:(\d+)$", line)
+                if m and self.port is None:
+                    self.port = int(m.group(1))
+                    got.set()
+                m = re.match(r"fedrouter health on http://127\.0\.0\.1:(\d+)$", line)
+                if m and self.health_port is None:
+                    self.health_port = int(m.group(1))
+            got.set()
+        threading.Thread(target=reader, daemon=True).start()
+        if not got.wait(timeout) or self.port is None:
+            raise RuntimeError(f"fedrouter did not print its port (rc {self.proc.poll()}, stdout {self.lines}):\n"
+                               f"{tail(log_path)}")
+
+    def ready(self) -> bool:
+        """GET /readyz answers 200."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            c.request("GET", "/readyz")
+            return c.getresponse().status == 200
+        except OSError:
+            return False
+        finally:
+            c.close()
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        if not wait_until(self.ready, timeout, 0.1):
+            raise RuntimeError(f"fedrouter /readyz not 200 within {timeout} s:\n{tail(self.log)}")
 
 
 # Delays of loadtest/bench.sh's seed scenario (a real cluster's).
@@ -105,12 +216,18 @@ class Federation:
     """kubesim clusters + one fedrouter.
 
     clusters: [(name, region, extra kubesim flags)]; tenants: {name:
-    (token, extra tenant config text)}; the router URL is ``self.url``."""
+    (token, extra tenant config text)}; the router URL is ``self.url``.
+    More router config: <lifetime> (default, max sandbox lifetime in s),
+    <limits_conf> (more settings inside ``limits``), <cluster_conf>
+    ({cluster: more settings inside its group}) and <config_extra>
+    (top-level settings)."""
 
     def __init__(self, kubesim: str, fedrouter: str, clusters: Sequence[Tuple[str, str, Sequence[str]]],
                  tenants: Dict[str, Tuple[str, str]], prefix: str = "fr-sdk-", fast_exec: bool = False,
                  max_batch: int = 5000, python_alias: bool = False, tls: bool = True,
-                 agent: Optional[str] = None, sandbox_conf: str = "") -> None:
+                 agent: Optional[str] = None, sandbox_conf: str = "",
+                 lifetime: Tuple[int, int] = (900, 3600), limits_conf: str = "",
+                 cluster_conf: Optional[Dict[str, str]] = None, config_extra: str = "") -> None:
         self.root = tempfile.mkdtemp(prefix=prefix)
         self.tls = tls
         # agent: the fedrouter-agent binary; kubesim runs it in agent pods
@@ -133,6 +250,11 @@ class Federation:
         self.router: Optional[subprocess.Popen] = None
         self.url = ""
         self.sandbox_conf = sandbox_conf
+        self.lifetime = lifetime
+        self.limits_conf = limits_conf
+        self.cluster_conf = cluster_conf or {}
+        self.config_extra = config_extra
+        self.routers: List[RouterProc] = []
         try:
             for name, region, extra in clusters:
                 self._start_sim(kubesim, name, region, list(extra), fast_exec)
@@ -158,33 +280,19 @@ class Federation:
         return [a for repo in ("python", "pytorch") for a in ("--image-command", f"{repo}={d}/python")]
 
     def _start_sim(self, kubesim: str, name: str, region: str, extra: List[str], fast_exec: bool) -> None:
-        d = os.path.join(self.root, name)
-        os.makedirs(d)
-        pf, apf = os.path.join(d, "port"), os.path.join(d, "admin-port")
-        kc = os.path.join(d, "kubeconfig")
-        log = os.path.join(d, "kubesim.log")
-        argv = [kubesim] + (["--tls"] if self.tls else []) + ["--token", self.sim_token, "--write-kubeconfig", kc, "--port-file", pf,
-                "--admin-listen", "127.0.0.1:0", "--admin-port-file", apf, "--name", name,
-                "--workdir", os.path.join(d, "wd"), "--log-level", "warn",
-                # Out of the pods' sight: this run's tokens and keys, the checkout.
-                "--hide", self.root, "--hide", CHECKOUT] + \
-            (["--fast-exec"] if fast_exec else []) + \
-            (["--agent-binary", os.path.abspath(self.agent)] if self.agent else []) + self._image_args + extra
-        p = _start(argv, log)
-        self.procs.append(p)
-        ok = wait_until(lambda: p.poll() is not None or (os.path.exists(pf) and os.path.exists(apf)
-                                                         and os.path.getsize(apf) > 0), 20)
-        if not ok or p.poll() is not None:
-            raise RuntimeError(f"kubesim {name} did not start (rc {p.poll()}):\n{tail(log)}")
-        self.sims[name] = {"region": region, "kubeconfig": kc, "proc": p, "log": log,
-                           "admin_port": int(_read(apf))}
+        k = start_kubesim(kubesim, os.path.join(self.root, name), name, self.sim_token, self._image_args + extra,
+                          tls=self.tls, agent=self.agent, fast_exec=fast_exec, hide=(self.root, CHECKOUT))
+        self.procs.append(k.proc)
+        self.sims[name] = {"region": region, "kubeconfig": k.kubeconfig, "proc": k.proc, "log": k.log,
+                           "admin_port": k.admin_port, "port": k.port}
 
     def _start_router(self, fedrouter: str, tenants: Dict[str, Tuple[str, str]], max_batch: int) -> None:
         def sha(t: str) -> str:
             return hashlib.sha256(t.encode()).hexdigest()
         tl = ",\n".join(f'  {{ name = "{n}"; token_sha256 = "{sha(tok)}"; {extra} }}'
                         for n, (tok, extra) in tenants.items())
-        cl = ",\n".join(f'  {{ name = "{n}"; region = "{s["region"]}"; kubeconfig = "{s["kubeconfig"]}"; }}'
+        cl = ",\n".join(f'  {{ name = "{n}"; region = "{s["region"]}"; kubeconfig = "{s["kubeconfig"]}"; '
+                        f'{self.cluster_conf.get(n, "")} }}'
                         for n, s in self.sims.items())
         conf = os.path.join(self.root, "fedrouter.conf")
         agent = ""
@@ -196,15 +304,17 @@ class Federation:
         with open(conf, "w") as f:
             f.write(f"""listen = "127.0.0.1:0";
 region = "us";
-sandbox = {{ default_lifetime_s = 900; max_lifetime_s = 3600; {self.sandbox_conf} }};
-limits = {{ max_batch = {max_batch}; max_exec_output_bytes = 1048576; max_exec_timeout_s = 600; }};
+sandbox = {{ default_lifetime_s = {self.lifetime[0]}; max_lifetime_s = {self.lifetime[1]}; {self.sandbox_conf} }};
+limits = {{ max_batch = {max_batch}; max_exec_output_bytes = 1048576; max_exec_timeout_s = 600;
+           {self.limits_conf} }};
 tenants = (
 {tl}
 );
 clusters = (
 {cl}
 );
-{agent}""")
+{agent}{self.config_extra}
+""")
         self.conf = conf
         self.router_log = os.path.join(self.root, "fedrouter.log")
         self.router, self.port = self.start_router(fedrouter)
@@ -212,26 +322,14 @@ clusters = (
 
     def start_router(self, fedrouter: str) -> Tuple[subprocess.Popen, int]:
         """Starts a router on the federation's config (one more replica, or
-        the restart of a killed one); returns it with its port once ready."""
-        p = _start([fedrouter, "--config", self.conf], self.router_log, stdout=subprocess.PIPE)
-        self.procs.append(p)
-        port: List[int] = []
-        got = threading.Event()
-
-        def reader() -> None:
-            assert p.stdout is not None
-            for raw in p.stdout:
-                m = re.match(r"fedrouter listening on http://127\.0\.0\.1:(\d+)$", raw.decode(errors="replace").strip())
-                if m and not port:
-                    port.append(int(m.group(1)))
-                    got.set()
-            got.set()
-        threading.Thread(target=reader, daemon=True).start()
-        if not got.wait(20) or not port:
-            raise RuntimeError(f"fedrouter did not print its port (rc {p.poll()}):\n{tail(self.router_log)}")
-        if not wait_until(lambda: self.raw("GET", "/readyz", port=port[0])[0] == 200, 60, 0.1):
-            raise RuntimeError(f"fedrouter not ready in 60 s:\n{tail(self.router_log)}")
-        return p, port[0]
+        the restart of a killed one); returns it with its port once ready
+        (its RouterProc is the last of ``self.routers``)."""
+        r = RouterProc(fedrouter, self.conf, self.router_log)
+        self.procs.append(r.proc)
+        self.routers.append(r)
+        r.wait_ready()
+        assert r.port is not None
+        return r.proc, r.port
 
     def raw(self, method: str, path: str, body: Any = None, token: Optional[str] = None,
             timeout: float = 60, port: int = 0) -> Tuple[int, Any]:

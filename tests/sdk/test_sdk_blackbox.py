@@ -460,6 +460,11 @@ class TestAgentEndpoints(SDKTest):
         except fedrouter.NotSupported as e:
             _skip_unsupported(self, e)
         self.assertIn(p.pid, [x.pid for x in sb.processes.list()])
+        # Killed once it has printed (a kill right after the start can beat
+        # the shell's echo on a busy machine).
+        printed = H.wait_until(lambda: b"started" in b"".join(
+            c.data for c in p.output(follow=False) if c.kind == "stdout"), 30, 0.1)
+        self.assertTrue(printed, "the process printed nothing in 30 s")
         p.signal("SIGKILL")
         r = p.wait()
         self.assertIn("started", r.stdout)

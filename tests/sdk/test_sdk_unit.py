@@ -284,6 +284,63 @@ class TestEncoding(Base):
         self.assertEqual(sb.refresh().secrets, ["K"])
         self.assertEqual(sb["secrets"], ["K"])
 
+    def test_create_wait_s_and_its_timeout(self):
+        """wait_s goes in the body, and the call waits for its answer at least
+        wait_s plus a minute, whatever the client's create_timeout."""
+        self.fake.routes[("POST", "/v1/sandboxes")] = lambda r: (201, {}, {
+            "sandboxes": [SB], "placement": {"created": 1, "waited_s": 2.5}})
+        c = Client(self.fake.url, "tok", create_timeout=5)
+        try:
+            sb = c.create(image="python:3.12", wait_s=120, partial_ok=True)
+            self.assertEqual(self.body(), {"image": "python:3.12", "partial_ok": True, "wait_s": 120})
+            self.assertEqual(sb.placement.waited_s, 2.5)
+            self.assertEqual(c._create_req({"wait_s": 120}, None).timeout, 180.0)
+            self.assertEqual(c._create_req({}, None).timeout, 60.0)
+            self.assertEqual(c._create_req({}, 900).timeout, 900)
+            for bad in (-1, "10", True):
+                with self.assertRaises(ValueError):
+                    c.create(image="python:3.12", wait_s=bad)
+        finally:
+            c.close()
+
+    def test_secrets_set_list_delete(self):
+        seen = []
+
+        def put(r):
+            seen.append(r)
+            return (200, {}, {"key": "HF", "secret": "t-sandbox-secrets",
+                              "clusters": [{"cluster": "c1", "status": "created"}]})
+        self.fake.routes[("PUT", "/v1/secrets/HF")] = put
+        self.fake.routes[("GET", "/v1/secrets")] = lambda r: (200, {}, {
+            "secret": "t-sandbox-secrets", "keys": [{"name": "HF", "clusters": ["c1"], "missing": ["c2"]}],
+            "clusters": []})
+        self.fake.routes[("DELETE", "/v1/secrets/HF")] = lambda r: (200, {}, {
+            "key": "HF", "clusters": [{"cluster": "c1", "status": "removed"}]})
+        # sandbox.secrets.* call the default client's secret_* methods.
+        self.assertTrue(callable(sandbox.secrets.set) and callable(sandbox.secrets.list.aio))
+        r = self.c.secrets.set("HF", "v\u00e9", clusters=["c1", "c2"])
+        self.assertEqual(r.clusters[0].status, "created")
+        self.assertEqual(seen[-1]["body"], "v\u00e9".encode())
+        self.assertEqual(seen[-1]["query"], "clusters=c1%2Cc2")
+        self.assertEqual(seen[-1]["headers"]["Content-Type"], "application/octet-stream")
+        self.c.secrets.set("HF", b"raw")
+        self.assertEqual((seen[-1]["body"], seen[-1]["query"]), (b"raw", ""))
+        ks = self.c.secrets.list()
+        self.assertEqual((ks[0].name, ks[0].missing), ("HF", ["c2"]))
+        self.assertEqual(self.c.secrets.delete("HF").clusters[0].status, "removed")
+        self.assertEqual(self.arun(self.c.secrets.list.aio())[0].name, "HF")
+        with self.assertRaises(TypeError):
+            self.c.secrets.set("HF", 5)
+        with self.assertRaises(ValueError):
+            self.c.secrets.set("HF", "x", clusters=["a,b"])
+        self.fake.routes[("PUT", "/v1/secrets/K")] = err(503, "secret_not_written", "1 of 2",
+                                                         {"Retry-After": "5"})
+        with self.assertRaises(errors.SecretNotWritten) as cm:
+            self.c.secrets.set("K", "v")
+        self.assertEqual(cm.exception.retry_after, 5.0)
+        self.assertEqual(len([x for x in self.fake.requests if x["path"] == "/v1/secrets/K"]), 1,
+                         "a secret write was retried")
+
     def test_exec_body_and_result(self):
         self.fake.routes[("POST", "/v1/sandboxes/c1.pod-1/exec")] = lambda r: (200, {}, EXEC_OK)
         sb = fedrouter.Sandbox(self.c, SB)
@@ -392,7 +449,14 @@ class TestErrors(Base):
                                 ("agent_error", errors.AgentError, errors.APIError),
                                 ("file_too_large", errors.FileTooLarge, errors.APIError),
                                 ("disk_full", errors.DiskFull, errors.APIError),
-                                ("listing_too_large", errors.ListingTooLarge, errors.APIError)):
+                                ("listing_too_large", errors.ListingTooLarge, errors.APIError),
+                                ("token_expired", errors.TokenExpired, errors.Unauthorized),
+                                ("secret_not_written", errors.SecretNotWritten, errors.APIError),
+                                ("secret_unreadable", errors.SecretUnreadable, errors.APIError),
+                                ("invalid_key", errors.InvalidKey, errors.APIError),
+                                ("invalid_value", errors.InvalidValue, errors.APIError),
+                                ("value_too_large", errors.ValueTooLarge, errors.APIError),
+                                ("queue_full", errors.QueueFull, errors.APIError)):
             self.assertIs(errors.error_class_for(code), cls, code)
             self.assertTrue(issubclass(cls, base), code)
         self.fake.routes[("GET", "/v1/clusters")] = err(503, "not_synced", "first list", {"Retry-After": "1"})
@@ -673,12 +737,17 @@ class TestMisc(Base):
 
     def test_progress_callback_and_bar(self):
         self.fake.routes[("GET", "/v1/sandboxes")] = lambda r: (200, {}, {"sandboxes": [SB, SB]})
+        seen = []
 
         def slow(req):
-            time.sleep(1.2)
+            # The create answers once the progress poll (every 0.5 s while
+            # it is in flight) has reported the 2 running it lists: a
+            # condition, not a race of a slow fake against the poll.
+            deadline = time.monotonic() + 10
+            while (2, 4) not in seen and time.monotonic() < deadline:
+                time.sleep(0.01)
             return created(4, "big")(req)
         self.fake.routes[("POST", "/v1/sandboxes")] = slow
-        seen = []
         sbs = self.c.create(name="big", num_sandboxes=4, progress=lambda d, t: seen.append((d, t)))
         self.assertEqual(len(sbs), 4)
         self.assertEqual((seen[0], seen[-1]), ((0, 4), (4, 4)))

@@ -78,8 +78,9 @@ struct fr_adapter_opts {
  *
  * What a pool or a cold create may ask of its pods beyond image and size:
  * runtime_class (spec.runtimeClassName), node_selector, tolerations, gpus
- * (requests = limits of the configured GPU resource) and volumes (mount
- * path -> PersistentVolumeClaim in the sandbox namespace). Parsed and
+ * (requests = limits of the configured GPU resource), volumes (mount
+ * path -> PersistentVolumeClaim in the sandbox namespace) and workspace
+ * (a PersistentVolumeClaim of the sandbox's own, made with it). Parsed and
  * validated once into an immutable, reference-counted record; two records
  * are the same shape when their canonical JSON texts are equal. */
 struct fr_podopts;
@@ -105,6 +106,12 @@ int fr_podopts_equal(const struct fr_podopts *a, const struct fr_podopts *b);
  * while <o> is (NULL for NULL). */
 json_t *fr_podopts_json(const struct fr_podopts *o);
 int64_t fr_podopts_gpus(const struct fr_podopts *o);
+/* The size asked for by option "workspace" ({"path", "size",
+ * "storage_class"}: the sandbox's own PersistentVolumeClaim, mounted at
+ * path; workspace.c), in bytes; 0 when it has none. */
+int64_t fr_podopts_workspace_bytes(const struct fr_podopts *o);
+#define FR_PODOPTS_MIN_WORKSPACE ((int64_t)1 << 20)
+#define FR_PODOPTS_MAX_WORKSPACE ((int64_t)64 << 40)
 
 /* A warm pool in one cluster: its ReplicaSet, parsed once per change. */
 struct fr_adapter_pool_view {
@@ -165,7 +172,9 @@ int64_t fr_adapter_free_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b
  * taints the tolerations tolerate and that have the GPUs free count. When
  * the cluster cannot host such pods at all, *<unfit> (may be NULL) gets
  * why, a stable code: "no_runtime_class", "no_pvc" (a volume's claim is
- * not in the sandbox namespace), "no_gpu_node", "no_matching_node"; and
+ * not in the sandbox namespace), "no_storage_class" (the workspace's
+ * StorageClass, or a default one, is missing), "no_gpu_node",
+ * "no_matching_node"; and
  * <detail> (may be NULL) a message. NULL when it can. */
 int64_t fr_adapter_fit_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b, const struct fr_podopts *opts,
                              const char **unfit, char *detail, size_t detail_len);
@@ -177,6 +186,11 @@ void fr_adapter_pool_slots(struct fr_adapter *a, const struct fr_adapter_pool_vi
 int64_t fr_adapter_total_slots(struct fr_adapter *a, int64_t cpu_m, int64_t mem_b);
 /* Live sandboxes of <tenant> here (same rule as the view's sandboxes). */
 int64_t fr_adapter_tenant_sandboxes(struct fr_adapter *a, const char *tenant);
+/* What <tenant>'s live sandboxes here hold: their count and their requests. */
+struct fr_tenant_usage {
+  int64_t sandboxes, cpu_m, mem_b, gpus;
+};
+void fr_adapter_tenant_usage(struct fr_adapter *a, const char *tenant, struct fr_tenant_usage *out);
 /* Feeds the circuit breaker from outside (a create or exec that could not
  * reach the cluster: ok = 0; one that did: ok = 1). */
 void fr_adapter_report(struct fr_adapter *a, int ok);
@@ -232,6 +246,11 @@ struct fr_sandbox_spec {
   uint64_t ready_timeout_ms;/* give up on a cold start after this; 0 = 120 s */
   const char *request_id;
   const char *batch;        /* batch id (label fedrouter.io/batch), or NULL for none */
+  /* A resume (fr_adapter_sandbox_resume): the pod gets this name and
+   * mounts the workspace claim that exists; no warm claim. NULL: a new
+   * sandbox. */
+  const char *resume_pod;
+  const char *resume_claim; /* with resume_pod: its workspace claim's name (NULL: "<pod>-ws") */
 };
 
 enum fr_sandbox_err {
@@ -302,6 +321,54 @@ void fr_adapter_reserve_warm(struct fr_adapter *a, const char *pool, int64_t del
 /* Creates in flight on this adapter (reserved against its capacity). */
 int64_t fr_adapter_inflight(const struct fr_adapter *a);
 
+/* ---- workspaces and paused sandboxes (workspace.c) ----
+ *
+ * A sandbox created with option "workspace" gets its own
+ * PersistentVolumeClaim "<pod>-ws" (label fedrouter.io/workspace=<pod>,
+ * its tenant, name and pool; annotation fedrouter.io/sandbox-spec: what
+ * makes the sandbox again), mounted at the workspace's path, deleted with
+ * the sandbox. Pausing deletes the pod and keeps the claim, labelled
+ * fedrouter.io/state=paused with fedrouter.io/paused-at and
+ * fedrouter.io/expires-at: the claim is the paused sandbox's only record,
+ * in the cluster, so every router replica lists it alike. Resuming makes
+ * the pod again under the same name, mounting the same claim. */
+struct fr_workspace {
+  const char *pod;          /* the sandbox's pod name (the id is "<cluster>.<pod>") */
+  const char *claim;        /* the claim's name */
+  const char *tenant, *name, *pool; /* pool may be NULL */
+  const char *path, *size, *storage_class; /* storage_class: the claim's (NULL: none yet) */
+  const char *phase;        /* the claim's status.phase ("Bound", "Pending", ...) */
+  int64_t bytes;            /* size asked for */
+  int paused;               /* label fedrouter.io/state=paused */
+  int64_t created_s, paused_s, expires_s; /* -1 when absent; expires_s: a paused sandbox's end */
+  json_t *spec;             /* annotation fedrouter.io/sandbox-spec parsed; NULL when unreadable */
+  json_t *claim_json;       /* the claim as cached */
+};
+/* The workspace of sandbox pod <pod>: 0 and *<out> filled (pointers
+ * borrowed from the cache: valid until the loop runs again; release with
+ * fr_workspace_clear), -ENOENT. */
+int fr_adapter_workspace(struct fr_adapter *a, const char *pod, struct fr_workspace *out);
+/* The workspaces one by one: *<cursor> starts NULL; 0 and *<out>, or
+ * -ENOENT at the end. Do not let the loop run during a walk. */
+int fr_adapter_workspace_next(struct fr_adapter *a, void **cursor, struct fr_workspace *out);
+void fr_workspace_clear(struct fr_workspace *w);
+/* 1 once the claim cache completed its first list. */
+int fr_adapter_workspaces_synced(const struct fr_adapter *a);
+/* Pauses sandbox <pod>: its claim marked paused until <expires_s> (unix
+ * seconds), then the pod deleted. <cb> gets the first failing API status,
+ * or the pod delete's (200). -ENOENT: no workspace claim; -ENOMEM. */
+int fr_adapter_sandbox_pause(struct fr_adapter *a, const char *pod, int64_t expires_s, const char *request_id,
+                             void (*cb)(int status, const char *message, void *arg), void *arg);
+/* Resumes paused sandbox <pod>: a pod of the same name from the claim's
+ * spec (env as it was, <secrets> values read again by the caller: an
+ * object or NULL, borrowed), a lifetime of <lifetime_s> (0: the spec's),
+ * mounting the claim; once it is exec-ready the claim is marked running
+ * again. <cb> as for fr_adapter_sandbox_create. -ENOENT (no claim),
+ * -EBUSY (its old pod is still there), -EINVAL (unreadable spec),
+ * -ENOMEM. */
+int fr_adapter_sandbox_resume(struct fr_adapter *a, const char *pod, json_t *secrets, int64_t lifetime_s,
+                              const char *request_id, fr_sandbox_cb cb, void *arg);
+
 /* ---- Secrets of the sandbox namespace (secret.c) ---- */
 
 struct fr_secret_call;
@@ -321,6 +388,10 @@ struct fr_secret_result {
    * the callback (json_incref to keep it, and let go of it with
    * fr_secret_values_free). */
   json_t *values;
+  /* fr_adapter_secret_keys, FR_SECRET_OK: the names of its keys (array,
+   * borrowed for the callback); never a value. */
+  json_t *keys;
+  int created;              /* fr_adapter_secret_set, FR_SECRET_OK: the Secret was made for it */
 };
 
 typedef void (*fr_secret_cb)(const struct fr_secret_result *res, void *arg);
@@ -333,6 +404,26 @@ typedef void (*fr_secret_cb)(const struct fr_secret_result *res, void *arg);
  * -ENOMEM. <out> (may be NULL) gets the call for fr_secret_call_cancel. */
 int fr_adapter_secret_get(struct fr_adapter *a, const char *secret, const char *const *keys, size_t nkeys,
                           const char *request_id, fr_secret_cb cb, void *arg, struct fr_secret_call **out);
+/* The names of the keys of Secret <secret> (res->keys; NOT_FOUND: no such
+ * Secret). The Secret's values pass through the router's memory on the
+ * way (a GET has no "names only"): they are wiped, never kept. As
+ * fr_adapter_secret_get otherwise. */
+int fr_adapter_secret_keys(struct fr_adapter *a, const char *secret, const char *request_id, fr_secret_cb cb,
+                           void *arg, struct fr_secret_call **out);
+/* Sets key <key> of Secret <secret> to the <len> bytes of <value>
+ * (borrowed for the call): a JSON merge patch of its data, and when the
+ * Secret does not exist yet, a create of it (type Opaque, labels
+ * app.kubernetes.io/managed-by=fedrouter and fedrouter.io/tenant=<tenant>)
+ * holding the key (res->created); a create that loses to another writer
+ * (409) patches after all. Bodies are FR_KUBE_SENSITIVE and wiped. As
+ * fr_adapter_secret_get otherwise. */
+int fr_adapter_secret_set(struct fr_adapter *a, const char *secret, const char *key, const void *value, size_t len,
+                          const char *tenant, const char *request_id, fr_secret_cb cb, void *arg,
+                          struct fr_secret_call **out);
+/* Removes key <key> of Secret <secret> (a merge patch; a key it lacks is
+ * no error, a missing Secret is NOT_FOUND). */
+int fr_adapter_secret_unset(struct fr_adapter *a, const char *secret, const char *key, const char *request_id,
+                            fr_secret_cb cb, void *arg, struct fr_secret_call **out);
 /* No callback runs afterwards. Accepts NULL. */
 void fr_secret_call_cancel(struct fr_secret_call *c);
 /* Drops a reference to an object of secret values; the last one zeroes
@@ -476,6 +567,8 @@ struct fr_agent_call_opts {
                                the route must be in the allow-list for <method>, each query
                                parameter one the route takes with a percent-encoded value
                                (fr_adapter_agent_call answers -EINVAL otherwise) */
+  int internal_route;       /* 1: <path> may be one of the adapter's own routes (/tar: the router's
+                               snapshots, restores and forks), never set on a client's behalf */
   const char *content_type; /* of the body; may be NULL */
   const char *headers;      /* more request headers, "Name: value" lines separated by '\n'
                                (no CR); may be NULL. Never Host, Content-Length,

@@ -31,6 +31,20 @@
 /* Ports of the sandbox anyone may reach by its preview URL: "all", or the
  * port numbers joined by '.' ("8000.8080"); absent = none (private). */
 #define FR_LABEL_PUBLIC_PORTS "fedrouter.io/public-ports"
+/* On a sandbox pod with a workspace ("true"), and on its workspace claim
+ * ("<pod>-ws"): the pod's name, the sandbox's id once paused. */
+#define FR_LABEL_WORKSPACE "fedrouter.io/workspace"
+/* A workspace claim: the sandbox's spec (JSON) a resume makes it from. */
+#define FR_ANN_SANDBOX_SPEC "fedrouter.io/sandbox-spec"
+/* On a sandbox pod: "pause" makes the reaper pause it at its expiry (or
+ * when its deadline ended it) instead of terminating it, for
+ * fedrouter.io/paused-ttl seconds. */
+#define FR_LABEL_ON_TIMEOUT "fedrouter.io/on-timeout"
+#define FR_LABEL_PAUSED_TTL "fedrouter.io/paused-ttl"
+/* On a sandbox pod: "true" when E2B's lifecycle asked autoResume. */
+#define FR_LABEL_AUTO_RESUME "fedrouter.io/auto-resume"
+/* A paused sandbox's claim: when it was paused (RFC 3339). */
+#define FR_ANN_PAUSED_AT "fedrouter.io/paused-at"
 #define FR_ANN_CREATED "fedrouter.io/created-at"
 #define FR_ANN_EXPIRES "fedrouter.io/expires-at"
 #define FR_ANN_WARM "fedrouter.io/warm"

@@ -22,8 +22,11 @@
  *              max_connections = 0; max_connections_per_ip = 4096;
  *              exec_output_budget_bytes = 268435456; };
  *   agent = { image = "registry/fedrouter-agent:0.1.0"; port = 49983; key_file = "agent.key"; };
- *   tenants = ( { name = "rl"; token_sha256 = "<64 hex>"; max_sandboxes = 20000;
+ *   queue = { max_wait_s = 600; max_sandboxes = 100000; exec_wait_s = 30; e2b_wait_s = 0; };
+ *   tenants = ( { name = "rl"; max_sandboxes = 20000;
+ *                 tokens = ( { name = "ci"; sha256 = "<64 hex>"; expires = "2026-07-01T00:00:00Z"; } );
  *                 max_requests_in_flight = 4096; max_concurrent_execs = 2048;
+ *                 max_cpus = 4000; max_memory_gb = 16000; max_gpus = 64; weight = 2;
  *                 secret = "rl-sandbox-secrets"; } );  # the default for "rl"
  *   clusters = ( { name = "us-east"; region = "us";
  *                  kubeconfig = "us-east.kubeconfig"; context = "us-east";
@@ -46,17 +49,47 @@ struct fr_config_error {
   char msg[512];        /* "clusters.[1].region: missing (every cluster needs a region)" */
 };
 
+/* Defaults of a tenant's paused sandboxes and workspaces. */
+#define FR_DEFAULT_TENANT_PAUSED 100
+#define FR_DEFAULT_TENANT_PAUSED_S ((int64_t)7 * 86400)
+#define FR_DEFAULT_TENANT_WORKSPACE_BYTES ((int64_t)1 << 40)
 /* A tenant's largest upload into a sandbox unless its max_file_bytes says. */
 #define FR_DEFAULT_TENANT_FILE_BYTES ((int64_t)10 << 30)
+/* What a tenant's limits are unless its config says (the loopback-only
+ * router's "local" tenant has these too). */
+#define FR_DEFAULT_TENANT_REQUESTS_IN_FLIGHT 4096
+#define FR_DEFAULT_TENANT_CONCURRENT_EXECS 2048
+#define FR_DEFAULT_TENANT_QUEUED_SANDBOXES 20000
+#define FR_DEFAULT_TENANT_QUEUED_EXECS 1024
+
+/* One bearer token of a tenant. A tenant has one or more: a token is
+ * rotated by adding the new one, moving the clients over and removing the
+ * old one, each step a config reload. */
+struct fr_config_token {
+  char *name;              /* unique within the tenant ("default" for token_sha256) */
+  char sha256[65];         /* lowercase hex of the token's SHA-256; unique over all tenants */
+  int64_t expires_at;      /* unix seconds from which it is refused; 0 = never */
+};
 
 struct fr_config_tenant {
   char *name;
-  char token_sha256[65];   /* lowercase hex */
+  struct fr_config_token *tokens; /* at least one */
+  size_t ntokens;
   int64_t max_sandboxes;   /* 0 = unlimited; creates in flight count */
+  int64_t max_cpu_m;       /* max_cpus, in millicores, of its sandboxes together; 0 = unlimited */
+  int64_t max_mem_b;       /* max_memory_gb, in bytes; 0 = unlimited */
+  int64_t max_gpus;        /* 0 = unlimited */
+  int64_t weight;          /* its share of a full federation against the other tenants' (1-1000, default 1) */
+  int64_t max_queued_sandboxes; /* sandboxes its creates may have waiting for room (wait_s) at once */
+  int64_t max_queued_execs;     /* execs that may wait for one of its max_concurrent_execs at once */
   int64_t max_requests_in_flight; /* answered later at once (default 4096) */
   int64_t max_concurrent_execs;   /* execs running at once (default 2048) */
   int64_t max_pool_replicas;      /* warm pods over all its pools and clusters (default 1000; 0 = none) */
   int64_t max_file_bytes;         /* largest file upload into a sandbox (default 10 GiB) */
+  int64_t max_paused;             /* paused sandboxes it may keep (default 100; 0 = none) */
+  int64_t max_paused_s;           /* a paused sandbox goes after this long (default 7 days) */
+  int64_t max_workspace_bytes;    /* its workspaces' sizes summed, running and paused (default 1 TiB) */
+  int64_t max_lifetime_s;         /* its sandboxes' longest lifetime (0: sandbox.max_lifetime_s) */
   int admin;                      /* may create and change shared pools */
   /* The Secret of the sandbox namespace its creates' `secrets` name keys
    * of: `secret`, else "<name>-sandbox-secrets" (name lowercased, other
@@ -121,6 +154,11 @@ struct fr_config {
   int64_t max_connections_per_ip; /* 0: none */
   int64_t exec_output_budget_bytes; /* all execs' buffered output together */
   int64_t shutdown_delay_ms;      /* SIGTERM: /readyz fails this long before the drain */
+  /* The create queue and the exec wait (`queue` group). */
+  int64_t queue_max_wait_s;       /* the largest wait_s a create may ask for */
+  int64_t queue_max_sandboxes;    /* sandboxes waiting at once, every tenant together */
+  int64_t queue_exec_wait_s;      /* how long an exec past max_concurrent_execs waits; 0 = it does not */
+  int64_t queue_e2b_wait_s;       /* the wait of an E2B create */
   struct fr_config_tenant *tenants;
   size_t ntenants;
   struct fr_config_cluster *clusters;
@@ -134,6 +172,11 @@ struct fr_config {
   size_t agent_key_len;
   unsigned char *agent_prev_key;  /* the key before a rotation, or NULL */
   size_t agent_prev_key_len;
+  /* What was read: the file and every file it @includes (absolute
+   * paths), and a SHA-256 over their bytes in that order. */
+  char **files;
+  size_t nfiles;
+  char version[65];
   /* A sandbox's own ports (`ports` group): the wildcard domain of
    * Host-routed preview URLs (<port>-<id>.<domain>; NULL = path routing
    * only) and the bounds on requests in flight to them. */
@@ -151,6 +194,21 @@ struct fr_config {
  * in <out>, or -EINVAL / -ENOENT / -ENOMEM with <err> filled. Blocking file
  * I/O: call at start-up or from a worker thread, never on the loop. */
 int fr_config_load(const char *path, struct fr_config **out, struct fr_config_error *err);
+/* The version fr_config_load() would give <path> now (its bytes and its
+ * @include files', as fr_config.version), without parsing it: a cheap look
+ * for changes. 0, or a negative errno (the file cannot be read). Blocking
+ * file I/O. */
+int fr_config_version(const char *path, char out[65]);
+/* A reload: fr_config_load() of <path>, and then every key that takes
+ * effect only on a restart (listen, health_listen, tls, agent, policy,
+ * the clusters, sandbox.gpu_resource, sandbox.batch_commit_timeout_s,
+ * sandbox.run_as_user, limits.max_body_bytes, limits.max_connections,
+ * limits.max_connections_per_ip) must hold what <running> holds, or the
+ * load fails with -EINVAL and an <err> at the line of the first that
+ * differs: a reload is all or nothing. Blocking file I/O: call it off
+ * the loop. */
+int fr_config_load_next(const char *path, const struct fr_config *running, struct fr_config **out,
+                        struct fr_config_error *err);
 /* `fedrouter config check`: loads <path> like fr_config_load() but goes on
  * after an error wherever the rest can still be checked (every unknown
  * key, every tenant and cluster, every section) and calls <cb> for each
@@ -164,10 +222,15 @@ struct fr_config *fr_config_ref(struct fr_config *c);
 /* Accepts NULL. */
 void fr_config_unref(struct fr_config *c);
 
-/* The tenant whose token hashes to <token>'s SHA-256, or NULL. Compares in
- * constant time. */
-const struct fr_config_tenant *fr_config_tenant_by_token(const struct fr_config *c,
-                                                         const char *token);
+/* The tenant whose token hashes to <token>'s SHA-256, or NULL; <*tok>
+ * (optional) gets the token's entry. Compares against every token in
+ * constant time. Expiry is the caller's to check (the config knows no
+ * clock): fr_config_token_expired(). */
+const struct fr_config_tenant *fr_config_tenant_by_token(const struct fr_config *c, const char *token,
+                                                         const struct fr_config_token **tok);
+/* 1 when <t> is refused at unix time <now_s>. */
+int fr_config_token_expired(const struct fr_config_token *t, int64_t now_s);
+const struct fr_config_tenant *fr_config_tenant_by_name(const struct fr_config *c, const char *name);
 const struct fr_config_cluster *fr_config_cluster_by_name(const struct fr_config *c,
                                                           const char *name);
 

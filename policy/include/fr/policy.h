@@ -36,7 +36,9 @@ struct fr_policy_warning {
  * <clusters> may be NULL (then <regions> is ignored): names cannot be
  * checked and any name is accepted, and the warnings that need the
  * clusters (patterns matching nothing, rules that can never place) are not
- * given. On failure returns -EINVAL (a bad file: <err> says where and why),
+ * given. On failure returns -EINVAL (a bad file: <err> says where and why:
+ * its file and line are the first error's, its message tells that one and
+ * then every later one as "; line N: ..."),
  * -ENOENT/-EACCES/-EIO (cannot read it) or -ENOMEM. <err> may be NULL.
  * On success returns 0 and a policy with one reference; warnings (if
  * <warnings> is non-NULL) are returned in a malloc'd array the caller frees,

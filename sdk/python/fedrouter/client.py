@@ -535,8 +535,10 @@ class Client:
                      region: Optional[str], clusters: Optional[Sequence[str]], timeout_s: Optional[float],
                      partial_ok: Optional[bool], template: Optional[str], timeout: Optional[float], *,
                      runtime_class: Optional[str] = None, node_selector: Optional[Mapping[str, str]] = None,
-                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None
-                     ) -> Dict[str, Any]:
+                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None,
+                     wait_s: Optional[float] = None,
+                     workspace: Optional[Mapping[str, str]] = None, on_timeout: Optional[str] = None,
+                     restore_from: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
         if template is not None:
             if pool is not None and pool != template:
                 raise ValueError("give pool or template (its alias), not both")
@@ -569,6 +571,18 @@ class Client:
             body["clusters"] = [clusters] if isinstance(clusters, str) else list(clusters)
         if timeout_s is not None:
             body["timeout_s"] = _seconds(timeout_s, "timeout_s")
+        if wait_s is not None:
+            if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or wait_s < 0:
+                raise ValueError("wait_s must be a number of seconds >= 0")
+            body["wait_s"] = wait_s
+        if workspace is not None:
+            if not isinstance(workspace, Mapping):
+                raise TypeError("workspace is a dict: {'path': '/workspace', 'size': '10Gi', 'storage_class': ...}")
+            body["workspace"] = {str(k): str(v) for k, v in workspace.items()}
+        if on_timeout is not None:
+            body["on_timeout"] = on_timeout
+        if restore_from is not None:
+            body["restore_from"] = dict(restore_from)
         return body
 
     def _create_result(self, body: Dict[str, Any], data: Any) -> Union["Sandbox", "SandboxList"]:
@@ -617,7 +631,25 @@ class Client:
             region: preferred region (else the client's region hint).
             clusters: restrict placement to these clusters.
             timeout_s: sandbox lifetime in seconds (``timeout`` is an alias).
+            workspace: the sandbox's own volume, ``{'path': '/workspace',
+                'size': '10Gi', 'storage_class': 'fast'}`` (class optional):
+                kept while the sandbox is paused (:meth:`Sandbox.pause`);
+                such creates start cold.
+            on_timeout: ``'pause'`` pauses it at its lifetime's end instead
+                of terminating it (needs ``workspace``).
+            restore_from: ``{'sandbox': id, 'path': '/workspace'}``: that
+                directory of another sandbox is copied into each new one
+                before the create answers (streamed through the agents).
             partial_ok: keep what could be created instead of rolling back.
+            wait_s: seconds the router may hold the create while the
+                federation (or the tenant's quota) has no room for it: it
+                waits in the router's queue, in fair-share order with the
+                other tenants, and starts as room frees (with
+                ``partial_ok``, what fits starts at once and the rest as
+                room frees). Past it the answer is the last refusal
+                (``NoCapacity``, ``TenantLimit``). The answer's
+                ``placement.waited_s`` says how long it waited. The call
+                waits at least ``wait_s`` plus a minute for its answer.
             retry_budget_s: seconds to keep retrying 429/503 answers that carry
                 ``Retry-After`` (default: the client's).
             progress: ``True`` for a progress bar on stderr (when it is a
@@ -633,8 +665,10 @@ class Client:
         """
 
     def _create_req(self, body: Dict[str, Any], request_timeout: Optional[float]) -> _Req:
-        return _Req("POST", "/v1/sandboxes", body=body, retry=True,
-                    timeout=request_timeout if request_timeout is not None else self.create_timeout,
+        timeout = request_timeout if request_timeout is not None else self.create_timeout
+        # A create that may wait in the router's queue answers after its wait.
+        timeout = max(timeout, float(body.get("wait_s", 0)) + 60.0)
+        return _Req("POST", "/v1/sandboxes", body=body, retry=True, timeout=timeout,
                     parse=lambda d: self._create_result(body, d))
 
     def _create_sync(self, name: Optional[str] = None, num_sandboxes: Optional[int] = None, *,
@@ -647,12 +681,15 @@ class Client:
                      timeout: Optional[float] = None, retry_budget_s: Optional[float] = None,
                      progress: ProgressArg = None, request_timeout: Optional[float] = None,
                      runtime_class: Optional[str] = None, node_selector: Optional[Mapping[str, str]] = None,
-                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None
-                     ) -> Any:
+                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None,
+                     wait_s: Optional[float] = None,
+                     workspace: Optional[Mapping[str, str]] = None, on_timeout: Optional[str] = None,
+                     restore_from: Optional[Mapping[str, str]] = None) -> Any:
         body = self._create_body(name, num_sandboxes, pool, image, cpus, memory_gb, secrets, env, volumes,
                                  labels, region, clusters, timeout_s, partial_ok, template, timeout,
                                  runtime_class=runtime_class, node_selector=node_selector,
-                                 tolerations=tolerations, gpus=gpus)
+                                 tolerations=tolerations, gpus=gpus, wait_s=wait_s, workspace=workspace,
+                                 on_timeout=on_timeout, restore_from=restore_from)
         total = body.get("num_sandboxes", 1)
         report = make_reporter(progress, "create " + body.get("name", "sandbox"), total)
         if report is None:
@@ -695,11 +732,14 @@ class Client:
                             runtime_class: Optional[str] = None,
                             node_selector: Optional[Mapping[str, str]] = None,
                             tolerations: Optional[Sequence[Mapping[str, Any]]] = None,
-                            gpus: Optional[int] = None) -> Any:
+                            gpus: Optional[int] = None, wait_s: Optional[float] = None,
+                            workspace: Optional[Mapping[str, str]] = None, on_timeout: Optional[str] = None,
+                            restore_from: Optional[Mapping[str, str]] = None) -> Any:
         body = self._create_body(name, num_sandboxes, pool, image, cpus, memory_gb, secrets, env, volumes,
                                  labels, region, clusters, timeout_s, partial_ok, template, timeout,
                                  runtime_class=runtime_class, node_selector=node_selector,
-                                 tolerations=tolerations, gpus=gpus)
+                                 tolerations=tolerations, gpus=gpus, wait_s=wait_s, workspace=workspace,
+                                 on_timeout=on_timeout, restore_from=restore_from)
         total = body.get("num_sandboxes", 1)
         report = make_reporter(progress, "create " + body.get("name", "sandbox"), total)
         if report is None:
@@ -746,12 +786,15 @@ class Client:
                      partial_ok: Optional[bool] = None, template: Optional[str] = None,
                      timeout: Optional[float] = None, runtime_class: Optional[str] = None,
                      node_selector: Optional[Mapping[str, str]] = None,
-                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None
+                     tolerations: Optional[Sequence[Mapping[str, Any]]] = None, gpus: Optional[int] = None,
+                     workspace: Optional[Mapping[str, str]] = None, on_timeout: Optional[str] = None,
+                     restore_from: Optional[Mapping[str, str]] = None
                      ) -> _Req:
         body = self._create_body(name, num_sandboxes, pool, image, cpus, memory_gb, secrets, env, volumes,
                                  labels, region, clusters, timeout_s, partial_ok, template, timeout,
                                  runtime_class=runtime_class, node_selector=node_selector,
-                                 tolerations=tolerations, gpus=gpus)
+                                 tolerations=tolerations, gpus=gpus, workspace=workspace,
+                                 on_timeout=on_timeout, restore_from=restore_from)
         return _Req("POST", "/v1/placement/explain", body=body, idempotent=True, parse=_record)
 
     def _explain(self, *a: Any, **k: Any) -> Record:
@@ -777,9 +820,10 @@ class Client:
         return _Req("GET", "/v1/sandboxes/" + self._sid(sandbox), parse=lambda d: Sandbox(self, d))
 
     def _ls_req(self, label: LabelFilter = None, *, pool: Optional[str] = None,
-                cluster: Optional[str] = None, name_prefix: Optional[str] = None) -> _Req:
+                cluster: Optional[str] = None, name_prefix: Optional[str] = None,
+                state: Optional[str] = None) -> _Req:
         q = _label_query(label)
-        for k, v in (("pool", pool), ("cluster", cluster), ("name_prefix", name_prefix)):
+        for k, v in (("pool", pool), ("cluster", cluster), ("name_prefix", name_prefix), ("state", state)):
             if v is not None:
                 q.append((k, v))
         return _Req("GET", "/v1/sandboxes", query=q,
@@ -843,8 +887,38 @@ class Client:
     async def _terminate_many_aio(self, label: LabelFilter = None, **filters: Any) -> List[str]:
         return await self._arun(self._terminate_many_req(label, **filters))
 
-    for _n in ("get", "ls", "terminate", "terminate_many"):
+    def _pause_req(self, sandbox: Union[str, "Sandbox"]) -> _Req:
+        return _Req("POST", "/v1/sandboxes/" + self._sid(sandbox) + "/pause", body={}, idempotent=True,
+                    parse=_record)
+
+    def _resume_req(self, sandbox: Union[str, "Sandbox"]) -> _Req:
+        return _Req("POST", "/v1/sandboxes/" + self._sid(sandbox) + "/resume", body={}, idempotent=True,
+                    timeout=self.create_timeout, parse=lambda d: Sandbox(self, d))
+
+    def _pause(self, sandbox: Union[str, "Sandbox"]) -> Record:
+        """Pauses a sandbox made with a ``workspace``
+        (``POST /v1/sandboxes/{id}/pause``): its pod goes, its workspace
+        stays; memory and processes are not kept. Returns ``{id, state,
+        paused_at, expires_at}``. Raises :class:`NoWorkspace` (409) for a
+        sandbox without one, :class:`TenantLimit` past ``max_paused``."""
+        return self._run(self._pause_req(sandbox), 0)
+
+    async def _pause_aio(self, sandbox: Union[str, "Sandbox"]) -> Record:
+        return await self._arun(self._pause_req(sandbox), 0)
+
+    def _resume(self, sandbox: Union[str, "Sandbox"]) -> "Sandbox":
+        """Resumes a paused sandbox (``POST /v1/sandboxes/{id}/resume``):
+        same id, cluster, env and secrets, its workspace as it was; returns
+        it once exec-ready. A running sandbox is returned as it is."""
+        return self._run(self._resume_req(sandbox))
+
+    async def _resume_aio(self, sandbox: Union[str, "Sandbox"]) -> "Sandbox":
+        return await self._arun(self._resume_req(sandbox))
+
+    for _n in ("get", "ls", "terminate", "terminate_many", "pause", "resume"):
         locals()["_" + _n].__name__ = _n
+    pause = dual(_pause, _pause_aio)
+    resume = dual(_resume, _resume_aio)
     get = dual(_get, _get_aio)
     ls = dual(_ls, _ls_aio)
     terminate = dual(_terminate, _terminate_aio)
@@ -1089,6 +1163,96 @@ class Client:
     async def _remove_file_aio(self, sandbox: Union[str, "Sandbox"], path: str) -> None:
         await self._arun(self._files_req("DELETE", sandbox, path))
 
+    def _snapshot_req(self, sandbox: Union[str, "Sandbox"], path: str, gzip: bool) -> _Req:
+        if not path.startswith("/"):
+            raise ValueError("sandbox paths are absolute: " + repr(path))
+        return _Req("GET", f"/v1/sandboxes/{self._sid(sandbox)}/snapshot",
+                    query=[("path", path)] + ([("gzip", "1")] if gzip else []), parse=bytes,
+                    timeout=max(self.timeout, 600.0))
+
+    def _restore_req(self, sandbox: Union[str, "Sandbox"], data: Union[bytes, Any], path: str) -> _Req:
+        if not path.startswith("/"):
+            raise ValueError("sandbox paths are absolute: " + repr(path))
+        return _Req("POST", f"/v1/sandboxes/{self._sid(sandbox)}/restore", query=[("path", path)],
+                    raw=self._file_bytes(data), content_type="application/x-tar", parse=_record,
+                    timeout=max(self.timeout, 600.0))
+
+    def _snapshot(self, sandbox: Union[str, "Sandbox"], path: str = "/workspace", *, gzip: bool = False) -> bytes:
+        """The directory ``path`` of the sandbox as a tar archive (gzip'd
+        with ``gzip=True``): ``GET /v1/sandboxes/{id}/snapshot``. The
+        whole archive is returned in memory; for large trees stream the
+        endpoint itself."""
+        return self._run(self._snapshot_req(sandbox, path, gzip), 0)
+
+    async def _snapshot_aio(self, sandbox: Union[str, "Sandbox"], path: str = "/workspace", *,
+                            gzip: bool = False) -> bytes:
+        return await self._arun(self._snapshot_req(sandbox, path, gzip), 0)
+
+    def _restore(self, sandbox: Union[str, "Sandbox"], data: Union[bytes, Any], path: str = "/workspace") -> Record:
+        """Replaces the content of directory ``path`` with the tar (or
+        gzip'd tar) ``data`` (bytes or a readable binary file):
+        ``POST /v1/sandboxes/{id}/restore``. Unsafe entries (``..``,
+        absolute names, links out) raise ``APIError`` code
+        ``invalid_archive``; past the tenant's ``max_file_bytes``
+        ``FileTooLarge``; either way nothing was written."""
+        return self._run(self._restore_req(sandbox, data, path), 0)
+
+    async def _restore_aio(self, sandbox: Union[str, "Sandbox"], data: Union[bytes, Any],
+                           path: str = "/workspace") -> Record:
+        return await self._arun(self._restore_req(sandbox, data, path), 0)
+
+    def _fork_req(self, sandbox: Union[str, "Sandbox"], count: int, paths: Optional[Sequence[str]],
+                  fields: Mapping[str, Any], request_timeout: Optional[float]) -> _Req:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError("count must be an int >= 1")
+        if isinstance(paths, str):
+            paths = [paths]
+        body: Dict[str, Any] = {"count": count, "paths": list(paths or ["/workspace"])}
+        body.update(fields)
+
+        def parse(d: Any) -> "SandboxList":
+            out = SandboxList([Sandbox(self, x) for x in (d or {}).get("sandboxes", [])])
+            out.placement = Record((d or {}).get("placement") or {})
+            return out
+        return _Req("POST", "/v1/sandboxes/" + self._sid(sandbox) + "/fork", body=body, parse=parse,
+                    timeout=request_timeout if request_timeout is not None else self.create_timeout)
+
+    def _fork(self, sandbox: Union[str, "Sandbox"], count: int = 1, paths: Optional[Sequence[str]] = None, *,
+              request_timeout: Optional[float] = None, **fields: Any) -> "SandboxList":
+        """``count`` new sandboxes with directories ``paths`` (default
+        ``['/workspace']``) of this one copied in, streamed agent to agent
+        (``POST /v1/sandboxes/{id}/fork``); ``fields`` are create fields
+        (``pool``, ``image``, ``labels``, ...; by default the source's pool
+        or image and shape). All or nothing; the source keeps running.
+        Returns a :class:`SandboxList`."""
+        return self._run(self._fork_req(sandbox, count, paths, fields, request_timeout), 0)
+
+    async def _fork_aio(self, sandbox: Union[str, "Sandbox"], count: int = 1, paths: Optional[Sequence[str]] = None,
+                        *, request_timeout: Optional[float] = None, **fields: Any) -> "SandboxList":
+        return await self._arun(self._fork_req(sandbox, count, paths, fields, request_timeout), 0)
+
+    def _keepalive_req(self, sandbox: Union[str, "Sandbox"], timeout_s: Optional[float]) -> _Req:
+        body: Dict[str, Any] = {}
+        if timeout_s is not None:
+            body["timeout_s"] = _seconds(timeout_s, "timeout_s")
+        return _Req("POST", "/v1/sandboxes/" + self._sid(sandbox) + "/keepalive", body=body, idempotent=True,
+                    parse=_record)
+
+    def _keepalive(self, sandbox: Union[str, "Sandbox"], timeout_s: Optional[float] = None) -> Record:
+        """Moves the sandbox's expiry to now + ``timeout_s`` (default: the
+        router's default lifetime), never past its start + the tenant's
+        ``max_lifetime_s`` (``capped`` says when that cut it):
+        ``POST /v1/sandboxes/{id}/keepalive``. Returns ``{id, expires_at,
+        capped}``."""
+        return self._run(self._keepalive_req(sandbox, timeout_s), 0)
+
+    async def _keepalive_aio(self, sandbox: Union[str, "Sandbox"], timeout_s: Optional[float] = None) -> Record:
+        return await self._arun(self._keepalive_req(sandbox, timeout_s), 0)
+
+    keepalive = dual(_keepalive, _keepalive_aio)
+    fork = dual(_fork, _fork_aio)
+    snapshot = dual(_snapshot, _snapshot_aio)
+    restore = dual(_restore, _restore_aio)
     read_file = dual(_read_file, _read_file_aio)
     write_file = dual(_write_file, _write_file_aio)
     list_files = dual(_list_files, _list_files_aio)
@@ -1331,12 +1495,139 @@ class Client:
         except APIError:
             return False
 
-    for _n in ("clusters", "policy", "health"):
+    def _queue(self) -> Record:
+        """The create queue and fair share (``GET /v1/queue``): per tenant
+        (only yours unless the token is an admin's) its weight, share,
+        waiting creates and sandboxes, what it holds and is making, and its
+        waiting execs; and the totals."""
+        return self._run(_Req("GET", "/v1/queue", parse=_record))
+
+    async def _queue_aio(self) -> Record:
+        return await self._arun(_Req("GET", "/v1/queue", parse=_record))
+
+    for _n in ("clusters", "policy", "health", "queue"):
         locals()["_" + _n].__name__ = _n
     del _n
     clusters = dual(_clusters, _clusters_aio)
     policy = dual(_policy, _policy_aio)
     health = dual(_health, _health_aio)
+    queue = dual(_queue, _queue_aio)
+
+    # -------------------------------------------------------- secrets ---
+
+    @staticmethod
+    def _secret_query(clusters: Optional[Union[str, Sequence[str]]]) -> List[Tuple[str, str]]:
+        if clusters is None:
+            return []
+        names = [clusters] if isinstance(clusters, str) else list(clusters)
+        if not names or not all(isinstance(c, str) and c and "," not in c for c in names):
+            raise ValueError("clusters must be cluster names")
+        return [("clusters", ",".join(names))]
+
+    @staticmethod
+    def _secret_key(key: str) -> str:
+        if not isinstance(key, str) or not key:
+            raise ValueError("a secret's key is a non-empty env var name")
+        return urllib.parse.quote(key, safe="")
+
+    def _secret_set_req(self, key: str, value: Union[str, bytes],
+                        clusters: Optional[Union[str, Sequence[str]]] = None) -> _Req:
+        if isinstance(value, str):
+            raw = value.encode("utf-8")
+        elif isinstance(value, (bytes, bytearray, memoryview)):
+            raw = bytes(value)
+        else:
+            raise TypeError("a secret's value is str or bytes")
+        return _Req("PUT", "/v1/secrets/" + self._secret_key(key), query=self._secret_query(clusters), raw=raw,
+                    content_type="application/octet-stream", parse=_record)
+
+    def _secret_list_req(self, clusters: Optional[Union[str, Sequence[str]]] = None) -> _Req:
+        return _Req("GET", "/v1/secrets", query=self._secret_query(clusters), parse=lambda d: _records(d, "keys"))
+
+    def _secret_delete_req(self, key: str, clusters: Optional[Union[str, Sequence[str]]] = None) -> _Req:
+        return _Req("DELETE", "/v1/secrets/" + self._secret_key(key), query=self._secret_query(clusters),
+                    parse=_record)
+
+    def _secret_set(self, key: str, value: Union[str, bytes],
+                    clusters: Optional[Union[str, Sequence[str]]] = None) -> Record:
+        """Sets ``key`` of your tenant's Secret to ``value`` (str or UTF-8
+        bytes without NUL) in every member cluster, or in ``clusters``
+        (``PUT /v1/secrets/{key}``); creates then name it in ``secrets=``.
+        Returns the per-cluster outcome (``clusters``: ``created`` or
+        ``updated``). The value is never echoed or logged. Raises
+        ``SecretNotWritten`` when some cluster failed (the same call again
+        is safe)."""
+        return self._run(self._secret_set_req(key, value, clusters), 0)
+
+    async def _secret_set_aio(self, key: str, value: Union[str, bytes],
+                              clusters: Optional[Union[str, Sequence[str]]] = None) -> Record:
+        return await self._arun(self._secret_set_req(key, value, clusters), 0)
+
+    def _secret_list(self, clusters: Optional[Union[str, Sequence[str]]] = None) -> List[Record]:
+        """Your tenant's secret keys, names only (``GET /v1/secrets``): one
+        record per key with ``name``, ``clusters`` (where it is set) and
+        ``missing`` (the clusters read that lack it)."""
+        return self._run(self._secret_list_req(clusters), 0)
+
+    async def _secret_list_aio(self, clusters: Optional[Union[str, Sequence[str]]] = None) -> List[Record]:
+        return await self._arun(self._secret_list_req(clusters), 0)
+
+    def _secret_delete(self, key: str, clusters: Optional[Union[str, Sequence[str]]] = None) -> Record:
+        """Removes ``key`` from your tenant's Secret in every member cluster
+        (or ``clusters``) (``DELETE /v1/secrets/{key}``); a cluster without
+        it is fine."""
+        return self._run(self._secret_delete_req(key, clusters), 0)
+
+    async def _secret_delete_aio(self, key: str, clusters: Optional[Union[str, Sequence[str]]] = None) -> Record:
+        return await self._arun(self._secret_delete_req(key, clusters), 0)
+
+    _secret_set.__name__ = "secret_set"
+    _secret_list.__name__ = "secret_list"
+    _secret_delete.__name__ = "secret_delete"
+    secret_set = dual(_secret_set, _secret_set_aio)
+    secret_list = dual(_secret_list, _secret_list_aio)
+    secret_delete = dual(_secret_delete, _secret_delete_aio)
+
+    @property
+    def secrets(self) -> "Secrets":
+        """``client.secrets.set(key, value)``, ``.list()``, ``.delete(key)``
+        (each with ``.aio``)."""
+        return Secrets(self)
+
+
+class Secrets:
+    """Your tenant's secrets in every member cluster: ``set``, ``list``,
+    ``delete``, each with an ``.aio`` sibling (``Client.secret_set`` ...)."""
+
+    def __init__(self, client: "Client") -> None:
+        self._client = client
+
+    def _set(self, key: str, value: Union[str, bytes], clusters: Optional[Union[str, Sequence[str]]] = None) -> Record:
+        return self._client.secret_set(key, value, clusters)
+
+    async def _set_aio(self, key: str, value: Union[str, bytes],
+                       clusters: Optional[Union[str, Sequence[str]]] = None) -> Record:
+        return await self._client.secret_set.aio(key, value, clusters)
+
+    def _list(self, clusters: Optional[Union[str, Sequence[str]]] = None) -> List[Record]:
+        return self._client.secret_list(clusters)
+
+    async def _list_aio(self, clusters: Optional[Union[str, Sequence[str]]] = None) -> List[Record]:
+        return await self._client.secret_list.aio(clusters)
+
+    def _delete(self, key: str, clusters: Optional[Union[str, Sequence[str]]] = None) -> Record:
+        return self._client.secret_delete(key, clusters)
+
+    async def _delete_aio(self, key: str, clusters: Optional[Union[str, Sequence[str]]] = None) -> Record:
+        return await self._client.secret_delete.aio(key, clusters)
+
+    _set.__doc__ = Client._secret_set.__doc__
+    _list.__doc__ = Client._secret_list.__doc__
+    _delete.__doc__ = Client._secret_delete.__doc__
+    _set.__name__, _list.__name__, _delete.__name__ = "set", "list", "delete"
+    set = dual(_set, _set_aio)
+    list = dual(_list, _list_aio)
+    delete = dual(_delete, _delete_aio)
 
 
 def _ended(req: _Req) -> ConnectionLost:
@@ -1423,6 +1714,8 @@ class Sandbox:
     labels = property(lambda self: self._data.get("labels") or {})
     created_at = property(lambda self: self._data.get("created_at"))
     expires_at = property(lambda self: self._data.get("expires_at"))
+    workspace = property(lambda self: self._data.get("workspace"),
+                         doc="The sandbox's workspace {path, size, storage_class}, or None.")
     secrets = property(lambda self: list(self._data.get("secrets") or []),
                        doc="Names (never values) of the create-time secrets it was given; [] for none.")
 
@@ -1473,6 +1766,61 @@ class Sandbox:
         self._data = (await self._client.get.aio(self.id))._data
         return self
 
+    def _pause(self) -> "Sandbox":
+        """Pauses the sandbox (it needs a ``workspace``): its pod goes, its
+        workspace stays. Returns self, ``state`` ``'paused'``."""
+        self._client.pause(self.id)
+        return self._refresh()
+
+    async def _pause_aio(self) -> "Sandbox":
+        await self._client.pause.aio(self.id)
+        return await self._refresh_aio()
+
+    def _resume(self) -> "Sandbox":
+        """Resumes the paused sandbox (same id); returns self, running."""
+        self._data = self._client.resume(self.id)._data
+        return self
+
+    async def _resume_aio(self) -> "Sandbox":
+        self._data = (await self._client.resume.aio(self.id))._data
+        return self
+
+    def _snapshot(self, path: str = "/workspace", *, gzip: bool = False) -> bytes:
+        """Directory ``path`` as a tar archive (bytes); see
+        :meth:`Client.snapshot`."""
+        return self._client.snapshot(self.id, path, gzip=gzip)
+
+    async def _snapshot_aio(self, path: str = "/workspace", *, gzip: bool = False) -> bytes:
+        return await self._client.snapshot.aio(self.id, path, gzip=gzip)
+
+    def _restore(self, data: Union[bytes, Any], path: str = "/workspace") -> Record:
+        """Replaces directory ``path`` with the archive ``data``; see
+        :meth:`Client.restore`."""
+        return self._client.restore(self.id, data, path)
+
+    async def _restore_aio(self, data: Union[bytes, Any], path: str = "/workspace") -> Record:
+        return await self._client.restore.aio(self.id, data, path)
+
+    def _fork(self, count: int = 1, paths: Optional[Sequence[str]] = None, **kw: Any) -> "SandboxList":
+        """``count`` copies of this sandbox's ``paths`` in new sandboxes; see
+        :meth:`Client.fork`."""
+        return self._client.fork(self.id, count, paths, **kw)
+
+    async def _fork_aio(self, count: int = 1, paths: Optional[Sequence[str]] = None, **kw: Any) -> "SandboxList":
+        return await self._client.fork.aio(self.id, count, paths, **kw)
+
+    def _keepalive(self, timeout_s: Optional[float] = None) -> Record:
+        """Moves its expiry later; see :meth:`Client.keepalive`."""
+        return self._client.keepalive(self.id, timeout_s)
+
+    async def _keepalive_aio(self, timeout_s: Optional[float] = None) -> Record:
+        return await self._client.keepalive.aio(self.id, timeout_s)
+
+    keepalive = dual(_keepalive, _keepalive_aio)
+    fork = dual(_fork, _fork_aio)
+    snapshot = dual(_snapshot, _snapshot_aio)
+    restore = dual(_restore, _restore_aio)
+
     def _run_code(self, code: str, **kw: Any) -> Execution:
         """Runs ``code`` in the sandbox's Code Interpreter; see
         :meth:`Client.run_code`."""
@@ -1481,9 +1829,11 @@ class Sandbox:
     async def _run_code_aio(self, code: str, **kw: Any) -> Execution:
         return await self._client.run_code.aio(self.id, code, **kw)
 
-    for _n in ("exec", "exec_stream", "terminate", "refresh", "run_code"):
+    for _n in ("exec", "exec_stream", "terminate", "refresh", "run_code", "pause", "resume"):
         locals()["_" + _n].__name__ = _n
     del _n
+    pause = dual(_pause, _pause_aio)
+    resume = dual(_resume, _resume_aio)
     exec = dual(_exec, _exec_aio)
     exec_stream = dual(_exec_stream, _exec_stream_aio)
     terminate = dual(_terminate, _terminate_aio)

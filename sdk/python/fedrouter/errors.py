@@ -23,6 +23,9 @@ __all__ = [
     "AgentDied", "InvalidPath",
     "ERROR_CLASSES", "NotSupported", "OutOfMemory", "NotSynced", "CommitFailed", "TooManyConnections",
     "AgentBusy", "AgentError", "PathNotFound", "FileTooLarge", "DiskFull", "ListingTooLarge",
+    "TokenExpired", "SecretNotWritten", "SecretUnreadable", "InvalidKey", "InvalidValue", "ValueTooLarge",
+    "QueueFull",
+    "NoWorkspace", "SandboxBusy", "ResumeFailed", "InvalidArchive",
 ]
 
 
@@ -206,6 +209,22 @@ class BodyTooLarge(APIError):
     code_default = "body_too_large"
 
 
+class NoWorkspace(APIError):
+    """409: only a sandbox created with a ``workspace`` can be paused."""
+    code_default = "no_workspace"
+
+
+class InvalidArchive(APIError):
+    """400: a restore's archive was refused (the message names the entry);
+    nothing was written."""
+    code_default = "invalid_archive"
+
+
+class ResumeFailed(APIError):
+    """The paused sandbox could not be made again (its cluster said why)."""
+    code_default = "resume_failed"
+
+
 class _RetryAfter(APIError):
     """An error that comes with ``Retry-After`` (``retry_after`` seconds)."""
 
@@ -274,6 +293,11 @@ class OutOfMemory(InternalError):
     code_default = "out_of_memory"
 
 
+class SandboxBusy(_RetryAfter):
+    """409: the paused sandbox's previous pod is still stopping."""
+    code_default = "sandbox_busy"
+
+
 class NotSynced(_RetryAfter):
     """503: this router replica has not finished its first list of the
     sandbox's cluster (it just started); the sandbox may well exist."""
@@ -335,6 +359,48 @@ class ListingTooLarge(APIError):
     code_default = "listing_too_large"
 
 
+class TokenExpired(Unauthorized):
+    """401: the bearer token is past the expiry its operator gave it (the
+    message names the token); ask for its successor."""
+    code_default = "token_expired"
+
+
+class SecretNotWritten(_RetryAfter):
+    """503: ``secrets.set``/``delete`` reached some clusters and not others;
+    ``clusters`` says what happened where. The same call again is safe."""
+    code_default = "secret_not_written"
+
+    @property
+    def clusters(self) -> Any:
+        return self.body.get("clusters")
+
+
+class SecretUnreadable(_RetryAfter):
+    """503: ``secrets.list`` could not read some clusters (``clusters``)."""
+    code_default = "secret_unreadable"
+
+
+class InvalidKey(APIError):
+    """400: a secret's key must be an env var name."""
+    code_default = "invalid_key"
+
+
+class InvalidValue(APIError):
+    """400: a secret's value must be UTF-8 text without NUL bytes."""
+    code_default = "invalid_value"
+
+
+class ValueTooLarge(APIError):
+    """413: a secret's value is larger than 128 KiB."""
+    code_default = "value_too_large"
+
+
+class QueueFull(_RetryAfter):
+    """503: the router's create queue holds as many sandboxes as it may
+    (``queue.max_sandboxes``); retry after ``retry_after``."""
+    code_default = "queue_full"
+
+
 class NotSupported(FedrouterError):
     """The router does not serve this call yet (it answered 404 ``not_found``
     for the endpoint, or 400 ``invalid_field`` for the field that asks for
@@ -349,7 +415,9 @@ ERROR_CLASSES: Dict[str, Type[APIError]] = {
         RequestTimeout, PoolExists, SandboxNotRunning, BodyTooLarge, TenantLimit, HeadersTooLarge,
         InternalError, ExecFailed, NoCapacity, ClusterUnavailable, AgentUnavailable, SandboxUnreachable, NotReady,
         ShuttingDown, OutOfMemory, NotSynced, CommitFailed, TooManyConnections, AgentBusy, AgentError,
-        AgentDied, InvalidPath, PathNotFound, FileTooLarge, DiskFull, ListingTooLarge)
+        AgentDied, InvalidPath, PathNotFound, FileTooLarge, DiskFull, ListingTooLarge, TokenExpired,
+        SecretNotWritten, SecretUnreadable, InvalidKey, InvalidValue, ValueTooLarge, QueueFull, NoWorkspace,
+        SandboxBusy, ResumeFailed, InvalidArchive)
 }
 
 

@@ -63,6 +63,8 @@ get = _fn("get")
 ls = _fn("ls")
 terminate = _fn("terminate")
 terminate_many = _fn("terminate_many")
+pause = _fn("pause")
+resume = _fn("resume")
 exec = _fn("exec")  # noqa: A001  (sandbox.exec(id, *argv) mirrors sb.exec)
 exec_stream = _fn("exec_stream")
 run_code = _fn("run_code")
@@ -77,6 +79,18 @@ clusters = _fn("clusters")
 explain = _fn("explain")
 policy = _fn("policy")
 health = _fn("health")
+queue = _fn("queue")
+
+
+class _Secrets:
+    """``sandbox.secrets.set(key, value)``, ``.list()``, ``.delete(key)``:
+    your tenant's secrets in every member cluster (each with ``.aio``)."""
+    set = _fn("secret_set")
+    list = _fn("secret_list")
+    delete = _fn("secret_delete")
+
+
+secrets = _Secrets()
 
 
 def close() -> None:
@@ -92,8 +106,9 @@ async def aclose() -> None:
         await _default.aclose()
 
 
-__all__ = ["configure", "client", "create", "get", "ls", "terminate", "terminate_many", "exec",
+__all__ = ["configure", "client", "create", "get", "ls", "terminate", "terminate_many", "pause", "resume", "exec",
            "exec_stream", "run_code", "create_pool", "get_pool", "list_pools", "set_pool_size", "delete_pool",
-           "create_template", "delete_template", "clusters", "explain", "policy", "health", "close",
-           "aclose", "Client", "Sandbox", "SandboxList", "ExecResult", "ExecChunk", "Execution", "Files", "Process",
+           "create_template", "delete_template", "clusters", "explain", "policy", "health", "queue", "secrets",
+           "close", "aclose", "Client", "Sandbox", "SandboxList", "ExecResult", "ExecChunk", "Execution", "Files",
+           "Process",
            "Processes", "Record", "collect"] + list(_errors.__all__)

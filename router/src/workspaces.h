@@ -1,0 +1,33 @@
+/* workspaces.h - sandboxes with a workspace (workspaces.c): pause,
+ * resume, paused sandboxes in lists and lookups. */
+#ifndef FR_ROUTER_WORKSPACES_H
+#define FR_ROUTER_WORKSPACES_H
+
+#include <stdint.h>
+
+#include <jansson.h>
+
+struct api_req;
+struct router;
+struct fr_adapter;
+struct fr_workspace;
+struct route_params;
+
+/* The user's labels of a paused sandbox (fedrouter.io/ ones left out), a
+ * new object; and one of its labels at create (fedrouter's too), or NULL. */
+json_t *workspace_user_labels(const struct fr_workspace *w);
+const char *workspace_spec_label(const struct fr_workspace *w, const char *key);
+/* {"path","size","storage_class"} of <w>. */
+json_t *workspace_json(const struct fr_workspace *w);
+/* A paused sandbox as the API shows it (state "paused"). */
+json_t *workspace_paused_json(struct fr_adapter *a, const struct fr_workspace *w);
+/* 1 if <pod> is a visible sandbox pod of <a> (running, starting, evicted). */
+int workspace_live_pod(struct fr_adapter *a, const char *pod);
+/* Sandbox <id> is one of the tenant of <q>'s paused sandboxes (its claim
+ * marked paused, no pod): 1 with <w> filled (fr_workspace_clear it) and
+ * <a> set, else 0 (nothing answered; <a> set when the id names a cluster). */
+int workspace_find_paused(struct api_req *q, const char *id, struct fr_adapter **a, struct fr_workspace *w);
+/* The tenant's paused sandboxes and the bytes of all its workspaces. */
+void workspace_tenant_usage(struct router *r, const char *tenant, int64_t *paused, int64_t *bytes);
+
+#endif
