@@ -89,6 +89,7 @@ PY
   [ "$(cat "/proc/sys/net/ipv4/conf/$BRIDGE/forwarding" 2>/dev/null)" = 0 ] ||
     fail "IPv4 forwarding is on for $BRIDGE: pods' packets could be routed off this machine"
   echo "pod range $CIDR on $BRIDGE ($GW)"
+  BRIDGE_MAC="$(cat "/sys/class/net/$BRIDGE/address")"
 
   step "two pods each serve 0.0.0.0:8000 on addresses of their own; kubectl get pod -o wide shows them"
   make_agent_pod s1 "$SERVER"
@@ -131,6 +132,18 @@ PY
   k delete pod s2 --wait=true
   expect_rc 0 "delete s2"
   wait_until 10 test ! -e "/sys/class/net/$VETH" || fail "$VETH still there"
+
+  step "the bridge keeps its MAC address as pods come and go (pods' neighbour entries stay right)"
+  # A bridge without one of its own takes its lowest port's: a pod joining
+  # or leaving would change it under the others' cached gateway entries.
+  for n in m1 m2 m3 m4; do
+    make_agent_pod "$n"
+    [ "$(cat "/sys/class/net/$BRIDGE/address")" = "$BRIDGE_MAC" ] ||
+      fail "the bridge's MAC changed from $BRIDGE_MAC to $(cat "/sys/class/net/$BRIDGE/address") when $n joined"
+  done
+  k delete pod m1 m2 m3 m4 --wait=true
+  [ "$(cat "/sys/class/net/$BRIDGE/address")" = "$BRIDGE_MAC" ] || fail "the bridge's MAC changed when pods left"
+  case "$BRIDGE_MAC" in 02:6b:*) ;; *) fail "the bridge's MAC $BRIDGE_MAC is not kubesim's (02:6b:...)" ;; esac
 
   step "a second kubesim takes another range; an explicit range that is taken is refused"
   mkdir -p "$T/k2"
