@@ -30,7 +30,8 @@
 static const char *const create_fields[] = {"name", "num_sandboxes", "pool", "image", "cpus", "memory_gb",
                                             "env", "secrets", "volumes", "labels", "region", "clusters",
                                             "timeout_s", "partial_ok", "runtime_class", "node_selector",
-                                            "tolerations", "gpus", "public_ports", "readiness", NULL};
+                                            "tolerations", "gpus", "public_ports", "readiness", "network",
+                                            NULL};
 
 /* "public_ports": "*" (every port) or an array of up to 16 ports (not the
  * agent's) anyone may reach through the sandbox's preview URLs, as label
@@ -88,6 +89,7 @@ struct create {
   char *pool, *image;
   json_t *env, *labels;
   struct fr_podopts *opts;    /* the sandboxes' pod options; NULL = none */
+  struct fr_egress *egress;   /* where they may connect; NULL = the default (no policy) */
   char cold_reason[300];      /* why the named pool's warm pods cannot serve it, "" = they can */
   struct secrets_fetch *sf;   /* the values of `secrets`, read before the batch starts */
 };
@@ -102,6 +104,7 @@ static void create_free(struct create *cr) {
   json_decref(cr->env);
   json_decref(cr->labels);
   fr_podopts_unref(cr->opts);
+  free(cr->egress);
   free(cr);
 }
 
@@ -555,7 +558,8 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extend
   }
   if (cr->image == NULL || (s.pool != NULL && cr->pool == NULL))
     goto oom;
-  if (create_podopts(q, j, pv, cr) != 0)
+  if (create_podopts(q, j, pv, cr) != 0 ||
+      network_parse(q, json_object_get(j, "network"), ts != NULL ? ts->network : NULL, &cr->egress) != 0)
     goto out;
   memset(&spec, 0, sizeof(spec));
   spec.tenant = q->tenant;
@@ -565,6 +569,7 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extend
   spec.cpu_m = pv ? pv->cpu_m : s.cpu_m > 0 ? s.cpu_m : 1000;
   spec.mem_b = pv ? pv->mem_b : s.mem_b > 0 ? s.mem_b : (int64_t)2 << 30;
   spec.opts = cr->opts;
+  spec.egress = cr->egress;
   spec.env = cr->env;
   spec.labels = cr->labels;
   spec.lifetime_s = s.timeout_s;
@@ -593,6 +598,8 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extend
                             "num_sandboxes", cr->b->n, "plan", fr_plan_json(&plan, states));
     if (out != NULL && cr->opts != NULL)
       json_object_set(json_object_get(out, "request"), "pod_options", fr_podopts_json(cr->opts));
+    if (out != NULL)
+      json_object_set_new(json_object_get(out, "request"), "network", network_json(cr->egress));
     if (out != NULL && cr->cold_reason[0] != '\0')
       json_object_set_new(out, "cold_reason", json_string(cr->cold_reason));
     api_reply(q, 200, out, NULL);

@@ -151,6 +151,7 @@ int router_tenants_init(struct router *r) {
       t->max_file_bytes = r->cfg->tenants[i].max_file_bytes;
       t->admin = r->cfg->tenants[i].admin;
       t->secret = r->cfg->tenants[i].secret;
+      t->network = r->cfg->tenants[i].network;
     }
   }
   return 0;

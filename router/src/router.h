@@ -33,6 +33,7 @@ struct tenant_state {
   int admin;                      /* may create and change shared pools */
   int64_t port_requests;          /* requests to its sandboxes' ports in flight (ports.c) */
   const char *secret;             /* the Secret its creates' `secrets` read (borrowed) */
+  const struct fr_egress *network; /* its creates' default egress (borrowed); NULL = the default */
 };
 
 #define PORTS_INFLIGHT_BUCKETS 256
