@@ -13,11 +13,16 @@
  * helper ("kubesim __netpol-apply PIDFILE RULESET": joins the network
  * namespace of the pod's init, execs nft with the ruleset):
  *
- *   chain out (hook output): established and related traffic, loopback
- *   and IPv6 neighbour discovery pass; then one accept per (peer, port)
- *   of every rule; everything else is rejected with ICMP
- *   admin-prohibited, so a denied connect fails at once ("No route to
- *   host", EHOSTUNREACH) where most CNIs drop and let it time out.
+ *   chain out (hook output): established and related traffic, loopback,
+ *   TCP segments that open nothing (not a bare SYN) and IPv6 neighbour
+ *   discovery pass; then one accept per (peer, port) of every rule;
+ *   everything else is rejected with ICMP admin-prohibited, so a denied
+ *   connect fails at once ("No route to host", EHOSTUNREACH) where most
+ *   CNIs drop and let it time out. The TCP rule is for connections made
+ *   before the table (a warm pod's, a stream the pod proxy holds): the
+ *   namespace tracks connections only from the table on, and a CNI, which
+ *   tracks all along, lets those continue too; a normal socket sends a
+ *   segment other than a SYN only on a connection it has.
  *
  * Peers by ipBlock (cidr, except) and ports (protocol, port, endPort) are
  * enforced; peers by podSelector / namespaceSelector and named ports are
@@ -352,6 +357,7 @@ static int wanted(struct sim *s, struct sim_obj *o, char **ruleset, char **names
                   "table " TABLE "\ndelete table " TABLE "\ntable " TABLE " {\n  chain out {\n"
                   "    type filter hook output priority 0; policy accept;\n"
                   "    ct state established,related accept\n    oifname \"lo\" accept\n"
+                  "    tcp flags & (syn | ack) != syn accept\n"
                   "    icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit } accept\n"
                   "%s    reject with icmpx type admin-prohibited\n  }\n}\n",
                   rules.len ? rules.data : "");
