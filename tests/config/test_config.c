@@ -127,6 +127,11 @@ START_TEST(example_fedrouter_conf_loads_with_documented_values) {
   ck_assert_int_eq(c->tenants[1].max_sandboxes, 0);
   ck_assert_str_eq(c->tenants[0].secret, "rl-sandbox-secrets");
   ck_assert_str_eq(c->tenants[1].secret, "eval-sandbox-secrets");
+  ck_assert_ptr_null(c->tenants[0].network);
+  ck_assert_ptr_nonnull(c->tenants[1].network);
+  ck_assert_int_eq(c->tenants[1].network->allow_internet, 0);
+  ck_assert_uint_eq(c->tenants[1].network->nallow, 1);
+  ck_assert_uint_eq(c->tenants[1].network->ndeny, 0);
   ck_assert_ptr_eq(fr_config_tenant_by_token(c, "rl-team-token"), &c->tenants[0]);
   ck_assert_ptr_eq(fr_config_tenant_by_token(c, "eval-token"), &c->tenants[1]);
 
