@@ -21,8 +21,10 @@ Proves (docs/api.md "Egress"):
   the claim was warm (the pod is the pool's) and kept its place;
 - deny_out [other pod]: the other pod is refused, the gateway is not;
   allow_out wins over deny_out for the same address;
-- one NetworkPolicy per distinct policy, shared by label; it exists while
-  a sandbox uses it and is deleted once none does;
+- one NetworkPolicy per distinct policy, shared by label (also between two
+  router replicas); it exists while a sandbox uses it, is kept while one
+  does (another policy that fell out of use meanwhile is deleted), and is
+  deleted once none does;
 - a policy deleted behind the router's back while in use comes back;
 - a tenant's default applies and a create may override it;
 - the E2B endpoint maps allow_internet_access and network.allowOut/denyOut
@@ -286,23 +288,37 @@ def test_deny_out_and_allow_wins(fed):
 
 
 def test_policy_shared_then_deleted(fed):
+    """One object per policy, shared; deleted once unused, never while used,
+    with two router replicas sweeping the same cluster."""
     sid, name = fed.shared["allow_only"]
     gw = fed.shared["gw"]
-    # The same policy written differently (order, duplicates): the same object.
-    twin = fed.create_one(name="twin", network={"allow_out": [gw + "/32", gw], "allow_internet": False})
+    r2 = fed.start_router()
+    # The same policy written differently (order, duplicates), made through
+    # the second replica: the same object.
+    st, r = fed.api("POST", "/v1/sandboxes", {"image": tr.IMAGE, "name": "twin",
+                                              "network": {"allow_out": [gw + "/32", gw], "allow_internet": False}},
+                    router=r2)
+    check(st == 201, f"create through the second router: {st} {short(r)}")
+    twin = r["sandboxes"][0]
     check(pod_of(fed, twin["id"])["metadata"]["labels"].get(EGRESS) == name[len("fr-egress-"):],
           "the same policy got another label")
-    n = len(policies(fed))
-    st, _ = fed.api("DELETE", "/v1/sandboxes/" + sid)
-    check(st in (200, 202, 204), f"delete: {st}")
-    # Still used by the twin: stays past the grace period.
-    wait_until(lambda: sim(fed).pod(fed.sim_of(sid)[1]) is None, 30, 0.2)
-    st, r = fed.api("GET", "/v1/sandboxes/" + twin["id"])
+    other = fed.create_one(name="other", network={"deny_out": ["192.0.2.0/24"]})
+    oname = "fr-egress-" + pod_of(fed, other["id"])["metadata"]["labels"][EGRESS]
+    check({name, oname} <= set(policies(fed)), f"policies: {list(policies(fed))}")
+    for s_ in (sid, other["id"]):
+        st, _ = fed.api("DELETE", "/v1/sandboxes/" + s_)
+        check(st in (200, 202, 204), f"delete {s_}: {st}")
+    # The other policy, unused from now on, goes after the grace period;
+    # by then both replicas had the chance to delete the shared one, which
+    # the twin still uses: it must be there.
+    check(wait_until(lambda: oname not in policies(fed), GRACE_S * 3 + 10, 0.5),
+          f"{oname} outlived its last sandbox by {GRACE_S * 3 + 10} s")
+    check(name in policies(fed), f"{name} was deleted while the twin uses it")
+    st, r = fed.api("GET", "/v1/sandboxes/" + twin["id"], router=r2)
     check(st == 200 and r.get("network", {}).get("allow_out") == [gw + "/32"], f"GET shows the network: {short(r)}")
-    fed.api("DELETE", "/v1/sandboxes/" + twin["id"])
+    fed.api("DELETE", "/v1/sandboxes/" + twin["id"], router=r2)
     check(wait_until(lambda: name not in policies(fed), GRACE_S * 3 + 10, 0.5),
           f"{name} outlived its last sandbox by {GRACE_S * 3 + 10} s")
-    check(len(policies(fed)) == n - 1, f"other policies went too: {list(policies(fed))}")
 
 
 def test_policy_deleted_while_used_comes_back(fed):
