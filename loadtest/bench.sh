@@ -4,7 +4,7 @@
 # build/loadgen, stop everything (also on failure or Ctrl-C).
 #
 #   loadtest/bench.sh seed|overhead|fanout|spillover|regions|failover|
-#                     scale|soak|abuse|agent|replicas|gateway|all
+#                     scale|soak|abuse|agent|replicas|gateway|ports|all
 #                     [--smoke] [--build-dir DIR]
 #                     [--out DIR] [--plots DIR] [-- extra loadgen arguments]
 #
@@ -74,6 +74,14 @@
 #                 (smoke 32 MiB) up and down through it with its RSS, and its
 #                 RSS watching 50,000 (smoke 2,000) sandbox pods. Needs wrk;
 #                 not part of `all`.
+#   ports:        loadtest/ports_bench.py: one kubesim running the real
+#                 agent (and the Code Interpreter in code-interpreter pods),
+#                 a router with a ports domain: GET of 1 KiB from a server
+#                 in a sandbox with wrk straight to the pod, by path and by
+#                 host; FILE_MB (1024; smoke 32) down through a port with the
+#                 router's RSS; runCode('1+1') p50 in one sandbox and
+#                 cells/s over 64 (smoke 4) sandboxes. Needs wrk for the
+#                 request rates; not part of `all`.
 #   soak:         3 clusters, same delays; 8 workers creating batches of 5,
 #                 exec in each, terminate each, for SOAK_S seconds (600;
 #                 smoke 8), router RSS and fds sampled every 5 s (smoke 1 s);
@@ -97,7 +105,7 @@ usage() { sed -n '2,/^# (Functions/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^#
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    seed|overhead|fanout|spillover|regions|failover|scale|soak|abuse|agent|replicas|gateway|all) SCENARIO="$1" ;;
+    seed|overhead|fanout|spillover|regions|failover|scale|soak|abuse|agent|replicas|gateway|ports|all) SCENARIO="$1" ;;
     --smoke) SMOKE=1 ;;
     --build-dir) [ $# -ge 2 ] || { usage >&2; exit 2; }; BUILD="$2"; shift ;;
     --out) [ $# -ge 2 ] || { usage >&2; exit 2; }; OUT="$2"; shift ;;
@@ -404,6 +412,7 @@ py_scenario() {
 scenario_abuse() { py_scenario abuse abuse.py; }
 scenario_agent() { py_scenario agent agent_bench.py; }
 scenario_replicas() { py_scenario replicas replicas.py; }
+scenario_ports() { py_scenario ports ports_bench.py; }
 scenario_gateway() {
   local b
   for b in fedrouter-gateway fedrouter-agent; do

@@ -23,11 +23,14 @@
  * pods, every exec'd command that forks) lives under one supervisor, this
  * binary re-run as "kubesim __pod-init" (uv_spawn, own session):
  *   - as root (--pod-namespaces, the default for root) the pod gets its own
- *     PID, mount and UTS namespaces and a private root (podinit.c); exec'd
- *     commands enter them through "kubesim __pod-enter". Killing the
- *     supervisor (SIGKILL) kills the pod's init through PR_SET_PDEATHSIG,
- *     and the kernel kills every process of a PID namespace whose init
- *     dies: setsid'd grandchildren included;
+ *     PID, mount, UTS and network namespaces, a private root and its
+ *     securityContext's credentials (podinit.c); exec'd commands enter
+ *     them through "kubesim __pod-enter". agent_stop() SIGTERMs the
+ *     supervisor, which kills the pod's init and waits for it: the kernel
+ *     ends every process of a PID namespace before its init is gone,
+ *     setsid'd grandchildren included (a supervisor killed outright takes
+ *     init along through PR_SET_PDEATHSIG). Only then is the pod's
+ *     directory removed (agent_remove_dir());
  *   - otherwise: no namespaces; the supervisor is a child subreaper that
  *     kills its whole tree on SIGTERM, and kubesim also kills every
  *     process whose environment carries the pod's AGENT_POD_MARK (what
@@ -41,17 +44,12 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mount.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "fr/buf.h"

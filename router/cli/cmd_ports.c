@@ -24,7 +24,8 @@ static const char url_usage[] =
     "\n"
     "Prints the URL of PORT (1-65535) of sandbox ID: with the router's ports\n"
     "domain, http(s)://PORT-<short id>.<domain>/ (a preview URL a browser can\n"
-    "open); without one, the path form <router>/v1/sandboxes/ID/ports/PORT/.\n"
+    "open; a domain without a port takes the router URL's); without one, the\n"
+    "path form <router>/v1/sandboxes/ID/ports/PORT/.\n"
     "A private port takes the sandbox's traffic token (header\n"
     "E2B-Traffic-Access-Token, shown with --json) or your bearer token; one\n"
     "made public at create (--public-port) takes nothing.\n";
@@ -46,10 +47,26 @@ static const struct fc_opt no_opts[] = {{NULL, 0, 0, 0}};
 enum { OPT_CONTEXT = 1 };
 static const struct fc_opt run_code_opts[] = {{"context", 0, 1, OPT_CONTEXT}, {NULL, 0, 0, 0}};
 
-/* <scheme>://<host> of the router's URL <base> into <out>: "https" or
- * "http". */
+/* The scheme of the router's URL <base>: "https" or "http". */
 static const char *scheme_of(const char *base) {
   return strncmp(base, "https://", 8) == 0 ? "https" : "http";
+}
+
+/* The explicit port of the router's URL <base> (":8080"), or "": preview
+ * URLs are served by the router's own listener, so a ports domain given
+ * without a port is reached on the port the router is. */
+static const char *port_of(const char *base) {
+  const char *host = strstr(base, "://"), *end, *colon;
+
+  if (host == NULL)
+    return "";
+  host += 3;
+  end = host + strcspn(host, "/?#");
+  if (*host == '[') /* [v6]:port */
+    host = memchr(host, ']', (size_t)(end - host)) != NULL ? (const char *)memchr(host, ']', (size_t)(end - host))
+                                                           : end;
+  colon = memchr(host, ':', (size_t)(end - host));
+  return colon != NULL && colon + 1 < end ? colon : "";
 }
 
 int fc_cmd_url(struct fc_ctx *ctx, int argc, char **argv) {
@@ -91,7 +108,9 @@ int fc_cmd_url(struct fc_ctx *ctx, int argc, char **argv) {
   short_id = fc_jstr(r.json, "short_id", NULL);
   fr_buf_reset(&path);
   if (domain != NULL && short_id != NULL) {
-    fr_buf_printf(&path, "%s://%" PRId64 "-%s.%s/", scheme_of(ctx->base), port, short_id, domain);
+    const char *lp = strchr(domain, ':') != NULL ? "" : port_of(ctx->base);
+    fr_buf_printf(&path, "%s://%" PRId64 "-%s.%s%.*s/", scheme_of(ctx->base), port, short_id, domain,
+                  (int)strcspn(lp, "/?#"), lp);
   } else {
     /* No wildcard domain: the path form, on the router itself. */
     fr_buf_printf(&path, "%s", ctx->base);

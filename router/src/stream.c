@@ -118,7 +118,10 @@ static void nd_output(struct nd *n, int err, const char *data, size_t len, int f
     n->ncarry[err] = b.len - whole;
   }
   if (whole > 0) {
-    s = json_stringn(b.data, whole);
+    /* Text when it is UTF-8 and escaping costs no more than base64 would
+     * (4/3, with room for a short chunk's newline): a stream of NUL or
+     * other control bytes, sixfold as JSON escapes, goes out as base64. */
+    s = fr_json_escaped_len(b.data, whole) <= whole + whole / 3 + 16 ? json_stringn(b.data, whole) : NULL;
     if (s != NULL) {
       nd_line(n, json_pack("{s:o}", key, s));
     } else {
@@ -240,8 +243,9 @@ static void nd_done(const struct fr_agent_result *res, const char *code, const c
   }
   if (!n->begun) {
     /* Nothing streamed yet: an ordinary error answer. A command that could
-     * not start reads as a shell would say it, as the buffered exec does. */
-    if (n->kind == ND_EXEC && code != NULL && res->err == FR_AGENT_OK) {
+     * not start reads as a shell would say it, as the buffered exec does;
+     * a sandbox at its process limit is 429 agent_busy (data__agent_error). */
+    if (n->kind == ND_EXEC && code != NULL && res->err == FR_AGENT_OK && strcmp(code, "resource_exhausted") != 0) {
       int exit_code = strcmp(code, "not_found") == 0 ? 127 : strcmp(code, "permission_denied") == 0 ? 126 : 125;
       nd_begin(n);
       nd_line(n, json_pack("{s:s+}", "stderr", message != NULL ? message : "the command could not start", "\n"));
@@ -258,6 +262,14 @@ static void nd_done(const struct fr_agent_result *res, const char *code, const c
       data__agent_error(q, res, NULL, "process");
     }
     nd_free(n);
+    return;
+  }
+  if (n->kind == ND_OUTPUT && !n->follow && code == NULL && res->err == FR_AGENT_OK) {
+    /* Without follow the agent ends the stream after what it kept at
+     * attach: the process still runs. */
+    nd_flush(n);
+    nd_line(n, json_pack("{s:b}", "running", 1));
+    nd_finish(n, 1);
     return;
   }
   /* Cut after it began: say so on the last line, then end. */
@@ -336,8 +348,8 @@ void data_exec_stream(struct api_req *q, struct fr_adapter *a, const char *id, c
 void procs_output(struct api_req *q, const struct route_params *p) {
   struct fr_adapter *a = p->a;
   const char *id = p->id;
-  int64_t pid = p->pid;
-  char v[16];
+  int64_t pid = p->pid, from;
+  char v[24];
   struct nd *n;
   int rc;
 
@@ -348,7 +360,18 @@ void procs_output(struct api_req *q, const struct route_params *p) {
   }
   n->follow = fr_http_query_get(q->req->query, "follow", v, sizeof(v)) >= 0 &&
               (strcmp(v, "1") == 0 || strcmp(v, "true") == 0);
-  rc = fr_adapter_proc_attach(a, data__pod_of(id), pid, 0, q->rid, nd_event, nd_done, n, &n->ps);
+  /* ?from=N: resume at byte N of the output (what a reconnecting client
+   * already has), from any replica; bytes the agent no longer keeps are
+   * counted in a {"lost_bytes":N} line. */
+  rc = fr_http_query_get(q->req->query, "from", v, sizeof(v));
+  if (rc == -ENOENT) {
+    from = 0;
+  } else if (rc < 0 || fr_parse_int64(v, 0, INT64_MAX, &from) != 0) {
+    free(n);
+    api_fail(q, 400, "invalid_query", "from must be a byte offset of the output: an integer >= 0", NULL);
+    return;
+  }
+  rc = fr_adapter_proc_attach(a, data__pod_of(id), pid, from, n->follow, q->rid, nd_event, nd_done, n, &n->ps);
   if (rc != 0) {
     free(n);
     data__start_failed(q, a, rc);

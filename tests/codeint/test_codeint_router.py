@@ -202,7 +202,8 @@ def test_fedctl_run_code_and_url(fed):
     # The preview URL of port 49999: the host form, reached with the traffic
     # token through the router.
     rc, out, err = fedctl(fed, "url", sid, "49999")
-    want = f"http://49999-{sb['short_id']}.{DOMAIN}/"
+    # (The domain has no port: the router URL's is used.)
+    want = f"http://49999-{sb['short_id']}.{DOMAIN}:{fed.router.port}/"
     check(rc == 0 and out == want + "\n", f"fedctl url: rc {rc} {out!r} (want {want}) {err!r}")
     c = http.client.HTTPConnection("127.0.0.1", fed.router.port, timeout=30)
     c.request("GET", "/health", headers={"Host": f"49999-{sb['short_id']}.{DOMAIN}",
@@ -220,8 +221,55 @@ def test_fedctl_run_code_and_url(fed):
     check(st in (200, 202, 204), f"terminate: {st} {short(r)}")
 
 
+def test_python_sdk_run_code_and_url(fed):
+    sys.path.insert(0, os.path.join(ROOT, "sdk", "python"))
+    import asyncio
+    import fedrouter
+    c = fedrouter.Client(f"http://127.0.0.1:{fed.router.port}", token=tr.TOKEN_A)
+    sb = c.create(pool=POOL, name="py")
+    try:
+        seen = []
+        ex = sb.run_code("import sys\nprint('out')\nprint('err', file=sys.stderr)\nv = 20\nv + 1",
+                         on_stdout=seen.append)
+        check(isinstance(ex, fedrouter.Execution) and ex.text == "21" and ex.ok and ex.stdout == "out\n"
+              and ex.stderr == "err\n" and seen == ["out\n"] and isinstance(ex.execution_count, int),
+              f"run_code: {dict(ex)} seen {seen}")
+        ex = sb.run_code("1 / 0")
+        check(not ex.ok and ex.error.name == "ZeroDivisionError" and "ZeroDivisionError" in ex.error.traceback,
+              f"a cell that raises: {dict(ex)}")
+        ex = sb.run_code("import os\nos.environ['K']", env={"K": "v"})
+        check(ex.text == "v", f"env for one cell: {dict(ex)}")
+        ex = sb.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()")
+        check(len(ex.results) == 1 and ex.results[0].png.startswith("iVBOR"), f"a PNG: {str(dict(ex))[:300]}")
+
+        async def aio():
+            e = await sb.run_code.aio("v * 2")
+            await c.aclose()
+            return e
+        ex = asyncio.run(aio())
+        check(ex.text == "40", f"run_code.aio keeps the state: {dict(ex)}")
+        try:
+            sb.run_code("1", context="no-such-context")
+            check(False, "an unknown context did not raise")
+        except fedrouter.APIError as e:
+            check(e.status == 404 and e.code == "context_not_found", f"unknown context: {e.status} {e.code}")
+        u = sb.url(8080)
+        check(u == f"http://8080-{sb.short_id}.{DOMAIN}:{fed.router.port}/" and len(sb.traffic_token) == 64,
+              f"sb.url: {u} short {sb.short_id}")
+        listed = [x for x in c.ls() if x.id == sb.id][0]
+        check(listed.url(8080) == u, f"url of a listed sandbox: {listed.url(8080)}")
+        try:
+            sb.url(0)
+            check(False, "url(0) did not raise")
+        except ValueError:
+            pass
+    finally:
+        sb.terminate()
+        c.close()
+
+
 TESTS = [test_pool_is_ready_when_its_server_is, test_official_sdk, test_relay_tokens,
-         test_interrupt_when_client_leaves, test_fedctl_run_code_and_url]
+         test_interrupt_when_client_leaves, test_fedctl_run_code_and_url, test_python_sdk_run_code_and_url]
 
 
 def main():

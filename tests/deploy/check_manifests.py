@@ -70,6 +70,7 @@ import config_features  # noqa: E402
 import example_overlay  # noqa: E402
 
 AGENT_PORT = 49983
+CODE_INTERPRETER_PORT = 49999
 problems = []
 
 NAMESPACED = {
@@ -660,9 +661,10 @@ def check_member(objs):
             problem("%s: NetworkPolicy %s allows egress: sandboxes get none" % (where, n["metadata"]["name"]))
         for rule in n["spec"].get("ingress") or []:
             ports = [p.get("port") for p in rule.get("ports") or []]
-            if ports != [AGENT_PORT]:
-                problem("%s: NetworkPolicy %s lets in ports %s: only the agent port %d"
-                        % (where, n["metadata"]["name"], ports or "(all)", AGENT_PORT))
+            if not ports or AGENT_PORT not in ports or not set(ports) <= {AGENT_PORT, CODE_INTERPRETER_PORT}:
+                problem("%s: NetworkPolicy %s lets in ports %s: only the agent port %d (and the Code "
+                        "Interpreter's %d)" % (where, n["metadata"]["name"], ports or "(all)", AGENT_PORT,
+                                               CODE_INTERPRETER_PORT))
             for peer in rule.get("from") or [{}]:
                 ps = peer.get("podSelector")
                 if "namespaceSelector" not in peer and "ipBlock" not in peer:

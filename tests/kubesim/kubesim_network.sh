@@ -67,6 +67,12 @@ http_code() { curl -s --max-time 10 -o /dev/null -w '%{http_code}' "$1"; }
 
 SERVER='"python3","-m","http.server","8000","--bind","0.0.0.0"'
 
+# bridge_gone NAME IFINDEX — the bridge NAME that had IFINDEX is gone (other
+# kubesims on this machine may take the freed range, and make a bridge of
+# that name anew, at once).
+ifindex() { cat "/sys/class/net/$1/ifindex" 2>/dev/null; }
+bridge_gone() { [ "$(ifindex "$1")" != "$2" ]; }
+
 start_kubesim "$KUBESIM" --tls --token "$TOKEN" --name net --nodes 2 --node-cpu 32 --agent-binary "$AGENT"
 BASE="$(kubeconfig_server)"
 
@@ -90,6 +96,7 @@ PY
     fail "IPv4 forwarding is on for $BRIDGE: pods' packets could be routed off this machine"
   echo "pod range $CIDR on $BRIDGE ($GW)"
   BRIDGE_MAC="$(cat "/sys/class/net/$BRIDGE/address")"
+  BRIDGE_IDX="$(ifindex "$BRIDGE")"
 
   step "two pods each serve 0.0.0.0:8000 on addresses of their own; kubectl get pod -o wide shows them"
   make_agent_pod s1 "$SERVER"
@@ -155,6 +162,7 @@ PY
   sim_state "http://127.0.0.1:$(cat "$T/k2/port")"
   CIDR2="$(json "$OUT" 'd["pod_network"]["cidr"]')"
   BRIDGE2="$(json "$OUT" 'd["pod_network"]["bridge"]')"
+  BRIDGE2_IDX="$(ifindex "$BRIDGE2")"
   [ -n "$CIDR2" ] && [ "$CIDR2" != "$CIDR" ] && [ "$BRIDGE2" != "$BRIDGE" ] || fail "second range $CIDR2 ($BRIDGE2), first $CIDR"
   LAST_CMD="kubesim --pod-cidr $CIDR (taken)"
   timeout 20 "$KUBESIM" --pod-cidr "$CIDR" --port-file "$T/k3.port" --workdir "$T/k3" >"$OUT" 2>"$ERR"
@@ -163,7 +171,7 @@ PY
   [ -e "$T/k3.port" ] && fail "the refused kubesim wrote its port file"
   kill -TERM "$K2"
   wait "$K2" || fail "second kubesim exit status $?"
-  [ -e "/sys/class/net/$BRIDGE2" ] && fail "$BRIDGE2 left after SIGTERM"
+  bridge_gone "$BRIDGE2" "$BRIDGE2_IDX" || fail "$BRIDGE2 left after SIGTERM"
 
   step "a bridge left by a killed kubesim is replaced at the next start; SIGTERM removes it"
   mkdir -p "$T/k4"
@@ -197,9 +205,10 @@ PY
   wait_until 20 test -s "$T/k4/port" || fail "kubesim did not start over its stale bridge: $(tail -n 3 "$T/k4.log")"
   grep -q "deleted the stale bridge $BRIDGE4" "$T/k4.log" || fail "no word of the stale bridge: $(tail -n 3 "$T/k4.log")"
   [ -d "/sys/class/net/$BRIDGE4" ] || fail "no $BRIDGE4 after the restart"
+  BRIDGE4_IDX="$(ifindex "$BRIDGE4")"
   kill -TERM "$K4"
   wait "$K4" || fail "kubesim exit status $? on SIGTERM"
-  [ -e "/sys/class/net/$BRIDGE4" ] && fail "$BRIDGE4 left after SIGTERM"
+  bridge_gone "$BRIDGE4" "$BRIDGE4_IDX" || fail "$BRIDGE4 left after SIGTERM"
 else
   echo "note: not root: no network namespaces or bridges; only the loopback fallback is checked"
 fi
@@ -240,6 +249,6 @@ grep -Eq "$SAN_RE" "$T/lo.log" && fail "sanitizer report in the loopback kubesim
 if [ "$ROOT_USER" = 1 ]; then
   stop_kubesim_step
   step "the bridge is gone once kubesim exited"
-  [ -e "/sys/class/net/$BRIDGE" ] && fail "$BRIDGE left after SIGTERM"
+  bridge_gone "$BRIDGE" "$BRIDGE_IDX" || fail "$BRIDGE left after SIGTERM"
 fi
 finish

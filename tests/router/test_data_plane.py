@@ -316,6 +316,72 @@ def test_tenant_rules(fed):
     st, r = fed.api("PUT", f"/v1/sandboxes/{sb}/files?path=/tmp/ok", raw=b"x" * 1000,
                     token=tr.TOKEN_B, headers={"Content-Type": "application/octet-stream"})
     check(st == 201, f"under the limit: {st} {r}")
+    # A chunked upload that grows past the limit over that file: 413, and
+    # the file is as it was (the agent renames an upload in place only
+    # once it is whole), nothing of the refused bytes left in the directory.
+    c = http.client.HTTPConnection("127.0.0.1", fed.router.port, timeout=60)
+    try:
+        c.request("PUT", f"/v1/sandboxes/{sb}/files?path=/tmp/ok", body=(b"y" * 65536 for _ in range(40)),
+                  headers={"Authorization": "Bearer " + tr.TOKEN_B, "Content-Type": "application/octet-stream",
+                           "Transfer-Encoding": "chunked"}, encode_chunked=True)
+        resp = c.getresponse()
+        st, r = resp.status, json.loads(resp.read() or b"null")
+    except (BrokenPipeError, ConnectionResetError):
+        resp = c.getresponse()
+        st, r = resp.status, json.loads(resp.read() or b"null")
+    finally:
+        c.close()
+    check(st == 413 and r["error"]["code"] == "file_too_large", f"chunked over max_file_bytes: {st} {r}")
+    r = fed.exec_ok(sb, ["sh", "-c", "wc -c < /tmp/ok; head -c 3 /tmp/ok"], token=tr.TOKEN_B)
+    check(r.get("stdout") == "1000\nxxx", f"the file after a refused upload: {r}")
+    check(wait_until(lambda: fed.exec_ok(sb, ["sh", "-c", "ls -A /tmp | grep -c fr-upload || true"],
+                                         token=tr.TOKEN_B).get("stdout") == "0\n", 10, 0.2),
+          "the refused upload's temporary file stays")
+
+
+def test_process_io_to_build_on(fed):
+    """Output resumes at a byte offset (?from=), from any replica; control
+    bytes stream as base64, never sixfold as JSON escapes; stdin written
+    and closed just as the process exits is a success."""
+    import base64
+    sid = fed.shared["sid"]
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes", {"argv": ["printf", "abcdefghij"]})
+    check(st == 201, f"start printf: {st} {r}")
+    pid = r["pid"]
+    c, resp = stream(fed, "GET", f"/v1/sandboxes/{sid}/processes/{pid}/output?follow=1")
+    lines = ndjson(resp)
+    c.close()
+    check(text_of(lines) == "abcdefghij", f"the whole output: {lines}")
+    c, resp = stream(fed, "GET", f"/v1/sandboxes/{sid}/processes/{pid}/output?follow=1&from=4")
+    lines = ndjson(resp)
+    c.close()
+    check(text_of(lines) == "efghij" and lines[-1][1].get("exit_code") == 0, f"from byte 4: {lines}")
+    for bad in ("-1", "x", "1e3", "99999999999999999999"):
+        st, r = fed.api("GET", f"/v1/sandboxes/{sid}/processes/{pid}/output?from={bad}")
+        check(st == 400 and r["error"]["code"] == "invalid_query", f"from={bad}: {st} {r}")
+    # 256 KiB of NUL bytes through a streaming exec: base64 on the wire.
+    n = 256 << 10
+    c, resp = stream(fed, "POST", f"/v1/sandboxes/{sid}/exec",
+                     {"argv": ["head", "-c", str(n), "/dev/zero"], "stream": True})
+    raw = b""
+    while True:
+        d = resp.read1(65536)
+        if not d:
+            break
+        raw += d
+    c.close()
+    objs = [json.loads(x) for x in raw.splitlines() if x.strip()]
+    got = b"".join(base64.b64decode(o["stdout_b64"]) if "stdout_b64" in o else o.get("stdout", "").encode()
+                   for o in objs)
+    check(got == b"\0" * n and len(raw) <= 1.4 * n and any("stdout_b64" in o for o in objs),
+          f"NUL bytes streamed: {len(got)} bytes back, {len(raw)} on the wire for {n}")
+    # stdin that the process reads, then exits: 204 every time.
+    for i in range(5):
+        st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes", {"argv": ["head", "-c", "3"], "stdin": True})
+        check(st == 201, f"start head: {st} {r}")
+        st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes/{r['pid']}/stdin?close=1", raw=b"hi\n",
+                        headers={"Content-Type": "application/octet-stream"})
+        check(st == 204, f"stdin + close to a process that exits on reading it (try {i}): {st} {r}")
 
 
 TESTS = [
@@ -328,6 +394,7 @@ TESTS = [
     test_listing_past_the_agents_bound_is_not_retryable,
     test_large_answers_go_out_in_pieces,
     test_tenant_rules,
+    test_process_io_to_build_on,
 ]
 
 

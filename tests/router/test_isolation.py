@@ -51,6 +51,14 @@ tr.WATCHDOG_S = 170  # ctest's TIMEOUT is 180
 CLUSTER = "iso"
 NS = "default"
 SECRET_VALUE = "top-secret-" + os.urandom(6).hex()
+DOMAIN = "iso.localhost"
+
+
+class IsoFed(tap.AgentFed):
+    def write_config(self, path, lifetime):
+        super().write_config(path, lifetime)
+        with open(path, "a") as f:
+            f.write(f'ports = {{ domain = "{DOMAIN}"; }};\n')
 
 # Paths after /e2b that must never leave the router: each would, after a
 # server's normalization, land outside the sandbox's proxy prefix or on an
@@ -93,7 +101,9 @@ def raw(fed, method, target, headers, body=b""):
     returns (status, parsed body or text)."""
     s = socket.create_connection(("127.0.0.1", fed.router.port), timeout=15)
     try:
-        head = f"{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        head = f"{method} {target} HTTP/1.1\r\nConnection: close\r\n"
+        if "Host" not in headers:
+            head += "Host: 127.0.0.1\r\n"
         for k, v in headers.items():
             head += f"{k}: {v}\r\n"
         head += f"Content-Length: {len(body)}\r\n\r\n"
@@ -120,18 +130,18 @@ def sim_requests(fed):
     return r["requests"]
 
 
-def assert_only_own_proxy(fed, pod, what):
+def assert_only_own_proxy(fed, pod, what, ports=(49983,)):
     """Every request kubesim served since the log was cleared is either the
     router's own bookkeeping (watches, lists, probes) or a call through B's
-    pod proxy prefix to an allowed agent route."""
-    prefix = f"/api/v1/namespaces/{NS}/pods/{pod}:49983/proxy/"
+    pod proxy prefix (for the agent's port or one of B's own <ports>)."""
+    prefixes = tuple(f"/api/v1/namespaces/{NS}/pods/{pod}:{p}/proxy/" for p in ports)
     bad = []
     for line in sim_requests(fed):
         method, _, target = line.partition(" ")
         low = target.lower()
-        if ("secret" in low or method in ("DELETE", "PATCH", "PUT") or ".." in target or "%2e" in low
-                or "%2f" in low or "%5c" in low or ";" in target or "/init" in low
-                or ("/proxy" in target and not target.startswith(prefix))):
+        if ("secret" in low or (method in ("DELETE", "PATCH", "PUT") and not target.startswith(prefixes))
+                or ".." in target or "%2e" in low or "%2f" in low or "%5c" in low or ";" in target
+                or "/init" in low or ("/proxy" in target and not target.startswith(prefixes))):
             bad.append(line)
     check(not bad, f"{what}: kubesim served requests outside B's proxy prefix: {bad[:5]}")
 
@@ -384,7 +394,60 @@ def test_route_table_labels_and_405(fed):
     check(st == 400 and r["error"]["code"] == "invalid_pid", f"a pid that is not a number: {st} {short(r)}")
 
 
-TESTS = [test_setup, test_e2b_relay_refuses_path_tricks, test_v1_refuses_path_tricks,
+def test_ports_stay_the_owners(fed):
+    """A sandbox's ports (path routing, host routing, the E2B relay): B
+    reaches none of A's, by any credential it holds; dot segments and the
+    agent's port are refused before anything is sent; kubesim sees only
+    calls through B's own pod's prefix."""
+    a, b = fed.shared["a"], fed.shared["b"]
+    _, pod = fed.sim_of(b)
+    st, ra = fed.api("GET", "/v1/sandboxes/" + a, token=tr.TOKEN_A)
+    st2, rb = fed.api("GET", "/v1/sandboxes/" + b, token=tr.TOKEN_B)
+    check(st == 200 and st2 == 200 and ra.get("short_id") and rb.get("traffic_token"),
+          f"the sandboxes' port fields: {short(ra)} {short(rb)}")
+    a_short, b_traffic = ra["short_id"], rb["traffic_token"]
+    check(fed.sims[CLUSTER].admin("DELETE", "/_sim/requests")[0] == 200, "clear kubesim's request log")
+    hb = {"Authorization": "Bearer " + tr.TOKEN_B}
+    for target, headers in (
+            (f"/v1/sandboxes/{a}/ports/8000/", hb),
+            (f"/v1/sandboxes/{a_short}/ports/8000/x", hb),
+            ("/", dict(hb, Host=f"8000-{a_short}.{DOMAIN}")),
+            ("/", {"Host": f"8000-{a_short}.{DOMAIN}", "E2B-Traffic-Access-Token": b_traffic}),
+            ("/", {"Host": f"8000-{a_short}.{DOMAIN}", "X-Traffic-Token": b_traffic}),
+            ("/", {"Host": f"8000-{a_short}.{DOMAIN}"}),
+            ("/e2b/", {"E2b-Sandbox-Id": a, "E2b-Sandbox-Port": "8000", "X-API-Key": tr.TOKEN_B}),
+            ("/e2b/", {"E2b-Sandbox-Id": a, "E2b-Sandbox-Port": "8000", "X-Access-Token": token_of(fed, b)}),
+            ("/e2b/", {"E2b-Sandbox-Id": a_short, "E2b-Sandbox-Port": "8000",
+                       "E2B-Traffic-Access-Token": b_traffic})):
+        for method in ("GET", "POST", "DELETE"):
+            st, r = raw(fed, method, target, headers, b"{}" if method == "POST" else b"")
+            check(st == 404 and isinstance(r, dict) and "sandbox_not_found" in json.dumps(r),
+                  f"B at A's port: {method} {target} {sorted(headers)}: {st} {short(r)}")
+    # B's own sandbox: path tricks are refused whatever the surface.
+    for target, headers in (
+            (f"/v1/sandboxes/{b}/ports/8000/../../../../secrets", hb),
+            (f"/v1/sandboxes/{b}/ports/8000/..%2f..%2f..%2fsecrets", hb),
+            (f"/v1/sandboxes/{b}/ports/8000/%2e%2e/%2e%2e/init", hb),
+            (f"/v1/sandboxes/{b}/ports/8000/x;y", hb),
+            ("/../../../../api/v1/namespaces/default/secrets", {"Host": f"8000-{rb['short_id']}.{DOMAIN}",
+                                                                 "E2B-Traffic-Access-Token": b_traffic}),
+            ("/%2e%2e/%2e%2e/api/v1/pods", {"Host": f"8000-{rb['short_id']}.{DOMAIN}",
+                                           "E2B-Traffic-Access-Token": b_traffic}),
+            ("/e2b/../../api/v1/pods", {"E2b-Sandbox-Id": b, "E2b-Sandbox-Port": "8000",
+                                        "X-Access-Token": token_of(fed, b)})):
+        st, r = raw(fed, "GET", target, headers)
+        check(st == 400 and isinstance(r, dict) and r.get("error", {}).get("code") == "invalid_path",
+              f"B's own port, {target}: {st} {short(r)}")
+    for target, headers in ((f"/v1/sandboxes/{b}/ports/49983/init", hb),
+                            ("/init", {"Host": f"49983-{rb['short_id']}.{DOMAIN}",
+                                       "E2B-Traffic-Access-Token": b_traffic})):
+        st, r = raw(fed, "POST", target, headers, b"{}")
+        check(st in (400, 404) and "invalid_port" in json.dumps(r) or st == 404,
+              f"the agent's port as a user port: {target}: {st} {short(r)}")
+    assert_only_own_proxy(fed, pod, "after the ports probes", ports=(49983, 8000))
+
+
+TESTS = [test_setup, test_e2b_relay_refuses_path_tricks, test_v1_refuses_path_tricks, test_ports_stay_the_owners,
          test_file_paths_nul_and_not_utf8, test_amounts_and_images_refused,
          test_agent_killed_by_its_sandbox_is_agent_died, test_tenants_see_only_their_pools_and_sandboxes,
          test_e2b_bad_list_limit_and_connect_body, test_non_follow_output_is_what_was_kept,
@@ -394,7 +457,7 @@ TESTS = [test_setup, test_e2b_relay_refuses_path_tricks, test_v1_refuses_path_tr
 
 if __name__ == "__main__":
     sys.exit(tr.run_one_federation(
-        __doc__, lambda: tap.AgentFed("iso", [(CLUSTER, "us", ["--nodes", "2", "--node-cpu", "64",
+        __doc__, lambda: IsoFed("iso", [(CLUSTER, "us", ["--nodes", "2", "--node-cpu", "64",
                                                               "--node-memory", "256Gi", "--agent-binary",
                                                               os.path.abspath(tr.ARGS.agent)])]),
         TESTS, ["--agent"]))
