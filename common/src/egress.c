@@ -79,11 +79,12 @@ int fr_cidr_parse(const char *s, struct fr_cidr *out, char *why, size_t cap) {
   if (slash != NULL) {
     plen = strlen(slash + 1);
     /* 1-3 digits, no sign, no leading zero (except "0" itself). */
-    for (i = 0; i < plen; i++)
+    for (i = 0, prefix = 0; i < plen && i < 3; i++) {
       if (slash[1 + i] < '0' || slash[1 + i] > '9')
         break;
-    if (plen == 0 || plen > 3 || i != plen || (plen > 1 && slash[1] == '0') ||
-        (prefix = atoi(slash + 1)) > max) {
+      prefix = prefix * 10 + (slash[1 + i] - '0');
+    }
+    if (plen == 0 || plen > 3 || i != plen || (plen > 1 && slash[1] == '0') || prefix > max) {
       say(why, cap, "\"%s\": the prefix length must be a number from 0 to %d", s, max);
       return -EINVAL;
     }
