@@ -42,14 +42,18 @@
 #include "upstream.h"
 
 enum op_kind { OP_WRITE, OP_DELETE };
-/* A write: PATCH; 404 -> POST; 409 -> PATCH again (someone created it). */
-enum op_step { STEP_PATCH, STEP_POST, STEP_PATCH_AGAIN };
+/* A write is a PATCH when the cache has the object, else a POST; a PATCH
+ * meeting 404 (gone meanwhile) turns into a POST, a POST meeting 409
+ * (someone made it meanwhile) into a PATCH, at most WRITE_TRIES in all. */
+enum op_step { STEP_PATCH, STEP_POST };
+#define WRITE_TRIES 3
 
 struct egress_op {
   struct egress_op *prev, *next;
   struct fr_adapter *a;
   enum op_kind kind;
   enum op_step step;
+  int tries;                    /* OP_WRITE: requests sent */
   char hash[FR_EGRESS_HASH_LEN + 1];
   char rv[64];                  /* OP_DELETE: the precondition */
   struct fr_egress policy;      /* OP_WRITE */
@@ -222,6 +226,15 @@ static void remember(struct fr_adapter *a, const char *hash, const struct fr_egr
 }
 
 static void on_answer(const struct fr_kube_response *r, void *arg);
+static int op_send(struct egress_op *op);
+
+/* Starts a write of <op>'s policy: a PATCH when this router's cache has
+ * the object (the usual case: a policy in use), else a POST. */
+static int write_start(struct egress_op *op) {
+  op->step = cached_policy(op->a, op->hash) != NULL ? STEP_PATCH : STEP_POST;
+  op->tries = 0;
+  return op_send(op);
+}
 
 static int op_send(struct egress_op *op) {
   struct fr_adapter *a = op->a;
@@ -241,6 +254,7 @@ static int op_send(struct egress_op *op) {
   json_decref(j);
   if (body == NULL)
     return -ENOMEM;
+  op->tries++;
   /* Each step is safe to repeat: a patch sets the same, a create that had
    * landed meets 409 and turns into the patch, a delete is preconditioned. */
   rc = fr_kube_request(a->client, method, path,
@@ -270,8 +284,9 @@ static void on_answer(const struct fr_kube_response *r, void *arg) {
     op_finish(op, r->status, "");
     return;
   }
-  if ((r->status == 404 && op->step == STEP_PATCH) || (r->status == 409 && op->step == STEP_POST)) {
-    op->step = r->status == 404 ? STEP_POST : STEP_PATCH_AGAIN;
+  if (((r->status == 404 && op->step == STEP_PATCH) || (r->status == 409 && op->step == STEP_POST)) &&
+      op->tries < WRITE_TRIES) {
+    op->step = r->status == 404 ? STEP_POST : STEP_PATCH;
     if (op_send(op) == 0)
       return;
     op_finish(op, 503, "cannot send the NetworkPolicy write");
@@ -301,7 +316,6 @@ static void on_answer(const struct fr_kube_response *r, void *arg) {
   if (op->waiters == NULL && r->status != 403) {
     /* A repair: tried again from the next sweep. */
     op->call = NULL;
-    op->step = STEP_PATCH;
     return;
   }
   op_finish(op, r->status, msg);
@@ -328,7 +342,6 @@ int egress_ensure(struct fr_adapter *a, const struct fr_egress *e, struct egress
     if ((op = op_new(a, OP_WRITE, hash)) == NULL)
       return -ENOMEM;
     op->policy = *e;
-    op->step = STEP_PATCH;
   }
   w->cb = cb;
   w->arg = arg;
@@ -341,7 +354,7 @@ int egress_ensure(struct fr_adapter *a, const struct fr_egress *e, struct egress
   /* A write already out (or a repair waiting for its retry: sent now)
    * serves this waiter too: it lands within a quarter of the grace period
    * of the label this create adds. */
-  if (op->call == NULL && op_send(op) != 0) {
+  if (op->call == NULL && write_start(op) != 0) {
     egress_cancel(w);
     if (op->waiters == NULL) {
       op_unlink(op);
@@ -518,7 +531,7 @@ static void repair(struct fr_adapter *a) {
         continue;
       op->policy = k->policy;
     }
-    if (op->call == NULL && op_send(op) != 0 && op->waiters == NULL) {
+    if (op->call == NULL && write_start(op) != 0 && op->waiters == NULL) {
       op_unlink(op);
       free(op);
     }
