@@ -426,6 +426,7 @@ static void adapter_release(struct fr_adapter *a) {
   strmap_close(&a->abandoned);
   strmap_close(&a->held);
   strmap_close(&a->batch_pods);
+  egress_free(a);
   strmap_close(&a->node_usage);
   strmap_close(&a->sb_node_usage);
   strmap_close(&a->gpu_usage);
@@ -502,6 +503,11 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
     rc = upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "configmaps", NULL, NULL);
   if (rc == 0)
     rc = fr_informer_new(a->client, path, FR_LABEL_BATCH, on_informer, a, &a->inf[INF_MARKERS]);
+  /* The sandboxes' egress policies (egress.c): a few small objects. */
+  if (rc == 0)
+    rc = upstream_netpol_path(path, sizeof(path), a->ns, NULL);
+  if (rc == 0)
+    rc = fr_informer_new(a->client, path, FR_LABEL_EGRESS, on_informer, a, &a->inf[INF_NETPOLS]);
   /* The strmap tables start empty as calloc left them. */
   if (rc == 0 && podstore_init(&a->pods) != 0)
     rc = -ENOMEM;

@@ -30,6 +30,7 @@
 
 #include "fr/buf.h"
 #include "fr/cfgread.h"
+#include "fr/egress.h"
 #include "fr/util.h"
 
 /* Defaults (documented in config/examples/fedrouter.conf). */
@@ -419,9 +420,10 @@ static const char *const tenant_keys[] = {"name", "token_sha256", "tokens", "max
                                           "max_concurrent_execs", "max_pool_replicas", "max_file_bytes", "admin",
                                           "secret", "max_cpus", "max_memory_gb", "max_gpus", "weight",
                                           "max_queued_sandboxes", "max_queued_execs", "max_paused", "max_paused_s",
-                                          "max_workspace_bytes", "max_lifetime_s", NULL};
+                                          "max_workspace_bytes", "max_lifetime_s", "network", NULL};
 static const char *const token_keys[] = {"name", "sha256", "expires", NULL};
 static const char *const queue_keys[] = {"max_wait_s", "max_sandboxes", "exec_wait_s", "e2b_wait_s", NULL};
+static const char *const network_keys[] = {"allow_internet", "allow_out", "deny_out", NULL};
 static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context", "in_cluster",
                                            "namespace", "cost", NULL};
 static const char *const cost_keys[] = {"per_core_hour", "per_gib_hour", "node_hour",
@@ -871,6 +873,55 @@ static int get_quota(struct loader *l, const config_setting_t *g, const char *ke
   return 0;
 }
 
+/* One of the tenant's `network` lists (<key>: allow_out, deny_out) into <e>. */
+static int network_list(struct loader *l, const config_setting_t *g, const char *key, int deny,
+                        struct fr_egress *e) {
+  const config_setting_t *list = config_setting_get_member(g, key);
+  char why[300];
+  int i, n, rc;
+
+  if (list == NULL)
+    return 0;
+  if (!config_setting_is_array(list) && !config_setting_is_list(list))
+    return bad(l, list, "expected an array of IP addresses or CIDRs ([\"10.0.0.0/8\", ...]), got %s",
+               type_name(config_setting_type(list)));
+  n = config_setting_length(list);
+  if (n > FR_EGRESS_MAX_CIDRS)
+    return bad(l, list, "%d entries; at most %d", n, FR_EGRESS_MAX_CIDRS);
+  for (i = 0; i < n; i++) {
+    const config_setting_t *s = config_setting_get_elem(list, (unsigned)i);
+    const char *v = config_setting_get_string(s);
+    if (v == NULL)
+      return bad(l, s, "expected a string (an IP address or CIDR), got %s", type_name(config_setting_type(s)));
+    if ((rc = fr_egress_add(e, deny, v, why, sizeof(why))) != 0)
+      return bad(l, s, "%s", why);
+  }
+  return 0;
+}
+
+/* The tenant's `network` group: the default egress of its sandboxes. */
+static int tenant_network(struct loader *l, const config_setting_t *tenant, struct fr_config_tenant *t) {
+  const config_setting_t *g;
+  struct fr_egress *e;
+  int rc;
+
+  if ((rc = get_group(l, tenant, "network", &g)) < 0 || g == NULL)
+    return rc;
+  if ((rc = check_keys(l, g, network_keys)) < 0)
+    return rc;
+  if ((e = malloc(sizeof(*e))) == NULL)
+    return oom(l);
+  fr_egress_init(e);
+  if ((rc = get_bool(l, g, "allow_internet", &e->allow_internet)) < 0 ||
+      (rc = network_list(l, g, "allow_out", 0, e)) < 0 || (rc = network_list(l, g, "deny_out", 1, e)) < 0) {
+    free(e);
+    return rc;
+  }
+  fr_egress_normalize(e);
+  t->network = e;
+  return 0;
+}
+
 static int load_tenants(struct loader *l, const config_setting_t *root, struct fr_config *c) {
   const config_setting_t *list;
   struct token_seen *seen = NULL;
@@ -962,7 +1013,7 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
       }
       first = fr_cfg_first(first, rc);
     }
-    if ((rc = tenant_secret(l, g, t)) < 0) {
+    if ((rc = tenant_secret(l, g, t)) < 0 || (rc = tenant_network(l, g, t)) < 0) {
       if (rc == -ENOMEM) {
         free(seen);
         return rc;
@@ -1464,6 +1515,7 @@ static void config_free(struct fr_config *c) {
     free(c->tenants[i].tokens);
     free(c->tenants[i].name);
     free(c->tenants[i].secret);
+    free(c->tenants[i].network);
   }
   for (i = 0; i < c->nfiles; i++)
     free(c->files[i]);

@@ -48,7 +48,7 @@ static const char *const create_fields[] = {"name", "num_sandboxes", "pool", "im
                                             "env", "secrets", "volumes", "labels", "region", "clusters",
                                             "timeout_s", "partial_ok", "runtime_class", "node_selector",
                                             "tolerations", "gpus", "public_ports", "readiness", "wait_s", "workspace",
-                                            "on_timeout", "auto_resume", "restore_from", NULL};
+                                            "on_timeout", "auto_resume", "restore_from", "network", NULL};
 
 /* "public_ports": "*" (every port) or an array of up to 16 ports (not the
  * agent's) anyone may reach through the sandbox's preview URLs, as label
@@ -121,6 +121,7 @@ struct create {
   json_t *env, *labels, *clusters; /* references; clusters: the request's restriction, or NULL */
   struct fr_podopts *opts;    /* the sandboxes' pod options; NULL = none */
   int64_t gpus;               /* per sandbox */
+  struct fr_egress *egress;   /* where they may connect; NULL = the default (no policy) */
   char cold_reason[300];      /* why the named pool's warm pods cannot serve it, "" = they can */
   struct fr_sandbox_spec spec;/* the batches' spec (strings borrowed from here) */
   struct secrets_fetch *sf;   /* the values of `secrets`, read before it is placed */
@@ -183,6 +184,7 @@ static void create_free(struct create *cr) {
   json_decref(cr->failed_placement);
   json_decref(cr->refusal);
   fr_podopts_unref(cr->opts);
+  free(cr->egress);
   free(cr);
 }
 
@@ -1025,6 +1027,8 @@ static void explain(struct create *cr) {
                     fr_plan_json(&plan, states));
     if (out != NULL && cr->opts != NULL)
       json_object_set(json_object_get(out, "request"), "pod_options", fr_podopts_json(cr->opts));
+    if (out != NULL)
+      json_object_set_new(json_object_get(out, "request"), "network", network_json(cr->egress));
     if (out != NULL && cr->cold_reason[0] != '\0')
       json_object_set_new(out, "cold_reason", json_string(cr->cold_reason));
     api_reply(q, 200, out, NULL);
@@ -1193,6 +1197,7 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain_only, int e
   cr->spec.cpu_m = pv ? pv->cpu_m : s.cpu_m > 0 ? s.cpu_m : 1000;
   cr->spec.mem_b = pv ? pv->mem_b : s.mem_b > 0 ? s.mem_b : (int64_t)2 << 30;
   cr->spec.opts = cr->opts;
+  cr->spec.egress = cr->egress;
   cr->spec.env = cr->env;
   cr->spec.labels = cr->labels;
   cr->spec.lifetime_s = s.timeout_s;

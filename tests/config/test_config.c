@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fr/egress.h"
 #include "fr/util.h"
 #include "fr_test_errors.h"
 
@@ -133,6 +134,11 @@ START_TEST(example_fedrouter_conf_loads_with_documented_values) {
   ck_assert_str_eq(c->tenants[1].tokens[0].name, "default");
   ck_assert_int_eq(c->tenants[0].weight, 1);
   ck_assert_int_eq(c->queue_max_wait_s, 600);
+  ck_assert_ptr_null(c->tenants[0].network);
+  ck_assert_ptr_nonnull(c->tenants[1].network);
+  ck_assert_int_eq(c->tenants[1].network->allow_internet, 0);
+  ck_assert_uint_eq(c->tenants[1].network->nallow, 1);
+  ck_assert_uint_eq(c->tenants[1].network->ndeny, 0);
 
   ck_assert_uint_eq(c->nclusters, 2);
   cl = &c->clusters[0];
@@ -256,6 +262,28 @@ START_TEST(config_batch_commit_timeout_is_kept) {
   fr_config_unref(c);
   c = load_ok(MINIMAL);
   ck_assert_int_eq(c->run_as_user, 0);
+  fr_config_unref(c);
+}
+END_TEST
+
+START_TEST(config_tenant_network_is_the_normalized_default) {
+  struct fr_config *c = load_ok(MINIMAL
+                                "tenants = ( { name = \"t\"; token_sha256 = \"" HASH_A "\";\n"
+                                "  network = { allow_internet = false;\n"
+                                "    allow_out = [\"10.1.0.0/16\", \"2001:db8::1\", \"10.1.0.0/16\"]; }; },\n"
+                                "  { name = \"u\"; token_sha256 = \"" HASH_B "\";\n"
+                                "    network = { deny_out = [\"169.254.169.254\"]; }; } );\n");
+  char text[FR_EGRESS_TEXT_MAX];
+
+  ck_assert_ptr_nonnull(c->tenants[0].network);
+  ck_assert_int_eq(fr_egress_text(c->tenants[0].network, text, sizeof(text)), 0);
+  ck_assert_str_eq(text, "internet=0;allow=10.1.0.0/16,2001:db8::1/128;deny=");
+  ck_assert_int_eq(fr_egress_text(c->tenants[1].network, text, sizeof(text)), 0);
+  ck_assert_str_eq(text, "internet=1;allow=;deny=169.254.169.254/32");
+  fr_config_unref(c);
+  /* No network group: no default of its own. */
+  c = load_ok(MINIMAL "tenants = ( { name = \"t\"; token_sha256 = \"" HASH_A "\"; } );\n");
+  ck_assert_ptr_null(c->tenants[0].network);
   fr_config_unref(c);
 }
 END_TEST
@@ -593,6 +621,27 @@ static const struct err_case err_cases[] = {
      MINIMAL "tenants = (\n  { name = \"t\";\n"
              T("ga978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb") "  }\n);\n",
      6, "64 hex characters, got 64 characters with non-hex ones"},
+
+    /* a tenant's network: only addresses and CIDRs, file:line of the entry */
+    {"tenant_network_domain",
+     MINIMAL "tenants = (\n  { name = \"t\";\n" T(HASH_A) "    network = { allow_internet = false;\n"
+             "      allow_out = [ \"10.0.0.0/8\",\n        \"pypi.org\" ]; }; }\n);\n",
+     9, "tenants.[0].network.allow_out.[1]: \"pypi.org\" is a domain name, not an IP address or CIDR"},
+    {"tenant_network_host_bits",
+     MINIMAL "tenants = (\n  { name = \"t\";\n" T(HASH_A) "    network = {\n      deny_out = [\"10.0.0.1/8\"]; }; }\n);\n",
+     8, "has address bits set past its prefix length (did you mean 10.0.0.0/8?)"},
+    {"tenant_network_prefix",
+     MINIMAL "tenants = (\n  { name = \"t\";\n" T(HASH_A) "    network = { deny_out = [\"::/129\"]; }; }\n);\n",
+     7, "the prefix length must be a number from 0 to 128"},
+    {"tenant_network_not_strings",
+     MINIMAL "tenants = (\n  { name = \"t\";\n" T(HASH_A) "    network = { deny_out = [ 10 ]; }; }\n);\n",
+     7, "expected a string (an IP address or CIDR), got an integer"},
+    {"tenant_network_bool",
+     MINIMAL "tenants = (\n  { name = \"t\";\n" T(HASH_A) "    network = { allow_internet = \"no\"; }; }\n);\n",
+     7, "expected true or false, got a string"},
+    {"tenant_network_unknown_key",
+     MINIMAL "tenants = (\n  { name = \"t\";\n" T(HASH_A) "    network = { allow_outs = []; }; }\n);\n",
+     7, "unknown key (did you mean \"allow_out\"?)"},
 
     /* files */
     {"tls_cert_absent", MINIMAL "tls = {\n  cert = \"no-such.crt\";\n  key = \"t.conf\";\n};\n", 5,
@@ -1097,6 +1146,7 @@ static Suite *config_suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, config_minimal_gets_defaults);
   tcase_add_test(tc, config_batch_commit_timeout_is_kept);
+  tcase_add_test(tc, config_tenant_network_is_the_normalized_default);
   tcase_add_test(tc, config_ports_and_e2b_templates_loaded);
   tcase_add_test(tc, config_check_reports_every_error_with_its_line);
   tcase_add_test(tc, config_check_syntax_error_is_the_one_error);

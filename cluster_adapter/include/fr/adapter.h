@@ -24,6 +24,7 @@
 #include <uv.h>
 
 struct fr_buf;
+struct fr_egress;
 
 struct fr_kube_client;
 struct fr_kube_exec_budget;
@@ -107,6 +108,14 @@ struct fr_adapter_opts {
 #define FR_LABEL_AUTO_RESUME "fedrouter.io/auto-resume"
 /* A paused sandbox's claim: when it was paused (RFC 3339). */
 #define FR_ANN_PAUSED_AT "fedrouter.io/paused-at"
+/* On a sandbox whose egress is restricted: the hash of its policy
+ * (fr_egress_hash), which NetworkPolicy fr-egress-<hash> selects. */
+#define FR_LABEL_EGRESS "fedrouter.io/egress"
+/* On that NetworkPolicy: the policy's canonical text (fr_egress_text), and
+ * a value every router's write of it changes (docs/architecture.md,
+ * "Sandbox egress"). */
+#define FR_ANN_NETWORK "fedrouter.io/network"
+#define FR_ANN_TOUCHED "fedrouter.io/touched"
 #define FR_ANN_CREATED "fedrouter.io/created-at"
 #define FR_ANN_EXPIRES "fedrouter.io/expires-at"
 #define FR_ANN_WARM "fedrouter.io/warm"
@@ -337,6 +346,12 @@ struct fr_sandbox_spec {
    * sandbox. */
   const char *resume_pod;
   const char *resume_claim; /* with resume_pod: its workspace claim's name (NULL: "<pod>-ws") */
+  /* Where the sandbox may connect (normalized, fr/egress.h; copied), or
+   * NULL for the default (internet allowed, nothing denied: no policy).
+   * Otherwise NetworkPolicy fr-egress-<hash> is made sure to exist before
+   * the pod is claimed or created with label fedrouter.io/egress=<hash>,
+   * so a warm pod serves any policy. */
+  const struct fr_egress *egress;
 };
 
 enum fr_sandbox_err {
@@ -367,6 +382,10 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
  * <cb> (may be NULL) gets the API response. */
 int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char *request_id,
                               void (*cb)(int status, const char *message, void *arg), void *arg);
+/* The egress policy of sandbox <pod> into <out>: the default when it
+ * carries no fedrouter.io/egress label, else its NetworkPolicy's. 0, or
+ * -ENOENT when that policy is not known here (not in the cache). */
+int fr_adapter_egress_of(struct fr_adapter *a, const struct fr_pod *pod, struct fr_egress *out);
 /* Moves the expiry of sandbox pod <pod> to <expires_s> (unix seconds,
  * in the future): annotation fedrouter.io/expires-at, which the reapers of
  * every router enforce. An earlier expiry lowers the pod's

@@ -27,7 +27,9 @@
  *                 tokens = ( { name = "ci"; sha256 = "<64 hex>"; expires = "2026-07-01T00:00:00Z"; } );
  *                 max_requests_in_flight = 4096; max_concurrent_execs = 2048;
  *                 max_cpus = 4000; max_memory_gb = 16000; max_gpus = 64; weight = 2;
- *                 secret = "rl-sandbox-secrets"; } );  # the default for "rl"
+ *                 secret = "rl-sandbox-secrets";           # the default for "rl"
+ *                 network = { allow_internet = false; allow_out = ["10.0.0.0/8"];
+ *                             deny_out = []; }; } );       # its creates' default egress
  *   clusters = ( { name = "us-east"; region = "us";
  *                  kubeconfig = "us-east.kubeconfig"; context = "us-east";
  *                  namespace = "default";
@@ -42,6 +44,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+struct fr_egress;
 
 struct fr_config_error {
   char file[512];
@@ -95,6 +99,10 @@ struct fr_config_tenant {
    * of: `secret`, else "<name>-sandbox-secrets" (name lowercased, other
    * characters than a-z0-9 made '-'). No two tenants share one. */
   char *secret;
+  /* `network`: the egress of its sandboxes when a create's own `network`
+   * leaves a field out (fr/egress.h, normalized); NULL = the default
+   * (internet allowed, no lists). */
+  struct fr_egress *network;
 };
 
 /* What a default tenant Secret name ends with. */
