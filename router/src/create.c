@@ -1175,7 +1175,9 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain_only, int e
   for (k = 0; k < cr->n; k++)
     cr->pending[k] = k + 1;
   cr->npending = cr->n;
-  if (create_podopts(q, j, pv, cr) != 0)
+  if (create_podopts(q, j, pv, cr) != 0 ||
+      network_parse(q, json_object_get(j, "network"), q->ts != NULL && q->ts->has_network ? &q->ts->network : NULL,
+                    &cr->egress) != 0)
     goto out;
   if (fr_podopts_workspace_bytes(cr->opts) > 0) {
     /* Every workspace of the tenant counts, running or paused. */
