@@ -145,6 +145,7 @@ static void on_pod_event(struct fr_adapter *a, enum fr_informer_event ev, json_t
     old = podstore_take(&a->pods, name);
     if (old != NULL) {
       pods_count(a, old, -1);
+      usage_on_pod(a, NULL, old);
       sandbox_on_pod(a, ev, old, NULL);
       podstore_release(&a->pods, old);
     }
@@ -159,6 +160,7 @@ static void on_pod_event(struct fr_adapter *a, enum fr_informer_event ev, json_t
   if (old != NULL)
     pods_count(a, old, -1);
   pods_count(a, p, 1);
+  usage_on_pod(a, p, old);
   sandbox_on_pod(a, old ? FR_INF_MODIFIED : FR_INF_ADDED, p, old);
   podstore_release(&a->pods, old);
 }
@@ -421,6 +423,7 @@ static void adapter_release(struct fr_adapter *a) {
   strmap_close(&a->gpu_usage);
   warm_ready_free(a);
   strmap_close(&a->tenant_counts);
+  usage_free(a);
   podstore_free(&a->pods);
   free(a->reaper); /* NULL once sandbox_stop() closed it */
   free(a);

@@ -24,6 +24,21 @@ enum breaker_state { BR_CLOSED, BR_OPEN, BR_HALF_OPEN };
 
 struct create_op;
 struct reap_due;
+
+/* usage.c: one (tenant, pool) of the usage table (fr/adapter.h). */
+struct usage_row {
+  char *tenant, *pool;
+  int64_t n, cpu_m, mem_b, gpus;   /* live sandboxes now and their requests */
+  double sec, core_s, gib_s, gpu_s;
+  uint64_t warm, cold, spilled;
+  uint64_t last_ms;                /* uv_now of the last integration */
+};
+
+struct usage_table {
+  struct usage_row *rows;
+  size_t n, cap;
+  struct strmap index;             /* "tenant\x1fpool" -> v.n[0] row index */
+};
 struct commit_op;
 
 struct fr_adapter {
@@ -52,6 +67,7 @@ struct fr_adapter {
   struct strmap warm_ready;      /* pool -> v.map, the set of its ready, unclaimed pods
                                     (an entry only while its set is not empty) */
   struct strmap tenant_counts;   /* tenant -> v.n[0] live sandboxes (an entry only while > 0) */
+  struct usage_table usage;      /* usage.c: per (tenant, pool) over time */
   enum breaker_state breaker;
   int failures;                  /* consecutive */
   uint64_t opened_ms;
@@ -83,6 +99,12 @@ struct fr_adapter {
   struct commit_op *commit_ops;  /* marker writes in flight */
   int64_t markers_gc_ms;         /* last sweep of the markers (wall ms) */
 };
+
+/* usage.c hooks, called by adapter.c */
+/* Every change of the sandbox pod cache: <p> the new state (NULL when the
+ * pod is gone), <old> the previous one (NULL when it is new). */
+void usage_on_pod(struct fr_adapter *a, const struct fr_pod *p, const struct fr_pod *old);
+void usage_free(struct fr_adapter *a);
 
 /* sandbox.c hooks, called by adapter.c */
 /* Every change of the sandbox pod cache: <p> the new state (for DELETED

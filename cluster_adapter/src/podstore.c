@@ -150,6 +150,7 @@ struct fr_pod *podstore_parse(struct podstore *s, json_t *pod) {
   const char *name = json_string_value(json_object_get(meta, "name"));
   const char *rv = json_string_value(json_object_get(meta, "resourceVersion"));
   const char *warm = json_string_value(json_object_get(ann, FR_ANN_WARM));
+  const char *spilled = json_string_value(json_object_get(ann, FR_ANN_SPILLED));
   struct fr_pod *p;
   int oom = 0;
 
@@ -174,6 +175,7 @@ struct fr_pod *podstore_parse(struct podstore *s, json_t *pod) {
   p->phase = phase_of(json_string_value(json_object_get(status, "phase")));
   p->terminating = json_object_get(meta, "deletionTimestamp") != NULL;
   p->warm = warm != NULL && strcmp(warm, "true") == 0;
+  p->spilled = spilled != NULL && strcmp(spilled, "true") == 0;
   conditions(s, p, json_object_get(status, "conditions"), &oom);
   if (oom) {
     podstore_release(s, p);

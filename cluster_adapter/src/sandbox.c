@@ -52,6 +52,7 @@ struct create_op {
   int conflicts;
   char conflicted[MAX_CLAIM_CONFLICTS][64]; /* pods whose claim this create lost: not again */
   int init_warm;            /* CS_INIT: the pod came from the pool */
+  int spilled;              /* annotation fedrouter.io/spilled */
   int warm_held;            /* holds one of the pool's ready pods reserved (warm_hold) */
   char pod[64];
   struct fr_kube_call *call;
@@ -253,6 +254,8 @@ static json_t *sandbox_annotations(struct create_op *op, int warm, int agent) {
   json_object_set_new(ann, FR_ANN_CREATED, json_string(created));
   json_object_set_new(ann, FR_ANN_EXPIRES, json_string(expires));
   json_object_set_new(ann, FR_ANN_WARM, json_string(warm ? "true" : "false"));
+  if (op->spilled)
+    json_object_set_new(ann, FR_ANN_SPILLED, json_string("true"));
   if (env != NULL)
     json_object_set_new(ann, FR_ANN_ENV, json_string(env));
   if (names != NULL)
@@ -638,6 +641,7 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
   op->cpu_m = spec->cpu_m;
   op->mem_b = spec->mem_b;
   op->lifetime_s = spec->lifetime_s;
+  op->spilled = spec->spilled;
   op->deadline_s = spec->deadline_s > spec->lifetime_s ? spec->deadline_s : spec->lifetime_s;
   op->ready_timeout_ms = spec->ready_timeout_ms ? spec->ready_timeout_ms : DEFAULT_READY_TIMEOUT_MS;
   op->secrets = spec->secrets && json_object_size(spec->secrets) ? json_incref(spec->secrets) : NULL;

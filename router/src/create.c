@@ -21,6 +21,7 @@
 #include "fr/policy.h"
 #include "api.h"
 #include "batch.h"
+#include "history.h"
 #include "metrics.h"
 #include "router.h"
 #include "secrets.h"
@@ -350,9 +351,18 @@ static void on_item_done(struct batch *b, struct batch_item *it, struct batch_ca
   (void)b;
   fr_buf_init(&l);
   metrics_label(&l, "cluster", fr_adapter_name(cd->a));
+  metrics_label(&l, "tenant", history_tenant_label(r, cr->q->tenant));
   metrics_label(&l, "outcome", sb_outcome(res->err));
   metrics_label(&l, "start", res->warm ? "warm" : "cold");
   metrics_inc(r->metrics, "fedrouter_creates_total", l.data ? l.data : "", 1);
+  if (res->err == FR_SB_OK) {
+    double s = (double)(uv_hrtime() - it->started_ns) / 1e9;
+    fr_buf_reset(&l);
+    metrics_label(&l, "cluster", fr_adapter_name(cd->a));
+    metrics_label(&l, "start", res->warm ? "warm" : "cold");
+    metrics_observe(r->metrics, "fedrouter_create_duration_seconds", l.data ? l.data : "", s);
+    history_create_done(r->history, res->warm, s);
+  }
   /* The first no-room answer from a cluster moves the batch on: a spill. */
   if ((res->err == FR_SB_NO_ROOM || res->err == FR_SB_UNAVAILABLE || res->err == FR_SB_TIMEOUT) && !cd->full) {
     char why[300];
@@ -366,6 +376,20 @@ static void on_item_done(struct batch *b, struct batch_item *it, struct batch_ca
   fr_buf_free(&l);
   if (res->err == FR_SB_OK && res->pod != NULL)
     it->user = api_sandbox_json(cd->a, res->pod);
+}
+
+/* <n> sandboxes of the create of <q> for <pool> were not made. */
+static void count_failed(struct api_req *q, const char *pool, int64_t n) {
+  struct fr_buf l;
+
+  if (n <= 0)
+    return;
+  fr_buf_init(&l);
+  metrics_label(&l, "tenant", history_tenant_label(q->r, q->tenant));
+  metrics_label(&l, "pool", pool != NULL ? pool : "");
+  metrics_inc(q->r->metrics, "fedrouter_sandbox_create_failures_total", l.data ? l.data : "", (double)n);
+  fr_buf_free(&l);
+  history_create_failed(q->r->history, q->tenant, n);
 }
 
 static int on_wanted(void *arg) {
@@ -408,6 +432,7 @@ static void on_batch_done(struct batch *b, void *arg) {
   if (q->ts != NULL)
     q->ts->creating -= cr->counted;
   cr->counted = 0;
+  count_failed(q, cr->pool, b->state == BATCH_COMMITTED ? b->n - batch_created(b) : b->n);
 
   if (b->state == BATCH_COMMITTED) {
     json_t *arr = json_array(), *placement = placement_json(b);
@@ -471,7 +496,7 @@ static void on_secrets(int status, json_t *body, void *arg) {
  * free capacity cannot hold the batch, so nothing is created and rolled
  * back. */
 static void refuse_no_room(struct api_req *q, const struct fr_plan *plan, const struct fr_cluster_state *states,
-                           int ncands) {
+                           int ncands, const char *pool, int64_t n) {
   struct router *r = q->r;
   json_t *body = api_err_body("no_capacity", ncands == 0 ? "no cluster can take this request"
                                                          : "the federation does not have room for the whole batch");
@@ -495,6 +520,7 @@ static void refuse_no_room(struct api_req *q, const struct fr_plan *plan, const 
   }
   json_object_set_new(json_object_get(body, "error"), "clusters", reasons);
   json_object_set_new(json_object_get(body, "error"), "shortfall", json_integer(plan->shortfall));
+  count_failed(q, pool, n);
   api_reply(q, 503, body, "Retry-After: 5\r\n");
 }
 
@@ -601,15 +627,17 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extend
   for (i = 0; i < plan.nentries; i++)
     ncands += plan.entries[i].verdict == FR_PLAN_USE;
   if (ncands == 0 || (plan.shortfall > 0 && !s.partial_ok)) {
-    refuse_no_room(q, &plan, states, ncands);
+    refuse_no_room(q, &plan, states, ncands, cr->pool, cr->b->n);
     goto out;
   }
   for (i = 0; i < plan.nentries; i++) {
     const struct fr_plan_entry *e = &plan.entries[i];
     /* Warm claims use pods that already hold their slots: the cold part
      * reserves slots, the warm part reserves the pool's ready pods. */
-    if (e->verdict == FR_PLAN_USE)
+    if (e->verdict == FR_PLAN_USE) {
       batch_add_cand(cr->b, r->adapters[e->cluster], e->count, e->warm);
+      cr->b->cands[cr->b->ncands - 1].not_first = !e->first_choice;
+    }
   }
   if (s.secrets != NULL && (cr->sf = secrets_fetch_new(q, s.secrets)) == NULL)
     goto oom;

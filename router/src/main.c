@@ -20,8 +20,10 @@
 #include "fr/kubeconfig.h"
 #include "fr/log.h"
 #include "fr/policy.h"
-#include "metrics.h"
 #include "fr/version.h"
+#include "history.h"
+#include "metrics.h"
+#include "promq.h"
 #include "router.h"
 
 static void usage(FILE *f) {
@@ -250,6 +252,9 @@ static void finish_shutdown(struct shutdown *sd) {
   r->http = NULL;
   fr_http_server_free(r->health, NULL, NULL);
   r->health = NULL;
+  history_stop(r->history);
+  promq_close(r->prom);
+  r->prom = NULL;
   placement_close(r);
   for (i = 0; i < r->nadapters; i++)
     fr_adapter_free(r->adapters[i], on_adapter_freed, NULL);
@@ -565,6 +570,12 @@ int main(int argc, char **argv) {
     fr_adapter_set_api_observer(r.adapters[i], on_api_call, &obs[i]);
     fr_adapter_start(r.adapters[i]);
   }
+  /* After the adapters: their clients hold curl's global state. */
+  if (r.cfg->prometheus_url != NULL && (r.prom = promq_new(r.loop, r.cfg->prometheus_url)) == NULL)
+    return 1;
+  if ((r.history = history_new(&r)) == NULL)
+    return 1;
+  history_start(r.history);
   FR_INFO("fedrouter", "listening on %s://%s:%d, region %s, %zu cluster(s)", ssl ? "https" : "http",
           host, fr_http_server_port(r.http), r.cfg->region, r.nadapters);
   printf("fedrouter listening on %s://%s:%d\n", ssl ? "https" : "http", host,
@@ -593,6 +604,7 @@ int main(int argc, char **argv) {
   free(r.tenants);
   free(obs);
   placement_free(&r);
+  history_free(r.history);
   metrics_free(r.metrics);
   fr_config_unref(r.cfg);
   SSL_CTX_free(ssl);
