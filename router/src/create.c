@@ -87,6 +87,7 @@ struct create {
   char region[64];            /* the client region placement used */
   int region_known;           /* a cluster's region or one the policy names */
   char *pool, *image;
+  int pool_private;           /* <pool> is a tenant's own: "_private" in metrics labels */
   json_t *env, *labels;
   struct fr_podopts *opts;    /* the sandboxes' pod options; NULL = none */
   char cold_reason[300];      /* why the named pool's warm pods cannot serve it, "" = they can */
@@ -378,15 +379,17 @@ static void on_item_done(struct batch *b, struct batch_item *it, struct batch_ca
     it->user = api_sandbox_json(cd->a, res->pod);
 }
 
-/* <n> sandboxes of the create of <q> for <pool> were not made. */
-static void count_failed(struct api_req *q, const char *pool, int64_t n) {
+/* <n> sandboxes of the create of <q> for <pool> were not made. A
+ * tenant's own pool counts as "_private": /metrics may be open, and the
+ * name is that tenant's business. */
+static void count_failed(struct api_req *q, const char *pool, int pool_private, int64_t n) {
   struct fr_buf l;
 
   if (n <= 0)
     return;
   fr_buf_init(&l);
   metrics_label(&l, "tenant", history_tenant_label(q->r, q->tenant));
-  metrics_label(&l, "pool", pool != NULL ? pool : "");
+  metrics_label(&l, "pool", pool == NULL ? "" : pool_private ? "_private" : pool);
   metrics_inc(q->r->metrics, "fedrouter_sandbox_create_failures_total", l.data ? l.data : "", (double)n);
   fr_buf_free(&l);
   history_create_failed(q->r->history, q->tenant, n);
@@ -432,7 +435,7 @@ static void on_batch_done(struct batch *b, void *arg) {
   if (q->ts != NULL)
     q->ts->creating -= cr->counted;
   cr->counted = 0;
-  count_failed(q, cr->pool, b->state == BATCH_COMMITTED ? b->n - batch_created(b) : b->n);
+  count_failed(q, cr->pool, cr->pool_private, b->state == BATCH_COMMITTED ? b->n - batch_created(b) : b->n);
 
   if (b->state == BATCH_COMMITTED) {
     json_t *arr = json_array(), *placement = placement_json(b);
@@ -496,7 +499,7 @@ static void on_secrets(int status, json_t *body, void *arg) {
  * free capacity cannot hold the batch, so nothing is created and rolled
  * back. */
 static void refuse_no_room(struct api_req *q, const struct fr_plan *plan, const struct fr_cluster_state *states,
-                           int ncands, const char *pool, int64_t n) {
+                           int ncands, const struct create *cr) {
   struct router *r = q->r;
   json_t *body = api_err_body("no_capacity", ncands == 0 ? "no cluster can take this request"
                                                          : "the federation does not have room for the whole batch");
@@ -520,7 +523,7 @@ static void refuse_no_room(struct api_req *q, const struct fr_plan *plan, const 
   }
   json_object_set_new(json_object_get(body, "error"), "clusters", reasons);
   json_object_set_new(json_object_get(body, "error"), "shortfall", json_integer(plan->shortfall));
-  count_failed(q, pool, n);
+  count_failed(q, cr->pool, cr->pool_private, cr->b->n);
   api_reply(q, 503, body, "Retry-After: 5\r\n");
 }
 
@@ -568,6 +571,7 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extend
   cr->q = q;
   snprintf(cr->name, sizeof(cr->name), "%s", s.name);
   cr->pool = s.pool ? strdup(s.pool) : NULL;
+  cr->pool_private = pv != NULL && pv->owner != NULL;
   cr->image = strdup(s.image ? s.image : pv->image);
   cr->env = s.env ? json_incref(s.env) : NULL;
   cr->labels = s.labels ? json_incref(s.labels) : NULL;
@@ -627,7 +631,7 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain, int extend
   for (i = 0; i < plan.nentries; i++)
     ncands += plan.entries[i].verdict == FR_PLAN_USE;
   if (ncands == 0 || (plan.shortfall > 0 && !s.partial_ok)) {
-    refuse_no_room(q, &plan, states, ncands, cr->pool, cr->b->n);
+    refuse_no_room(q, &plan, states, ncands, cr);
     goto out;
   }
   for (i = 0; i < plan.nentries; i++) {

@@ -79,7 +79,6 @@ static size_t tenant_index(const struct history *h, const char *tenant) {
 static void sample(struct history *h, double *pt) {
   struct router *r = h->r;
   size_t i, k, j;
-  struct fr_adapter_view v;
   struct fr_adapter_usage u;
 
   memset(pt, 0, h->width * sizeof(*pt));
@@ -87,11 +86,10 @@ static void sample(struct history *h, double *pt) {
   for (i = 0; i < h->nclusters && i < r->nadapters; i++) {
     const struct fr_config_cost *price = &r->cfg->clusters[i].cost;
     size_t reg = h->cluster_region[i];
-    fr_adapter_view(r->adapters[i], &v);
-    pt[h->o_sb + i] = (double)v.sandboxes;
     pt[h->o_cap + i] = (double)fr_adapter_total_slots(r->adapters[i], 1000, (int64_t)2 << 30);
     for (k = 0; fr_adapter_usage_row(r->adapters[i], k, &u) == 0; k++) {
       j = tenant_index(h, u.tenant);
+      pt[h->o_sb + j * h->nclusters + i] += (double)u.sandboxes;
       pt[h->o_cost + j * h->nregions + reg] +=
           fr_cost_usage_dollars(price, u.sandbox_seconds, u.cpu_core_seconds, u.memory_gib_seconds, u.gpu_seconds);
       pt[h->o_cr + j * TC_N + TC_WARM] += (double)u.created_warm;
@@ -180,7 +178,7 @@ struct history *history_new(struct router *r) {
     h->tenants[i] = r->tenants[i].name;
   h->tenants[r->ntenants] = FR_USAGE_OTHER;
   h->o_sb = 1;
-  h->o_cap = h->o_sb + h->nclusters;
+  h->o_cap = h->o_sb + h->ntenants * h->nclusters;
   h->o_cost = h->o_cap + h->nclusters;
   h->o_cr = h->o_cost + h->ntenants * (h->nregions ? h->nregions : 1);
   h->o_cold = h->o_cr + h->ntenants * TC_N;
@@ -351,11 +349,16 @@ static json_t *memory_answer(struct api_req *q, const struct window *w) {
   set_init(&s);
   for (i = 0; i < n; i++)
     json_array_append_new(s.t, json_real(round(pts[i][0] * 1000) / 1000));
-  /* capacity: every tenant sees the clusters (as GET /v1/clusters) */
+  /* as GET /v1/clusters: every cluster's capacity, and the sandboxes of
+   * the tenants the caller may see */
   for (k = 0; k < h->nclusters; k++) {
     json_t *sb = json_array(), *cap = json_array();
     for (i = 0; i < n; i++) {
-      json_array_append_new(sb, json_real(pts[i][h->o_sb + k]));
+      double live = 0;
+      for (j = 0; j < h->ntenants; j++)
+        if (all || j == own)
+          live += pts[i][h->o_sb + j * h->nclusters + k];
+      json_array_append_new(sb, json_real(live));
       json_array_append_new(cap, json_real(pts[i][h->o_cap + k]));
     }
     json_array_append_new(s.sandboxes, json_pack("{s:s,s:s,s:o}", "cluster", q->r->cfg->clusters[k].name, "region",
@@ -584,7 +587,7 @@ static void prom_answer(struct api_req *q, const struct window *w) {
   /* About 240 points whatever the window; rates over two steps (at least
    * a minute, so a 15 s scrape interval has points in every range). */
   ph->step = (double)w->seconds / 240.0;
-  ph->end = floor((double)fr_wall_ms() / 1000.0 / ph->step) * ph->step;
+  ph->end = floor((double)fr_wall_ms() / 1000.0); /* the last point is now */
   ph->start = ph->end - (double)w->seconds;
   ph->npts = 241;
   range = 2 * ph->step > 60 ? 2 * ph->step : 60;

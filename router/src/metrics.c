@@ -373,6 +373,16 @@ static struct ukey *usage_keys(struct router *r, size_t i, const struct fr_adapt
   return keys;
 }
 
+static void declare_failures(struct router *r, const char *tenant, const char *pool) {
+  struct fr_buf l;
+
+  fr_buf_init(&l);
+  metrics_label(&l, "tenant", tenant);
+  metrics_label(&l, "pool", pool);
+  metrics_inc(r->metrics, "fedrouter_sandbox_create_failures_total", l.data ? l.data : "", 0);
+  fr_buf_free(&l);
+}
+
 static void usage_labels(struct fr_buf *l, const struct ukey *e, const struct fr_adapter_view *v) {
   fr_buf_reset(l);
   metrics_label(l, "tenant", e->tenant);
@@ -403,6 +413,17 @@ static void render_usage(struct router *r, struct fr_buf *b, int all_pools) {
   for (i = 0; i < r->nadapters; i++) {
     fr_adapter_view(r->adapters[i], &views[i]);
     keys[i] = usage_keys(r, i, &views[i], all_pools, &nkeys[i]);
+  }
+  /* The failures counter of every configured tenant exists from the start
+   * too, for the default shape and every pool it may use (see above). */
+  for (i = 0; i < r->ntenants; i++) {
+    declare_failures(r, r->tenants[i].name, "");
+    for (k = 0; k < r->nadapters; k++)
+      for (o = 0; o < views[k].npools; o++)
+        if (views[k].pools[o].owner == NULL)
+          declare_failures(r, r->tenants[i].name, views[k].pools[o].name);
+        else if (strcmp(views[k].pools[o].owner, r->tenants[i].name) == 0)
+          declare_failures(r, r->tenants[i].name, "_private"); /* count_failed()'s label */
   }
   for (f = 0; f < FR_ARRAY_SIZE(fams); f++) {
     head(b, fams[f].name, fams[f].type, fams[f].help);

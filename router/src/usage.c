@@ -21,6 +21,13 @@
 #include "router.h"
 
 #define MAX_RANGE_S (366 * 86400)
+/* How much a counter grew over the range, per series: the last value
+ * less the first when it never went down (exact: no extrapolation to the
+ * range's ends, so three creates are 3, not increase()'s 3.15), and
+ * increase() for a series that reset (a router replica restarted). */
+#define DELTA(sel, range)                                                                                         \
+  "((max_over_time(" sel "[" range "]) - min_over_time(" sel "[" range "])) unless (resets(" sel "[" range "]) > 0) " \
+  "or increase(" sel "[" range "]))"
 #define USAGE_KEY "tenant, pool, cluster, region"
 
 static const char *const measures[] = {"sandbox_seconds", "cpu_core_seconds", "memory_gib_seconds", "gpu_seconds",
@@ -33,7 +40,7 @@ struct usage_op {
   char group[16];
   int64_t from, to;
   struct promq_query qs[UQ_N];
-  char exprs[UQ_N][600];
+  char exprs[UQ_N][1400];
 };
 
 /* A time: RFC 3339 ("2026-11-22T00:00:00Z") or unix seconds. */
@@ -116,8 +123,8 @@ static void on_usage(struct promq_query *qs, size_t n, void *arg) {
   fr_time_rfc3339(op->to, to);
   body = json_pack("{s:s,s:s,s:s,s:s,s:o,s:s}", "from", from, "to", to, "group_by", op->group, "source",
                    "prometheus", "usage", list, "note",
-                   "Prometheus increase() of the usage counters over the range (max across router replicas); "
-                   "it extrapolates to the range's ends, creates are rounded to whole ones");
+                   "how much the usage counters grew over the range in Prometheus (max across router "
+                   "replicas; Prometheus' increase() where a replica restarted)");
   list = NULL;
   if (body != NULL && !per_group_failures)
     json_object_set_new(body, "creates_failed", json_integer((json_int_t)llround(unplaced)));
@@ -132,7 +139,7 @@ void usage_get(struct api_req *q, const struct route_params *p) {
   static const char *const keys[] = {"from", "to", "group_by", "tenant", NULL};
   static const char *const groups[] = {"tenant", "pool", "region", "cluster", NULL};
   struct usage_op *op;
-  char v[64], tf[160], msg[300];
+  char v[64], tf[160], msg[300], sel[240], rs[32];
   const char *tenant = NULL;
   int64_t range;
   size_t i;
@@ -201,21 +208,25 @@ void usage_get(struct api_req *q, const struct route_params *p) {
     snprintf(tf, sizeof(tf), "tenant=\"%s\"", tenant); /* config names: nothing to escape */
   else
     tf[0] = '\0';
-  for (i = 0; i < NMEASURES; i++)
-    snprintf(op->exprs[i], sizeof(op->exprs[i]),
-             "sum by (%s) (max by (" USAGE_KEY ") (increase(fedrouter_%s_total{%s}[%" PRId64 "s])))", op->group,
-             measures[i], tf, range);
+  snprintf(rs, sizeof(rs), "%" PRId64 "s", range);
+  for (i = 0; i < NMEASURES; i++) {
+    snprintf(sel, sizeof(sel), "fedrouter_%s_total{%s}", measures[i], tf);
+    snprintf(op->exprs[i], sizeof(op->exprs[i]), "sum by (%s) (max by (" USAGE_KEY ") (" DELTA("%s", "%s") "))",
+             op->group, sel, rs, sel, rs, sel, rs, sel, rs);
+  }
+  snprintf(sel, sizeof(sel), "fedrouter_sandbox_creates_total{%s}", tf);
   snprintf(op->exprs[UQ_CREATES], sizeof(op->exprs[0]),
-           "sum by (%s, outcome) (max by (" USAGE_KEY ", outcome) (increase(fedrouter_sandbox_creates_total{%s}[%" PRId64
-           "s])))",
-           op->group, tf, range);
+           "sum by (%s, outcome) (max by (" USAGE_KEY ", outcome) (" DELTA("%s", "%s") "))", op->group, sel, rs, sel,
+           rs, sel, rs, sel, rs);
+  /* Failures are counted by the replica that served the create: summed. A
+   * failed create was never placed: no region, no cluster. */
+  snprintf(sel, sizeof(sel), "fedrouter_sandbox_create_failures_total{%s}", tf);
   if (strcmp(op->group, "tenant") == 0 || strcmp(op->group, "pool") == 0)
-    snprintf(op->exprs[UQ_FAILED], sizeof(op->exprs[0]),
-             "sum by (%s) (increase(fedrouter_sandbox_create_failures_total{%s}[%" PRId64 "s]))", op->group, tf,
-             range);
-  else /* failed creates were never placed: no region, no cluster */
-    snprintf(op->exprs[UQ_FAILED], sizeof(op->exprs[0]),
-             "sum(increase(fedrouter_sandbox_create_failures_total{%s}[%" PRId64 "s]))", tf, range);
+    snprintf(op->exprs[UQ_FAILED], sizeof(op->exprs[0]), "sum by (%s) (" DELTA("%s", "%s") ")", op->group, sel, rs,
+             sel, rs, sel, rs, sel, rs);
+  else
+    snprintf(op->exprs[UQ_FAILED], sizeof(op->exprs[0]), "sum(" DELTA("%s", "%s") ")", sel, rs, sel, rs, sel, rs,
+             sel, rs);
   for (i = 0; i < UQ_N; i++) {
     op->qs[i].expr = op->exprs[i];
     op->qs[i].time = (double)op->to;
