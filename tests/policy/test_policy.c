@@ -1211,6 +1211,57 @@ START_TEST(first_choice_marks_the_top_cluster_or_a_spread_group) {
 }
 END_TEST
 
+/* The example of docs/policy.md, "Cost against region", row by row. */
+START_TEST(cheaper_region_docs_example_rows) {
+  static const char *const names[] = {"us-east", "eu-west", "eu-north"};
+  static const char *const regions[] = {"us-east", "eu-west", "eu-north"};
+  static const double lat[] = {5, 80, 150}, price[] = {0.10, 0.06, 0.04};
+  struct fr_cluster_state st[3];
+  struct fr_placement_request req = request("t", "us-east", 3);
+  struct fr_policy *p = NULL, *wide = NULL;
+  struct fr_policy_error err;
+  struct fr_plan plan;
+  char path[PATH_MAX], got[512];
+  size_t i;
+
+  write_file("cheaper_region = {\n  min_saving = 0.30;\n  max_latency_ms = 120;\n};\n", path, sizeof(path));
+  ck_assert_int_eq(fr_policy_load(path, NULL, NULL, &p, &err, NULL, NULL), 0);
+  write_file("cheaper_region = { min_saving = 0.30; max_latency_ms = 200; };\n", path, sizeof(path));
+  ck_assert_int_eq(fr_policy_load(path, NULL, NULL, &wide, &err, NULL, NULL), 0);
+  memset(st, 0, sizeof(st));
+  for (i = 0; i < 3; i++) {
+    st[i].name = names[i];
+    st[i].region = regions[i];
+    st[i].healthy = st[i].synced = 1;
+    st[i].age_ms = 100;
+    st[i].latency_ms = lat[i];
+    st[i].free_slots = 100;
+    st[i].cost_per_hour = price[i];
+  }
+  plan_ok(p, st, 3, &req, &plan, got, sizeof(got));
+  ck_assert_str_eq(got, "eu-west=3 us-east=0 eu-north=0 |");
+  ck_assert_str_eq(plan.entries[0].reason, "region eu-west (other region), cheaper region: $0.0600/h vs $0.1000/h in "
+                                           "us-east (40% less, over 30%; latency 80 ms within 120 ms): 100 free + 0 warm");
+  fr_plan_free(&plan);
+  st[1].free_slots = 1;
+  plan_ok(p, st, 3, &req, &plan, got, sizeof(got));
+  ck_assert_str_eq(got, "eu-west=1 us-east=2 eu-north=0 |");
+  ck_assert_int_eq(plan.entries[1].first_choice, 0); /* the 2 spilled */
+  fr_plan_free(&plan);
+  st[1].free_slots = 100;
+  st[1].cost_per_hour = 0.075;
+  plan_ok(p, st, 3, &req, &plan, got, sizeof(got));
+  ck_assert_str_eq(got, "us-east=3 eu-west=0 eu-north=0 |");
+  fr_plan_free(&plan);
+  st[1].cost_per_hour = 0.06;
+  plan_ok(wide, st, 3, &req, &plan, got, sizeof(got));
+  ck_assert_str_eq(got, "eu-north=3 eu-west=0 us-east=0 |");
+  fr_plan_free(&plan);
+  fr_policy_unref(p);
+  fr_policy_unref(wide);
+}
+END_TEST
+
 START_TEST(cheaper_region_needs_both_keys) {
   struct fr_policy *p = NULL;
   struct fr_policy_error err;
@@ -1709,6 +1760,7 @@ static Suite *policy_suite(void) {
   tcase_add_test(tc, cheaper_region_full_cluster_spills_to_the_usual_order);
   tcase_add_test(tc, first_choice_marks_the_top_cluster_or_a_spread_group);
   tcase_add_test(tc, cheaper_region_needs_both_keys);
+  tcase_add_test(tc, cheaper_region_docs_example_rows);
   tcase_add_test(tc, ties_are_broken_by_name_whatever_the_input_order);
   tcase_add_test(tc, full_federation_gives_shortfall_and_ranks_every_cluster);
   tcase_add_test(tc, plan_json_lists_every_cluster_with_verdict_and_reason);
