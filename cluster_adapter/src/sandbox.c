@@ -1013,6 +1013,27 @@ static void due_note(struct fr_adapter *a, const struct fr_pod *pod, const struc
     due_push(a, pod->name, at);
 }
 
+/* From the reaper's tick: once entries of sandboxes already gone (a mass
+ * terminate) outnumber the live ones, rebuild the queue from the cache
+ * (due_note does it on the next pod event, but after a mass terminate
+ * there may be none for an hour), and give back an array much larger than
+ * the queue: 16 bytes plus a name per entry, 1M entries after terminating
+ * a million sandboxes. */
+static void due_compact(struct fr_adapter *a) {
+  size_t want;
+
+  if (a->ndue >= 1024 && a->ndue / 2 > (size_t)(a->n_sandboxes > 0 ? a->n_sandboxes : 0))
+    due_rebuild(a);
+  want = a->ndue * 2 > 256 ? a->ndue * 2 : 256;
+  if (a->due_cap > 4 * want) {
+    struct reap_due *n = realloc(a->due, want * sizeof(*n));
+    if (n != NULL) {
+      a->due = n;
+      a->due_cap = want;
+    }
+  }
+}
+
 /* Removes the earliest entry; the caller owns its pod name. */
 static struct reap_due due_pop(struct fr_adapter *a) {
   struct reap_due top = a->due[0];
@@ -1066,6 +1087,7 @@ static void on_reap(uv_timer_t *t) {
   /* Forget marks of pods that are gone. */
   strmap_sweep(&a->reaping, pod_gone, a);
   strmap_sweep(&a->deleting, pod_gone, a);
+  due_compact(a);
   /* activeDeadlineSeconds already stopped expired sandboxes in the
    * cluster; the expiry annotation covers a cluster that did not. Only the
    * sandboxes due now are looked at, never the whole cache. */
