@@ -358,18 +358,24 @@ static const char *skip_ws(const char *p, const char *e) {
 }
 
 /* <p> at '"': past the closing quote, or NULL. *<plain> (may be NULL) says
- * whether it held no escape. */
+ * whether it held no escape. memchr() finds the quote; only a string with
+ * a backslash before it is walked byte by byte. */
 static const char *skip_string(const char *p, const char *e, int *plain) {
+  const char *q = memchr(p + 1, '"', (size_t)(e - p - 1));
+
   if (plain != NULL)
     *plain = 1;
+  if (q == NULL)
+    return NULL;
+  if (memchr(p + 1, '\\', (size_t)(q - p - 1)) == NULL)
+    return q + 1;
+  if (plain != NULL)
+    *plain = 0;
   for (p++; p < e; p++) {
     if (*p == '"')
       return p + 1;
-    if (*p == '\\') {
-      if (plain != NULL)
-        *plain = 0;
+    if (*p == '\\')
       p++;
-    }
   }
   return NULL;
 }
@@ -416,9 +422,14 @@ struct peek_field {
   struct peek_field *inner;
 };
 
-/* Walks the object at <p>, filling the fields of <f> (NULL-key ended).
+/* Walks the object at <p>, filling the fields of <f> (NULL-key ended), and
+ * stops once each has been seen (the rest of a pod is not scanned).
  * 0, or -1 when the scan is not sure. */
 static int peek_object(const char *p, const char *e, struct peek_field *f) {
+  size_t nf = 0, seen = 0;
+
+  while (f[nf].key != NULL)
+    nf++;
   p = skip_ws(p, e);
   if (p >= e || *p != '{')
     return -1;
@@ -449,6 +460,8 @@ static int peek_object(const char *p, const char *e, struct peek_field *f) {
     } else if (hit != NULL && peek_object(v, p, hit->inner) != 0) {
       return -1;
     }
+    if (hit != NULL && ++seen == nf)
+      return 0; /* a field listed twice would be taken at its first */
     p = skip_ws(p, e);
     if (p < e && *p == ',') {
       p = skip_ws(p + 1, e);
@@ -481,69 +494,89 @@ static json_t *parse_span(const char *p, const char *e) {
   return json_loadb(p, (size_t)(e - p), JSON_DECODE_ANY | JSON_DISABLE_EOF_CHECK, NULL);
 }
 
-/* The value at <p> filtered by <keep> (NULL: all of it); *<end> gets where
- * it ended. NULL when the JSON is not what the scanner expects. */
+/* The value at <p> filtered by <keep> (NULL: all of it), in one pass;
+ * *<end> gets where it ended. NULL when the JSON is not what the scanner
+ * expects (the caller parses it in full then). A plain string is made
+ * directly; anything else kept whole goes through jansson. */
 static json_t *scan_keep(const char *p, const char *e, const struct fr_informer_keep *keep, int depth,
                          const char **end) {
-  json_t *out;
+  json_t *out = NULL;
+  const char *q, *after;
+  int plain;
 
   p = skip_ws(p, e);
-  if (depth > 64 || p >= e || (*end = skip_value(p, e, depth)) == NULL)
+  if (depth > 64 || p >= e)
     return NULL;
-  if (keep == NULL || (*p != '{' && *p != '['))
+  if (*p == '"') {
+    if ((q = skip_string(p, e, &plain)) == NULL)
+      return NULL;
+    *end = q;
+    return plain ? json_stringn(p + 1, (size_t)(q - p - 2)) : parse_span(p, q);
+  }
+  if (keep == NULL || (*p != '{' && *p != '[')) {
+    if ((*end = skip_value(p, e, depth)) == NULL)
+      return NULL;
     return parse_span(p, *end);
+  }
+  q = skip_ws(p + 1, e);
   if (*p == '[') {
-    const char *q = skip_ws(p + 1, *end), *after;
-    out = json_array();
-    while (out != NULL && q < *end && *q != ']') {
-      json_t *v = scan_keep(q, *end, keep, depth + 1, &after);
+    if ((out = json_array()) == NULL)
+      return NULL;
+    while (q < e && *q != ']') {
+      json_t *v = scan_keep(q, e, keep, depth + 1, &after);
       if (v == NULL || json_array_append_new(out, v) != 0)
         goto bad;
-      q = skip_ws(after, *end);
-      if (q < *end && *q == ',')
-        q = skip_ws(q + 1, *end);
+      q = skip_ws(after, e);
+      if (q < e && *q == ',')
+        q = skip_ws(q + 1, e);
+      else if (q >= e || *q != ']')
+        goto bad;
     }
-    return out;
-  }
-  out = json_object();
-  {
-    const char *q = skip_ws(p + 1, *end), *after;
-    while (out != NULL && q < *end && *q == '"') {
+  } else {
+    if ((out = json_object()) == NULL)
+      return NULL;
+    while (q < e && *q != '}') {
       const char *k = q, *ke;
       const struct fr_informer_keep *hit = NULL;
-      json_t *key = NULL, *v;
       size_t i, kl;
-      int plain;
-      if ((ke = skip_string(k, *end, &plain)) == NULL)
+      json_t *v;
+      if (*q != '"' || (ke = skip_string(k, e, &plain)) == NULL)
         goto bad;
       kl = (size_t)(ke - k - 2);
       for (i = 0; keep[i].key != NULL && hit == NULL; i++)
         if ((keep[i].key[0] == '*' && keep[i].key[1] == '\0') ||
             (plain && strlen(keep[i].key) == kl && memcmp(k + 1, keep[i].key, kl) == 0))
           hit = &keep[i];
-      q = skip_ws(ke, *end);
-      if (q >= *end || *q != ':')
+      q = skip_ws(ke, e);
+      if (q >= e || *q != ':')
         goto bad;
-      q = skip_ws(q + 1, *end);
-      if (hit != NULL) {
-        v = scan_keep(q, *end, hit->sub, depth + 1, &after);
-        key = v != NULL ? parse_span(k, ke) : NULL; /* decodes any escape */
-        if (v == NULL || !json_is_string(key) ||
-            json_object_setn_new(out, json_string_value(key), json_string_length(key), v) != 0) {
+      if (hit == NULL) {
+        if ((after = skip_value(q + 1, e, depth + 1)) == NULL)
+          goto bad;
+      } else {
+        json_t *key = plain ? NULL : parse_span(k, ke); /* decodes the escapes */
+        int rc;
+        if ((v = scan_keep(q + 1, e, hit->sub, depth + 1, &after)) == NULL || (!plain && !json_is_string(key))) {
+          json_decref(v);
           json_decref(key);
-          if (key == NULL || !json_is_string(key))
-            json_decref(v);
           goto bad;
         }
+        rc = plain ? json_object_setn_new(out, k + 1, kl, v)
+                   : json_object_setn_new(out, json_string_value(key), json_string_length(key), v);
         json_decref(key);
-      } else if ((after = skip_value(q, *end, depth + 1)) == NULL) {
-        goto bad;
+        if (rc != 0)
+          goto bad;
       }
-      q = skip_ws(after, *end);
-      if (q < *end && *q == ',')
-        q = skip_ws(q + 1, *end);
+      q = skip_ws(after, e);
+      if (q < e && *q == ',')
+        q = skip_ws(q + 1, e);
+      else if (q >= e || *q != '}')
+        goto bad;
     }
   }
+  if (q >= e)
+    goto bad;
+  *end = q + 1;
   return out;
 bad:
   json_decref(out);
