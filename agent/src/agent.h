@@ -9,7 +9,9 @@
  *  - An object that may be referenced by events later in the same epoll
  *    batch is never freed inside a callback: conn_close() closes the fd and
  *    marks the conn dead; the struct is freed by agent_collect() after the
- *    batch (Redis freeClientAsync).
+ *    batch (Redis freeClientAsync). A connection's producer and body
+ *    sink (below) are let go the same way: detached at once, freed by
+ *    agent_collect().
  *  - Pipelined requests are parsed from agent_collect(), never from inside
  *    the call that finished the previous response.
  *  - A process is freed only when it has ended and no stream is attached.
@@ -20,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -61,7 +64,30 @@ void b64_encode(const unsigned char *in, size_t n, char *out); /* NUL-terminates
 ssize_t b64_decode(const char *in, size_t n, unsigned char *out);
 uint64_t now_ms(void);
 bool token_equal(const char *a, const char *b);
+/* SHA-256 of <n> bytes at <data> into <out>. */
+void sha256(const void *data, size_t n, unsigned char out[32]);
+/* Compares <n> bytes in time that depends on <n> only. */
+bool bytes_equal(const void *a, const void *b, size_t n);
+/* Decodes exactly 2 * <n> hex digits of the string <in> (nothing after
+ * them) into <out>: 0 or -EINVAL. */
+int hex_decode(const char *in, unsigned char *out, size_t n);
+/* Decodes <n> bytes of a query value into <out> (NUL-terminated; a %00
+ * is a NUL inside): the decoded length, -EINVAL or -ENAMETOOLONG. */
 int percent_decode(const char *in, size_t n, char *out, size_t outcap);
+/* A path the agent takes: UTF-8 text without NUL bytes (a NUL would cut
+ * it short; a protobuf string cannot carry other bytes). */
+bool path_valid(const char *p, size_t n);
+/* <n> bytes at <p> for a message (NUL-terminated, valid UTF-8, at most
+ * <cap> bytes, cut with "..."): bytes that are not text, and '%', shown
+ * as %XX, so "/tmp/a%00b" names the path the client sent. */
+void path_show(const char *p, size_t n, char *out, size_t cap);
+/* Makes the NUL-terminated <s> valid UTF-8 in place (a byte that is not
+ * part of a character becomes '?'): a message cut by a fixed buffer, or
+ * holding a name from the disk, still goes into a JSON string. */
+void text_fix(char *s);
+/* fopen(<path>, "r") of a regular file only, never waiting (a FIFO the
+ * sandbox put in place of /etc/passwd is not read). NULL otherwise. */
+FILE *fopen_regular(const char *path);
 int mkdir_p(const char *path, mode_t mode);
 void log_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -95,6 +121,51 @@ void timer_stop(struct agent *a, struct timer *t);
 
 enum body_mode { BODY_BUFFER, BODY_SINK };
 
+/* http.c moves bytes; what they mean belongs to the services, which the
+ * transport knows only through two interfaces (as HAProxy puts an
+ * endpoint descriptor between a stream and its mux): a producer fills a
+ * streamed response (a file download in files.c, a process's output in
+ * proc.c, a WatchDir stream in watch.c), a body sink takes a request body
+ * as it arrives (an upload, files.c). A connection holds at most one of
+ * each, from conn_set_producer() / conn_set_sink() until its request ends. */
+struct producer;
+struct producer_ops {
+  /* Queues what the connection may take now (http_stream_write while
+   * buf_size(&c->out) < HTTP_LOW_WATER; http_stream_end at the end): 1 if
+   * anything was produced, 0 when nothing can be now (it calls
+   * conn_service() once it can), -1 when it closed the connection. */
+  int (*pump)(struct producer *p);
+  /* The connection is done with it: its response ended, or (<peer_gone>)
+   * the client left. Called once; afterwards it must not touch p->c. It
+   * may stay registered until the end of the epoll batch. */
+  void (*detach)(struct producer *p, bool peer_gone);
+  /* Releases it, from agent_collect() after the batch, once detached. */
+  void (*free)(struct producer *p);
+};
+struct producer {
+  const struct producer_ops *ops;
+  struct conn *c;        /* while attached */
+  struct producer *next; /* agent.dead_producers, once detached */
+};
+
+struct body_sink;
+struct body_sink_ops {
+  /* <n> > 0 more body bytes: 0, or -1 after answering the request (an
+   * error: the rest of the body is not read). */
+  int (*feed)(struct body_sink *s, const char *data, size_t n);
+  /* The whole body arrived: answer the request. */
+  void (*finish)(struct body_sink *s);
+  /* Releases it (and what a request that did not finish left behind),
+   * from agent_collect() after its request ended or its connection
+   * closed. */
+  void (*free)(struct body_sink *s);
+};
+struct body_sink {
+  const struct body_sink_ops *ops;
+  struct conn *c;         /* valid until freed (a closed conn is freed after it) */
+  struct body_sink *next; /* agent.dead_sinks, once its request is done */
+};
+
 struct req {
   char method[16];
   char target[4096];
@@ -121,7 +192,6 @@ struct req {
 struct conn;
 struct proc;
 struct sub;
-struct upload;
 struct watch;
 
 struct conn {
@@ -131,6 +201,7 @@ struct conn {
   bool dead;
   bool want_parse;  /* pipelined input waits for agent_collect() */
   bool close_after; /* close once the response is written */
+  bool rd_shut;     /* the client half-closed after its request: write only */
   enum conn_state { C_HEAD, C_BODY, C_HANDLING } state;
   char in[HTTP_IN_CAP];
   size_t in_len;
@@ -144,16 +215,14 @@ struct conn {
   uint64_t chunk_left;
   char chunk_line[32];
   size_t chunk_line_len;
-  struct upload *up;
+  struct body_sink *sink; /* BODY_SINK: takes the body */
   /* response */
   struct buf out;
   bool streaming;   /* chunked response under way */
   bool raw_body;    /* streamed body with a Content-Length: no chunking */
   bool resp_done;   /* last byte of the response is queued */
-  int file_fd;      /* GET /files in progress, -1 otherwise */
-  uint64_t file_left;
-  struct sub *sub;  /* process stream attached, or NULL */
-  struct watch *watch; /* WatchDir stream attached, or NULL */
+  struct producer *prod; /* fills the streamed response, or NULL */
+  const char *ka_msg;    /* a stream's keepalive message (JSON text), or NULL */
   struct timer timer;    /* head/body/idle deadlines */
   struct timer ka_timer; /* stream keepalive events */
   struct timer dl_timer; /* Connect-Timeout-Ms of a stream */
@@ -175,10 +244,18 @@ int http_body_begin(struct conn *c, int status, const char *ctype,
                     const char *extra_headers, uint64_t length);
 int http_stream_write(struct conn *c, const void *data, size_t len);
 void http_stream_end(struct conn *c);
-/* Write what is queued and run the connection's producer (file or process
- * stream) while the socket takes it. Safe from any callback. */
+/* Write what is queued and run the connection's producer while the socket
+ * takes it. Safe from any callback. */
 void conn_service(struct conn *c);
 void conn_close(struct conn *c);
+/* <p> (with its <ops>; owned by the producer's module until its free)
+ * fills <c>'s streamed response from now on. */
+void conn_set_producer(struct conn *c, struct producer *p, const struct producer_ops *ops);
+/* Detaches <c>'s producer now (the caller ends the stream itself: a
+ * deadline); no-op without one. */
+void conn_drop_producer(struct conn *c);
+/* <s> (with its <ops>) takes <c>'s request body from now on. */
+void conn_set_sink(struct conn *c, struct body_sink *s, const struct body_sink_ops *ops);
 
 /* ---- routing and RPC handlers (rpc.c) ---- */
 /* Called once the head is parsed: decide how to take the body. */
@@ -197,16 +274,23 @@ void rpc_error(struct conn *c, bool streaming, const char *code,
 int envelope_write(struct conn *c, uint8_t flags, json_t *msg); /* takes msg */
 
 /* ---- files (files.c) ---- */
+/* GET /files: answers, or streams the file as <c>'s producer. */
 void files_get(struct conn *c, const char *path);
-int files_pump(struct conn *c); /* 1 produced, 0 nothing to do */
-/* Starts an upload; on success the conn's body is sunk into it. */
+/* POST /files: answers an error, or makes an upload <c>'s body sink. */
 int upload_begin(struct conn *c, const char *path);
-int upload_feed(struct conn *c, const char *data, size_t n);
-void upload_finish(struct conn *c);
-void upload_free(struct upload *up);
+/* An upload's temporary file is UPLOAD_TMP_PREFIX "<nonce>-<n>", with "-r"
+ * when it replaces a file: true for such a <name> of this agent's (a
+ * directory entry's name), *<replaces> set. watch.c reports an upload as
+ * envd's in-place write shows, not by these names. */
+#define UPLOAD_TMP_PREFIX ".fr-upload-"
+bool upload_temp_name(const struct agent *a, const char *name, bool *replaces);
 /* Filesystem service unary RPCs. */
 json_t *fs_entry_json(const char *path, int *err);
 void fs_rpc(struct conn *c, const char *method, json_t *req);
+/* The absolute path in <field> of <req>, or NULL after answering
+ * invalid_argument (naming the path: one with a NUL byte, not absolute,
+ * too long) as a unary or, with <streaming>, a stream's error. */
+const char *rpc_path(struct conn *c, json_t *req, const char *field, bool streaming);
 
 /* ---- multipart/form-data bodies (multipart.c) ---- */
 #define MP_HEAD_MAX 8192          /* one part's headers */
@@ -247,11 +331,8 @@ bool mp_done(const struct mp_parser *p);
 int watch_stream_start(struct conn *c, json_t *req);
 /* CreateWatcher, GetWatcherEvents, RemoveWatcher (unary). */
 void watch_rpc(struct conn *c, const char *method, json_t *req);
-/* The stream's connection has room again: resume reading events. */
-int watch_pump(struct watch *w);
-/* Stops watching now (fd closed, detached from its connection); the
- * struct is freed by watch_collect(). Accepts NULL. */
-void watch_close(struct watch *w);
+/* Frees the polling watchers closed during the epoll batch (a stream's
+ * watcher goes with its connection, through its producer). */
 void watch_collect(struct agent *a);
 /* For GET /_fr/held: stream watchers not reading because their client
  * lags, and the bytes of events the kernel holds for all watchers. */
@@ -268,13 +349,19 @@ struct chunk {
 };
 
 struct sub {
+  struct producer prod; /* the stream's connection is prod.c */
   struct proc *p;
-  struct conn *c;
+  struct conn *c;       /* = prod.c while attached */
   struct sub *next;
   uint64_t cursor;
   bool kill_on_disconnect;
   bool is_start; /* Start stream: its deadline kills the process */
   bool end_sent;
+  /* Connect without follow: the stream ends at this offset (the output
+   * produced at attach), with the end event only if the process had
+   * ended then. UINT64_MAX: follow (live output, then the end). */
+  uint64_t until;
+  bool end_at_attach;
 };
 
 struct pipe_io {
@@ -297,6 +384,7 @@ struct proc {
   struct buf in_buf;       /* stdin bytes the pipe did not take yet */
   bool in_close_pending;
   bool stdin_closed;
+  size_t stdin_undelivered; /* bytes of SendInput dropped: queued when stdin closed (exit, EPIPE) */
   bool paused; /* not reading: a lagging stream would lose bytes */
   /* output ring */
   struct chunk *head, *tail;
@@ -333,11 +421,10 @@ int proc_start(struct agent *a, const struct start_opts *o, struct proc **out,
                char *err, size_t errlen);
 struct proc *proc_find_pid(struct agent *a, pid_t pid);
 struct proc *proc_find_tag(struct agent *a, const char *tag);
-/* Attach a stream from <from> (UINT64_MAX: only new output). */
-struct sub *proc_attach(struct proc *p, struct conn *c, uint64_t from);
-void sub_detach(struct sub *s, bool peer_gone);
-/* Send what the stream may take now; 1 if anything was produced. */
-int sub_pump(struct sub *s);
+/* Makes a stream of <p> from <from> (UINT64_MAX: only new output) the
+ * producer of <c>; with <follow> false it ends with the output produced
+ * so far (sub.until). NULL when out of memory. */
+struct sub *proc_attach(struct proc *p, struct conn *c, uint64_t from, bool follow);
 int proc_signal(struct proc *p, int sig);
 void proc_kill_all(struct proc *p); /* group + marked escapees, SIGKILL */
 int proc_write_stdin(struct proc *p, const void *data, size_t n);
@@ -363,12 +450,22 @@ struct agent {
   int nprocs_running;
   int nprocs_done;
   uint64_t next_proc_id;
+  uint64_t body_timeout_ms; /* a request body that stalls this long: 408 (--body-timeout) */
+  int max_procs;          /* running at once (--max-procs) */
   size_t max_buffer;      /* per process */
   size_t max_total;       /* all processes */
   size_t buffered_total;
   char *token;            /* NULL until the first /init */
+  /* Who may /init (rpc.c): with <init_hash_set>, a caller whose token's
+   * SHA-256 is <init_sha256> (FR_AGENT_INIT_SHA256 of the pod, made by the
+   * router); without, nobody unless <open_init> (--allow-open-init: the
+   * first caller, then whoever has the access token). */
+  unsigned char init_sha256[32];
+  bool init_hash_set;
+  bool open_init;
   char **init_env;        /* "K=V", NULL-terminated, from /init */
   size_t init_env_n;
+  json_t *init_envs;      /* GET /envs: /init's envVars without its secretNames */
   char *default_workdir;
   char *default_user;
   char nonce[17];
@@ -381,10 +478,13 @@ struct agent {
   bool trace; /* FR_AGENT_TRACE=1: log connection state changes */
   int exit_code;
   struct conn *dead_conns;
+  struct producer *dead_producers; /* detached, freed by agent_collect() */
+  struct body_sink *dead_sinks;    /* done, freed by agent_collect() */
   struct watch *watches;      /* live watchers, streams and polling */
   int nwatches;
   struct watch *dead_watches; /* freed by agent_collect() */
   uint64_t next_watch_id;
+  uint64_t next_upload_id;    /* names uploads' temporary files (files.c) */
   size_t watch_queued;        /* events waiting in all polling watchers */
 };
 

@@ -11,7 +11,14 @@
  * read, so a large body costs no memory. A response is produced only while
  * less than HTTP_LOW_WATER bytes wait for the socket: slow readers push back
  * on file reads and process output instead of growing a queue.
+ *
+ * What fills a streamed response (a producer) and what takes a request
+ * body (a sink) are interfaces (agent.h): this file knows no service by
+ * name. A producer is detached when its response ends or its connection
+ * closes, and freed after the epoll batch (agent_collect), as connections
+ * are: an event for its fd may still be pending in the same batch.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,7 +32,6 @@
 #include "agent.h"
 
 #define HEAD_TIMEOUT_MS 30000
-#define BODY_TIMEOUT_MS 60000
 #define IDLE_TIMEOUT_MS 300000
 
 #define WRITE_STALL_MS 600000
@@ -86,6 +92,14 @@ static void timeout_cb(struct agent *a, struct timer *t) {
   conn_close(c);
 }
 
+/* What the connection waits for: input (unless the client half-closed),
+ * and room to write when <out>. With neither, it stays registered for
+ * errors and hang-ups, which epoll always reports. */
+static void conn_watch(struct conn *c, bool out) {
+  uint32_t ev = (c->rd_shut ? 0 : EPOLLIN | EPOLLRDHUP) | (out ? EPOLLOUT : 0);
+  io_start(c->a, &c->io, ev ? ev : EPOLLHUP);
+}
+
 static void accept_resume(struct agent *a, struct timer *t) {
   (void)t;
   io_start(a, &a->listener, EPOLLIN);
@@ -124,7 +138,6 @@ void http_accept(struct agent *a, struct io *io, uint32_t events) {
     c->a = a;
     c->io.fd = fd;
     c->io.cb = conn_io_cb;
-    c->file_fd = -1;
     set_state(c, C_HEAD);
     if (io_start(a, &c->io, EPOLLIN | EPOLLRDHUP) != 0) {
       close(fd);
@@ -140,22 +153,63 @@ void http_accept(struct agent *a, struct io *io, uint32_t events) {
   }
 }
 
+/* The connection lets go of its producer: detached at once, freed after
+ * the epoll batch. */
+static void producer_drop(struct conn *c, bool peer_gone) {
+  struct producer *p = c->prod;
+
+  if (p == NULL)
+    return;
+  assert(p->c == c);
+  c->prod = NULL;
+  c->ka_msg = NULL;
+  p->ops->detach(p, peer_gone);
+  p->c = NULL;
+  p->next = c->a->dead_producers;
+  c->a->dead_producers = p;
+}
+
+/* The request is done with its body sink: freed after the batch too, so
+ * that a sink whose own call ended the request (an error answered, the
+ * connection closed with it) is never freed under its feet. */
+static void sink_drop(struct conn *c) {
+  struct body_sink *s = c->sink;
+
+  if (s == NULL)
+    return;
+  c->sink = NULL;
+  s->next = c->a->dead_sinks;
+  c->a->dead_sinks = s;
+}
+
+void conn_set_producer(struct conn *c, struct producer *p, const struct producer_ops *ops) {
+  assert(c->prod == NULL && !c->dead);
+  p->ops = ops;
+  p->c = c;
+  p->next = NULL;
+  c->prod = p;
+}
+
+void conn_drop_producer(struct conn *c) {
+  producer_drop(c, false);
+}
+
+void conn_set_sink(struct conn *c, struct body_sink *s, const struct body_sink_ops *ops) {
+  assert(c->sink == NULL && !c->dead);
+  s->ops = ops;
+  s->c = c;
+  s->next = NULL;
+  c->sink = s;
+  c->body_mode = BODY_SINK;
+}
+
 void conn_close(struct conn *c) {
   if (c->dead)
     return;
   struct agent *a = c->a;
   c->dead = true;
-  if (c->sub)
-    sub_detach(c->sub, true);
-  c->sub = NULL;
-  watch_close(c->watch);
-  if (c->up) {
-    upload_free(c->up);
-    c->up = NULL;
-  }
-  if (c->file_fd >= 0)
-    close(c->file_fd);
-  c->file_fd = -1;
+  producer_drop(c, true);
+  sink_drop(c);
   timer_stop(a, &c->timer);
   timer_stop(a, &c->ka_timer);
   timer_stop(a, &c->dl_timer);
@@ -184,23 +238,30 @@ void agent_collect(struct agent *a) {
     }
     c = next;
   }
+  while (a->dead_producers) {
+    struct producer *p = a->dead_producers;
+    a->dead_producers = p->next;
+    p->ops->free(p);
+  }
+  while (a->dead_sinks) {
+    struct body_sink *s = a->dead_sinks;
+    a->dead_sinks = s->next;
+    s->ops->free(s);
+  }
   while (a->dead_conns) {
     struct conn *c = a->dead_conns;
     a->dead_conns = c->next;
+    assert(c->prod == NULL && c->sink == NULL);
     buf_free(&c->out);
     buf_free(&c->body);
     free(c);
   }
-  watch_collect(a);
 }
 
 static void reset_for_next(struct conn *c) {
   struct agent *a = c->a;
-  if (c->sub) {
-    sub_detach(c->sub, false);
-    c->sub = NULL;
-  }
-  watch_close(c->watch);
+  producer_drop(c, false);
+  sink_drop(c);
   buf_free(&c->body);
   set_state(c, C_HEAD);
   memset(&c->req, 0, sizeof(c->req));
@@ -217,7 +278,7 @@ static void reset_for_next(struct conn *c) {
               timeout_cb);
   if (c->in_len > 0)
     c->want_parse = true;
-  io_start(a, &c->io, EPOLLIN | EPOLLRDHUP);
+  conn_watch(c, false);
 }
 
 /* Returns -1 when the connection was closed. */
@@ -243,13 +304,9 @@ static int flush(struct conn *c) {
     else if (buf_size(&c->out) < before || !c->timer.active)
       timer_start(c->a, &c->timer, WRITE_STALL_MS, timeout_cb);
   }
-  if (buf_size(&c->out) > 0) {
-    io_start(c->a, &c->io, EPOLLIN | EPOLLOUT | EPOLLRDHUP);
-  } else {
-    /* While a request is handled, keep reading only to notice the peer
-     * going away; a fresh request waits for the next state. */
-    io_start(c->a, &c->io, EPOLLIN | EPOLLRDHUP);
-  }
+  /* While a request is handled, input is read only to notice the peer
+   * going away; a fresh request waits for the next state. */
+  conn_watch(c, buf_size(&c->out) > 0);
   return 0;
 }
 
@@ -260,14 +317,7 @@ void conn_service(struct conn *c) {
       return;
     if (c->resp_done || buf_size(&c->out) >= HTTP_LOW_WATER)
       break;
-    int produced = 0;
-    if (c->file_fd >= 0)
-      produced = files_pump(c);
-    else if (c->sub)
-      produced = sub_pump(c->sub);
-    else if (c->watch)
-      produced = watch_pump(c->watch);
-    if (produced <= 0)
+    if (c->prod == NULL || c->prod->ops->pump(c->prod) <= 0)
       break;
   }
   if (c->dead)
@@ -275,7 +325,7 @@ void conn_service(struct conn *c) {
   if (round == 64) {
     /* Fairness cap hit with the producer not done: come back when the
      * socket is writable (at once, next loop turn) instead of stalling. */
-    io_start(c->a, &c->io, EPOLLIN | EPOLLOUT | EPOLLRDHUP);
+    conn_watch(c, true);
   }
   if (c->resp_done && buf_size(&c->out) == 0) {
     if (c->close_after) {
@@ -346,6 +396,7 @@ void http_error(struct conn *c, int status, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  text_fix(msg);
   http_respond_json(c, status, json_pack("{s:i,s:s}", "code", status, "message", msg));
 }
 
@@ -547,7 +598,7 @@ static void body_done(struct conn *c) {
   set_state(c, C_HANDLING);
   timer_stop(c->a, &c->timer);
   if (c->body_mode == BODY_SINK)
-    upload_finish(c);
+    c->sink->ops->finish(c->sink);
   else
     route_body_done(c);
 }
@@ -557,7 +608,7 @@ static int body_bytes(struct conn *c, const char *d, size_t n) {
   if (n == 0)
     return 0;
   if (c->body_mode == BODY_SINK)
-    return upload_feed(c, d, n);
+    return c->sink->ops->feed(c->sink, d, n);
   if (buf_size(&c->body) + n > c->body_limit) {
     http_error(c, 413, "request body over %zu bytes", c->body_limit);
     return -1;
@@ -671,6 +722,9 @@ static void conn_parse(struct conn *c) {
       int st = parse_head(c, hl - 2);
       memmove(c->in, c->in + hl, c->in_len - hl);
       c->in_len -= hl;
+      /* Heads carry tokens (/init's opens every pod of a pool): no copy
+       * stays behind the input that moved over it. */
+      explicit_bzero(c->in + c->in_len, hl);
       if (st != 0) {
         c->close_after = true;
         set_state(c, C_HANDLING);
@@ -681,7 +735,7 @@ static void conn_parse(struct conn *c) {
       c->body_mode = BODY_BUFFER;
       c->body_limit = 0;
       c->body_left = c->req.content_length > 0 ? c->req.content_length : 0;
-      timer_start(c->a, &c->timer, BODY_TIMEOUT_MS, timeout_cb);
+      timer_start(c->a, &c->timer, c->a->body_timeout_ms, timeout_cb);
       route_head(c); /* may answer at once, or set body mode and limit */
       if (c->dead || c->state != C_BODY)
         return;
@@ -708,7 +762,7 @@ static void conn_parse(struct conn *c) {
       memmove(c->in, c->in + used, c->in_len - (size_t)used);
       c->in_len -= (size_t)used;
       if (c->state == C_BODY)
-        timer_start(c->a, &c->timer, BODY_TIMEOUT_MS, timeout_cb);
+        timer_start(c->a, &c->timer, c->a->body_timeout_ms, timeout_cb);
       continue;
     }
     return; /* HANDLING: the rest waits for the response to finish */
@@ -725,6 +779,11 @@ static void conn_io_cb(struct agent *a, struct io *io, uint32_t events) {
     if (c->dead)
       return;
   }
+  if (c->rd_shut) {
+    if (events & (EPOLLHUP | EPOLLERR))
+      conn_close(c); /* gone altogether */
+    return;
+  }
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
     if (c->in_len >= sizeof(c->in)) {
       /* Buffer full while handling: stop reading until the response ends;
@@ -736,6 +795,16 @@ static void conn_io_cb(struct agent *a, struct io *io, uint32_t events) {
       return;
     }
     ssize_t n = recv(c->io.fd, c->in + c->in_len, sizeof(c->in) - c->in_len, 0);
+    if (n == 0 && c->state == C_HANDLING && !c->req.keep_alive && !(events & (EPOLLHUP | EPOLLERR))) {
+      /* A client that sent Connection: close and then shut down its side
+       * after the whole request still reads the answer (curl, a shell's
+       * nc). On a keep-alive connection the end of input means the client
+       * left: a stream then detaches (killOnDisconnect kills). Once it is
+       * gone altogether, a write fails and the connection closes. */
+      c->rd_shut = true;
+      conn_watch(c, buf_size(&c->out) > 0);
+      return;
+    }
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
       conn_close(c); /* peer gone: streams detach, uploads are dropped */
       return;

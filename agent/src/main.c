@@ -1,7 +1,12 @@
 /* main.c — fedrouter-agent: CLI, PID 1 duties, the loop.
  *
  *   fedrouter-agent [--listen ADDR:PORT] [--port-file PATH] [--max-buffer BYTES]
- *                   [--max-total BYTES] [-- COMMAND ARGS...]
+ *                   [--max-total BYTES] [--max-procs N] [--body-timeout MS]
+ *                   [--allow-open-init] [-- COMMAND ARGS...]
+ *
+ * FR_AGENT_INIT_SHA256 in its environment (64 hex digits, put in the pod
+ * spec by the router) is the SHA-256 of the token a /init must carry; it
+ * is taken out of the environment the commands inherit.
  *
  * With a COMMAND the agent starts it as the container's main process and
  * exits with its status when it ends (as tini does: signals the agent gets
@@ -32,11 +37,17 @@ static const int forwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUS
 static void usage(FILE *f) {
   fprintf(f,
           "usage: fedrouter-agent [--listen ADDR:PORT] [--port-file PATH]\n"
-          "                       [--max-buffer BYTES] [--max-total BYTES] [-- COMMAND ARGS...]\n"
+          "                       [--max-buffer BYTES] [--max-total BYTES] [--max-procs N]\n"
+          "                       [--body-timeout MS] [--allow-open-init] [-- COMMAND ARGS...]\n"
           "  --listen      address to serve envd's protocol on (default 0.0.0.0:49983)\n"
           "  --port-file   write the bound port there (use with port 0)\n"
           "  --max-buffer  output kept per process for reattach (default 1048576)\n"
-          "  --max-total   output kept over all processes (default 64 MiB)\n");
+          "  --max-total   output kept over all processes (default 64 MiB)\n"
+          "  --max-procs   processes running at once (default 1024)\n"
+          "  --body-timeout  a request body that stalls this long (ms) is refused\n"
+          "                (408) and a partial upload removed (default 60000)\n"
+          "  --allow-open-init  without FR_AGENT_INIT_SHA256: the first /init needs no token\n"
+          "                (agents of pods made by older routers; default: /init refused)\n");
 }
 
 static int parse_size(const char *s, size_t *out) {
@@ -52,6 +63,16 @@ static int parse_size(const char *s, size_t *out) {
   if (*end != '\0' || v < 4096 || v > (1ULL << 40))
     return -EINVAL;
   *out = (size_t)v;
+  return 0;
+}
+
+static int parse_number(const char *s, uint64_t min, uint64_t max, uint64_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (*s < '0' || *s > '9' || *end != '\0' || errno != 0 || v < min || v > max)
+    return -EINVAL;
+  *out = v;
   return 0;
 }
 
@@ -114,7 +135,7 @@ const char *agent_home(struct agent *a) {
   const char *env = getenv("HOME");
   if (env && env[0] == '/')
     snprintf(home, cap, "%s", env);
-  FILE *f = fopen("/etc/passwd", "re");
+  FILE *f = fopen_regular("/etc/passwd");
   if (f == NULL)
     return home;
   char line[1024];
@@ -192,8 +213,10 @@ static pid_t start_main(char **argv, const sigset_t *mask, const struct rlimit *
 int main(int argc, char **argv) {
   const char *listen_spec = "0.0.0.0:49983";
   const char *port_file = NULL;
-  struct agent a = {.epfd = -1, .max_buffer = 1 << 20, .max_total = 64u << 20};
+  struct agent a = {.epfd = -1, .max_buffer = 1 << 20, .max_total = 64u << 20, .body_timeout_ms = 60000,
+                    .max_procs = 1024};
   char **cmd = NULL;
+  uint64_t num;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (strcmp(arg, "--") == 0) {
@@ -209,6 +232,10 @@ int main(int argc, char **argv) {
       printf("fedrouter-agent %s (envd %s)\n", AGENT_VERSION, AGENT_ENVD_VERSION);
       return 0;
     }
+    if (strcmp(arg, "--allow-open-init") == 0) {
+      a.open_init = true;
+      continue;
+    }
     if (i + 1 >= argc) {
       usage(stderr);
       return 2;
@@ -222,6 +249,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fedrouter-agent: bad --max-buffer %s\n", argv[i]);
         return 2;
       }
+    } else if (strcmp(arg, "--body-timeout") == 0) {
+      if (parse_number(argv[++i], 100, 3600000, &num) != 0) {
+        fprintf(stderr, "fedrouter-agent: bad --body-timeout %s (milliseconds, 100 to 3600000)\n", argv[i]);
+        return 2;
+      }
+      a.body_timeout_ms = num;
+    } else if (strcmp(arg, "--max-procs") == 0) {
+      if (parse_number(argv[++i], 1, 65536, &num) != 0) {
+        fprintf(stderr, "fedrouter-agent: bad --max-procs %s (1 to 65536)\n", argv[i]);
+        return 2;
+      }
+      a.max_procs = (int)num;
     } else if (strcmp(arg, "--max-total") == 0) {
       if (parse_size(argv[++i], &a.max_total) != 0) {
         fprintf(stderr, "fedrouter-agent: bad --max-total %s\n", argv[i]);
@@ -233,6 +272,15 @@ int main(int argc, char **argv) {
     }
   }
 
+  const char *init_hash = getenv("FR_AGENT_INIT_SHA256");
+  if (init_hash != NULL) {
+    if (hex_decode(init_hash, a.init_sha256, sizeof(a.init_sha256)) != 0) {
+      fprintf(stderr, "fedrouter-agent: FR_AGENT_INIT_SHA256 is not 64 hex digits\n");
+      return 2;
+    }
+    a.init_hash_set = true;
+    unsetenv("FR_AGENT_INIT_SHA256"); /* not the commands' business */
+  }
   const char *trace = getenv("FR_AGENT_TRACE");
   a.trace = trace && strcmp(trace, "1") == 0;
   unsigned char rnd[8];
@@ -248,6 +296,7 @@ int main(int argc, char **argv) {
     sigaddset(&mask, forwarded[i]);
   sigprocmask(SIG_BLOCK, &mask, NULL);
   signal(SIGPIPE, SIG_IGN);
+  signal(SIGXFSZ, SIG_IGN); /* a file over RLIMIT_FSIZE: write(2) says EFBIG (413), no death */
   prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
   /* 256 connections and 3 fds per process need more than the usual soft
    * limit of 1024; children get the original limit back. */
@@ -276,7 +325,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "fedrouter-agent: cannot write %s\n", port_file);
     return 1;
   }
-  log_msg("serving on %s (port %d), envd %s", listen_spec, port, AGENT_ENVD_VERSION);
+  log_msg("serving on %s (port %d), envd %s; /init %s", listen_spec, port, AGENT_ENVD_VERSION,
+          a.init_hash_set ? "by the init token of FR_AGENT_INIT_SHA256"
+          : a.open_init   ? "open to the first caller (--allow-open-init)"
+                          : "refused (no FR_AGENT_INIT_SHA256)");
   if (cmd) {
     a.main_pid = start_main(cmd, &mask, &a.nofile);
     if (a.main_pid < 0) {
@@ -322,6 +374,7 @@ int main(int argc, char **argv) {
       }
     }
     agent_collect(&a);
+    watch_collect(&a);
   }
 
   /* Stop: everything the agent started dies with it. */
@@ -332,6 +385,7 @@ int main(int argc, char **argv) {
   while (a.conns)
     conn_close(a.conns);
   agent_collect(&a);
+  watch_collect(&a);
   proc_free_all(&a);
   /* reap what we just killed, briefly: a zombie left to our parent is fine */
   for (int i = 0; i < 50; i++) {
@@ -347,6 +401,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < a.init_env_n; i++)
     free(a.init_env[i]);
   free(a.init_env);
+  json_decref(a.init_envs);
   free(a.token);
   free(a.default_workdir);
   free(a.default_user);

@@ -56,7 +56,8 @@ static void consume(struct mp_parser *p, size_t n) {
 static int part_filename(const char *h, size_t n, char *out, size_t cap) {
   char hdr[MP_HEAD_MAX + 1];
 
-  if (n > MP_HEAD_MAX)
+  /* A NUL would end the name early ("/tmp/a\0b" is not "/tmp/a"). */
+  if (n > MP_HEAD_MAX || memchr(h, '\0', n) != NULL)
     return -EINVAL;
   memcpy(hdr, h, n);
   hdr[n] = '\0';
@@ -136,7 +137,7 @@ static int run(struct mp_parser *p, const struct mp_sink *sink, void *arg, const
       int has = part_filename(p->buf + 2 > e ? e : p->buf + 2, hl >= 2 ? hl - 2 : 0, fname, sizeof(fname));
       consume(p, hl + 4);
       if (has < 0) {
-        *err = "bad filename in multipart part";
+        *err = "bad filename in multipart part (an open quote, a NUL byte, or too long)";
         return -EINVAL;
       }
       p->state = MP_BODY;

@@ -501,19 +501,26 @@ struct proc *proc_find_tag(struct agent *a, const char *tag) {
 
 /* ---- streams ---- */
 
-struct sub *proc_attach(struct proc *p, struct conn *c, uint64_t from) {
+static int sub_pump(struct producer *pr);
+static void sub_detach(struct producer *pr, bool peer_gone);
+static void sub_free(struct producer *pr);
+static const struct producer_ops sub_ops = {sub_pump, sub_detach, sub_free};
+
+struct sub *proc_attach(struct proc *p, struct conn *c, uint64_t from, bool follow) {
   struct sub *s = calloc(1, sizeof(*s));
   if (s == NULL)
     return NULL;
   s->p = p;
   s->c = c;
+  s->until = follow ? UINT64_MAX : p->out_end;
+  s->end_at_attach = p->ended;
   uint64_t start = ring_start(p);
   s->cursor = from == UINT64_MAX ? p->out_end : from < start ? start : from;
   if (s->cursor > p->out_end)
     s->cursor = p->out_end;
   s->next = p->subs;
   p->subs = s;
-  c->sub = s;
+  conn_set_producer(c, &s->prod, &sub_ops);
   timer_stop(p->a, &p->expire);
   return s;
 }
@@ -531,7 +538,10 @@ void proc_maybe_free(struct proc *p) {
   timer_start(p->a, &p->expire, DONE_KEEP_MS, expire_cb);
 }
 
-void sub_detach(struct sub *s, bool peer_gone) {
+/* The stream's connection is done with it (its response ended, or the
+ * client left: killOnDisconnect). */
+static void sub_detach(struct producer *pr, bool peer_gone) {
+  struct sub *s = container_of(pr, struct sub, prod);
   struct proc *p = s->p;
   for (struct sub **pp = &p->subs; *pp; pp = &(*pp)->next) {
     if (*pp == s) {
@@ -539,10 +549,8 @@ void sub_detach(struct sub *s, bool peer_gone) {
       break;
     }
   }
-  if (s->c && s->c->sub == s)
-    s->c->sub = NULL;
+  s->c = NULL;
   bool kill_it = peer_gone && s->kill_on_disconnect && !p->ended;
-  free(s);
   if (kill_it) {
     snprintf(p->end_error, sizeof(p->end_error), "killed: client disconnected");
     proc_kill_all(p);
@@ -552,6 +560,10 @@ void sub_detach(struct sub *s, bool peer_gone) {
   trim(p);
   maybe_resume(p);
   proc_maybe_free(p);
+}
+
+static void sub_free(struct producer *pr) {
+  free(container_of(pr, struct sub, prod));
 }
 
 static int emit_data(struct sub *s, uint8_t kind, const char *d, size_t n) {
@@ -594,14 +606,29 @@ static void exit_desc(const struct proc *p, int *code, bool *exited, char *statu
     snprintf(status, cap, "signal: %d", sig);
 }
 
-int sub_pump(struct sub *s) {
+/* The process's end event, {"event":{"end":{...}}}. */
+static void end_event(struct sub *s) {
+  int code;
+  bool exited;
+  char status[64];
+  exit_desc(s->p, &code, &exited, status, sizeof(status));
+  json_t *end = json_pack("{s:i,s:b,s:s}", "exitCode", code, "exited", exited, "status", status);
+  if (end && s->p->end_error[0])
+    json_object_set_new(end, "error", json_string(s->p->end_error));
+  envelope_write(s->c, 0, json_pack("{s:{s:o}}", "event", "end", end));
+}
+
+/* Sends what the stream may take now; 1 if anything was produced. */
+static int sub_pump(struct producer *pr) {
+  struct sub *s = container_of(pr, struct sub, prod);
   struct proc *p = s->p;
   struct conn *c = s->c;
   int produced = 0;
   if (s->end_sent || c->dead)
     return 0;
   while (buf_size(&c->out) < HTTP_LOW_WATER) {
-    if (s->cursor < p->out_end) {
+    uint64_t end = s->until < p->out_end ? s->until : p->out_end;
+    if (s->cursor < end) {
       uint64_t start = ring_start(p);
       if (s->cursor < start)
         s->cursor = start; /* dropped while we lagged (total bound) */
@@ -614,22 +641,27 @@ int sub_pump(struct sub *s) {
       size_t n = ch->len - at;
       if (n > EVENT_MAX)
         n = EVENT_MAX;
+      if (n > end - s->cursor)
+        n = (size_t)(end - s->cursor);
       if (emit_data(s, ch->kind, ch->data + at, n) != 0)
         break;
       s->cursor += n;
       produced = 1;
       continue;
     }
+    if (s->until != UINT64_MAX && s->cursor >= end) {
+      /* Without follow: what was kept at attach, and the end only if it
+       * had ended then (a `yes` writing on meanwhile is not waited for). */
+      if (s->end_at_attach)
+        end_event(s);
+      envelope_write(c, 2, json_object());
+      http_stream_end(c);
+      s->end_sent = true;
+      produced = 1;
+      break;
+    }
     if (p->ended) {
-      int code;
-      bool exited;
-      char status[64];
-      exit_desc(p, &code, &exited, status, sizeof(status));
-      json_t *end = json_pack("{s:i,s:b,s:s}", "exitCode", code, "exited", exited,
-                              "status", status);
-      if (end && p->end_error[0])
-        json_object_set_new(end, "error", json_string(p->end_error));
-      envelope_write(c, 0, json_pack("{s:{s:o}}", "event", "end", end));
+      end_event(s);
       envelope_write(c, 2, json_object());
       http_stream_end(c);
       s->end_sent = true;
@@ -743,6 +775,7 @@ void proc_set_timeout(struct proc *p, uint64_t ms) {
 /* ---- stdin ---- */
 
 static void stdin_close_now(struct proc *p) {
+  p->stdin_undelivered += buf_size(&p->in_buf); /* sent to us, never to the process */
   if (p->in.fd >= 0) {
     io_stop(p->a, &p->in);
     close(p->in.fd);
@@ -793,14 +826,19 @@ int proc_write_stdin(struct proc *p, const void *data, size_t n) {
     return -ENOBUFS;
   if (buf_append(&p->in_buf, data, n) != 0)
     return -ENOMEM;
-  return stdin_flush(p);
+  int rc = stdin_flush(p);
+  return rc == -EPIPE ? -ESHUTDOWN : rc; /* it closed its end while we wrote */
 }
 
 int proc_close_stdin(struct proc *p) {
-  if (p->ended)
-    return -ESRCH;
   if (p->pty)
     return -ENOTTY;
+  /* Closing the stdin of a process that has just exited is done when what
+   * it was sent was delivered: a SendInput and CloseStdin racing the exit
+   * did what they asked. The process is kept a while after its exit
+   * (DONE_KEEP_MS) to answer that. */
+  if (p->ended)
+    return p->stdin_undelivered ? -ESRCH : 0;
   if (p->in.fd < 0)
     return 0;
   if (buf_size(&p->in_buf) > 0)
@@ -914,7 +952,7 @@ void proc_free_all(struct agent *a) {
   while (a->procs) {
     struct proc *p = a->procs;
     while (p->subs)
-      sub_detach(p->subs, false);
+      conn_close(p->subs->c); /* detaches the stream from <p> */
     if (!p->ended) {
       pipe_close(a, &p->out);
       pipe_close(a, &p->err);

@@ -81,6 +81,7 @@ void rpc_error(struct conn *c, bool streaming, const char *code, const char *fmt
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  text_fix(msg);
   json_t *err = json_pack("{s:s,s:s}", "code", code, "message", msg);
   if (!streaming) {
     http_respond_json(c, connect_http_status(code), err);
@@ -126,21 +127,61 @@ static void deny(struct conn *c, bool rpc) {
                                    : "agent not initialized: POST /init first");
 }
 
+/* Only a router initialises an agent, ever. The pod was created carrying
+ * the SHA-256 of its init token (FR_AGENT_INIT_SHA256), which the router
+ * derives from its agent key and the sandbox cannot; the /init must carry
+ * that token (X-Access-Token or Bearer), before and after the first one.
+ * The token is wiped from the request once checked: the token of a pool's
+ * pods opens every warm pod of the pool. Answers the refusal itself. */
+static bool init_allowed(struct conn *c) {
+  struct agent *a = c->a;
+  struct req *r = &c->req;
+  const char *given = r->has_token ? r->token : r->has_bearer ? r->bearer : NULL;
+  unsigned char digest[32];
+  bool ok = false;
+
+  if (a->init_hash_set) {
+    if (given != NULL) {
+      sha256(given, strlen(given), digest);
+      ok = bytes_equal(digest, a->init_sha256, sizeof(digest));
+      explicit_bzero(digest, sizeof(digest));
+    }
+  } else if (a->open_init) {
+    ok = a->token == NULL || authorized(c); /* --allow-open-init: the first caller */
+  }
+  explicit_bzero(r->token, sizeof(r->token));
+  explicit_bzero(r->bearer, sizeof(r->bearer));
+  r->has_token = r->has_bearer = false;
+  if (ok)
+    return true;
+  c->close_after = r->content_length != 0 || r->chunked; /* body unread */
+  if (!a->init_hash_set && !a->open_init)
+    http_error(c, 403, "this agent takes no /init: it was started without FR_AGENT_INIT_SHA256 "
+                       "(an agent made by an older router; --allow-open-init accepts the first caller)");
+  else if (a->init_hash_set)
+    http_error(c, 401, "invalid or missing init token");
+  else
+    http_error(c, 401, "invalid or missing access token");
+  return false;
+}
+
 /* ---- query strings ---- */
 
-/* Finds <key> in the query and decodes it into <out>. 1 found, 0 absent,
- * negative on a bad encoding. */
-static int query_get(const char *q, const char *key, char *out, size_t cap) {
+/* Finds <key> in the query and decodes it into <out>, its length (NULs
+ * included) into *<len>. 1 found, 0 absent, negative on a bad encoding. */
+static int query_get(const char *q, const char *key, char *out, size_t cap, size_t *len) {
   size_t kl = strlen(key);
   while (q && *q) {
     const char *amp = strchr(q, '&');
     size_t l = amp ? (size_t)(amp - q) : strlen(q);
     if (l > kl && strncmp(q, key, kl) == 0 && q[kl] == '=') {
       int rc = percent_decode(q + kl + 1, l - kl - 1, out, cap);
+      *len = rc < 0 ? 0 : (size_t)rc;
       return rc < 0 ? rc : 1;
     }
     if (l == kl && strncmp(q, key, kl) == 0) {
       out[0] = '\0';
+      *len = 0;
       return 1;
     }
     q = amp ? amp + 1 : NULL;
@@ -215,10 +256,8 @@ void route_head(struct conn *c) {
       http_error(c, 405, "use POST");
       return;
     }
-    if (a->token && !authorized(c)) {
-      deny(c, false);
+    if (!init_allowed(c))
       return;
-    }
     r->route = R_INIT;
     c->body_limit = INIT_BODY_MAX;
     return;
@@ -241,16 +280,33 @@ void route_head(struct conn *c) {
     http_respond_json(c, 200, agent_held_json(a));
     return;
   }
+  if (strcmp(r->path, "/envs") == 0) {
+    /* envd's: the sandbox's create-time env as /init set it, without the
+     * values /init named as secrets. */
+    if (strcmp(m, "GET") != 0) {
+      http_error(c, 405, "use GET");
+      return;
+    }
+    http_respond_json(c, 200, a->init_envs ? json_incref(a->init_envs) : json_object());
+    return;
+  }
   if (strcmp(r->path, "/version") == 0) {
     http_respond_json(c, 200, json_pack("{s:s,s:s}", "version", AGENT_ENVD_VERSION,
                                         "agent", "fedrouter-agent/" AGENT_VERSION));
     return;
   }
   if (strcmp(r->path, "/files") == 0) {
-    char path[4096];
-    int have = query_get(r->query, "path", path, sizeof(path));
+    char path[4096], shown[600];
+    size_t plen;
+    int have = query_get(r->query, "path", path, sizeof(path), &plen);
     if (have < 0) {
       http_error(c, 400, "bad path parameter");
+      return;
+    }
+    if (have && !path_valid(path, plen)) {
+      /* "/tmp/a%00b" would be "/tmp/a" to open(2); "%ff" no protobuf string */
+      path_show(path, plen, shown, sizeof(shown));
+      http_error(c, 400, "invalid path %s: a path is UTF-8 text without NUL bytes", shown);
       return;
     }
     if (strcmp(m, "GET") == 0) {
@@ -320,6 +376,7 @@ static int env_set(char ***vec, size_t *n, const char *key, const char *val) {
   snprintf(kv, sz, "%s=%s", key, val);
   for (size_t i = 0; i < *n; i++) {
     if (strncmp((*vec)[i], key, kl) == 0 && (*vec)[i][kl] == '=') {
+      explicit_bzero((*vec)[i], strlen((*vec)[i])); /* values may be secrets */
       free((*vec)[i]);
       (*vec)[i] = kv;
       return 0;
@@ -352,22 +409,46 @@ static const char *cstr(json_t *j) {
   return json_string_value(j);
 }
 
+static void env_free(char **vec, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    explicit_bzero(vec[i], strlen(vec[i])); /* values may be secrets */
+    free(vec[i]);
+  }
+  free(vec);
+}
+
+static char *dup_or_null(const char *s, bool *failed) {
+  char *d = s != NULL ? strdup(s) : NULL;
+
+  if (s != NULL && d == NULL)
+    *failed = true;
+  return d;
+}
+
+/* POST /init (the router's, init_allowed() checked it): sets everything
+ * /init sets as a whole. The env, the default workdir and user are
+ * replaced, never merged (nothing an earlier /init set survives); the
+ * access token changes when the body has one. */
 static void handle_init(struct conn *c) {
   struct agent *a = c->a;
   json_error_t jerr;
   json_t *j = json_loadb(c->body.p ? c->body.p + c->body.off : "{}",
                          c->body.p ? buf_size(&c->body) : 2, 0, &jerr);
-  if (!json_is_object(j)) {
-    json_decref(j);
-    http_error(c, 400, "body must be a JSON object");
-    return;
-  }
-  json_t *ev = json_object_get(j, "envVars");
-  json_t *tok = json_object_get(j, "accessToken");
-  json_t *wd = json_object_get(j, "defaultWorkdir");
-  json_t *du = json_object_get(j, "defaultUser");
+  json_t *ev, *tok, *wd, *du, *sn, *val, *envs = NULL;
+  char **env = NULL, *token = NULL, *workdir = NULL, *user = NULL;
+  size_t env_n = 0, i;
   const char *key;
-  json_t *val;
+  bool failed = false;
+
+  if (c->body.p != NULL)
+    explicit_bzero(c->body.p, c->body.cap); /* the env's values may be secrets */
+  if (!json_is_object(j))
+    goto bad;
+  ev = json_object_get(j, "envVars");
+  tok = json_object_get(j, "accessToken");
+  wd = json_object_get(j, "defaultWorkdir");
+  du = json_object_get(j, "defaultUser");
+  sn = json_object_get(j, "secretNames");
   if (ev && !json_is_object(ev) && !json_is_null(ev))
     goto bad;
   json_object_foreach(ev, key, val) {
@@ -380,35 +461,62 @@ static void handle_init(struct conn *c) {
     goto bad;
   if (du && !json_is_null(du) && cstr(du) == NULL)
     goto bad;
+  if (sn && !json_is_array(sn) && !json_is_null(sn))
+    goto bad;
+  json_array_foreach(sn, i, val) {
+    if (cstr(val) == NULL)
+      goto bad;
+  }
+  /* Everything is built before anything is replaced: out of memory
+   * leaves the previous /init's state whole. */
+  envs = json_object();
+  failed = envs == NULL;
   json_object_foreach(ev, key, val) {
-    if (env_set(&a->init_env, &a->init_env_n, key, json_string_value(val)) != 0) {
-      json_decref(j);
-      http_error(c, 503, "out of memory");
-      return;
-    }
+    bool secret = false;
+    json_t *s;
+    size_t k;
+    json_array_foreach(sn, k, s) secret |= strcmp(json_string_value(s), key) == 0;
+    if (failed || env_set(&env, &env_n, key, json_string_value(val)) != 0 ||
+        (!secret && json_object_set(envs, key, val) != 0))
+      failed = true;
   }
-  if (cstr(tok) && cstr(tok)[0]) {
+  token = cstr(tok) && cstr(tok)[0] ? dup_or_null(cstr(tok), &failed) : NULL;
+  workdir = dup_or_null(cstr(wd), &failed);
+  user = dup_or_null(cstr(du), &failed);
+  if (failed) {
+    env_free(env, env_n);
+    json_decref(envs);
+    free(token);
+    free(workdir);
+    free(user);
+    json_decref(j);
+    http_error(c, 503, "out of memory");
+    return;
+  }
+  env_free(a->init_env, a->init_env_n);
+  a->init_env = env;
+  a->init_env_n = env_n;
+  json_decref(a->init_envs);
+  a->init_envs = envs;
+  if (token != NULL) {
+    if (a->token != NULL)
+      explicit_bzero(a->token, strlen(a->token));
     free(a->token);
-    a->token = strdup(cstr(tok));
+    a->token = token;
   }
-  if (cstr(wd)) {
-    free(a->default_workdir);
-    a->default_workdir = strdup(cstr(wd));
-  }
-  if (cstr(du)) {
-    free(a->default_user);
-    a->default_user = strdup(cstr(du));
-  }
+  free(a->default_workdir);
+  a->default_workdir = workdir;
+  free(a->default_user);
+  a->default_user = user;
   /* Names only: values may be secrets. */
-  log_msg("init: %zu env vars set, token %s", json_object_size(ev),
-          a->token ? "set" : "not set");
+  log_msg("init: %zu env vars set, token %s", env_n, a->token ? "set" : "not set");
   json_decref(j);
   http_respond(c, 204, NULL, NULL, NULL, 0);
   return;
 bad:
   json_decref(j);
   http_error(c, 400, "bad /init body: envVars must map names to strings; accessToken, "
-                     "defaultUser strings; defaultWorkdir an absolute path");
+                     "defaultUser strings; defaultWorkdir an absolute path; secretNames strings");
 }
 
 /* ---- process.Process ---- */
@@ -479,50 +587,39 @@ static struct proc *select_proc(struct conn *c, json_t *req, bool streaming) {
   return p;
 }
 
-/* Keepalive messages of a stream: a process stream's is
+/* Keepalive messages of a stream (c->ka_msg): a process stream's is
  * {"event":{"keepalive":{}}}, WatchDir's {"keepalive":{}}. */
+#define KA_PROCESS "{\"event\":{\"keepalive\":{}}}"
+#define KA_WATCH "{\"keepalive\":{}}"
+
 static void ka_cb(struct agent *a, struct timer *t) {
   struct conn *c = container_of(t, struct conn, ka_timer);
-  if (c->dead || c->resp_done)
+  if (c->dead || c->resp_done || c->ka_msg == NULL)
     return;
-  if (c->watch)
-    envelope_write(c, 0, json_pack("{s:{}}", "keepalive"));
-  else if (c->sub && !c->sub->end_sent)
-    envelope_write(c, 0, json_pack("{s:{s:{}}}", "event", "keepalive"));
-  else
-    return;
+  envelope_write(c, 0, json_loads(c->ka_msg, 0, NULL));
   conn_service(c);
-  if (!c->dead && (c->sub || c->watch))
+  if (!c->dead && !c->resp_done && c->ka_msg != NULL)
     timer_start(a, &c->ka_timer, (uint64_t)c->ka_interval_s * 1000, ka_cb);
 }
 
+/* The stream's Connect-Timeout-Ms: only Connect and WatchDir streams carry
+ * one (Start's is the command's lifetime). It ends the stream with
+ * deadline_exceeded, as envd's context does; a process lives on, a
+ * watcher is let go. */
 static void dl_cb(struct agent *a, struct timer *t) {
   struct conn *c = container_of(t, struct conn, dl_timer);
   (void)a;
-  struct sub *s = c->sub;
   if (c->dead || c->resp_done)
     return;
-  if (c->watch) {
-    /* WatchDir's deadline (the SDK's timeoutMs, 60 s by default) ends the
-     * stream with deadline_exceeded, as envd's context does. */
-    watch_close(c->watch);
-    envelope_write(c, 2, json_pack("{s:{s:s,s:s}}", "error", "code", "deadline_exceeded",
-                                   "message", "stream deadline (Connect-Timeout-Ms) exceeded"));
-    http_stream_end(c);
-    conn_service(c);
-    return;
-  }
-  if (s == NULL || s->end_sent)
-    return;
-  /* Only Connect streams carry a stream deadline; the process lives on. */
-  s->end_sent = true;
+  conn_drop_producer(c);
   envelope_write(c, 2, json_pack("{s:{s:s,s:s}}", "error", "code", "deadline_exceeded",
                                  "message", "stream deadline (Connect-Timeout-Ms) exceeded"));
   http_stream_end(c);
   conn_service(c);
 }
 
-static void stream_timers(struct conn *c, bool deadline) {
+static void stream_timers(struct conn *c, bool deadline, const char *ka_msg) {
+  c->ka_msg = ka_msg;
   c->ka_interval_s = c->req.keepalive_s ? c->req.keepalive_s : DEFAULT_KEEPALIVE_S;
   timer_start(c->a, &c->ka_timer, (uint64_t)c->ka_interval_s * 1000, ka_cb);
   if (deadline && c->req.timeout_ms > 0)
@@ -532,8 +629,10 @@ static void stream_timers(struct conn *c, bool deadline) {
 static int decode_b64_field(json_t *j, unsigned char **out, size_t *n);
 
 static void free_strv(char **v) {
-  for (char **p = v; p && *p; p++)
+  for (char **p = v; p && *p; p++) {
+    explicit_bzero(*p, strlen(*p)); /* an envp: values may be secrets */
     free(*p);
+  }
   free(v);
 }
 
@@ -593,8 +692,11 @@ static void handle_start(struct conn *c, json_t *req) {
       return;
     }
   }
-  if (a->nprocs_running >= 1024) {
-    rpc_error(c, true, "resource_exhausted", "too many running processes (1024)");
+  if (a->nprocs_running >= a->max_procs) {
+    /* Retrying after one ended works: resource_exhausted (a router's 429). */
+    rpc_error(c, true, "resource_exhausted",
+              "too many running processes: at most %d run at once in this sandbox; wait for one to end or "
+              "stop one", a->max_procs);
     return;
   }
   size_t nargs = json_array_size(args);
@@ -663,6 +765,13 @@ static void handle_start(struct conn *c, json_t *req) {
   };
   struct proc *p = NULL;
   int rc = proc_start(a, &o, &p, err, sizeof(err));
+  if (rc == -EAGAIN) {
+    /* fork(2): RLIMIT_NPROC or the pod's pids limit, below our own */
+    rpc_error(c, true, "resource_exhausted",
+              "cannot start %s: the sandbox's limit on processes is reached (fork: %s); wait for some to end",
+              cmd, strerror(EAGAIN));
+    goto out;
+  }
   if (rc != 0) {
     rpc_error(c, true, rc == -ENOENT ? "not_found" : errno_code(rc), "%s", err);
     goto out;
@@ -687,14 +796,14 @@ static void handle_start(struct conn *c, json_t *req) {
   log_msg("started pid %d (%s)%s", (int)p->pid, cmd, o.pty ? " with a pty" : "");
   http_stream_begin(c, 200, "application/connect+json", NULL);
   envelope_write(c, 0, json_pack("{s:{s:{s:i}}}", "event", "start", "pid", (int)p->pid));
-  struct sub *s = proc_attach(p, c, 0);
+  struct sub *s = proc_attach(p, c, 0, true);
   if (s == NULL) {
     rpc_error(c, true, "resource_exhausted", "out of memory");
     goto out;
   }
   s->is_start = true;
   s->kill_on_disconnect = json_is_true(kod);
-  stream_timers(c, false);
+  stream_timers(c, false, KA_PROCESS);
   conn_service(c);
   goto out;
 oom:
@@ -712,8 +821,13 @@ static void handle_connect(struct conn *c, json_t *req) {
     return;
   uint64_t from = 0;
   json_t *rf = json_object_get(req, "replayFrom");
+  json_t *fo = json_object_get(req, "follow");
   if (rf && !json_is_null(rf) && get_u64(rf, &from) != 0) {
     rpc_error(c, true, "invalid_argument", "replayFrom must be a non-negative integer");
+    return;
+  }
+  if (fo && !json_is_null(fo) && !json_is_boolean(fo)) {
+    rpc_error(c, true, "invalid_argument", "follow must be a boolean");
     return;
   }
   uint64_t start = p->head ? p->head->off : p->out_end;
@@ -725,14 +839,14 @@ static void handle_connect(struct conn *c, json_t *req) {
            (unsigned long long)(from < start ? start - from : 0));
   http_stream_begin(c, 200, "application/connect+json", hdr);
   envelope_write(c, 0, json_pack("{s:{s:{s:i}}}", "event", "start", "pid", (int)p->pid));
-  struct sub *s = proc_attach(p, c, from);
+  struct sub *s = proc_attach(p, c, from, !json_is_false(fo));
   if (s == NULL) {
     rpc_error(c, true, "resource_exhausted", "out of memory");
     return;
   }
   json_t *kod = json_object_get(req, "killOnDisconnect");
   s->kill_on_disconnect = json_is_true(kod);
-  stream_timers(c, true);
+  stream_timers(c, true, KA_PROCESS);
   conn_service(c);
 }
 
@@ -796,6 +910,9 @@ static void handle_send_input(struct conn *c, json_t *req) {
   free(data);
   if (rc == -EPIPE)
     rpc_error(c, false, "failed_precondition", "stdin of process %d is not open (start it with stdin: true)", (int)p->pid);
+  else if (rc == -ESHUTDOWN)
+    rpc_error(c, false, "failed_precondition", "process %d closed its stdin: %zu bytes were not delivered",
+              (int)p->pid, p->stdin_undelivered);
   else if (rc == -ENOBUFS)
     rpc_error(c, false, "resource_exhausted", "stdin backlog of process %d is full", (int)p->pid);
   else if (rc != 0)
@@ -872,7 +989,8 @@ static void handle_close_stdin(struct conn *c, json_t *req) {
     return;
   int rc = proc_close_stdin(p);
   if (rc == -ESRCH)
-    rpc_error(c, false, "not_found", "process %d has exited", (int)p->pid);
+    rpc_error(c, false, "not_found", "process %d has exited before taking all of its input (%zu bytes not delivered)",
+              (int)p->pid, p->stdin_undelivered);
   else if (rc == -ENOTTY)
     rpc_error(c, false, "failed_precondition", "process %d has a pty: send EOT (0x04) as input instead", (int)p->pid);
   else
@@ -891,8 +1009,14 @@ static void handle_rpc(struct conn *c) {
     }
     const unsigned char *u = (const unsigned char *)body;
     uint32_t len = (uint32_t)u[1] << 24 | (uint32_t)u[2] << 16 | (uint32_t)u[3] << 8 | u[4];
-    if (u[0] & 0x01) {
+    if (u[0] == 0x01) {
       rpc_error(c, true, "internal", "compressed messages are not supported");
+      return;
+    }
+    if (u[0] != 0) {
+      /* 0x02 ends a server's stream; a request is one plain message */
+      rpc_error(c, true, "invalid_argument", "request envelope with flags 0x%02x: a request is one message with flags 0",
+                u[0]);
       return;
     }
     if ((size_t)len != n - 5) {
@@ -901,9 +1025,19 @@ static void handle_rpc(struct conn *c) {
     }
     body += 5;
     n -= 5;
+  } else if (n >= 5 && (unsigned char)body[0] <= 3 &&
+             ((uint32_t)(unsigned char)body[1] << 24 | (uint32_t)(unsigned char)body[2] << 16 |
+              (uint32_t)(unsigned char)body[3] << 8 | (unsigned char)body[4]) == n - 5) {
+    /* application/json: the body is the message itself, never a framed one */
+    rpc_error(c, false, "invalid_argument",
+              "a unary request's body is one JSON message, not a Connect envelope (those are for "
+              "application/connect+json streams)");
+    return;
   }
   json_error_t jerr;
-  json_t *req = n ? json_loadb(body, n, 0, &jerr) : json_object();
+  /* NUL bytes are let in: paths are refused by name (rpc_path), other
+   * strings where they are read (cstr). */
+  json_t *req = n ? json_loadb(body, n, JSON_ALLOW_NUL, &jerr) : json_object();
   if (!json_is_object(req)) {
     json_decref(req);
     rpc_error(c, st, "invalid_argument", "request must be a JSON object");
@@ -926,7 +1060,7 @@ static void handle_rpc(struct conn *c) {
     handle_close_stdin(c, req);
   else if (strcmp(m, "filesystem.Filesystem/WatchDir") == 0) {
     if (watch_stream_start(c, req) == 0) {
-      stream_timers(c, true);
+      stream_timers(c, true, KA_WATCH);
       conn_service(c);
     }
   } else if (strcmp(m, "filesystem.Filesystem/CreateWatcher") == 0 ||

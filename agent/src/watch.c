@@ -34,12 +34,15 @@
  *  - A directory moved in holding more than WATCH_MAX_REPORTED entries
  *    (reported as created) ends the watcher: resource_exhausted.
  *
- * Lifetime: a stream's watcher is closed with its connection (client gone,
- * stop(), deadline); a polling one by RemoveWatcher, idle expiry or agent
- * shutdown. watch_close() releases the fd at once; the struct is freed by
+ * Lifetime: a stream's watcher is its connection's producer (agent.h):
+ * detached when its response ends or its connection closes (client gone,
+ * stop(), deadline), freed by the transport after the epoll batch. A
+ * polling one ends by RemoveWatcher, idle expiry or agent shutdown:
+ * watch_close() releases the fd at once; the struct is freed by
  * watch_collect() after the epoll batch, as connections are, because an
  * event for its fd may still be pending in the same batch.
  */
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -73,6 +76,7 @@ struct wdir {
 };
 
 struct watch {
+  struct producer prod; /* a stream's: its connection is prod.c (= c) */
   struct io io; /* the inotify fd, -1 once released */
   struct agent *a;
   struct watch *prev, *next;
@@ -84,6 +88,8 @@ struct watch {
   bool paused; /* stream: not reading while the client lags */
   unsigned reported; /* entries reported by the walk of a new directory */
   uint32_t from_cookie; /* of the last directory moved away, to tell a move within */
+  uint32_t upload_cookie; /* of the last upload's temporary file renamed into place */
+  bool upload_replaces;   /* ... over an existing file */
   bool dead;
   struct wdir *dirs;
   size_t ndirs, capdirs;
@@ -94,6 +100,8 @@ struct watch {
 };
 
 static void watch_io_cb(struct agent *a, struct io *io, uint32_t events);
+static void watch_fail(struct watch *w, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* ---- the directory table ---- */
 
@@ -269,19 +277,16 @@ static void release(struct watch *w) {
   w->ndirs = w->capdirs = 0;
 }
 
-void watch_close(struct watch *w) {
-  if (w == NULL || w->dead)
-    return;
+/* Stops watching and leaves the agent's list of watchers. */
+static void watch_end(struct watch *w) {
   struct agent *a = w->a;
+  if (w->dead)
+    return;
   w->dead = true;
   release(w);
   a->watch_queued -= json_array_size(w->queue);
   json_array_clear(w->queue);
   timer_stop(a, &w->idle);
-  if (w->c != NULL) {
-    w->c->watch = NULL;
-    w->c = NULL;
-  }
   if (w->prev)
     w->prev->next = w->next;
   else
@@ -289,10 +294,50 @@ void watch_close(struct watch *w) {
   if (w->next)
     w->next->prev = w->prev;
   a->nwatches--;
-  w->prev = NULL;
-  w->next = a->dead_watches;
-  a->dead_watches = w;
+  w->prev = w->next = NULL;
 }
+
+static void watch_free(struct watch *w) {
+  json_decref(w->queue);
+  free(w->root);
+  free(w);
+}
+
+/* A polling watcher goes: freed by watch_collect(). */
+static void watch_close(struct watch *w) {
+  assert(w->c == NULL);
+  if (w->dead)
+    return;
+  watch_end(w);
+  w->next = w->a->dead_watches;
+  w->a->dead_watches = w;
+}
+
+/* ---- a WatchDir stream as its connection's producer ---- */
+
+/* The connection has room again: resume reading events. */
+static int stream_pump(struct producer *p) {
+  struct watch *w = container_of(p, struct watch, prod);
+  if (w->paused && !w->dead && w->io.fd >= 0) {
+    w->paused = false;
+    if (io_start(w->a, &w->io, EPOLLIN) != 0)
+      watch_fail(w, "internal", "watcher error: epoll: %s", strerror(errno));
+  }
+  return 0;
+}
+
+static void stream_detach(struct producer *p, bool peer_gone) {
+  struct watch *w = container_of(p, struct watch, prod);
+  (void)peer_gone;
+  watch_end(w);
+  w->c = NULL;
+}
+
+static void stream_free(struct producer *p) {
+  watch_free(container_of(p, struct watch, prod));
+}
+
+static const struct producer_ops stream_ops = {stream_pump, stream_detach, stream_free};
 
 void watch_held(const struct agent *a, size_t *paused, size_t *kernel_bytes) {
   const struct watch *w;
@@ -310,31 +355,34 @@ void watch_collect(struct agent *a) {
   while (a->dead_watches) {
     struct watch *w = a->dead_watches;
     a->dead_watches = w->next;
-    json_decref(w->queue);
-    free(w->root);
-    free(w);
+    watch_free(w);
   }
 }
 
 void watch_close_all(struct agent *a) {
-  while (a->watches)
-    watch_close(a->watches);
+  while (a->watches) {
+    if (a->watches->c != NULL)
+      conn_close(a->watches->c); /* detaches its watcher */
+    else
+      watch_close(a->watches);
+  }
 }
 
 /* The watcher cannot go on: a stream ends with the error, a polling
  * watcher keeps it for GetWatcherEvents and lets go of its inotify fd. */
-static void watch_fail(struct watch *w, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 static void watch_fail(struct watch *w, const char *code, const char *fmt, ...) {
   char msg[256];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  text_fix(msg);
   log_msg("watcher %s on %s: %s", w->id, w->root, msg);
   if (w->c != NULL) {
+    /* The stream ends with the error; its connection detaches the
+     * watcher when the answer is out. */
     struct conn *c = w->c;
-    watch_close(w);
+    release(w);
     envelope_write(c, 2, json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg));
     http_stream_end(c);
     conn_service(c);
@@ -367,7 +415,10 @@ static int emit(struct watch *w, const char *name, const char *type, const char 
       json_object_set_new(ev, "entry", e);
   }
   if (w->c != NULL) {
-    envelope_write(w->c, 0, json_pack("{s:o}", "filesystem", ev));
+    if (w->io.fd >= 0) /* else the stream has ended */
+      envelope_write(w->c, 0, json_pack("{s:o}", "filesystem", ev));
+    else
+      json_decref(ev);
     return 0;
   }
   if (json_array_size(w->queue) >= WATCH_MAX_QUEUED ||
@@ -405,7 +456,7 @@ static int on_event(struct watch *w, const struct inotify_event *ev) {
      * unmounted): nothing more can come. A stream ends normally. */
     if (w->c != NULL) {
       struct conn *c = w->c;
-      watch_close(w);
+      release(w);
       envelope_write(c, 2, json_object());
       http_stream_end(c);
       conn_service(c);
@@ -417,10 +468,35 @@ static int on_event(struct watch *w, const struct inotify_event *ev) {
   bool self = ev->len == 0 || ev->name[0] == '\0';
   if (self && !is_root)
     return 0; /* the parent reported it by name */
+  bool replaces;
+  if (!self && upload_temp_name(w->a, ev->name, &replaces)) {
+    /* The agent's own upload in the making: nobody else's business. */
+    if (ev->mask & IN_MOVED_FROM) {
+      w->upload_cookie = ev->cookie;
+      w->upload_replaces = replaces;
+    }
+    return 0;
+  }
   char *rel = self ? strdup("") : join_rel(d->rel, ev->name);
   if (rel == NULL)
     return 0;
   const char *name = rel[0] ? rel : ".";
+  if ((ev->mask & IN_MOVED_TO) && ev->cookie != 0 && ev->cookie == w->upload_cookie) {
+    /* An upload renamed into place, reported as envd's in-place write
+     * shows: a new file is created, then written (unless empty); an
+     * existing one is written. */
+    char *fp = full_path(w, rel);
+    struct stat st;
+    int rc = 0;
+    w->upload_cookie = 0;
+    if (!w->upload_replaces)
+      rc = emit(w, name, "EVENT_TYPE_CREATE", rel);
+    if (rc == 0 && (w->upload_replaces || (fp && stat(fp, &st) == 0 && st.st_size > 0)))
+      rc = emit(w, name, "EVENT_TYPE_WRITE", rel);
+    free(fp);
+    free(rel);
+    return rc;
+  }
   static const struct {
     uint32_t mask;
     const char *type;
@@ -506,15 +582,6 @@ static void watch_io_cb(struct agent *a, struct io *io, uint32_t events) {
   drain(container_of(io, struct watch, io), WATCH_READS_PER_TURN);
 }
 
-int watch_pump(struct watch *w) {
-  if (w->paused && !w->dead && w->io.fd >= 0) {
-    w->paused = false;
-    if (io_start(w->a, &w->io, EPOLLIN) != 0)
-      watch_fail(w, "internal", "watcher error: epoll: %s", strerror(errno));
-  }
-  return 0;
-}
-
 static void idle_cb(struct agent *a, struct timer *t) {
   struct watch *w = container_of(t, struct watch, idle);
   (void)a;
@@ -545,14 +612,11 @@ static bool opt_bool(json_t *req, const char *key, bool *out) {
  * (not yet in a list). Answers the error itself and returns NULL. */
 static struct watch *watch_new(struct conn *c, json_t *req, bool streaming) {
   struct agent *a = c->a;
-  json_t *pj = json_object_get(req, "path");
-  const char *path = json_string_value(pj);
+  const char *path;
   bool rec, inc, net;
-  if (path == NULL || strlen(path) != json_string_length(pj) || path[0] != '/' ||
-      strlen(path) >= 4096) {
-    rpc_error(c, streaming, "invalid_argument", "path must be an absolute path");
+  path = rpc_path(c, req, "path", streaming);
+  if (path == NULL)
     return NULL;
-  }
   if (!opt_bool(req, "recursive", &rec) || !opt_bool(req, "includeEntry", &inc) ||
       !opt_bool(req, "allowNetworkMounts", &net)) {
     rpc_error(c, streaming, "invalid_argument",
@@ -634,7 +698,7 @@ int watch_stream_start(struct conn *c, json_t *req) {
   if (w == NULL)
     return -1;
   w->c = c;
-  c->watch = w;
+  conn_set_producer(c, &w->prod, &stream_ops);
   http_stream_begin(c, 200, "application/connect+json", NULL);
   envelope_write(c, 0, json_pack("{s:{}}", "start"));
   log_msg("watcher %s: streaming %s%s", w->id, w->root, w->recursive ? " (recursive)" : "");

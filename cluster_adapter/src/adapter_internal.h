@@ -179,12 +179,25 @@ int agent_token(const struct fr_adapter *a, const char *pod, int previous, char 
  * a route outside the allow-list or a parameter it does not take. */
 int agent_path(const struct fr_adapter *a, const char *pod, int port, const char *method, const char *route,
                char *out, size_t cap);
-/* POST /init: sets the sandbox's token and its env (<env>, then
- * <secrets> over it: objects of strings or NULL, borrowed); with secrets
- * the request is FR_KUBE_SENSITIVE. <cb> gets 0 or -EIO with a message,
- * unless the call (*<out>, for fr_kube_cancel) is cancelled first. */
-int agent_init(struct fr_adapter *a, const char *pod, int port, json_t *env, json_t *secrets,
-               const char *request_id, agent_done_cb cb, void *arg, struct fr_kube_call **out);
+/* What an agent's /init token is made for (FR_LABEL_AGENT_INIT). */
+#define AGENT_INIT_POOL "pool"
+#define AGENT_INIT_POD "pod"
+/* The SHA-256 (hex) of the /init token of <kind> (AGENT_INIT_POOL or
+ * AGENT_INIT_POD) <name> under the current key: what a pod made for it
+ * carries in its env FR_AGENT_INIT_SHA256. 0 or -EINVAL. */
+int agent_init_sha256(const struct fr_adapter *a, const char *kind, const char *name, char out[65]);
+/* POST /init to the agent of <pod> (borrowed; its FR_LABEL_AGENT_INIT says
+ * which init token opens it, tried with the previous key after a 401):
+ * sets the sandbox's access token and its env (<env>, then <secrets> over
+ * it: objects of strings or NULL, borrowed; the agent is told which names
+ * are secrets). With secrets the request is FR_KUBE_SENSITIVE. <cb> gets 0
+ * or -EIO with a message, unless *<out> is cancelled first
+ * (agent_init_cancel). -EINVAL for a pod without the label. */
+struct agent_init;
+int agent_init(struct fr_adapter *a, const struct fr_pod *pod, int port, json_t *env, json_t *secrets,
+               const char *request_id, agent_done_cb cb, void *arg, struct agent_init **out);
+/* Stops an /init in flight: its callback is not called. Accepts NULL. */
+void agent_init_cancel(struct agent_init *ai);
 
 /* Small JSON accessors shared by the adapter sources. */
 const char *pod_label(json_t *obj, const char *key);

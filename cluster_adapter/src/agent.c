@@ -52,69 +52,178 @@ int agent_path(const struct fr_adapter *a, const char *pod, int port, const char
 
 /* ---- /init ---- */
 
-struct init_call {
+/* An answer of the API server itself (its pod proxy could not reach the
+ * agent, the pod is gone, RBAC) rather than of the agent: a Status. */
+static int api_server_status(const struct fr_kube_response *r) {
+  return r->body_len > 0 && strstr(r->body, "\"kind\":\"Status\"") != NULL;
+}
+
+
+/* Only a router initialises an agent. A pod is created carrying the
+ * SHA-256 of its init token (env FR_AGENT_INIT_SHA256), which the sandbox
+ * can read but not invert; the token itself is an HMAC under the agent key
+ * that every router replica derives alike. A pool's pods come from one
+ * ReplicaSet template, so their token is the pool's; a cold create's is
+ * its pod's. The agent wipes the token once it checked it. */
+static int init_token(const struct fr_adapter *a, const char *scope, int previous, char out[65]) {
+  const struct fr_adapter_agent *ag = a->cc.agent;
+  char msg[512];
+  int n = snprintf(msg, sizeof(msg), "init:%s/%s/%s", a->cc.name, a->ns, scope);
+
+  out[0] = '\0';
+  if (ag == NULL || n < 0 || (size_t)n >= sizeof(msg) || (previous && ag->prev_key == NULL))
+    return -EINVAL;
+  return previous ? fr_hmac_sha256_hex(ag->prev_key, ag->prev_key_len, msg, (size_t)n, out)
+                  : fr_hmac_sha256_hex(ag->key, ag->key_len, msg, (size_t)n, out);
+}
+
+int agent_init_sha256(const struct fr_adapter *a, const char *kind, const char *name, char out[65]) {
+  char scope[300], token[65];
+  int n = snprintf(scope, sizeof(scope), "%s/%s", kind, name);
+
+  out[0] = '\0';
+  if (n < 0 || (size_t)n >= sizeof(scope) || init_token(a, scope, 0, token) != 0)
+    return -EINVAL;
+  fr_sha256_hex(token, strlen(token), out);
+  explicit_bzero(token, sizeof(token));
+  return 0;
+}
+
+/* "pool/<pool>" or "pod/<pod>", as the pod's label says it was made. */
+static int init_scope(const struct fr_pod *pod, char *out, size_t cap) {
+  const char *kind = fr_pod_label(pod, FR_LABEL_AGENT_INIT);
+  int n;
+
+  if (kind != NULL && strcmp(kind, AGENT_INIT_POOL) == 0 && pod->pool != NULL)
+    n = snprintf(out, cap, "%s/%s", AGENT_INIT_POOL, pod->pool);
+  else if (kind != NULL && strcmp(kind, AGENT_INIT_POD) == 0)
+    n = snprintf(out, cap, "%s/%s", AGENT_INIT_POD, pod->name);
+  else
+    return -EINVAL;
+  return n < 0 || (size_t)n >= cap ? -EINVAL : 0;
+}
+
+struct agent_init {
+  struct fr_adapter *a;
   agent_done_cb cb;
   void *arg;
+  struct fr_kube_call *kc;
+  char *body;         /* holds the env and secrets: wiped when freed */
+  char *request_id;
+  char path[400];
+  char scope[300];
+  int flags;
+  int previous_key;   /* this attempt carries the previous key's init token */
 };
 
+static void init_free(struct agent_init *ai) {
+  fr_secret_free(ai->body);
+  free(ai->request_id);
+  free(ai);
+}
+
+void agent_init_cancel(struct agent_init *ai) {
+  if (ai == NULL)
+    return;
+  fr_kube_cancel(ai->kc);
+  init_free(ai);
+}
+
+static int init_send(struct agent_init *ai);
+
 static void on_init(const struct fr_kube_response *r, void *arg) {
-  struct init_call *ic = arg;
+  struct agent_init *ai = arg;
   char msg[400];
 
+  ai->kc = NULL;
+  if (r->status == 401 && !ai->previous_key && ai->a->cc.agent->prev_key != NULL && !api_server_status(r)) {
+    /* Made before a key rotation: its init token is the old key's. */
+    ai->previous_key = 1;
+    if (init_send(ai) == 0)
+      return;
+  }
   if (r->status == 204 || r->status == 200) {
-    ic->cb(0, NULL, ic->arg);
+    ai->cb(0, NULL, ai->arg);
   } else {
     snprintf(msg, sizeof(msg), "the sandbox's agent did not accept /init: %d %.200s", r->status,
              r->status == 0 ? (r->error ? r->error : "no answer") : (r->body_len ? r->body : ""));
-    ic->cb(-EIO, msg, ic->arg);
+    ai->cb(-EIO, msg, ai->arg);
   }
-  free(ic);
+  init_free(ai);
 }
 
-int agent_init(struct fr_adapter *a, const char *pod, int port, json_t *env, json_t *secrets,
-               const char *request_id, agent_done_cb cb, void *arg, struct fr_kube_call **out) {
+static int init_send(struct agent_init *ai) {
   struct fr_kube_request_opts o;
-  struct init_call *ic;
-  char token[65], path[400], header[96];
-  json_t *body, *vars;
-  char *text;
+  char token[65], header[96];
   int rc;
 
-  if (agent_token(a, pod, 0, token) != 0 ||
-      upstream_agent_path(path, sizeof(path), a->ns, pod, port, "POST", "/init", 1) != 0)
+  if (init_token(ai->a, ai->scope, ai->previous_key, token) != 0)
     return -EINVAL;
-  /* The token (set by the first /init, then required) and the sandbox's
-   * env with its secrets over it, which every later process inherits: it
-   * never lands in the pod spec or an annotation. */
-  vars = json_object();
-  if (vars == NULL || (env != NULL && json_object_update(vars, env) != 0) ||
-      (secrets != NULL && json_object_update(vars, secrets) != 0)) {
-    json_decref(vars);
-    return -ENOMEM;
-  }
-  body = json_pack("{s:s,s:o}", "accessToken", token, "envVars", vars);
-  text = body != NULL ? json_dumps(body, JSON_COMPACT) : NULL;
-  json_decref(body); /* the values stay in <secrets>, whose owner wipes them */
-  ic = malloc(sizeof(*ic));
-  if (text == NULL || ic == NULL) {
-    fr_secret_free(text);
-    free(ic);
-    return -ENOMEM;
-  }
-  ic->cb = cb;
-  ic->arg = arg;
   snprintf(header, sizeof(header), "X-Access-Token: %s", token);
   memset(&o, 0, sizeof(o));
-  o.flags = secrets != NULL ? FR_KUBE_SENSITIVE : 0;
-  o.request_id = request_id;
+  o.flags = ai->flags;
+  o.request_id = ai->request_id;
   o.timeout_ms = AGENT_INIT_TIMEOUT_MS;
   o.header = header;
-  rc = fr_kube_request_opts(a->client, "POST", path, "application/json", text, strlen(text), &o, on_init, ic,
-                            out);
-  fr_secret_free(text);
-  if (rc != 0)
-    free(ic);
+  rc = fr_kube_request_opts(ai->a->client, "POST", ai->path, "application/json", ai->body, strlen(ai->body), &o,
+                            on_init, ai, &ai->kc);
+  explicit_bzero(token, sizeof(token));
+  explicit_bzero(header, sizeof(header));
   return rc;
+}
+
+int agent_init(struct fr_adapter *a, const struct fr_pod *pod, int port, json_t *env, json_t *secrets,
+               const char *request_id, agent_done_cb cb, void *arg, struct agent_init **out) {
+  struct agent_init *ai;
+  char token[65];
+  json_t *body, *vars, *names;
+  const char *k;
+  json_t *v;
+  int rc;
+
+  *out = NULL;
+  ai = calloc(1, sizeof(*ai));
+  if (ai == NULL)
+    return -ENOMEM;
+  ai->a = a;
+  ai->cb = cb;
+  ai->arg = arg;
+  ai->flags = secrets != NULL ? FR_KUBE_SENSITIVE : 0;
+  if (init_scope(pod, ai->scope, sizeof(ai->scope)) != 0 || agent_token(a, pod->name, 0, token) != 0 ||
+      upstream_agent_path(ai->path, sizeof(ai->path), a->ns, pod->name, port, "POST", "/init", 1) != 0) {
+    free(ai);
+    return -EINVAL;
+  }
+  /* The sandbox's access token and its env with its secrets over it,
+   * which every later process inherits: it never lands in the pod spec or
+   * an annotation. The agent replaces its env whole with it, and keeps
+   * the secrets' names out of GET /envs. */
+  vars = json_object();
+  names = json_array();
+  if (vars == NULL || names == NULL || (env != NULL && json_object_update(vars, env) != 0) ||
+      (secrets != NULL && json_object_update(vars, secrets) != 0)) {
+    json_decref(vars);
+    json_decref(names);
+    free(ai);
+    return -ENOMEM;
+  }
+  json_object_foreach(secrets, k, v) json_array_append_new(names, json_string(k));
+  body = json_pack("{s:s,s:o,s:o}", "accessToken", token, "envVars", vars, "secretNames", names);
+  ai->body = body != NULL ? json_dumps(body, JSON_COMPACT) : NULL;
+  json_decref(body); /* the values stay in <secrets>, whose owner wipes them */
+  explicit_bzero(token, sizeof(token));
+  ai->request_id = request_id != NULL ? strdup(request_id) : NULL;
+  if (ai->body == NULL || (request_id != NULL && ai->request_id == NULL)) {
+    init_free(ai);
+    return -ENOMEM;
+  }
+  rc = init_send(ai);
+  if (rc != 0) {
+    init_free(ai);
+    return rc;
+  }
+  *out = ai;
+  return 0;
 }
 
 /* ---- raw calls ---- */
@@ -187,12 +296,6 @@ static void on_call_drain(void *arg) {
     ac->o.on_drain(ac->o.arg);
 }
 
-/* An answer of the API server itself (its pod proxy could not reach the
- * agent, the pod is gone, RBAC) rather than of the agent: a Status. */
-static int api_server_status(const struct fr_kube_response *r) {
-  return r->body_len > 0 && strstr(r->body, "\"kind\":\"Status\"") != NULL;
-}
-
 static void on_call_done(const struct fr_kube_response *resp, void *arg) {
   struct fr_agent_call *ac = arg;
   struct fr_agent_result res;
@@ -226,8 +329,11 @@ static void on_call_done(const struct fr_kube_response *resp, void *arg) {
     res.err = FR_AGENT_CANCELED;
     res.message = "stopped by its reader";
   } else if (resp->status == 0) {
-    /* Not reached at all: the cluster's fault, unless something started. */
-    if (!ac->got_head)
+    /* Not reached at all: the cluster's fault, unless something started.
+     * A sandbox's own port never feeds the breaker: what a sandbox's
+     * server does (hang up, stall) must not make the cluster look down
+     * to every tenant. */
+    if (!ac->got_head && ac->o.port == 0)
       fr_adapter_report(ac->a, 0);
     snprintf(msg, sizeof(msg), "%s: %.300s", ac->got_head ? "the agent's answer was cut" : "cannot reach the sandbox's agent",
              resp->error != NULL ? resp->error : "no answer");

@@ -82,6 +82,7 @@ struct exec_op {
   int out_truncated, err_truncated;
   size_t budgeted;          /* of budget->used, ours */
   int started, ended;       /* the agent reported the start / the end */
+  int busy;                 /* it did not start: the sandbox's process limit (resource_exhausted) */
   int port;                 /* the agent's */
   int previous_key;         /* this attempt uses the previous key (a rotation) */
   int needs_agent;          /* the sandbox's env or secrets came by /init: no pods/exec */
@@ -329,7 +330,9 @@ static int agent_message(struct exec_op *op, int flags, const char *data, size_t
       const char *code = json_string_value(json_object_get(e, "code"));
       const char *msg = json_string_value(json_object_get(e, "message"));
       snprintf(op->end_message, sizeof(op->end_message), "%s: %s", code ? code : "error", msg ? msg : "");
-      if (!op->started) {
+      if (!op->started && code != NULL && strcmp(code, "resource_exhausted") == 0) {
+        op->busy = 1;
+      } else if (!op->started) {
         op->ended = 1;
         op->exit_code = code != NULL && strcmp(code, "not_found") == 0           ? 127
                         : code != NULL && strcmp(code, "permission_denied") == 0 ? 126
@@ -385,7 +388,11 @@ static void on_agent_done(const struct fr_kube_response *resp, void *arg) {
   memset(&r, 0, sizeof(r));
   r.duration_ms = (double)(uv_now(op->a->loop) - op->start_ms);
   r.via_agent = 1;
-  if (op->ended) {
+  if (op->busy) {
+    fr_adapter_report(op->a, 1);
+    r.err = FR_EXEC_BUSY;
+    r.message = op->end_message;
+  } else if (op->ended) {
     fr_adapter_report(op->a, 1);
     r.err = FR_EXEC_OK;
     r.exit_code = op->exit_code;

@@ -16,6 +16,7 @@
 #include "fr/adapter.h"
 #include "fr/labels.h"
 #include "fr/quantity.h"
+#include "fr/urlsafe.h"
 #include "podopts.h"
 
 struct fr_podopts {
@@ -209,6 +210,20 @@ int fr_podopts_parse(json_t *obj, struct fr_podopts **out, const char **field, c
     if (json_object_size(v) > 0)
       json_object_set_new(c, "volumes", json_deep_copy(v));
   }
+  if ((v = json_object_get(obj, "readiness")) != NULL) {
+    /* The pod is Ready when the server the image starts answers this
+     * HTTP GET (the Code Interpreter's /health on 49999): a claim never
+     * hands out a sandbox whose server is still starting. */
+    json_t *port = json_object_get(v, "port"), *path = json_object_get(v, "path");
+    const char *ps = path != NULL ? json_string_value(path) : "/", *why;
+    if (!json_is_object(v) || json_object_size(v) != (size_t)(1 + (path != NULL)) || !json_is_integer(port) ||
+        json_integer_value(port) < 1 || json_integer_value(port) > 65535)
+      FAIL("readiness", "readiness must be {\"port\": 1-65535, \"path\": \"/...\"} (path defaults to /)");
+    if (ps == NULL || ps[0] != '/' || strlen(ps) > 256 || fr_url_path_check(ps, strlen(ps), &why) != 0 ||
+        strpbrk(ps, "?#") != NULL)
+      FAIL("readiness", "readiness.path must be an absolute URL path of at most 256 characters, without a query");
+    json_object_set_new(c, "readiness", json_pack("{s:O,s:s}", "port", port, "path", ps));
+  }
   if (json_object_size(c) == 0) {
     json_decref(c);
     return 0;
@@ -317,6 +332,22 @@ int podopts_apply(const struct fr_podopts *o, const char *gpu_resource, json_t *
       rc |= json_array_append_new(mounts, json_pack("{s:s,s:s}", "name", name, "mountPath", keys[i]));
     }
     free(keys);
+  }
+  if ((v = json_object_get(o->j, "readiness")) != NULL) {
+    /* In place of the agent's probe; the port is named so a Service or a
+     * NetworkPolicy can refer to it. */
+    json_t *ports = json_object_get(c, "ports");
+    json_int_t port = json_integer_value(json_object_get(v, "port"));
+    int have = 0;
+    if (ports == NULL)
+      json_object_set_new(c, "ports", ports = json_array());
+    json_array_foreach(ports, i, e) have |= json_integer_value(json_object_get(e, "containerPort")) == port;
+    if (!have)
+      rc |= json_array_append_new(ports, json_pack("{s:s,s:I,s:s}", "name", "app", "containerPort", port,
+                                                   "protocol", "TCP"));
+    rc |= json_object_set_new(c, "readinessProbe",
+                              json_pack("{s:{s:O,s:I},s:i,s:i}", "httpGet", "path", json_object_get(v, "path"),
+                                        "port", port, "periodSeconds", 1, "failureThreshold", 3));
   }
   return rc != 0 ? -ENOMEM : 0;
 }

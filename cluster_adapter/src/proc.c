@@ -373,7 +373,7 @@ int fr_adapter_proc_start(struct fr_adapter *a, const char *pod, const struct fr
   return rc;
 }
 
-int fr_adapter_proc_attach(struct fr_adapter *a, const char *pod, int64_t pid, int64_t replay_from,
+int fr_adapter_proc_attach(struct fr_adapter *a, const char *pod, int64_t pid, int64_t replay_from, int follow,
                            const char *request_id, fr_proc_event_cb on_event, fr_proc_done_cb on_done,
                            void *arg, struct fr_proc_stream **out) {
   json_t *req;
@@ -384,6 +384,10 @@ int fr_adapter_proc_attach(struct fr_adapter *a, const char *pod, int64_t pid, i
   req = json_pack("{s:{s:I}}", "process", "pid", (json_int_t)pid);
   if (req != NULL && replay_from > 0)
     json_object_set_new(req, "replayFrom", json_integer(replay_from));
+  /* Without follow the agent ends the stream after what it kept at
+   * attach (an agent that predates "follow" streams on; the caller cuts). */
+  if (req != NULL && !follow)
+    json_object_set_new(req, "follow", json_false());
   if (req == NULL)
     return -ENOMEM;
   rc = stream_open(a, pod, "Connect", req, request_id, on_event, on_done, arg, out);

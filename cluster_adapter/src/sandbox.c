@@ -56,6 +56,7 @@ struct create_op {
   int warm_held;            /* holds one of the pool's ready pods reserved (warm_hold) */
   char pod[64];
   struct fr_kube_call *call;
+  struct agent_init *init;  /* CS_INIT: the agent's /init in flight */
   uv_timer_t *timer;
 };
 
@@ -118,6 +119,8 @@ static void finish(struct create_op *op, enum fr_sandbox_err err, const char *me
     fr_kube_cancel(op->call);
     op->call = NULL;
   }
+  agent_init_cancel(op->init);
+  op->init = NULL;
   /* Whether the cluster answered at all feeds its circuit breaker. */
   if (err == FR_SB_OK)
     fr_adapter_report(op->a, 1);
@@ -138,7 +141,7 @@ static void on_inited(int rc, const char *message, void *arg) {
   struct create_op *op = arg;
   const struct fr_pod *p;
 
-  op->call = NULL;
+  op->init = NULL;
   p = fr_adapter_pod(op->a, op->pod);
   if (rc == 0 && p != NULL) {
     finish(op, FR_SB_OK, NULL, p, op->init_warm);
@@ -168,7 +171,7 @@ static void succeed(struct create_op *op, const struct fr_pod *pod, int warm) {
   }
   set_state(op, CS_INIT);
   op->init_warm = warm;
-  if (agent_init(op->a, op->pod, port, op->env, op->secrets, op->request_id, on_inited, op, &op->call) != 0) {
+  if (agent_init(op->a, pod, port, op->env, op->secrets, op->request_id, on_inited, op, &op->init) != 0) {
     fr_adapter_sandbox_delete(op->a, op->pod, op->request_id, NULL, NULL);
     finish(op, FR_SB_FAILED, "cannot send the agent's /init", NULL, 0);
   }
@@ -360,8 +363,10 @@ static void on_created(const struct fr_kube_response *r, void *arg) {
 #define AGENT_DIR PODOPTS_AGENT_DIR
 #define AGENT_VOLUME "fr-agent"
 
+/* <init_sha256>: with an agent, the SHA-256 of the token its /init must
+ * carry (agent_init_sha256), the one env var of the container. */
 static json_t *container_json(const struct fr_adapter *a, const char *image, int64_t cpu_m, int64_t mem_b,
-                              json_t *env) {
+                              json_t *env, const char *init_sha256) {
   const struct fr_adapter_agent *ag = a->cc.agent;
   char cpu[32], mem[32], listen[32];
   json_t *res, *c, *envs = json_array();
@@ -383,14 +388,19 @@ static json_t *container_json(const struct fr_adapter *a, const char *image, int
                   "mountPath", AGENT_DIR, "readOnly", 1, "ports", "name", "agent", "containerPort", ag->port,
                   "protocol", "TCP", "readinessProbe", "httpGet", "path", "/health", "port", ag->port,
                   "periodSeconds", 1, "failureThreshold", 3);
-    env = NULL; /* the env reaches the agent by /init, never the pod spec */
+    /* The env reaches the agent by /init, never the pod spec; what the
+     * spec has is what lets the agent tell the router's /init from one
+     * sent by code in another sandbox. */
+    env = NULL;
+    if (c != NULL && init_sha256 != NULL)
+      json_object_set_new(c, "env", json_pack("[{s:s,s:s}]", "name", "FR_AGENT_INIT_SHA256", "value", init_sha256));
   } else {
     /* The sandbox container just stays alive; work arrives through exec. */
     c = json_pack("{s:s,s:s,s:[s,s],s:o}", "name", "sandbox", "image", image, "command", "sleep",
                   "infinity", "resources", res);
   }
   json_object_foreach(env, k, v) json_array_append_new(envs, json_pack("{s:s,s:O}", "name", k, "value", v));
-  if (json_array_size(envs))
+  if (json_array_size(envs) && c != NULL)
     json_object_set_new(c, "env", envs);
   else
     json_decref(envs);
@@ -399,8 +409,9 @@ static json_t *container_json(const struct fr_adapter *a, const char *image, int
 
 /* Adds to pod spec <spec> (and <labels>) what an agent needs: the init
  * container that copies the static binary from the agent image into an
- * emptyDir, the volume, and the label saying which port it serves. */
-static void add_agent(const struct fr_adapter *a, json_t *spec, json_t *labels) {
+ * emptyDir, the volume, the label saying which port it serves and the one
+ * saying what its init token was made for (<init_kind>, AGENT_INIT_*). */
+static void add_agent(const struct fr_adapter *a, json_t *spec, json_t *labels, const char *init_kind) {
   const struct fr_adapter_agent *ag = a->cc.agent;
   char port[16];
 
@@ -408,6 +419,7 @@ static void add_agent(const struct fr_adapter *a, json_t *spec, json_t *labels) 
     return;
   snprintf(port, sizeof(port), "%d", ag->port);
   json_object_set_new(labels, FR_LABEL_AGENT, json_string(port));
+  json_object_set_new(labels, FR_LABEL_AGENT_INIT, json_string(init_kind));
   json_object_set_new(spec, "initContainers",
                       json_pack("[{s:s,s:s,s:[s,s,s],s:[{s:s,s:s}],s:{s:{s:s,s:s},s:{s:s,s:s}}}]", "name",
                                 "fr-agent-install", "image", ag->image, "command", "cp",
@@ -451,7 +463,7 @@ static const char *gpu_resource(const struct fr_adapter *a) {
 static void start_cold(struct create_op *op) {
   json_t *pod, *labels;
   char *body;
-  char suffix[11], path[300];
+  char suffix[11], path[300], init_sha256[65] = "";
   int rc;
 
   if (op->image == NULL) {
@@ -470,12 +482,18 @@ static void start_cold(struct create_op *op) {
   if (op->pool != NULL)
     json_object_set_new(labels, FR_LABEL_POOL, json_string(op->pool));
   user_labels_plus(op, labels);
+  if (op->a->cc.agent != NULL && agent_init_sha256(op->a, AGENT_INIT_POD, op->pod, init_sha256) != 0) {
+    json_decref(labels);
+    finish(op, FR_SB_FAILED, "cannot make the agent's init token", NULL, 0);
+    return;
+  }
   pod = json_pack("{s:s,s:s,s:{s:s,s:o,s:o},s:{s:[o],s:s,s:I,s:i,s:b}}", "apiVersion", "v1", "kind", "Pod",
                   "metadata", "name", op->pod, "labels", labels, "annotations", sandbox_annotations(op, 0, op->a->cc.agent != NULL),
-                  "spec", "containers", container_json(op->a, op->image, op->cpu_m, op->mem_b, op->env),
+                  "spec", "containers", container_json(op->a, op->image, op->cpu_m, op->mem_b, op->env, init_sha256),
                   "restartPolicy", "Never", "activeDeadlineSeconds", (json_int_t)op->deadline_s,
                   "terminationGracePeriodSeconds", 1, "automountServiceAccountToken", 0);
-  add_agent(op->a, json_object_get(pod, "spec"), json_object_get(json_object_get(pod, "metadata"), "labels"));
+  add_agent(op->a, json_object_get(pod, "spec"), json_object_get(json_object_get(pod, "metadata"), "labels"),
+            AGENT_INIT_POD);
   body = pod && podopts_apply(op->opts, gpu_resource(op->a), json_object_get(pod, "spec")) == 0 &&
                  add_security(op->a, json_object_get(pod, "spec")) == 0
              ? json_dumps(pod, JSON_COMPACT)
@@ -596,6 +614,10 @@ static void pick(struct create_op *op) {
       continue;
     /* A pool pod from before the agent was enabled cannot take secrets. */
     if (op->secrets != NULL && agent_port_of(op->a, pod) == 0)
+      continue;
+    /* One from before /init needed a token made by a router: its agent
+     * takes no /init (or, an old agent, anyone's). */
+    if (agent_port_of(op->a, pod) > 0 && fr_pod_label(pod, FR_LABEL_AGENT_INIT) == NULL)
       continue;
     snprintf(op->pod, sizeof(op->pod), "%s", name);
     claim(op, pod);
@@ -838,14 +860,15 @@ int fr_adapter_pod_delete_pending(struct fr_adapter *a, const struct fr_pod *pod
 
 int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec,
                            void (*cb)(int status, const char *message, void *arg), void *arg) {
-  char name[128], path[300];
+  char name[128], path[300], init_sha256[65] = "";
   json_t *rs, *tmpl_labels, *shape;
   char *spec_ann;
   int rc;
 
   snprintf(name, sizeof(name), "fr-pool-%s", spec->name);
   if (!fr_dns_subdomain(name) ||
-      upstream_object_path(path, sizeof(path), "/apis/apps/v1", a->ns, "replicasets", NULL, NULL) != 0)
+      upstream_object_path(path, sizeof(path), "/apis/apps/v1", a->ns, "replicasets", NULL, NULL) != 0 ||
+      (a->cc.agent != NULL && agent_init_sha256(a, AGENT_INIT_POOL, spec->name, init_sha256) != 0))
     return -EINVAL;
   /* The pool's shape, read back by every router's pool cache (adapter.c
    * pool_update): written by jansson so any image reference is escaped. */
@@ -866,18 +889,20 @@ int fr_adapter_pool_create(struct fr_adapter *a, const struct fr_pool_spec *spec
                  FR_LABEL_POOL, spec->name, FR_LABEL_OWNER, spec->owner, "annotations", FR_ANN_POOL_SPEC, spec_ann, "spec",
                  "replicas", (json_int_t)spec->replicas, "selector", "matchLabels", FR_LABEL_POOL,
                  spec->name, FR_LABEL_STATE, "warm", "template", "metadata", "labels", tmpl_labels,
-                 "spec", "containers", container_json(a, spec->image, spec->cpu_m, spec->mem_b, NULL),
+                 "spec", "containers", container_json(a, spec->image, spec->cpu_m, spec->mem_b, NULL, init_sha256),
                  "restartPolicy", "Always", "terminationGracePeriodSeconds", 1,
                  "automountServiceAccountToken", 0);
   free(spec_ann);
   if (rs == NULL)
     return -ENOMEM;
-  /* Pool pods get the agent too (label on the template only: the
-   * selector stays pool + state, so older pods without it still count). */
+  /* Pool pods get the agent too (labels on the template only: the
+   * selector stays pool + state, so older pods without them still count),
+   * all with the pool's init token. */
   add_agent(a, json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec"),
             json_object_get(json_object_get(json_object_get(json_object_get(rs, "spec"), "template"),
                                             "metadata"),
-                            "labels"));
+                            "labels"),
+            AGENT_INIT_POOL);
   if (podopts_apply(spec->opts, gpu_resource(a),
                     json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec")) != 0 ||
       add_security(a, json_object_get(json_object_get(json_object_get(rs, "spec"), "template"), "spec")) != 0) {

@@ -591,8 +591,13 @@ static int on_headers_complete(http_parser *p) {
     return -1;
   }
   /* A path that does not decode is left to the buffered path's 400. */
-  if (c->srv->opts.stream_body_cb != NULL && !p->upgrade && req_fill_head(c) == 0 &&
-      c->srv->opts.stream_body_cb(&c->req, c->srv->arg))
+  /* Only a request that has a body streams it: one without (no
+   * Content-Length, or 0, and not chunked) is complete at its head, so it
+   * is handled whole, and the connection stays reusable after the answer. */
+  if (c->srv->opts.stream_body_cb != NULL && !p->upgrade &&
+      ((p->flags & F_CHUNKED) ||
+       ((p->flags & F_CONTENTLENGTH) && p->content_length != ULLONG_MAX && p->content_length > 0)) &&
+      req_fill_head(c) == 0 && c->srv->opts.stream_body_cb(&c->req, c->srv->arg))
     c->body_stream = 1;
   if (!c->body_stream && (p->flags & F_CONTENTLENGTH) && p->content_length != ULLONG_MAX &&
       p->content_length > c->srv->opts.max_body_bytes) {

@@ -892,6 +892,21 @@ static int load_hosted(struct loader *l, const config_setting_t *root, struct fr
   return 0;
 }
 
+/* <name>'s code: the first four bytes of its SHA-256, each as a base-36
+ * digit (mod 36). */
+static void cluster_code(const char *name, char out[5]) {
+  static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+  char hex[65];
+  int k;
+
+  fr_sha256_hex(name, strlen(name), hex);
+  for (k = 0; k < 4; k++) {
+    char byte[3] = {hex[2 * k], hex[2 * k + 1], '\0'};
+    out[k] = digits[strtoul(byte, NULL, 16) % 36];
+  }
+  out[4] = '\0';
+}
+
 /* Cluster names are part of sandbox ids: [a-z0-9-]{1,32}. */
 static int check_cluster_name(struct loader *l, const config_setting_t *s, const char *v) {
   size_t i, n = strlen(v);
@@ -950,6 +965,15 @@ static int load_clusters(struct loader *l, const config_setting_t *root, struct 
         rc = bad(l, name_s, "duplicate cluster name \"%s\" (first defined at line %u)", name,
                    config_setting_source_line(config_setting_get_member(
                        config_setting_get_elem(list, (unsigned)j), "name")));
+    if (rc < 0)
+      goto next;
+    /* Short sandbox ids (E2B, preview URLs) end in this code and lead back
+     * to the cluster by it: two clusters may not share one. */
+    cluster_code(name, cl->code);
+    for (j = 0; j < i && rc == 0; j++)
+      if (strcmp(c->clusters[j].code, cl->code) == 0)
+        rc = bad(l, name_s, "cluster names \"%s\" and \"%s\" have the same short-id code \"%s\" (from their "
+                 "SHA-256): rename one", c->clusters[j].name, name, cl->code);
     if (rc < 0)
       goto next;
     if ((cl->name = strdup(name)) == NULL)

@@ -12,15 +12,25 @@
  * own loopback address). In inproc mode no process runs:
  * agent_inproc_serve() answers the subset loadgen needs.
  *
+ * Pods of the code-interpreter image (image name containing
+ * "code-interpreter") get that image's main command in place of the one
+ * after "--" when kubesim has --code-interpreter PATH: the interpreter
+ * server (deploy/code-interpreter/server.py), see image_main_command().
+ * Their port 49999 is proxied to the server; with a readiness probe on
+ * that port the pod turns Ready only once the server is up too.
+ *
  * Supervisor. Every process of a pod (the agent and, when kubesim isolates
  * pods, every exec'd command that forks) lives under one supervisor, this
  * binary re-run as "kubesim __pod-init" (uv_spawn, own session):
  *   - as root (--pod-namespaces, the default for root) the pod gets its own
- *     PID, mount and UTS namespaces and a private root (podinit.c); exec'd
- *     commands enter them through "kubesim __pod-enter". Killing the
- *     supervisor (SIGKILL) kills the pod's init through PR_SET_PDEATHSIG,
- *     and the kernel kills every process of a PID namespace whose init
- *     dies: setsid'd grandchildren included;
+ *     PID, mount, UTS and network namespaces, a private root and its
+ *     securityContext's credentials (podinit.c); exec'd commands enter
+ *     them through "kubesim __pod-enter". agent_stop() SIGTERMs the
+ *     supervisor, which kills the pod's init and waits for it: the kernel
+ *     ends every process of a PID namespace before its init is gone,
+ *     setsid'd grandchildren included (a supervisor killed outright takes
+ *     init along through PR_SET_PDEATHSIG). Only then is the pod's
+ *     directory removed (agent_remove_dir());
  *   - otherwise: no namespaces; the supervisor is a child subreaper that
  *     kills its whole tree on SIGTERM, and kubesim also kills every
  *     process whose environment carries the pod's AGENT_POD_MARK (what
@@ -34,17 +44,12 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mount.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "fr/buf.h"
@@ -56,6 +61,10 @@
 #define AGENT_NAME "fedrouter-agent"
 #define AGENT_PORT 49983
 #define PORT_POLL_MS 10
+/* The code-interpreter image: its server's port (the E2B SDKs' Jupyter
+ * port) and how its image name is recognised. */
+#define CI_IMAGE "code-interpreter"
+#define CI_PORT 49999
 /* Connect requests are small; bounds what the in-process agent buffers. */
 #define INPROC_MAX_BODY ((size_t)1 << 20)
 
@@ -72,6 +81,10 @@ struct sim_agent {
   int isolated;              /* namespaces */
   int local_port;            /* the agent's port once listening, 0 before */
   char *port_file;
+  char *main_port_file;      /* the code interpreter's port file, or NULL */
+  int main_port;             /* its port once up (/health answers), 0 before */
+  int main_gates_ready;      /* a readiness probe on CI_PORT: Ready waits for it */
+  int ready_set;             /* the pod was made Ready */
   char *pid_file;
   char *rm_dir;              /* the pod's directory, removed once we exited */
 };
@@ -102,6 +115,7 @@ static void agent_free(struct sim_agent *a) {
   /* Never exited (the spawn failed): nothing of the pod ran. */
   if (a->rm_dir != NULL)
     pod_dir_remove(a->sim, a->rm_dir);
+  free(a->main_port_file);
   free(a->port_file);
   free(a->pid_file);
   free(a);
@@ -176,20 +190,32 @@ static int read_port_file(const char *path) {
 
 static void on_poll(uv_timer_t *t) {
   struct sim_agent *a = t->data;
-  int port;
 
   if (a->pod == NULL) {
     stop_poll(a);
     return;
   }
-  port = read_port_file(a->port_file);
-  if (port == 0)
-    return;
-  a->local_port = port;
-  stop_poll(a);
-  FR_DEBUG(LOG_COMP, "pod %s: agent listens on port %d", a->uid, port);
-  if (a->pod->obj != NULL)
+  if (a->local_port == 0) {
+    a->local_port = read_port_file(a->port_file);
+    if (a->local_port == 0)
+      return;
+    FR_DEBUG(LOG_COMP, "pod %s: agent listens on port %d", a->uid, a->local_port);
+  }
+  if (a->main_port_file != NULL && a->main_port == 0) {
+    /* The code interpreter writes its port file at the moment its /health
+     * turns 200 (its default kernel is up): when its probe would pass. */
+    a->main_port = read_port_file(a->main_port_file);
+    if (a->main_port != 0)
+      FR_DEBUG(LOG_COMP, "pod %s: code interpreter listens on port %d", a->uid, a->main_port);
+    else if (a->main_gates_ready)
+      return;
+  }
+  if (a->main_port_file == NULL || a->main_port != 0)
+    stop_poll(a);
+  if (!a->ready_set && a->pod->obj != NULL) {
+    a->ready_set = 1;
     pod_set_ready(a->sim, a->pod->obj);
+  }
 }
 
 /* The credentials and working directory of container <c> of pod <j>
@@ -331,10 +357,44 @@ out:
   return rc;
 }
 
+/* The main command of a pod of the code-interpreter image, as that image's
+ * CMD runs it, when kubesim has --code-interpreter PATH: appended to
+ * <cmd> at <n> (room for 7 more), in place of what the pod spec put after
+ * the agent's "--" (kubesim runs no images: the server is a host file;
+ * an isolated pod gets a copy in its /usr/local/bin, images_init()).
+ * Returns the new count, or 0 when <c> is no such container.
+ *
+ * The server listens on the pod's address at CI_PORT, as the image runs
+ * it, and writes <port_file> (as the pod sees it) once its /health answers
+ * 200: Ready waits for that when the pod probes the port. */
+static size_t image_main_command(struct sim *s, json_t *c, char **cmd, size_t n, const char *port_file,
+                                 const char *listen) {
+  const char *image = json_get_str(c, "image");
+  static char copy[256];
+
+  if (s->opts.code_interpreter == NULL || image == NULL || strstr(image, CI_IMAGE) == NULL)
+    return 0;
+  snprintf(copy, sizeof(copy), POD_IMAGE_BIN_DIR "/%s", strrchr(s->opts.code_interpreter, '/') + 1);
+  cmd[n++] = "/usr/bin/python3";
+  cmd[n++] = s->opts.pod_namespaces ? copy : (char *)s->opts.code_interpreter;
+  cmd[n++] = "--listen";
+  cmd[n++] = (char *)listen;
+  cmd[n++] = "--port-file";
+  cmd[n++] = (char *)port_file;
+  return n;
+}
+
+/* 1 when container <c> has a readinessProbe httpGet on <port>. */
+static int probes_port(json_t *c, int port) {
+  json_t *hg = json_path(json_object_get(c, "readinessProbe"), "httpGet");
+
+  return hg != NULL && json_get_int(hg, "port", 0) == port;
+}
+
 int agent_start(struct sim *s, struct sim_obj *o) {
   json_t *j = obj_json(o), *c, *v;
-  char **cmd = NULL, pf[4096], listen[32];
-  size_t n = 0, i, k;
+  char **cmd = NULL, pf[4096], mpf[4096], mpf_pod[4096], listen[32], ci_listen[32];
+  size_t n = 0, i, k, main_n;
   int rc, after = 0;
   json_t *lists[2];
 
@@ -343,7 +403,7 @@ int agent_start(struct sim *s, struct sim_obj *o) {
   c = json_array_get(json_path(j, "spec.containers"), 0);
   lists[0] = json_object_get(c, "command");
   lists[1] = json_object_get(c, "args");
-  cmd = calloc(json_array_size(lists[0]) + json_array_size(lists[1]) + 8, sizeof(*cmd));
+  cmd = calloc(json_array_size(lists[0]) + json_array_size(lists[1]) + 16, sizeof(*cmd));
   if (cmd == NULL) {
     json_decref(j);
     return -ENOMEM;
@@ -351,24 +411,32 @@ int agent_start(struct sim *s, struct sim_obj *o) {
   rc = pod_workdir(s, o);
   if (rc != 0)
     goto out;
-  /* The port file as the agent sees it; kubesim reads <poddir>/run. */
-  if (s->opts.pod_namespaces)
+  /* The port files as the pod's processes see them; kubesim reads
+   * <poddir>/run. */
+  if (s->opts.pod_namespaces) {
     snprintf(pf, sizeof(pf), POD_RUN_DIR "/agent.port");
-  else
+    snprintf(mpf_pod, sizeof(mpf_pod), POD_RUN_DIR "/code-interpreter.port");
+  } else {
     snprintf(pf, sizeof(pf), "%s/run/agent.port", o->u.pod->workdir);
+    snprintf(mpf_pod, sizeof(mpf_pod), "%s/run/code-interpreter.port", o->u.pod->workdir);
+  }
+  snprintf(mpf, sizeof(mpf), "%s/run/code-interpreter.port", o->u.pod->workdir);
+  unlink(mpf);
   /* On the pod's address, at envd's port: in its own network namespace, or
-   * its own loopback address. */
+   * its own loopback address; the code interpreter likewise at its port. */
   snprintf(listen, sizeof(listen), "%s:%d", o->u.pod->ip[0] ? o->u.pod->ip : "127.0.0.1", AGENT_PORT);
+  snprintf(ci_listen, sizeof(ci_listen), "%s:%d", o->u.pod->ip[0] ? o->u.pod->ip : "127.0.0.1", CI_PORT);
   cmd[n++] = (char *)s->opts.agent_binary;
   cmd[n++] = "--listen";
   cmd[n++] = listen;
   cmd[n++] = "--port-file";
   cmd[n++] = pf;
   cmd[n++] = "--";
+  main_n = image_main_command(s, c, cmd, n, mpf_pod, ci_listen);
   /* What follows the first "--" of command[1...] + args is the
    * container's own main process; the agent's options before it are
    * kubesim's to set. */
-  for (k = 0; k < 2; k++) {
+  for (k = 0; k < 2 && main_n == 0; k++) {
     json_array_foreach(lists[k], i, v) {
       const char *arg = json_string_value(v);
       if (k == 0 && i == 0)
@@ -382,7 +450,9 @@ int agent_start(struct sim *s, struct sim_obj *o) {
       cmd[n++] = (char *)arg;
     }
   }
-  if (!after)
+  if (main_n != 0)
+    n = main_n;
+  else if (!after)
     n--; /* no main command: drop the "--" */
   cmd[n] = NULL;
   {
@@ -391,6 +461,14 @@ int agent_start(struct sim *s, struct sim_obj *o) {
     unlink(port_file);
   }
   rc = supervisor_start(s, o, cmd);
+  if (rc == 0 && main_n != 0 && o->u.pod->agent != NULL) {
+    struct sim_agent *a = o->u.pod->agent;
+
+    a->main_port_file = strdup(mpf);
+    a->main_gates_ready = probes_port(c, CI_PORT);
+    if (a->main_port_file == NULL)
+      rc = -ENOMEM;
+  }
 out:
   free(cmd);
   json_decref(j);

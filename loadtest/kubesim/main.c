@@ -74,7 +74,9 @@ static void usage(FILE *f) {
           "  --hide PATH               a host path no pod sees (with namespaces); repeatable\n"
           "  --image-command PATTERN=PATH  pods of images PATTERN (a repository name, or *)\n"
           "                            get a copy of PATH in /usr/local/bin; repeatable\n"
-          "  --pod-cidr CIDR|auto      pod addresses (default auto: a free /16 of 10.128.0.0/9)\n");
+          "  --pod-cidr CIDR|auto      pod addresses (default auto: a free /16 of 10.128.0.0/9)\n"
+          "  --code-interpreter PATH   the main command of agent pods of code-interpreter images:\n"
+          "                            /usr/bin/python3 PATH (deploy/code-interpreter/server.py)\n");
 }
 
 /* ---------------------------------------------------------------------- */
@@ -511,9 +513,11 @@ int main(int argc, char **argv) {
       {"image-command", required_argument, NULL, 24},
       {"pod-cidr", required_argument, NULL, 25},
       {"write-serviceaccount", required_argument, NULL, 26},
+      {"code-interpreter", required_argument, NULL, 27},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
+  static char agent_abs[PATH_MAX], ci_abs[PATH_MAX];
   struct sim s;
   struct shutdown sd;
   char host[256], ahost[256], defdir[512];
@@ -574,7 +578,9 @@ int main(int argc, char **argv) {
     case 9: num = &s.opts.history; lo = 100; hi = 10000000; break;
     case 10: num = &s.opts.bookmark_ms; break;
     case 11: s.opts.log_level = optarg; break;
-    case 12: s.opts.agent_binary = optarg; break;
+    /* Absolute: pods run in directories of their own. */
+    case 12: s.opts.agent_binary = realpath(optarg, agent_abs) != NULL ? agent_abs : optarg; break;
+    case 27: s.opts.code_interpreter = realpath(optarg, ci_abs) != NULL ? ci_abs : optarg; break;
     case 13: agent_mode = optarg; break;
     case 14: no_pod_ns = 1; break;
     case 15: num = &s.opts.gpu_nodes; hi = 100000; break;
@@ -667,6 +673,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "kubesim: --agent-binary %s: %s\n", s.opts.agent_binary, strerror(errno));
     return 2;
   }
+  if (s.opts.code_interpreter != NULL && access(s.opts.code_interpreter, R_OK) != 0) {
+    fprintf(stderr, "kubesim: --code-interpreter %s: %s\n", s.opts.code_interpreter, strerror(errno));
+    return 2;
+  }
   /* Namespaces need root (CAP_SYS_ADMIN); without, processes are found by
    * their environment mark instead (docs/kubesim.md). */
   s.opts.pod_namespaces = !no_pod_ns && geteuid() == 0;
@@ -683,6 +693,14 @@ int main(int argc, char **argv) {
   }
   /* The pod network before anything else is made, so a range that is
    * taken ends the start cleanly. No pod is Running before the loop runs. */
+  /* The code interpreter is a host file: isolated pods of its image get a
+   * copy (what --image-command code-interpreter=PATH does). */
+  if (s.opts.code_interpreter != NULL && s.opts.code_interpreter[0] == '/' &&
+      nimage_args < FR_ARRAY_SIZE(image_args)) {
+    static char ci_arg[4200];
+    snprintf(ci_arg, sizeof(ci_arg), "code-interpreter=%s", s.opts.code_interpreter);
+    image_args[nimage_args++] = ci_arg;
+  }
   if (hides_init(&s, hide_args, nhide_args) != 0 || images_init(&s, image_args, nimage_args) != 0 ||
       podnet_init(&s, s.opts.pod_cidr) != 0) {
     podnet_free(&s);

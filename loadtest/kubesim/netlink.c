@@ -164,13 +164,14 @@ int nl_link_del(int fd, const char *name) {
   return talk(fd, &r);
 }
 
-int nl_bridge_add(int fd, const char *name) {
+int nl_bridge_add(int fd, const char *name, const unsigned char mac[6]) {
   struct ifinfomsg ifi = {.ifi_family = AF_UNSPEC};
   struct rtattr *info;
   struct req r;
 
   req_init(&r, RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, &ifi, sizeof(ifi));
-  if (add_str(&r.h, IFLA_IFNAME, name) != 0 || (info = nest_start(&r.h, IFLA_LINKINFO)) == NULL ||
+  if (add_str(&r.h, IFLA_IFNAME, name) != 0 || add_attr(&r.h, IFLA_ADDRESS, mac, 6) != 0 ||
+      (info = nest_start(&r.h, IFLA_LINKINFO)) == NULL ||
       add_str(&r.h, IFLA_INFO_KIND, "bridge") != 0)
     return -EMSGSIZE;
   nest_end(&r.h, info);

@@ -18,8 +18,11 @@ int nl_open(void);
 int nl_link_index(int fd, const char *name);
 /* Deletes link <name>; -ENODEV when there is none. */
 int nl_link_del(int fd, const char *name);
-/* Creates bridge <name>. */
-int nl_bridge_add(int fd, const char *name);
+/* Creates bridge <name> with MAC address <mac>. A bridge given none takes
+ * its lowest port's, so it would change as ports come and go, and what is
+ * behind the ports would keep sending to the old one until their
+ * neighbour entries expire: a stall of tens of seconds. */
+int nl_bridge_add(int fd, const char *name, const unsigned char mac[6]);
 /* Creates a veth pair: <name> here, attached to bridge <master> (an
  * index), and its peer <peer> in the network namespace <peer_nsfd>. */
 int nl_veth_add(int fd, const char *name, int master, const char *peer, int peer_nsfd);

@@ -147,8 +147,14 @@ static int make_bridge(struct sim_net *n, int nl, uint32_t net, int prefix) {
   rc = nl_range_used(nl, net, prefix, 0);
   if (rc != 0)
     return rc > 0 ? -EADDRINUSE : rc;
-  if ((rc = nl_bridge_add(nl, n->bridge)) != 0)
-    return rc;
+  /* A fixed, locally administered MAC made of the range: pods' neighbour
+   * entries for the gateway stay right whichever pods come and go. */
+  {
+    unsigned char mac[6] = {0x02, 0x6b, (unsigned char)(net >> 24), (unsigned char)(net >> 16),
+                            (unsigned char)(net >> 8), (unsigned char)prefix};
+    if ((rc = nl_bridge_add(nl, n->bridge, mac)) != 0)
+      return rc;
+  }
   idx = nl_link_index(nl, n->bridge);
   if (idx < 0 || (rc = nl_addr_add(nl, idx, net + 1, prefix)) != 0 || (rc = nl_link_up(nl, idx)) != 0) {
     nl_link_del(nl, n->bridge);

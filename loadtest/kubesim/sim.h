@@ -242,6 +242,7 @@ struct sim_opts {
   int min_request_timeout;     /* s; a watch without timeoutSeconds ends in [t, 2t) */
   const char *log_level;
   const char *agent_binary;    /* --agent-binary */
+  const char *code_interpreter; /* --code-interpreter: server.py of the code-interpreter image */
   int agent_mode;              /* AGENT_MODE_* */
   int pod_namespaces;          /* per-pod namespaces and private root (root only) */
   /* Host paths no pod sees (isolated pods): the --workdir root, /root,

@@ -43,7 +43,8 @@ static const char pools_usage[] =
     "Pod options (create; on every pod of the pool, so claims stay warm; clusters\n"
     "that cannot host them are left out): --gpus N, --runtime-class NAME,\n"
     "--node-selector KEY=VALUE, --toleration KEY[=VALUE][:EFFECT[:SECONDS]],\n"
-    "--volume /PATH=CLAIM, as `fedctl create --help` describes them.\n";
+    "--volume /PATH=CLAIM, --readiness PORT[/PATH], as `fedctl create --help`\n"
+    "describes them.\n";
 
 /* Prints one pool as a short description and a per-cluster table. */
 static void print_pool(const json_t *p) {

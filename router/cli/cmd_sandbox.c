@@ -30,7 +30,8 @@ static const char create_usage[] =
     "                     [--env K=V]... [--secret NAME]... [--timeout S] [--partial-ok]\n"
     "                     [--gpus N] [--runtime-class NAME] [--node-selector k=v]...\n"
     "                     [--toleration KEY[=VALUE][:EFFECT[:SECONDS]]]...\n"
-    "                     [--volume /PATH=CLAIM]...\n"
+    "                     [--volume /PATH=CLAIM]... [--readiness PORT[/PATH]]\n"
+    "                     [--public-port PORT|*]...\n"
     "\n"
     "Creates one sandbox or a batch (POST /v1/sandboxes) and returns when every\n"
     "sandbox is exec-ready. Prints one line per sandbox and where they went.\n"
@@ -52,6 +53,8 @@ static const char create_usage[] =
     "                     agent; the value is never shown)\n"
     "  --timeout S        lifetime in seconds (enforced in the cluster)\n"
     "  --partial-ok       keep what could be created instead of rolling back\n"
+    "  --public-port PORT this port of the sandbox takes no token (repeatable, up\n"
+    "                     to 16; * for every port); see `fedctl url`\n"
     "  --json             print the API response verbatim\n"
     "\n"
     "Pod options (placement uses only clusters that can host such pods; a pool's\n"
@@ -72,6 +75,9 @@ static const char create_usage[] =
     "  --volume /PATH=CLAIM\n"
     "                     mount PersistentVolumeClaim CLAIM of the sandbox\n"
     "                     namespace at /PATH (repeatable, up to 8)\n"
+    "  --readiness PORT[/PATH]\n"
+    "                     the pod is Ready once HTTP GET /PATH (default /) on PORT\n"
+    "                     answers, e.g. 49999/health for the Code Interpreter\n"
     "\n"
     "For a batch, a progress bar on stderr (when it is a terminal) counts the\n"
     "sandboxes of the batch that are already running.\n";
@@ -84,7 +90,7 @@ static const struct fc_opt create_opts[] = {
     {"image", 0, 1, C_IMAGE},       {"cpus", 0, 1, C_CPUS},           {"memory-gb", 0, 1, C_MEM},
     {"cluster", 0, 1, C_CLUSTER},   {"label", 0, 1, C_LABEL},         {"env", 0, 1, C_ENV},
     {"timeout", 0, 1, C_TIMEOUT},   {"partial-ok", 0, 0, C_PARTIAL},  {"secret", 0, 1, FC_OPT_SECRET},
-    FC_POD_OPTS,                    {NULL, 0, 0, 0},
+    {"public-port", 0, 1, FC_OPT_PUBLIC_PORT}, FC_POD_OPTS,           {NULL, 0, 0, 0},
 };
 
 /* Progress of a batch create, measured by listing the batch's sandboxes

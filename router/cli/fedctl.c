@@ -3,8 +3,8 @@
  *
  * The commands live in cmd_sandbox.c (create, explain, exec, terminate,
  * ls), cmd_data.c (cp, ps, kill), cmd_proc.c (proc start, logs, stdin),
- * cmd_shell.c (shell, proc attach) and cmd_infra.c (pools, clusters,
- * events, version); pod option flags in podargs.c; HTTP in client.c;
+ * cmd_shell.c (shell, proc attach), cmd_ports.c (url, run-code) and
+ * cmd_infra.c (pools, clusters, events, version); pod option flags in podargs.c; HTTP in client.c;
  * NDJSON answers in ndjson.c; tables in output.c.
  */
 #include <errno.h>
@@ -43,6 +43,8 @@ static const char usage_text[] =
     "  clusters    show the clusters behind the router\n"
     "  explain     show where a create would go, and why (creates nothing)\n"
     "  events      recent spillover events of your creates\n"
+    "  url         the URL of a port of a sandbox (preview URLs)\n"
+    "  run-code    run Python from stdin in a code-interpreter sandbox\n"
     "  version     fedctl's version\n"
     "\n"
     "Global options (accepted before or after the command):\n"
@@ -325,16 +327,27 @@ int fc_check_env(const char *cmd, const char *s, const char **eq) {
   return 0;
 }
 
+/* The short form E2B shows (one DNS label of at most 57 characters
+ * ending in "-" and the cluster's four-character code, docs/e2b.md). */
+static int short_id_ok(const char *id) {
+  size_t n = strlen(id);
+
+  return n >= 6 && n <= 57 && strspn(id, "abcdefghijklmnopqrstuvwxyz0123456789-") == n && id[0] != '-' &&
+         id[n - 5] == '-' && strspn(id + n - 4, "abcdefghijklmnopqrstuvwxyz0123456789") == 4;
+}
+
 int fc_check_id(const char *cmd, const char *id) {
   const char *dot = strchr(id, '.');
 
   /* The router's rule (router/src/api.c): cluster and pod names are DNS
    * labels joined by the first '.'; anything else is 400 invalid_id. */
+  if (dot == NULL && short_id_ok(id))
+    return 0;
   if (dot == NULL || dot == id || dot[1] == '\0' || (size_t)(dot - id) > 63 || strlen(dot + 1) > 199 ||
       strspn(id, "abcdefghijklmnopqrstuvwxyz0123456789-.") != strlen(id)) {
     fc_usage_error(cmd,
                    "'%s' is not a sandbox id: ids are <cluster>.<pod> (lowercase letters, digits, '-' and "
-                   "'.'), as `fedctl ls` shows them",
+                   "'.'), as `fedctl ls` shows them, or their short form (<pod>-<code>, as E2B shows them)",
                    id);
     return -EINVAL;
   }
@@ -363,6 +376,12 @@ int fc_pod_opt(const char *cmd, int opt, const char *val, json_t *body) {
     break;
   case FC_OPT_SECRET:
     rc = fc_pod_add_secret(body, val, err, sizeof(err));
+    break;
+  case FC_OPT_READINESS:
+    rc = fc_pod_set_readiness(body, val, err, sizeof(err));
+    break;
+  case FC_OPT_PUBLIC_PORT:
+    rc = fc_pod_add_public_port(body, val, err, sizeof(err));
     break;
   default:
     return -1;
@@ -491,7 +510,8 @@ static const struct command commands[] = {
     {"ls", fc_cmd_ls},           {"pools", fc_cmd_pools}, {"clusters", fc_cmd_clusters},
     {"explain", fc_cmd_explain}, {"cp", fc_cmd_cp},       {"ps", fc_cmd_ps},
     {"kill", fc_cmd_kill},       {"shell", fc_cmd_shell}, {"proc", fc_cmd_proc},
-    {"events", fc_cmd_events},   {"version", fc_cmd_version},
+    {"events", fc_cmd_events},   {"version", fc_cmd_version}, {"url", fc_cmd_url},
+    {"run-code", fc_cmd_run_code},
 };
 
 int main(int argc, char **argv) {

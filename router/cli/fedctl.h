@@ -123,11 +123,11 @@ enum { FC_OPT_ENV = 900, FC_OPT_WORKDIR };
  * share: put FC_POD_OPTS in the option table and pass every option id to
  * fc_pod_opt(). --secret (FC_OPT_SECRET) is for creates only. */
 enum { FC_OPT_GPUS = 950, FC_OPT_RUNTIME_CLASS, FC_OPT_NODE_SELECTOR, FC_OPT_TOLERATION, FC_OPT_VOLUME,
-       FC_OPT_SECRET };
+       FC_OPT_SECRET, FC_OPT_READINESS, FC_OPT_PUBLIC_PORT };
 #define FC_POD_OPTS                                                                                  \
   {"gpus", 0, 1, FC_OPT_GPUS}, {"runtime-class", 0, 1, FC_OPT_RUNTIME_CLASS},                       \
       {"node-selector", 0, 1, FC_OPT_NODE_SELECTOR}, {"toleration", 0, 1, FC_OPT_TOLERATION},        \
-      {"volume", 0, 1, FC_OPT_VOLUME}
+      {"volume", 0, 1, FC_OPT_VOLUME}, {"readiness", 0, 1, FC_OPT_READINESS}
 /* Adds option <opt> with <val> to <body> when it is one of the above:
  * returns 0 (added), -1 (not one of them: nothing done), or an exit
  * status after printing why (FC_EXIT_USAGE for a bad value). */
@@ -328,6 +328,9 @@ int fc_cmd_exec(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_terminate(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_ls(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_explain(struct fc_ctx *ctx, int argc, char **argv);
+/* cmd_ports.c */
+int fc_cmd_url(struct fc_ctx *ctx, int argc, char **argv);
+int fc_cmd_run_code(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_pools(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_clusters(struct fc_ctx *ctx, int argc, char **argv);
 int fc_cmd_cp(struct fc_ctx *ctx, int argc, char **argv);

@@ -130,7 +130,7 @@ void fc_fmt_duration(int64_t s, char *out, size_t outlen) {
 }
 
 void fc_print_pod_options(const json_t *obj, const char *indent) {
-  static const char *const keys[] = {"gpus", "runtime_class", "node_selector", "tolerations", "volumes"};
+  static const char *const keys[] = {"gpus", "runtime_class", "node_selector", "tolerations", "volumes", "readiness"};
   size_t i;
 
   for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {

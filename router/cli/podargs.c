@@ -286,3 +286,42 @@ int fc_pod_add_volume(json_t *body, const char *arg, char *err, size_t errlen) {
     return fail(err, errlen, "--volume: at most %d volumes", FC_POD_MAX_VOLUMES);
   return json_object_set_new(vols, path, json_string(eq + 1)) == 0 ? 0 : -ENOMEM;
 }
+
+int fc_pod_set_readiness(json_t *body, const char *arg, char *err, size_t errlen) {
+  const char *slash = strchr(arg, '/');
+  char num[8];
+  int64_t port;
+  size_t n = slash != NULL ? (size_t)(slash - arg) : strlen(arg);
+
+  if (n == 0 || n >= sizeof(num))
+    return fail(err, errlen, "--readiness '%s': want PORT or PORT/PATH (49999/health)", arg);
+  memcpy(num, arg, n);
+  num[n] = '\0';
+  if (fr_parse_int64(num, 1, 65535, &port) != 0)
+    return fail(err, errlen, "--readiness '%s': the port must be a number from 1 to 65535", arg);
+  if (slash != NULL && (strlen(slash) > 256 || strspn(slash, "/abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                             "0123456789-._~") != strlen(slash) ||
+                        strstr(slash, "/.") != NULL))
+    return fail(err, errlen, "--readiness '%s': the path must be a plain URL path of at most 256 characters", arg);
+  return json_object_set_new(body, "readiness", json_pack("{s:I,s:s}", "port", (json_int_t)port, "path",
+                                                          slash != NULL ? slash : "/")) == 0
+             ? 0
+             : -ENOMEM;
+}
+
+int fc_pod_add_public_port(json_t *body, const char *arg, char *err, size_t errlen) {
+  json_t *cur = json_object_get(body, "public_ports");
+  int64_t port;
+
+  if (strcmp(arg, "*") == 0)
+    return json_object_set_new(body, "public_ports", json_string("*")) == 0 ? 0 : -ENOMEM;
+  if (fr_parse_int64(arg, 1, 65535, &port) != 0)
+    return fail(err, errlen, "--public-port '%s': want a port from 1 to 65535, or * for every port", arg);
+  if (json_is_string(cur))
+    return 0; /* every port already */
+  if (cur == NULL && json_object_set_new(body, "public_ports", cur = json_array()) != 0)
+    return -ENOMEM;
+  if (json_array_size(cur) >= FC_POD_MAX_PUBLIC_PORTS)
+    return fail(err, errlen, "--public-port: at most %d ports (or *)", FC_POD_MAX_PUBLIC_PORTS);
+  return json_array_append_new(cur, json_integer(port)) == 0 ? 0 : -ENOMEM;
+}

@@ -8,6 +8,8 @@
  *   --toleration [KEY][=VALUE][:EFFECT[:SECONDS]] or *[:EFFECT[:SECONDS]]
  *                                       "tolerations": [{...}, ...]
  *   --volume /MOUNT/PATH=CLAIM          "volumes": {"/MOUNT/PATH": "CLAIM", ...}
+ *   --readiness PORT[/PATH]             "readiness": {"port": PORT, "path": "/PATH"}
+ *   --public-port PORT|*                "public_ports": [PORT, ...] or "*" (creates)
  *
  * Each value is checked the way the router checks the field it becomes
  * (which are the API server's rules: cluster_adapter/src/podopts.c), so a
@@ -38,6 +40,7 @@
 #define FC_POD_MAX_SECRETS 64
 #define FC_POD_MAX_SECRET_NAME 128
 #define FC_POD_MAX_TOLERATION_S 31536000
+#define FC_POD_MAX_PUBLIC_PORTS 16
 
 /* Each adds the flag's value <arg> (borrowed) to the JSON object <body>
  * (borrowed): 0; -EINVAL with a message naming the flag and what is wrong
@@ -50,6 +53,8 @@ int fc_pod_set_runtime_class(json_t *body, const char *arg, char *err, size_t er
 int fc_pod_add_node_selector(json_t *body, const char *arg, char *err, size_t errlen);
 int fc_pod_add_toleration(json_t *body, const char *arg, char *err, size_t errlen);
 int fc_pod_add_volume(json_t *body, const char *arg, char *err, size_t errlen);
+int fc_pod_set_readiness(json_t *body, const char *arg, char *err, size_t errlen);
+int fc_pod_add_public_port(json_t *body, const char *arg, char *err, size_t errlen);
 
 /* 1 when <s> is a DNS-1123 subdomain (a RuntimeClass or claim name). */
 int fc_dns_subdomain_valid(const char *s);

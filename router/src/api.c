@@ -10,6 +10,7 @@
 #include "fr/adapter.h"
 #include "fr/assert.h"
 #include "fr/buf.h"
+#include "fr/config.h"
 #include "fr/http.h"
 #include "fr/util.h"
 #include "api.h"
@@ -325,8 +326,8 @@ static json_t *secret_names_json(const char *ann) {
   return out;
 }
 
-json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod) {
-  char id[256];
+json_t *api_sandbox_json(struct router *r, struct fr_adapter *a, const struct fr_pod *pod, int detail) {
+  char id[256], short_id[64], token[65];
   json_t *labels = api_labels_json(pod), *sb, *secrets;
   int64_t created = pod->created_s >= 0 ? pod->created_s : pod->creation_s;
 
@@ -343,10 +344,25 @@ json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod) {
   /* Which create-time secrets it was given (names, never values): only
    * when it has any. */
   secrets = secret_names_json(pod->secrets);
-  if (sb == NULL)
+  if (sb == NULL) {
     json_decref(secrets);
-  else if (secrets != NULL)
+    return NULL;
+  }
+  if (secrets != NULL)
     json_object_set_new(sb, "secrets", secrets);
+  /* Its ports (docs/api.md "Ports"): the short id of its host names, and
+   * for the owner's own look, the traffic token that opens them. */
+  if (ports_short_id(r, fr_adapter_name(a), pod->name, short_id, sizeof(short_id)) == 0)
+    json_object_set_new(sb, "short_id", json_string(short_id));
+  if (detail) {
+    const char *pub = fr_pod_label(pod, FR_LABEL_PUBLIC_PORTS);
+    if (ports_traffic_token(r, id, token) == 0)
+      json_object_set_new(sb, "traffic_token", json_string(token));
+    if (r->cfg->ports_domain != NULL)
+      json_object_set_new(sb, "domain", json_string(r->cfg->ports_domain));
+    if (pub != NULL)
+      json_object_set_new(sb, "public_ports", ports_public_json(pub));
+  }
   return sb;
 }
 
@@ -457,39 +473,19 @@ void api_pool_missing(struct api_req *q, const char *name) {
 }
 
 const char *api_cluster_code(struct router *r, const char *name) {
-  size_t i, k;
+  size_t i;
 
-  if (r->cluster_codes == NULL) {
-    r->cluster_codes = calloc(r->nadapters ? r->nadapters : 1, sizeof(*r->cluster_codes));
-    if (r->cluster_codes == NULL)
-      return NULL;
-    for (i = 0; i < r->nadapters; i++) {
-      static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
-      const char *n = fr_adapter_name(r->adapters[i]);
-      unsigned char sum[32];
-      char hex[65];
-      fr_sha256_hex(n, strlen(n), hex);
-      for (k = 0; k < 4; k++) {
-        unsigned v = (unsigned)strtoul((char[3]){hex[2 * k], hex[2 * k + 1], 0}, NULL, 16);
-        sum[k] = (unsigned char)v;
-        r->cluster_codes[i][k] = digits[sum[k] % 36];
-      }
-      r->cluster_codes[i][4] = '\0';
-    }
-  }
-  for (i = 0; i < r->nadapters; i++)
-    if (strcmp(fr_adapter_name(r->adapters[i]), name) == 0)
-      return r->cluster_codes[i];
+  for (i = 0; i < r->cfg->nclusters; i++)
+    if (strcmp(r->cfg->clusters[i].name, name) == 0)
+      return r->cfg->clusters[i].code;
   return NULL;
 }
 
 const char *api_cluster_of_code(struct router *r, const char *code) {
   size_t i;
 
-  if (r->nadapters == 0 || api_cluster_code(r, fr_adapter_name(r->adapters[0])) == NULL)
-    return NULL;
-  for (i = 0; i < r->nadapters; i++)
-    if (strcmp(r->cluster_codes[i], code) == 0)
-      return fr_adapter_name(r->adapters[i]);
+  for (i = 0; i < r->cfg->nclusters; i++)
+    if (strcmp(r->cfg->clusters[i].code, code) == 0)
+      return r->cfg->clusters[i].name;
   return NULL;
 }

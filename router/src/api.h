@@ -110,8 +110,9 @@ int api_owned_by(const struct fr_pod *pod, const char *tenant);
 /* May the tenant of <q> use pool record <pv> (its own, or shared)? */
 struct fr_adapter_pool_view;
 int api_pool_usable(const struct api_req *q, const struct fr_adapter_pool_view *pv);
-/* The sandbox as the API shows it. */
-json_t *api_sandbox_json(struct fr_adapter *a, const struct fr_pod *pod);
+/* The sandbox as the API shows it; <detail> (one sandbox, to its owner)
+ * adds its traffic token, the ports domain and its public ports. */
+json_t *api_sandbox_json(struct router *r, struct fr_adapter *a, const struct fr_pod *pod, int detail);
 /* Is <pod> still a sandbox to show? Not once it is on its way out
  * (fr_adapter_pod_leaving), except while the cluster evicts it
  * (fr_adapter_pod_evicted): then it shows as "evicted" until it is gone. */
@@ -226,6 +227,14 @@ int ports_short_id(struct router *r, const char *cluster, const char *pod, char 
 /* The sandbox's traffic token (64 hex + NUL) for id <id> (canonical):
  * what E2B calls trafficAccessToken; -1 without an agent key. */
 int ports_traffic_token(const struct router *r, const char *id, char out[65]);
+/* The public-ports label value <v> ("all", "8000.8080") as the API shows
+ * it: "*" or [8000, 8080]. */
+json_t *ports_public_json(const char *v);
+/* May <req> reach <port> of sandbox <id> (canonical) on <pod> without the
+ * owner's credentials: the port is public on it, or the request carries
+ * its traffic token (E2B-Traffic-Access-Token or X-Traffic-Token)? */
+int ports_traffic_ok(const struct router *r, const struct fr_http_req *req, const char *id, const struct fr_pod *pod,
+                     int port);
 /* pools.c */
 void pools_create(struct api_req *q, const struct route_params *p);
 void pools_list(struct api_req *q, const struct route_params *p);

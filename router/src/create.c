@@ -31,7 +31,7 @@
 static const char *const create_fields[] = {"name", "num_sandboxes", "pool", "image", "cpus", "memory_gb",
                                             "env", "secrets", "volumes", "labels", "region", "clusters",
                                             "timeout_s", "partial_ok", "runtime_class", "node_selector",
-                                            "tolerations", "gpus", "public_ports", NULL};
+                                            "tolerations", "gpus", "public_ports", "readiness", NULL};
 
 /* "public_ports": "*" (every port) or an array of up to 16 ports (not the
  * agent's) anyone may reach through the sandbox's preview URLs, as label
@@ -376,7 +376,7 @@ static void on_item_done(struct batch *b, struct batch_item *it, struct batch_ca
   }
   fr_buf_free(&l);
   if (res->err == FR_SB_OK && res->pod != NULL)
-    it->user = api_sandbox_json(cd->a, res->pod);
+    it->user = api_sandbox_json(r, cd->a, res->pod, 1);
 }
 
 /* <n> sandboxes of the create of <q> for <pool> were not made. A

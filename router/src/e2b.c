@@ -541,25 +541,37 @@ static int relay_param(const char *key, const char *value, void *arg) {
   return fr_url_query_escape(rq->out, rq->cap, &rq->at, value);
 }
 
-/* The sandbox <id> (either form) whose access token is <token>, of
- * <tenant> when it is not NULL: found, reachable, its tenant's request
+/* The sandbox <id> (either form) that the request may reach, of <tenant>
+ * when it is not NULL: its access token (X-Access-Token) proves it, or,
+ * for a call to <port> (0: envd's), the owner's API key, the traffic
+ * token or a public port (ports_traffic_ok). Found, reachable, its tenant's request
  * admitted; <canon> gets its "<cluster>.<pod>" id. 0, or -1 after
  * answering: a token that is not this sandbox's is answered like an id
  * that does not exist, so nothing tells a guesser which ids are real. */
-static int by_token(struct api_req *q, const char *id, const char *tenant, const char *token, char *canon,
-                    size_t canon_cap, char *cluster, size_t ccap, struct fr_adapter **a, const struct fr_pod **p) {
+static int by_token(struct api_req *q, const char *id, const char *tenant, int port, char *canon, size_t canon_cap,
+                    char *cluster, size_t ccap, struct fr_adapter **a, const struct fr_pod **p) {
+  const char *token = fr_http_req_header(q->req, "X-Access-Token");
   const char *pod;
   char msg[300];
+  int ok;
 
-  if (token == NULL || *token == '\0') {
+  if (port == 0 && (token == NULL || *token == '\0')) {
     api_fail(q, 401, "unauthorized", "missing X-Access-Token (the sandbox's envdAccessToken)", NULL);
     return -1;
   }
-  if (split_id(q->r, id, canon, canon_cap, cluster, ccap, &pod) != 0 || (*a = api_adapter(q->r, cluster)) == NULL ||
-      !fr_adapter_agent_token_ok(*a, pod, token) || (*p = fr_adapter_pod(*a, pod)) == NULL || (*p)->tenant == NULL ||
-      (tenant != NULL && strcmp(tenant, (*p)->tenant) != 0)) {
+  ok = split_id(q->r, id, canon, canon_cap, cluster, ccap, &pod) == 0 && (*a = api_adapter(q->r, cluster)) != NULL &&
+       (*p = fr_adapter_pod(*a, pod)) != NULL && (*p)->tenant != NULL &&
+       (tenant == NULL || strcmp(tenant, (*p)->tenant) == 0);
+  if (ok) /* the owner's API key reaches its ports, never envd */
+    ok = (token != NULL && *token != '\0' && fr_adapter_agent_token_ok(*a, pod, token)) ||
+         (port != 0 && (tenant != NULL || ports_traffic_ok(q->r, q->req, canon, *p, port)));
+  if (!ok) {
+    /* isRunning() is GET /health, and reads a 502 as "not running" (what
+     * E2B's proxy answers for a sandbox it does not know): that route
+     * says 502 for every id it cannot reach, the rest 404. */
+    int st = port == 0 && strcmp(q->req->path, "/e2b/health") == 0 ? 502 : 404;
     snprintf(msg, sizeof(msg), "no sandbox %.200s for this access token", id);
-    api_fail(q, 404, "sandbox_not_found", msg, NULL);
+    api_fail(q, st, "sandbox_not_found", msg, NULL);
     return -1;
   }
   snprintf(q->tenant, sizeof(q->tenant), "%s", (*p)->tenant);
@@ -572,9 +584,10 @@ static int by_token(struct api_req *q, const char *id, const char *tenant, const
 
 /* E2B's call to a port of the sandbox other than envd's (E2b-Sandbox-Port:
  * the Code Interpreter's 49999, a user's server): the request as it came,
- * path and all, to that port (ports.c). */
+ * path and all, to that port (ports.c). The Code Interpreter SDK sends
+ * the traffic token alone on some calls (/contexts), the access token on
+ * others (/execute): either proves the caller. */
 static void port_relay(struct api_req *q, const char *id, const char *tenant, const char *port_text) {
-  const char *token = fr_http_req_header(q->req, "X-Access-Token");
   char cluster[64], canon[320];
   struct fr_adapter *a;
   const struct fr_pod *p;
@@ -584,7 +597,7 @@ static void port_relay(struct api_req *q, const char *id, const char *tenant, co
     api_fail(q, 400, "invalid_port", "E2b-Sandbox-Port must be a port number from 1 to 65535", NULL);
     return;
   }
-  if (by_token(q, id, tenant, token, canon, sizeof(canon), cluster, sizeof(cluster), &a, &p) != 0)
+  if (by_token(q, id, tenant, (int)port, canon, sizeof(canon), cluster, sizeof(cluster), &a, &p) != 0)
     return;
   ports_e2b(q, a, p, canon, (int)port);
 }
@@ -595,7 +608,6 @@ static void port_relay(struct api_req *q, const char *id, const char *tenant, co
 static void in_sandbox(struct api_req *q, const char *id, const char *tenant, const char *path) {
   static const char *const pass[] = {"Connect-Protocol-Version", "Connect-Timeout-Ms", "Keepalive-Ping-Interval",
                                      "Accept", NULL};
-  const char *token = fr_http_req_header(q->req, "X-Access-Token");
   const char *port = fr_http_req_header(q->req, "E2b-Sandbox-Port");
   struct fr_adapter *a;
   const struct fr_pod *p;
@@ -613,7 +625,7 @@ static void in_sandbox(struct api_req *q, const char *id, const char *tenant, co
     api_fail(q, 405, "method_not_allowed", "that method is not allowed on this sandbox route", NULL);
     return;
   }
-  if (by_token(q, id, tenant, token, canon, sizeof(canon), cluster, sizeof(cluster), &a, &p) != 0)
+  if (by_token(q, id, tenant, 0, canon, sizeof(canon), cluster, sizeof(cluster), &a, &p) != 0)
     return;
   id = canon;
   fr_buf_init(&h);

@@ -360,6 +360,10 @@ static void on_exec(const struct fr_exec_result *res, void *arg) {
     exec_metrics(x, "error", res->duration_ms, 1);
     api_fail(q, 502, "agent_died", res->message, NULL);
     break;
+  case FR_EXEC_BUSY:
+    exec_metrics(x, "error", res->duration_ms, 1);
+    api_fail(q, 429, "agent_busy", res->message, "Retry-After: 1\r\n");
+    break;
   default:
     exec_metrics(x, "error", res->duration_ms, res->via_agent);
     api_fail(q, 502, "exec_failed", res->message, NULL);

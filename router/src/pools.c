@@ -218,7 +218,7 @@ static int skipped_has(json_t *skipped, const char *cluster) {
 static void create_pool(struct api_req *q) {
   static const char *const known[] = {"name",         "image",         "cpus",        "memory_gb", "replicas",
                                       "clusters",     "shared",        "runtime_class", "node_selector",
-                                      "tolerations",  "gpus",          "volumes",     NULL};
+                                      "tolerations",  "gpus",          "volumes",     "readiness", NULL};
   json_t *j = api_body_object(q, known, 0), *v, *clusters, *skipped = NULL;
   struct fr_pool_spec spec;
   struct pool_op *p;

@@ -111,47 +111,71 @@ static int port_public(const struct fr_pod *pod, int port) {
   return 0;
 }
 
+json_t *ports_public_json(const char *v) {
+  json_t *arr;
+
+  if (strcmp(v, "all") == 0)
+    return json_string("*");
+  if ((arr = json_array()) == NULL)
+    return NULL;
+  while (*v != '\0') {
+    json_array_append_new(arr, json_integer(strtol(v, NULL, 10)));
+    v += strcspn(v, ".");
+    v += *v == '.';
+  }
+  return arr;
+}
+
+int ports_traffic_ok(const struct router *r, const struct fr_http_req *req, const char *id, const struct fr_pod *pod,
+                     int port) {
+  const char *token = fr_http_req_header(req, "E2B-Traffic-Access-Token");
+  char want[65];
+
+  if (port_public(pod, port))
+    return 1;
+  if (token == NULL)
+    token = fr_http_req_header(req, "X-Traffic-Token");
+  return token != NULL && ports_traffic_token(r, id, want) == 0 && fr_secret_equal(token, want);
+}
+
 /* ---------------------------------------------------------------------- */
 /* bounds                                                                  */
 
-/* Requests in flight to each sandbox's ports: a small open hash table of
- * ids (entries only while a request is in flight). */
-struct inflight {
-  struct inflight *next;
+/* Requests in flight to each sandbox's ports: the router's small hash
+ * table of ids (entries only while a request is in flight). */
+struct port_inflight {
+  struct port_inflight *next;
+  struct port_inflight **bucket;  /* its chain's head in the router's table */
   struct tenant_state *ts;
   int64_t n;
   char id[];
 };
-
-#define INFLIGHT_BUCKETS 256
-
-static struct inflight *buckets[INFLIGHT_BUCKETS];
 
 static unsigned bucket_of(const char *id) {
   unsigned h = 2166136261u;
 
   for (; *id != '\0'; id++)
     h = (h ^ (unsigned char)*id) * 16777619u;
-  return h % INFLIGHT_BUCKETS;
+  return h % PORTS_INFLIGHT_BUCKETS;
 }
 
-static struct inflight *inflight_find(const char *id) {
-  struct inflight *e;
+static struct port_inflight *inflight_find(struct router *r, const char *id) {
+  struct port_inflight *e;
 
-  for (e = buckets[bucket_of(id)]; e != NULL; e = e->next)
+  for (e = r->port_inflight[bucket_of(id)]; e != NULL; e = e->next)
     if (strcmp(e->id, id) == 0)
       return e;
   return NULL;
 }
 
 static void on_call_over(void *arg) {
-  struct inflight *e = arg, **pp;
+  struct port_inflight *e = arg, **pp;
 
   if (e->ts != NULL)
     e->ts->port_requests--;
   if (--e->n > 0)
     return;
-  for (pp = &buckets[bucket_of(e->id)]; *pp != e; pp = &(*pp)->next)
+  for (pp = e->bucket; *pp != e; pp = &(*pp)->next)
     ;
   *pp = e->next;
   free(e);
@@ -159,9 +183,9 @@ static void on_call_over(void *arg) {
 
 /* Counts one more request to <id>'s ports, or answers 429 and returns
  * NULL. */
-static struct inflight *admit(struct api_req *q, const char *id) {
+static struct port_inflight *admit(struct api_req *q, const char *id) {
   const struct fr_config *cfg = q->r->cfg;
-  struct inflight *e = inflight_find(id);
+  struct port_inflight *e = inflight_find(q->r, id);
   char msg[300];
 
   if (e != NULL && e->n >= cfg->max_port_requests_per_sandbox) {
@@ -184,8 +208,9 @@ static struct inflight *admit(struct api_req *q, const char *id) {
       return NULL;
     }
     strcpy(e->id, id); /* sized above */
-    e->next = buckets[b];
-    buckets[b] = e;
+    e->bucket = &q->r->port_inflight[b];
+    e->next = *e->bucket;
+    *e->bucket = e;
   }
   e->n++;
   /* The tenant whose count this is: one tenant owns a sandbox. */
@@ -228,7 +253,7 @@ static int forward_headers(struct api_req *q, struct fr_buf *h) {
  * the server getting <path> and the request's query. */
 static void forward(struct api_req *q, struct fr_adapter *a, const char *id, const char *pod_agent_label, int port,
                     const char *path) {
-  struct inflight *e;
+  struct port_inflight *e;
   struct fr_buf h, pq;
   char msg[200];
 
@@ -295,8 +320,8 @@ static int parse_host(const char *host, const char *domain, int *port, char *sid
 }
 
 int ports_host(struct api_req *q) {
-  const char *domain = q->r->cfg->ports_domain, *host, *token;
-  char sid[64], id[320], want[65], cluster[64];
+  const char *domain = q->r->cfg->ports_domain, *host;
+  char sid[64], id[320], cluster[64];
   const struct fr_pod *pod;
   struct fr_adapter *a;
   const char *pod_name;
@@ -322,11 +347,8 @@ int ports_host(struct api_req *q) {
     api_fail(q, 404, "sandbox_not_found", "no such sandbox port", NULL);
     return 1;
   }
-  if (port_public(pod, port)) {
+  if (ports_traffic_ok(q->r, q->req, id, pod, port)) {
     allowed = 1;
-  } else if ((token = fr_http_req_header(q->req, "E2B-Traffic-Access-Token")) != NULL ||
-             (token = fr_http_req_header(q->req, "X-Traffic-Token")) != NULL) {
-    allowed = ports_traffic_token(q->r, id, want) == 0 && fr_secret_equal(token, want);
   } else if (fr_http_req_header(q->req, "Authorization") != NULL) {
     /* The owner's own token works too (curl -H "Authorization: Bearer"). */
     const char *t = api_tenant_of_bearer(q->r, q->req);

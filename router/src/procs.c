@@ -51,6 +51,11 @@ static void bg_done(const struct fr_agent_result *res, const char *code, const c
       snprintf(msg, sizeof(msg), "the process could not start: %s", message != NULL ? message : code);
       api_fail(b->q, strcmp(code, "not_found") == 0 || strcmp(code, "invalid_argument") == 0 ? 400 : 502,
                "start_failed", msg, NULL);
+    } else if (code != NULL && res->err == FR_AGENT_OK) {
+      /* The sandbox's process limit: 429 agent_busy. */
+      json_t *e = json_pack("{s:s,s:s}", "code", code, "message", message != NULL ? message : "");
+      data__agent_error(b->q, res, e, "process");
+      json_decref(e);
     } else {
       data__agent_error(b->q, res, NULL, "process");
     }

@@ -37,6 +37,9 @@ struct tenant_state {
   const char *secret;             /* the Secret its creates' `secrets` read (borrowed) */
 };
 
+#define PORTS_INFLIGHT_BUCKETS 256
+struct port_inflight;
+
 struct router {
   uv_loop_t *loop;
   struct fr_config *cfg;          /* one reference held */
@@ -51,8 +54,9 @@ struct router {
   struct fr_adapter_agent agent;  /* the config's agent group, for the adapters (image NULL: none) */
   struct tenant_state *tenants;   /* one per configured tenant, or one "local" */
   size_t ntenants;
+  /* Requests in flight to sandboxes' ports, by id (ports.c). */
+  struct port_inflight *port_inflight[PORTS_INFLIGHT_BUCKETS];
 
-  char (*cluster_codes)[5];       /* api_cluster_code(), per adapter, made on first use */
   struct metrics *metrics;
   struct history *history;        /* history.c: the in-memory history (NULL only when out of memory) */
   struct promq_client *prom;      /* promq.c: metrics.prometheus_url's client, or NULL */

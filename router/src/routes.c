@@ -280,5 +280,10 @@ void route_dispatch(struct api_req *q, int health_only) {
       ((p.pod = (r->flags & RF_REACH) ? api_find_reachable_sandbox(q, p.id, &p.a) : api_find_sandbox(q, p.id, &p.a)) ==
        NULL))
     return; /* answered: 400/404/503 */
+  if (r->flags & RF_SANDBOX) {
+    /* Handlers see the canonical "<cluster>.<pod>", whichever form came. */
+    snprintf(p.canon, sizeof(p.canon), "%s.%s", fr_adapter_name(p.a), p.pod->name);
+    p.id = p.canon;
+  }
   r->fn(q, &p);
 }

@@ -42,6 +42,7 @@ struct route_params {
   struct fr_adapter *a;        /* RF_SANDBOX: the sandbox's cluster */
   const struct fr_pod *pod;    /* RF_SANDBOX: the sandbox's pod (valid during the handler) */
   char buf[1024];
+  char canon[320];             /* RF_SANDBOX: <id> as "<cluster>.<pod>" (a short id resolved) */
 };
 
 typedef void (*route_fn)(struct api_req *q, const struct route_params *p);

@@ -142,7 +142,7 @@ static void list_sandboxes(struct api_req *q) {
     struct fr_adapter *a = q->r->adapters[i];
     for (cur = 0; (pod = fr_adapter_pod_next(a, &cur)) != NULL;) {
       if (api_owned_by(pod, q->tenant) && matches(&f, a, pod) && api_sandbox_visible(a, pod))
-        json_array_append_new(arr, api_sandbox_json(a, pod));
+        json_array_append_new(arr, api_sandbox_json(q->r, a, pod, 0));
     }
   }
   fr_selector_free(f.sel);
@@ -412,7 +412,7 @@ void sandboxes_terminate_many(struct api_req *q, const struct route_params *p) {
 }
 
 void sandboxes_get(struct api_req *q, const struct route_params *p) {
-  api_reply(q, 200, api_sandbox_json(p->a, p->pod), NULL);
+  api_reply(q, 200, api_sandbox_json(q->r, p->a, p->pod, 1), NULL);
 }
 
 void sandboxes_terminate(struct api_req *q, const struct route_params *p) {

@@ -240,8 +240,9 @@ static void nd_done(const struct fr_agent_result *res, const char *code, const c
   }
   if (!n->begun) {
     /* Nothing streamed yet: an ordinary error answer. A command that could
-     * not start reads as a shell would say it, as the buffered exec does. */
-    if (n->kind == ND_EXEC && code != NULL && res->err == FR_AGENT_OK) {
+     * not start reads as a shell would say it, as the buffered exec does;
+     * a sandbox at its process limit is 429 agent_busy (data__agent_error). */
+    if (n->kind == ND_EXEC && code != NULL && res->err == FR_AGENT_OK && strcmp(code, "resource_exhausted") != 0) {
       int exit_code = strcmp(code, "not_found") == 0 ? 127 : strcmp(code, "permission_denied") == 0 ? 126 : 125;
       nd_begin(n);
       nd_line(n, json_pack("{s:s+}", "stderr", message != NULL ? message : "the command could not start", "\n"));
@@ -258,6 +259,14 @@ static void nd_done(const struct fr_agent_result *res, const char *code, const c
       data__agent_error(q, res, NULL, "process");
     }
     nd_free(n);
+    return;
+  }
+  if (n->kind == ND_OUTPUT && !n->follow && code == NULL && res->err == FR_AGENT_OK) {
+    /* Without follow the agent ends the stream after what it kept at
+     * attach: the process still runs. */
+    nd_flush(n);
+    nd_line(n, json_pack("{s:b}", "running", 1));
+    nd_finish(n, 1);
     return;
   }
   /* Cut after it began: say so on the last line, then end. */
@@ -348,7 +357,7 @@ void procs_output(struct api_req *q, const struct route_params *p) {
   }
   n->follow = fr_http_query_get(q->req->query, "follow", v, sizeof(v)) >= 0 &&
               (strcmp(v, "1") == 0 || strcmp(v, "true") == 0);
-  rc = fr_adapter_proc_attach(a, data__pod_of(id), pid, 0, q->rid, nd_event, nd_done, n, &n->ps);
+  rc = fr_adapter_proc_attach(a, data__pod_of(id), pid, 0, n->follow, q->rid, nd_event, nd_done, n, &n->ps);
   if (rc != 0) {
     free(n);
     data__start_failed(q, a, rc);

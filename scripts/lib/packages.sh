@@ -9,6 +9,10 @@
 # kube_python_client test drives kubesim with (it runs under /usr/bin/python3,
 # whose dist-packages Debian installs it into). python3-pip is the `pip` of
 # kubesim's python images (python3 -m pip; the kubesim_isolation test runs it).
+# python3-jupyter-client, python3-ipykernel and python3-matplotlib are what
+# the code interpreter (deploy/code-interpreter/server.py, the
+# code-interpreter image) runs on; tests/codeint starts it under
+# /usr/bin/python3.
 #
 #   FR_PACKAGES           the package names
 #   fr_install_packages   installs whichever of them are not installed yet:
@@ -27,6 +31,7 @@ FR_PACKAGES=(
   haproxy wrk
   python3-yaml python3-kubernetes python3-pip
   clang libclang-rt-dev
+  python3-jupyter-client python3-ipykernel python3-matplotlib
 )
 
 fr_install_packages() {

@@ -15,6 +15,7 @@ import hashlib
 import http.client
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -30,6 +31,9 @@ import traceback
 ARGS = None
 TMP = None
 TOKEN = "tok-" + os.urandom(12).hex()
+# What the router sends on /init; the agent knows only its SHA-256.
+INIT_TOKEN = "init-" + os.urandom(16).hex()
+INIT_SHA256 = hashlib.sha256(INIT_TOKEN.encode()).hexdigest()
 SECRET_VALUE = "s3cr3t-" + os.urandom(12).hex()
 WATCHDOG_S = 110
 LIVE = []  # every Agent started, for the watchdog
@@ -64,18 +68,20 @@ def pid_alive(pid):
 
 
 class Agent:
-    def __init__(self, extra=(), cmd=None, name="agent"):
+    def __init__(self, extra=(), cmd=None, name="agent", init_sha256=INIT_SHA256, preexec=None, wrap=()):
         self.port_file = os.path.join(TMP, name + ".port")
         self.log_path = os.path.join(TMP, name + ".log")
         if os.path.exists(self.port_file):
             os.unlink(self.port_file)
-        argv = [ARGS.agent, "--listen", "127.0.0.1:0", "--port-file", self.port_file] + list(extra)
+        argv = list(wrap) + [ARGS.agent, "--listen", "127.0.0.1:0", "--port-file", self.port_file] + list(extra)
         if cmd:
             argv += ["--"] + cmd
         self.log = open(self.log_path, "wb")
         env = dict(os.environ)
         env["HOME"] = TMP
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=self.log, env=env)
+        if init_sha256 is not None:
+            env["FR_AGENT_INIT_SHA256"] = init_sha256
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=self.log, env=env, preexec_fn=preexec)
         LIVE.append(self)
         wait_until(lambda: os.path.exists(self.port_file) or self.proc.poll() is not None,
                    what="the agent's port file")
@@ -103,8 +109,9 @@ class Agent:
         finally:
             c.close()
 
-    def init(self, env=None, token=TOKEN, auth=None):
+    def init(self, env=None, token=TOKEN, auth=INIT_TOKEN, **more):
         body = {"accessToken": token, "envVars": env or {}}
+        body.update(more)
         return self.request("POST", "/init", json.dumps(body),
                             {"Content-Type": "application/json"}, token=auth)
 
@@ -263,7 +270,16 @@ def test_auth(a):
     check(st == 401 and j["code"] == "unauthenticated", "List before init: %d %r" % (st, j))
     st, _, _ = a.request("GET", "/files?path=/etc/hostname", token=None)
     check(st == 401, "files before init: %d" % st)
-    st, _, _ = a.init({"FOO": "bar", "SECRET_TOKEN": SECRET_VALUE})
+    # Only the router initialises an agent: /init carries the token whose
+    # SHA-256 the pod was made with, before and after the first one.
+    for auth in (None, "wrong", TOKEN, INIT_TOKEN + "x", INIT_TOKEN[:-1]):
+        st, _, body = a.init({"https_proxy": "http://127.0.0.1:9"}, token="attacker", auth=auth)
+        check(st == 401 and json.loads(body) == {"code": 401, "message": "invalid or missing init token"},
+              "/init before the router's with token %r: %d %r" % (auth, st, body))
+    st, _, body = a.request("POST", "/init", json.dumps({"accessToken": "attacker"}),
+                            {"Content-Type": "application/json", "Authorization": "Bearer wrong"}, token=None)
+    check(st == 401, "/init with a wrong Bearer token: %d %r" % (st, body))
+    st, _, _ = a.init({"FOO": "bar", "SECRET_TOKEN": SECRET_VALUE}, secretNames=["SECRET_TOKEN"])
     check(st == 204, "first /init: %d" % st)
     st, j = a.rpc("process.Process/List", {})
     check(st == 200 and j == {"processes": []}, "List with token: %d %r" % (st, j))
@@ -275,15 +291,109 @@ def test_auth(a):
                          {"Content-Type": "application/json", "Authorization": "Bearer " + TOKEN},
                          token=None)
     check(st == 200, "Bearer token refused: %d" % st)
-    # a later /init must carry the current token
-    st, _, _ = a.init({"FOO": "evil"}, token="attacker", auth=None)
-    check(st == 401, "second /init without token: %d" % st)
-    st, _, _ = a.init({"FOO": "evil"}, token="attacker", auth="wrong")
-    check(st == 401, "second /init with a wrong token: %d" % st)
-    st, _, _ = a.init({"EXTRA": "1"}, token=TOKEN, auth=TOKEN)
-    check(st == 204, "second /init with the token: %d" % st)
+    # after it too, and the access token (the sandbox's code may hold it) is not the init token
+    for auth in (None, "wrong", TOKEN):
+        st, _, body = a.init({"FOO": "evil"}, token="attacker", auth=auth)
+        check(st == 401 and json.loads(body)["message"] == "invalid or missing init token",
+              "/init after the router's with token %r: %d %r" % (auth, st, body))
+    st, j = a.rpc("process.Process/List", {})
+    check(st == 200, "the access token changed by a refused /init: %d" % st)
+    st, _, body = a.request("GET", "/envs")
+    check(st == 200 and json.loads(body) == {"FOO": "bar"}, "GET /envs (no secret): %d %r" % (st, body))
+    st, _, body = a.request("GET", "/envs", token=None)
+    check(st == 401, "GET /envs without the token: %d" % st)
     st, _, body = a.request("GET", "/version")
     check(st == 200 and json.loads(body)["version"] == "0.5.7", "version: %d %r" % (st, body))
+
+
+def test_init_replaces_env(a):
+    # A second /init replaces the env whole: nothing the first set survives.
+    st, _, _ = a.init({"EXTRA": "1", "https_proxy": "http://127.0.0.1:9"}, defaultWorkdir="/tmp")
+    check(st == 204, "second /init: %d" % st)
+    s = run(a, 'echo "${FOO-unset}/${SECRET_TOKEN-unset}/$EXTRA/$https_proxy"; pwd')
+    check(s.out["stdout"] == b"unset/unset/1/http://127.0.0.1:9\n/tmp\n", "env after a second /init: %r" % s.out)
+    st, _, body = a.request("GET", "/envs")
+    check(st == 200 and json.loads(body) == {"EXTRA": "1", "https_proxy": "http://127.0.0.1:9"},
+          "GET /envs after a second /init: %d %r" % (st, body))
+    # The third on a connection kept open: once answered, the init token is
+    # not left in the agent's memory, not in the request it parsed nor in
+    # its input buffer (release build: under ASan the memory is too large
+    # to scan).
+    body = json.dumps({"accessToken": TOKEN, "envVars": {"FOO": "bar", "SECRET_TOKEN": SECRET_VALUE, "EXTRA": "1"},
+                       "secretNames": ["SECRET_TOKEN"]}).encode()
+    sk = socket.create_connection(("127.0.0.1", a.port), timeout=10)
+    try:
+        # (the token after more head than the body is long: the body moving
+        # to the front of the input buffer does not overwrite it)
+        sk.sendall(("POST /init HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\nX-Access-Token: %s\r\n"
+                    "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                    % ("p" * len(body), INIT_TOKEN, len(body))).encode() + body)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            got += sk.recv(4096)
+        check(got.startswith(b"HTTP/1.1 204"), "third /init: %r" % got)
+        if not under_asan(a.proc.pid) and os.geteuid() == 0:
+            found = memory_holds(a.proc.pid, INIT_TOKEN.encode())
+            check(not found, "the init token stays in the agent's memory at %s" % found)
+    finally:
+        sk.close()
+    s = run(a, 'echo "${https_proxy-unset}"; pwd')
+    home = pwd.getpwuid(os.getuid()).pw_dir  # the agent's default cwd (its user's home)
+    check(s.out["stdout"] == ("unset\n%s\n" % home).encode(), "env and workdir after a third /init: %r" % s.out)
+    st, _, body = a.request("GET", "/envs")
+    check(st == 200 and json.loads(body) == {"FOO": "bar", "EXTRA": "1"}, "GET /envs: %d %r" % (st, body))
+    check(SECRET_VALUE not in a.logtext(), "secret value in the agent log")
+
+
+def memory_holds(pid, needle):
+    """Addresses of <needle> in the writable memory of <pid> (root only)."""
+    found = []
+    with open("/proc/%d/maps" % pid) as maps, open("/proc/%d/mem" % pid, "rb", 0) as mem:
+        for line in maps:
+            f = line.split()
+            lo, hi = (int(x, 16) for x in f[0].split("-"))
+            if f[1][:2] != "rw" or hi - lo > 256 << 20:
+                continue
+            try:
+                mem.seek(lo)
+                data = mem.read(hi - lo)
+            except OSError:
+                continue
+            at = data.find(needle)
+            if at >= 0:
+                found.append("%x (%s)" % (lo + at, f[-1] if len(f) > 5 else "anon"))
+    return found
+
+
+def test_init_without_hash(a):
+    # An agent started without FR_AGENT_INIT_SHA256 refuses every /init...
+    b = Agent(name="nohash", init_sha256=None)
+    try:
+        for auth in (None, INIT_TOKEN):
+            st, _, body = b.init(auth=auth)
+            check(st == 403 and "FR_AGENT_INIT_SHA256" in json.loads(body)["message"],
+                  "/init of an agent without the hash: %d %r" % (st, body))
+        st, _, _ = b.request("GET", "/version")
+        check(st == 401, "uninitialised agent answered: %d" % st)
+    finally:
+        check(b.stop() == 0, "nohash agent exit status")
+    # ... unless told otherwise: the first caller, then the access token.
+    b = Agent(["--allow-open-init"], name="open", init_sha256=None)
+    try:
+        st, _, _ = b.init({"A": "1"}, auth=None)
+        check(st == 204, "open /init: %d" % st)
+        st, _, _ = b.init({"A": "2"}, token="other", auth=None)
+        check(st == 401, "second open /init without the token: %d" % st)
+        st, _, _ = b.init({"B": "2"}, auth=TOKEN)
+        check(st == 204, "second open /init with the access token: %d" % st)
+        s = run(b, 'echo "${A-unset}$B"')
+        check(s.out["stdout"] == b"unset2\n", "env of an open agent: %r" % s.out)
+    finally:
+        check(b.stop() == 0, "open agent exit status")
+    # A malformed hash is refused at start.
+    p = subprocess.run([ARGS.agent, "--listen", "127.0.0.1:0"], env={"FR_AGENT_INIT_SHA256": "abc"},
+                       capture_output=True, timeout=10)
+    check(p.returncode == 2 and b"FR_AGENT_INIT_SHA256" in p.stderr, "bad hash: %r" % (p,))
 
 
 def test_init_env_inherited(a):
@@ -410,7 +520,13 @@ def test_connect_loss_flag(a):
                                       "time.sleep(30)"])
         pid = s.pid
         s.close()
-        time.sleep(0.5)
+        total = sum(len("line-%d\n" % i) for i in range(2000))
+
+        def written():  # all of it read by the agent (a Connect without follow answers at once)
+            w = b.stream("process.Process/Connect", {"process": {"pid": pid}, "follow": False})
+            w.close()
+            return int(w.headers.get("fr-output-end", "0")) == total
+        wait_until(written, 20, "the command's 18,890 bytes")
         c = b.stream("process.Process/Connect", {"process": {"pid": pid}})
         dropped = int(c.headers.get("fr-output-dropped", "-1"))
         check(dropped > 0, "no loss flagged: %r" % c.headers)
@@ -418,7 +534,6 @@ def test_connect_loss_flag(a):
         check(first == dropped, "start %d != dropped %d" % (first, dropped))
         c.next()
         c.until(lambda k, o: c.out["stdout"].endswith(b"line-1999\n"), "tail of the output")
-        total = sum(len("line-%d\n" % i) for i in range(2000))
         check(len(c.out["stdout"]) == total - dropped, "replayed %d + dropped %d != %d" % (len(c.out["stdout"]), dropped, total))
         check(len(c.out["stdout"]) <= 8192 + 70000, "kept more than the bound: %d" % len(c.out["stdout"]))
         st, j = b.rpc("process.Process/SendSignal", {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"})
@@ -1003,6 +1118,349 @@ def test_watchers_polling_and_limits(a):
         check(b.stop() == 0, "watch agent exit status")
 
 
+# ------------------------------------------------ paths, uploads, limits
+
+BAD_PATHS = [("a%00b", "a%00b"), ("x%ff", "x%FF"), ("o%C0%AFz", "o%C0%AFz"), ("s%ED%A0%80", "s%ED%A0%80")]
+
+
+def test_paths_not_text_refused(a):
+    """A path with a NUL byte (open(2) would stop there) or bytes that are
+    not UTF-8 (no protobuf string holds them) is a 400 naming it, on every
+    files route and filesystem RPC, and nothing is written."""
+    d = os.path.join(TMP, "badpaths")
+    os.makedirs(d)
+    passwd = open("/etc/passwd", "rb").read()
+    for raw, shown in BAD_PATHS + [("/etc/passwd%00.txt", "/etc/passwd%00.txt")]:
+        q = raw if raw.startswith("/") else d + "/" + raw
+        want = "invalid path %s: a path is UTF-8 text without NUL bytes" % (q.replace(raw, shown))
+        st, _, body = a.request("GET", "/files?path=" + q)
+        check(st == 400 and json.loads(body) == {"code": 400, "message": want}, "GET %s: %d %r" % (q, st, body))
+        for m in ("PUT", "POST"):
+            st, _, body = a.request(m, "/files?path=" + q, b"data", {"Content-Type": "application/octet-stream"})
+            check(st == 400 and json.loads(body) == {"code": 400, "message": want}, "%s %s: %d %r" % (m, q, st, body))
+    check(os.listdir(d) == [] and open("/etc/passwd", "rb").read() == passwd, "written: %r" % os.listdir(d))
+    # multipart: a filename that is not UTF-8 is named; one with a NUL is malformed
+    bnd = "b" + os.urandom(6).hex()
+    for fname, want in ((d.encode() + b"/m\xff", "invalid path %s/m%%FF" % d), (d.encode() + b"/n\x00x", "bad filename")):
+        body = (b"--" + bnd.encode() + b"\r\nContent-Disposition: form-data; name=\"file\"; filename=" + fname +
+                b"\r\n\r\nxyz\r\n--" + bnd.encode() + b"--\r\n")
+        st, _, got = a.request("POST", "/files", body, {"Content-Type": "multipart/form-data; boundary=" + bnd})
+        check(st == 400 and json.loads(got)["message"].startswith(want), "multipart %r: %d %r" % (fname, st, got))
+    check(os.listdir(d) == [], "multipart wrote: %r" % os.listdir(d))
+    # the filesystem service: a NUL in a JSON string
+    bad = d + "/a\u0000b"
+    want = "invalid path %s/a%%00b: a path is UTF-8 text without NUL bytes" % d
+    for method, msg in (("Stat", {"path": bad}), ("MakeDir", {"path": bad}), ("ListDir", {"path": bad}),
+                        ("Remove", {"path": bad}), ("Move", {"source": bad, "destination": d + "/c"}),
+                        ("Move", {"source": d, "destination": bad}), ("CreateWatcher", {"path": bad})):
+        st, j = a.rpc("filesystem.Filesystem/" + method, msg)
+        check(st == 400 and j == {"code": "invalid_argument", "message": want}, "%s %r: %d %r" % (method, msg, st, j))
+    s = a.stream("filesystem.Filesystem/WatchDir", {"path": bad})
+    kind, obj = s.next()
+    check(kind == "end" and obj["error"] == {"code": "invalid_argument", "message": want}, "WatchDir: %r" % obj)
+    s.close()
+    check(os.listdir(d) == [] and not os.path.exists(d + "/a"), "MakeDir made %r" % os.listdir(d))
+
+
+def no_temp_left(d):
+    return not [n for n in os.listdir(d) if n.startswith(".fr-upload")]
+
+
+def test_upload_all_or_nothing(a):
+    """Uploads go to a temporary name and are renamed at the end: a cut or
+    refused upload leaves nothing, a file it would replace is untouched."""
+    d = os.path.join(TMP, "atomic")
+    os.makedirs(d)
+    f = d + "/f"
+    with open(f, "wb") as fh:
+        fh.write(b"original")
+    os.chmod(f, 0o640)
+    # a chunked upload whose client leaves half-way
+    sk = socket.create_connection(("127.0.0.1", a.port), timeout=10)
+    sk.sendall(("PUT /files?path=%s HTTP/1.1\r\nHost: x\r\nX-Access-Token: %s\r\nContent-Type: application/octet-stream\r\n"
+                "Transfer-Encoding: chunked\r\n\r\n" % (f, TOKEN)).encode())
+    for _ in range(8):
+        sk.sendall(b"10000\r\n" + b"z" * 0x10000 + b"\r\n")
+    wait_until(lambda: not no_temp_left(d), 5, "the upload's temporary file")
+    sk.close()
+    wait_until(lambda: no_temp_left(d), 5, "the cut upload's temporary file to go")
+    check(open(f, "rb").read() == b"original", "a cut upload changed the file")
+    # a multipart upload cut in its second part: neither file appears
+    bnd = "b" + os.urandom(6).hex()
+    part = lambda name, data: (("--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\"\r\n\r\n"
+                                % (bnd, name)).encode() + data + b"\r\n")
+    sk = socket.create_connection(("127.0.0.1", a.port), timeout=10)
+    body = part(d + "/m1", b"one") + part(f, b"two" * 1000)
+    sk.sendall(("POST /files HTTP/1.1\r\nHost: x\r\nX-Access-Token: %s\r\nContent-Type: multipart/form-data; boundary=%s\r\n"
+                "Content-Length: %d\r\n\r\n" % (TOKEN, bnd, len(body) + 100)).encode() + body)
+    wait_until(lambda: len([n for n in os.listdir(d) if n.startswith(".fr-upload")]) == 2, 5, "two temporary files")
+    sk.close()
+    wait_until(lambda: no_temp_left(d), 5, "the cut multipart upload's temporary files to go")
+    check(sorted(os.listdir(d)) == ["f"] and open(f, "rb").read() == b"original", "after a cut multipart: %r"
+          % os.listdir(d))
+    # a whole one replaces the file, keeping its mode; through a link too
+    st, _, body = a.request("PUT", "/files?path=" + f, b"new", {"Content-Type": "application/octet-stream"})
+    check(st == 200 and open(f, "rb").read() == b"new" and os.stat(f).st_mode & 0o777 == 0o640,
+          "replace: %d %r %o" % (st, body, os.stat(f).st_mode))
+    os.symlink("f", d + "/link")
+    st, _, body = a.request("PUT", "/files?path=" + d + "/link", b"via link", {"Content-Type": "application/octet-stream"})
+    check(st == 200 and os.path.islink(d + "/link") and open(f, "rb").read() == b"via link",
+          "through a link: %d %r" % (st, body))
+    check(no_temp_left(d), "temporary files left: %r" % os.listdir(d))
+
+
+def test_upload_seen_by_watchers(a):
+    """Watchers see an upload as envd's in-place write shows it: CREATE and
+    WRITE of a new file, WRITE of a replaced one, nothing of the temporary
+    name; a cut upload shows nothing."""
+    d = os.path.join(TMP, "watched-uploads")
+    os.makedirs(d)
+    s = a.stream("filesystem.Filesystem/WatchDir", {"path": d})
+    check(s.next() == ("msg", {"start": {}}), "watch start")
+    st, j = a.rpc("filesystem.Filesystem/CreateWatcher", {"path": d})
+    wid = j["watcherId"]
+    # a cut one first: its temporary file comes and goes unseen
+    sk = socket.create_connection(("127.0.0.1", a.port), timeout=10)
+    sk.sendall(("PUT /files?path=%s/cut HTTP/1.1\r\nHost: x\r\nX-Access-Token: %s\r\n"
+                "Content-Length: 100\r\n\r\nabc" % (d, TOKEN)).encode())
+    wait_until(lambda: not no_temp_left(d), 5, "the cut upload's temporary file")
+    sk.close()
+    wait_until(lambda: no_temp_left(d), 5, "the cut upload's temporary file to go")
+    for body in (b"new", b"replaced"):
+        st, _, _ = a.request("PUT", "/files?path=%s/f" % d, body, {"Content-Type": "application/octet-stream"})
+        check(st == 200, "upload: %d" % st)
+    st, _, _ = a.request("PUT", "/files?path=%s/empty" % d, b"", {"Content-Type": "application/octet-stream"})
+    with open(d + "/end", "w") as f:
+        f.write("e")
+    want = [("f", "EVENT_TYPE_CREATE"), ("f", "EVENT_TYPE_WRITE"), ("f", "EVENT_TYPE_WRITE"),
+            ("empty", "EVENT_TYPE_CREATE"), ("end", "EVENT_TYPE_CREATE"), ("end", "EVENT_TYPE_WRITE")]
+    got = []
+    while len(got) < len(want):
+        kind, obj = s.next()
+        check(kind == "msg", "stream ended: %r" % obj)
+        if "filesystem" in obj:
+            got.append((obj["filesystem"]["name"], obj["filesystem"]["type"]))
+    s.close()
+    check(got == want, "events of uploads: %r" % got)
+    st, j = a.rpc("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+    polled = [(e["name"], e["type"]) for e in j["events"]]
+    check(polled == want, "polled events of uploads: %r" % polled)
+    a.rpc("filesystem.Filesystem/RemoveWatcher", {"watcherId": wid})
+
+
+def test_upload_over_a_mount_point(a):
+    """A file bind-mounted over another (/etc/hosts in a pod) cannot be
+    renamed over: it is written in place. The agent runs in a mount
+    namespace of its own for this (root only)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        print("  (not root or no unshare: the mount point case is skipped)")
+        return
+    d = os.path.join(TMP, "mounts")
+    os.makedirs(d)
+    for n in ("src", "dst"):
+        with open(os.path.join(d, n), "w") as f:
+            f.write(n)
+    script = 'mount --bind "$0/src" "$0/dst" && exec "$@"'
+    b = Agent(name="mnt", wrap=["unshare", "-m", "--propagation", "private", "sh", "-c", script, d])
+    try:
+        b.init()
+        st, _, body = b.request("PUT", "/files?path=" + d + "/dst", b"through the mount",
+                                {"Content-Type": "application/octet-stream"})
+        check(st == 200, "upload over a mount point: %d %r" % (st, body))
+        # outside the agent's namespace there is no mount: what it wrote is in src
+        check(open(d + "/src").read() == "through the mount" and open(d + "/dst").read() == "dst" and no_temp_left(d),
+              "after: src %r, dst %r, %r" % (open(d + "/src").read(), open(d + "/dst").read(), os.listdir(d)))
+    finally:
+        check(b.stop() == 0, "mnt agent exit status")
+
+
+def test_upload_over_limit_and_stalled(a):
+    """Past the file size limit (RLIMIT_FSIZE here: EFBIG) the upload is a
+    413 and leaves nothing; one that stalls is a 408 after --body-timeout,
+    and leaves nothing."""
+    import resource
+
+    def fsize():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+    b = Agent(["--body-timeout", "700"], name="fsize", preexec=fsize)
+    try:
+        b.init()
+        d = os.path.join(TMP, "limits")
+        os.makedirs(d)
+        f = d + "/f"
+        with open(f, "wb") as fh:
+            fh.write(b"original")
+        big = b"q" * (2 << 20)
+        st, _, body = b.request("PUT", "/files?path=" + f, big, {"Content-Type": "application/octet-stream"})
+        check(st == 413 and json.loads(body)["message"].startswith("write %s: File too large" % f),
+              "raw upload over the limit: %d %r" % (st, body))
+        bnd = "b" + os.urandom(6).hex()
+        body = b""
+        for name, data in ((d + "/small", b"s"), (f, big)):
+            body += (("--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\"\r\n\r\n" % (bnd, name))
+                     .encode() + data + b"\r\n")
+        body += ("--%s--\r\n" % bnd).encode()
+        st, _, got = b.request("POST", "/files", body, {"Content-Type": "multipart/form-data; boundary=" + bnd})
+        check(st == 413, "multipart over the limit: %d %r" % (st, got))
+        check(sorted(os.listdir(d)) == ["f"] and open(f, "rb").read() == b"original",
+              "after refused uploads: %r" % os.listdir(d))
+        # Content-Length 1,000,000, 100,000 bytes sent, then nothing
+        sk = socket.create_connection(("127.0.0.1", b.port), timeout=10)
+        sk.sendall(("PUT /files?path=%s HTTP/1.1\r\nHost: x\r\nX-Access-Token: %s\r\nContent-Type: application/octet-stream\r\n"
+                    "Content-Length: 1000000\r\n\r\n" % (d + "/stall", TOKEN)).encode() + b"s" * 100000)
+        got = b""
+        while b"\r\n\r\n" not in got or not got.endswith(b"}"):
+            chunk = sk.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        sk.close()
+        check(got.startswith(b"HTTP/1.1 408") and b"request not received in time" in got, "stalled upload: %r" % got)
+        wait_until(lambda: no_temp_left(d), 5, "the stalled upload's temporary file to go")
+        check(sorted(os.listdir(d)) == ["f"], "after a stalled upload: %r" % os.listdir(d))
+    finally:
+        check(b.stop() == 0, "fsize agent exit status")
+
+
+def test_upload_to_fifo_refused(a):
+    """A FIFO (or device) is not a file to upload to: refused at once, and
+    the agent goes on serving (it once blocked in open(2) for a writer)."""
+    d = os.path.join(TMP, "fifo")
+    os.makedirs(d)
+    os.mkfifo(d + "/ff")
+    c = a.conn(timeout=5)
+    try:
+        c.request("PUT", "/files?path=" + d + "/ff", b"x",
+                  {"X-Access-Token": TOKEN, "Content-Type": "application/octet-stream"})
+        r = c.getresponse()
+        body = r.read()
+    finally:
+        c.close()
+    check(r.status == 400 and json.loads(body) == {"code": 400, "message": "not a regular file: %s/ff" % d},
+          "PUT to a FIFO: %d %r" % (r.status, body))
+    st, _, body = a.request("GET", "/files?path=" + d + "/ff")
+    check(st == 400, "GET of a FIFO: %d %r" % (st, body))
+    st, _, body = a.request("PUT", "/files?path=/dev/null", b"x", {"Content-Type": "application/octet-stream"})
+    check(st == 400 and "not a regular file" in json.loads(body)["message"], "PUT to /dev/null: %d %r" % (st, body))
+    st, _, _ = a.request("GET", "/health", token=None)
+    check(st == 204 and stat_is_fifo(d + "/ff") and no_temp_left(d), "after: %d %r" % (st, os.listdir(d)))
+
+
+def stat_is_fifo(p):
+    import stat as st_mod
+    return st_mod.S_ISFIFO(os.lstat(p).st_mode)
+
+
+def test_process_limit(a):
+    b = Agent(["--max-procs", "3"], name="procs")
+    try:
+        b.init()
+        ss = [start(b, "/bin/sleep", ["300"]) for _ in range(3)]
+        s = b.stream("process.Process/Start", {"process": {"cmd": "/bin/sleep", "args": ["300"]}})
+        kind, obj = s.next()
+        check(s.status == 200 and kind == "end" and obj == {"error": {
+            "code": "resource_exhausted", "message": "too many running processes: at most 3 run at once in this "
+            "sandbox; wait for one to end or stop one"}}, "a 4th process: %d %r" % (s.status, obj))
+        s.close()
+        st, _ = b.rpc("process.Process/SendSignal", {"process": {"pid": ss[0].pid}, "signal": "SIGNAL_SIGKILL"})
+        ss[0].drain()
+        s = start(b, "/bin/true")
+        s.drain()
+        check(s.exit["exitCode"] == 0, "after one ended: %r" % s.exit)
+        for x in ss:
+            x.close()
+    finally:
+        check(b.stop() == 0, "procs agent exit status")
+
+
+def test_connect_without_follow_is_bounded(a):
+    """A Connect with follow: false answers what the ring held at attach
+    (at most --max-buffer) and ends, even behind a `yes`."""
+    s = start(a, "/usr/bin/yes", ["y" * 100])
+    pid = s.pid
+    s.close()
+    wait_until(lambda: a.held()["process_output_bytes"] >= 512 << 10, 10, "yes to fill its ring")
+    c = a.stream("process.Process/Connect", {"process": {"pid": pid}, "follow": False})
+    n, t0 = 0, time.monotonic()
+    try:
+        while c.end is None and len(c.out["stdout"]) < 8 << 20:
+            c.next()
+    finally:
+        c.close()
+    got = len(c.out["stdout"])
+    end = int(c.headers["fr-output-end"]) - int(c.headers["fr-output-start"])
+    check(c.end == {} and c.exit is None and got == end and got <= (1 << 20) + 65536,
+          "without follow behind yes: %d bytes (%d at attach), end %r, exit %r" % (got, end, c.end, c.exit))
+    st, _ = a.rpc("process.Process/SendSignal", {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"})
+    check(st == 200, "kill yes: %d" % st)
+    # ended: all of it, and the end event
+    s = run(a, "echo once")
+    c = a.stream("process.Process/Connect", {"process": {"pid": s.pid}, "follow": False})
+    c.drain()
+    c.close()
+    check(c.out["stdout"] == b"once\n" and c.exit["exitCode"] == 0, "without follow, ended: %r %r" % (c.out, c.exit))
+    s = a.stream("process.Process/Connect", {"process": {"pid": s.pid}, "follow": "no"})
+    kind, obj = s.next()
+    check(kind == "end" and obj["error"]["code"] == "invalid_argument", "follow not a boolean: %r" % obj)
+    s.close()
+
+
+def test_connect_envelopes_and_half_close(a):
+    msg = json.dumps({"process": {"cmd": "/bin/sh", "args": ["-c", "sleep 0.3; echo late"]}}).encode()
+    # a request envelope flagged end-stream is not a request
+    out = raw_exchange(a, b"POST /process.Process/Start HTTP/1.1\r\nX-Access-Token: " + TOKEN.encode() +
+                       b"\r\nContent-Type: application/connect+json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
+                       % (len(msg) + 5) + struct.pack(">BI", 2, len(msg)) + msg)
+    check(b'"code":"invalid_argument"' in out and b"flags 0x02" in out and b'"start"' not in out,
+          "end-stream flag on a request: %r" % out[-300:])
+    # a unary call takes JSON, never an envelope
+    j = json.dumps({"path": "/"}).encode()
+    st, _, body = a.request("POST", "/filesystem.Filesystem/Stat", struct.pack(">BI", 2, len(j)) + j,
+                            {"Content-Type": "application/json"})
+    check(st == 400 and "not a Connect envelope" in json.loads(body)["message"], "enveloped unary: %d %r" % (st, body))
+    # Connection: close and a half-close after the whole request: the answer still comes whole
+    sk = socket.create_connection(("127.0.0.1", a.port), timeout=10)
+    sk.sendall(b"POST /process.Process/Start HTTP/1.1\r\nX-Access-Token: " + TOKEN.encode() +
+               b"\r\nContent-Type: application/connect+json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
+               % (len(msg) + 5) + struct.pack(">BI", 0, len(msg)) + msg)
+    sk.shutdown(socket.SHUT_WR)
+    out = b""
+    while True:
+        b = sk.recv(65536)
+        if not b:
+            break
+        out += b
+    sk.close()
+    check(b64(b"late\n").encode() in out and b'"exitCode":0' in out and out.endswith(b"0\r\n\r\n"),
+          "half-closed client: %r" % out[-300:])
+
+
+def test_close_stdin_after_exit(a):
+    """SendInput, then CloseStdin racing the exit: done when the input was
+    delivered, an error naming what was not."""
+    s = start(a, "/bin/sh", ["-c", "head -c 3 >/dev/null"], stdin=True)
+    st, j = a.rpc("process.Process/SendInput", {"process": {"pid": s.pid}, "input": {"stdin": b64(b"abc")}})
+    check(st == 200, "SendInput: %d %r" % (st, j))
+    s.drain()
+    s.close()
+    st, j = a.rpc("process.Process/CloseStdin", {"process": {"pid": s.pid}})
+    check(st == 200 and j == {}, "CloseStdin after the exit, input delivered: %d %r" % (st, j))
+    # a process that exits without reading what it was sent (more than a
+    # pipe holds: the rest waits in the agent)
+    s = start(a, "/bin/sleep", ["300"], stdin=True)
+    st, j = a.rpc("process.Process/SendInput", {"process": {"pid": s.pid}, "input": {"stdin": b64(b"w" * 300000)}})
+    check(st == 200, "SendInput: %d %r" % (st, j))
+    st, j = a.rpc("process.Process/SendSignal", {"process": {"pid": s.pid}, "signal": "SIGNAL_SIGKILL"})
+    check(st == 200, "kill: %d %r" % (st, j))
+    s.drain()
+    s.close()
+    st, j = a.rpc("process.Process/CloseStdin", {"process": {"pid": s.pid}})
+    check(st == 404 and j["code"] == "not_found" and "bytes not delivered" in j["message"],
+          "CloseStdin after an exit with input left: %d %r" % (st, j))
+    st, j = a.rpc("process.Process/SendInput", {"process": {"pid": s.pid}, "input": {"stdin": b64(b"x")}})
+    check(st == 404, "SendInput after the exit: %d %r" % (st, j))
+
+
 def raw_exchange(a, data, read_until_close=True):
     s = socket.create_connection(("127.0.0.1", a.port), timeout=10)
     s.sendall(data)
@@ -1064,8 +1522,12 @@ def test_bad_input(a):
                        TOKEN.encode() + b"\r\nConnection: close\r\n\r\n")
     check(out.startswith(b"HTTP/1.1 204") and out.count(b"HTTP/1.1 ") == 2 and b"0.5.7" in out, "pipelined: %r" % out)
     # bad /init bodies
-    st, _, _ = a.request("POST", "/init", b'{"envVars":{"A":1}}', {"Content-Type": "application/json"})
+    st, _, _ = a.request("POST", "/init", b'{"envVars":{"A":1}}', {"Content-Type": "application/json"},
+                         token=INIT_TOKEN)
     check(st == 400, "bad init env: %d" % st)
+    st, _, _ = a.request("POST", "/init", b'{"secretNames":"A"}', {"Content-Type": "application/json"},
+                         token=INIT_TOKEN)
+    check(st == 400, "bad init secretNames: %d" % st)
     st, _, _ = a.request("GET", "/health")
     check(st == 204, "agent unhealthy after bad input")
 
@@ -1219,13 +1681,17 @@ def test_main_command_mode(a):
 
 
 TESTS = [
-    test_auth, test_init_env_inherited, test_start_streams_before_end, test_missing_command,
+    test_auth, test_init_replaces_env, test_init_without_hash, test_init_env_inherited, test_start_streams_before_end, test_missing_command,
     test_stdin_and_close, test_pty, test_connect_reattach, test_connect_loss_flag,
     test_slow_reader_backpressure, test_list,
     test_signal_kills_group, test_timeout_kills_escaped_grandchild,
     test_background_grandchild_does_not_hold_stream, test_kill_on_disconnect,
     test_keepalive_and_deadline, test_files_round_trip, test_files_large_flat_memory,
-    test_filesystem_rpcs, test_watch_dir_stream, test_watchers_polling_and_limits, test_bad_input, test_curl_speaks_to_it, test_node_fetch_speaks_to_it,
+    test_filesystem_rpcs, test_watch_dir_stream, test_watchers_polling_and_limits,
+    test_paths_not_text_refused, test_upload_all_or_nothing, test_upload_seen_by_watchers,
+    test_upload_over_a_mount_point, test_upload_over_limit_and_stalled,
+    test_upload_to_fifo_refused, test_process_limit, test_connect_without_follow_is_bounded,
+    test_connect_envelopes_and_half_close, test_close_stdin_after_exit, test_bad_input, test_curl_speaks_to_it, test_node_fetch_speaks_to_it,
     test_e2b_sdk, test_connection_limit, test_no_fd_leak, test_orphans_reaped, test_agent_killed_takes_commands,
     test_main_command_mode,
 ]

@@ -124,6 +124,7 @@ struct fx {
   int ws_close_code[4];
   int cb_errors;        /* server API calls in callbacks that failed */
   int info_unterminated;/* /info requests whose body was not NUL-terminated */
+  int info_streamed;    /* /info requests handed over with body_streaming set */
   int listen_rc;
   int port_after;
   size_t nconns;        /* when the server was freed */
@@ -741,6 +742,7 @@ static void handler(struct fr_http_req *req, void *arg) {
                      req->method, req->path, req->query, h ? h : "(none)", (int)req->body_len,
                      req->body);
     f->info_unterminated += req->body[req->body_len] != '\0';
+    f->info_streamed += req->body_streaming;
     rc = fr_http_respond(req, 200, "text/plain", NULL, out, (size_t)n);
   } else if (strcmp(req->path, "/slow") == 0) {
     /* Answered from a timer, a later loop turn. */
@@ -1075,6 +1077,46 @@ START_TEST(keepalive_two_requests_share_connection) {
   /* Both on one connection: it was still open when the server was freed. */
   ck_assert_uint_eq(fx.nconns, 1);
   ck_assert_int_eq(fx.closed, 1);
+}
+END_TEST
+
+static int stream_every_body(const struct fr_http_req *req, void *arg) {
+  (void)req;
+  (void)arg;
+  return 1;
+}
+
+/* Three body-less requests on one connection to a server that streams
+ * every body: GET, POST with Content-Length: 0, DELETE. */
+static void client_bodyless_keepalive(struct fx *f) {
+  struct client *cl = &f->cl[0];
+
+  if (cl_connect(f, cl) != 0 || cl_sends(f, cl, "GET /info HTTP/1.1\r\nHost: x\r\n\r\n") != 0 ||
+      cl_response(f, cl, 0, &f->r[0]) != 0)
+    return;
+  if (cl_sends(f, cl, "POST /info HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n") != 0 ||
+      cl_response(f, cl, 0, &f->r[1]) != 0)
+    return;
+  if (cl_sends(f, cl, "DELETE /info HTTP/1.1\r\nHost: x\r\n\r\n") != 0 || cl_response(f, cl, 0, &f->r[2]) != 0)
+    return;
+  loop_call(f, free_server);
+  cl_expect_closed(f, cl, "after free");
+}
+
+/* A request without a body is whole at its head: never handed over as a
+ * streamed body, so answering it leaves the connection reusable (a
+ * streamed body not read to its end would close it after the answer). */
+START_TEST(bodyless_requests_are_not_streamed_and_keep_the_connection) {
+  struct fr_http_server_opts o = {.stream_body_cb = stream_every_body};
+
+  fx_start(&o);
+  fx_run(client_bodyless_keepalive);
+  ck_assert_int_eq(fx.r[0].status, 200);
+  ck_assert_int_eq(fx.r[1].status, 200);
+  ck_assert_int_eq(fx.r[2].status, 200);
+  ck_assert_str_eq(fx.r[2].body, "method=DELETE\npath=/info\nquery=\nhdr=(none)\nbody=");
+  ck_assert_int_eq(fx.info_streamed, 0);
+  ck_assert_uint_eq(fx.nconns, 1);
 }
 END_TEST
 
@@ -2502,6 +2544,7 @@ static Suite *http_suite(void) {
   tcase_add_test(tc, done_cb_reports_refused_request);
   tcase_add_test(tc, head_request_gets_length_without_body);
   tcase_add_test(tc, keepalive_two_requests_share_connection);
+  tcase_add_test(tc, bodyless_requests_are_not_streamed_and_keep_the_connection);
   tcase_add_test(tc, tunnel_echoes_both_ways_and_half_closes);
   tcase_add_test(tc, pipelined_requests_answered_in_order);
   tcase_add_test(tc, connection_close_request_closes_after_response);

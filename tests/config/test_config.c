@@ -253,6 +253,31 @@ START_TEST(cost_per_gpu_hour_is_kept_and_prices_usage) {
 }
 END_TEST
 
+/* Preview URLs' domain (with the port clients dial), the bounds on
+ * requests to sandbox ports, E2B template names standing for pools. */
+START_TEST(config_ports_and_e2b_templates_loaded) {
+  struct fr_config *c = load_ok(MINIMAL "ports = { domain = \"sbx.localhost:8080\"; max_requests_per_sandbox = 8; };\n"
+                                        "e2b = { templates = ( { name = \"code-interpreter-v1\"; pool = \"ci\"; },\n"
+                                        "                      { name = \"base\"; pool = \"default\"; } ); };\n");
+
+  ck_assert_str_eq(c->ports_domain, "sbx.localhost:8080");
+  /* The cluster's short-id code: SHA-256("a") starts ca 97 81 12 (mod 36: m 7 l i). */
+  ck_assert_str_eq(c->clusters[0].code, "m7li");
+  ck_assert_int_eq(c->max_port_requests_per_sandbox, 8);
+  ck_assert_int_eq(c->max_port_requests_per_tenant, 1024);
+  ck_assert_uint_eq(c->ne2b_templates, 2);
+  ck_assert_str_eq(c->e2b_templates[0].name, "code-interpreter-v1");
+  ck_assert_str_eq(c->e2b_templates[0].pool, "ci");
+  ck_assert_str_eq(c->e2b_templates[1].pool, "default");
+  fr_config_unref(c);
+  c = load_ok(MINIMAL);
+  ck_assert_ptr_null(c->ports_domain);
+  ck_assert_int_eq(c->max_port_requests_per_sandbox, 64);
+  ck_assert_uint_eq(c->ne2b_templates, 0);
+  fr_config_unref(c);
+}
+END_TEST
+
 START_TEST(config_batch_commit_timeout_is_kept) {
   struct fr_config *c = load_ok(MINIMAL "sandbox = { batch_commit_timeout_s = 120; run_as_user = 1000; };\n");
 
@@ -520,6 +545,10 @@ static const struct err_case err_cases[] = {
      MINIMAL "tenants = (\n  { name = \"t\"; token_sha256 = \"" HASH_A "\"; },\n"
              "  { name = \"u\";\n    token_sha265 = \"" HASH_B "\"; }\n);\n",
      7, "tenants.[1].token_sha265: unknown key (did you mean \"token_sha256\"?)"},
+    {"cluster_code_collision",
+     LISTEN REGION "clusters = (\n  { name = \"c1209\"; region = \"us\"; kubeconfig = \"k\"; },\n"
+                   "  { name = \"c1505\"; region = \"us\"; kubeconfig = \"k\"; }\n);\n",
+     5, "cluster names \"c1209\" and \"c1505\" have the same short-id code \"ovr4\""},
     {"cluster_key_misspelled",
      LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\";\n"
                    "  namespce = \"x\"; } );\n",
@@ -528,6 +557,14 @@ static const struct err_case err_cases[] = {
      "tls.crt: unknown key (did you mean \"cert\"?)"},
     {"limits_key_misspelled", MINIMAL "limits = { max_bach = 10; };\n", 4,
      "limits.max_bach: unknown key (did you mean \"max_batch\"?)"},
+    {"ports_domain_bad", MINIMAL "ports = { domain = \"Sbx_Local\"; };\n", 4,
+     "ports.domain: \"Sbx_Local\" is not a domain name with an optional :port"},
+    {"ports_domain_bad_port", MINIMAL "ports = { domain = \"sbx.localhost:99999\"; };\n", 4,
+     "is not a domain name with an optional :port"},
+    {"ports_bound_zero", MINIMAL "ports = { max_requests_per_sandbox = 0; };\n", 4,
+     "ports.max_requests_per_sandbox: 0 is out of range (1-100000)"},
+    {"e2b_template_no_pool", MINIMAL "e2b = { templates = ( { name = \"base\"; } ); };\n", 4,
+     "pool"},
     {"top_key_unknown", MINIMAL "colour = \"blue\";\n", 4,
      "colour: unknown key (known keys here: listen, health_listen, tls, region, policy, sandbox, limits, "
      "tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms, ports, e2b, metrics)"},
@@ -942,6 +979,7 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, config_metrics_group_is_kept);
   tcase_add_test(tc, cost_per_gpu_hour_is_kept_and_prices_usage);
   tcase_add_test(tc, config_batch_commit_timeout_is_kept);
+  tcase_add_test(tc, config_ports_and_e2b_templates_loaded);
   tcase_add_test(tc, config_check_reports_every_error_with_its_line);
   tcase_add_test(tc, config_check_syntax_error_is_the_one_error);
   tcase_add_test(tc, config_all_limits_set_are_kept);

@@ -15,6 +15,13 @@ Router image (router.Containerfile):
     libraries (ca-certificates excepted: the system CA bundle).
 Gateway image (gateway.Containerfile): the same checks for
 build/fedrouter-gateway.
+Code interpreter image (code-interpreter.Containerfile):
+  - FROM debian:12(-slim); installs every Debian package whose module
+    deploy/code-interpreter/server.py imports (its ImportError message
+    names them) and python3 itself;
+  - copies server.py, runs as a numeric non-root USER, EXPOSEs 49999 and
+    its CMD runs server.py under /usr/bin/python3 listening on
+    0.0.0.0:49999.
 Agent image (agent.Containerfile):
   - its final stage is scratch or BusyBox, copies fedrouter-agent from the
     build stage and runs as non-root;
@@ -231,7 +238,9 @@ TEST_ONLY = {"check", "libsubunit-dev", "prometheus", "chromium", "curl", "procp
              "clang", "libclang-rt-dev",   # the fuzz build (tests/fuzz) only
              "haproxy",                    # replicas_haproxy and the replicas benchmark
              "wrk",                        # the gateway benchmark
-             "python3-pip"}                # the pip of kubesim's python images
+             "python3-pip",                 # the pip of kubesim's python images
+             # the code interpreter (code-interpreter.Containerfile, tests/codeint)
+             "python3-jupyter-client", "python3-ipykernel", "python3-matplotlib"}
 
 
 def check_build_deps(root, name, instrs):
@@ -247,6 +256,42 @@ def check_build_deps(root, name, instrs):
     for p in sorted(want - have):
         problem("%s: the build stage does not install %s, which scripts/lib/packages.sh lists "
                 "as a build dependency" % (name, p))
+
+
+def check_code_interpreter_image(root):
+    cf = os.path.join(root, "deploy/images/code-interpreter.Containerfile")
+    server = os.path.join(root, "deploy/code-interpreter/server.py")
+    st = stages(cf)
+    if not st:
+        problem("code-interpreter.Containerfile: no stage")
+        return
+    final_from, _, instrs = st[-1]
+    if not re.match(r"(docker\.io/)?(library/)?debian:12(\.\d+)?(-slim)?$", final_from):
+        problem("code-interpreter.Containerfile: FROM %s, want debian:12 or debian:12-slim (the Debian "
+                "packages the server runs on)" % final_from)
+    with open(server, encoding="utf-8") as f:
+        src = f.read()
+    # The packages the server says it needs when an import fails.
+    m = re.search(r"install Debian's ([a-z0-9-]+) and\s*\"\s*\"([a-z0-9-]+)", src)
+    want = {"python3", "python3-matplotlib"} | (set(m.groups()) if m else set())
+    if not m:
+        problem("server.py: its ImportError message no longer names the Debian packages it needs")
+    have = set(apt_packages(instrs))
+    for p in sorted(want - have):
+        problem("code-interpreter.Containerfile: does not install %s, which the server needs" % p)
+    if not any(s.upper().startswith("COPY") and "deploy/code-interpreter/server.py" in s for s in instrs):
+        problem("code-interpreter.Containerfile: does not copy deploy/code-interpreter/server.py")
+    users = [s.split()[1] for s in instrs if s.upper().startswith("USER ")]
+    if not users or not re.match(r"^[1-9]\d*(:\d+)?$", users[-1]):
+        problem("code-interpreter.Containerfile: USER %s, want a numeric non-root uid"
+                % (users[-1] if users else "(none)"))
+    if not any(re.match(r"EXPOSE\s+.*\b49999\b", s) for s in instrs):
+        problem("code-interpreter.Containerfile: does not EXPOSE 49999")
+    cmds = [s for s in instrs if s.upper().startswith("CMD")]
+    if not cmds or not re.search(r'"/usr/bin/python3",\s*"[^"]*/server\.py".*"0\.0\.0\.0:49999"', cmds[-1]):
+        problem("code-interpreter.Containerfile: CMD %s, want server.py under /usr/bin/python3 with "
+                "--listen 0.0.0.0:49999" % (cmds[-1] if cmds else "(none)"))
+    print("check_images: the code-interpreter image installs %s" % " ".join(sorted(have)))
 
 
 def is_static(binary):
@@ -329,13 +374,22 @@ def self_test(root, build):
             f.write(router.replace(" libyaml-0-2 ", " curl "))
         with open(os.path.join(tmp, "deploy/images/agent.Containerfile"), "w") as f:
             f.write(re.sub(r"(?m)^USER .*$", "USER root", agent))
+        with open(os.path.join(root, "deploy/images/code-interpreter.Containerfile")) as f:
+            ci = f.read()
+        with open(os.path.join(tmp, "deploy/images/code-interpreter.Containerfile"), "w") as f:
+            f.write(re.sub(r"(?m)^USER .*$", "USER 0", ci.replace(" python3-ipykernel ", " ")))
+        os.makedirs(os.path.join(tmp, "deploy/code-interpreter"))
+        shutil.copy(os.path.join(root, "deploy/code-interpreter/server.py"),
+                    os.path.join(tmp, "deploy/code-interpreter/server.py"))
         src = os.path.join(tmp, "hello.c")
         with open(src, "w") as f:
             f.write("int main(void) { return 0; }\n")
         subprocess.run(["cc", "-o", os.path.join(tmp, "build/fedrouter-agent"), src], check=True)
         check_router_image(tmp, os.path.join(tmp, "build"))
         check_agent_image(tmp, os.path.join(tmp, "build"))
-        want = ["libyaml-0-2", "installs curl", "non-root", "dynamically linked"]
+        check_code_interpreter_image(tmp)
+        want = ["libyaml-0-2", "installs curl", "non-root", "dynamically linked",
+                "does not install python3-ipykernel", "code-interpreter.Containerfile: USER 0"]
         for w in want:
             if not any(w in p for p in problems):
                 bad.append("the checker missed: %s (found: %s)" % (w, problems))
@@ -349,8 +403,9 @@ def self_test(root, build):
     for b in bad:
         print("FAIL: self-test: " + b)
     print("check_images: self-test %s" % ("failed" if bad else "OK (a missing library package, a useless "
-                                                              "package, a root agent image and a dynamic "
-                                                              "agent are each caught)"))
+                                                              "package, a root agent image, a dynamic "
+                                                              "agent and a code-interpreter image without "
+                                                              "ipykernel or as root are each caught)"))
     return 1 if bad else 0
 
 
@@ -368,6 +423,7 @@ def main(argv):
     check_router_image(root, build)
     check_gateway_image(root, build)
     check_agent_image(root, build)
+    check_code_interpreter_image(root)
     for p in problems:
         print("FAIL: " + p)
     if problems:

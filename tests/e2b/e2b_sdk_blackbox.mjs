@@ -52,7 +52,10 @@ try {
     sbx = await Sandbox.create(POOL, { timeoutMs: 120_000, metadata: { run: 'e2b-bb', who: 'first' },
       envs: { GREETING: 'hello from create' } })
     made.push(sbx)
-    must(/^[a-z0-9-]+\.[a-z0-9-]+$/.test(sbx.sandboxId), 'sandbox id ' + sbx.sandboxId)
+    // One DNS label of at most 57 characters (so getHost(port) fits one):
+    // the pod name, "p-" for "fr-pool-", then the owning cluster's code.
+    must(/^[a-z0-9][a-z0-9-]*-[a-z0-9]{4}$/.test(sbx.sandboxId) && sbx.sandboxId.length <= 57,
+      'sandbox id ' + sbx.sandboxId)
   })
   await run('getInfo', async () => {
     const info = await sbx.getInfo()

@@ -11,6 +11,7 @@ with a loud message only when the SDK cannot be installed (npm registry
 unreachable). Python 3 stdlib only.
 """
 import argparse
+import hashlib
 import http.client
 import json
 import os
@@ -52,6 +53,13 @@ def sdk_modules():
     return mods
 
 
+def cluster_code(name):
+    """The end of the cluster's short sandbox ids: each of the first four
+    bytes of SHA-256(name) as a base-36 digit (docs/e2b.md)."""
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    return "".join(digits[b % 36] for b in hashlib.sha256(name.encode()).digest()[:4])
+
+
 def e2b(fed, method, path, body=None, key=tr.TOKEN_A, headers=None):
     h = dict(headers or {})
     if key is not None:
@@ -76,7 +84,7 @@ def test_region_header_places_the_create(fed):
         check(st == 201 and r.get("templateID") == POOL and r.get("envdVersion") == "0.5.7"
               and len(r.get("envdAccessToken", "")) == 64 and r.get("clientID") == cluster,
               f"create with region {region}: {st} {r}")
-        check(r["sandboxID"].startswith(cluster + "."), f"region {region} placed it in {r['sandboxID']}")
+        check(r["sandboxID"].endswith("-" + cluster_code(cluster)), f"region {region} placed it in {r['sandboxID']}")
         ids[cluster] = r["sandboxID"]
     for sid in ids.values():
         st, r = e2b(fed, "DELETE", "/sandboxes/" + sid)
@@ -114,8 +122,14 @@ def test_wire_answers(fed):
     check(st == 401, f"in-sandbox call without a token: {st} {r}")
     st, r = e2b(fed, "GET", "/files?path=/tmp/x&signature=v1_abc", key=None)
     check(st == 400 and r["error"]["code"] == "sandbox_id_required", f"a pre-signed file URL: {st} {r}")
+    # Another port of a sandbox is relayed to it (tests/router/test_ports.py);
+    # an unknown sandbox there is the same 404 as anywhere.
     st, r = e2b(fed, "GET", "/health", key=None, headers={"E2b-Sandbox-Id": "e1.nope", "E2b-Sandbox-Port": "8000"})
-    check(st == 501 and "other ports" in r.get("message", ""), f"another port of a sandbox: {st} {r}")
+    check(st == 404 and r.get("code") == 404, f"another port of an unknown sandbox: {st} {r}")
+    # isRunning() of a sandbox that is gone: GET /health answers 502, which
+    # the SDK reads as "not running".
+    st, r = e2b(fed, "GET", "/health", key=None, headers={"E2b-Sandbox-Id": "e1.nope", "X-Access-Token": "0" * 64})
+    check(st == 502 and r.get("code") == 502, f"envd health of an unknown sandbox: {st} {r}")
 
 
 def test_files_stream_both_ways_with_backpressure(fed):

@@ -6,24 +6,29 @@
  * them.
  *
  * The agent is the real one minus what would touch the machine: this file
- * stands in for proc.c, files.c and watch.c (no process is started, no
- * file opened, no directory watched). The stand-ins check what they are
- * handed and answer the way the real ones answer a failure:
+ * stands in for the entry points rpc.c calls in proc.c, files.c and
+ * watch.c (no process is started, no file opened, no directory watched).
+ * The transport (http.c) reaches those services only through the producer
+ * and body sink interfaces (agent.h), so nothing of theirs is stubbed at
+ * link time beyond what rpc.c calls by name. The stand-ins check what they
+ * are handed and answer the way the real ones answer a failure:
  *   proc_start          checks the start options rpc.c built (argv, envp,
  *                       cwd) and refuses with not_found
  *   proc_find_*         find nothing (so every selector is "not found")
  *   files_get, fs_rpc,  answer 404 / not_found
  *   watch_*
- *   upload_*            a sink that counts the bytes (so streamed bodies,
- *                       chunked or not, go through http.c's sink path),
- *                       runs a multipart body through the real parser
- *                       (multipart.c) into a sink that checks its calls,
- *                       and answers 200 with the counts at the end
+ *   upload_begin        makes a body sink that counts the bytes (so
+ *                       streamed bodies, chunked or not, go through
+ *                       http.c's sink path), runs a multipart body through
+ *                       the real parser (multipart.c) into a sink that
+ *                       checks its calls, and answers 200 with the counts
+ *                       at the end
  *
  * One agent per process, set up as main.c does (epoll, a loopback
  * listener), with the access token "fuzz-token" set before every input
  * (an /init in the input may change it; the harness puts it back, with
- * the rest of what /init sets).
+ * the rest of what /init sets). The init token is "fuzz-token" too (the
+ * agent holds its SHA-256, as from FR_AGENT_INIT_SHA256).
  *
  * Input: the bytes of one client connection. The harness writes them,
  * turns the agent's loop (epoll without waiting; the agent's timers are
@@ -99,21 +104,11 @@ struct proc *proc_find_tag(struct agent *a, const char *tag) {
 }
 
 /* Never reached: nothing is found or started. */
-struct sub *proc_attach(struct proc *p, struct conn *c, uint64_t from) {
+struct sub *proc_attach(struct proc *p, struct conn *c, uint64_t from, bool follow) {
   (void)p;
   (void)c;
   (void)from;
-  abort();
-}
-
-void sub_detach(struct sub *s, bool peer_gone) {
-  (void)s;
-  (void)peer_gone;
-  abort();
-}
-
-int sub_pump(struct sub *s) {
-  (void)s;
+  (void)follow;
   abort();
 }
 
@@ -151,38 +146,40 @@ void proc_set_timeout(struct proc *p, uint64_t ms) {
 /* ---- stand-ins for files.c ---- */
 
 struct upload {
+  struct body_sink sink;
   uint64_t bytes;     /* body bytes fed */
   bool multipart;
   struct mp_parser mp;
   int in_part;        /* a part is open */
   uint64_t part_bytes;/* bytes handed over in parts */
   unsigned parts;
+  bool failed;        /* answered: nothing more may be fed */
 };
 
 static int part_begin(void *arg, const char *filename) {
-  struct conn *c = arg;
+  struct upload *up = arg;
 
-  check(!c->up->in_part);
+  check(!up->in_part);
   if (filename != NULL)
     check(filename[0] != '\0' && strlen(filename) < MP_NAME_MAX && strpbrk(filename, "\r\n") == NULL);
-  c->up->in_part = 1;
-  c->up->parts++;
+  up->in_part = 1;
+  up->parts++;
   return 0;
 }
 
 static int part_data(void *arg, const char *data, size_t n) {
-  struct conn *c = arg;
+  struct upload *up = arg;
 
-  check(c->up->in_part && data != NULL && n > 0);
-  c->up->part_bytes += n;
+  check(up->in_part && data != NULL && n > 0);
+  up->part_bytes += n;
   return 0;
 }
 
 static int part_end(void *arg) {
-  struct conn *c = arg;
+  struct upload *up = arg;
 
-  check(c->up->in_part);
-  c->up->in_part = 0;
+  check(up->in_part);
+  up->in_part = 0;
   return 0;
 }
 
@@ -193,10 +190,10 @@ void files_get(struct conn *c, const char *path) {
   http_error(c, 404, "path not found: %s", path);
 }
 
-int files_pump(struct conn *c) {
-  (void)c;
-  abort(); /* file_fd is never set */
-}
+static int upload_feed(struct body_sink *s, const char *data, size_t n);
+static void upload_finish(struct body_sink *s);
+static void upload_free(struct body_sink *s);
+static const struct body_sink_ops upload_ops = {upload_feed, upload_finish, upload_free};
 
 /* As files.c: a multipart body goes through the real parser (multipart.c)
  * into a sink that checks the calls; any other body is counted. */
@@ -216,57 +213,59 @@ int upload_begin(struct conn *c, const char *path) {
     check(up->mp.dlen >= 5 && up->mp.dlen <= 74 && up->mp.dlen == strlen(up->mp.delim));
     up->multipart = true;
   }
-  c->up = up;
-  c->body_mode = BODY_SINK;
+  conn_set_sink(c, &up->sink, &upload_ops);
+  check(c->sink == &up->sink && c->body_mode == BODY_SINK);
   return 0;
 }
 
-int upload_feed(struct conn *c, const char *data, size_t n) {
+static int upload_feed(struct body_sink *s, const char *data, size_t n) {
+  struct upload *up = container_of(s, struct upload, sink);
   const char *err = NULL;
   int rc;
 
-  check(c->up != NULL && data != NULL && n > 0);
-  c->up->bytes += n;
-  if (!c->up->multipart)
+  check(s->c != NULL && s->c->sink == s && data != NULL && n > 0);
+  check(!up->failed); /* nothing is fed after the sink answered */
+  up->bytes += n;
+  if (!up->multipart)
     return 0;
-  rc = mp_feed(&c->up->mp, data, n, &sink, c, &err);
+  rc = mp_feed(&up->mp, data, n, &sink, up, &err);
   check(rc == 0 || (rc == -EINVAL && err != NULL));
   /* A part never holds more than the body brought. */
-  check(c->up->part_bytes <= c->up->bytes);
-  check(c->up->mp.len <= sizeof(c->up->mp.buf));
+  check(up->part_bytes <= up->bytes);
+  check(up->mp.len <= sizeof(up->mp.buf));
   if (rc != 0) {
-    upload_free(c->up);
-    c->up = NULL;
-    http_error(c, 400, "%s", err);
+    up->failed = true;
+    http_error(s->c, 400, "%s", err);
     return -1;
   }
   return 0;
 }
 
-void upload_finish(struct conn *c) {
+static void upload_finish(struct body_sink *s) {
+  struct upload *up = container_of(s, struct upload, sink);
+  struct conn *c = s->c;
   char msg[64];
-  struct upload *up = c->up;
 
-  check(up != NULL);
+  check(c->sink == s && !up->failed);
   /* Without a Content-Length (and not chunked) the body is empty. */
   if (!c->req.chunked)
     check(up->bytes == (uint64_t)(c->req.content_length > 0 ? c->req.content_length : 0));
   if (up->multipart && !mp_done(&up->mp)) {
-    upload_free(up);
-    c->up = NULL;
+    up->failed = true;
     http_error(c, 400, "multipart body ended before its closing delimiter");
     return;
   }
   /* The closing delimiter ends the last part. */
   check(!up->in_part);
   snprintf(msg, sizeof(msg), "%llu %u", (unsigned long long)up->bytes, up->parts);
-  upload_free(up);
-  c->up = NULL;
   http_respond(c, 200, "text/plain", NULL, msg, strlen(msg));
 }
 
-void upload_free(struct upload *up) {
-  free(up);
+/* From agent_collect(), after the sink's request ended: never while the
+ * connection still holds it. */
+static void upload_free(struct body_sink *s) {
+  check(s->c == NULL || s->c->sink != s);
+  free(container_of(s, struct upload, sink));
 }
 
 void fs_rpc(struct conn *c, const char *method, json_t *req) {
@@ -285,19 +284,6 @@ int watch_stream_start(struct conn *c, json_t *req) {
 void watch_rpc(struct conn *c, const char *method, json_t *req) {
   check(method != NULL && json_is_object(req));
   rpc_error(c, false, "not_found", "no such watcher");
-}
-
-int watch_pump(struct watch *w) {
-  (void)w;
-  abort();
-}
-
-void watch_close(struct watch *w) {
-  check(w == NULL);
-}
-
-void watch_collect(struct agent *a) {
-  (void)a;
 }
 
 void watch_held(const struct agent *a, size_t *paused, size_t *kernel_bytes) {
@@ -321,7 +307,11 @@ static void setup(void) {
   memset(&ag, 0, sizeof(ag));
   ag.max_buffer = 1 << 20;
   ag.max_total = 64u << 20;
+  ag.body_timeout_ms = 60000;
+  ag.max_procs = 1024;
   memcpy(ag.nonce, "0123456789abcdef", 17);
+  sha256(TOKEN, strlen(TOKEN), ag.init_sha256);
+  ag.init_hash_set = true;
   ag.epfd = epoll_create1(EPOLL_CLOEXEC);
   check(ag.epfd >= 0);
   fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -345,6 +335,8 @@ static void reset_agent(void) {
   free(ag.init_env);
   ag.init_env = NULL;
   ag.init_env_n = 0;
+  json_decref(ag.init_envs);
+  ag.init_envs = NULL;
   free(ag.default_workdir);
   ag.default_workdir = NULL;
   free(ag.default_user);

@@ -67,6 +67,12 @@ http_code() { curl -s --max-time 10 -o /dev/null -w '%{http_code}' "$1"; }
 
 SERVER='"python3","-m","http.server","8000","--bind","0.0.0.0"'
 
+# bridge_gone NAME IFINDEX — the bridge NAME that had IFINDEX is gone (other
+# kubesims on this machine may take the freed range, and make a bridge of
+# that name anew, at once).
+ifindex() { cat "/sys/class/net/$1/ifindex" 2>/dev/null; }
+bridge_gone() { [ "$(ifindex "$1")" != "$2" ]; }
+
 start_kubesim "$KUBESIM" --tls --token "$TOKEN" --name net --nodes 2 --node-cpu 32 --agent-binary "$AGENT"
 BASE="$(kubeconfig_server)"
 
@@ -89,6 +95,8 @@ PY
   [ "$(cat "/proc/sys/net/ipv4/conf/$BRIDGE/forwarding" 2>/dev/null)" = 0 ] ||
     fail "IPv4 forwarding is on for $BRIDGE: pods' packets could be routed off this machine"
   echo "pod range $CIDR on $BRIDGE ($GW)"
+  BRIDGE_MAC="$(cat "/sys/class/net/$BRIDGE/address")"
+  BRIDGE_IDX="$(ifindex "$BRIDGE")"
 
   step "two pods each serve 0.0.0.0:8000 on addresses of their own; kubectl get pod -o wide shows them"
   make_agent_pod s1 "$SERVER"
@@ -132,6 +140,18 @@ PY
   expect_rc 0 "delete s2"
   wait_until 10 test ! -e "/sys/class/net/$VETH" || fail "$VETH still there"
 
+  step "the bridge keeps its MAC address as pods come and go (pods' neighbour entries stay right)"
+  # A bridge without one of its own takes its lowest port's: a pod joining
+  # or leaving would change it under the others' cached gateway entries.
+  for n in m1 m2 m3 m4; do
+    make_agent_pod "$n"
+    [ "$(cat "/sys/class/net/$BRIDGE/address")" = "$BRIDGE_MAC" ] ||
+      fail "the bridge's MAC changed from $BRIDGE_MAC to $(cat "/sys/class/net/$BRIDGE/address") when $n joined"
+  done
+  k delete pod m1 m2 m3 m4 --wait=true
+  [ "$(cat "/sys/class/net/$BRIDGE/address")" = "$BRIDGE_MAC" ] || fail "the bridge's MAC changed when pods left"
+  case "$BRIDGE_MAC" in 02:6b:*) ;; *) fail "the bridge's MAC $BRIDGE_MAC is not kubesim's (02:6b:...)" ;; esac
+
   step "a second kubesim takes another range; an explicit range that is taken is refused"
   mkdir -p "$T/k2"
   setsid "$KUBESIM" --port-file "$T/k2/port" --workdir "$T/k2/wd" --token "$TOKEN" --hide "$T" \
@@ -142,6 +162,7 @@ PY
   sim_state "http://127.0.0.1:$(cat "$T/k2/port")"
   CIDR2="$(json "$OUT" 'd["pod_network"]["cidr"]')"
   BRIDGE2="$(json "$OUT" 'd["pod_network"]["bridge"]')"
+  BRIDGE2_IDX="$(ifindex "$BRIDGE2")"
   [ -n "$CIDR2" ] && [ "$CIDR2" != "$CIDR" ] && [ "$BRIDGE2" != "$BRIDGE" ] || fail "second range $CIDR2 ($BRIDGE2), first $CIDR"
   LAST_CMD="kubesim --pod-cidr $CIDR (taken)"
   timeout 20 "$KUBESIM" --pod-cidr "$CIDR" --port-file "$T/k3.port" --workdir "$T/k3" >"$OUT" 2>"$ERR"
@@ -150,7 +171,7 @@ PY
   [ -e "$T/k3.port" ] && fail "the refused kubesim wrote its port file"
   kill -TERM "$K2"
   wait "$K2" || fail "second kubesim exit status $?"
-  [ -e "/sys/class/net/$BRIDGE2" ] && fail "$BRIDGE2 left after SIGTERM"
+  bridge_gone "$BRIDGE2" "$BRIDGE2_IDX" || fail "$BRIDGE2 left after SIGTERM"
 
   step "a bridge left by a killed kubesim is replaced at the next start; SIGTERM removes it"
   mkdir -p "$T/k4"
@@ -184,9 +205,10 @@ PY
   wait_until 20 test -s "$T/k4/port" || fail "kubesim did not start over its stale bridge: $(tail -n 3 "$T/k4.log")"
   grep -q "deleted the stale bridge $BRIDGE4" "$T/k4.log" || fail "no word of the stale bridge: $(tail -n 3 "$T/k4.log")"
   [ -d "/sys/class/net/$BRIDGE4" ] || fail "no $BRIDGE4 after the restart"
+  BRIDGE4_IDX="$(ifindex "$BRIDGE4")"
   kill -TERM "$K4"
   wait "$K4" || fail "kubesim exit status $? on SIGTERM"
-  [ -e "/sys/class/net/$BRIDGE4" ] && fail "$BRIDGE4 left after SIGTERM"
+  bridge_gone "$BRIDGE4" "$BRIDGE4_IDX" || fail "$BRIDGE4 left after SIGTERM"
 else
   echo "note: not root: no network namespaces or bridges; only the loopback fallback is checked"
 fi
@@ -227,6 +249,6 @@ grep -Eq "$SAN_RE" "$T/lo.log" && fail "sanitizer report in the loopback kubesim
 if [ "$ROOT_USER" = 1 ]; then
   stop_kubesim_step
   step "the bridge is gone once kubesim exited"
-  [ -e "/sys/class/net/$BRIDGE" ] && fail "$BRIDGE left after SIGTERM"
+  bridge_gone "$BRIDGE" "$BRIDGE_IDX" || fail "$BRIDGE left after SIGTERM"
 fi
 finish

@@ -11,11 +11,19 @@ command but never the pod spec or its annotations; a command that exits
 while a backgrounded grandchild holds its output answers at once with its
 own exit code; a timeout kills the grandchild that escaped with setsid;
 the exec contract (exit codes, stdin, workdir, caps, not found) is the one
-of pods/exec; a second router replica (same key) serves the same sandbox.
+of pods/exec; a second router replica (same key) serves the same sandbox;
+only a router initialises an agent: a warm pod carries just the SHA-256 of
+its pool's init token, code reaching its agent directly cannot /init it
+(no token, a made-up one, the access token), before or after the claim, and
+what it tried to set is not in the claimer's env; a pool made before a key
+rotation is claimed through a replica with the previous key.
 
 Usage: test_agent_path.py --fedrouter PATH --kubesim PATH --agent PATH [--keep]
 Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
 """
+import hashlib
+import hmac
+import http.client
 import json
 import os
 import re
@@ -146,6 +154,71 @@ def test_warm_claim_gets_token_and_env(fed):
     fed.api("DELETE", "/v1/pools/agentpool")
 
 
+def agent_post(sim, pod, path, body, token=None):
+    """POST to a pod's agent through kubesim's pod proxy, as code in another
+    sandbox reaching the pod's IP would: (status, body)."""
+    c = http.client.HTTPSConnection("127.0.0.1", sim.port, timeout=15, context=sim.ssl)
+    h = {"Authorization": "Bearer " + tr.SIM_TOKEN, "Content-Type": "application/json"}
+    if token is not None:
+        h["X-Access-Token"] = token
+    try:
+        c.request("POST", f"/api/v1/namespaces/default/pods/{pod}:49983/proxy{path}", body=json.dumps(body),
+                  headers=h)
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def hmac_hex(key_file, msg):
+    key = open(key_file, "rb").read().rstrip(b"\r\n \t")  # the file's bytes, as the router reads them
+    return hmac.new(key, msg.encode(), hashlib.sha256).hexdigest()
+
+
+def test_only_a_router_initialises_an_agent(fed):
+    """Code in another sandbox that reaches a warm pod's agent cannot /init
+    it (no token, a made-up one, the pod's access token): what it tried to
+    set is not in the env of the sandbox that claims the pod later. The
+    pod carries only the SHA-256 of the pool's init token."""
+    st, r = fed.api("POST", "/v1/pools", {"name": "initpool", "image": tr.IMAGE, "replicas": 2,
+                                          "cpus": 1, "memory_gb": 1})
+    check(st == 201, f"pool: {st} {short(r)}")
+    check(wait_until(lambda: all(c["ready"] >= 2 for c in fed.api("GET", "/v1/pools/initpool")[1]
+                                 .get("clusters", [])), 60, 0.3), "pool not warm")
+    sim = fed.sims["a1"]
+    key = os.path.join(fed.root, "agent.key")
+    pool_token = hmac_hex(key, "init:a1/default/pool/initpool")
+    warm = sim.pods("fedrouter.io/pool=initpool,fedrouter.io/state=warm")
+    check(len(warm) >= 2, f"warm pods: {len(warm)}")
+    for p in warm:
+        name = p["metadata"]["name"]
+        check(p["metadata"]["labels"].get("fedrouter.io/agent-init") == "pool", f"{name}: labels {p['metadata']}")
+        env = p["spec"]["containers"][0].get("env", [])
+        check(env == [{"name": "FR_AGENT_INIT_SHA256", "value": hashlib.sha256(pool_token.encode()).hexdigest()}],
+              f"{name}: the pod's env {env}")
+        for token in (None, "made-up", hmac_hex(key, "a1." + name)):
+            st, body = agent_post(sim, name, "/init", {"envVars": {"https_proxy": "http://127.0.0.1:9"},
+                                                       "accessToken": "attacker"}, token)
+            check(st == 401 and b"init token" in body, f"{name}: /init with token {token!r}: {st} {body[:200]!r}")
+    r = fed.create({"pool": "initpool", "env": {"WHO": "claimer"}})
+    sb = r["sandboxes"][0]
+    check(sb.get("warm") is True, f"not a warm claim: {short(sb)}")
+    r = fed.exec_ok(sb["id"], ["sh", "-c", 'echo "${https_proxy-unset} $WHO"; env | grep -c FR_AGENT_INIT || true'])
+    check(r.get("stdout") == "unset claimer\n0\n", f"the claimed sandbox's env: {short(r)}")
+    # Claimed, it refuses anyone else's /init just the same.
+    pod = sb["id"].split(".", 1)[1]
+    st, body = agent_post(sim, pod, "/init", {"envVars": {"https_proxy": "x"}}, hmac_hex(key, "a1." + pod))
+    check(st == 401, f"/init of a claimed sandbox with its access token: {st} {body[:200]!r}")
+    # A cold create's token is its pod's own.
+    sid = fed.shared.get("cold") or fed.create_one()["id"]
+    cold = sim.pod(sid.split(".", 1)[1])
+    check(cold["metadata"]["labels"].get("fedrouter.io/agent-init") == "pod" and
+          cold["spec"]["containers"][0]["env"][0]["value"] ==
+          hashlib.sha256(hmac_hex(key, "init:a1/default/pod/" + cold["metadata"]["name"]).encode()).hexdigest(),
+          f"cold pod: {short(cold['metadata'])} {cold['spec']['containers'][0].get('env')}")
+    fed.shared["pool_before_rotation"] = "initpool"
+
+
 def test_second_replica_same_key_serves_the_sandbox(fed):
     sid = fed.shared.get("warm") or fed.shared.get("cold")
     cfg2 = os.path.join(fed.root, "fedrouter-2.conf")
@@ -183,13 +256,23 @@ def test_key_rotation_previous_key_reaches_old_sandboxes(fed):
             if via == "agent":
                 st, r = fed.exec(sid, ["sh", "-c", "echo $GREETING"], router=r2)
                 check(st == 200 and r.get("stdout") == SECRET_ENV + "\n", f"{name}: exec {st} {short(r)}")
+                pool = fed.shared.get("pool_before_rotation")
+                if pool:
+                    # A pod of a pool made before the rotation: its init
+                    # token is the old key's, tried after the new key's 401.
+                    st, r = fed.api("POST", "/v1/sandboxes", {"pool": pool, "env": {"R": "rotated"}}, router=r2)
+                    sb = (r.get("sandboxes") or [{}])[0]
+                    check(st == 201 and sb.get("warm") is True, f"{name}: claim from {pool}: {st} {short(r)}")
+                    st, r = fed.exec(sb["id"], ["sh", "-c", "echo $R"], router=r2)
+                    check(st == 200 and r.get("stdout") == "rotated\n", f"{name}: exec in the claim: {st} {short(r)}")
             else:
                 st, r = fed.exec(sid, ["sh", "-c", "echo $GREETING"], router=r2)
                 check(st == 503 and r["error"]["code"] == "agent_unavailable" and "env" in r["error"]["message"],
                       f"{name}: exec in a sandbox with create-time env: {st} {short(r)}")
                 st, r = fed.exec(plain, ["echo", name], router=r2)
                 check(st == 200 and r.get("stdout") == name + "\n", f"{name}: exec {st} {short(r)}")
-            check(metric(fed, "fedrouter_execs_total", router=r2, via=via, outcome="ok") == 1,
+            check(metric(fed, "fedrouter_execs_total", router=r2, via=via, outcome="ok") ==
+                  (2 if via == "agent" and fed.shared.get("pool_before_rotation") else 1),
                   f"{name}: the exec did not go via {via}")
         finally:
             r2.expected_dead = True
@@ -197,7 +280,8 @@ def test_key_rotation_previous_key_reaches_old_sandboxes(fed):
 
 
 TESTS = [test_cold_sandbox_runs_exec_through_its_agent, test_backgrounded_grandchild_neither_holds_nor_survives,
-         test_warm_claim_gets_token_and_env, test_second_replica_same_key_serves_the_sandbox,
+         test_warm_claim_gets_token_and_env, test_only_a_router_initialises_an_agent,
+         test_second_replica_same_key_serves_the_sandbox,
          test_key_rotation_previous_key_reaches_old_sandboxes]
 
 

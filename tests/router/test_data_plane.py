@@ -316,6 +316,27 @@ def test_tenant_rules(fed):
     st, r = fed.api("PUT", f"/v1/sandboxes/{sb}/files?path=/tmp/ok", raw=b"x" * 1000,
                     token=tr.TOKEN_B, headers={"Content-Type": "application/octet-stream"})
     check(st == 201, f"under the limit: {st} {r}")
+    # A chunked upload that grows past the limit over that file: 413, and
+    # the file is as it was (the agent renames an upload in place only
+    # once it is whole), nothing of the refused bytes left in the directory.
+    c = http.client.HTTPConnection("127.0.0.1", fed.router.port, timeout=60)
+    try:
+        c.request("PUT", f"/v1/sandboxes/{sb}/files?path=/tmp/ok", body=(b"y" * 65536 for _ in range(40)),
+                  headers={"Authorization": "Bearer " + tr.TOKEN_B, "Content-Type": "application/octet-stream",
+                           "Transfer-Encoding": "chunked"}, encode_chunked=True)
+        resp = c.getresponse()
+        st, r = resp.status, json.loads(resp.read() or b"null")
+    except (BrokenPipeError, ConnectionResetError):
+        resp = c.getresponse()
+        st, r = resp.status, json.loads(resp.read() or b"null")
+    finally:
+        c.close()
+    check(st == 413 and r["error"]["code"] == "file_too_large", f"chunked over max_file_bytes: {st} {r}")
+    r = fed.exec_ok(sb, ["sh", "-c", "wc -c < /tmp/ok; head -c 3 /tmp/ok"], token=tr.TOKEN_B)
+    check(r.get("stdout") == "1000\nxxx", f"the file after a refused upload: {r}")
+    check(wait_until(lambda: fed.exec_ok(sb, ["sh", "-c", "ls -A /tmp | grep -c fr-upload || true"],
+                                         token=tr.TOKEN_B).get("stdout") == "0\n", 10, 0.2),
+          "the refused upload's temporary file stays")
 
 
 TESTS = [

@@ -81,6 +81,13 @@ struct fr_adapter_opts {
 #define FR_LABEL_OWNER "fedrouter.io/owner"
 /* On a sandbox or pool pod: it runs fedrouter-agent on this port. */
 #define FR_LABEL_AGENT "fedrouter.io/agent"
+/* On a sandbox or pool pod with an agent: what its /init token was made
+ * for, "pool" (every pod of the pool named by fedrouter.io/pool: a
+ * ReplicaSet's pods share one template) or "pod" (this pod alone, a cold
+ * create). The pod's env FR_AGENT_INIT_SHA256 holds the token's SHA-256;
+ * the token is HMAC-SHA256(agent key, "init:<cluster>/<namespace>/<scope>/
+ * <pool or pod>") in hex, which only routers can make (agent.c). */
+#define FR_LABEL_AGENT_INIT "fedrouter.io/agent-init"
 /* On every pod a create makes or claims: the batch it belongs to. */
 #define FR_LABEL_BATCH "fedrouter.io/batch"
 /* Ports of the sandbox anyone may reach by its preview URL: "all", or the
@@ -498,6 +505,7 @@ enum fr_exec_err {
   FR_EXEC_AGENT_DIED,       /* the command started, then its agent's stream broke while the
                                cluster stayed healthy: the sandbox's agent stopped (killed by
                                the sandbox's own code, or crashed); the outcome is unknown */
+  FR_EXEC_BUSY,             /* the sandbox is at its limit of running processes: nothing ran */
 };
 
 struct fr_exec_result {
@@ -699,9 +707,11 @@ int fr_adapter_proc_start(struct fr_adapter *a, const char *pod, const struct fr
                           fr_proc_event_cb on_event, fr_proc_done_cb on_done, void *arg,
                           struct fr_proc_stream **out);
 /* Reattaches to process <pid>: FR_PROC_ATTACHED, FR_PROC_START, the output
- * the agent kept from offset <replay_from> (0: its oldest byte), live
- * output, FR_PROC_END. Leaving never kills the process. */
-int fr_adapter_proc_attach(struct fr_adapter *a, const char *pod, int64_t pid, int64_t replay_from,
+ * the agent kept from offset <replay_from> (0: its oldest byte), then with
+ * <follow> live output and FR_PROC_END; without, the stream ends after
+ * what the agent kept at attach (FR_PROC_END only if the process had
+ * ended). Leaving never kills the process. */
+int fr_adapter_proc_attach(struct fr_adapter *a, const char *pod, int64_t pid, int64_t replay_from, int follow,
                            const char *request_id, fr_proc_event_cb on_event, fr_proc_done_cb on_done,
                            void *arg, struct fr_proc_stream **out);
 void fr_proc_stream_resume(struct fr_proc_stream *s);

@@ -89,6 +89,7 @@ struct fr_config_hosted {
 
 struct fr_config_cluster {
   char *name;              /* [a-z0-9-], unique, <= 32 chars: it is part of sandbox ids */
+  char code[5];            /* 4 of [0-9a-z] from SHA-256(name), unique: the end of E2B short ids */
   char *region;
   char *kubeconfig;        /* absolute path; NULL with in_cluster */
   char *context;           /* NULL = the kubeconfig's current-context */

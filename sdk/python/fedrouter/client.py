@@ -30,10 +30,12 @@ from ._transport import AioPool, Response, SyncPool
 from .errors import (APIError, ConnectionLost, FedrouterError, InvalidField, NotSupported, SandboxNotFound,
                      error_class_for)
 
-__all__ = ["Client", "Sandbox", "SandboxList", "ExecResult", "ExecChunk", "Record", "Files", "Processes",
-           "Process", "DEFAULT_URL"]
+__all__ = ["Client", "Sandbox", "SandboxList", "ExecResult", "ExecChunk", "Execution", "Record", "Files",
+           "Processes", "Process", "DEFAULT_URL", "CODE_INTERPRETER_PORT"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
+# The Code Interpreter's port in a sandbox of the code-interpreter image.
+CODE_INTERPRETER_PORT = 49999
 JSON = "application/json"
 
 LabelFilter = Union[None, str, Mapping[str, str], Sequence[str]]
@@ -253,6 +255,73 @@ class _Req:
         # "endpoint": 404 not_found means the router lacks the endpoint;
         # "field:<name>": 400 invalid_field on <name> means it lacks the field.
         self.unsupported = unsupported
+
+
+class Execution(Record):
+    """The answer of :meth:`Client.run_code` (a cell of the Code Interpreter,
+    docs/e2b.md), shaped like E2B's ``Execution``:
+
+    ``text`` (the main result's text, or None), ``results`` (each a
+    :class:`Record` of the MIME forms the cell displayed: ``text``,
+    ``html``, ``png`` (base64), ...; ``is_main_result``), ``logs``
+    (``{"stdout": [...], "stderr": [...]}``, the pieces as they came),
+    ``error`` (``{"name", "value", "traceback"}`` or None) and
+    ``execution_count``."""
+
+    text: Optional[str]
+    results: List[Record]
+    logs: Record
+    error: Optional[Record]
+    execution_count: Optional[int]
+
+    @property
+    def ok(self) -> bool:
+        """The cell ran without raising."""
+        return self.get("error") is None
+
+    @property
+    def stdout(self) -> str:
+        return "".join(self["logs"]["stdout"])
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self["logs"]["stderr"])
+
+
+class _Cell:
+    """Folds the Code Interpreter's NDJSON lines into an :class:`Execution`."""
+
+    def __init__(self, on_stdout: Optional[Callable[[str], Any]], on_stderr: Optional[Callable[[str], Any]],
+                 on_result: Optional[Callable[[Record], Any]]) -> None:
+        self.ex = Execution({"text": None, "results": [], "logs": {"stdout": [], "stderr": []}, "error": None,
+                             "execution_count": None})
+        self.callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+        self.on_result = on_result
+        self.ended = False
+
+    def feed(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        d = json.loads(line)
+        kind = d.get("type")
+        if kind in ("stdout", "stderr"):
+            self.ex["logs"][kind].append(d.get("text", ""))
+            cb = self.callbacks[kind]
+            if cb is not None:
+                cb(d.get("text", ""))
+        elif kind == "result":
+            r = Record({k: v for k, v in d.items() if k != "type"})
+            self.ex["results"].append(r)
+            if r.get("is_main_result"):
+                self.ex["text"] = r.get("text")
+            if self.on_result is not None:
+                self.on_result(r)
+        elif kind == "error":
+            self.ex["error"] = Record({k: d.get(k) for k in ("name", "value", "traceback")})
+        elif kind == "number_of_executions":
+            self.ex["execution_count"] = d.get("execution_count")
+        elif kind == "end_of_execution":
+            self.ended = True
 
 
 # --------------------------------------------------------------- client ---
@@ -911,6 +980,60 @@ class Client:
     _exec_stream.__name__ = "exec_stream"
     exec_stream = dual(_exec_stream, _exec_stream_aio)
 
+    # ------------------------------------------------------ run_code ---
+
+    def _code_req(self, sandbox: Union[str, "Sandbox"], code: str, context: Optional[str],
+                  language: Optional[str], env: Optional[Mapping[str, str]], timeout: Optional[float]) -> _Req:
+        if not isinstance(code, str):
+            raise TypeError("code must be a str (the cell's source)")
+        if context is not None and language is not None:
+            raise ValueError("give context or language, not both")
+        body: Dict[str, Any] = {"code": code}
+        if context is not None:
+            body["context_id"] = getattr(context, "id", context)
+        if language is not None:
+            body["language"] = language
+        if env:
+            body["env_vars"] = dict(env)
+        return _Req("POST", f"/v1/sandboxes/{self._sid(sandbox)}/ports/{CODE_INTERPRETER_PORT}/execute", body=body,
+                    idempotent=False, timeout=timeout if timeout is not None else max(self.timeout, 300.0))
+
+    def _run_code(self, sandbox: Union[str, "Sandbox"], code: str, *, context: Any = None,
+                  language: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
+                  on_stdout: Optional[Callable[[str], Any]] = None, on_stderr: Optional[Callable[[str], Any]] = None,
+                  on_result: Optional[Callable[[Record], Any]] = None, timeout: Optional[float] = None) -> Execution:
+        """Runs ``code`` as one cell of the Code Interpreter in ``sandbox``
+        (a sandbox of the code-interpreter image: port 49999, docs/e2b.md),
+        in its default context, in ``context`` (a context id) or in the
+        default context of ``language``. ``env`` holds for this cell only.
+        Output streams to ``on_stdout``/``on_stderr`` (each piece of text)
+        and ``on_result`` as it comes; returns the :class:`Execution`. A
+        cell that raises is not an exception here: see ``error``."""
+        req = self._code_req(sandbox, code, context, language, env, timeout)
+        cell = _Cell(on_stdout, on_stderr, on_result)
+        for line in self._stream_lines(req):
+            cell.feed(line)
+        if not cell.ended:
+            raise ConnectionLost(f"{req.method} {req.path}: the answer ended before the cell did")
+        return cell.ex
+
+    async def _run_code_aio(self, sandbox: Union[str, "Sandbox"], code: str, *, context: Any = None,
+                            language: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
+                            on_stdout: Optional[Callable[[str], Any]] = None,
+                            on_stderr: Optional[Callable[[str], Any]] = None,
+                            on_result: Optional[Callable[[Record], Any]] = None,
+                            timeout: Optional[float] = None) -> Execution:
+        req = self._code_req(sandbox, code, context, language, env, timeout)
+        cell = _Cell(on_stdout, on_stderr, on_result)
+        async for line in self._astream_lines(req):
+            cell.feed(line)
+        if not cell.ended:
+            raise ConnectionLost(f"{req.method} {req.path}: the answer ended before the cell did")
+        return cell.ex
+
+    _run_code.__name__ = "run_code"
+    run_code = dual(_run_code, _run_code_aio)
+
     # ---------------------------------------------------------- files ---
 
     def _files_req(self, method: str, sandbox: Union[str, "Sandbox"], path: str, *,
@@ -1350,13 +1473,52 @@ class Sandbox:
         self._data = (await self._client.get.aio(self.id))._data
         return self
 
-    for _n in ("exec", "exec_stream", "terminate", "refresh"):
+    def _run_code(self, code: str, **kw: Any) -> Execution:
+        """Runs ``code`` in the sandbox's Code Interpreter; see
+        :meth:`Client.run_code`."""
+        return self._client.run_code(self.id, code, **kw)
+
+    async def _run_code_aio(self, code: str, **kw: Any) -> Execution:
+        return await self._client.run_code.aio(self.id, code, **kw)
+
+    for _n in ("exec", "exec_stream", "terminate", "refresh", "run_code"):
         locals()["_" + _n].__name__ = _n
     del _n
     exec = dual(_exec, _exec_aio)
     exec_stream = dual(_exec_stream, _exec_stream_aio)
     terminate = dual(_terminate, _terminate_aio)
     refresh = dual(_refresh, _refresh_aio)
+    run_code = dual(_run_code, _run_code_aio)
+
+    short_id = property(lambda self: self._data.get("short_id"),
+                        doc="Its id as one DNS label (the form E2B shows, and its preview URLs use).")
+
+    @property
+    def traffic_token(self) -> Optional[str]:
+        """The token that opens its private ports (header
+        ``E2B-Traffic-Access-Token``); re-read from the router when this
+        object came from a list."""
+        if "traffic_token" not in self._data:
+            self._refresh()
+        return self._data.get("traffic_token")
+
+    def url(self, port: int) -> str:
+        """The URL of ``port`` of the sandbox (docs/api.md "Ports"): with
+        the router's ports domain ``http(s)://<port>-<short id>.<domain>/``
+        (a domain without a port takes the router URL's), else the path
+        form ``<router>/v1/sandboxes/<id>/ports/<port>/``. A private port
+        takes :attr:`traffic_token` or the owner's bearer token."""
+        if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+            raise ValueError(f"port must be an int from 1 to 65535, not {port!r}")
+        if "traffic_token" not in self._data:  # a listed sandbox: the detail has the domain
+            self._refresh()
+        domain, short = self._data.get("domain"), self._data.get("short_id")
+        base = urllib.parse.urlsplit(self._client.url)
+        if domain and short:
+            if ":" not in domain and base.port is not None:
+                domain = f"{domain}:{base.port}"
+            return f"{base.scheme}://{port}-{short}.{domain}/"
+        return f"{self._client.url}/v1/sandboxes/{self.id}/ports/{port}/"
 
     @property
     def files(self) -> "Files":

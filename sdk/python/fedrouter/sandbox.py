@@ -21,7 +21,7 @@ import threading
 from typing import Any, Optional
 
 from ._dual import DualFunction
-from .client import (Client, ExecChunk, ExecResult, Files, Process, Processes, Record, Sandbox,
+from .client import (Client, ExecChunk, ExecResult, Execution, Files, Process, Processes, Record, Sandbox,
                      SandboxList, collect)
 from .errors import *  # noqa: F401,F403  (sandbox.NoCapacity etc.)
 from . import errors as _errors
@@ -65,6 +65,7 @@ terminate = _fn("terminate")
 terminate_many = _fn("terminate_many")
 exec = _fn("exec")  # noqa: A001  (sandbox.exec(id, *argv) mirrors sb.exec)
 exec_stream = _fn("exec_stream")
+run_code = _fn("run_code")
 create_pool = _fn("create_pool")
 get_pool = _fn("get_pool")
 list_pools = _fn("list_pools")
@@ -92,7 +93,7 @@ async def aclose() -> None:
 
 
 __all__ = ["configure", "client", "create", "get", "ls", "terminate", "terminate_many", "exec",
-           "exec_stream", "create_pool", "get_pool", "list_pools", "set_pool_size", "delete_pool",
+           "exec_stream", "run_code", "create_pool", "get_pool", "list_pools", "set_pool_size", "delete_pool",
            "create_template", "delete_template", "clusters", "explain", "policy", "health", "close",
-           "aclose", "Client", "Sandbox", "SandboxList", "ExecResult", "ExecChunk", "Files", "Process",
+           "aclose", "Client", "Sandbox", "SandboxList", "ExecResult", "ExecChunk", "Execution", "Files", "Process",
            "Processes", "Record", "collect"] + list(_errors.__all__)
