@@ -151,6 +151,7 @@ static void on_pod_event(struct fr_adapter *a, enum fr_informer_event ev, json_t
     old = podstore_take(&a->pods, name);
     if (old != NULL) {
       pods_count(a, old, -1);
+      usage_on_pod(a, NULL, old);
       sandbox_on_pod(a, ev, old, NULL);
       podstore_release(&a->pods, old);
     }
@@ -165,9 +166,25 @@ static void on_pod_event(struct fr_adapter *a, enum fr_informer_event ev, json_t
   if (old != NULL)
     pods_count(a, old, -1);
   pods_count(a, p, 1);
+  usage_on_pod(a, p, old);
   sandbox_on_pod(a, old ? FR_INF_MODIFIED : FR_INF_ADDED, p, old);
   podstore_release(&a->pods, old);
 }
+
+/* The fields of a sandbox pod podstore_parse() reads: the informer builds
+ * just these from the raw events (fr_informer_set_keep), not the ~150
+ * values of the whole pod (containers' env and commands, volumes, the
+ * agent's init container, containerStatuses, managedFields...). */
+static const struct fr_informer_keep keep_resources[] = {{"requests", NULL}, {"limits", NULL}, {NULL, NULL}};
+static const struct fr_informer_keep keep_container[] = {{"resources", keep_resources}, {NULL, NULL}};
+static const struct fr_informer_keep keep_meta[] = {
+    {"name", NULL},        {"namespace", NULL},         {"resourceVersion", NULL},   {"labels", NULL},
+    {"annotations", NULL}, {"creationTimestamp", NULL}, {"deletionTimestamp", NULL}, {NULL, NULL}};
+static const struct fr_informer_keep keep_spec[] = {{"nodeName", NULL}, {"containers", keep_container}, {NULL, NULL}};
+static const struct fr_informer_keep keep_status[] = {
+    {"phase", NULL}, {"reason", NULL}, {"startTime", NULL}, {"conditions", NULL}, {NULL, NULL}};
+static const struct fr_informer_keep keep_pod[] = {
+    {"metadata", keep_meta}, {"spec", keep_spec}, {"status", keep_status}, {NULL, NULL}};
 
 static const char *store_rv(void *arg, const char *ns, const char *name) {
   struct fr_adapter *a = arg;
@@ -433,6 +450,7 @@ static void adapter_release(struct fr_adapter *a) {
   warm_ready_free(a);
   strmap_close(&a->tenant_counts);
   strmap_close(&a->tenant_gpus);
+  usage_free(a);
   podstore_free(&a->pods);
   free(a->reaper); /* NULL once sandbox_stop() closed it */
   free(a);
@@ -516,6 +534,7 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
     goto fail;
   }
   fr_informer_set_owner_store(a->inf[INF_PODS], store_rv, store_each, a);
+  fr_informer_set_keep(a->inf[INF_PODS], keep_pod);
   fr_informer_set_transform(a->inf[INF_ALLPODS], slim_any_pod, a);
   a->pods.gpu_resource = a->cc.gpu_resource;
   fr_informer_set_transform(a->inf[INF_MARKERS], commit_slim_marker, NULL);

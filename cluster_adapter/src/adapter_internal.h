@@ -30,6 +30,21 @@ enum breaker_state { BR_CLOSED, BR_OPEN, BR_HALF_OPEN };
 
 struct create_op;
 struct reap_due;
+
+/* usage.c: one (tenant, pool) of the usage table (fr/adapter.h). */
+struct usage_row {
+  char *tenant, *pool;
+  int64_t n, cpu_m, mem_b, gpus;   /* live sandboxes now and their requests */
+  double sec, core_s, gib_s, gpu_s;
+  uint64_t warm, cold, spilled;
+  uint64_t last_ms;                /* uv_now of the last integration */
+};
+
+struct usage_table {
+  struct usage_row *rows;
+  size_t n, cap;
+  struct strmap index;             /* "tenant\x1fpool" -> v.n[0] row index */
+};
 struct commit_op;
 struct egress_op;
 struct egress_known;
@@ -62,6 +77,7 @@ struct fr_adapter {
   struct strmap tenant_counts;   /* tenant -> v.n [live sandboxes, their cpu_m, their mem_b] (an entry only
                                     while it has sandboxes) */
   struct strmap tenant_gpus;     /* tenant -> v.n[0] GPUs of its live sandboxes (an entry only while > 0) */
+  struct usage_table usage;      /* usage.c: per (tenant, pool) over time */
   enum breaker_state breaker;
   int failures;                  /* consecutive */
   uint64_t opened_ms;
@@ -101,6 +117,12 @@ struct fr_adapter {
   struct egress_op *egress_ops;  /* policy writes and deletes in flight (or waiting for a retry) */
   struct egress_known *egress_known; /* policies (hash, text) seen or written: what repairs re-create */
 };
+
+/* usage.c hooks, called by adapter.c */
+/* Every change of the sandbox pod cache: <p> the new state (NULL when the
+ * pod is gone), <old> the previous one (NULL when it is new). */
+void usage_on_pod(struct fr_adapter *a, const struct fr_pod *p, const struct fr_pod *old);
+void usage_free(struct fr_adapter *a);
 
 /* sandbox.c hooks, called by adapter.c */
 /* Every change of the sandbox pod cache: <p> the new state (for DELETED

@@ -63,6 +63,7 @@ struct create_op {
   char ws_claim[128];       /* resume: the workspace claim's name ("" = "<pod>-ws") */
   int ws_made;              /* this create made the workspace claim of op->pod */
   int init_warm;            /* CS_INIT: the pod came from the pool */
+  int spilled;              /* annotation fedrouter.io/spilled */
   int warm_held;            /* holds one of the pool's ready pods reserved (warm_hold) */
   char pod[64];
   struct fr_kube_call *call;
@@ -290,6 +291,8 @@ static json_t *sandbox_annotations(struct create_op *op, int warm, int agent) {
   json_object_set_new(ann, FR_ANN_CREATED, json_string(created));
   json_object_set_new(ann, FR_ANN_EXPIRES, json_string(expires));
   json_object_set_new(ann, FR_ANN_WARM, json_string(warm ? "true" : "false"));
+  if (op->spilled)
+    json_object_set_new(ann, FR_ANN_SPILLED, json_string("true"));
   if (env != NULL)
     json_object_set_new(ann, FR_ANN_ENV, json_string(env));
   if (names != NULL)
@@ -881,6 +884,7 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
   op->cpu_m = spec->cpu_m;
   op->mem_b = spec->mem_b;
   op->lifetime_s = spec->lifetime_s;
+  op->spilled = spec->spilled;
   op->deadline_s = spec->deadline_s > spec->lifetime_s ? spec->deadline_s : spec->lifetime_s;
   op->ready_timeout_ms = spec->ready_timeout_ms ? spec->ready_timeout_ms : DEFAULT_READY_TIMEOUT_MS;
   op->secrets = spec->secrets && json_object_size(spec->secrets) ? json_incref(spec->secrets) : NULL;
@@ -1300,6 +1304,27 @@ static void due_note(struct fr_adapter *a, const struct fr_pod *pod, const struc
     due_push(a, pod->name, at);
 }
 
+/* From the reaper's tick: once entries of sandboxes already gone (a mass
+ * terminate) outnumber the live ones, rebuild the queue from the cache
+ * (due_note does it on the next pod event, but after a mass terminate
+ * there may be none for an hour), and give back an array much larger than
+ * the queue: 16 bytes plus a name per entry, 1M entries after terminating
+ * a million sandboxes. */
+static void due_compact(struct fr_adapter *a) {
+  size_t want;
+
+  if (a->ndue >= 1024 && a->ndue / 2 > (size_t)(a->n_sandboxes > 0 ? a->n_sandboxes : 0))
+    due_rebuild(a);
+  want = a->ndue * 2 > 256 ? a->ndue * 2 : 256;
+  if (a->due_cap > 4 * want) {
+    struct reap_due *n = realloc(a->due, want * sizeof(*n));
+    if (n != NULL) {
+      a->due = n;
+      a->due_cap = want;
+    }
+  }
+}
+
 /* Removes the earliest entry; the caller owns its pod name. */
 static struct reap_due due_pop(struct fr_adapter *a) {
   struct reap_due top = a->due[0];
@@ -1360,6 +1385,7 @@ static void on_reap(uv_timer_t *t) {
   /* Forget marks of pods that are gone. */
   strmap_sweep(&a->reaping, pod_gone, a);
   strmap_sweep(&a->deleting, pod_gone, a);
+  due_compact(a);
   /* activeDeadlineSeconds already stopped expired sandboxes in the
    * cluster; the expiry annotation covers a cluster that did not. Only the
    * sandboxes due now are looked at, never the whole cache. */

@@ -297,6 +297,9 @@ void pools_list(struct api_req *q, const struct route_params *p);
 void pools_get(struct api_req *q, const struct route_params *p);
 void pools_patch(struct api_req *q, const struct route_params *p);
 void pools_delete(struct api_req *q, const struct route_params *p);
+/* history.c, usage.c: capacity, creates and spend over time (docs/api.md) */
+void history_get(struct api_req *q, const struct route_params *p);
+void usage_get(struct api_req *q, const struct route_params *p);
 /* e2b.c: the E2B-compatible endpoint under /e2b (docs/e2b.md). e2b_begin
  * runs before any of its handlers: its answer shapes, X-API-Key, and for
  * calls into a sandbox (E2b-Sandbox-Id) the split from the control API;

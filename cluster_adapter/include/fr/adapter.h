@@ -119,6 +119,9 @@ struct fr_adapter_opts {
 #define FR_ANN_CREATED "fedrouter.io/created-at"
 #define FR_ANN_EXPIRES "fedrouter.io/expires-at"
 #define FR_ANN_WARM "fedrouter.io/warm"
+/* "true" on a sandbox placed in a cluster other than its plan's first
+ * choice (fr_sandbox_spec.spilled): usage counts it as spilled. */
+#define FR_ANN_SPILLED "fedrouter.io/spilled"
 #define FR_ANN_ENV "fedrouter.io/env"
 #define FR_ANN_POOL_SPEC "fedrouter.io/pool-spec"
 /* The names (never the values) of the create-time secrets, comma-separated
@@ -158,6 +161,7 @@ struct fr_pod {
   unsigned terminating : 1; /* metadata.deletionTimestamp is set */
   unsigned warm : 1;        /* annotation fedrouter.io/warm is "true" */
   unsigned init_env : 1;    /* annotation fedrouter.io/env-names is set */
+  unsigned spilled : 1;     /* annotation fedrouter.io/spilled is "true" */
 };
 
 /* Value of label <key> of <p> (fedrouter's or a user's), or NULL. */
@@ -315,6 +319,44 @@ int fr_adapter_pods_synced(const struct fr_adapter *a);
  * missing from fr_adapter_pool() may well exist. */
 int fr_adapter_pools_synced(const struct fr_adapter *a);
 
+/* ---- usage (usage.c) ----
+ *
+ * What the cluster's sandboxes use, per (tenant, pool), integrated over
+ * time from the sandbox pod cache's events: each change of a live sandbox
+ * (claimed or created, not finished, not terminating: the view's rule)
+ * first adds the row's current count and requests times the time since
+ * its last change, then applies the change. So every router replica
+ * watching the same cluster arrives at the same figures, whichever replica
+ * made the sandboxes, and a restarted replica starts again from zero
+ * (docs/metrics.md: read them with max across replicas, as counters that
+ * reset). A sandbox counts as created when it first shows up live after
+ * the cache's first list: its pod created (cold), or a warm pod claimed
+ * (annotation fedrouter.io/warm), or either one placed away from its
+ * plan's first choice (fedrouter.io/spilled). Rows are never removed;
+ * past FR_USAGE_MAX_ROWS distinct (tenant, pool) pairs the rest share
+ * the row ("_other", "_other"), so a cluster with arbitrary labels cannot
+ * grow the table without bound. */
+#define FR_USAGE_MAX_ROWS 1024
+#define FR_USAGE_OTHER "_other"
+
+struct fr_adapter_usage {
+  const char *tenant;       /* label fedrouter.io/tenant, "" when absent (borrowed) */
+  const char *pool;         /* label fedrouter.io/pool, "" for none (borrowed) */
+  int64_t sandboxes;        /* live now */
+  int64_t cpu_m, mem_b, gpus; /* their requests, summed */
+  double sandbox_seconds;   /* integrals since the row was made */
+  double cpu_core_seconds;
+  double memory_gib_seconds;
+  double gpu_seconds;
+  uint64_t created_warm, created_cold, created_spilled; /* spilled ones are in neither of the others */
+};
+
+/* The number of usage rows (they only ever grow). */
+size_t fr_adapter_usage_rows(const struct fr_adapter *a);
+/* Row <i> into *<out>, its integrals brought up to now; its strings are
+ * borrowed, valid while the adapter lives. 0, or -ENOENT past the end. */
+int fr_adapter_usage_row(struct fr_adapter *a, size_t i, struct fr_adapter_usage *out);
+
 /* ---- sandboxes (sandbox.c) ---- */
 
 struct fr_sandbox_spec {
@@ -352,6 +394,7 @@ struct fr_sandbox_spec {
    * the pod is claimed or created with label fedrouter.io/egress=<hash>,
    * so a warm pod serves any policy. */
   const struct fr_egress *egress;
+  int spilled;              /* not the plan's first choice: annotation fedrouter.io/spilled */
 };
 
 enum fr_sandbox_err {
