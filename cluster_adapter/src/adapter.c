@@ -6,11 +6,13 @@
  *   adapter.c   new / start / free, the hooks' dispatch, the public calls
  *      |
  *      +-- sandbox.c  creates, deletes, pause, resume,  --> commit.c, agent.c,
- *      |              pools, reaper                         workspace.c
+ *      |              pools, reaper                         workspace.c, egress.c
  *      +-- exec.c     buffered exec                     --> proc.c, agent.c
  *      +-- proc.c     agent processes, unary calls      --> agent.c
  *      +-- secret.c   Secrets: reads for creates, /v1/secrets
+ *      +-- usage.c    usage per (tenant, pool) over time
  *      +-- workspace.c  the sandboxes' own claims, their marks and sweep
+ *      +-- egress.c   egress NetworkPolicies, their sweep
  *      +-- commit.c   commit markers and their rule
  *      +-- agent.c    the agent through the pod proxy
  *      v
@@ -35,17 +37,21 @@
 #include "agent.h"
 #include "cluster.h"
 #include "commit.h"
+#include "egress.h"
 #include "exec.h"
 #include "proc.h"
 #include "sandbox.h"
 #include "secret.h"
+#include "usage.h"
 #include "workspace.h"
 
 struct fr_adapter {
   struct cluster cl;             /* the bottom layer: every module below holds &cl */
   struct commits *cm;
   struct secrets *sec;
+  struct usage *use;
   struct workspaces *ws;
+  struct egresses *eg;
   struct sandboxes *sb;
   int stopping;                  /* fr_adapter_free() has begun: no new creates or commits */
   void (*free_cb)(void *arg);
@@ -57,8 +63,13 @@ struct fr_adapter {
 static void on_pod(enum fr_informer_event ev, const struct fr_pod *p, const struct fr_pod *old, void *arg) {
   struct fr_adapter *a = arg;
 
+  if (ev == FR_INF_DELETED)
+    usage__on_pod(a->use, NULL, p);
+  else
+    usage__on_pod(a->use, p, old);
   /* The batch counts first: the reaper's due times read the commit rule. */
   commit__on_pod(a->cm, ev, p, old);
+  egress__on_pod(a->eg, ev, p, old);
   sandbox__on_pod(a->sb, ev, p, old);
 }
 
@@ -74,7 +85,9 @@ static void on_down(void *arg) {
  * (or never started them). */
 static void adapter_release(struct fr_adapter *a) {
   sandbox__free(a->sb);
+  egress__free(a->eg);
   workspace__free(a->ws);
+  usage__free(a->use);
   secret__free(a->sec);
   commit__free(a->cm);
   free(a);
@@ -84,17 +97,20 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *opts, struct f
                    size_t errlen) {
   struct fr_adapter *a = calloc(1, sizeof(*a));
   struct cluster_hooks hooks;
+  int64_t grace_s;
   int rc;
 
   if (a == NULL)
     return -ENOMEM;
   /* The modules only keep &a->cl until they are started. */
-  a->cm = commit__new(&a->cl, opts->batch_commit_timeout_s > 0 ? opts->batch_commit_timeout_s
-                                                               : FR_BATCH_COMMIT_TIMEOUT_S);
+  grace_s = opts->batch_commit_timeout_s > 0 ? opts->batch_commit_timeout_s : FR_BATCH_COMMIT_TIMEOUT_S;
+  a->cm = commit__new(&a->cl, grace_s);
   a->sec = secret__new(&a->cl);
+  a->use = usage__new(&a->cl);
   a->ws = workspace__new(&a->cl);
-  a->sb = a->cm != NULL && a->ws != NULL ? sandbox__new(&a->cl, a->cm, a->ws) : NULL;
-  if (a->cm == NULL || a->sec == NULL || a->ws == NULL || a->sb == NULL) {
+  a->eg = egress__new(&a->cl, grace_s);
+  a->sb = a->cm != NULL && a->ws != NULL && a->eg != NULL ? sandbox__new(&a->cl, a->cm, a->ws, a->eg) : NULL;
+  if (a->cm == NULL || a->sec == NULL || a->use == NULL || a->ws == NULL || a->eg == NULL || a->sb == NULL) {
     snprintf(err, errlen, "%s: out of memory", opts->name);
     adapter_release(a);
     return -ENOMEM;
@@ -141,6 +157,7 @@ void fr_adapter_free(struct fr_adapter *a, void (*cb)(void *arg), void *arg) {
   a->stopping = 1;
   sandbox__stop(a->sb);
   commit__stop(a->cm);
+  egress__stop(a->eg);
   secret__stop(a->sec);
   a->free_cb = cb;
   a->free_arg = arg;
@@ -195,6 +212,16 @@ void fr_adapter_tenant_usage(struct fr_adapter *a, const char *tenant, struct fr
   cluster__tenant_usage(&a->cl, tenant, out);
 }
 
+/* ---- usage over time (usage.c) ---- */
+
+size_t fr_adapter_usage_rows(const struct fr_adapter *a) {
+  return usage__rows(a->use);
+}
+
+int fr_adapter_usage_row(struct fr_adapter *a, size_t i, struct fr_adapter_usage *out) {
+  return usage__row(a->use, i, out);
+}
+
 const struct fr_adapter_pool_view *fr_adapter_pool(struct fr_adapter *a, const char *name) {
   return cluster__pool(&a->cl, name);
 }
@@ -243,6 +270,10 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
 int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char *request_id,
                               void (*cb)(int status, const char *message, void *arg), void *arg) {
   return sandbox__delete(a->sb, pod, request_id, cb, arg);
+}
+
+int fr_adapter_egress_of(struct fr_adapter *a, const struct fr_pod *pod, struct fr_egress *out) {
+  return egress__of(a->eg, pod, out);
 }
 
 int fr_adapter_sandbox_pause(struct fr_adapter *a, const char *pod, int64_t expires_s, const char *request_id,

@@ -177,6 +177,21 @@ static void on_pod_event(struct cluster *c, enum fr_informer_event ev, json_t *o
   podstore_release(&c->pods, old);
 }
 
+/* The fields of a sandbox pod podstore_parse() reads: the informer builds
+ * just these from the raw events (fr_informer_set_keep), not the ~150
+ * values of the whole pod (containers' env and commands, volumes, the
+ * agent's init container, containerStatuses, managedFields...). */
+static const struct fr_informer_keep keep_resources[] = {{"requests", NULL}, {"limits", NULL}, {NULL, NULL}};
+static const struct fr_informer_keep keep_container[] = {{"resources", keep_resources}, {NULL, NULL}};
+static const struct fr_informer_keep keep_meta[] = {
+    {"name", NULL},        {"namespace", NULL},         {"resourceVersion", NULL},   {"labels", NULL},
+    {"annotations", NULL}, {"creationTimestamp", NULL}, {"deletionTimestamp", NULL}, {NULL, NULL}};
+static const struct fr_informer_keep keep_spec[] = {{"nodeName", NULL}, {"containers", keep_container}, {NULL, NULL}};
+static const struct fr_informer_keep keep_status[] = {
+    {"phase", NULL}, {"reason", NULL}, {"startTime", NULL}, {"conditions", NULL}, {NULL, NULL}};
+static const struct fr_informer_keep keep_pod[] = {
+    {"metadata", keep_meta}, {"spec", keep_spec}, {"status", keep_status}, {NULL, NULL}};
+
 static const char *store_rv(void *arg, const char *ns, const char *name) {
   struct cluster *c = arg;
   struct fr_pod *p = podstore_get(&c->pods, name);
@@ -590,6 +605,11 @@ int cluster__init(struct cluster *c, uv_loop_t *loop, const struct fr_adapter_op
     rc = upstream_object_path(path, sizeof(path), "/api/v1", c->ns, "configmaps", NULL, NULL);
   if (rc == 0)
     rc = fr_informer_new(c->client, path, FR_LABEL_BATCH, on_informer, c, &c->inf[CLUSTER_INF_MARKERS]);
+  /* The sandboxes' egress policies (egress.c): a few small objects. */
+  if (rc == 0)
+    rc = upstream_netpol_path(path, sizeof(path), c->ns, NULL);
+  if (rc == 0)
+    rc = fr_informer_new(c->client, path, FR_LABEL_EGRESS, on_informer, c, &c->inf[CLUSTER_INF_NETPOLS]);
   if (rc == 0 && podstore_init(&c->pods) != 0)
     rc = -ENOMEM;
   if (rc != 0) {
@@ -597,6 +617,7 @@ int cluster__init(struct cluster *c, uv_loop_t *loop, const struct fr_adapter_op
     goto fail;
   }
   fr_informer_set_owner_store(c->inf[CLUSTER_INF_PODS], store_rv, store_each, c);
+  fr_informer_set_keep(c->inf[CLUSTER_INF_PODS], keep_pod);
   fr_informer_set_transform(c->inf[CLUSTER_INF_ALLPODS], slim_any_pod, c);
   c->pods.gpu_resource = c->cc.gpu_resource;
   uv_timer_init(loop, c->probe);

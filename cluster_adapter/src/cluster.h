@@ -37,7 +37,8 @@
  * also holds the sandboxes' workspace claims (workspace.c reads them), the
  * record of paused sandboxes. MARKERS holds the batches' commit markers
  * (commit.c reads them). STORAGECLASSES says which workspaces the cluster
- * can provision. */
+ * can provision. NETPOLS: the sandboxes' egress NetworkPolicies (egress.c
+ * reads them). */
 enum cluster_inf {
   CLUSTER_INF_PODS,
   CLUSTER_INF_POOLS,
@@ -48,6 +49,7 @@ enum cluster_inf {
   CLUSTER_INF_PVCS,
   CLUSTER_INF_MARKERS,
   CLUSTER_INF_STORAGECLASSES,
+  CLUSTER_INF_NETPOLS,
   CLUSTER_INF_COUNT
 };
 #define CLUSTER_INF_REQUIRED 3

@@ -4,6 +4,10 @@
  * A create is a small state machine (set_state() logs every transition
  * and asserts it is one of these):
  *
+ *   START --restricted egress--> EGRESS --its NetworkPolicy written--> PICK
+ *     |                             (egress.c; an error: DONE)
+ *     +--else--> PICK (a resume: CREATING)
+ *
  *   PICK --ready warm pod--> CLAIMING --200--> [INIT] --> DONE (warm)
  *     |          ^               |409/404/422: PICK the next pod
  *     |          +---------------+  (after 3 conflicts: CREATING)
@@ -37,12 +41,14 @@
 #include "commit.h"
 #include "fr/assert.h"
 #include "fr/buf.h"
+#include "fr/egress.h"
 #include "fr/kube.h"
 #include "fr/log.h"
 #include "fr/quantity.h"
 #include "fr/urlsafe.h"
 #include "fr/util.h"
 #include "podopts.h"
+#include "egress.h"
 #include "upstream.h"
 #include "workspace.h"
 
@@ -52,8 +58,8 @@
  * runs it (deletes are idempotent). */
 #define REAP_EVERY_MS 2000
 
-enum cstate { CS_PICK, CS_CLAIMING, CS_CREATING, CS_WAITING, CS_INIT, CS_DONE };
-static const char *const cstate_names[] = {"pick", "claiming", "creating", "waiting", "init", "done"};
+enum cstate { CS_START, CS_EGRESS, CS_PICK, CS_CLAIMING, CS_CREATING, CS_WAITING, CS_INIT, CS_DONE };
+static const char *const cstate_names[] = {"start", "egress", "pick", "claiming", "creating", "waiting", "init", "done"};
 
 struct create_op;
 struct reap_due;
@@ -64,6 +70,7 @@ struct sandboxes {
   struct cluster *cl;
   struct commits *cm;            /* the commit rule the reaper applies */
   struct workspaces *ws;         /* the sandboxes' own claims */
+  struct egresses *eg;           /* the creates' egress policies */
   struct create_op *creates;     /* in flight */
   struct strmap claiming;        /* while a claim is out */
   struct strmap reaping;         /* once a reap delete was sent */
@@ -90,6 +97,9 @@ struct create_op {
   json_t *secrets;          /* a reference: env only the agent gets, never the pod */
   json_t *env, *labels;
   struct fr_podopts *opts;  /* pod options of a cold create; NULL = none */
+  struct fr_egress *egress; /* a restricted egress policy (owned), NULL = the default */
+  char egress_hash[FR_EGRESS_HASH_LEN + 1]; /* its hash: label fedrouter.io/egress; "" = none */
+  struct egress__wait egress_wait; /* CS_EGRESS: waiting for its NetworkPolicy */
   fr_sandbox_cb cb;
   void *arg;
   int conflicts;
@@ -98,6 +108,7 @@ struct create_op {
   char ws_claim[128];       /* resume: the workspace claim's name ("" = "<pod>-ws") */
   int ws_made;              /* this create made the workspace claim of op->pod */
   int init_warm;            /* CS_INIT: the pod came from the pool */
+  int spilled;              /* annotation fedrouter.io/spilled */
   int warm_held;            /* holds one of the pool's ready pods reserved (warm_hold) */
   char pod[64];
   struct fr_kube_call *call;
@@ -121,6 +132,8 @@ static void warm_release(struct create_op *op) {
 /* The transitions of the diagram above: allowed[from] has bit <to>. */
 #define CS_BIT(s) (1u << (s))
 static const unsigned allowed[] = {
+    [CS_START] = CS_BIT(CS_EGRESS) | CS_BIT(CS_PICK) | CS_BIT(CS_CREATING) | CS_BIT(CS_DONE),
+    [CS_EGRESS] = CS_BIT(CS_PICK) | CS_BIT(CS_DONE),
     [CS_PICK] = CS_BIT(CS_PICK) | CS_BIT(CS_CLAIMING) | CS_BIT(CS_CREATING) | CS_BIT(CS_DONE),
     [CS_CLAIMING] = CS_BIT(CS_PICK) | CS_BIT(CS_CREATING) | CS_BIT(CS_INIT) | CS_BIT(CS_DONE),
     [CS_CREATING] = CS_BIT(CS_CREATING) | CS_BIT(CS_WAITING) | CS_BIT(CS_DONE),
@@ -133,7 +146,7 @@ static void set_state(struct create_op *op, enum cstate s) {
   FR_ASSERT(allowed[op->state] & CS_BIT(s));
   FR_DEBUG("sandbox", "%s: %s %s -> %s", op->sb->cl->cc.name, op->name, cstate_names[op->state], cstate_names[s]);
   op->state = s;
-  if (s != CS_PICK && s != CS_CLAIMING)
+  if (s != CS_EGRESS && s != CS_PICK && s != CS_CLAIMING)
     warm_release(op);
 }
 
@@ -165,6 +178,10 @@ static void op_free(struct create_op *op) {
     op->next->prev = op->prev;
   cluster__inflight_add(sb->cl, -1);
   warm_release(op);
+  egress__cancel(&op->egress_wait);
+  if (op->egress_hash[0] != '\0')
+    egress__hold(sb->eg, op->egress_hash, -1);
+  free(op->egress);
   if (op->timer != NULL)
     uv_close((uv_handle_t *)op->timer, timer_closed);
   free(op->tenant);
@@ -264,6 +281,9 @@ static json_t *user_labels_plus(struct create_op *op, json_t *labels) {
   json_t *v;
 
   json_object_foreach(op->labels, k, v) json_object_set(labels, k, v);
+  /* Selected by its egress policy's NetworkPolicy (written before). */
+  if (op->egress_hash[0] != '\0')
+    json_object_set_new(labels, FR_LABEL_EGRESS, json_string(op->egress_hash));
   if (op->batch != NULL)
     json_object_set_new(labels, FR_LABEL_BATCH, json_string(op->batch));
   return labels;
@@ -325,6 +345,8 @@ static json_t *sandbox_annotations(struct create_op *op, int warm, int agent) {
   json_object_set_new(ann, FR_ANN_CREATED, json_string(created));
   json_object_set_new(ann, FR_ANN_EXPIRES, json_string(expires));
   json_object_set_new(ann, FR_ANN_WARM, json_string(warm ? "true" : "false"));
+  if (op->spilled)
+    json_object_set_new(ann, FR_ANN_SPILLED, json_string("true"));
   if (env != NULL)
     json_object_set_new(ann, FR_ANN_ENV, json_string(env));
   if (names != NULL)
@@ -849,8 +871,20 @@ static void pick(struct create_op *op) {
   start_cold(op);
 }
 
+/* The NetworkPolicy of the create's egress policy is written (or not). */
+static void on_egress(int status, const char *message, void *arg) {
+  struct create_op *op = arg;
+
+  if (status >= 200 && status < 300)
+    pick(op);
+  else
+    finish(op, status == 0 || status == 429 || status >= 500 ? FR_SB_UNAVAILABLE : FR_SB_FAILED,
+           message != NULL && *message ? message : "cannot write the sandbox's egress NetworkPolicy", NULL, 0);
+}
+
 static void on_start(uv_timer_t *t) {
   struct create_op *op = t->data;
+  int rc;
 
   /* The timer is reused for the readiness timeout. */
   uv_close((uv_handle_t *)op->timer, timer_closed);
@@ -859,10 +893,21 @@ static void on_start(uv_timer_t *t) {
     finish(op, FR_SB_UNAVAILABLE, "the router is shutting down", NULL, 0);
     return;
   }
-  if (op->resume)
-    start_cold(op);
-  else
+  if (op->resume || op->egress == NULL) {
+    if (op->resume)
+      start_cold(op);
+    else
+      pick(op);
+    return;
+  }
+  /* The policy's object exists before any pod carries its label, and no
+   * router deletes it while this create runs (egress.c). */
+  set_state(op, CS_EGRESS);
+  rc = egress__ensure(op->sb->eg, op->egress, &op->egress_wait, on_egress, op);
+  if (rc == 1)
     pick(op);
+  else if (rc < 0)
+    finish(op, FR_SB_FAILED, "cannot write the sandbox's egress NetworkPolicy", NULL, 0);
 }
 
 static char *dup_or_null(const char *s) {
@@ -890,12 +935,18 @@ int sandbox__create(struct sandboxes *sb, const struct fr_sandbox_spec *spec, fr
   op->cpu_m = spec->cpu_m;
   op->mem_b = spec->mem_b;
   op->lifetime_s = spec->lifetime_s;
+  op->spilled = spec->spilled;
   op->deadline_s = spec->deadline_s > spec->lifetime_s ? spec->deadline_s : spec->lifetime_s;
   op->ready_timeout_ms = spec->ready_timeout_ms ? spec->ready_timeout_ms : DEFAULT_READY_TIMEOUT_MS;
   op->secrets = spec->secrets && json_object_size(spec->secrets) ? json_incref(spec->secrets) : NULL;
   op->env = spec->env ? json_incref(spec->env) : NULL;
   op->labels = spec->labels ? json_incref(spec->labels) : NULL;
   op->opts = fr_podopts_ref(spec->opts);
+  if (!fr_egress_is_default(spec->egress) && (op->egress = malloc(sizeof(*op->egress))) != NULL) {
+    *op->egress = *spec->egress;
+    fr_egress_hash(op->egress, op->egress_hash);
+    egress__hold(sb->eg, op->egress_hash, 1);
+  }
   op->cb = cb;
   op->arg = arg;
   if (spec->resume_pod != NULL) {
@@ -911,7 +962,7 @@ int sandbox__create(struct sandboxes *sb, const struct fr_sandbox_spec *spec, fr
   cluster__inflight_add(sb->cl, 1);
   if (op->tenant == NULL || op->name == NULL || op->timer == NULL ||
       (spec->pool && op->pool == NULL) || (spec->image && op->image == NULL) ||
-      (spec->batch && op->batch == NULL)) {
+      (spec->batch && op->batch == NULL) || (!fr_egress_is_default(spec->egress) && op->egress == NULL)) {
     free(op->timer);
     op->timer = NULL;
     op_free(op);
@@ -1363,6 +1414,28 @@ static void due_note(struct sandboxes *sb, const struct fr_pod *pod, const struc
     due_push(sb, pod->name, at);
 }
 
+/* From the reaper's tick: once entries of sandboxes already gone (a mass
+ * terminate) outnumber the live ones, rebuild the queue from the cache
+ * (due_note does it on the next pod event, but after a mass terminate
+ * there may be none for an hour), and give back an array much larger than
+ * the queue: 16 bytes plus a name per entry, 1M entries after terminating
+ * a million sandboxes. */
+static void due_compact(struct sandboxes *sb) {
+  int64_t live = cluster__sandboxes(sb->cl);
+  size_t want;
+
+  if (sb->ndue >= 1024 && sb->ndue / 2 > (size_t)(live > 0 ? live : 0))
+    due_rebuild(sb);
+  want = sb->ndue * 2 > 256 ? sb->ndue * 2 : 256;
+  if (sb->due_cap > 4 * want) {
+    struct reap_due *n = realloc(sb->due, want * sizeof(*n));
+    if (n != NULL) {
+      sb->due = n;
+      sb->due_cap = want;
+    }
+  }
+}
+
 /* Removes the earliest entry; the caller owns its pod name. */
 static struct reap_due due_pop(struct sandboxes *sb) {
   struct reap_due top = sb->due[0];
@@ -1425,6 +1498,7 @@ static void on_reap(uv_timer_t *t) {
   /* Forget marks of pods that are gone. */
   strmap_sweep(&sb->reaping, pod_gone, sb);
   strmap_sweep(&sb->deleting, pod_gone, sb);
+  due_compact(sb);
   /* activeDeadlineSeconds already stopped expired sandboxes in the
    * cluster; the expiry annotation covers a cluster that did not. Only the
    * sandboxes due now are looked at, never the whole cache. */
@@ -1467,9 +1541,11 @@ static void on_reap(uv_timer_t *t) {
   }
   commit__sweep(sb->cm);
   workspace__sweep(sb->ws);
+  egress__sweep(sb->eg);
 }
 
-struct sandboxes *sandbox__new(struct cluster *cl, struct commits *cm, struct workspaces *ws) {
+struct sandboxes *sandbox__new(struct cluster *cl, struct commits *cm, struct workspaces *ws,
+                              struct egresses *eg) {
   struct sandboxes *sb = calloc(1, sizeof(*sb));
 
   /* The strmap sets start empty as calloc left them. */
@@ -1480,6 +1556,7 @@ struct sandboxes *sandbox__new(struct cluster *cl, struct commits *cm, struct wo
   sb->cl = cl;
   sb->cm = cm;
   sb->ws = ws;
+  sb->eg = eg;
   sb->reaper->data = NULL;
   return sb;
 }

@@ -2,11 +2,11 @@
  * cold creates, deletes, expiry, pool ReplicaSets and the reaper.
  *
  * Above cluster.c (the caches, the breaker, the capacity counts), commit.c
- * (the reaper's commit rule), workspace.c (the sandboxes' own claims) and
- * agent.c (/init); called by adapter.c, which forwards the public
- * fr_adapter_sandbox_* (create, delete, pause, resume, expiry),
- * fr_adapter_pod_* and fr_adapter_pool_* calls here and feeds it the
- * cluster's hooks.
+ * (the reaper's commit rule), workspace.c (the sandboxes' own claims),
+ * egress.c (a create's egress policy) and agent.c (/init); called by
+ * adapter.c, which forwards the public fr_adapter_sandbox_* (create,
+ * delete, pause, resume, expiry), fr_adapter_pod_* and fr_adapter_pool_*
+ * calls here and feeds it the cluster's hooks.
  */
 #ifndef FR_SANDBOX_H
 #define FR_SANDBOX_H
@@ -19,11 +19,14 @@
 
 struct cluster;
 struct commits;
+struct egresses;
 struct sandboxes;
 struct workspaces;
 
-/* NULL when out of memory. <cl>, <cm> and <ws> are borrowed and outlive it. */
-struct sandboxes *sandbox__new(struct cluster *cl, struct commits *cm, struct workspaces *ws);
+/* NULL when out of memory. <cl>, <cm>, <ws> and <eg> are borrowed and
+ * outlive it. */
+struct sandboxes *sandbox__new(struct cluster *cl, struct commits *cm, struct workspaces *ws,
+                              struct egresses *eg);
 /* Starts the reaper. */
 void sandbox__start(struct sandboxes *sb);
 /* Fails every create in flight (adapter going away) and closes the

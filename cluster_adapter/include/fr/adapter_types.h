@@ -45,9 +45,20 @@
 #define FR_LABEL_AUTO_RESUME "fedrouter.io/auto-resume"
 /* A paused sandbox's claim: when it was paused (RFC 3339). */
 #define FR_ANN_PAUSED_AT "fedrouter.io/paused-at"
+/* On a sandbox whose egress is restricted: the hash of its policy
+ * (fr_egress_hash), which NetworkPolicy fr-egress-<hash> selects. */
+#define FR_LABEL_EGRESS "fedrouter.io/egress"
+/* On that NetworkPolicy: the policy's canonical text (fr_egress_text), and
+ * a value every router's write of it changes (docs/architecture.md,
+ * "Sandbox egress"). */
+#define FR_ANN_NETWORK "fedrouter.io/network"
+#define FR_ANN_TOUCHED "fedrouter.io/touched"
 #define FR_ANN_CREATED "fedrouter.io/created-at"
 #define FR_ANN_EXPIRES "fedrouter.io/expires-at"
 #define FR_ANN_WARM "fedrouter.io/warm"
+/* "true" on a sandbox placed in a cluster other than its plan's first
+ * choice (fr_sandbox_spec.spilled): usage counts it as spilled. */
+#define FR_ANN_SPILLED "fedrouter.io/spilled"
 #define FR_ANN_ENV "fedrouter.io/env"
 #define FR_ANN_POOL_SPEC "fedrouter.io/pool-spec"
 /* The names (never the values) of the create-time secrets, comma-separated
@@ -87,6 +98,7 @@ struct fr_pod {
   unsigned terminating : 1; /* metadata.deletionTimestamp is set */
   unsigned warm : 1;        /* annotation fedrouter.io/warm is "true" */
   unsigned init_env : 1;    /* annotation fedrouter.io/env-names is set */
+  unsigned spilled : 1;     /* annotation fedrouter.io/spilled is "true" */
 };
 
 /* Value of label <key> of <p> (fedrouter's or a user's), or NULL. */
