@@ -481,10 +481,8 @@ def test_usage_from_prometheus(fed):
                                                        f"/metrics {want} (5 live sandboxes, 1 s scrapes)")
     check(close(a["cpu_core_seconds"], a["sandbox_seconds"], rel=1e-3) and
           close(a["memory_gib_seconds"], 2 * a["sandbox_seconds"], rel=1e-3) and
-          # /v1/usage rounds every measure to 1e-6: a few sandbox-seconds
-          # cost ~6e-5 dollars, which the rounding moves by up to 1%.
           close(a["cost_dollars"], (a["cpu_core_seconds"] * CORE_HOUR + a["memory_gib_seconds"] * GIB_HOUR) / 3600,
-                rel=1e-3, abs_=5e-7 + 1e-12),
+                rel=1e-3, abs_=1e-6),   # /v1/usage gives micro-dollars
           f"a's usage does not follow its requests and the price: {a}")
     check(a["sandbox_seconds"] > 4 * b["sandbox_seconds"] > 0, f"a had 5 sandboxes, b 1: {a} {b}")
     # by pool and by cluster
