@@ -187,6 +187,7 @@ static void create_free(struct create *cr) {
   json_decref(cr->refusal);
   fr_podopts_unref(cr->opts);
   free(cr->egress);
+  api_req_unref(cr->q);
   free(cr);
 }
 
@@ -1172,6 +1173,7 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain_only, int e
   if (cr == NULL)
     goto oom;
   cr->q = q;
+  q->refs++; /* <q> outlives its answer until create_free() (created_drop) */
   cr->ts = tenant_ref(q->ts);
   cr->explain = explain_only;
   snprintf(cr->name, sizeof(cr->name), "%s", s.name);
