@@ -466,7 +466,18 @@ def rss_kib(pid):
 
 def test_tunnel_backpressure(fed):
     sid = fed.shared["sid"]
-    ws = WS(fed, f"/v1/sandboxes/{sid}/ports/{WS_PORT}/", {"Authorization": "Bearer " + tr.TOKEN_A})
+    got = []
+
+    def opened():
+        # The previous test's tunnels close asynchronously (429 until then).
+        w = WS(fed, f"/v1/sandboxes/{sid}/ports/{WS_PORT}/", {"Authorization": "Bearer " + tr.TOKEN_A})
+        if w.status == 429:
+            w.close()
+            return False
+        got.append(w)
+        return True
+    check(wait_until(opened, 15, 0.1), "no tunnel could be opened")
+    ws = got[0]
     check(ws.accepted(), f"open: {ws.status}")
     ws.sk.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
     before = rss_kib(fed.router.proc.pid)
@@ -491,7 +502,10 @@ def test_tunnel_backpressure(fed):
         print(f"     a client that does not read: {sent >> 20} MiB taken before the tunnel stalled; "
               f"router RSS +{grown >> 10} MiB")
         check(stalled and sent < 128 << 20, f"no backpressure: {sent} bytes taken")
-        check(grown < 48 << 10, f"the router's memory grew by {grown} KiB")
+        # ASan's quarantine keeps freed memory resident: RSS says nothing there.
+        with open(f"/proc/{fed.router.proc.pid}/maps") as f:
+            asan = "libasan" in f.read()
+        check(asan or grown < 48 << 10, f"the router's memory grew by {grown} KiB")
     finally:
         ws.close()
 
