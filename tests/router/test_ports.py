@@ -29,7 +29,10 @@ Proves (docs/api.md "Ports"):
   get 404 before any upgrade; ports.max_tunnels_per_tenant bounds open
   tunnels (429 naming it) and a closed tunnel gives its place back;
 - a client that sends into a tunnel and never reads is stopped by
-  backpressure: what it gets to send, and the router's RSS, stay bounded.
+  backpressure: what it gets to send, and the router's RSS, stay bounded;
+- a tunnel with no traffic is closed after ports.tunnel_idle_timeout_s
+  (IDLE_S here), not before; a tunnel still open when the router stops
+  ends cleanly (exit 0, no sanitizer report).
 
 Usage: test_ports.py --fedrouter PATH --kubesim PATH --agent PATH [--keep]
 Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
@@ -58,6 +61,7 @@ CLUSTER = "pt"
 DOMAIN = "sbx.localhost"
 PER_SANDBOX = 4
 TUNNELS_PER_TENANT = 3
+IDLE_S = 5
 WS_PORT = 8003
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
@@ -126,7 +130,8 @@ class PortsFed(tap.AgentFed):
         super().write_config(path, lifetime)
         with open(path, "a") as f:
             f.write(f'ports = {{ domain = "{DOMAIN}"; max_requests_per_sandbox = {PER_SANDBOX}; '
-                    f'max_requests_per_tenant = 64; max_tunnels_per_tenant = {TUNNELS_PER_TENANT}; }};\n')
+                    f'max_requests_per_tenant = 64; max_tunnels_per_tenant = {TUNNELS_PER_TENANT}; '
+                    f'tunnel_idle_timeout_s = {IDLE_S}; }};\n')
 
 
 def key(fed):
@@ -510,9 +515,34 @@ def test_tunnel_backpressure(fed):
         ws.close()
 
 
+def test_tunnel_idle_timeout(fed):
+    sid = fed.shared["sid"]
+    ws = WS(fed, f"/v1/sandboxes/{sid}/ports/{WS_PORT}/", {"Authorization": "Bearer " + tr.TOKEN_A}, timeout=60)
+    check(ws.accepted(), f"open: {ws.status}")
+    t0 = time.monotonic()
+    ws.send(9, b"still here")               # traffic restarts the clock
+    op, data = ws.recv()
+    check(op == 10 and data == b"still here", f"the ping's pong: {op} {data!r}")
+    op, data = ws.recv()                    # blocks until the router closes
+    took = time.monotonic() - t0
+    ws.close()
+    print(f"     an idle tunnel closed after {took:.1f} s (tunnel_idle_timeout_s = {IDLE_S})")
+    check(op is None and IDLE_S - 0.5 <= took <= IDLE_S + 10, f"idle close: {op} {data!r} after {took:.1f} s")
+
+
+def test_tunnel_open_at_shutdown(fed):
+    sid = fed.shared["sid"]
+    ws = WS(fed, f"/v1/sandboxes/{sid}/ports/{WS_PORT}/", {"Authorization": "Bearer " + tr.TOKEN_A})
+    check(ws.accepted(), f"open: {ws.status}")
+    ws.send(1, b"left open")
+    op, data = ws.recv()
+    check(op == 1 and data == b"left open", f"echo: {op} {data!r}")
+    fed.shared["open_ws"] = ws              # the teardown stops the router with it open
+
+
 TESTS = [test_setup, test_path_routing, test_closed_and_invalid_ports, test_host_routing, test_public_port,
          test_e2b_port_relay, test_requests_in_flight_bounded, test_websocket_path, test_websocket_host,
-         test_tunnels_bounded, test_tunnel_backpressure]
+         test_tunnels_bounded, test_tunnel_backpressure, test_tunnel_idle_timeout, test_tunnel_open_at_shutdown]
 
 
 if __name__ == "__main__":
