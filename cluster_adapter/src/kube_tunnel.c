@@ -466,7 +466,6 @@ int fr_kube_tunnel_end(struct fr_kube_tunnel *t) {
   if (t == NULL || t->state != ST_OPEN)
     return -EPIPE;
   t->ending = 1;
-  t->paused = 1; /* nothing more is handed over: the caller is done */
   io_update(t);
   if (!uv_is_active((uv_handle_t *)&t->resume))
     uv_idle_start(&t->resume, on_resume_read); /* finishes from the loop if nothing is queued */

@@ -13,7 +13,8 @@
  * end; each direction holds at most HIGH_WATER plus one read before it
  * stops reading its source (a client that does not read does not grow the
  * router's memory, nor does a sandbox that does not); an idle tunnel (no
- * byte either way for ports.tunnel_idle_timeout_s) is closed.
+ * byte either way for ports.tunnel_idle_timeout_s) is closed, and an
+ * upgrade the sandbox does not answer within as long gets 504.
  *
  * Ends: the sandbox's end (EOF) becomes a FIN to the client once every
  * byte before it is out; the client's FIN ends the upstream connection
@@ -110,10 +111,23 @@ static void on_idle(uv_timer_t *h) {
   struct ptun *p = h->data;
   uint64_t now = uv_now(p->r->loop);
 
-  if (p->q != NULL || p->closing)
+  if (p->closing)
     return;
   if (now - p->last_ms < p->idle_ms) {
     uv_timer_start(&p->idle, on_idle, p->idle_ms - (now - p->last_ms), 0);
+    return;
+  }
+  if (p->q != NULL) {
+    /* The sandbox took the connection but never answered the upgrade. */
+    struct api_req *q = p->q;
+    char msg[200];
+    p->q = NULL;
+    fr_kube_tunnel_cancel(p->t);
+    p->t = NULL;
+    snprintf(msg, sizeof(msg), "port %d of the sandbox did not answer the upgrade within %" PRIu64 " s", p->port,
+             p->idle_ms / 1000);
+    api_fail(q, 504, "port_timeout", msg, NULL);
+    maybe_free(p);
     return;
   }
   FR_INFO(LOGC, "tunnel to port %d idle for %" PRIu64 " ms: closed", p->port, p->idle_ms);
@@ -234,7 +248,6 @@ static void on_up_open(const char *head, size_t len, void *arg) {
   }
   p->req = req;
   touch(p);
-  uv_timer_start(&p->idle, on_idle, p->idle_ms, 0);
 }
 
 /* A non-101 answer's header <name> in <head> (trimmed) into <out>. */
@@ -448,4 +461,7 @@ void port_tunnel_start(struct api_req *q, struct fr_adapter *a, const char *id, 
   p->q = q;
   q->gone_cb = on_gone;
   q->gone_arg = p;
+  /* Waiting for the answer is bounded like an open tunnel's silence. */
+  touch(p);
+  uv_timer_start(&p->idle, on_idle, p->idle_ms, 0);
 }

@@ -31,7 +31,8 @@ Proves (docs/api.md "Ports"):
 - a client that sends into a tunnel and never reads is stopped by
   backpressure: what it gets to send, and the router's RSS, stay bounded;
 - a tunnel with no traffic is closed after ports.tunnel_idle_timeout_s
-  (IDLE_S here), not before; a tunnel still open when the router stops
+  (IDLE_S here), not before, and an upgrade the server takes but never
+  answers is 504 port_timeout after as long; a tunnel still open when the router stops
   ends cleanly (exit 0, no sanitizer report).
 
 Usage: test_ports.py --fedrouter PATH --kubesim PATH --agent PATH [--keep]
@@ -300,8 +301,8 @@ def test_requests_in_flight_bounded(fed):
 class WS:
     """A WebSocket client on a raw socket to the router."""
 
-    def __init__(self, fed, target, headers, timeout=20):
-        self.sk = socket.create_connection(("127.0.0.1", fed.router.port), timeout=timeout)
+    def __init__(self, fed, target, headers, timeout=20, addr=None):
+        self.sk = socket.create_connection(addr or ("127.0.0.1", fed.router.port), timeout=timeout)
         self.key = base64.b64encode(os.urandom(16))
         lines = [f"GET {target} HTTP/1.1", "Upgrade: websocket", "Connection: Upgrade",
                  "Sec-WebSocket-Version: 13", "Sec-WebSocket-Key: " + self.key.decode()]
@@ -530,6 +531,18 @@ def test_tunnel_idle_timeout(fed):
     check(op is None and IDLE_S - 0.5 <= took <= IDLE_S + 10, f"idle close: {op} {data!r} after {took:.1f} s")
 
 
+def test_upgrade_unanswered(fed):
+    sid = fed.shared["sid"]
+    # 8002 takes connections and never answers (test_requests_in_flight_bounded).
+    t0 = time.monotonic()
+    ws = WS(fed, f"/v1/sandboxes/{sid}/ports/8002/", {"Authorization": "Bearer " + tr.TOKEN_A}, timeout=60)
+    took = time.monotonic() - t0
+    ws.close()
+    print(f"     an unanswered upgrade got {ws.status} after {took:.1f} s")
+    check(ws.status == 504 and json.loads(ws.body)["error"]["code"] == "port_timeout" and
+          IDLE_S - 0.5 <= took <= IDLE_S + 10, f"an unanswered upgrade: {ws.status} {ws.body!r} after {took:.1f} s")
+
+
 def test_tunnel_open_at_shutdown(fed):
     sid = fed.shared["sid"]
     ws = WS(fed, f"/v1/sandboxes/{sid}/ports/{WS_PORT}/", {"Authorization": "Bearer " + tr.TOKEN_A})
@@ -542,7 +555,8 @@ def test_tunnel_open_at_shutdown(fed):
 
 TESTS = [test_setup, test_path_routing, test_closed_and_invalid_ports, test_host_routing, test_public_port,
          test_e2b_port_relay, test_requests_in_flight_bounded, test_websocket_path, test_websocket_host,
-         test_tunnels_bounded, test_tunnel_backpressure, test_tunnel_idle_timeout, test_tunnel_open_at_shutdown]
+         test_tunnels_bounded, test_tunnel_backpressure, test_tunnel_idle_timeout,
+         test_upgrade_unanswered, test_tunnel_open_at_shutdown]
 
 
 if __name__ == "__main__":
