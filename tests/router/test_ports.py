@@ -89,6 +89,10 @@ def serve(c):
             k, _, v = l.partition(b":")
             hs[k.strip().lower()] = v.strip()
         key = hs.get(b"sec-websocket-key")
+        if b"/chunked" in line:
+            c.sendall(b"HTTP/1.1 426 Upgrade Required\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n"
+                      b"\r\n5\r\nuse a\r\na\r\nnother way\r\n0\r\n\r\n")
+            return
         if hs.get(b"upgrade", b"").lower() != b"websocket" or key is None:
             c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 14\r\n\r\nnot websocket\n")
             return
@@ -405,6 +409,10 @@ def test_websocket_path(fed):
     body = r.read()
     c.close()
     check(r.status == 400 and body == b"not websocket\n", f"a refused upgrade: {r.status} {body!r}")
+    ws = WS(fed, f"/v1/sandboxes/{sid}/ports/{WS_PORT}/chunked", {"Authorization": "Bearer " + tr.TOKEN_A})
+    check(ws.status == 426 and ws.body == b"use another way" and ws.headers.get("content-type") == "text/plain",
+          f"a refused upgrade with a chunked body: {ws.status} {ws.headers} {ws.body!r}")
+    ws.close()
     # Nothing listens: the same 502 as for any request.
     ws = WS(fed, f"/v1/sandboxes/{sid}/ports/8009/", {"Authorization": "Bearer " + tr.TOKEN_A})
     check(ws.status == 502 and json.loads(ws.body)["error"]["code"] == "port_not_open",
