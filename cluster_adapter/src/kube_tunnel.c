@@ -45,6 +45,7 @@
 #define MAX_ANSWER_BODY 65536    /* a refused upgrade's body */
 #define READ_BUF 16384
 #define READS_PER_TURN 16
+#define WQ_COMPACT ((size_t)256 << 10) /* sent bytes kept at the queue's front at most */
 
 enum tunnel_state { ST_CREDS, ST_CONNECTING, ST_REQUEST, ST_ANSWERED, ST_OPEN, ST_DONE };
 
@@ -215,6 +216,11 @@ static void flush(struct fr_kube_tunnel *t) {
         n = sizeof(t->stage);
       memcpy(t->stage, t->wq.data + t->wq_off, n);
       t->wq_off += n;
+      if (t->wq_off >= WQ_COMPACT) {
+        /* A queue refilled before it empties: give the sent part back. */
+        fr_buf_consume(&t->wq, t->wq_off);
+        t->wq_off = 0;
+      }
       t->stage_len = n;
       t->stage_off = 0;
     }
