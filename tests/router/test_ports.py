@@ -26,8 +26,9 @@ Proves (docs/api.md "Ports"):
   101 (its Sec-WebSocket-Accept, the path and query it saw) comes back, a
   text and a 1 MiB binary message echo unmodified, the client's close gets
   the server's close and then EOF; another tenant, no token or a wrong one
-  get 404 before any upgrade; ports.max_tunnels_per_tenant bounds open
-  tunnels (429 naming it) and a closed tunnel gives its place back;
+  get 404 before any upgrade; ports.max_tunnels_per_tenant and
+  ports.max_tunnels bound open tunnels (429 naming each) and a closed
+  tunnel gives its place back;
 - a client that sends into a tunnel and never reads is stopped by
   backpressure: what it gets to send, and the router's RSS, stay bounded;
 - a tunnel with no traffic is closed after ports.tunnel_idle_timeout_s
@@ -62,6 +63,7 @@ CLUSTER = "pt"
 DOMAIN = "sbx.localhost"
 PER_SANDBOX = 4
 TUNNELS_PER_TENANT = 3
+MAX_TUNNELS = 5
 IDLE_S = 5
 WS_PORT = 8003
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -136,6 +138,7 @@ class PortsFed(tap.AgentFed):
         with open(path, "a") as f:
             f.write(f'ports = {{ domain = "{DOMAIN}"; max_requests_per_sandbox = {PER_SANDBOX}; '
                     f'max_requests_per_tenant = 64; max_tunnels_per_tenant = {TUNNELS_PER_TENANT}; '
+                    f'max_tunnels = {MAX_TUNNELS}; '
                     f'tunnel_idle_timeout_s = {IDLE_S}; }};\n')
 
 
@@ -361,13 +364,13 @@ class WS:
         self.sk.close()
 
 
-def start_ws_echo(fed, sid):
-    st, r = fed.api("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/ws_echo.py", raw=WS_ECHO.encode(), token=tr.TOKEN_A)
+def start_ws_echo(fed, sid, token=tr.TOKEN_A):
+    st, r = fed.api("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/ws_echo.py", raw=WS_ECHO.encode(), token=token)
     check(st in (200, 201, 204), f"upload the echo server: {st} {short(r)}")
-    start_server(fed, sid, tr.TOKEN_A, cmd=["python3", "/tmp/ws_echo.py", str(WS_PORT)])
+    start_server(fed, sid, token, cmd=["python3", "/tmp/ws_echo.py", str(WS_PORT)])
     check(wait_until(lambda: fed.exec_ok(sid, ["python3", "-c", "import socket\n"
                                               f"socket.create_connection(('127.0.0.1', {WS_PORT})).close()"],
-                                         token=tr.TOKEN_A)["exit_code"] == 0, 20, 0.2),
+                                         token=token)["exit_code"] == 0, 20, 0.2),
           "the WebSocket echo server did not listen")
 
 
@@ -452,12 +455,32 @@ def test_tunnels_bounded(fed):
         check(ws.status == 429 and "ports.max_tunnels_per_tenant" in ws.body.decode(),
               f"one tunnel more than the bound: {ws.status} {ws.body!r}")
         ws.close()
-        # Another tenant's tunnels are not counted against this one (its
-        # request is a 404 here, not a 429).
+        # Another tenant's request to it is a 404, not a 429.
         ws = WS(fed, target, {"Authorization": "Bearer " + tr.TOKEN_B})
         check(ws.status == 404, f"another tenant: {ws.status}")
         ws.close()
-        open_.pop().close()
+        # Tenant B, within its own bound, meets the router's (MAX_TUNNELS).
+        sid_b = fed.create_one(name="web-b", token=tr.TOKEN_B)["id"]
+        start_ws_echo(fed, sid_b, tr.TOKEN_B)
+        hb = {"Authorization": "Bearer " + tr.TOKEN_B}
+        target_b = f"/v1/sandboxes/{sid_b}/ports/{WS_PORT}/"
+        while len(open_) < MAX_TUNNELS:
+            ws = WS(fed, target_b, hb)
+            check(ws.accepted(), f"tenant B's tunnel: {ws.status} {ws.body!r}")
+            open_.append(ws)
+        ws = WS(fed, target_b, hb)
+        check(ws.status == 429 and json.loads(ws.body)["error"].get("limit") == "ports.max_tunnels",
+              f"past the router's bound: {ws.status} {ws.body!r}")
+        ws.close()
+        open_.pop(0).close()   # one of tenant A's
+
+        def room_b():
+            w = WS(fed, target_b, hb)
+            ok = w.accepted()
+            w.close()
+            return ok
+        check(wait_until(room_b, 15, 0.1), "a closed tunnel of another tenant did not make room")
+        open_.pop(0).close()   # A has one left open: room for one more of A's
 
         def room():
             w = WS(fed, target, h)
