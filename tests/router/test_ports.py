@@ -51,6 +51,7 @@ import struct
 import sys
 import threading
 import time
+import urllib.request
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -472,6 +473,8 @@ def test_tunnels_bounded(fed):
         check(ws.status == 429 and json.loads(ws.body)["error"].get("limit") == "ports.max_tunnels",
               f"past the router's bound: {ws.status} {ws.body!r}")
         ws.close()
+        n = gauge(fed, "fedrouter_port_tunnels")
+        check(n == MAX_TUNNELS, f"fedrouter_port_tunnels {n}, want {MAX_TUNNELS}")
         open_.pop(0).close()   # one of tenant A's
 
         def room_b():
@@ -491,6 +494,15 @@ def test_tunnels_bounded(fed):
     finally:
         for ws in open_:
             ws.close()
+
+
+def gauge(fed, name):
+    """The value of the label-less sample <name> on the router's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{fed.router.port}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return None
 
 
 def rss_kib(pid):
