@@ -177,7 +177,8 @@ static void on_client_end(struct fr_http_req *req, int err) {
   if (p == NULL)
     return;
   p->req = NULL; /* freed by the server when we return */
-  if (err != 0 && p->t != NULL) {
+  (void)err;     /* a clean end comes after the upstream's; either way it is of no more use */
+  if (p->t != NULL) {
     fr_kube_tunnel_cancel(p->t);
     p->t = NULL;
   }
