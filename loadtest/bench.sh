@@ -84,7 +84,9 @@
 #                 a router with a ports domain: GET of 1 KiB from a server
 #                 in a sandbox with wrk straight to the pod, by path and by
 #                 host; FILE_MB (1024; smoke 32) down through a port with the
-#                 router's RSS; runCode('1+1') p50 in one sandbox and
+#                 router's RSS; WebSocket opens and echo round trips
+#                 straight to the pod, by path and by host, and 1 MiB
+#                 messages echoed; runCode('1+1') p50 in one sandbox and
 #                 cells/s over 64 (smoke 4) sandboxes. Needs wrk for the
 #                 request rates; not part of `all`.
 #   soak:         3 clusters, same delays; 8 workers creating batches of 5,
