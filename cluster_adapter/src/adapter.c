@@ -9,6 +9,7 @@
  *      |              pools, reaper                         workspace.c, egress.c
  *      +-- exec.c     buffered exec                     --> proc.c, agent.c
  *      +-- proc.c     agent processes, unary calls      --> agent.c
+ *      +-- porttunnel.c  upgrades to a sandbox's ports   --> agent.c
  *      +-- secret.c   Secrets: reads for creates, /v1/secrets
  *      +-- usage.c    usage per (tenant, pool) over time
  *      +-- workspace.c  the sandboxes' own claims, their marks and sweep
@@ -39,6 +40,7 @@
 #include "commit.h"
 #include "egress.h"
 #include "exec.h"
+#include "porttunnel.h"
 #include "proc.h"
 #include "sandbox.h"
 #include "secret.h"
@@ -410,6 +412,15 @@ int fr_adapter_agent_token(struct fr_adapter *a, const char *pod, char out[65]) 
 
 int fr_adapter_agent_token_ok(struct fr_adapter *a, const char *pod, const char *token) {
   return agent__token_ok(&a->cl, pod, token);
+}
+
+int fr_adapter_port_tunnel(struct fr_adapter *a, const char *pod, int port, const struct fr_kube_tunnel_opts *o,
+                           struct fr_kube_tunnel **out) {
+  if (out != NULL)
+    *out = NULL;
+  if (a == NULL)
+    return -EINVAL;
+  return porttunnel__start(&a->cl, pod, port, o, out);
 }
 
 int fr_adapter_proc_start(struct fr_adapter *a, const char *pod, const struct fr_proc_spec *spec,
