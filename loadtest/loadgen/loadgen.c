@@ -2089,13 +2089,16 @@ static int run_scale(struct lg *g, json_t *figures) {
                           ? json_real(round3((double)(rss1 - rss_idle) * 1024.0 / (double)f.npaths))
                           : json_null());
   json_object_set_new(figures, "router_rss_mib_after_terminate", mib_json(rss3));
-  json_object_set_new(figures, "router_rss_mib_settled", mib_json(settled));
-  json_object_set_new(figures, "router_rss_mib_settled_allowed", mib_json(settled_target));
-  json_object_set_new(figures, "router_settle_s", json_real(round3(settled_s)));
-  json_object_set_new(figures, "router_rss_after_terminate", json_incref(after));
+  if (g->o.settle_s > 0) { /* measured: --settle-s 0 leaves the figures out */
+    json_object_set_new(figures, "router_rss_mib_settled", mib_json(settled));
+    json_object_set_new(figures, "router_rss_mib_settled_allowed", mib_json(settled_target));
+    json_object_set_new(figures, "router_settle_s", json_real(round3(settled_s)));
+    json_object_set_new(figures, "router_rss_after_terminate", json_incref(after));
+  }
   json_object_set_new(figures, "router_memory_full", mem_split_json(&split_at_full));
   json_object_set_new(figures, "router_memory_after_terminate", mem_split_json(&split_full));
-  json_object_set_new(figures, "router_memory_settled", mem_split_json(&split_settled));
+  if (g->o.settle_s > 0)
+    json_object_set_new(figures, "router_memory_settled", mem_split_json(&split_settled));
   json_object_set_new(figures, "router_cpu_s_create",
                       cpu0 >= 0 && cpu1 >= 0 ? json_real(round3(cpu1 - cpu0)) : json_null());
   json_object_set_new(figures, "router_cpu_s_total", cpu2 >= 0 ? json_real(round3(cpu2)) : json_null());
