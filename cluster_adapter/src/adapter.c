@@ -433,6 +433,7 @@ static void adapter_release(struct fr_adapter *a) {
   strmap_close(&a->tenant_counts);
   strmap_close(&a->tenant_gpus);
   podstore_free(&a->pods);
+  agent_gateway_release(a);
   free(a->reaper); /* NULL once sandbox_stop() closed it */
   free(a);
 }
@@ -470,6 +471,9 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
     snprintf(err, errlen, "%s: cannot create the API client", cc->name);
     goto fail;
   }
+  if (cc->gateway != NULL && (rc = agent_gateway_new(a, cc->gateway, err, errlen)) != 0)
+    goto fail;
+  a->cc.gateway = NULL; /* borrowed for the call only: agent_gateway_new() copied what it needs */
   rc = upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "pods", NULL, NULL);
   if (rc == 0)
     rc = fr_informer_new(a->client, path, FR_LABEL_SANDBOX "=true", on_informer, a, &a->inf[INF_PODS]);
@@ -528,6 +532,7 @@ fail:
   for (i = 0; i < INF_COUNT; i++)
     fr_informer_free(a->inf[i]);
   fr_kube_client_free(a->client, NULL, NULL);
+  fr_kube_client_free(a->gw_client, NULL, NULL);
   free(a->probe); /* never initialised as a handle */
   adapter_release(a);
   return rc < 0 ? rc : -EINVAL;
@@ -555,6 +560,8 @@ static void on_client_freed(void *arg) {
   void (*cb)(void *) = a->free_cb;
   void *cb_arg = a->free_arg;
 
+  if (--a->clients_open > 0)
+    return; /* the other client's handles are still closing */
   adapter_release(a);
   if (cb != NULL)
     cb(cb_arg);
@@ -572,7 +579,9 @@ void fr_adapter_free(struct fr_adapter *a, void (*cb)(void *arg), void *arg) {
   uv_close((uv_handle_t *)a->probe, on_probe_closed);
   a->free_cb = cb;
   a->free_arg = arg;
-  /* Cancels the probe too; the client calls back once its handles closed. */
+  /* Cancels the probe too; each client calls back once its handles closed. */
+  a->clients_open = a->gw_client != NULL ? 2 : 1;
+  fr_kube_client_free(a->gw_client, on_client_freed, a);
   fr_kube_client_free(a->client, on_client_freed, a);
 }
 

@@ -59,6 +59,14 @@ struct fr_adapter {
   struct strmap tenant_counts;   /* tenant -> v.n [live sandboxes, their cpu_m, their mem_b] (an entry only
                                     while it has sandboxes) */
   struct strmap tenant_gpus;     /* tenant -> v.n[0] GPUs of its live sandboxes (an entry only while > 0) */
+  /* agent.c: the cluster's gateway (NULL: agent calls through the pod
+   * proxy), its signing key, and agent calls sent by path. */
+  struct fr_kube_client *gw_client;
+  unsigned char *gw_key;
+  size_t gw_key_len;
+  int gw_refused;                /* its last answer was a refusal of this router (logged once) */
+  uint64_t path_calls[2];        /* [PATH_GATEWAY], [PATH_POD_PROXY] */
+  int clients_open;              /* fr_adapter_free: clients whose handles are still closing */
   enum breaker_state breaker;
   int failures;                  /* consecutive */
   uint64_t opened_ms;
@@ -165,6 +173,26 @@ int agent_token(const struct fr_adapter *a, const char *pod, int previous, char 
  * a route outside the allow-list or a parameter it does not take. */
 int agent_path(const struct fr_adapter *a, const char *pod, int port, const char *method, const char *route,
                char *out, size_t cap);
+enum { PATH_GATEWAY, PATH_POD_PROXY };
+/* The cluster's gateway from <g>: its REST client (the gateway's URL and
+ * CA, none of the cluster's credentials) and a copy of its key. Reads the
+ * CA file: blocking, at start-up only. 0 or a negative errno with <err>. */
+int agent_gateway_new(struct fr_adapter *a, const struct fr_adapter_gateway *g, char *err, size_t errlen);
+/* Wipes and frees the key (the client is the caller's to free). */
+void agent_gateway_release(struct fr_adapter *a);
+/* Sends a call to <pod>'s agent (<user_port> 0: agent route <route> on
+ * <port>, <internal> as upstream_agent_path()) or to its port <user_port>
+ * (<route>: the path and query the sandbox's server gets), through the
+ * cluster's gateway when it has one (signed; /init never), else the pod
+ * proxy. <ko> as fr_kube_request_opts() (its header lines are the caller's:
+ * the agent token). 0, -EINVAL (a path upstream.c refuses), or what
+ * fr_kube_request_opts() returns. */
+int agent_send(struct fr_adapter *a, const char *pod, int port, int user_port, const char *method, const char *route,
+               int internal, const char *content_type, const void *body, size_t len,
+               const struct fr_kube_request_opts *ko, fr_kube_response_cb cb, void *arg, struct fr_kube_call **out);
+/* 1 when <r> is an answer of the cluster's gateway itself (header
+ * Fr-Gateway-Error), not of the sandbox: its code into <code>. */
+int agent_gateway_error(const struct fr_adapter *a, const struct fr_kube_response *r, char *code, size_t cap);
 /* What an agent's /init token is made for (FR_LABEL_AGENT_INIT). */
 #define AGENT_INIT_POOL "pool"
 #define AGENT_INIT_POD "pod"
