@@ -49,6 +49,10 @@
 #                 batches of 1000 (smoke 50), 4 in flight. First the
 #                 create-rate curve at 1, 5, 20 clusters (smoke 1, 3) with
 #                 SCALE_PER_CLUSTER (1000; smoke 50) sandboxes per cluster.
+#                 After terminating them all, the router's RSS must come
+#                 back to within max(32 MiB, 15% of what the create added)
+#                 of its idle RSS within 60 s (loadgen --settle-s), else the
+#                 run fails. SCALE_N=1000000 is the million.
 #   abuse:        loadtest/abuse.py: one cluster, two tenants; idle
 #                 connections (20,000; smoke 2,000), output floods (10 execs
 #                 x 2 x 20 MiB; smoke 2 x 2 x 4 MiB), an exec burst (3,000;
@@ -383,8 +387,11 @@ scenario_scale() {
   local SIM_NODES
   SIM_NODES="$(nodes_for "$share")"
   federation FAST_DELAYS "$ncl" || return 1
+  # A request may take long at a million (the terminate of all by label):
+  # 3 ms a sandbox, 10 minutes at least.
+  local tmo=$((n * 3 > 600000 ? n * 3 : 600000))
   run_loadgen scale --image python:3.12 -n "$n" --batch "$batch" -c 4 --curve "$curve" \
-    --curve-per-cluster "$per" --fresh-samples "$fresh" --router-pid "${PIDS[-1]}" --timeout-ms 600000
+    --curve-per-cluster "$per" --fresh-samples "$fresh" --router-pid "${PIDS[-1]}" --timeout-ms "$tmo"
 }
 
 scenario_soak() {

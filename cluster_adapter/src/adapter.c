@@ -151,6 +151,7 @@ static void on_pod_event(struct fr_adapter *a, enum fr_informer_event ev, json_t
     old = podstore_take(&a->pods, name);
     if (old != NULL) {
       pods_count(a, old, -1);
+      usage_on_pod(a, NULL, old);
       sandbox_on_pod(a, ev, old, NULL);
       podstore_release(&a->pods, old);
     }
@@ -165,9 +166,25 @@ static void on_pod_event(struct fr_adapter *a, enum fr_informer_event ev, json_t
   if (old != NULL)
     pods_count(a, old, -1);
   pods_count(a, p, 1);
+  usage_on_pod(a, p, old);
   sandbox_on_pod(a, old ? FR_INF_MODIFIED : FR_INF_ADDED, p, old);
   podstore_release(&a->pods, old);
 }
+
+/* The fields of a sandbox pod podstore_parse() reads: the informer builds
+ * just these from the raw events (fr_informer_set_keep), not the ~150
+ * values of the whole pod (containers' env and commands, volumes, the
+ * agent's init container, containerStatuses, managedFields...). */
+static const struct fr_informer_keep keep_resources[] = {{"requests", NULL}, {"limits", NULL}, {NULL, NULL}};
+static const struct fr_informer_keep keep_container[] = {{"resources", keep_resources}, {NULL, NULL}};
+static const struct fr_informer_keep keep_meta[] = {
+    {"name", NULL},        {"namespace", NULL},         {"resourceVersion", NULL},   {"labels", NULL},
+    {"annotations", NULL}, {"creationTimestamp", NULL}, {"deletionTimestamp", NULL}, {NULL, NULL}};
+static const struct fr_informer_keep keep_spec[] = {{"nodeName", NULL}, {"containers", keep_container}, {NULL, NULL}};
+static const struct fr_informer_keep keep_status[] = {
+    {"phase", NULL}, {"reason", NULL}, {"startTime", NULL}, {"conditions", NULL}, {NULL, NULL}};
+static const struct fr_informer_keep keep_pod[] = {
+    {"metadata", keep_meta}, {"spec", keep_spec}, {"status", keep_status}, {NULL, NULL}};
 
 static const char *store_rv(void *arg, const char *ns, const char *name) {
   struct fr_adapter *a = arg;
@@ -426,12 +443,14 @@ static void adapter_release(struct fr_adapter *a) {
   strmap_close(&a->abandoned);
   strmap_close(&a->held);
   strmap_close(&a->batch_pods);
+  egress_free(a);
   strmap_close(&a->node_usage);
   strmap_close(&a->sb_node_usage);
   strmap_close(&a->gpu_usage);
   warm_ready_free(a);
   strmap_close(&a->tenant_counts);
   strmap_close(&a->tenant_gpus);
+  usage_free(a);
   podstore_free(&a->pods);
   agent_gateway_release(a);
   free(a->reaper); /* NULL once sandbox_stop() closed it */
@@ -506,6 +525,11 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
     rc = upstream_object_path(path, sizeof(path), "/api/v1", a->ns, "configmaps", NULL, NULL);
   if (rc == 0)
     rc = fr_informer_new(a->client, path, FR_LABEL_BATCH, on_informer, a, &a->inf[INF_MARKERS]);
+  /* The sandboxes' egress policies (egress.c): a few small objects. */
+  if (rc == 0)
+    rc = upstream_netpol_path(path, sizeof(path), a->ns, NULL);
+  if (rc == 0)
+    rc = fr_informer_new(a->client, path, FR_LABEL_EGRESS, on_informer, a, &a->inf[INF_NETPOLS]);
   /* The strmap tables start empty as calloc left them. */
   if (rc == 0 && podstore_init(&a->pods) != 0)
     rc = -ENOMEM;
@@ -514,6 +538,7 @@ int fr_adapter_new(uv_loop_t *loop, const struct fr_adapter_opts *cc, struct fr_
     goto fail;
   }
   fr_informer_set_owner_store(a->inf[INF_PODS], store_rv, store_each, a);
+  fr_informer_set_keep(a->inf[INF_PODS], keep_pod);
   fr_informer_set_transform(a->inf[INF_ALLPODS], slim_any_pod, a);
   a->pods.gpu_resource = a->cc.gpu_resource;
   fr_informer_set_transform(a->inf[INF_MARKERS], commit_slim_marker, NULL);

@@ -18,10 +18,11 @@
  * options the cluster can serve; PVCS also holds the sandboxes' workspace
  * claims (workspace.c), the record of paused sandboxes. MARKERS holds the
  * batches' commit markers (commit.c). STORAGECLASSES says which workspaces
- * the cluster can provision. */
+ * the cluster can provision. NETPOLS: the sandboxes' egress
+ * NetworkPolicies (egress.c). */
 enum {
   INF_PODS, INF_POOLS, INF_NODES, INF_ALLPODS, INF_QUOTAS, INF_RUNTIMECLASSES, INF_PVCS, INF_MARKERS,
-  INF_STORAGECLASSES, INF_COUNT
+  INF_STORAGECLASSES, INF_NETPOLS, INF_COUNT
 };
 #define INF_REQUIRED 3
 
@@ -29,7 +30,24 @@ enum breaker_state { BR_CLOSED, BR_OPEN, BR_HALF_OPEN };
 
 struct create_op;
 struct reap_due;
+
+/* usage.c: one (tenant, pool) of the usage table (fr/adapter.h). */
+struct usage_row {
+  char *tenant, *pool;
+  int64_t n, cpu_m, mem_b, gpus;   /* live sandboxes now and their requests */
+  double sec, core_s, gib_s, gpu_s;
+  uint64_t warm, cold, spilled;
+  uint64_t last_ms;                /* uv_now of the last integration */
+};
+
+struct usage_table {
+  struct usage_row *rows;
+  size_t n, cap;
+  struct strmap index;             /* "tenant\x1fpool" -> v.n[0] row index */
+};
 struct commit_op;
+struct egress_op;
+struct egress_known;
 
 struct fr_adapter {
   uv_loop_t *loop;
@@ -67,6 +85,7 @@ struct fr_adapter {
   int gw_refused;                /* its last answer was a refusal of this router (logged once) */
   uint64_t path_calls[2];        /* [PATH_GATEWAY], [PATH_POD_PROXY] */
   int clients_open;              /* fr_adapter_free: clients whose handles are still closing */
+  struct usage_table usage;      /* usage.c: per (tenant, pool) over time */
   enum breaker_state breaker;
   int failures;                  /* consecutive */
   uint64_t opened_ms;
@@ -98,7 +117,20 @@ struct fr_adapter {
   struct strmap batch_pods;      /* batch -> n[0] cached sandbox pods carrying it (> 0) */
   struct commit_op *commit_ops;  /* marker writes in flight */
   int64_t markers_gc_ms;         /* last sweep of the markers (wall ms) */
+  /* egress.c */
+  struct strmap egress;          /* policy hash -> n[0] cached sandbox pods carrying it, n[1] creates in
+                                    flight here using it, n[2] uv_now of this router's last write of it */
+  struct strmap egress_idle;     /* policy name -> n[0] hash of the resourceVersion seen unused,
+                                    n[1] uv_now since when, n[2] 1 while its delete is out */
+  struct egress_op *egress_ops;  /* policy writes and deletes in flight (or waiting for a retry) */
+  struct egress_known *egress_known; /* policies (hash, text) seen or written: what repairs re-create */
 };
+
+/* usage.c hooks, called by adapter.c */
+/* Every change of the sandbox pod cache: <p> the new state (NULL when the
+ * pod is gone), <old> the previous one (NULL when it is new). */
+void usage_on_pod(struct fr_adapter *a, const struct fr_pod *p, const struct fr_pod *old);
+void usage_free(struct fr_adapter *a);
 
 /* sandbox.c hooks, called by adapter.c */
 /* Every change of the sandbox pod cache: <p> the new state (for DELETED
@@ -134,6 +166,39 @@ void commit_on_pod(struct fr_adapter *a, enum fr_informer_event ev, const struct
 void commit_sweep(struct fr_adapter *a);
 /* Answers every marker write in flight with status 0. */
 void commit_stop(struct fr_adapter *a);
+
+/* egress.c hooks */
+/* Someone waiting for an egress policy to be written (a create, in its
+ * op); linked into the write while it waits. */
+struct egress_wait {
+  struct egress_wait *prev, *next;
+  struct egress_op *op;          /* NULL when not waiting */
+  void (*cb)(int status, const char *message, void *arg);
+  void *arg;
+};
+/* Makes sure NetworkPolicy fr-egress-<hash of e> exists, as <e>
+ * (normalized) says, and that no router deletes it for a while (a write
+ * changes its resourceVersion: docs/architecture.md, "Sandbox egress").
+ * 1: this router wrote it recently enough, nothing to wait for; 0: <w>
+ * waits, and <cb> gets the HTTP status (2xx, or why not) from a later
+ * loop turn unless egress_cancel(<w>) first; -ENOMEM, -ESHUTDOWN. */
+int egress_ensure(struct fr_adapter *a, const struct fr_egress *e, struct egress_wait *w,
+                  void (*cb)(int status, const char *message, void *arg), void *arg);
+/* Stops <w> waiting (its callback will not run). Safe when not waiting. */
+void egress_cancel(struct egress_wait *w);
+/* A create using policy <hash> starts (<delta> 1) or ends (-1) here: its
+ * policy is not garbage-collected meanwhile. */
+void egress_hold(struct fr_adapter *a, const char *hash, int delta);
+/* Keeps the per-policy pod counts from the sandbox pod cache's events. */
+void egress_on_pod(struct fr_adapter *a, enum fr_informer_event ev, const struct fr_pod *p,
+                   const struct fr_pod *old);
+/* From the reaper's timer: deletes policies no sandbox uses any more and
+ * re-creates policies that sandboxes use but the cluster lost. */
+void egress_sweep(struct fr_adapter *a);
+/* Answers every waiter with status 0 and frees the writes (adapter going away). */
+void egress_stop(struct fr_adapter *a);
+/* Frees what egress.c keeps (after egress_stop). */
+void egress_free(struct fr_adapter *a);
 
 /* The ready, unclaimed pods of <pool> (a set of pod names), or NULL for
  * none. Borrowed: valid until the next sandbox pod event. */

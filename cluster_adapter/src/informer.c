@@ -45,6 +45,7 @@ struct fr_informer {
   struct fr_kube_call *call;
   uv_timer_t *timer;       /* heap-allocated so free() need not wait for it */
   json_t *items;           /* "ns/name" -> object; NULL when the owner keeps the objects */
+  const struct fr_informer_keep *keep; /* fields to build from raw JSON; NULL: every one */
   fr_informer_rv_fn owner_rv;
   fr_informer_each_fn owner_each;
   void *owner_arg;
@@ -61,6 +62,7 @@ struct fr_informer {
 
 static void start_list(struct fr_informer *inf);
 static void start_watch(struct fr_informer *inf);
+static json_t *parse_doc(struct fr_informer *inf, const char *text, size_t len, const struct fr_informer_keep *top);
 
 static void set_state(struct fr_informer *inf, enum inf_state s) {
   if (inf->state != s)
@@ -177,7 +179,10 @@ static void apply(struct fr_informer *inf, json_t *obj, int deleted, int listed)
     strmap_put(&inf->seen, key, NULL);
   prev = cached_rv(inf, ns, name, key);
   existed = prev != NULL;
-  if (existed && (rv_older(obj_rv(obj), prev) || (listed && strcmp(prev, obj_rv(obj)) == 0)))
+  /* Older: a replay an observed write superseded. The same version (a
+   * relist, or an observed write and its watch event): nothing new. A
+   * delete carries the last version: it always goes through. */
+  if (existed && (rv_older(obj_rv(obj), prev) || (!deleted && strcmp(prev, obj_rv(obj)) == 0)))
     return;
   if (inf->items != NULL && existed)
     old = json_incref(json_object_get(inf->items, key));
@@ -264,7 +269,10 @@ static void on_list_page(const struct fr_kube_response *resp, void *arg) {
     backoff(inf, why);
     return;
   }
-  doc = json_loadb(resp->body, resp->body_len, 0, NULL);
+  {
+    const struct fr_informer_keep top[] = {{"metadata", NULL}, {"items", inf->keep}, {NULL, NULL}};
+    doc = parse_doc(inf, resp->body, resp->body_len, top);
+  }
   items = json_object_get(doc, "items");
   if (!json_is_array(items)) {
     json_decref(doc);
@@ -330,16 +338,298 @@ static void start_list(struct fr_informer *inf) {
 }
 
 /* ---------------------------------------------------------------------- */
+/* echoes                                                                  */
+
+/* Every object this router writes comes back to it twice: in the write's
+ * answer (observed at once, fr_informer_observe) and as the watch event of
+ * the same resourceVersion (or, after several writes in a row, older
+ * ones). A resourceVersion names one state of one object, so the echo
+ * holds nothing new; parsing it into a tree was a quarter of the router's
+ * CPU per create. peek_event() reads just the
+ * event's type and the object's namespace, name and resourceVersion from
+ * the raw line, with a scanner that only skips values, and the echo is
+ * dropped before any tree is built. Anything the scanner is not sure of
+ * (an escape in those strings, a malformed line) goes the full way. */
+
+static const char *skip_ws(const char *p, const char *e) {
+  while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+    p++;
+  return p;
+}
+
+/* <p> at '"': past the closing quote, or NULL. *<plain> (may be NULL) says
+ * whether it held no escape. memchr() finds the quote; only a string with
+ * a backslash before it is walked byte by byte. */
+static const char *skip_string(const char *p, const char *e, int *plain) {
+  const char *q = memchr(p + 1, '"', (size_t)(e - p - 1));
+
+  if (plain != NULL)
+    *plain = 1;
+  if (q == NULL)
+    return NULL;
+  if (memchr(p + 1, '\\', (size_t)(q - p - 1)) == NULL)
+    return q + 1;
+  if (plain != NULL)
+    *plain = 0;
+  for (p++; p < e; p++) {
+    if (*p == '"')
+      return p + 1;
+    if (*p == '\\')
+      p++;
+  }
+  return NULL;
+}
+
+static const char *skip_value(const char *p, const char *e, int depth) {
+  p = skip_ws(p, e);
+  if (p >= e || depth > 64)
+    return NULL;
+  if (*p == '"')
+    return skip_string(p, e, NULL);
+  if (*p == '{' || *p == '[') {
+    char close = *p == '{' ? '}' : ']';
+    p = skip_ws(p + 1, e);
+    if (p < e && *p == close)
+      return p + 1;
+    for (;;) {
+      if (close == '}') {
+        if (p >= e || *p != '"' || (p = skip_string(p, e, NULL)) == NULL)
+          return NULL;
+        p = skip_ws(p, e);
+        if (p >= e || *p != ':')
+          return NULL;
+        p++;
+      }
+      if ((p = skip_value(p, e, depth + 1)) == NULL)
+        return NULL;
+      p = skip_ws(p, e);
+      if (p < e && *p == ',') {
+        p = skip_ws(p + 1, e);
+        continue;
+      }
+      return p < e && *p == close ? p + 1 : NULL;
+    }
+  }
+  while (p < e && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\n')
+    p++; /* a number, true, false, null */
+  return p;
+}
+
+struct peek_field {
+  const char *key;
+  char *out;              /* the plain string value, or NULL: an object to enter */
+  size_t cap;
+  struct peek_field *inner;
+};
+
+/* Walks the object at <p>, filling the fields of <f> (NULL-key ended), and
+ * stops once each has been seen (the rest of a pod is not scanned).
+ * 0, or -1 when the scan is not sure. */
+static int peek_object(const char *p, const char *e, struct peek_field *f) {
+  size_t nf = 0, seen = 0;
+
+  while (f[nf].key != NULL)
+    nf++;
+  p = skip_ws(p, e);
+  if (p >= e || *p != '{')
+    return -1;
+  p = skip_ws(p + 1, e);
+  if (p < e && *p == '}')
+    return 0;
+  for (;;) {
+    const char *k = p, *v;
+    struct peek_field *hit = NULL;
+    int plain;
+    size_t i;
+    if (p >= e || *p != '"' || (p = skip_string(p, e, &plain)) == NULL)
+      return -1;
+    for (i = 0; plain && f[i].key != NULL; i++)
+      if ((size_t)(p - k - 2) == strlen(f[i].key) && memcmp(k + 1, f[i].key, (size_t)(p - k - 2)) == 0)
+        hit = &f[i];
+    p = skip_ws(p, e);
+    if (p >= e || *p != ':')
+      return -1;
+    v = skip_ws(p + 1, e);
+    if ((p = skip_value(v, e, 1)) == NULL)
+      return -1;
+    if (hit != NULL && hit->out != NULL) {
+      if (*v != '"' || (skip_string(v, e, &plain), !plain) || (size_t)(p - v - 2) >= hit->cap)
+        return -1;
+      memcpy(hit->out, v + 1, (size_t)(p - v - 2));
+      hit->out[p - v - 2] = '\0';
+    } else if (hit != NULL && peek_object(v, p, hit->inner) != 0) {
+      return -1;
+    }
+    if (hit != NULL && ++seen == nf)
+      return 0; /* a field listed twice would be taken at its first */
+    p = skip_ws(p, e);
+    if (p < e && *p == ',') {
+      p = skip_ws(p + 1, e);
+      continue;
+    }
+    return p < e && *p == '}' ? 0 : -1;
+  }
+}
+
+/* The type, namespace ("" when none), name and resourceVersion of a watch
+ * event line: 0, or -1 (then parse it in full). */
+static int peek_event(const char *line, size_t len, char type[16], char ns[256], char name[256], char rv[32]) {
+  struct peek_field meta[] = {{"namespace", ns, 256, NULL}, {"name", name, 256, NULL},
+                              {"resourceVersion", rv, 32, NULL}, {NULL, NULL, 0, NULL}};
+  struct peek_field obj[] = {{"metadata", NULL, 0, meta}, {NULL, NULL, 0, NULL}};
+  struct peek_field ev[] = {{"type", type, 16, NULL}, {"object", NULL, 0, obj}, {NULL, NULL, 0, NULL}};
+
+  type[0] = ns[0] = name[0] = rv[0] = '\0';
+  if (peek_object(line, line + len, ev) != 0 || type[0] == '\0' || name[0] == '\0' || rv[0] == '\0')
+    return -1;
+  return 0;
+}
+
+
+/* ---- building a tree of the kept fields only (fr_informer_set_keep) ---- */
+
+/* The JSON value at [<p>, <e>) (already delimited by skip_value) as a tree:
+ * jansson parses just that much. */
+static json_t *parse_span(const char *p, const char *e) {
+  return json_loadb(p, (size_t)(e - p), JSON_DECODE_ANY | JSON_DISABLE_EOF_CHECK, NULL);
+}
+
+/* The value at <p> filtered by <keep> (NULL: all of it), in one pass;
+ * *<end> gets where it ended. NULL when the JSON is not what the scanner
+ * expects (the caller parses it in full then). A plain string is made
+ * directly; anything else kept whole goes through jansson. */
+static json_t *scan_keep(const char *p, const char *e, const struct fr_informer_keep *keep, int depth,
+                         const char **end) {
+  json_t *out = NULL;
+  const char *q, *after;
+  int plain;
+
+  p = skip_ws(p, e);
+  if (depth > 64 || p >= e)
+    return NULL;
+  if (*p == '"') {
+    if ((q = skip_string(p, e, &plain)) == NULL)
+      return NULL;
+    *end = q;
+    return plain ? json_stringn(p + 1, (size_t)(q - p - 2)) : parse_span(p, q);
+  }
+  if (keep == NULL || (*p != '{' && *p != '[')) {
+    if ((*end = skip_value(p, e, depth)) == NULL)
+      return NULL;
+    return parse_span(p, *end);
+  }
+  q = skip_ws(p + 1, e);
+  if (*p == '[') {
+    if ((out = json_array()) == NULL)
+      return NULL;
+    while (q < e && *q != ']') {
+      json_t *v = scan_keep(q, e, keep, depth + 1, &after);
+      if (v == NULL || json_array_append_new(out, v) != 0)
+        goto bad;
+      q = skip_ws(after, e);
+      if (q < e && *q == ',')
+        q = skip_ws(q + 1, e);
+      else if (q >= e || *q != ']')
+        goto bad;
+    }
+  } else {
+    if ((out = json_object()) == NULL)
+      return NULL;
+    while (q < e && *q != '}') {
+      const char *k = q, *ke;
+      const struct fr_informer_keep *hit = NULL;
+      size_t i, kl;
+      json_t *v;
+      if (*q != '"' || (ke = skip_string(k, e, &plain)) == NULL)
+        goto bad;
+      kl = (size_t)(ke - k - 2);
+      for (i = 0; keep[i].key != NULL && hit == NULL; i++)
+        if ((keep[i].key[0] == '*' && keep[i].key[1] == '\0') ||
+            (plain && strlen(keep[i].key) == kl && memcmp(k + 1, keep[i].key, kl) == 0))
+          hit = &keep[i];
+      q = skip_ws(ke, e);
+      if (q >= e || *q != ':')
+        goto bad;
+      if (hit == NULL) {
+        if ((after = skip_value(q + 1, e, depth + 1)) == NULL)
+          goto bad;
+      } else {
+        json_t *key = plain ? NULL : parse_span(k, ke); /* decodes the escapes */
+        int rc;
+        if ((v = scan_keep(q + 1, e, hit->sub, depth + 1, &after)) == NULL || (!plain && !json_is_string(key))) {
+          json_decref(v);
+          json_decref(key);
+          goto bad;
+        }
+        rc = plain ? json_object_setn_new(out, k + 1, kl, v)
+                   : json_object_setn_new(out, json_string_value(key), json_string_length(key), v);
+        json_decref(key);
+        if (rc != 0)
+          goto bad;
+      }
+      q = skip_ws(after, e);
+      if (q < e && *q == ',')
+        q = skip_ws(q + 1, e);
+      else if (q >= e || *q != '}')
+        goto bad;
+    }
+  }
+  if (q >= e)
+    goto bad;
+  *end = q + 1;
+  return out;
+bad:
+  json_decref(out);
+  return NULL;
+}
+
+/* The object of one watch event line (<type> out) or list page, parsed
+ * with the informer's keep filter when it has one, in full otherwise. */
+static json_t *parse_doc(struct fr_informer *inf, const char *text, size_t len, const struct fr_informer_keep *top) {
+  const char *end;
+  json_t *j;
+
+  if (inf->keep != NULL && (j = scan_keep(text, text + len, top, 0, &end)) != NULL)
+    return j;
+  return json_loadb(text, len, 0, NULL);
+}
+
+/* ---------------------------------------------------------------------- */
 /* watch                                                                   */
 
 static void on_watch_line(const char *line, size_t len, void *arg) {
   struct fr_informer *inf = arg;
   json_t *ev, *obj;
   const char *type;
+  char t[16], ns[256], name[256], rv[32], key[600];
+  int peeked;
 
   if (inf->state != IS_WATCHING || len == 0)
     return;
-  ev = json_loadb(line, len, 0, NULL);
+  peeked = peek_event(line, len, t, ns, name, rv) == 0;
+  if (peeked && (strcmp(t, "ADDED") == 0 || strcmp(t, "MODIFIED") == 0) &&
+      (size_t)snprintf(key, sizeof(key), "%s/%s", ns, name) < sizeof(key)) {
+    const char *prev = cached_rv(inf, ns, name, key);
+    if (prev != NULL && (strcmp(prev, rv) == 0 || rv_older(rv, prev))) {
+      /* An echo of what the cache holds, or of a state an observed write
+       * already superseded (see "echoes" above). */
+      inf->last_contact_ms = uv_now(inf->loop);
+      inf->healthy = 1;
+      inf->backoff_ms = 0;
+      inf->stats.events++;
+      inf->stats.echoes++;
+      note_rv(inf, rv);
+      return;
+    }
+  }
+  if (peeked && strcmp(t, "ERROR") != 0) {
+    /* an object event: only the fields the owner reads (an ERROR's
+     * Status is read in full: its code says 410) */
+    const struct fr_informer_keep top[] = {{"type", NULL}, {"object", inf->keep}, {NULL, NULL}};
+    ev = parse_doc(inf, line, len, top);
+  } else {
+    ev = json_loadb(line, len, 0, NULL);
+  }
   type = json_string_value(json_object_get(ev, "type"));
   obj = json_object_get(ev, "object");
   if (type == NULL || !json_is_object(obj)) {
@@ -360,10 +650,10 @@ static void on_watch_line(const char *line, size_t len, void *arg) {
     inf->stats.events++;
     note_rv(inf, obj_rv(obj));
     if (strcmp(type, "BOOKMARK") != 0) {
-      json_t *t = inf->transform ? inf->transform(obj, inf->transform_arg) : json_incref(obj);
-      if (t != NULL)
-        apply(inf, t, strcmp(type, "DELETED") == 0, 0);
-      json_decref(t);
+      json_t *x = inf->transform ? inf->transform(obj, inf->transform_arg) : json_incref(obj);
+      if (x != NULL)
+        apply(inf, x, strcmp(type, "DELETED") == 0, 0);
+      json_decref(x);
     }
   }
   json_decref(ev);
@@ -493,6 +783,10 @@ void fr_informer_observe(struct fr_informer *inf, json_t *obj) {
   if (t != NULL)
     apply(inf, t, 0, 0);
   json_decref(t);
+}
+
+void fr_informer_set_keep(struct fr_informer *inf, const struct fr_informer_keep *keep) {
+  inf->keep = keep;
 }
 
 void fr_informer_set_owner_store(struct fr_informer *inf, fr_informer_rv_fn rv, fr_informer_each_fn each,

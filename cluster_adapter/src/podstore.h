@@ -4,7 +4,8 @@
  *
  * A pod as a jansson tree costs ~7.5 KB even slimmed (11 objects, 35
  * pairs, 21 strings, 104 allocations); the record is ~250 bytes with its
- * names, so 500,000 sandboxes fit in a router of a few hundred MiB. Strings
+ * names, in one allocation, so 1,000,000 sandboxes fit in a router of a
+ * few hundred MiB. Strings
  * that repeat across pods (tenant, pool, state, node, reason) are interned
  * once per cluster.
  */

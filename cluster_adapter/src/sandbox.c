@@ -3,6 +3,8 @@
  *
  * A create is a small state machine (set_state() logs transitions):
  *
+ *   (EGRESS: a restricted egress policy's NetworkPolicy is written first,
+ *    egress.c; then PICK, or done on an error)
  *   PICK --ready warm pod--> CLAIMING --200--> done (warm)
  *     |                          |409/404: next pod (3 conflicts: COLD)
  *     +--none ready-------> CREATING --201--> WAITING --Ready--> done (cold)
@@ -19,6 +21,7 @@
 
 #include "adapter_internal.h"
 #include "fr/buf.h"
+#include "fr/egress.h"
 #include "fr/log.h"
 #include "fr/quantity.h"
 #include "fr/urlsafe.h"
@@ -32,8 +35,8 @@
  * runs it (deletes are idempotent). */
 #define REAP_EVERY_MS 2000
 
-enum cstate { CS_PICK, CS_CLAIMING, CS_CREATING, CS_WAITING, CS_INIT, CS_DONE };
-static const char *const cstate_names[] = {"pick", "claiming", "creating", "waiting", "init", "done"};
+enum cstate { CS_EGRESS, CS_PICK, CS_CLAIMING, CS_CREATING, CS_WAITING, CS_INIT, CS_DONE };
+static const char *const cstate_names[] = {"egress", "pick", "claiming", "creating", "waiting", "init", "done"};
 
 struct create_op {
   struct create_op *prev, *next;
@@ -49,6 +52,9 @@ struct create_op {
   json_t *secrets;          /* a reference: env only the agent gets, never the pod */
   json_t *env, *labels;
   struct fr_podopts *opts;  /* pod options of a cold create; NULL = none */
+  struct fr_egress *egress; /* a restricted egress policy (owned), NULL = the default */
+  char egress_hash[FR_EGRESS_HASH_LEN + 1]; /* its hash: label fedrouter.io/egress; "" = none */
+  struct egress_wait egress_wait; /* CS_EGRESS: waiting for its NetworkPolicy */
   fr_sandbox_cb cb;
   void *arg;
   int conflicts;
@@ -57,6 +63,7 @@ struct create_op {
   char ws_claim[128];       /* resume: the workspace claim's name ("" = "<pod>-ws") */
   int ws_made;              /* this create made the workspace claim of op->pod */
   int init_warm;            /* CS_INIT: the pod came from the pool */
+  int spilled;              /* annotation fedrouter.io/spilled */
   int warm_held;            /* holds one of the pool's ready pods reserved (warm_hold) */
   char pod[64];
   struct fr_kube_call *call;
@@ -80,7 +87,7 @@ static void warm_release(struct create_op *op) {
 static void set_state(struct create_op *op, enum cstate s) {
   FR_DEBUG("sandbox", "%s: %s %s -> %s", op->a->cc.name, op->name, cstate_names[op->state], cstate_names[s]);
   op->state = s;
-  if (s != CS_PICK && s != CS_CLAIMING)
+  if (s != CS_EGRESS && s != CS_PICK && s != CS_CLAIMING)
     warm_release(op);
 }
 
@@ -108,6 +115,10 @@ static void op_free(struct create_op *op) {
     op->next->prev = op->prev;
   a->inflight--;
   warm_release(op);
+  egress_cancel(&op->egress_wait);
+  if (op->egress_hash[0] != '\0')
+    egress_hold(a, op->egress_hash, -1);
+  free(op->egress);
   if (op->timer != NULL)
     uv_close((uv_handle_t *)op->timer, timer_closed);
   free(op->tenant);
@@ -216,6 +227,9 @@ static json_t *user_labels_plus(struct create_op *op, json_t *labels) {
   json_t *v;
 
   json_object_foreach(op->labels, k, v) json_object_set(labels, k, v);
+  /* Selected by its egress policy's NetworkPolicy (written before). */
+  if (op->egress_hash[0] != '\0')
+    json_object_set_new(labels, FR_LABEL_EGRESS, json_string(op->egress_hash));
   if (op->batch != NULL)
     json_object_set_new(labels, FR_LABEL_BATCH, json_string(op->batch));
   return labels;
@@ -277,6 +291,8 @@ static json_t *sandbox_annotations(struct create_op *op, int warm, int agent) {
   json_object_set_new(ann, FR_ANN_CREATED, json_string(created));
   json_object_set_new(ann, FR_ANN_EXPIRES, json_string(expires));
   json_object_set_new(ann, FR_ANN_WARM, json_string(warm ? "true" : "false"));
+  if (op->spilled)
+    json_object_set_new(ann, FR_ANN_SPILLED, json_string("true"));
   if (env != NULL)
     json_object_set_new(ann, FR_ANN_ENV, json_string(env));
   if (names != NULL)
@@ -327,6 +343,7 @@ void sandbox_on_pod(struct fr_adapter *a, enum fr_informer_event ev, const struc
   struct create_op *op, *nx;
 
   commit_on_pod(a, ev, p, old);
+  egress_on_pod(a, ev, p, old);
   if (ev == FR_INF_DELETED)
     strmap_del(&a->deleting, p->name);
   else
@@ -804,8 +821,20 @@ static void pick(struct create_op *op) {
   start_cold(op);
 }
 
+/* The NetworkPolicy of the create's egress policy is written (or not). */
+static void on_egress(int status, const char *message, void *arg) {
+  struct create_op *op = arg;
+
+  if (status >= 200 && status < 300)
+    pick(op);
+  else
+    finish(op, status == 0 || status == 429 || status >= 500 ? FR_SB_UNAVAILABLE : FR_SB_FAILED,
+           message != NULL && *message ? message : "cannot write the sandbox's egress NetworkPolicy", NULL, 0);
+}
+
 static void on_start(uv_timer_t *t) {
   struct create_op *op = t->data;
+  int rc;
 
   /* The timer is reused for the readiness timeout. */
   uv_close((uv_handle_t *)op->timer, timer_closed);
@@ -814,10 +843,21 @@ static void on_start(uv_timer_t *t) {
     finish(op, FR_SB_UNAVAILABLE, "the router is shutting down", NULL, 0);
     return;
   }
-  if (op->resume)
-    start_cold(op);
-  else
+  if (op->resume || op->egress == NULL) {
+    if (op->resume)
+      start_cold(op);
+    else
+      pick(op);
+    return;
+  }
+  /* The policy's object exists before any pod carries its label, and no
+   * router deletes it while this create runs (egress.c). */
+  set_state(op, CS_EGRESS);
+  rc = egress_ensure(op->a, op->egress, &op->egress_wait, on_egress, op);
+  if (rc == 1)
     pick(op);
+  else if (rc < 0)
+    finish(op, FR_SB_FAILED, "cannot write the sandbox's egress NetworkPolicy", NULL, 0);
 }
 
 static char *dup_or_null(const char *s) {
@@ -844,12 +884,18 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
   op->cpu_m = spec->cpu_m;
   op->mem_b = spec->mem_b;
   op->lifetime_s = spec->lifetime_s;
+  op->spilled = spec->spilled;
   op->deadline_s = spec->deadline_s > spec->lifetime_s ? spec->deadline_s : spec->lifetime_s;
   op->ready_timeout_ms = spec->ready_timeout_ms ? spec->ready_timeout_ms : DEFAULT_READY_TIMEOUT_MS;
   op->secrets = spec->secrets && json_object_size(spec->secrets) ? json_incref(spec->secrets) : NULL;
   op->env = spec->env ? json_incref(spec->env) : NULL;
   op->labels = spec->labels ? json_incref(spec->labels) : NULL;
   op->opts = fr_podopts_ref(spec->opts);
+  if (!fr_egress_is_default(spec->egress) && (op->egress = malloc(sizeof(*op->egress))) != NULL) {
+    *op->egress = *spec->egress;
+    fr_egress_hash(op->egress, op->egress_hash);
+    egress_hold(a, op->egress_hash, 1);
+  }
   op->cb = cb;
   op->arg = arg;
   if (spec->resume_pod != NULL) {
@@ -879,7 +925,7 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
   a->inflight++;
   if (op->tenant == NULL || op->name == NULL || op->timer == NULL ||
       (spec->pool && op->pool == NULL) || (spec->image && op->image == NULL) ||
-      (spec->batch && op->batch == NULL)) {
+      (spec->batch && op->batch == NULL) || (!fr_egress_is_default(spec->egress) && op->egress == NULL)) {
     free(op->timer);
     op->timer = NULL;
     op_free(op);
@@ -1258,6 +1304,27 @@ static void due_note(struct fr_adapter *a, const struct fr_pod *pod, const struc
     due_push(a, pod->name, at);
 }
 
+/* From the reaper's tick: once entries of sandboxes already gone (a mass
+ * terminate) outnumber the live ones, rebuild the queue from the cache
+ * (due_note does it on the next pod event, but after a mass terminate
+ * there may be none for an hour), and give back an array much larger than
+ * the queue: 16 bytes plus a name per entry, 1M entries after terminating
+ * a million sandboxes. */
+static void due_compact(struct fr_adapter *a) {
+  size_t want;
+
+  if (a->ndue >= 1024 && a->ndue / 2 > (size_t)(a->n_sandboxes > 0 ? a->n_sandboxes : 0))
+    due_rebuild(a);
+  want = a->ndue * 2 > 256 ? a->ndue * 2 : 256;
+  if (a->due_cap > 4 * want) {
+    struct reap_due *n = realloc(a->due, want * sizeof(*n));
+    if (n != NULL) {
+      a->due = n;
+      a->due_cap = want;
+    }
+  }
+}
+
 /* Removes the earliest entry; the caller owns its pod name. */
 static struct reap_due due_pop(struct fr_adapter *a) {
   struct reap_due top = a->due[0];
@@ -1318,6 +1385,7 @@ static void on_reap(uv_timer_t *t) {
   /* Forget marks of pods that are gone. */
   strmap_sweep(&a->reaping, pod_gone, a);
   strmap_sweep(&a->deleting, pod_gone, a);
+  due_compact(a);
   /* activeDeadlineSeconds already stopped expired sandboxes in the
    * cluster; the expiry annotation covers a cluster that did not. Only the
    * sandboxes due now are looked at, never the whole cache. */
@@ -1360,6 +1428,7 @@ static void on_reap(uv_timer_t *t) {
   }
   commit_sweep(a);
   workspace_sweep(a);
+  egress_sweep(a);
 }
 
 int sandbox_init(struct fr_adapter *a) {
@@ -1397,6 +1466,7 @@ void sandbox_stop(struct fr_adapter *a) {
   while (a->creates != NULL)
     finish(a->creates, FR_SB_UNAVAILABLE, "the router is shutting down", NULL, 0);
   commit_stop(a);
+  egress_stop(a);
   due_clear(a);
   free(a->due);
   a->due = NULL;

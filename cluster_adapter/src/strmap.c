@@ -103,6 +103,28 @@ static void remove_at(struct strmap *m, size_t i) {
   }
 }
 
+/* A table that emptied out gives its slots back: a set that held every
+ * sandbox of a mass delete (50,000 names: a 1 MiB slot array per cluster)
+ * would keep the array for good otherwise. Shrinks to a quarter full at
+ * most when under an eighth full, so a table that goes up and down around
+ * one size does not rehash every time; an empty table frees its array (as
+ * after strmap_init). Out of memory: it stays as it is. */
+static void shrink(struct strmap *m) {
+  size_t cap = m->cap;
+
+  if (m->n == 0) {
+    free(m->slots);
+    m->slots = NULL;
+    m->cap = 0;
+    return;
+  }
+  /* the smallest power of 2 that is at most a quarter full */
+  for (cap = MIN_CAP; cap < m->n * 4; cap *= 2)
+    ;
+  if (cap < m->cap)
+    grow(m, cap);
+}
+
 int strmap_del(struct strmap *m, const char *key) {
   size_t i;
 
@@ -112,6 +134,8 @@ int strmap_del(struct strmap *m, const char *key) {
   if (m->slots[i] == NULL)
     return 0;
   remove_at(m, i);
+  if (m->n == 0 || (m->n * 8 < m->cap && m->cap > MIN_CAP))
+    shrink(m);
   return 1;
 }
 
@@ -142,5 +166,7 @@ size_t strmap_sweep(struct strmap *m, int (*drop)(struct strmap_entry *e, void *
       gone++;
     }
   }
+  if (gone > 0 && (m->n == 0 || (m->n * 8 < m->cap && m->cap > MIN_CAP)))
+    shrink(m);
   return gone;
 }

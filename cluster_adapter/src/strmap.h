@@ -54,7 +54,8 @@ struct strmap_entry *strmap_get(const struct strmap *m, const char *key);
  * given, says which). NULL: out of memory, nothing changed. */
 struct strmap_entry *strmap_put(struct strmap *m, const char *key, int *added);
 /* Removes <key> (freeing its entry): 1 if it was there, else 0. Not during
- * a strmap_next() walk of <m>: strmap_sweep() removes while it walks. */
+ * a strmap_next() walk of <m>: strmap_sweep() removes while it walks. A
+ * table under an eighth full shrinks (entries keep their addresses). */
 int strmap_del(struct strmap *m, const char *key);
 
 /* Iteration: *<cursor> starts at 0; NULL at the end. <m> must not change

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "fr/adapter.h"
+#include "fr/egress.h"
 #include "fr/gwproto.h"
 #include "fr/urlsafe.h"
 #include "fr/util.h"
@@ -174,6 +175,13 @@ int upstream_object_path(char *out, size_t cap, const char *api, const char *ns,
     n = snprintf(out, cap, "%s/namespaces/%s/%s/%s", api, ns, resource, full);
   }
   return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+int upstream_netpol_path(char *out, size_t cap, const char *ns, const char *hash) {
+  if (hash != NULL && !fr_egress_hash_valid(hash))
+    return -EINVAL;
+  return upstream_object_path(out, cap, "/apis/networking.k8s.io/v1", ns, "networkpolicies",
+                              hash != NULL ? UPSTREAM_NETPOL_PREFIX : NULL, hash);
 }
 
 /* The checks of upstream_port_path(). */

@@ -23,6 +23,14 @@
 int upstream_object_path(char *out, size_t cap, const char *api, const char *ns, const char *resource,
                          const char *name_prefix, const char *name);
 
+/* The path of a sandbox egress NetworkPolicy (egress.c): the collection
+ * (<hash> NULL) or the policy named "fr-egress-<hash>", <hash> being
+ * FR_EGRESS_HASH_LEN lowercase hex characters (fr/egress.h):
+ *   /apis/networking.k8s.io/v1/namespaces/<ns>/networkpolicies[/fr-egress-<hash>]
+ * 0, -EINVAL, -ENAMETOOLONG. */
+#define UPSTREAM_NETPOL_PREFIX "fr-egress-"
+int upstream_netpol_path(char *out, size_t cap, const char *ns, const char *hash);
+
 /* The pod proxy path of agent route <route> ("/files?path=%2Ftmp%2Fx",
  * "/process.Process/Start": the route, then optionally '?' and its query)
  * of pod <pod> (a DNS subdomain) in <ns> on <port> (1-65535), for a

@@ -32,6 +32,7 @@
 
 #include "fr/buf.h"
 #include "fr/cfgread.h"
+#include "fr/egress.h"
 #include "fr/util.h"
 
 /* Defaults (documented in config/examples/fedrouter.conf). */
@@ -406,7 +407,8 @@ static int parse_listen(struct loader *l, const config_setting_t *s, const char 
 static const char *const root_keys[] = {"listen", "health_listen", "tls", "region", "policy", "sandbox",
                                         "limits", "tenants", "clusters", "hosted",
                                         "metrics_token_sha256", "agent", "shutdown_delay_ms", "queue", "ports",
-                                        "e2b", NULL};
+                                        "e2b", "metrics", NULL};
+static const char *const metrics_keys[] = {"prometheus_url", "history_step_s", NULL};
 static const char *const ports_keys[] = {"domain", "max_requests_per_sandbox", "max_requests_per_tenant", NULL};
 static const char *const e2b_keys[] = {"templates", NULL};
 static const char *const template_keys[] = {"name", "pool", NULL};
@@ -421,13 +423,14 @@ static const char *const tenant_keys[] = {"name", "token_sha256", "tokens", "max
                                           "max_concurrent_execs", "max_pool_replicas", "max_file_bytes", "admin",
                                           "secret", "max_cpus", "max_memory_gb", "max_gpus", "weight",
                                           "max_queued_sandboxes", "max_queued_execs", "max_paused", "max_paused_s",
-                                          "max_workspace_bytes", "max_lifetime_s", NULL};
+                                          "max_workspace_bytes", "max_lifetime_s", "network", NULL};
 static const char *const token_keys[] = {"name", "sha256", "expires", NULL};
 static const char *const queue_keys[] = {"max_wait_s", "max_sandboxes", "exec_wait_s", "e2b_wait_s", NULL};
+static const char *const network_keys[] = {"allow_internet", "allow_out", "deny_out", NULL};
 static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context", "in_cluster",
                                            "namespace", "cost", "gateway", NULL};
 static const char *const gateway_keys[] = {"url", "ca_file", "key_file", NULL};
-static const char *const cost_keys[] = {"per_core_hour", "per_gib_hour", "node_hour",
+static const char *const cost_keys[] = {"per_core_hour", "per_gib_hour", "per_gpu_hour", "node_hour",
                                         "sandboxes_per_node", NULL};
 static const char *const hosted_keys[] = {"per_core_second", "per_gib_second", NULL};
 
@@ -677,6 +680,34 @@ static int load_ports(struct loader *l, const config_setting_t *root, struct fr_
                        "<port>-<id>.<domain>)", v);
   }
   if ((c->ports_domain = strdup(v)) == NULL)
+    return oom(l);
+  return 0;
+}
+
+/* metrics = { prometheus_url = "http://prometheus:9090"; history_step_s = 10; } */
+static int load_metrics(struct loader *l, const config_setting_t *root, struct fr_config *c) {
+  const config_setting_t *g, *s;
+  const char *v, *host;
+  size_t n;
+  int rc;
+
+  c->history_step_s = 10;
+  if ((rc = get_group(l, root, "metrics", &g)) < 0 || g == NULL)
+    return rc;
+  rc = check_keys(l, g, metrics_keys);
+  rc = fr_cfg_first(rc, get_int(l, g, "history_step_s", 1, 3600, &c->history_step_s, NULL));
+  if (rc < 0)
+    return rc;
+  if ((rc = get_string(l, g, "prometheus_url", 0, NULL, &v, &s)) < 0 || v == NULL)
+    return rc;
+  host = strncmp(v, "http://", 7) == 0 ? v + 7 : strncmp(v, "https://", 8) == 0 ? v + 8 : NULL;
+  n = strlen(v);
+  if (host == NULL || *host == '\0' || *host == '/' || n > 512 || strpbrk(v, " \t\r\n?#\"\\") != NULL)
+    return bad(l, s, "\"%s\" is not an http:// or https:// URL of a Prometheus server "
+                     "(\"http://prometheus:9090\", no query)", v);
+  while (n > 0 && v[n - 1] == '/')
+    n--; /* the API paths are appended: /api/v1/query */
+  if ((c->prometheus_url = strndup(v, n)) == NULL)
     return oom(l);
   return 0;
 }
@@ -977,6 +1008,55 @@ static int get_quota(struct loader *l, const config_setting_t *g, const char *ke
   return 0;
 }
 
+/* One of the tenant's `network` lists (<key>: allow_out, deny_out) into <e>. */
+static int network_list(struct loader *l, const config_setting_t *g, const char *key, int deny,
+                        struct fr_egress *e) {
+  const config_setting_t *list = config_setting_get_member(g, key);
+  char why[300];
+  int i, n, rc;
+
+  if (list == NULL)
+    return 0;
+  if (!config_setting_is_array(list) && !config_setting_is_list(list))
+    return bad(l, list, "expected an array of IP addresses or CIDRs ([\"10.0.0.0/8\", ...]), got %s",
+               type_name(config_setting_type(list)));
+  n = config_setting_length(list);
+  if (n > FR_EGRESS_MAX_CIDRS)
+    return bad(l, list, "%d entries; at most %d", n, FR_EGRESS_MAX_CIDRS);
+  for (i = 0; i < n; i++) {
+    const config_setting_t *s = config_setting_get_elem(list, (unsigned)i);
+    const char *v = config_setting_get_string(s);
+    if (v == NULL)
+      return bad(l, s, "expected a string (an IP address or CIDR), got %s", type_name(config_setting_type(s)));
+    if ((rc = fr_egress_add(e, deny, v, why, sizeof(why))) != 0)
+      return bad(l, s, "%s", why);
+  }
+  return 0;
+}
+
+/* The tenant's `network` group: the default egress of its sandboxes. */
+static int tenant_network(struct loader *l, const config_setting_t *tenant, struct fr_config_tenant *t) {
+  const config_setting_t *g;
+  struct fr_egress *e;
+  int rc;
+
+  if ((rc = get_group(l, tenant, "network", &g)) < 0 || g == NULL)
+    return rc;
+  if ((rc = check_keys(l, g, network_keys)) < 0)
+    return rc;
+  if ((e = malloc(sizeof(*e))) == NULL)
+    return oom(l);
+  fr_egress_init(e);
+  if ((rc = get_bool(l, g, "allow_internet", &e->allow_internet)) < 0 ||
+      (rc = network_list(l, g, "allow_out", 0, e)) < 0 || (rc = network_list(l, g, "deny_out", 1, e)) < 0) {
+    free(e);
+    return rc;
+  }
+  fr_egress_normalize(e);
+  t->network = e;
+  return 0;
+}
+
 static int load_tenants(struct loader *l, const config_setting_t *root, struct fr_config *c) {
   const config_setting_t *list;
   struct token_seen *seen = NULL;
@@ -1068,7 +1148,7 @@ static int load_tenants(struct loader *l, const config_setting_t *root, struct f
       }
       first = fr_cfg_first(first, rc);
     }
-    if ((rc = tenant_secret(l, g, t)) < 0) {
+    if ((rc = tenant_secret(l, g, t)) < 0 || (rc = tenant_network(l, g, t)) < 0) {
       if (rc == -ENOMEM) {
         free(seen);
         return rc;
@@ -1096,20 +1176,21 @@ static int load_cost(struct loader *l, const config_setting_t *cluster,
                      struct fr_config_cost *cost) {
   const config_setting_t *g;
   int64_t per_node = 0;
-  int rc, has_core, has_gib, has_node, has_per_node;
+  int rc, has_core, has_gib, has_gpu, has_node, has_per_node;
 
   if ((rc = get_group(l, cluster, "cost", &g)) < 0 || g == NULL)
     return rc;
   if ((rc = check_keys(l, g, cost_keys)) < 0 ||
       (rc = get_amount(l, g, "per_core_hour", &cost->per_core_hour, &has_core)) < 0 ||
       (rc = get_amount(l, g, "per_gib_hour", &cost->per_gib_hour, &has_gib)) < 0 ||
+      (rc = get_amount(l, g, "per_gpu_hour", &cost->per_gpu_hour, &has_gpu)) < 0 ||
       (rc = get_amount(l, g, "node_hour", &cost->node_hour, &has_node)) < 0 ||
       (rc = get_int(l, g, "sandboxes_per_node", 1, MAX_SANDBOXES_PER_NODE, &per_node,
                     &has_per_node)) < 0)
     return rc;
-  if ((has_core || has_gib) && (has_node || has_per_node))
+  if ((has_core || has_gib || has_gpu) && (has_node || has_per_node))
     return bad(l, config_setting_get_member(g, has_node ? "node_hour" : "sandboxes_per_node"),
-               "give either per_core_hour/per_gib_hour or node_hour + sandboxes_per_node, "
+               "give either per_core_hour/per_gib_hour/per_gpu_hour or node_hour + sandboxes_per_node, "
                "not both");
   if (has_node && !has_per_node)
     return missing(l, g, "sandboxes_per_node",
@@ -1327,6 +1408,7 @@ static int load_root(struct loader *l, const config_setting_t *root, struct fr_c
   first = fr_cfg_first(first, load_clusters(l, root, c));
   first = fr_cfg_first(first, load_hosted(l, root, c));
   first = fr_cfg_first(first, load_ports(l, root, c));
+  first = fr_cfg_first(first, load_metrics(l, root, c));
   first = fr_cfg_first(first, load_e2b(l, root, c));
   return first;
 }
@@ -1575,6 +1657,7 @@ static void config_free(struct fr_config *c) {
     free(c->tenants[i].tokens);
     free(c->tenants[i].name);
     free(c->tenants[i].secret);
+    free(c->tenants[i].network);
   }
   for (i = 0; i < c->nfiles; i++)
     free(c->files[i]);
@@ -1603,6 +1686,7 @@ static void config_free(struct fr_config *c) {
   free(c->agent_image);
   free(c->gpu_resource);
   free(c->ports_domain);
+  free(c->prometheus_url);
   for (size_t t = 0; t < c->ne2b_templates; t++) {
     free(c->e2b_templates[t].name);
     free(c->e2b_templates[t].pool);

@@ -41,8 +41,23 @@ double fr_cost_hosted_hour(const struct fr_config_hosted *h, int64_t cpu_m, int6
          SECONDS_PER_HOUR;
 }
 
+double fr_cost_gpu_hour(const struct fr_config_cost *c, int64_t gpus) {
+  if (c == NULL || node_model(c) || gpus <= 0)
+    return 0.0;
+  return (double)gpus * c->per_gpu_hour;
+}
+
+double fr_cost_usage_dollars(const struct fr_config_cost *c, double sandbox_s, double core_s, double gib_s,
+                             double gpu_s) {
+  if (c == NULL)
+    return 0.0;
+  if (node_model(c))
+    return sandbox_s * fr_cost_sandbox_hour(c, 0, 0) / SECONDS_PER_HOUR;
+  return (core_s * c->per_core_hour + gib_s * c->per_gib_hour + gpu_s * c->per_gpu_hour) / SECONDS_PER_HOUR;
+}
+
 int fr_cost_known(const struct fr_config_cost *c) {
   if (c == NULL)
     return 0;
-  return node_model(c) || c->per_core_hour > 0 || c->per_gib_hour > 0;
+  return node_model(c) || c->per_core_hour > 0 || c->per_gib_hour > 0 || c->per_gpu_hour > 0;
 }

@@ -297,6 +297,12 @@ void admin_handle(struct fr_http_req *req, void *arg) {
     else
       fr_http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b.data, b.len);
     fr_buf_free(&b);
+  } else if (strcmp(req->path, "/_sim/netpol") == 0 && strcmp(req->method, "GET") == 0) {
+    json_t *j = netpol_json(s);
+    if (j == NULL)
+      admin_error(req, 503, "out_of_memory", "out of memory");
+    else
+      api_json(req, 200, j);
   } else if (strcmp(req->path, "/_sim/compact") == 0 && strcmp(req->method, "POST") == 0) {
     store_compact(s);
     api_json(req, 200, json_pack("{s:I}", "compacted_to", (json_int_t)s->rv));
@@ -305,6 +311,6 @@ void admin_handle(struct fr_http_req *req, void *arg) {
   else
     admin_error(req, 404, "not_found", "admin endpoints: GET /_sim/state, GET|POST /_sim/faults, GET /_sim/nodes, "
                 "GET|POST /_sim/nodes/NAME, GET|DELETE /_sim/requests, GET|PUT /_sim/tokens, GET|DELETE /_sim/stats, "
-                "POST /_sim/compact, GET /metrics (admin port)");
+                "GET /_sim/netpol, POST /_sim/compact, GET /metrics (admin port)");
 }
 

@@ -355,6 +355,7 @@ static int supervisor_start(struct sim *s, struct sim_obj *o, char **cmd) {
            a->isolated ? " (own namespaces and root)" : "", cmd ? ", running the agent" : "");
   a->pod = p;
   p->agent = a;
+  netpol_pod_dirty(s, o); /* its network namespace may need egress rules */
   if (a->runs_agent) {
     uv_timer_init(s->loop, &a->poll);
     a->poll.data = a;
@@ -500,6 +501,15 @@ void agent_remove_dir(struct sim *s, struct sim_pod *p, char *dir) {
   }
   free(a->rm_dir);
   a->rm_dir = dir;
+}
+
+const char *agent_net_pidfile(struct sim *s, struct sim_pod *p) {
+  struct sim_agent *a = p != NULL ? p->agent : NULL;
+
+  if (a == NULL || !a->isolated || !a->proc_open || a->exited || podnet_mode(s) != PODNET_BRIDGE ||
+      p->ip[0] == '\0')
+    return NULL;
+  return a->pid_file;
 }
 
 int agent_exec_wrap(struct sim *s, struct sim_obj *o, json_t *c, char ***wrap) {

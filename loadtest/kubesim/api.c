@@ -742,7 +742,8 @@ static void handle_create(struct sim *s, struct fr_http_req *req, const struct r
     return;
   default:
     if (kind_validate(r->kind, NULL, j, &e) != 0) {
-      status_err(req, &e, kind_resource(r->kind), json_get_str(json_object_get(j, "metadata"), "name"));
+      /* NewInvalid names the kind ("The NetworkPolicy "x" is invalid"). */
+      status_err(req, &e, kind_name(r->kind), json_get_str(json_object_get(j, "metadata"), "name"));
       json_decref(j);
       return;
     }
@@ -987,6 +988,16 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
       goto out_nw;
     }
   }
+  /* Checked and defaulted before the generation is worked out: the
+   * defaults a request leaves out are no change of the spec. */
+  if (r->kind >= K_FIRST_STORED) {
+    struct sim_err e;
+    memset(&e, 0, sizeof(e));
+    if (kind_validate(r->kind, old, nw, &e) != 0) {
+      status_err(req, &e, kind_name(r->kind), r->name);
+      goto out_nw;
+    }
+  }
   /* A change of the spec is a new generation; so is one of a Deployment's
    * annotations (they are copied to its ReplicaSets). */
   if (kind_has_generation(r->kind) && !status_sub &&
@@ -1003,14 +1014,6 @@ static void handle_update(struct sim *s, struct fr_http_req *req, const struct r
       goto out_nw;
     }
     json_object_set(json_obj(nw, "status"), "hard", json_path(nw, "spec.hard"));
-  }
-  if (r->kind >= K_FIRST_STORED) {
-    struct sim_err e;
-    memset(&e, 0, sizeof(e));
-    if (kind_validate(r->kind, old, nw, &e) != 0) {
-      status_err(req, &e, kind_resource(r->kind), r->name);
-      goto out_nw;
-    }
   }
   if (json_equal(old, nw)) {
     /* No-op updates do not bump resourceVersion. */

@@ -460,15 +460,39 @@ static int check_peers(json_t *j, json_t *rules, const char *dir, const char *pe
       snprintf(f, sizeof(f), "%s[%zu].ports[%zu]", dir, i, n);
       if (!check_port(p))
         return invalid(e, K_NETWORKPOLICY, j, f, "FieldValueInvalid", "Invalid value: bad port or protocol");
+      /* SetDefaults_NetworkPolicyPort. */
+      if (json_object_get(p, "protocol") == NULL)
+        json_object_set_new(p, "protocol", json_string("TCP"));
     }
     json_array_foreach(json_object_get(r, peers), n, p) {
       int set = (json_object_get(p, "podSelector") != NULL) + (json_object_get(p, "namespaceSelector") != NULL);
+      json_t *block = json_object_get(p, "ipBlock"), *x;
+      const char *cidr = json_get_str(block, "cidr");
+      size_t k;
       snprintf(f, sizeof(f), "%s[%zu].%s[%zu]", dir, i, peers, n);
-      if (json_object_get(p, "ipBlock") != NULL ? set != 0 || !nonempty_str(json_path(p, "ipBlock.cidr"))
-                                                : set == 0)
+      if (block != NULL ? set != 0 || !nonempty_str(json_object_get(block, "cidr")) : set == 0)
         return invalid(e, K_NETWORKPOLICY, j, f, "FieldValueRequired",
                        "Required value: must specify a peer (podSelector and/or namespaceSelector, "
                        "or ipBlock with a cidr)");
+      if (block == NULL)
+        continue;
+      /* ValidateIPBlock: cidr a CIDR, each except one and a strict subset of it. */
+      snprintf(f, sizeof(f), "%s[%zu].%s[%zu].ipBlock.cidr", dir, i, peers, n);
+      if (netpol_cidr_check(cidr, NULL) != 0)
+        return invalid(e, K_NETWORKPOLICY, j, f, "FieldValueInvalid",
+                       "Invalid value: \"%.100s\": must be a valid CIDR value, (e.g. 10.9.8.0/24 or "
+                       "2001:db8::/64)", cidr);
+      json_array_foreach(json_object_get(block, "except"), k, x) {
+        const char *xs = json_string_value(x);
+        int rc = netpol_cidr_check(xs, cidr);
+        snprintf(f, sizeof(f), "%s[%zu].%s[%zu].ipBlock.except[%zu]", dir, i, peers, n, k);
+        if (rc != 0)
+          return invalid(e, K_NETWORKPOLICY, j, f, "FieldValueInvalid",
+                         rc < 0 ? "Invalid value: \"%.100s\": must be a valid CIDR value, (e.g. 10.9.8.0/24 or "
+                                  "2001:db8::/64)"
+                                : "Invalid value: \"%.100s\": must be a strict subset of `cidr`",
+                         xs != NULL ? xs : "");
+      }
     }
   }
   return 0;
@@ -480,6 +504,14 @@ static int check_netpol(json_t *j, struct sim_err *e) {
 
   if (!json_is_object(json_path(j, "spec.podSelector")))
     return invalid(e, K_NETWORKPOLICY, j, "spec.podSelector", "FieldValueRequired", "Required value");
+  /* SetDefaults_NetworkPolicySpec: Ingress always, Egress when there are
+   * egress rules. */
+  if (types == NULL || json_array_size(types) == 0) {
+    types = json_pack("[s]", "Ingress");
+    if (json_array_size(json_path(j, "spec.egress")) > 0)
+      json_array_append_new(types, json_string("Egress"));
+    json_object_set_new(json_object_get(j, "spec"), "policyTypes", types);
+  }
   json_array_foreach(types, i, t) {
     const char *v = json_string_value(t);
     if (v == NULL || (strcmp(v, "Ingress") != 0 && strcmp(v, "Egress") != 0))
@@ -770,6 +802,11 @@ static const struct column pdb_cols[] = {
     {"Allowed Disruptions", "integer", "", "Calculated number of pods that may be disrupted at this time.", 0},
     {"Age", "string", "", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0},
 };
+static const struct column netpol_cols[] = {
+    {"Name", "string", "name", "Name must be unique within a namespace.", 0},
+    {"Pod-Selector", "string", "", "Selects the pods to which this NetworkPolicy object applies.", 0},
+    {"Age", "string", "", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0},
+};
 static const struct column quota_cols[] = {
     {"Name", "string", "name", "Name must be unique within a namespace.", 0},
     {"Age", "string", "", "CreationTimestamp is a timestamp representing the server time when this object was created.", 0},
@@ -1028,6 +1065,7 @@ int table_render(struct sim *s, enum sim_kind k, struct objver **vs, size_t n, c
   case K_PDB: cols = pdb_cols; ncols = FR_ARRAY_SIZE(pdb_cols); break;
   case K_DEPLOYMENT: cols = deploy_cols; ncols = FR_ARRAY_SIZE(deploy_cols); break;
   case K_EVENT: cols = event_cols; ncols = FR_ARRAY_SIZE(event_cols); break;
+  case K_NETWORKPOLICY: cols = netpol_cols; ncols = FR_ARRAY_SIZE(netpol_cols); break;
   default: cols = meta_cols; ncols = FR_ARRAY_SIZE(meta_cols); break;
   }
   json_object_set_new(t, "kind", json_string("Table"));
@@ -1074,6 +1112,14 @@ int table_render(struct sim *s, enum sim_kind k, struct objver **vs, size_t n, c
       json_array_append_new(cells, age_cell(obj));
       break;
     case K_QUOTA: quota_cells(obj, cells); break;
+    case K_NETWORKPOLICY: {
+      /* kubectl's printer: the selector as text, <none> when it is empty. */
+      char *sel = label_selector_text(json_path(obj, "spec.podSelector"));
+      json_array_append_new(cells, json_string(sel != NULL && *sel ? sel : "<none>"));
+      free(sel);
+      json_array_append_new(cells, age_cell(obj));
+      break;
+    }
     case K_PDB:
       json_array_append_new(cells, int_or_string_cell(json_path(obj, "spec.minAvailable")));
       json_array_append_new(cells, int_or_string_cell(json_path(obj, "spec.maxUnavailable")));

@@ -460,6 +460,7 @@ static void sim_teardown(struct sim *s) {
   uv_close((uv_handle_t *)&s->noexec_timer, NULL);
   uv_close((uv_handle_t *)&s->sync_timer, NULL);
   nodelife_close(s);
+  netpol_close(s);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -536,7 +537,10 @@ int main(int argc, char **argv) {
   const char *image_args[16];
   size_t nimage_args = 0;
 
-  /* Re-run as a pod's process supervisor (agent.c). */
+  /* Re-run as a pod's process supervisor (agent.c), or to put egress
+   * rules in a pod's network namespace (netpol.c). */
+  if (argc > 1 && strcmp(argv[1], "__netpol-apply") == 0)
+    return netpol_helper_main(argc, argv);
   if (argc > 1 && strncmp(argv[1], "__pod-", 6) == 0)
     return pod_helper_main(argc, argv);
   memset(&s, 0, sizeof(s));
@@ -726,6 +730,10 @@ int main(int argc, char **argv) {
   sched_init(&s);
   sync_init(&s);
   nodelife_init(&s);
+  if (netpol_init(&s) != 0) {
+    fprintf(stderr, "kubesim: out of memory\n");
+    goto fail;
+  }
   s.faults.latency_ms = s.opts.api_latency_ms;
   memset(&hopts, 0, sizeof(hopts));
   hopts.ssl_ctx = s.ssl_ctx;
@@ -805,6 +813,7 @@ int main(int argc, char **argv) {
   store_free(&s);
   /* No pod runs any more: the claims' directories go with the cluster. */
   volumes_free(&s);
+  netpol_free(&s);
   events_free(&s);
   stats_free(&s);
   /* Every pod's supervisor has exited (their veths went with their

@@ -311,6 +311,7 @@ struct sim {
   int sync_armed;
 
   struct sim_net *net;         /* pod addresses and network (podnet.c) */
+  struct sim_netpol *netpol;   /* NetworkPolicy egress of the pods (netpol.c) */
   int64_t quota_pods, quota_cpu_m, quota_mem_m; /* --namespace-quota, -1 = none */
   struct sim_faults faults;
   size_t execs_started;
@@ -582,6 +583,10 @@ void agent_remove_dir(struct sim *s, struct sim_pod *p, char *dir);
  * free(). 0 with <*wrap> NULL when kubesim does not isolate pods; -errno
  * when the pod's namespaces cannot be had (the command must not run). */
 int agent_exec_wrap(struct sim *s, struct sim_obj *o, json_t *c, char ***wrap);
+/* The pid file of the init of pod <p> when the pod has a network namespace
+ * of its own (bridge mode, isolated, its supervisor running), else NULL.
+ * Borrowed. */
+const char *agent_net_pidfile(struct sim *s, struct sim_pod *p);
 /* Whether pod port <port> of <o> (whose current JSON is <j>, borrowed) is
  * served: 0 when the pod proxy should dial its address (status.podIP),
  * 1 when kubesim answers in-process (agent_inproc_serve()), -ECONNREFUSED
@@ -618,6 +623,30 @@ int podnet_mode(const struct sim *s);
 int podnet_pod_arg(const struct sim *s, const char *ip, char *out, size_t cap);
 /* {"mode","cidr","bridge","gateway","addresses_used"} for /_sim/state. */
 json_t *podnet_json(const struct sim *s);
+
+/* ---- netpol.c: NetworkPolicy egress in the pods' own namespaces ---- */
+struct sim_netpol;
+/* Sets up s->netpol (s->loop set); 0 or -ENOMEM. */
+int netpol_init(struct sim *s);
+/* Closes its timer (shutdown); helpers still running finish by themselves. */
+void netpol_close(struct sim *s);
+/* Frees what is left (after the loop ended). Accepts s->netpol NULL. */
+void netpol_free(struct sim *s);
+/* store_commit() of object <o> of kind <k> (<event>: EV_*; for EV_DELETED
+ * before <o> is freed): a NetworkPolicy's namespace, or the pod, is worked
+ * out again a loop turn later. No-op without s->netpol. */
+void netpol_commit(struct sim *s, enum sim_kind k, struct sim_obj *o, int event);
+/* Pod <o> may have gained a network namespace (its supervisor started). */
+void netpol_pod_dirty(struct sim *s, struct sim_obj *o);
+/* GET /_sim/netpol: {"enforcing": bool, "pods": [{namespace, name,
+ * policies (names in force), restricted, pending, applies, error}]}. */
+json_t *netpol_json(struct sim *s);
+/* The API server's ipBlock checks: -1 when <text> is not a CIDR (bits past
+ * the prefix are allowed, as ParseCIDRSloppy does), 1 when <within> (NULL:
+ * no check) is given and <text> is not a strict subset of it, else 0. */
+int netpol_cidr_check(const char *text, const char *within);
+/* "kubesim __netpol-apply PIDFILE RULESET", run from main(); never returns. */
+int netpol_helper_main(int argc, char **argv);
 
 /* ---- podimage.c: what kubesim's images hold ---- */
 struct sim_images;

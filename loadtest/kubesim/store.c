@@ -315,6 +315,9 @@ struct sim_obj *store_commit(struct sim *s, enum sim_kind k, struct sim_obj *o, 
    * ReplicaSets' scale. */
   if (k == K_POD || k == K_RS)
     pdb_mark_dirty(s, o->ns);
+  /* Egress rules follow policies and pods' labels (a CNI's watch). */
+  if (k == K_POD || k == K_NETWORKPOLICY)
+    netpol_commit(s, k, o, event);
   if (event == EV_DELETED) {
     RB_REMOVE(obj_tree, &s->objs[k], o);
     s->counts[k]--;

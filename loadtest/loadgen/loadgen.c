@@ -99,6 +99,8 @@ struct lg_opts {
   long curve_per_cluster; /* scale: sandboxes per cluster at each curve point */
   long exec_sample;       /* scale: sandboxes to exec into */
   long fresh_samples;     /* scale: capacity-view freshness samples */
+  long settle_s;          /* scale: seconds the router has to give memory back after terminating */
+  long settle_slack_mib;  /* scale: how far above its idle RSS it may stay (0: max(32, 15% of growth)) */
   double sample_s;        /* soak: seconds between RSS/fd samples */
   double warmup_s;        /* soak: samples before this are not the baseline */
   long fd_slack;          /* soak: allowed fd growth */
@@ -1758,6 +1760,50 @@ static long proc_fds(long pid) {
   return n;
 }
 
+/* Where the RSS of <pid> is, from /proc/<pid>/smaps: the main heap
+ * ([heap], grown by brk), anonymous mappings (malloc's other arenas and
+ * its mmap()ed chunks, thread stacks), files (the binary, libraries) and
+ * the rest; KiB each, or all -1. */
+struct mem_split {
+  long heap, anon, file, other;
+};
+
+static void proc_mem_split(long pid, struct mem_split *m) {
+  char path[64], line[512];
+  int kind = 3; /* of the mapping whose fields follow */
+  FILE *f;
+
+  m->heap = m->anon = m->file = m->other = -1;
+  snprintf(path, sizeof(path), "/proc/%ld/smaps", pid);
+  if ((f = fopen(path, "r")) == NULL)
+    return;
+  m->heap = m->anon = m->file = m->other = 0;
+  while (fgets(line, sizeof(line), f) != NULL) {
+    unsigned long lo, hi;
+    char perms[8], name[400];
+    int n = 0;
+    long kib;
+    if (sscanf(line, "%lx-%lx %7s %*s %*s %*s%n", &lo, &hi, perms, &n) == 3) {
+      name[0] = '\0';
+      sscanf(line + n, " %399[^\n]", name);
+      kind = strcmp(name, "[heap]") == 0 ? 0 : name[0] == '\0' ? 1 : name[0] == '/' ? 2 : 3;
+      continue;
+    }
+    if (strncmp(line, "Rss:", 4) == 0 && (kib = strtol(line + 4, NULL, 10)) > 0) {
+      long *slot[] = {&m->heap, &m->anon, &m->file, &m->other};
+      *slot[kind] += kib;
+    }
+  }
+  fclose(f);
+}
+
+static json_t *mib_json(long kib);
+
+static json_t *mem_split_json(const struct mem_split *m) {
+  return json_pack("{s:o,s:o,s:o,s:o}", "heap_mib", mib_json(m->heap), "anon_mib", mib_json(m->anon), "file_mib",
+                   mib_json(m->file), "other_mib", mib_json(m->other));
+}
+
 static json_t *mib_json(long kib) {
   return kib < 0 ? json_null() : json_real(round3((double)kib / 1024.0));
 }
@@ -1838,9 +1884,12 @@ static int run_scale(struct lg *g, json_t *figures) {
   struct fanout f, ff;
   struct xrun x;
   struct lat el, fresh;
-  json_t *names = NULL, *curve = json_array(), *samples = json_array(), *pt;
+  json_t *names = NULL, *curve = json_array(), *samples = json_array(), *pt, *after = json_array();
   char **sample = NULL;
   long pid = g->o.router_pid, rss_idle, rss0, rss1, rss2, rss3, terminated, leaked, nsample, k;
+  long settled = -1, settled_target = -1;
+  double settled_s = 0;
+  struct mem_split split_at_full, split_full, split_settled;
   double cpu0, cpu1, cpu2, cw, tw = 0, ms;
   uint64_t c0, c1;
   int c, i, rc = 0;
@@ -1853,6 +1902,7 @@ static int run_scale(struct lg *g, json_t *figures) {
   if (clusters_sandboxes(g, &names) < 0) {
     json_decref(curve);
     json_decref(samples);
+    json_decref(after);
     return -EIO;
   }
   nclusters = json_array_size(names);
@@ -1924,6 +1974,7 @@ static int run_scale(struct lg *g, json_t *figures) {
   if (wait_ms(g, 1000) != 0) /* let the watch caches settle */
     goto out;
   rss1 = proc_rss_kib(pid);
+  proc_mem_split(pid, &split_at_full);
   json_array_append_new(samples, json_pack("{s:I,s:o,s:f}", "sandboxes", (json_int_t)f.npaths, "rss_mib",
                                            mib_json(rss1), "t_s", round3((double)(uv_hrtime() - c0) / 1e9)));
   if (f.batch_ms.n > 0) /* pct() wants them sorted; lat_json() sorts only later */
@@ -1988,6 +2039,38 @@ static int run_scale(struct lg *g, json_t *figures) {
   printf("  terminated %ld by label in %.2f s; router RSS %.1f MiB after (%.1f MiB 1 s later); "
          "errors %ld, leaked %ld\n",
          terminated, tw, (double)rss2 / 1024, (double)rss3 / 1024, g->errors, leaked);
+  proc_mem_split(pid, &split_full);
+  /* Memory back: the router's RSS must come down to near where it was
+   * idle, within --settle-s (its periodic trim runs every 10 s). */
+  {
+    long slack = g->o.settle_slack_mib > 0 ? g->o.settle_slack_mib * 1024
+                                           : (rss1 - rss_idle) * 15 / 100 > 32 * 1024 ? (rss1 - rss_idle) * 15 / 100
+                                                                                    : 32 * 1024;
+    uint64_t t0 = uv_hrtime();
+    long now = rss3;
+    settled_target = rss_idle + slack;
+    json_array_append_new(after, json_pack("{s:f,s:o}", "t_s", 1.0, "rss_mib", mib_json(rss3)));
+    while (now > settled_target && (double)(uv_hrtime() - t0) / 1e9 < (double)g->o.settle_s) {
+      if (wait_ms(g, 1000) != 0)
+        goto out;
+      now = proc_rss_kib(pid);
+      json_array_append_new(after, json_pack("{s:f,s:o}", "t_s", round3(1.0 + (double)(uv_hrtime() - t0) / 1e9),
+                                             "rss_mib", mib_json(now)));
+    }
+    settled = now;
+    settled_s = 1.0 + (double)(uv_hrtime() - t0) / 1e9;
+    proc_mem_split(pid, &split_settled);
+    printf("  memory back: router RSS %.1f MiB %.0f s after terminating (idle %.1f MiB + slack %.0f MiB = %.1f "
+           "MiB allowed): %s; heap %.1f MiB, other anonymous %.1f MiB\n",
+           (double)settled / 1024, settled_s, (double)rss_idle / 1024, (double)slack / 1024,
+           (double)settled_target / 1024, settled <= settled_target ? "ok" : "NOT BACK",
+           (double)split_settled.heap / 1024, (double)split_settled.anon / 1024);
+    if (settled > settled_target) {
+      fprintf(stderr, "loadgen: the router kept %.1f MiB after every sandbox was terminated (allowed %.1f MiB)\n",
+              (double)settled / 1024, (double)settled_target / 1024);
+      g->errors++;
+    }
+  }
 
   json_object_set_new(figures, "clusters", json_integer((json_int_t)nclusters));
   json_object_set_new(figures, "requested", json_integer(g->o.n));
@@ -2003,6 +2086,13 @@ static int run_scale(struct lg *g, json_t *figures) {
                           ? json_real(round3((double)(rss1 - rss_idle) * 1024.0 / (double)f.npaths))
                           : json_null());
   json_object_set_new(figures, "router_rss_mib_after_terminate", mib_json(rss3));
+  json_object_set_new(figures, "router_rss_mib_settled", mib_json(settled));
+  json_object_set_new(figures, "router_rss_mib_settled_allowed", mib_json(settled_target));
+  json_object_set_new(figures, "router_settle_s", json_real(round3(settled_s)));
+  json_object_set_new(figures, "router_rss_after_terminate", json_incref(after));
+  json_object_set_new(figures, "router_memory_full", mem_split_json(&split_at_full));
+  json_object_set_new(figures, "router_memory_after_terminate", mem_split_json(&split_full));
+  json_object_set_new(figures, "router_memory_settled", mem_split_json(&split_settled));
   json_object_set_new(figures, "router_cpu_s_create",
                       cpu0 >= 0 && cpu1 >= 0 ? json_real(round3(cpu1 - cpu0)) : json_null());
   json_object_set_new(figures, "router_cpu_s_total", cpu2 >= 0 ? json_real(round3(cpu2)) : json_null());
@@ -2030,6 +2120,7 @@ out:
   json_decref(names);
   json_decref(curve);
   json_decref(samples);
+  json_decref(after);
   return rc;
 }
 
@@ -2445,6 +2536,9 @@ static void usage(FILE *f) {
           "  --curve-per-cluster N  sandboxes per cluster at each curve point (1000)\n"
           "  --exec-sample N        sandboxes to exec into (100)\n"
           "  --fresh-samples N      capacity-view freshness samples (10)\n"
+          "  --settle-s S           after terminating all, the router has S s to give its memory back (60):\n"
+          "                         its RSS must come within the slack of its idle RSS, else the run fails\n"
+          "  --settle-slack-mib M   that slack (0: max(32 MiB, 15%% of what the create added))\n"
           "soak (-c workers, 8; --batch per create, 5):\n"
           "  --router-pid PID       the fedrouter process: RSS, fds from /proc (required)\n"
           "  --duration S           seconds of load (600)\n"
@@ -2486,7 +2580,8 @@ static int parse_levels(const char *s, struct lg_opts *o) {
 enum { OPT_URL = 256, OPT_TOKEN, OPT_POOL, OPT_IMAGE, OPT_JSON, OPT_DKC, OPT_DCTX, OPT_NS, OPT_LEVELS,
        OPT_DURATION, OPT_WARMUP, OPT_BATCH, OPT_EXECC, OPT_TIMEOUT, OPT_CAPACITY, OPT_BEYOND, OPT_CMPURL,
        OPT_USC, OPT_APACC, OPT_MINTAX, OPT_MAXAWARE, OPT_SIMADMIN, OPT_SIMTOKEN, OPT_FAULTAT, OPT_DOWN,
-       OPT_HELD, OPT_RPID, OPT_CURVE, OPT_CURVEPC, OPT_EXECSAMPLE, OPT_FRESH, OPT_SAMPLE, OPT_FDSLACK };
+       OPT_HELD, OPT_RPID, OPT_CURVE, OPT_CURVEPC, OPT_EXECSAMPLE, OPT_FRESH, OPT_SAMPLE, OPT_FDSLACK,
+       OPT_SETTLE, OPT_SETTLESLACK };
 
 static int parse_real(const char *s, double min, double max, double *out) {
   char *end;
@@ -2531,6 +2626,8 @@ static int parse_args(int argc, char **argv, struct lg_opts *o) {
       {"curve-per-cluster", required_argument, NULL, OPT_CURVEPC},
       {"exec-sample", required_argument, NULL, OPT_EXECSAMPLE},
       {"fresh-samples", required_argument, NULL, OPT_FRESH},
+      {"settle-s", required_argument, NULL, OPT_SETTLE},
+      {"settle-slack-mib", required_argument, NULL, OPT_SETTLESLACK},
       {"sample-s", required_argument, NULL, OPT_SAMPLE},
       {"fd-slack", required_argument, NULL, OPT_FDSLACK},
       {"help", no_argument, NULL, 'h'},
@@ -2563,6 +2660,7 @@ static int parse_args(int argc, char **argv, struct lg_opts *o) {
   o->curve_per_cluster = 1000;
   o->exec_sample = 100;
   o->fresh_samples = 10;
+  o->settle_s = 60;
   o->sample_s = 5;
   o->fd_slack = 20;
   while ((ch = getopt_long(argc, argv, "n:c:h", lopts, NULL)) != -1) {
@@ -2678,6 +2776,14 @@ static int parse_args(int argc, char **argv, struct lg_opts *o) {
       break;
     case OPT_FRESH:
       if (parse_long(optarg, 0, 10000, &o->fresh_samples) != 0)
+        goto bad;
+      break;
+    case OPT_SETTLE:
+      if (parse_long(optarg, 0, 3600, &o->settle_s) != 0)
+        goto bad;
+      break;
+    case OPT_SETTLESLACK:
+      if (parse_long(optarg, 0, 1 << 20, &o->settle_slack_mib) != 0)
         goto bad;
       break;
     case OPT_FDSLACK:

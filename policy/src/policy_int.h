@@ -105,6 +105,12 @@ struct fr_policy {
   int beats_cold;
   double cold_start_ms;
   double round_trips;
+  /* cheaper_region: a cluster of another region (same tier) ranks first
+   * when it costs more than <cheaper_saving> (a fraction) less per
+   * sandbox-hour than the cluster that would otherwise, and its latency is
+   * at most <cheaper_max_ms>. */
+  int cheaper;
+  double cheaper_saving, cheaper_max_ms;
 
   /* Every region the policy knows: the router's and those the file names. */
   char **regions;

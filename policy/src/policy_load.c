@@ -487,10 +487,11 @@ static int load_patterns(struct loader *l, const config_setting_t *s, int n, int
 
 static const char *const root_keys[] = {"split", "max_state_age_ms", "latency_ceiling_ms",
                                         "weights", "warm", "region_groups", "spillover",
-                                        "clusters", "rules", NULL};
+                                        "clusters", "rules", "cheaper_region", NULL};
 static const char *const weights_keys[] = {"latency", "warm", "capacity", "cost",
                                            "latency_ref_ms", "cost_ref_per_hour", NULL};
 static const char *const warm_keys[] = {"beats_cold", "cold_start_s", "round_trips", NULL};
+static const char *const cheaper_keys[] = {"min_saving", "max_latency_ms", NULL};
 static const char *const group_keys[] = {"name", "regions", "near", NULL};
 static const char *const spillover_keys[] = {"order", "tiers", NULL};
 static const char *const tier_keys[] = {"name", "clusters", NULL};
@@ -535,6 +536,26 @@ static int load_warm(struct loader *l, const config_setting_t *root) {
   if (rc < 0)
     return rc;
   p->cold_start_ms = cold_s * 1000.0;
+  return 0;
+}
+
+/* cheaper_region = { min_saving = 0.25; max_latency_ms = 150; }: both
+ * required, since either alone would say nothing about when to move. */
+static int load_cheaper(struct loader *l, const config_setting_t *root) {
+  struct fr_policy *p = l->p;
+  const config_setting_t *g;
+  int rc, has_saving = 0, has_lat = 0;
+
+  if ((rc = get_group(l, root, "cheaper_region", &g)) < 0 || g == NULL)
+    return rc;
+  if ((rc = check_keys(l, g, cheaper_keys)) < 0 ||
+      (rc = get_number(l, g, "min_saving", 0, 0, 0.99, &p->cheaper_saving, &has_saving)) < 0 ||
+      (rc = get_number(l, g, "max_latency_ms", 0, 1, MAX_CEILING_MS, &p->cheaper_max_ms, &has_lat)) < 0)
+    return rc;
+  if (!has_saving || !has_lat)
+    return bad(l, g, "cheaper_region needs both min_saving (a fraction, 0.25 = 25%% cheaper) and "
+                     "max_latency_ms (the latency the cheaper cluster must stay within)");
+  p->cheaper = 1;
   return 0;
 }
 
@@ -1139,6 +1160,7 @@ static int load_root(struct loader *l, const config_setting_t *root) {
   rc = fr_cfg_first(rc, get_number(l, root, "latency_ceiling_ms", 0, 1, MAX_CEILING_MS, &p->ceiling_ms, NULL));
   rc = fr_cfg_first(rc, load_weights(l, root));
   rc = fr_cfg_first(rc, load_warm(l, root));
+  rc = fr_cfg_first(rc, load_cheaper(l, root));
   rc = fr_cfg_first(rc, load_region_groups(l, root));
   rc = fr_cfg_first(rc, load_spillover(l, root));
   rc = fr_cfg_first(rc, load_overrides(l, root));

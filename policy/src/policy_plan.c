@@ -44,6 +44,10 @@ struct cand {
   long beat;             /* candidate whose cold start its warm pods beat, or -1 */
   int spread;            /* placed by a proportional split */
   int extra;             /* got one unit of the split's remainder */
+  int cheap;             /* cheaper_region moved it up to the preferred cluster's place */
+  long cheaper_than;     /* then: that cluster's candidate index, else -1 */
+  int prox0, sub0;       /* its own proximity, for its reason, when moved */
+  double cost;           /* cost per sandbox-hour, 0 = unknown */
 };
 
 struct planner {
@@ -120,6 +124,23 @@ static void sb_s1(struct sb *b, double ms) {
   sb_str(b, " s");
 }
 
+/* Dollars with four decimals: "$0.0500". */
+static void sb_money(struct sb *b, double v) {
+  int64_t c = (int64_t)llround(v * 10000.0);
+  char d[5];
+  int i;
+
+  for (i = 3; i >= 0; i--) {
+    d[i] = (char)('0' + (c % 10 + 10) % 10);
+    c /= 10;
+  }
+  d[4] = '\0';
+  sb_str(b, "$");
+  sb_int(b, (int64_t)llround(v * 10000.0) / 10000);
+  sb_str(b, ".");
+  sb_str(b, d);
+}
+
 static void sb_rule(struct sb *b, const struct rule *r) {
   sb_str(b, "rule ");
   sb_str(b, r->name);
@@ -185,6 +206,11 @@ static int cand_cmp(const struct planner *x, const struct cand *a, const struct 
         (d = cmp_int(a->sub, b->sub)) != 0)
       return d;
   }
+  /* cheaper_region: the clusters it moved up come first, cheapest first. */
+  if ((d = cmp_int(b->cheap, a->cheap)) != 0)
+    return d;
+  if (a->cheap && a->cost != b->cost)
+    return a->cost < b->cost ? -1 : 1;
   /* Equally near regions: the one measured faster first. */
   if (a->region != b->region) {
     if (a->region_lat != b->region_lat)
@@ -361,22 +387,23 @@ static void allocate(struct planner *x, const size_t *ord, size_t m) {
 static void use_reason(const struct planner *x, const struct cand *c, struct sb *b) {
   const struct fr_policy *p = x->p;
   const struct fr_placement_request *req = x->req;
+  int prox = c->cheap ? c->prox0 : c->prox, sub = c->cheap ? c->sub0 : c->sub;
 
   sb_str(b, "region ");
   sb_str(b, c->region_name != NULL ? c->region_name : "(none)");
   if (req->region == NULL || req->region[0] == '\0') {
     sb_str(b, " (client region unknown)");
-  } else if (c->prox == 0 && c->sub == 0) {
+  } else if (prox == 0 && sub == 0) {
     sb_str(b, " (client region)");
-  } else if (c->prox == 0) {
+  } else if (prox == 0) {
     sb_str(b, " (client's group ");
     sb_str(b, p->groups[x->client_group].name);
     sb_str(b, ")");
-  } else if (c->prox < NEAR_UNLISTED) {
+  } else if (prox < NEAR_UNLISTED) {
     sb_str(b, " (near ");
     sb_str(b, p->groups[x->client_group].name);
     sb_str(b, " #");
-    sb_int(b, c->prox);
+    sb_int(b, prox);
     sb_str(b, ")");
   } else {
     sb_str(b, " (other region)");
@@ -395,6 +422,24 @@ static void use_reason(const struct planner *x, const struct cand *c, struct sb 
     sb_str(b, " latency ceiling (");
     sb_ms(b, c->lat);
     sb_str(b, ") but no other cluster can take the request");
+  }
+  if (c->cheap) {
+    const struct cand *o = &x->c[c->cheaper_than];
+    sb_str(b, ", cheaper region: ");
+    sb_money(b, c->cost);
+    sb_str(b, "/h vs ");
+    sb_money(b, o->cost);
+    sb_str(b, "/h in ");
+    sb_str(b, x->st[o->idx].name);
+    sb_str(b, " (");
+    sb_int(b, (int64_t)llround(100.0 * (1.0 - c->cost / o->cost)));
+    sb_str(b, "% less, over ");
+    sb_int(b, (int64_t)llround(100.0 * p->cheaper_saving));
+    sb_str(b, "%; latency ");
+    sb_ms(b, c->lat);
+    sb_str(b, " within ");
+    sb_ms(b, p->cheaper_max_ms);
+    sb_str(b, ")");
   }
   sb_str(b, ": ");
   sb_int(b, c->free);
@@ -422,6 +467,7 @@ static const char *verdict_name(enum fr_plan_verdict v) {
 static void fill_entry(struct fr_plan_entry *e, size_t idx, int tier) {
   memset(e, 0, sizeof(*e));
   e->cluster = idx;
+  e->cheaper_than = -1;
   e->verdict = FR_PLAN_SKIP;
   e->tier = tier;
 }
@@ -584,6 +630,8 @@ static void add_candidate(struct planner *x, size_t i, const struct facts *f, lo
   c->avail = c->free + c->warm;
   c->seq = -1;
   c->beat = -1;
+  c->cheaper_than = -1;
+  c->cost = isfinite(s->cost_per_hour) && s->cost_per_hour > 0 ? s->cost_per_hour : 0;
   if (x->client_region >= 0 ? region == x->client_region
                             : (client != NULL && s->region != NULL && strcmp(client, s->region) == 0)) {
     c->prox = 0;
@@ -681,6 +729,65 @@ static void score(struct planner *x, int64_t count) {
         x->c[i].region_lat = x->c[j].region_lat;
 }
 
+/* 3b. cheaper_region: with the ranking made, P is the cluster that would
+ * come first. A cluster B of another region and the same tier, within its
+ * ceiling and within cheaper_region.max_latency_ms, whose price per
+ * sandbox-hour is more than min_saving below P's, takes P's place in the
+ * proximity order (cheapest first), and the ranking is made again. Prices
+ * must be known on both sides: an unknown price is never "cheaper". */
+static void cheaper_region(struct planner *x) {
+  const struct fr_policy *p = x->p;
+  const struct cand *top = NULL;
+  size_t i, moved = 0;
+  long pi = -1;
+
+  if (!p->cheaper || x->nc < 2)
+    return;
+  for (i = 0; i < x->nc && top == NULL; i++)
+    if (!x->c[x->ord[i]].last_resort) {
+      top = &x->c[x->ord[i]];
+      pi = (long)x->ord[i];
+    }
+  if (top == NULL || top->cost <= 0)
+    return;
+  for (i = 0; i < x->nc; i++) {
+    struct cand *c = &x->c[i];
+    if (c == top || c->last_resort || c->tier != top->tier || c->region == top->region || c->cost <= 0 ||
+        c->lat > p->cheaper_max_ms || !(c->cost < top->cost * (1.0 - p->cheaper_saving)))
+      continue;
+    c->cheap = 1;
+    c->cheaper_than = pi;
+    c->prox0 = c->prox;
+    c->sub0 = c->sub;
+    c->prox = top->prox;
+    c->sub = top->sub;
+    moved++;
+  }
+  if (moved > 0)
+    rank(x);
+}
+
+/* The clusters a request goes to when room is no object: the first of the
+ * ranking (within the ceilings when any is), the whole first group (tier
+ * and proximity) of a spread, and the clusters whose warm pods beat its cold
+ * start. A sandbox placed anywhere else spilled (fr_plan_entry). */
+static int first_choice(const struct planner *x, const struct cand *c) {
+  const struct cand *top = NULL;
+  size_t i;
+
+  for (i = 0; i < x->nc && top == NULL; i++)
+    if (!x->c[x->ord[i]].last_resort)
+      top = &x->c[x->ord[i]];
+  if (top == NULL && x->nc > 0)
+    top = &x->c[x->ord[0]]; /* only last-resort clusters */
+  if (top == NULL)
+    return 0;
+  if (c == top || c->beat >= 0)
+    return 1;
+  return x->split == SPLIT_SPREAD && !c->last_resort && c->tier == top->tier && c->prox == top->prox &&
+         c->cheap == top->cheap;
+}
+
 /* 4. Split <count> over the ranked clusters within their ceilings, then
  * the others if needed. Returns how many ranked candidates the plan may
  * list as usable: all of them when the last-resort ones were needed. */
@@ -731,6 +838,8 @@ static size_t order_entries(struct planner *x, size_t limit, struct fr_plan_entr
     e->s_warm = c->sw;
     e->s_capacity = c->sc;
     e->s_cost = c->scost;
+    e->first_choice = first_choice(x, c);
+    e->cheaper_than = c->cheap ? (long)x->c[c->cheaper_than].idx : -1;
     sb_reset(&sb, e->reason, sizeof(e->reason));
     use_reason(x, c, &sb);
   }
@@ -791,6 +900,7 @@ int fr_policy_plan(const struct fr_policy *p, const struct fr_cluster_state *sta
   number_unknown_regions(&x);
   score(&x, count);         /* 3 */
   rank(&x);
+  cheaper_region(&x);
   limit = split_count(&x, count); /* 4 */
   out->planned = count - x.remaining;
   out->shortfall = x.remaining;
@@ -857,6 +967,10 @@ json_t *fr_plan_json(const struct fr_plan *plan, const struct fr_cluster_state *
                           isfinite(states[e->cluster].cost_per_hour) && states[e->cluster].cost_per_hour > 0
                               ? json_real(states[e->cluster].cost_per_hour)
                               : json_null());
+    if (o != NULL && e->verdict == FR_PLAN_USE)
+      json_object_set_new(o, "first_choice", json_boolean(e->first_choice));
+    if (o != NULL && states != NULL && e->cheaper_than >= 0)
+      json_object_set_new(o, "cheaper_than", json_string(states[e->cheaper_than].name));
     if (json_array_append_new(list, o) != 0)
       goto fail;
   }

@@ -11,6 +11,7 @@
 #include "fr/assert.h"
 #include "fr/buf.h"
 #include "fr/config.h"
+#include "fr/egress.h"
 #include "fr/http.h"
 #include "fr/util.h"
 #include "api.h"
@@ -356,6 +357,7 @@ static json_t *secret_names_json(const char *ann) {
 }
 
 json_t *api_sandbox_json(struct router *r, struct fr_adapter *a, const struct fr_pod *pod, int detail) {
+  struct fr_egress egress;
   char id[256], short_id[64], token[65];
   json_t *labels = api_labels_json(pod), *sb, *secrets;
   int64_t created = pod->created_s >= 0 ? pod->created_s : pod->creation_s;
@@ -401,6 +403,9 @@ json_t *api_sandbox_json(struct router *r, struct fr_adapter *a, const struct fr
       json_object_set_new(sb, "domain", json_string(r->cfg->ports_domain));
     if (pub != NULL)
       json_object_set_new(sb, "public_ports", ports_public_json(pub));
+    /* Where it may connect: its egress policy, when this router knows it. */
+    if (fr_adapter_egress_of(a, pod, &egress) == 0)
+      json_object_set_new(sb, "network", network_json(&egress));
   }
   return sb;
 }

@@ -136,6 +136,16 @@ json_t *api_sandbox_json(struct router *r, struct fr_adapter *a, const struct fr
  * (fr_adapter_pod_leaving), except while the cluster evicts it
  * (fr_adapter_pod_evicted): then it shows as "evicted" until it is gone. */
 int api_sandbox_visible(struct fr_adapter *a, const struct fr_pod *pod);
+/* network.c: the `network` object <net> of a create body (borrowed; NULL
+ * or null: absent) over the tenant's default <base> (NULL: the default).
+ * *<out> gets NULL when the result restricts nothing, else a new
+ * normalized record (the caller frees it). Answers 400 invalid_network
+ * (field, value) or 503 and returns -1 on bad input. */
+struct fr_egress;
+int network_parse(struct api_req *q, json_t *net, const struct fr_egress *base, struct fr_egress **out);
+/* <e> (NULL: the default) as {"allow_internet", "allow_out", "deny_out"}. */
+json_t *network_json(const struct fr_egress *e);
+
 /* The user's labels of <pod> (fedrouter.io/ ones left out) as an object. */
 json_t *api_labels_json(const struct fr_pod *pod);
 /* RFC 3339 UTC time of <s> (unix seconds), null when < 0. */
@@ -287,6 +297,9 @@ void pools_list(struct api_req *q, const struct route_params *p);
 void pools_get(struct api_req *q, const struct route_params *p);
 void pools_patch(struct api_req *q, const struct route_params *p);
 void pools_delete(struct api_req *q, const struct route_params *p);
+/* history.c, usage.c: capacity, creates and spend over time (docs/api.md) */
+void history_get(struct api_req *q, const struct route_params *p);
+void usage_get(struct api_req *q, const struct route_params *p);
 /* e2b.c: the E2B-compatible endpoint under /e2b (docs/e2b.md). e2b_begin
  * runs before any of its handlers: its answer shapes, X-API-Key, and for
  * calls into a sandbox (E2b-Sandbox-Id) the split from the control API;

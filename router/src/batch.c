@@ -324,6 +324,7 @@ static void on_create(const struct fr_sandbox_result *res, void *arg) {
              res->err == FR_SB_NO_ROOM ? "no room" : res->err == FR_SB_TIMEOUT ? "too slow" : "unavailable",
              res->message ? res->message : "");
     it->cand = -1;
+    it->spilled = 1;
     if ((int)(it - b->items) < b->next)
       b->next = (int)(it - b->items);
   } else {
@@ -386,6 +387,7 @@ static int start_item(struct batch *b, struct batch_item *it, int k) {
     snprintf(name, sizeof(name), "%s", b->name);
   spec.name = name;
   spec.secrets = cd->secrets;
+  spec.spilled = it->spilled || cd->not_first;
   if (ref == NULL || fr_adapter_sandbox_create(cd->a, &spec, on_create, ref) != 0) {
     free(ref);
     cd->full = 1;
@@ -395,6 +397,7 @@ static int start_item(struct batch *b, struct batch_item *it, int k) {
   ref->b = b;
   ref->it = it;
   it->cand = k;
+  it->started_ns = uv_hrtime();
   if (!cd->held) {
     fr_adapter_batch_hold(cd->a, b->id, 1);
     cd->held = 1;

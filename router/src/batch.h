@@ -65,6 +65,8 @@ struct batch_item {
   int done;                   /* settled: made, failed, or nowhere left to go */
   int ok;                     /* made */
   int warm;
+  int spilled;                /* a cluster answered no room for it and it moved on */
+  uint64_t started_ns;        /* uv_hrtime() when its current create started */
   char pod[64];               /* the pod made, when ok */
   void *user;                 /* the owner's (freed by the owner's item_free) */
 };
@@ -72,6 +74,8 @@ struct batch_item {
 struct batch_cand {
   struct fr_adapter *a;
   int full;                   /* answered no room / unavailable during this batch */
+  int not_first;              /* not the plan's first choice (fr_plan_entry.first_choice): what it
+                                 makes is spilled (fr_sandbox_spec.spilled); set after batch_add_cand */
   int inflight;
   int64_t budget;             /* the plan's count for it */
   int64_t reserved;           /* of the budget, cold slots still reserved on the adapter */

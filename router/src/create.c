@@ -35,6 +35,7 @@
 #include "fr/util.h"
 #include "api.h"
 #include "batch.h"
+#include "history.h"
 #include "metrics.h"
 #include "queue.h"
 #include "router.h"
@@ -48,7 +49,7 @@ static const char *const create_fields[] = {"name", "num_sandboxes", "pool", "im
                                             "env", "secrets", "volumes", "labels", "region", "clusters",
                                             "timeout_s", "partial_ok", "runtime_class", "node_selector",
                                             "tolerations", "gpus", "public_ports", "readiness", "wait_s", "workspace",
-                                            "on_timeout", "auto_resume", "restore_from", NULL};
+                                            "on_timeout", "auto_resume", "restore_from", "network", NULL};
 
 /* "public_ports": "*" (every port) or an array of up to 16 ports (not the
  * agent's) anyone may reach through the sandbox's preview URLs, as label
@@ -118,9 +119,11 @@ struct create {
   char region[64];            /* the client region placement used */
   int region_known;           /* a cluster's region or one the policy names */
   char *pool, *image;
+  int pool_private;           /* <pool> is a tenant's own: "_private" in metrics labels */
   json_t *env, *labels, *clusters; /* references; clusters: the request's restriction, or NULL */
   struct fr_podopts *opts;    /* the sandboxes' pod options; NULL = none */
   int64_t gpus;               /* per sandbox */
+  struct fr_egress *egress;   /* where they may connect; NULL = the default (no policy) */
   char cold_reason[300];      /* why the named pool's warm pods cannot serve it, "" = they can */
   struct fr_sandbox_spec spec;/* the batches' spec (strings borrowed from here) */
   struct secrets_fetch *sf;   /* the values of `secrets`, read before it is placed */
@@ -183,7 +186,24 @@ static void create_free(struct create *cr) {
   json_decref(cr->failed_placement);
   json_decref(cr->refusal);
   fr_podopts_unref(cr->opts);
+  free(cr->egress);
   free(cr);
+}
+
+/* <n> sandboxes of the create of <q> for <pool> were not made. A
+ * tenant's own pool counts as "_private": /metrics may be open, and the
+ * name is that tenant's business. */
+static void count_failed(struct api_req *q, const char *pool, int pool_private, int64_t n) {
+  struct fr_buf l;
+
+  if (n <= 0)
+    return;
+  fr_buf_init(&l);
+  metrics_label(&l, "tenant", history_tenant_label(q->r, q->tenant));
+  metrics_label(&l, "pool", pool == NULL ? "" : pool_private ? "_private" : pool);
+  metrics_inc(q->r->metrics, "fedrouter_sandbox_create_failures_total", l.data ? l.data : "", (double)n);
+  fr_buf_free(&l);
+  history_create_failed(q->r->history, q->tenant, n);
 }
 
 /* Validates the create body; answers and returns -1 on error. */
@@ -491,6 +511,7 @@ static void answer_made(struct create *cr) {
   if (q->req != NULL)
     router_note(q->req, "placement", note.data ? note.data : "");
   fr_buf_free(&note);
+  count_failed(q, cr->pool, cr->pool_private, cr->n - (int64_t)json_array_size(cr->made));
   ans = json_pack("{s:O,s:o}", "sandboxes", cr->made, "placement", placement_json(cr));
   if (q->created_cb != NULL && ans != NULL) {
     /* A fork's or restore_from's copy runs first; it answers. */
@@ -574,6 +595,8 @@ static void give_up(struct create *cr, const char *why) {
   if (cr->qe.deadline_ms != 0)
     json_object_set_new(json_object_get(body, "error"), "waited_s",
                         json_real((double)(uv_now(q->r->loop) - cr->t0_ms) / 1000.0));
+  if (cr->refusal_status == 503)
+    count_failed(q, cr->pool, cr->pool_private, cr->n);
   api_reply(q, cr->refusal_status, body, cr->refusal_status == 429 ? "Retry-After: 10\r\n" : "Retry-After: 5\r\n");
   create_free(cr);
 }
@@ -714,9 +737,18 @@ static void on_item_done(struct batch *b, struct batch_item *it, struct batch_ca
   (void)b;
   fr_buf_init(&l);
   metrics_label(&l, "cluster", fr_adapter_name(cd->a));
+  metrics_label(&l, "tenant", history_tenant_label(r, cr->q->tenant));
   metrics_label(&l, "outcome", sb_outcome(res->err));
   metrics_label(&l, "start", res->warm ? "warm" : "cold");
   metrics_inc(r->metrics, "fedrouter_creates_total", l.data ? l.data : "", 1);
+  if (res->err == FR_SB_OK) {
+    double s = (double)(uv_hrtime() - it->started_ns) / 1e9;
+    fr_buf_reset(&l);
+    metrics_label(&l, "cluster", fr_adapter_name(cd->a));
+    metrics_label(&l, "start", res->warm ? "warm" : "cold");
+    metrics_observe(r->metrics, "fedrouter_create_duration_seconds", l.data ? l.data : "", s);
+    history_create_done(r->history, res->warm, s);
+  }
   /* The first no-room answer from a cluster moves the batch on: a spill. */
   if ((res->err == FR_SB_NO_ROOM || res->err == FR_SB_UNAVAILABLE || res->err == FR_SB_TIMEOUT) && !cd->full) {
     char why[300];
@@ -731,6 +763,7 @@ static void on_item_done(struct batch *b, struct batch_item *it, struct batch_ca
   if (res->err == FR_SB_OK && res->pod != NULL)
     it->user = api_sandbox_json(r, cd->a, res->pod, 1);
 }
+
 
 static int on_wanted(void *arg) {
   struct create *cr = arg;
@@ -848,6 +881,7 @@ static void on_batch_done(struct batch *b, void *arg) {
       json_object_set(json_object_get(body, "error"), "clusters", json_object_get(pl, "clusters"));
       json_object_set(json_object_get(body, "error"), "placement", pl);
     }
+    count_failed(q, cr->pool, cr->pool_private, cr->n);
     api_reply(q, 503, body, "Retry-After: 5\r\n");
     create_free(cr);
   }
@@ -950,6 +984,8 @@ static enum queue_try try_start(struct queue_entry *e, int warm_only) {
       /* Warm claims use pods that already hold their slots: the cold part
        * reserves slots, the warm part reserves the pool's ready pods. */
       batch_add_cand(cr->b, r->adapters[pe->cluster], c, w);
+      /* Not the plan's first choice: what it makes is spilled. */
+      cr->b->cands[cr->b->ncands - 1].not_first = !pe->first_choice;
       if (cr->sf != NULL)
         cr->b->cands[cr->b->ncands - 1].secrets = secrets_values(cr->sf, pe->cluster, &code, &detail);
       left -= c;
@@ -1025,6 +1061,8 @@ static void explain(struct create *cr) {
                     fr_plan_json(&plan, states));
     if (out != NULL && cr->opts != NULL)
       json_object_set(json_object_get(out, "request"), "pod_options", fr_podopts_json(cr->opts));
+    if (out != NULL)
+      json_object_set_new(json_object_get(out, "request"), "network", network_json(cr->egress));
     if (out != NULL && cr->cold_reason[0] != '\0')
       json_object_set_new(out, "cold_reason", json_string(cr->cold_reason));
     api_reply(q, 200, out, NULL);
@@ -1141,6 +1179,7 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain_only, int e
   cr->partial_ok = s.partial_ok;
   cr->wait_s = s.wait_s;
   cr->pool = s.pool ? strdup(s.pool) : NULL;
+  cr->pool_private = pv != NULL && pv->owner != NULL;
   cr->image = strdup(s.image ? s.image : pv->image);
   cr->env = s.env ? json_incref(s.env) : NULL;
   cr->labels = s.labels ? json_incref(s.labels) : NULL;
@@ -1171,7 +1210,9 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain_only, int e
   for (k = 0; k < cr->n; k++)
     cr->pending[k] = k + 1;
   cr->npending = cr->n;
-  if (create_podopts(q, j, pv, cr) != 0)
+  if (create_podopts(q, j, pv, cr) != 0 ||
+      network_parse(q, json_object_get(j, "network"), q->ts != NULL && q->ts->has_network ? &q->ts->network : NULL,
+                    &cr->egress) != 0)
     goto out;
   if (fr_podopts_workspace_bytes(cr->opts) > 0) {
     /* Every workspace of the tenant counts, running or paused. */
@@ -1193,6 +1234,7 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain_only, int e
   cr->spec.cpu_m = pv ? pv->cpu_m : s.cpu_m > 0 ? s.cpu_m : 1000;
   cr->spec.mem_b = pv ? pv->mem_b : s.mem_b > 0 ? s.mem_b : (int64_t)2 << 30;
   cr->spec.opts = cr->opts;
+  cr->spec.egress = cr->egress;
   cr->spec.env = cr->env;
   cr->spec.labels = cr->labels;
   cr->spec.lifetime_s = s.timeout_s;

@@ -30,6 +30,7 @@
 #include "fr/adapter.h"
 #include "fr/buf.h"
 #include "fr/config.h"
+#include "fr/egress.h"
 #include "fr/http.h"
 #include "fr/urlsafe.h"
 #include "fr/util.h"
@@ -78,7 +79,9 @@ static int split_id(struct router *r, const char *id, char *canon, size_t canon_
  * token and the domain of its preview URLs). Its id is the short one
  * (one DNS label: <port>-<id>.<domain> is a host name) when it has one. */
 static json_t *sandbox_json(struct router *r, struct fr_adapter *a, const struct fr_pod *pod, int detail) {
+  struct fr_egress egress;
   char id[320], canon[320], token[65];
+  json_t *net;
   int64_t started = pod->created_s >= 0 ? pod->created_s : pod->creation_s;
   int64_t cpus = (pod->cpu_m + 999) / 1000;
   json_t *j;
@@ -104,6 +107,13 @@ static json_t *sandbox_json(struct router *r, struct fr_adapter *a, const struct
     if (ports_traffic_token(r, canon, token) == 0)
       json_object_set_new(j, "trafficAccessToken", json_string(token));
     json_object_set_new(j, "domain", r->cfg->ports_domain != NULL ? json_string(r->cfg->ports_domain) : json_null());
+    /* Its egress, as E2B's SandboxDetail shows it. */
+    if (fr_adapter_egress_of(a, pod, &egress) == 0 && (net = network_json(&egress)) != NULL) {
+      json_object_set(j, "allowInternetAccess", json_object_get(net, "allow_internet"));
+      json_object_set_new(j, "network", json_pack("{s:O,s:O}", "allowOut", json_object_get(net, "allow_out"),
+                                                  "denyOut", json_object_get(net, "deny_out")));
+      json_decref(net);
+    }
   }
   return j;
 }
@@ -150,13 +160,27 @@ static json_t *shape(struct api_req *q, int *status, json_t *body) {
     /* A refused create names the E2B field the client sent. */
     static const char *const fields[][2] = {{"pool", "templateID"}, {"labels", "metadata"}, {"env", "envVars"},
                                             {"timeout_s", "timeout"}};
+    /* ... and the network fields by prefix ("network.allow_out[2]"). */
+    static const char *const prefixes[][2] = {{"network.allow_out", "network.allowOut"},
+                                              {"network.deny_out", "network.denyOut"},
+                                              {"network.allow_internet", "allow_internet_access"}};
     const char *f = json_string_value(json_object_get(err, "field"));
-    size_t i;
+    char renamed[128];
+    size_t i, n;
     for (i = 0; f != NULL && q->shape_kind == K_CREATE && i < FR_ARRAY_SIZE(fields); i++)
       if (strcmp(f, fields[i][0]) == 0) {
         json_object_set_new(err, "field", json_string(fields[i][1]));
+        f = NULL;
         break;
       }
+    for (i = 0; f != NULL && q->shape_kind == K_CREATE && i < FR_ARRAY_SIZE(prefixes); i++) {
+      n = strlen(prefixes[i][0]);
+      if (strncmp(f, prefixes[i][0], n) == 0 && (f[n] == '\0' || f[n] == '[')) {
+        snprintf(renamed, sizeof(renamed), "%s%.60s", prefixes[i][1], f + n);
+        json_object_set_new(err, "field", json_string(renamed));
+        break;
+      }
+    }
     out = json_pack("{s:i,s:O,s:O}", "code", *status, "message", json_object_get(err, "message"), "error", err);
     json_decref(body);
     return out;
@@ -218,7 +242,7 @@ static void unsupported(struct api_req *q, const char *what) {
 static void create(struct api_req *q) {
   static const char *const refused[] = {"mcp", "volumeMounts", NULL};
   json_error_t jerr;
-  json_t *b = json_loadb(q->req->body, q->req->body_len, 0, &jerr), *v1, *v;
+  json_t *b = json_loadb(q->req->body, q->req->body_len, 0, &jerr), *v1, *v, *n, *net;
   const char *tmpl;
   size_t i;
   char msg[300];
@@ -271,6 +295,33 @@ static void create(struct api_req *q) {
   v = json_object_get(json_object_get(b, "network"), "allowPublicTraffic");
   if (json_is_true(v))
     json_object_set_new(v1, "public_ports", json_string("*"));
+  /* Egress: allow_internet_access and network.allowOut / denyOut become
+   * the v1 `network` object, checked there (a domain name is a 400). What
+   * needs an egress proxy is not there to give. */
+  n = json_object_get(b, "network");
+  if (json_is_object(n) && ((v = json_object_get(n, "egressProxy")) != NULL && !json_is_null(v))) {
+    json_decref(b);
+    json_decref(v1);
+    unsupported(q, "an egress proxy (network.egressProxy)");
+    return;
+  }
+  if (json_is_object(n) && (v = json_object_get(n, "rules")) != NULL && !json_is_null(v) &&
+      !(json_is_object(v) && json_object_size(v) == 0)) {
+    json_decref(b);
+    json_decref(v1);
+    unsupported(q, "per-host egress rules (network.rules)");
+    return;
+  }
+  net = json_object();
+  if ((v = json_object_get(b, "allow_internet_access")) != NULL && !json_is_null(v))
+    json_object_set(net, "allow_internet", v);
+  if (json_is_object(n) && (v = json_object_get(n, "allowOut")) != NULL && !json_is_null(v))
+    json_object_set(net, "allow_out", v);
+  if (json_is_object(n) && (v = json_object_get(n, "denyOut")) != NULL && !json_is_null(v))
+    json_object_set(net, "deny_out", v);
+  if (net != NULL && json_object_size(net) > 0)
+    json_object_set(v1, "network", net);
+  json_decref(net);
   if ((v = json_object_get(b, "metadata")) != NULL && !json_is_null(v))
     json_object_set(v1, "labels", v);
   if ((v = json_object_get(b, "envVars")) != NULL && !json_is_null(v))

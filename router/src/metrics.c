@@ -9,14 +9,18 @@
 
 #include "fr/adapter.h"
 #include "fr/buf.h"
+#include "fr/cost.h"
 #include "fr/http.h"
 #include "fr/config.h"
 #include "fr/policy.h"
+#include "fr/util.h"
 #include "fr/version.h"
+#include "history.h"
 #include "metrics.h"
 #include "queue.h"
 #include "reload.h"
 #include "router.h"
+#include "tenants.h"
 
 #define NBUCKETS 15
 /* Seconds; from a millisecond API call to a minute-long exec. */
@@ -32,7 +36,13 @@ struct family {
 static const struct family recorded[] = {
     {"fedrouter_cluster_api_latency_seconds", "histogram",
      "Duration of Kubernetes API calls to the cluster (REST; watches excluded)."},
-    {"fedrouter_creates_total", "counter", "Sandbox creates by cluster, outcome and warm or cold start."},
+    {"fedrouter_creates_total", "counter", "Sandbox creates by cluster, tenant, outcome and warm or cold start."},
+    {"fedrouter_create_duration_seconds", "histogram",
+     "Time from a sandbox's create starting in a cluster to the sandbox being exec-ready, by cluster and warm or "
+     "cold start."},
+    {"fedrouter_sandbox_create_failures_total", "counter",
+     "Sandboxes a create asked for and did not get (no room, rolled back), by tenant and pool; counted by the "
+     "replica that served the create."},
     {"fedrouter_spills_total", "counter",
      "Times a cluster answered with a no-room signal and the rest of a batch moved on."},
     {"fedrouter_execs_total", "counter", "Execs by cluster and outcome."},
@@ -63,6 +73,11 @@ struct metrics {
   size_t n, cap;
   json_t *index;          /* "family\x1flabels" -> series index */
 };
+
+const double *metrics_buckets(size_t *n) {
+  *n = NBUCKETS;
+  return bucket_le;
+}
 
 struct metrics *metrics_new(void) {
   struct metrics *m = calloc(1, sizeof(*m));
@@ -157,6 +172,9 @@ void metrics_label(struct fr_buf *b, const char *name, const char *value) {
 
 /* ---------------------------------------------------------------------- */
 /* rendering                                                               */
+
+static void head(struct fr_buf *b, const char *name, const char *type, const char *help);
+static void sample(struct fr_buf *b, const char *name, const char *labels, double v);
 
 static void head(struct fr_buf *b, const char *name, const char *type, const char *help) {
   fr_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -287,11 +305,188 @@ static void render_gauges(struct router *r, struct fr_buf *b, int all_pools) {
   free(views);
 }
 
+/* ---- usage (docs/metrics.md, "Usage"): the adapters' usage tables ---- */
+
+/* One label set of a cluster's usage: the rows of fr_adapter_usage mapped
+ * to bounded labels (tenants the config does not know as "_other", a
+ * tenant's own pool as "_private" on an open /metrics), summed. */
+struct ukey {
+  const char *tenant, *pool;
+  int declared_only;        /* a zero creates series declared ahead, not a row */
+  double v[5];              /* seconds, core-seconds, GiB-seconds, GPU-seconds, dollars */
+  double created[3];        /* warm, cold, spilled */
+};
+
+static int ukey_cmp(const void *a, const void *b) {
+  const struct ukey *x = a, *y = b;
+  int d = strcmp(x->tenant, y->tenant);
+
+  return d != 0 ? d : strcmp(x->pool, y->pool);
+}
+
+/* Pool <pool> of cluster <v> as a label: a tenant's own pool is that
+ * tenant's business when /metrics is open. */
+static const char *pool_label(const struct fr_adapter_view *v, const char *pool, int all_pools) {
+  size_t k;
+
+  if (all_pools || pool[0] == '\0')
+    return pool;
+  for (k = 0; k < v->npools; k++)
+    if (strcmp(v->pools[k].name, pool) == 0 && v->pools[k].owner != NULL)
+      return "_private";
+  return pool;
+}
+
+/* The merged label sets of cluster <i>, sorted; *<n> of them. NULL when
+ * out of memory (or none). */
+static struct ukey *usage_keys(struct router *r, size_t i, const struct fr_adapter_view *v, int all_pools, size_t *n) {
+  struct fr_adapter *a = r->adapters[i];
+  const struct fr_config_cost *price = &r->cfg->clusters[i].cost;
+  size_t rows = fr_adapter_usage_rows(a), cap = rows + r->ntenants * (v->npools + 1), k, t, out = 0;
+  struct ukey *keys = calloc(cap ? cap : 1, sizeof(*keys));
+  struct fr_adapter_usage u;
+
+  *n = 0;
+  if (keys == NULL)
+    return NULL;
+  for (k = 0; k < rows && fr_adapter_usage_row(a, k, &u) == 0; k++) {
+    struct ukey *e = &keys[out++];
+    e->tenant = history_tenant_label(r, u.tenant);
+    e->pool = pool_label(v, u.pool, all_pools);
+    e->v[0] = u.sandbox_seconds;
+    e->v[1] = u.cpu_core_seconds;
+    e->v[2] = u.memory_gib_seconds;
+    e->v[3] = u.gpu_seconds;
+    e->v[4] = fr_cost_usage_dollars(price, u.sandbox_seconds, u.cpu_core_seconds, u.memory_gib_seconds, u.gpu_seconds);
+    e->created[0] = (double)u.created_warm;
+    e->created[1] = (double)u.created_cold;
+    e->created[2] = (double)u.created_spilled;
+  }
+  /* Every configured tenant's creates series exist from the start (at 0)
+   * for the default shape and each pool it may use here: Prometheus'
+   * increase() never sees the first step of a series that is born at 1. */
+  for (t = 0; t < r->ntenants; t++) {
+    for (k = 0; k <= v->npools; k++) {
+      const struct fr_adapter_pool_view *pv = k < v->npools ? &v->pools[k] : NULL;
+      struct ukey *e;
+      if (pv != NULL && pv->owner != NULL && strcmp(pv->owner, r->tenants[t]->name) != 0)
+        continue; /* another tenant's pool */
+      e = &keys[out++];
+      e->tenant = r->tenants[t]->name;
+      e->pool = pv != NULL ? pool_label(v, pv->name, all_pools) : "";
+      e->declared_only = 1;
+    }
+  }
+  qsort(keys, out, sizeof(*keys), ukey_cmp);
+  for (k = 0, *n = 0; k < out; k++) {
+    struct ukey *d = *n > 0 ? &keys[*n - 1] : NULL;
+    size_t j;
+    if (d != NULL && ukey_cmp(d, &keys[k]) == 0) {
+      for (j = 0; j < 5; j++)
+        d->v[j] += keys[k].v[j];
+      for (j = 0; j < 3; j++)
+        d->created[j] += keys[k].created[j];
+      d->declared_only &= keys[k].declared_only;
+      continue;
+    }
+    keys[(*n)++] = keys[k];
+  }
+  return keys;
+}
+
+static void declare_failures(struct router *r, const char *tenant, const char *pool) {
+  struct fr_buf l;
+
+  fr_buf_init(&l);
+  metrics_label(&l, "tenant", tenant);
+  metrics_label(&l, "pool", pool);
+  metrics_inc(r->metrics, "fedrouter_sandbox_create_failures_total", l.data ? l.data : "", 0);
+  fr_buf_free(&l);
+}
+
+static void usage_labels(struct fr_buf *l, const struct ukey *e, const struct fr_adapter_view *v) {
+  fr_buf_reset(l);
+  metrics_label(l, "tenant", e->tenant);
+  metrics_label(l, "pool", e->pool);
+  metrics_label(l, "region", v->region);
+  metrics_label(l, "cluster", v->name);
+}
+
+static void render_usage(struct router *r, struct fr_buf *b, int all_pools) {
+  static const struct family fams[] = {
+      {"fedrouter_sandbox_seconds_total", "counter", "Seconds of live sandboxes, integrated from the cluster's state."},
+      {"fedrouter_cpu_core_seconds_total", "counter", "Requested cpu cores of live sandboxes, integrated over time."},
+      {"fedrouter_memory_gib_seconds_total", "counter", "Requested memory (GiB) of live sandboxes, integrated over time."},
+      {"fedrouter_gpu_seconds_total", "counter", "Requested GPUs of live sandboxes, integrated over time."},
+      {"fedrouter_cost_dollars_total", "counter", "What the live sandboxes cost, by the cluster's cost model."},
+  };
+  static const char *const outcomes[] = {"warm", "cold", "spilled"};
+  struct fr_adapter_view *views = calloc(r->nadapters ? r->nadapters : 1, sizeof(*views));
+  struct ukey **keys = calloc(r->nadapters ? r->nadapters : 1, sizeof(*keys));
+  size_t *nkeys = calloc(r->nadapters ? r->nadapters : 1, sizeof(*nkeys));
+  size_t f, i, k, o;
+  struct fr_buf l, lo;
+
+  fr_buf_init(&l);
+  fr_buf_init(&lo);
+  if (views == NULL || keys == NULL || nkeys == NULL)
+    goto out;
+  for (i = 0; i < r->nadapters; i++) {
+    fr_adapter_view(r->adapters[i], &views[i]);
+    keys[i] = usage_keys(r, i, &views[i], all_pools, &nkeys[i]);
+  }
+  /* The failures counter of every configured tenant exists from the start
+   * too, for the default shape and every pool it may use (see above). */
+  for (i = 0; i < r->ntenants; i++) {
+    declare_failures(r, r->tenants[i]->name, "");
+    for (k = 0; k < r->nadapters; k++)
+      for (o = 0; o < views[k].npools; o++)
+        if (views[k].pools[o].owner == NULL)
+          declare_failures(r, r->tenants[i]->name, views[k].pools[o].name);
+        else if (strcmp(views[k].pools[o].owner, r->tenants[i]->name) == 0)
+          declare_failures(r, r->tenants[i]->name, "_private"); /* count_failed()'s label */
+  }
+  for (f = 0; f < FR_ARRAY_SIZE(fams); f++) {
+    head(b, fams[f].name, fams[f].type, fams[f].help);
+    for (i = 0; i < r->nadapters; i++) {
+      if (f == 4 && !fr_cost_known(&r->cfg->clusters[i].cost))
+        continue; /* no price: no cost series, rather than a false $0 */
+      for (k = 0; k < nkeys[i]; k++) {
+        if (keys[i][k].declared_only)
+          continue;
+        usage_labels(&l, &keys[i][k], &views[i]);
+        sample(b, fams[f].name, l.data, keys[i][k].v[f]);
+      }
+    }
+  }
+  head(b, "fedrouter_sandbox_creates_total", "counter",
+       "Sandboxes that appeared in the cluster's state: a pod created (cold) or a warm pod claimed (warm), or either "
+       "placed away from its plan's first choice (spilled).");
+  for (i = 0; i < r->nadapters; i++)
+    for (k = 0; k < nkeys[i]; k++)
+      for (o = 0; o < 3; o++) {
+        usage_labels(&l, &keys[i][k], &views[i]);
+        fr_buf_reset(&lo);
+        fr_buf_puts(&lo, l.data);
+        metrics_label(&lo, "outcome", outcomes[o]);
+        sample(b, "fedrouter_sandbox_creates_total", lo.data, keys[i][k].created[o]);
+      }
+out:
+  for (i = 0; keys != NULL && i < r->nadapters; i++)
+    free(keys[i]);
+  free(keys);
+  free(nkeys);
+  free(views);
+  fr_buf_free(&l);
+  fr_buf_free(&lo);
+}
+
 int metrics_render(struct router *r, struct fr_buf *out, int all_pools) {
   struct metrics *m = r->metrics;
   size_t f, i, k;
 
   render_gauges(r, out, all_pools);
+  render_usage(r, out, all_pools);
   for (f = 0; f < sizeof(recorded) / sizeof(recorded[0]); f++) {
     const char *name = recorded[f].name;
     int hist = strcmp(recorded[f].type, "histogram") == 0;

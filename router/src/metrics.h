@@ -23,6 +23,10 @@ void metrics_inc(struct metrics *m, const char *family, const char *labels, doub
 /* Records <seconds> in histogram <family> with <labels>. */
 void metrics_observe(struct metrics *m, const char *family, const char *labels, double seconds);
 
+/* The histograms' bucket upper bounds (seconds), <*n> of them, +Inf not
+ * included. Static. */
+const double *metrics_buckets(size_t *n);
+
 /* Appends `name="value"` (with a leading comma when <b> is not empty) to a
  * label buffer, escaping the value as the exposition format requires. */
 void metrics_label(struct fr_buf *b, const char *name, const char *value);

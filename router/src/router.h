@@ -14,6 +14,8 @@ struct fr_config;
 struct fr_adapter;
 struct fr_adapter_view;
 struct metrics;
+struct history;
+struct promq_client;
 struct fr_policy;
 struct fr_cluster_state;
 struct fr_sandbox_spec;
@@ -53,6 +55,8 @@ struct router {
   struct port_inflight *port_inflight[PORTS_INFLIGHT_BUCKETS];
 
   struct metrics *metrics;
+  struct history *history;        /* history.c: the in-memory history (NULL only when out of memory) */
+  struct promq_client *prom;      /* promq.c: metrics.prometheus_url's client, or NULL */
   /* Recent spillover events for the dashboard (ring, newest at next-1). */
   struct router_event {
     int64_t t_ms;

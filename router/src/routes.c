@@ -25,6 +25,8 @@ static const struct route routes[] = {
     /* the v1 API */
     {"GET", "/v1/clusters", router_get_clusters, RF_TENANT, NULL},
     {"GET", "/v1/events", router_get_events, RF_TENANT, NULL},
+    {"GET", "/v1/history", history_get, RF_TENANT, NULL},
+    {"GET", "/v1/usage", usage_get, RF_TENANT, NULL},
     {"GET", "/v1/policy", router_get_policy, RF_TENANT, NULL},
     {"GET", "/v1/config", router_get_config, RF_TENANT, NULL},
     {"GET", "/v1/queue", router_get_queue, RF_TENANT, NULL},

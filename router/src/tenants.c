@@ -47,6 +47,7 @@ static void set_limits(struct tenant_state *t, const struct fr_config_tenant *ct
     t->max_paused_s = FR_DEFAULT_TENANT_PAUSED_S;
     t->max_workspace_bytes = FR_DEFAULT_TENANT_WORKSPACE_BYTES;
     t->max_lifetime_s = 0;
+    t->has_network = 0;
     t->admin = 1;
     return;
   }
@@ -65,6 +66,9 @@ static void set_limits(struct tenant_state *t, const struct fr_config_tenant *ct
   t->max_paused_s = ct->max_paused_s;
   t->max_workspace_bytes = ct->max_workspace_bytes;
   t->max_lifetime_s = ct->max_lifetime_s;
+  t->has_network = ct->network != NULL;
+  if (ct->network != NULL)
+    t->network = *ct->network;
   t->admin = ct->admin;
 }
 

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fr/egress.h"
+
 struct router;
 struct fr_config;
 
@@ -37,6 +39,8 @@ struct tenant_state {
   int64_t max_lifetime_s;         /* its sandboxes' longest lifetime; 0: the config's (api_max_lifetime) */
   int admin;                      /* may create and change shared pools */
   char *secret;                   /* the Secret its creates' `secrets` read (own copy) */
+  int has_network;                /* its creates' default egress: <network>; 0 = the default */
+  struct fr_egress network;
   /* What it has going. */
   int64_t inflight;               /* requests answered later */
   int64_t execs;                  /* execs running */

@@ -9,6 +9,9 @@
 # kube_python_client test drives kubesim with (it runs under /usr/bin/python3,
 # whose dist-packages Debian installs it into). python3-pip is the `pip` of
 # kubesim's python images (python3 -m pip; the kubesim_isolation test runs it).
+# nftables is the `nft` kubesim runs in its pods' network namespaces to
+# enforce NetworkPolicy egress (docs/kubesim.md, "NetworkPolicy"; the
+# kubesim_netpol and egress_blackbox tests).
 # python3-jupyter-client, python3-ipykernel and python3-matplotlib are what
 # the code interpreter (deploy/code-interpreter/server.py, the
 # code-interpreter image) runs on; tests/codeint starts it under
@@ -32,6 +35,7 @@ FR_PACKAGES=(
   python3-yaml python3-kubernetes python3-pip
   clang libclang-rt-dev
   python3-jupyter-client python3-ipykernel python3-matplotlib
+  nftables
 )
 
 fr_install_packages() {

@@ -352,6 +352,111 @@ START_TEST(informer_observe_reads_own_writes) {
 }
 END_TEST
 
+/* The watch event of a write the informer observed (same resourceVersion)
+ * is dropped before it is parsed, and tells the owner nothing; writes it
+ * did not observe still arrive. */
+static struct fr_informer_stats st_now(struct fr_informer *inf) {
+  struct fr_informer_stats st;
+
+  fr_informer_stats(inf, &st);
+  return st;
+}
+
+
+START_TEST(informer_drops_echoes_of_observed_writes) {
+  struct fr_informer *inf;
+  json_t *w;
+  const char *patch = "/api/v1/namespaces/default/pods/e1";
+  uint64_t ev0;
+  int i;
+
+  faults("{\"reject_watches\":false,\"drop_watches\":false}"); /* what earlier tests left */
+  create_pod("e1", "echo");
+  ck_assert_int_eq(fr_informer_new(api, "/api/v1/namespaces/default/pods", "app=echo", on_event, NULL, &inf), 0);
+  ck_assert_int_eq(fr_informer_start(inf), 0);
+  ck_assert_msg(run_until(&ev.synced, 1, 10000), "no SYNCED");
+  /* Writes while the watch is down, each observed: the watch that comes
+   * back replays all three, every one an echo of the cache. */
+  faults("{\"reject_watches\":true,\"drop_watches\":true}");
+  ev.modified = 0;
+  for (i = 0; i < 3; i++) {
+    char body[128];
+    snprintf(body, sizeof(body), "{\"metadata\":{\"labels\":{\"v\":\"%d\"}}}", i);
+    w = call_json("PATCH", patch, "application/merge-patch+json", body, 200);
+    fr_informer_observe(inf, w);
+    json_decref(w);
+  }
+  ck_assert_int_eq(ev.modified, 3);
+  faults("{\"reject_watches\":false,\"drop_watches\":false}");
+  for (i = 0; i < 500 && st_now(inf).echoes < 3; i++) {
+    uv_run(loop, UV_RUN_NOWAIT);
+    usleep(10000);
+    uv_update_time(loop);
+  }
+  ck_assert_uint_eq(st_now(inf).echoes, 3);
+  ck_assert_int_eq(ev.modified, 3);
+  /* a write it did not observe is a real event */
+  ev0 = st_now(inf).events;
+  ck_assert_int_eq(call(api, "PATCH", patch, "application/merge-patch+json",
+                        "{\"metadata\":{\"labels\":{\"v\":\"9\"}}}"), 200);
+  ck_assert_msg(run_until(&ev.modified, 4, 10000), "the unobserved write never came");
+  ck_assert_str_eq(label_v(inf, "e1"), "9");
+  ck_assert_uint_eq(st_now(inf).echoes, 3);
+  ck_assert_uint_gt(st_now(inf).events, ev0);
+  fr_informer_free(inf);
+}
+END_TEST
+
+/* fr_informer_set_keep: list pages and watch events become trees of the
+ * kept fields only, with the same values (escapes decoded), and the
+ * informer works as before on them. */
+static const struct fr_informer_keep k_meta[] = {{"name", NULL}, {"namespace", NULL}, {"resourceVersion", NULL},
+                                                 {"labels", NULL}, {"annotations", NULL}, {NULL, NULL}};
+static const struct fr_informer_keep k_container[] = {{"name", NULL}, {NULL, NULL}};
+static const struct fr_informer_keep k_spec[] = {{"containers", k_container}, {NULL, NULL}};
+static const struct fr_informer_keep k_pod[] = {{"metadata", k_meta}, {"spec", k_spec}, {NULL, NULL}};
+
+static void check_kept(json_t *o, const char *app) {
+  json_t *meta = json_object_get(o, "metadata"), *c;
+
+  ck_assert_ptr_nonnull(o);
+  ck_assert_uint_eq(json_object_size(o), 2);                 /* metadata, spec: no status, kind, ... */
+  ck_assert_uint_eq(json_object_size(meta), 5);              /* no uid, creationTimestamp, ... */
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(meta, "labels"), "app")), app);
+  /* escapes decoded as a full parse would */
+  ck_assert_str_eq(json_string_value(json_object_get(json_object_get(meta, "annotations"), "x.io/q")),
+                   "v\xc3\xa9\n\"x");
+  c = json_array_get(json_object_get(json_object_get(o, "spec"), "containers"), 0);
+  ck_assert_uint_eq(json_object_size(c), 1);                 /* name only, not image */
+  ck_assert_str_eq(json_string_value(json_object_get(c, "name")), "c");
+}
+
+START_TEST(informer_keep_builds_only_the_kept_fields) {
+  struct fr_informer *inf;
+  const char *body = "{\"metadata\":{\"name\":\"k1\",\"labels\":{\"app\":\"keep\"},"
+                     "\"annotations\":{\"x.io/q\":\"v\\u00e9\\n\\\"x\"}},"
+                     "\"spec\":{\"containers\":[{\"name\":\"c\",\"image\":\"busybox\"}]}}";
+
+  faults("{\"reject_watches\":false,\"drop_watches\":false}");
+  ck_assert_int_eq(call(api, "POST", "/api/v1/namespaces/default/pods", "application/json", body), 201);
+  ck_assert_int_eq(fr_informer_new(api, "/api/v1/namespaces/default/pods", "app in (keep,kept)", on_event, NULL,
+                                   &inf), 0);
+  fr_informer_set_keep(inf, k_pod);
+  ck_assert_int_eq(fr_informer_start(inf), 0);
+  ck_assert_msg(run_until(&ev.synced, 1, 10000), "no SYNCED");
+  check_kept(fr_informer_get(inf, "default", "k1"), "keep");   /* from a list page */
+  ev.modified = 0;
+  relabel("k1", "kept");
+  ck_assert_msg(run_until(&ev.modified, 1, 10000), "no MODIFIED");
+  check_kept(fr_informer_get(inf, "default", "k1"), "kept");   /* from a watch event */
+  ev.deleted = 0;
+  delete_pod("k1");
+  ck_assert_msg(run_until(&ev.deleted, 1, 10000), "no DELETED");
+  ck_assert_ptr_null(fr_informer_get(inf, "default", "k1"));
+  fr_informer_free(inf);
+}
+END_TEST
+
 /* ---- an owner-kept store: name -> resourceVersion ---- */
 static json_t *owned;
 
@@ -445,6 +550,8 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, informer_lists_then_follows_changes_and_recovers);
   tcase_add_test(tc, informer_observe_reads_own_writes);
+  tcase_add_test(tc, informer_drops_echoes_of_observed_writes);
+  tcase_add_test(tc, informer_keep_builds_only_the_kept_fields);
   tcase_add_test(tc, informer_owner_store_lists_and_relists);
   suite_add_tcase(s, tc);
   sr = srunner_create(s);

@@ -336,12 +336,19 @@ START_TEST(many_keys_in_and_out) {
     ck_assert_ptr_nonnull(strmap_put(&m, k, NULL));
   }
   ck_assert_uint_eq(strmap_size(&m), 200000);
+  ck_assert_uint_ge(m.cap, 400000);
   for (i = 0; i < 200000; i++) {
     snprintf(k, sizeof(k), "sb-%d", i);
     ck_assert_ptr_nonnull(strmap_get(&m, k));
     ck_assert_int_eq(strmap_del(&m, k), 1);
+    /* it shrinks as it empties: never under an eighth full for long */
+    ck_assert(m.cap <= 16 || m.n * 8 >= m.cap);
   }
   ck_assert_uint_eq(strmap_size(&m), 0);
+  /* empty: the slot array is gone, and the table works on */
+  ck_assert_uint_eq(m.cap, 0);
+  ck_assert_ptr_nonnull(strmap_put(&m, "again", NULL));
+  ck_assert_ptr_nonnull(strmap_get(&m, "again"));
   strmap_close(&m);
 }
 END_TEST

@@ -3,6 +3,7 @@
  * message and the right file:line, relative paths resolve against the
  * config's directory, snapshots are refcounted, tokens find their tenant. */
 #include "fr/config.h"
+#include "fr/cost.h"
 
 #include <check.h>
 #include <errno.h>
@@ -14,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fr/egress.h"
 #include "fr/util.h"
 #include "fr_test_errors.h"
 
@@ -133,6 +135,11 @@ START_TEST(example_fedrouter_conf_loads_with_documented_values) {
   ck_assert_str_eq(c->tenants[1].tokens[0].name, "default");
   ck_assert_int_eq(c->tenants[0].weight, 1);
   ck_assert_int_eq(c->queue_max_wait_s, 600);
+  ck_assert_ptr_null(c->tenants[0].network);
+  ck_assert_ptr_nonnull(c->tenants[1].network);
+  ck_assert_int_eq(c->tenants[1].network->allow_internet, 0);
+  ck_assert_uint_eq(c->tenants[1].network->nallow, 1);
+  ck_assert_uint_eq(c->tenants[1].network->ndeny, 0);
 
   ck_assert_uint_eq(c->nclusters, 2);
   cl = &c->clusters[0];
@@ -219,6 +226,40 @@ START_TEST(config_minimal_gets_defaults) {
   ck_assert_ptr_null(c->clusters[0].context);
   ck_assert_double_eq(c->clusters[0].cost.per_core_hour, 0);
   ck_assert_int_eq(c->clusters[0].cost.sandboxes_per_node, 0);
+  ck_assert_ptr_null(c->prometheus_url);
+  ck_assert_int_eq(c->history_step_s, 10);
+  fr_config_unref(c);
+}
+END_TEST
+
+START_TEST(config_metrics_group_is_kept) {
+  struct fr_config *c = load_ok(MINIMAL "metrics = { prometheus_url = \"http://127.0.0.1:9090/prom/\";"
+                                        " history_step_s = 2; };\n");
+
+  /* the trailing '/' goes: the API paths are appended */
+  ck_assert_str_eq(c->prometheus_url, "http://127.0.0.1:9090/prom");
+  ck_assert_int_eq(c->history_step_s, 2);
+  fr_config_unref(c);
+}
+END_TEST
+
+START_TEST(cost_per_gpu_hour_is_kept_and_prices_usage) {
+  struct fr_config *c =
+      load_ok(LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\";\n"
+                            "  cost = { per_core_hour = 0.036; per_gib_hour = 0.0036; per_gpu_hour = 3.6; }; },\n"
+                            " { name = \"b\"; region = \"us\"; kubeconfig = \"k\";\n"
+                            "  cost = { node_hour = 0.72; sandboxes_per_node = 2; }; } );\n");
+
+  ck_assert_double_eq(c->clusters[0].cost.per_gpu_hour, 3.6);
+  ck_assert(fr_cost_known(&c->clusters[0].cost));
+  /* 3600 sandbox-s, 7200 core-s, 3600 GiB-s, 1800 GPU-s:
+   * (7200 * 0.036 + 3600 * 0.0036 + 1800 * 3.6) / 3600 */
+  ck_assert_double_eq_tol(fr_cost_usage_dollars(&c->clusters[0].cost, 3600, 7200, 3600, 1800),
+                          (7200 * 0.036 + 3600 * 0.0036 + 1800 * 3.6) / 3600, 1e-12);
+  ck_assert_double_eq_tol(fr_cost_gpu_hour(&c->clusters[0].cost, 2), 7.2, 1e-12);
+  /* the node model: sandbox-seconds at node_hour / sandboxes_per_node */
+  ck_assert_double_eq_tol(fr_cost_usage_dollars(&c->clusters[1].cost, 7200, 99, 99, 99), 0.72, 1e-12);
+  ck_assert_double_eq(fr_cost_gpu_hour(&c->clusters[1].cost, 2), 0);
   fr_config_unref(c);
 }
 END_TEST
@@ -256,6 +297,28 @@ START_TEST(config_batch_commit_timeout_is_kept) {
   fr_config_unref(c);
   c = load_ok(MINIMAL);
   ck_assert_int_eq(c->run_as_user, 0);
+  fr_config_unref(c);
+}
+END_TEST
+
+START_TEST(config_tenant_network_is_the_normalized_default) {
+  struct fr_config *c = load_ok(MINIMAL
+                                "tenants = ( { name = \"t\"; token_sha256 = \"" HASH_A "\";\n"
+                                "  network = { allow_internet = false;\n"
+                                "    allow_out = [\"10.1.0.0/16\", \"2001:db8::1\", \"10.1.0.0/16\"]; }; },\n"
+                                "  { name = \"u\"; token_sha256 = \"" HASH_B "\";\n"
+                                "    network = { deny_out = [\"169.254.169.254\"]; }; } );\n");
+  char text[FR_EGRESS_TEXT_MAX];
+
+  ck_assert_ptr_nonnull(c->tenants[0].network);
+  ck_assert_int_eq(fr_egress_text(c->tenants[0].network, text, sizeof(text)), 0);
+  ck_assert_str_eq(text, "internet=0;allow=10.1.0.0/16,2001:db8::1/128;deny=");
+  ck_assert_int_eq(fr_egress_text(c->tenants[1].network, text, sizeof(text)), 0);
+  ck_assert_str_eq(text, "internet=1;allow=;deny=169.254.169.254/32");
+  fr_config_unref(c);
+  /* No network group: no default of its own. */
+  c = load_ok(MINIMAL "tenants = ( { name = \"t\"; token_sha256 = \"" HASH_A "\"; } );\n");
+  ck_assert_ptr_null(c->tenants[0].network);
   fr_config_unref(c);
 }
 END_TEST
@@ -507,7 +570,19 @@ static const struct err_case err_cases[] = {
     {"cost_both_forms",
      LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\";\n"
                    "  cost = { per_core_hour = 0.1;\n    node_hour = 1.0; sandboxes_per_node = 4; }; } );\n",
-     5, "give either per_core_hour/per_gib_hour or node_hour + sandboxes_per_node, not both"},
+     5, "give either per_core_hour/per_gib_hour/per_gpu_hour or node_hour + sandboxes_per_node, not both"},
+    {"cost_gpu_with_node_model",
+     LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\";\n"
+                   "  cost = { per_gpu_hour = 2.0;\n    node_hour = 1.0; sandboxes_per_node = 4; }; } );\n",
+     5, "give either per_core_hour/per_gib_hour/per_gpu_hour or node_hour + sandboxes_per_node, not both"},
+    {"metrics_url_not_http", MINIMAL "metrics = { prometheus_url = \"prometheus:9090\"; };\n", 4,
+     "metrics.prometheus_url: \"prometheus:9090\" is not an http:// or https:// URL of a Prometheus server"},
+    {"metrics_url_with_query", MINIMAL "metrics = { prometheus_url = \"http://p:9090/?x=1\"; };\n", 4,
+     "is not an http:// or https:// URL"},
+    {"metrics_history_step_zero", MINIMAL "metrics = { history_step_s = 0; };\n", 4,
+     "metrics.history_step_s: 0 is out of range (1-3600)"},
+    {"metrics_key_misspelled", MINIMAL "metrics = { prometheus = \"http://p:9090\"; };\n", 4,
+     "metrics.prometheus: unknown key (known keys here: prometheus_url, history_step_s)"},
     {"cost_sandboxes_per_node_zero",
      LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"k\";\n"
                    "  cost = { node_hour = 1.0; sandboxes_per_node = 0; }; } );\n",
@@ -542,7 +617,7 @@ static const struct err_case err_cases[] = {
      "pool"},
     {"top_key_unknown", MINIMAL "colour = \"blue\";\n", 4,
      "colour: unknown key (known keys here: listen, health_listen, tls, region, policy, sandbox, limits, "
-     "tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms, queue, ports, e2b)"},
+     "tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms, queue, ports, e2b, metrics)"},
 
     /* names */
     {"cluster_name_uppercase", LISTEN REGION "clusters = (\n  { name = \"US_East\"; region = \"us\"; kubeconfig = \"k\"; }\n);\n",
@@ -593,6 +668,27 @@ static const struct err_case err_cases[] = {
      MINIMAL "tenants = (\n  { name = \"t\";\n"
              T("ga978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb") "  }\n);\n",
      6, "64 hex characters, got 64 characters with non-hex ones"},
+
+    /* a tenant's network: only addresses and CIDRs, file:line of the entry */
+    {"tenant_network_domain",
+     MINIMAL "tenants = (\n  { name = \"t\";\n" T(HASH_A) "    network = { allow_internet = false;\n"
+             "      allow_out = [ \"10.0.0.0/8\",\n        \"pypi.org\" ]; }; }\n);\n",
+     9, "tenants.[0].network.allow_out.[1]: \"pypi.org\" is a domain name, not an IP address or CIDR"},
+    {"tenant_network_host_bits",
+     MINIMAL "tenants = (\n  { name = \"t\";\n" T(HASH_A) "    network = {\n      deny_out = [\"10.0.0.1/8\"]; }; }\n);\n",
+     8, "has address bits set past its prefix length (did you mean 10.0.0.0/8?)"},
+    {"tenant_network_prefix",
+     MINIMAL "tenants = (\n  { name = \"t\";\n" T(HASH_A) "    network = { deny_out = [\"::/129\"]; }; }\n);\n",
+     7, "the prefix length must be a number from 0 to 128"},
+    {"tenant_network_not_strings",
+     MINIMAL "tenants = (\n  { name = \"t\";\n" T(HASH_A) "    network = { deny_out = [ 10 ]; }; }\n);\n",
+     7, "expected a string (an IP address or CIDR), got an integer"},
+    {"tenant_network_bool",
+     MINIMAL "tenants = (\n  { name = \"t\";\n" T(HASH_A) "    network = { allow_internet = \"no\"; }; }\n);\n",
+     7, "expected true or false, got a string"},
+    {"tenant_network_unknown_key",
+     MINIMAL "tenants = (\n  { name = \"t\";\n" T(HASH_A) "    network = { allow_outs = []; }; }\n);\n",
+     7, "unknown key (did you mean \"allow_out\"?)"},
 
     /* files */
     {"tls_cert_absent", MINIMAL "tls = {\n  cert = \"no-such.crt\";\n  key = \"t.conf\";\n};\n", 5,
@@ -665,7 +761,8 @@ START_TEST(config_check_reports_every_error_with_its_line) {
     ck_assert_msg(strstr(h.files[rc], "/t.conf") != NULL, "file \"%s\"", h.files[rc]);
   ck_assert_int_eq(h.lines[0], 3);
   ck_assert_str_eq(h.msgs[0], "colour: unknown key (known keys here: listen, health_listen, tls, region, policy, sandbox, "
-                              "limits, tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms, queue, ports, e2b)");
+                              "limits, tenants, clusters, hosted, metrics_token_sha256, agent, shutdown_delay_ms, queue, ports, "
+                              "e2b, metrics)");
   ck_assert_int_eq(h.lines[1], 4);
   ck_assert_ptr_nonnull(strstr(h.msgs[1], "sandbox.default_lifetime_s: 0 is out of range"));
   ck_assert_int_eq(h.lines[2], 5);
@@ -1208,7 +1305,10 @@ static Suite *config_suite(void) {
   tc = tcase_create("values");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, config_minimal_gets_defaults);
+  tcase_add_test(tc, config_metrics_group_is_kept);
+  tcase_add_test(tc, cost_per_gpu_hour_is_kept_and_prices_usage);
   tcase_add_test(tc, config_batch_commit_timeout_is_kept);
+  tcase_add_test(tc, config_tenant_network_is_the_normalized_default);
   tcase_add_test(tc, config_ports_and_e2b_templates_loaded);
   tcase_add_test(tc, config_check_reports_every_error_with_its_line);
   tcase_add_test(tc, config_check_syntax_error_is_the_one_error);

@@ -619,7 +619,8 @@ def check_member(objs):
             ("", "pods/proxy", "update"), ("", "secrets", "get"), ("", "secrets", "patch"),
             ("", "secrets", "create"),
             ("apps", "replicasets", "patch"), ("", "resourcequotas", "watch"),
-            ("", "persistentvolumeclaims", "watch")}
+            ("", "persistentvolumeclaims", "watch")} | \
+        {("networking.k8s.io", "networkpolicies", v) for v in ("list", "watch", "create", "patch", "delete")}
     # What the router uses and nothing more (issue: least privilege): any
     # other grant to the router's Role fails.
     used = need | {("", "pods", v) for v in ("get", "list", "patch")} | \

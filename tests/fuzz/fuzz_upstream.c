@@ -155,19 +155,23 @@ static int bookkeeping(const char *method, const char *target) {
       "/apis/apps/v1/namespaces/default/replicasets", "/api/v1/nodes",
       "/api/v1/pods?",                          "/api/v1/namespaces/default/resourcequotas",
       "/apis/node.k8s.io/v1/runtimeclasses",    "/api/v1/namespaces/default/persistentvolumeclaims",
-      "/api/v1/namespaces/default/configmaps",  "/version",
+      "/api/v1/namespaces/default/configmaps",  "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies",
+      "/version",
       "/api",                                   "/readyz",
       "/livez",                                 "/healthz",
   };
   size_t i, n;
 
   /* The caller's own sandbox (terminate, a new expiry), a create of its
-   * own, and a batch's commit marker. */
+   * own, a batch's commit marker, and an egress policy's NetworkPolicy. */
   if (strcmp(target, "/api/v1/namespaces/default/pods/sb-fuzz") == 0 ||
       (strcmp(method, "POST") == 0 && strncmp(target, "/api/v1/namespaces/default/pods?", 32) == 0) ||
       (strcmp(method, "POST") == 0 && strcmp(target, "/api/v1/namespaces/default/pods") == 0) ||
       strncmp(target, "/api/v1/namespaces/default/configmaps/fr-batch-", 47) == 0 ||
-      (strcmp(method, "POST") == 0 && strcmp(target, "/api/v1/namespaces/default/configmaps") == 0))
+      (strcmp(method, "POST") == 0 && strcmp(target, "/api/v1/namespaces/default/configmaps") == 0) ||
+      strncmp(target, "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies/fr-egress-", 72) == 0 ||
+      (strcmp(method, "POST") == 0 &&
+       strcmp(target, "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies") == 0))
     return 1;
   if (strcmp(method, "GET") != 0)
     return 0;

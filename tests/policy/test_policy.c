@@ -1044,6 +1044,243 @@ START_TEST(latency_ceiling_skips_slow_cluster_unless_nothing_else_fits) {
 }
 END_TEST
 
+
+/* ---- cheaper_region: cost against region within a latency budget ---- */
+
+/* Prices for the cheaper_region tests: us-east and onprem-iad (the
+ * client's region) cost $0.10 a sandbox-hour, us-central $0.05, us-west
+ * $0.04, eu-west $0.02. */
+static void cheap_prices(struct fr_cluster_state *st) {
+  size_t i;
+
+  for (i = 0; i < NFED; i++)
+    st[i].cost_per_hour = 0.10;
+  fed_find(st, NFED, "us-central")->cost_per_hour = 0.05;
+  fed_find(st, NFED, "us-west")->cost_per_hour = 0.04;
+  fed_find(st, NFED, "eu-west")->cost_per_hour = 0.02;
+}
+
+START_TEST(cost_weight_alone_never_leaves_the_client_region) {
+  /* The cost term ranks clusters within a region only: even at 20 it does
+   * not move a request out of the client's region. */
+  struct fr_policy *p = load_ok("weights = { cost = 20.0; };\n");
+  struct fr_cluster_state st[NFED];
+  struct fr_placement_request req = request("t", "us-east", 3);
+  struct fr_plan plan;
+  char got[1024];
+
+  fed_states(st);
+  cheap_prices(st);
+  plan_ok(p, st, NFED, &req, &plan, got, sizeof(got));
+  ck_assert_msg(strncmp(got, "us-east=3 ", 10) == 0, "plan %s", got);
+  ck_assert_int_eq(plan.entries[0].first_choice, 1);
+  ck_assert_int_eq(plan.entries[0].cheaper_than, -1);
+  fr_plan_free(&plan);
+  fr_policy_unref(p);
+}
+END_TEST
+
+START_TEST(cheaper_region_moves_the_request_within_the_latency_budget) {
+  /* us-central (35 ms, 50% cheaper) and us-west (60 ms, 60% cheaper) are
+   * within 70 ms; eu-west (80 ms, 80% cheaper) is not. The cheapest of
+   * those that qualify comes first, then the next; then the usual order. */
+  struct fr_policy *p = load_ok("cheaper_region = { min_saving = 0.25; max_latency_ms = 70; };\n");
+  struct fr_cluster_state st[NFED];
+  struct fr_placement_request req = request("t", "us-east", 150);
+  const struct fr_plan_entry *e;
+  struct fr_plan plan;
+  char got[1024];
+  json_t *j, *first;
+
+  fed_states(st);
+  cheap_prices(st);
+  plan_ok(p, st, NFED, &req, &plan, got, sizeof(got));
+  ck_assert_msg(strncmp(got, "us-west=100 us-central=50 us-east=0 onprem-iad=0 ", 49) == 0, "plan %s", got);
+  e = entry_of(&plan, st, "us-west");
+  ck_assert_str_eq(e->reason, "region us-west (other region), cheaper region: $0.0400/h vs $0.1000/h in "
+                              "us-east (60% less, over 25%; latency 60 ms within 70 ms): 100 free + 0 warm");
+  ck_assert_str_eq(st[e->cluster].name, "us-west");
+  ck_assert_str_eq(st[e->cheaper_than].name, "us-east");
+  ck_assert_int_eq(e->first_choice, 1);
+  ASSERT_REASON(&plan, st, "us-central", "cheaper region: $0.0500/h vs $0.1000/h in us-east (50% less");
+  ck_assert_int_eq(entry_of(&plan, st, "eu-west")->cheaper_than, -1);
+  /* explain's JSON names the cluster it was cheaper than */
+  j = fr_plan_json(&plan, st);
+  first = json_array_get(json_object_get(j, "clusters"), 0);
+  ck_assert_str_eq(json_string_value(json_object_get(first, "cluster")), "us-west");
+  ck_assert_str_eq(json_string_value(json_object_get(first, "cheaper_than")), "us-east");
+  ck_assert(json_is_true(json_object_get(first, "first_choice")));
+  ck_assert_ptr_null(json_object_get(json_array_get(json_object_get(j, "clusters"), 2), "cheaper_than"));
+  json_decref(j);
+  fr_plan_free(&plan);
+  fr_policy_unref(p);
+}
+END_TEST
+
+/* When cheaper_region moves a request, and when it does not. */
+static const struct cheap_case {
+  const char *policy;
+  const char *first;      /* the first cluster of the plan */
+  double central, west;   /* prices of us-central and us-west */
+  const char *why;
+} cheap_cases[] = {
+    {"cheaper_region = { min_saving = 0.5; max_latency_ms = 40; };\n", "us-east", 0.05, 0.10,
+     "exactly 50% cheaper is not more than 50%"},
+    {"cheaper_region = { min_saving = 0.49; max_latency_ms = 40; };\n", "us-central", 0.05, 0.10,
+     "51% cheaper, within 40 ms"},
+    {"cheaper_region = { min_saving = 0.25; max_latency_ms = 30; };\n", "us-east", 0.05, 0.04,
+     "both cheaper ones are over 30 ms"},
+    {"cheaper_region = { min_saving = 0.25; max_latency_ms = 70; };\n", "us-west", 0.05, 0.04,
+     "the cheapest of the two that qualify"},
+    {"cheaper_region = { min_saving = 0.25; max_latency_ms = 70; };\n", "us-east", 0, 0,
+     "an unknown price (0) is never cheaper"},
+    {"cheaper_region = { min_saving = 0.25; max_latency_ms = 70; };\n"
+     "spillover = { tiers = ( { name = \"cloud\"; clusters = [\"us-*\", \"eu-*\", \"ap-*\"]; },\n"
+     " { name = \"onprem\"; clusters = \"onprem-*\"; } ); };\n",
+     "us-central", 0.05, 0.10, "same tier as us-east: moved"},
+    {"cheaper_region = { min_saving = 0.25; max_latency_ms = 70; };\n"
+     "spillover = { tiers = ( { name = \"a\"; clusters = [\"us-east\", \"onprem-iad\"]; },\n"
+     " { name = \"b\"; clusters = [\"us-central\", \"us-west\"]; } ); };\n",
+     "us-east", 0.05, 0.04, "another tier: never moved ahead of the first tier"},
+};
+
+START_TEST(cheaper_region_moves_only_when_cheaper_by_more_and_near_enough) {
+  const struct cheap_case *t = &cheap_cases[_i];
+  struct fr_policy *p = load_ok(t->policy);
+  struct fr_cluster_state st[NFED];
+  struct fr_placement_request req = request("t", "us-east", 1);
+  struct fr_plan plan;
+  char got[1024];
+
+  fed_states(st);
+  cheap_prices(st);
+  fed_find(st, NFED, "us-central")->cost_per_hour = t->central;
+  fed_find(st, NFED, "us-west")->cost_per_hour = t->west;
+  fed_find(st, NFED, "eu-west")->cost_per_hour = 0.10;
+  plan_ok(p, st, NFED, &req, &plan, got, sizeof(got));
+  ck_assert_msg(strcmp(st[plan.entries[0].cluster].name, t->first) == 0, "%s: plan %s, want %s first", t->why,
+                got, t->first);
+  ck_assert_int_eq(plan.entries[0].cheaper_than >= 0, strcmp(t->first, "us-east") != 0);
+  fr_plan_free(&plan);
+  fr_policy_unref(p);
+}
+END_TEST
+
+START_TEST(cheaper_region_full_cluster_spills_to_the_usual_order) {
+  struct fr_policy *p = load_ok("cheaper_region = { min_saving = 0.25; max_latency_ms = 40; };\n");
+  struct fr_cluster_state st[NFED];
+  struct fr_placement_request req = request("t", "us-east", 30);
+  struct fr_plan plan;
+  char got[1024];
+
+  fed_states(st);
+  cheap_prices(st);
+  set_free(st, NFED, "us-central", 10, 0);
+  plan_ok(p, st, NFED, &req, &plan, got, sizeof(got));
+  ck_assert_msg(strncmp(got, "us-central=10 us-east=20 ", 25) == 0, "plan %s", got);
+  ck_assert_int_eq(entry_of(&plan, st, "us-central")->first_choice, 1);
+  /* us-east took the rest because us-central was full: those spilled */
+  ck_assert_int_eq(entry_of(&plan, st, "us-east")->first_choice, 0);
+  fr_plan_free(&plan);
+  fr_policy_unref(p);
+}
+END_TEST
+
+START_TEST(first_choice_marks_the_top_cluster_or_a_spread_group) {
+  struct fr_policy *p = fr_policy_default();
+  struct fr_policy *sp = load_ok("split = \"spread\";\n");
+  struct fr_cluster_state st[NFED];
+  struct fr_placement_request req = request("t", "us-east", 150);
+  struct fr_plan plan;
+  char got[1024];
+
+  fed_states(st);
+  plan_ok(p, st, NFED, &req, &plan, got, sizeof(got));
+  ck_assert_msg(strncmp(got, "us-east=100 onprem-iad=50 ", 26) == 0, "plan %s", got);
+  ck_assert_int_eq(entry_of(&plan, st, "us-east")->first_choice, 1);
+  ck_assert_int_eq(entry_of(&plan, st, "onprem-iad")->first_choice, 0);
+  fr_plan_free(&plan);
+  /* spread: the client's whole region is the first group */
+  plan_ok(sp, st, NFED, &req, &plan, got, sizeof(got));
+  ck_assert_int_eq(entry_of(&plan, st, "us-east")->first_choice, 1);
+  ck_assert_int_eq(entry_of(&plan, st, "onprem-iad")->first_choice, 1);
+  ck_assert_int_eq(entry_of(&plan, st, "us-central")->first_choice, 0);
+  fr_plan_free(&plan);
+  fr_policy_unref(p);
+  fr_policy_unref(sp);
+}
+END_TEST
+
+/* The example of docs/policy.md, "Cost against region", row by row. */
+START_TEST(cheaper_region_docs_example_rows) {
+  static const char *const names[] = {"us-east", "eu-west", "eu-north"};
+  static const char *const regions[] = {"us-east", "eu-west", "eu-north"};
+  static const double lat[] = {5, 80, 150}, price[] = {0.10, 0.06, 0.04};
+  struct fr_cluster_state st[3];
+  struct fr_placement_request req = request("t", "us-east", 3);
+  struct fr_policy *p = NULL, *wide = NULL;
+  struct fr_policy_error err;
+  struct fr_plan plan;
+  char path[PATH_MAX], got[512];
+  size_t i;
+
+  write_file("cheaper_region = {\n  min_saving = 0.30;\n  max_latency_ms = 120;\n};\n", path, sizeof(path));
+  ck_assert_int_eq(fr_policy_load(path, NULL, NULL, &p, &err, NULL, NULL), 0);
+  write_file("cheaper_region = { min_saving = 0.30; max_latency_ms = 200; };\n", path, sizeof(path));
+  ck_assert_int_eq(fr_policy_load(path, NULL, NULL, &wide, &err, NULL, NULL), 0);
+  memset(st, 0, sizeof(st));
+  for (i = 0; i < 3; i++) {
+    st[i].name = names[i];
+    st[i].region = regions[i];
+    st[i].healthy = st[i].synced = 1;
+    st[i].age_ms = 100;
+    st[i].latency_ms = lat[i];
+    st[i].free_slots = 100;
+    st[i].cost_per_hour = price[i];
+  }
+  plan_ok(p, st, 3, &req, &plan, got, sizeof(got));
+  ck_assert_str_eq(got, "eu-west=3 us-east=0 eu-north=0 |");
+  ck_assert_str_eq(plan.entries[0].reason, "region eu-west (other region), cheaper region: $0.0600/h vs $0.1000/h in "
+                                           "us-east (40% less, over 30%; latency 80 ms within 120 ms): 100 free + 0 warm");
+  fr_plan_free(&plan);
+  st[1].free_slots = 1;
+  plan_ok(p, st, 3, &req, &plan, got, sizeof(got));
+  ck_assert_str_eq(got, "eu-west=1 us-east=2 eu-north=0 |");
+  ck_assert_int_eq(plan.entries[1].first_choice, 0); /* the 2 spilled */
+  fr_plan_free(&plan);
+  st[1].free_slots = 100;
+  st[1].cost_per_hour = 0.075;
+  plan_ok(p, st, 3, &req, &plan, got, sizeof(got));
+  ck_assert_str_eq(got, "us-east=3 eu-west=0 eu-north=0 |");
+  fr_plan_free(&plan);
+  st[1].cost_per_hour = 0.06;
+  plan_ok(wide, st, 3, &req, &plan, got, sizeof(got));
+  ck_assert_str_eq(got, "eu-north=3 eu-west=0 us-east=0 |");
+  fr_plan_free(&plan);
+  fr_policy_unref(p);
+  fr_policy_unref(wide);
+}
+END_TEST
+
+START_TEST(cheaper_region_needs_both_keys) {
+  struct fr_policy *p = NULL;
+  struct fr_policy_error err;
+  struct fr_policy_warning *w = NULL;
+  size_t nw = 0;
+
+  ck_assert_int_eq(load_text("cheaper_region = { min_saving = 0.3; };\n", &p, &err, &w, &nw), -EINVAL);
+  ck_assert_int_eq(err.line, 1);
+  ck_assert_msg(strstr(err.msg, "cheaper_region needs both min_saving") != NULL, "%s", err.msg);
+  ck_assert_int_eq(load_text("cheaper_region = { min_saving = 1.5; max_latency_ms = 50; };\n", &p, &err, &w,
+                             &nw), -EINVAL);
+  ck_assert_str_eq(err.msg, "cheaper_region.min_saving: 1.5 is too large (at most 0.99)");
+  ck_assert_int_eq(load_text("cheaper_region = { min_saving = 0.2; max_latency = 50; };\n", &p, &err, &w,
+                             &nw), -EINVAL);
+  ck_assert_str_eq(err.msg, "cheaper_region.max_latency: unknown key (known keys here: min_saving, max_latency_ms)");
+  free(w);
+}
+END_TEST
+
 /* ---- ties, a full federation, JSON ---- */
 
 START_TEST(ties_are_broken_by_name_whatever_the_input_order) {
@@ -1193,7 +1430,7 @@ static const struct err_case err_cases[] = {
      "weights.latncy: unknown key (did you mean \"latency\"?)"},
     {"frobnicate = 1;\n", 1,
      "frobnicate: unknown key (known keys here: split, max_state_age_ms, latency_ceiling_ms, "
-     "weights, warm, region_groups, spillover, clusters, rules)"},
+     "weights, warm, region_groups, spillover, clusters, rules, cheaper_region)"},
     {"weights = { latency = \"1\"; };\n", 1,
      "weights.latency: expected a number, got a string (\"1\"); write numbers without quotes"},
     {"split = 1;\n", 1, "split: expected a string, got an integer (put the value in double quotes)"},
@@ -1615,6 +1852,14 @@ static Suite *policy_suite(void) {
   tcase_add_loop_test(tc, unusable_cluster_is_skipped_with_reason, 0,
                       (int)FR_ARRAY_SIZE(skip_cases));
   tcase_add_test(tc, latency_ceiling_skips_slow_cluster_unless_nothing_else_fits);
+  tcase_add_test(tc, cost_weight_alone_never_leaves_the_client_region);
+  tcase_add_test(tc, cheaper_region_moves_the_request_within_the_latency_budget);
+  tcase_add_loop_test(tc, cheaper_region_moves_only_when_cheaper_by_more_and_near_enough, 0,
+                      (int)FR_ARRAY_SIZE(cheap_cases));
+  tcase_add_test(tc, cheaper_region_full_cluster_spills_to_the_usual_order);
+  tcase_add_test(tc, first_choice_marks_the_top_cluster_or_a_spread_group);
+  tcase_add_test(tc, cheaper_region_needs_both_keys);
+  tcase_add_test(tc, cheaper_region_docs_example_rows);
   tcase_add_test(tc, ties_are_broken_by_name_whatever_the_input_order);
   tcase_add_test(tc, full_federation_gives_shortfall_and_ranks_every_cluster);
   tcase_add_test(tc, plan_json_lists_every_cluster_with_verdict_and_reason);

@@ -18,7 +18,15 @@ against the API:
     totals add up; cost figures match /v1/clusters' `cost` object where the
     router has it and read "n/a" where it does not; the policy version is
     /v1/policy's; the spillover section shows GET /v1/events when that
-    answers 200 and is hidden otherwise.
+    answers 200 and is hidden otherwise;
+  * the charts (the router keeps its in-memory history every second:
+    metrics.history_step_s = 1): every chart of GET /v1/history is drawn as
+    SVG paths whose data-points are the API's own (time, value) pairs —
+    sandboxes against capacity per region and cluster, creates per second
+    by outcome, cold start p50/p99, warm hit rate, spend per hour by region
+    and tenant — with the values the test caused (sandboxes, creates,
+    spend); the page says the history is in memory; the top tenants table
+    is the API's.
 
 The page refreshes every 2 s, so each value is compared with the API's
 answer just before and just after Chromium ran, and either is accepted.
@@ -26,7 +34,8 @@ Numbers are read from data-value attributes (the raw API values); the
 visible text is checked where it is not a formatted number.
 
 A screenshot (--window-size=1440,1000) is saved as <shots>/dashboard.png
-and must be a PNG of that size.
+and must be a PNG of that size with the charts drawn in it: the pixels of
+the chart lines' colours are counted (the PNG is decoded here, zlib only).
 
 A missing /usr/bin/chromium is a failure, not a skip: scripts/test installs
 Debian's chromium package (scripts/lib/packages.sh).
@@ -256,7 +265,7 @@ class DashFed(tr.Fed):
             check(text.count(entry) == 1, f"config: no single entry {entry!r} to price")
             text = text.replace(entry, entry + cost + " ")
         with open(path, "w") as f:
-            f.write(text)
+            f.write(text + "metrics = { history_step_s = 1; };\n")
 
 
 def setup_state(fed):
@@ -309,7 +318,9 @@ def snapshot(fed):
     st, pol = fed.api("GET", "/v1/policy")
     check(st == 200, f"GET /v1/policy: {st} {short(pol)}")
     st, ev = fed.api("GET", "/v1/events")
-    return {"clusters": {c["name"]: c for c in clusters(fed)},
+    st, hist = fed.api("GET", "/v1/history?window=1h")
+    check(st == 200 and isinstance(hist, dict) and isinstance(hist.get("t"), list), f"GET /v1/history: {st} {short(hist)}")
+    return {"history": hist, "clusters": {c["name"]: c for c in clusters(fed)},
             "cluster_order": [c["name"] for c in clusters(fed)],
             "pools": {x["name"]: x for x in p["pools"]}, "policy": pol,
             "events": ev.get("events") if st == 200 and isinstance(ev, dict) else None}
@@ -496,6 +507,132 @@ def check_events(dom, before, after):
     return f"{len(rows)} rows"
 
 
+def history_series(hist):
+    """{(chart, series key): [(t, v), ...]} as the page must draw them."""
+    t = hist["t"]
+    out = {}
+
+    def pts(values):
+        return [(t[i], v) for i, v in enumerate(values) if v is not None]
+    for s in hist["sandboxes"]:
+        out[("sandboxes-" + s["region"], "sandboxes:" + s["cluster"])] = pts(s["values"])
+    for s in hist["capacity"]:
+        out[("sandboxes-" + s["region"], "capacity:" + s["cluster"])] = pts(s["values"])
+    for k, v in hist["creates_per_s"].items():
+        out[("creates", k)] = pts(v)
+    for k, v in hist["cold_start_s"].items():
+        out[("cold-start", k)] = pts(v)
+    out[("warm-hit-rate", "hit")] = pts(hist["warm_hit_rate"])
+    for s in hist["spend_per_hour"]["by_region"]:
+        out[("spend-region", s["region"])] = pts(s["values"])
+    for s in hist["spend_per_hour"]["by_tenant"]:
+        out[("spend-tenant", s["tenant"])] = pts(s["values"])
+    return out
+
+
+def check_history(dom, before, after):
+    src = dom.one("history source", data_field="history-source")
+    check(src.attrs.get("data-value") == "memory" and "in memory" in src.text(),
+          f"the page says where its history comes from: {src.attrs.get('data-value')!r} {src.text()!r}")
+    want = [history_series(x["history"]) for x in (before, after)]
+    figs = {f.attrs["data-chart"]: f for f in dom.find(data_chart=None)}
+    charts = {c for c, _ in want[0]} | {c for c, _ in want[1]}
+    check(charts <= set(figs), f"charts missing from the page: {sorted(charts - set(figs))} (drawn: {sorted(figs)})")
+    drawn = 0
+    for (chart, key) in set(want[0]) | set(want[1]):
+        paths = figs[chart].find(data_series=key)
+        check(len(paths) == 1, f"chart {chart}: {len(paths)} paths for series {key!r}")
+        raw = paths[0].attrs.get("data-points", "")
+        got = [(float(a), float(b)) for a, b in (p.split(":") for p in raw.split())] if raw else []
+        # The page drew an answer of the API between the two snapshots: the
+        # history only grows (its points never change), so every point of
+        # the first snapshot is drawn and every point drawn is the second's.
+        first = {(float(t), float(v)) for t, v in want[0].get((chart, key), [])}
+        second = {(float(t), float(v)) for t, v in want[1].get((chart, key), [])}
+        check(first <= set(got) <= first | second and len(set(got)) == len(got),
+              f"chart {chart} series {key}: the page drew {got[-5:]} (last 5 of {len(got)}), the API said "
+              f"{sorted(first)[-5:]} then {sorted(second)[-5:]}")
+        if got:
+            # one move or line command per point drawn
+            d = paths[0].attrs.get("d", "")
+            check(d.count("M") + d.count("L") == len(got),
+                  f"chart {chart} series {key}: path d {d[:80]!r} does not draw its {len(got)} points")
+            drawn += 1
+    # What the test did shows: sandboxes in us-east, cold creates, a's spend.
+    last = lambda k: [v for _, v in want[1].get(k, [])]  # noqa: E731
+    check(max(last(("sandboxes-us", "sandboxes:us-east")) or [0]) >= 5,
+          f"us-east's sandboxes over the window: {last(('sandboxes-us', 'sandboxes:us-east'))[-5:]}")
+    check(any(v > 0 for v in last(("creates", "cold"))), "no cold creates per second drawn")
+    check(any(v > 0 for v in last(("spend-tenant", "a"))), "tenant a's spend per hour is never above 0")
+    check(("spend-tenant", "b") not in want[1], "tenant a's page shows tenant b's spend")
+    rows = {r.attrs["data-tenant"]: r for r in dom.one("top tenants", id="top-tenants").find(data_tenant=None)}
+    check(set(rows) in ({x["tenant"] for x in s["history"]["top_tenants"]} for s in (before, after)),
+          f"top tenants {sorted(rows)}, API {[x['tenant'] for x in after['history']['top_tenants']]}")
+    for name, row in rows.items():
+        # spend over the window grows with every point: the page's answer
+        # lies between the two snapshots
+        lo, hi = ([x["dollars"] for x in s["history"]["top_tenants"] if x["tenant"] == name] or [None]
+                  for s in (before, after))
+        got = num(row, "tenant-dollars", f"top tenant {name}")
+        check(got is not None and lo[0] is not None and hi[0] is not None and lo[0] - 1e-9 <= got <= hi[0] + 1e-9,
+              f"top tenant {name}: the page shows ${got}, the API ${lo[0]} then ${hi[0]}")
+    return f"{len(figs)} charts, {drawn} series drawn"
+
+
+def png_pixels(path):
+    """(width, height, rows of RGB tuples) of an 8-bit RGB/RGBA PNG."""
+    import zlib
+    with open(path, "rb") as f:
+        data = f.read()
+    pos, idat = 8, b""
+    w = h = ctype = None
+    while pos < len(data):
+        n, typ = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        if typ == b"IHDR":
+            w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            check(depth == 8 and ctype in (2, 6) and interlace == 0, f"PNG depth {depth} type {ctype} interlace {interlace}")
+        elif typ == b"IDAT":
+            idat += body
+        pos += 12 + n
+    bpp = 4 if ctype == 6 else 3
+    raw = zlib.decompress(idat)
+    stride = w * bpp
+    rows, prev = [], bytearray(stride)
+    for y in range(h):
+        ft = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b = prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if ft == 1:
+                line[i] = (line[i] + a) & 255
+            elif ft == 2:
+                line[i] = (line[i] + b) & 255
+            elif ft == 3:
+                line[i] = (line[i] + ((a + b) >> 1)) & 255
+            elif ft == 4:
+                pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(line)
+        prev = line
+    return w, h, rows, bpp
+
+
+def count_colour(path, rgb, most_white=0.6):
+    """Pixels of colour <rgb> blended with the white of a chart's card (as
+    antialiased lines are) with at least 1 - <most_white> of the colour."""
+    w, h, rows, bpp = png_pixels(path)
+    n = 0
+    for line in rows:
+        for i in range(0, w * bpp, bpp):
+            ws = [(line[i + k] - rgb[k]) / (255.0 - rgb[k]) for k in range(3)]
+            if min(ws) >= -0.06 and max(ws) - min(ws) <= 0.1 and max(ws) <= most_white:
+                n += 1
+    return n
+
+
 def check_png(path, w, h):
     check(os.path.isfile(path), f"no screenshot at {path}")
     with open(path, "rb") as f:
@@ -605,6 +742,11 @@ def main():
         res.run("dashboard_asks_for_token", no_token)
 
         state = {}
+        # The in-memory history samples every second: a few points after
+        # the setup, so every chart has lines to draw.
+        t_setup = time.time()
+        check(wait_until(lambda: len([t for t in fed.api("GET", "/v1/history")[1]["t"] if t > t_setup]) >= 3, 20, 0.3),
+              "the history has no points after the setup")
 
         def render():
             state["before"] = snapshot(fed)
@@ -629,6 +771,7 @@ def main():
             res.run("dashboard_pools", check_pools, dom, b, a)
             res.run("dashboard_policy", check_policy, dom, b, a)
             res.run("dashboard_events", check_events, dom, b, a)
+            res.run("dashboard_history_charts", check_history, dom, b, a)
             has_cost = any(c.get("cost") for c in b["clusters"].values())
             print(f"    (cost in /v1/clusters: {'yes' if has_cost else 'not yet: the page must say n/a'}; "
                   f"/v1/events: {'yes' if b['events'] is not None else 'no'})", flush=True)
@@ -638,7 +781,12 @@ def main():
                                      "--screenshot=" + shot, base + "?token=" + urllib.parse.quote(TOKEN)], tmp)
             check(rc == 0, f"chromium --screenshot: rc {rc}:\n{err[-2000:]}")
             n = check_png(shot, 1440, 1000)
-            return f"{shot} ({n} bytes)"
+            # The charts' third colour (#1c8a4a) is on no other part of the
+            # page: its pixels are the lines drawn (a legend's swatch adds
+            # ~40; a line across a chart ~500).
+            green = count_colour(shot, (0x1c, 0x8a, 0x4a))
+            check(green >= 300, f"the screenshot has {green} pixels of the charts' green: the charts are not drawn")
+            return f"{shot} ({n} bytes, {green} chart pixels of one colour)"
         res.run("dashboard_screenshot", screenshot)
     except TestFailure:
         pass

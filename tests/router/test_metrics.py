@@ -156,7 +156,16 @@ def main():
         check(get(s, "fedrouter_cluster_sandboxes", cluster="m1", region="us") == 4, "m1 holds the 4 sandboxes")
         check(get(s, "fedrouter_pool_warm_pods", cluster="m2", pool="p", state="target") == 1, "pool target")
         check(get(s, "fedrouter_pool_warm_pods", cluster="m2", pool="p", state="ready") == 1, "pool ready")
-        check(get(s, "fedrouter_creates_total", cluster="m1", outcome="ok", start="cold") == 4, "creates_total")
+        check(get(s, "fedrouter_creates_total", cluster="m1", tenant="t1", outcome="ok", start="cold") == 4,
+              "creates_total")
+        check(get(s, "fedrouter_create_duration_seconds_count", cluster="m1", start="cold") == 4,
+              "create duration histogram: the 4 cold creates")
+        check(get(s, "fedrouter_sandbox_create_failures_total", tenant="t1", pool="") == 500,
+              "the refused batch's 500 sandboxes are counted as failed")
+        check(get(s, "fedrouter_sandbox_creates_total", tenant="t1", pool="", region="us", cluster="m1",
+                  outcome="cold") == 4, "usage: 4 cold creates seen in m1's state")
+        check((get(s, "fedrouter_sandbox_seconds_total", tenant="t1", pool="", region="us", cluster="m1") or 0) > 0,
+              "usage: sandbox-seconds of the 4 sandboxes")
         check(get(s, "fedrouter_execs_total", cluster="m1", outcome="ok", via="pods_exec") == 1, "execs ok")
         check(get(s, "fedrouter_execs_total", cluster="m1", outcome="nonzero", via="pods_exec") == 1, "execs nonzero")
         check(get(s, "fedrouter_exec_duration_seconds_count", cluster="m1") == 2, "exec histogram count")

@@ -27,6 +27,12 @@ Three federations, each started once:
          --fast-exec: test 3 (the 5,000-sandbox batch)
   tight  three clusters of 1 node x 100 pods: test 5 (two concurrent
          bursts of 150 on room for exactly 300)
+  priced two clusters of one region at $0.50 and $0.01: test 8 (the
+         cost weight ranks within a region)
+  cheaper us-dear (region us, $0.10) and eu-cheap (region eu, $0.04, 40 ms,
+         4 slots): test 9 (cheaper_region moves a US client's sandboxes
+         to the EU within the latency budget, explain says why, what does
+         not fit spills back and is counted as spilled)
 
 Usage: test_routing.py --fedrouter PATH --kubesim PATH [--only NAME ...] [--keep]
 Prints `ok NAME` / `FAIL NAME: details` per test and `N passed, M failed`;
@@ -931,6 +937,82 @@ def test_8_cost_weight_ranks_cheaper_first(fed):
 
 
 
+# Test 9: cost against region within a latency budget. "us-dear" (region
+# us, the client's) costs $0.10 a sandbox-hour, "eu-cheap" (region eu,
+# 40 ms of API latency) $0.04 and has room for 4 sandboxes.
+CHEAPER_POLICY = """\
+# policy for tests/router/test_routing.py test_9 (written by the test)
+split = "fill_first";
+weights = { cost = %s; };
+%s
+"""
+
+
+def metrics_value(fed, name, **labels):
+    st, text = fed.api("GET", "/metrics")
+    check(st == 200, f"GET /metrics: {st}")
+    want = [f'{k}="{v}"' for k, v in labels.items()]
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(w in line for w in want):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_9_cheaper_region_within_latency_budget(fed):
+    body = {"num_sandboxes": 1, "cpus": 1, "memory_gb": 1}
+
+    def load(text, check_fn, what):
+        write_atomic(fed.policy_path, text)
+        check(wait_until(lambda: check_fn(fed.explain(body, region="us")["plan"]), 20),
+              f"the policy ({what}) was not in force within 20 s: {short(fed.explain(body, region='us'), 1500)}")
+
+    def first(plan):
+        return next(e for e in plan["clusters"] if e.get("verdict") == "use" and e.get("count"))
+
+    # A cost weight alone (20) ranks clusters within a region only: the
+    # client's region keeps the request however cheap the other one is.
+    load(CHEAPER_POLICY % ("20.0", ""), lambda p: first(p)["cluster"] == "us-dear" and
+         first(p)["scores"]["cost"] > 0, "cost weight 20")
+    # cheaper_region: eu-cheap is 60% cheaper and within 1000 ms.
+    load(CHEAPER_POLICY % ("0.0", "cheaper_region = { min_saving = 0.25; max_latency_ms = 1000; };"),
+         lambda p: first(p)["cluster"] == "eu-cheap", "cheaper_region")
+    plan = fed.explain(body, region="us")["plan"]
+    e = first(plan)
+    check(e.get("cheaper_than") == "us-dear" and e.get("first_choice") is True and
+          "cheaper region: $0.0400/h vs $0.1000/h in us-dear (60% less, over 25%" in e.get("reason", ""),
+          f"explain says why the sandbox goes to the cheaper region: {short(e, 800)}")
+    before_cold = metrics_value(fed, "fedrouter_sandbox_creates_total", cluster="eu-cheap", outcome="cold")
+    before_spill = metrics_value(fed, "fedrouter_sandbox_creates_total", cluster="us-dear", outcome="spilled")
+    r, _ = fed.create_ok({"num_sandboxes": 6, "cpus": 1, "memory_gb": 1, "labels": {"t": "t9"}}, region="us")
+    got = {}
+    for sb in r["sandboxes"]:
+        got[sb["cluster"]] = got.get(sb["cluster"], 0) + 1
+    check(got == {"eu-cheap": 4, "us-dear": 2}, f"6 sandboxes: the cheaper region's 4 slots first, then the client's "
+                                                f"region; got {got}")
+    # The two that did not fit where the plan wanted them spilled: their
+    # pods say so, and usage counts them as spilled.
+    for sb in r["sandboxes"]:
+        pod = fed.sims[sb["cluster"]].pod(sb["id"].split(".", 1)[1])
+        spilled = ((pod or {}).get("metadata", {}).get("annotations") or {}).get("fedrouter.io/spilled")
+        check((spilled == "true") == (sb["cluster"] == "us-dear"),
+              f"{sb['id']} in {sb['cluster']}: annotation fedrouter.io/spilled={spilled!r}")
+    ok = wait_until(lambda: metrics_value(fed, "fedrouter_sandbox_creates_total", cluster="eu-cheap",
+                                          outcome="cold") - before_cold == 4 and
+                    metrics_value(fed, "fedrouter_sandbox_creates_total", cluster="us-dear",
+                                  outcome="spilled") - before_spill == 2, 10)
+    check(ok, "usage counts 4 cold creates in eu-cheap and 2 spilled ones in us-dear")
+    fed.terminate("t=t9")
+    # Over the latency budget: eu-cheap is ~40 ms away, the budget 10 ms.
+    load(CHEAPER_POLICY % ("0.0", "cheaper_region = { min_saving = 0.25; max_latency_ms = 10; };"),
+         lambda p: first(p)["cluster"] == "us-dear", "cheaper_region within 10 ms")
+    e = next(x for x in fed.explain(body, region="us")["plan"]["clusters"] if x["cluster"] == "eu-cheap")
+    check("cheaper_than" not in e, f"eu-cheap is over the budget: not moved ({short(e, 600)})")
+    # Not cheaper by more than the saving asked (60% < 70%).
+    load(CHEAPER_POLICY % ("0.0", "cheaper_region = { min_saving = 0.7; max_latency_ms = 1000; };"),
+         lambda p: first(p)["cluster"] == "us-dear", "cheaper_region at 70%")
+
+
 FEDERATIONS = [
     ("geo",
      [("us-east", "us-east", ["--nodes", "2"] + BIG),
@@ -953,6 +1035,11 @@ FEDERATIONS = [
       ("cheap", "us", ["--nodes", "2", "--node-pods", "100", "--fast-exec"])],
      [test_8_cost_weight_ranks_cheaper_first],
      PRICED_POLICY % "0.0", {"pricey": 0.50, "cheap": 0.01}),
+    ("cheaper",
+     [("us-dear", "us", ["--nodes", "2", "--node-pods", "20", "--fast-exec"]),
+      ("eu-cheap", "eu", ["--nodes", "1", "--node-pods", "4", "--fast-exec", "--api-latency-ms", "40"])],
+     [test_9_cheaper_region_within_latency_budget],
+     CHEAPER_POLICY % ("0.0", ""), {"us-dear": 0.10, "eu-cheap": 0.04}),
 ]
 
 

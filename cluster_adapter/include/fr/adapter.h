@@ -24,6 +24,7 @@
 #include <uv.h>
 
 struct fr_buf;
+struct fr_egress;
 
 struct fr_kube_client;
 struct fr_kube_exec_budget;
@@ -119,9 +120,20 @@ struct fr_adapter_opts {
 #define FR_LABEL_AUTO_RESUME "fedrouter.io/auto-resume"
 /* A paused sandbox's claim: when it was paused (RFC 3339). */
 #define FR_ANN_PAUSED_AT "fedrouter.io/paused-at"
+/* On a sandbox whose egress is restricted: the hash of its policy
+ * (fr_egress_hash), which NetworkPolicy fr-egress-<hash> selects. */
+#define FR_LABEL_EGRESS "fedrouter.io/egress"
+/* On that NetworkPolicy: the policy's canonical text (fr_egress_text), and
+ * a value every router's write of it changes (docs/architecture.md,
+ * "Sandbox egress"). */
+#define FR_ANN_NETWORK "fedrouter.io/network"
+#define FR_ANN_TOUCHED "fedrouter.io/touched"
 #define FR_ANN_CREATED "fedrouter.io/created-at"
 #define FR_ANN_EXPIRES "fedrouter.io/expires-at"
 #define FR_ANN_WARM "fedrouter.io/warm"
+/* "true" on a sandbox placed in a cluster other than its plan's first
+ * choice (fr_sandbox_spec.spilled): usage counts it as spilled. */
+#define FR_ANN_SPILLED "fedrouter.io/spilled"
 #define FR_ANN_ENV "fedrouter.io/env"
 #define FR_ANN_POOL_SPEC "fedrouter.io/pool-spec"
 /* The names (never the values) of the create-time secrets, comma-separated
@@ -161,6 +173,7 @@ struct fr_pod {
   unsigned terminating : 1; /* metadata.deletionTimestamp is set */
   unsigned warm : 1;        /* annotation fedrouter.io/warm is "true" */
   unsigned init_env : 1;    /* annotation fedrouter.io/env-names is set */
+  unsigned spilled : 1;     /* annotation fedrouter.io/spilled is "true" */
 };
 
 /* Value of label <key> of <p> (fedrouter's or a user's), or NULL. */
@@ -318,6 +331,44 @@ int fr_adapter_pods_synced(const struct fr_adapter *a);
  * missing from fr_adapter_pool() may well exist. */
 int fr_adapter_pools_synced(const struct fr_adapter *a);
 
+/* ---- usage (usage.c) ----
+ *
+ * What the cluster's sandboxes use, per (tenant, pool), integrated over
+ * time from the sandbox pod cache's events: each change of a live sandbox
+ * (claimed or created, not finished, not terminating: the view's rule)
+ * first adds the row's current count and requests times the time since
+ * its last change, then applies the change. So every router replica
+ * watching the same cluster arrives at the same figures, whichever replica
+ * made the sandboxes, and a restarted replica starts again from zero
+ * (docs/metrics.md: read them with max across replicas, as counters that
+ * reset). A sandbox counts as created when it first shows up live after
+ * the cache's first list: its pod created (cold), or a warm pod claimed
+ * (annotation fedrouter.io/warm), or either one placed away from its
+ * plan's first choice (fedrouter.io/spilled). Rows are never removed;
+ * past FR_USAGE_MAX_ROWS distinct (tenant, pool) pairs the rest share
+ * the row ("_other", "_other"), so a cluster with arbitrary labels cannot
+ * grow the table without bound. */
+#define FR_USAGE_MAX_ROWS 1024
+#define FR_USAGE_OTHER "_other"
+
+struct fr_adapter_usage {
+  const char *tenant;       /* label fedrouter.io/tenant, "" when absent (borrowed) */
+  const char *pool;         /* label fedrouter.io/pool, "" for none (borrowed) */
+  int64_t sandboxes;        /* live now */
+  int64_t cpu_m, mem_b, gpus; /* their requests, summed */
+  double sandbox_seconds;   /* integrals since the row was made */
+  double cpu_core_seconds;
+  double memory_gib_seconds;
+  double gpu_seconds;
+  uint64_t created_warm, created_cold, created_spilled; /* spilled ones are in neither of the others */
+};
+
+/* The number of usage rows (they only ever grow). */
+size_t fr_adapter_usage_rows(const struct fr_adapter *a);
+/* Row <i> into *<out>, its integrals brought up to now; its strings are
+ * borrowed, valid while the adapter lives. 0, or -ENOENT past the end. */
+int fr_adapter_usage_row(struct fr_adapter *a, size_t i, struct fr_adapter_usage *out);
+
 /* ---- sandboxes (sandbox.c) ---- */
 
 struct fr_sandbox_spec {
@@ -349,6 +400,13 @@ struct fr_sandbox_spec {
    * sandbox. */
   const char *resume_pod;
   const char *resume_claim; /* with resume_pod: its workspace claim's name (NULL: "<pod>-ws") */
+  /* Where the sandbox may connect (normalized, fr/egress.h; copied), or
+   * NULL for the default (internet allowed, nothing denied: no policy).
+   * Otherwise NetworkPolicy fr-egress-<hash> is made sure to exist before
+   * the pod is claimed or created with label fedrouter.io/egress=<hash>,
+   * so a warm pod serves any policy. */
+  const struct fr_egress *egress;
+  int spilled;              /* not the plan's first choice: annotation fedrouter.io/spilled */
 };
 
 enum fr_sandbox_err {
@@ -379,6 +437,10 @@ int fr_adapter_sandbox_create(struct fr_adapter *a, const struct fr_sandbox_spec
  * <cb> (may be NULL) gets the API response. */
 int fr_adapter_sandbox_delete(struct fr_adapter *a, const char *pod, const char *request_id,
                               void (*cb)(int status, const char *message, void *arg), void *arg);
+/* The egress policy of sandbox <pod> into <out>: the default when it
+ * carries no fedrouter.io/egress label, else its NetworkPolicy's. 0, or
+ * -ENOENT when that policy is not known here (not in the cache). */
+int fr_adapter_egress_of(struct fr_adapter *a, const struct fr_pod *pod, struct fr_egress *out);
 /* Moves the expiry of sandbox pod <pod> to <expires_s> (unix seconds,
  * in the future): annotation fedrouter.io/expires-at, which the reapers of
  * every router enforce. An earlier expiry lowers the pod's

@@ -27,15 +27,18 @@
  *                 tokens = ( { name = "ci"; sha256 = "<64 hex>"; expires = "2026-07-01T00:00:00Z"; } );
  *                 max_requests_in_flight = 4096; max_concurrent_execs = 2048;
  *                 max_cpus = 4000; max_memory_gb = 16000; max_gpus = 64; weight = 2;
- *                 secret = "rl-sandbox-secrets"; } );  # the default for "rl"
+ *                 secret = "rl-sandbox-secrets";           # the default for "rl"
+ *                 network = { allow_internet = false; allow_out = ["10.0.0.0/8"];
+ *                             deny_out = []; }; } );       # its creates' default egress
  *   clusters = ( { name = "us-east"; region = "us";
  *                  kubeconfig = "us-east.kubeconfig"; context = "us-east";
  *                  namespace = "default";
- *                  cost = { per_core_hour = 0.0316; per_gib_hour = 0.0042; }; },
+ *                  cost = { per_core_hour = 0.0316; per_gib_hour = 0.0042; per_gpu_hour = 2.48; }; },
  *                { name = "home"; region = "us"; in_cluster = true;   # the router's own cluster
  *                  gateway = { url = "https://fedrouter-gateway.fedrouter.svc:443";
  *                              ca_file = "gw-ca.pem"; key_file = "gw.key"; }; } );
  *   hosted = { per_core_second = 0.00003942; per_gib_second = 0.00000672; };  # optional
+ *   metrics = { prometheus_url = "http://prometheus:9090"; history_step_s = 10; };  # optional
  *
  * Relative paths are resolved against the directory of the config file.
  */
@@ -44,6 +47,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+struct fr_egress;
 
 struct fr_config_error {
   char file[512];
@@ -97,6 +102,10 @@ struct fr_config_tenant {
    * of: `secret`, else "<name>-sandbox-secrets" (name lowercased, other
    * characters than a-z0-9 made '-'). No two tenants share one. */
   char *secret;
+  /* `network`: the egress of its sandboxes when a create's own `network`
+   * leaves a field out (fr/egress.h, normalized); NULL = the default
+   * (internet allowed, no lists). */
+  struct fr_egress *network;
 };
 
 /* What a default tenant Secret name ends with. */
@@ -107,6 +116,7 @@ struct fr_config_tenant {
 struct fr_config_cost {
   double per_core_hour;    /* $ per vCPU-hour of requested cpu */
   double per_gib_hour;     /* $ per GiB-hour of requested memory */
+  double per_gpu_hour;     /* $ per GPU-hour (with the per-resource prices; 0 = none) */
   double node_hour;        /* alternative: $ per node-hour ... */
   int64_t sandboxes_per_node; /* ... shared by this many sandboxes */
 };
@@ -174,6 +184,12 @@ struct fr_config {
   size_t nclusters;
   struct fr_config_hosted hosted; /* the defaults when the file has no `hosted` */
   char metrics_token_sha256[65];  /* "" = /metrics is open to whoever reaches the port */
+  /* `metrics` group: the Prometheus that scrapes the routers, which
+   * /v1/usage and /v1/history query (NULL: none; then /v1/history answers
+   * from memory); and the step of the in-memory history (seconds). */
+  char *prometheus_url;           /* "http://host:port" or "https://..." with an optional path prefix, no
+                                     trailing '/' */
+  int64_t history_step_s;
   /* The sandbox agent (`agent` group); agent_image NULL = no agent. */
   char *agent_image;
   int agent_port;

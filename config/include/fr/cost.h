@@ -23,9 +23,14 @@
  *     sandboxes_per_node, whatever the sandbox's shape (a sandboxes_per_node
  *     below 1, which the config loader never produces, counts as 1);
  *   - otherwise per resource: cores * per_core_hour + GiB * per_gib_hour,
- *     with cores = <cpu_m> / 1000 and GiB = <mem_b> / 2^30.
+ *     with cores = <cpu_m> / 1000 and GiB = <mem_b> / 2^30 (GPUs are priced
+ *     by fr_cost_gpu_hour on top).
  * Returns 0 when no cost is configured (see fr_cost_known). */
 double fr_cost_sandbox_hour(const struct fr_config_cost *c, int64_t cpu_m, int64_t mem_b);
+
+/* Dollars per hour of <gpus> GPUs on a cluster priced by <c> per resource
+ * (per_gpu_hour; 0 in the node model, whose node price covers them). */
+double fr_cost_gpu_hour(const struct fr_config_cost *c, int64_t gpus);
 
 /* The same for <n> sandboxes whose requests sum to <cpu_m> and <mem_b>:
  * both models are linear, so the router keeps three running sums per
@@ -37,6 +42,15 @@ double fr_cost_fleet_hour(const struct fr_config_cost *c, int64_t n, int64_t cpu
  * cores * per_core_second * 3600 + GiB * per_gib_second * 3600. With the
  * default (Modal) rates a 2-core / 4 GiB sandbox is $0.380592 per hour. */
 double fr_cost_hosted_hour(const struct fr_config_hosted *h, int64_t cpu_m, int64_t mem_b);
+
+/* Dollars that usage of <sandbox_s> sandbox-seconds, <core_s> core-seconds,
+ * <gib_s> GiB-seconds and <gpu_s> GPU-seconds costs on a cluster priced by
+ * <c> (NULL = 0): node model: sandbox_s * node_hour / sandboxes_per_node /
+ * 3600; per resource: (core_s * per_core_hour + gib_s * per_gib_hour +
+ * gpu_s * per_gpu_hour) / 3600. Both models are linear, so the router
+ * integrates the four quantities and prices them when asked. */
+double fr_cost_usage_dollars(const struct fr_config_cost *c, double sandbox_s, double core_s, double gib_s,
+                             double gpu_s);
 
 /* 1 when <c> (borrowed; NULL = 0) prices sandboxes, else 0: the node model
  * is configured (sandboxes_per_node >= 1 or node_hour > 0, so free nodes,

@@ -114,6 +114,11 @@ struct fr_plan_entry {
   int tier;                /* spillover tier (0 first) */
   double score;            /* higher is better; rank within a tier */
   double s_latency, s_warm, s_capacity, s_cost; /* weighted components */
+  int first_choice;        /* USE: where the request goes when room is no object (the first of
+                              the ranking, a spread's first group, warm pods that beat its cold
+                              start); sandboxes placed elsewhere spilled */
+  long cheaper_than;       /* cheaper_region ranked it first instead of this cluster (an index
+                              into the states), else -1 */
   char reason[256];        /* "region apac (client region), tier onprem", "skipped: unhealthy", ... */
 };
 
