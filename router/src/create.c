@@ -500,6 +500,8 @@ static json_t *placement_json(const struct create *cr) {
  * be), and the end of the create. */
 static void answer_made(struct create *cr) {
   struct api_req *q = cr->q;
+  void (*cb)(struct api_req *, json_t *, void *);
+  void *cb_arg;
   json_t *ans;
   struct fr_buf note;
   size_t i;
@@ -513,15 +515,17 @@ static void answer_made(struct create *cr) {
   fr_buf_free(&note);
   count_failed(q, cr->pool, cr->pool_private, cr->n - (int64_t)json_array_size(cr->made));
   ans = json_pack("{s:O,s:o}", "sandboxes", cr->made, "placement", placement_json(cr));
-  if (q->created_cb != NULL && ans != NULL) {
-    /* A fork's or restore_from's copy runs first; it answers. */
-    void (*cb)(struct api_req *, json_t *, void *) = q->created_cb;
-    q->created_cb = NULL;
-    cb(q, ans, q->created_arg);
-  } else {
-    api_reply(q, 201, ans, NULL);
-  }
+  cb = q->created_cb;
+  cb_arg = q->created_arg;
+  if (ans != NULL)
+    q->created_cb = NULL; /* (without an answer, create_free() tells the copy it will not happen) */
+  /* The create goes first: the answer may free <q>, which create_free()
+   * still reads. */
   create_free(cr);
+  if (cb != NULL && ans != NULL)
+    cb(q, ans, cb_arg); /* a fork's or restore_from's copy runs first; it answers */
+  else if (cb == NULL)
+    api_reply(q, 201, ans, NULL);
 }
 
 /* Nothing to answer (the client left): what was made and committed goes,
