@@ -67,6 +67,8 @@ int agent_path(const struct fr_adapter *a, const char *pod, int port, const char
 #define GW_SIGNATURE_TTL_S 60
 /* A CA bundle larger than this is not one. */
 #define GW_CA_MAX ((size_t)1 << 20)
+/* What every header of the gateway's own starts with. */
+#define GW_HEADER_PREFIX "Fr-Gateway-"
 
 static int read_small_file(const char *path, size_t max, char **out, size_t *len) {
   FILE *f = fopen(path, "rb");
@@ -141,7 +143,8 @@ int agent_send(struct fr_adapter *a, const char *pod, int port, int user_port, c
   struct fr_kube_request_opts o = *ko;
   char path[2300], sig[FR_GW_AUTH_MAX];
   char *headers;
-  size_t extra;
+  const char *line;
+  size_t extra, n, ll;
   int rc;
 
   if (a->gw_client == NULL) {
@@ -163,8 +166,18 @@ int agent_send(struct fr_adapter *a, const char *pod, int port, int user_port, c
   headers = malloc(sizeof(FR_GW_AUTH_HEADER ": \n") + sizeof(sig) + extra);
   if (headers == NULL)
     return -ENOMEM;
-  snprintf(headers, sizeof(FR_GW_AUTH_HEADER ": \n") + sizeof(sig) + extra, FR_GW_AUTH_HEADER ": %s\n%s", sig,
-           ko->header != NULL ? ko->header : "");
+  n = (size_t)snprintf(headers, sizeof(FR_GW_AUTH_HEADER ": \n") + sizeof(sig), FR_GW_AUTH_HEADER ": %s\n", sig);
+  /* The caller's lines (a client's, for a sandbox's port) but any
+   * Fr-Gateway-* of theirs: the signature is the router's alone. */
+  for (line = ko->header; line != NULL && *line != '\0'; line += ll + (line[ll] != '\0')) {
+    ll = strcspn(line, "\n");
+    if (ll >= sizeof(GW_HEADER_PREFIX) - 1 && strncasecmp(line, GW_HEADER_PREFIX, sizeof(GW_HEADER_PREFIX) - 1) == 0)
+      continue;
+    memcpy(headers + n, line, ll);
+    n += ll;
+    headers[n++] = '\n';
+  }
+  headers[n] = '\0';
   o.header = headers;
   rc = fr_kube_request_opts(a->gw_client, method, path, content_type, body, len, &o, cb, arg, out);
   free(headers);

@@ -226,6 +226,11 @@ def test_gateway_cluster_skips_the_api_server(fed):
     before_gw, before_pp = router_metric(fed, GW, "gateway"), router_metric(fed, GW, "pod-proxy")
     gw_before = fed.gw_metric("fedrouter_gateway_requests_total")
     calls(fed, sid)
+    # A client's own Fr-Gateway-* headers never reach the gateway as the
+    # router's: the router signs alone.
+    st, body = request(fed, "GET", f"/v1/sandboxes/{sid}/ports/8000/blob.bin",
+                       headers={"Fr-Gateway-Auth": "v1.1." + "0" * 64, "fr-gateway-error": "x"})
+    check(st == 200 and len(body) == 300000, f"a port request carrying a client's Fr-Gateway-Auth: {st} {txt(body)}")
     n = proxy_requests(sim)
     check(n == 0, f"kubesim served {n} pods/proxy or pods/exec requests for calls through the gateway")
     grew = router_metric(fed, GW, "gateway") - before_gw
