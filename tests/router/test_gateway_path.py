@@ -15,6 +15,8 @@ Proves:
   them, the gateway counts them, and the router's
   fedrouter_data_path_requests_total{cluster="gw",path="gateway"} grows;
   the same calls on "pp" do go through the pod proxy;
+- what reaches the sandbox through the gateway carries none of the
+  cluster's credentials (no Authorization, not the cluster's token);
 - a gateway that holds another key answers 401: the router answers at once
   with a clear error (exec 503 cluster_unavailable, files 503
   agent_unavailable, a port 502 port_unreachable) naming the gateway's
@@ -241,6 +243,35 @@ def test_gateway_cluster_skips_the_api_server(fed):
     print(f"     {int(grew)} calls through the gateway, 0 pods/proxy requests at kubesim")
 
 
+HEADER_ECHO = r"""
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = str(self.headers).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+http.server.HTTPServer(("0.0.0.0", 8001), H).serve_forever()
+"""
+
+
+def test_gateway_gets_no_cluster_credentials(fed):
+    """What reaches the sandbox through the gateway carries none of the
+    cluster's credentials (the gateway passes Authorization on): the
+    router's client towards the gateway has no token of the cluster."""
+    sid = fed.shared[GW]
+    st, body = request(fed, "POST", f"/v1/sandboxes/{sid}/processes",
+                       body=('{"argv":["python3","-c",%s]}' % __import__("json").dumps(HEADER_ECHO)).encode(),
+                       headers={"Content-Type": "application/json"})
+    check(st == 201, f"start the header echo: {st} {txt(body)}")
+    got = wait_until(lambda: request(fed, "GET", f"/v1/sandboxes/{sid}/ports/8001/")[0] == 200, 20, 0.2)
+    st, body = request(fed, "GET", f"/v1/sandboxes/{sid}/ports/8001/")
+    check(got and b"X-Forwarded-For" in body, f"the header echo: {st} {txt(body)}")
+    check(b"authorization" not in body.lower() and tr.SIM_TOKEN.encode() not in body and
+          b"fr-gateway" not in body.lower(), f"headers the sandbox got through the gateway: {txt(body)}")
+
+
 def test_pod_proxy_cluster_unchanged(fed):
     sid = fed.shared[PP]
     sim = fed.sims[PP]
@@ -322,7 +353,7 @@ def test_gateway_down_fails_at_once(fed):
 
 
 TESTS = [test_setup, test_data_path_reported, test_gateway_cluster_skips_the_api_server,
-         test_pod_proxy_cluster_unchanged, test_wrong_key_is_a_clear_error, test_gateway_down_fails_at_once]
+         test_gateway_gets_no_cluster_credentials, test_pod_proxy_cluster_unchanged, test_wrong_key_is_a_clear_error, test_gateway_down_fails_at_once]
 
 
 if __name__ == "__main__":
