@@ -187,6 +187,7 @@ static void create_free(struct create *cr) {
   json_decref(cr->refusal);
   fr_podopts_unref(cr->opts);
   free(cr->egress);
+  api_req_unref(cr->q);
   free(cr);
 }
 
@@ -500,8 +501,6 @@ static json_t *placement_json(const struct create *cr) {
  * be), and the end of the create. */
 static void answer_made(struct create *cr) {
   struct api_req *q = cr->q;
-  void (*cb)(struct api_req *, json_t *, void *);
-  void *cb_arg;
   json_t *ans;
   struct fr_buf note;
   size_t i;
@@ -515,17 +514,15 @@ static void answer_made(struct create *cr) {
   fr_buf_free(&note);
   count_failed(q, cr->pool, cr->pool_private, cr->n - (int64_t)json_array_size(cr->made));
   ans = json_pack("{s:O,s:o}", "sandboxes", cr->made, "placement", placement_json(cr));
-  cb = q->created_cb;
-  cb_arg = q->created_arg;
-  if (ans != NULL)
-    q->created_cb = NULL; /* (without an answer, create_free() tells the copy it will not happen) */
-  /* The create goes first: the answer may free <q>, which create_free()
-   * still reads. */
-  create_free(cr);
-  if (cb != NULL && ans != NULL)
-    cb(q, ans, cb_arg); /* a fork's or restore_from's copy runs first; it answers */
-  else if (cb == NULL)
+  if (q->created_cb != NULL && ans != NULL) {
+    /* A fork's or restore_from's copy runs first; it answers. */
+    void (*cb)(struct api_req *, json_t *, void *) = q->created_cb;
+    q->created_cb = NULL;
+    cb(q, ans, q->created_arg);
+  } else {
     api_reply(q, 201, ans, NULL);
+  }
+  create_free(cr);
 }
 
 /* Nothing to answer (the client left): what was made and committed goes,
@@ -1176,6 +1173,7 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain_only, int e
   if (cr == NULL)
     goto oom;
   cr->q = q;
+  q->refs++; /* <q> outlives its answer until create_free() (created_drop) */
   cr->ts = tenant_ref(q->ts);
   cr->explain = explain_only;
   snprintf(cr->name, sizeof(cr->name), "%s", s.name);

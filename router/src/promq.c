@@ -30,6 +30,7 @@ struct promq_batch {
   size_t n, pending;
   promq_done_cb cb;
   void *arg;
+  json_t *held[];    /* the results, freed after the callback (which may free <qs>) */
 };
 
 struct promq_client {
@@ -56,11 +57,11 @@ static void batch_step(struct promq_client *c, struct promq_batch *b) {
   if (--b->pending > 0)
     return;
   c->nbatches--;
-  b->cb(b->qs, b->n, b->arg);
-  for (i = 0; i < b->n; i++) {
-    json_decref(b->qs[i].result);
-    b->qs[i].result = NULL;
-  }
+  for (i = 0; i < b->n; i++)
+    b->held[i] = b->qs[i].result;
+  b->cb(b->qs, b->n, b->arg); /* <qs> may be gone after it */
+  for (i = 0; i < b->n; i++)
+    json_decref(b->held[i]);
   free(b);
 }
 
@@ -207,7 +208,7 @@ int promq_run(struct promq_client *c, struct promq_query *qs, size_t n, promq_do
     return -EINVAL;
   if (c->nbatches >= PROMQ_MAX_BATCHES)
     return -EBUSY;
-  if ((b = calloc(1, sizeof(*b))) == NULL)
+  if ((b = calloc(1, sizeof(*b) + n * sizeof(b->held[0]))) == NULL)
     return -ENOMEM;
   b->qs = qs;
   b->n = n;

@@ -32,7 +32,8 @@ struct promq_query {
   double time, start, end, step; /* unix seconds */
   /* out, valid during the callback */
   int ok;                   /* Prometheus answered "success" */
-  json_t *result;           /* ok: data.result (borrowed: the batch frees it after the callback) */
+  json_t *result;           /* ok: data.result (borrowed: the batch frees it after the callback,
+                               which may free the array of queries) */
   char error[300];          /* !ok: why ("connection refused", "bad_data: parse error ...") */
 };
 

@@ -239,6 +239,7 @@ TEST_ONLY = {"check", "libsubunit-dev", "prometheus", "chromium", "curl", "procp
              "haproxy",                    # replicas_haproxy and the replicas benchmark
              "wrk",                        # the gateway benchmark
              "python3-pip",                 # the pip of kubesim's python images
+             "nftables",                    # kubesim's NetworkPolicy egress (kubesim_netpol, egress_blackbox)
              # the code interpreter (code-interpreter.Containerfile, tests/codeint)
              "python3-jupyter-client", "python3-ipykernel", "python3-matplotlib"}
 

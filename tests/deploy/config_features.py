@@ -174,7 +174,7 @@ def demo_config(root, tmp):
         raise ConfigError("scripts/demo does not call write_config")
     script = "set -euo pipefail\n" + "".join(
         "eval \"$(sed -n '%s' \"$1\")\"\n" % addr for _, addr in DEMO_PARTS) + \
-        'DIR="$2" TOKEN=demo-token LISTEN=127.0.0.1:8080 PROM_PORT=""\nwrite_config\n'
+        'DIR="$2" TOKEN=demo-token LISTEN=127.0.0.1:8080 PROM_PORT=9090\nwrite_config\n'
     p = subprocess.run(["bash", "-c", script, "config_features", demo, tmp], capture_output=True, text=True,
                        timeout=30)
     conf = os.path.join(tmp, "fedrouter.conf")
