@@ -434,7 +434,9 @@ static void on_agent_done(const struct fr_kube_response *resp, void *arg) {
       snprintf(msg, sizeof(msg), "the cluster's gateway %s: %d %s: %.250s",
                resp->status == 401 || resp->status == 403 ? "refused this router" : "could not pass the exec on",
                resp->status, code, resp->body);
-    r.err = FR_EXEC_UNAVAILABLE;
+    /* The gateway reached, the agent not (502 upstream_*): the sandbox's
+     * trouble; the rest is the way to the cluster. */
+    r.err = resp->status == 502 ? FR_EXEC_AGENT_UNAVAILABLE : FR_EXEC_UNAVAILABLE;
     r.message = msg;
   } else if (resp->status == 404) {
     r.err = FR_EXEC_NOT_FOUND;
