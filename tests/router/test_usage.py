@@ -482,7 +482,7 @@ def test_usage_from_prometheus(fed):
     check(close(a["cpu_core_seconds"], a["sandbox_seconds"], rel=1e-3) and
           close(a["memory_gib_seconds"], 2 * a["sandbox_seconds"], rel=1e-3) and
           close(a["cost_dollars"], (a["cpu_core_seconds"] * CORE_HOUR + a["memory_gib_seconds"] * GIB_HOUR) / 3600,
-                rel=1e-3),
+                rel=1e-3, abs_=1e-6),   # /v1/usage gives micro-dollars
           f"a's usage does not follow its requests and the price: {a}")
     check(a["sandbox_seconds"] > 4 * b["sandbox_seconds"] > 0, f"a had 5 sandboxes, b 1: {a} {b}")
     # by pool and by cluster
