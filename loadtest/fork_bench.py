@@ -18,46 +18,15 @@ import argparse
 import json
 import os
 import sys
-import threading
 import time
 
 sys.dont_write_bytecode = True
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "sdk"))
 import fedharness as H  # noqa: E402
+from benchlib import PeakRss  # noqa: E402
 
 TOKEN = "bench-" + os.urandom(6).hex()
-
-
-def rss_kib(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-class Sampler:
-    def __init__(self, pid):
-        self.pid, self.peak, self.stop = pid, 0, threading.Event()
-        self.t = threading.Thread(target=self.run, daemon=True)
-
-    def run(self):
-        while not self.stop.is_set():
-            self.peak = max(self.peak, rss_kib(self.pid))
-            time.sleep(0.02)
-
-    def __enter__(self):
-        self.base = rss_kib(self.pid)
-        self.t.start()
-        return self
-
-    def __exit__(self, *a):
-        self.stop.set()
-        self.t.join()
 
 
 def main():
@@ -92,7 +61,7 @@ def main():
         want = r["stdout"]
         check = "cd /workspace && find . -type f | sort | xargs sha256sum | sha256sum"
         for n in sorted({1, min(8, a.count), a.count}):
-            with Sampler(fed.router_pid()) as s:
+            with PeakRss(fed.router_pid()) as s:
                 t0 = time.monotonic()
                 st, r = fed.raw("POST", f"/v1/sandboxes/{src}/fork",
                                 dict(shape, count=n, paths=["/workspace"], name=f"fork{n}"), token=TOKEN,
@@ -109,7 +78,7 @@ def main():
             row = {"forks": n, "wall_s": round(wall, 2), "archive_mib": round(r["copied"]["archive_bytes"] / 2**20, 1),
                    "copied_mib": round(n * r["copied"]["archive_bytes"] / 2**20, 1),
                    "mib_per_s": round(n * r["copied"]["archive_bytes"] / 2**20 / wall, 1),
-                   "router_rss_base_mib": round(s.base / 1024, 1), "router_rss_peak_mib": round(s.peak / 1024, 1),
+                   "router_rss_base_mib": round(s.before / 1024, 1), "router_rss_peak_mib": round(s.peak / 1024, 1),
                    "mismatched": bad}
             results["rounds"].append(row)
             print(json.dumps(row), flush=True)

@@ -22,8 +22,13 @@ gateway.
              SANDBOXES (64; smoke 4) code-interpreter sandboxes, one client
              thread each running CELLS_EACH (20; smoke 5) cells: cells/s
 
-WebSocket round trips are not measured: the router does not pass HTTP
-upgrades through yet (docs/api.md "Ports").
+  ws         a WebSocket echo server in the sandbox (tests/router/
+             test_ports.py's, standard library only) on port 8003:
+             WS_OPENS (200; smoke 20) upgrades one after another (connect,
+             101) and WS_MSGS (2000; smoke 200) round trips of a 32-byte
+             text message on one connection, straight to the pod, through
+             the router by path and by host: p50, p99; and 64 MiB (smoke 8)
+             of 1 MiB binary messages echoed through the path route: MB/s
 
 Usage: ports_bench.py --build-dir DIR [--smoke] [--json-out FILE]
 Needs wrk (Debian package wrk) for `small`. Prints a table and JSON; exit 0
@@ -36,6 +41,7 @@ import http.client
 import json
 import os
 import shutil
+import socket
 import statistics
 import sys
 import time
@@ -48,6 +54,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "router"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "codeint"))
 import test_router as tr  # noqa: E402
 import test_agent_path as tap  # noqa: E402
+import test_ports as tp  # noqa: E402
 import ci_server as cs  # noqa: E402
 from benchlib import BenchError, PeakRss, wrk  # noqa: E402
 
@@ -82,6 +89,69 @@ def cell(port, sid, code="1+1"):
     if r.status != 200 or b'"text": "2"' not in body and b'"text":"2"' not in body:
         die(f"runCode through the router: {r.status} {body[:300]!r}")
     return dt
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return round(xs[int(q * (len(xs) - 1))] * 1000, 3)
+
+
+def ws_bench(fed, sid, short, pod_ip, opens, msgs, mib):
+    st, r = fed.api("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/ws_echo.py", raw=tp.WS_ECHO.encode())
+    if st not in (200, 201, 204):
+        die(f"uploading the echo server: {st} {r}")
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/processes", {"argv": ["python3", "/tmp/ws_echo.py",
+                                                                        str(tp.WS_PORT)]})
+    if st != 201:
+        die(f"starting the echo server: {st} {r}")
+    auth = {"Authorization": "Bearer " + tr.TOKEN_A}
+    ways = {"path": (f"/v1/sandboxes/{sid}/ports/{tp.WS_PORT}/", auth, None),
+            "host": ("/", dict(auth, Host=f"{tp.WS_PORT}-{short}.{DOMAIN}"), None)}
+    if pod_ip:
+        ways = dict({"direct": ("/", {}, (pod_ip, tp.WS_PORT))}, **ways)
+
+    def up():
+        w = tp.WS(fed, *ways["path"][:2])
+        ok = w.accepted()
+        w.close()
+        return ok
+    if not tr.wait_until(up, 30, 0.1):
+        die("the WebSocket echo server did not answer through the router")
+    out = {}
+    for name, (target, hdrs, addr) in ways.items():
+        open_s, rt = [], []
+        for _ in range(opens):
+            t0 = time.perf_counter()
+            w = tp.WS(fed, target, hdrs, addr=addr)
+            open_s.append(time.perf_counter() - t0)
+            if not w.accepted():
+                die(f"ws {name}: {w.status} {w.body[:200]!r}")
+            w.close()
+        w = tp.WS(fed, target, hdrs, addr=addr)
+        w.sk.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        msg = b"x" * 32
+        for _ in range(msgs):
+            t0 = time.perf_counter()
+            w.send(1, msg)
+            op, data = w.recv()
+            rt.append(time.perf_counter() - t0)
+            if op != 1 or data != msg:
+                die(f"ws {name}: echo {op} {data[:50]!r}")
+        w.close()
+        out[name] = {"open_p50_ms": pct(open_s, 0.5), "open_p99_ms": pct(open_s, 0.99),
+                     "rt_p50_ms": pct(rt, 0.5), "rt_p99_ms": pct(rt, 0.99)}
+    w = tp.WS(fed, *ways["path"][:2])
+    big = os.urandom(1 << 20)
+    t0 = time.perf_counter()
+    for _ in range(mib):
+        w.send(2, big)
+        op, data = w.recv()
+        if op != 2 or data != big:
+            die(f"ws 1 MiB echo: {op} {len(data)} bytes")
+    dt = time.perf_counter() - t0
+    w.close()
+    out["echo_1mib"] = {"mib": mib, "mb_s_each_way": round(mib * (1 << 20) / dt / 1e6, 1)}
+    return out
 
 
 def main():
@@ -164,6 +234,10 @@ def main():
         report["big"] = {"mib": file_mb, "mb_s": round(n / dt / 1e6, 1), "router_rss_before_kib": rss.before,
                          "router_rss_peak_kib": rss.peak}
 
+        # ws
+        report["ws"] = ws_bench(fed, sid, short, pod_ip, 20 if args.smoke else 200, 200 if args.smoke else 2000,
+                                8 if args.smoke else 64)
+
         # cells
         st, r = fed.api("POST", "/v1/pools", {"name": "ci", "image": CI_IMAGE, "cpus": 0.25, "memory_gb": 0.5,
                                              "replicas": 1, "readiness": {"port": 49999, "path": "/health"}})
@@ -205,6 +279,13 @@ def main():
     bg = report["big"]
     print(f"{bg['mib']} MiB down through a port: {bg['mb_s']} MB/s; router RSS {bg['router_rss_before_kib'] >> 10} "
           f"-> peak {bg['router_rss_peak_kib'] >> 10} MiB")
+    for k, v in report["ws"].items():
+        if k != "echo_1mib":
+            print(f"WebSocket {k:6}: open p50 {v['open_p50_ms']} ms p99 {v['open_p99_ms']} ms; 32-byte round trip "
+                  f"p50 {v['rt_p50_ms']} ms p99 {v['rt_p99_ms']} ms")
+    e = report["ws"]["echo_1mib"]
+    print(f"WebSocket 1 MiB messages echoed through the path route: {e['mb_s_each_way']} MB/s each way "
+          f"({e['mib']} MiB)")
     c1, cp = report["cells_one"], report["cells_parallel"]
     print(f"runCode('1+1'), one sandbox: p50 {c1['p50_ms']} ms, p99 {c1['p99_ms']} ms ({c1['cells']} cells)")
     print(f"runCode('1+1'), {cp['sandboxes']} sandboxes in parallel: {cp['cells_per_s']} cells/s, p50 "

@@ -207,9 +207,9 @@ int workspace_pool_apply(const struct fr_podopts *opts, json_t *spec) {
   if (cspec != NULL && sc != NULL)
     json_object_set_new(cspec, "storageClassName", json_string(sc));
   /* The volume's name makes the claim's: "<pod>-fr-workspace". */
-  rc |= json_array_append_new(vols, json_pack("{s:s,s:{s:{s:o}}}", "name", WORKSPACE_POOL_SUFFIX + 1, "ephemeral",
+  rc |= json_array_append_new(vols, json_pack("{s:s,s:{s:{s:o}}}", "name", &WORKSPACE_POOL_SUFFIX[1], "ephemeral",
                                               "volumeClaimTemplate", "spec", cspec));
-  rc |= json_array_append_new(mounts, json_pack("{s:s,s:O}", "name", WORKSPACE_POOL_SUFFIX + 1, "mountPath",
+  rc |= json_array_append_new(mounts, json_pack("{s:s,s:O}", "name", &WORKSPACE_POOL_SUFFIX[1], "mountPath",
                                                 json_object_get(ws, "path")));
   return rc != 0 ? -ENOMEM : 0;
 }

@@ -409,7 +409,8 @@ static const char *const root_keys[] = {"listen", "health_listen", "tls", "regio
                                         "metrics_token_sha256", "agent", "shutdown_delay_ms", "queue", "ports",
                                         "e2b", "metrics", NULL};
 static const char *const metrics_keys[] = {"prometheus_url", "history_step_s", NULL};
-static const char *const ports_keys[] = {"domain", "max_requests_per_sandbox", "max_requests_per_tenant", NULL};
+static const char *const ports_keys[] = {"domain", "max_requests_per_sandbox", "max_requests_per_tenant",
+                                         "max_tunnels", "max_tunnels_per_tenant", "tunnel_idle_timeout_s", NULL};
 static const char *const e2b_keys[] = {"templates", NULL};
 static const char *const template_keys[] = {"name", "pool", NULL};
 static const char *const agent_keys[] = {"image", "port", "key_file", "previous_key_file", NULL};
@@ -654,6 +655,9 @@ static int load_ports(struct loader *l, const config_setting_t *root, struct fr_
 
   c->max_port_requests_per_sandbox = 64;
   c->max_port_requests_per_tenant = 1024;
+  c->max_port_tunnels = 4096;
+  c->max_port_tunnels_per_tenant = 256;
+  c->port_tunnel_idle_s = 3600; /* well above ten minutes: a quiet terminal or notebook socket stays up */
   if ((rc = get_group(l, root, "ports", &g)) < 0 || g == NULL)
     return rc;
   rc = check_keys(l, g, ports_keys);
@@ -661,6 +665,9 @@ static int load_ports(struct loader *l, const config_setting_t *root, struct fr_
                                 NULL));
   rc = fr_cfg_first(rc, get_int(l, g, "max_requests_per_tenant", 1, 1000000, &c->max_port_requests_per_tenant,
                                 NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "max_tunnels", 1, 1000000, &c->max_port_tunnels, NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "max_tunnels_per_tenant", 1, 1000000, &c->max_port_tunnels_per_tenant, NULL));
+  rc = fr_cfg_first(rc, get_int(l, g, "tunnel_idle_timeout_s", 1, 7 * 86400, &c->port_tunnel_idle_s, NULL));
   if (rc < 0)
     return rc;
   if ((rc = get_string(l, g, "domain", 0, NULL, &v, &s)) < 0 || v == NULL)

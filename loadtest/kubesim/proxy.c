@@ -27,6 +27,14 @@
  * service: dial tcp IP:PORT: connect: connection refused" when nothing
  * listens, 502 when the upstream answers garbage or hangs up early. After
  * the head went out the only honest signal is dropping the connection.
+ *
+ * Upgrades (WebSocket or any other protocol) pass through as the API
+ * server's proxy passes them: the client's Upgrade and Connection go to the
+ * pod; if it answers 101, the client gets that head (with its Upgrade and
+ * Connection) and from then on the connection is a tunnel (fr/http.h):
+ * bytes both ways, unmodified, with the same bounds (UP_HIGH towards the
+ * pod pauses the client, DOWN_HIGH towards the client stops reading the
+ * pod), each side's end passed on as a half-close (FIN).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -84,6 +92,13 @@ struct proxy {
   int resp_ended;
   int reading;
   int read_paused;
+
+  /* upgrades */
+  int upgrade;               /* the client asked for one (Upgrade + Connection: upgrade) */
+  struct fr_buf uphead;      /* the answer's Upgrade and Connection lines */
+  int tunnel;                /* the pod answered 101: raw bytes both ways */
+  int up_shut;               /* the client's FIN went on to the pod */
+  uv_shutdown_t shut;
 };
 
 static void set_state(struct proxy *p, enum proxy_state s) {
@@ -103,6 +118,7 @@ static void leave(struct proxy *p) {
     fr_buf_free(&p->hname);
     fr_buf_free(&p->hvalue);
     fr_buf_free(&p->head);
+    fr_buf_free(&p->uphead);
     free(p);
   }
 }
@@ -233,6 +249,10 @@ static int flush_header(struct proxy *p) {
   /* Framing headers are set again by our server for the client side. */
   if (!hop_by_hop(p->hname.data) && strcasecmp(p->hname.data, "Content-Length") != 0) {
     rc = fr_buf_printf(&p->head, "%s: %s\r\n", p->hname.data, p->hvalue.data);
+  } else if (p->upgrade && (strcasecmp(p->hname.data, "Upgrade") == 0 ||
+                            strcasecmp(p->hname.data, "Connection") == 0)) {
+    /* A 101's own: passed on with it (and only with it). */
+    rc = fr_buf_printf(&p->uphead, "%s: %s\r\n", p->hname.data, p->hvalue.data);
   }
   fr_buf_reset(&p->hname);
   fr_buf_reset(&p->hvalue);
@@ -267,6 +287,12 @@ static int on_resp_headers_complete(http_parser *hp) {
 
   if (flush_header(p) != 0 || fr_buf_reserve(&p->head, 0) != 0)
     return -1;
+  if (status == 101 && p->upgrade && hp->upgrade) {
+    /* Switched: the tunnel starts once the parser returns (it stops
+     * after this head by itself). */
+    p->tunnel = 1;
+    return 0;
+  }
   if (status < 200) {
     /* 1xx interim answers (we never send Expect) are not passed on. */
     fr_buf_reset(&p->head);
@@ -315,8 +341,8 @@ static int on_resp_body(http_parser *hp, const char *at, size_t len) {
 static int on_resp_message_complete(http_parser *hp) {
   struct proxy *p = hp->data;
 
-  if (hp->status_code < 200)
-    return 0; /* an interim answer; the real one follows */
+  if (hp->status_code < 200 || p->tunnel)
+    return 0; /* an interim answer (the real one follows), or a 101 */
   p->resp_ended = 1;
   http_parser_pause(hp, 1);
   return 0;
@@ -329,6 +355,114 @@ static const http_parser_settings resp_settings = {
     .on_body = on_resp_body,
     .on_message_complete = on_resp_message_complete,
 };
+
+/* ---------------------------------------------------------------------- */
+/* the tunnel after a 101                                                  */
+
+static int up_write(struct proxy *p, const uv_buf_t *bufs, unsigned n);
+
+/* Bytes from the pod to the client; stops reading the pod while the
+ * client lags. */
+static void tunnel_down(struct proxy *p, const char *data, size_t len) {
+  if (p->req == NULL || len == 0)
+    return;
+  if (fr_http_tunnel_write(p->req, data, len) != 0) {
+    release_req(p); /* the server closed it, no callback */
+    finish(p, 0);
+    return;
+  }
+  if (!p->read_paused && fr_http_pending_bytes(p->req) > DOWN_HIGH &&
+      fr_http_on_drain(p->req, on_client_drain, DOWN_LOW) == 0) {
+    p->read_paused = 1;
+    uv_read_stop((uv_stream_t *)&p->tcp);
+  }
+}
+
+static void on_up_shutdown(uv_shutdown_t *sr, int status) {
+  struct proxy *p = sr->data;
+
+  (void)status; /* a failed FIN shows up as a read error */
+  enter(p);
+  leave(p);
+}
+
+static void on_tunnel_data(struct fr_http_req *req, const char *data, size_t len) {
+  struct proxy *p = req->data;
+  uv_buf_t b;
+
+  if (p == NULL)
+    return;
+  enter(p);
+  if (p->state != P_FORWARDING)
+    goto out;
+  if (data == NULL) {
+    /* The client's half-close becomes the pod's, after its bytes. */
+    if (!p->up_shut) {
+      p->up_shut = 1;
+      p->shut.data = p;
+      if (uv_shutdown(&p->shut, (uv_stream_t *)&p->tcp, on_up_shutdown) != 0)
+        finish(p, 1);
+    }
+    goto out;
+  }
+  b = uv_buf_init((char *)data, (unsigned)len);
+  if (up_write(p, &b, 1) != 0) {
+    finish(p, 1);
+    goto out;
+  }
+  if (!p->body_paused && p->up_pending > UP_HIGH && p->req != NULL) {
+    p->body_paused = 1;
+    fr_http_tunnel_pause(p->req, 1);
+  }
+out:
+  leave(p);
+}
+
+static void on_tunnel_end(struct fr_http_req *req, int err) {
+  struct proxy *p = req->data;
+
+  if (p == NULL)
+    return;
+  enter(p);
+  FR_DEBUG(LOG_COMP, "%s: tunnel over (%d)", p->target, err);
+  release_req(p); /* freed by the server when we return */
+  finish(p, 0);
+  leave(p);
+}
+
+/* The pod said 101: the client gets its head, then <rest> and every byte
+ * after. */
+static void begin_tunnel(struct proxy *p, const char *rest, size_t len) {
+  struct fr_buf h;
+  int rc;
+
+  fr_buf_init(&h);
+  rc = fr_buf_puts(&h, "HTTP/1.1 101 Switching Protocols\r\n");
+  if (rc == 0 && p->head.len > 0)
+    rc = fr_buf_append(&h, p->head.data, p->head.len);
+  if (rc == 0 && p->uphead.len > 0)
+    rc = fr_buf_append(&h, p->uphead.data, p->uphead.len);
+  if (rc == 0)
+    rc = fr_buf_puts(&h, "\r\n");
+  if (rc != 0) {
+    fr_buf_free(&h);
+    finish(p, 1);
+    return;
+  }
+  p->resp_started = 1;
+  rc = fr_http_tunnel_begin(p->req, 101, h.data, h.len, on_tunnel_data, on_tunnel_end);
+  fr_buf_free(&h);
+  fr_buf_free(&p->head);
+  fr_buf_free(&p->uphead);
+  if (rc != 0) {
+    release_req(p);
+    finish(p, 0);
+    return;
+  }
+  p->req->abort_cb = NULL;
+  p->req->body_cb = NULL;
+  tunnel_down(p, rest, len);
+}
 
 static void response_complete(struct proxy *p) {
   struct fr_http_req *req = p->req;
@@ -354,6 +488,22 @@ static void on_up_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     leave(p);
     return;
   }
+  if (p->tunnel && p->req != NULL && p->resp_started) {
+    if (nread < 0) {
+      /* The pod's FIN (or error) goes on to the client after its bytes. */
+      free(buf->base);
+      if (nread != UV_EOF || fr_http_tunnel_shutdown(p->req) != 0)
+        finish(p, 1);
+      else
+        uv_read_stop(s);
+      leave(p);
+      return;
+    }
+    tunnel_down(p, buf->base, (size_t)nread);
+    free(buf->base);
+    leave(p);
+    return;
+  }
   if (nread < 0) {
     free(buf->base);
     /* End of a read-until-close body, or an upstream that hung up. */
@@ -368,6 +518,12 @@ static void on_up_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   n = http_parser_execute(&p->parser, &resp_settings, buf->base, (size_t)nread);
+  if (p->tunnel && p->req != NULL && HTTP_PARSER_ERRNO(&p->parser) == HPE_OK) {
+    begin_tunnel(p, buf->base + n, (size_t)nread - n);
+    free(buf->base);
+    leave(p);
+    return;
+  }
   free(buf->base);
   if (p->resp_ended) {
     response_complete(p);
@@ -404,7 +560,10 @@ static void on_up_written(uv_write_t *w, int status) {
     FR_DEBUG(LOG_COMP, "%s: write: %s", p->target, uv_strerror(status));
   } else if (p->body_paused && p->up_pending <= UP_LOW && p->req != NULL) {
     p->body_paused = 0;
-    fr_http_body_pause(p->req, 0);
+    if (p->tunnel)
+      fr_http_tunnel_pause(p->req, 0);
+    else
+      fr_http_body_pause(p->req, 0);
   }
   leave(p);
 }
@@ -512,6 +671,8 @@ static int build_head(struct proxy *p, const struct fr_http_req *req, const char
       continue;
     rc = fr_buf_printf(b, "%s: %s\r\n", n, req->headers[i].value);
   }
+  if (rc == 0 && p->upgrade)
+    rc = fr_buf_printf(b, "Connection: Upgrade\r\nUpgrade: %s\r\n", fr_http_req_header(req, "Upgrade"));
   /* As Go's httputil.ReverseProxy does. */
   if (rc == 0) {
     const char *xff = fr_http_req_header(req, "X-Forwarded-For");
@@ -768,6 +929,9 @@ void proxy_handle(struct sim *s, struct fr_http_req *req) {
   p->sim = s;
   p->req = req;
   p->head_req = strcmp(req->method, "HEAD") == 0;
+  p->upgrade = fr_http_req_header(req, "Upgrade") != NULL &&
+               named_in_connection(fr_http_req_header(req, "Connection"), "upgrade") &&
+               strpbrk(fr_http_req_header(req, "Upgrade"), "\r\n") == NULL;
   ctx->path = strdup(msg[0] ? path : "/");
   if (ctx->path == NULL) {
     free(p);

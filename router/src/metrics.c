@@ -282,6 +282,9 @@ static void render_gauges(struct router *r, struct fr_buf *b, int all_pools) {
   }
   head(b, "fedrouter_http_requests_in_flight", "gauge", "Requests being answered later (creates, execs, ...).");
   sample(b, "fedrouter_http_requests_in_flight", "", (double)r->inflight);
+  head(b, "fedrouter_port_tunnels", "gauge",
+       "Upgraded connections (WebSockets) to sandboxes' ports, open or being opened (ports.max_tunnels).");
+  sample(b, "fedrouter_port_tunnels", "", (double)r->port_tunnels);
   {
     struct fr_http_server_stats hs;
     fr_http_server_stats(r->http, &hs);

@@ -12,7 +12,9 @@
  *   - the E2B relay: E2b-Sandbox-Port not envd's (e2b.c, after checking the
  *     sandbox's access token).
  * Every way is bounded: requests in flight per sandbox and per tenant
- * (ports.max_requests_per_*), 429 past them. The agent's port is never a
+ * (ports.max_requests_per_*), 429 past them. An upgrade request
+ * (WebSocket, ...) takes the same ways and checks, then becomes a tunnel
+ * (porttunnel.c), counted as a request in flight while it is open. The agent's port is never a
  * port here (its routes and token are the agent's).
  *
  * Short ids: a sandbox's "<cluster>.<pod>" id has a dot, so cannot be one
@@ -37,6 +39,7 @@
 #include "fr/http.h"
 #include "fr/util.h"
 #include "api.h"
+#include "porttunnel.h"
 #include "router.h"
 #include "tenants.h"
 #include "routes.h"
@@ -280,7 +283,10 @@ static void forward(struct api_req *q, struct fr_adapter *a, const char *id, con
     api_oom(q);
   } else {
     router_note(q->req, "cluster", fr_adapter_name(a));
-    data_proxy_port(q, a, id, port, pq.data, h.data, on_call_over, e);
+    if (port_tunnel_wanted(q->req))
+      port_tunnel_start(q, a, id, port, pq.data, h.data, on_call_over, e);
+    else
+      data_proxy_port(q, a, id, port, pq.data, h.data, on_call_over, e);
   }
   fr_buf_free(&h);
   fr_buf_free(&pq);

@@ -53,6 +53,7 @@ struct router {
   struct execwait *execwait;      /* execwait.c: execs waiting for a slot */
   /* Requests in flight to sandboxes' ports, by id (ports.c). */
   struct port_inflight *port_inflight[PORTS_INFLIGHT_BUCKETS];
+  int64_t port_tunnels;           /* upgraded connections to them open (porttunnel.c) */
 
   struct metrics *metrics;
   struct history *history;        /* history.c: the in-memory history (NULL only when out of memory) */

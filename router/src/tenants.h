@@ -47,6 +47,7 @@ struct tenant_state {
   int64_t creating;               /* sandboxes of batches not finished yet */
   int64_t creating_cpu_m, creating_mem_b, creating_gpus; /* ... and what they ask for */
   int64_t port_requests;          /* requests to its sandboxes' ports in flight (ports.c) */
+  int64_t port_tunnels;           /* upgraded connections to its sandboxes' ports (porttunnel.c) */
 };
 
 /* Builds the table from <r>->cfg at start-up: 0 or -ENOMEM. */

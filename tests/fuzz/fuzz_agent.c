@@ -16,7 +16,8 @@
  *                       cwd) and refuses with not_found
  *   proc_find_*         find nothing (so every selector is "not found")
  *   files_get, fs_rpc,  answer 404 / not_found
- *   watch_*
+ *   watch_*, tar_get,
+ *   untar_begin
  *   upload_begin        makes a body sink that counts the bytes (so
  *                       streamed bodies, chunked or not, go through
  *                       http.c's sink path), runs a multipart body through
@@ -188,6 +189,21 @@ static const struct mp_sink sink = {part_begin, part_data, part_end};
 void files_get(struct conn *c, const char *path) {
   check(path != NULL);
   http_error(c, 404, "path not found: %s", path);
+}
+
+/* Directory archives: the path is what rpc.c checked (absolute, no NUL);
+ * answered as the real ones answer a directory that is not there. */
+void tar_get(struct conn *c, const char *path, bool gz) {
+  (void)gz;
+  check(path != NULL && path[0] == '/' && strlen(path) > 0);
+  http_error(c, 404, "no such directory: %s", path);
+}
+
+int untar_begin(struct conn *c, const char *path, uint64_t max_bytes) {
+  (void)max_bytes;
+  check(path != NULL && path[0] == '/');
+  http_error(c, 400, "not a directory: %s", path);
+  return -ENOTDIR;
 }
 
 static int upload_feed(struct body_sink *s, const char *data, size_t n);

@@ -52,6 +52,9 @@
 #include "fuzz_util.h"
 #include "metrics.h"
 #include "router.h"
+#include "execwait.h"
+#include "queue.h"
+#include "tenants.h"
 
 #define TOKEN "fuzz-token"
 
@@ -122,7 +125,8 @@ static void setup(void) {
     fprintf(stderr, "fuzz: %s:%d: %s\n", cerr.file, cerr.line, cerr.msg);
     abort();
   }
-  check(router_tenants_init(&r) == 0);
+  r.boot = fr_config_ref(r.cfg);
+  check(tenants_init(&r) == 0 && queue_init(&r) == 0 && execwait_init(&r) == 0);
   check(placement_init(&r) == 0);
   r.metrics = metrics_new();
   check(r.metrics != NULL);
@@ -228,7 +232,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* The client is gone: nothing of it may still count as in flight once
    * the loop has run the aborts. */
   uv_run(r.loop, UV_RUN_NOWAIT);
-  check(r.tenants[0].execs == 0);
+  check(r.tenants[0]->execs == 0);
   fr_buf_free(&b);
   return 0;
 }

@@ -47,6 +47,9 @@
 #include "fuzz_util.h"
 #include "metrics.h"
 #include "router.h"
+#include "execwait.h"
+#include "queue.h"
+#include "tenants.h"
 
 #define TOKEN "fuzz-token"
 #define SANDBOX "us-east.sb-fuzz"
@@ -156,15 +159,17 @@ static int bookkeeping(const char *method, const char *target) {
       "/api/v1/pods?",                          "/api/v1/namespaces/default/resourcequotas",
       "/apis/node.k8s.io/v1/runtimeclasses",    "/api/v1/namespaces/default/persistentvolumeclaims",
       "/api/v1/namespaces/default/configmaps",  "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies",
-      "/version",
+      "/apis/storage.k8s.io/v1/storageclasses", "/version",
       "/api",                                   "/readyz",
       "/livez",                                 "/healthz",
   };
   size_t i, n;
 
-  /* The caller's own sandbox (terminate, a new expiry), a create of its
-   * own, a batch's commit marker, and an egress policy's NetworkPolicy. */
+  /* The caller's own sandbox (terminate, a new expiry) and its workspace
+   * claim (pause, resume), a create of its own, a batch's commit marker,
+   * and an egress policy's NetworkPolicy. */
   if (strcmp(target, "/api/v1/namespaces/default/pods/sb-fuzz") == 0 ||
+      strncmp(target, "/api/v1/namespaces/default/persistentvolumeclaims/sb-fuzz-", 58) == 0 ||
       (strcmp(method, "POST") == 0 && strncmp(target, "/api/v1/namespaces/default/pods?", 32) == 0) ||
       (strcmp(method, "POST") == 0 && strcmp(target, "/api/v1/namespaces/default/pods") == 0) ||
       strncmp(target, "/api/v1/namespaces/default/configmaps/fr-batch-", 47) == 0 ||
@@ -276,7 +281,8 @@ static void setup(void) {
     fprintf(stderr, "fuzz: %s:%d: %s\n", cerr.file, cerr.line, cerr.msg);
     abort();
   }
-  if (router_tenants_init(&r) != 0 || placement_init(&r) != 0 || (r.metrics = metrics_new()) == NULL)
+  r.boot = fr_config_ref(r.cfg);
+  if (tenants_init(&r) != 0 || queue_init(&r) != 0 || execwait_init(&r) != 0 || placement_init(&r) != 0 || (r.metrics = metrics_new()) == NULL)
     abort();
   r.agent.image = r.cfg->agent_image;
   r.agent.port = r.cfg->agent_port;

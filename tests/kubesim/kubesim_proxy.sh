@@ -8,7 +8,7 @@
 #     kubesim's RSS bounded, a slow reader (backpressure), keep-alive, headers
 #     (Authorization stripped, X-Forwarded-For), Status errors (404, 400
 #     address not allowed, 503 connection refused, 301), auth, faults,
-#     kubectl get --raw;
+#     kubectl get --raw, upgrades (the pod's 101, bytes both ways, half-close);
 #   - agent: Ready only once the agent listens, deleting the pod kills the
 #     agent, a setsid'd grandchild and a setsid'd child of an exec; as root,
 #     two pods cannot see each other's /tmp; the container's command ending
@@ -171,6 +171,43 @@ assert d["path"] == "/headers?a=1&b=x%2Fy", d["path"]
 assert "authorization" not in h, h
 assert h.get("x-forwarded-for") == "127.0.0.1", h
 assert h.get("accept") == "application/json", h'
+
+step "upgrades: the pod's 101 comes back, bytes both ways, the caller's FIN reaches the pod and the pod's last bytes come after it"
+LAST_CMD="python3 upgrade client $AG/upgrade"
+python3 - "$BASE" "$TOKEN" "$AG" >"$OUT" 2>"$ERR" <<'PY' || fail "upgrade through pods/proxy"
+import os, socket, ssl, sys, urllib.parse
+base, token, ag = sys.argv[1:4]
+u = urllib.parse.urlsplit(base)
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+s = ctx.wrap_socket(socket.create_connection((u.hostname, u.port), timeout=30), server_hostname=u.hostname)
+s.sendall(f"GET {ag}/upgrade?x=1 HTTP/1.1\r\nHost: {u.netloc}\r\nAuthorization: Bearer {token}\r\n"
+          "Connection: keep-alive, Upgrade\r\nUpgrade: x-test/1\r\n\r\n".encode())
+head = b""
+while b"\r\n\r\n" not in head:
+    b = s.recv(4096)
+    assert b, head
+    head += b
+head, rest = head.split(b"\r\n\r\n", 1)
+lines = head.decode().split("\r\n")
+h = {k.strip().lower(): v.strip() for k, _, v in (l.partition(":") for l in lines[1:])}
+assert lines[0].startswith("HTTP/1.1 101 "), lines
+assert h.get("upgrade") == "x-test/1" and h.get("connection", "").lower() == "upgrade", h
+assert h.get("x-seen-path") == "/upgrade?x=1", h
+data = os.urandom(3 << 20)
+s.sendall(data)
+# Our FIN (TCP, under TLS): the pod reads EOF and still answers after it.
+socket.socket(fileno=os.dup(s.fileno())).shutdown(socket.SHUT_WR)
+got = rest
+while True:
+    b = s.recv(1 << 16)
+    if not b:
+        break
+    got += b
+assert got == data + b"END", (len(got), got[-10:])
+print("ok", len(got))
+PY
 
 step "kubectl get --raw through the proxy (pod:port and the port's name)"
 LAST_CMD="kubectl get --raw $NS/pods/ag1:49983/proxy/health"

@@ -20,20 +20,38 @@ Proves (docs/api.md "Ports"):
 - the E2B relay: E2b-Sandbox-Port: 8000 with the sandbox's access token
   sends the request as it came (path after /e2b) to that port;
 - ports.max_requests_per_sandbox bounds requests in flight (429), and a
-  client that leaves gives its place back.
+  client that leaves gives its place back;
+- WebSockets: an RFC 6455 echo server in the sandbox (port 8003, Python's
+  standard library) is reached by path and by host routing: the server's
+  101 (its Sec-WebSocket-Accept, the path and query it saw) comes back, a
+  text and a 1 MiB binary message echo unmodified, the client's close gets
+  the server's close and then EOF; another tenant, no token or a wrong one
+  get 404 before any upgrade; ports.max_tunnels_per_tenant and
+  ports.max_tunnels bound open tunnels (429 naming each) and a closed
+  tunnel gives its place back;
+- a client that sends into a tunnel and never reads is stopped by
+  backpressure: what it gets to send, and the router's RSS, stay bounded;
+- a tunnel with no traffic is closed after ports.tunnel_idle_timeout_s
+  (IDLE_S here), not before, and an upgrade the server takes but never
+  answers is 504 port_timeout after as long; a tunnel still open when the router stops
+  ends cleanly (exit 0, no sanitizer report).
 
 Usage: test_ports.py --fedrouter PATH --kubesim PATH --agent PATH [--keep]
 Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
 """
+import base64
 import hashlib
 import hmac
 import http.client
 import json
 import os
+import select
 import socket
+import struct
 import sys
 import threading
 import time
+import urllib.request
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -45,6 +63,74 @@ tr.WATCHDOG_S = 170  # ctest's TIMEOUT is 180
 CLUSTER = "pt"
 DOMAIN = "sbx.localhost"
 PER_SANDBOX = 4
+TUNNELS_PER_TENANT = 3
+MAX_TUNNELS = 5
+IDLE_S = 5
+WS_PORT = 8003
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+# An RFC 6455 echo server, standard library only: each message comes back
+# with its opcode; a close is answered with a close, then the connection
+# ends. The 101 carries the request target it saw (X-Echo-Target).
+WS_ECHO = r'''
+import base64, hashlib, socket, struct, sys, threading
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+def frame(op, data):
+    n = len(data)
+    if n < 126: h = struct.pack("!BB", 0x80 | op, n)
+    elif n < 65536: h = struct.pack("!BBH", 0x80 | op, 126, n)
+    else: h = struct.pack("!BBQ", 0x80 | op, 127, n)
+    return h + data
+def serve(c):
+    f = c.makefile("rb")
+    try:
+        line = f.readline()
+        hs = {}
+        while True:
+            l = f.readline()
+            if l in (b"\r\n", b""): break
+            k, _, v = l.partition(b":")
+            hs[k.strip().lower()] = v.strip()
+        key = hs.get(b"sec-websocket-key")
+        if b"/chunked" in line:
+            c.sendall(b"HTTP/1.1 426 Upgrade Required\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n"
+                      b"\r\n5\r\nuse a\r\na\r\nnother way\r\n0\r\n\r\n")
+            return
+        if hs.get(b"upgrade", b"").lower() != b"websocket" or key is None:
+            c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 14\r\n\r\nnot websocket\n")
+            return
+        acc = base64.b64encode(hashlib.sha1(key + GUID).digest())
+        c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  b"Sec-WebSocket-Accept: " + acc + b"\r\nX-Echo-Target: " + line.split(b" ")[1] + b"\r\n\r\n")
+        msg, mop = b"", 0
+        while True:
+            b0, b1 = f.read(2)
+            op, n = b0 & 15, b1 & 127
+            if n == 126: n = struct.unpack("!H", f.read(2))[0]
+            elif n == 127: n = struct.unpack("!Q", f.read(8))[0]
+            mask = f.read(4) if b1 & 128 else b"\0\0\0\0"
+            data = f.read(n)
+            k = (mask * (n // 4 + 1))[:n]
+            data = (int.from_bytes(data, "big") ^ int.from_bytes(k, "big")).to_bytes(n, "big") if n else b""
+            if op == 8:
+                c.sendall(frame(8, data[:2]))
+                return
+            if op == 9:
+                c.sendall(frame(10, data)); continue
+            if op != 0: mop = op
+            msg += data
+            if b0 & 0x80:
+                c.sendall(frame(mop, msg)); msg = b""
+    except Exception:
+        pass
+    finally:
+        f.close(); c.close()
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(64)
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+'''
 
 
 class PortsFed(tap.AgentFed):
@@ -52,7 +138,9 @@ class PortsFed(tap.AgentFed):
         super().write_config(path, lifetime)
         with open(path, "a") as f:
             f.write(f'ports = {{ domain = "{DOMAIN}"; max_requests_per_sandbox = {PER_SANDBOX}; '
-                    'max_requests_per_tenant = 64; };\n')
+                    f'max_requests_per_tenant = 64; max_tunnels_per_tenant = {TUNNELS_PER_TENANT}; '
+                    f'max_tunnels = {MAX_TUNNELS}; '
+                    f'tunnel_idle_timeout_s = {IDLE_S}; }};\n')
 
 
 def key(fed):
@@ -218,8 +306,300 @@ def test_requests_in_flight_bounded(fed):
           "clients that left did not give their places back")
 
 
+class WS:
+    """A WebSocket client on a raw socket to the router."""
+
+    def __init__(self, fed, target, headers, timeout=20, addr=None):
+        self.sk = socket.create_connection(addr or ("127.0.0.1", fed.router.port), timeout=timeout)
+        self.key = base64.b64encode(os.urandom(16))
+        lines = [f"GET {target} HTTP/1.1", "Upgrade: websocket", "Connection: Upgrade",
+                 "Sec-WebSocket-Version: 13", "Sec-WebSocket-Key: " + self.key.decode()]
+        if not any(k.lower() == "host" for k in headers):
+            lines.append("Host: x")
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        self.sk.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        self.f = self.sk.makefile("rb")
+        status = self.f.readline()
+        self.status = int(status.split()[1])
+        self.headers = {}
+        clen = 0
+        while True:
+            ln = self.f.readline()
+            if ln in (b"\r\n", b""):
+                break
+            k, _, v = ln.decode().partition(":")
+            self.headers[k.strip().lower()] = v.strip()
+        if "content-length" in self.headers:
+            clen = int(self.headers["content-length"])
+        self.body = self.f.read(clen) if self.status != 101 and clen else b""
+
+    def accepted(self):
+        want = base64.b64encode(hashlib.sha1(self.key + GUID).digest()).decode()
+        return self.status == 101 and self.headers.get("sec-websocket-accept") == want
+
+    def send(self, op, data):
+        n, mask = len(data), os.urandom(4)
+        if n < 126:
+            h = struct.pack("!BB", 0x80 | op, 0x80 | n)
+        elif n < 65536:
+            h = struct.pack("!BBH", 0x80 | op, 0x80 | 126, n)
+        else:
+            h = struct.pack("!BBQ", 0x80 | op, 0x80 | 127, n)
+        k = (mask * (n // 4 + 1))[:n]
+        masked = (int.from_bytes(data, "big") ^ int.from_bytes(k, "big")).to_bytes(n, "big") if n else b""
+        self.sk.sendall(h + mask + masked)
+
+    def recv(self):
+        hd = self.f.read(2)
+        if len(hd) < 2:
+            return None, b""
+        op, n = hd[0] & 15, hd[1] & 127
+        if n == 126:
+            n = struct.unpack("!H", self.f.read(2))[0]
+        elif n == 127:
+            n = struct.unpack("!Q", self.f.read(8))[0]
+        return op, self.f.read(n)
+
+    def close(self):
+        self.f.close()
+        self.sk.close()
+
+
+def start_ws_echo(fed, sid, token=tr.TOKEN_A):
+    st, r = fed.api("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/ws_echo.py", raw=WS_ECHO.encode(), token=token)
+    check(st in (200, 201, 204), f"upload the echo server: {st} {short(r)}")
+    start_server(fed, sid, token, cmd=["python3", "/tmp/ws_echo.py", str(WS_PORT)])
+    check(wait_until(lambda: fed.exec_ok(sid, ["python3", "-c", "import socket\n"
+                                              f"socket.create_connection(('127.0.0.1', {WS_PORT})).close()"],
+                                         token=token)["exit_code"] == 0, 20, 0.2),
+          "the WebSocket echo server did not listen")
+
+
+def echo_both_ways(ws, what):
+    check(ws.accepted(), f"{what}: no 101 with the right accept: {ws.status} {ws.headers} {ws.body[:200]!r}")
+    ws.send(1, "héllo through the tunnel".encode())
+    op, data = ws.recv()
+    check(op == 1 and data.decode() == "héllo through the tunnel", f"{what}: text echo: {op} {data[:100]!r}")
+    big = os.urandom(1 << 20)
+    ws.send(2, big)
+    op, data = ws.recv()
+    check(op == 2 and data == big, f"{what}: 1 MiB binary echo: {op} {len(data)} bytes")
+    ws.send(8, struct.pack("!H", 1000))
+    op, data = ws.recv()
+    check(op == 8 and data == struct.pack("!H", 1000), f"{what}: the close is answered: {op} {data!r}")
+    op, data = ws.recv()
+    check(op is None, f"{what}: EOF after the close: {op} {data[:100]!r}")
+    ws.close()
+
+
+def test_websocket_path(fed):
+    sid = fed.shared["sid"]
+    start_ws_echo(fed, sid)
+    ws = WS(fed, f"/v1/sandboxes/{sid}/ports/{WS_PORT}/echo/a?x=1&y=%20z", {"Authorization": "Bearer " + tr.TOKEN_A})
+    check(ws.headers.get("x-echo-target") == "/echo/a?x=1&y=%20z", f"the target the server saw: {ws.headers}")
+    echo_both_ways(ws, "path routing")
+    for hdrs in ({"Authorization": "Bearer " + tr.TOKEN_B}, {}):
+        ws = WS(fed, f"/v1/sandboxes/{sid}/ports/{WS_PORT}/", hdrs)
+        check(ws.status in (401, 404) and ws.status != 101, f"path routing with {list(hdrs)}: {ws.status} {ws.body!r}")
+        if hdrs:
+            check(ws.status == 404 and json.loads(ws.body)["error"]["code"] == "sandbox_not_found",
+                  f"another tenant: {ws.status} {ws.body!r}")
+        ws.close()
+    # The sandbox's own refusal comes back as it is.
+    c = http.client.HTTPConnection("127.0.0.1", fed.router.port, timeout=15)
+    c.request("GET", f"/v1/sandboxes/{sid}/ports/{WS_PORT}/", headers={
+        "Authorization": "Bearer " + tr.TOKEN_A, "Connection": "Upgrade", "Upgrade": "h2c"})
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    check(r.status == 400 and body == b"not websocket\n", f"a refused upgrade: {r.status} {body!r}")
+    ws = WS(fed, f"/v1/sandboxes/{sid}/ports/{WS_PORT}/chunked", {"Authorization": "Bearer " + tr.TOKEN_A})
+    check(ws.status == 426 and ws.body == b"use another way" and ws.headers.get("content-type") == "text/plain",
+          f"a refused upgrade with a chunked body: {ws.status} {ws.headers} {ws.body!r}")
+    ws.close()
+    # Nothing listens: the same 502 as for any request.
+    ws = WS(fed, f"/v1/sandboxes/{sid}/ports/8009/", {"Authorization": "Bearer " + tr.TOKEN_A})
+    check(ws.status == 502 and json.loads(ws.body)["error"]["code"] == "port_not_open",
+          f"an upgrade to a closed port: {ws.status} {ws.body!r}")
+    ws.close()
+
+
+def test_websocket_host(fed):
+    sid = fed.shared["sid"]
+    sh, _ = short_id(fed, sid)
+    host = f"{WS_PORT}-{sh}.{DOMAIN}:{fed.router.port}"
+    for hdrs in ({}, {"E2B-Traffic-Access-Token": "0" * 64}, {"Authorization": "Bearer " + tr.TOKEN_B}):
+        ws = WS(fed, "/", dict(hdrs, Host=host))
+        check(ws.status == 404, f"host routing with {list(hdrs)}: {ws.status} {ws.body!r}")
+        ws.close()
+    ws = WS(fed, "/ws?q=1", {"Host": host, "E2B-Traffic-Access-Token": traffic_token(fed, sid)})
+    check(ws.headers.get("x-echo-target") == "/ws?q=1", f"the target the server saw: {ws.headers}")
+    echo_both_ways(ws, "host routing")
+    # The E2B relay with the sandbox's access token takes the same way.
+    ws = WS(fed, "/e2b/relay", {"E2b-Sandbox-Id": sh, "E2b-Sandbox-Port": str(WS_PORT),
+                                "X-Access-Token": access_token(fed, sid)})
+    check(ws.headers.get("x-echo-target") == "/relay", f"the E2B relay's target: {ws.headers}")
+    echo_both_ways(ws, "the E2B relay")
+
+
+def test_tunnels_bounded(fed):
+    sid = fed.shared["sid"]
+    h = {"Authorization": "Bearer " + tr.TOKEN_A}
+    target = f"/v1/sandboxes/{sid}/ports/{WS_PORT}/"
+    open_ = []
+    try:
+        for _ in range(TUNNELS_PER_TENANT):
+            ws = WS(fed, target, h)
+            check(ws.accepted(), f"tunnel {len(open_) + 1}: {ws.status} {ws.body!r}")
+            open_.append(ws)
+        ws = WS(fed, target, h)
+        check(ws.status == 429 and "ports.max_tunnels_per_tenant" in ws.body.decode(),
+              f"one tunnel more than the bound: {ws.status} {ws.body!r}")
+        ws.close()
+        # Another tenant's request to it is a 404, not a 429.
+        ws = WS(fed, target, {"Authorization": "Bearer " + tr.TOKEN_B})
+        check(ws.status == 404, f"another tenant: {ws.status}")
+        ws.close()
+        # Tenant B, within its own bound, meets the router's (MAX_TUNNELS).
+        sid_b = fed.create_one(name="web-b", token=tr.TOKEN_B)["id"]
+        start_ws_echo(fed, sid_b, tr.TOKEN_B)
+        hb = {"Authorization": "Bearer " + tr.TOKEN_B}
+        target_b = f"/v1/sandboxes/{sid_b}/ports/{WS_PORT}/"
+        while len(open_) < MAX_TUNNELS:
+            ws = WS(fed, target_b, hb)
+            check(ws.accepted(), f"tenant B's tunnel: {ws.status} {ws.body!r}")
+            open_.append(ws)
+        ws = WS(fed, target_b, hb)
+        check(ws.status == 429 and json.loads(ws.body)["error"].get("limit") == "ports.max_tunnels",
+              f"past the router's bound: {ws.status} {ws.body!r}")
+        ws.close()
+        n = gauge(fed, "fedrouter_port_tunnels")
+        check(n == MAX_TUNNELS, f"fedrouter_port_tunnels {n}, want {MAX_TUNNELS}")
+        open_.pop(0).close()   # one of tenant A's
+
+        def room_b():
+            w = WS(fed, target_b, hb)
+            ok = w.accepted()
+            w.close()
+            return ok
+        check(wait_until(room_b, 15, 0.1), "a closed tunnel of another tenant did not make room")
+        open_.pop(0).close()   # A has one left open: room for one more of A's
+
+        def room():
+            w = WS(fed, target, h)
+            ok = w.accepted()
+            w.close()
+            return ok
+        check(wait_until(room, 15, 0.1), "a closed tunnel did not give its place back")
+    finally:
+        for ws in open_:
+            ws.close()
+
+
+def gauge(fed, name):
+    """The value of the label-less sample <name> on the router's /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{fed.router.port}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return None
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_tunnel_backpressure(fed):
+    sid = fed.shared["sid"]
+    got = []
+
+    def opened():
+        # The previous test's tunnels close asynchronously (429 until then).
+        w = WS(fed, f"/v1/sandboxes/{sid}/ports/{WS_PORT}/", {"Authorization": "Bearer " + tr.TOKEN_A})
+        if w.status == 429:
+            w.close()
+            return False
+        got.append(w)
+        return True
+    check(wait_until(opened, 15, 0.1), "no tunnel could be opened")
+    ws = got[0]
+    check(ws.accepted(), f"open: {ws.status}")
+    ws.sk.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    before = rss_kib(fed.router.proc.pid)
+    frame_ = struct.pack("!BBQ", 0x82, 0x80 | 127, 1 << 20) + b"\0\0\0\0"  # 1 MiB messages, zero mask
+    chunk = frame_ + b"\0" * (1 << 20)
+    sent, limit = 0, 256 << 20
+    ws.sk.setblocking(False)
+    try:
+        # Send (never reading) until the router stops taking bytes: every
+        # byte echoed back waits in some buffer, so the sending stalls.
+        stalled = False
+        while sent < limit and not stalled:
+            _, w, _ = select.select([], [ws.sk], [], 3.0)
+            if not w:
+                stalled = True
+                break
+            try:
+                sent += ws.sk.send(chunk[sent % len(chunk):])
+            except BlockingIOError:
+                pass
+        grown = rss_kib(fed.router.proc.pid) - before
+        print(f"     a client that does not read: {sent >> 20} MiB taken before the tunnel stalled; "
+              f"router RSS +{grown >> 10} MiB")
+        check(stalled and sent < 128 << 20, f"no backpressure: {sent} bytes taken")
+        # ASan's quarantine keeps freed memory resident: RSS says nothing there.
+        with open(f"/proc/{fed.router.proc.pid}/maps") as f:
+            asan = "libasan" in f.read()
+        check(asan or grown < 48 << 10, f"the router's memory grew by {grown} KiB")
+    finally:
+        ws.close()
+
+
+def test_tunnel_idle_timeout(fed):
+    sid = fed.shared["sid"]
+    ws = WS(fed, f"/v1/sandboxes/{sid}/ports/{WS_PORT}/", {"Authorization": "Bearer " + tr.TOKEN_A}, timeout=60)
+    check(ws.accepted(), f"open: {ws.status}")
+    t0 = time.monotonic()
+    ws.send(9, b"still here")               # traffic restarts the clock
+    op, data = ws.recv()
+    check(op == 10 and data == b"still here", f"the ping's pong: {op} {data!r}")
+    op, data = ws.recv()                    # blocks until the router closes
+    took = time.monotonic() - t0
+    ws.close()
+    print(f"     an idle tunnel closed after {took:.1f} s (tunnel_idle_timeout_s = {IDLE_S})")
+    check(op is None and IDLE_S - 0.5 <= took <= IDLE_S + 10, f"idle close: {op} {data!r} after {took:.1f} s")
+
+
+def test_upgrade_unanswered(fed):
+    sid = fed.shared["sid"]
+    # 8002 takes connections and never answers (test_requests_in_flight_bounded).
+    t0 = time.monotonic()
+    ws = WS(fed, f"/v1/sandboxes/{sid}/ports/8002/", {"Authorization": "Bearer " + tr.TOKEN_A}, timeout=60)
+    took = time.monotonic() - t0
+    ws.close()
+    print(f"     an unanswered upgrade got {ws.status} after {took:.1f} s")
+    check(ws.status == 504 and json.loads(ws.body)["error"]["code"] == "port_timeout" and
+          IDLE_S - 0.5 <= took <= IDLE_S + 10, f"an unanswered upgrade: {ws.status} {ws.body!r} after {took:.1f} s")
+
+
+def test_tunnel_open_at_shutdown(fed):
+    sid = fed.shared["sid"]
+    ws = WS(fed, f"/v1/sandboxes/{sid}/ports/{WS_PORT}/", {"Authorization": "Bearer " + tr.TOKEN_A})
+    check(ws.accepted(), f"open: {ws.status}")
+    ws.send(1, b"left open")
+    op, data = ws.recv()
+    check(op == 1 and data == b"left open", f"echo: {op} {data!r}")
+    fed.shared["open_ws"] = ws              # the teardown stops the router with it open
+
+
 TESTS = [test_setup, test_path_routing, test_closed_and_invalid_ports, test_host_routing, test_public_port,
-         test_e2b_port_relay, test_requests_in_flight_bounded]
+         test_e2b_port_relay, test_requests_in_flight_bounded, test_websocket_path, test_websocket_host,
+         test_tunnels_bounded, test_tunnel_backpressure, test_tunnel_idle_timeout,
+         test_upgrade_unanswered, test_tunnel_open_at_shutdown]
 
 
 if __name__ == "__main__":

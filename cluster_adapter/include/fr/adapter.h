@@ -793,6 +793,20 @@ int fr_adapter_agent_token(struct fr_adapter *a, const char *pod, char out[65]);
  * previous agent key (constant time). */
 int fr_adapter_agent_token_ok(struct fr_adapter *a, const char *pod, const char *token);
 
+/* ---- an upgrade to a port the sandbox serves (porttunnel.c) ----
+ *
+ * A WebSocket (or any other HTTP/1.1 Upgrade) to port <port> of sandbox pod
+ * <pod>, through the cluster's pod proxy on a connection of its own:
+ * fr_kube_tunnel_start() (fr/kube.h) with <o->target> the path and query
+ * the sandbox's server gets (checked as fr/urlsafe.h says). Never the
+ * agent's port. 0, or without a callback: -ENOENT (no such pod in the
+ * cache), -EINVAL, -EHOSTDOWN (the cluster's breaker is open), -ENOMEM.
+ * What a sandbox's server does never feeds the breaker. */
+struct fr_kube_tunnel;
+struct fr_kube_tunnel_opts;
+int fr_adapter_port_tunnel(struct fr_adapter *a, const char *pod, int port, const struct fr_kube_tunnel_opts *o,
+                           struct fr_kube_tunnel **out);
+
 /* ---- processes through the agent (proc.c) ----
  *
  * The agent's process service as events, on top of fr_adapter_agent_call:

@@ -261,4 +261,66 @@ int fr_kube_exec(struct fr_kube_client *c, const char *ns, const char *pod,
                  const struct fr_kube_exec_opts *opts, fr_kube_exec_cb cb, void *arg,
                  struct fr_kube_call **out);
 
+/* ---- an HTTP/1.1 upgrade, passed on as raw bytes (kube_tunnel.c) ----
+ *
+ * One request through the API server on a connection of its own (the
+ * client's TLS settings and credentials, connected without blocking the
+ * loop), for what answers 101 Switching Protocols (pods/proxy to a
+ * sandbox's WebSocket server): the caller builds the request's own headers
+ * (Upgrade, Connection, Sec-WebSocket-*, ...), gets the 101 head on
+ * on_open, then bytes both ways, unmodified, until either side ends. Any
+ * other answer comes to on_done with its head and (bounded) body. Never
+ * retried. */
+struct fr_kube_tunnel;
+
+/* Returned by on_data: hand nothing more over until fr_kube_tunnel_pause(t, 0). */
+#define FR_KUBE_TUNNEL_PAUSE 1
+
+struct fr_kube_tunnel_result {
+  int error;                /* 0: the server answered (not 101), or the open tunnel ended (the
+                               server's EOF or fr_kube_tunnel_end()); negative errno else:
+                               -ECONNREFUSED/-ETIMEDOUT (no connection), -ECONNRESET (lost),
+                               -EPROTO (a malformed answer), -ENOMEM, credentials' errors */
+  int http_status;          /* the answer's status (101 once it opened), 0 if none came */
+  const char *head, *body;  /* a non-101 answer: its head ("HTTP/1.1 ...\r\n...\r\n\r\n") and
+                               raw body (at most 64 KiB, chunked as sent); NULL otherwise */
+  size_t head_len, body_len;
+  const char *message;      /* why, for errors; NULL otherwise */
+};
+
+struct fr_kube_tunnel_opts {
+  const char *method;       /* "GET" for a WebSocket */
+  const char *target;       /* path and query from '/', after the server URL's own path */
+  const char *headers;      /* "Name: value" lines separated by '\n' (no CR); never Host,
+                               Authorization, Content-Length; may be NULL */
+  const char *request_id;   /* may be NULL */
+  /* The 101's head, once, with everything up to its blank line. */
+  void (*on_open)(const char *head, size_t len, void *arg);
+  /* The server's bytes after the head. 0 or FR_KUBE_TUNNEL_PAUSE. */
+  int (*on_data)(const char *data, size_t len, void *arg);
+  /* Everything written has gone to the connection (after a write). May be NULL. */
+  void (*on_drain)(void *arg);
+  /* Exactly once, from a loop callback, unless cancelled. */
+  void (*on_done)(const struct fr_kube_tunnel_result *res, void *arg);
+  void *arg;
+};
+
+/* Starts the request. 0 with the tunnel in <*out> (valid until on_done
+ * returns or it is cancelled), or -EINVAL / -ENOMEM / a credentials error
+ * without a callback. */
+int fr_kube_tunnel_start(struct fr_kube_client *c, const struct fr_kube_tunnel_opts *o,
+                         struct fr_kube_tunnel **out);
+/* Queues <len> bytes (copied) to the server; only once open. Callers keep
+ * fr_kube_tunnel_pending() bounded (write while it is low, else wait for
+ * on_drain). -EPIPE when not open or after _end(), -ENOMEM. */
+int fr_kube_tunnel_write(struct fr_kube_tunnel *t, const void *data, size_t len);
+size_t fr_kube_tunnel_pending(const struct fr_kube_tunnel *t);
+/* 1 stops reading the server; 0 resumes. */
+void fr_kube_tunnel_pause(struct fr_kube_tunnel *t, int pause);
+/* Our side is over: the connection closes once everything queued is
+ * written, and on_done follows (error 0). -EPIPE when not open. */
+int fr_kube_tunnel_end(struct fr_kube_tunnel *t);
+/* Stops at once; no callback runs afterwards. Accepts NULL. */
+void fr_kube_tunnel_cancel(struct fr_kube_tunnel *t);
+
 #endif

@@ -208,6 +208,11 @@ struct fr_config {
   char *ports_domain;
   int64_t max_port_requests_per_sandbox;
   int64_t max_port_requests_per_tenant;
+  /* Upgraded connections (WebSockets) to sandboxes' ports open at once:
+   * all of this router's, one tenant's; and how long one may sit idle. */
+  int64_t max_port_tunnels;
+  int64_t max_port_tunnels_per_tenant;
+  int64_t port_tunnel_idle_s;
   /* E2B template names that stand for pools (`e2b` group: templates). */
   struct fr_config_template {
     char *name, *pool;

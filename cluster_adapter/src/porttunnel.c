@@ -1,0 +1,37 @@
+/* porttunnel.c - an upgrade to a port a sandbox serves (WebSocket and any
+ * other HTTP/1.1 Upgrade), through the cluster's pod proxy on a connection
+ * of its own (fr_kube_tunnel_start(), kube_tunnel.c); the path is built
+ * by upstream.c as for every other port request. */
+#include <errno.h>
+#include <string.h>
+
+#include "adapter_internal.h"
+#include "fr/kube.h"
+#include "upstream.h"
+
+int fr_adapter_port_tunnel(struct fr_adapter *a, const char *pod_name, int port, const struct fr_kube_tunnel_opts *o,
+                           struct fr_kube_tunnel **out) {
+  const struct fr_pod *pod;
+  struct fr_kube_tunnel_opts ko;
+  char path[4096];
+  int agent;
+
+  if (out != NULL)
+    *out = NULL;
+  if (a == NULL || pod_name == NULL || o == NULL || o->target == NULL)
+    return -EINVAL;
+  if ((pod = podstore_get(&a->pods, pod_name)) == NULL)
+    return -ENOENT;
+  agent = agent_port_of(a, pod);
+  /* Never the agent's port: its routes and token are reached only as the
+   * agent's. */
+  if (port < 1 || port > 65535 || port == agent || port == FR_AGENT_DEFAULT_PORT)
+    return -EINVAL;
+  if (a->breaker != BR_CLOSED)
+    return -EHOSTDOWN;
+  if (upstream_port_path(path, sizeof(path), a->ns, pod_name, port, o->target) != 0)
+    return -EINVAL;
+  ko = *o;
+  ko.target = path;
+  return fr_kube_tunnel_start(a->client, &ko, out);
+}
