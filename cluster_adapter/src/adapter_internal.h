@@ -255,6 +255,10 @@ void agent_gateway_release(struct fr_adapter *a);
 int agent_send(struct fr_adapter *a, const char *pod, int port, int user_port, const char *method, const char *route,
                int internal, const char *content_type, const void *body, size_t len,
                const struct fr_kube_request_opts *ko, fr_kube_response_cb cb, void *arg, struct fr_kube_call **out);
+/* The header lines of a request to the gateway for <pod>:<port>: a fresh
+ * Fr-Gateway-Auth, then <caller>'s lines (may be NULL) but any
+ * Fr-Gateway-* of theirs. malloc'd; NULL on failure. */
+char *agent_gateway_headers(const struct fr_adapter *a, const char *pod, int port, const char *caller);
 /* 1 when <r> is an answer of the cluster's gateway itself (header
  * Fr-Gateway-Error), not of the sandbox: its code into <code>. */
 int agent_gateway_error(const struct fr_adapter *a, const struct fr_kube_response *r, char *code, size_t cap);

@@ -137,14 +137,37 @@ int agent_gateway_error(const struct fr_adapter *a, const struct fr_kube_respons
          fr_agent_header(r->headers, FR_GW_ERROR_HEADER, code, cap) == 0;
 }
 
+char *agent_gateway_headers(const struct fr_adapter *a, const char *pod, int port, const char *caller) {
+  size_t extra = caller != NULL ? strlen(caller) : 0, cap = sizeof(FR_GW_AUTH_HEADER ": \n") + FR_GW_AUTH_MAX + extra + 1;
+  char sig[FR_GW_AUTH_MAX];
+  const char *line;
+  char *headers;
+  size_t n, ll;
+
+  if (fr_gw_sign(a->gw_key, a->gw_key_len, a->cc.name, a->ns, pod, port, (int64_t)time(NULL) + GW_SIGNATURE_TTL_S,
+                 sig) != 0 || (headers = malloc(cap)) == NULL)
+    return NULL;
+  n = (size_t)snprintf(headers, cap, FR_GW_AUTH_HEADER ": %s\n", sig);
+  /* The caller's lines (a client's, for a sandbox's port) but any
+   * Fr-Gateway-* of theirs: the signature is the router's alone. */
+  for (line = caller; line != NULL && *line != '\0'; line += ll + (line[ll] != '\0')) {
+    ll = strcspn(line, "\n");
+    if (ll >= sizeof(GW_HEADER_PREFIX) - 1 && strncasecmp(line, GW_HEADER_PREFIX, sizeof(GW_HEADER_PREFIX) - 1) == 0)
+      continue;
+    memcpy(headers + n, line, ll);
+    n += ll;
+    headers[n++] = '\n';
+  }
+  headers[n] = '\0';
+  return headers;
+}
+
 int agent_send(struct fr_adapter *a, const char *pod, int port, int user_port, const char *method, const char *route,
                int internal, const char *content_type, const void *body, size_t len,
                const struct fr_kube_request_opts *ko, fr_kube_response_cb cb, void *arg, struct fr_kube_call **out) {
   struct fr_kube_request_opts o = *ko;
-  char path[2300], sig[FR_GW_AUTH_MAX];
+  char path[2300];
   char *headers;
-  const char *line;
-  size_t extra, n, ll;
   int rc;
 
   if (a->gw_client == NULL) {
@@ -159,25 +182,10 @@ int agent_send(struct fr_adapter *a, const char *pod, int port, int user_port, c
   }
   rc = user_port != 0 ? upstream_gw_port_path(path, sizeof(path), a->ns, pod, user_port, route)
                       : upstream_gw_agent_path(path, sizeof(path), a->ns, pod, port, method, route, internal);
-  if (rc != 0 || fr_gw_sign(a->gw_key, a->gw_key_len, a->cc.name, a->ns, pod, user_port != 0 ? user_port : port,
-                            (int64_t)time(NULL) + GW_SIGNATURE_TTL_S, sig) != 0)
+  if (rc != 0)
     return -EINVAL;
-  extra = ko->header != NULL ? strlen(ko->header) : 0;
-  headers = malloc(sizeof(FR_GW_AUTH_HEADER ": \n") + sizeof(sig) + extra);
-  if (headers == NULL)
+  if ((headers = agent_gateway_headers(a, pod, user_port != 0 ? user_port : port, ko->header)) == NULL)
     return -ENOMEM;
-  n = (size_t)snprintf(headers, sizeof(FR_GW_AUTH_HEADER ": \n") + sizeof(sig), FR_GW_AUTH_HEADER ": %s\n", sig);
-  /* The caller's lines (a client's, for a sandbox's port) but any
-   * Fr-Gateway-* of theirs: the signature is the router's alone. */
-  for (line = ko->header; line != NULL && *line != '\0'; line += ll + (line[ll] != '\0')) {
-    ll = strcspn(line, "\n");
-    if (ll >= sizeof(GW_HEADER_PREFIX) - 1 && strncasecmp(line, GW_HEADER_PREFIX, sizeof(GW_HEADER_PREFIX) - 1) == 0)
-      continue;
-    memcpy(headers + n, line, ll);
-    n += ll;
-    headers[n++] = '\n';
-  }
-  headers[n] = '\0';
   o.header = headers;
   rc = fr_kube_request_opts(a->gw_client, method, path, content_type, body, len, &o, cb, arg, out);
   free(headers);

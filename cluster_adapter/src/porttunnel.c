@@ -1,8 +1,10 @@
 /* porttunnel.c - an upgrade to a port a sandbox serves (WebSocket and any
- * other HTTP/1.1 Upgrade), through the cluster's pod proxy on a connection
- * of its own (fr_kube_tunnel_start(), kube_tunnel.c); the path is built
- * by upstream.c as for every other port request. */
+ * other HTTP/1.1 Upgrade), through the cluster's gateway when it has one,
+ * else its pod proxy, on a connection of its own (fr_kube_tunnel_start(),
+ * kube_tunnel.c); the path is built by upstream.c as for every other port
+ * request. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "adapter_internal.h"
@@ -14,7 +16,7 @@ int fr_adapter_port_tunnel(struct fr_adapter *a, const char *pod_name, int port,
   const struct fr_pod *pod;
   struct fr_kube_tunnel_opts ko;
   char path[4096];
-  int agent;
+  int agent, rc;
 
   if (out != NULL)
     *out = NULL;
@@ -29,9 +31,27 @@ int fr_adapter_port_tunnel(struct fr_adapter *a, const char *pod_name, int port,
     return -EINVAL;
   if (a->breaker != BR_CLOSED)
     return -EHOSTDOWN;
-  if (upstream_port_path(path, sizeof(path), a->ns, pod_name, port, o->target) != 0)
-    return -EINVAL;
   ko = *o;
   ko.target = path;
-  return fr_kube_tunnel_start(a->client, &ko, out);
+  if (a->gw_client != NULL) {
+    /* Through the cluster's gateway, signed, none of the cluster's
+     * credentials (docs/gateway.md, "The router's side"). */
+    char *headers;
+
+    if (upstream_gw_port_path(path, sizeof(path), a->ns, pod_name, port, o->target) != 0)
+      return -EINVAL;
+    if ((headers = agent_gateway_headers(a, pod_name, port, o->headers)) == NULL)
+      return -ENOMEM;
+    ko.headers = headers;
+    rc = fr_kube_tunnel_start(a->gw_client, &ko, out);
+    free(headers); /* the head is built from a copy */
+    if (rc == 0)
+      a->path_calls[PATH_GATEWAY]++;
+    return rc;
+  }
+  if (upstream_port_path(path, sizeof(path), a->ns, pod_name, port, o->target) != 0)
+    return -EINVAL;
+  if ((rc = fr_kube_tunnel_start(a->client, &ko, out)) == 0)
+    a->path_calls[PATH_POD_PROXY]++;
+  return rc;
 }

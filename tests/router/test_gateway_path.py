@@ -15,6 +15,7 @@ Proves:
   them, the gateway counts them, and the router's
   fedrouter_data_path_requests_total{cluster="gw",path="gateway"} grows;
   the same calls on "pp" do go through the pod proxy;
+- an HTTP Upgrade to a port (a tunnel) goes through the gateway too;
 - what reaches the sandbox through the gateway carries none of the
   cluster's credentials (no Authorization, not the cluster's token);
 - a gateway that holds another key answers 401: the router answers at once
@@ -272,6 +273,84 @@ def test_gateway_gets_no_cluster_credentials(fed):
           b"fr-gateway" not in body.lower(), f"headers the sandbox got through the gateway: {txt(body)}")
 
 
+UPGRADE_ECHO = r"""
+import socket, threading
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8002))
+s.listen(8)
+def h(c):
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        d = c.recv(4096)
+        if not d:
+            return
+        buf += d
+    c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+    rest = buf.split(b"\r\n\r\n", 1)[1]
+    if rest:
+        c.sendall(rest)
+    while True:
+        d = c.recv(65536)
+        if not d:
+            break
+        c.sendall(d)
+    c.close()
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=h, args=(c,), daemon=True).start()
+"""
+
+
+def upgrade_echo(fed, sid, payload):
+    """An Upgrade to port 8002 through the router: the 101's status line and
+    what comes back of <payload>, or None when it did not open."""
+    import socket
+    sk = socket.create_connection(("127.0.0.1", fed.router.port), timeout=15)
+    try:
+        sk.sendall(f"GET /v1/sandboxes/{sid}/ports/8002/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                   f"{tr.TOKEN_A}\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n".encode())
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            d = sk.recv(4096)
+            if not d:
+                return None
+            buf += d
+        head, rest = buf.split(b"\r\n\r\n", 1)
+        if not head.startswith(b"HTTP/1.1 101"):
+            return head.split(b"\r\n")[0], b""
+        sk.sendall(payload)
+        while len(rest) < len(payload):
+            d = sk.recv(65536)
+            if not d:
+                break
+            rest += d
+        return head.split(b"\r\n")[0], rest
+    finally:
+        sk.close()
+
+
+def test_upgrade_through_the_gateway(fed):
+    """An HTTP Upgrade to a sandbox's port (a tunnel) goes through the
+    gateway too: 101, bytes both ways, no pods/proxy at kubesim."""
+    sid = fed.shared[GW]
+    sim = fed.sims[GW]
+    st, body = request(fed, "POST", f"/v1/sandboxes/{sid}/processes",
+                       body=('{"argv":["python3","-c",%s]}' % __import__("json").dumps(UPGRADE_ECHO)).encode(),
+                       headers={"Content-Type": "application/json"})
+    check(st == 201, f"start the upgrade echo: {st} {txt(body)}")
+    check(wait_until(lambda: (upgrade_echo(fed, sid, b"x") or (b"",))[0].startswith(b"HTTP/1.1 101"), 20, 0.2),
+          f"no 101 from the upgrade echo: {upgrade_echo(fed, sid, b'x')}")
+    st, _ = sim.admin("DELETE", "/_sim/stats")
+    before = router_metric(fed, GW, "gateway")
+    payload = os.urandom(200000)
+    line, back = upgrade_echo(fed, sid, payload)
+    check(line.startswith(b"HTTP/1.1 101") and back == payload, f"tunnel: {line} {len(back)} bytes back")
+    n = proxy_requests(sim)
+    check(n == 0, f"kubesim served {n} pods/proxy requests for a tunnel through the gateway")
+    check(router_metric(fed, GW, "gateway") > before, "the tunnel was not counted on the gateway path")
+
+
 def test_pod_proxy_cluster_unchanged(fed):
     sid = fed.shared[PP]
     sim = fed.sims[PP]
@@ -353,7 +432,7 @@ def test_gateway_down_fails_at_once(fed):
 
 
 TESTS = [test_setup, test_data_path_reported, test_gateway_cluster_skips_the_api_server,
-         test_gateway_gets_no_cluster_credentials, test_pod_proxy_cluster_unchanged, test_wrong_key_is_a_clear_error, test_gateway_down_fails_at_once]
+         test_gateway_gets_no_cluster_credentials, test_upgrade_through_the_gateway, test_pod_proxy_cluster_unchanged, test_wrong_key_is_a_clear_error, test_gateway_down_fails_at_once]
 
 
 if __name__ == "__main__":
