@@ -20,6 +20,8 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +137,12 @@ void http_accept(struct agent *a, struct io *io, uint32_t events) {
       close(fd);
       continue;
     }
+    /* A stream's events are small writes one after another (the start
+     * event, then data, then the end): without this each waits for the
+     * peer's delayed ACK (40 ms) on a kept-alive connection, as the
+     * gateway's to a pod is. */
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     c->a = a;
     c->io.fd = fd;
     c->io.cb = conn_io_cb;

@@ -168,6 +168,15 @@ void fr_adapter_free(struct fr_adapter *a, void (*cb)(void *arg), void *arg) {
 
 /* ---- the cluster (cluster.c) ---- */
 
+const char *fr_adapter_data_path(const struct fr_adapter *a) {
+  return a->cl.gw_client != NULL ? "gateway" : "pod-proxy";
+}
+
+void fr_adapter_data_path_calls(const struct fr_adapter *a, uint64_t *gateway, uint64_t *pod_proxy) {
+  *gateway = a->cl.path_calls[CLUSTER_PATH_GATEWAY];
+  *pod_proxy = a->cl.path_calls[CLUSTER_PATH_POD_PROXY];
+}
+
 void fr_adapter_set_api_observer(struct fr_adapter *a, fr_adapter_api_observer_cb cb, void *arg) {
   fr_kube_client_set_observer(a->cl.client, cb, arg);
 }

@@ -1,24 +1,32 @@
-/* agent.c - reaching a sandbox's fedrouter-agent through the API server's
- * pod proxy: which pods have one, their tokens, the proxy path, /init.
+/* agent.c - reaching a sandbox's fedrouter-agent (and the ports it
+ * serves): which pods have one, their tokens, the path, /init.
  *
- * Every call goes through the cluster's REST client (kept-alive, pooled
- * connections: no per-call handshake) to
+ * Without a gateway every call goes through the cluster's REST client
+ * (kept-alive, pooled connections: no per-call handshake) to the API
+ * server's pod proxy
  *   /api/v1/namespaces/<ns>/pods/<pod>:<port>/proxy/<path>
- * with the sandbox's token in X-Access-Token, the path built by upstream.c
- * from its allow-list of agent routes. This file is the one seam a
- * per-cluster gateway (reached directly, past the API server) would replace.
+ * With one (docs/gateway.md), through a client of its own to
+ *   <gateway url>/v1/proxy/<ns>/<pod>/<port>/<path>
+ * signed with Fr-Gateway-Auth and carrying none of the cluster's
+ * credentials; /init still takes the pod proxy (the gateway refuses it).
+ * Either way the sandbox's token goes in X-Access-Token and upstream.c
+ * builds the path from its allow-list of agent routes. agent__send() is the
+ * one place that picks the path.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "agent.h"
 
 #include "cluster.h"
 #include "fr/assert.h"
+#include "fr/gwproto.h"
 #include "fr/kube.h"
+#include "fr/log.h"
 #include "fr/util.h"
 #include "upstream.h"
 
@@ -52,6 +60,77 @@ int agent__token(const struct cluster *cl, const char *pod, int previous, char o
 int agent__path(const struct cluster *cl, const char *pod, int port, const char *method, const char *route,
                 int internal, char *out, size_t cap) {
   return upstream_agent_path(out, cap, cl->ns, pod, port, method, route, internal);
+}
+
+/* ---- the data path: pod proxy or gateway ---- */
+
+/* How long a gateway signature is good for: short, as a leaked header
+ * opens one sandbox port until then (the gateway takes up to
+ * FR_GW_MAX_TTL_S), and long enough for a clock a little behind. */
+#define GW_SIGNATURE_TTL_S 60
+/* What every header of the gateway's own starts with. */
+#define GW_HEADER_PREFIX "Fr-Gateway-"
+
+int agent__gateway_error(const struct cluster *cl, const struct fr_kube_response *r, char *code, size_t cap) {
+  return cl->gw_client != NULL && r->status != 0 && r->headers != NULL &&
+         fr_agent_header(r->headers, FR_GW_ERROR_HEADER, code, cap) == 0;
+}
+
+char *agent__gateway_headers(const struct cluster *cl, const char *pod, int port, const char *caller) {
+  size_t extra = caller != NULL ? strlen(caller) : 0, cap = sizeof(FR_GW_AUTH_HEADER ": \n") + FR_GW_AUTH_MAX + extra + 1;
+  char sig[FR_GW_AUTH_MAX];
+  const char *line;
+  char *headers;
+  size_t n, ll;
+
+  if (fr_gw_sign(cl->gw_key, cl->gw_key_len, cl->cc.name, cl->ns, pod, port, (int64_t)time(NULL) + GW_SIGNATURE_TTL_S,
+                 sig) != 0 || (headers = malloc(cap)) == NULL)
+    return NULL;
+  n = (size_t)snprintf(headers, cap, FR_GW_AUTH_HEADER ": %s\n", sig);
+  /* The caller's lines (a client's, for a sandbox's port) but any
+   * Fr-Gateway-* of theirs: the signature is the router's alone. */
+  for (line = caller; line != NULL && *line != '\0'; line += ll + (line[ll] != '\0')) {
+    ll = strcspn(line, "\n");
+    if (ll >= sizeof(GW_HEADER_PREFIX) - 1 && strncasecmp(line, GW_HEADER_PREFIX, sizeof(GW_HEADER_PREFIX) - 1) == 0)
+      continue;
+    memcpy(headers + n, line, ll);
+    n += ll;
+    headers[n++] = '\n';
+  }
+  headers[n] = '\0';
+  return headers;
+}
+
+int agent__send(struct cluster *cl, const char *pod, int port, int user_port, const char *method, const char *route,
+                int internal, const char *content_type, const void *body, size_t len,
+                const struct fr_kube_request_opts *ko, fr_kube_response_cb cb, void *arg, struct fr_kube_call **out) {
+  struct fr_kube_request_opts o = *ko;
+  char path[2300];
+  char *headers;
+  int rc;
+
+  if (cl->gw_client == NULL) {
+    rc = user_port != 0 ? upstream_port_path(path, sizeof(path), cl->ns, pod, user_port, route)
+                        : upstream_agent_path(path, sizeof(path), cl->ns, pod, port, method, route, internal);
+    if (rc != 0)
+      return -EINVAL;
+    rc = fr_kube_request_opts(cl->client, method, path, content_type, body, len, ko, cb, arg, out);
+    if (rc == 0)
+      cl->path_calls[CLUSTER_PATH_POD_PROXY]++;
+    return rc;
+  }
+  rc = user_port != 0 ? upstream_gw_port_path(path, sizeof(path), cl->ns, pod, user_port, route)
+                      : upstream_gw_agent_path(path, sizeof(path), cl->ns, pod, port, method, route, internal);
+  if (rc != 0)
+    return -EINVAL;
+  if ((headers = agent__gateway_headers(cl, pod, user_port != 0 ? user_port : port, ko->header)) == NULL)
+    return -ENOMEM;
+  o.header = headers;
+  rc = fr_kube_request_opts(cl->gw_client, method, path, content_type, body, len, &o, cb, arg, out);
+  free(headers);
+  if (rc == 0)
+    cl->path_calls[CLUSTER_PATH_GATEWAY]++;
+  return rc;
 }
 
 /* ---- /init ---- */
@@ -174,6 +253,8 @@ static int init_send(struct agent__init *ai) {
   o.header = header;
   rc = fr_kube_request_opts(ai->cl->client, "POST", ai->path, "application/json", ai->body, strlen(ai->body), &o,
                             on_init, ai, &ai->kc);
+  if (rc == 0)
+    ai->cl->path_calls[CLUSTER_PATH_POD_PROXY]++; /* the gateway refuses /init */
   explicit_bzero(token, sizeof(token));
   explicit_bzero(header, sizeof(header));
   return rc;
@@ -248,6 +329,9 @@ struct fr_agent_call {
   int got_head;                 /* the agent's 2xx head arrived */
   int pause_next;               /* on_data asked to pause after the piece it took */
   int stopped;                  /* on_data asked to stop */
+  int gw_answer;                /* a port call: the gateway's own error came instead of the sandbox's head */
+  char gw_message[200];         /* and the start of its body */
+  size_t gw_message_len;
 };
 
 static int call_send(struct fr_agent_call *ac);
@@ -276,6 +360,12 @@ static void on_call_head(int status, const char *headers, void *arg) {
   struct fr_agent_call *ac = arg;
   char ctype[200];
 
+  if (ac->cl->gw_client != NULL && fr_agent_header(headers, FR_GW_ERROR_HEADER, ctype, sizeof(ctype)) != -ENOENT) {
+    /* A port call (any status is streamed): the gateway refused it. Its
+     * answer is not the sandbox's, and never passed on as one. */
+    ac->gw_answer = 1;
+    return;
+  }
   ac->got_head = 1;
   if (ac->o.on_head != NULL)
     ac->o.on_head(status, fr_agent_header(headers, "Content-Type", ctype, sizeof(ctype)) == 0 ? ctype : NULL,
@@ -286,6 +376,14 @@ static int on_call_data(const char *data, size_t len, void *arg) {
   struct fr_agent_call *ac = arg;
   int r;
 
+  if (ac->gw_answer) {
+    size_t n = len < sizeof(ac->gw_message) - 1 - ac->gw_message_len ? len
+                                                                     : sizeof(ac->gw_message) - 1 - ac->gw_message_len;
+    memcpy(ac->gw_message + ac->gw_message_len, data, n);
+    ac->gw_message_len += n;
+    ac->gw_message[ac->gw_message_len] = '\0';
+    return 0;
+  }
   if (ac->pause_next) {
     ac->pause_next = 0;
     return FR_KUBE_PAUSE;   /* curl keeps this piece until resumed */
@@ -305,6 +403,42 @@ static void on_call_drain(void *arg) {
     ac->o.on_drain(ac->o.arg);
 }
 
+/* The gateway answered for itself (Fr-Gateway-Error: it refused the call,
+ * or could not reach the pod): fills <res> with why and returns 1; else 0.
+ * A refusal of this router (401 wrong or rotated key, 403) is logged once
+ * until a call gets through again. Its own trouble (503 not ready,
+ * shutting down) counts against the cluster like an agent not reached; the
+ * rest says the gateway answered. A sandbox's own port never feeds the
+ * breaker. */
+static int on_gateway_answer(struct fr_agent_call *ac, const struct fr_kube_response *resp, struct fr_agent_result *res,
+                             char *msg, size_t cap) {
+  struct cluster *cl = ac->cl;
+  char code[64];
+  const char *text;
+
+  if (!ac->gw_answer && !agent__gateway_error(cl, resp, code, sizeof(code)))
+    return 0;
+  if (ac->gw_answer && fr_agent_header(resp->headers, FR_GW_ERROR_HEADER, code, sizeof(code)) != 0)
+    snprintf(code, sizeof(code), "%s", "unknown");
+  text = ac->gw_answer ? ac->gw_message : resp->body;
+  res->err = FR_AGENT_UNAVAILABLE;
+  res->status = resp->status;
+  if (strcmp(code, "upstream_unreachable") == 0 && ac->o.port != 0)
+    res->flags |= FR_AGENT_PORT_CLOSED;
+  snprintf(msg, cap, "the cluster's gateway %s: %d %s: %.250s",
+           resp->status == 401 || resp->status == 403 ? "refused this router" : "could not pass the call on",
+           resp->status, code, text != NULL ? text : "");
+  res->message = msg;
+  if (resp->status == 401 || resp->status == 403) {
+    if (!cl->gw_refused)
+      FR_WARN("adapter", "%s: %s", cl->cc.name, msg);
+    cl->gw_refused = 1;
+  }
+  if (ac->o.port == 0)
+    cluster__report(cl, resp->status == 503 ? 0 : 1);
+  return 1;
+}
+
 static void on_call_done(const struct fr_kube_response *resp, void *arg) {
   struct fr_agent_call *ac = arg;
   struct fr_agent_result res;
@@ -313,6 +447,11 @@ static void on_call_done(const struct fr_kube_response *resp, void *arg) {
   ac->kc = NULL;
   memset(&res, 0, sizeof(res));
   res.body = "";
+  if (on_gateway_answer(ac, resp, &res, msg, sizeof(msg))) {
+    ac->o.on_done(&res, ac->o.arg);
+    call_free(ac);
+    return;
+  }
   if (ac->o.port != 0 && resp->status >= 500 && api_server_status(resp)) {
     /* A port of the sandbox: the cluster's proxy could not reach it. The
      * sandbox's business, not the cluster's: no breaker. */
@@ -329,6 +468,7 @@ static void on_call_done(const struct fr_kube_response *resp, void *arg) {
   }
   if (resp->status == 401 && ac->o.port == 0 && !ac->got_head && !ac->previous_key && !ac->o.stream_body &&
       ac->cl->cc.agent->prev_key != NULL && !api_server_status(resp)) {
+    /* (The gateway's own 401 was answered above.) */
     /* Initialised before a key rotation: its token is from the old key. */
     ac->previous_key = 1;
     if (call_send(ac) == 0)
@@ -345,7 +485,9 @@ static void on_call_done(const struct fr_kube_response *resp, void *arg) {
      * the cluster look down to every tenant. */
     if (!ac->got_head && ac->o.port == 0 && resp->attempts > 0)
       cluster__report(ac->cl, 0);
-    snprintf(msg, sizeof(msg), "%s: %.300s", ac->got_head ? "the agent's answer was cut" : "cannot reach the sandbox's agent",
+    snprintf(msg, sizeof(msg), "%s%s: %.300s",
+             ac->got_head ? "the agent's answer was cut" : "cannot reach the sandbox's agent",
+             ac->cl->gw_client != NULL && !ac->got_head ? " (the cluster's gateway did not answer)" : "",
              resp->error != NULL ? resp->error : "no answer");
     res.err = FR_AGENT_UNAVAILABLE;
     res.message = msg;
@@ -357,6 +499,7 @@ static void on_call_done(const struct fr_kube_response *resp, void *arg) {
     res.message = msg;
   } else {
     cluster__report(ac->cl, 1);
+    ac->cl->gw_refused = 0;
     res.err = FR_AGENT_OK;
     res.status = resp->status;
     res.body = resp->body;
@@ -371,51 +514,42 @@ static void on_call_done(const struct fr_kube_response *resp, void *arg) {
 
 static int call_send(struct fr_agent_call *ac) {
   struct fr_kube_request_opts ko;
-  char token[65], path[2300];
+  char token[65];
   char *headers;
   size_t extra = ac->o.headers != NULL ? strlen(ac->o.headers) : 0;
   int rc;
 
-  ac->got_head = ac->pause_next = ac->stopped = 0;
+  ac->got_head = ac->pause_next = ac->stopped = ac->gw_answer = 0;
+  ac->gw_message_len = 0;
+  ac->gw_message[0] = '\0';
+  memset(&ko, 0, sizeof(ko));
+  ko.request_id = ac->o.request_id;
+  ko.timeout_ms = ac->o.timeout_ms;
+  ko.on_data = on_call_data;
+  ko.on_head = on_call_head;
+  ko.stream_body = ac->o.stream_body;
+  ko.body_size = ac->o.stream_body ? ac->o.body_size : 0;
+  ko.on_drain = on_call_drain;
   if (ac->o.port != 0) {
     /* A port the sandbox serves: its own path, no token (it is the
      * agent's, never a sandbox server's to see). */
-    memset(&ko, 0, sizeof(ko));
-    if (upstream_port_path(path, sizeof(path), ac->cl->ns, ac->pod, ac->o.port, ac->o.path) != 0)
-      return -EINVAL;
     ko.flags = FR_KUBE_STREAM | FR_KUBE_ANY_STATUS;
-    ko.request_id = ac->o.request_id;
-    ko.timeout_ms = ac->o.timeout_ms;
     ko.header = ac->o.headers;
-    ko.on_data = on_call_data;
-    ko.on_head = on_call_head;
-    ko.stream_body = ac->o.stream_body;
-    ko.body_size = ac->o.stream_body ? ac->o.body_size : 0;
-    ko.on_drain = on_call_drain;
-    return fr_kube_request_opts(ac->cl->client, ac->o.method, path, ac->o.content_type, ac->body, ac->body_len, &ko,
-                                on_call_done, ac, &ac->kc);
+    return agent__send(ac->cl, ac->pod, 0, ac->o.port, ac->o.method, ac->o.path, 0, ac->o.content_type, ac->body,
+                      ac->body_len, &ko, on_call_done, ac, &ac->kc);
   }
-  if (agent__token(ac->cl, ac->pod, ac->previous_key, token) != 0 ||
-      agent__path(ac->cl, ac->pod, ac->port, ac->o.method, ac->o.path, ac->o.internal_route, path,
-                  sizeof(path)) != 0)
+  if (agent__token(ac->cl, ac->pod, ac->previous_key, token) != 0)
     return -EINVAL;
   headers = malloc(TOKEN_HEADER_LEN + extra + 1);
   if (headers == NULL)
     return -ENOMEM;
   snprintf(headers, TOKEN_HEADER_LEN + extra + 1, "X-Access-Token: %s\n%s", token,
            ac->o.headers != NULL ? ac->o.headers : "");
-  memset(&ko, 0, sizeof(ko));
+  explicit_bzero(token, sizeof(token));
   ko.flags = FR_KUBE_STREAM;
-  ko.request_id = ac->o.request_id;
-  ko.timeout_ms = ac->o.timeout_ms;
   ko.header = headers;
-  ko.on_data = on_call_data;
-  ko.on_head = on_call_head;
-  ko.stream_body = ac->o.stream_body;
-  ko.body_size = ac->o.stream_body ? ac->o.body_size : 0;
-  ko.on_drain = on_call_drain;
-  rc = fr_kube_request_opts(ac->cl->client, ac->o.method, path, ac->o.content_type, ac->body,
-                            ac->body_len, &ko, on_call_done, ac, &ac->kc);
+  rc = agent__send(ac->cl, ac->pod, ac->port, 0, ac->o.method, ac->o.path, ac->o.internal_route, ac->o.content_type,
+                  ac->body, ac->body_len, &ko, on_call_done, ac, &ac->kc);
   free(headers);
   return rc;
 }

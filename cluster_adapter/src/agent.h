@@ -1,6 +1,7 @@
-/* agent.h - reaching a sandbox's fedrouter-agent through the API server's
- * pod proxy (agent.c): which pods have one, their tokens, the proxy path,
- * /init, and the raw call every other use of the agent goes through.
+/* agent.h - reaching a sandbox's fedrouter-agent (and its ports) through
+ * the API server's pod proxy or the cluster's gateway (agent.c): which
+ * pods have one, their tokens, the path, /init, the signed send, and the
+ * raw call every other use of the agent goes through.
  *
  * Above cluster.c (client, pod cache, breaker, the agent options);
  * used by sandbox.c (/init), exec.c and proc.c (the agent's protocol over
@@ -14,6 +15,7 @@
 #include <stddef.h>
 
 #include "fr/adapter.h"
+#include "fr/kube.h"
 
 struct cluster;
 
@@ -33,6 +35,24 @@ int agent__token_ok(const struct cluster *cl, const char *pod, const char *token
  * client's behalf). */
 int agent__path(const struct cluster *cl, const char *pod, int port, const char *method, const char *route,
                 int internal, char *out, size_t cap);
+
+/* Sends a call to <pod>'s agent (<user_port> 0: agent route <route> on
+ * <port>, <internal> as upstream_agent_path()) or to its port <user_port>
+ * (<route>: the path and query the sandbox's server gets), through the
+ * cluster's gateway when it has one (signed; /init never), else the pod
+ * proxy; counted in cl->path_calls. <ko> as fr_kube_request_opts() (its
+ * header lines are the caller's: the agent token). 0, -EINVAL (a path
+ * upstream.c refuses), or what fr_kube_request_opts() returns. */
+int agent__send(struct cluster *cl, const char *pod, int port, int user_port, const char *method, const char *route,
+                int internal, const char *content_type, const void *body, size_t len,
+                const struct fr_kube_request_opts *ko, fr_kube_response_cb cb, void *arg, struct fr_kube_call **out);
+/* The header lines of a request to the gateway for <pod>:<port>: a fresh
+ * Fr-Gateway-Auth, then <caller>'s lines (may be NULL) but any
+ * Fr-Gateway-* of theirs. malloc'd; NULL on failure. */
+char *agent__gateway_headers(const struct cluster *cl, const char *pod, int port, const char *caller);
+/* 1 when <r> is an answer of the cluster's gateway itself (header
+ * Fr-Gateway-Error), not of the sandbox: its code into <code>. */
+int agent__gateway_error(const struct cluster *cl, const struct fr_kube_response *r, char *code, size_t cap);
 
 typedef void (*agent__done_cb)(int rc, const char *message, void *arg);
 /* What an agent's /init token is made for (FR_LABEL_AGENT_INIT). */

@@ -68,6 +68,8 @@ struct cluster_hooks {
   void *arg;
 };
 
+enum { CLUSTER_PATH_GATEWAY, CLUSTER_PATH_POD_PROXY };
+
 struct cluster {
   /* Set by cluster__init(), read by every file of the adapter. */
   uv_loop_t *loop;
@@ -76,6 +78,14 @@ struct cluster {
   char *server;
   struct fr_kube_client *client;
   struct fr_informer *inf[CLUSTER_INF_COUNT];
+  /* The cluster's gateway (NULL: agent calls through the pod proxy):
+   * its own client (its URL and CA, none of the cluster's credentials)
+   * and a copy of its signing key; agent.c signs and sends. */
+  struct fr_kube_client *gw_client;
+  unsigned char *gw_key;
+  size_t gw_key_len;
+  int gw_refused;                /* agent.c: its last answer refused this router (logged once) */
+  uint64_t path_calls[2];        /* agent.c: calls sent by [CLUSTER_PATH_GATEWAY], [CLUSTER_PATH_POD_PROXY] */
 
   /* cluster.c's own. */
   struct cluster_hooks hooks;
@@ -105,6 +115,7 @@ struct cluster {
   struct strmap tenant_gpus;     /* tenant -> v.n[0] GPUs of its live sandboxes (an entry only while > 0) */
   int64_t inflight;              /* creates in flight (sandbox.c counts them here) */
   int64_t reserved;              /* planned by batches, not started */
+  int clients_open;              /* cluster__close: clients whose handles are still closing */
   void (*closed_cb)(void *arg);
   void *closed_arg;
 };

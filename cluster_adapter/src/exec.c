@@ -391,7 +391,7 @@ static int start_agent(struct exec_op *op, int port);
 static void on_agent_done(const struct fr_kube_response *resp, void *arg) {
   struct exec_op *op = arg;
   struct fr_exec_result r;
-  char msg[400];
+  char msg[400], code[64];
 
   memset(&r, 0, sizeof(r));
   r.duration_ms = (double)(uv_now(op->cl->loop) - op->start_ms);
@@ -426,6 +426,25 @@ static void on_agent_done(const struct fr_kube_response *resp, void *arg) {
                      : "the sandbox's agent stream ended before the exit status",
              resp->status, resp->error ? resp->error : op->end_message);
     r.err = healthy ? FR_EXEC_AGENT_DIED : FR_EXEC_UNAVAILABLE;
+    r.message = msg;
+  } else if (op->cl->gw_client != NULL && resp->status != 404 &&
+             (resp->status == 0 || agent__gateway_error(op->cl, resp, code, sizeof(code)))) {
+    /* Through the cluster's gateway, which was not reached or refused the
+     * call: nothing ran. Not replayed through pods/exec (the API server
+     * stays off the data path); the caller may retry. */
+    if (resp->status == 0 ? resp->attempts > 0 : resp->status == 503)
+      cluster__report(op->cl, 0);
+    else
+      cluster__report(op->cl, 1);
+    if (resp->status == 0)
+      snprintf(msg, sizeof(msg), "cannot reach the cluster's gateway: %.300s", resp->error ? resp->error : "no answer");
+    else
+      snprintf(msg, sizeof(msg), "the cluster's gateway %s: %d %s: %.250s",
+               resp->status == 401 || resp->status == 403 ? "refused this router" : "could not pass the exec on",
+               resp->status, code, resp->body);
+    /* The gateway reached, the agent not (502 upstream_*): the sandbox's
+     * trouble; the rest is the way to the cluster. */
+    r.err = resp->status == 502 ? FR_EXEC_AGENT_UNAVAILABLE : FR_EXEC_UNAVAILABLE;
     r.message = msg;
   } else if (resp->status == 404) {
     r.err = FR_EXEC_NOT_FOUND;
@@ -467,13 +486,14 @@ static int agent_request(struct exec_op *op, const struct fr_exec_spec *spec) {
 
 static int start_agent(struct exec_op *op, int port) {
   struct fr_kube_request_opts o;
-  char token[65], path[400], header[96];
+  char token[65], header[96];
+  int rc;
 
   op->port = port;
-  if (agent__token(op->cl, op->pod, op->previous_key, token) != 0 ||
-      agent__path(op->cl, op->pod, port, "POST", "/process.Process/Start", 0, path, sizeof(path)) != 0)
+  if (agent__token(op->cl, op->pod, op->previous_key, token) != 0)
     return -EINVAL;
   snprintf(header, sizeof(header), "X-Access-Token: %s", token);
+  explicit_bzero(token, sizeof(token));
   memset(&o, 0, sizeof(o));
   o.request_id = op->request_id;
   o.timeout_ms = (uint64_t)op->timeout_s * 1000 + EXEC_ANSWER_GRACE_MS;
@@ -481,8 +501,10 @@ static int start_agent(struct exec_op *op, int port) {
   o.header = header;
   o.on_data = on_agent_data;
   op->start_ms = uv_now(op->cl->loop);
-  return fr_kube_request_opts(op->cl->client, "POST", path, "application/connect+json", op->agent_body,
-                              op->agent_body_len, &o, on_agent_done, op, NULL);
+  rc = agent__send(op->cl, op->pod, port, 0, "POST", "/process.Process/Start", 0, "application/connect+json",
+                  op->agent_body, op->agent_body_len, &o, on_agent_done, op, NULL);
+  explicit_bzero(header, sizeof(header));
+  return rc;
 }
 
 int exec__run(struct cluster *cl, const char *pod_name, const struct fr_exec_spec *spec, fr_exec_cb cb,

@@ -616,6 +616,7 @@ static void finish(struct rest_call *rc, int status, const char *error) {
   resp.attempts = rc->attempts;
   resp.retry_after_s = io != NULL ? io->retry_after_s : 0;
   resp.elapsed_ms = io != NULL ? io->elapsed_ms : 0;
+  resp.headers = status != 0 && io != NULL && io->hdrs.data != NULL ? io->hdrs.data : "";
   set_state(rc, CALL_DONE);
   kube__call_untrack(&rc->base);
   if (status == 0)

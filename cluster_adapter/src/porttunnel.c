@@ -1,9 +1,11 @@
 /* porttunnel.c - an upgrade to a port a sandbox serves (WebSocket and any
- * other HTTP/1.1 Upgrade), through the cluster's pod proxy on a connection
- * of its own (fr_kube_tunnel_start(), kube_tunnel.c); the path is built
- * by upstream.c as for every other port request. No state of its own.
+ * other HTTP/1.1 Upgrade), through the cluster's gateway when it has one,
+ * else its pod proxy, on a connection of its own (fr_kube_tunnel_start(),
+ * kube_tunnel.c); the path is built by upstream.c as for every other port
+ * request. No state of its own.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "porttunnel.h"
@@ -18,7 +20,7 @@ int porttunnel__start(struct cluster *cl, const char *pod_name, int port, const 
   const struct fr_pod *pod;
   struct fr_kube_tunnel_opts ko;
   char path[4096];
-  int agent;
+  int agent, rc;
 
   if (out != NULL)
     *out = NULL;
@@ -33,9 +35,27 @@ int porttunnel__start(struct cluster *cl, const char *pod_name, int port, const 
     return -EINVAL;
   if (!cluster__reachable(cl))
     return -EHOSTDOWN;
-  if (upstream_port_path(path, sizeof(path), cl->ns, pod_name, port, o->target) != 0)
-    return -EINVAL;
   ko = *o;
   ko.target = path;
-  return fr_kube_tunnel_start(cl->client, &ko, out);
+  if (cl->gw_client != NULL) {
+    /* Through the cluster's gateway, signed, none of the cluster's
+     * credentials (docs/gateway.md, "The router's side"). */
+    char *headers;
+
+    if (upstream_gw_port_path(path, sizeof(path), cl->ns, pod_name, port, o->target) != 0)
+      return -EINVAL;
+    if ((headers = agent__gateway_headers(cl, pod_name, port, o->headers)) == NULL)
+      return -ENOMEM;
+    ko.headers = headers;
+    rc = fr_kube_tunnel_start(cl->gw_client, &ko, out);
+    free(headers); /* the head is built from a copy */
+    if (rc == 0)
+      cl->path_calls[CLUSTER_PATH_GATEWAY]++;
+    return rc;
+  }
+  if (upstream_port_path(path, sizeof(path), cl->ns, pod_name, port, o->target) != 0)
+    return -EINVAL;
+  if ((rc = fr_kube_tunnel_start(cl->client, &ko, out)) == 0)
+    cl->path_calls[CLUSTER_PATH_POD_PROXY]++;
+  return rc;
 }

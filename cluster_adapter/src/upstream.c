@@ -6,6 +6,7 @@
 
 #include "fr/adapter.h"
 #include "fr/egress.h"
+#include "fr/gwproto.h"
 #include "fr/urlsafe.h"
 #include "fr/util.h"
 #include "upstream.h"
@@ -127,18 +128,35 @@ static int query_ok(const struct agent_route *r, const char *q) {
   return 1;
 }
 
-int upstream_agent_path(char *out, size_t cap, const char *ns, const char *pod, int port, const char *method,
-                        const char *route, int internal) {
+/* The checks of upstream_agent_path(). */
+static int agent_route_ok(const char *ns, const char *pod, int port, const char *method, const char *route,
+                          int internal) {
   const char *qm = strchr(route, '?');
   size_t rlen = qm != NULL ? (size_t)(qm - route) : strlen(route);
   const struct agent_route *r = route_find(route, rlen);
+
+  return r != NULL && (!r->internal || internal) && (r->methods & method_bit(method)) != 0 && fr_dns_label(ns) &&
+         fr_dns_subdomain(pod) && port >= 1 && port <= 65535 && (qm == NULL || query_ok(r, qm + 1));
+}
+
+int upstream_agent_path(char *out, size_t cap, const char *ns, const char *pod, int port, const char *method,
+                        const char *route, int internal) {
   int n;
 
-  if (r == NULL || (r->internal && !internal) || (r->methods & method_bit(method)) == 0 || !fr_dns_label(ns) ||
-      !fr_dns_subdomain(pod) || port < 1 || port > 65535 || (qm != NULL && !query_ok(r, qm + 1)))
+  if (!agent_route_ok(ns, pod, port, method, route, internal))
     return -EINVAL;
   n = snprintf(out, cap, "/api/v1/namespaces/%s/pods/%s:%d/proxy%s", ns, pod, port, route);
   return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+int upstream_gw_agent_path(char *out, size_t cap, const char *ns, const char *pod, int port, const char *method,
+                           const char *route, int internal) {
+  /* /init never goes this way: the gateway refuses it (docs/gateway.md). */
+  if (strncmp(route, "/init", 5) == 0 && (route[5] == '\0' || route[5] == '?'))
+    return -EINVAL;
+  if (!agent_route_ok(ns, pod, port, method, route, internal))
+    return -EINVAL;
+  return fr_gw_path(out, cap, ns, pod, port, route);
 }
 
 int upstream_object_path(char *out, size_t cap, const char *api, const char *ns, const char *resource,
@@ -166,15 +184,27 @@ int upstream_netpol_path(char *out, size_t cap, const char *ns, const char *hash
                               hash != NULL ? UPSTREAM_NETPOL_PREFIX : NULL, hash);
 }
 
-int upstream_port_path(char *out, size_t cap, const char *ns, const char *pod, int port, const char *path_query) {
+/* The checks of upstream_port_path(). */
+static int port_route_ok(const char *ns, const char *pod, int port, const char *path_query) {
   const char *qm = strchr(path_query, '?');
   size_t plen = qm != NULL ? (size_t)(qm - path_query) : strlen(path_query);
+
+  return fr_dns_label(ns) && fr_dns_subdomain(pod) && port >= 1 && port <= 65535 &&
+         fr_url_path_check(path_query, plen, NULL) == 0 &&
+         (qm == NULL || fr_url_query_check(qm + 1, strlen(qm + 1), NULL) == 0);
+}
+
+int upstream_port_path(char *out, size_t cap, const char *ns, const char *pod, int port, const char *path_query) {
   int n;
 
-  if (!fr_dns_label(ns) || !fr_dns_subdomain(pod) || port < 1 || port > 65535 ||
-      fr_url_path_check(path_query, plen, NULL) != 0 ||
-      (qm != NULL && fr_url_query_check(qm + 1, strlen(qm + 1), NULL) != 0))
+  if (!port_route_ok(ns, pod, port, path_query))
     return -EINVAL;
   n = snprintf(out, cap, "/api/v1/namespaces/%s/pods/%s:%d/proxy%s", ns, pod, port, path_query);
   return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+int upstream_gw_port_path(char *out, size_t cap, const char *ns, const char *pod, int port, const char *path_query) {
+  if (!port_route_ok(ns, pod, port, path_query))
+    return -EINVAL;
+  return fr_gw_path(out, cap, ns, pod, port, path_query);
 }

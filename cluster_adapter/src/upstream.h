@@ -1,6 +1,7 @@
 /* upstream.h - the one place where the adapter builds the path of anything
  * it sends to a cluster: Kubernetes objects, and calls to a sandbox's agent
- * through the pod proxy (docs/architecture.md, "Upstream URLs").
+ * through the pod proxy or the cluster's gateway (docs/architecture.md,
+ * "Upstream URLs").
  *
  * Nothing a client sent becomes part of a path unchecked: object names must
  * be DNS names, an agent call must be one of the routes of the allow-list
@@ -48,5 +49,15 @@ int upstream_agent_path(char *out, size_t cap, const char *ns, const char *pod, 
  *   /api/v1/namespaces/<ns>/pods/<pod>:<port>/proxy<path>[?<query>]
  * 0, -EINVAL, -ENAMETOOLONG. */
 int upstream_port_path(char *out, size_t cap, const char *ns, const char *pod, int port, const char *path_query);
+
+/* The same two through the cluster's fedrouter-gateway (docs/gateway.md,
+ * fr/gwproto.h), after the same checks:
+ *   /v1/proxy/<ns>/<pod>/<port><route or path>[?<query>]
+ * upstream_gw_agent_path() never allows /init, even <internal> (the
+ * gateway refuses it: a router initializes agents through the pod proxy).
+ * 0, -EINVAL, -ENAMETOOLONG. */
+int upstream_gw_agent_path(char *out, size_t cap, const char *ns, const char *pod, int port, const char *method,
+                           const char *route, int internal);
+int upstream_gw_port_path(char *out, size_t cap, const char *ns, const char *pod, int port, const char *path_query);
 
 #endif

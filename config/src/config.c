@@ -17,6 +17,7 @@
 #include "fr/labels.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <libconfig.h>
 #include <limits.h>
@@ -25,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -427,7 +429,8 @@ static const char *const token_keys[] = {"name", "sha256", "expires", NULL};
 static const char *const queue_keys[] = {"max_wait_s", "max_sandboxes", "exec_wait_s", "e2b_wait_s", NULL};
 static const char *const network_keys[] = {"allow_internet", "allow_out", "deny_out", NULL};
 static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context", "in_cluster",
-                                           "namespace", "cost", NULL};
+                                           "namespace", "cost", "gateway", NULL};
+static const char *const gateway_keys[] = {"url", "ca_file", "key_file", NULL};
 static const char *const cost_keys[] = {"per_core_hour", "per_gib_hour", "per_gpu_hour", "node_hour",
                                         "sandboxes_per_node", NULL};
 static const char *const hosted_keys[] = {"per_core_second", "per_gib_second", NULL};
@@ -464,8 +467,8 @@ static int load_tls(struct loader *l, const config_setting_t *root, struct fr_co
 #define AGENT_KEY_MIN 32
 #define AGENT_KEY_MAX 4096
 
-static int read_agent_key(struct loader *l, const config_setting_t *s, const char *path, unsigned char **key,
-                          size_t *key_len) {
+static int read_key(struct loader *l, const config_setting_t *s, const char *path, const char *what,
+                    unsigned char **key, size_t *key_len) {
   FILE *f = fopen(path, "rb");
   unsigned char buf[AGENT_KEY_MAX + 1];
   size_t n;
@@ -477,14 +480,117 @@ static int read_agent_key(struct loader *l, const config_setting_t *s, const cha
   while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t'))
     n--;
   if (n < AGENT_KEY_MIN || n > AGENT_KEY_MAX)
-    return bad(l, s, "%s holds %zu bytes; the agent key needs %d to %d (make one with: "
-               "head -c 32 /dev/urandom | base64 > FILE)", path, n, AGENT_KEY_MIN, AGENT_KEY_MAX);
+    return bad(l, s, "%s holds %zu bytes; %s needs %d to %d (make one with: "
+               "head -c 32 /dev/urandom | base64 > FILE)", path, n, what, AGENT_KEY_MIN, AGENT_KEY_MAX);
   *key = malloc(n);
-  if (*key == NULL)
+  if (*key == NULL) {
+    explicit_bzero(buf, sizeof(buf));
     return oom(l);
+  }
   memcpy(*key, buf, n);
   *key_len = n;
+  explicit_bzero(buf, sizeof(buf));
   return 0;
+}
+
+static int read_agent_key(struct loader *l, const config_setting_t *s, const char *path, unsigned char **key,
+                          size_t *key_len) {
+  return read_key(l, s, path, "the agent key", key, key_len);
+}
+
+/* A cluster's gateway URL: "https://HOST[:PORT]", or "http://" for a
+ * loopback HOST (a test, or a TLS-terminating hop on the same machine:
+ * the signature is a bearer credential for a minute). HOST a DNS name, an
+ * IPv4 address or a bracketed IPv6 one; no user, path, query or fragment:
+ * the router builds every path itself (upstream.c). */
+static int check_gateway_url(struct loader *l, const config_setting_t *s, const char *url) {
+  const char *host, *end, *p;
+  size_t hlen;
+  int plain = strncmp(url, "http://", 7) == 0;
+  int64_t port;
+
+  if (!plain && strncmp(url, "https://", 8) != 0)
+    return bad(l, s, "\"%s\" is not an https:// URL (e.g. \"https://fedrouter-gateway.fedrouter.svc:443\")", url);
+  host = url + (plain ? 7 : 8);
+  if (*host == '[') {
+    end = strchr(host, ']');
+    if (end == NULL || end == host + 1)
+      return bad(l, s, "\"%s\": an IPv6 address needs its closing ']'", url);
+    for (p = host + 1; p < end; p++)
+      if (!isxdigit((unsigned char)*p) && *p != ':' && *p != '.')
+        return bad(l, s, "\"%s\": \"%.*s\" is not an IPv6 address", url, (int)(end - host - 1), host + 1);
+    end++;
+  } else {
+    for (end = host; *end != '\0' && *end != ':' && *end != '/'; end++)
+      if (!isalnum((unsigned char)*end) && *end != '-' && *end != '.')
+        return bad(l, s, "\"%s\": the host may only hold letters, digits, '-' and '.' (no user@, query or "
+                   "fragment)", url);
+    if (end == host || host[0] == '.' || host[0] == '-' || end[-1] == '.' || end - host > 253)
+      return bad(l, s, "\"%s\": not a host name or address", url);
+  }
+  hlen = (size_t)(end - host);
+  if (*end == ':') {
+    char digits[8];
+    size_t n = strspn(end + 1, "0123456789");
+    if (n == 0 || n > 5 || end[1] == '0' || (end[1 + n] != '\0' && end[1 + n] != '/'))
+      return bad(l, s, "\"%s\": the port must be 1-65535 in plain decimal", url);
+    memcpy(digits, end + 1, n);
+    digits[n] = '\0';
+    if (fr_parse_int64(digits, 1, 65535, &port) != 0)
+      return bad(l, s, "\"%s\": the port must be 1-65535 in plain decimal", url);
+    end += 1 + n;
+  }
+  if (*end != '\0')
+    return bad(l, s, "\"%s\": give the gateway's scheme, host and port only, no path (the router adds "
+               "/v1/proxy/...)", url);
+  if (plain && !((hlen == 9 && strncasecmp(host, "localhost", 9) == 0) || (hlen == 5 && memcmp(host, "[::1]", 5) == 0) ||
+                 (hlen >= 9 && strncmp(host, "127.", 4) == 0 && strspn(host, "0123456789.") == hlen)))
+    return bad(l, s, "\"%s\": plain http:// is only for a gateway on this machine (127.0.0.0/8, [::1], localhost); "
+               "use https:// with its CA in ca_file", url);
+  return 0;
+}
+
+/* A cluster's `gateway` group. */
+static int load_gateway(struct loader *l, const config_setting_t *cluster, struct fr_config_cluster *cl) {
+  const config_setting_t *g, *s;
+  const char *url;
+  char *path = NULL;
+  int rc;
+
+  if ((rc = get_group(l, cluster, "gateway", &g)) < 0 || g == NULL)
+    return rc;
+  if ((rc = check_keys(l, g, gateway_keys)) < 0 ||
+      (rc = get_string(l, g, "url", 1, "the gateway's https:// URL, e.g. \"https://fedrouter-gateway.fedrouter.svc:443\"",
+                       &url, &s)) < 0 ||
+      (rc = check_gateway_url(l, s, url)) < 0)
+    return rc;
+  if ((cl->gateway_url = strdup(url)) == NULL)
+    return oom(l);
+  if ((rc = get_path(l, g, "ca_file", 0, NULL, &cl->gateway_ca_file, &s)) < 0)
+    return rc;
+  if (cl->gateway_ca_file != NULL) {
+    FILE *f;
+    char buf[4096];
+    size_t n;
+    if (strncmp(url, "http://", 7) == 0)
+      return bad(l, s, "ca_file verifies an https:// gateway; \"%s\" is plain http", url);
+    if ((rc = check_readable(l, s, cl->gateway_ca_file)) < 0)
+      return rc;
+    f = fopen(cl->gateway_ca_file, "rb");
+    n = f != NULL ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    if (f != NULL)
+      fclose(f);
+    buf[n] = '\0';
+    if (strstr(buf, "-----BEGIN CERTIFICATE-----") == NULL)
+      return bad(l, s, "%s holds no PEM certificate (-----BEGIN CERTIFICATE-----): the CA of the gateway's "
+                 "certificate", cl->gateway_ca_file);
+  }
+  if ((rc = get_path(l, g, "key_file", 1, "the file of the key the gateway checks Fr-Gateway-Auth signatures "
+                     "with (the first of its --key-file ring)", &path, &s)) < 0)
+    return rc;
+  rc = read_key(l, s, path, "the gateway key", &cl->gateway_key, &cl->gateway_key_len);
+  free(path);
+  return rc;
 }
 
 static int load_agent(struct loader *l, const config_setting_t *root, struct fr_config *c) {
@@ -1239,6 +1345,7 @@ static int load_clusters(struct loader *l, const config_setting_t *root, struct 
     if ((cl->ns = strdup(ns != NULL ? ns : DEFAULT_NAMESPACE)) == NULL)
       return oom(l);
     rc = load_cost(l, g, &cl->cost);
+    rc = fr_cfg_first(rc, load_gateway(l, g, cl));
   next:
     first = fr_cfg_first(first, rc); /* and on to the next cluster */
   }
@@ -1535,6 +1642,10 @@ static int check_restart_only(struct loader *l, const config_setting_t *root, co
                      !str_same(a->kubeconfig, b->kubeconfig) || !str_same(a->context, b->context) ||
                      a->in_cluster != b->in_cluster || !str_same(a->ns, b->ns),
                  path, "a cluster's name, region, kubeconfig, context, in_cluster or namespace (its cost reloads)");
+      snprintf(path, sizeof(path), "clusters.[%zu].gateway", i);
+      RESTART_IF(!str_same(a->gateway_url, b->gateway_url) || !str_same(a->gateway_ca_file, b->gateway_ca_file) ||
+                     !bytes_same(a->gateway_key, a->gateway_key_len, b->gateway_key, b->gateway_key_len),
+                 path, "a cluster's gateway (url, ca_file or key)");
     }
   }
 #undef RESTART_IF
@@ -1565,6 +1676,11 @@ static void config_free(struct fr_config *c) {
     free(c->clusters[i].kubeconfig);
     free(c->clusters[i].context);
     free(c->clusters[i].ns);
+    free(c->clusters[i].gateway_url);
+    free(c->clusters[i].gateway_ca_file);
+    if (c->clusters[i].gateway_key != NULL)
+      explicit_bzero(c->clusters[i].gateway_key, c->clusters[i].gateway_key_len);
+    free(c->clusters[i].gateway_key);
   }
   free(c->clusters);
   free(c->source);

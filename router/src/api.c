@@ -396,6 +396,9 @@ json_t *api_sandbox_json(struct router *r, struct fr_adapter *a, const struct fr
     const char *pub = fr_pod_label(pod, FR_LABEL_PUBLIC_PORTS);
     if (ports_traffic_token(r, id, token) == 0)
       json_object_set_new(sb, "traffic_token", json_string(token));
+    /* How its exec, files and ports are reached: the cluster's gateway or
+     * the API server's pod proxy (docs/gateway.md). */
+    json_object_set_new(sb, "data_path", json_string(fr_adapter_data_path(a)));
     if (r->cfg->ports_domain != NULL)
       json_object_set_new(sb, "domain", json_string(r->cfg->ports_domain));
     if (pub != NULL)

@@ -215,7 +215,8 @@ static void answer_pump(struct answer *w) {
     if (answer_scan(w) != 0)
       goto fail;
   } else if (w->part % 2 == 0) {
-    fr_http_stream_write(req, w->head[w->part / 2].data, w->head[w->part / 2].len);
+    if (fr_http_stream_write(req, w->head[w->part / 2].data, w->head[w->part / 2].len) != 0)
+      goto gone;
     w->part++;
   } else {
     s = w->part / 2;
@@ -230,7 +231,10 @@ static void answer_pump(struct answer *w) {
       b.len = fr_base64_encode(w->raw[s] + w->off, n, b.data);
     else if (n > 0)
       fr_buf_put_json_chars(&b, w->raw[s] + w->off, n); /* room reserved: cannot fail */
-    fr_http_stream_write(req, b.data, b.len);
+    if (fr_http_stream_write(req, b.data, b.len) != 0) {
+      fr_buf_free(&b);
+      goto gone;
+    }
     fr_buf_free(&b);
     w->off += n;
     if (w->off == w->len[s]) {
@@ -250,6 +254,11 @@ static void answer_pump(struct answer *w) {
    * started from a timer callback again in the same turn. */
   uv_idle_start(w->turn, answer_on_turn);
   return;
+gone:
+  /* The write failed (the client went away): the connection is closing
+   * and tells no abort_cb of it (fr_http_stream_write), so the request
+   * must not be touched again. */
+  w->q->req = NULL;
 fail:
   api_stream_end(w->q, 0);
   answer_free(w);

@@ -223,6 +223,14 @@ static void render_gauges(struct router *r, struct fr_buf *b, int all_pools) {
   for (i = 0; i < r->nadapters; i++)
     gauge(b, "fedrouter_cluster_synced", views[i].name, views[i].region, NULL, NULL, NULL, NULL, views[i].synced);
 
+  head(b, "fedrouter_data_path_requests_total", "counter",
+       "Calls to sandboxes' agents and ports by path: through the cluster's gateway or the API server's pod proxy.");
+  for (i = 0; i < r->nadapters; i++) {
+    uint64_t gw, pp;
+    fr_adapter_data_path_calls(r->adapters[i], &gw, &pp);
+    gauge(b, "fedrouter_data_path_requests_total", views[i].name, NULL, "path", "gateway", NULL, NULL, (double)gw);
+    gauge(b, "fedrouter_data_path_requests_total", views[i].name, NULL, "path", "pod-proxy", NULL, NULL, (double)pp);
+  }
   head(b, "fedrouter_cluster_capacity_slots", "gauge",
        "Sandboxes of a pool's shape (pool \"\" = 1 cpu, 2 GiB) that fit now (free) or on empty nodes (total).");
   for (i = 0; i < r->nadapters; i++) {

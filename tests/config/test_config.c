@@ -946,6 +946,118 @@ START_TEST(config_in_cluster_needs_no_kubeconfig) {
 }
 END_TEST
 
+
+/* ---- a cluster's gateway ---- */
+
+#define GW_KEY "0123456789abcdef0123456789abcdef0123\n"
+#define GW_CA "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+/* A cluster with gateway group <g> on line 3. */
+#define GW_CLUSTER(g) LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"a.kc\";\n" g " } );\n"
+
+static void gateway_files(void) {
+  char path[PATH_MAX];
+
+  write_file("gw.key", GW_KEY, path, sizeof(path));
+  write_file("short.key", "too-short\n", path, sizeof(path));
+  write_file("gw-ca.pem", GW_CA, path, sizeof(path));
+  write_file("not-a-ca.pem", "hello\n", path, sizeof(path));
+}
+
+START_TEST(config_gateway_group_is_loaded) {
+  struct fr_config *c;
+  char want[PATH_MAX + 16];
+
+  gateway_files();
+  c = load_ok(LISTEN REGION "clusters = ( { name = \"a\"; region = \"us\"; kubeconfig = \"a.kc\";\n"
+              "  gateway = { url = \"https://gw.example.svc:8443\"; ca_file = \"gw-ca.pem\"; key_file = \"gw.key\"; }; },\n"
+              "  { name = \"b\"; region = \"us\"; kubeconfig = \"b.kc\"; },\n"
+              "  { name = \"c\"; region = \"us\"; kubeconfig = \"c.kc\";\n"
+              "    gateway = { url = \"http://127.0.0.1:9443\"; key_file = \"gw.key\"; }; } );\n");
+  ck_assert_str_eq(c->clusters[0].gateway_url, "https://gw.example.svc:8443");
+  PATHF(want, "%s/gw-ca.pem", realtmp);
+  ck_assert_str_eq(c->clusters[0].gateway_ca_file, want);
+  ck_assert_uint_eq(c->clusters[0].gateway_key_len, 36); /* the trailing newline is not part of it */
+  ck_assert_int_eq(memcmp(c->clusters[0].gateway_key, GW_KEY, 36), 0);
+  ck_assert_ptr_null(c->clusters[1].gateway_url);
+  ck_assert_ptr_null(c->clusters[1].gateway_key);
+  ck_assert_str_eq(c->clusters[2].gateway_url, "http://127.0.0.1:9443");
+  ck_assert_ptr_null(c->clusters[2].gateway_ca_file);
+  fr_config_unref(c);
+}
+END_TEST
+
+static const struct err_case gw_err_cases[] = {
+    {"gateway_unknown_key", GW_CLUSTER("  gateway = { url = \"https://gw\"; key_file = \"gw.key\"; ca = \"x\"; };"), 4,
+     "clusters.[0].gateway.ca: unknown key (known keys here: url, ca_file, key_file)"},
+    {"gateway_not_a_group", GW_CLUSTER("  gateway = \"https://gw\";"), 4, "gateway"},
+    {"gateway_url_missing", GW_CLUSTER("  gateway = { key_file = \"gw.key\"; };"), 4, "url: missing"},
+    {"gateway_url_ftp", GW_CLUSTER("  gateway = { url = \"ftp://gw\"; key_file = \"gw.key\"; };"), 4,
+     "\"ftp://gw\" is not an https:// URL"},
+    {"gateway_url_with_path", GW_CLUSTER("  gateway = { url = \"https://gw:8443/v1/proxy\"; key_file = \"gw.key\"; };"),
+     4, "no path (the router adds /v1/proxy/...)"},
+    {"gateway_url_with_user", GW_CLUSTER("  gateway = { url = \"https://u@gw\"; key_file = \"gw.key\"; };"), 4,
+     "the host may only hold letters, digits"},
+    {"gateway_url_bad_port", GW_CLUSTER("  gateway = { url = \"https://gw:70000\"; key_file = \"gw.key\"; };"), 4,
+     "the port must be 1-65535"},
+    {"gateway_url_port_leading_zero", GW_CLUSTER("  gateway = { url = \"https://gw:0443\"; key_file = \"gw.key\"; };"),
+     4, "the port must be 1-65535"},
+    {"gateway_url_empty_host", GW_CLUSTER("  gateway = { url = \"https://:443\"; key_file = \"gw.key\"; };"), 4,
+     "not a host name or address"},
+    {"gateway_url_bad_ipv6", GW_CLUSTER("  gateway = { url = \"https://[::g]:443\"; key_file = \"gw.key\"; };"), 4,
+     "is not an IPv6 address"},
+    {"gateway_plain_http_remote", GW_CLUSTER("  gateway = { url = \"http://gw.example:80\"; key_file = \"gw.key\"; };"),
+     4, "plain http:// is only for a gateway on this machine"},
+    {"gateway_ca_with_plain_http",
+     GW_CLUSTER("  gateway = { url = \"http://127.0.0.1:80\"; ca_file = \"gw-ca.pem\"; key_file = \"gw.key\"; };"), 4,
+     "ca_file verifies an https:// gateway"},
+    {"gateway_ca_absent", GW_CLUSTER("  gateway = { url = \"https://gw\"; ca_file = \"no.pem\"; key_file = \"gw.key\"; };"),
+     4, "no.pem\": No such file or directory"},
+    {"gateway_ca_not_pem",
+     GW_CLUSTER("  gateway = { url = \"https://gw\"; ca_file = \"not-a-ca.pem\"; key_file = \"gw.key\"; };"), 4,
+     "holds no PEM certificate"},
+    {"gateway_key_missing", GW_CLUSTER("  gateway = { url = \"https://gw\"; };"), 4, "key_file: missing"},
+    {"gateway_key_absent", GW_CLUSTER("  gateway = { url = \"https://gw\"; key_file = \"no.key\"; };"), 4,
+     "cannot read"},
+    {"gateway_key_short", GW_CLUSTER("  gateway = { url = \"https://gw\"; key_file = \"short.key\"; };"), 4,
+     "the gateway key needs 32 to 4096"},
+};
+
+START_TEST(config_gateway_error_is_rejected_with_message_and_line) {
+  const struct err_case *t = &gw_err_cases[_i];
+  struct fr_config *c = NULL;
+  struct fr_config_error err;
+  int rc;
+
+  gateway_files();
+  rc = load_text(t->text, &c, &err);
+  ck_assert_msg(rc == -EINVAL, "%s: rc %d, want -EINVAL", t->name, rc);
+  ck_assert_ptr_null(c);
+  ck_assert_msg(strstr(err.msg, t->msg) != NULL, "%s: message \"%s\" lacks \"%s\"", t->name, err.msg, t->msg);
+  ck_assert_msg(err.line == t->line, "%s: line %d, want %d (%s)", t->name, err.line, t->line, err.msg);
+}
+END_TEST
+
+/* The gateway group takes effect on a restart only. */
+START_TEST(config_reload_refuses_a_gateway_change) {
+  char path[PATH_MAX];
+  struct fr_config *running, *next = NULL;
+  struct fr_config_error err;
+
+  gateway_files();
+  running = load_ok(GW_CLUSTER("  gateway = { url = \"https://gw\"; key_file = \"gw.key\"; };"));
+  write_file("t.conf", GW_CLUSTER("  gateway = { url = \"https://gw2\"; key_file = \"gw.key\"; };"), path, sizeof(path));
+  ck_assert_int_eq(fr_config_load_next(path, running, &next, &err), -EINVAL);
+  ck_assert_ptr_null(next);
+  ck_assert_msg(strstr(err.msg, "a cluster's gateway (url, ca_file or key) changed") != NULL, "message: %s", err.msg);
+  write_file("t.conf", MINIMAL, path, sizeof(path));
+  ck_assert_int_eq(fr_config_load_next(path, running, &next, &err), -EINVAL);
+  write_file("t.conf", GW_CLUSTER("  gateway = { url = \"https://gw\"; key_file = \"gw.key\"; };"), path, sizeof(path));
+  ck_assert_int_eq(fr_config_load_next(path, running, &next, &err), 0);
+  fr_config_unref(next);
+  fr_config_unref(running);
+}
+END_TEST
+
 /* ---- refcount ---- */
 
 START_TEST(config_ref_and_unref_free_at_zero) {
@@ -1213,6 +1325,9 @@ static Suite *config_suite(void) {
   tcase_add_loop_test(tc, config_error_is_rejected_with_message_and_line, 0,
                       (int)FR_ARRAY_SIZE(err_cases));
   tcase_add_test(tc, config_unknown_key_is_reported_before_missing_key);
+  tcase_add_loop_test(tc, config_gateway_error_is_rejected_with_message_and_line, 0,
+                      (int)FR_ARRAY_SIZE(gw_err_cases));
+  tcase_add_test(tc, config_reload_refuses_a_gateway_change);
   tcase_add_test(tc, config_missing_file_returns_enoent);
   tcase_add_test(tc, config_directory_path_returns_einval);
   tcase_add_test(tc, config_null_error_struct_is_accepted);
@@ -1225,6 +1340,7 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, config_relative_config_path_resolves_against_cwd);
   tcase_add_test(tc, config_kubeconfig_need_not_exist_at_load);
   tcase_add_test(tc, config_in_cluster_needs_no_kubeconfig);
+  tcase_add_test(tc, config_gateway_group_is_loaded);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("snapshot");

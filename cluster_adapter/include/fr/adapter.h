@@ -51,6 +51,17 @@ struct fr_adapter_agent {
   size_t prev_key_len;
 };
 
+/* The cluster's fedrouter-gateway (docs/gateway.md): every call to a
+ * sandbox's agent or ports but /init goes to it instead of the API
+ * server's pod proxy, signed with <key> (Fr-Gateway-Auth) and without the
+ * cluster's credentials. */
+struct fr_adapter_gateway {
+  const char *url;          /* "https://host[:port]" (or "http://" on loopback), no path */
+  const char *ca_file;      /* PEM of the CA of the gateway's certificate; NULL: system roots */
+  const void *key;          /* the signing key (the first of the gateway's ring) */
+  size_t key_len;
+};
+
 struct fr_adapter_opts {
   const char *name;
   const char *region;
@@ -71,6 +82,7 @@ struct fr_adapter_opts {
   /* 1: reach the cluster with the pod's own service account (the router
    * runs in it; fr_kubeconfig_in_cluster) instead of <kubeconfig>. */
   int in_cluster;
+  const struct fr_adapter_gateway *gateway; /* NULL: agent calls through the pod proxy */
 };
 
 #define FR_BATCH_COMMIT_TIMEOUT_S 30
@@ -668,6 +680,12 @@ void fr_agent_call_cancel(struct fr_agent_call *c);
  * trimmed into <out>; 0, or -ENOENT / -ENOSPC. */
 int fr_agent_header(const char *headers, const char *name, char *out, size_t cap);
 /* 1 if sandbox pod <pod> has an agent this router can reach. */
+/* The data path of the cluster's agent calls: "gateway" when it has one,
+ * else "pod-proxy". */
+const char *fr_adapter_data_path(const struct fr_adapter *a);
+/* Agent and sandbox port calls sent so far through the gateway and through
+ * the API server's pod proxy (/init included). */
+void fr_adapter_data_path_calls(const struct fr_adapter *a, uint64_t *gateway, uint64_t *pod_proxy);
 int fr_adapter_pod_has_agent(struct fr_adapter *a, const struct fr_pod *pod);
 /* The access token of sandbox pod <pod> (64 hex + NUL): what the agent
  * checks, and what E2B clients get as envdAccessToken. -EINVAL without an

@@ -65,6 +65,8 @@ struct fr_kube_response {
   int attempts;                 /* 1 + retries done; 0: never sent (expired in the queue) */
   int retry_after_s;            /* from the last response, 0 if absent */
   double elapsed_ms;            /* last attempt, request to last byte */
+  const char *headers;          /* FR_KUBE_STREAM calls: the final answer's header lines
+                                   ("Name: value\r\n" each); "" otherwise */
 };
 
 typedef void (*fr_kube_response_cb)(const struct fr_kube_response *resp, void *arg);

@@ -34,7 +34,9 @@
  *                  kubeconfig = "us-east.kubeconfig"; context = "us-east";
  *                  namespace = "default";
  *                  cost = { per_core_hour = 0.0316; per_gib_hour = 0.0042; per_gpu_hour = 2.48; }; },
- *                { name = "home"; region = "us"; in_cluster = true; } );  # the router's own cluster
+ *                { name = "home"; region = "us"; in_cluster = true;   # the router's own cluster
+ *                  gateway = { url = "https://fedrouter-gateway.fedrouter.svc:443";
+ *                              ca_file = "gw-ca.pem"; key_file = "gw.key"; }; } );
  *   hosted = { per_core_second = 0.00003942; per_gib_second = 0.00000672; };  # optional
  *   metrics = { prometheus_url = "http://prometheus:9090"; history_step_s = 10; };  # optional
  *
@@ -137,6 +139,13 @@ struct fr_config_cluster {
   int in_cluster;          /* reached with the pod's service account (fr_kubeconfig_in_cluster) */
   char *ns;                /* namespace for sandboxes, default "default" */
   struct fr_config_cost cost;
+  /* `gateway` group: the cluster's fedrouter-gateway (docs/gateway.md),
+   * which every agent call but /init then goes to. gateway_url NULL: none,
+   * the API server's pod proxy. */
+  char *gateway_url;       /* "https://host[:port]" ("http://" only for a loopback host), no path */
+  char *gateway_ca_file;   /* absolute path of a PEM bundle, or NULL (system roots) */
+  unsigned char *gateway_key; /* the signing key (a secret) */
+  size_t gateway_key_len;
 };
 
 struct fr_config {
