@@ -112,6 +112,7 @@ struct loader {
   const char *path;            /* as given by the caller: used in messages */
   char *dir;                   /* realpath of the directory of <path> */
   struct fr_config_error *err;
+  char *nul_file;              /* the first file read holding a NUL byte (libconfig's scanner exits on one) */
 };
 
 /* ---- errors ---- */
@@ -1535,6 +1536,9 @@ static int collect_file(struct loader *l, struct fr_config *c, char *path, struc
   fr_sha256_hex(text, len, hash);
   if (fr_buf_puts(hashes, hash) != 0)
     rc = -ENOMEM;
+  /* A config is text: libconfig's scanner would exit the process on a NUL. */
+  if (l->nul_file == NULL && memchr(text, '\0', len) != NULL && (l->nul_file = strdup(path)) == NULL)
+    rc = -ENOMEM;
   /* Lines `@include "FILE"` (leading blanks allowed), as libconfig reads them. */
   for (i = 0; rc == 0 && depth < INCLUDE_DEPTH_MAX && i < len;) {
     size_t e = i, q;
@@ -1761,6 +1765,13 @@ static int load(const char *path, const struct fr_config *running, struct fr_con
 
   if ((rc = locate(&l, path, &c->source)) < 0 || (rc = collect_files(&l, c)) < 0)
     goto fail;
+  if (l.nul_file != NULL) {
+    fr_cfg_set_error_file(&l.cfg, l.nul_file);
+    err->line = 0;
+    snprintf(err->msg, sizeof(err->msg), "parse error: the file holds a NUL byte (a config file is text)");
+    rc = -EINVAL;
+    goto fail;
+  }
 
   config_init(&cf);
   cf_inited = 1;
@@ -1781,6 +1792,7 @@ static int load(const char *path, const struct fr_config *running, struct fr_con
 
   config_destroy(&cf);
   free(l.dir);
+  free(l.nul_file);
   *out = c;
   return 0;
 
@@ -1792,6 +1804,7 @@ fail:
   if (cf_inited)
     config_destroy(&cf);
   free(l.dir);
+  free(l.nul_file);
   config_free(c);
   return rc;
 }

@@ -792,6 +792,26 @@ START_TEST(config_check_syntax_error_is_the_one_error) {
 }
 END_TEST
 
+START_TEST(config_nul_byte_is_an_error_not_an_exit) {
+  /* What fuzz_config found: libconfig's scanner exits the process on a
+   * NUL byte (here inside an @include's name); the loader refuses it. */
+  static const char text[] = "@include \"\0\0her.conf\"\nlisten = \"127.0.0.1:0\";\n";
+  char path[PATH_MAX];
+  struct fr_config *c = NULL;
+  struct fr_config_error err;
+  FILE *f;
+
+  PATHF(path, "%s/nul.conf", tmpdir);
+  f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_uint_eq(fwrite(text, 1, sizeof(text) - 1, f), sizeof(text) - 1);
+  ck_assert_int_eq(fclose(f), 0);
+  ck_assert_int_eq(fr_config_load(path, &c, &err), -EINVAL);
+  ck_assert_ptr_null(c);
+  ck_assert_ptr_nonnull(strstr(err.msg, "NUL byte"));
+}
+END_TEST
+
 START_TEST(config_missing_file_returns_enoent) {
   struct fr_config *c = NULL;
   struct fr_config_error err;
@@ -1312,6 +1332,7 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, config_ports_and_e2b_templates_loaded);
   tcase_add_test(tc, config_check_reports_every_error_with_its_line);
   tcase_add_test(tc, config_check_syntax_error_is_the_one_error);
+  tcase_add_test(tc, config_nul_byte_is_an_error_not_an_exit);
   tcase_add_test(tc, config_all_limits_set_are_kept);
   tcase_add_test(tc, config_empty_tenant_list_is_allowed);
   tcase_add_test(tc, cluster_name_of_32_chars_is_accepted);
