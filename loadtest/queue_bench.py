@@ -29,7 +29,6 @@ Usage: loadtest/queue_bench.py [--build-dir build] [--big 10000] [--small 100]
 JSON report. Python 3 standard library only; stops everything it started.
 """
 import argparse
-import http.client
 import json
 import math
 import os
@@ -55,22 +54,7 @@ def pct(v, p):
 
 
 def call(port, method, path, body=None, token=None, timeout=900):
-    h = {"Content-Type": "application/json"}
-    if token:
-        h["Authorization"] = "Bearer " + token
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
-        r = c.getresponse()
-        data = r.read()
-        try:
-            return r.status, json.loads(data) if data else None
-        except ValueError:
-            return r.status, data.decode(errors="replace")
-    except OSError as e:
-        return 0, str(e)
-    finally:
-        c.close()
+    return H.call(port, method, path, body, token, timeout)
 
 
 class Run:

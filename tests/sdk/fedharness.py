@@ -61,6 +61,28 @@ def wait_until(fn, timeout: float, interval: float = 0.05):
         time.sleep(interval)
 
 
+def call(port: int, method: str, path: str, body: Any = None, token: Optional[str] = None,
+         timeout: float = 60) -> Tuple[int, Any]:
+    """One JSON request to 127.0.0.1:<port> on a fresh connection:
+    (status, decoded JSON or text); (0, why) when it could not be made."""
+    h = {"Content-Type": "application/json"}
+    if token:
+        h["Authorization"] = "Bearer " + token
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        try:
+            return r.status, json.loads(data) if data else None
+        except ValueError:
+            return r.status, data.decode(errors="replace")
+    except OSError as e:
+        return 0, str(e)
+    finally:
+        c.close()
+
+
 def _read(path: str) -> str:
     with open(path) as f:
         return f.read()
@@ -335,22 +357,7 @@ clusters = (
             timeout: float = 60, port: int = 0) -> Tuple[int, Any]:
         """One request on a fresh connection (to the router, or the one on
         <port>): (status, decoded JSON or text)."""
-        h = {"Content-Type": "application/json"}
-        if token:
-            h["Authorization"] = "Bearer " + token
-        c = http.client.HTTPConnection("127.0.0.1", port or self.port, timeout=timeout)
-        try:
-            c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
-            r = c.getresponse()
-            data = r.read()
-            try:
-                return r.status, json.loads(data) if data else None
-            except ValueError:
-                return r.status, data.decode(errors="replace")
-        except OSError as e:
-            return 0, str(e)
-        finally:
-            c.close()
+        return call(port or self.port, method, path, body, token, timeout)
 
     def sim_admin(self, name: str, method: str, path: str, body: Any = None) -> Tuple[int, Any]:
         c = http.client.HTTPConnection("127.0.0.1", self.sims[name]["admin_port"], timeout=15)
