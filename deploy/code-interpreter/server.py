@@ -220,7 +220,13 @@ class Context:
         env = dict(os.environ)
         env.update(srv.kernel_env)
         try:
-            self.km = AsyncKernelManager(kernel_name=srv.kernel_name, context=srv.zmq_ctx)
+            # Unix sockets, not TCP ports: a kernel picks its five TCP ports
+            # by binding and closing them, and another kernel (or anything
+            # else on the host) can take one before the kernel binds it
+            # again ("Address already in use"). A socket path of our own
+            # cannot be taken, and it is short enough for sun_path.
+            self.km = AsyncKernelManager(kernel_name=srv.kernel_name, context=srv.zmq_ctx,
+                                         transport="ipc", ip=srv.next_ipc_path())
             await self.km.start_kernel(cwd=self.cwd, env=env, preexec_fn=_die_with_parent)
             self.kc = self.km.client()
             self.kc.start_channels()
@@ -545,6 +551,9 @@ class Server:
         self.tasks = set()
         self.state_dir = tempfile.mkdtemp(prefix="code-interpreter-")
         self.kernel_env = {"PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+        self.ipc_dir = os.path.join(self.state_dir, "ipc")
+        os.mkdir(self.ipc_dir, 0o700)
+        self.ipc_seq = 0
         # Connection files, and what IPython and matplotlib write, go to a
         # private directory when HOME is not writable (read-only root).
         os.environ["JUPYTER_RUNTIME_DIR"] = os.path.join(self.state_dir, "runtime")
@@ -554,6 +563,11 @@ class Server:
                              ("JUPYTER_DATA_DIR", "data")):
                 os.environ.setdefault(var, os.path.join(self.state_dir, sub))
         self.create_lock = asyncio.Lock()
+
+    def next_ipc_path(self):
+        """A socket path prefix no other kernel of this server uses."""
+        self.ipc_seq += 1
+        return os.path.join(self.ipc_dir, "k%d" % self.ipc_seq)
 
     # ---- contexts
 

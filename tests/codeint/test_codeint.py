@@ -376,6 +376,13 @@ def test_shutdown(s):
     s.call("POST", "/contexts", {})
     pids = kernel_pids(s)
     check(len(pids) >= 2 and all(proc_alive(p) for p in pids), "kernels run: %s" % pids)
+    step("kernels talk over Unix sockets, no TCP port another kernel could take")
+    for pid in pids:
+        argv = open("/proc/%d/cmdline" % pid, "rb").read().split(b"\0")
+        conn = argv[argv.index(b"-f") + 1].decode() if b"-f" in argv else None
+        info = json.load(open(conn)) if conn else {}
+        check(info.get("transport") == "ipc" and info.get("ip", "").startswith("/"),
+              "kernel %d connection: %s" % (pid, {k: info.get(k) for k in ("transport", "ip")}))
     rc = s.stop(signal.SIGTERM)
     check(rc == 0, "SIGTERM: exit %s" % rc)
     wait_for(lambda: not any(proc_alive(p) for p in pids), 20, "the kernels to end")
