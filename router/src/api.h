@@ -34,6 +34,7 @@ struct api_req {
   int refs;
   int deferred;                 /* api_defer() was called and not finished yet */
   int streaming;                /* api_stream_begin() sent the head */
+  int resumed;                  /* runs again after its paused sandbox was resumed (workspaces.c) */
   /* Called once if the client goes away before the finish (deferred
    * requests only): the operation stops and finishes itself. */
   void (*gone_cb)(struct api_req *q, void *arg);

@@ -19,6 +19,7 @@ struct fr_policy;
 struct fr_cluster_state;
 struct fr_sandbox_spec;
 struct fr_http_server;
+struct resume_req;
 struct fr_http_req;
 
 struct tenant_state;
@@ -40,6 +41,7 @@ struct router {
   struct fr_http_server *health;  /* health_listen's server, or NULL */
   struct fr_adapter **adapters;   /* one per configured cluster, same order */
   size_t nadapters;
+  struct resume_req *resuming;    /* paused sandboxes being resumed, with their waiting calls (workspaces.c) */
   int shutting_down;              /* got SIGTERM/SIGINT: /readyz answers 503 from now on */
   int stopping;                   /* draining: no new connections, each closes after its answer */
   size_t inflight;                /* requests answered later (creates, execs, ...) */

@@ -10,6 +10,7 @@
 #include "api.h"
 #include "router.h"
 #include "routes.h"
+#include "workspaces.h"
 
 #define SB "/v1/sandboxes/{id}"
 #define PROC SB "/processes/{pid}"
@@ -41,22 +42,22 @@ static const struct route routes[] = {
     {"DELETE", SB, sandboxes_terminate, RF_TENANT, NULL},
     {"POST", SB "/pause", sandboxes_pause, RF_TENANT, NULL},
     {"POST", SB "/resume", sandboxes_resume, RF_TENANT, NULL},
-    {"POST", SB "/fork", sandboxes_fork, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},
+    {"POST", SB "/fork", sandboxes_fork, RF_TENANT | RF_SANDBOX | RF_REACH | RF_RESUME, NULL},
     {"POST", SB "/keepalive", sandboxes_keepalive, RF_TENANT, NULL},
-    {"POST", SB "/exec", exec_sandbox, RF_TENANT, NULL},
-    {"POST", SB "/processes", procs_start, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},
-    {"GET", SB "/processes", procs_list, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},
-    {"GET", PROC "/output", procs_output, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},
-    {"POST", PROC "/stdin", procs_stdin, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},
-    {"POST", PROC "/signal", procs_signal, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},
-    {"POST", PROC "/resize", procs_resize, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},
-    {"*", SB "/ports/{port}/{tail*}", ports_path, RF_TENANT | RF_SANDBOX | RF_REACH | RF_STREAM_BODY, NULL},
-    {"GET", SB "/files", files_get, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},
-    {"PUT", SB "/files", files_put, RF_TENANT | RF_SANDBOX | RF_REACH | RF_STREAM_BODY, NULL},
-    {"POST", SB "/files", files_put, RF_TENANT | RF_SANDBOX | RF_REACH | RF_STREAM_BODY, NULL},
-    {"DELETE", SB "/files", files_delete, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},
-    {"GET", SB "/snapshot", snapshot_get, RF_TENANT | RF_SANDBOX | RF_REACH, NULL},
-    {"POST", SB "/restore", snapshot_restore, RF_TENANT | RF_SANDBOX | RF_REACH | RF_STREAM_BODY, NULL},
+    {"POST", SB "/exec", exec_sandbox, RF_TENANT | RF_RESUME, NULL},
+    {"POST", SB "/processes", procs_start, RF_TENANT | RF_SANDBOX | RF_REACH | RF_RESUME, NULL},
+    {"GET", SB "/processes", procs_list, RF_TENANT | RF_SANDBOX | RF_REACH | RF_RESUME, NULL},
+    {"GET", PROC "/output", procs_output, RF_TENANT | RF_SANDBOX | RF_REACH | RF_RESUME, NULL},
+    {"POST", PROC "/stdin", procs_stdin, RF_TENANT | RF_SANDBOX | RF_REACH | RF_RESUME, NULL},
+    {"POST", PROC "/signal", procs_signal, RF_TENANT | RF_SANDBOX | RF_REACH | RF_RESUME, NULL},
+    {"POST", PROC "/resize", procs_resize, RF_TENANT | RF_SANDBOX | RF_REACH | RF_RESUME, NULL},
+    {"*", SB "/ports/{port}/{tail*}", ports_path, RF_TENANT | RF_SANDBOX | RF_REACH | RF_RESUME | RF_STREAM_BODY, NULL},
+    {"GET", SB "/files", files_get, RF_TENANT | RF_SANDBOX | RF_REACH | RF_RESUME, NULL},
+    {"PUT", SB "/files", files_put, RF_TENANT | RF_SANDBOX | RF_REACH | RF_RESUME | RF_STREAM_BODY, NULL},
+    {"POST", SB "/files", files_put, RF_TENANT | RF_SANDBOX | RF_REACH | RF_RESUME | RF_STREAM_BODY, NULL},
+    {"DELETE", SB "/files", files_delete, RF_TENANT | RF_SANDBOX | RF_REACH | RF_RESUME, NULL},
+    {"GET", SB "/snapshot", snapshot_get, RF_TENANT | RF_SANDBOX | RF_REACH | RF_RESUME, NULL},
+    {"POST", SB "/restore", snapshot_restore, RF_TENANT | RF_SANDBOX | RF_REACH | RF_RESUME | RF_STREAM_BODY, NULL},
     {"POST", "/v1/pools", pools_create, RF_TENANT, NULL},
     {"GET", "/v1/pools", pools_list, RF_TENANT, NULL},
     {"GET", "/v1/pools/{name}", pools_get, RF_TENANT, NULL},
@@ -88,13 +89,13 @@ static const struct route routes[] = {
     /* the E2B endpoint: calls into a sandbox (E2b-Sandbox-Id, X-Access-Token),
      * relayed to the agent routes of the adapter's allow-list, which also
      * answers 405 for a method the agent route does not take */
-    {"*", "/e2b/process.Process/{rpc}", e2b_relay_process, RF_E2B | RF_E2B_SANDBOX, "/e2b/{envd}"},
-    {"*", "/e2b/filesystem.Filesystem/{rpc}", e2b_relay_filesystem, RF_E2B | RF_E2B_SANDBOX, "/e2b/{envd}"},
-    {"POST", "/e2b/files", e2b_relay_files, RF_E2B | RF_E2B_SANDBOX | RF_STREAM_BODY, "/e2b/{envd}"},
-    {"PUT", "/e2b/files", e2b_relay_files, RF_E2B | RF_E2B_SANDBOX | RF_STREAM_BODY, "/e2b/{envd}"},
-    {"*", "/e2b/files", e2b_relay_files, RF_E2B | RF_E2B_SANDBOX, "/e2b/{envd}"},
-    {"*", "/e2b/health", e2b_relay_health, RF_E2B | RF_E2B_SANDBOX, "/e2b/{envd}"},
-    {"*", "/e2b/envs", e2b_relay_envs, RF_E2B | RF_E2B_SANDBOX, "/e2b/{envd}"},
+    {"*", "/e2b/process.Process/{rpc}", e2b_relay_process, RF_E2B | RF_E2B_SANDBOX | RF_RESUME, "/e2b/{envd}"},
+    {"*", "/e2b/filesystem.Filesystem/{rpc}", e2b_relay_filesystem, RF_E2B | RF_E2B_SANDBOX | RF_RESUME, "/e2b/{envd}"},
+    {"POST", "/e2b/files", e2b_relay_files, RF_E2B | RF_E2B_SANDBOX | RF_RESUME | RF_STREAM_BODY, "/e2b/{envd}"},
+    {"PUT", "/e2b/files", e2b_relay_files, RF_E2B | RF_E2B_SANDBOX | RF_RESUME | RF_STREAM_BODY, "/e2b/{envd}"},
+    {"*", "/e2b/files", e2b_relay_files, RF_E2B | RF_E2B_SANDBOX | RF_RESUME, "/e2b/{envd}"},
+    {"*", "/e2b/health", e2b_relay_health, RF_E2B | RF_E2B_SANDBOX | RF_RESUME, "/e2b/{envd}"},
+    {"*", "/e2b/envs", e2b_relay_envs, RF_E2B | RF_E2B_SANDBOX | RF_RESUME, "/e2b/{envd}"},
     /* anything else under /e2b: a clear 501, never a 404 the SDK takes as final */
     {"*", "/e2b/{tail*}", e2b_unsupported, RF_E2B, "/e2b/{api}"},
 };
@@ -259,6 +260,10 @@ int route_streams_body(const struct fr_http_req *req) {
   return !(r->flags & RF_E2B_SANDBOX) || fr_http_req_header(req, "E2b-Sandbox-Id") != NULL;
 }
 
+static void rerun(struct api_req *q) {
+  route_dispatch(q, 0);
+}
+
 void route_dispatch(struct api_req *q, int health_only) {
   struct route_params p;
   const struct route *r;
@@ -287,6 +292,12 @@ void route_dispatch(struct api_req *q, int health_only) {
     api_fail(q, 400, "invalid_port", "a port is an integer from 1 to 65535", NULL);
     return;
   }
+  /* A paused sandbox created with auto_resume: resumed first, then this
+   * runs again (rerun) as if it had just come. */
+  if ((r->flags & RF_RESUME) &&
+      workspaces_auto_resume(q, (r->flags & RF_E2B_SANDBOX) ? fr_http_req_header(q->req, "E2b-Sandbox-Id") : p.id,
+                             rerun))
+    return;
   if ((r->flags & RF_SANDBOX) &&
       ((p.pod = (r->flags & RF_REACH) ? api_find_reachable_sandbox(q, p.id, &p.a) : api_find_sandbox(q, p.id, &p.a)) ==
        NULL))

@@ -32,6 +32,7 @@ enum route_flags {
   RF_SANDBOX = 1 << 5,     /* {id} names one of the tenant's sandboxes: found first (404/503 otherwise) */
   RF_REACH = 1 << 6,       /* ... and its node is Ready (503 sandbox_unreachable otherwise) */
   RF_STREAM_BODY = 1 << 7, /* the request body is streamed to the handler, not buffered */
+  RF_RESUME = 1 << 8,      /* a call into a sandbox: a paused one created with auto_resume is resumed first */
 };
 
 /* The parsed path of a matched request. Strings point into <buf>. */

@@ -200,54 +200,115 @@ void sandboxes_pause(struct api_req *q, const struct route_params *rp) {
   api_defer(q);
 }
 
-/* ---- resume ---- */
+/* ---- resume ----
+ *
+ * One resume per paused sandbox at a time in this router: calls that come
+ * while it runs wait for it (a second pod of the same name cannot be
+ * made). An explicit resume answers with the sandbox; a call into a paused
+ * sandbox created with auto_resume waits, then runs as if it had just come
+ * (its rerun). A client that goes away does not stop a resume: the sandbox
+ * runs again and that client's answer goes nowhere. */
+
+struct resume_waiter {
+  struct api_req *q;
+  void (*rerun)(struct api_req *q); /* NULL: answer 200 with the sandbox */
+};
 
 struct resume_req {
-  struct api_req *q;
+  struct resume_req *next;          /* in router.resuming */
+  struct router *r;
   struct fr_adapter *a;
   char pod[200];
   struct fr_secret_call *call;
   const char **keys;
   size_t nkeys;
   char *names;
+  struct resume_waiter *waiters;
+  size_t nwaiters, cap;
 };
 
 static void resume_free(struct resume_req *r) {
+  free(r->waiters);
   free(r->keys);
   free(r->names);
   free(r);
 }
 
-static void on_resumed(const struct fr_sandbox_result *res, void *arg) {
-  struct resume_req *r = arg;
-  struct api_req *q = r->q;
+/* Takes <q> (deferred) as a waiter of <r>; -ENOMEM when it cannot. */
+static int resume_add(struct resume_req *r, struct api_req *q, void (*rerun)(struct api_req *q)) {
+  if (r->nwaiters == r->cap) {
+    size_t cap = r->cap ? 2 * r->cap : 2;
+    struct resume_waiter *w = realloc(r->waiters, cap * sizeof(*w));
+    if (w == NULL)
+      return -ENOMEM;
+    r->waiters = w;
+    r->cap = cap;
+  }
+  r->waiters[r->nwaiters].q = q;
+  r->waiters[r->nwaiters].rerun = rerun;
+  r->nwaiters++;
+  api_defer(q);
+  return 0;
+}
 
-  if (res->err == FR_SB_OK && res->pod != NULL) {
-    api_reply(q, 200, api_sandbox_json(q->r, r->a, res->pod, 1), NULL);
-  } else {
-    char msg[600];
-    snprintf(msg, sizeof(msg), "the sandbox could not be resumed in cluster %s: %.400s", fr_adapter_name(r->a),
-             res->message ? res->message : "unknown");
-    api_fail(q, res->err == FR_SB_NO_ROOM ? 503 : res->err == FR_SB_UNAVAILABLE ? 503 : 502,
-             res->err == FR_SB_NO_ROOM ? "no_capacity" : "resume_failed", msg, "Retry-After: 5\r\n");
+/* The resume is over: <pod> up (NULL: failed with <status>, <code>,
+ * <msg>); every waiter is answered or runs again. */
+static void resume_end(struct resume_req *r, const struct fr_pod *pod, int status, const char *code,
+                       const char *msg, const char *extra) {
+  struct resume_req **pp;
+  size_t i;
+
+  for (pp = &r->r->resuming; *pp != NULL; pp = &(*pp)->next)
+    if (*pp == r) {
+      *pp = r->next;
+      break;
+    }
+  for (i = 0; i < r->nwaiters; i++) {
+    struct api_req *q = r->waiters[i].q;
+    if (pod == NULL) {
+      api_fail(q, status, code, msg, extra);
+    } else if (r->waiters[i].rerun == NULL) {
+      api_reply(q, 200, api_sandbox_json(q->r, r->a, pod, 1), NULL);
+    } else {
+      /* The deferral's reference is ours until the call has run. */
+      api_undefer(q);
+      q->resumed = 1;
+      if (q->req != NULL && q->req->body_streaming)
+        fr_http_body_pause(q->req, 0); /* the handler takes the body from the next turn */
+      if (q->req != NULL)
+        r->waiters[i].rerun(q);
+      api_req_unref(q);
+    }
   }
   resume_free(r);
 }
 
+static void on_resumed(const struct fr_sandbox_result *res, void *arg) {
+  struct resume_req *r = arg;
+  char msg[600];
+
+  if (res->err == FR_SB_OK && res->pod != NULL) {
+    resume_end(r, res->pod, 0, NULL, NULL, NULL);
+    return;
+  }
+  snprintf(msg, sizeof(msg), "the sandbox could not be resumed in cluster %s: %.400s", fr_adapter_name(r->a),
+           res->message ? res->message : "unknown");
+  resume_end(r, NULL, res->err == FR_SB_NO_ROOM || res->err == FR_SB_UNAVAILABLE ? 503 : 502,
+             res->err == FR_SB_NO_ROOM ? "no_capacity" : "resume_failed", msg, "Retry-After: 5\r\n");
+}
+
 static void start_resume(struct resume_req *r, json_t *secrets) {
-  struct api_req *q = r->q;
-  int rc = fr_adapter_sandbox_resume(r->a, r->pod, secrets, 0, q->rid, on_resumed, r);
+  int rc = fr_adapter_sandbox_resume(r->a, r->pod, secrets, 0, r->waiters[0].q->rid, on_resumed, r);
 
   if (rc == 0)
     return;
   if (rc == -EBUSY)
-    api_fail(q, 409, "sandbox_busy", "the sandbox's previous pod is still stopping; retry shortly",
-             "Retry-After: 1\r\n");
+    resume_end(r, NULL, 409, "sandbox_busy", "the sandbox's previous pod is still stopping; retry shortly",
+               "Retry-After: 1\r\n");
   else if (rc == -ENOENT)
-    api_fail(q, 404, "sandbox_not_found", "the paused sandbox is gone", NULL);
+    resume_end(r, NULL, 404, "sandbox_not_found", "the paused sandbox is gone", NULL);
   else
-    api_fail(q, 500, "resume_failed", "the paused sandbox's record cannot be read", NULL);
-  resume_free(r);
+    resume_end(r, NULL, 500, "resume_failed", "the paused sandbox's record cannot be read", NULL);
 }
 
 static void on_secrets(const struct fr_secret_result *res, void *arg) {
@@ -258,21 +319,84 @@ static void on_secrets(const struct fr_secret_result *res, void *arg) {
   if (res->err != FR_SECRET_OK) {
     snprintf(msg, sizeof(msg), "the sandbox's secrets cannot be read again: %.300s",
              res->message ? res->message : "unknown");
-    api_fail(r->q, res->err == FR_SECRET_UNAVAILABLE ? 503 : 400,
-             res->err == FR_SECRET_UNAVAILABLE ? "cluster_unavailable" : "secret_not_found", msg, NULL);
-    resume_free(r);
+    resume_end(r, NULL, res->err == FR_SECRET_UNAVAILABLE ? 503 : 400,
+               res->err == FR_SECRET_UNAVAILABLE ? "cluster_unavailable" : "secret_not_found", msg, NULL);
     return;
   }
   start_resume(r, res->values);
 }
 
+/* The resume of <pod> of <a> running in this router, or NULL. */
+static struct resume_req *resume_running(struct router *rt, struct fr_adapter *a, const char *pod) {
+  struct resume_req *r;
+
+  for (r = rt->resuming; r != NULL; r = r->next)
+    if (r->a == a && strcmp(r->pod, pod) == 0)
+      return r;
+  return NULL;
+}
+
+/* Resumes paused sandbox <w> of cluster <a> for <q> (the tenant's), or
+ * joins the resume already running: <q> is answered, now or later. */
+static void resume_join(struct api_req *q, struct fr_adapter *a, const struct fr_workspace *w,
+                        void (*rerun)(struct api_req *q)) {
+  struct resume_req *r;
+  const char *names;
+  char msg[300];
+  size_t i;
+
+  if ((r = resume_running(q->r, a, w->pod)) != NULL) {
+    if (resume_add(r, q, rerun) != 0)
+      api_oom(q);
+    return;
+  }
+  /* A resumed sandbox counts toward max_sandboxes again. */
+  if (q->ts != NULL && q->ts->max_sandboxes > 0) {
+    int64_t n = q->ts->creating;
+    for (i = 0; i < q->r->nadapters; i++)
+      n += fr_adapter_tenant_sandboxes(q->r->adapters[i], q->tenant);
+    if (n + 1 > q->ts->max_sandboxes) {
+      snprintf(msg, sizeof(msg), "tenant %s may hold %" PRId64 " sandboxes; resuming would exceed that", q->tenant,
+               q->ts->max_sandboxes);
+      api_reply(q, 429, api_limit_body(msg, "max_sandboxes"), "Retry-After: 10\r\n");
+      return;
+    }
+  }
+  r = calloc(1, sizeof(*r));
+  if (r == NULL || resume_add(r, q, rerun) != 0) {
+    free(r);
+    api_oom(q);
+    return;
+  }
+  r->r = q->r;
+  r->a = a;
+  snprintf(r->pod, sizeof(r->pod), "%s", w->pod);
+  r->next = q->r->resuming;
+  q->r->resuming = r;
+  names = json_string_value(json_object_get(w->spec, "secrets"));
+  if (names != NULL && *names != '\0') {
+    const char *secret = q->ts != NULL && q->ts->secret != NULL ? q->ts->secret : FR_LOCAL_SECRET;
+    char *save = NULL, *k;
+    r->names = strdup(names);
+    r->keys = calloc(SECRETS_MAX, sizeof(*r->keys));
+    if (r->names == NULL || r->keys == NULL) {
+      resume_end(r, NULL, 500, "out_of_memory", "the router is out of memory", NULL);
+      return;
+    }
+    for (k = strtok_r(r->names, ",", &save); k != NULL && r->nkeys < SECRETS_MAX; k = strtok_r(NULL, ",", &save))
+      r->keys[r->nkeys++] = k;
+    if (fr_adapter_secret_get(a, secret, r->keys, r->nkeys, q->rid, on_secrets, r, &r->call) != 0)
+      resume_end(r, NULL, 503, "cluster_unavailable", "cannot read the sandbox's secrets again",
+                 "Retry-After: 2\r\n");
+    return;
+  }
+  start_resume(r, NULL);
+}
+
 void sandboxes_resume(struct api_req *q, const struct route_params *rp) {
   struct fr_adapter *a;
   struct fr_workspace w;
-  struct resume_req *r;
-  const char *names;
   char pod[200], msg[300];
-  size_t i;
 
   if (parse_id(q, rp->id, &a, pod, sizeof(pod)) == 0 && workspace_live_pod(a, pod)) {
     /* Running: nothing to do (api_find_sandbox answers for the tenant). */
@@ -291,50 +415,45 @@ void sandboxes_resume(struct api_req *q, const struct route_params *rp) {
     api_fail(q, 404, "sandbox_not_found", msg, NULL);
     return;
   }
-  /* A resumed sandbox counts toward max_sandboxes again. */
-  if (q->ts != NULL && q->ts->max_sandboxes > 0) {
-    int64_t n = q->ts->creating;
-    for (i = 0; i < q->r->nadapters; i++)
-      n += fr_adapter_tenant_sandboxes(q->r->adapters[i], q->tenant);
-    if (n + 1 > q->ts->max_sandboxes) {
-      fr_workspace_clear(&w);
-      snprintf(msg, sizeof(msg), "tenant %s may hold %" PRId64 " sandboxes; resuming would exceed that", q->tenant,
-               q->ts->max_sandboxes);
-      api_reply(q, 429, api_limit_body(msg, "max_sandboxes"), "Retry-After: 10\r\n");
-      return;
-    }
+  resume_join(q, a, &w, NULL);
+  fr_workspace_clear(&w);
+}
+
+int workspaces_auto_resume(struct api_req *q, const char *id, void (*rerun)(struct api_req *q)) {
+  struct fr_adapter *a;
+  struct fr_workspace w;
+  const char *ar, *token;
+  char pod[200];
+  int ok, running;
+
+  if (q->resumed || id == NULL || parse_id(q, id, &a, pod, sizeof(pod)) != 0)
+    return 0;
+  /* While this router resumes it, its new pod is in the cache, not ready
+   * yet: calls wait for the resume too. */
+  running = resume_running(q->r, a, pod) != NULL;
+  if ((!running && workspace_live_pod(a, pod)) || fr_adapter_workspace(a, pod, &w) != 0)
+    return 0;
+  ar = workspace_spec_label(&w, FR_LABEL_AUTO_RESUME);
+  ok = (w.paused || running) && w.tenant != NULL && ar != NULL && strcmp(ar, "true") == 0 &&
+       json_object_get(json_object_get(w.claim_json, "metadata"), "deletionTimestamp") == NULL;
+  if (ok && q->tenant[0] != '\0') {
+    ok = strcmp(w.tenant, q->tenant) == 0;
+  } else if (ok) {
+    /* An E2B call with the sandbox's access token alone: the token is
+     * the sandbox's (it names the pod, not a pod's incarnation). */
+    token = fr_http_req_header(q->req, "X-Access-Token");
+    ok = token != NULL && fr_adapter_agent_token_ok(a, pod, token);
+    if (ok)
+      api_set_tenant(q, w.tenant);
   }
-  r = calloc(1, sizeof(*r));
-  if (r == NULL) {
-    fr_workspace_clear(&w);
-    api_oom(q);
-    return;
-  }
-  r->q = q;
-  r->a = a;
-  snprintf(r->pod, sizeof(r->pod), "%s", w.pod);
-  names = json_string_value(json_object_get(w.spec, "secrets"));
-  if (names != NULL && *names != '\0') {
-    char *save = NULL, *k;
-    r->names = strdup(names);
-    r->keys = calloc(SECRETS_MAX, sizeof(*r->keys));
-    for (k = r->names ? strtok_r(r->names, ",", &save) : NULL; k != NULL && r->keys != NULL && r->nkeys < SECRETS_MAX;
-         k = strtok_r(NULL, ",", &save))
-      r->keys[r->nkeys++] = k;
+  if (ok) {
+    /* A streamed body waits in the socket while the sandbox starts. */
+    if (q->req->body_streaming)
+      fr_http_body_pause(q->req, 1);
+    resume_join(q, a, &w, rerun);
   }
   fr_workspace_clear(&w);
-  /* A client that goes away does not stop it: the sandbox runs again
-   * (and the answer goes nowhere). */
-  api_defer(q);
-  if (r->nkeys > 0) {
-    const char *secret = q->ts != NULL && q->ts->secret != NULL ? q->ts->secret : FR_LOCAL_SECRET;
-    if (fr_adapter_secret_get(a, secret, r->keys, r->nkeys, q->rid, on_secrets, r, &r->call) != 0) {
-      api_fail(q, 503, "cluster_unavailable", "cannot read the sandbox's secrets again", "Retry-After: 2\r\n");
-      resume_free(r);
-    }
-    return;
-  }
-  start_resume(r, NULL);
+  return ok;
 }
 
 /* ---- keepalive: a long-lived sandbox's expiry moved later ---- */

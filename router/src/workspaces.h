@@ -27,6 +27,14 @@ int workspace_live_pod(struct fr_adapter *a, const char *pod);
  * marked paused, no pod): 1 with <w> filled (fr_workspace_clear it) and
  * <a> set, else 0 (nothing answered; <a> set when the id names a cluster). */
 int workspace_find_paused(struct api_req *q, const char *id, struct fr_adapter **a, struct fr_workspace *w);
+/* A call into sandbox <id> (any form) when it is paused, was created with
+ * auto_resume and is the caller's (the tenant of <q>, or for an E2B call
+ * the holder of its access token): resumes it, or joins the resume
+ * already running, and returns 1; <q> is then deferred and <rerun>(q)
+ * runs it again once the sandbox is up (q->resumed set, so no second
+ * resume), or it is answered with why the resume failed. 0: not such a
+ * call, nothing done. */
+int workspaces_auto_resume(struct api_req *q, const char *id, void (*rerun)(struct api_req *q));
 /* The tenant's paused sandboxes and the bytes of all its workspaces. */
 void workspace_tenant_usage(struct router *r, const char *tenant, int64_t *paused, int64_t *bytes);
 

@@ -303,6 +303,21 @@ try {
     await back.kill()
     await throwsLike(() => Sandbox.getInfo(p.sandboxId), (e) => e instanceof SandboxNotFoundError, 'getInfo after kill')
   })
+  await run('autoResume: a call into a paused sandbox resumes it', async () => {
+    const p = await Sandbox.create(POOL, { timeoutMs: 120_000, lifecycle: { onTimeout: 'pause', autoResume: true } })
+    made.push(p)
+    must((await p.getInfo()).lifecycle.autoResume === true, 'autoResume recorded')
+    await p.commands.run('echo auto > /home/user/a')
+    must(await p.betaPause() === true, 'betaPause')
+    must((await Sandbox.getInfo(p.sandboxId)).state === 'paused', 'paused')
+    // No connect: the same object's next calls resume it.
+    const r = await p.commands.run('cat /home/user/a')
+    must(r.stdout === 'auto\n', 'command after auto-resume: ' + JSON.stringify(r.stdout))
+    must((await Sandbox.getInfo(p.sandboxId)).state === 'running', 'running after the call')
+    must(await p.betaPause() === true, 'betaPause again')
+    must(await p.files.read('/home/user/a') === 'auto\n', 'files.read resumes it too')
+    await p.kill()
+  })
   await run('onTimeout pause', async () => {
     const t = await Sandbox.create(POOL, { timeoutMs: 3_000, lifecycle: { onTimeout: 'pause' } })
     made.push(t)

@@ -181,6 +181,74 @@ def test_workspace_pause_resume(fed):
     wait_until(lambda: gone(fed, sid), 20)
 
 
+def claim_state(fed, sid):
+    return ((claim_of(fed, sid) or {}).get("metadata", {}).get("labels", {}).get("fedrouter.io/state"))
+
+
+def pause_and_wait(fed, sid):
+    sim, pod = fed.sim_of(sid)
+    st, r = fed.api("POST", f"/v1/sandboxes/{sid}/pause")
+    check(st == 200 and r["state"] == "paused", f"pause: {st} {short(r)}")
+    check(wait_until(lambda: sim.pod(pod) is None and claim_state(fed, sid) == "paused", 20),
+          "the pod goes, the claim is marked paused")
+
+
+def test_auto_resume(fed):
+    """A sandbox created with auto_resume: any call into it while paused
+    (exec, a streamed file upload, a file read) resumes it and then runs;
+    calls that come together share one resume; another tenant's call and a
+    call into a sandbox without auto_resume resume nothing."""
+    sb = fed.create_one(name="auto", workspace=WS, on_timeout="pause", auto_resume=True)
+    sid = sb["id"]
+    sim, pod = fed.sim_of(sid)
+    fed.exec_ok(sid, ["sh", "-c", "echo kept > /workspace/f"])
+    pause_and_wait(fed, sid)
+
+    # Another tenant: 404, and the sandbox stays paused.
+    st, r = fed.exec(sid, ["true"], token=tr.TOKEN_B)
+    check(st == 404, f"another tenant's exec into a paused sandbox: {st} {short(r)}")
+    st, r = tr.api_call(fed.router.port, "GET", f"/v1/sandboxes/{sid}/files?path=/workspace/f", token=tr.TOKEN_B)
+    check(st == 404, f"another tenant's file read: {st} {short(r)}")
+    check(sim.pod(pod) is None and claim_state(fed, sid) == "paused", "still paused after the other tenant's calls")
+
+    # Three execs at once: one resume, every exec runs in the resumed pod.
+    out = [None] * 3
+
+    def one(i):
+        out[i] = fed.exec(sid, ["sh", "-c", "cat /workspace/f; hostname"])
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    ok = all(o is not None and o[0] == 200 and o[1]["stdout"].startswith("kept\n") for o in out)
+    check(ok, f"execs into the paused sandbox resumed it and ran: {[(o[0], short(o[1])) if o else None for o in out]}")
+    check(claim_state(fed, sid) == "running" or wait_until(lambda: claim_state(fed, sid) == "running", 10),
+          "the claim is running again")
+    st, g = get(fed, sid)
+    check(st == 200 and g["state"] == "running" and g["id"] == sid, f"GET after auto-resume: {st} {short(g)}")
+
+    # A streamed upload into the paused sandbox: its body waits for the pod.
+    pause_and_wait(fed, sid)
+    data = os.urandom(200 * 1024)
+    st, r = tr.api_call(fed.router.port, "PUT", f"/v1/sandboxes/{sid}/files?path=/workspace/up.bin",
+                        token=tr.TOKEN_A, raw=data, headers={"Content-Type": "application/octet-stream"})
+    check(st in (200, 201, 204), f"upload into a paused sandbox: {st} {short(r)}")
+    r = fed.exec_ok(sid, ["sh", "-c", "wc -c < /workspace/up.bin; cat /workspace/f"])
+    check(r["stdout"] == f"{len(data)}\nkept\n", f"the uploaded file and the old one: {short(r)}")
+
+    # A read: resumes too.
+    pause_and_wait(fed, sid)
+    st, r = tr.api_call(fed.router.port, "GET", f"/v1/sandboxes/{sid}/files?path=/workspace/f", token=tr.TOKEN_A)
+    check(st == 200 and r == "kept\n", f"file read from a paused sandbox: {st} {short(r)}")
+
+    # Without auto_resume nothing resumes it (test_workspace_pause_resume
+    # has the 404 for exec); terminate.
+    st, r = fed.api("DELETE", f"/v1/sandboxes/{sid}")
+    check(st == 200, f"terminate: {st} {short(r)}")
+    wait_until(lambda: gone(fed, sid), 20)
+
+
 def test_pool_with_workspace_warm(fed):
     st, r = fed.api("POST", "/v1/pools", {"name": "wsp", "image": tr.IMAGE, "replicas": 2, "workspace": WS,
                                           "clusters": ["ws"]})
@@ -580,6 +648,7 @@ def fed_raw(fed, method, path, token=tr.TOKEN_A):
 
 
 TESTS = [test_explain_skips_cluster_without_storage_class, test_bad_workspace_bodies, test_workspace_pause_resume,
+         test_auto_resume,
          test_pool_with_workspace_warm, test_router_kill9_keeps_paused,
          test_terminate_paused_deletes_claim, test_pause_without_workspace_409, test_tenant_limits,
          test_paused_expires, test_python_sdk, test_fedctl, test_snapshot_and_restore,
