@@ -43,6 +43,7 @@
 #include "router.h"
 #include "tenants.h"
 #include "routes.h"
+#include "workspaces.h"
 
 /* The longest short id: "<5-digit port>-" in front still fits 63. */
 #define SHORT_ID_MAX 57
@@ -99,8 +100,8 @@ int ports_traffic_token(const struct router *r, const char *id, char out[65]) {
 
 /* Is <port> public on <pod> (label fedrouter.io/public-ports: "all", or
  * its ports joined by '.')? */
-static int port_public(const struct fr_pod *pod, int port) {
-  const char *v = fr_pod_label(pod, FR_LABEL_PUBLIC_PORTS);
+/* <port> is in public-ports label value <v> (NULL: none). */
+static int port_public_in(const char *v, int port) {
   char want[8];
   size_t n;
 
@@ -130,16 +131,23 @@ json_t *ports_public_json(const char *v) {
   return arr;
 }
 
-int ports_traffic_ok(const struct router *r, const struct fr_http_req *req, const char *id, const struct fr_pod *pod,
-                     int port) {
+/* ports_traffic_ok() with the public ports as label value <public> (a
+ * paused sandbox's, from its spec). */
+static int traffic_ok(const struct router *r, const struct fr_http_req *req, const char *id, const char *public,
+                      int port) {
   const char *token = fr_http_req_header(req, "E2B-Traffic-Access-Token");
   char want[65];
 
-  if (port_public(pod, port))
+  if (port_public_in(public, port))
     return 1;
   if (token == NULL)
     token = fr_http_req_header(req, "X-Traffic-Token");
   return token != NULL && ports_traffic_token(r, id, want) == 0 && fr_secret_equal(token, want);
+}
+
+int ports_traffic_ok(const struct router *r, const struct fr_http_req *req, const char *id, const struct fr_pod *pod,
+                     int port) {
+  return traffic_ok(r, req, id, fr_pod_label(pod, FR_LABEL_PUBLIC_PORTS), port);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -330,6 +338,32 @@ static int parse_host(const char *host, const char *domain, int *port, char *sid
   return 0;
 }
 
+static void host_rerun(struct api_req *q) {
+  (void)ports_host(q);
+}
+
+/* A host-routed call into paused sandbox <id> (pod <pod> of <a>) created
+ * with auto_resume, by someone who may reach <port> (its traffic token, a
+ * public port, the owner's token): resumed first, then the call runs
+ * again. 1 if so (<q> is taken). */
+static int host_auto_resume(struct api_req *q, struct fr_adapter *a, const char *id, const char *pod, int port) {
+  struct fr_workspace w;
+  const char *t;
+  int ok;
+
+  if (q->resumed || !workspace_auto_resumable(q->r, a, pod, &w))
+    return 0;
+  ok = traffic_ok(q->r, q->req, id, workspace_spec_label(&w, FR_LABEL_PUBLIC_PORTS), port);
+  if (!ok && fr_http_req_header(q->req, "Authorization") != NULL)
+    ok = (t = api_tenant_of_bearer(q->r, q->req)) != NULL && strcmp(t, w.tenant) == 0;
+  if (ok) {
+    api_set_tenant(q, w.tenant);
+    workspaces_resume_then(q, a, &w, host_rerun);
+  }
+  fr_workspace_clear(&w);
+  return ok;
+}
+
 int ports_host(struct api_req *q) {
   const char *domain = q->cfg->ports_domain, *host;
   char sid[64], id[320], cluster[64];
@@ -353,6 +387,9 @@ int ports_host(struct api_req *q) {
   pod_name++;
   a = api_adapter(q->r, cluster);
   pod = a != NULL ? fr_adapter_pod(a, pod_name) : NULL;
+  if ((pod == NULL || pod->state == NULL || strcmp(pod->state, "claimed") != 0) && a != NULL &&
+      host_auto_resume(q, a, id, pod_name, port))
+    return 1;
   if (pod == NULL || pod->tenant == NULL || pod->state == NULL || strcmp(pod->state, "claimed") != 0 ||
       !api_sandbox_visible(a, pod)) {
     api_fail(q, 404, "sandbox_not_found", "no such sandbox port", NULL);

@@ -419,26 +419,44 @@ void sandboxes_resume(struct api_req *q, const struct route_params *rp) {
   fr_workspace_clear(&w);
 }
 
+int workspace_auto_resumable(struct router *r, struct fr_adapter *a, const char *pod, struct fr_workspace *w) {
+  /* While this router resumes it, its new pod is in the cache, not ready
+   * yet: calls wait for the resume too. */
+  int running = resume_running(r, a, pod) != NULL;
+  const char *ar;
+
+  memset(w, 0, sizeof(*w));
+  if ((!running && workspace_live_pod(a, pod)) || fr_adapter_workspace(a, pod, w) != 0)
+    return 0;
+  ar = workspace_spec_label(w, FR_LABEL_AUTO_RESUME);
+  if ((w->paused || running) && w->tenant != NULL && ar != NULL && strcmp(ar, "true") == 0 &&
+      json_object_get(json_object_get(w->claim_json, "metadata"), "deletionTimestamp") == NULL)
+    return 1;
+  fr_workspace_clear(w);
+  return 0;
+}
+
+void workspaces_resume_then(struct api_req *q, struct fr_adapter *a, const struct fr_workspace *w,
+                            void (*rerun)(struct api_req *q)) {
+  /* A streamed body waits in the socket while the sandbox starts. */
+  if (q->req->body_streaming)
+    fr_http_body_pause(q->req, 1);
+  resume_join(q, a, w, rerun);
+}
+
 int workspaces_auto_resume(struct api_req *q, const char *id, void (*rerun)(struct api_req *q)) {
   struct fr_adapter *a;
   struct fr_workspace w;
-  const char *ar, *token;
+  const char *token;
   char pod[200];
-  int ok, running;
+  int ok;
 
-  if (q->resumed || id == NULL || parse_id(q, id, &a, pod, sizeof(pod)) != 0)
+  if (q->resumed || id == NULL || parse_id(q, id, &a, pod, sizeof(pod)) != 0 ||
+      !workspace_auto_resumable(q->r, a, pod, &w))
     return 0;
-  /* While this router resumes it, its new pod is in the cache, not ready
-   * yet: calls wait for the resume too. */
-  running = resume_running(q->r, a, pod) != NULL;
-  if ((!running && workspace_live_pod(a, pod)) || fr_adapter_workspace(a, pod, &w) != 0)
-    return 0;
-  ar = workspace_spec_label(&w, FR_LABEL_AUTO_RESUME);
-  ok = (w.paused || running) && w.tenant != NULL && ar != NULL && strcmp(ar, "true") == 0 &&
-       json_object_get(json_object_get(w.claim_json, "metadata"), "deletionTimestamp") == NULL;
-  if (ok && q->tenant[0] != '\0') {
+  if (q->tenant[0] != '\0') {
     ok = strcmp(w.tenant, q->tenant) == 0;
-  } else if (ok) {
+  } else {
     /* An E2B call with the sandbox's access token alone: the token is
      * the sandbox's (it names the pod, not a pod's incarnation). */
     token = fr_http_req_header(q->req, "X-Access-Token");
@@ -446,12 +464,8 @@ int workspaces_auto_resume(struct api_req *q, const char *id, void (*rerun)(stru
     if (ok)
       api_set_tenant(q, w.tenant);
   }
-  if (ok) {
-    /* A streamed body waits in the socket while the sandbox starts. */
-    if (q->req->body_streaming)
-      fr_http_body_pause(q->req, 1);
-    resume_join(q, a, &w, rerun);
-  }
+  if (ok)
+    workspaces_resume_then(q, a, &w, rerun);
   fr_workspace_clear(&w);
   return ok;
 }

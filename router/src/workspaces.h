@@ -35,6 +35,14 @@ int workspace_find_paused(struct api_req *q, const char *id, struct fr_adapter *
  * resume), or it is answered with why the resume failed. 0: not such a
  * call, nothing done. */
 int workspaces_auto_resume(struct api_req *q, const char *id, void (*rerun)(struct api_req *q));
+/* The parts of it for callers with their own proof of the caller (a
+ * port's traffic token): 1 if <pod> of <a> is a paused sandbox created
+ * with auto_resume, or one this router is resuming, with <w> filled
+ * (fr_workspace_clear it); then workspaces_resume_then() resumes it (or
+ * joins) and reruns <q> as above. */
+int workspace_auto_resumable(struct router *r, struct fr_adapter *a, const char *pod, struct fr_workspace *w);
+void workspaces_resume_then(struct api_req *q, struct fr_adapter *a, const struct fr_workspace *w,
+                            void (*rerun)(struct api_req *q));
 /* The tenant's paused sandboxes and the bytes of all its workspaces. */
 void workspace_tenant_usage(struct router *r, const char *tenant, int64_t *paused, int64_t *bytes);
 

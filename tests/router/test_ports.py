@@ -246,6 +246,44 @@ def test_host_routing(fed):
     check(st == 404, f"a guessed id: {st}")
 
 
+def test_host_auto_resume(fed):
+    """A paused sandbox created with auto_resume: a call to one of its
+    ports by someone who may reach it (its traffic token, the owner's
+    token, anyone for a public port; by host or by path) resumes it first;
+    a wrong token gets 404 and resumes nothing. Nothing listens in the
+    resumed pod (processes are not kept): 502 port_not_open, after the
+    resume."""
+    sid = fed.create_one(name="auto", token=tr.TOKEN_A, workspace={"path": "/workspace", "size": "1Gi"},
+                         on_timeout="pause", auto_resume=True, public_ports=[8001])["id"]
+    sh, _ = short_id(fed, sid)
+
+    def state():
+        st, r = fed.api("GET", "/v1/sandboxes/" + sid, token=tr.TOKEN_A)
+        return r.get("state") if st == 200 else st
+
+    def pause():
+        st, r = fed.api("POST", f"/v1/sandboxes/{sid}/pause", token=tr.TOKEN_A)
+        check(st == 200, f"pause: {st} {short(r)}")
+        check(wait_until(lambda: state() == "paused", 20, 0.1), f"paused: {state()}")
+
+    host = f"8000-{sh}.{DOMAIN}"
+    for how, path, hdrs in (("by host with the traffic token", "/x", {"Host": host,
+                                                                      "E2B-Traffic-Access-Token": traffic_token(fed, sid)}),
+                            ("by host, a public port, no token", "/x", {"Host": f"8001-{sh}.{DOMAIN}"}),
+                            ("by path with the owner's token", f"/v1/sandboxes/{sid}/ports/8000/x",
+                             {"Authorization": "Bearer " + tr.TOKEN_A})):
+        pause()
+        st, _, body = request(fed, "GET", "/x", {"Host": host, "E2B-Traffic-Access-Token": "0" * 64})
+        check(st == 404 and state() == "paused", f"a wrong token: {st}, then {state()}")
+        st, _, body = request(fed, "GET", "/x", {"Host": f"8000-{sh}.{DOMAIN}"})
+        check(st == 404 and state() == "paused", f"a private port without a token: {st}, then {state()}")
+        st, _, body = request(fed, "GET", path, hdrs, timeout=60)
+        code = json.loads(body)["error"]["code"] if body[:1] == b"{" else body[:100]
+        check(st == 502 and code == "port_not_open" and state() == "running",
+              f"{how}: {st} {code}, then {state()}")
+    fed.api("DELETE", "/v1/sandboxes/" + sid, token=tr.TOKEN_A)
+
+
 def test_public_port(fed):
     sid = fed.create_one(name="pub", token=tr.TOKEN_A, public_ports=[8000])["id"]
     start_server(fed, sid, tr.TOKEN_A)
@@ -596,7 +634,8 @@ def test_tunnel_open_at_shutdown(fed):
     fed.shared["open_ws"] = ws              # the teardown stops the router with it open
 
 
-TESTS = [test_setup, test_path_routing, test_closed_and_invalid_ports, test_host_routing, test_public_port,
+TESTS = [test_setup, test_path_routing, test_closed_and_invalid_ports, test_host_routing, test_host_auto_resume,
+         test_public_port,
          test_e2b_port_relay, test_requests_in_flight_bounded, test_websocket_path, test_websocket_host,
          test_tunnels_bounded, test_tunnel_backpressure, test_tunnel_idle_timeout,
          test_upgrade_unanswered, test_tunnel_open_at_shutdown]
