@@ -111,7 +111,7 @@ int agent__send(struct cluster *cl, const char *pod, int port, int user_port, co
   return rc;
 }
 
-int agent__gateway_done(struct cluster *cl, int via, const struct fr_kube_response *r, int answered, int retried) {
+int agent__gateway_done(struct cluster *cl, int via, const struct fr_kube_response *r, int answered) {
   char code[64] = "";
 
   if (via < 0 || cl->gw == NULL)
@@ -119,10 +119,11 @@ int agent__gateway_done(struct cluster *cl, int via, const struct fr_kube_respon
   if (r->status != 0 && fr_agent_header(r->headers, FR_GW_ERROR_HEADER, code, sizeof(code)) != 0)
     code[0] = '\0';
   gwpath__report(cl->gw, via, gwpath__outcome(r, answered, code));
-  if (retried || r->status != 0 || answered || !r->not_sent || r->attempts == 0)
+  if (r->status != 0 || answered || !r->not_sent || r->attempts == 0)
     return AGENT_NO_RETRY;
   /* Not one byte left: another URL whose breaker is closed, else the pod
-   * proxy. <via>'s own breaker has just opened. */
+   * proxy. <via>'s own breaker has just opened, so a call goes to each URL
+   * at most once and ends on the pod proxy, which is never left. */
   return gwpath__pick(cl->gw);
 }
 
@@ -323,7 +324,6 @@ struct fr_agent_call {
   int pause_next;               /* on_data asked to pause after the piece it took */
   int stopped;                  /* on_data asked to stop */
   int via;                      /* the path it was sent on: a gateway URL, GWPATH_POD_PROXY (GWPATH_PICK before) */
-  int retried;                  /* sent once more after a connection to the gateway that never opened */
   int gw_answer;                /* a port call: the gateway's own error came instead of the sandbox's head */
   char gw_message[200];         /* and the start of its body */
   size_t gw_message_len;
@@ -437,12 +437,11 @@ static void on_call_done(const struct fr_kube_response *resp, void *arg) {
   memset(&res, 0, sizeof(res));
   res.body = "";
   via = ac->via;
-  next = agent__gateway_done(ac->cl, via, resp, ac->got_head || ac->gw_answer, ac->retried);
+  next = agent__gateway_done(ac->cl, via, resp, ac->got_head || ac->gw_answer);
   if (next != AGENT_NO_RETRY && !ac->o.stream_body && !ac->stopped) {
     /* The gateway URL refused the connection: nothing was sent. Once more
      * on another URL or the pod proxy (a streamed body is not held: those
      * fail). */
-    ac->retried = 1;
     ac->via = next;
     if (call_send(ac) == 0)
       return;

@@ -52,12 +52,14 @@ int agent__send(struct cluster *cl, const char *pod, int port, int user_port, co
                 int *via);
 /* A call sent on <via> ended with <r> (<answered>: its head had come):
  * feeds that gateway URL's breaker (nothing for the pod proxy). Returns
- * the path to send it once more on (agent__send's <via>) when it may be:
- * it went to a gateway URL whose connection never opened (not one byte
- * left: fr_kube_response.not_sent), and it was not <retried> already;
- * else AGENT_NO_RETRY. The caller also needs the whole body in hand. */
+ * the path to send it again on (agent__send's <via>) when it may be: it
+ * went to a gateway URL whose connection never opened (not one byte left:
+ * fr_kube_response.not_sent); that URL's breaker is open now, so the next
+ * is another URL whose breaker is closed, else the pod proxy (never left
+ * in turn). Else AGENT_NO_RETRY. The caller also needs the whole body in
+ * hand. */
 #define AGENT_NO_RETRY (-3)
-int agent__gateway_done(struct cluster *cl, int via, const struct fr_kube_response *r, int answered, int retried);
+int agent__gateway_done(struct cluster *cl, int via, const struct fr_kube_response *r, int answered);
 /* The header lines of a request to the gateway for <pod>:<port>: a fresh
  * Fr-Gateway-Auth, then <caller>'s lines (may be NULL) but any
  * Fr-Gateway-* of theirs. malloc'd; NULL on failure. */
