@@ -172,14 +172,6 @@ const char *fr_adapter_data_path(const struct fr_adapter *a) {
   return gwpath__healthy(a->cl.gw) ? "gateway" : "pod-proxy";
 }
 
-size_t fr_adapter_gateway_urls(const struct fr_adapter *a) {
-  return gwpath__count(a->cl.gw);
-}
-
-const char *fr_adapter_gateway_url(const struct fr_adapter *a, size_t i, const char **state, uint64_t *calls) {
-  return gwpath__url(a->cl.gw, i, state, calls);
-}
-
 void fr_adapter_data_path_calls(const struct fr_adapter *a, uint64_t *gateway, uint64_t *pod_proxy) {
   *gateway = a->cl.path_calls[CLUSTER_PATH_GATEWAY];
   *pod_proxy = a->cl.path_calls[CLUSTER_PATH_POD_PROXY];

@@ -105,7 +105,6 @@ int agent__send(struct cluster *cl, const char *pod, int port, int user_port, co
   free(headers);
   if (rc == 0) {
     cl->path_calls[CLUSTER_PATH_GATEWAY]++;
-    gwpath__sent(cl->gw, gw);
     *via = gw;
   }
   return rc;

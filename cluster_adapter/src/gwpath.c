@@ -56,7 +56,6 @@ struct gw_url {
   int failures;                 /* in a row */
   uint64_t opened_ms;
   struct fr_kube_call *probe;
-  uint64_t calls;
 };
 
 struct key_read {
@@ -80,7 +79,6 @@ struct gwpath {
   uint64_t last_key_ms;
   struct key_read *reading;     /* a read on the thread pool */
   int key_failing;              /* the last read failed (logged once) */
-  uint64_t key_reloads, key_errors;
   int refused;
   int closing, pending;         /* handles and work still to finish once closing */
   void (*closed_cb)(void *arg);
@@ -280,11 +278,6 @@ struct fr_kube_client *gwpath__client(struct gwpath *gw, int i) {
   return gw != NULL && i >= 0 && (size_t)i < gw->n ? gw->u[i].client : NULL;
 }
 
-void gwpath__sent(struct gwpath *gw, int i) {
-  if (gw != NULL && i >= 0 && (size_t)i < gw->n)
-    gw->u[i].calls++;
-}
-
 int gwpath__refused(struct gwpath *gw, int refused) {
   int log = refused && !gw->refused;
 
@@ -366,7 +359,6 @@ static void key_read_done(uv_work_t *w, int status) {
       FR_WARN("adapter", "%s: gateway key file %s: %s; signing with the key read before", gw->name, kr->path,
               status != 0 ? "not read" : kr->err == -EINVAL ? "no key of 32 to 4096 bytes in it" : strerror(-kr->err));
     gw->key_failing = 1;
-    gw->key_errors++;
   } else {
     if (gw->key_failing)
       FR_INFO("adapter", "%s: gateway key file %s reads again", gw->name, kr->path);
@@ -376,7 +368,6 @@ static void key_read_done(uv_work_t *w, int status) {
       key_free(gw->key, gw->key_len);
       gw->key = k;
       gw->key_len = kr->len;
-      gw->key_reloads++;
       FR_INFO("adapter", "%s: gateway key file %s changed: signing with the new key", gw->name, kr->path);
     }
   }
@@ -450,27 +441,6 @@ char *gwpath__headers(const struct gwpath *gw, const char *cluster, const char *
   }
   headers[n] = '\0';
   return headers;
-}
-
-/* ---- views ---- */
-
-size_t gwpath__count(const struct gwpath *gw) {
-  return gw != NULL ? gw->n : 0;
-}
-
-const char *gwpath__url(const struct gwpath *gw, size_t i, const char **state, uint64_t *calls) {
-  if (gw == NULL || i >= gw->n)
-    return NULL;
-  if (state != NULL)
-    *state = gw_state_names[gw->u[i].state];
-  if (calls != NULL)
-    *calls = gw->u[i].calls;
-  return gw->u[i].url;
-}
-
-void gwpath__key_stats(const struct gwpath *gw, uint64_t *reloads, uint64_t *errors) {
-  *reloads = gw != NULL ? gw->key_reloads : 0;
-  *errors = gw != NULL ? gw->key_errors : 0;
 }
 
 /* ---- teardown ---- */

@@ -53,8 +53,6 @@ int gwpath__pick(struct gwpath *gw);
 /* 1 while some URL's breaker is closed. */
 int gwpath__healthy(const struct gwpath *gw);
 struct fr_kube_client *gwpath__client(struct gwpath *gw, int i);
-/* A call was sent to URL <i> (counted). */
-void gwpath__sent(struct gwpath *gw, int i);
 /* How a call to URL <i> ended (no-op for i < 0). */
 void gwpath__report(struct gwpath *gw, int i, enum gwpath_outcome o);
 /* The outcome of a call to the gateway from its response: a transport
@@ -72,12 +70,5 @@ char *gwpath__headers(const struct gwpath *gw, const char *cluster, const char *
 /* Refusals of this router (401/403 of the gateway) are logged once until
  * a call gets through again: 1 if this one is to be logged. */
 int gwpath__refused(struct gwpath *gw, int refused);
-
-/* For views and tests. */
-size_t gwpath__count(const struct gwpath *gw);
-const char *gwpath__url(const struct gwpath *gw, size_t i, const char **state, uint64_t *calls);
-/* Key files read and found changed (and taken), and reads that failed or
- * held no valid key (the old key kept). */
-void gwpath__key_stats(const struct gwpath *gw, uint64_t *reloads, uint64_t *errors);
 
 #endif

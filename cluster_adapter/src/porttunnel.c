@@ -52,10 +52,8 @@ int porttunnel__start(struct cluster *cl, const char *pod_name, int port, const 
     ko.headers = headers;
     rc = fr_kube_tunnel_start(gwpath__client(cl->gw, gw), &ko, out);
     free(headers); /* the head is built from a copy */
-    if (rc == 0) {
+    if (rc == 0)
       cl->path_calls[CLUSTER_PATH_GATEWAY]++;
-      gwpath__sent(cl->gw, gw);
-    }
     return rc;
   }
   if (upstream_port_path(path, sizeof(path), cl->ns, pod_name, port, o->target) != 0)

@@ -688,10 +688,6 @@ int fr_agent_header(const char *headers, const char *name, char *out, size_t cap
  * it has one with a healthy URL, else "pod-proxy" (no gateway, or every
  * URL's breaker open: docs/gateway.md, "When the gateway is down"). */
 const char *fr_adapter_data_path(const struct fr_adapter *a);
-/* The cluster's gateway URLs (0 without one): URL <i>'s health
- * ("closed", "open", "half-open") and the calls sent to it. */
-size_t fr_adapter_gateway_urls(const struct fr_adapter *a);
-const char *fr_adapter_gateway_url(const struct fr_adapter *a, size_t i, const char **state, uint64_t *calls);
 /* Agent and sandbox port calls sent so far through the gateway and through
  * the API server's pod proxy (/init included). */
 void fr_adapter_data_path_calls(const struct fr_adapter *a, uint64_t *gateway, uint64_t *pod_proxy);
