@@ -110,7 +110,7 @@ int agent__send(struct cluster *cl, const char *pod, int port, int user_port, co
   return rc;
 }
 
-int agent__gateway_done(struct cluster *cl, int via, const struct fr_kube_response *r, int answered) {
+int agent__gateway_done(struct cluster *cl, int via, const struct fr_kube_response *r, int answered, int *hops) {
   char code[64] = "";
 
   if (via < 0 || cl->gw == NULL)
@@ -121,9 +121,10 @@ int agent__gateway_done(struct cluster *cl, int via, const struct fr_kube_respon
   if (r->status != 0 || answered || !r->not_sent || r->attempts == 0)
     return AGENT_NO_RETRY;
   /* Not one byte left: another URL whose breaker is closed, else the pod
-   * proxy. <via>'s own breaker has just opened, so a call goes to each URL
-   * at most once and ends on the pod proxy, which is never left. */
-  return gwpath__pick(cl->gw);
+   * proxy. <via>'s own breaker has just opened, so a call goes on down the
+   * list and ends on the pod proxy, which is never left; <hops> bounds it
+   * should the breakers flap meanwhile. */
+  return ++*hops >= FR_ADAPTER_GATEWAY_URLS_MAX ? GWPATH_POD_PROXY : gwpath__pick(cl->gw);
 }
 
 /* ---- /init ---- */
@@ -323,6 +324,7 @@ struct fr_agent_call {
   int pause_next;               /* on_data asked to pause after the piece it took */
   int stopped;                  /* on_data asked to stop */
   int via;                      /* the path it was sent on: a gateway URL, GWPATH_POD_PROXY (GWPATH_PICK before) */
+  int hops;                     /* sent again after a gateway connection that never opened */
   int gw_answer;                /* a port call: the gateway's own error came instead of the sandbox's head */
   char gw_message[200];         /* and the start of its body */
   size_t gw_message_len;
@@ -436,7 +438,7 @@ static void on_call_done(const struct fr_kube_response *resp, void *arg) {
   memset(&res, 0, sizeof(res));
   res.body = "";
   via = ac->via;
-  next = agent__gateway_done(ac->cl, via, resp, ac->got_head || ac->gw_answer);
+  next = agent__gateway_done(ac->cl, via, resp, ac->got_head || ac->gw_answer, &ac->hops);
   if (next != AGENT_NO_RETRY && !ac->o.stream_body && !ac->stopped) {
     /* The gateway URL refused the connection: nothing was sent. Once more
      * on another URL or the pod proxy (a streamed body is not held: those

@@ -56,10 +56,11 @@ int agent__send(struct cluster *cl, const char *pod, int port, int user_port, co
  * went to a gateway URL whose connection never opened (not one byte left:
  * fr_kube_response.not_sent); that URL's breaker is open now, so the next
  * is another URL whose breaker is closed, else the pod proxy (never left
- * in turn). Else AGENT_NO_RETRY. The caller also needs the whole body in
- * hand. */
+ * in turn; after FR_ADAPTER_GATEWAY_URLS_MAX such tries, counted in the
+ * caller's *<hops> (0 at first), the pod proxy whatever the breakers say).
+ * Else AGENT_NO_RETRY. The caller also needs the whole body in hand. */
 #define AGENT_NO_RETRY (-3)
-int agent__gateway_done(struct cluster *cl, int via, const struct fr_kube_response *r, int answered);
+int agent__gateway_done(struct cluster *cl, int via, const struct fr_kube_response *r, int answered, int *hops);
 /* The header lines of a request to the gateway for <pod>:<port>: a fresh
  * Fr-Gateway-Auth, then <caller>'s lines (may be NULL) but any
  * Fr-Gateway-* of theirs. malloc'd; NULL on failure. */

@@ -92,6 +92,7 @@ struct exec_op {
   int port;                 /* the agent's */
   int previous_key;         /* this attempt uses the previous key (a rotation) */
   int via;                  /* the path the Start went on: a gateway URL, GWPATH_POD_PROXY (agent__send) */
+  int hops;                 /* sent again after a gateway connection that never opened */
   int needs_agent;          /* the sandbox's env or secrets came by /init: no pods/exec */
   int exit_code, timed_out;
   char end_message[300];    /* an error the stream ended with, if any */
@@ -399,7 +400,7 @@ static void on_agent_done(const struct fr_kube_response *resp, void *arg) {
   r.duration_ms = (double)(uv_now(op->cl->loop) - op->start_ms);
   r.via_agent = 1;
   via = op->via;
-  next = agent__gateway_done(op->cl, via, resp, op->started || op->ended || op->busy);
+  next = agent__gateway_done(op->cl, via, resp, op->started || op->ended || op->busy, &op->hops);
   if (next != AGENT_NO_RETRY) {
     /* The gateway URL refused the connection: not one byte left, nothing
      * ran. Once more, on another URL or the pod proxy. */
