@@ -227,7 +227,7 @@ static void state_set(struct gw_url *u, enum gw_state s) {
 void gwpath__report(struct gwpath *gw, int i, enum gwpath_outcome o) {
   struct gw_url *u;
 
-  if (gw == NULL || i < 0 || (size_t)i >= gw->n)
+  if (gw == NULL || i < 0 || (size_t)i >= gw->n || o == GWPATH_NONE)
     return;
   u = &gw->u[i];
   if (o == GWPATH_OK) {
@@ -242,9 +242,11 @@ void gwpath__report(struct gwpath *gw, int i, enum gwpath_outcome o) {
 }
 
 enum gwpath_outcome gwpath__outcome(const struct fr_kube_response *r, int answered, const char *gw_code) {
-  if (r->status == 0)
-    return answered ? GWPATH_OK : r->not_sent && r->attempts > 0 ? GWPATH_DOWN : r->attempts > 0 ? GWPATH_FAILED
-                                                                                                : GWPATH_OK;
+  if (r->status == 0) {
+    if (answered || r->attempts == 0)
+      return GWPATH_NONE;
+    return r->not_sent ? GWPATH_DOWN : GWPATH_FAILED;
+  }
   if (r->status == 503 && gw_code != NULL && gw_code[0] != '\0')
     return strcmp(gw_code, "shutting_down") == 0 ? GWPATH_DOWN : GWPATH_FAILED;
   return GWPATH_OK;

@@ -31,6 +31,7 @@ struct gwpath;
 
 /* How a call to a gateway URL ended, for its breaker. */
 enum gwpath_outcome {
+  GWPATH_NONE,    /* says nothing of its health (an answer cut once it had begun, a call never sent) */
   GWPATH_OK,      /* the gateway answered (whatever it said about the sandbox) */
   GWPATH_FAILED,  /* no answer, or its own 503: two in a row open the breaker */
   GWPATH_DOWN,    /* it is not there (connection refused) or said it is going (503 shutting_down): opens it */
@@ -57,8 +58,9 @@ struct fr_kube_client *gwpath__client(struct gwpath *gw, int i);
 void gwpath__report(struct gwpath *gw, int i, enum gwpath_outcome o);
 /* The outcome of a call to the gateway from its response: a transport
  * failure before any answer byte (<answered> 0) or the gateway's own 503
- * (<gw_code>: its Fr-Gateway-Error, "" for none) fail it; anything else
- * is an answer. */
+ * (<gw_code>: its Fr-Gateway-Error, "" for none) fail it; a transport
+ * failure once the answer had begun, or a call never sent, says nothing;
+ * anything else is an answer. */
 enum gwpath_outcome gwpath__outcome(const struct fr_kube_response *r, int answered, const char *gw_code);
 
 /* The header lines of a request to the gateway for <pod>:<port> in

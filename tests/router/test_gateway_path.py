@@ -2,9 +2,10 @@
 """The router's data path through a member cluster's fedrouter-gateway,
 black-box (docs/gateway.md, "The router's side").
 
-Two kubesim clusters whose pods run the real agent: "gw" with a
-fedrouter-gateway in front of it (TLS with a test CA, in-cluster against
-kubesim, a key file) and a `gateway` group in the router's config; "pp"
+Two kubesim clusters whose pods run the real agent: "gw" with two
+fedrouter-gateway replicas in front of it (TLS with a test CA, in-cluster
+against kubesim, a key ring of current and previous key files) and a
+`gateway` group with `urls` naming both in the router's config; "pp"
 without one (the API server's pod proxy, as before).
 
 Proves:
@@ -22,8 +23,20 @@ Proves:
   with a clear error (exec 503 cluster_unavailable, files 503
   agent_unavailable, a port 502 port_unreachable) naming the gateway's
   refusal, not a hang; with the key back, calls work again;
-- a gateway that is down: the same calls fail at once with 503 naming the
-  gateway; nothing is replayed through the API server.
+- the routers' key rotated under a running router and gateways (the
+  gateways take the new key beside the old, the router's key file is
+  rewritten and re-read without a restart, the gateways drop the old key):
+  no signature refused; a key file holding no key keeps the old key;
+- one replica killed with -9 while 8 execs run: those it carried fail at
+  once with a JSON error naming the gateway and never run twice, the others
+  finish, new calls go to the other replica with no failure (a connection
+  refused before any byte is sent there) and none reaches the API server;
+- every replica killed: exec, files and a port go through the pod proxy at
+  once, data_path says "pod-proxy", the metric counts them, creates still
+  place in the cluster; once the gateways are back (their /readyz probed)
+  calls go to them again;
+- a sandbox whose pod was deleted: exec answers 404 sandbox_not_found at
+  once, not a hang.
 
 Usage: test_gateway_path.py --fedrouter PATH --kubesim PATH --agent PATH --gateway PATH [--keep]
 Prints ok/FAIL per test and `N passed, M failed`. Python 3 stdlib only.
