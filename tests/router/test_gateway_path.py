@@ -621,16 +621,36 @@ def test_all_gateways_down_falls_back_to_the_pod_proxy(fed):
 
 
 def test_deleted_pod_is_404_not_a_hang(fed):
-    """A sandbox whose pod was deleted behind the router's back: an exec
-    through the gateway path answers 404 sandbox_not_found at once."""
+    """A sandbox whose pod was deleted while the router's pod watch is down
+    (its cache still has the pod, the gateways listed the cluster afresh):
+    the exec goes to a gateway, which answers 404 sandbox_not_found, and
+    the router answers 404 sandbox_not_found at once, not a hang."""
     sid = fed.shared.get("gw-down") or fed.create_one(name="sb-stale", clusters=[GW])["id"]
     fed.exec_ok(sid, ["true"])
     sim, pod = fed.sim_of(sid)
-    st, body = sim.kube_delete(f"/api/v1/namespaces/default/pods/{pod}?gracePeriodSeconds=0")
-    check(st in (200, 202), f"delete the pod in kubesim: {st} {short(body)}")
-    (st, r), dt = timed(lambda: fed.exec(sid, ["true"]))
-    check(st == 404 and isinstance(r, dict) and r.get("error", {}).get("code") == "sandbox_not_found" and dt < PROMPT_S,
-          f"exec in a deleted pod: {st} {short(r)} in {dt:.1f} s")
+    watchers = sim.state()["watchers"]
+    st, r = sim.admin("POST", "/_sim/faults", {"reject_watches": True, "drop_watches": True})
+    check(st == 200, f"kubesim faults: {st} {short(r)}")
+    try:
+        check(wait_until(lambda: sim.state()["watchers"] == 0, 10, 0.05),
+              f"watches still open after drop_watches: {short(sim.state())}")
+        st, body = sim.kube_delete(f"/api/v1/namespaces/default/pods/{pod}?gracePeriodSeconds=0")
+        check(st in (200, 202), f"delete the pod in kubesim: {st} {short(body)}")
+        # Fresh gateways list the cluster: the pod is not there.
+        fed.stop_gateways()
+        fed.start_gateways()
+        st, r = fed.api("GET", "/v1/sandboxes/" + sid)
+        check(st == 200, f"the router no longer has the pod in its cache: {st} {short(r)}")
+        (st, r), dt = timed(lambda: fed.exec(sid, ["true"]))
+        check(st == 404 and isinstance(r, dict) and r.get("error", {}).get("code") == "sandbox_not_found" and
+              dt < PROMPT_S, f"exec in a deleted pod: {st} {short(r)} in {dt:.1f} s")
+        logs = "".join(open(p, errors="replace").read() for p in fed.gw_logs)
+        check(f"/{pod}/" in logs and "404 sandbox_not_found" in logs,
+              "no gateway refused the exec: it did not go through the gateway path")
+    finally:
+        sim.admin("POST", "/_sim/faults", {"reject_watches": False, "drop_watches": False})
+    check(wait_until(lambda: sim.state()["watchers"] >= watchers, 30, 0.1),
+          f"the watches did not come back within 30 s: {short(sim.state())}")
 
 
 TESTS = [test_setup, test_data_path_reported, test_gateway_cluster_skips_the_api_server,
