@@ -163,14 +163,15 @@ int gwpath__new(uv_loop_t *loop, const char *name, const struct fr_adapter_gatew
     struct gw_url *u = &gw->u[i];
 
     u->gw = gw;
-    if ((u->url = strdup(g->urls[i])) == NULL || (creds = calloc(1, sizeof(*creds))) == NULL ||
+    if ((u->url = strdup(g->urls[i])) != NULL)
+      gw->n++; /* from here on released by gw_release() */
+    if (u->url == NULL || (creds = calloc(1, sizeof(*creds))) == NULL ||
         (creds->server = strdup(g->urls[i])) == NULL ||
         (ca != NULL && (creds->ca_pem = malloc(ca_len + 1)) == NULL)) {
       snprintf(err, errlen, "%s: out of memory", name);
       rc = -ENOMEM;
       goto fail;
     }
-    gw->n++;
     if (ca != NULL) {
       memcpy(creds->ca_pem, ca, ca_len + 1);
       creds->ca_len = ca_len;

@@ -1142,11 +1142,12 @@ static int transport_retryable(CURLcode rc) {
 }
 
 /* A transfer that failed with <rc> never had a connection to send on:
- * no name, no TCP connection, no TLS session. Not one byte of the request
- * left this process. */
+ * no name, no TCP connection, no TLS session (a handshake that failed, a
+ * server certificate refused). Not one byte of the request left this
+ * process. */
 static int transport_not_sent(CURLcode rc) {
   return rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY || rc == CURLE_COULDNT_CONNECT ||
-         rc == CURLE_SSL_CONNECT_ERROR;
+         rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_PEER_FAILED_VERIFICATION;
 }
 
 /* The call keeps its slot while it backs off: a retry never queues again
