@@ -79,6 +79,7 @@ struct gwpath {
   uint64_t last_key_ms;
   struct key_read *reading;     /* a read on the thread pool */
   int key_failing;              /* the last read failed (logged once) */
+  uint64_t key_reads;           /* reads done, failed ones included */
   int refused;
   int closing, pending;         /* handles and work still to finish once closing */
   void (*closed_cb)(void *arg);
@@ -355,6 +356,7 @@ static void key_read_done(uv_work_t *w, int status) {
   unsigned char *k;
 
   gw->reading = NULL;
+  gw->key_reads++;
   if (gw->closing) {
     /* nothing to take */
   } else if (status != 0 || kr->err != 0) {
@@ -444,6 +446,10 @@ char *gwpath__headers(const struct gwpath *gw, const char *cluster, const char *
   }
   headers[n] = '\0';
   return headers;
+}
+
+uint64_t gwpath__key_reads(const struct gwpath *gw) {
+  return gw->key_reads;
 }
 
 /* ---- teardown ---- */

@@ -73,4 +73,8 @@ char *gwpath__headers(const struct gwpath *gw, const char *cluster, const char *
  * a call gets through again: 1 if this one is to be logged. */
 int gwpath__refused(struct gwpath *gw, int refused);
 
+/* Reads of the key file done so far, failed ones included (tests wait on
+ * it). */
+uint64_t gwpath__key_reads(const struct gwpath *gw);
+
 #endif
