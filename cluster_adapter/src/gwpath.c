@@ -6,7 +6,10 @@
  * own client), half-open (that probe is out). A 200 closes it; anything
  * else opens it again for another GW_RETRY_MS. Calls close it too (an
  * answer) and open it: a refused connection or a 503 shutting_down at
- * once, other failures after GW_FAILURES in a row.
+ * once, other failures after GW_FAILURES in a row. A closed URL is asked
+ * /readyz every GW_CHECK_MS as well, so a replica that died or drains
+ * (its /readyz fails from SIGTERM on) is left before a call finds out,
+ * whatever the traffic (Upgrade tunnels do not feed the breakers).
  *
  * The key file is read every GW_KEY_POLL_MS on the thread pool; a content
  * that differs and holds a valid key (32 to 4096 bytes less trailing white
@@ -33,6 +36,7 @@
 
 #define GW_TIMER_MS 250         /* the timer's tick: probes and key reads are paced below */
 #define GW_RETRY_MS 1000        /* an open URL is probed this long after it opened */
+#define GW_CHECK_MS 2000        /* a closed one this often: a replica gone or draining is seen without traffic */
 #define GW_PROBE_TIMEOUT_MS 2000
 #define GW_FAILURES 2           /* failures in a row that open a URL's breaker */
 #define GW_KEY_POLL_MS 1000
@@ -55,6 +59,7 @@ struct gw_url {
   enum gw_state state;
   int failures;                 /* in a row */
   uint64_t opened_ms;
+  uint64_t checked_ms;          /* the last probe sent */
   struct fr_kube_call *probe;
 };
 
@@ -295,6 +300,14 @@ static void on_probe(const struct fr_kube_response *r, void *arg) {
   struct gw_url *u = arg;
 
   u->probe = NULL;
+  if (u->state == GW_CLOSED) {
+    /* The check of a URL in use: one that is not ready (draining, not
+     * listed yet) or not there opens at once; no answer counts as a
+     * failure. */
+    gwpath__report(u->gw, (int)(u - u->gw->u),
+                   r->status == 200 ? GWPATH_OK : r->status != 0 || r->not_sent ? GWPATH_DOWN : GWPATH_FAILED);
+    return;
+  }
   if (u->state != GW_HALF_OPEN)
     return;
   if (r->status == 200) {
@@ -305,18 +318,22 @@ static void on_probe(const struct fr_kube_response *r, void *arg) {
   }
 }
 
+/* GET /readyz on <u>: past the client's queue; not idempotent, so not
+ * retried (a probe reports; the next one comes). An open URL goes
+ * half-open for it. */
 static void probe(struct gw_url *u) {
   struct fr_kube_request_opts o;
 
   memset(&o, 0, sizeof(o));
-  /* Past the client's queue; not idempotent, so not retried: a probe
-   * reports, the next one is a second away. */
   o.flags = FR_KUBE_PRIORITY;
   o.timeout_ms = GW_PROBE_TIMEOUT_MS;
-  state_set(u, GW_HALF_OPEN);
+  u->checked_ms = uv_now(u->gw->loop);
+  if (u->state == GW_OPEN)
+    state_set(u, GW_HALF_OPEN);
   if (fr_kube_request_opts(u->client, "GET", "/readyz", NULL, NULL, 0, &o, on_probe, u, &u->probe) != 0) {
     u->probe = NULL;
-    state_set(u, GW_OPEN);
+    if (u->state == GW_HALF_OPEN)
+      state_set(u, GW_OPEN);
   }
 }
 
@@ -406,9 +423,15 @@ static void on_timer(uv_timer_t *t) {
   uint64_t now = uv_now(gw->loop);
   size_t i;
 
-  for (i = 0; i < gw->n; i++)
-    if (gw->u[i].state == GW_OPEN && gw->u[i].probe == NULL && now - gw->u[i].opened_ms >= GW_RETRY_MS)
-      probe(&gw->u[i]);
+  for (i = 0; i < gw->n; i++) {
+    struct gw_url *u = &gw->u[i];
+
+    if (u->probe != NULL)
+      continue;
+    if ((u->state == GW_OPEN && now - u->opened_ms >= GW_RETRY_MS) ||
+        (u->state == GW_CLOSED && now - u->checked_ms >= GW_CHECK_MS))
+      probe(u);
+  }
   if (now - gw->last_key_ms >= GW_KEY_POLL_MS) {
     gw->last_key_ms = now;
     key_read_start(gw);

@@ -31,6 +31,8 @@ Proves:
   once with a JSON error naming the gateway and never run twice, the others
   finish, new calls go to the other replica with no failure (a connection
   refused before any byte is sent there) and none reaches the API server;
+- the /readyz checks alone (no call running): a replica back up is used
+  again, one killed is left;
 - every replica killed: exec, files and a port go through the pod proxy at
   once, data_path says "pod-proxy", the metric counts them, creates still
   place in the cluster; once the gateways are back (their /readyz probed)
@@ -587,6 +589,31 @@ def test_gateway_killed_under_load(fed):
     print(f"     {len(failed)} of {n} execs cut by the kill (clear errors), new calls on the other replica")
 
 
+def breaker_lines(fed, i, to):
+    """Lines of the router's log where replica <i>'s breaker went to <to>."""
+    text = open(fed.routers[0].log, errors="replace").read()
+    return sum(1 for line in text.splitlines()
+               if f"gateway https://127.0.0.1:{fed.gw_ports[i]}: breaker " in line and f"-> {to}" in line)
+
+
+def test_replicas_checked_without_traffic(fed):
+    """Each URL in use is asked /readyz every 2 s: a replica back up is used
+    again (its breaker closes) and one killed while no call runs is left
+    (its breaker opens) without a call finding out."""
+    sid = fed.shared[GW]
+    closed_before = breaker_lines(fed, 0, "closed")
+    if fed.gws[0].poll() is not None:
+        fed.start_gateway(0)
+    check(wait_until(lambda: breaker_lines(fed, 0, "closed") > closed_before, 10),
+          "replica 0's breaker did not close once it was back:\n" + tr.tail(fed.routers[0].log))
+    opened_before = breaker_lines(fed, 1, "open")
+    fed.stop_gateway(1, signal.SIGKILL)
+    check(wait_until(lambda: breaker_lines(fed, 1, "open") > opened_before, 10),
+          "replica 1 killed with no traffic: its breaker did not open:\n" + tr.tail(fed.routers[0].log))
+    check(data_path(fed, sid) == "gateway", "data_path with replica 0 up")
+    check(execs_ok(fed, sid, 4), "exec with replica 1 gone")
+
+
 def test_all_gateways_down_falls_back_to_the_pod_proxy(fed):
     """Every replica gone: new calls take the API server's pod proxy within
     seconds (exec, files, a port), data_path says so and the metric counts
@@ -670,7 +697,8 @@ def test_deleted_pod_is_404_not_a_hang(fed):
 TESTS = [test_setup, test_data_path_reported, test_gateway_cluster_skips_the_api_server,
          test_gateway_gets_no_cluster_credentials, test_upgrade_through_the_gateway, test_pod_proxy_cluster_unchanged,
          test_wrong_key_is_a_clear_error, test_router_key_rotation_without_restart, test_gateway_killed_under_load,
-         test_all_gateways_down_falls_back_to_the_pod_proxy, test_deleted_pod_is_404_not_a_hang]
+         test_replicas_checked_without_traffic, test_all_gateways_down_falls_back_to_the_pod_proxy,
+         test_deleted_pod_is_404_not_a_hang]
 
 
 if __name__ == "__main__":
