@@ -76,9 +76,13 @@
 #                 against one kubesim, the real agent behind it: GET /health
 #                 req/s and p50/p99 with wrk (straight to the agent, through
 #                 the gateway over TLS and plain), sequential exec p50, 1 GiB
-#                 (smoke 32 MiB) up and down through it with its RSS, and its
-#                 RSS watching 50,000 (smoke 2,000) sandbox pods. Needs wrk;
-#                 not part of `all`.
+#                 (smoke 32 MiB) up and down through it with its RSS, its
+#                 RSS watching 50,000 (smoke 2,000) sandbox pods, and the
+#                 whole path through a router (a second kubesim, two routers
+#                 on it: with the gateway and through the pod proxy):
+#                 gateway_exec_per_s, apiserver_exec_per_s,
+#                 apiserver_requests_per_exec, gateway/apiserver/direct_agent
+#                 p50. Needs wrk; not part of `all`.
 #   ports:        loadtest/ports_bench.py: one kubesim running the real
 #                 agent (and the Code Interpreter in code-interpreter pods),
 #                 a router with a ports domain: GET of 1 KiB from a server

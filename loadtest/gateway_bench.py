@@ -19,6 +19,23 @@ a member cluster.
   pods       the gateway's RSS watching PODS (50,000; smoke 2,000) sandbox
              pods (a ReplicaSet in kubesim, no processes): before the list,
              once synced, and the time the first list took
+  router     the whole data path: a second kubesim running the real agent in
+             its pods (their own addresses), a gateway (TLS) in-cluster
+             against it, and two routers on that cluster with the same agent
+             key: "gw" with the `gateway` group, "pp" without (the API
+             server's pod proxy). One sandbox, `echo hi`:
+               gateway_exec_per_s / apiserver_exec_per_s: ROUTER_N (4,000;
+                 smoke 400) execs at ROUTER_C (32) in flight over kept-alive
+                 client connections, through each router;
+               apiserver_requests_per_exec: every request kubesim served
+                 during the gateway run (its /_sim/stats: health probes and
+                 lists included) / the execs, and the pods/proxy and
+                 pods/exec ones alone;
+               gateway_p50_ms / apiserver_p50_ms / direct_agent_p50_ms:
+                 sequential execs (one in flight, kept-alive) through each
+                 router and straight to the agent at its pod IP (a Connect
+                 Start, as the router sends it), and what the router and
+                 gateway add
 
 Usage: gateway_bench.py --build-dir DIR [--smoke] [--json-out FILE]
 Needs wrk (Debian package wrk) for `small`. Prints a table and JSON; exit 0
@@ -202,6 +219,206 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(len(xs) * q))] * 1000
 
 
+ROUTER_TOKEN = "bench-" + os.urandom(6).hex()
+RCLUSTER = "rc"
+
+
+def router_api(port, method, path, body=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    c.request(method, path, body=json.dumps(body) if body is not None else None,
+              headers={"Authorization": "Bearer " + ROUTER_TOKEN, "Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    if r.status >= 300:
+        die(f"router {method} {path}: {r.status} {data[:300]!r}")
+    return json.loads(data) if data else None
+
+
+def start_router(build, root, name, kubeconfig, agent_key, gateway):
+    conf = os.path.join(root, f"router-{name}.conf")
+    sha = hashlib.sha256(ROUTER_TOKEN.encode()).hexdigest()
+    pf = os.path.join(root, f"router-{name}.out")
+    with open(conf, "w") as f:
+        f.write(f'listen = "127.0.0.1:0";\nregion = "us";\n'
+                f'tenants = ( {{ name = "b"; token_sha256 = "{sha}"; max_requests_in_flight = 1000000; '
+                f'max_concurrent_execs = 1000000; }} );\n'
+                f'clusters = ( {{ name = "{RCLUSTER}"; region = "us"; kubeconfig = "{kubeconfig}"; {gateway} }} );\n'
+                f'agent = {{ image = "fedrouter-agent:bench"; key_file = "{agent_key}"; }};\n')
+    p = subprocess.Popen([os.path.join(build, "fedrouter"), "--config", conf], stdin=subprocess.DEVNULL,
+                         stdout=open(pf, "wb"), stderr=open(os.path.join(root, f"router-{name}.log"), "wb"),
+                         start_new_session=True)
+    PROCS.append(p)
+    line = wait_for(lambda: open(pf).readline().strip(), 20, f"router {name}'s listening line")
+    port = int(line.split()[-1].rsplit(":", 1)[1])
+
+    def ready():
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c.request("GET", "/readyz")
+            ok = c.getresponse().status == 200
+            c.close()
+            return ok
+        except OSError:
+            return False
+    wait_for(ready, 60, f"router {name} ready")
+    return port, p
+
+
+def keepalive_execs(port, sid, n, c):
+    """<n> `echo hi` execs over <c> kept-alive connections, one request at a
+    time each: (ok, exec/s)."""
+    body = json.dumps({"argv": ["echo", "hi"]})
+    left = [n]
+    ok = [0]
+    lock = threading.Lock()
+
+    def worker():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        while True:
+            with lock:
+                if left[0] <= 0:
+                    break
+                left[0] -= 1
+            conn.request("POST", f"/v1/sandboxes/{sid}/exec", body,
+                         {"Authorization": "Bearer " + ROUTER_TOKEN, "Content-Type": "application/json"})
+            r = conn.getresponse()
+            data = r.read()
+            if r.status == 200 and b'"stdout":"hi\\n"' in data:
+                with lock:
+                    ok[0] += 1
+        conn.close()
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(c)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return ok[0], n / (time.monotonic() - t0)
+
+
+def sequential_execs(port, sid, n):
+    body = json.dumps({"argv": ["echo", "hi"]})
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    lat = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        conn.request("POST", f"/v1/sandboxes/{sid}/exec", body,
+                     {"Authorization": "Bearer " + ROUTER_TOKEN, "Content-Type": "application/json"})
+        r = conn.getresponse()
+        data = r.read()
+        lat.append(time.perf_counter() - t0)
+        if r.status != 200:
+            die(f"exec through the router: {r.status} {data[:200]!r}")
+    conn.close()
+    return lat
+
+
+def router_section(build, root, smoke):
+    """The data path through a router: gateway vs the API server's pod proxy."""
+    n = 400 if smoke else int(os.environ.get("ROUTER_N", "4000"))
+    c = int(os.environ.get("ROUTER_C", "32"))
+    seq = 50 if smoke else 500
+    d = os.path.join(root, "rsim")
+    os.makedirs(d)
+    kc, pf, apf, sa = (os.path.join(d, x) for x in ("kubeconfig", "port", "admin-port", "sa"))
+    start([os.path.join(build, "kubesim"), "--tls", "--token", SIM_TOKEN, "--name", RCLUSTER, "--write-kubeconfig",
+           kc, "--write-serviceaccount", sa, "--port-file", pf, "--admin-listen", "127.0.0.1:0", "--admin-port-file",
+           apf, "--workdir", os.path.join(d, "wd"), "--agent-binary", os.path.join(build, "fedrouter-agent"),
+           "--agent-mode", "process", "--nodes", "2", "--node-cpu", "64", "--node-memory", "256Gi",
+           "--event-limit", "0", "--log-level", "warn"], os.path.join(d, "kubesim.log"))
+    wait_for(lambda: os.path.exists(apf) and os.path.getsize(apf) > 0 and os.path.exists(sa), 20, "kubesim rc")
+    sim_port, admin_port = int(open(pf).read()), int(open(apf).read())
+    ctx = ssl.create_default_context(cafile=os.path.join(sa, "ca.crt"))
+
+    def admin(method, path):
+        cc = http.client.HTTPConnection("127.0.0.1", admin_port, timeout=30)
+        cc.request(method, path, headers={"Authorization": "Bearer " + SIM_TOKEN})
+        r = cc.getresponse()
+        data = r.read()
+        cc.close()
+        if r.status != 200:
+            die(f"kubesim admin {method} {path}: {r.status}")
+        return json.loads(data or b"null")
+
+    def kube_requests():
+        st = admin("GET", "/_sim/stats")
+        total = sum(x["count"] for x in st["requests"])
+        proxy = sum(x["count"] for x in st["requests"]
+                    if x.get("resource") == "pods" and x.get("subresource") in ("proxy", "exec"))
+        return total, proxy
+
+    # The gateway of that cluster, in-cluster against it, TLS.
+    key = os.path.join(d, "gw.key")
+    with open(key, "wb") as f:
+        f.write(KEY)
+    gpf, ghpf = os.path.join(d, "gw.port"), os.path.join(d, "gw.hport")
+    env = dict(os.environ, KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=str(sim_port))
+    start([os.path.join(build, "fedrouter-gateway"), "--cluster", RCLUSTER, "--namespace", "default", "--key-file", key,
+           "--listen", "127.0.0.1:0", "--port-file", gpf, "--health-listen", "127.0.0.1:0", "--health-port-file", ghpf,
+           "--serviceaccount-dir", sa, "--log-level", "warn", "--tls-cert", os.path.join(root, "tls.crt"),
+           "--tls-key", os.path.join(root, "tls.key")], os.path.join(d, "gateway.log"), env)
+    wait_for(lambda: os.path.exists(ghpf) and os.path.getsize(ghpf) > 0, 20, "the router section's gateway")
+    gw_port = int(open(gpf).read())
+    agent_key = os.path.join(d, "agent.key")
+    with open(agent_key, "w") as f:
+        f.write(os.urandom(32).hex())
+    gw_group = (f'gateway = {{ url = "https://127.0.0.1:{gw_port}"; ca_file = "{os.path.join(root, "tls.crt")}"; '
+                f'key_file = "{key}"; }};')
+    p_gw, proc_gw = start_router(build, root, "gw", kc, agent_key, gw_group)
+    p_pp, _ = start_router(build, root, "pp", kc, agent_key, "")
+    sb = router_api(p_gw, "POST", "/v1/sandboxes", {"image": "python:3.12", "name": "bench"})["sandboxes"][0]
+    sid = sb["id"]
+    for port, want in ((p_gw, "gateway"), (p_pp, "pod-proxy")):
+        wait_for(lambda: router_api(port, "GET", "/v1/sandboxes/" + sid).get("data_path") == want, 30,
+                 f"data_path {want}")
+        keepalive_execs(port, sid, 40, 4)  # warm the connections
+    rep = {"n": n, "concurrency": c}
+    admin("DELETE", "/_sim/stats")
+    good, rate = keepalive_execs(p_gw, sid, n, c)
+    total, proxy = kube_requests()
+    if good != n:
+        die(f"{n - good} of {n} execs through the gateway failed")
+    rep["gateway_exec_per_s"] = round(rate, 1)
+    rep["apiserver_requests_per_exec"] = round(total / n, 4)
+    rep["apiserver_requests_during_gateway_run"] = total
+    rep["apiserver_proxy_requests_per_exec"] = round(proxy / n, 4)
+    admin("DELETE", "/_sim/stats")
+    good, rate = keepalive_execs(p_pp, sid, n, c)
+    total, proxy = kube_requests()
+    if good != n:
+        die(f"{n - good} of {n} execs through the pod proxy failed")
+    rep["apiserver_exec_per_s"] = round(rate, 1)
+    rep["apiserver_path_requests_per_exec"] = round(total / n, 4)
+    rep["gateway_speedup"] = round(rep["gateway_exec_per_s"] / rep["apiserver_exec_per_s"], 2)
+    rep["gateway_router_rss_kib"] = rss_kib(proc_gw.pid)
+    lg = sequential_execs(p_gw, sid, seq)
+    lp = sequential_execs(p_pp, sid, seq)
+    # Straight to the agent at its pod IP, as the gateway reaches it.
+    pod = sid.split(".", 1)[1]
+    kconn = http.client.HTTPSConnection("127.0.0.1", sim_port, timeout=30, context=ctx)
+    kconn.request("GET", f"/api/v1/namespaces/default/pods/{pod}", headers={"Authorization": "Bearer " + SIM_TOKEN})
+    ip = json.loads(kconn.getresponse().read())["status"]["podIP"]
+    kconn.close()
+    tok = hmac.new(open(agent_key, "rb").read().strip(), sid.encode(), hashlib.sha256).hexdigest()
+    cd = http.client.HTTPConnection(ip, AGENT_PORT, timeout=60)
+    cd.connect()
+    cd.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    global AGENT_TOKEN
+    saved, AGENT_TOKEN = AGENT_TOKEN, tok
+    try:
+        ld = [exec_once(cd, "/process.Process/Start", {}) for _ in range(seq)]
+    finally:
+        AGENT_TOKEN = saved
+    cd.close()
+    rep["seq_n"] = seq
+    rep["gateway_p50_ms"], rep["gateway_p99_ms"] = round(pct(lg, 0.5), 3), round(pct(lg, 0.99), 3)
+    rep["apiserver_p50_ms"], rep["apiserver_p99_ms"] = round(pct(lp, 0.5), 3), round(pct(lp, 0.99), 3)
+    rep["direct_agent_p50_ms"], rep["direct_agent_p99_ms"] = round(pct(ld, 0.5), 3), round(pct(ld, 0.99), 3)
+    rep["gateway_adds_p50_ms"] = round(rep["gateway_p50_ms"] - rep["direct_agent_p50_ms"], 3)
+    return rep
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", required=True)
@@ -270,6 +487,9 @@ def main():
         cg.close()
         report["exec"] = {"n": n_exec, "direct_p50_ms": pct(lat_direct, 0.5), "gateway_p50_ms": pct(lat_gw, 0.5),
                           "direct_p99_ms": pct(lat_direct, 0.99), "gateway_p99_ms": pct(lat_gw, 0.99)}
+
+        # ---- the whole data path through a router (its own kubesim)
+        report["router"] = router_section(build, root, a.smoke)
 
         # ---- files through the gateway
         block = os.urandom(1 << 20)
@@ -356,6 +576,17 @@ def main():
     f = report["files"]
     print(f"  files {f['mib']} MiB: up {f['upload_mb_s']:.0f} MB/s, down {f['download_mb_s']:.0f} MB/s; gateway RSS "
           f"{f['rss_before_kib'] // 1024} MiB before, {f['rss_peak_kib'] // 1024} peak, {f['rss_after_kib'] // 1024} after")
+    r = report.get("router") or {}
+    if r:
+        print(f"  through a router (n={r['n']}, {r['concurrency']} in flight): gateway {r['gateway_exec_per_s']:.0f} exec/s, "
+              f"pod proxy {r['apiserver_exec_per_s']:.0f} exec/s ({r['gateway_speedup']}x); API server requests per "
+              f"exec on the gateway path {r['apiserver_requests_per_exec']} (pods/proxy+exec "
+              f"{r['apiserver_proxy_requests_per_exec']}), on the pod proxy path {r['apiserver_path_requests_per_exec']}")
+        print(f"  sequential exec p50 (n={r['seq_n']}): gateway {r['gateway_p50_ms']:.2f} ms, pod proxy "
+              f"{r['apiserver_p50_ms']:.2f} ms, straight to the agent {r['direct_agent_p50_ms']:.2f} ms "
+              f"(router + gateway add {r['gateway_adds_p50_ms']:.2f} ms)")
+        report.update({k: r[k] for k in ("gateway_exec_per_s", "apiserver_exec_per_s", "apiserver_requests_per_exec",
+                                         "gateway_p50_ms", "apiserver_p50_ms", "direct_agent_p50_ms")})
     p = report["pods"]
     print(f"  {p['pods']} pods: a fresh gateway {p['fresh_gateway_rss_at_start_kib'] // 1024} MiB at start, "
           f"{p['fresh_gateway_rss_synced_kib'] // 1024} MiB synced (first list {p['fresh_gateway_sync_s']:.1f} s); "

@@ -169,7 +169,7 @@ void fr_adapter_free(struct fr_adapter *a, void (*cb)(void *arg), void *arg) {
 /* ---- the cluster (cluster.c) ---- */
 
 const char *fr_adapter_data_path(const struct fr_adapter *a) {
-  return a->cl.gw_client != NULL ? "gateway" : "pod-proxy";
+  return gwpath__healthy(a->cl.gw) ? "gateway" : "pod-proxy";
 }
 
 void fr_adapter_data_path_calls(const struct fr_adapter *a, uint64_t *gateway, uint64_t *pod_proxy) {

@@ -64,59 +64,34 @@ int agent__path(const struct cluster *cl, const char *pod, int port, const char 
 
 /* ---- the data path: pod proxy or gateway ---- */
 
-/* How long a gateway signature is good for: short, as a leaked header
- * opens one sandbox port until then (the gateway takes up to
- * FR_GW_MAX_TTL_S), and long enough for a clock a little behind. */
-#define GW_SIGNATURE_TTL_S 60
-/* What every header of the gateway's own starts with. */
-#define GW_HEADER_PREFIX "Fr-Gateway-"
-
-int agent__gateway_error(const struct cluster *cl, const struct fr_kube_response *r, char *code, size_t cap) {
-  return cl->gw_client != NULL && r->status != 0 && r->headers != NULL &&
+int agent__gateway_error(int via, const struct fr_kube_response *r, char *code, size_t cap) {
+  return via >= 0 && r->status != 0 && r->headers != NULL &&
          fr_agent_header(r->headers, FR_GW_ERROR_HEADER, code, cap) == 0;
 }
 
 char *agent__gateway_headers(const struct cluster *cl, const char *pod, int port, const char *caller) {
-  size_t extra = caller != NULL ? strlen(caller) : 0, cap = sizeof(FR_GW_AUTH_HEADER ": \n") + FR_GW_AUTH_MAX + extra + 1;
-  char sig[FR_GW_AUTH_MAX];
-  const char *line;
-  char *headers;
-  size_t n, ll;
-
-  if (fr_gw_sign(cl->gw_key, cl->gw_key_len, cl->cc.name, cl->ns, pod, port, (int64_t)time(NULL) + GW_SIGNATURE_TTL_S,
-                 sig) != 0 || (headers = malloc(cap)) == NULL)
-    return NULL;
-  n = (size_t)snprintf(headers, cap, FR_GW_AUTH_HEADER ": %s\n", sig);
-  /* The caller's lines (a client's, for a sandbox's port) but any
-   * Fr-Gateway-* of theirs: the signature is the router's alone. */
-  for (line = caller; line != NULL && *line != '\0'; line += ll + (line[ll] != '\0')) {
-    ll = strcspn(line, "\n");
-    if (ll >= sizeof(GW_HEADER_PREFIX) - 1 && strncasecmp(line, GW_HEADER_PREFIX, sizeof(GW_HEADER_PREFIX) - 1) == 0)
-      continue;
-    memcpy(headers + n, line, ll);
-    n += ll;
-    headers[n++] = '\n';
-  }
-  headers[n] = '\0';
-  return headers;
+  return gwpath__headers(cl->gw, cl->cc.name, cl->ns, pod, port, caller);
 }
 
 int agent__send(struct cluster *cl, const char *pod, int port, int user_port, const char *method, const char *route,
                 int internal, const char *content_type, const void *body, size_t len,
-                const struct fr_kube_request_opts *ko, fr_kube_response_cb cb, void *arg, struct fr_kube_call **out) {
+                const struct fr_kube_request_opts *ko, fr_kube_response_cb cb, void *arg, struct fr_kube_call **out,
+                int *via) {
   struct fr_kube_request_opts o = *ko;
   char path[2300];
   char *headers;
-  int rc;
+  int rc, gw = *via == GWPATH_PICK ? gwpath__pick(cl->gw) : *via;
 
-  if (cl->gw_client == NULL) {
+  if (gw < 0 || gwpath__client(cl->gw, gw) == NULL) {
     rc = user_port != 0 ? upstream_port_path(path, sizeof(path), cl->ns, pod, user_port, route)
                         : upstream_agent_path(path, sizeof(path), cl->ns, pod, port, method, route, internal);
     if (rc != 0)
       return -EINVAL;
     rc = fr_kube_request_opts(cl->client, method, path, content_type, body, len, ko, cb, arg, out);
-    if (rc == 0)
+    if (rc == 0) {
       cl->path_calls[CLUSTER_PATH_POD_PROXY]++;
+      *via = GWPATH_POD_PROXY;
+    }
     return rc;
   }
   rc = user_port != 0 ? upstream_gw_port_path(path, sizeof(path), cl->ns, pod, user_port, route)
@@ -126,11 +101,30 @@ int agent__send(struct cluster *cl, const char *pod, int port, int user_port, co
   if ((headers = agent__gateway_headers(cl, pod, user_port != 0 ? user_port : port, ko->header)) == NULL)
     return -ENOMEM;
   o.header = headers;
-  rc = fr_kube_request_opts(cl->gw_client, method, path, content_type, body, len, &o, cb, arg, out);
+  rc = fr_kube_request_opts(gwpath__client(cl->gw, gw), method, path, content_type, body, len, &o, cb, arg, out);
   free(headers);
-  if (rc == 0)
+  if (rc == 0) {
     cl->path_calls[CLUSTER_PATH_GATEWAY]++;
+    *via = gw;
+  }
   return rc;
+}
+
+int agent__gateway_done(struct cluster *cl, int via, const struct fr_kube_response *r, int answered, int *hops) {
+  char code[64] = "";
+
+  if (via < 0 || cl->gw == NULL)
+    return AGENT_NO_RETRY;
+  if (r->status != 0 && fr_agent_header(r->headers, FR_GW_ERROR_HEADER, code, sizeof(code)) != 0)
+    code[0] = '\0';
+  gwpath__report(cl->gw, via, gwpath__outcome(r, answered, code));
+  if (r->status != 0 || answered || !r->not_sent || r->attempts == 0)
+    return AGENT_NO_RETRY;
+  /* Not one byte left: another URL whose breaker is closed, else the pod
+   * proxy. <via>'s own breaker has just opened, so a call goes on down the
+   * list and ends on the pod proxy, which is never left; <hops> bounds it
+   * should the breakers flap meanwhile. */
+  return ++*hops >= FR_ADAPTER_GATEWAY_URLS_MAX ? GWPATH_POD_PROXY : gwpath__pick(cl->gw);
 }
 
 /* ---- /init ---- */
@@ -329,6 +323,8 @@ struct fr_agent_call {
   int got_head;                 /* the agent's 2xx head arrived */
   int pause_next;               /* on_data asked to pause after the piece it took */
   int stopped;                  /* on_data asked to stop */
+  int via;                      /* the path it was sent on: a gateway URL, GWPATH_POD_PROXY (GWPATH_PICK before) */
+  int hops;                     /* sent again after a gateway connection that never opened */
   int gw_answer;                /* a port call: the gateway's own error came instead of the sandbox's head */
   char gw_message[200];         /* and the start of its body */
   size_t gw_message_len;
@@ -360,7 +356,7 @@ static void on_call_head(int status, const char *headers, void *arg) {
   struct fr_agent_call *ac = arg;
   char ctype[200];
 
-  if (ac->cl->gw_client != NULL && fr_agent_header(headers, FR_GW_ERROR_HEADER, ctype, sizeof(ctype)) != -ENOENT) {
+  if (ac->via >= 0 && fr_agent_header(headers, FR_GW_ERROR_HEADER, ctype, sizeof(ctype)) != -ENOENT) {
     /* A port call (any status is streamed): the gateway refused it. Its
      * answer is not the sandbox's, and never passed on as one. */
     ac->gw_answer = 1;
@@ -406,17 +402,15 @@ static void on_call_drain(void *arg) {
 /* The gateway answered for itself (Fr-Gateway-Error: it refused the call,
  * or could not reach the pod): fills <res> with why and returns 1; else 0.
  * A refusal of this router (401 wrong or rotated key, 403) is logged once
- * until a call gets through again. Its own trouble (503 not ready,
- * shutting down) counts against the cluster like an agent not reached; the
- * rest says the gateway answered. A sandbox's own port never feeds the
- * breaker. */
+ * until a call gets through again. (Its breaker heard of it already,
+ * agent__gateway_done(); the cluster's breaker never does.) */
 static int on_gateway_answer(struct fr_agent_call *ac, const struct fr_kube_response *resp, struct fr_agent_result *res,
                              char *msg, size_t cap) {
   struct cluster *cl = ac->cl;
   char code[64];
   const char *text;
 
-  if (!ac->gw_answer && !agent__gateway_error(cl, resp, code, sizeof(code)))
+  if (!ac->gw_answer && !agent__gateway_error(ac->via, resp, code, sizeof(code)))
     return 0;
   if (ac->gw_answer && fr_agent_header(resp->headers, FR_GW_ERROR_HEADER, code, sizeof(code)) != 0)
     snprintf(code, sizeof(code), "%s", "unknown");
@@ -429,13 +423,8 @@ static int on_gateway_answer(struct fr_agent_call *ac, const struct fr_kube_resp
            resp->status == 401 || resp->status == 403 ? "refused this router" : "could not pass the call on",
            resp->status, code, text != NULL ? text : "");
   res->message = msg;
-  if (resp->status == 401 || resp->status == 403) {
-    if (!cl->gw_refused)
-      FR_WARN("adapter", "%s: %s", cl->cc.name, msg);
-    cl->gw_refused = 1;
-  }
-  if (ac->o.port == 0)
-    cluster__report(cl, resp->status == 503 ? 0 : 1);
+  if (gwpath__refused(cl->gw, resp->status == 401 || resp->status == 403))
+    FR_WARN("adapter", "%s: %s", cl->cc.name, msg);
   return 1;
 }
 
@@ -443,10 +432,22 @@ static void on_call_done(const struct fr_kube_response *resp, void *arg) {
   struct fr_agent_call *ac = arg;
   struct fr_agent_result res;
   char msg[400];
+  int via, next;
 
   ac->kc = NULL;
   memset(&res, 0, sizeof(res));
   res.body = "";
+  via = ac->via;
+  next = agent__gateway_done(ac->cl, via, resp, ac->got_head || ac->gw_answer, &ac->hops);
+  if (next != AGENT_NO_RETRY && !ac->o.stream_body && !ac->stopped) {
+    /* The gateway URL refused the connection: nothing was sent. Once more
+     * on another URL or the pod proxy (a streamed body is not held: those
+     * fail). */
+    ac->via = next;
+    if (call_send(ac) == 0)
+      return;
+    ac->via = via;
+  }
   if (on_gateway_answer(ac, resp, &res, msg, sizeof(msg))) {
     ac->o.on_done(&res, ac->o.arg);
     call_free(ac);
@@ -483,23 +484,28 @@ static void on_call_done(const struct fr_kube_response *resp, void *arg) {
      * cluster: busy, not down). A sandbox's own port never feeds the
      * breaker: what a sandbox's server does (hang up, stall) must not make
      * the cluster look down to every tenant. */
-    if (!ac->got_head && ac->o.port == 0 && resp->attempts > 0)
+    if (!ac->got_head && ac->o.port == 0 && resp->attempts > 0 && ac->via < 0)
       cluster__report(ac->cl, 0);
     snprintf(msg, sizeof(msg), "%s%s: %.300s",
              ac->got_head ? "the agent's answer was cut" : "cannot reach the sandbox's agent",
-             ac->cl->gw_client != NULL && !ac->got_head ? " (the cluster's gateway did not answer)" : "",
+             ac->via >= 0 ? (ac->got_head ? " (the connection to the cluster's gateway broke; not replayed)"
+                                          : " (the cluster's gateway did not answer)")
+                          : "",
              resp->error != NULL ? resp->error : "no answer");
     res.err = FR_AGENT_UNAVAILABLE;
     res.message = msg;
   } else if (resp->status >= 400 && api_server_status(resp)) {
-    cluster__report(ac->cl, 1);
+    if (ac->via < 0)
+      cluster__report(ac->cl, 1);
     snprintf(msg, sizeof(msg), "cannot reach the sandbox's agent: %d %.300s", resp->status, resp->body);
     res.err = FR_AGENT_UNAVAILABLE;
     res.status = resp->status;
     res.message = msg;
   } else {
-    cluster__report(ac->cl, 1);
-    ac->cl->gw_refused = 0;
+    if (ac->via < 0)
+      cluster__report(ac->cl, 1);
+    else
+      gwpath__refused(ac->cl->gw, 0);
     res.err = FR_AGENT_OK;
     res.status = resp->status;
     res.body = resp->body;
@@ -536,7 +542,7 @@ static int call_send(struct fr_agent_call *ac) {
     ko.flags = FR_KUBE_STREAM | FR_KUBE_ANY_STATUS;
     ko.header = ac->o.headers;
     return agent__send(ac->cl, ac->pod, 0, ac->o.port, ac->o.method, ac->o.path, 0, ac->o.content_type, ac->body,
-                      ac->body_len, &ko, on_call_done, ac, &ac->kc);
+                      ac->body_len, &ko, on_call_done, ac, &ac->kc, &ac->via);
   }
   if (agent__token(ac->cl, ac->pod, ac->previous_key, token) != 0)
     return -EINVAL;
@@ -549,7 +555,7 @@ static int call_send(struct fr_agent_call *ac) {
   ko.flags = FR_KUBE_STREAM;
   ko.header = headers;
   rc = agent__send(ac->cl, ac->pod, ac->port, 0, ac->o.method, ac->o.path, ac->o.internal_route, ac->o.content_type,
-                  ac->body, ac->body_len, &ko, on_call_done, ac, &ac->kc);
+                  ac->body, ac->body_len, &ko, on_call_done, ac, &ac->kc, &ac->via);
   free(headers);
   return rc;
 }
@@ -602,6 +608,7 @@ int agent__call(struct cluster *cl, const char *pod_name, const struct fr_agent_
   if (ac == NULL)
     return -ENOMEM;
   ac->cl = cl;
+  ac->via = GWPATH_PICK;
   ac->o = *o;
   ac->o.body = NULL;
   {

@@ -38,21 +38,37 @@ int agent__path(const struct cluster *cl, const char *pod, int port, const char 
 
 /* Sends a call to <pod>'s agent (<user_port> 0: agent route <route> on
  * <port>, <internal> as upstream_agent_path()) or to its port <user_port>
- * (<route>: the path and query the sandbox's server gets), through the
- * cluster's gateway when it has one (signed; /init never), else the pod
- * proxy; counted in cl->path_calls. <ko> as fr_kube_request_opts() (its
- * header lines are the caller's: the agent token). 0, -EINVAL (a path
- * upstream.c refuses), or what fr_kube_request_opts() returns. */
+ * (<route>: the path and query the sandbox's server gets) on the path
+ * *<via> says: GWPATH_PICK, the one a new call takes now (a gateway URL
+ * whose breaker is closed, round-robin, else the pod proxy; gwpath.h);
+ * a gateway URL's index; or GWPATH_POD_PROXY. Through the gateway it is
+ * signed (/init never goes there). Counted in cl->path_calls; *<via> is
+ * set to the path taken. <ko> as fr_kube_request_opts() (its header
+ * lines are the caller's: the agent token). 0, -EINVAL (a path upstream.c
+ * refuses), or what fr_kube_request_opts() returns. */
 int agent__send(struct cluster *cl, const char *pod, int port, int user_port, const char *method, const char *route,
                 int internal, const char *content_type, const void *body, size_t len,
-                const struct fr_kube_request_opts *ko, fr_kube_response_cb cb, void *arg, struct fr_kube_call **out);
+                const struct fr_kube_request_opts *ko, fr_kube_response_cb cb, void *arg, struct fr_kube_call **out,
+                int *via);
+/* A call sent on <via> ended with <r> (<answered>: its head had come):
+ * feeds that gateway URL's breaker (nothing for the pod proxy). Returns
+ * the path to send it again on (agent__send's <via>) when it may be: it
+ * went to a gateway URL whose connection never opened (not one byte left:
+ * fr_kube_response.not_sent); that URL's breaker is open now, so the next
+ * is another URL whose breaker is closed, else the pod proxy (never left
+ * in turn; after FR_ADAPTER_GATEWAY_URLS_MAX such tries, counted in the
+ * caller's *<hops> (0 at first), the pod proxy whatever the breakers say).
+ * Else AGENT_NO_RETRY. The caller also needs the whole body in hand. */
+#define AGENT_NO_RETRY (-3)
+int agent__gateway_done(struct cluster *cl, int via, const struct fr_kube_response *r, int answered, int *hops);
 /* The header lines of a request to the gateway for <pod>:<port>: a fresh
  * Fr-Gateway-Auth, then <caller>'s lines (may be NULL) but any
  * Fr-Gateway-* of theirs. malloc'd; NULL on failure. */
 char *agent__gateway_headers(const struct cluster *cl, const char *pod, int port, const char *caller);
-/* 1 when <r> is an answer of the cluster's gateway itself (header
- * Fr-Gateway-Error), not of the sandbox: its code into <code>. */
-int agent__gateway_error(const struct cluster *cl, const struct fr_kube_response *r, char *code, size_t cap);
+/* 1 when <r>, answering a call sent on <via>, is an answer of the
+ * cluster's gateway itself (header Fr-Gateway-Error), not of the sandbox:
+ * its code into <code>. Never for the pod proxy (a sandbox's header). */
+int agent__gateway_error(int via, const struct fr_kube_response *r, char *code, size_t cap);
 
 typedef void (*agent__done_cb)(int rc, const char *message, void *arg);
 /* What an agent's /init token is made for (FR_LABEL_AGENT_INIT). */

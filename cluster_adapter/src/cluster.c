@@ -524,67 +524,6 @@ static void on_probe_timer(uv_timer_t *t) {
     c->probe_ok = 0;
 }
 
-/* A CA bundle larger than this is not one. */
-#define GW_CA_MAX ((size_t)1 << 20)
-
-static int read_small_file(const char *path, size_t max, char **out, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  char *buf;
-  size_t n;
-
-  *out = NULL;
-  if (f == NULL)
-    return -errno;
-  buf = malloc(max + 1);
-  if (buf == NULL) {
-    fclose(f);
-    return -ENOMEM;
-  }
-  n = fread(buf, 1, max + 1, f);
-  fclose(f);
-  if (n > max) {
-    free(buf);
-    return -EFBIG;
-  }
-  buf[n] = '\0';
-  *out = buf;
-  *len = n;
-  return 0;
-}
-
-/* The cluster's gateway from <g>: its REST client (the gateway's URL and
- * CA, none of the cluster's credentials) and a copy of its key. Reads the
- * CA file: blocking, at start-up only. 0 or a negative errno with <err>. */
-static int gateway_new(struct cluster *c, const struct fr_adapter_gateway *g, char *err, size_t errlen) {
-  struct fr_kube_creds *creds = calloc(1, sizeof(*creds));
-  struct fr_kube_client_opts opts;
-  int rc;
-
-  if (creds == NULL || (creds->server = strdup(g->url)) == NULL ||
-      (c->gw_key = malloc(g->key_len > 0 ? g->key_len : 1)) == NULL) {
-    fr_kube_creds_free(creds);
-    snprintf(err, errlen, "%s: out of memory", c->cc.name);
-    return -ENOMEM;
-  }
-  memcpy(c->gw_key, g->key, g->key_len);
-  c->gw_key_len = g->key_len;
-  if (g->ca_file != NULL && (rc = read_small_file(g->ca_file, GW_CA_MAX, &creds->ca_pem, &creds->ca_len)) != 0) {
-    snprintf(err, errlen, "%s: gateway: cannot read the CA file %s: %s", c->cc.name, g->ca_file,
-             rc == -EFBIG ? "larger than 1 MiB" : strerror(-rc));
-    fr_kube_creds_free(creds);
-    return rc;
-  }
-  /* No token, no client certificate, no exec plugin: the cluster's
-   * credentials never reach the gateway; the signature is the credential. */
-  memset(&opts, 0, sizeof(opts));
-  opts.name = c->cc.name;
-  rc = fr_kube_client_new(c->loop, creds, &opts, &c->gw_client);
-  fr_kube_creds_free(creds);
-  if (rc != 0)
-    snprintf(err, errlen, "%s: gateway: cannot create its client (%s)", c->cc.name, g->url);
-  return rc;
-}
-
 /* Frees what <c> owns but its client, informers and probe timer: the
  * one teardown of cluster__init's failure path and of on_client_freed,
  * whose callers have already dealt with those three. Safe on the zeroed
@@ -600,10 +539,11 @@ static void cluster_release(struct cluster *c) {
   strmap_close(&c->tenant_counts);
   strmap_close(&c->tenant_gpus);
   podstore_free(&c->pods);
-  if (c->gw_key != NULL)
-    explicit_bzero(c->gw_key, c->gw_key_len);
-  free(c->gw_key);
-  c->gw_key = NULL;
+}
+
+/* cluster__init's failure path closes a gateway it made without waiting. */
+static void gw_dropped(void *arg) {
+  (void)arg;
 }
 
 int cluster__init(struct cluster *c, uv_loop_t *loop, const struct fr_adapter_opts *cc, char *err,
@@ -637,9 +577,9 @@ int cluster__init(struct cluster *c, uv_loop_t *loop, const struct fr_adapter_op
     snprintf(err, errlen, "%s: cannot create the API client", cc->name);
     goto fail;
   }
-  if (cc->gateway != NULL && (rc = gateway_new(c, cc->gateway, err, errlen)) != 0)
+  if (cc->gateway != NULL && (rc = gwpath__new(loop, cc->name, cc->gateway, &c->gw, err, errlen)) != 0)
     goto fail;
-  c->cc.gateway = NULL; /* borrowed for the call only: gateway_new() copied what it needs */
+  c->cc.gateway = NULL; /* borrowed for the call only: gwpath__new() copied what it needs */
   rc = upstream_object_path(path, sizeof(path), "/api/v1", c->ns, "pods", NULL, NULL);
   if (rc == 0)
     rc = fr_informer_new(c->client, path, FR_LABEL_SANDBOX "=true", on_informer, c, &c->inf[CLUSTER_INF_PODS]);
@@ -697,7 +637,8 @@ fail:
   for (i = 0; i < CLUSTER_INF_COUNT; i++)
     fr_informer_free(c->inf[i]);
   fr_kube_client_free(c->client, NULL, NULL);
-  fr_kube_client_free(c->gw_client, NULL, NULL);
+  if (c->gw != NULL)
+    gwpath__close(c->gw, gw_dropped, NULL);
   free(c->probe); /* never initialised as a handle */
   cluster_release(c);
   memset(c, 0, sizeof(*c));
@@ -717,6 +658,8 @@ int cluster__start(struct cluster *c) {
       return rc;
   }
   uv_timer_start(c->probe, on_probe_timer, 0, PROBE_MS);
+  if (c->gw != NULL)
+    gwpath__start(c->gw);
   return 0;
 }
 
@@ -743,8 +686,10 @@ void cluster__close(struct cluster *c, void (*cb)(void *arg), void *arg) {
   c->closed_cb = cb;
   c->closed_arg = arg;
   /* Cancels the probe too; each client calls back once its handles closed. */
-  c->clients_open = c->gw_client != NULL ? 2 : 1;
-  fr_kube_client_free(c->gw_client, on_client_freed, c);
+  c->clients_open = c->gw != NULL ? 2 : 1;
+  if (c->gw != NULL)
+    gwpath__close(c->gw, on_client_freed, c);
+  c->gw = NULL;
   fr_kube_client_free(c->client, on_client_freed, c);
 }
 

@@ -27,6 +27,7 @@
 
 #include "fr/adapter.h"
 #include "fr/informer.h"
+#include "gwpath.h"
 #include "podstore.h"
 #include "strmap.h"
 
@@ -79,12 +80,10 @@ struct cluster {
   struct fr_kube_client *client;
   struct fr_informer *inf[CLUSTER_INF_COUNT];
   /* The cluster's gateway (NULL: agent calls through the pod proxy):
-   * its own client (its URL and CA, none of the cluster's credentials)
-   * and a copy of its signing key; agent.c signs and sends. */
-  struct fr_kube_client *gw_client;
-  unsigned char *gw_key;
-  size_t gw_key_len;
-  int gw_refused;                /* agent.c: its last answer refused this router (logged once) */
+   * a client per URL (its URL and CA, none of the cluster's credentials),
+   * each URL's breaker, the signing key (gwpath.h); agent.c signs and
+   * sends. */
+  struct gwpath *gw;
   uint64_t path_calls[2];        /* agent.c: calls sent by [CLUSTER_PATH_GATEWAY], [CLUSTER_PATH_POD_PROXY] */
 
   /* cluster.c's own. */

@@ -91,6 +91,8 @@ struct exec_op {
   int busy;                 /* it did not start: the sandbox's process limit (resource_exhausted) */
   int port;                 /* the agent's */
   int previous_key;         /* this attempt uses the previous key (a rotation) */
+  int via;                  /* the path the Start went on: a gateway URL, GWPATH_POD_PROXY (agent__send) */
+  int hops;                 /* sent again after a gateway connection that never opened */
   int needs_agent;          /* the sandbox's env or secrets came by /init: no pods/exec */
   int exit_code, timed_out;
   char end_message[300];    /* an error the stream ended with, if any */
@@ -392,16 +394,30 @@ static void on_agent_done(const struct fr_kube_response *resp, void *arg) {
   struct exec_op *op = arg;
   struct fr_exec_result r;
   char msg[400], code[64];
+  int via, next;
 
   memset(&r, 0, sizeof(r));
   r.duration_ms = (double)(uv_now(op->cl->loop) - op->start_ms);
   r.via_agent = 1;
+  via = op->via;
+  next = agent__gateway_done(op->cl, via, resp, op->started || op->ended || op->busy, &op->hops);
+  if (next != AGENT_NO_RETRY) {
+    /* The gateway URL refused the connection: not one byte left, nothing
+     * ran. Once more, on another URL or the pod proxy. */
+    op->via = next;
+    fr_buf_reset(&op->pending);
+    if (start_agent(op, op->port) == 0)
+      return;
+    op->via = via;
+  }
   if (op->busy) {
-    cluster__report(op->cl, 1);
+    if (op->via < 0)
+      cluster__report(op->cl, 1);
     r.err = FR_EXEC_BUSY;
     r.message = op->end_message;
   } else if (op->ended) {
-    cluster__report(op->cl, 1);
+    if (op->via < 0)
+      cluster__report(op->cl, 1);
     r.err = FR_EXEC_OK;
     r.exit_code = op->exit_code;
     r.timed_out = op->timed_out;
@@ -420,22 +436,28 @@ static void on_agent_done(const struct fr_kube_response *resp, void *arg) {
      * or the agent crashed), not the cluster: say so, and leave the
      * breaker alone. */
     int healthy = cluster__answering(op->cl);
-    snprintf(msg, sizeof(msg), "%s (%d %.200s); whether the command finished is unknown",
-             healthy ? "the sandbox's agent stopped while the command ran (killed by code in the sandbox, or "
-                       "crashed)"
-                     : "the sandbox's agent stream ended before the exit status",
-             resp->status, resp->error ? resp->error : op->end_message);
-    r.err = healthy ? FR_EXEC_AGENT_DIED : FR_EXEC_UNAVAILABLE;
+    if (op->via >= 0 && resp->status == 0) {
+      /* Through the gateway, whose connection broke: the gateway went
+       * (killed, its node lost) or the agent did. Not replayed anywhere. */
+      snprintf(msg, sizeof(msg), "the connection through the cluster's gateway broke while the command ran (%.200s); "
+               "whether the command finished is unknown, and it was not run again",
+               resp->error ? resp->error : op->end_message);
+      r.err = FR_EXEC_AGENT_DIED;
+    } else {
+      snprintf(msg, sizeof(msg), "%s (%d %.200s); whether the command finished is unknown",
+               healthy ? "the sandbox's agent stopped while the command ran (killed by code in the sandbox, or "
+                         "crashed)"
+                       : "the sandbox's agent stream ended before the exit status",
+               resp->status, resp->error ? resp->error : op->end_message);
+      r.err = healthy ? FR_EXEC_AGENT_DIED : FR_EXEC_UNAVAILABLE;
+    }
     r.message = msg;
-  } else if (op->cl->gw_client != NULL && resp->status != 404 &&
-             (resp->status == 0 || agent__gateway_error(op->cl, resp, code, sizeof(code)))) {
+  } else if (op->via >= 0 && resp->status != 404 &&
+             (resp->status == 0 || agent__gateway_error(op->via, resp, code, sizeof(code)))) {
     /* Through the cluster's gateway, which was not reached or refused the
-     * call: nothing ran. Not replayed through pods/exec (the API server
-     * stays off the data path); the caller may retry. */
-    if (resp->status == 0 ? resp->attempts > 0 : resp->status == 503)
-      cluster__report(op->cl, 0);
-    else
-      cluster__report(op->cl, 1);
+     * call (its breaker heard of it above; the cluster's does not): not
+     * replayed through pods/exec, as it may have run when the connection
+     * broke after the request left; the caller may retry. */
     if (resp->status == 0)
       snprintf(msg, sizeof(msg), "cannot reach the cluster's gateway: %.300s", resp->error ? resp->error : "no answer");
     else
@@ -502,7 +524,7 @@ static int start_agent(struct exec_op *op, int port) {
   o.on_data = on_agent_data;
   op->start_ms = uv_now(op->cl->loop);
   rc = agent__send(op->cl, op->pod, port, 0, "POST", "/process.Process/Start", 0, "application/connect+json",
-                  op->agent_body, op->agent_body_len, &o, on_agent_done, op, NULL);
+                  op->agent_body, op->agent_body_len, &o, on_agent_done, op, NULL, &op->via);
   explicit_bzero(header, sizeof(header));
   return rc;
 }
@@ -529,6 +551,7 @@ int exec__run(struct cluster *cl, const char *pod_name, const struct fr_exec_spe
   op->cl = cl;
   op->cb = cb;
   op->arg = arg;
+  op->via = GWPATH_PICK;
   op->timeout_s = spec->timeout_s;
   op->max_output = spec->max_output;
   op->budget = spec->budget;

@@ -160,6 +160,7 @@ struct rest_io {
   unsigned drain_due : 1, resume_due : 1; /* work for the io timer (next loop turn) */
   unsigned budget_wait : 1;           /* paused_recv because the loop turn's budget ran out */
   int retries, retry_after_s, refreshed, waiting, zombie;
+  int not_sent;                       /* the last attempt's connection never opened (fr_kube_response) */
   char errbuf[CURL_ERROR_SIZE];       /* CURLOPT_ERRORBUFFER: must be this big */
 };
 
@@ -614,6 +615,7 @@ static void finish(struct rest_call *rc, int status, const char *error) {
   resp.body = status != 0 && io != NULL && io->resp.data != NULL ? io->resp.data : "";
   resp.body_len = status != 0 && io != NULL ? io->resp.len : 0;
   resp.attempts = rc->attempts;
+  resp.not_sent = status == 0 && (rc->attempts == 0 || (io != NULL && io->not_sent));
   resp.retry_after_s = io != NULL ? io->retry_after_s : 0;
   resp.elapsed_ms = io != NULL ? io->elapsed_ms : 0;
   resp.headers = status != 0 && io != NULL && io->hdrs.data != NULL ? io->hdrs.data : "";
@@ -1139,6 +1141,15 @@ static int transport_retryable(CURLcode rc) {
   }
 }
 
+/* A transfer that failed with <rc> never had a connection to send on:
+ * no name, no TCP connection, no TLS session (a handshake that failed, a
+ * server certificate refused). Not one byte of the request left this
+ * process. */
+static int transport_not_sent(CURLcode rc) {
+  return rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_RESOLVE_PROXY || rc == CURLE_COULDNT_CONNECT ||
+         rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_PEER_FAILED_VERIFICATION;
+}
+
 /* The call keeps its slot while it backs off: a retry never queues again
  * behind calls that came after it. */
 static void schedule_retry(struct rest_call *rc, const char *why) {
@@ -1188,6 +1199,7 @@ static void on_transfer_done(struct rest_call *rc, CURLcode result) {
      * 127.0.0.1 port 6443 after 0 ms: Connection refused"). */
     snprintf(text, sizeof(text), "%s", io->errbuf[0] ? io->errbuf : curl_easy_strerror(result));
     rtrim(text);
+    io->not_sent = transport_not_sent(result);
     if (can_retry && transport_retryable(result)) {
       io->retry_after_s = 0;
       schedule_retry(rc, text);

@@ -1,6 +1,6 @@
 /* porttunnel.c - an upgrade to a port a sandbox serves (WebSocket and any
- * other HTTP/1.1 Upgrade), through the cluster's gateway when it has one,
- * else its pod proxy, on a connection of its own (fr_kube_tunnel_start(),
+ * other HTTP/1.1 Upgrade), through the cluster's gateway while one of its
+ * URLs is healthy, else its pod proxy, on a connection of its own (fr_kube_tunnel_start(),
  * kube_tunnel.c); the path is built by upstream.c as for every other port
  * request. No state of its own.
  */
@@ -20,7 +20,7 @@ int porttunnel__start(struct cluster *cl, const char *pod_name, int port, const 
   const struct fr_pod *pod;
   struct fr_kube_tunnel_opts ko;
   char path[4096];
-  int agent, rc;
+  int agent, rc, gw;
 
   if (out != NULL)
     *out = NULL;
@@ -37,9 +37,12 @@ int porttunnel__start(struct cluster *cl, const char *pod_name, int port, const 
     return -EHOSTDOWN;
   ko = *o;
   ko.target = path;
-  if (cl->gw_client != NULL) {
-    /* Through the cluster's gateway, signed, none of the cluster's
-     * credentials (docs/gateway.md, "The router's side"). */
+  if ((gw = gwpath__pick(cl->gw)) >= 0) {
+    /* Through the cluster's gateway (a URL whose breaker is closed),
+     * signed, none of the cluster's credentials (docs/gateway.md, "The
+     * router's side"). A tunnel neither feeds the breaker nor is sent
+     * again elsewhere: the calls around it do the first, and its caller
+     * holds the tunnel it started. */
     char *headers;
 
     if (upstream_gw_port_path(path, sizeof(path), cl->ns, pod_name, port, o->target) != 0)
@@ -47,7 +50,7 @@ int porttunnel__start(struct cluster *cl, const char *pod_name, int port, const 
     if ((headers = agent__gateway_headers(cl, pod_name, port, o->headers)) == NULL)
       return -ENOMEM;
     ko.headers = headers;
-    rc = fr_kube_tunnel_start(cl->gw_client, &ko, out);
+    rc = fr_kube_tunnel_start(gwpath__client(cl->gw, gw), &ko, out);
     free(headers); /* the head is built from a copy */
     if (rc == 0)
       cl->path_calls[CLUSTER_PATH_GATEWAY]++;

@@ -431,7 +431,7 @@ static const char *const queue_keys[] = {"max_wait_s", "max_sandboxes", "exec_wa
 static const char *const network_keys[] = {"allow_internet", "allow_out", "deny_out", NULL};
 static const char *const cluster_keys[] = {"name", "region", "kubeconfig", "context", "in_cluster",
                                            "namespace", "cost", "gateway", NULL};
-static const char *const gateway_keys[] = {"url", "ca_file", "key_file", NULL};
+static const char *const gateway_keys[] = {"url", "urls", "ca_file", "key_file", NULL};
 static const char *const cost_keys[] = {"per_core_hour", "per_gib_hour", "per_gpu_hour", "node_hour",
                                         "sandboxes_per_node", NULL};
 static const char *const hosted_keys[] = {"per_core_second", "per_gib_second", NULL};
@@ -551,37 +551,75 @@ static int check_gateway_url(struct loader *l, const config_setting_t *s, const 
   return 0;
 }
 
-/* A cluster's `gateway` group. */
+/* One URL of a cluster's `gateway` group, checked, added to <cl>. */
+static int add_gateway_url(struct loader *l, const config_setting_t *s, const char *url,
+                           struct fr_config_cluster *cl) {
+  size_t i;
+  int rc;
+
+  if ((rc = check_gateway_url(l, s, url)) < 0)
+    return rc;
+  for (i = 0; i < cl->gateway_nurls; i++)
+    if (strcmp(cl->gateway_urls[i], url) == 0)
+      return bad(l, s, "\"%s\" is listed twice: each URL once (the router keeps the health of each)", url);
+  if ((cl->gateway_urls[cl->gateway_nurls] = strdup(url)) == NULL)
+    return oom(l);
+  cl->gateway_nurls++;
+  return 0;
+}
+
+/* A cluster's `gateway` group: `url` (one) or `urls` (a list). */
 static int load_gateway(struct loader *l, const config_setting_t *cluster, struct fr_config_cluster *cl) {
-  const config_setting_t *g, *s;
+  const config_setting_t *g, *s, *list;
   const char *url;
   char *path = NULL;
-  int rc;
+  size_t i;
+  int rc, n;
 
   if ((rc = get_group(l, cluster, "gateway", &g)) < 0 || g == NULL)
     return rc;
-  if ((rc = check_keys(l, g, gateway_keys)) < 0 ||
-      (rc = get_string(l, g, "url", 1, "the gateway's https:// URL, e.g. \"https://fedrouter-gateway.fedrouter.svc:443\"",
-                       &url, &s)) < 0 ||
-      (rc = check_gateway_url(l, s, url)) < 0)
+  if ((rc = check_keys(l, g, gateway_keys)) < 0)
     return rc;
-  if ((cl->gateway_url = strdup(url)) == NULL)
-    return oom(l);
+  list = config_setting_get_member(g, "urls");
+  if (list != NULL && config_setting_get_member(g, "url") != NULL)
+    return bad(l, list, "give either url (one gateway URL) or urls (a list of them), not both");
+  if (list != NULL) {
+    if (!config_setting_is_array(list) && !config_setting_is_list(list))
+      return bad(l, list, "expected a list of the gateway's https:// URLs ([\"https://gw-a:443\", "
+                 "\"https://gw-b:443\"]), got %s", type_name(config_setting_type(list)));
+    n = config_setting_length(list);
+    if (n < 1 || n > FR_CONFIG_GATEWAY_URLS_MAX)
+      return bad(l, list, "%d URLs; give 1 to %d", n, FR_CONFIG_GATEWAY_URLS_MAX);
+    for (i = 0; i < (size_t)n; i++) {
+      s = config_setting_get_elem(list, (unsigned)i);
+      if ((url = config_setting_get_string(s)) == NULL)
+        return bad(l, s, "expected a string (a gateway URL, e.g. \"https://fedrouter-gateway.fedrouter.svc:443\"), "
+                   "got %s", type_name(config_setting_type(s)));
+      if ((rc = add_gateway_url(l, s, url, cl)) < 0)
+        return rc;
+    }
+  } else if ((rc = get_string(l, g, "url", 1, "the gateway's https:// URL, e.g. "
+                              "\"https://fedrouter-gateway.fedrouter.svc:443\" (or urls = [...] for several)",
+                              &url, &s)) < 0 ||
+             (rc = add_gateway_url(l, s, url, cl)) < 0) {
+    return rc;
+  }
   if ((rc = get_path(l, g, "ca_file", 0, NULL, &cl->gateway_ca_file, &s)) < 0)
     return rc;
   if (cl->gateway_ca_file != NULL) {
     FILE *f;
     char buf[4096];
-    size_t n;
-    if (strncmp(url, "http://", 7) == 0)
-      return bad(l, s, "ca_file verifies an https:// gateway; \"%s\" is plain http", url);
+    size_t nb;
+    for (i = 0; i < cl->gateway_nurls; i++)
+      if (strncmp(cl->gateway_urls[i], "http://", 7) == 0)
+        return bad(l, s, "ca_file verifies an https:// gateway; \"%s\" is plain http", cl->gateway_urls[i]);
     if ((rc = check_readable(l, s, cl->gateway_ca_file)) < 0)
       return rc;
     f = fopen(cl->gateway_ca_file, "rb");
-    n = f != NULL ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    nb = f != NULL ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
     if (f != NULL)
       fclose(f);
-    buf[n] = '\0';
+    buf[nb] = '\0';
     if (strstr(buf, "-----BEGIN CERTIFICATE-----") == NULL)
       return bad(l, s, "%s holds no PEM certificate (-----BEGIN CERTIFICATE-----): the CA of the gateway's "
                  "certificate", cl->gateway_ca_file);
@@ -590,7 +628,7 @@ static int load_gateway(struct loader *l, const config_setting_t *cluster, struc
                      "with (the first of its --key-file ring)", &path, &s)) < 0)
     return rc;
   rc = read_key(l, s, path, "the gateway key", &cl->gateway_key, &cl->gateway_key_len);
-  free(path);
+  cl->gateway_key_file = path;
   return rc;
 }
 
@@ -1647,9 +1685,16 @@ static int check_restart_only(struct loader *l, const config_setting_t *root, co
                      a->in_cluster != b->in_cluster || !str_same(a->ns, b->ns),
                  path, "a cluster's name, region, kubeconfig, context, in_cluster or namespace (its cost reloads)");
       snprintf(path, sizeof(path), "clusters.[%zu].gateway", i);
-      RESTART_IF(!str_same(a->gateway_url, b->gateway_url) || !str_same(a->gateway_ca_file, b->gateway_ca_file) ||
-                     !bytes_same(a->gateway_key, a->gateway_key_len, b->gateway_key, b->gateway_key_len),
-                 path, "a cluster's gateway (url, ca_file or key)");
+      {
+        /* The key file's content is not compared: the adapter re-reads it
+         * itself when it changes (docs/gateway.md, "Rotating the key"). */
+        int same = a->gateway_nurls == b->gateway_nurls && str_same(a->gateway_ca_file, b->gateway_ca_file) &&
+                   str_same(a->gateway_key_file, b->gateway_key_file);
+        size_t u;
+        for (u = 0; same && u < a->gateway_nurls; u++)
+          same = str_same(a->gateway_urls[u], b->gateway_urls[u]);
+        RESTART_IF(!same, path, "a cluster's gateway (url or urls, ca_file or key_file's path)");
+      }
     }
   }
 #undef RESTART_IF
@@ -1675,13 +1720,16 @@ static void config_free(struct fr_config *c) {
   free(c->files);
   free(c->tenants);
   for (i = 0; i < c->nclusters; i++) {
+    size_t k;
     free(c->clusters[i].name);
     free(c->clusters[i].region);
     free(c->clusters[i].kubeconfig);
     free(c->clusters[i].context);
     free(c->clusters[i].ns);
-    free(c->clusters[i].gateway_url);
+    for (k = 0; k < c->clusters[i].gateway_nurls; k++)
+      free(c->clusters[i].gateway_urls[k]);
     free(c->clusters[i].gateway_ca_file);
+    free(c->clusters[i].gateway_key_file);
     if (c->clusters[i].gateway_key != NULL)
       explicit_bzero(c->clusters[i].gateway_key, c->clusters[i].gateway_key_len);
     free(c->clusters[i].gateway_key);

@@ -547,11 +547,12 @@ int main(int argc, char **argv) {
     return 1;
   for (i = 0; i < r.cfg->nclusters; i++) {
     const struct fr_config_cluster *cc = &r.cfg->clusters[i];
-    struct fr_adapter_gateway gw = {cc->gateway_url, cc->gateway_ca_file, cc->gateway_key, cc->gateway_key_len};
+    struct fr_adapter_gateway gw = {(const char *const *)cc->gateway_urls, cc->gateway_nurls, cc->gateway_ca_file,
+                                    cc->gateway_key, cc->gateway_key_len, cc->gateway_key_file};
     struct fr_adapter_opts ao = {cc->name, cc->region, cc->kubeconfig, cc->context, cc->ns,
                                  r.cfg->agent_image != NULL ? &r.agent : NULL, r.cfg->gpu_resource,
                                  r.cfg->batch_commit_timeout_s, r.cfg->run_as_user, cc->in_cluster,
-                                 cc->gateway_url != NULL ? &gw : NULL};
+                                 cc->gateway_nurls > 0 ? &gw : NULL};
     char err[768];
     if (fr_adapter_new(r.loop, &ao, &r.adapters[i], err, sizeof(err)) != 0) {
       fprintf(stderr, "fedrouter: cluster \"%s\": %s\n", r.cfg->clusters[i].name, err);

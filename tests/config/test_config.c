@@ -993,22 +993,47 @@ START_TEST(config_gateway_group_is_loaded) {
               "  { name = \"b\"; region = \"us\"; kubeconfig = \"b.kc\"; },\n"
               "  { name = \"c\"; region = \"us\"; kubeconfig = \"c.kc\";\n"
               "    gateway = { url = \"http://127.0.0.1:9443\"; key_file = \"gw.key\"; }; } );\n");
-  ck_assert_str_eq(c->clusters[0].gateway_url, "https://gw.example.svc:8443");
+  ck_assert_uint_eq(c->clusters[0].gateway_nurls, 1);
+  ck_assert_str_eq(c->clusters[0].gateway_urls[0], "https://gw.example.svc:8443");
+  PATHF(want, "%s/gw.key", realtmp);
+  ck_assert_str_eq(c->clusters[0].gateway_key_file, want);
   PATHF(want, "%s/gw-ca.pem", realtmp);
   ck_assert_str_eq(c->clusters[0].gateway_ca_file, want);
   ck_assert_uint_eq(c->clusters[0].gateway_key_len, 36); /* the trailing newline is not part of it */
   ck_assert_int_eq(memcmp(c->clusters[0].gateway_key, GW_KEY, 36), 0);
-  ck_assert_ptr_null(c->clusters[1].gateway_url);
+  ck_assert_uint_eq(c->clusters[1].gateway_nurls, 0);
   ck_assert_ptr_null(c->clusters[1].gateway_key);
-  ck_assert_str_eq(c->clusters[2].gateway_url, "http://127.0.0.1:9443");
+  ck_assert_ptr_null(c->clusters[1].gateway_key_file);
+  ck_assert_uint_eq(c->clusters[2].gateway_nurls, 1);
+  ck_assert_str_eq(c->clusters[2].gateway_urls[0], "http://127.0.0.1:9443");
   ck_assert_ptr_null(c->clusters[2].gateway_ca_file);
+  fr_config_unref(c);
+}
+END_TEST
+
+/* `urls`: several URLs of one gateway, in order. */
+START_TEST(config_gateway_urls_are_loaded_in_order) {
+  struct fr_config *c;
+
+  gateway_files();
+  c = load_ok(GW_CLUSTER("  gateway = { urls = [\"https://gw-a:8443\", \"https://gw-b:8443\", \"https://[::1]:9\"];\n"
+                         "              ca_file = \"gw-ca.pem\"; key_file = \"gw.key\"; };"));
+  ck_assert_uint_eq(c->clusters[0].gateway_nurls, 3);
+  ck_assert_str_eq(c->clusters[0].gateway_urls[0], "https://gw-a:8443");
+  ck_assert_str_eq(c->clusters[0].gateway_urls[1], "https://gw-b:8443");
+  ck_assert_str_eq(c->clusters[0].gateway_urls[2], "https://[::1]:9");
+  ck_assert_uint_eq(c->clusters[0].gateway_key_len, 36);
+  fr_config_unref(c);
+  /* A list (parentheses) is taken as well as an array. */
+  c = load_ok(GW_CLUSTER("  gateway = { urls = (\"http://127.0.0.1:1\", \"http://127.0.0.2:1\"); key_file = \"gw.key\"; };"));
+  ck_assert_uint_eq(c->clusters[0].gateway_nurls, 2);
   fr_config_unref(c);
 }
 END_TEST
 
 static const struct err_case gw_err_cases[] = {
     {"gateway_unknown_key", GW_CLUSTER("  gateway = { url = \"https://gw\"; key_file = \"gw.key\"; ca = \"x\"; };"), 4,
-     "clusters.[0].gateway.ca: unknown key (known keys here: url, ca_file, key_file)"},
+     "clusters.[0].gateway.ca: unknown key (known keys here: url, urls, ca_file, key_file)"},
     {"gateway_not_a_group", GW_CLUSTER("  gateway = \"https://gw\";"), 4, "gateway"},
     {"gateway_url_missing", GW_CLUSTER("  gateway = { key_file = \"gw.key\"; };"), 4, "url: missing"},
     {"gateway_url_ftp", GW_CLUSTER("  gateway = { url = \"ftp://gw\"; key_file = \"gw.key\"; };"), 4,
@@ -1040,6 +1065,27 @@ static const struct err_case gw_err_cases[] = {
      "cannot read"},
     {"gateway_key_short", GW_CLUSTER("  gateway = { url = \"https://gw\"; key_file = \"short.key\"; };"), 4,
      "the gateway key needs 32 to 4096"},
+    {"gateway_url_and_urls",
+     GW_CLUSTER("  gateway = { url = \"https://gw\"; urls = [\"https://gw2\"]; key_file = \"gw.key\"; };"), 4,
+     "give either url (one gateway URL) or urls (a list of them), not both"},
+    {"gateway_urls_empty", GW_CLUSTER("  gateway = { urls = []; key_file = \"gw.key\"; };"), 4, "0 URLs; give 1 to 8"},
+    {"gateway_urls_too_many",
+     GW_CLUSTER("  gateway = { urls = [\"https://a\", \"https://b\", \"https://c\", \"https://d\", \"https://e\",\n"
+                "  \"https://f\", \"https://g\", \"https://h\", \"https://i\"]; key_file = \"gw.key\"; };"),
+     4, "9 URLs; give 1 to 8"},
+    {"gateway_urls_not_a_list", GW_CLUSTER("  gateway = { urls = \"https://gw\"; key_file = \"gw.key\"; };"), 4,
+     "expected a list of the gateway's https:// URLs"},
+    {"gateway_urls_not_strings", GW_CLUSTER("  gateway = { urls = [1, 2]; key_file = \"gw.key\"; };"), 4,
+     "expected a string (a gateway URL"},
+    {"gateway_urls_duplicate",
+     GW_CLUSTER("  gateway = { urls = [\"https://gw-a\",\n \"https://gw-a\"]; key_file = \"gw.key\"; };"), 5,
+     "\"https://gw-a\" is listed twice"},
+    {"gateway_urls_one_bad",
+     GW_CLUSTER("  gateway = { urls = [\"https://gw-a\",\n \"https://gw-b/x\"]; key_file = \"gw.key\"; };"), 5,
+     "no path (the router adds /v1/proxy/...)"},
+    {"gateway_urls_ca_with_plain_http",
+     GW_CLUSTER("  gateway = { urls = [\"https://gw-a\", \"http://127.0.0.1:80\"]; ca_file = \"gw-ca.pem\";\n"
+                "  key_file = \"gw.key\"; };"), 4, "ca_file verifies an https:// gateway; \"http://127.0.0.1:80\" is plain http"},
 };
 
 START_TEST(config_gateway_error_is_rejected_with_message_and_line) {
@@ -1068,11 +1114,25 @@ START_TEST(config_reload_refuses_a_gateway_change) {
   write_file("t.conf", GW_CLUSTER("  gateway = { url = \"https://gw2\"; key_file = \"gw.key\"; };"), path, sizeof(path));
   ck_assert_int_eq(fr_config_load_next(path, running, &next, &err), -EINVAL);
   ck_assert_ptr_null(next);
-  ck_assert_msg(strstr(err.msg, "a cluster's gateway (url, ca_file or key) changed") != NULL, "message: %s", err.msg);
+  ck_assert_msg(strstr(err.msg, "a cluster's gateway (url or urls, ca_file or key_file's path) changed") != NULL,
+                "message: %s", err.msg);
+  /* A second URL is a change too. */
+  write_file("t.conf", GW_CLUSTER("  gateway = { urls = [\"https://gw\", \"https://gw2\"]; key_file = \"gw.key\"; };"),
+             path, sizeof(path));
+  ck_assert_int_eq(fr_config_load_next(path, running, &next, &err), -EINVAL);
   write_file("t.conf", MINIMAL, path, sizeof(path));
   ck_assert_int_eq(fr_config_load_next(path, running, &next, &err), -EINVAL);
-  write_file("t.conf", GW_CLUSTER("  gateway = { url = \"https://gw\"; key_file = \"gw.key\"; };"), path, sizeof(path));
+  /* `urls` with the one URL is the same gateway as `url`. */
+  write_file("t.conf", GW_CLUSTER("  gateway = { urls = [\"https://gw\"]; key_file = \"gw.key\"; };"), path, sizeof(path));
   ck_assert_int_eq(fr_config_load_next(path, running, &next, &err), 0);
+  fr_config_unref(next);
+  next = NULL;
+  /* The key file's content changed (a rotation): not a restart, the
+   * router re-reads the file by itself; other edits still reload. */
+  write_file("gw.key", "fedcba9876543210fedcba9876543210-new\n", path, sizeof(path));
+  write_file("t.conf", GW_CLUSTER("  gateway = { url = \"https://gw\"; key_file = \"gw.key\"; };"), path, sizeof(path));
+  ck_assert_msg(fr_config_load_next(path, running, &next, &err) == 0, "a rotated key refused the reload: %s", err.msg);
+  ck_assert_int_eq(memcmp(next->clusters[0].gateway_key, "fedcba9876543210fedcba9876543210-new", 36), 0);
   fr_config_unref(next);
   fr_config_unref(running);
 }
@@ -1362,6 +1422,7 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, config_kubeconfig_need_not_exist_at_load);
   tcase_add_test(tc, config_in_cluster_needs_no_kubeconfig);
   tcase_add_test(tc, config_gateway_group_is_loaded);
+  tcase_add_test(tc, config_gateway_urls_are_loaded_in_order);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("snapshot");

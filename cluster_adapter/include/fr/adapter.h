@@ -53,13 +53,17 @@ struct fr_adapter_agent {
 
 /* The cluster's fedrouter-gateway (docs/gateway.md): every call to a
  * sandbox's agent or ports but /init goes to it instead of the API
- * server's pod proxy, signed with <key> (Fr-Gateway-Auth) and without the
- * cluster's credentials. */
+ * server's pod proxy while one of its URLs is healthy, signed with <key>
+ * (Fr-Gateway-Auth) and without the cluster's credentials. */
+#define FR_ADAPTER_GATEWAY_URLS_MAX 8
 struct fr_adapter_gateway {
-  const char *url;          /* "https://host[:port]" (or "http://" on loopback), no path */
+  const char *const *urls;  /* 1 to FR_ADAPTER_GATEWAY_URLS_MAX of "https://host[:port]" (or "http://"
+                               on loopback), no path: tried round-robin, each with its own breaker */
+  size_t nurls;
   const char *ca_file;      /* PEM of the CA of the gateway's certificate; NULL: system roots */
   const void *key;          /* the signing key (the first of the gateway's ring) */
   size_t key_len;
+  const char *key_file;     /* where <key> came from, re-read when it changes; NULL: never */
 };
 
 struct fr_adapter_opts {
@@ -680,8 +684,9 @@ void fr_agent_call_cancel(struct fr_agent_call *c);
  * trimmed into <out>; 0, or -ENOENT / -ENOSPC. */
 int fr_agent_header(const char *headers, const char *name, char *out, size_t cap);
 /* 1 if sandbox pod <pod> has an agent this router can reach. */
-/* The data path of the cluster's agent calls: "gateway" when it has one,
- * else "pod-proxy". */
+/* The data path new agent calls of the cluster take now: "gateway" when
+ * it has one with a healthy URL, else "pod-proxy" (no gateway, or every
+ * URL's breaker open: docs/gateway.md, "When the gateway is down"). */
 const char *fr_adapter_data_path(const struct fr_adapter *a);
 /* Agent and sandbox port calls sent so far through the gateway and through
  * the API server's pod proxy (/init included). */

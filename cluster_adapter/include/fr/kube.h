@@ -63,6 +63,10 @@ struct fr_kube_response {
   const char *body;             /* NUL-terminated ("" when none); valid during the callback */
   size_t body_len;
   int attempts;                 /* 1 + retries done; 0: never sent (expired in the queue) */
+  int not_sent;                 /* status 0 and not one byte of the request left this process:
+                                   never sent, or the last attempt found no connection (name not
+                                   resolved, TCP connect refused or failed, TLS handshake failed or
+                                   the server's certificate refused) */
   int retry_after_s;            /* from the last response, 0 if absent */
   double elapsed_ms;            /* last attempt, request to last byte */
   const char *headers;          /* FR_KUBE_STREAM calls: the final answer's header lines

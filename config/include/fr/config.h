@@ -35,7 +35,7 @@
  *                  namespace = "default";
  *                  cost = { per_core_hour = 0.0316; per_gib_hour = 0.0042; per_gpu_hour = 2.48; }; },
  *                { name = "home"; region = "us"; in_cluster = true;   # the router's own cluster
- *                  gateway = { url = "https://fedrouter-gateway.fedrouter.svc:443";
+ *                  gateway = { urls = ["https://gw-a.example:443", "https://gw-b.example:443"]; # or url = "..."
  *                              ca_file = "gw-ca.pem"; key_file = "gw.key"; }; } );
  *   hosted = { per_core_second = 0.00003942; per_gib_second = 0.00000672; };  # optional
  *   metrics = { prometheus_url = "http://prometheus:9090"; history_step_s = 10; };  # optional
@@ -110,6 +110,9 @@ struct fr_config_tenant {
 
 /* What a default tenant Secret name ends with. */
 #define FR_SECRET_SUFFIX "-sandbox-secrets"
+/* A cluster's gateway group names at most this many URLs (replicas or
+ * load balancers of the one gateway Deployment). */
+#define FR_CONFIG_GATEWAY_URLS_MAX 8
 /* The Secret of the loopback-only router (no tenants). */
 #define FR_LOCAL_SECRET "fedrouter-sandbox-secrets"
 
@@ -140,11 +143,14 @@ struct fr_config_cluster {
   char *ns;                /* namespace for sandboxes, default "default" */
   struct fr_config_cost cost;
   /* `gateway` group: the cluster's fedrouter-gateway (docs/gateway.md),
-   * which every agent call but /init then goes to. gateway_url NULL: none,
-   * the API server's pod proxy. */
-  char *gateway_url;       /* "https://host[:port]" ("http://" only for a loopback host), no path */
+   * which every agent call but /init then goes to while one of its URLs is
+   * healthy. gateway_nurls 0: none, the API server's pod proxy. */
+  char *gateway_urls[FR_CONFIG_GATEWAY_URLS_MAX]; /* "https://host[:port]" ("http://" only for a
+                                                     loopback host), no path; distinct */
+  size_t gateway_nurls;    /* `url` (one) or `urls` (1 to FR_CONFIG_GATEWAY_URLS_MAX) */
   char *gateway_ca_file;   /* absolute path of a PEM bundle, or NULL (system roots) */
-  unsigned char *gateway_key; /* the signing key (a secret) */
+  char *gateway_key_file;  /* absolute path of the key file (re-read by the adapter when it changes) */
+  unsigned char *gateway_key; /* the signing key at load time (a secret) */
   size_t gateway_key_len;
 };
 
