@@ -16,12 +16,15 @@
 #include <stddef.h>
 
 #include "fr/adapter_types.h"
+#include "slab.h"
 #include "strmap.h"
 
 struct podstore {
   struct fr_pod **slots;    /* linear probing, NULL = empty; cap is a power of 2 */
   size_t cap, n;
   struct strmap strings;    /* interned string -> v.n[0] reference count */
+  struct slab slab;         /* the records: pages that go back to the system when their last record
+                               is released, so a mass delete gives the memory back (slab.h) */
   const char *gpu_resource; /* counted into fr_pod.gpus (borrowed); NULL = "nvidia.com/gpu" */
 };
 
