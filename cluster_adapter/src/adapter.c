@@ -177,6 +177,17 @@ void fr_adapter_data_path_calls(const struct fr_adapter *a, uint64_t *gateway, u
   *pod_proxy = a->cl.path_calls[CLUSTER_PATH_POD_PROXY];
 }
 
+void fr_adapter_cache_stats(const struct fr_adapter *a, struct fr_adapter_cache_stats *out) {
+  size_t names;
+
+  out->pods = a->cl.pods.n;
+  out->table_slots = a->cl.pods.cap;
+  out->reaper_entries = names = 0;
+  if (a->sb != NULL)
+    sandbox__due_stats(a->sb, &out->reaper_entries, &names);
+  out->record_bytes = a->cl.pods.slab.npages * SLAB_PAGE + names;
+}
+
 void fr_adapter_set_api_observer(struct fr_adapter *a, fr_adapter_api_observer_cb cb, void *arg) {
   fr_kube_client_set_observer(a->cl.client, cb, arg);
 }

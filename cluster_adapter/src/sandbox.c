@@ -1620,6 +1620,11 @@ void sandbox__stop(struct sandboxes *sb) {
   }
 }
 
+void sandbox__due_stats(const struct sandboxes *sb, size_t *entries, size_t *name_bytes) {
+  *entries = sb->ndue;
+  *name_bytes = sb->due_names.npages * SLAB_PAGE;
+}
+
 void sandbox__free(struct sandboxes *sb) {
   if (sb == NULL)
     return;
