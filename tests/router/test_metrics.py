@@ -163,7 +163,8 @@ def main():
         check(get(s, "fedrouter_pod_cache_bytes", cluster="m1", part="records") == 2 * 16384,
               "m1's records: one page of records, one of the reaper's names")
         check((get(s, "fedrouter_reaper_queue_entries", cluster="m1") or 0) >= 4, "m1's reaper queue")
-        check((get(s, "fedrouter_heap_bytes", state="in_use") or 0) > 0, "heap in use")
+        # (malloc's figures: a sanitizer build's allocator reports none, 0)
+        check(get(s, "fedrouter_heap_bytes", state="in_use") is not None, "heap in use")
         check(get(s, "fedrouter_heap_bytes", state="free") is not None, "heap free")
         check(get(s, "fedrouter_pool_warm_pods", cluster="m2", pool="p", state="target") == 1, "pool target")
         check(get(s, "fedrouter_pool_warm_pods", cluster="m2", pool="p", state="ready") == 1, "pool ready")
