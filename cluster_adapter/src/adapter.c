@@ -20,8 +20,8 @@
  *   cluster.c   client, informers, pod cache, health and breaker, pools,
  *               counts, warm sets, capacity and reservations
  *      v
- *   kube.c, kube_exec.c, kubecreds.c, informer.c, podstore.c, strmap.c,
- *   podopts.c, upstream.c
+ *   kube.c, kube_exec.c, kubecreds.c, informer.c, podstore.c, slab.c,
+ *   strmap.c, podopts.c, upstream.c
  *
  * What cluster.c must tell the layers above (a sandbox pod changed, the
  * breaker opened) reaches them through the hooks this file sets, never
