@@ -4,8 +4,9 @@
  *
  * A pod as a jansson tree costs ~7.5 KB even slimmed (11 objects, 35
  * pairs, 21 strings, 104 allocations); the record is ~250 bytes with its
- * names, in one allocation, so 1,000,000 sandboxes fit in a router of a
- * few hundred MiB. Strings
+ * names, in one slot of the store's slab (slab.h: pages that go back to
+ * the system when emptied, so a mass delete returns the memory), so
+ * 1,000,000 sandboxes fit in a router of a few hundred MiB. Strings
  * that repeat across pods (tenant, pool, state, node, reason) are interned
  * once per cluster.
  */
