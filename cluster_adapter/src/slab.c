@@ -167,7 +167,8 @@ void *slab_alloc(struct slab *s, size_t size) {
   return p;
 }
 
-/* The region holding <p>, or NULL (then malloc made it). */
+/* The region holding <p>, or NULL (then malloc made it). A walk of the
+ * regions: a 50,000-pod cluster's records fill about four. */
 static struct slab_region *region_of(const struct slab *s, const void *p) {
   uintptr_t base = (uintptr_t)p & ~(uintptr_t)(SLAB_REGION - 1);
   struct slab_region *r;
