@@ -20,8 +20,8 @@
  *   cluster.c   client, informers, pod cache, health and breaker, pools,
  *               counts, warm sets, capacity and reservations
  *      v
- *   kube.c, kube_exec.c, kubecreds.c, informer.c, podstore.c, strmap.c,
- *   podopts.c, upstream.c
+ *   kube.c, kube_exec.c, kubecreds.c, informer.c, podstore.c, slab.c,
+ *   strmap.c, podopts.c, upstream.c
  *
  * What cluster.c must tell the layers above (a sandbox pod changed, the
  * breaker opened) reaches them through the hooks this file sets, never
@@ -175,6 +175,17 @@ const char *fr_adapter_data_path(const struct fr_adapter *a) {
 void fr_adapter_data_path_calls(const struct fr_adapter *a, uint64_t *gateway, uint64_t *pod_proxy) {
   *gateway = a->cl.path_calls[CLUSTER_PATH_GATEWAY];
   *pod_proxy = a->cl.path_calls[CLUSTER_PATH_POD_PROXY];
+}
+
+void fr_adapter_cache_stats(const struct fr_adapter *a, struct fr_adapter_cache_stats *out) {
+  size_t names;
+
+  out->pods = a->cl.pods.n;
+  out->table_slots = a->cl.pods.cap;
+  out->reaper_entries = names = 0;
+  if (a->sb != NULL)
+    sandbox__due_stats(a->sb, &out->reaper_entries, &names);
+  out->record_bytes = a->cl.pods.slab.npages * SLAB_PAGE + names;
 }
 
 void fr_adapter_set_api_observer(struct fr_adapter *a, fr_adapter_api_observer_cb cb, void *arg) {

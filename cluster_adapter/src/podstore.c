@@ -149,7 +149,8 @@ static char *put_str(char *at, char **dst, const char *str, size_t len) {
   return at + len;
 }
 
-/* One allocation per record: the struct, then its strings (name, name
+/* One allocation per record (from the store's slab: slab.h says why not
+ * malloc): the struct, then its strings (name, name
  * label, other labels, env, secrets, unschedulable message). Four
  * allocations of their own cost ~90 bytes more a pod in malloc headers and
  * rounding (1M sandboxes: ~90 MB), and four more malloc/free pairs on
@@ -197,7 +198,7 @@ struct fr_pod *podstore_parse(struct podstore *s, json_t *pod) {
   lenv = env != NULL ? strlen(env) + 1 : 0;
   lsec = secrets != NULL ? strlen(secrets) + 1 : 0;
   luns = unsched != NULL ? strlen(unsched) + 1 : 0;
-  p = oom ? NULL : malloc(sizeof(*p) + lname + lsb + other.len + lenv + lsec + luns);
+  p = oom ? NULL : slab_alloc(&s->slab, sizeof(*p) + lname + lsb + other.len + lenv + lsec + luns);
   if (p == NULL) {
     tmp.name = NULL; /* nothing of the block to free */
     podstore_release_strings(s, &tmp);
@@ -233,7 +234,7 @@ void podstore_release(struct podstore *s, struct fr_pod *p) {
    * put): one still in it would be freed under the cache. */
   FR_ASSERT(s->cap == 0 || podstore_get(s, p->name) != p);
   podstore_release_strings(s, p);
-  free(p); /* its strings are in the same block */
+  slab_free(&s->slab, p); /* its strings are in the same block */
 }
 
 const char *fr_pod_label(const struct fr_pod *p, const char *key) {
@@ -332,6 +333,7 @@ void podstore_free(struct podstore *s) {
   }
   free(s->slots);
   strmap_close(&s->strings);
+  slab_close(&s->slab);
   memset(s, 0, sizeof(*s));
 }
 

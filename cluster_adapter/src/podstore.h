@@ -4,8 +4,9 @@
  *
  * A pod as a jansson tree costs ~7.5 KB even slimmed (11 objects, 35
  * pairs, 21 strings, 104 allocations); the record is ~250 bytes with its
- * names, in one allocation, so 1,000,000 sandboxes fit in a router of a
- * few hundred MiB. Strings
+ * names, in one slot of the store's slab (slab.h: pages that go back to
+ * the system when emptied, so a mass delete returns the memory), so
+ * 1,000,000 sandboxes fit in a router of a few hundred MiB. Strings
  * that repeat across pods (tenant, pool, state, node, reason) are interned
  * once per cluster.
  */
@@ -16,12 +17,15 @@
 #include <stddef.h>
 
 #include "fr/adapter_types.h"
+#include "slab.h"
 #include "strmap.h"
 
 struct podstore {
   struct fr_pod **slots;    /* linear probing, NULL = empty; cap is a power of 2 */
   size_t cap, n;
   struct strmap strings;    /* interned string -> v.n[0] reference count */
+  struct slab slab;         /* the records: pages that go back to the system when their last record
+                               is released, so a mass delete gives the memory back (slab.h) */
   const char *gpu_resource; /* counted into fr_pod.gpus (borrowed); NULL = "nvidia.com/gpu" */
 };
 

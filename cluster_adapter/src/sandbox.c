@@ -49,6 +49,7 @@
 #include "fr/util.h"
 #include "podopts.h"
 #include "egress.h"
+#include "slab.h"
 #include "upstream.h"
 #include "workspace.h"
 
@@ -80,6 +81,7 @@ struct sandboxes {
   uv_timer_t *reaper;
   struct reap_due *due;          /* min-heap by time: when each sandbox is due for reaping */
   size_t ndue, due_cap;
+  struct slab due_names;         /* the entries' pod names (not malloc: slab.h says why) */
   int stopping;
 };
 
@@ -1355,9 +1357,27 @@ static void due_swap(struct reap_due *h, size_t i, size_t j) {
   h[j] = t;
 }
 
+/* An entry's pod name: one per sandbox, made while the sandboxes are
+ * created and all freed when they are terminated, so from pages of their
+ * own, which then go back to the system; on malloc's heap they would leave
+ * it in holes (the names a rebuild makes after a terminate land in those
+ * holes and keep their pages resident). */
+static char *name_dup(struct sandboxes *sb, const char *name) {
+  size_t n = strlen(name) + 1;
+  char *d = slab_alloc(&sb->due_names, n);
+
+  if (d != NULL)
+    memcpy(d, name, n);
+  return d;
+}
+
+static void name_free(struct sandboxes *sb, char *name) {
+  slab_free(&sb->due_names, name);
+}
+
 static void due_clear(struct sandboxes *sb) {
   while (sb->ndue > 0)
-    free(sb->due[--sb->ndue].pod);
+    name_free(sb, sb->due[--sb->ndue].pod);
 }
 
 /* Adds <pod> (taken: freed here when it cannot go in) due at <at>. */
@@ -1370,7 +1390,7 @@ static void due_insert(struct sandboxes *sb, char *pod, int64_t at) {
     size_t cap = sb->due_cap ? sb->due_cap * 2 : 256;
     struct reap_due *n = realloc(sb->due, cap * sizeof(*n));
     if (n == NULL) {
-      free(pod);
+      name_free(sb, pod);
       return;
     }
     sb->due = n;
@@ -1383,7 +1403,7 @@ static void due_insert(struct sandboxes *sb, char *pod, int64_t at) {
 }
 
 static void due_push(struct sandboxes *sb, const char *pod, int64_t at) {
-  due_insert(sb, strdup(pod), at);
+  due_insert(sb, name_dup(sb, pod), at);
 }
 
 /* Entries of sandboxes terminated early stay until they come due; when
@@ -1510,7 +1530,7 @@ static void on_reap(uv_timer_t *t) {
     pod = cluster__pod(sb->cl, d.pod);
     at = pod != NULL ? due_at(sb, pod) : -1;
     if (at < 0 || strmap_get(&sb->reaping, d.pod) != NULL) {
-      free(d.pod);
+      name_free(sb, d.pod);
       continue;
     }
     /* Not yet (a batch made progress since), or not known yet (a marker
@@ -1530,14 +1550,14 @@ static void on_reap(uv_timer_t *t) {
       FR_INFO("reaper", "%s: pausing %s (%s)", sb->cl->cc.name, d.pod, at > 0 ? "expired" : "finished");
       if (sandbox__pause(sb, d.pod, now + ttl, NULL, on_reaped, NULL) == 0)
         strmap_put(&sb->reaping, d.pod, NULL);
-      free(d.pod);
+      name_free(sb, d.pod);
       continue;
     }
     FR_INFO("reaper", "%s: deleting %s (%s)", sb->cl->cc.name, d.pod,
             uncommitted ? "its batch was never committed" : at > 0 ? "expired" : "finished");
     if (sandbox__delete(sb, d.pod, NULL, on_reaped, NULL) == 0)
       strmap_put(&sb->reaping, d.pod, NULL);
-    free(d.pod);
+    name_free(sb, d.pod);
   }
   commit__sweep(sb->cm);
   workspace__sweep(sb->ws);
@@ -1600,6 +1620,11 @@ void sandbox__stop(struct sandboxes *sb) {
   }
 }
 
+void sandbox__due_stats(const struct sandboxes *sb, size_t *entries, size_t *name_bytes) {
+  *entries = sb->ndue;
+  *name_bytes = sb->due_names.npages * SLAB_PAGE;
+}
+
 void sandbox__free(struct sandboxes *sb) {
   if (sb == NULL)
     return;
@@ -1609,6 +1634,7 @@ void sandbox__free(struct sandboxes *sb) {
   strmap_close(&sb->deleting);
   strmap_close(&sb->abandoned);
   free(sb->due);
+  slab_close(&sb->due_names);
   free(sb->reaper); /* NULL once sandbox__stop() closed it */
   free(sb);
 }

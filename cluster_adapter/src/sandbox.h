@@ -36,6 +36,9 @@ void sandbox__stop(struct sandboxes *sb);
 /* After sandbox__stop() and once no call of the cluster's client can
  * answer any more (the client is freed). Accepts NULL. */
 void sandbox__free(struct sandboxes *sb);
+/* The reaper's queue: its entries, and the bytes of the pages holding
+ * their pod names (fr_adapter_cache_stats). */
+void sandbox__due_stats(const struct sandboxes *sb, size_t *entries, size_t *name_bytes);
 
 /* The cluster's hooks. Every change of the sandbox pod cache (cluster.h,
  * struct cluster_hooks): wakes the creates waiting for their pods, moves

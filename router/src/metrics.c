@@ -1,6 +1,9 @@
 /* metrics.c - counters, histograms and the /metrics exposition. */
 #include <errno.h>
 #include <inttypes.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,6 +259,40 @@ static void render_gauges(struct router *r, struct fr_buf *b, int all_pools) {
     gauge(b, "fedrouter_cluster_sandboxes", views[i].name, views[i].region, NULL, NULL, NULL, NULL,
           (double)views[i].sandboxes);
   }
+  /* One walk per family: the text format wants a family's samples together. */
+  {
+    struct fr_adapter_cache_stats *cs = calloc(r->nadapters ? r->nadapters : 1, sizeof(*cs));
+    if (cs != NULL) {
+      for (i = 0; i < r->nadapters; i++)
+        fr_adapter_cache_stats(r->adapters[i], &cs[i]);
+      head(b, "fedrouter_pod_cache_pods", "gauge", "Pod records in the cluster's sandbox pod cache.");
+      for (i = 0; i < r->nadapters; i++)
+        gauge(b, "fedrouter_pod_cache_pods", views[i].name, NULL, NULL, NULL, NULL, NULL, (double)cs[i].pods);
+      head(b, "fedrouter_pod_cache_bytes", "gauge",
+           "Memory of the sandbox pod cache: its hash table, and the pages of its records and the reaper's names.");
+      for (i = 0; i < r->nadapters; i++) {
+        gauge(b, "fedrouter_pod_cache_bytes", views[i].name, NULL, "part", "table", NULL, NULL,
+              (double)cs[i].table_slots * (double)sizeof(void *));
+        gauge(b, "fedrouter_pod_cache_bytes", views[i].name, NULL, "part", "records", NULL, NULL,
+              (double)cs[i].record_bytes);
+      }
+      head(b, "fedrouter_reaper_queue_entries", "gauge", "Entries of the reaper's due-time queue.");
+      for (i = 0; i < r->nadapters; i++)
+        gauge(b, "fedrouter_reaper_queue_entries", views[i].name, NULL, NULL, NULL, NULL, NULL,
+              (double)cs[i].reaper_entries);
+      free(cs);
+    }
+  }
+#ifdef __GLIBC__
+  {
+    /* In use vs free in malloc's heap: free memory that stays resident
+     * after a burst is fragmentation, not a leak (docs/benchmarks.md). */
+    struct mallinfo2 mi = mallinfo2();
+    head(b, "fedrouter_heap_bytes", "gauge", "malloc's heap: bytes in use and bytes free inside it.");
+    gauge(b, "fedrouter_heap_bytes", NULL, NULL, "state", "in_use", NULL, NULL, (double)(mi.uordblks + mi.hblkhd));
+    gauge(b, "fedrouter_heap_bytes", NULL, NULL, "state", "free", NULL, NULL, (double)mi.fordblks);
+  }
+#endif
   head(b, "fedrouter_pool_warm_pods", "gauge", "Warm pool depth: ready unclaimed pods and the target.");
   for (i = 0; i < r->nadapters; i++) {
     for (k = 0; k < views[i].npools; k++) {

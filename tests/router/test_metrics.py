@@ -154,6 +154,18 @@ def main():
             check(total == 16, f"{name} total slots of 1 cpu / 2 GiB on 2 nodes of 8 cpu / 32 GiB: {total}")
             check(free == by[name]["slots"][0]["free"], f"{name} free slots gauge vs /v1/clusters: {free}")
         check(get(s, "fedrouter_cluster_sandboxes", cluster="m1", region="us") == 4, "m1 holds the 4 sandboxes")
+        # The sandbox pod cache: m1 holds the 4 sandboxes, m2 the pool's pod;
+        # their records fill part of one page each, the tables their first 64
+        # slots; the reaper has a due time for each of m1's sandboxes.
+        check(get(s, "fedrouter_pod_cache_pods", cluster="m1") == 4, "m1's pod cache holds the 4 sandboxes")
+        check(get(s, "fedrouter_pod_cache_pods", cluster="m2") == 1, "m2's pod cache holds the pool's pod")
+        check(get(s, "fedrouter_pod_cache_bytes", cluster="m1", part="table") == 64 * 8, "m1's table: 64 slots")
+        check(get(s, "fedrouter_pod_cache_bytes", cluster="m1", part="records") == 2 * 16384,
+              "m1's records: one page of records, one of the reaper's names")
+        check((get(s, "fedrouter_reaper_queue_entries", cluster="m1") or 0) >= 4, "m1's reaper queue")
+        # (malloc's figures: a sanitizer build's allocator reports none, 0)
+        check(get(s, "fedrouter_heap_bytes", state="in_use") is not None, "heap in use")
+        check(get(s, "fedrouter_heap_bytes", state="free") is not None, "heap free")
         check(get(s, "fedrouter_pool_warm_pods", cluster="m2", pool="p", state="target") == 1, "pool target")
         check(get(s, "fedrouter_pool_warm_pods", cluster="m2", pool="p", state="ready") == 1, "pool ready")
         check(get(s, "fedrouter_creates_total", cluster="m1", tenant="t1", outcome="ok", start="cold") == 4,

@@ -691,6 +691,15 @@ const char *fr_adapter_data_path(const struct fr_adapter *a);
 /* Agent and sandbox port calls sent so far through the gateway and through
  * the API server's pod proxy (/init included). */
 void fr_adapter_data_path_calls(const struct fr_adapter *a, uint64_t *gateway, uint64_t *pod_proxy);
+/* What the cluster's sandbox pod cache holds (metrics: after a mass
+ * terminate every figure comes back down). */
+struct fr_adapter_cache_stats {
+  size_t pods;           /* records in the cache (sandboxes and pool pods, terminating ones too) */
+  size_t table_slots;    /* slots of its hash table (8 bytes each) */
+  size_t record_bytes;   /* pages holding the records and the reaper's pod names */
+  size_t reaper_entries; /* the reaper's due-time queue */
+};
+void fr_adapter_cache_stats(const struct fr_adapter *a, struct fr_adapter_cache_stats *out);
 int fr_adapter_pod_has_agent(struct fr_adapter *a, const struct fr_pod *pod);
 /* The access token of sandbox pod <pod> (64 hex + NUL): what the agent
  * checks, and what E2B clients get as envdAccessToken. -EINVAL without an
