@@ -19,7 +19,7 @@
 #include "metrics.h"
 #include "promq.h"
 #include "router.h"
-#include "routes.h"
+#include "route_types.h"
 #include "tenants.h"
 
 /* The rings: every step, every 24 steps, every 168 steps. */

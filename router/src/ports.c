@@ -42,7 +42,7 @@
 #include "porttunnel.h"
 #include "router.h"
 #include "tenants.h"
-#include "routes.h"
+#include "route_types.h"
 
 /* The longest short id: "<5-digit port>-" in front still fits 63. */
 #define SHORT_ID_MAX 57
@@ -362,7 +362,7 @@ int ports_host(struct api_req *q) {
     allowed = 1;
   } else if (fr_http_req_header(q->req, "Authorization") != NULL) {
     /* The owner's own token works too (curl -H "Authorization: Bearer"). */
-    const char *t = api_tenant_of_bearer(q->r, q->req);
+    const char *t = router_tenant_of_bearer(q->r, q->req);
     allowed = t != NULL && strcmp(t, pod->tenant) == 0;
   }
   if (!allowed) {

@@ -1,11 +1,11 @@
-/* e2b.h - what the files of the E2B-compatible endpoint share (docs/e2b.md).
+/* e2b_internal.h - what the files of the E2B-compatible endpoint share (docs/e2b.md).
  * Private to router/src. Calls run one way: e2b.c (the route handlers: the
  * control API, and e2b_begin before every /e2b route) -> e2b_relay.c (calls
  * into a sandbox: envd's services and its other ports) -> e2b_answer.c
  * (E2B's JSON shapes and the checks both use), which calls neither.
  */
-#ifndef FR_ROUTER_E2B_H
-#define FR_ROUTER_E2B_H
+#ifndef FR_ROUTER_E2B_INTERNAL_H
+#define FR_ROUTER_E2B_INTERNAL_H
 
 #include <stddef.h>
 

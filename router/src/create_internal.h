@@ -1,12 +1,12 @@
-/* create.h - what the files of a create share (create.c: the request;
+/* create_internal.h - what the files of a create share (create.c: the request;
  * create_try.c: its tries from the queue, the plan and the batch;
  * create_answer.c: its answers and its end). Private to router/src.
  *
  * Calls run one way: create.c -> create_try.c -> create_answer.c; the
  * answers call neither of the others.
  */
-#ifndef FR_ROUTER_CREATE_H
-#define FR_ROUTER_CREATE_H
+#ifndef FR_ROUTER_CREATE_INTERNAL_H
+#define FR_ROUTER_CREATE_INTERNAL_H
 
 #include <stdint.h>
 
