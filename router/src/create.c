@@ -20,7 +20,7 @@
  *
  * This file is the request: the body checked, the create set up and handed
  * to the queue (or explained). Its tries are create_try.c's, its answers
- * create_answer.c's (create_internal.h).
+ * create_answer.c's (create_answer.h, create_try.h).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -39,7 +39,8 @@
 #include "fr/util.h"
 #include "api.h"
 #include "batch.h"
-#include "create_internal.h"
+#include "create_answer.h"
+#include "create_try.h"
 #include "history.h"
 #include "metrics.h"
 #include "queue.h"

@@ -1,7 +1,7 @@
 /* create_answer.c - the answers of a create (POST /v1/sandboxes) and its
  * end: 201 with what was made, the refusal of its last try, 499 when the
  * client left (what was made goes), and the create's free. Calls no other
- * file of the create (create_internal.h).
+ * file of the create (create_answer.h, create_try.h).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -20,7 +20,7 @@
 #include "fr/util.h"
 #include "api.h"
 #include "batch.h"
-#include "create_internal.h"
+#include "create_answer.h"
 #include "history.h"
 #include "metrics.h"
 #include "queue.h"

@@ -1,4 +1,4 @@
-/* create_try.c - a create's tries (create_internal.h): the queue (queue.c) calls
+/* create_try.c - a create's tries (create_answer.h, create_try.h): the queue (queue.c) calls
  * try_start() at once and again whenever room may have freed; a try checks
  * the tenant's limits, asks the policy for a plan over a fresh snapshot of
  * the clusters and runs it as a batch (batch.c), whose hooks count, record
@@ -21,7 +21,8 @@
 #include "fr/util.h"
 #include "api.h"
 #include "batch.h"
-#include "create_internal.h"
+#include "create_answer.h"
+#include "create_try.h"
 #include "history.h"
 #include "metrics.h"
 #include "queue.h"

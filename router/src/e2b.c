@@ -20,7 +20,7 @@
  *
  * This file holds the route handlers of the control API and e2b_begin,
  * which every /e2b route passes first; the relays into a sandbox are
- * e2b_relay.c's, the JSON shapes e2b_answer.c's (e2b_internal.h).
+ * e2b_relay.c's, the JSON shapes e2b_answer.c's (e2b_answer.h, e2b_relay.h).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -39,7 +39,8 @@
 #include "fr/urlsafe.h"
 #include "fr/util.h"
 #include "api.h"
-#include "e2b_internal.h"
+#include "e2b_answer.h"
+#include "e2b_relay.h"
 #include "router.h"
 #include "route_types.h"
 #include "tenants.h"

@@ -1,4 +1,4 @@
-/* e2b_answer.c - the E2B endpoint's answers (e2b_internal.h): sandboxes, running
+/* e2b_answer.c - the E2B endpoint's answers (e2b_answer.h, e2b_relay.h): sandboxes, running
  * and paused, in E2B's JSON shapes, e2b_shape() which turns every answer
  * of /e2b (errors included) into what the SDK reads, and the checks that
  * both the control API and the relays make. Calls no other E2B file.
@@ -20,7 +20,7 @@
 #include "fr/urlsafe.h"
 #include "fr/util.h"
 #include "api.h"
-#include "e2b_internal.h"
+#include "e2b_answer.h"
 #include "router.h"
 #include "route_types.h"
 #include "tenants.h"

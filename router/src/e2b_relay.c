@@ -1,4 +1,4 @@
-/* e2b_relay.c - calls into a sandbox through the E2B endpoint (e2b_internal.h):
+/* e2b_relay.c - calls into a sandbox through the E2B endpoint (e2b_answer.h, e2b_relay.h):
  * envd's Connect services, /files, /health and /envs relayed as they are
  * to the sandbox's fedrouter-agent (data_proxy), and calls to its other
  * ports (ports.c). The sandbox's access token (X-Access-Token) proves the
@@ -22,7 +22,8 @@
 #include "fr/urlsafe.h"
 #include "fr/util.h"
 #include "api.h"
-#include "e2b_internal.h"
+#include "e2b_answer.h"
+#include "e2b_relay.h"
 #include "router.h"
 #include "route_types.h"
 #include "tenants.h"

@@ -1,12 +1,13 @@
-/* create_internal.h - what the files of a create share (create.c: the request;
+/* create_answer.h - a create in progress (struct create) and its answers
+ * (create_answer.c): what the files of a create share (create.c: the request;
  * create_try.c: its tries from the queue, the plan and the batch;
  * create_answer.c: its answers and its end). Private to router/src.
  *
  * Calls run one way: create.c -> create_try.c -> create_answer.c; the
  * answers call neither of the others.
  */
-#ifndef FR_ROUTER_CREATE_INTERNAL_H
-#define FR_ROUTER_CREATE_INTERNAL_H
+#ifndef FR_ROUTER_CREATE_ANSWER_H
+#define FR_ROUTER_CREATE_ANSWER_H
 
 #include <stdint.h>
 
@@ -16,6 +17,7 @@
 #include "queue.h"
 
 struct api_req;
+struct router;
 struct batch;
 struct fr_egress;
 struct fr_plan;
@@ -92,15 +94,5 @@ json_t *create_no_room_body(struct router *r, const struct fr_plan *plan, const 
                             int ncands);
 /* The answer should it give up now (<body> taken). */
 void create_set_refusal(struct create *cr, int status, json_t *body);
-
-/* ---- create_try.c: a try from the queue ---- */
-
-/* The policy's plan for <count> sandboxes of <cr>; *<states> (freed by
- * the caller) and *<pol> (a reference the caller drops) set even on
- * failure. 0 or a negative errno. */
-int create_make_plan(struct create *cr, int64_t count, struct fr_plan *plan, struct fr_cluster_state **states,
-                     struct fr_policy **pol);
-/* A create's operations in the queue (try, expire). */
-extern const struct queue_entry_ops create_queue_ops;
 
 #endif

@@ -1,11 +1,11 @@
-/* e2b_internal.h - what the files of the E2B-compatible endpoint share (docs/e2b.md).
- * Private to router/src. Calls run one way: e2b.c (the route handlers: the
+/* e2b_answer.h - the E2B endpoint's answers (e2b_answer.c), which its
+ * other files share (docs/e2b.md). Private to router/src. Calls run one way: e2b.c (the route handlers: the
  * control API, and e2b_begin before every /e2b route) -> e2b_relay.c (calls
  * into a sandbox: envd's services and its other ports) -> e2b_answer.c
  * (E2B's JSON shapes and the checks both use), which calls neither.
  */
-#ifndef FR_ROUTER_E2B_INTERNAL_H
-#define FR_ROUTER_E2B_INTERNAL_H
+#ifndef FR_ROUTER_E2B_ANSWER_H
+#define FR_ROUTER_E2B_ANSWER_H
 
 #include <stddef.h>
 
@@ -40,11 +40,5 @@ json_t *e2b_shape(struct api_req *q, int *status, json_t *body);
 int e2b_admitted(struct api_req *q);
 /* Answers 501 not_supported for <what>. */
 void e2b_not_supported(struct api_req *q, const char *what);
-
-/* ---- e2b_relay.c ---- */
-
-/* E2B's call to port <port_text> of sandbox <id> other than envd's, by
- * <tenant> (NULL: the access or traffic token alone proves it); answers. */
-void e2b_port_relay(struct api_req *q, const char *id, const char *tenant, const char *port_text);
 
 #endif
