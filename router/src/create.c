@@ -342,7 +342,7 @@ static void create_gone(struct api_req *q, void *arg) {
   (void)q;
   if (queue_waiting(&cr->qe)) {
     queue_remove(q->r, &cr->qe);
-    create_end_unwanted(cr);
+    create__end_unwanted(cr);
   }
 }
 
@@ -354,7 +354,7 @@ static void explain(struct create *cr) {
   struct fr_policy *pol = NULL;
   json_t *out;
 
-  if (create_make_plan(cr, cr->n, &plan, &states, &pol) != 0) {
+  if (create__make_plan(cr, cr->n, &plan, &states, &pol) != 0) {
     api_oom(q);
   } else {
     out = json_pack("{s:{s:s,s:s},s:{s:s,s:s?,s:s,s:b,s:i},s:o}", "policy", "source", fr_policy_source(pol),
@@ -372,7 +372,7 @@ static void explain(struct create *cr) {
   fr_plan_free(&plan);
   free(states);
   fr_policy_unref(pol);
-  create_free(cr);
+  create__free(cr);
 }
 
 /* Ready to be placed: explained, or handed to the queue. */
@@ -384,19 +384,19 @@ static void go(struct create *cr) {
     return;
   }
   cr->t0_ms = uv_now(r->loop);
-  cr->qe.ops = &create_queue_ops;
+  cr->qe.ops = &create__queue_ops;
   cr->qe.ts = cr->ts;
   cr->qe.want = cr->npending;
   cr->qe.deadline_ms = cr->wait_s > 0 ? cr->t0_ms + (uint64_t)cr->wait_s : 0;
   if (cr->ts == NULL) {
     api_fail(cr->q, 503, "out_of_memory", "the request has no tenant record", NULL);
-    create_free(cr);
+    create__free(cr);
     return;
   }
   /* Tried at once; <cr> may be answered and gone when this returns. */
   if (queue_add(r, &cr->qe, 0, 1) != 0) {
     api_oom(cr->q);
-    create_free(cr);
+    create__free(cr);
   }
 }
 
@@ -408,12 +408,12 @@ static void on_secrets(int status, json_t *body, void *arg) {
   if (q->req == NULL) {
     json_decref(body);
     api_reply(q, 499, NULL, NULL);
-    create_free(cr);
+    create__free(cr);
     return;
   }
   if (status != 0) {
     api_reply(q, status, body, NULL);
-    create_free(cr);
+    create__free(cr);
     return;
   }
   go(cr);
@@ -474,7 +474,7 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain_only, int e
   if (cr == NULL)
     goto oom;
   cr->q = q;
-  q->refs++; /* <q> outlives its answer until create_free() (created_drop) */
+  q->refs++; /* <q> outlives its answer until create__free() (created_drop) */
   cr->ts = tenant_ref(q->ts);
   cr->explain = explain_only;
   snprintf(cr->name, sizeof(cr->name), "%s", s.name);
@@ -576,7 +576,7 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain_only, int e
    * names, else all): one without a key it names cannot host it. */
   if ((use = calloc(r->nadapters ? r->nadapters : 1, sizeof(*use))) == NULL) {
     api_oom(q);
-    create_free(cr);
+    create__free(cr);
     return;
   }
   for (i = 0; i < r->nadapters; i++) {
@@ -592,6 +592,6 @@ oom:
   api_oom(q);
 out:
   if (cr != NULL)
-    create_free(cr);
+    create__free(cr);
   json_decref(j);
 }

@@ -29,7 +29,7 @@
 #include "tenants.h"
 #include "workspaces.h"
 
-void create_uncount(struct create *cr) {
+void create__uncount(struct create *cr) {
   if (cr->ts != NULL) {
     cr->ts->creating -= cr->counted;
     cr->ts->creating_cpu_m -= cr->counted_cpu_m;
@@ -48,11 +48,11 @@ static void created_drop(struct api_req *q) {
     cb(q, NULL, q->created_arg);
 }
 
-void create_free(struct create *cr) {
-  /* Any end but create_answer_made(): a fork's or restore_from's copy (waiting
+void create__free(struct create *cr) {
+  /* Any end but create__answer_made(): a fork's or restore_from's copy (waiting
    * on q->created_cb) will not happen. */
   created_drop(cr->q);
-  create_uncount(cr);
+  create__uncount(cr);
   if (queue_waiting(&cr->qe))
     queue_remove(cr->q->r, &cr->qe);
   secrets_fetch_free(cr->sf); /* its values go before the batch that borrows them... */
@@ -80,7 +80,7 @@ void create_free(struct create *cr) {
 /* <n> sandboxes of the create of <q> for <pool> were not made. A
  * tenant's own pool counts as "_private": /metrics may be open, and the
  * name is that tenant's business. */
-void create_count_failed(struct api_req *q, const char *pool, int pool_private, int64_t n) {
+void create__count_failed(struct api_req *q, const char *pool, int pool_private, int64_t n) {
   struct fr_buf l;
 
   if (n <= 0)
@@ -128,7 +128,7 @@ static json_t *placement_json(const struct create *cr) {
 
 /* The answer with what was made (all of it, or with partial_ok what could
  * be), and the end of the create. */
-void create_answer_made(struct create *cr) {
+void create__answer_made(struct create *cr) {
   struct api_req *q = cr->q;
   json_t *ans;
   struct fr_buf note;
@@ -141,7 +141,7 @@ void create_answer_made(struct create *cr) {
   if (q->req != NULL)
     router_note(q->req, "placement", note.data ? note.data : "");
   fr_buf_free(&note);
-  create_count_failed(q, cr->pool, cr->pool_private, cr->n - (int64_t)json_array_size(cr->made));
+  create__count_failed(q, cr->pool, cr->pool_private, cr->n - (int64_t)json_array_size(cr->made));
   ans = json_pack("{s:O,s:o}", "sandboxes", cr->made, "placement", placement_json(cr));
   if (q->created_cb != NULL && ans != NULL) {
     /* A fork's or restore_from's copy runs first; it answers. */
@@ -151,12 +151,12 @@ void create_answer_made(struct create *cr) {
   } else {
     api_reply(q, 201, ans, NULL);
   }
-  create_free(cr);
+  create__free(cr);
 }
 
 /* Nothing to answer (the client left): what was made and committed goes,
  * since nobody can learn its ids. */
-void create_end_unwanted(struct create *cr) {
+void create__end_unwanted(struct create *cr) {
   struct router *r = cr->q->r;
   json_t *sb;
   size_t i;
@@ -172,27 +172,27 @@ void create_end_unwanted(struct create *cr) {
       fr_adapter_sandbox_delete(a, dot + 1, cr->q->rid, NULL, NULL);
   }
   api_reply(cr->q, 499, NULL, NULL);
-  create_free(cr);
+  create__free(cr);
 }
 
 /* Gives up: with partial_ok and something made, that; else the refusal
  * of its last try (<why>: the router is stopping). */
-void create_give_up(struct create *cr, const char *why) {
+void create__give_up(struct create *cr, const char *why) {
   struct api_req *q = cr->q;
   json_t *body;
   char msg[400];
 
   if (q->req == NULL) {
-    create_end_unwanted(cr);
+    create__end_unwanted(cr);
     return;
   }
   if (cr->partial_ok && json_array_size(cr->made) > 0) {
-    create_answer_made(cr);
+    create__answer_made(cr);
     return;
   }
   if (why != NULL) {
     api_fail(q, 503, "shutting_down", why, "Retry-After: 1\r\n");
-    create_free(cr);
+    create__free(cr);
     return;
   }
   /* It may not wait: the queue holds as much as it may. */
@@ -201,7 +201,7 @@ void create_give_up(struct create *cr, const char *why) {
              "(max_queued_sandboxes %" PRId64 "); this create does not fit now and may not wait", q->tenant,
              queue_sandboxes(q->r, cr->ts), cr->ts->max_queued_sandboxes);
     api_reply(q, 429, api_limit_body(msg, "max_queued_sandboxes"), "Retry-After: 10\r\n");
-    create_free(cr);
+    create__free(cr);
     return;
   }
   if (cr->qe.overflow == QO_FULL) {
@@ -209,7 +209,7 @@ void create_give_up(struct create *cr, const char *why) {
              "%" PRId64 "); this create does not fit now and may not wait", queue_sandboxes(q->r, NULL),
              q->cfg->queue_max_sandboxes);
     api_fail(q, 503, "queue_full", msg, "Retry-After: 10\r\n");
-    create_free(cr);
+    create__free(cr);
     return;
   }
   if (cr->refusal == NULL) {
@@ -226,14 +226,14 @@ void create_give_up(struct create *cr, const char *why) {
     json_object_set_new(json_object_get(body, "error"), "waited_s",
                         json_real((double)(uv_now(q->r->loop) - cr->t0_ms) / 1000.0));
   if (cr->refusal_status == 503)
-    create_count_failed(q, cr->pool, cr->pool_private, cr->n);
+    create__count_failed(q, cr->pool, cr->pool_private, cr->n);
   api_reply(q, cr->refusal_status, body, cr->refusal_status == 429 ? "Retry-After: 10\r\n" : "Retry-After: 5\r\n");
-  create_free(cr);
+  create__free(cr);
 }
 
 /* 503 no_capacity with every cluster's reason: the federation's free
  * capacity cannot hold what the create asks now. */
-json_t *create_no_room_body(struct router *r, const struct fr_plan *plan, const struct fr_cluster_state *states,
+json_t *create__no_room_body(struct router *r, const struct fr_plan *plan, const struct fr_cluster_state *states,
                             int ncands) {
   json_t *body = api_err_body("no_capacity", ncands == 0 ? "no cluster can take this request"
                                                          : "the federation does not have room for the whole batch");
@@ -262,7 +262,7 @@ json_t *create_no_room_body(struct router *r, const struct fr_plan *plan, const 
 
 /* The answer should it give up now; its code and message (and the
  * shortfall) say in GET /v1/queue why it waits. */
-void create_set_refusal(struct create *cr, int status, json_t *body) {
+void create__set_refusal(struct create *cr, int status, json_t *body) {
   json_t *err = json_object_get(body, "error");
   json_t *sf = json_object_get(err, "shortfall"), *limit = json_object_get(err, "limit");
 

@@ -77,22 +77,22 @@ struct create {
 /* ---- create_answer.c: answers and the end of a create ---- */
 
 /* Gives back what <cr> counted in its tenant's `creating`. */
-void create_uncount(struct create *cr);
+void create__uncount(struct create *cr);
 /* Frees <cr> and everything it holds (NULL-safe parts), dropping its
  * place in the queue and its reference on the request. */
-void create_free(struct create *cr);
+void create__free(struct create *cr);
 /* Counts <n> sandboxes of <q>'s create for <pool> as not made. */
-void create_count_failed(struct api_req *q, const char *pool, int pool_private, int64_t n);
+void create__count_failed(struct api_req *q, const char *pool, int pool_private, int64_t n);
 /* Answers what was made and ends <cr> (freed on return). */
-void create_answer_made(struct create *cr);
+void create__answer_made(struct create *cr);
 /* The client left: what was made goes; ends <cr> (freed on return). */
-void create_end_unwanted(struct create *cr);
+void create__end_unwanted(struct create *cr);
 /* Gives up (<why>: the router is stopping, else NULL); ends <cr>. */
-void create_give_up(struct create *cr, const char *why);
+void create__give_up(struct create *cr, const char *why);
 /* 503 no_capacity with every cluster's reason (a new reference). */
-json_t *create_no_room_body(struct router *r, const struct fr_plan *plan, const struct fr_cluster_state *states,
+json_t *create__no_room_body(struct router *r, const struct fr_plan *plan, const struct fr_cluster_state *states,
                             int ncands);
 /* The answer should it give up now (<body> taken). */
-void create_set_refusal(struct create *cr, int status, json_t *body);
+void create__set_refusal(struct create *cr, int status, json_t *body);
 
 #endif

@@ -34,7 +34,7 @@
 /* The policy's plan for <count> sandboxes of <cr> from a fresh snapshot of
  * the clusters; a cluster whose Secret lacks a key it asks for cannot
  * host it. <pol> gets a reference the caller drops. */
-int create_make_plan(struct create *cr, int64_t count, struct fr_plan *plan, struct fr_cluster_state **states,
+int create__make_plan(struct create *cr, int64_t count, struct fr_plan *plan, struct fr_cluster_state **states,
                      struct fr_policy **pol) {
   struct router *r = cr->q->r;
   const char **keys = NULL, **vals = NULL, **clusters = NULL;
@@ -229,7 +229,7 @@ static void on_batch_done(struct batch *b, void *arg) {
   struct router *r = q->r;
   int i, k, p;
 
-  create_uncount(cr);
+  create__uncount(cr);
   /* What it made joins the create's total, its numbers leave the pending. */
   for (k = 0; k < b->ncands; k++) {
     struct create_cl_total *t = &cr->cl[adapter_index(r, b->cands[k].a)];
@@ -263,17 +263,17 @@ static void on_batch_done(struct batch *b, void *arg) {
   queue_kick(r); /* its reservations went back: room for others, maybe */
 
   if (q->req == NULL) {
-    create_end_unwanted(cr);
+    create__end_unwanted(cr);
     return;
   }
   if (cr->npending == 0) {
-    create_answer_made(cr);
+    create__answer_made(cr);
     return;
   }
   if (cr->commit_error[0] == '\0' && wait_again(cr))
     return;
   if (cr->partial_ok && json_array_size(cr->made) > 0) {
-    create_answer_made(cr);
+    create__answer_made(cr);
     return;
   }
   {
@@ -290,9 +290,9 @@ static void on_batch_done(struct batch *b, void *arg) {
       json_object_set(json_object_get(body, "error"), "clusters", json_object_get(pl, "clusters"));
       json_object_set(json_object_get(body, "error"), "placement", pl);
     }
-    create_count_failed(q, cr->pool, cr->pool_private, cr->n);
+    create__count_failed(q, cr->pool, cr->pool_private, cr->n);
     api_reply(q, 503, body, "Retry-After: 5\r\n");
-    create_free(cr);
+    create__free(cr);
   }
 }
 
@@ -321,7 +321,7 @@ static enum queue_try try_start(struct queue_entry *e, int warm_only) {
   memset(&plan, 0, sizeof(plan));
   cr->tried = 1;
   if (q->req == NULL) {
-    create_end_unwanted(cr);
+    create__end_unwanted(cr);
     return QT_ENDED;
   }
   /* The tenant's own limits first: they hold back nobody else. */
@@ -333,12 +333,12 @@ static enum queue_try try_start(struct queue_entry *e, int warm_only) {
     else
       snprintf(msg, sizeof(msg), "tenant %s may hold what %s allows; this request would exceed that", q->tenant,
                limit);
-    create_set_refusal(cr, 429, api_limit_body(msg, limit));
+    create__set_refusal(cr, 429, api_limit_body(msg, limit));
     return QT_QUOTA;
   }
   count = cr->partial_ok && room < want ? room : want;
-  if (create_make_plan(cr, count, &plan, &states, &pol) != 0) {
-    create_set_refusal(cr, 503, api_err_body("out_of_memory", "the router is out of memory"));
+  if (create__make_plan(cr, count, &plan, &states, &pol) != 0) {
+    create__set_refusal(cr, 503, api_err_body("out_of_memory", "the router is out of memory"));
     goto out;
   }
   for (i = 0; i < plan.nentries; i++)
@@ -348,14 +348,14 @@ static enum queue_try try_start(struct queue_entry *e, int warm_only) {
       cold += plan.entries[i].count - (cr->pool != NULL ? plan.entries[i].warm : 0);
     }
   if (ncands == 0 || planned == 0 || (!cr->partial_ok && plan.shortfall > 0)) {
-    create_set_refusal(cr, 503, create_no_room_body(r, &plan, states, ncands));
+    create__set_refusal(cr, 503, create__no_room_body(r, &plan, states, ncands));
     goto out;
   }
   /* Behind a create held back for lack of room, only warm claims go (they
    * take a pool's ready pods, not the room it waits for). */
   if (warm_only && cold > 0) {
     if (!cr->partial_ok || planned - cold <= 0) {
-      create_set_refusal(cr, 503, api_err_body("no_capacity", "no room now: the room that frees goes first to creates "
+      create__set_refusal(cr, 503, api_err_body("no_capacity", "no room now: the room that frees goes first to creates "
                                                        "of tenants with a smaller share, waiting before this one"));
       goto out;
     }
@@ -368,7 +368,7 @@ static enum queue_try try_start(struct queue_entry *e, int warm_only) {
     planned = count;
   cr->b = batch_new(&cr->spec, cr->name, (int)planned, cr->partial_ok, (int)r->nadapters, &create_hooks, cr);
   if (cr->b == NULL) {
-    create_set_refusal(cr, 503, api_err_body("out_of_memory", "the router is out of memory"));
+    create__set_refusal(cr, 503, api_err_body("out_of_memory", "the router is out of memory"));
     goto out;
   }
   for (k = 0; k < (int)planned; k++)
@@ -433,8 +433,8 @@ out:
 }
 
 static void expire(struct queue_entry *e, const char *why) {
-  create_give_up(fr_container_of(e, struct create, qe), why);
+  create__give_up(fr_container_of(e, struct create, qe), why);
 }
 
-const struct queue_entry_ops create_queue_ops = {try_start, expire};
+const struct queue_entry_ops create__queue_ops = {try_start, expire};
 

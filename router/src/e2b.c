@@ -14,7 +14,7 @@
  * (<cluster>.<pod>) and the access token is the sandbox's HMAC token, which
  * every replica derives alike, so any replica serves any sandbox.
  *
- * Every answer of /e2b, errors included, goes through e2b_shape():
+ * Every answer of /e2b, errors included, goes through e2b__shape():
  * errors carry E2B's {"code":<status>,"message":...} (what the SDK reads)
  * next to fedrouter's {"error":{"code","message"}}.
  *
@@ -80,7 +80,7 @@ static void create(struct api_req *q) {
     v = json_object_get(b, refused[i]);
     if (v != NULL && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0)) {
       json_decref(b);
-      e2b_not_supported(q, strcmp(refused[i], "mcp") == 0 ? "MCP gateways" : "volume mounts");
+      e2b__not_supported(q, strcmp(refused[i], "mcp") == 0 ? "MCP gateways" : "volume mounts");
       return;
     }
   }
@@ -89,7 +89,7 @@ static void create(struct api_req *q) {
    * (autoPauseMemory true is refused: only the files are). */
   if (json_is_true(json_object_get(b, "autoPauseMemory"))) {
     json_decref(b);
-    e2b_not_supported(q, "keeping a paused sandbox's memory (onTimeout.keepMemory): only its files are kept");
+    e2b__not_supported(q, "keeping a paused sandbox's memory (onTimeout.keepMemory): only its files are kept");
     return;
   }
   /* The template names the config maps to pools (the SDKs' defaults:
@@ -119,14 +119,14 @@ static void create(struct api_req *q) {
   if (json_is_object(n) && ((v = json_object_get(n, "egressProxy")) != NULL && !json_is_null(v))) {
     json_decref(b);
     json_decref(v1);
-    e2b_not_supported(q, "an egress proxy (network.egressProxy)");
+    e2b__not_supported(q, "an egress proxy (network.egressProxy)");
     return;
   }
   if (json_is_object(n) && (v = json_object_get(n, "rules")) != NULL && !json_is_null(v) &&
       !(json_is_object(v) && json_object_size(v) == 0)) {
     json_decref(b);
     json_decref(v1);
-    e2b_not_supported(q, "per-host egress rules (network.rules)");
+    e2b__not_supported(q, "per-host egress rules (network.rules)");
     return;
   }
   net = json_object();
@@ -192,10 +192,10 @@ static void op_done(int status, const char *message, void *arg) {
              msg, status == 0 ? "Retry-After: 5\r\n" : NULL);
   } else if (!o->answer_sandbox) {
     api_reply(q, 204, NULL, NULL);
-  } else if (e2b_split_id(q->r, o->id, canon, sizeof(canon), cluster, sizeof(cluster), &pod) == 0 &&
+  } else if (e2b__split_id(q->r, o->id, canon, sizeof(canon), cluster, sizeof(cluster), &pod) == 0 &&
              (a = api_adapter(q->r, cluster)) != NULL &&
              (p = fr_adapter_pod(a, pod)) != NULL) {
-    json_t *j = e2b_sandbox_json(q->r, a, p, 1);
+    json_t *j = e2b__sandbox_json(q->r, a, p, 1);
     if (j != NULL && o->expires > 0)
       json_object_set_new(j, "endAt", api_time_json(o->expires));
     api_reply(q, 200, j, NULL);
@@ -246,7 +246,7 @@ static void set_timeout(struct api_req *q, const char *id, int connect) {
     return;
   /* E2B's connect only ever lengthens a running sandbox's life. */
   if (t == 0 || (connect && pod->expires_s >= fr_wall_ms() / 1000 + t)) {
-    api_reply(q, 200, e2b_sandbox_json(q->r, a, pod, 1), NULL);
+    api_reply(q, 200, e2b__sandbox_json(q->r, a, pod, 1), NULL);
     return;
   }
   if ((o = calloc(1, sizeof(*o))) == NULL) {
@@ -431,7 +431,7 @@ static void list(struct api_req *q) {
         snprintf(all[n].id, sizeof(all[n].id), "%s.%s", fr_adapter_name(a), w.pod);
         all[n].a = a;
         all[n].pod = NULL;
-        all[n++].paused = e2b_paused_json(q->r, a, &w);
+        all[n++].paused = e2b__paused_json(q->r, a, &w);
       }
       fr_workspace_clear(&w);
     }
@@ -474,7 +474,7 @@ static void list(struct api_req *q) {
       start++;
   arr = json_array();
   for (i = start; i < n && i < start + (size_t)limit; i++) {
-    json_array_append_new(arr, all[i].pod != NULL ? e2b_sandbox_json(q->r, all[i].a, all[i].pod, 0)
+    json_array_append_new(arr, all[i].pod != NULL ? e2b__sandbox_json(q->r, all[i].a, all[i].pod, 0)
                                                   : json_incref(all[i].paused));
   }
   hdr[0] = '\0';
@@ -532,19 +532,19 @@ int e2b_begin(struct api_req *q, const struct route *r) {
   const char *sid = fr_http_req_header(q->req, "E2b-Sandbox-Id"), *tenant;
   char what[300];
 
-  q->shape_cb = e2b_shape;
+  q->shape_cb = e2b__shape;
   if (authenticate(q, &tenant) != 0)
     return -1;
   if (sid != NULL) {
     const char *port = fr_http_req_header(q->req, "E2b-Sandbox-Port");
     if (port != NULL && strcmp(port, E2B_ENVD_PORT) != 0) {
-      e2b_port_relay(q, sid, tenant, port);
+      e2b__port_relay(q, sid, tenant, port);
       return -1; /* answered, now or later */
     }
     /* A call into a sandbox: its access token decides (in_sandbox). */
     if (!(r->flags & RF_E2B_SANDBOX)) {
       snprintf(what, sizeof(what), "inside a sandbox, %.200s", q->req->path + 4);
-      e2b_not_supported(q, what);
+      e2b__not_supported(q, what);
       return -1;
     }
     snprintf(q->tenant, sizeof(q->tenant), "%s", tenant != NULL ? tenant : "");
@@ -561,7 +561,7 @@ int e2b_begin(struct api_req *q, const struct route *r) {
   }
   api_set_tenant(q, tenant);
   router_note(q->req, "tenant", tenant);
-  return e2b_admitted(q) ? 0 : -1;
+  return e2b__admitted(q) ? 0 : -1;
 }
 
 void e2b_create(struct api_req *q, const struct route_params *p) {
@@ -580,12 +580,12 @@ void e2b_get(struct api_req *q, const struct route_params *p) {
   const struct fr_pod *pod;
 
   if (workspace_find_paused(q, p->id, &a, &w)) {
-    api_reply(q, 200, e2b_paused_json(q->r, a, &w), NULL);
+    api_reply(q, 200, e2b__paused_json(q->r, a, &w), NULL);
     fr_workspace_clear(&w);
     return;
   }
   if ((pod = find(q, p->id, &a)) != NULL)
-    api_reply(q, 200, e2b_sandbox_json(q->r, a, pod, 1), NULL);
+    api_reply(q, 200, e2b__sandbox_json(q->r, a, pod, 1), NULL);
 }
 
 void e2b_kill(struct api_req *q, const struct route_params *p) {
@@ -672,23 +672,23 @@ void e2b_resume(struct api_req *q, const struct route_params *p) {
 
 void e2b_no_snapshots(struct api_req *q, const struct route_params *p) {
   (void)p;
-  e2b_not_supported(q, "snapshots");
+  e2b__not_supported(q, "snapshots");
 }
 
 void e2b_no_templates(struct api_req *q, const struct route_params *p) {
   (void)p;
-  e2b_not_supported(q, "templates (use fedrouter pools: POST /v1/pools)");
+  e2b__not_supported(q, "templates (use fedrouter pools: POST /v1/pools)");
 }
 
 void e2b_no_volumes(struct api_req *q, const struct route_params *p) {
   (void)p;
-  e2b_not_supported(q, "volumes");
+  e2b__not_supported(q, "volumes");
 }
 
 void e2b_unsupported(struct api_req *q, const struct route_params *p) {
   char what[300];
 
   snprintf(what, sizeof(what), "%s /%.200s", q->req->method, p->tail != NULL ? p->tail : "");
-  e2b_not_supported(q, what);
+  e2b__not_supported(q, what);
 }
 

@@ -1,5 +1,5 @@
 /* e2b_answer.c - the E2B endpoint's answers (e2b_answer.h, e2b_relay.h): sandboxes, running
- * and paused, in E2B's JSON shapes, e2b_shape() which turns every answer
+ * and paused, in E2B's JSON shapes, e2b__shape() which turns every answer
  * of /e2b (errors included) into what the SDK reads, and the checks that
  * both the control API and the relays make. Calls no other E2B file.
  */
@@ -36,7 +36,7 @@
 
 /* <id> (either form, api_canonical_id) as "<cluster>.<pod>" into <canon>,
  * split: <cluster> copied, *<pod> into <canon>. 0 or -1. */
-int e2b_split_id(struct router *r, const char *id, char *canon, size_t canon_cap, char *cluster, size_t ccap,
+int e2b__split_id(struct router *r, const char *id, char *canon, size_t canon_cap, char *cluster, size_t ccap,
                     const char **pod) {
   const char *dot;
 
@@ -53,7 +53,7 @@ int e2b_split_id(struct router *r, const char *id, char *canon, size_t canon_cap
  * SandboxDetail and Sandbox carry: the envd access token, the traffic
  * token and the domain of its preview URLs). Its id is the short one
  * (one DNS label: <port>-<id>.<domain> is a host name) when it has one. */
-json_t *e2b_sandbox_json(struct router *r, struct fr_adapter *a, const struct fr_pod *pod, int detail) {
+json_t *e2b__sandbox_json(struct router *r, struct fr_adapter *a, const struct fr_pod *pod, int detail) {
   struct fr_egress egress;
   char id[320], canon[320], token[65];
   json_t *net;
@@ -95,7 +95,7 @@ json_t *e2b_sandbox_json(struct router *r, struct fr_adapter *a, const struct fr
 
 /* A paused sandbox (its workspace claim) as E2B's ListedSandbox /
  * SandboxDetail: state "paused", endAt when it goes. */
-json_t *e2b_paused_json(struct router *r, struct fr_adapter *a, const struct fr_workspace *w) {
+json_t *e2b__paused_json(struct router *r, struct fr_adapter *a, const struct fr_workspace *w) {
   char id[320];
   int64_t cpu_m = json_integer_value(json_object_get(w->spec, "cpu_m"));
   int64_t mem_b = json_integer_value(json_object_get(w->spec, "mem_b"));
@@ -121,14 +121,14 @@ static json_t *created_json(struct api_req *q, json_t *body) {
   struct fr_adapter *a;
   const struct fr_pod *p;
 
-  if (id == NULL || e2b_split_id(q->r, id, canon, sizeof(canon), cluster, sizeof(cluster), &pod) != 0 ||
+  if (id == NULL || e2b__split_id(q->r, id, canon, sizeof(canon), cluster, sizeof(cluster), &pod) != 0 ||
       (a = api_adapter(q->r, cluster)) == NULL || (p = fr_adapter_pod(a, pod)) == NULL)
     return NULL;
-  return e2b_sandbox_json(q->r, a, p, 1);
+  return e2b__sandbox_json(q->r, a, p, 1);
 }
 
 /* shape_cb: every answer of /e2b in the SDK's shapes. */
-json_t *e2b_shape(struct api_req *q, int *status, json_t *body) {
+json_t *e2b__shape(struct api_req *q, int *status, json_t *body) {
   json_t *err = json_object_get(body, "error"), *out;
 
   if (*status >= 400 && json_is_object(err)) {
@@ -195,7 +195,7 @@ json_t *e2b_shape(struct api_req *q, int *status, json_t *body) {
 }
 
 /* The tenant of <q> (set) may start one more request; else answers 429. */
-int e2b_admitted(struct api_req *q) {
+int e2b__admitted(struct api_req *q) {
   if (q->ts == NULL || q->ts->inflight < q->ts->max_inflight)
     return 1;
   api_reply(q, 429, api_limit_body("too many requests in flight (max_requests_in_flight)", "max_requests_in_flight"),
@@ -203,7 +203,7 @@ int e2b_admitted(struct api_req *q) {
   return 0;
 }
 
-void e2b_not_supported(struct api_req *q, const char *what) {
+void e2b__not_supported(struct api_req *q, const char *what) {
   char msg[400];
 
   snprintf(msg, sizeof(msg), "fedrouter does not support %.200s through its E2B-compatible endpoint (docs/e2b.md)",

@@ -21,24 +21,24 @@ struct router;
  * (whatever port the agent listens on in the pod). */
 #define E2B_ENVD_PORT "49983"
 
-/* api_req.shape_kind of an /e2b request: what e2b_shape() makes of v1's answer. */
+/* api_req.shape_kind of an /e2b request: what e2b__shape() makes of v1's answer. */
 enum { E2B_SHAPE_PLAIN, E2B_SHAPE_CREATE, E2B_SHAPE_PAUSE, E2B_SHAPE_RESUME, E2B_SHAPE_CONNECT_RESUME };
 
 /* ---- e2b_answer.c ---- */
 
 /* <id> (either form, api_canonical_id) as "<cluster>.<pod>" into <canon>,
  * split: <cluster> copied, *<pod> into <canon>. 0 or -1. */
-int e2b_split_id(struct router *r, const char *id, char *canon, size_t canon_cap, char *cluster, size_t ccap,
+int e2b__split_id(struct router *r, const char *id, char *canon, size_t canon_cap, char *cluster, size_t ccap,
                  const char **pod);
 /* A running sandbox as E2B's ListedSandbox (<detail>: SandboxDetail); a new reference or NULL. */
-json_t *e2b_sandbox_json(struct router *r, struct fr_adapter *a, const struct fr_pod *pod, int detail);
+json_t *e2b__sandbox_json(struct router *r, struct fr_adapter *a, const struct fr_pod *pod, int detail);
 /* A paused sandbox (its workspace claim) as E2B shows it; a new reference or NULL. */
-json_t *e2b_paused_json(struct router *r, struct fr_adapter *a, const struct fr_workspace *w);
+json_t *e2b__paused_json(struct router *r, struct fr_adapter *a, const struct fr_workspace *w);
 /* shape_cb of every /e2b request: v1's answer <body> (taken) in the SDK's shapes. */
-json_t *e2b_shape(struct api_req *q, int *status, json_t *body);
+json_t *e2b__shape(struct api_req *q, int *status, json_t *body);
 /* The tenant of <q> (set) may start one more request: 1; else answers 429, 0. */
-int e2b_admitted(struct api_req *q);
+int e2b__admitted(struct api_req *q);
 /* Answers 501 not_supported for <what>. */
-void e2b_not_supported(struct api_req *q, const char *what);
+void e2b__not_supported(struct api_req *q, const char *what);
 
 #endif

@@ -92,7 +92,7 @@ static int by_token(struct api_req *q, const char *id, const char *tenant, int p
     api_fail(q, 401, "unauthorized", "missing X-Access-Token (the sandbox's envdAccessToken)", NULL);
     return -1;
   }
-  ok = e2b_split_id(q->r, id, canon, canon_cap, cluster, ccap, &pod) == 0 && (*a = api_adapter(q->r, cluster)) != NULL &&
+  ok = e2b__split_id(q->r, id, canon, canon_cap, cluster, ccap, &pod) == 0 && (*a = api_adapter(q->r, cluster)) != NULL &&
        (*p = fr_adapter_pod(*a, pod)) != NULL && (*p)->tenant != NULL &&
        (tenant == NULL || strcmp(tenant, (*p)->tenant) == 0);
   if (ok) /* the owner's API key reaches its ports, never envd */
@@ -109,7 +109,7 @@ static int by_token(struct api_req *q, const char *id, const char *tenant, int p
   }
   api_set_tenant(q, (*p)->tenant);
   router_note(q->req, "tenant", q->tenant);
-  if ((*p = api_find_reachable_sandbox(q, canon, a)) == NULL || !e2b_admitted(q))
+  if ((*p = api_find_reachable_sandbox(q, canon, a)) == NULL || !e2b__admitted(q))
     return -1;
   return 0;
 }
@@ -119,7 +119,7 @@ static int by_token(struct api_req *q, const char *id, const char *tenant, int p
  * path and all, to that port (ports.c). The Code Interpreter SDK sends
  * the traffic token alone on some calls (/contexts), the access token on
  * others (/execute): either proves the caller. */
-void e2b_port_relay(struct api_req *q, const char *id, const char *tenant, const char *port_text) {
+void e2b__port_relay(struct api_req *q, const char *id, const char *tenant, const char *port_text) {
   char cluster[64], canon[320];
   struct fr_adapter *a;
   const struct fr_pod *p;
@@ -147,10 +147,10 @@ static void in_sandbox(struct api_req *q, const char *id, const char *tenant, co
   struct fr_buf h;
   size_t i;
 
-  (void)port; /* another port than envd's went to e2b_port_relay() */
+  (void)port; /* another port than envd's went to e2b__port_relay() */
   if (!agent_path_ok(path)) {
     snprintf(msg, sizeof(msg), "inside a sandbox, %.200s", path);
-    e2b_not_supported(q, msg);
+    e2b__not_supported(q, msg);
     return;
   }
   if (fr_agent_route_known(q->req->method, path) < 0) {

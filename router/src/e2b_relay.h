@@ -9,6 +9,6 @@ struct api_req;
 
 /* E2B's call to port <port_text> of sandbox <id> other than envd's, by
  * <tenant> (NULL: the access or traffic token alone proves it); answers. */
-void e2b_port_relay(struct api_req *q, const char *id, const char *tenant, const char *port_text);
+void e2b__port_relay(struct api_req *q, const char *id, const char *tenant, const char *port_text);
 
 #endif
