@@ -118,9 +118,6 @@ const char *api_cluster_of_code(struct router *r, const char *code);
 /* <id> ("<cluster>.<pod>", or its short form "<pod'>-<code>") as
  * "<cluster>.<pod>" into <out>; 0, or -1 when it is neither. */
 int api_canonical_id(struct router *r, const char *id, char *out, size_t cap);
-/* The tenant whose token is the bearer token of <req>, or NULL (no
- * answer is made). */
-const char *api_tenant_of_bearer(struct router *r, const struct fr_http_req *req);
 
 /* The adapter named <name>, or NULL. */
 struct fr_adapter *api_adapter(struct router *r, const char *name);

@@ -17,6 +17,10 @@
  * Items keep their numbers (<name>-0001, ...) across batches. The create
  * answers once: 201 with every sandbox made, or the refusal of its last
  * try (503 no_capacity, 429 tenant_limit) once its wait is over.
+ *
+ * This file is the request: the body checked, the create set up and handed
+ * to the queue (or explained). Its tries are create_try.c's, its answers
+ * create_answer.c's (create_answer.h, create_try.h).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -35,6 +39,8 @@
 #include "fr/util.h"
 #include "api.h"
 #include "batch.h"
+#include "create_answer.h"
+#include "create_try.h"
 #include "history.h"
 #include "metrics.h"
 #include "queue.h"
@@ -42,8 +48,6 @@
 #include "secrets.h"
 #include "tenants.h"
 #include "workspaces.h"
-
-#define NAME_MAX_LEN 48
 
 static const char *const create_fields[] = {"name", "num_sandboxes", "pool", "image", "cpus", "memory_gb",
                                             "env", "secrets", "volumes", "labels", "region", "clusters",
@@ -98,114 +102,6 @@ struct body_spec {
   int auto_resume;         /* auto_resume: recorded for the E2B lifecycle (connect resumes) */
 };
 
-/* What the create made in one cluster, over all its batches. */
-struct cl_total {
-  int cand;                   /* it was a candidate of some batch */
-  int created, warm;
-  char reason[300];
-};
-
-/* A create in progress: owns its strings, its batch, its place in the
- * queue and the request's operation reference. */
-struct create {
-  struct queue_entry qe;      /* its place in the queue (queue.c) */
-  struct api_req *q;
-  struct tenant_state *ts;    /* a reference; NULL for no tenant record */
-  int explain;
-  char name[NAME_MAX_LEN + 1];
-  int n;
-  int partial_ok;
-  int64_t wait_s;
-  char region[64];            /* the client region placement used */
-  int region_known;           /* a cluster's region or one the policy names */
-  char *pool, *image;
-  int pool_private;           /* <pool> is a tenant's own: "_private" in metrics labels */
-  json_t *env, *labels, *clusters; /* references; clusters: the request's restriction, or NULL */
-  struct fr_podopts *opts;    /* the sandboxes' pod options; NULL = none */
-  int64_t gpus;               /* per sandbox */
-  struct fr_egress *egress;   /* where they may connect; NULL = the default (no policy) */
-  char cold_reason[300];      /* why the named pool's warm pods cannot serve it, "" = they can */
-  struct fr_sandbox_spec spec;/* the batches' spec (strings borrowed from here) */
-  struct secrets_fetch *sf;   /* the values of `secrets`, read before it is placed */
-  /* progress */
-  int *pending;               /* the numbers of the items not made yet, ascending */
-  int npending;
-  json_t *made;               /* the sandboxes made (API JSON), a reference */
-  struct cl_total *cl;        /* per adapter */
-  struct batch *b;            /* the batch running, or NULL */
-  json_t *failed_placement;   /* the last rolled back batch's placement, for its answer */
-  char commit_error[400];
-  int64_t counted, counted_cpu_m, counted_mem_b, counted_gpus; /* in the tenant's `creating` */
-  json_t *refusal;            /* the answer of its last try that did not start */
-  int refusal_status;
-  int tried;                  /* it has been tried at least once */
-  int waited;                 /* a try did not start it: it waited in the queue */
-  uint64_t t0_ms;             /* when it was handed to the queue */
-};
-
-static void uncount(struct create *cr) {
-  if (cr->ts != NULL) {
-    cr->ts->creating -= cr->counted;
-    cr->ts->creating_cpu_m -= cr->counted_cpu_m;
-    cr->ts->creating_mem_b -= cr->counted_mem_b;
-    cr->ts->creating_gpus -= cr->counted_gpus;
-  }
-  cr->counted = cr->counted_cpu_m = cr->counted_mem_b = cr->counted_gpus = 0;
-}
-
-/* A create that will not give its answer to q->created_cb tells it so. */
-static void created_drop(struct api_req *q) {
-  void (*cb)(struct api_req *, json_t *, void *) = q->created_cb;
-
-  q->created_cb = NULL;
-  if (cb != NULL)
-    cb(q, NULL, q->created_arg);
-}
-
-static void create_free(struct create *cr) {
-  /* Any end but answer_made(): a fork's or restore_from's copy (waiting
-   * on q->created_cb) will not happen. */
-  created_drop(cr->q);
-  uncount(cr);
-  if (queue_waiting(&cr->qe))
-    queue_remove(cr->q->r, &cr->qe);
-  secrets_fetch_free(cr->sf); /* its values go before the batch that borrows them... */
-  if (cr->b != NULL)
-    for (int k = 0; k < cr->b->ncands; k++)
-      cr->b->cands[k].secrets = NULL; /* ...which must not hand them on */
-  batch_free(cr->b);
-  tenant_unref(cr->ts);
-  free(cr->pool);
-  free(cr->image);
-  free(cr->pending);
-  free(cr->cl);
-  json_decref(cr->env);
-  json_decref(cr->labels);
-  json_decref(cr->clusters);
-  json_decref(cr->made);
-  json_decref(cr->failed_placement);
-  json_decref(cr->refusal);
-  fr_podopts_unref(cr->opts);
-  free(cr->egress);
-  api_req_unref(cr->q);
-  free(cr);
-}
-
-/* <n> sandboxes of the create of <q> for <pool> were not made. A
- * tenant's own pool counts as "_private": /metrics may be open, and the
- * name is that tenant's business. */
-static void count_failed(struct api_req *q, const char *pool, int pool_private, int64_t n) {
-  struct fr_buf l;
-
-  if (n <= 0)
-    return;
-  fr_buf_init(&l);
-  metrics_label(&l, "tenant", history_tenant_label(q->r, q->tenant));
-  metrics_label(&l, "pool", pool == NULL ? "" : pool_private ? "_private" : pool);
-  metrics_inc(q->r->metrics, "fedrouter_sandbox_create_failures_total", l.data ? l.data : "", (double)n);
-  fr_buf_free(&l);
-  history_create_failed(q->r->history, q->tenant, n);
-}
 
 /* Validates the create body; answers and returns -1 on error. */
 static int parse_create(struct api_req *q, json_t *j, struct body_spec *s) {
@@ -232,7 +128,7 @@ static int parse_create(struct api_req *q, json_t *j, struct body_spec *s) {
   STR_FIELD("image", s->image);
   STR_FIELD("region", s->region);
 #undef STR_FIELD
-  if (strlen(s->name) > NAME_MAX_LEN || !fr_label_value_valid(s->name) ||
+  if (strlen(s->name) > CREATE_NAME_MAX || !fr_label_value_valid(s->name) ||
       strspn(s->name, "abcdefghijklmnopqrstuvwxyz0123456789-") != strlen(s->name)) {
     api_field_fail(q, "name", "name must be 1-48 characters of a-z, 0-9 and '-', starting and ending alphanumeric");
     return -1;
@@ -410,288 +306,6 @@ static int region_known(struct router *r, const char *region) {
   return fr_policy_knows_region(r->policy, region) || strcmp(r->cfg->region, region) == 0;
 }
 
-/* The policy's plan for <count> sandboxes of <cr> from a fresh snapshot of
- * the clusters; a cluster whose Secret lacks a key it asks for cannot
- * host it. <pol> gets a reference the caller drops. */
-static int make_plan(struct create *cr, int64_t count, struct fr_plan *plan, struct fr_cluster_state **states,
-                     struct fr_policy **pol) {
-  struct router *r = cr->q->r;
-  const char **keys = NULL, **vals = NULL, **clusters = NULL;
-  struct fr_placement_request preq;
-  const char *k;
-  json_t *v;
-  size_t i = 0;
-  int rc = -ENOMEM;
-
-  memset(plan, 0, sizeof(*plan));
-  *pol = fr_policy_ref(r->policy);
-  *states = placement_states(r, &cr->spec);
-  keys = calloc(json_object_size(cr->labels) + 1, sizeof(*keys));
-  vals = calloc(json_object_size(cr->labels) + 1, sizeof(*vals));
-  clusters = calloc(json_array_size(cr->clusters) + 1, sizeof(*clusters));
-  if (*states == NULL || keys == NULL || vals == NULL || clusters == NULL)
-    goto out;
-  if (cr->sf != NULL)
-    for (i = 0; i < r->nadapters; i++) {
-      const char *code, *detail;
-      if ((*states)[i].unfit == NULL && secrets_values(cr->sf, i, &code, &detail) == NULL &&
-          strcmp(code, "not_asked") != 0) {
-        (*states)[i].unfit = code;
-        (*states)[i].unfit_detail = detail;
-      }
-    }
-  i = 0;
-  json_object_foreach(cr->labels, k, v) {
-    keys[i] = k;
-    vals[i++] = json_string_value(v);
-  }
-  memset(&preq, 0, sizeof(preq));
-  preq.tenant = cr->q->tenant;
-  preq.pool = cr->pool;
-  preq.region = cr->region;
-  preq.label_keys = keys;
-  preq.label_values = vals;
-  preq.nlabels = i;
-  json_array_foreach(cr->clusters, i, v) clusters[i] = json_string_value(v);
-  preq.clusters = cr->clusters ? clusters : NULL;
-  preq.nclusters = json_array_size(cr->clusters);
-  preq.count = count;
-  rc = fr_policy_plan(*pol, *states, r->nadapters, &preq, plan);
-out:
-  free(keys);
-  free(vals);
-  free(clusters);
-  return rc;
-}
-
-/* ---- answers ---- */
-
-static json_t *placement_json(const struct create *cr) {
-  struct router *r = cr->q->r;
-  json_t *cl = json_array(), *pl;
-  int warm = 0, created = (int)json_array_size(cr->made);
-  size_t i;
-
-  for (i = 0; i < r->nadapters; i++) {
-    const struct cl_total *t = &cr->cl[i];
-    json_t *e;
-    if (!t->cand)
-      continue;
-    e = json_pack("{s:s,s:i,s:i}", "cluster", fr_adapter_name(r->adapters[i]), "created", t->created, "warm",
-                  t->warm);
-    if (t->reason[0])
-      json_object_set_new(e, "reason", json_string(t->reason));
-    warm += t->warm;
-    json_array_append_new(cl, e);
-  }
-  pl = json_pack("{s:i,s:i,s:i,s:i,s:i,s:o}", "requested", cr->n, "created", created, "warm", warm, "cold",
-                 created - warm, "shortfall", cr->n - created, "clusters", cl);
-  if (pl != NULL) {
-    json_object_set_new(pl, "client_region", json_string(cr->region));
-    json_object_set_new(pl, "client_region_known", json_boolean(cr->region_known));
-    if (cr->cold_reason[0] != '\0')
-      json_object_set_new(pl, "cold_reason", json_string(cr->cold_reason));
-    if (cr->qe.since_ms != 0 && cr->qe.deadline_ms != 0)
-      json_object_set_new(pl, "waited_s", json_real((double)(uv_now(r->loop) - cr->t0_ms) / 1000.0));
-  }
-  return pl;
-}
-
-/* The answer with what was made (all of it, or with partial_ok what could
- * be), and the end of the create. */
-static void answer_made(struct create *cr) {
-  struct api_req *q = cr->q;
-  json_t *ans;
-  struct fr_buf note;
-  size_t i;
-
-  fr_buf_init(&note);
-  for (i = 0; i < q->r->nadapters; i++)
-    if (cr->cl[i].created > 0)
-      fr_buf_printf(&note, "%s%s:%d", note.len ? "," : "", fr_adapter_name(q->r->adapters[i]), cr->cl[i].created);
-  if (q->req != NULL)
-    router_note(q->req, "placement", note.data ? note.data : "");
-  fr_buf_free(&note);
-  count_failed(q, cr->pool, cr->pool_private, cr->n - (int64_t)json_array_size(cr->made));
-  ans = json_pack("{s:O,s:o}", "sandboxes", cr->made, "placement", placement_json(cr));
-  if (q->created_cb != NULL && ans != NULL) {
-    /* A fork's or restore_from's copy runs first; it answers. */
-    void (*cb)(struct api_req *, json_t *, void *) = q->created_cb;
-    q->created_cb = NULL;
-    cb(q, ans, q->created_arg);
-  } else {
-    api_reply(q, 201, ans, NULL);
-  }
-  create_free(cr);
-}
-
-/* Nothing to answer (the client left): what was made and committed goes,
- * since nobody can learn its ids. */
-static void end_unwanted(struct create *cr) {
-  struct router *r = cr->q->r;
-  json_t *sb;
-  size_t i;
-
-  json_array_foreach(cr->made, i, sb) {
-    const char *id = json_string_value(json_object_get(sb, "id")), *dot = id ? strchr(id, '.') : NULL;
-    char cluster[64];
-    struct fr_adapter *a;
-    if (dot == NULL || (size_t)(dot - id) >= sizeof(cluster))
-      continue;
-    snprintf(cluster, sizeof(cluster), "%.*s", (int)(dot - id), id);
-    if ((a = api_adapter(r, cluster)) != NULL)
-      fr_adapter_sandbox_delete(a, dot + 1, cr->q->rid, NULL, NULL);
-  }
-  api_reply(cr->q, 499, NULL, NULL);
-  create_free(cr);
-}
-
-/* Gives up: with partial_ok and something made, that; else the refusal
- * of its last try (<why>: the router is stopping). */
-static void give_up(struct create *cr, const char *why) {
-  struct api_req *q = cr->q;
-  json_t *body;
-  char msg[400];
-
-  if (q->req == NULL) {
-    end_unwanted(cr);
-    return;
-  }
-  if (cr->partial_ok && json_array_size(cr->made) > 0) {
-    answer_made(cr);
-    return;
-  }
-  if (why != NULL) {
-    api_fail(q, 503, "shutting_down", why, "Retry-After: 1\r\n");
-    create_free(cr);
-    return;
-  }
-  /* It may not wait: the queue holds as much as it may. */
-  if (cr->qe.overflow == QO_TENANT) {
-    snprintf(msg, sizeof(msg), "tenant %s has %" PRId64 " sandboxes waiting for room already "
-             "(max_queued_sandboxes %" PRId64 "); this create does not fit now and may not wait", q->tenant,
-             queue_sandboxes(q->r, cr->ts), cr->ts->max_queued_sandboxes);
-    api_reply(q, 429, api_limit_body(msg, "max_queued_sandboxes"), "Retry-After: 10\r\n");
-    create_free(cr);
-    return;
-  }
-  if (cr->qe.overflow == QO_FULL) {
-    snprintf(msg, sizeof(msg), "the router's queue holds %" PRId64 " sandboxes waiting for room (queue.max_sandboxes "
-             "%" PRId64 "); this create does not fit now and may not wait", queue_sandboxes(q->r, NULL),
-             q->cfg->queue_max_sandboxes);
-    api_fail(q, 503, "queue_full", msg, "Retry-After: 10\r\n");
-    create_free(cr);
-    return;
-  }
-  if (cr->refusal == NULL) {
-    /* Never tried: others of its tenant wait before it, or the room that
-     * frees is promised to a tenant with a smaller share. */
-    snprintf(msg, sizeof(msg), "no room now: the room that frees goes first to creates waiting before this one "
-             "(wait_s lets a create wait its turn)");
-    cr->refusal = api_err_body("no_capacity", msg);
-    cr->refusal_status = 503;
-  }
-  body = cr->refusal;
-  cr->refusal = NULL;
-  if (cr->qe.deadline_ms != 0)
-    json_object_set_new(json_object_get(body, "error"), "waited_s",
-                        json_real((double)(uv_now(q->r->loop) - cr->t0_ms) / 1000.0));
-  if (cr->refusal_status == 503)
-    count_failed(q, cr->pool, cr->pool_private, cr->n);
-  api_reply(q, cr->refusal_status, body, cr->refusal_status == 429 ? "Retry-After: 10\r\n" : "Retry-After: 5\r\n");
-  create_free(cr);
-}
-
-/* 503 no_capacity with every cluster's reason: the federation's free
- * capacity cannot hold what the create asks now. */
-static json_t *no_room_body(struct router *r, const struct fr_plan *plan, const struct fr_cluster_state *states,
-                            int ncands) {
-  json_t *body = api_err_body("no_capacity", ncands == 0 ? "no cluster can take this request"
-                                                         : "the federation does not have room for the whole batch");
-  json_t *reasons = json_array();
-  size_t i;
-
-  for (i = 0; i < plan->nentries; i++) {
-    const struct fr_cluster_state *cs = &states[plan->entries[i].cluster];
-    struct fr_adapter_view v;
-    char why[400];
-    /* Say what bounds the room when it is a quota, not the nodes. */
-    fr_adapter_view(r->adapters[plan->entries[i].cluster], &v);
-    if (v.quota_pods >= 0 && v.quota_pods <= cs->free_slots + v.inflight)
-      snprintf(why, sizeof(why), "%s; the namespace's ResourceQuota allows %" PRId64 " more pods",
-               plan->entries[i].reason, v.quota_pods);
-    else
-      snprintf(why, sizeof(why), "%s", plan->entries[i].reason);
-    json_array_append_new(reasons, json_pack("{s:s,s:I,s:I,s:s}", "cluster", cs->name, "free_slots",
-                                             (json_int_t)cs->free_slots, "warm_ready",
-                                             (json_int_t)cs->warm_ready, "reason", why));
-  }
-  json_object_set_new(json_object_get(body, "error"), "clusters", reasons);
-  json_object_set_new(json_object_get(body, "error"), "shortfall", json_integer(plan->shortfall));
-  return body;
-}
-
-/* The answer should it give up now; its code and message (and the
- * shortfall) say in GET /v1/queue why it waits. */
-static void set_refusal(struct create *cr, int status, json_t *body) {
-  json_t *err = json_object_get(body, "error");
-  json_t *sf = json_object_get(err, "shortfall"), *limit = json_object_get(err, "limit");
-
-  cr->waited = cr->qe.deadline_ms != 0; /* not started: it waits (if it may) */
-  json_decref(cr->refusal);
-  cr->refusal = body;
-  cr->refusal_status = status;
-  if (sf != NULL)
-    snprintf(cr->qe.why, sizeof(cr->qe.why), "%s: shortfall %" JSON_INTEGER_FORMAT " of %d",
-             json_string_value(json_object_get(err, "code")), json_integer_value(sf), cr->npending);
-  else if (limit != NULL)
-    snprintf(cr->qe.why, sizeof(cr->qe.why), "%s: %s", json_string_value(json_object_get(err, "code")),
-             json_string_value(limit));
-  else
-    snprintf(cr->qe.why, sizeof(cr->qe.why), "%s: %.150s", json_string_value(json_object_get(err, "code")),
-             json_string_value(json_object_get(err, "message")));
-}
-
-/* ---- quotas ---- */
-
-/* How many more sandboxes of the create's shape its tenant may hold now
- * (max_sandboxes, max_cpus, max_memory_gb, max_gpus; those being made
- * count), INT64_MAX without limits; *<limit> names the one that binds. */
-static int64_t quota_room(struct create *cr, const char **limit) {
-  struct tenant_state *ts = cr->ts;
-  struct router *r = cr->q->r;
-  struct fr_tenant_usage u, one;
-  int64_t room = INT64_MAX, k;
-  size_t i;
-
-  *limit = NULL;
-  if (ts == NULL)
-    return room;
-  memset(&u, 0, sizeof(u));
-  for (i = 0; i < r->nadapters; i++) {
-    fr_adapter_tenant_usage(r->adapters[i], ts->name, &one);
-    u.sandboxes += one.sandboxes;
-    u.cpu_m += one.cpu_m;
-    u.mem_b += one.mem_b;
-    u.gpus += one.gpus;
-  }
-#define BOUND(max, used, per, name)                    \
-  if ((max) > 0) {                                     \
-    k = (max) - (used);                                \
-    k = k <= 0 ? 0 : (per) > 0 ? k / (per) : INT64_MAX; \
-    if (k < room) {                                    \
-      room = k;                                        \
-      *limit = name;                                   \
-    }                                                  \
-  }
-  BOUND(ts->max_sandboxes, u.sandboxes + ts->creating, 1, "max_sandboxes");
-  BOUND(ts->max_cpu_m, u.cpu_m + ts->creating_cpu_m, cr->spec.cpu_m, "max_cpus");
-  BOUND(ts->max_mem_b, u.mem_b + ts->creating_mem_b, cr->spec.mem_b, "max_memory_gb");
-  BOUND(ts->max_gpus, u.gpus + ts->creating_gpus, cr->gpus, "max_gpus");
-#undef BOUND
-  return room;
-}
-
 /* The create can never fit its tenant's limits, however long it waits:
  * answers 429 and returns 1. */
 static int never_fits(struct api_req *q, struct create *cr) {
@@ -717,319 +331,6 @@ static int never_fits(struct api_req *q, struct create *cr) {
   return 1;
 }
 
-/* ---- the batch's hooks ---- */
-
-static const char *sb_outcome(enum fr_sandbox_err e) {
-  switch (e) {
-  case FR_SB_OK: return "ok";
-  case FR_SB_NO_ROOM: return "no_room";
-  case FR_SB_UNAVAILABLE: return "unavailable";
-  case FR_SB_TIMEOUT: return "timeout";
-  default: return "failed";
-  }
-}
-
-static void on_item_done(struct batch *b, struct batch_item *it, struct batch_cand *cd,
-                         const struct fr_sandbox_result *res, void *arg) {
-  struct create *cr = arg;
-  struct router *r = cr->q->r;
-  struct fr_buf l;
-
-  (void)b;
-  fr_buf_init(&l);
-  metrics_label(&l, "cluster", fr_adapter_name(cd->a));
-  metrics_label(&l, "tenant", history_tenant_label(r, cr->q->tenant));
-  metrics_label(&l, "outcome", sb_outcome(res->err));
-  metrics_label(&l, "start", res->warm ? "warm" : "cold");
-  metrics_inc(r->metrics, "fedrouter_creates_total", l.data ? l.data : "", 1);
-  if (res->err == FR_SB_OK) {
-    double s = (double)(uv_hrtime() - it->started_ns) / 1e9;
-    fr_buf_reset(&l);
-    metrics_label(&l, "cluster", fr_adapter_name(cd->a));
-    metrics_label(&l, "start", res->warm ? "warm" : "cold");
-    metrics_observe(r->metrics, "fedrouter_create_duration_seconds", l.data ? l.data : "", s);
-    history_create_done(r->history, res->warm, s);
-  }
-  /* The first no-room answer from a cluster moves the batch on: a spill. */
-  if ((res->err == FR_SB_NO_ROOM || res->err == FR_SB_UNAVAILABLE || res->err == FR_SB_TIMEOUT) && !cd->full) {
-    char why[300];
-    fr_buf_reset(&l);
-    metrics_label(&l, "cluster", fr_adapter_name(cd->a));
-    metrics_label(&l, "reason", sb_outcome(res->err));
-    metrics_inc(r->metrics, "fedrouter_spills_total", l.data ? l.data : "", 1);
-    snprintf(why, sizeof(why), "%s: %s", sb_outcome(res->err), res->message ? res->message : "");
-    router_event(r, fr_adapter_name(cd->a), why, cr->q->rid, cr->q->tenant);
-  }
-  fr_buf_free(&l);
-  if (res->err == FR_SB_OK && res->pod != NULL)
-    it->user = api_sandbox_json(r, cd->a, res->pod, 1);
-}
-
-
-static int on_wanted(void *arg) {
-  struct create *cr = arg;
-
-  /* A client that went away cannot learn the ids: keep nothing. */
-  return cr->q->req != NULL;
-}
-
-/* The index of adapter <a>. */
-static size_t adapter_index(struct router *r, const struct fr_adapter *a) {
-  size_t i;
-
-  for (i = 0; i < r->nadapters && r->adapters[i] != a; i++)
-    ;
-  return i;
-}
-
-/* A batch's placement (its candidates only), for a rollback's answer. */
-static json_t *batch_placement_json(const struct batch *b) {
-  json_t *cl = json_array();
-  int i, warm = 0, created = batch_created(b);
-
-  for (i = 0; i < b->ncands; i++) {
-    json_t *e = json_pack("{s:s,s:i,s:i}", "cluster", fr_adapter_name(b->cands[i].a), "created",
-                          b->cands[i].created, "warm", b->cands[i].warm);
-    if (b->cands[i].reason[0])
-      json_object_set_new(e, "reason", json_string(b->cands[i].reason));
-    warm += b->cands[i].warm;
-    json_array_append_new(cl, e);
-  }
-  return json_pack("{s:i,s:i,s:i,s:i,s:i,s:o}", "requested", b->n, "created", created, "warm", warm,
-                   "cold", created - warm, "shortfall", b->n - created, "clusters", cl);
-}
-
-/* Waits again (at the front of its tenant's line) while its wait lasts:
- * 1, or 0 when it is over. */
-static int wait_again(struct create *cr) {
-  struct router *r = cr->q->r;
-
-  if (cr->qe.deadline_ms == 0 || uv_now(r->loop) >= cr->qe.deadline_ms || r->stopping)
-    return 0;
-  cr->qe.want = cr->npending;
-  /* The next loop turn tries the queue: not from inside this batch's
-   * last callback. */
-  if (queue_add(r, &cr->qe, 1, 0) != 0)
-    return 0;
-  queue_kick(r);
-  return 1;
-}
-
-static void on_batch_done(struct batch *b, void *arg) {
-  struct create *cr = arg;
-  struct api_req *q = cr->q;
-  struct router *r = q->r;
-  int i, k, p;
-
-  uncount(cr);
-  /* What it made joins the create's total, its numbers leave the pending. */
-  for (k = 0; k < b->ncands; k++) {
-    struct cl_total *t = &cr->cl[adapter_index(r, b->cands[k].a)];
-    t->cand = 1;
-    if (b->state == BATCH_COMMITTED) {
-      t->created += b->cands[k].created;
-      t->warm += b->cands[k].warm;
-    }
-    if (b->cands[k].reason[0] != '\0')
-      snprintf(t->reason, sizeof(t->reason), "%s", b->cands[k].reason);
-  }
-  if (b->state == BATCH_COMMITTED) {
-    for (i = 0; i < b->n; i++) {
-      if (!b->items[i].ok || b->items[i].user == NULL)
-        continue;
-      json_array_append(cr->made, b->items[i].user);
-      for (p = 0; p < cr->npending && cr->pending[p] != b->items[i].index; p++)
-        ;
-      if (p < cr->npending) {
-        memmove(&cr->pending[p], &cr->pending[p + 1], (size_t)(cr->npending - p - 1) * sizeof(*cr->pending));
-        cr->npending--;
-      }
-    }
-  } else {
-    json_decref(cr->failed_placement);
-    cr->failed_placement = batch_placement_json(b);
-    snprintf(cr->commit_error, sizeof(cr->commit_error), "%s", b->commit_error);
-  }
-  cr->b = NULL;
-  batch_free(b);
-  queue_kick(r); /* its reservations went back: room for others, maybe */
-
-  if (q->req == NULL) {
-    end_unwanted(cr);
-    return;
-  }
-  if (cr->npending == 0) {
-    answer_made(cr);
-    return;
-  }
-  if (cr->commit_error[0] == '\0' && wait_again(cr))
-    return;
-  if (cr->partial_ok && json_array_size(cr->made) > 0) {
-    answer_made(cr);
-    return;
-  }
-  {
-    char why[600];
-    json_t *body, *pl = cr->failed_placement;
-    /* Made, but a cluster did not take the commit marker: nothing kept. */
-    snprintf(why, sizeof(why), "the batch could not be committed (%s); what was created has been deleted",
-             cr->commit_error);
-    body = cr->commit_error[0] ? api_err_body("commit_failed", why)
-                               : api_err_body("no_capacity", "the federation cannot place the whole batch; "
-                                                             "what was created has been deleted");
-    if (pl != NULL) {
-      json_object_set_new(pl, "rolled_back", json_true());
-      json_object_set(json_object_get(body, "error"), "clusters", json_object_get(pl, "clusters"));
-      json_object_set(json_object_get(body, "error"), "placement", pl);
-    }
-    count_failed(q, cr->pool, cr->pool_private, cr->n);
-    api_reply(q, 503, body, "Retry-After: 5\r\n");
-    create_free(cr);
-  }
-}
-
-static void item_json_free(void *user) {
-  json_decref(user);
-}
-
-static const struct batch_hooks create_hooks = {on_item_done, on_wanted, on_batch_done, item_json_free};
-
-/* ---- the queue's ops ---- */
-
-static enum queue_try try_start(struct queue_entry *e, int warm_only) {
-  struct create *cr = fr_container_of(e, struct create, qe);
-  struct api_req *q = cr->q;
-  struct router *r = q->r;
-  struct fr_plan plan;
-  struct fr_cluster_state *states = NULL;
-  struct fr_policy *pol = NULL;
-  const char *limit;
-  int64_t want = cr->npending, room, count, planned = 0, cold = 0;
-  enum queue_try out = QT_NO_ROOM;
-  char msg[400];
-  size_t i;
-  int ncands = 0, k;
-
-  memset(&plan, 0, sizeof(plan));
-  cr->tried = 1;
-  if (q->req == NULL) {
-    end_unwanted(cr);
-    return QT_ENDED;
-  }
-  /* The tenant's own limits first: they hold back nobody else. */
-  room = quota_room(cr, &limit);
-  if (room <= 0 || (!cr->partial_ok && room < want)) {
-    if (strcmp(limit, "max_sandboxes") == 0)
-      snprintf(msg, sizeof(msg), "tenant %s may hold %" PRId64 " sandboxes; this request would exceed that",
-               q->tenant, cr->ts->max_sandboxes);
-    else
-      snprintf(msg, sizeof(msg), "tenant %s may hold what %s allows; this request would exceed that", q->tenant,
-               limit);
-    set_refusal(cr, 429, api_limit_body(msg, limit));
-    return QT_QUOTA;
-  }
-  count = cr->partial_ok && room < want ? room : want;
-  if (make_plan(cr, count, &plan, &states, &pol) != 0) {
-    set_refusal(cr, 503, api_err_body("out_of_memory", "the router is out of memory"));
-    goto out;
-  }
-  for (i = 0; i < plan.nentries; i++)
-    if (plan.entries[i].verdict == FR_PLAN_USE) {
-      ncands++;
-      planned += plan.entries[i].count;
-      cold += plan.entries[i].count - (cr->pool != NULL ? plan.entries[i].warm : 0);
-    }
-  if (ncands == 0 || planned == 0 || (!cr->partial_ok && plan.shortfall > 0)) {
-    set_refusal(cr, 503, no_room_body(r, &plan, states, ncands));
-    goto out;
-  }
-  /* Behind a create held back for lack of room, only warm claims go (they
-   * take a pool's ready pods, not the room it waits for). */
-  if (warm_only && cold > 0) {
-    if (!cr->partial_ok || planned - cold <= 0) {
-      set_refusal(cr, 503, api_err_body("no_capacity", "no room now: the room that frees goes first to creates "
-                                                       "of tenants with a smaller share, waiting before this one"));
-      goto out;
-    }
-    planned -= cold;
-  }
-  /* A partial_ok create that waits starts what the plan says fits and
-   * waits for the rest; one that does not wait tries every item it may
-   * (the clusters' answers say what fits: the view may be stale). */
-  if (cr->partial_ok && cr->qe.deadline_ms == 0 && !warm_only)
-    planned = count;
-  cr->b = batch_new(&cr->spec, cr->name, (int)planned, cr->partial_ok, (int)r->nadapters, &create_hooks, cr);
-  if (cr->b == NULL) {
-    set_refusal(cr, 503, api_err_body("out_of_memory", "the router is out of memory"));
-    goto out;
-  }
-  for (k = 0; k < (int)planned; k++)
-    batch_set_number(cr->b, k, cr->pending[k], cr->n > 1);
-  {
-    int64_t left = planned;
-    /* Every usable cluster is a candidate in the plan's order, those it
-     * gave nothing too: the batch moves items on to them when the ones
-     * before say they are full (the view may be stale). */
-    for (i = 0; i < plan.nentries; i++) {
-      const struct fr_plan_entry *pe = &plan.entries[i];
-      int64_t c = pe->count, w = cr->pool != NULL ? pe->warm : 0;
-      const char *code, *detail;
-      if (pe->verdict != FR_PLAN_USE)
-        continue;
-      if (warm_only)
-        c = w < c ? w : c;
-      if (c > left)
-        c = left;
-      if (w > c)
-        w = c;
-      /* Warm claims use pods that already hold their slots: the cold part
-       * reserves slots, the warm part reserves the pool's ready pods. */
-      batch_add_cand(cr->b, r->adapters[pe->cluster], c, w);
-      /* Not the plan's first choice: what it makes is spilled. */
-      cr->b->cands[cr->b->ncands - 1].not_first = !pe->first_choice;
-      if (cr->sf != NULL)
-        cr->b->cands[cr->b->ncands - 1].secrets = secrets_values(cr->sf, pe->cluster, &code, &detail);
-      left -= c;
-    }
-  }
-  cr->counted = planned;
-  cr->counted_cpu_m = planned * cr->spec.cpu_m;
-  cr->counted_mem_b = planned * cr->spec.mem_b;
-  cr->counted_gpus = planned * cr->gpus;
-  if (cr->ts != NULL) {
-    cr->ts->creating += cr->counted;
-    cr->ts->creating_cpu_m += cr->counted_cpu_m;
-    cr->ts->creating_mem_b += cr->counted_mem_b;
-    cr->ts->creating_gpus += cr->counted_gpus;
-  }
-  if (cr->waited) {
-    struct fr_buf l;
-    fr_buf_init(&l);
-    metrics_label(&l, "tenant", q->tenant);
-    metrics_inc(r->metrics, "fedrouter_queue_started_sandboxes_total", l.data ? l.data : "", (double)planned);
-    fr_buf_free(&l);
-  }
-  out = planned == want ? QT_STARTED : QT_PARTIAL;
-  fr_plan_free(&plan);
-  free(states);
-  fr_policy_unref(pol);
-  /* The batch's done hook answers (or waits again); <cr> may be gone when
-   * this returns. */
-  batch_start(cr->b);
-  return out;
-out:
-  fr_plan_free(&plan);
-  free(states);
-  fr_policy_unref(pol);
-  return out;
-}
-
-static void expire(struct queue_entry *e, const char *why) {
-  give_up(fr_container_of(e, struct create, qe), why);
-}
-
-static const struct queue_entry_ops create_ops = {try_start, expire};
-
 /* ---- the request ---- */
 
 /* The client went away: a waiting create ends now; one that runs a batch
@@ -1041,7 +342,7 @@ static void create_gone(struct api_req *q, void *arg) {
   (void)q;
   if (queue_waiting(&cr->qe)) {
     queue_remove(q->r, &cr->qe);
-    end_unwanted(cr);
+    create__end_unwanted(cr);
   }
 }
 
@@ -1053,7 +354,7 @@ static void explain(struct create *cr) {
   struct fr_policy *pol = NULL;
   json_t *out;
 
-  if (make_plan(cr, cr->n, &plan, &states, &pol) != 0) {
+  if (create__make_plan(cr, cr->n, &plan, &states, &pol) != 0) {
     api_oom(q);
   } else {
     out = json_pack("{s:{s:s,s:s},s:{s:s,s:s?,s:s,s:b,s:i},s:o}", "policy", "source", fr_policy_source(pol),
@@ -1071,7 +372,7 @@ static void explain(struct create *cr) {
   fr_plan_free(&plan);
   free(states);
   fr_policy_unref(pol);
-  create_free(cr);
+  create__free(cr);
 }
 
 /* Ready to be placed: explained, or handed to the queue. */
@@ -1083,19 +384,19 @@ static void go(struct create *cr) {
     return;
   }
   cr->t0_ms = uv_now(r->loop);
-  cr->qe.ops = &create_ops;
+  cr->qe.ops = &create__queue_ops;
   cr->qe.ts = cr->ts;
   cr->qe.want = cr->npending;
   cr->qe.deadline_ms = cr->wait_s > 0 ? cr->t0_ms + (uint64_t)cr->wait_s : 0;
   if (cr->ts == NULL) {
     api_fail(cr->q, 503, "out_of_memory", "the request has no tenant record", NULL);
-    create_free(cr);
+    create__free(cr);
     return;
   }
   /* Tried at once; <cr> may be answered and gone when this returns. */
   if (queue_add(r, &cr->qe, 0, 1) != 0) {
     api_oom(cr->q);
-    create_free(cr);
+    create__free(cr);
   }
 }
 
@@ -1107,12 +408,12 @@ static void on_secrets(int status, json_t *body, void *arg) {
   if (q->req == NULL) {
     json_decref(body);
     api_reply(q, 499, NULL, NULL);
-    create_free(cr);
+    create__free(cr);
     return;
   }
   if (status != 0) {
     api_reply(q, status, body, NULL);
-    create_free(cr);
+    create__free(cr);
     return;
   }
   go(cr);
@@ -1173,7 +474,7 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain_only, int e
   if (cr == NULL)
     goto oom;
   cr->q = q;
-  q->refs++; /* <q> outlives its answer until create_free() (created_drop) */
+  q->refs++; /* <q> outlives its answer until create__free() (created_drop) */
   cr->ts = tenant_ref(q->ts);
   cr->explain = explain_only;
   snprintf(cr->name, sizeof(cr->name), "%s", s.name);
@@ -1275,7 +576,7 @@ void create_sandboxes_from(struct api_req *q, json_t *j, int explain_only, int e
    * names, else all): one without a key it names cannot host it. */
   if ((use = calloc(r->nadapters ? r->nadapters : 1, sizeof(*use))) == NULL) {
     api_oom(q);
-    create_free(cr);
+    create__free(cr);
     return;
   }
   for (i = 0; i < r->nadapters; i++) {
@@ -1291,6 +592,6 @@ oom:
   api_oom(q);
 out:
   if (cr != NULL)
-    create_free(cr);
+    create__free(cr);
   json_decref(j);
 }

@@ -30,7 +30,7 @@
 #include "api.h"
 #include "data.h"
 #include "router.h"
-#include "routes.h"
+#include "route_types.h"
 
 const char *data__pod_of(const char *id) {
   return strchr(id, '.') + 1;

@@ -14,9 +14,13 @@
  * (<cluster>.<pod>) and the access token is the sandbox's HMAC token, which
  * every replica derives alike, so any replica serves any sandbox.
  *
- * Every answer this file makes, errors included, goes through shape():
+ * Every answer of /e2b, errors included, goes through e2b__shape():
  * errors carry E2B's {"code":<status>,"message":...} (what the SDK reads)
  * next to fedrouter's {"error":{"code","message"}}.
+ *
+ * This file holds the route handlers of the control API and e2b_begin,
+ * which every /e2b route passes first; the relays into a sandbox are
+ * e2b_relay.c's, the JSON shapes e2b_answer.c's (e2b_answer.h, e2b_relay.h).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -35,206 +39,19 @@
 #include "fr/urlsafe.h"
 #include "fr/util.h"
 #include "api.h"
+#include "e2b_answer.h"
+#include "e2b_relay.h"
 #include "router.h"
-#include "routes.h"
+#include "route_types.h"
 #include "tenants.h"
 #include "workspaces.h"
 
-/* The envd version the control API reports for every sandbox: the one
- * fedrouter-agent implements (agent/README.md "Which envd version we
- * claim"). The SDK turns features on and off by it. */
-#define ENVD_VERSION "0.5.7"
-/* envd's port, which the SDK names in E2b-Sandbox-Port for its own calls
- * (whatever port the agent listens on in the pod). */
-#define ENVD_PORT "49983"
 /* The workspace of an E2B sandbox created with lifecycle.onTimeout
  * "pause": E2B's user's home, what its templates work in. */
 #define E2B_WORKSPACE_PATH "/home/user"
 #define E2B_WORKSPACE_SIZE "10Gi"
 #define LIST_DEFAULT 100
 #define LIST_MAX 1000
-
-enum { K_PLAIN, K_CREATE, K_PAUSE, K_RESUME, K_CONNECT_RESUME };
-
-/* ---------------------------------------------------------------------- */
-/* answers                                                                 */
-
-/* <id> (either form, api_canonical_id) as "<cluster>.<pod>" into <canon>,
- * split: <cluster> copied, *<pod> into <canon>. 0 or -1. */
-static int split_id(struct router *r, const char *id, char *canon, size_t canon_cap, char *cluster, size_t ccap,
-                    const char **pod) {
-  const char *dot;
-
-  if (api_canonical_id(r, id, canon, canon_cap) != 0 || (dot = strchr(canon, '.')) == NULL || dot == canon ||
-      (size_t)(dot - canon) >= ccap)
-    return -1;
-  memcpy(cluster, canon, (size_t)(dot - canon));
-  cluster[dot - canon] = '\0';
-  *pod = dot + 1;
-  return 0;
-}
-
-/* A sandbox as E2B's API shows it (ListedSandbox; <detail> adds what
- * SandboxDetail and Sandbox carry: the envd access token, the traffic
- * token and the domain of its preview URLs). Its id is the short one
- * (one DNS label: <port>-<id>.<domain> is a host name) when it has one. */
-static json_t *sandbox_json(struct router *r, struct fr_adapter *a, const struct fr_pod *pod, int detail) {
-  struct fr_egress egress;
-  char id[320], canon[320], token[65];
-  json_t *net;
-  int64_t started = pod->created_s >= 0 ? pod->created_s : pod->creation_s;
-  int64_t cpus = (pod->cpu_m + 999) / 1000;
-  json_t *j;
-
-  snprintf(canon, sizeof(canon), "%s.%s", fr_adapter_name(a), pod->name);
-  if (ports_short_id(r, fr_adapter_name(a), pod->name, id, sizeof(id)) != 0)
-    snprintf(id, sizeof(id), "%s", canon);
-  j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:i,s:o,s:s,s:[]}", "templateID",
-                pod->pool ? pod->pool : "", "alias", pod->pool ? pod->pool : "", "sandboxID", id, "clientID",
-                fr_adapter_name(a), "envdVersion", ENVD_VERSION, "startedAt", api_time_json(started), "endAt",
-                api_time_json(pod->expires_s), "cpuCount", (json_int_t)(cpus > 0 ? cpus : 1), "memoryMB",
-                (json_int_t)(pod->mem_b >> 20), "diskSizeMB", 0, "metadata", api_labels_json(pod), "state",
-                "running", "volumeMounts");
-  if (j != NULL) {
-    const char *ot = fr_pod_label(pod, FR_LABEL_ON_TIMEOUT), *ar = fr_pod_label(pod, FR_LABEL_AUTO_RESUME);
-    json_object_set_new(j, "lifecycle", json_pack("{s:s,s:b}", "onTimeout",
-                                                  ot != NULL && strcmp(ot, "pause") == 0 ? "pause" : "kill",
-                                                  "autoResume", ar != NULL && strcmp(ar, "true") == 0));
-  }
-  if (j != NULL && detail) {
-    if (fr_adapter_agent_token(a, pod->name, token) == 0)
-      json_object_set_new(j, "envdAccessToken", json_string(token));
-    if (ports_traffic_token(r, canon, token) == 0)
-      json_object_set_new(j, "trafficAccessToken", json_string(token));
-    json_object_set_new(j, "domain", r->cfg->ports_domain != NULL ? json_string(r->cfg->ports_domain) : json_null());
-    /* Its egress, as E2B's SandboxDetail shows it. */
-    if (fr_adapter_egress_of(a, pod, &egress) == 0 && (net = network_json(&egress)) != NULL) {
-      json_object_set(j, "allowInternetAccess", json_object_get(net, "allow_internet"));
-      json_object_set_new(j, "network", json_pack("{s:O,s:O}", "allowOut", json_object_get(net, "allow_out"),
-                                                  "denyOut", json_object_get(net, "deny_out")));
-      json_decref(net);
-    }
-  }
-  return j;
-}
-
-/* A paused sandbox (its workspace claim) as E2B's ListedSandbox /
- * SandboxDetail: state "paused", endAt when it goes. */
-static json_t *paused_json(struct router *r, struct fr_adapter *a, const struct fr_workspace *w) {
-  char id[320];
-  int64_t cpu_m = json_integer_value(json_object_get(w->spec, "cpu_m"));
-  int64_t mem_b = json_integer_value(json_object_get(w->spec, "mem_b"));
-  const char *ar = workspace_spec_label(w, FR_LABEL_AUTO_RESUME), *ot = workspace_spec_label(w, FR_LABEL_ON_TIMEOUT);
-
-  if (ports_short_id(r, fr_adapter_name(a), w->pod, id, sizeof(id)) != 0)
-    snprintf(id, sizeof(id), "%s.%s", fr_adapter_name(a), w->pod);
-  return json_pack("{s:s,s:s,s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:i,s:o,s:s,s:[],s:{s:s,s:b}}", "templateID",
-                   w->pool ? w->pool : "", "alias", w->pool ? w->pool : "", "sandboxID", id, "clientID",
-                   fr_adapter_name(a), "envdVersion", ENVD_VERSION, "startedAt", api_time_json(w->created_s), "endAt",
-                   api_time_json(w->expires_s), "cpuCount", (json_int_t)(cpu_m > 0 ? (cpu_m + 999) / 1000 : 1),
-                   "memoryMB", (json_int_t)(mem_b >> 20), "diskSizeMB", (int)(w->bytes >> 20), "metadata",
-                   workspace_user_labels(w), "state", "paused", "volumeMounts", "lifecycle", "onTimeout",
-                   ot != NULL && strcmp(ot, "pause") == 0 ? "pause" : "kill", "autoResume",
-                   ar != NULL && strcmp(ar, "true") == 0);
-}
-
-/* The create's v1 answer {"sandboxes":[{"id":...}]} as E2B's Sandbox. */
-static json_t *created_json(struct api_req *q, json_t *body) {
-  const char *id = json_string_value(json_object_get(json_array_get(json_object_get(body, "sandboxes"), 0), "id"));
-  char cluster[64], canon[320];
-  const char *pod;
-  struct fr_adapter *a;
-  const struct fr_pod *p;
-
-  if (id == NULL || split_id(q->r, id, canon, sizeof(canon), cluster, sizeof(cluster), &pod) != 0 ||
-      (a = api_adapter(q->r, cluster)) == NULL || (p = fr_adapter_pod(a, pod)) == NULL)
-    return NULL;
-  return sandbox_json(q->r, a, p, 1);
-}
-
-/* shape_cb: every answer of /e2b in the SDK's shapes. */
-static json_t *shape(struct api_req *q, int *status, json_t *body) {
-  json_t *err = json_object_get(body, "error"), *out;
-
-  if (*status >= 400 && json_is_object(err)) {
-    /* A refused create names the E2B field the client sent. */
-    static const char *const fields[][2] = {{"pool", "templateID"}, {"labels", "metadata"}, {"env", "envVars"},
-                                            {"timeout_s", "timeout"}};
-    /* ... and the network fields by prefix ("network.allow_out[2]"). */
-    static const char *const prefixes[][2] = {{"network.allow_out", "network.allowOut"},
-                                              {"network.deny_out", "network.denyOut"},
-                                              {"network.allow_internet", "allow_internet_access"}};
-    const char *f = json_string_value(json_object_get(err, "field"));
-    char renamed[128];
-    size_t i, n;
-    for (i = 0; f != NULL && q->shape_kind == K_CREATE && i < FR_ARRAY_SIZE(fields); i++)
-      if (strcmp(f, fields[i][0]) == 0) {
-        json_object_set_new(err, "field", json_string(fields[i][1]));
-        f = NULL;
-        break;
-      }
-    for (i = 0; f != NULL && q->shape_kind == K_CREATE && i < FR_ARRAY_SIZE(prefixes); i++) {
-      n = strlen(prefixes[i][0]);
-      if (strncmp(f, prefixes[i][0], n) == 0 && (f[n] == '\0' || f[n] == '[')) {
-        snprintf(renamed, sizeof(renamed), "%s%.60s", prefixes[i][1], f + n);
-        json_object_set_new(err, "field", json_string(renamed));
-        break;
-      }
-    }
-    out = json_pack("{s:i,s:O,s:O}", "code", *status, "message", json_object_get(err, "message"), "error", err);
-    json_decref(body);
-    return out;
-  }
-  if (q->shape_kind == K_PAUSE && *status == 200) {
-    /* E2B's pause answers 204. */
-    json_decref(body);
-    *status = 204;
-    return NULL;
-  }
-  if ((q->shape_kind == K_RESUME || q->shape_kind == K_CONNECT_RESUME) && *status == 200 &&
-      json_string_value(json_object_get(body, "id")) != NULL) {
-    /* v1's resume answers the sandbox; E2B's connect of a paused one 201. */
-    json_t *wrapped = json_pack("{s:[O]}", "sandboxes", body);
-    out = wrapped ? created_json(q, wrapped) : NULL;
-    json_decref(wrapped);
-    json_decref(body);
-    if (out == NULL) {
-      *status = 502;
-      return json_pack("{s:i,s:s,s:{s:s,s:s}}", "code", 502, "message", "the sandbox was resumed but is gone",
-                       "error", "code", "sandbox_not_found", "message", "the sandbox was resumed but is gone");
-    }
-    *status = 201;
-    return out;
-  }
-  if (q->shape_kind == K_CREATE && *status == 201) {
-    out = created_json(q, body);
-    json_decref(body);
-    if (out == NULL) {
-      *status = 502;
-      return json_pack("{s:i,s:s,s:{s:s,s:s}}", "code", 502, "message", "the sandbox was created but is gone",
-                       "error", "code", "sandbox_not_found", "message", "the sandbox was created but is gone");
-    }
-    return out;
-  }
-  return body;
-}
-
-/* The tenant of <q> (set) may start one more request; else answers 429. */
-static int admitted(struct api_req *q) {
-  if (q->ts == NULL || q->ts->inflight < q->ts->max_inflight)
-    return 1;
-  api_reply(q, 429, api_limit_body("too many requests in flight (max_requests_in_flight)", "max_requests_in_flight"),
-            "Retry-After: 1\r\n");
-  return 0;
-}
-
-static void unsupported(struct api_req *q, const char *what) {
-  char msg[400];
-
-  snprintf(msg, sizeof(msg), "fedrouter does not support %.200s through its E2B-compatible endpoint (docs/e2b.md)",
-           what);
-  api_fail(q, 501, "not_supported", msg, NULL);
-}
 
 /* ---------------------------------------------------------------------- */
 /* control API                                                             */
@@ -263,7 +80,7 @@ static void create(struct api_req *q) {
     v = json_object_get(b, refused[i]);
     if (v != NULL && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0)) {
       json_decref(b);
-      unsupported(q, strcmp(refused[i], "mcp") == 0 ? "MCP gateways" : "volume mounts");
+      e2b__not_supported(q, strcmp(refused[i], "mcp") == 0 ? "MCP gateways" : "volume mounts");
       return;
     }
   }
@@ -272,7 +89,7 @@ static void create(struct api_req *q) {
    * (autoPauseMemory true is refused: only the files are). */
   if (json_is_true(json_object_get(b, "autoPauseMemory"))) {
     json_decref(b);
-    unsupported(q, "keeping a paused sandbox's memory (onTimeout.keepMemory): only its files are kept");
+    e2b__not_supported(q, "keeping a paused sandbox's memory (onTimeout.keepMemory): only its files are kept");
     return;
   }
   /* The template names the config maps to pools (the SDKs' defaults:
@@ -302,14 +119,14 @@ static void create(struct api_req *q) {
   if (json_is_object(n) && ((v = json_object_get(n, "egressProxy")) != NULL && !json_is_null(v))) {
     json_decref(b);
     json_decref(v1);
-    unsupported(q, "an egress proxy (network.egressProxy)");
+    e2b__not_supported(q, "an egress proxy (network.egressProxy)");
     return;
   }
   if (json_is_object(n) && (v = json_object_get(n, "rules")) != NULL && !json_is_null(v) &&
       !(json_is_object(v) && json_object_size(v) == 0)) {
     json_decref(b);
     json_decref(v1);
-    unsupported(q, "per-host egress rules (network.rules)");
+    e2b__not_supported(q, "per-host egress rules (network.rules)");
     return;
   }
   net = json_object();
@@ -342,7 +159,7 @@ static void create(struct api_req *q) {
       json_object_set_new(v1, "auto_resume", json_true());
   }
   json_decref(b);
-  q->shape_kind = K_CREATE;
+  q->shape_kind = E2B_SHAPE_CREATE;
   create_sandboxes_from(q, v1, 0, 1);
 }
 
@@ -375,10 +192,10 @@ static void op_done(int status, const char *message, void *arg) {
              msg, status == 0 ? "Retry-After: 5\r\n" : NULL);
   } else if (!o->answer_sandbox) {
     api_reply(q, 204, NULL, NULL);
-  } else if (split_id(q->r, o->id, canon, sizeof(canon), cluster, sizeof(cluster), &pod) == 0 &&
+  } else if (e2b__split_id(q->r, o->id, canon, sizeof(canon), cluster, sizeof(cluster), &pod) == 0 &&
              (a = api_adapter(q->r, cluster)) != NULL &&
              (p = fr_adapter_pod(a, pod)) != NULL) {
-    json_t *j = sandbox_json(q->r, a, p, 1);
+    json_t *j = e2b__sandbox_json(q->r, a, p, 1);
     if (j != NULL && o->expires > 0)
       json_object_set_new(j, "endAt", api_time_json(o->expires));
     api_reply(q, 200, j, NULL);
@@ -429,7 +246,7 @@ static void set_timeout(struct api_req *q, const char *id, int connect) {
     return;
   /* E2B's connect only ever lengthens a running sandbox's life. */
   if (t == 0 || (connect && pod->expires_s >= fr_wall_ms() / 1000 + t)) {
-    api_reply(q, 200, sandbox_json(q->r, a, pod, 1), NULL);
+    api_reply(q, 200, e2b__sandbox_json(q->r, a, pod, 1), NULL);
     return;
   }
   if ((o = calloc(1, sizeof(*o))) == NULL) {
@@ -614,7 +431,7 @@ static void list(struct api_req *q) {
         snprintf(all[n].id, sizeof(all[n].id), "%s.%s", fr_adapter_name(a), w.pod);
         all[n].a = a;
         all[n].pod = NULL;
-        all[n++].paused = paused_json(q->r, a, &w);
+        all[n++].paused = e2b__paused_json(q->r, a, &w);
       }
       fr_workspace_clear(&w);
     }
@@ -657,7 +474,7 @@ static void list(struct api_req *q) {
       start++;
   arr = json_array();
   for (i = start; i < n && i < start + (size_t)limit; i++) {
-    json_array_append_new(arr, all[i].pod != NULL ? sandbox_json(q->r, all[i].a, all[i].pod, 0)
+    json_array_append_new(arr, all[i].pod != NULL ? e2b__sandbox_json(q->r, all[i].a, all[i].pod, 0)
                                                   : json_incref(all[i].paused));
   }
   hdr[0] = '\0';
@@ -667,174 +484,6 @@ static void list(struct api_req *q) {
     json_decref(all[i].paused);
   free(all);
   api_reply(q, 200, arr, hdr[0] ? hdr : NULL);
-}
-
-/* ---------------------------------------------------------------------- */
-/* in-sandbox calls                                                        */
-
-/* Is <p> one of the agent's routes a client may reach (envd's services,
- * /files, /health, /envs)? The allow-list is the adapter's
- * (fr_agent_route_known): the exact path, never a prefix, never /init. */
-static int agent_path_ok(const char *p) {
-  return fr_agent_route_known("POST", p) != 0 || fr_agent_route_known("GET", p) != 0;
-}
-
-/* The agent route and the query rebuilt from the client's: only the
- * parameters /files takes, each value decoded and encoded again, so what
- * goes upstream is made of checked parts only. */
-struct relay_query {
-  char *out;          /* the route, then the query being appended */
-  size_t cap, at, start;
-  const char *refused; /* what was refused: a parameter the route does not take, a value */
-  int bad_path;        /* the refused value is the file path */
-};
-
-static int relay_param(const char *key, const char *value, void *arg) {
-  static const char *const taken[] = {"path", "username"};
-  struct relay_query *rq = arg;
-  size_t i;
-  int n, k;
-
-  for (i = 0; i < FR_ARRAY_SIZE(taken) && strcmp(key, taken[i]) != 0; i++)
-    ;
-  if (i == FR_ARRAY_SIZE(taken)) {
-    rq->refused = key[0] != '\0' ? "a query parameter /files does not take" : "an empty query parameter";
-    return 1;
-  }
-  for (n = 0; value[n] != '\0'; n += k)
-    if ((k = fr_utf8_char((const unsigned char *)value + n, strlen(value + n))) <= 0) {
-      rq->refused = strcmp(key, "path") == 0 ? "a path that is not UTF-8 text" : "a value that is not UTF-8 text";
-      rq->bad_path = strcmp(key, "path") == 0;
-      return 1;
-    }
-  n = snprintf(rq->out + rq->at, rq->cap - rq->at, "%s%s=", rq->at == rq->start ? "?" : "&", taken[i]);
-  if (n < 0 || (size_t)n >= rq->cap - rq->at)
-    return -ENAMETOOLONG;
-  rq->at += (size_t)n;
-  return fr_url_query_escape(rq->out, rq->cap, &rq->at, value);
-}
-
-/* The sandbox <id> (either form) that the request may reach, of <tenant>
- * when it is not NULL: its access token (X-Access-Token) proves it, or,
- * for a call to <port> (0: envd's), the owner's API key, the traffic
- * token or a public port (ports_traffic_ok). Found, reachable, its tenant's request
- * admitted; <canon> gets its "<cluster>.<pod>" id. 0, or -1 after
- * answering: a token that is not this sandbox's is answered like an id
- * that does not exist, so nothing tells a guesser which ids are real. */
-static int by_token(struct api_req *q, const char *id, const char *tenant, int port, char *canon, size_t canon_cap,
-                    char *cluster, size_t ccap, struct fr_adapter **a, const struct fr_pod **p) {
-  const char *token = fr_http_req_header(q->req, "X-Access-Token");
-  const char *pod;
-  char msg[300];
-  int ok;
-
-  if (port == 0 && (token == NULL || *token == '\0')) {
-    api_fail(q, 401, "unauthorized", "missing X-Access-Token (the sandbox's envdAccessToken)", NULL);
-    return -1;
-  }
-  ok = split_id(q->r, id, canon, canon_cap, cluster, ccap, &pod) == 0 && (*a = api_adapter(q->r, cluster)) != NULL &&
-       (*p = fr_adapter_pod(*a, pod)) != NULL && (*p)->tenant != NULL &&
-       (tenant == NULL || strcmp(tenant, (*p)->tenant) == 0);
-  if (ok) /* the owner's API key reaches its ports, never envd */
-    ok = (token != NULL && *token != '\0' && fr_adapter_agent_token_ok(*a, pod, token)) ||
-         (port != 0 && (tenant != NULL || ports_traffic_ok(q->r, q->req, canon, *p, port)));
-  if (!ok) {
-    /* isRunning() is GET /health, and reads a 502 as "not running" (what
-     * E2B's proxy answers for a sandbox it does not know): that route
-     * says 502 for every id it cannot reach, the rest 404. */
-    int st = port == 0 && strcmp(q->req->path, "/e2b/health") == 0 ? 502 : 404;
-    snprintf(msg, sizeof(msg), "no sandbox %.200s for this access token", id);
-    api_fail(q, st, "sandbox_not_found", msg, NULL);
-    return -1;
-  }
-  api_set_tenant(q, (*p)->tenant);
-  router_note(q->req, "tenant", q->tenant);
-  if ((*p = api_find_reachable_sandbox(q, canon, a)) == NULL || !admitted(q))
-    return -1;
-  return 0;
-}
-
-/* E2B's call to a port of the sandbox other than envd's (E2b-Sandbox-Port:
- * the Code Interpreter's 49999, a user's server): the request as it came,
- * path and all, to that port (ports.c). The Code Interpreter SDK sends
- * the traffic token alone on some calls (/contexts), the access token on
- * others (/execute): either proves the caller. */
-static void port_relay(struct api_req *q, const char *id, const char *tenant, const char *port_text) {
-  char cluster[64], canon[320];
-  struct fr_adapter *a;
-  const struct fr_pod *p;
-  int64_t port;
-
-  if (fr_parse_int64(port_text, 1, 65535, &port) != 0) {
-    api_fail(q, 400, "invalid_port", "E2b-Sandbox-Port must be a port number from 1 to 65535", NULL);
-    return;
-  }
-  if (by_token(q, id, tenant, (int)port, canon, sizeof(canon), cluster, sizeof(cluster), &a, &p) != 0)
-    return;
-  ports_e2b(q, a, p, canon, (int)port);
-}
-
-/* A call into sandbox <id> (E2b-Sandbox-Id) for agent route <path>
- * ("/process.Process/Start", "/files", ...), by <tenant> (NULL: X-API-Key
- * absent; the access token alone proves it). */
-static void in_sandbox(struct api_req *q, const char *id, const char *tenant, const char *path) {
-  static const char *const pass[] = {"Connect-Protocol-Version", "Connect-Timeout-Ms", "Keepalive-Ping-Interval",
-                                     "Accept", NULL};
-  const char *port = fr_http_req_header(q->req, "E2b-Sandbox-Port");
-  struct fr_adapter *a;
-  const struct fr_pod *p;
-  char cluster[64], canon[320], msg[400];
-  struct fr_buf h;
-  size_t i;
-
-  (void)port; /* another port than envd's went to e2b_port_relay() */
-  if (!agent_path_ok(path)) {
-    snprintf(msg, sizeof(msg), "inside a sandbox, %.200s", path);
-    unsupported(q, msg);
-    return;
-  }
-  if (fr_agent_route_known(q->req->method, path) < 0) {
-    api_fail(q, 405, "method_not_allowed", "that method is not allowed on this sandbox route", NULL);
-    return;
-  }
-  if (by_token(q, id, tenant, 0, canon, sizeof(canon), cluster, sizeof(cluster), &a, &p) != 0)
-    return;
-  id = canon;
-  fr_buf_init(&h);
-  for (i = 0; pass[i] != NULL; i++) {
-    const char *v = fr_http_req_header(q->req, pass[i]);
-    if (v != NULL && strpbrk(v, "\r\n") == NULL)
-      fr_buf_printf(&h, "%s: %s\n", pass[i], v);
-  }
-  /* The agent's route, and for /files the query rebuilt from the
-   * parameters it takes; the Connect routes take none. */
-  {
-    struct relay_query rq;
-    char url[8400];
-    int rc = 0;
-    memset(&rq, 0, sizeof(rq));
-    rq.out = url;
-    rq.cap = sizeof(url);
-    rq.at = rq.start = (size_t)snprintf(url, sizeof(url), "%s", path);
-    if (strcmp(path, "/files") == 0)
-      rc = fr_http_query_each(q->req->query, relay_param, &rq);
-    else if (q->req->query[0] != '\0')
-      rq.refused = "a query (this route takes none)";
-    if (rq.refused != NULL || rc == -EINVAL) {
-      snprintf(msg, sizeof(msg), "the request's query is refused: it holds %s",
-               rq.refused != NULL ? rq.refused : "a NUL byte (%00)");
-      api_fail(q, 400, rq.bad_path ? "invalid_path" : "invalid_query", msg, NULL);
-    } else if (rc != 0) {
-      api_fail(q, 400, "invalid_query", "the request's query is too long", NULL);
-    } else if (h.len > 0 && h.data == NULL) {
-      api_oom(q);
-    } else {
-      data_proxy(q, a, id, url, h.data);
-    }
-  }
-  fr_buf_free(&h);
-  if (q->req != NULL)
-    router_note(q->req, "cluster", cluster);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -883,19 +532,19 @@ int e2b_begin(struct api_req *q, const struct route *r) {
   const char *sid = fr_http_req_header(q->req, "E2b-Sandbox-Id"), *tenant;
   char what[300];
 
-  q->shape_cb = shape;
+  q->shape_cb = e2b__shape;
   if (authenticate(q, &tenant) != 0)
     return -1;
   if (sid != NULL) {
     const char *port = fr_http_req_header(q->req, "E2b-Sandbox-Port");
-    if (port != NULL && strcmp(port, ENVD_PORT) != 0) {
-      port_relay(q, sid, tenant, port);
+    if (port != NULL && strcmp(port, E2B_ENVD_PORT) != 0) {
+      e2b__port_relay(q, sid, tenant, port);
       return -1; /* answered, now or later */
     }
     /* A call into a sandbox: its access token decides (in_sandbox). */
     if (!(r->flags & RF_E2B_SANDBOX)) {
       snprintf(what, sizeof(what), "inside a sandbox, %.200s", q->req->path + 4);
-      unsupported(q, what);
+      e2b__not_supported(q, what);
       return -1;
     }
     snprintf(q->tenant, sizeof(q->tenant), "%s", tenant != NULL ? tenant : "");
@@ -912,7 +561,7 @@ int e2b_begin(struct api_req *q, const struct route *r) {
   }
   api_set_tenant(q, tenant);
   router_note(q->req, "tenant", tenant);
-  return admitted(q) ? 0 : -1;
+  return e2b__admitted(q) ? 0 : -1;
 }
 
 void e2b_create(struct api_req *q, const struct route_params *p) {
@@ -931,12 +580,12 @@ void e2b_get(struct api_req *q, const struct route_params *p) {
   const struct fr_pod *pod;
 
   if (workspace_find_paused(q, p->id, &a, &w)) {
-    api_reply(q, 200, paused_json(q->r, a, &w), NULL);
+    api_reply(q, 200, e2b__paused_json(q->r, a, &w), NULL);
     fr_workspace_clear(&w);
     return;
   }
   if ((pod = find(q, p->id, &a)) != NULL)
-    api_reply(q, 200, sandbox_json(q->r, a, pod, 1), NULL);
+    api_reply(q, 200, e2b__sandbox_json(q->r, a, pod, 1), NULL);
 }
 
 void e2b_kill(struct api_req *q, const struct route_params *p) {
@@ -976,7 +625,7 @@ void e2b_connect(struct api_req *q, const struct route_params *p) {
   if (workspace_find_paused(q, p->id, &a, &w)) {
     /* Connecting resumes a paused sandbox (201, as E2B answers it). */
     fr_workspace_clear(&w);
-    q->shape_kind = K_CONNECT_RESUME;
+    q->shape_kind = E2B_SHAPE_CONNECT_RESUME;
     sandboxes_resume(q, p);
     return;
   }
@@ -1002,7 +651,7 @@ void e2b_pause(struct api_req *q, const struct route_params *p) {
              ") can be paused: fedrouter keeps its files, not its memory", NULL);
     return;
   }
-  q->shape_kind = K_PAUSE;
+  q->shape_kind = E2B_SHAPE_PAUSE;
   sandboxes_pause(q, p);
 }
 
@@ -1017,59 +666,29 @@ void e2b_resume(struct api_req *q, const struct route_params *p) {
     return;
   }
   fr_workspace_clear(&w);
-  q->shape_kind = K_RESUME;
+  q->shape_kind = E2B_SHAPE_RESUME;
   sandboxes_resume(q, p);
 }
 
 void e2b_no_snapshots(struct api_req *q, const struct route_params *p) {
   (void)p;
-  unsupported(q, "snapshots");
+  e2b__not_supported(q, "snapshots");
 }
 
 void e2b_no_templates(struct api_req *q, const struct route_params *p) {
   (void)p;
-  unsupported(q, "templates (use fedrouter pools: POST /v1/pools)");
+  e2b__not_supported(q, "templates (use fedrouter pools: POST /v1/pools)");
 }
 
 void e2b_no_volumes(struct api_req *q, const struct route_params *p) {
   (void)p;
-  unsupported(q, "volumes");
+  e2b__not_supported(q, "volumes");
 }
 
 void e2b_unsupported(struct api_req *q, const struct route_params *p) {
   char what[300];
 
   snprintf(what, sizeof(what), "%s /%.200s", q->req->method, p->tail != NULL ? p->tail : "");
-  unsupported(q, what);
+  e2b__not_supported(q, what);
 }
 
-/* The relays: the agent route from the row and its parameters. */
-static void relay(struct api_req *q, const char *svc, const char *rpc) {
-  char path[160];
-
-  snprintf(path, sizeof(path), "/%s%s%.100s", svc, rpc != NULL ? "/" : "", rpc != NULL ? rpc : "");
-  in_sandbox(q, fr_http_req_header(q->req, "E2b-Sandbox-Id"), q->tenant[0] != '\0' ? q->tenant : NULL, path);
-}
-
-void e2b_relay_process(struct api_req *q, const struct route_params *p) {
-  relay(q, "process.Process", p->rpc);
-}
-
-void e2b_relay_filesystem(struct api_req *q, const struct route_params *p) {
-  relay(q, "filesystem.Filesystem", p->rpc);
-}
-
-void e2b_relay_files(struct api_req *q, const struct route_params *p) {
-  (void)p;
-  relay(q, "files", NULL);
-}
-
-void e2b_relay_health(struct api_req *q, const struct route_params *p) {
-  (void)p;
-  relay(q, "health", NULL);
-}
-
-void e2b_relay_envs(struct api_req *q, const struct route_params *p) {
-  (void)p;
-  relay(q, "envs", NULL);
-}

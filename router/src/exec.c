@@ -22,7 +22,7 @@
 #include "metrics.h"
 #include "execwait.h"
 #include "router.h"
-#include "routes.h"
+#include "route_types.h"
 #include "tenants.h"
 
 struct exec_call {

@@ -21,7 +21,7 @@
 #include "data.h"
 #include "router.h"
 #include "tenants.h"
-#include "routes.h"
+#include "route_types.h"
 
 /* ---------------------------------------------------------------------- */
 /* files                                                                   */

@@ -35,7 +35,7 @@
 #include "api.h"
 #include "data.h"
 #include "router.h"
-#include "routes.h"
+#include "route_types.h"
 #include "tenants.h"
 #include "workspaces.h"
 

@@ -19,7 +19,7 @@
 #include "metrics.h"
 #include "promq.h"
 #include "router.h"
-#include "routes.h"
+#include "route_types.h"
 #include "tenants.h"
 
 /* The rings: every step, every 24 steps, every 168 steps. */
@@ -470,8 +470,6 @@ struct prom_history {
   size_t npts;
 };
 
-#define USAGE_KEY "tenant, pool, cluster, region"
-
 /* Values of one range result aligned on the answer's time grid. */
 static json_t *aligned(const struct prom_history *ph, json_t *values, double scale) {
   json_t *arr = json_array(), *v;
@@ -582,7 +580,6 @@ static void prom_answer(struct api_req *q, const struct window *w) {
   char tf[128], tfc[140];
   double range;
   size_t i;
-  int rc;
 
   if (ph == NULL) {
     api_oom(q);
@@ -603,7 +600,7 @@ static void prom_answer(struct api_req *q, const struct window *w) {
   snprintf(ph->exprs[HQ_CAP], sizeof(ph->exprs[0]),
            "max by (cluster, region) (fedrouter_cluster_capacity_slots{pool=\"\",state=\"total\"})");
   snprintf(ph->exprs[HQ_CREATES], sizeof(ph->exprs[0]),
-           "sum by (outcome) (max by (" USAGE_KEY ", outcome) (rate(fedrouter_sandbox_creates_total{%s}[%.0fs])))", tf,
+           "sum by (outcome) (max by (" HISTORY_USAGE_KEY ", outcome) (rate(fedrouter_sandbox_creates_total{%s}[%.0fs])))", tf,
            range);
   snprintf(ph->exprs[HQ_FAILED], sizeof(ph->exprs[0]),
            "sum(rate(fedrouter_sandbox_create_failures_total{%s}[%.0fs]))", tf, range);
@@ -614,16 +611,16 @@ static void prom_answer(struct api_req *q, const struct window *w) {
            "histogram_quantile(0.99, sum by (le) (rate(fedrouter_create_duration_seconds_bucket{start=\"cold\"}[%.0fs])))",
            range);
   snprintf(ph->exprs[HQ_HIT], sizeof(ph->exprs[0]),
-           "sum(max by (" USAGE_KEY ") (rate(fedrouter_sandbox_creates_total{%soutcome=\"warm\"}[%.0fs]))) / "
-           "sum(max by (" USAGE_KEY ", outcome) (rate(fedrouter_sandbox_creates_total{%soutcome=~\"warm|cold\","
+           "sum(max by (" HISTORY_USAGE_KEY ") (rate(fedrouter_sandbox_creates_total{%soutcome=\"warm\"}[%.0fs]))) / "
+           "sum(max by (" HISTORY_USAGE_KEY ", outcome) (rate(fedrouter_sandbox_creates_total{%soutcome=~\"warm|cold\","
            "pool!=\"\"}[%.0fs])))",
            tfc, range, tfc, range);
   snprintf(ph->exprs[HQ_REGION], sizeof(ph->exprs[0]),
-           "sum by (region) (max by (" USAGE_KEY ") (rate(fedrouter_cost_dollars_total{%s}[%.0fs])))", tf, range);
+           "sum by (region) (max by (" HISTORY_USAGE_KEY ") (rate(fedrouter_cost_dollars_total{%s}[%.0fs])))", tf, range);
   snprintf(ph->exprs[HQ_TENANT], sizeof(ph->exprs[0]),
-           "sum by (tenant) (max by (" USAGE_KEY ") (rate(fedrouter_cost_dollars_total{%s}[%.0fs])))", tf, range);
+           "sum by (tenant) (max by (" HISTORY_USAGE_KEY ") (rate(fedrouter_cost_dollars_total{%s}[%.0fs])))", tf, range);
   snprintf(ph->exprs[HQ_TOP], sizeof(ph->exprs[0]),
-           "topk(%d, sum by (tenant) (max by (" USAGE_KEY ") (increase(fedrouter_cost_dollars_total{%s}[%" PRId64
+           "topk(%d, sum by (tenant) (max by (" HISTORY_USAGE_KEY ") (increase(fedrouter_cost_dollars_total{%s}[%" PRId64
            "s]))) > 0)",
            TOP_TENANTS, tf, w->seconds);
   for (i = 0; i < HQ_N; i++) {
@@ -634,14 +631,22 @@ static void prom_answer(struct api_req *q, const struct window *w) {
     ph->qs[i].step = ph->step;
     ph->qs[i].time = ph->end;
   }
-  api_defer(q);
-  rc = promq_run(q->r->prom, ph->qs, HQ_N, on_prom_history, ph);
-  if (rc != 0) {
+  if (history_prom_run(q, ph->qs, HQ_N, on_prom_history, ph) != 0)
     free(ph);
+}
+
+int history_prom_run(struct api_req *q, struct promq_query *qs, size_t n, promq_done_cb cb, void *arg) {
+  int rc;
+
+  api_defer(q);
+  rc = promq_run(q->r->prom, qs, n, cb, arg);
+  if (rc != 0) {
     api_fail(q, 503, rc == -EBUSY ? "busy" : "out_of_memory",
              rc == -EBUSY ? "too many Prometheus queries in flight; try again" : "out of memory",
              "Retry-After: 1\r\n");
+    return -1;
   }
+  return 0;
 }
 
 /* ---------------------------------------------------------------------- */

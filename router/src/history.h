@@ -23,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "promq.h"
+
 struct router;
 struct history;
 struct api_req;
@@ -52,5 +54,15 @@ const char *history_tenant_label(struct router *r, const char *tenant);
 /* Answers 400 invalid_query and returns -1 when the query of <q> has a
  * parameter not in <known> (NULL-terminated, at most 4), else 0. */
 int history_query_keys(struct api_req *q, const char *const *known);
+
+/* The labels that make one usage series (a replica exports its own copy of
+ * each): what /v1/history and /v1/usage take the max over before summing,
+ * so replicas are not counted twice. */
+#define HISTORY_USAGE_KEY "tenant, pool, cluster, region"
+
+/* Runs the <n> Prometheus queries <qs> (borrowed until <cb>) for <q>,
+ * deferring its answer: 0, and <cb> gets them; or answers 503 (busy, out
+ * of memory) and returns -1, and the caller frees what it made for <cb>. */
+int history_prom_run(struct api_req *q, struct promq_query *qs, size_t n, promq_done_cb cb, void *arg);
 
 #endif

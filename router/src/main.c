@@ -27,6 +27,7 @@
 #include "metrics.h"
 #include "promq.h"
 #include "router.h"
+#include "server.h"
 #include "tenants.h"
 
 static void usage(FILE *f) {

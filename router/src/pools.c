@@ -24,7 +24,7 @@
 #include "api.h"
 #include "router.h"
 #include "tenants.h"
-#include "routes.h"
+#include "route_types.h"
 
 #define MAX_POOL_REPLICAS 100000
 

@@ -42,7 +42,7 @@
 #include "porttunnel.h"
 #include "router.h"
 #include "tenants.h"
-#include "routes.h"
+#include "route_types.h"
 #include "workspaces.h"
 
 /* The longest short id: "<5-digit port>-" in front still fits 63. */
@@ -355,7 +355,7 @@ static int host_auto_resume(struct api_req *q, struct fr_adapter *a, const char 
     return 0;
   ok = traffic_ok(q->r, q->req, id, workspace_spec_label(&w, FR_LABEL_PUBLIC_PORTS), port);
   if (!ok && fr_http_req_header(q->req, "Authorization") != NULL)
-    ok = (t = api_tenant_of_bearer(q->r, q->req)) != NULL && strcmp(t, w.tenant) == 0;
+    ok = (t = router_tenant_of_bearer(q->r, q->req)) != NULL && strcmp(t, w.tenant) == 0;
   if (ok) {
     api_set_tenant(q, w.tenant);
     workspaces_resume_then(q, a, &w, host_rerun);
@@ -399,7 +399,7 @@ int ports_host(struct api_req *q) {
     allowed = 1;
   } else if (fr_http_req_header(q->req, "Authorization") != NULL) {
     /* The owner's own token works too (curl -H "Authorization: Bearer"). */
-    const char *t = api_tenant_of_bearer(q->r, q->req);
+    const char *t = router_tenant_of_bearer(q->r, q->req);
     allowed = t != NULL && strcmp(t, pod->tenant) == 0;
   }
   if (!allowed) {

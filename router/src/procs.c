@@ -18,7 +18,7 @@
 #include "api.h"
 #include "data.h"
 #include "router.h"
-#include "routes.h"
+#include "route_types.h"
 
 /* ---------------------------------------------------------------------- */
 /* processes                                                               */

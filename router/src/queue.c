@@ -56,7 +56,7 @@ static void totals_get(struct router *r, struct totals *t) {
 }
 
 /* What <t> holds in every cluster and is making now. */
-static void usage_get(struct router *r, const struct tenant_state *t, struct fr_tenant_usage *u) {
+static void tenant_usage_sum(struct router *r, const struct tenant_state *t, struct fr_tenant_usage *u) {
   struct fr_tenant_usage one;
   size_t i;
 
@@ -78,7 +78,7 @@ static double share_of(struct router *r, const struct tenant_state *t, const str
   struct fr_tenant_usage u;
   double c, m;
 
-  usage_get(r, t, &u);
+  tenant_usage_sum(r, t, &u);
   c = tot->cpu_m > 0 ? (double)u.cpu_m / tot->cpu_m : 0;
   m = tot->mem_b > 0 ? (double)u.mem_b / tot->mem_b : 0;
   return c > m ? c : m;
@@ -483,7 +483,7 @@ static json_t *tenant_json(struct router *r, struct tenant_state *t, const struc
   size_t i;
 
   line_stats(qu, t, &creates, &sandboxes, &oldest);
-  usage_get(r, t, &u);
+  tenant_usage_sum(r, t, &u);
   /* Its first waiting create: what it wants and why it waits. */
   for (i = 0; qu != NULL && i < qu->nlines; i++)
     if (qu->lines[i]->ts == t && qu->lines[i]->head != NULL) {

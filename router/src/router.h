@@ -94,10 +94,11 @@ void router_cluster_cost(struct router *r, size_t i, const struct fr_adapter_vie
  * on) of <tenant>'s request <request_id>. */
 void router_event(struct router *r, const char *cluster, const char *reason, const char *request_id,
                   const char *tenant);
-/* The HTTP server's done callback: access log line and request metrics. */
-void router_request_done(const struct fr_http_req *req, int status, size_t bytes, uint64_t ms, void *arg);
 /* Appends ,"key":"value" (JSON-escaped) to req->note for the access log. */
 void router_note(struct fr_http_req *req, const char *key, const char *value);
+/* The tenant whose token is the bearer token of <req>, or NULL (no
+ * answer is made). */
+const char *router_tenant_of_bearer(struct router *r, const struct fr_http_req *req);
 
 
 /* Loads the policy named by the config (or the built-in one) at start-up
@@ -114,28 +115,9 @@ struct fr_cluster_state *placement_states(struct router *r, const struct fr_sand
 /* Answers GET /v1/policy. */
 void placement_policy_json(struct router *r, struct fr_http_req *req, const char *rid);
 
-/* The HTTP handler (fr_http_handler_cb) with <arg> = struct router. */
-void router_handle(struct fr_http_req *req, void *arg);
-/* The health listener's handler: router_handle() for /healthz, /readyz and
- * /metrics, 404 for anything else. */
-void router_handle_health(struct fr_http_req *req, void *arg);
-/* The HTTP core's stream_body_cb: 1 for requests whose body is streamed to
- * a sandbox (uploads) instead of buffered up to max_body_bytes. */
-int router_streams_body(const struct fr_http_req *req, void *arg);
-/* Answers {"error":{"code":<code>,"message":<message>}} with <status>;
+/* api.c: answers {"error":{"code":<code>,"message":<message>}} with <status>;
  * <extra_headers> is NULL or "Name: value\r\n" lines. */
 void router_error(struct fr_http_req *req, int status, const char *code, const char *message,
                   const char *extra_headers);
-struct api_req;
-/* Authenticates <q> with <token> (may be NULL) against the request's
- * config snapshot: 0 with q->tenant and q->ts set (the loopback-only
- * router: "local", for loopback clients only), or -1 after answering 401
- * unauthorized / token_expired or 403 forbidden. <scheme> "Bearer" adds
- * the WWW-Authenticate header. The token's name goes in the access log. */
-int router_authenticate(struct api_req *q, const char *token, const char *scheme);
-/* The tenant of <q>'s bearer token (q->tenant, q->ts set), within its
- * in-flight bound: 0, or -1 after answering 401/403/429 (RF_TENANT rows
- * of routes.c). */
-int router_admit(struct api_req *q);
 
 #endif

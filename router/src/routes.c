@@ -4,12 +4,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "fr/buf.h"
+#include "fr/config.h"
 #include "fr/http.h"
 #include "fr/util.h"
 #include "api.h"
 #include "router.h"
+#include "metrics.h"
 #include "routes.h"
+#include "tenants.h"
 #include "workspaces.h"
 
 #define SB "/v1/sandboxes/{id}"
@@ -264,6 +269,95 @@ static void rerun(struct api_req *q) {
   route_dispatch(q, 0);
 }
 
+/* ---------------------------------------------------------------------- */
+/* before the handler: authentication and admission (RF_TENANT)            */
+
+static int is_loopback(const char *ip) {
+  return strncmp(ip, "127.", 4) == 0 || strcmp(ip, "::1") == 0 || strncmp(ip, "::ffff:127.", 11) == 0;
+}
+
+/* Authenticates <q> with <token> (may be NULL) against the request's
+ * config snapshot: 0 with q->tenant and q->ts set (the loopback-only
+ * router: "local", for loopback clients only), or -1 after answering 401
+ * unauthorized / token_expired or 403 forbidden. <scheme> "Bearer" adds
+ * the WWW-Authenticate header. The token's name goes in the access log. */
+static int authenticate(struct api_req *q, const char *token, const char *scheme) {
+  const struct fr_config_token *tok;
+  const struct fr_config_tenant *t;
+  char msg[300], when[21];
+
+  if (q->cfg->ntenants == 0) {
+    /* No tenants configured: a single-user router, reachable from this
+     * machine only. */
+    if (!is_loopback(q->req->peer_ip)) {
+      api_fail(q, 403, "forbidden", "this router has no tenants configured and accepts loopback clients only",
+               NULL);
+      return -1;
+    }
+    api_set_tenant(q, "local");
+    return 0;
+  }
+  t = fr_config_tenant_by_token(q->cfg, token, &tok);
+  if (t == NULL) {
+    api_fail(q, 401, "unauthorized", "unknown token",
+             strcmp(scheme, "Bearer") == 0 ? "WWW-Authenticate: Bearer realm=\"fedrouter\", error=\"invalid_token\"\r\n"
+                                           : NULL);
+    return -1;
+  }
+  if (fr_config_token_expired(tok, fr_wall_ms() / 1000)) {
+    /* The holder of a token may learn its name and end: the next step
+     * is to ask for the new one. */
+    fr_time_rfc3339(tok->expires_at, when);
+    snprintf(msg, sizeof(msg), "token \"%s\" of tenant %s expired at %s; ask for its successor", tok->name,
+             t->name, when);
+    router_note(q->req, "token", tok->name);
+    api_fail(q, 401, "token_expired", msg,
+             strcmp(scheme, "Bearer") == 0 ? "WWW-Authenticate: Bearer realm=\"fedrouter\", error=\"invalid_token\"\r\n"
+                                           : NULL);
+    return -1;
+  }
+  router_note(q->req, "token", tok->name);
+  {
+    struct fr_buf l;
+    fr_buf_init(&l);
+    metrics_label(&l, "tenant", t->name);
+    metrics_label(&l, "token", tok->name);
+    metrics_inc(q->r->metrics, "fedrouter_auth_total", l.data ? l.data : "", 1);
+    fr_buf_free(&l);
+  }
+  api_set_tenant(q, t->name);
+  if (q->ts == NULL) {
+    api_oom(q); /* the table follows the config it swapped in with: not reached */
+    return -1;
+  }
+  return 0;
+}
+
+/* The tenant of <q>'s bearer token (q->tenant, q->ts set), within its
+ * in-flight bound: 0, or -1 after answering 401/403/429. */
+static int admit(struct api_req *q) {
+  const char *h = fr_http_req_header(q->req, "Authorization");
+  char msg[200];
+
+  if (q->cfg->ntenants > 0 && (h == NULL || strncasecmp(h, "Bearer ", 7) != 0 || h[7] == '\0')) {
+    api_fail(q, 401, "unauthorized", "missing bearer token: send Authorization: Bearer <token>",
+             "WWW-Authenticate: Bearer realm=\"fedrouter\"\r\n");
+    return -1;
+  }
+  if (authenticate(q, h != NULL && strlen(h) > 7 ? h + 7 : NULL, "Bearer") != 0)
+    return -1;
+  router_note(q->req, "tenant", q->tenant);
+  /* Admission: a tenant with too much going at once waits, others not. */
+  if (q->ts != NULL && q->ts->inflight >= q->ts->max_inflight) {
+    snprintf(msg, sizeof(msg), "tenant %s has %" PRId64 " requests in flight (max_requests_in_flight)", q->tenant,
+             q->ts->inflight);
+    api_reply(q, 429, api_limit_body(msg, "max_requests_in_flight"), "Retry-After: 1\r\n");
+    return -1;
+  }
+  return 0;
+}
+
+
 void route_dispatch(struct api_req *q, int health_only) {
   struct route_params p;
   const struct route *r;
@@ -282,7 +376,7 @@ void route_dispatch(struct api_req *q, int health_only) {
   }
   if ((r->flags & RF_E2B) && e2b_begin(q, r) != 0)
     return; /* answered: E2B's own auth and shapes */
-  if ((r->flags & RF_TENANT) && router_admit(q) != 0)
+  if ((r->flags & RF_TENANT) && admit(q) != 0)
     return; /* answered: 401/403 or the tenant's in-flight bound */
   if (strstr(r->pattern, "{pid}") != NULL && p.pid <= 0) {
     api_fail(q, 400, "invalid_pid", "a pid is a positive integer", NULL);

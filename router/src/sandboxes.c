@@ -21,7 +21,7 @@
 #include "fr/labels.h"
 #include "api.h"
 #include "router.h"
-#include "routes.h"
+#include "route_types.h"
 #include "workspaces.h"
 
 /* ---------------------------------------------------------------------- */

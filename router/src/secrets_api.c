@@ -27,7 +27,7 @@
 #include "fr/http.h"
 #include "api.h"
 #include "router.h"
-#include "routes.h"
+#include "route_types.h"
 #include "secrets.h"
 #include "tenants.h"
 

@@ -20,7 +20,7 @@
 #include "data.h"
 #include "router.h"
 #include "tenants.h"
-#include "routes.h"
+#include "route_types.h"
 
 /* ---------------------------------------------------------------------- */
 /* NDJSON answers fed by a process stream (streaming exec, output)          */

@@ -29,7 +29,6 @@
 #define DELTA(sel, range)                                                                                         \
   "((max_over_time(" sel "[" range "]) - min_over_time(" sel "[" range "])) unless (resets(" sel "[" range "]) > 0) " \
   "or increase(" sel "[" range "]))"
-#define USAGE_KEY "tenant, pool, cluster, region"
 
 static const char *const measures[] = {"sandbox_seconds", "cpu_core_seconds", "memory_gib_seconds", "gpu_seconds",
                                        "cost_dollars"};
@@ -145,7 +144,6 @@ void usage_get(struct api_req *q, const struct route_params *p) {
   int64_t range;
   size_t i;
   long n;
-  int rc;
 
   (void)p;
   if (history_query_keys(q, keys) != 0)
@@ -212,12 +210,12 @@ void usage_get(struct api_req *q, const struct route_params *p) {
   snprintf(rs, sizeof(rs), "%" PRId64 "s", range);
   for (i = 0; i < NMEASURES; i++) {
     snprintf(sel, sizeof(sel), "fedrouter_%s_total{%s}", measures[i], tf);
-    snprintf(op->exprs[i], sizeof(op->exprs[i]), "sum by (%s) (max by (" USAGE_KEY ") (" DELTA("%s", "%s") "))",
+    snprintf(op->exprs[i], sizeof(op->exprs[i]), "sum by (%s) (max by (" HISTORY_USAGE_KEY ") (" DELTA("%s", "%s") "))",
              op->group, sel, rs, sel, rs, sel, rs, sel, rs);
   }
   snprintf(sel, sizeof(sel), "fedrouter_sandbox_creates_total{%s}", tf);
   snprintf(op->exprs[UQ_CREATES], sizeof(op->exprs[0]),
-           "sum by (%s, outcome) (max by (" USAGE_KEY ", outcome) (" DELTA("%s", "%s") "))", op->group, sel, rs, sel,
+           "sum by (%s, outcome) (max by (" HISTORY_USAGE_KEY ", outcome) (" DELTA("%s", "%s") "))", op->group, sel, rs, sel,
            rs, sel, rs, sel, rs);
   /* Failures are counted by the replica that served the create: summed. A
    * failed create was never placed: no region, no cluster. */
@@ -232,14 +230,8 @@ void usage_get(struct api_req *q, const struct route_params *p) {
     op->qs[i].expr = op->exprs[i];
     op->qs[i].time = (double)op->to;
   }
-  api_defer(q);
-  rc = promq_run(q->r->prom, op->qs, UQ_N, on_usage, op);
-  if (rc != 0) {
+  if (history_prom_run(q, op->qs, UQ_N, on_usage, op) != 0)
     free(op);
-    api_fail(q, 503, rc == -EBUSY ? "busy" : "out_of_memory",
-             rc == -EBUSY ? "too many Prometheus queries in flight; try again" : "out of memory",
-             "Retry-After: 1\r\n");
-  }
   return;
 fail:
   free(op);

@@ -17,7 +17,7 @@
 #include "fr/util.h"
 #include "api.h"
 #include "router.h"
-#include "routes.h"
+#include "route_types.h"
 #include "secrets.h"
 #include "tenants.h"
 #include "workspaces.h"

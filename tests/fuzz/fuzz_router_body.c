@@ -52,6 +52,7 @@
 #include "fuzz_util.h"
 #include "metrics.h"
 #include "router.h"
+#include "server.h"
 #include "execwait.h"
 #include "queue.h"
 #include "tenants.h"
