@@ -35,6 +35,9 @@ struct api_req {
   int deferred;                 /* api_defer() was called and not finished yet */
   int streaming;                /* api_stream_begin() sent the head */
   int resumed;                  /* runs again after its paused sandbox was resumed (workspaces.c) */
+  /* Runs the request again from the top (set by whoever dispatched it:
+   * the route table, host routing), for a call that waited on a resume. */
+  void (*rerun)(struct api_req *q);
   /* Called once if the client goes away before the finish (deferred
    * requests only): the operation stops and finishes itself. */
   void (*gone_cb)(struct api_req *q, void *arg);
@@ -289,6 +292,10 @@ json_t *ports_public_json(const char *v);
  * its traffic token (E2B-Traffic-Access-Token or X-Traffic-Token)? */
 int ports_traffic_ok(const struct router *r, const struct fr_http_req *req, const char *id, const struct fr_pod *pod,
                      int port);
+/* The same with the public ports given as label value <public> (NULL:
+ * none), for a paused sandbox (its spec's labels). */
+int ports_traffic_ok_label(const struct router *r, const struct fr_http_req *req, const char *id, const char *public,
+                           int port);
 /* pools.c */
 void pools_create(struct api_req *q, const struct route_params *p);
 void pools_list(struct api_req *q, const struct route_params *p);

@@ -99,7 +99,7 @@ struct body_spec {
   int partial_ok;
   char public_ports[128];  /* label fedrouter.io/public-ports: "all", "8000.8080"; "" = private */
   int pause_on_timeout;    /* on_timeout "pause": paused at its expiry, not terminated */
-  int auto_resume;         /* auto_resume: recorded for the E2B lifecycle (connect resumes) */
+  int auto_resume;         /* auto_resume: any call into it while paused resumes it (workspaces.c) */
 };
 
 

@@ -119,6 +119,33 @@ static int by_token(struct api_req *q, const char *id, const char *tenant, int p
  * path and all, to that port (ports.c). The Code Interpreter SDK sends
  * the traffic token alone on some calls (/contexts), the access token on
  * others (/execute): either proves the caller. */
+/* An E2B call to <port> of paused sandbox <id> created with autoResume, by
+ * its owner's API key (<tenant>), its access or traffic token, or anyone
+ * for a public port: resumed first, then the call runs again (q->rerun).
+ * 1 if so (<q> is taken). */
+static int port_auto_resume(struct api_req *q, const char *id, const char *tenant, int port) {
+  const char *token = fr_http_req_header(q->req, "X-Access-Token"), *pod;
+  char cluster[64], canon[320];
+  struct fr_adapter *a;
+  struct fr_workspace w;
+  int ok;
+
+  if (q->resumed || q->rerun == NULL ||
+      e2b__split_id(q->r, id, canon, sizeof(canon), cluster, sizeof(cluster), &pod) != 0 ||
+      (a = api_adapter(q->r, cluster)) == NULL || !workspace_auto_resumable(q->r, a, pod, &w))
+    return 0;
+  ok = tenant != NULL ? strcmp(tenant, w.tenant) == 0
+                      : (token != NULL && fr_adapter_agent_token_ok(a, pod, token)) ||
+                            ports_traffic_ok_label(q->r, q->req, canon, workspace_spec_label(&w, FR_LABEL_PUBLIC_PORTS),
+                                                   port);
+  if (ok) {
+    api_set_tenant(q, w.tenant);
+    workspaces_resume_then(q, a, &w, q->rerun);
+  }
+  fr_workspace_clear(&w);
+  return ok;
+}
+
 void e2b__port_relay(struct api_req *q, const char *id, const char *tenant, const char *port_text) {
   char cluster[64], canon[320];
   struct fr_adapter *a;
@@ -129,6 +156,8 @@ void e2b__port_relay(struct api_req *q, const char *id, const char *tenant, cons
     api_fail(q, 400, "invalid_port", "E2b-Sandbox-Port must be a port number from 1 to 65535", NULL);
     return;
   }
+  if (port_auto_resume(q, id, tenant, (int)port))
+    return;
   if (by_token(q, id, tenant, (int)port, canon, sizeof(canon), cluster, sizeof(cluster), &a, &p) != 0)
     return;
   ports_e2b(q, a, p, canon, (int)port);

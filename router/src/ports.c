@@ -131,10 +131,8 @@ json_t *ports_public_json(const char *v) {
   return arr;
 }
 
-/* ports_traffic_ok() with the public ports as label value <public> (a
- * paused sandbox's, from its spec). */
-static int traffic_ok(const struct router *r, const struct fr_http_req *req, const char *id, const char *public,
-                      int port) {
+int ports_traffic_ok_label(const struct router *r, const struct fr_http_req *req, const char *id, const char *public,
+                           int port) {
   const char *token = fr_http_req_header(req, "E2B-Traffic-Access-Token");
   char want[65];
 
@@ -147,7 +145,7 @@ static int traffic_ok(const struct router *r, const struct fr_http_req *req, con
 
 int ports_traffic_ok(const struct router *r, const struct fr_http_req *req, const char *id, const struct fr_pod *pod,
                      int port) {
-  return traffic_ok(r, req, id, fr_pod_label(pod, FR_LABEL_PUBLIC_PORTS), port);
+  return ports_traffic_ok_label(r, req, id, fr_pod_label(pod, FR_LABEL_PUBLIC_PORTS), port);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -353,7 +351,7 @@ static int host_auto_resume(struct api_req *q, struct fr_adapter *a, const char 
 
   if (q->resumed || !workspace_auto_resumable(q->r, a, pod, &w))
     return 0;
-  ok = traffic_ok(q->r, q->req, id, workspace_spec_label(&w, FR_LABEL_PUBLIC_PORTS), port);
+  ok = ports_traffic_ok_label(q->r, q->req, id, workspace_spec_label(&w, FR_LABEL_PUBLIC_PORTS), port);
   if (!ok && fr_http_req_header(q->req, "Authorization") != NULL)
     ok = (t = router_tenant_of_bearer(q->r, q->req)) != NULL && strcmp(t, w.tenant) == 0;
   if (ok) {

@@ -363,6 +363,7 @@ void route_dispatch(struct api_req *q, int health_only) {
   const struct route *r;
   char allow[128];
   int rc = route_match(q->req->method, q->req->path, health_only, &r, &p, allow, sizeof(allow));
+  q->rerun = rerun;
 
   if (rc == -EPERM) {
     api_fail(q, 405, "method_not_allowed", "method not allowed here", allow);

@@ -249,7 +249,8 @@ def test_host_routing(fed):
 def test_host_auto_resume(fed):
     """A paused sandbox created with auto_resume: a call to one of its
     ports by someone who may reach it (its traffic token, the owner's
-    token, anyone for a public port; by host or by path) resumes it first;
+    token, anyone for a public port; by host, by path, or E2B's
+    E2b-Sandbox-Port with the access token) resumes it first;
     a wrong token gets 404 and resumes nothing. Nothing listens in the
     resumed pod (processes are not kept): 502 port_not_open, after the
     resume."""
@@ -271,15 +272,22 @@ def test_host_auto_resume(fed):
                                                                       "E2B-Traffic-Access-Token": traffic_token(fed, sid)}),
                             ("by host, a public port, no token", "/x", {"Host": f"8001-{sh}.{DOMAIN}"}),
                             ("by path with the owner's token", f"/v1/sandboxes/{sid}/ports/8000/x",
-                             {"Authorization": "Bearer " + tr.TOKEN_A})):
+                             {"Authorization": "Bearer " + tr.TOKEN_A}),
+                            ("E2B to port 8000 with the access token", "/e2b/x",
+                             {"E2b-Sandbox-Id": sh, "E2b-Sandbox-Port": "8000",
+                              "X-Access-Token": access_token(fed, sid)})):
         pause()
         st, _, body = request(fed, "GET", "/x", {"Host": host, "E2B-Traffic-Access-Token": "0" * 64})
         check(st == 404 and state() == "paused", f"a wrong token: {st}, then {state()}")
         st, _, body = request(fed, "GET", "/x", {"Host": f"8000-{sh}.{DOMAIN}"})
         check(st == 404 and state() == "paused", f"a private port without a token: {st}, then {state()}")
+        st, _, body = request(fed, "GET", "/e2b/x", {"E2b-Sandbox-Id": sh, "E2b-Sandbox-Port": "8000",
+                                                     "X-Access-Token": "0" * 64})
+        check(st == 404 and state() == "paused", f"E2B with a wrong access token: {st}, then {state()}")
         st, _, body = request(fed, "GET", path, hdrs, timeout=60)
-        code = json.loads(body)["error"]["code"] if body[:1] == b"{" else body[:100]
-        check(st == 502 and code == "port_not_open" and state() == "running",
+        j = json.loads(body) if body[:1] == b"{" else {}
+        code = j["error"]["code"] if isinstance(j.get("error"), dict) else j.get("code", body[:100])
+        check(st == 502 and code in ("port_not_open", 502) and state() == "running",
               f"{how}: {st} {code}, then {state()}")
     fed.api("DELETE", "/v1/sandboxes/" + sid, token=tr.TOKEN_A)
 
