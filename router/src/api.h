@@ -23,6 +23,7 @@ struct fr_config;
 struct fr_http_req;
 struct fr_adapter;
 struct fr_pod;
+struct fr_workspace;
 
 struct api_req {
   struct router *r;
@@ -146,6 +147,8 @@ struct fr_egress;
 int network_parse(struct api_req *q, json_t *net, const struct fr_egress *base, struct fr_egress **out);
 /* <e> (NULL: the default) as {"allow_internet", "allow_out", "deny_out"}. */
 json_t *network_json(const struct fr_egress *e);
+/* sandbox_view.c: {"path","size","storage_class"} of workspace <w>. */
+json_t *workspace_json(const struct fr_workspace *w);
 
 /* The user's labels of <pod> (fedrouter.io/ ones left out) as an object. */
 json_t *api_labels_json(const struct fr_pod *pod);
@@ -251,8 +254,12 @@ void sandboxes_pause(struct api_req *q, const struct route_params *p);
 void sandboxes_resume(struct api_req *q, const struct route_params *p);
 /* workspaces.c: a sandbox's expiry moved later, within the tenant's max_lifetime_s */
 void sandboxes_keepalive(struct api_req *q, const struct route_params *p);
-/* fork.c: N new sandboxes with directories of this one streamed in */
+/* create.c: N new sandboxes with directories of this one streamed in:
+ * fork_prepare() (fork.c) checks the body and makes the create's, whose
+ * end copies the directories in (q->created_cb); 0, or -1 after
+ * answering. */
 void sandboxes_fork(struct api_req *q, const struct route_params *p);
+int fork_prepare(struct api_req *q, const struct route_params *p, json_t **out);
 /* exec.c */
 void exec_sandbox(struct api_req *q, const struct route_params *p);
 /* procs.c, stream.c */

@@ -455,6 +455,15 @@ void create_sandboxes_checked(struct api_req *q, json_t *j) {
   create_sandboxes_from(q, j, 0, 0);
 }
 
+void sandboxes_fork(struct api_req *q, const struct route_params *p) {
+  json_t *j;
+
+  if (fork_prepare(q, p, &j) != 0)
+    return;
+  create_sandboxes_checked(q, j); /* takes <j>; answers itself unless it creates (then the copy) */
+  restore_from_settle(q);
+}
+
 void create_sandboxes_from(struct api_req *q, json_t *j, int explain_only, int extendable) {
   struct router *r = q->r;
   const struct fr_adapter_pool_view *pv = NULL;

@@ -86,7 +86,7 @@ void create__count_failed(struct api_req *q, const char *pool, int pool_private,
   if (n <= 0)
     return;
   fr_buf_init(&l);
-  metrics_label(&l, "tenant", history_tenant_label(q->r, q->tenant));
+  metrics_label(&l, "tenant", tenant_label(q->r, q->tenant));
   metrics_label(&l, "pool", pool == NULL ? "" : pool_private ? "_private" : pool);
   metrics_inc(q->r->metrics, "fedrouter_sandbox_create_failures_total", l.data ? l.data : "", (double)n);
   fr_buf_free(&l);

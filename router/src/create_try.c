@@ -146,7 +146,7 @@ static void on_item_done(struct batch *b, struct batch_item *it, struct batch_ca
   (void)b;
   fr_buf_init(&l);
   metrics_label(&l, "cluster", fr_adapter_name(cd->a));
-  metrics_label(&l, "tenant", history_tenant_label(r, cr->q->tenant));
+  metrics_label(&l, "tenant", tenant_label(r, cr->q->tenant));
   metrics_label(&l, "outcome", sb_outcome(res->err));
   metrics_label(&l, "start", res->warm ? "warm" : "cold");
   metrics_inc(r->metrics, "fedrouter_creates_total", l.data ? l.data : "", 1);

@@ -325,7 +325,7 @@ int execwait_take(struct api_req *q, execwait_resume_cb resume, execwait_drop_cb
   return 0;
 }
 
-void execwait_slot_free(struct router *r, struct tenant_state *t) {
+static void slot_free(struct router *r, struct tenant_state *t) {
   struct execwait *ew = r->execwait;
   struct line *l;
   struct waiter *w;
@@ -339,6 +339,14 @@ void execwait_slot_free(struct router *r, struct tenant_state *t) {
   list_push(&ew->ready_head, &ew->ready_tail, w);
   uv_idle_start(&ew->turn, on_turn);
   arm(ew);
+}
+
+void tenant_exec_done(struct router *r, struct tenant_state *t) {
+  if (t == NULL)
+    return;
+  FR_ASSERT(t->execs > 0);
+  t->execs--;
+  slot_free(r, t);
 }
 
 void execwait_tenant_removed(struct router *r, struct tenant_state *t) {

@@ -42,8 +42,9 @@ void execwait_free(struct router *r);
  * always gets 1. */
 int execwait_take(struct api_req *q, execwait_resume_cb resume, execwait_drop_cb drop, void *arg);
 
-/* A slot of <t> is free (tenant_exec_done). */
-void execwait_slot_free(struct router *r, struct tenant_state *t);
+/* An exec of <t> ended: one slot of max_concurrent_execs is free again,
+ * and the first exec waiting for one gets it. Accepts NULL. */
+void tenant_exec_done(struct router *r, struct tenant_state *t);
 /* <t> left the config: its waiters are answered 401 now. */
 void execwait_tenant_removed(struct router *r, struct tenant_state *t);
 

@@ -382,7 +382,7 @@ static int source_ok(struct api_req *q, struct fr_adapter *a, const struct fr_po
   return 0;
 }
 
-void sandboxes_fork(struct api_req *q, const struct route_params *p) {
+int fork_prepare(struct api_req *q, const struct route_params *p, json_t **out) {
   json_error_t jerr;
   json_t *j = json_loadb(q->req->body, q->req->body_len, 0, &jerr), *v;
   struct fork_op *f;
@@ -395,11 +395,11 @@ void sandboxes_fork(struct api_req *q, const struct route_params *p) {
              j ? "got another JSON value" : jerr.text);
     json_decref(j);
     api_fail(q, 400, "invalid_json", msg, NULL);
-    return;
+    return -1;
   }
   if (!source_ok(q, p->a, p->pod) || (f = fork_new(q, p->a, p->pod)) == NULL) {
     json_decref(j);
-    return;
+    return -1;
   }
   v = json_object_get(j, "count");
   if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > q->r->cfg->max_batch) {
@@ -440,12 +440,12 @@ void sandboxes_fork(struct api_req *q, const struct route_params *p) {
   }
   q->created_cb = on_created;
   q->created_arg = f;
-  create_sandboxes_checked(q, j); /* takes <j>; answers itself unless it creates (then on_created) */
-  restore_from_settle(q);
-  return;
+  *out = j;
+  return 0;
 fail:
   json_decref(j);
   fork_free(f);
+  return -1;
 }
 
 int restore_from_prepare(struct api_req *q, json_t *j) {

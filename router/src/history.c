@@ -57,15 +57,6 @@ struct history {
 /* ---------------------------------------------------------------------- */
 /* labels                                                                  */
 
-const char *history_tenant_label(struct router *r, const char *tenant) {
-  size_t i;
-
-  for (i = 0; tenant != NULL && i < r->ntenants; i++)
-    if (strcmp(r->tenants[i]->name, tenant) == 0)
-      return r->tenants[i]->name;
-  return FR_USAGE_OTHER;
-}
-
 static size_t tenant_index(const struct history *h, const char *tenant) {
   size_t i;
 
@@ -456,7 +447,7 @@ static void tenant_filter(const struct api_req *q, char *out, size_t cap) {
   if (sees_all(q))
     out[0] = '\0';
   else
-    snprintf(out, cap, "tenant=\"%s\"", history_tenant_label(q->r, q->tenant));
+    snprintf(out, cap, "tenant=\"%s\"", tenant_label(q->r, q->tenant));
 }
 
 enum { HQ_SB, HQ_CAP, HQ_CREATES, HQ_FAILED, HQ_P50, HQ_P99, HQ_HIT, HQ_REGION, HQ_TENANT, HQ_TOP, HQ_N };

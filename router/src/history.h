@@ -46,11 +46,6 @@ void history_create_done(struct history *h, int warm, double seconds);
  * back, not committed). */
 void history_create_failed(struct history *h, const char *tenant, int64_t n);
 
-/* The tenant label of <tenant> for usage metrics: itself when the config
- * knows it ("local" on a router without tenants), else "_other": label
- * values stay bounded by the config. Borrowed, static or the config's. */
-const char *history_tenant_label(struct router *r, const char *tenant);
-
 /* Answers 400 invalid_query and returns -1 when the query of <q> has a
  * parameter not in <known> (NULL-terminated, at most 4), else 0. */
 int history_query_keys(struct api_req *q, const char *const *known);

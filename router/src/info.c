@@ -191,7 +191,12 @@ void router_get_metrics(struct api_req *q, const struct route_params *p) {
   }
   fr_buf_init(&m);
   /* Open (no metrics token): no tenant's pool names. */
-  if (metrics_render(q->r, &m, q->r->cfg->metrics_token_sha256[0] != '\0') == 0)
+  /* The router's own figures, then the create queue's and the reloads'
+   * (metrics.c knows neither: they count into it). */
+  metrics_render(q->r, &m, q->r->cfg->metrics_token_sha256[0] != '\0');
+  queue_metrics(q->r, &m);
+  reload_metrics(q->r, &m);
+  if (m.data != NULL)
     fr_http_respond(q->req, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, m.data, m.len);
   else
     router_error(q->req, 503, "out_of_memory", "the router is out of memory", NULL);

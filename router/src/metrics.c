@@ -18,10 +18,7 @@
 #include "fr/policy.h"
 #include "fr/util.h"
 #include "fr/version.h"
-#include "history.h"
 #include "metrics.h"
-#include "queue.h"
-#include "reload.h"
 #include "router.h"
 #include "tenants.h"
 
@@ -333,8 +330,6 @@ static void render_gauges(struct router *r, struct fr_buf *b, int all_pools) {
     sample(b, "fedrouter_http_connections_limited_total", "action=\"evicted\"", (double)hs.evicted);
     sample(b, "fedrouter_http_connections_limited_total", "action=\"refused\"", (double)hs.refused);
   }
-  queue_metrics(r, b);
-  reload_metrics(r, b);
   head(b, "fedrouter_policy_info", "gauge", "The loaded routing policy; always 1.");
   gauge(b, "fedrouter_policy_info", NULL, NULL, "source", fr_policy_source(r->policy), "version",
         fr_policy_version(r->policy), 1);
@@ -391,7 +386,7 @@ static struct ukey *usage_keys(struct router *r, size_t i, const struct fr_adapt
     return NULL;
   for (k = 0; k < rows && fr_adapter_usage_row(a, k, &u) == 0; k++) {
     struct ukey *e = &keys[out++];
-    e->tenant = history_tenant_label(r, u.tenant);
+    e->tenant = tenant_label(r, u.tenant);
     e->pool = pool_label(v, u.pool, all_pools);
     e->v[0] = u.sandbox_seconds;
     e->v[1] = u.cpu_core_seconds;

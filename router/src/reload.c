@@ -12,6 +12,7 @@
 #include "fr/config.h"
 #include "fr/log.h"
 #include "fr/util.h"
+#include "execwait.h"
 #include "queue.h"
 #include "reload.h"
 #include "router.h"
@@ -79,7 +80,7 @@ static void apply(struct reload *rl, struct fr_config *next) {
   struct fr_config *old = r->cfg;
   size_t added = 0, removed = 0, kept = 0;
 
-  if (tenants_apply(r, next, &added, &removed, &kept) != 0) {
+  if (tenants_apply_cb(r, next, &added, &removed, &kept, execwait_tenant_removed) != 0) {
     snprintf(rl->error, sizeof(rl->error), "%s: out of memory while applying the reload", next->source);
     rl->error_at = fr_wall_ms() / 1000;
     rl->failures++;

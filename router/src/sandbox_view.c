@@ -19,7 +19,14 @@
 #include "fr/util.h"
 #include "api.h"
 #include "router.h"
-#include "workspaces.h"
+
+json_t *workspace_json(const struct fr_workspace *w) {
+  json_t *j = json_pack("{s:s?,s:s?}", "path", w->path, "size", w->size);
+
+  if (j != NULL && w->storage_class != NULL)
+    json_object_set_new(j, "storage_class", json_string(w->storage_class));
+  return j;
+}
 
 static const char *sandbox_state(struct fr_adapter *a, const struct fr_pod *pod) {
   if (fr_adapter_pod_evicted(a, pod))

@@ -18,6 +18,7 @@
 #include "fr/util.h"
 #include "api.h"
 #include "data.h"
+#include "execwait.h"
 #include "router.h"
 #include "tenants.h"
 #include "route_types.h"

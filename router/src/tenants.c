@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "fr/assert.h"
+#include "fr/adapter.h"
 #include "fr/config.h"
-#include "execwait.h"
 #include "router.h"
 #include "tenants.h"
 
@@ -96,6 +96,11 @@ int tenants_init(struct router *r) {
 }
 
 int tenants_apply(struct router *r, const struct fr_config *c, size_t *added, size_t *removed, size_t *kept) {
+  return tenants_apply_cb(r, c, added, removed, kept, NULL);
+}
+
+int tenants_apply_cb(struct router *r, const struct fr_config *c, size_t *added, size_t *removed, size_t *kept,
+                     void (*on_removed)(struct router *r, struct tenant_state *t)) {
   size_t n = c->ntenants ? c->ntenants : 1, i, k, nadd = 0, nkeep = 0, nrm = 0;
   struct tenant_state **tab = calloc(n, sizeof(*tab)), **fresh = calloc(n, sizeof(*fresh));
   char **secrets = calloc(n, sizeof(*secrets));
@@ -131,7 +136,8 @@ int tenants_apply(struct router *r, const struct fr_config *c, size_t *added, si
     if (i < n)
       continue;
     r->tenants[k]->removed = 1;
-    execwait_tenant_removed(r, r->tenants[k]);
+    if (on_removed != NULL)
+      on_removed(r, r->tenants[k]);
     tenant_unref(r->tenants[k]);
     nrm++;
   }
@@ -168,10 +174,11 @@ void tenants_free(struct router *r) {
   r->ntenants = 0;
 }
 
-void tenant_exec_done(struct router *r, struct tenant_state *t) {
-  if (t == NULL)
-    return;
-  FR_ASSERT(t->execs > 0);
-  t->execs--;
-  execwait_slot_free(r, t);
+const char *tenant_label(struct router *r, const char *tenant) {
+  size_t i;
+
+  for (i = 0; tenant != NULL && i < r->ntenants; i++)
+    if (strcmp(r->tenants[i]->name, tenant) == 0)
+      return r->tenants[i]->name;
+  return FR_USAGE_OTHER;
 }

@@ -57,6 +57,9 @@ int tenants_init(struct router *r);
  * marked and dropped from the table. 0, or -ENOMEM with the table as it
  * was. Fills <added>, <removed>, <kept> (may be NULL) with the counts. */
 int tenants_apply(struct router *r, const struct fr_config *c, size_t *added, size_t *removed, size_t *kept);
+/* ... and <on_removed> (may be NULL) hears of each record taken out. */
+int tenants_apply_cb(struct router *r, const struct fr_config *c, size_t *added, size_t *removed, size_t *kept,
+                     void (*on_removed)(struct router *r, struct tenant_state *t));
 /* Drops the table (shutdown); records still referenced live on. */
 void tenants_free(struct router *r);
 
@@ -67,8 +70,10 @@ struct tenant_state *tenant_ref(struct tenant_state *t);
 /* Accepts NULL. */
 void tenant_unref(struct tenant_state *t);
 
-/* An exec of <t> ended: one slot of max_concurrent_execs is free again
- * (execwait.c hands it to an exec waiting for one). Accepts NULL. */
-void tenant_exec_done(struct router *r, struct tenant_state *t);
+/* The tenant label of <tenant> for usage metrics: itself when the config
+ * knows it ("local" on a router without tenants), else "_other"
+ * (FR_USAGE_OTHER): label values stay bounded by the config. Borrowed:
+ * the record's name, valid until the next reload, or static. */
+const char *tenant_label(struct router *r, const char *tenant);
 
 #endif

@@ -37,14 +37,6 @@ const char *workspace_spec_label(const struct fr_workspace *w, const char *key) 
   return json_string_value(json_object_get(json_object_get(w->spec, "labels"), key));
 }
 
-json_t *workspace_json(const struct fr_workspace *w) {
-  json_t *j = json_pack("{s:s?,s:s?}", "path", w->path, "size", w->size);
-
-  if (j != NULL && w->storage_class != NULL)
-    json_object_set_new(j, "storage_class", json_string(w->storage_class));
-  return j;
-}
-
 json_t *workspace_paused_json(struct fr_adapter *a, const struct fr_workspace *w) {
   char id[256];
   json_t *labels = workspace_user_labels(w);

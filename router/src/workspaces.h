@@ -17,8 +17,6 @@ struct route_params;
  * new object; and one of its labels at create (fedrouter's too), or NULL. */
 json_t *workspace_user_labels(const struct fr_workspace *w);
 const char *workspace_spec_label(const struct fr_workspace *w, const char *key);
-/* {"path","size","storage_class"} of <w>. */
-json_t *workspace_json(const struct fr_workspace *w);
 /* A paused sandbox as the API shows it (state "paused"). */
 json_t *workspace_paused_json(struct fr_adapter *a, const struct fr_workspace *w);
 /* 1 if <pod> is a visible sandbox pod of <a> (running, starting, evicted). */
